@@ -1,0 +1,196 @@
+//! The catalog shipped with ridgeline: device and system files from `data/systems/` and the
+//! reference tables from `data/reference/`, embedded in the binary so they work wherever
+//! it is installed. Each entry keeps its repository path for error messages.
+
+use crate::error::{Error, Result};
+use crate::system::{self, CpuInfo, Device, System};
+use crate::units::Bytes;
+
+/// An embedded data file: its name on the command line, path in the repository, and text.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry {
+    /// Name used on the command line.
+    pub name: &'static str,
+    /// Path in the repository, for messages.
+    pub path: &'static str,
+    /// File contents.
+    pub text: &'static str,
+}
+
+macro_rules! entries {
+    ($dir:literal; $($name:literal),* $(,)?) => {
+        &[$(Entry {
+            name: $name,
+            path: concat!("data/", $dir, "/", $name, ".toml"),
+            text: include_str!(concat!("../../data/", $dir, "/", $name, ".toml")),
+        }),*]
+    };
+}
+
+/// Device files, `data/systems/devices/*.toml`.
+pub const DEVICES: &[Entry] = entries!("systems/devices";
+    "v100-sxm2-16gb", "a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5-80gb", "h200-sxm-141gb",
+    "mi250x", "a64fx", "xeon-8480plus");
+
+/// System files, `data/systems/*.toml` (without `local`, which needs this machine).
+pub const SYSTEMS: &[Entry] = entries!("systems";
+    "cori-gpu", "perlmutter-gpu", "dgx-h100", "fugaku");
+
+/// `data/systems/local.toml`: how this machine's CPU maps to a device file.
+pub const LOCAL: Entry = Entry {
+    name: "local",
+    path: "data/systems/local.toml",
+    text: include_str!("../../data/systems/local.toml"),
+};
+
+/// The name of the system that describes this machine.
+pub const LOCAL_NAME: &str = "local";
+
+/// Names of every catalog device.
+pub fn device_names() -> Vec<String> {
+    DEVICES.iter().map(|e| e.name.to_owned()).collect()
+}
+
+/// Names of every catalog system, `local` included.
+pub fn system_names() -> Vec<String> {
+    SYSTEMS
+        .iter()
+        .map(|e| e.name)
+        .chain([LOCAL_NAME])
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The catalog device called `name`.
+pub fn device(name: &str) -> Result<Device> {
+    let entry = DEVICES
+        .iter()
+        .find(|e| e.name == name)
+        .ok_or_else(|| Error::UnknownName {
+            kind: "device",
+            name: name.to_owned(),
+            valid: device_names(),
+        })?;
+    system::parse_device(entry.text, entry.path)
+}
+
+/// The catalog system called `name`, or a one-device system for a catalog device name.
+/// `local` is not handled here: use [`local`].
+pub fn system(name: &str) -> Result<System> {
+    if let Some(entry) = SYSTEMS.iter().find(|e| e.name == name) {
+        return system::parse_system(entry.text, entry.path, &device);
+    }
+    if DEVICES.iter().any(|e| e.name == name) {
+        return device(name).map(System::single_device);
+    }
+    let mut valid = system_names();
+    valid.extend(device_names());
+    Err(Error::UnknownName {
+        kind: "system",
+        name: name.to_owned(),
+        valid,
+    })
+}
+
+/// Parses a user's system or device file, resolving device names against the catalog.
+pub fn system_from_file(text: &str, path: &str) -> Result<System> {
+    system::parse_system_or_device(text, path, &device)
+}
+
+/// This machine as the `local` system, from `/proc/cpuinfo` and `/proc/meminfo` text.
+pub fn local(cpuinfo: &str, meminfo: &str) -> Result<System> {
+    let cpu: CpuInfo = system::parse_cpuinfo(cpuinfo)?;
+    let memory: Bytes = system::parse_meminfo(meminfo)?;
+    system::local_system(&cpu, memory, LOCAL.text, LOCAL.path, &device)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::precision::Precision;
+
+    #[test]
+    fn every_catalog_device_and_system_parses() {
+        for e in DEVICES {
+            let d = device(e.name).unwrap_or_else(|err| panic!("{err}"));
+            assert_eq!(
+                d.name, e.name,
+                "{}: name field must match the file name",
+                e.path
+            );
+        }
+        for e in SYSTEMS {
+            let s = system(e.name).unwrap_or_else(|err| panic!("{err}"));
+            assert_eq!(
+                s.name, e.name,
+                "{}: name field must match the file name",
+                e.path
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_system_lists_valid_names() {
+        let err = system("cori").unwrap_err().to_string();
+        assert!(err.contains("unknown system `cori`"), "{err}");
+        assert!(err.contains("cori-gpu") && err.contains("local") && err.contains("mi250x"));
+    }
+
+    #[test]
+    fn device_name_works_as_a_system() {
+        let s = system("h100-sxm5-80gb").unwrap();
+        assert_eq!(s.node.devices.value, 1);
+        assert_eq!(s.device.model, "H100-SXM5-80GB");
+    }
+
+    #[test]
+    fn datasheet_machine_balance_of_v100() {
+        let d = device("v100-sxm2-16gb").unwrap();
+        let peak = d.matrix_peak(Precision::AmpFp16).unwrap().rate;
+        let balance = peak / d.memory_bandwidth.value;
+        assert!(
+            (balance - 138.9).abs() < 0.1,
+            "[004] says about 138: {balance}"
+        );
+    }
+
+    #[test]
+    fn v100_cannot_run_bf16_and_a100_can() {
+        assert!(
+            device("v100-sxm2-16gb")
+                .unwrap()
+                .matrix_peak(Precision::AmpBf16)
+                .is_err()
+        );
+        let a100 = device("a100-sxm4-40gb").unwrap();
+        assert_eq!(
+            a100.matrix_peak(Precision::AmpBf16)
+                .unwrap()
+                .rate
+                .as_tflops(),
+            312.0
+        );
+        assert_eq!(
+            a100.matrix_peak(Precision::Tf32).unwrap().rate.as_tflops(),
+            156.0
+        );
+    }
+
+    #[test]
+    fn local_machine_from_fixture_text() {
+        let cpuinfo = "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: \
+                       143\nmodel name\t: Intel(R) Xeon(R) Processor\ncache size\t: 107520 KB\n\
+                       physical id\t: 0\ncore id\t\t: 0\n\nprocessor\t: 1\nphysical id\t: 0\n\
+                       core id\t\t: 1\n\n";
+        let s = local(cpuinfo, "MemTotal:       24682416 kB\n").unwrap();
+        assert_eq!(s.device.name, "xeon-8480plus");
+        assert_eq!(s.device.cores.as_ref().unwrap().value, 2);
+        // 2 cores x 3.8 GHz x 64 FP32 FLOP/cycle.
+        let fp32 = s.device.peak.fp32.as_ref().unwrap().value.as_tflops();
+        assert!((fp32 - 2.0 * 3.8 * 64.0 / 1000.0).abs() < 1e-9, "{fp32}");
+        assert_eq!(
+            s.device_memory().unwrap().value,
+            Bytes::from_kib(24_682_416.0)
+        );
+    }
+}

@@ -1,0 +1,491 @@
+//! Per-layer cost of a training step: parameters, multiply-accumulates, FLOPs forward and
+//! backward (data gradient and weight gradient apart), HBM bytes forward and backward, and
+//! the activation bytes kept for backward.
+//!
+//! # Counting rules
+//! - **FLOPs** [002, Table 3; DESIGN.md "Per-layer cost"]: convolution
+//!   `2 N C_out prod(out_spatial) (C_in / groups) prod(kernel)`; transposed convolution the
+//!   same for its adjoint, `2 N C_in prod(in_spatial) (C_out / groups) prod(kernel)`; dense
+//!   `2 N in out`. Bias additions are not counted (as in the reference MAC counts). Pooling,
+//!   normalisation, and global pooling count one FLOP per *input* element; element-wise ops
+//!   (activations, add, scale, dropout, losses) one per *output* element (`(n - 1)` per
+//!   element for an n-input add). Concat, flatten, tile and upsample move data only.
+//! - **Backward** is computed per op, not as 3x forward [000, Eq. 1]: a matrix op's data
+//!   gradient and weight gradient each cost its forward FLOPs; batch norm and channel affine
+//!   have a weight gradient equal to their forward cost; element-wise ops, pooling and losses
+//!   have a data gradient equal to their forward cost; tile and upsample sum their gradient
+//!   back (one FLOP per output element). Gradients are only computed where they are needed,
+//!   as frameworks do: a layer needs a data gradient only if one of its inputs depends on a
+//!   trainable parameter, so the layer that consumes the input sample computes no data
+//!   gradient, and nothing upstream of the first trainable layer runs backward at all.
+//! - **HBM bytes, lower bound** [004, §V-A]: every layer reads its inputs and writes its
+//!   output (no caching of activations between layers); weights are read once per pass
+//!   (parameters stay in cache between layers). Backward reads the output gradient, the
+//!   tensors saved for backward and (for a data gradient) the weights, and writes the input
+//!   gradients and the weight gradient. Flatten is a view and moves nothing; dropout also
+//!   writes (forward) and reads (backward) a one-byte mask per element.
+//! - **Activations kept for backward** (DESIGN.md "Memory per device"): conv, transposed
+//!   conv and dense keep their input; ReLU and tanh their output; LeakyReLU, batch norm,
+//!   channel affine, max pooling and MSE their input; dropout a one-byte mask; softmax
+//!   cross-entropy its probabilities; add, scale, concat, flatten, tile, upsample, average
+//!   pooling keep nothing. A tensor kept by several layers is stored once: each layer's
+//!   `activation_bytes` counts only tensors no earlier layer already kept, so the column sums
+//!   to the total. The input sample is not counted here (it is the input buffer). Batch-norm
+//!   statistics are per channel, not per sample, and are counted as buffers in
+//!   [`crate::memory`].
+
+use serde::Serialize;
+
+use crate::graph::{Graph, Layer, NodeId, Op, Shape};
+use crate::precision::Precision;
+use crate::units::{Bytes, Flops};
+
+/// Cost of one layer for one training step at a given batch and precision.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LayerCost {
+    /// Layer name.
+    pub name: String,
+    /// Op kind (`conv`, `dense`, `relu`, ...).
+    pub op: &'static str,
+    /// Names of the layers this one reads.
+    pub inputs: Vec<String>,
+    /// Output shape of one sample, channels first.
+    pub output_shape: Vec<usize>,
+    /// Trainable parameters.
+    pub params: u64,
+    /// Forward multiply-accumulates of matrix ops (conv, transposed conv, dense), for the
+    /// whole batch; zero for other ops.
+    pub macs_fwd: u64,
+    /// Forward FLOPs for the batch.
+    pub flops_fwd: Flops,
+    /// Backward FLOPs for the data (input) gradient.
+    pub flops_bwd_data: Flops,
+    /// Backward FLOPs for the weight gradient.
+    pub flops_bwd_weight: Flops,
+    /// Backward FLOPs, data plus weight gradient.
+    pub flops_bwd: Flops,
+    /// HBM bytes moved forward (lower bound).
+    pub hbm_bytes_fwd: Bytes,
+    /// HBM bytes moved backward (lower bound).
+    pub hbm_bytes_bwd: Bytes,
+    /// (forward + backward FLOPs) / (forward + backward bytes); `None` when no bytes move.
+    pub arithmetic_intensity: Option<f64>,
+    /// Bytes of activations this layer keeps for backward that no earlier layer keeps.
+    pub activation_bytes: Bytes,
+    /// Whether this layer runs on matrix units (GEMM-like) rather than vector units.
+    #[serde(skip)]
+    pub matrix: bool,
+}
+
+/// Cost of a whole training step of a graph, with the per-layer rows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GraphCost {
+    /// Workload name.
+    pub workload: String,
+    /// Per-device batch size.
+    pub batch: u64,
+    /// Precision.
+    pub precision: Precision,
+    /// Input sample shape, channels first.
+    pub input_shape: Vec<usize>,
+    /// Trainable parameters.
+    pub params: u64,
+    /// Forward multiply-accumulates of matrix ops for the batch.
+    pub macs_fwd: u64,
+    /// Forward FLOPs.
+    pub flops_fwd: Flops,
+    /// Backward FLOPs (data and weight gradients).
+    pub flops_bwd: Flops,
+    /// Forward plus backward FLOPs of one training step.
+    pub flops_train: Flops,
+    /// HBM bytes moved forward.
+    pub hbm_bytes_fwd: Bytes,
+    /// HBM bytes moved backward.
+    pub hbm_bytes_bwd: Bytes,
+    /// HBM bytes of one training step.
+    pub hbm_bytes_train: Bytes,
+    /// flops_train / hbm_bytes_train.
+    pub arithmetic_intensity: f64,
+    /// Activation bytes kept for backward (each tensor once).
+    pub activation_bytes: Bytes,
+    /// One row per layer, input first.
+    pub layers: Vec<LayerCost>,
+}
+
+/// What a layer's backward pass reads besides the output gradient.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Saved {
+    /// Input `k` of the layer.
+    Input(usize),
+    /// The layer's own output.
+    Output,
+    /// A private tensor of the input's element count, in compute precision (softmax
+    /// probabilities).
+    PrivateLikeInput,
+    /// A one-byte-per-element mask of the output's size.
+    Mask,
+}
+
+/// Largest per-device batch size (2^20); see [`crate::graph::MAX_MACS`].
+pub const MAX_BATCH: u64 = 1 << 20;
+
+/// Per-sample element counts and exact integer FLOP counts of one layer, independent of
+/// batch and precision.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    pub(crate) params: u64,
+    pub(crate) macs: u64,
+    pub(crate) flops_fwd: u64,
+    /// Data-gradient FLOPs if a data gradient is computed.
+    pub(crate) flops_bwd_data: u64,
+    /// Weight-gradient FLOPs.
+    pub(crate) flops_bwd_weight: u64,
+}
+
+/// Exact per-sample counts of one layer.
+pub(crate) fn counts(graph: &Graph, layer: &Layer) -> Counts {
+    let in_shape = |k: usize| &graph.layers()[layer.inputs[k]].output;
+    let in_elems: u64 = layer
+        .inputs
+        .iter()
+        .map(|&i| graph.layers()[i].output.elements())
+        .sum();
+    let out = &layer.output;
+    let out_elems = out.elements();
+    match &layer.op {
+        Op::Input => Counts::default(),
+        Op::Conv(c) | Op::ConvTranspose(c) => {
+            let (weights, macs) = matrix_size(&layer.op, in_shape(0), out);
+            matrix_counts(
+                weights + if c.bias { c.out_channels as u64 } else { 0 },
+                macs,
+            )
+        }
+        Op::Dense { out_features, bias } => {
+            let (weights, macs) = matrix_size(&layer.op, in_shape(0), out);
+            matrix_counts(weights + if *bias { *out_features as u64 } else { 0 }, macs)
+        }
+        Op::BatchNorm | Op::ChannelAffine => Counts {
+            params: 2 * in_shape(0).channels() as u64,
+            macs: 0,
+            flops_fwd: in_elems,
+            flops_bwd_data: in_elems,
+            flops_bwd_weight: in_elems,
+        },
+        Op::MaxPool(_) | Op::AvgPool(_) | Op::GlobalAvgPool => vector_counts(in_elems),
+        Op::Relu | Op::LeakyRelu { .. } | Op::Tanh | Op::Scale { .. } | Op::Dropout { .. } => {
+            vector_counts(out_elems)
+        }
+        Op::SoftmaxCrossEntropy | Op::MseLoss => vector_counts(in_elems),
+        Op::Add => Counts {
+            flops_fwd: (layer.inputs.len() as u64 - 1) * out_elems,
+            ..Counts::default()
+        },
+        Op::Tile { .. } | Op::Upsample { .. } => Counts {
+            flops_bwd_data: out_elems,
+            ..Counts::default()
+        },
+        Op::Concat | Op::Flatten => Counts::default(),
+    }
+}
+
+/// Weights and MACs of a matrix op; [`Graph::push`] has checked they fit.
+fn matrix_size(op: &Op, input: &Shape, output: &Shape) -> (u64, u64) {
+    op.matrix_size(input.dims(), output.dims())
+        .unwrap_or((u64::MAX, u64::MAX))
+}
+
+fn matrix_counts(params: u64, macs: u64) -> Counts {
+    Counts {
+        params,
+        macs,
+        flops_fwd: 2 * macs,
+        flops_bwd_data: 2 * macs,
+        flops_bwd_weight: 2 * macs,
+    }
+}
+
+fn vector_counts(flops: u64) -> Counts {
+    Counts {
+        params: 0,
+        macs: 0,
+        flops_fwd: flops,
+        flops_bwd_data: flops,
+        flops_bwd_weight: 0,
+    }
+}
+
+/// What the backward pass of `op` reads besides the output gradient and weights.
+fn saved(op: &Op) -> &'static [Saved] {
+    match op {
+        Op::Conv(_)
+        | Op::ConvTranspose(_)
+        | Op::Dense { .. }
+        | Op::LeakyRelu { .. }
+        | Op::BatchNorm
+        | Op::ChannelAffine
+        | Op::MaxPool(_)
+        | Op::MseLoss => &[Saved::Input(0)],
+        Op::Relu | Op::Tanh => &[Saved::Output],
+        Op::Dropout { .. } => &[Saved::Mask],
+        Op::SoftmaxCrossEntropy => &[Saved::PrivateLikeInput],
+        Op::Input
+        | Op::AvgPool(_)
+        | Op::GlobalAvgPool
+        | Op::Add
+        | Op::Scale { .. }
+        | Op::Concat
+        | Op::Tile { .. }
+        | Op::Upsample { .. }
+        | Op::Flatten => &[],
+    }
+}
+
+/// For each node, whether its output depends on a trainable parameter (so its gradient
+/// must be computed).
+pub(crate) fn requires_grad(graph: &Graph, counts: &[Counts]) -> Vec<bool> {
+    let mut needs = vec![false; graph.layers().len()];
+    for (i, layer) in graph.layers().iter().enumerate() {
+        needs[i] = counts[i].params > 0 || layer.inputs.iter().any(|&j| needs[j]);
+    }
+    needs
+}
+
+/// Costs every layer of `graph` for one training step at `batch` and `precision`.
+///
+/// `batch` must be at least 1 (validated where it is parsed).
+pub fn cost(graph: &Graph, batch: u64, precision: Precision) -> GraphCost {
+    let layers = graph.layers();
+    let counts: Vec<Counts> = layers.iter().map(|l| counts(graph, l)).collect();
+    let needs = requires_grad(graph, &counts);
+    let act = Bytes::from_count(precision.compute_bytes());
+    let b = batch as f64;
+    // Elements of one sample of node `i`'s output, as f64 for byte arithmetic.
+    let elems = |i: NodeId| layers[i].output.elements() as f64;
+    let mut kept = vec![false; layers.len()];
+    kept[0] = true; // the input sample lives in the input buffer
+    let mut rows = Vec::with_capacity(layers.len());
+
+    for (i, layer) in layers.iter().enumerate() {
+        let c = counts[i];
+        let view = matches!(layer.op, Op::Input | Op::Flatten);
+        let data_grad = layer.inputs.iter().any(|&j| needs[j]);
+        let backward = needs[i] && !view;
+        let weights = Bytes::from_count(c.params * precision.compute_bytes());
+        let in_elems: f64 = layer.inputs.iter().map(|&j| elems(j)).sum();
+        let out_elems = elems(i);
+        let mask = matches!(layer.op, Op::Dropout { .. });
+        let mask_bytes = if mask {
+            Bytes::new(out_elems * b)
+        } else {
+            Bytes::ZERO
+        };
+
+        let hbm_fwd = if view {
+            Bytes::ZERO
+        } else {
+            act * ((in_elems + out_elems) * b) + weights + mask_bytes
+        };
+
+        let mut hbm_bwd = Bytes::ZERO;
+        let mut activation = Bytes::ZERO;
+        if backward {
+            hbm_bwd += act * (out_elems * b); // output gradient
+            for s in saved(&layer.op) {
+                let (bytes, node) = match *s {
+                    Saved::Input(k) => (act * (elems(layer.inputs[k]) * b), Some(layer.inputs[k])),
+                    Saved::Output => (act * (out_elems * b), Some(i)),
+                    Saved::PrivateLikeInput => (act * (in_elems * b), None),
+                    Saved::Mask => (mask_bytes, None),
+                };
+                hbm_bwd += bytes;
+                match node {
+                    Some(n) if kept[n] => {}
+                    Some(n) => {
+                        kept[n] = true;
+                        activation += bytes;
+                    }
+                    None => activation += bytes,
+                }
+            }
+            if data_grad {
+                hbm_bwd += weights;
+                let grads: f64 = layer
+                    .inputs
+                    .iter()
+                    .filter(|&&j| needs[j])
+                    .map(|&j| elems(j))
+                    .sum();
+                hbm_bwd += act * (grads * b);
+            }
+            hbm_bwd += weights; // weight gradient, in compute precision (zero without params)
+        }
+
+        let flops_fwd = Flops::from_count(c.flops_fwd) * b;
+        let flops_bwd_data = if backward && data_grad {
+            Flops::from_count(c.flops_bwd_data) * b
+        } else {
+            Flops::ZERO
+        };
+        let flops_bwd_weight = if backward {
+            Flops::from_count(c.flops_bwd_weight) * b
+        } else {
+            Flops::ZERO
+        };
+        let flops_bwd = flops_bwd_data + flops_bwd_weight;
+        let bytes = hbm_fwd + hbm_bwd;
+        rows.push(LayerCost {
+            name: layer.name.clone(),
+            op: layer.op.kind(),
+            inputs: layer
+                .inputs
+                .iter()
+                .map(|&j| layers[j].name.clone())
+                .collect(),
+            output_shape: layer.output.dims().to_vec(),
+            params: c.params,
+            macs_fwd: c.macs * batch,
+            flops_fwd,
+            flops_bwd_data,
+            flops_bwd_weight,
+            flops_bwd,
+            hbm_bytes_fwd: hbm_fwd,
+            hbm_bytes_bwd: hbm_bwd,
+            arithmetic_intensity: (bytes.value() > 0.0).then(|| (flops_fwd + flops_bwd) / bytes),
+            activation_bytes: activation,
+            matrix: layer.op.is_matrix(),
+        });
+    }
+
+    let sum_flops = |f: fn(&LayerCost) -> Flops| rows.iter().map(f).sum::<Flops>();
+    let sum_bytes = |f: fn(&LayerCost) -> Bytes| rows.iter().map(f).sum::<Bytes>();
+    let flops_fwd = sum_flops(|r| r.flops_fwd);
+    let flops_bwd = sum_flops(|r| r.flops_bwd);
+    let hbm_fwd = sum_bytes(|r| r.hbm_bytes_fwd);
+    let hbm_bwd = sum_bytes(|r| r.hbm_bytes_bwd);
+    GraphCost {
+        workload: graph.name().to_owned(),
+        batch,
+        precision,
+        input_shape: graph.input_shape().dims().to_vec(),
+        params: rows.iter().map(|r| r.params).sum(),
+        macs_fwd: rows.iter().map(|r| r.macs_fwd).sum(),
+        flops_fwd,
+        flops_bwd,
+        flops_train: flops_fwd + flops_bwd,
+        hbm_bytes_fwd: hbm_fwd,
+        hbm_bytes_bwd: hbm_bwd,
+        hbm_bytes_train: hbm_fwd + hbm_bwd,
+        arithmetic_intensity: (flops_fwd + flops_bwd) / (hbm_fwd + hbm_bwd),
+        activation_bytes: sum_bytes(|r| r.activation_bytes),
+        layers: rows,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::Conv;
+
+    /// input -> conv -> relu -> conv -> relu -> flatten -> dense -> loss
+    fn small() -> Graph {
+        let mut g = Graph::new("small", vec![3, 8, 8]).unwrap();
+        g.then("c1", Op::Conv(Conv::new(4, vec![3, 3]).pad(1)))
+            .unwrap();
+        g.then("r1", Op::Relu).unwrap();
+        g.then("c2", Op::Conv(Conv::new(4, vec![3, 3]).pad(1).bias(false)))
+            .unwrap();
+        g.then("r2", Op::Relu).unwrap();
+        g.then("flat", Op::Flatten).unwrap();
+        g.then(
+            "fc",
+            Op::Dense {
+                out_features: 10,
+                bias: true,
+            },
+        )
+        .unwrap();
+        g.then("loss", Op::SoftmaxCrossEntropy).unwrap();
+        g
+    }
+
+    fn row<'a>(c: &'a GraphCost, name: &str) -> &'a LayerCost {
+        c.layers.iter().find(|r| r.name == name).unwrap()
+    }
+
+    #[test]
+    fn conv_flops_follow_the_formula() {
+        let c = cost(&small(), 2, Precision::Fp32);
+        let c1 = row(&c, "c1");
+        // 2 N C_out prod(out) (C_in / g) prod(k) = 2 * 2 * 4 * 64 * 3 * 9
+        assert_eq!(c1.flops_fwd.value(), (2 * 2 * 4 * 64 * 3 * 9) as f64);
+        assert_eq!(c1.params, 4 * 3 * 9 + 4);
+        assert_eq!(c1.macs_fwd, 2 * 4 * 64 * 3 * 9);
+    }
+
+    #[test]
+    fn first_layer_computes_no_data_gradient() {
+        let c = cost(&small(), 1, Precision::Fp32);
+        let c1 = row(&c, "c1");
+        assert_eq!(c1.flops_bwd_data, Flops::ZERO);
+        assert_eq!(c1.flops_bwd_weight, c1.flops_fwd);
+        let c2 = row(&c, "c2");
+        assert_eq!(c2.flops_bwd.value(), 2.0 * c2.flops_fwd.value());
+    }
+
+    #[test]
+    fn flatten_is_a_view() {
+        let c = cost(&small(), 4, Precision::Fp32);
+        let f = row(&c, "flat");
+        assert_eq!(f.hbm_bytes_fwd, Bytes::ZERO);
+        assert_eq!(f.hbm_bytes_bwd, Bytes::ZERO);
+        assert_eq!(f.arithmetic_intensity, None);
+    }
+
+    #[test]
+    fn shared_tensors_are_kept_once() {
+        // r1's output is kept by r1 (ReLU keeps its output) and by c2 (conv keeps its input).
+        let c = cost(&small(), 1, Precision::Fp32);
+        assert_eq!(row(&c, "r1").activation_bytes.value(), 4.0 * 256.0);
+        assert_eq!(row(&c, "c2").activation_bytes, Bytes::ZERO);
+        // c1 keeps the input sample, which is the input buffer, not an activation.
+        assert_eq!(row(&c, "c1").activation_bytes, Bytes::ZERO);
+        let total: f64 = c.layers.iter().map(|r| r.activation_bytes.value()).sum();
+        assert_eq!(c.activation_bytes.value(), total);
+    }
+
+    #[test]
+    fn relu_on_the_input_runs_no_backward() {
+        let mut g = Graph::new("t", vec![3, 4, 4]).unwrap();
+        g.then("r", Op::Relu).unwrap();
+        g.then("c", Op::Conv(Conv::new(2, vec![1, 1]))).unwrap();
+        let c = cost(&g, 1, Precision::Fp32);
+        let r = row(&c, "r");
+        assert_eq!(r.flops_bwd, Flops::ZERO);
+        assert_eq!(r.hbm_bytes_bwd, Bytes::ZERO);
+        assert_eq!(r.activation_bytes, Bytes::ZERO);
+    }
+
+    #[test]
+    fn hbm_bytes_follow_the_lower_bound_rules() {
+        let c = cost(&small(), 1, Precision::Fp32);
+        let r2 = row(&c, "r2");
+        // forward: read 256 + write 256 elements of 4 bytes.
+        assert_eq!(r2.hbm_bytes_fwd.value(), 4.0 * 512.0);
+        // backward: read out-grad 256 + saved output 256, write in-grad 256.
+        assert_eq!(r2.hbm_bytes_bwd.value(), 4.0 * 768.0);
+        let c2 = row(&c, "c2");
+        let w = 4.0 * 144.0;
+        assert_eq!(c2.hbm_bytes_fwd.value(), 4.0 * 512.0 + w);
+        // out-grad + saved input + weights + in-grad + weight-grad
+        assert_eq!(c2.hbm_bytes_bwd.value(), 4.0 * 768.0 + 2.0 * w);
+    }
+
+    #[test]
+    fn mixed_precision_halves_activation_traffic() {
+        let fp32 = cost(&small(), 8, Precision::Fp32);
+        let amp = cost(&small(), 8, Precision::AmpFp16);
+        assert_eq!(fp32.flops_train, amp.flops_train);
+        assert!((amp.activation_bytes.value() * 2.0 - fp32.activation_bytes.value()).abs() < 1.0);
+    }
+}

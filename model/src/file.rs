@@ -1,0 +1,601 @@
+//! The workload file format: a TOML layer list a user can write by hand, and the exporter
+//! that writes any graph in it. Loading an export gives back the identical graph.
+//!
+//! ```toml
+//! name = "tiny"
+//! input = [3, 32, 32]          # one sample, channels first
+//!
+//! [[layer]]
+//! name = "conv1"
+//! op = "conv"
+//! out_channels = 16
+//! kernel = 3                    # one value for every spatial dimension, or a list
+//! padding = "same"              # "same", "valid", p, [p, p], or [[before, after], ...]
+//!
+//! [[layer]]
+//! name = "relu1"
+//! op = "relu"                   # reads the previous layer unless `inputs` names others
+//!
+//! [[layer]]
+//! name = "skip"
+//! op = "add"
+//! inputs = ["relu1", "conv1"]
+//! ```
+//!
+//! Ops and their fields (`*` required; defaults are the frameworks'): `conv` and
+//! `conv-transpose` (`out_channels*`, `kernel*`, `stride` = 1, `padding` = "valid",
+//! `dilation` = 1, `groups` = 1, `bias` = true, and `output_padding` = 0 for
+//! `conv-transpose`); `dense` (`out_features*`, `bias` = true); `max-pool` and `avg-pool`
+//! (`kernel*`, `stride` = kernel, `padding` = "valid"); `leaky-relu` (`alpha*`); `scale`
+//! (`factor*`); `dropout` (`rate*`); `tile` (`repeats*`); `upsample` (`scale_factor*`);
+//! and without fields `global-avg-pool`, `batch-norm`, `channel-affine`, `relu`, `tanh`,
+//! `add`, `concat`, `flatten`, `softmax-cross-entropy`, `mse-loss`.
+
+use serde::{Deserialize, Serialize};
+use toml::{Spanned, Value};
+
+use crate::error::{Error, Result};
+use crate::graph::{Conv, Graph, INPUT_NAME, Layer, LayerError, NodeId, Op, Padding, Pool};
+use crate::system::parse_toml;
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawWorkload {
+    name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<String>,
+    input: Vec<usize>,
+    #[serde(default)]
+    layer: Vec<Spanned<RawLayer>>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawLayer {
+    name: String,
+    op: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    inputs: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    out_channels: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    out_features: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kernel: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stride: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    padding: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dilation: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    groups: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bias: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_padding: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    alpha: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    factor: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rate: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    repeats: Option<Vec<usize>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scale_factor: Option<Value>,
+}
+
+/// Op names and the fields each takes; required fields end in `*`.
+const OPS: &[(&str, &[&str])] = &[
+    (
+        "conv",
+        &[
+            "out_channels*",
+            "kernel*",
+            "stride",
+            "padding",
+            "dilation",
+            "groups",
+            "bias",
+        ],
+    ),
+    (
+        "conv-transpose",
+        &[
+            "out_channels*",
+            "kernel*",
+            "stride",
+            "padding",
+            "dilation",
+            "groups",
+            "bias",
+            "output_padding",
+        ],
+    ),
+    ("dense", &["out_features*", "bias"]),
+    ("max-pool", &["kernel*", "stride", "padding"]),
+    ("avg-pool", &["kernel*", "stride", "padding"]),
+    ("global-avg-pool", &[]),
+    ("batch-norm", &[]),
+    ("channel-affine", &[]),
+    ("relu", &[]),
+    ("leaky-relu", &["alpha*"]),
+    ("tanh", &[]),
+    ("add", &[]),
+    ("scale", &["factor*"]),
+    ("concat", &[]),
+    ("tile", &["repeats*"]),
+    ("upsample", &["scale_factor*"]),
+    ("dropout", &["rate*"]),
+    ("flatten", &[]),
+    ("softmax-cross-entropy", &[]),
+    ("mse-loss", &[]),
+];
+
+impl RawLayer {
+    /// The op-specific fields that are set.
+    fn present(&self) -> Vec<&'static str> {
+        [
+            ("out_channels", self.out_channels.is_some()),
+            ("out_features", self.out_features.is_some()),
+            ("kernel", self.kernel.is_some()),
+            ("stride", self.stride.is_some()),
+            ("padding", self.padding.is_some()),
+            ("dilation", self.dilation.is_some()),
+            ("groups", self.groups.is_some()),
+            ("bias", self.bias.is_some()),
+            ("output_padding", self.output_padding.is_some()),
+            ("alpha", self.alpha.is_some()),
+            ("factor", self.factor.is_some()),
+            ("rate", self.rate.is_some()),
+            ("repeats", self.repeats.is_some()),
+            ("scale_factor", self.scale_factor.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(f, set)| set.then_some(f))
+        .collect()
+    }
+}
+
+/// Parses a workload file. `input_size`, if given, replaces the spatial dimensions of the
+/// file's `input` (one value for all, or one per dimension).
+pub fn parse_workload(text: &str, file: &str, input_size: Option<&[usize]>) -> Result<Graph> {
+    let raw: RawWorkload = parse_toml(text, file)?;
+    let mut input = raw.input.clone();
+    if let Some(size) = input_size {
+        let rank = input.len().saturating_sub(1);
+        match size.len() {
+            1 if rank > 0 => input[1..].fill(size[0]),
+            n if n == rank && rank > 0 => input[1..].copy_from_slice(size),
+            _ => {
+                return Err(Error::argument(
+                    "input-size",
+                    format!("{size:?}"),
+                    format!(
+                        "the file's input {:?} has {rank} spatial dimensions",
+                        raw.input
+                    ),
+                ));
+            }
+        }
+    }
+    let mut graph = Graph::new(raw.name.clone(), input)
+        .map_err(|e| Error::invalid(file, "input", e.message))?;
+    if raw.layer.is_empty() {
+        return Err(Error::invalid(
+            file,
+            "layer",
+            "the workload has no [[layer]] entries",
+        ));
+    }
+    for spanned in &raw.layer {
+        let line = text[..spanned.span().start].matches('\n').count() + 1;
+        let layer = spanned.get_ref();
+        let fail = |message: String| Error::Layer {
+            location: format!("{file}, line {line}"),
+            layer: layer.name.clone(),
+            message,
+        };
+        let inputs = resolve_inputs(&graph, layer).map_err(fail)?;
+        let op = to_op(layer, graph.layers()[inputs[0]].output.spatial().len()).map_err(fail)?;
+        graph
+            .push(layer.name.clone(), op, &inputs)
+            .map_err(|LayerError { message, .. }| fail(message))?;
+    }
+    Ok(graph)
+}
+
+fn resolve_inputs(graph: &Graph, layer: &RawLayer) -> Result<Vec<NodeId>, String> {
+    let Some(names) = &layer.inputs else {
+        return Ok(vec![graph.last()]);
+    };
+    if names.is_empty() {
+        return Err("`inputs` is empty; leave it out to read the previous layer".into());
+    }
+    names
+        .iter()
+        .map(|n| {
+            graph.find(n).ok_or_else(|| {
+                format!(
+                    "input `{n}` is not an earlier layer (layers are listed in order; \
+                     `{INPUT_NAME}` is the sample)"
+                )
+            })
+        })
+        .collect()
+}
+
+fn to_op(l: &RawLayer, rank: usize) -> Result<Op, String> {
+    let Some((_, fields)) = OPS.iter().find(|(name, _)| *name == l.op) else {
+        let valid: Vec<&str> = OPS.iter().map(|(n, _)| *n).collect();
+        return Err(format!(
+            "unknown op `{}`; valid ops: {}",
+            l.op,
+            valid.join(", ")
+        ));
+    };
+    let present = l.present();
+    if let Some(extra) = present
+        .iter()
+        .find(|f| !fields.iter().any(|g| g.trim_end_matches('*') == **f))
+    {
+        return Err(format!("field `{extra}` does not apply to op `{}`", l.op));
+    }
+    if let Some(missing) = fields
+        .iter()
+        .filter_map(|f| f.strip_suffix('*'))
+        .find(|f| !present.contains(f))
+    {
+        return Err(format!("op `{}` needs field `{missing}`", l.op));
+    }
+    let dims_or = |field: &str, v: &Option<Value>, default: usize| match v {
+        None => Ok(vec![default; rank]),
+        Some(v) => dims(field, v, rank),
+    };
+    let conv = || -> Result<Conv, String> {
+        let kernel = dims_or("kernel", &l.kernel, 1)?;
+        let rank = kernel.len();
+        Ok(Conv {
+            out_channels: l.out_channels.unwrap_or(0),
+            stride: dims_or("stride", &l.stride, 1)?,
+            padding: padding(l.padding.as_ref(), rank)?,
+            dilation: dims_or("dilation", &l.dilation, 1)?,
+            groups: l.groups.unwrap_or(1),
+            bias: l.bias.unwrap_or(true),
+            output_padding: dims_or("output_padding", &l.output_padding, 0)?,
+            kernel,
+        })
+    };
+    let pool = || -> Result<Pool, String> {
+        let kernel = dims_or("kernel", &l.kernel, 1)?;
+        Ok(Pool {
+            stride: match &l.stride {
+                None => kernel.clone(),
+                Some(v) => dims("stride", v, rank)?,
+            },
+            padding: padding(l.padding.as_ref(), kernel.len())?,
+            kernel,
+        })
+    };
+    let num = |v: Option<f64>| v.unwrap_or(f64::NAN);
+    Ok(match l.op.as_str() {
+        "conv" => Op::Conv(conv()?),
+        "conv-transpose" => Op::ConvTranspose(conv()?),
+        "dense" => Op::Dense {
+            out_features: l.out_features.unwrap_or(0),
+            bias: l.bias.unwrap_or(true),
+        },
+        "max-pool" => Op::MaxPool(pool()?),
+        "avg-pool" => Op::AvgPool(pool()?),
+        "global-avg-pool" => Op::GlobalAvgPool,
+        "batch-norm" => Op::BatchNorm,
+        "channel-affine" => Op::ChannelAffine,
+        "relu" => Op::Relu,
+        "leaky-relu" => Op::LeakyRelu {
+            alpha: num(l.alpha),
+        },
+        "tanh" => Op::Tanh,
+        "add" => Op::Add,
+        "scale" => Op::Scale {
+            factor: num(l.factor),
+        },
+        "concat" => Op::Concat,
+        "tile" => Op::Tile {
+            repeats: l.repeats.clone().unwrap_or_default(),
+        },
+        "upsample" => Op::Upsample {
+            factor: dims_or("scale_factor", &l.scale_factor, 1)?,
+        },
+        "dropout" => Op::Dropout { rate: num(l.rate) },
+        "flatten" => Op::Flatten,
+        "softmax-cross-entropy" => Op::SoftmaxCrossEntropy,
+        "mse-loss" => Op::MseLoss,
+        other => return Err(format!("op `{other}` has no builder")),
+    })
+}
+
+/// A non-negative integer, or a list of them; a single value applies to every dimension.
+fn dims(field: &str, v: &Value, rank: usize) -> Result<Vec<usize>, String> {
+    let one = |v: &Value| match v {
+        Value::Integer(i) => usize::try_from(*i)
+            .map_err(|_| format!("field `{field}`: {i} must be a non-negative integer")),
+        other => Err(format!(
+            "field `{field}`: expected an integer, found {}",
+            other.type_str()
+        )),
+    };
+    match v {
+        Value::Array(items) => items.iter().map(one).collect(),
+        single => Ok(vec![one(single)?; rank]),
+    }
+}
+
+fn padding(v: Option<&Value>, rank: usize) -> Result<Padding, String> {
+    let Some(v) = v else {
+        return Ok(Padding::Valid);
+    };
+    let bad = || {
+        format!(
+            "field `padding`: expected \"same\", \"valid\", an integer, a list of integers or a \
+             list of [before, after] pairs, found {v}"
+        )
+    };
+    match v {
+        Value::String(s) if s == "same" => Ok(Padding::Same),
+        Value::String(s) if s == "valid" => Ok(Padding::Valid),
+        Value::Array(items) if items.iter().all(Value::is_array) => items
+            .iter()
+            .map(|pair| {
+                let p = dims("padding", pair, 2)?;
+                <[usize; 2]>::try_from(p).map_err(|_| bad())
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Padding::Explicit),
+        Value::Integer(_) | Value::Array(_) => {
+            let p = dims("padding", v, rank)?;
+            Ok(Padding::Explicit(p.into_iter().map(|x| [x, x]).collect()))
+        }
+        _ => Err(bad()),
+    }
+}
+
+fn ints(v: &[usize]) -> Value {
+    Value::Array(
+        v.iter()
+            .map(|&x| Value::Integer(i64::try_from(x).unwrap_or(i64::MAX)))
+            .collect(),
+    )
+}
+
+fn export_layer(graph: &Graph, id: NodeId, layer: &Layer) -> RawLayer {
+    let names = || {
+        layer
+            .inputs
+            .iter()
+            .map(|&i| graph.layers()[i].name.clone())
+            .collect()
+    };
+    let mut raw = RawLayer {
+        name: layer.name.clone(),
+        op: layer.op.kind().to_owned(),
+        inputs: (layer.inputs != [id - 1]).then(names),
+        ..RawLayer::default()
+    };
+    let pairs = |p: &Padding| Value::Array(p.pairs().iter().map(|pair| ints(pair)).collect());
+    match &layer.op {
+        Op::Conv(c) | Op::ConvTranspose(c) => {
+            raw.out_channels = Some(c.out_channels);
+            raw.kernel = Some(ints(&c.kernel));
+            raw.stride = Some(ints(&c.stride));
+            raw.padding = Some(pairs(&c.padding));
+            raw.dilation = Some(ints(&c.dilation));
+            raw.groups = Some(c.groups);
+            raw.bias = Some(c.bias);
+            if matches!(layer.op, Op::ConvTranspose(_)) {
+                raw.output_padding = Some(ints(&c.output_padding));
+            }
+        }
+        Op::Dense { out_features, bias } => {
+            raw.out_features = Some(*out_features);
+            raw.bias = Some(*bias);
+        }
+        Op::MaxPool(p) | Op::AvgPool(p) => {
+            raw.kernel = Some(ints(&p.kernel));
+            raw.stride = Some(ints(&p.stride));
+            raw.padding = Some(pairs(&p.padding));
+        }
+        Op::LeakyRelu { alpha } => raw.alpha = Some(*alpha),
+        Op::Scale { factor } => raw.factor = Some(*factor),
+        Op::Dropout { rate } => raw.rate = Some(*rate),
+        Op::Tile { repeats } => raw.repeats = Some(repeats.clone()),
+        Op::Upsample { factor } => raw.scale_factor = Some(ints(factor)),
+        Op::Input
+        | Op::GlobalAvgPool
+        | Op::BatchNorm
+        | Op::ChannelAffine
+        | Op::Relu
+        | Op::Tanh
+        | Op::Add
+        | Op::Concat
+        | Op::Flatten
+        | Op::SoftmaxCrossEntropy
+        | Op::MseLoss => {}
+    }
+    raw
+}
+
+/// Writes `graph` as a workload file.
+pub fn export(graph: &Graph, description: Option<&str>) -> String {
+    let raw = RawWorkload {
+        name: graph.name().to_owned(),
+        description: description.map(str::to_owned),
+        input: graph.input_shape().dims().to_vec(),
+        layer: graph
+            .layers()
+            .iter()
+            .enumerate()
+            .skip(1)
+            .map(|(i, l)| Spanned::new(0..0, export_layer(graph, i, l)))
+            .collect(),
+    };
+    let body = toml::to_string(&raw).unwrap_or_else(|e| format!("# export failed: {e}\n"));
+    format!(
+        "# ridgeline workload file (format: see `ridgeline workload --help` and README.md).\n\
+         # Shapes are per sample, channels first; padding is [before, after] per dimension.\n\
+         {body}"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workloads::{self, BuildOptions};
+
+    const TINY: &str = r#"
+name = "tiny"
+input = [3, 32, 32]
+
+[[layer]]
+name = "conv1"
+op = "conv"
+out_channels = 16
+kernel = 3
+padding = "same"
+
+[[layer]]
+name = "relu1"
+op = "relu"
+
+[[layer]]
+name = "conv2"
+op = "conv"
+out_channels = 16
+kernel = [3, 3]
+padding = 1
+
+[[layer]]
+name = "skip"
+op = "add"
+inputs = ["conv2", "conv1"]
+
+[[layer]]
+name = "pool"
+op = "global-avg-pool"
+
+[[layer]]
+name = "fc"
+op = "dense"
+out_features = 10
+
+[[layer]]
+name = "loss"
+op = "softmax-cross-entropy"
+"#;
+
+    #[test]
+    fn hand_written_file_parses() {
+        let g = parse_workload(TINY, "tiny.toml", None).unwrap();
+        assert_eq!(g.layers().len(), 8);
+        assert_eq!(
+            g.layers()[g.find("skip").unwrap()].output.dims(),
+            &[16, 32, 32]
+        );
+        assert_eq!(g.layers()[g.find("fc").unwrap()].output.dims(), &[10]);
+    }
+
+    #[test]
+    fn input_size_override() {
+        let g = parse_workload(TINY, "tiny.toml", Some(&[64])).unwrap();
+        assert_eq!(g.input_shape().dims(), &[3, 64, 64]);
+    }
+
+    #[test]
+    fn every_builtin_round_trips_through_export() {
+        for name in workloads::names() {
+            let g = workloads::build(&name, &BuildOptions::default()).unwrap();
+            let text = export(&g, Some("round trip"));
+            let back = parse_workload(&text, "export.toml", None)
+                .unwrap_or_else(|e| panic!("{name}: {e}\n{text}"));
+            assert_eq!(back, g, "{name}");
+        }
+    }
+
+    fn error_of(text: &str) -> String {
+        parse_workload(text, "bad.toml", None)
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn semantic_errors_name_file_line_and_layer() {
+        let text = TINY.replace("kernel = [3, 3]", "kernel = [3, 3]\ngroups = 3");
+        let err = error_of(&text);
+        assert!(
+            err.starts_with("bad.toml, line 16: layer `conv2`: "),
+            "{err}"
+        );
+        assert!(err.contains("groups = 3 does not divide"), "{err}");
+    }
+
+    #[test]
+    fn kernel_larger_than_padded_input() {
+        let err = error_of(&TINY.replace("kernel = [3, 3]\npadding = 1", "kernel = 40"));
+        assert!(err.contains("larger than its padded input"), "{err}");
+    }
+
+    #[test]
+    fn shapes_that_do_not_connect() {
+        let err = error_of(&TINY.replace("padding = 1", "padding = 0"));
+        assert!(
+            err.contains("layer `skip`") && err.contains("do not connect"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn unknown_op_field_and_input_are_refused() {
+        let err = error_of(&TINY.replace("op = \"relu\"\n", ""));
+        assert!(
+            err.contains("line 12") && err.contains("missing field `op`"),
+            "{err}"
+        );
+        let err = error_of(&TINY.replace("op = \"relu\"", "op = \"gelu\""));
+        assert!(err.contains("unknown op `gelu`"), "{err}");
+        let err = error_of(&TINY.replace("op = \"relu\"", "op = \"relu\"\nalpha = 0.1"));
+        assert!(
+            err.contains("field `alpha` does not apply to op `relu`"),
+            "{err}"
+        );
+        let err = error_of(&TINY.replace("[\"conv2\", \"conv1\"]", "[\"conv2\", \"conv9\"]"));
+        assert!(
+            err.contains("input `conv9` is not an earlier layer"),
+            "{err}"
+        );
+        let err = error_of(&TINY.replace("out_features = 10", ""));
+        assert!(err.contains("needs field `out_features`"), "{err}");
+    }
+
+    #[test]
+    fn malformed_toml_reports_line_and_key() {
+        let err = error_of(&TINY.replace(
+            "out_channels = 16\nkernel = 3",
+            "out_channels = \"x\"\nkernel = 3",
+        ));
+        assert!(err.starts_with("bad.toml: "), "{err}");
+        assert!(
+            err.contains("line 8") && err.contains("expected usize"),
+            "{err}"
+        );
+        let err = error_of(&TINY.replace("kernel = 3\n", "kernel = 3\nkernal = 3\n"));
+        assert!(err.contains("kernal"), "{err}");
+        let err = error_of("name = \"x\"\ninput = [3, 8\n");
+        assert!(err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn negative_values_are_refused() {
+        let err = error_of(&TINY.replace("kernel = 3", "kernel = -3"));
+        assert!(err.contains("must be a non-negative integer"), "{err}");
+    }
+}

@@ -1,0 +1,659 @@
+//! Layer operations, their parameters, and shape inference with validation.
+//!
+//! Output-size rules are the frameworks' (PyTorch `Conv*d`/`ConvTranspose*d`/`*Pool*d`
+//! documentation; TensorFlow's `'same'` padding rule, which pads `total / 2` before and the
+//! rest after, so an even kernel pads 0 before and 1 after as the CosmoFlow reference notes).
+
+/// Padding of a convolution or pooling window.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Padding {
+    /// TensorFlow `'same'`: output size `ceil(in / stride)`, padding split `total / 2`
+    /// before and the rest after.
+    Same,
+    /// No padding.
+    Valid,
+    /// Explicit `[before, after]` per spatial dimension.
+    Explicit(Vec<[usize; 2]>),
+}
+
+impl Padding {
+    /// Symmetric padding `p` on each of `rank` spatial dimensions (PyTorch's `padding=p`).
+    pub fn symmetric(p: usize, rank: usize) -> Self {
+        Padding::Explicit(vec![[p, p]; rank])
+    }
+
+    /// The explicit `[before, after]` pairs once resolved (empty for unresolved forms).
+    pub fn pairs(&self) -> &[[usize; 2]] {
+        match self {
+            Padding::Explicit(p) => p,
+            Padding::Same | Padding::Valid => &[],
+        }
+    }
+}
+
+/// Parameters of an N-d convolution or transposed convolution.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Conv {
+    /// Output channels.
+    pub out_channels: usize,
+    /// Kernel extent per spatial dimension; its length is the spatial rank (1, 2 or 3).
+    pub kernel: Vec<usize>,
+    /// Stride per spatial dimension.
+    pub stride: Vec<usize>,
+    /// Padding; resolved to [`Padding::Explicit`] once the layer is in a graph.
+    pub padding: Padding,
+    /// Dilation per spatial dimension.
+    pub dilation: Vec<usize>,
+    /// Groups: 1 for a dense convolution, `C_in` for depthwise.
+    pub groups: usize,
+    /// Whether the layer has a bias vector.
+    pub bias: bool,
+    /// Transposed convolution only: extra size added to one side of the output.
+    pub output_padding: Vec<usize>,
+}
+
+impl Conv {
+    /// A convolution with `out_channels` and `kernel`, stride 1, no padding, dilation 1,
+    /// one group, with bias (the frameworks' defaults).
+    pub fn new(out_channels: usize, kernel: Vec<usize>) -> Self {
+        let rank = kernel.len();
+        Conv {
+            out_channels,
+            kernel,
+            stride: vec![1; rank],
+            padding: Padding::Valid,
+            dilation: vec![1; rank],
+            groups: 1,
+            bias: true,
+            output_padding: vec![0; rank],
+        }
+    }
+
+    /// Sets the same stride on every dimension.
+    pub fn stride(mut self, s: usize) -> Self {
+        self.stride = vec![s; self.kernel.len()];
+        self
+    }
+
+    /// Sets the padding.
+    pub fn padding(mut self, p: Padding) -> Self {
+        self.padding = p;
+        self
+    }
+
+    /// Sets symmetric padding `p` on every dimension.
+    pub fn pad(self, p: usize) -> Self {
+        let rank = self.kernel.len();
+        self.padding(Padding::symmetric(p, rank))
+    }
+
+    /// Sets the same dilation on every dimension.
+    pub fn dilation(mut self, d: usize) -> Self {
+        self.dilation = vec![d; self.kernel.len()];
+        self
+    }
+
+    /// Sets the group count.
+    pub fn groups(mut self, g: usize) -> Self {
+        self.groups = g;
+        self
+    }
+
+    /// Sets whether the layer has a bias.
+    pub fn bias(mut self, b: bool) -> Self {
+        self.bias = b;
+        self
+    }
+
+    /// Sets the same output padding on every dimension (transposed convolution).
+    pub fn output_padding(mut self, p: usize) -> Self {
+        self.output_padding = vec![p; self.kernel.len()];
+        self
+    }
+}
+
+/// Parameters of a max or average pooling window.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pool {
+    /// Window extent per spatial dimension.
+    pub kernel: Vec<usize>,
+    /// Stride per spatial dimension (the frameworks default it to the kernel).
+    pub stride: Vec<usize>,
+    /// Padding; resolved to [`Padding::Explicit`] once the layer is in a graph.
+    pub padding: Padding,
+}
+
+impl Pool {
+    /// A window of `kernel` with stride equal to the kernel and no padding.
+    pub fn new(kernel: Vec<usize>) -> Self {
+        Pool {
+            stride: kernel.clone(),
+            kernel,
+            padding: Padding::Valid,
+        }
+    }
+}
+
+/// What a layer computes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    /// The input sample (always node 0 of a graph).
+    Input,
+    /// N-d convolution (1-, 2- or 3-d), incl. strided, padded, dilated, grouped, depthwise.
+    Conv(Conv),
+    /// N-d transposed convolution (the adjoint of [`Op::Conv`]).
+    ConvTranspose(Conv),
+    /// Fully connected layer on the flattened input.
+    Dense {
+        /// Output features.
+        out_features: usize,
+        /// Whether the layer has a bias vector.
+        bias: bool,
+    },
+    /// Max pooling.
+    MaxPool(Pool),
+    /// Average pooling.
+    AvgPool(Pool),
+    /// Global average pooling to `[C, 1, ..., 1]`.
+    GlobalAvgPool,
+    /// Batch normalisation over the channel dimension (trainable scale and shift).
+    BatchNorm,
+    /// Per-channel trainable scale and shift without statistics (DeepCAM's `TrainableAffine`).
+    ChannelAffine,
+    /// Rectified linear unit.
+    Relu,
+    /// Leaky ReLU with negative slope `alpha`.
+    LeakyRelu {
+        /// Negative slope.
+        alpha: f64,
+    },
+    /// Hyperbolic tangent.
+    Tanh,
+    /// Element-wise sum of two or more inputs of the same shape.
+    Add,
+    /// Multiplication by a constant.
+    Scale {
+        /// The constant.
+        factor: f64,
+    },
+    /// Concatenation of two or more inputs along channels.
+    Concat,
+    /// Repetition of the input along each spatial dimension.
+    Tile {
+        /// Repeats per spatial dimension.
+        repeats: Vec<usize>,
+    },
+    /// Nearest-neighbour upsampling by an integer factor per spatial dimension.
+    Upsample {
+        /// Factor per spatial dimension.
+        factor: Vec<usize>,
+    },
+    /// Dropout with drop probability `rate`.
+    Dropout {
+        /// Drop probability in [0, 1).
+        rate: f64,
+    },
+    /// Flattening to a feature vector (a view: no data moves).
+    Flatten,
+    /// Softmax over channels followed by cross-entropy (per position for segmentation).
+    SoftmaxCrossEntropy,
+    /// Mean squared error against a target of the input's shape.
+    MseLoss,
+}
+
+impl Op {
+    /// The op's name in workload files and reports.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Op::Input => "input",
+            Op::Conv(_) => "conv",
+            Op::ConvTranspose(_) => "conv-transpose",
+            Op::Dense { .. } => "dense",
+            Op::MaxPool(_) => "max-pool",
+            Op::AvgPool(_) => "avg-pool",
+            Op::GlobalAvgPool => "global-avg-pool",
+            Op::BatchNorm => "batch-norm",
+            Op::ChannelAffine => "channel-affine",
+            Op::Relu => "relu",
+            Op::LeakyRelu { .. } => "leaky-relu",
+            Op::Tanh => "tanh",
+            Op::Add => "add",
+            Op::Scale { .. } => "scale",
+            Op::Concat => "concat",
+            Op::Tile { .. } => "tile",
+            Op::Upsample { .. } => "upsample",
+            Op::Dropout { .. } => "dropout",
+            Op::Flatten => "flatten",
+            Op::SoftmaxCrossEntropy => "softmax-cross-entropy",
+            Op::MseLoss => "mse-loss",
+        }
+    }
+
+    /// Whether the op is a matrix op (runs on GEMM / tensor units) rather than a vector op.
+    pub fn is_matrix(&self) -> bool {
+        matches!(self, Op::Conv(_) | Op::ConvTranspose(_) | Op::Dense { .. })
+    }
+
+    /// Whether the op is a loss.
+    pub fn is_loss(&self) -> bool {
+        matches!(self, Op::SoftmaxCrossEntropy | Op::MseLoss)
+    }
+
+    /// Weights (without bias) and multiply-accumulates per sample of a matrix op reading
+    /// `input` and producing `output`; `None` for other ops or if a count overflows `u64`.
+    ///
+    /// A convolution applies its `C_out (C_in / g) prod(k)` weights at every output
+    /// position; a transposed convolution its `C_in (C_out / g) prod(k)` weights at every
+    /// input position (its adjoint); a dense layer its `in x out` weights once.
+    pub fn matrix_size(&self, input: &[usize], output: &[usize]) -> Option<(u64, u64)> {
+        let product = |d: &[usize]| d.iter().try_fold(1u64, |acc, &x| acc.checked_mul(x as u64));
+        let (weights, positions) = match self {
+            Op::Conv(c) => {
+                let per_out = (input[0] / c.groups) as u64;
+                let w = product(&c.kernel)?
+                    .checked_mul(per_out)?
+                    .checked_mul(c.out_channels as u64)?;
+                (w, product(&output[1..])?)
+            }
+            Op::ConvTranspose(c) => {
+                let per_in = (c.out_channels / c.groups) as u64;
+                let w = product(&c.kernel)?
+                    .checked_mul(per_in)?
+                    .checked_mul(input[0] as u64)?;
+                (w, product(&input[1..])?)
+            }
+            Op::Dense { out_features, .. } => {
+                (product(input)?.checked_mul(*out_features as u64)?, 1)
+            }
+            _ => return None,
+        };
+        Some((weights, weights.checked_mul(positions)?))
+    }
+
+    /// Checks the op against its input shapes, resolves `Same`/`Valid` padding to explicit
+    /// pairs, and returns the output shape. The error message names the offending field.
+    pub(crate) fn resolve(&mut self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
+        let arity = match self {
+            Op::Input => return Err("`input` is implicit: it is node 0 of every graph".into()),
+            Op::Add | Op::Concat => None,
+            _ => Some(1),
+        };
+        match arity {
+            Some(n) if inputs.len() != n => {
+                return Err(format!(
+                    "op `{}` takes exactly {n} input, got {}",
+                    self.kind(),
+                    inputs.len()
+                ));
+            }
+            None if inputs.len() < 2 => {
+                return Err(format!(
+                    "op `{}` takes two or more inputs, got {}",
+                    self.kind(),
+                    inputs.len()
+                ));
+            }
+            _ => {}
+        }
+        let x = inputs[0];
+        match self {
+            Op::Input => unreachable_input(),
+            Op::Conv(c) => conv_output(c, x, false),
+            Op::ConvTranspose(c) => conv_output(c, x, true),
+            Op::Dense { out_features, .. } => {
+                positive("out_features", *out_features)?;
+                Ok(vec![*out_features])
+            }
+            Op::MaxPool(p) | Op::AvgPool(p) => pool_output(p, x),
+            Op::GlobalAvgPool => {
+                let rank = feature_map("global-avg-pool", x)?;
+                let mut out = vec![1; rank + 1];
+                out[0] = x[0];
+                Ok(out)
+            }
+            Op::BatchNorm
+            | Op::ChannelAffine
+            | Op::Relu
+            | Op::Tanh
+            | Op::SoftmaxCrossEntropy
+            | Op::MseLoss => {
+                if self.is_loss() {
+                    Ok(vec![1])
+                } else {
+                    Ok(x.to_vec())
+                }
+            }
+            Op::LeakyRelu { alpha } => {
+                finite("alpha", *alpha)?;
+                Ok(x.to_vec())
+            }
+            Op::Scale { factor } => {
+                finite("factor", *factor)?;
+                Ok(x.to_vec())
+            }
+            Op::Dropout { rate } => {
+                if !(0.0..1.0).contains(rate) {
+                    return Err(format!("rate = {rate}: must be in [0, 1)"));
+                }
+                Ok(x.to_vec())
+            }
+            Op::Add => {
+                for (i, other) in inputs.iter().enumerate().skip(1) {
+                    if *other != x {
+                        return Err(format!(
+                            "inputs do not connect: `add` needs equal shapes, input 0 is {} \
+                             but input {i} is {}",
+                            fmt_dims(x),
+                            fmt_dims(other)
+                        ));
+                    }
+                }
+                Ok(x.to_vec())
+            }
+            Op::Concat => {
+                let mut channels = 0;
+                for (i, other) in inputs.iter().enumerate() {
+                    if other.len() != x.len() || other[1..] != x[1..] {
+                        return Err(format!(
+                            "inputs do not connect: `concat` joins channels and needs equal \
+                             spatial shapes, input 0 is {} but input {i} is {}",
+                            fmt_dims(x),
+                            fmt_dims(other)
+                        ));
+                    }
+                    channels += other[0];
+                }
+                let mut out = x.to_vec();
+                out[0] = channels;
+                Ok(out)
+            }
+            Op::Tile { repeats } => scale_spatial("repeats", repeats, x),
+            Op::Upsample { factor } => scale_spatial("factor", factor, x),
+            Op::Flatten => Ok(vec![x.iter().product()]),
+        }
+    }
+}
+
+fn unreachable_input() -> Result<Vec<usize>, String> {
+    Err("`input` is implicit: it is node 0 of every graph".into())
+}
+
+fn fmt_dims(d: &[usize]) -> String {
+    let parts: Vec<String> = d.iter().map(usize::to_string).collect();
+    parts.join("x")
+}
+
+fn positive(field: &str, v: usize) -> Result<(), String> {
+    if v == 0 {
+        Err(format!("{field} = 0: must be at least 1"))
+    } else {
+        Ok(())
+    }
+}
+
+fn finite(field: &str, v: f64) -> Result<(), String> {
+    if v.is_finite() {
+        Ok(())
+    } else {
+        Err(format!("{field} = {v}: must be a finite number"))
+    }
+}
+
+/// Requires a feature map (channels plus at least one spatial dimension); returns the
+/// spatial rank.
+fn feature_map(op: &str, x: &[usize]) -> Result<usize, String> {
+    if x.len() < 2 {
+        return Err(format!(
+            "`{op}` needs a feature map [C, spatial...], but its input is a feature vector {}",
+            fmt_dims(x)
+        ));
+    }
+    Ok(x.len() - 1)
+}
+
+fn per_dim(field: &str, values: &[usize], rank: usize, min: usize) -> Result<(), String> {
+    if values.len() != rank {
+        return Err(format!(
+            "{field} has {} values but the input has {rank} spatial dimensions",
+            values.len()
+        ));
+    }
+    if let Some(v) = values.iter().find(|&&v| v < min) {
+        return Err(format!("{field} value {v} must be at least {min}"));
+    }
+    Ok(())
+}
+
+/// Resolves `Same`/`Valid` to explicit pairs for a window of `extent` per dimension.
+fn resolve_padding(
+    padding: &mut Padding,
+    input: &[usize],
+    extent: &[usize],
+    stride: &[usize],
+) -> Result<(), String> {
+    let rank = input.len();
+    let pairs = match padding {
+        Padding::Valid => vec![[0, 0]; rank],
+        Padding::Same => (0..rank)
+            .map(|i| {
+                let out = input[i].div_ceil(stride[i]);
+                let needed = (out - 1) * stride[i] + extent[i];
+                let total = needed.saturating_sub(input[i]);
+                [total / 2, total - total / 2]
+            })
+            .collect(),
+        Padding::Explicit(p) => {
+            if p.len() != rank {
+                return Err(format!(
+                    "padding has {} entries but the input has {rank} spatial dimensions",
+                    p.len()
+                ));
+            }
+            p.clone()
+        }
+    };
+    *padding = Padding::Explicit(pairs);
+    Ok(())
+}
+
+fn conv_output(c: &mut Conv, x: &[usize], transposed: bool) -> Result<Vec<usize>, String> {
+    let rank = feature_map(if transposed { "conv-transpose" } else { "conv" }, x)?;
+    let (c_in, spatial) = (x[0], &x[1..]);
+    positive("out_channels", c.out_channels)?;
+    per_dim("kernel", &c.kernel, rank, 1)?;
+    per_dim("stride", &c.stride, rank, 1)?;
+    per_dim("dilation", &c.dilation, rank, 1)?;
+    per_dim("output_padding", &c.output_padding, rank, 0)?;
+    positive("groups", c.groups)?;
+    if !c_in.is_multiple_of(c.groups) {
+        return Err(format!(
+            "groups = {} does not divide the {c_in} input channels; use a divisor of {c_in}",
+            c.groups
+        ));
+    }
+    if !c.out_channels.is_multiple_of(c.groups) {
+        return Err(format!(
+            "groups = {} does not divide out_channels = {}; use a common divisor",
+            c.groups, c.out_channels
+        ));
+    }
+    // Dilated kernel extent: d (k - 1) + 1.
+    let extent: Vec<usize> = (0..rank)
+        .map(|i| c.dilation[i] * (c.kernel[i] - 1) + 1)
+        .collect();
+    if transposed {
+        if c.padding == Padding::Same {
+            return Err(
+                "padding \"same\" is not defined for conv-transpose; give explicit \
+                        padding"
+                    .into(),
+            );
+        }
+        resolve_padding(&mut c.padding, spatial, &extent, &c.stride)?;
+        let mut out = vec![c.out_channels];
+        for i in 0..rank {
+            let [before, after] = c.padding.pairs()[i];
+            if c.output_padding[i] >= c.stride[i].max(c.dilation[i]) {
+                return Err(format!(
+                    "output_padding {} must be smaller than stride or dilation along spatial \
+                     dimension {i}",
+                    c.output_padding[i]
+                ));
+            }
+            // PyTorch ConvTranspose: (in - 1) s - p_before - p_after + d (k - 1) + op + 1.
+            let full = (spatial[i] - 1) * c.stride[i] + extent[i] + c.output_padding[i];
+            if full <= before + after {
+                return Err(format!(
+                    "padding {before}+{after} removes the whole output along spatial dimension \
+                     {i} (size before cropping {full})"
+                ));
+            }
+            out.push(full - before - after);
+        }
+        Ok(out)
+    } else {
+        if c.output_padding.iter().any(|&p| p != 0) {
+            return Err("output_padding applies only to conv-transpose".into());
+        }
+        resolve_padding(&mut c.padding, spatial, &extent, &c.stride)?;
+        let mut out = vec![c.out_channels];
+        for i in 0..rank {
+            let [before, after] = c.padding.pairs()[i];
+            let padded = spatial[i] + before + after;
+            if padded < extent[i] {
+                return Err(format!(
+                    "kernel {} (dilated extent {}) is larger than its padded input {padded} \
+                     along spatial dimension {i}; use a smaller kernel or dilation, more \
+                     padding, or a larger input",
+                    c.kernel[i], extent[i]
+                ));
+            }
+            out.push((padded - extent[i]) / c.stride[i] + 1);
+        }
+        Ok(out)
+    }
+}
+
+fn pool_output(p: &mut Pool, x: &[usize]) -> Result<Vec<usize>, String> {
+    let rank = feature_map("pool", x)?;
+    per_dim("kernel", &p.kernel, rank, 1)?;
+    per_dim("stride", &p.stride, rank, 1)?;
+    let spatial = &x[1..];
+    resolve_padding(&mut p.padding, spatial, &p.kernel, &p.stride)?;
+    let mut out = vec![x[0]];
+    let dims = spatial.iter().zip(&p.kernel).zip(&p.stride).zip(p.padding.pairs());
+    for (i, (((&n, &k), &s), &[before, after])) in dims.enumerate() {
+        if before.max(after) > k / 2 {
+            return Err(format!(
+                "padding {before}/{after} exceeds half the kernel {k} along spatial dimension \
+                 {i} (a window would see only padding)"
+            ));
+        }
+        let padded = n + before + after;
+        if padded < k {
+            return Err(format!(
+                "kernel {k} is larger than its padded input {padded} along spatial dimension \
+                 {i}; use a smaller kernel or a larger input"
+            ));
+        }
+        out.push((padded - k) / s + 1);
+    }
+    Ok(out)
+}
+
+fn scale_spatial(field: &str, factor: &[usize], x: &[usize]) -> Result<Vec<usize>, String> {
+    let rank = feature_map(field, x)?;
+    per_dim(field, factor, rank, 1)?;
+    let mut out = vec![x[0]];
+    out.extend(x[1..].iter().zip(factor).map(|(d, f)| d * f));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn out(mut op: Op, input: &[usize]) -> Result<Vec<usize>, String> {
+        op.resolve(&[input])
+    }
+
+    #[test]
+    fn tf_same_padding_with_even_kernel_pads_after() {
+        let mut op = Op::Conv(Conv::new(32, vec![2, 2, 2]).padding(Padding::Same));
+        assert_eq!(
+            op.resolve(&[&[4, 128, 128, 128]]).unwrap(),
+            vec![32, 128, 128, 128]
+        );
+        let Op::Conv(c) = op else { unreachable!() };
+        assert_eq!(c.padding, Padding::Explicit(vec![[0, 1]; 3]));
+    }
+
+    #[test]
+    fn strided_dilated_conv_output_size() {
+        // ASPP branch: 3x3, dilation 6, padding 6 keeps 48x72.
+        let op = Op::Conv(Conv::new(256, vec![3, 3]).pad(6).dilation(6));
+        assert_eq!(out(op, &[2048, 48, 72]).unwrap(), vec![256, 48, 72]);
+        // ResNet stem: 7x7 stride 2 padding 3: 224 -> 112.
+        let op = Op::Conv(Conv::new(64, vec![7, 7]).stride(2).pad(3));
+        assert_eq!(out(op, &[3, 224, 224]).unwrap(), vec![64, 112, 112]);
+    }
+
+    #[test]
+    fn transposed_conv_doubles_with_output_padding() {
+        let op = Op::ConvTranspose(
+            Conv::new(256, vec![3, 3])
+                .stride(2)
+                .pad(1)
+                .output_padding(1),
+        );
+        assert_eq!(out(op, &[256, 48, 72]).unwrap(), vec![256, 96, 144]);
+    }
+
+    #[test]
+    fn kernel_larger_than_padded_input_is_refused() {
+        let op = Op::Conv(Conv::new(8, vec![5, 5]));
+        let err = out(op, &[3, 4, 4]).unwrap_err();
+        assert!(err.contains("larger than its padded input"), "{err}");
+    }
+
+    #[test]
+    fn groups_must_divide_channels() {
+        let op = Op::Conv(Conv::new(32, vec![3, 3]).groups(3));
+        let err = out(op, &[32, 8, 8]).unwrap_err();
+        assert!(
+            err.contains("does not divide the 32 input channels"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn add_refuses_mismatched_shapes() {
+        let err = Op::Add.resolve(&[&[8, 4, 4], &[8, 2, 2]]).unwrap_err();
+        assert!(err.contains("do not connect"), "{err}");
+    }
+
+    #[test]
+    fn concat_sums_channels() {
+        assert_eq!(
+            Op::Concat.resolve(&[&[256, 4, 4], &[48, 4, 4]]).unwrap(),
+            vec![304, 4, 4]
+        );
+    }
+
+    #[test]
+    fn maxpool_with_padding_matches_resnet_stem() {
+        let mut pool = Pool::new(vec![3, 3]);
+        pool.stride = vec![2, 2];
+        pool.padding = Padding::symmetric(1, 2);
+        assert_eq!(
+            out(Op::MaxPool(pool), &[64, 112, 112]).unwrap(),
+            vec![64, 56, 56]
+        );
+    }
+
+    #[test]
+    fn conv_on_feature_vector_is_refused() {
+        let err = out(Op::Conv(Conv::new(8, vec![3])), &[128]).unwrap_err();
+        assert!(err.contains("feature vector"), "{err}");
+    }
+}

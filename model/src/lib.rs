@@ -1,0 +1,45 @@
+//! # ridgeline-model
+//!
+//! ridgeline's analytical model of deep-learning training on HPC systems.
+//!
+//! Data flow: a workload is a [`graph::Graph`] (a layer DAG with concrete per-sample
+//! shapes), either built in ([`workloads`]: CosmoFlow, DeepCAM, ResNet-50, scalable in input
+//! size and width) or read from a TOML layer list ([`mod@file`]). [`cost::cost`] turns the graph,
+//! a batch size and a [`precision::Precision`] into per-layer FLOPs (forward, backward data
+//! and weight gradients), HBM bytes (the lower bound of \[004\] §V-A) and activation bytes.
+//! [`memory::Footprint`] gives the per-device memory breakdown versus batch size and the
+//! largest batch that fits; [`roofline::roofline`] places each layer on a device's roofline.
+//! Systems ([`system::System`]: device, node, cluster) come from sourced TOML files in the
+//! [`catalog`] or from the user, validated once on the way in. Quantities crossing the crate
+//! boundary are typed ([`units`]).
+//!
+//! Later modules (collectives, storage, step and time-to-solution prediction, scaling) build
+//! on these. This crate does no I/O beyond parsing text handed to it, and never prints.
+//!
+//! ```
+//! use ridgeline_model::{catalog, cost, precision::Precision, roofline, workloads};
+//!
+//! let graph = workloads::build("resnet50", &workloads::BuildOptions::default())?;
+//! let step = cost::cost(&graph, 256, Precision::AmpFp16);
+//! assert_eq!(step.params, 25_557_032);
+//!
+//! let system = catalog::system("a100-sxm4-40gb")?;
+//! let r = roofline::roofline(&step, &system, roofline::Efficiency::IDEAL)?;
+//! assert!(r.step_time.value() > 0.0 && r.fraction_of_peak <= 1.0);
+//! # Ok::<(), ridgeline_model::Error>(())
+//! ```
+
+pub mod catalog;
+pub mod cost;
+pub mod error;
+pub mod file;
+pub mod graph;
+pub mod memory;
+pub mod precision;
+pub mod reference;
+pub mod roofline;
+pub mod system;
+pub mod units;
+pub mod workloads;
+
+pub use error::{Error, Result};

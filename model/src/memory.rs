@@ -1,0 +1,523 @@
+//! Memory footprint per device versus batch size, and the largest batch that fits
+//! (\[004\] §IV, DESIGN.md "Memory per device").
+//!
+//! Components, in bytes:
+//! - fixed: **parameters** (compute-precision copy, plus an FP32 master copy under mixed
+//!   precision), **gradients** (compute precision), **optimizer state** (FP32: none for
+//!   SGD, one copy for SGD with momentum, two for Adam and LAMB), **buffers** (batch norm's
+//!   running and saved per-channel statistics, FP32), and **workspace** (the largest
+//!   per-layer im2col / col2im buffer of one sample, for convolutions lowered to GEMM one
+//!   sample at a time; 1x1 stride-1 unpadded convolutions need none);
+//! - per sample: the **input** buffer (compute precision), the **activations** kept for
+//!   backward ([`crate::cost`]), and the **activation gradients** in flight: the largest
+//!   output gradient plus input gradients of any one layer during backward.
+//!
+//! Every component is affine in the batch size, so the largest batch that fits a capacity
+//! has a closed form.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Serialize;
+
+use crate::cost::{self, GraphCost, MAX_BATCH};
+use crate::error::{Error, Result};
+use crate::graph::{Graph, Op};
+use crate::precision::Precision;
+use crate::system::{Sourced, System};
+use crate::units::Bytes;
+
+/// Most rows one memory report lists.
+pub const MAX_ROWS: usize = 10_000;
+
+/// Bytes per FP32 value (master weights, optimizer state, statistics).
+const FP32: u64 = 4;
+
+/// The optimizer, which decides the optimizer state per parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Optimizer {
+    /// Plain SGD: no state.
+    Sgd,
+    /// SGD with momentum: one FP32 value per parameter.
+    SgdMomentum,
+    /// Adam: two FP32 moments per parameter.
+    Adam,
+    /// LAMB: two FP32 moments per parameter, like Adam.
+    Lamb,
+}
+
+impl Optimizer {
+    /// Every optimizer.
+    pub const ALL: [Optimizer; 4] = [
+        Optimizer::Sgd,
+        Optimizer::SgdMomentum,
+        Optimizer::Adam,
+        Optimizer::Lamb,
+    ];
+
+    /// Name on the command line.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Optimizer::Sgd => "sgd",
+            Optimizer::SgdMomentum => "sgd-momentum",
+            Optimizer::Adam => "adam",
+            Optimizer::Lamb => "lamb",
+        }
+    }
+
+    /// FP32 state values per parameter.
+    pub const fn state_per_param(self) -> u64 {
+        match self {
+            Optimizer::Sgd => 0,
+            Optimizer::SgdMomentum => 1,
+            Optimizer::Adam | Optimizer::Lamb => 2,
+        }
+    }
+}
+
+impl fmt::Display for Optimizer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Optimizer {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Optimizer::ALL
+            .into_iter()
+            .find(|o| o.name() == s)
+            .ok_or_else(|| {
+                let valid: Vec<&str> = Optimizer::ALL.iter().map(|o| o.name()).collect();
+                format!(
+                    "unknown optimizer `{s}`; valid optimizers: {}",
+                    valid.join(", ")
+                )
+            })
+    }
+}
+
+/// The footprint of a workload as fixed bytes plus bytes per sample.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Footprint {
+    /// Parameters: compute copy plus FP32 master under mixed precision.
+    pub parameters: Bytes,
+    /// Gradients, in compute precision.
+    pub gradients: Bytes,
+    /// Optimizer state, FP32.
+    pub optimizer_state: Bytes,
+    /// Batch-norm running and saved statistics, FP32.
+    pub buffers: Bytes,
+    /// Largest per-layer lowering buffer for one sample.
+    pub workspace: Bytes,
+    /// Input buffer per sample.
+    pub input_per_sample: Bytes,
+    /// Activations kept for backward, per sample.
+    pub activations_per_sample: Bytes,
+    /// Largest set of activation gradients alive at once, per sample.
+    pub activation_gradients_per_sample: Bytes,
+}
+
+/// The footprint at one batch size.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MemoryRow {
+    /// Batch size per device.
+    pub batch: u64,
+    /// Parameters.
+    pub parameters: Bytes,
+    /// Gradients.
+    pub gradients: Bytes,
+    /// Optimizer state.
+    pub optimizer_state: Bytes,
+    /// Statistics buffers.
+    pub buffers: Bytes,
+    /// Workspace.
+    pub workspace: Bytes,
+    /// Input batch.
+    pub input: Bytes,
+    /// Activations kept for backward.
+    pub activations: Bytes,
+    /// Activation gradients in flight.
+    pub activation_gradients: Bytes,
+    /// Sum of the above.
+    pub total: Bytes,
+    /// Whether it fits the device memory.
+    pub fits: bool,
+}
+
+impl Footprint {
+    /// The footprint of `graph` trained at `precision` with `optimizer`.
+    pub fn of(graph: &Graph, precision: Precision, optimizer: Optimizer) -> Footprint {
+        Self::from_cost(graph, &cost::cost(graph, 1, precision), optimizer)
+    }
+
+    /// The footprint from a batch-1 cost of `graph` (avoids costing twice).
+    pub fn from_cost(graph: &Graph, one: &GraphCost, optimizer: Optimizer) -> Footprint {
+        let precision = one.precision;
+        let act = precision.compute_bytes();
+        let params = one.params;
+        let master = if precision.has_master_weights() {
+            FP32
+        } else {
+            0
+        };
+        let layers = graph.layers();
+        let mut buffers = 0u64;
+        let mut workspace = 0u64;
+        let mut gradients_in_flight = 0u64;
+        for (layer, row) in layers.iter().zip(&one.layers) {
+            if matches!(layer.op, Op::BatchNorm) {
+                // running mean and variance, saved mean and inverse std: 4 per channel.
+                buffers += 4 * FP32 * layer.output.channels() as u64;
+            }
+            workspace = workspace.max(lowering_elements(graph, layer) * act);
+            if row.flops_bwd.value() > 0.0 || row.hbm_bytes_bwd.value() > 0.0 {
+                let ins: u64 = layer
+                    .inputs
+                    .iter()
+                    .map(|&i| layers[i].output.elements())
+                    .sum();
+                gradients_in_flight =
+                    gradients_in_flight.max((layer.output.elements() + ins) * act);
+            }
+        }
+        Footprint {
+            parameters: Bytes::from_count(params * (act + master)),
+            gradients: Bytes::from_count(params * act),
+            optimizer_state: Bytes::from_count(params * FP32 * optimizer.state_per_param()),
+            buffers: Bytes::from_count(buffers),
+            workspace: Bytes::from_count(workspace),
+            input_per_sample: Bytes::from_count(graph.input_shape().elements() * act),
+            activations_per_sample: one.activation_bytes,
+            activation_gradients_per_sample: Bytes::from_count(gradients_in_flight),
+        }
+    }
+
+    /// Bytes that do not depend on the batch size.
+    pub fn fixed(&self) -> Bytes {
+        self.parameters + self.gradients + self.optimizer_state + self.buffers + self.workspace
+    }
+
+    /// Bytes added by each sample of the batch.
+    pub fn per_sample(&self) -> Bytes {
+        self.input_per_sample + self.activations_per_sample + self.activation_gradients_per_sample
+    }
+
+    /// The footprint at `batch`, and whether it fits `capacity`.
+    pub fn at(&self, batch: u64, capacity: Bytes) -> MemoryRow {
+        let b = batch as f64;
+        let total = self.fixed() + self.per_sample() * b;
+        MemoryRow {
+            batch,
+            parameters: self.parameters,
+            gradients: self.gradients,
+            optimizer_state: self.optimizer_state,
+            buffers: self.buffers,
+            workspace: self.workspace,
+            input: self.input_per_sample * b,
+            activations: self.activations_per_sample * b,
+            activation_gradients: self.activation_gradients_per_sample * b,
+            total,
+            fits: total <= capacity,
+        }
+    }
+
+    /// The largest batch whose footprint fits `capacity`; 0 when not even one sample fits.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    pub fn max_batch(&self, capacity: Bytes) -> u64 {
+        let room = capacity.value() - self.fixed().value();
+        let per = self.per_sample().value();
+        if room < per || per <= 0.0 {
+            return 0;
+        }
+        let mut b = (room / per).floor() as u64;
+        // Guard the floor against rounding at the boundary.
+        while b > 0 && !self.at(b, capacity).fits {
+            b -= 1;
+        }
+        b
+    }
+}
+
+/// Which batch sizes a memory report lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchSweep {
+    /// `from`, `2 from`, `4 from`, ... up to `to`, and `to` itself.
+    Doubling {
+        /// First batch.
+        from: u64,
+        /// Last batch (inclusive).
+        to: u64,
+    },
+    /// `from`, `from + step`, ... up to `to`, and `to` itself.
+    Linear {
+        /// First batch.
+        from: u64,
+        /// Last batch (inclusive).
+        to: u64,
+        /// Step.
+        step: u64,
+    },
+}
+
+impl BatchSweep {
+    /// The batch sizes, at most [`MAX_ROWS`] of them.
+    pub fn batches(self) -> Result<Vec<u64>> {
+        let (from, to) = match self {
+            BatchSweep::Doubling { from, to } | BatchSweep::Linear { from, to, .. } => (from, to),
+        };
+        if from == 0 || from > to || to > MAX_BATCH {
+            return Err(Error::argument(
+                "batch-range",
+                format!("{from}..{to}"),
+                format!("needs 1 <= A <= B <= {MAX_BATCH}"),
+            ));
+        }
+        let mut out: Vec<u64> = match self {
+            BatchSweep::Doubling { .. } => std::iter::successors(Some(from), |&b| b.checked_mul(2))
+                .take_while(|&b| b <= to)
+                .collect(),
+            BatchSweep::Linear { step, .. } => {
+                let rows = (to - from) / step.max(1) + 1;
+                if rows > MAX_ROWS as u64 {
+                    return Err(Error::argument(
+                        "batch-step",
+                        step,
+                        format!("gives {rows} rows; the most is {MAX_ROWS}: use a larger step"),
+                    ));
+                }
+                (from..=to)
+                    .step_by(usize::try_from(step.max(1)).unwrap_or(usize::MAX))
+                    .collect()
+            }
+        };
+        if out.last() != Some(&to) {
+            out.push(to);
+        }
+        Ok(out)
+    }
+}
+
+/// The memory report of one workload on one system.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MemoryReport {
+    /// Workload name.
+    pub workload: String,
+    /// System name.
+    pub system: String,
+    /// Device name.
+    pub device: String,
+    /// Precision.
+    pub precision: Precision,
+    /// Optimizer.
+    pub optimizer: Optimizer,
+    /// The memory one device trains in, with its source.
+    pub device_memory: Sourced<Bytes>,
+    /// The device's last-level cache, where known.
+    pub llc: Option<Sourced<Bytes>>,
+    /// Fixed and per-sample components.
+    pub footprint: Footprint,
+    /// Bytes that do not depend on the batch.
+    pub fixed_bytes: Bytes,
+    /// Bytes added per sample.
+    pub per_sample_bytes: Bytes,
+    /// Largest batch that fits device memory (0: not even one sample).
+    pub max_batch: u64,
+    /// Largest batch that fits the last-level cache (`None` without a cache size).
+    pub max_batch_llc: Option<u64>,
+    /// The footprint at each requested batch.
+    pub rows: Vec<MemoryRow>,
+}
+
+/// The memory report of `graph` on `system`. Without a sweep, batches double from 1 to the
+/// first power of two above the largest batch that fits.
+pub fn report(
+    graph: &Graph,
+    system: &System,
+    precision: Precision,
+    optimizer: Optimizer,
+    sweep: Option<BatchSweep>,
+) -> Result<MemoryReport> {
+    let device_memory = system.device_memory().ok_or_else(|| {
+        Error::argument(
+            "system",
+            &system.name,
+            format!(
+                "device `{}` has no memory capacity of its own and the system gives no host \
+                 memory; use a system file with node.host_memory_gib (or `local`)",
+                system.device.name
+            ),
+        )
+    })?;
+    let footprint = Footprint::of(graph, precision, optimizer);
+    let capacity = device_memory.value;
+    let max_batch = footprint.max_batch(capacity);
+    let sweep = sweep.unwrap_or(BatchSweep::Doubling {
+        from: 1,
+        to: (max_batch + 1).next_power_of_two().clamp(1, MAX_BATCH),
+    });
+    let rows = sweep
+        .batches()?
+        .into_iter()
+        .map(|b| footprint.at(b, capacity))
+        .collect();
+    Ok(MemoryReport {
+        workload: graph.name().to_owned(),
+        system: system.name.clone(),
+        device: system.device.name.clone(),
+        precision,
+        optimizer,
+        max_batch_llc: system
+            .device
+            .llc
+            .as_ref()
+            .map(|l| footprint.max_batch(l.value)),
+        llc: system.device.llc.clone(),
+        fixed_bytes: footprint.fixed(),
+        per_sample_bytes: footprint.per_sample(),
+        max_batch,
+        rows,
+        footprint,
+        device_memory,
+    })
+}
+
+/// Elements of the GEMM lowering buffer of one sample for `layer` (0 if none is needed).
+fn lowering_elements(graph: &Graph, layer: &crate::graph::Layer) -> u64 {
+    let direct = |c: &crate::graph::Conv| {
+        c.kernel.iter().all(|&k| k == 1)
+            && c.stride.iter().all(|&s| s == 1)
+            && c.padding.pairs().iter().all(|&[a, b]| a == 0 && b == 0)
+    };
+    let kernel = |c: &crate::graph::Conv| c.kernel.iter().map(|&k| k as u64).product::<u64>();
+    match &layer.op {
+        Op::Conv(c) if !direct(c) => {
+            let input = &graph.layers()[layer.inputs[0]].output;
+            // im2col: (C_in prod(k)) x prod(out_spatial).
+            input.channels() as u64 * kernel(c) * layer.output.spatial_elements()
+        }
+        Op::ConvTranspose(c) if !direct(c) => {
+            let input = &graph.layers()[layer.inputs[0]].output;
+            // col2im: (C_out prod(k)) x prod(in_spatial).
+            c.out_channels as u64 * kernel(c) * input.spatial_elements()
+        }
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workloads::{self, BuildOptions};
+
+    fn resnet() -> Graph {
+        workloads::build("resnet50", &BuildOptions::default()).unwrap()
+    }
+
+    #[test]
+    fn parameters_gradients_and_adam_state() {
+        let f = Footprint::of(&resnet(), Precision::Fp32, Optimizer::Adam);
+        let p = 25_557_032.0;
+        assert_eq!(f.parameters.value(), 4.0 * p);
+        assert_eq!(f.gradients.value(), 4.0 * p);
+        assert_eq!(f.optimizer_state.value(), 8.0 * p);
+    }
+
+    #[test]
+    fn mixed_precision_keeps_fp32_master_weights() {
+        let f = Footprint::of(&resnet(), Precision::AmpFp16, Optimizer::SgdMomentum);
+        let p = 25_557_032.0;
+        assert_eq!(f.parameters.value(), 6.0 * p);
+        assert_eq!(f.gradients.value(), 2.0 * p);
+        assert_eq!(f.optimizer_state.value(), 4.0 * p);
+        assert_eq!(f.input_per_sample.value(), 2.0 * 3.0 * 224.0 * 224.0);
+    }
+
+    #[test]
+    fn stem_conv_has_the_largest_resnet_im2col() {
+        let f = Footprint::of(&resnet(), Precision::Fp32, Optimizer::Sgd);
+        // conv1: 3 x 7 x 7 rows by 112 x 112 columns of 4 bytes = 7.38 MB, just above the
+        // 64 x 9 x 56 x 56 x 4 = 7.23 MB of layer1's 3x3 convolutions.
+        let stem = 3.0 * 49.0 * 112.0 * 112.0 * 4.0;
+        assert_eq!(f.workspace.value(), stem);
+    }
+
+    #[test]
+    fn max_batch_is_the_largest_that_fits() {
+        let f = Footprint::of(&resnet(), Precision::Fp32, Optimizer::SgdMomentum);
+        let capacity = Bytes::from_gib(16.0);
+        let b = f.max_batch(capacity);
+        assert!(b > 0);
+        assert!(f.at(b, capacity).fits);
+        assert!(!f.at(b + 1, capacity).fits);
+    }
+
+    #[test]
+    fn nothing_fits_a_tiny_device() {
+        let f = Footprint::of(&resnet(), Precision::Fp32, Optimizer::Sgd);
+        assert_eq!(f.max_batch(Bytes::from_mib(1.0)), 0);
+    }
+
+    #[test]
+    fn doubling_and_linear_sweeps_include_the_end() {
+        let d = BatchSweep::Doubling { from: 1, to: 20 }.batches().unwrap();
+        assert_eq!(d, vec![1, 2, 4, 8, 16, 20]);
+        let l = BatchSweep::Linear {
+            from: 2,
+            to: 9,
+            step: 3,
+        }
+        .batches()
+        .unwrap();
+        assert_eq!(l, vec![2, 5, 8, 9]);
+        assert!(
+            BatchSweep::Linear {
+                from: 1,
+                to: 1 << 20,
+                step: 1
+            }
+            .batches()
+            .is_err()
+        );
+        assert!(BatchSweep::Doubling { from: 0, to: 4 }.batches().is_err());
+    }
+
+    #[test]
+    fn report_on_v100_matches_footprint() {
+        let s = crate::catalog::system("cori-gpu").unwrap();
+        let r = report(
+            &resnet(),
+            &s,
+            Precision::AmpFp16,
+            Optimizer::SgdMomentum,
+            None,
+        )
+        .unwrap();
+        assert_eq!(r.device_memory.value, Bytes::from_gib(16.0));
+        assert!(r.max_batch > 0);
+        let last = r.rows.last().unwrap();
+        assert!(
+            last.batch > r.max_batch && !last.fits,
+            "default sweep crosses the limit"
+        );
+        assert_eq!(
+            r.max_batch_llc,
+            Some(0),
+            "ResNet-50's weights alone exceed a 6 MiB L2"
+        );
+    }
+
+    #[test]
+    fn optimizer_names_round_trip() {
+        for o in Optimizer::ALL {
+            assert_eq!(o.name().parse::<Optimizer>(), Ok(o));
+        }
+        assert!(
+            "rmsprop"
+                .parse::<Optimizer>()
+                .unwrap_err()
+                .contains("sgd, sgd-momentum")
+        );
+    }
+}

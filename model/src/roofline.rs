@@ -1,0 +1,283 @@
+//! Per-layer device roofline (DESIGN.md "Device roofline"; Williams, Waterman and Patterson,
+//! *Roofline*, CACM 2009; \[004\] §V-A).
+//!
+//! Each pass of each layer takes `max(F / (peak x eff_compute), B / (BW x eff_memory))`,
+//! with `peak` the device's matrix peak for conv, transposed conv and dense, and its vector
+//! peak for everything else ([`crate::system::Device::matrix_peak`]). Layers run one after
+//! another (bulk synchronous), so the step's compute time is the sum. Efficiencies default
+//! to 1, the ideal bound; calibration supplies measured ones.
+
+use serde::Serialize;
+
+use crate::cost::GraphCost;
+use crate::error::{Error, Result};
+use crate::system::{PeakUse, System};
+use crate::units::{ByteRate, Bytes, FlopRate, Flops, Seconds};
+
+/// Fractions of peak compute and bandwidth a device attains.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Efficiency {
+    /// Fraction of the FLOP/s peak, in (0, 1].
+    pub compute: f64,
+    /// Fraction of the memory bandwidth, in (0, 1].
+    pub memory: f64,
+}
+
+impl Efficiency {
+    /// The ideal bound: every peak attained.
+    pub const IDEAL: Efficiency = Efficiency {
+        compute: 1.0,
+        memory: 1.0,
+    };
+
+    /// Checks both fractions are in (0, 1].
+    pub fn new(compute: f64, memory: f64) -> Result<Self> {
+        for (name, v) in [
+            ("compute efficiency", compute),
+            ("memory efficiency", memory),
+        ] {
+            if !(v > 0.0 && v <= 1.0) {
+                return Err(Error::argument(
+                    if name.starts_with('c') {
+                        "compute-efficiency"
+                    } else {
+                        "memory-efficiency"
+                    },
+                    v,
+                    "an efficiency is a fraction of peak in (0, 1]",
+                ));
+            }
+        }
+        Ok(Efficiency { compute, memory })
+    }
+}
+
+impl Default for Efficiency {
+    fn default() -> Self {
+        Efficiency::IDEAL
+    }
+}
+
+/// The resource that bounds a layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Bound {
+    /// FLOP/s.
+    Compute,
+    /// Memory bandwidth.
+    Memory,
+    /// The layer does no work (a view such as flatten, or the input).
+    None,
+}
+
+/// One layer on the roofline.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RooflineLayer {
+    /// Layer name.
+    pub name: String,
+    /// Op kind.
+    pub op: &'static str,
+    /// Which peak the layer runs at (`fp16_tensor`, `fp32`, ...).
+    pub peak: String,
+    /// Forward plus backward FLOPs.
+    pub flops: Flops,
+    /// Forward plus backward HBM bytes.
+    pub bytes: Bytes,
+    /// FLOPs per byte; `None` when no bytes move.
+    pub arithmetic_intensity: Option<f64>,
+    /// Forward time.
+    pub time_fwd: Seconds,
+    /// Backward time.
+    pub time_bwd: Seconds,
+    /// Forward plus backward time.
+    pub time: Seconds,
+    /// Whether the layer's time is set by compute or memory: the larger of its total
+    /// compute-limited and memory-limited times over both passes.
+    pub bound: Bound,
+    /// Attained FLOP/s over the layer's time.
+    pub attained: FlopRate,
+}
+
+/// A workload's training step on one device's roofline.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Roofline {
+    /// Workload name.
+    pub workload: String,
+    /// System name.
+    pub system: String,
+    /// Device name.
+    pub device: String,
+    /// Batch per device.
+    pub batch: u64,
+    /// Precision.
+    pub precision: crate::precision::Precision,
+    /// Efficiencies applied.
+    pub efficiency: Efficiency,
+    /// Peak for matrix ops.
+    pub matrix_peak: PeakUse,
+    /// Peak for vector ops.
+    pub vector_peak: PeakUse,
+    /// Memory bandwidth.
+    pub memory_bandwidth: ByteRate,
+    /// Matrix peak / bandwidth: the intensity above which a matrix op is compute-bound.
+    pub machine_balance: f64,
+    /// Total FLOPs of the step.
+    pub flops: Flops,
+    /// Total HBM bytes of the step.
+    pub bytes: Bytes,
+    /// Step time: the sum of the layers' times.
+    pub step_time: Seconds,
+    /// Time of the compute-bound layers.
+    pub compute_bound_time: Seconds,
+    /// Time of the memory-bound layers.
+    pub memory_bound_time: Seconds,
+    /// FLOPs / step time.
+    pub attained: FlopRate,
+    /// attained / matrix peak.
+    pub fraction_of_peak: f64,
+    /// Samples per second on this device.
+    pub samples_per_second: f64,
+    /// Per-layer rows.
+    pub layers: Vec<RooflineLayer>,
+}
+
+/// Places every layer of `cost` on the roofline of `system`'s device.
+pub fn roofline(cost: &GraphCost, system: &System, efficiency: Efficiency) -> Result<Roofline> {
+    let device = &system.device;
+    let matrix_peak = device.matrix_peak(cost.precision)?;
+    let vector_peak = device.vector_peak(cost.precision)?;
+    let bw = device.memory_bandwidth.value * efficiency.memory;
+    let pass = |f: Flops, b: Bytes, peak: FlopRate| {
+        let compute = f / (peak * efficiency.compute);
+        let memory = b / bw;
+        (compute, memory)
+    };
+    let mut layers = Vec::with_capacity(cost.layers.len());
+    for l in &cost.layers {
+        let peak = if l.matrix { &matrix_peak } else { &vector_peak };
+        let (cf, mf) = pass(l.flops_fwd, l.hbm_bytes_fwd, peak.rate);
+        let (cb, mb) = pass(l.flops_bwd, l.hbm_bytes_bwd, peak.rate);
+        let time_fwd = cf.max(mf);
+        let time_bwd = cb.max(mb);
+        let time = time_fwd + time_bwd;
+        let (compute, memory) = (cf + cb, mf + mb);
+        let bound = if time.value() == 0.0 {
+            Bound::None
+        } else if compute >= memory {
+            Bound::Compute
+        } else {
+            Bound::Memory
+        };
+        let flops = l.flops_fwd + l.flops_bwd;
+        let bytes = l.hbm_bytes_fwd + l.hbm_bytes_bwd;
+        layers.push(RooflineLayer {
+            name: l.name.clone(),
+            op: l.op,
+            peak: peak.name.clone(),
+            flops,
+            bytes,
+            arithmetic_intensity: l.arithmetic_intensity,
+            time_fwd,
+            time_bwd,
+            time,
+            bound,
+            attained: if time.value() > 0.0 {
+                flops / time
+            } else {
+                FlopRate::ZERO
+            },
+        });
+    }
+    let sum_time = |b: Option<Bound>| {
+        layers
+            .iter()
+            .filter(|l| b.is_none_or(|b| l.bound == b))
+            .map(|l| l.time)
+            .sum::<Seconds>()
+    };
+    let step_time = sum_time(None);
+    let attained = cost.flops_train / step_time;
+    Ok(Roofline {
+        workload: cost.workload.clone(),
+        system: system.name.clone(),
+        device: device.name.clone(),
+        batch: cost.batch,
+        precision: cost.precision,
+        efficiency,
+        machine_balance: matrix_peak.rate / device.memory_bandwidth.value,
+        memory_bandwidth: device.memory_bandwidth.value,
+        flops: cost.flops_train,
+        bytes: cost.hbm_bytes_train,
+        step_time,
+        compute_bound_time: sum_time(Some(Bound::Compute)),
+        memory_bound_time: sum_time(Some(Bound::Memory)),
+        attained,
+        fraction_of_peak: attained / matrix_peak.rate,
+        samples_per_second: cost.batch as f64 / step_time.value(),
+        matrix_peak,
+        vector_peak,
+        layers,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog;
+    use crate::cost::cost;
+    use crate::precision::Precision;
+    use crate::workloads::{self, BuildOptions};
+
+    fn run(workload: &str, system: &str, batch: u64, p: Precision) -> Roofline {
+        let g = workloads::build(workload, &BuildOptions::default()).unwrap();
+        let s = catalog::system(system).unwrap();
+        roofline(&cost(&g, batch, p), &s, Efficiency::IDEAL).unwrap()
+    }
+
+    #[test]
+    fn layer_time_is_at_least_each_bound() {
+        let r = run("resnet50", "v100-sxm2-16gb", 32, Precision::AmpFp16);
+        for l in &r.layers {
+            let peak = if l.peak == r.matrix_peak.name {
+                r.matrix_peak.rate
+            } else {
+                r.vector_peak.rate
+            };
+            let tolerance = 1.0 - 1e-12;
+            assert!(l.time.value() >= (l.bytes / r.memory_bandwidth).value() * tolerance);
+            assert!(l.time.value() >= (l.flops / peak).value() * tolerance);
+        }
+        let sum: f64 = r.layers.iter().map(|l| l.time.value()).sum();
+        assert!((sum - r.step_time.value()).abs() <= 1e-12 * sum);
+    }
+
+    #[test]
+    fn pointwise_relu_is_memory_bound_and_big_convs_compute_bound() {
+        let r = run("cosmoflow", "v100-sxm2-16gb", 8, Precision::Fp32);
+        let find = |n: &str| r.layers.iter().find(|l| l.name == n).unwrap();
+        assert_eq!(find("leaky_re_lu_0").bound, Bound::Memory);
+        assert_eq!(find("conv3d_1").bound, Bound::Compute);
+        assert_eq!(find("flatten").bound, Bound::None);
+    }
+
+    #[test]
+    fn halving_efficiency_doubles_time() {
+        let g = workloads::build("resnet50", &BuildOptions::default()).unwrap();
+        let s = catalog::system("a100-sxm4-40gb").unwrap();
+        let c = cost(&g, 64, Precision::AmpBf16);
+        let ideal = roofline(&c, &s, Efficiency::IDEAL).unwrap();
+        let half = roofline(&c, &s, Efficiency::new(0.5, 0.5).unwrap()).unwrap();
+        let ratio = half.step_time.value() / ideal.step_time.value();
+        assert!((ratio - 2.0).abs() < 1e-9, "{ratio}");
+        assert!(Efficiency::new(0.0, 1.0).is_err());
+        assert!(Efficiency::new(1.0, 1.5).is_err());
+    }
+
+    #[test]
+    fn unsupported_precision_is_an_error() {
+        let g = workloads::build("resnet50", &BuildOptions::default()).unwrap();
+        let s = catalog::system("cori-gpu").unwrap();
+        let err = roofline(&cost(&g, 8, Precision::AmpBf16), &s, Efficiency::IDEAL).unwrap_err();
+        assert!(err.to_string().contains("v100-sxm2-16gb"), "{err}");
+    }
+}

@@ -1,0 +1,705 @@
+//! Systems: the device, the node built around it, and the cluster of those nodes.
+//!
+//! Files are read in two stages (STYLE.md rule 3): `raw` mirrors the TOML exactly and
+//! refuses unknown keys; this module checks ranges and cross-field rules once, resolves
+//! every number's `source` key to its full citation, and converts to typed quantities.
+//! Nothing downstream re-checks. The file format is documented in `data/README.md`.
+
+mod local;
+mod raw;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::precision::{NumberFormat, Precision};
+use crate::units::{ByteRate, Bytes, FlopRate};
+
+pub use local::{CpuInfo, local_system, parse_cpuinfo, parse_meminfo};
+
+/// A value and the citation it comes from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Sourced<T> {
+    /// The value, in base SI units for quantities.
+    pub value: T,
+    /// Full citation (datasheet, paper and section, or the file read at run time).
+    pub source: String,
+}
+
+/// Whether a device is an accelerator or a CPU socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    /// A GPU or other accelerator with its own memory.
+    Gpu,
+    /// A CPU socket; its memory is the node's host memory unless it has on-package memory.
+    Cpu,
+}
+
+/// Peak throughput per number format: vector units, and matrix (tensor) units.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct Peaks {
+    /// FP64 vector.
+    pub fp64: Option<Sourced<FlopRate>>,
+    /// FP32 vector.
+    pub fp32: Option<Sourced<FlopRate>>,
+    /// FP16 vector (packed half2 on NVIDIA).
+    pub fp16: Option<Sourced<FlopRate>>,
+    /// BF16 vector.
+    pub bf16: Option<Sourced<FlopRate>>,
+    /// FP64 on matrix/tensor units.
+    pub fp64_tensor: Option<Sourced<FlopRate>>,
+    /// FP32 on matrix units (AMD MFMA); NVIDIA has none.
+    pub fp32_tensor: Option<Sourced<FlopRate>>,
+    /// TF32 on tensor cores.
+    pub tf32_tensor: Option<Sourced<FlopRate>>,
+    /// FP16 on tensor/matrix units (dense, FP32 accumulate).
+    pub fp16_tensor: Option<Sourced<FlopRate>>,
+    /// BF16 on tensor/matrix units (dense, FP32 accumulate).
+    pub bf16_tensor: Option<Sourced<FlopRate>>,
+}
+
+impl Peaks {
+    fn get(&self, format: NumberFormat, tensor: bool) -> Option<&Sourced<FlopRate>> {
+        match (format, tensor) {
+            (NumberFormat::Fp64, false) => self.fp64.as_ref(),
+            (NumberFormat::Fp32, false) => self.fp32.as_ref(),
+            (NumberFormat::Fp16, false) => self.fp16.as_ref(),
+            (NumberFormat::Bf16, false) => self.bf16.as_ref(),
+            (NumberFormat::Tf32, false) => None,
+            (NumberFormat::Fp64, true) => self.fp64_tensor.as_ref(),
+            (NumberFormat::Fp32, true) => self.fp32_tensor.as_ref(),
+            (NumberFormat::Tf32, true) => self.tf32_tensor.as_ref(),
+            (NumberFormat::Fp16, true) => self.fp16_tensor.as_ref(),
+            (NumberFormat::Bf16, true) => self.bf16_tensor.as_ref(),
+        }
+    }
+
+    fn all_mut(&mut self) -> [&mut Option<Sourced<FlopRate>>; 9] {
+        [
+            &mut self.fp64,
+            &mut self.fp32,
+            &mut self.fp16,
+            &mut self.bf16,
+            &mut self.fp64_tensor,
+            &mut self.fp32_tensor,
+            &mut self.tf32_tensor,
+            &mut self.fp16_tensor,
+            &mut self.bf16_tensor,
+        ]
+    }
+}
+
+/// The peak a class of ops runs at under a precision, and where it comes from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PeakUse {
+    /// Which peak: the file key without `tflops_`, e.g. `fp16_tensor` or `fp32`.
+    pub name: String,
+    /// The rate.
+    pub rate: FlopRate,
+    /// Its citation.
+    pub source: String,
+}
+
+/// One compute device: a GPU, or a CPU socket (or the cores of it this machine may use).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Device {
+    /// Catalog name, e.g. `v100-sxm2-16gb`.
+    pub name: String,
+    /// GPU or CPU.
+    pub kind: DeviceKind,
+    /// Vendor.
+    pub vendor: String,
+    /// Marketing model name.
+    pub model: String,
+    /// Free-text description.
+    pub description: Option<String>,
+    /// Physical cores (CPUs), which the peaks are for.
+    pub cores: Option<Sourced<u32>>,
+    /// Peak throughput per number format.
+    pub peak: Peaks,
+    /// Device memory capacity (HBM); `None` for CPUs that use the node's host memory.
+    pub memory_capacity: Option<Sourced<Bytes>>,
+    /// Peak memory bandwidth.
+    pub memory_bandwidth: Sourced<ByteRate>,
+    /// Last-level cache (GPU L2, CPU L3).
+    pub llc: Option<Sourced<Bytes>>,
+    /// Thermal design power in watts.
+    pub tdp_w: Option<Sourced<f64>>,
+}
+
+impl Device {
+    /// The peak that matrix ops (convolution, dense) run at under `precision`: the matrix
+    /// units for the precision's format if the device has them, otherwise its vector units
+    /// for that format (e.g. FP32 GEMM on NVIDIA CUDA cores, FP16 GEMM on AVX512-FP16).
+    pub fn matrix_peak(&self, precision: Precision) -> Result<PeakUse> {
+        let format = precision.matrix_format();
+        self.peak_use(format, true)
+            .or_else(|| self.peak_use(format, false))
+            .ok_or_else(|| self.unsupported(precision, format))
+    }
+
+    /// The peak that vector ops (element-wise, pooling, normalisation) run at under
+    /// `precision`: the vector units for its format; 16-bit formats fall back to the FP32
+    /// vector rate on devices that quote no packed 16-bit vector rate (they compute in FP32).
+    pub fn vector_peak(&self, precision: Precision) -> Result<PeakUse> {
+        let format = precision.vector_format();
+        self.peak_use(format, false)
+            .or_else(|| self.peak_use(NumberFormat::Fp32, false))
+            .ok_or_else(|| self.unsupported(precision, format))
+    }
+
+    fn peak_use(&self, format: NumberFormat, tensor: bool) -> Option<PeakUse> {
+        self.peak.get(format, tensor).map(|p| PeakUse {
+            name: if tensor {
+                format!("{format}_tensor")
+            } else {
+                format.to_string()
+            },
+            rate: p.value,
+            source: p.source.clone(),
+        })
+    }
+
+    fn unsupported(&self, precision: Precision, format: NumberFormat) -> Error {
+        Error::UnsupportedPrecision {
+            device: self.name.clone(),
+            precision,
+            format,
+        }
+    }
+
+    /// This CPU restricted to `cores` of its cores: peaks and TDP scale with the core
+    /// count; memory bandwidth and cache stay the socket's (an upper bound for a partial
+    /// socket, which calibration replaces with what is measured).
+    pub fn with_cores(&self, cores: u32, why: &str) -> Result<Device> {
+        let total = self.cores.as_ref().ok_or_else(|| {
+            Error::Local(format!(
+                "device `{}` has no `cores` field, so its peaks cannot be scaled to the {cores} \
+                 cores of this machine; add `cores = {{ value = N, source = \"...\" }}`",
+                self.name
+            ))
+        })?;
+        let factor = f64::from(cores) / f64::from(total.value);
+        let note = format!("; scaled to {cores} of {} cores", total.value);
+        let mut d = self.clone();
+        for p in d.peak.all_mut().into_iter().flatten() {
+            p.value = p.value * factor;
+            p.source.push_str(&note);
+        }
+        if let Some(t) = d.tdp_w.as_mut() {
+            t.value *= factor;
+            t.source.push_str(&note);
+        }
+        d.cores = Some(Sourced {
+            value: cores,
+            source: why.to_owned(),
+        });
+        d.memory_bandwidth
+            .source
+            .push_str("; whole-socket figure, shared by all its cores");
+        Ok(d)
+    }
+}
+
+/// A node: devices plus host memory, links and local storage. Bandwidths are per
+/// direction.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Node {
+    /// Devices per node.
+    pub devices: Sourced<u32>,
+    /// Host CPU description.
+    pub cpu: Option<String>,
+    /// Host (DDR) memory.
+    pub host_memory: Option<Sourced<Bytes>>,
+    /// Host-to-device PCIe bandwidth available to each device.
+    pub pcie: Option<Sourced<ByteRate>>,
+    /// Device-to-device fabric (NVLink, NVSwitch, Infinity Fabric) bandwidth per device.
+    pub nvlink: Option<Sourced<ByteRate>>,
+    /// Node-local NVMe capacity usable by jobs.
+    pub nvme_capacity: Option<Sourced<Bytes>>,
+    /// Node-local NVMe read bandwidth.
+    pub nvme_read: Option<Sourced<ByteRate>>,
+    /// Network interfaces per node.
+    pub nics: Option<Sourced<u32>>,
+    /// Bandwidth of each network interface.
+    pub nic_bandwidth: Option<Sourced<ByteRate>>,
+    /// Node power in watts (all devices and hosts), where known.
+    pub power_w: Option<Sourced<f64>>,
+}
+
+/// The cluster: how many nodes, the network and the parallel file system.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Cluster {
+    /// Nodes.
+    pub nodes: Sourced<u32>,
+    /// Network description.
+    pub network: Option<String>,
+    /// Parallel file system description.
+    pub pfs: Option<String>,
+    /// Parallel file system capacity.
+    pub pfs_capacity: Option<Sourced<Bytes>>,
+    /// Parallel file system aggregate bandwidth.
+    pub pfs_bandwidth: Option<Sourced<ByteRate>>,
+}
+
+/// A system: one node type and the cluster of those nodes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct System {
+    /// Name, e.g. `cori-gpu`.
+    pub name: String,
+    /// Description.
+    pub description: Option<String>,
+    /// The compute device.
+    pub device: Device,
+    /// The node.
+    pub node: Node,
+    /// The cluster.
+    pub cluster: Cluster,
+}
+
+impl System {
+    /// A one-device, one-node system around `device` (`--system <device name>`).
+    pub fn single_device(device: Device) -> System {
+        let source = format!("single-device system built from device `{}`", device.name);
+        let one = Sourced { value: 1, source };
+        System {
+            name: device.name.clone(),
+            description: Some(format!("one {} on its own", device.model)),
+            node: Node {
+                devices: one.clone(),
+                cpu: None,
+                host_memory: None,
+                pcie: None,
+                nvlink: None,
+                nvme_capacity: None,
+                nvme_read: None,
+                nics: None,
+                nic_bandwidth: None,
+                power_w: None,
+            },
+            cluster: Cluster {
+                nodes: one,
+                network: None,
+                pfs: None,
+                pfs_capacity: None,
+                pfs_bandwidth: None,
+            },
+            device,
+        }
+    }
+
+    /// The memory one device trains in: its own memory, or for a CPU without on-package
+    /// memory its share of the node's host memory.
+    pub fn device_memory(&self) -> Option<Sourced<Bytes>> {
+        if let Some(m) = &self.device.memory_capacity {
+            return Some(m.clone());
+        }
+        self.node.host_memory.as_ref().map(|h| Sourced {
+            value: h.value * (1.0 / f64::from(self.node.devices.value)),
+            source: format!(
+                "node host memory / {} devices ({})",
+                self.node.devices.value, h.source
+            ),
+        })
+    }
+}
+
+/// Parses a device file.
+pub fn parse_device(text: &str, file: &str) -> Result<Device> {
+    let raw: raw::RawDevice = parse_toml(text, file)?;
+    let ctx = Ctx {
+        file,
+        prefix: "",
+        sources: &raw.sources,
+    };
+    ctx.device(raw.clone())
+}
+
+/// Parses a system file; a `node.device` name is looked up with `lookup`.
+pub fn parse_system(
+    text: &str,
+    file: &str,
+    lookup: &dyn Fn(&str) -> Result<Device>,
+) -> Result<System> {
+    let raw: raw::RawSystem = parse_toml(text, file)?;
+    let ctx = Ctx {
+        file,
+        prefix: "",
+        sources: &raw.sources,
+    };
+    let device = match (&raw.device, &raw.node.device) {
+        (Some(_), Some(_)) => {
+            return Err(ctx.invalid(
+                "node.device",
+                "the file has its own [device] table and also names a catalog device; keep one",
+            ));
+        }
+        (None, None) => {
+            return Err(ctx.invalid(
+                "node.device",
+                "missing: name a catalog device (`device = \"a100-sxm4-40gb\"`) or add a \
+                 [device] table",
+            ));
+        }
+        (Some(d), None) => {
+            let mut sources = raw.sources.clone();
+            sources.extend(d.sources.clone());
+            Ctx {
+                file,
+                prefix: "device.",
+                sources: &sources,
+            }
+            .device(d.clone())?
+        }
+        (None, Some(name)) => lookup(name)?,
+    };
+    let n = &raw.node;
+    let node = Node {
+        devices: ctx.count("node.devices", &n.devices)?,
+        cpu: n.cpu.clone(),
+        host_memory: ctx.opt("node.host_memory_gib", &n.host_memory_gib, Bytes::from_gib)?,
+        pcie: ctx.opt("node.pcie_gbs", &n.pcie_gbs, ByteRate::from_gbs)?,
+        nvlink: ctx.opt("node.nvlink_gbs", &n.nvlink_gbs, ByteRate::from_gbs)?,
+        nvme_capacity: ctx.opt("node.nvme_capacity_gb", &n.nvme_capacity_gb, Bytes::from_gb)?,
+        nvme_read: ctx.opt("node.nvme_read_gbs", &n.nvme_read_gbs, ByteRate::from_gbs)?,
+        nics: n
+            .nics
+            .as_ref()
+            .map(|c| ctx.count("node.nics", c))
+            .transpose()?,
+        nic_bandwidth: ctx.opt("node.nic_gbs", &n.nic_gbs, ByteRate::from_gbs)?,
+        power_w: ctx.opt("node.power_w", &n.power_w, |w| w)?,
+    };
+    if node.nic_bandwidth.is_some() != node.nics.is_some() {
+        return Err(ctx.invalid("node.nics", "give both `nics` and `nic_gbs`, or neither"));
+    }
+    let c = &raw.cluster;
+    let cluster = Cluster {
+        nodes: ctx.count("cluster.nodes", &c.nodes)?,
+        network: c.network.clone(),
+        pfs: c.pfs.clone(),
+        pfs_capacity: ctx.opt("cluster.pfs_capacity_pb", &c.pfs_capacity_pb, |pb| {
+            Bytes::from_tb(pb * 1000.0)
+        })?,
+        pfs_bandwidth: ctx.opt(
+            "cluster.pfs_bandwidth_gbs",
+            &c.pfs_bandwidth_gbs,
+            ByteRate::from_gbs,
+        )?,
+    };
+    let system = System {
+        name: raw.name.clone(),
+        description: raw.description.clone(),
+        device,
+        node,
+        cluster,
+    };
+    if system.device_memory().is_none() {
+        return Err(ctx.invalid(
+            "node.host_memory_gib",
+            format!(
+                "device `{}` has no memory.capacity_gib, so the node needs host_memory_gib for \
+                 it to train in",
+                system.device.name
+            ),
+        ));
+    }
+    Ok(system)
+}
+
+/// Parses either file kind: a system file if it has a `[node]` table, else a device file,
+/// which becomes a one-device system.
+pub fn parse_system_or_device(
+    text: &str,
+    file: &str,
+    lookup: &dyn Fn(&str) -> Result<Device>,
+) -> Result<System> {
+    let table: toml::Table = parse_toml(text, file)?;
+    if table.contains_key("node") {
+        parse_system(text, file, lookup)
+    } else {
+        parse_device(text, file).map(System::single_device)
+    }
+}
+
+/// Parses TOML into `T`, reporting the file, line, column and key on failure.
+pub(crate) fn parse_toml<T: serde::de::DeserializeOwned>(text: &str, file: &str) -> Result<T> {
+    toml::from_str(text).map_err(|e| Error::Parse {
+        file: file.to_owned(),
+        message: e.to_string().trim().to_owned(),
+    })
+}
+
+/// Validation context: the file, a prefix for field paths, and the sources to resolve.
+struct Ctx<'a> {
+    file: &'a str,
+    prefix: &'a str,
+    sources: &'a BTreeMap<String, String>,
+}
+
+impl Ctx<'_> {
+    fn invalid(&self, field: &str, message: impl Into<String>) -> Error {
+        Error::invalid(self.file, format!("{}{field}", self.prefix), message)
+    }
+
+    fn source(&self, field: &str, key: &str) -> Result<String> {
+        if key.trim().is_empty() {
+            return Err(self.invalid(
+                &format!("{field}.source"),
+                "is empty; cite where the number comes from",
+            ));
+        }
+        self.sources.get(key).cloned().ok_or_else(|| {
+            let known: Vec<&str> = self.sources.keys().map(String::as_str).collect();
+            self.invalid(
+                &format!("{field}.source"),
+                format!(
+                    "`{key}` is not a key of the [sources] table (known: {}); add \
+                     `{key} = \"<citation>\"` under [sources]",
+                    if known.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            )
+        })
+    }
+
+    /// A positive, finite number converted with `unit`.
+    fn number<T>(
+        &self,
+        field: &str,
+        raw: &raw::RawSourced<f64>,
+        unit: impl Fn(f64) -> T,
+    ) -> Result<Sourced<T>> {
+        if !raw.value.is_finite() || raw.value <= 0.0 {
+            return Err(self.invalid(
+                &format!("{field}.value"),
+                format!(
+                    "{} is not a positive number; it must be greater than zero",
+                    raw.value
+                ),
+            ));
+        }
+        Ok(Sourced {
+            value: unit(raw.value),
+            source: self.source(field, &raw.source)?,
+        })
+    }
+
+    fn opt<T>(
+        &self,
+        field: &str,
+        raw: &Option<raw::RawSourced<f64>>,
+        unit: impl Fn(f64) -> T,
+    ) -> Result<Option<Sourced<T>>> {
+        raw.as_ref()
+            .map(|r| self.number(field, r, unit))
+            .transpose()
+    }
+
+    fn count(&self, field: &str, raw: &raw::RawSourced<u32>) -> Result<Sourced<u32>> {
+        if raw.value == 0 {
+            return Err(self.invalid(&format!("{field}.value"), "0: must be at least 1"));
+        }
+        Ok(Sourced {
+            value: raw.value,
+            source: self.source(field, &raw.source)?,
+        })
+    }
+
+    fn device(&self, raw: raw::RawDevice) -> Result<Device> {
+        let kind = match raw.kind.as_str() {
+            "gpu" => DeviceKind::Gpu,
+            "cpu" => DeviceKind::Cpu,
+            other => {
+                return Err(self.invalid("kind", format!("`{other}`: must be \"gpu\" or \"cpu\"")));
+            }
+        };
+        if raw.name.trim().is_empty() {
+            return Err(self.invalid("name", "is empty"));
+        }
+        let tflops = |field: &str, v: &Option<raw::RawSourced<f64>>| {
+            self.opt(&format!("peak.{field}"), v, FlopRate::from_tflops)
+        };
+        let p = &raw.peak;
+        let peak = Peaks {
+            fp64: tflops("tflops_fp64", &p.tflops_fp64)?,
+            fp32: tflops("tflops_fp32", &p.tflops_fp32)?,
+            fp16: tflops("tflops_fp16", &p.tflops_fp16)?,
+            bf16: tflops("tflops_bf16", &p.tflops_bf16)?,
+            fp64_tensor: tflops("tflops_fp64_tensor", &p.tflops_fp64_tensor)?,
+            fp32_tensor: tflops("tflops_fp32_tensor", &p.tflops_fp32_tensor)?,
+            tf32_tensor: tflops("tflops_tf32_tensor", &p.tflops_tf32_tensor)?,
+            fp16_tensor: tflops("tflops_fp16_tensor", &p.tflops_fp16_tensor)?,
+            bf16_tensor: tflops("tflops_bf16_tensor", &p.tflops_bf16_tensor)?,
+        };
+        if peak.fp32.is_none() {
+            return Err(self.invalid(
+                "peak.tflops_fp32",
+                "missing: every device needs its FP32 vector peak (vector ops run at it)",
+            ));
+        }
+        let m = &raw.memory;
+        let device = Device {
+            name: raw.name.clone(),
+            kind,
+            vendor: raw.vendor.clone(),
+            model: raw.model.clone(),
+            description: raw.description.clone(),
+            cores: raw
+                .cores
+                .as_ref()
+                .map(|c| self.count("cores", c))
+                .transpose()?,
+            peak,
+            memory_capacity: self.opt("memory.capacity_gib", &m.capacity_gib, Bytes::from_gib)?,
+            memory_bandwidth: self.number(
+                "memory.bandwidth_gbs",
+                &m.bandwidth_gbs,
+                ByteRate::from_gbs,
+            )?,
+            llc: self.opt("memory.llc_mib", &m.llc_mib, Bytes::from_mib)?,
+            tdp_w: raw
+                .power
+                .as_ref()
+                .map(|p| self.number("power.tdp_w", &p.tdp_w, |w| w))
+                .transpose()?,
+        };
+        if kind == DeviceKind::Gpu && device.memory_capacity.is_none() {
+            return Err(self.invalid(
+                "memory.capacity_gib",
+                "missing: a GPU needs its memory capacity",
+            ));
+        }
+        Ok(device)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEVICE: &str = r#"
+name = "toy"
+kind = "gpu"
+vendor = "Acme"
+model = "Toy 1"
+[sources]
+sheet = "Acme Toy 1 datasheet"
+[peak]
+tflops_fp32 = { value = 10.0, source = "sheet" }
+tflops_fp16_tensor = { value = 100.0, source = "sheet" }
+[memory]
+capacity_gib = { value = 16.0, source = "sheet" }
+bandwidth_gbs = { value = 1000.0, source = "sheet" }
+"#;
+
+    fn no_lookup(name: &str) -> Result<Device> {
+        Err(Error::UnknownName {
+            kind: "device",
+            name: name.into(),
+            valid: vec![],
+        })
+    }
+
+    #[test]
+    fn device_sources_resolve_to_citations() {
+        let d = parse_device(DEVICE, "toy.toml").unwrap();
+        assert_eq!(d.memory_bandwidth.value, ByteRate::from_gbs(1000.0));
+        assert_eq!(d.memory_bandwidth.source, "Acme Toy 1 datasheet");
+        assert_eq!(d.memory_capacity.unwrap().value, Bytes::from_gib(16.0));
+    }
+
+    #[test]
+    fn matrix_peak_prefers_tensor_units_and_falls_back_to_vector() {
+        let d = parse_device(DEVICE, "toy.toml").unwrap();
+        assert_eq!(
+            d.matrix_peak(Precision::AmpFp16).unwrap().name,
+            "fp16_tensor"
+        );
+        assert_eq!(d.matrix_peak(Precision::Fp32).unwrap().name, "fp32");
+        // No fp16 vector peak: vector ops compute at the FP32 rate.
+        assert_eq!(d.vector_peak(Precision::AmpFp16).unwrap().name, "fp32");
+        let err = d.matrix_peak(Precision::Tf32).unwrap_err().to_string();
+        assert!(err.contains("no tf32 peak"), "{err}");
+    }
+
+    #[test]
+    fn non_positive_bandwidth_is_refused_naming_the_field() {
+        let text = DEVICE.replace("value = 1000.0", "value = -5.0");
+        let err = parse_device(&text, "toy.toml").unwrap_err().to_string();
+        assert!(
+            err.contains("toy.toml: field `memory.bandwidth_gbs.value`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn zero_peak_is_refused() {
+        let text = DEVICE.replace("value = 10.0", "value = 0.0");
+        let err = parse_device(&text, "toy.toml").unwrap_err().to_string();
+        assert!(err.contains("peak.tflops_fp32.value"), "{err}");
+    }
+
+    #[test]
+    fn unknown_source_key_is_refused() {
+        let text = DEVICE.replace(
+            "source = \"sheet\" }\n[memory]",
+            "source = \"blog\" }\n[memory]",
+        );
+        let err = parse_device(&text, "toy.toml").unwrap_err().to_string();
+        assert!(
+            err.contains("`blog` is not a key of the [sources] table"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn unknown_key_reports_line_and_key() {
+        let text = DEVICE.replace("[memory]", "[memory]\nbandwith_gbs = 3");
+        let err = parse_device(&text, "toy.toml").unwrap_err().to_string();
+        assert!(err.starts_with("toy.toml: "), "{err}");
+        assert!(err.contains("line 12"), "{err}");
+        assert!(err.contains("bandwith_gbs"), "{err}");
+    }
+
+    #[test]
+    fn system_with_inline_device_parses() {
+        let text = format!(
+            "name = \"box\"\n[sources]\nspec = \"box spec\"\n[node]\ndevices = {{ value = 2, \
+             source = \"spec\" }}\n[cluster]\nnodes = {{ value = 4, source = \"spec\" }}\n\
+             [device]\n{}",
+            DEVICE.replace("\n[", "\n[device.")
+        );
+        let s = parse_system(&text, "box.toml", &no_lookup).unwrap();
+        assert_eq!(s.node.devices.value, 2);
+        assert_eq!(s.device.name, "toy");
+        assert_eq!(s.device_memory().unwrap().value, Bytes::from_gib(16.0));
+    }
+
+    #[test]
+    fn system_needs_a_device() {
+        let text = "name = \"box\"\n[sources]\nspec = \"x\"\n[node]\ndevices = { value = 2, \
+                    source = \"spec\" }\n[cluster]\nnodes = { value = 4, source = \"spec\" }\n";
+        let err = parse_system(text, "box.toml", &no_lookup)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("node.device"), "{err}");
+    }
+
+    #[test]
+    fn cpu_device_scales_with_cores() {
+        let text = DEVICE.replace(
+            "kind = \"gpu\"",
+            "kind = \"cpu\"\ncores = { value = 8, source = \"sheet\" }",
+        );
+        let d = parse_device(&text, "cpu.toml").unwrap();
+        let two = d.with_cores(2, "test").unwrap();
+        assert_eq!(two.peak.fp32.unwrap().value, FlopRate::from_tflops(2.5));
+        assert_eq!(two.memory_bandwidth.value, d.memory_bandwidth.value);
+    }
+}

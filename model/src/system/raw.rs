@@ -1,0 +1,104 @@
+//! Raw serde structs that mirror the device and system TOML files exactly (see
+//! `data/README.md`). Unknown keys are refused. Validation lives in the parent module.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+/// A number with the key of its source in the file's `[sources]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSourced<T> {
+    pub(crate) value: T,
+    pub(crate) source: String,
+}
+
+/// A device file, or the `[device]` table of a system file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDevice {
+    pub(crate) name: String,
+    pub(crate) kind: String,
+    pub(crate) vendor: String,
+    pub(crate) model: String,
+    pub(crate) description: Option<String>,
+    #[serde(default)]
+    pub(crate) sources: BTreeMap<String, String>,
+    pub(crate) cores: Option<RawSourced<u32>>,
+    pub(crate) peak: RawPeak,
+    pub(crate) memory: RawMemory,
+    pub(crate) power: Option<RawPower>,
+}
+
+/// `[peak]`: TFLOP/s per number format, vector units and matrix (tensor) units.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPeak {
+    pub(crate) tflops_fp64: Option<RawSourced<f64>>,
+    pub(crate) tflops_fp32: Option<RawSourced<f64>>,
+    pub(crate) tflops_fp16: Option<RawSourced<f64>>,
+    pub(crate) tflops_bf16: Option<RawSourced<f64>>,
+    pub(crate) tflops_fp64_tensor: Option<RawSourced<f64>>,
+    pub(crate) tflops_fp32_tensor: Option<RawSourced<f64>>,
+    pub(crate) tflops_tf32_tensor: Option<RawSourced<f64>>,
+    pub(crate) tflops_fp16_tensor: Option<RawSourced<f64>>,
+    pub(crate) tflops_bf16_tensor: Option<RawSourced<f64>>,
+}
+
+/// `[memory]` of a device.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMemory {
+    pub(crate) capacity_gib: Option<RawSourced<f64>>,
+    pub(crate) bandwidth_gbs: RawSourced<f64>,
+    pub(crate) llc_mib: Option<RawSourced<f64>>,
+}
+
+/// `[power]` of a device.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPower {
+    pub(crate) tdp_w: RawSourced<f64>,
+}
+
+/// A system file: one node type and the cluster built from it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSystem {
+    pub(crate) name: String,
+    pub(crate) description: Option<String>,
+    #[serde(default)]
+    pub(crate) sources: BTreeMap<String, String>,
+    pub(crate) device: Option<RawDevice>,
+    pub(crate) node: RawNode,
+    pub(crate) cluster: RawCluster,
+}
+
+/// `[node]` of a system file. Bandwidths are per direction.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawNode {
+    /// Catalog name of the device, unless the file has its own `[device]` table.
+    pub(crate) device: Option<String>,
+    pub(crate) devices: RawSourced<u32>,
+    pub(crate) cpu: Option<String>,
+    pub(crate) host_memory_gib: Option<RawSourced<f64>>,
+    pub(crate) pcie_gbs: Option<RawSourced<f64>>,
+    pub(crate) nvlink_gbs: Option<RawSourced<f64>>,
+    pub(crate) nvme_capacity_gb: Option<RawSourced<f64>>,
+    pub(crate) nvme_read_gbs: Option<RawSourced<f64>>,
+    pub(crate) nics: Option<RawSourced<u32>>,
+    pub(crate) nic_gbs: Option<RawSourced<f64>>,
+    pub(crate) power_w: Option<RawSourced<f64>>,
+}
+
+/// `[cluster]` of a system file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCluster {
+    pub(crate) nodes: RawSourced<u32>,
+    pub(crate) network: Option<String>,
+    pub(crate) pfs: Option<String>,
+    pub(crate) pfs_capacity_pb: Option<RawSourced<f64>>,
+    pub(crate) pfs_bandwidth_gbs: Option<RawSourced<f64>>,
+}

@@ -1,0 +1,337 @@
+//! Built-in workloads: CosmoFlow (`cosmoflow`, v1.0+ with kernel 3; `cosmoflow-v07`, kernel
+//! 2), DeepCAM (`deepcam`) and ResNet-50 v1.5 (`resnet50`), each parametric in input
+//! spatial size and a width multiplier so that problem size can be scaled \[000\].
+//!
+//! Layer names, shapes, parameter and MAC counts match the reference tables in
+//! `data/reference/` (checked by this module's tests). Builders add what the tables leave
+//! out: the input node, the loss, and CosmoFlow's output `tanh`, which the table folds into
+//! `dense_out`.
+
+mod cosmoflow;
+mod deepcam;
+mod resnet;
+
+use crate::error::{Error, Result};
+use crate::graph::{Graph, LayerError};
+
+/// Largest accepted width multiplier.
+pub const MAX_WIDTH: f64 = 16.0;
+/// Largest accepted input extent along one spatial dimension.
+pub const MAX_INPUT_EXTENT: usize = 16_384;
+
+/// How to scale a built-in workload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BuildOptions {
+    /// Input spatial size; `None` for the reference size. One value is used for every
+    /// spatial dimension.
+    pub input_size: Option<Vec<usize>>,
+    /// Multiplier on every inner channel count (input channels and outputs stay fixed).
+    pub width: f64,
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        BuildOptions {
+            input_size: None,
+            width: 1.0,
+        }
+    }
+}
+
+/// A built-in workload.
+#[derive(Debug, Clone, Copy)]
+pub struct Builtin {
+    /// Name on the command line.
+    pub name: &'static str,
+    /// One-line description.
+    pub description: &'static str,
+    /// Reference input shape, channels first.
+    pub input: &'static [usize],
+    build: fn(&[usize], &Scale) -> Result<Graph, LayerError>,
+    /// Extra constraint on the input spatial size, checked before building.
+    check_input: fn(&[usize]) -> Result<(), String>,
+}
+
+/// Every built-in workload.
+pub const BUILTINS: &[Builtin] = &[
+    Builtin {
+        name: "cosmoflow",
+        description: "CosmoFlow v1.0+ (MLPerf HPC reference): 3-D CNN, kernel 3, 4x128^3 input",
+        input: &[4, 128, 128, 128],
+        build: cosmoflow::build_v1,
+        check_input: cosmoflow::check_input,
+    },
+    Builtin {
+        name: "cosmoflow-v07",
+        description: "CosmoFlow v0.7 (MLPerf HPC v0.7 reference): 3-D CNN, kernel 2, 4x128^3 input",
+        input: &[4, 128, 128, 128],
+        build: cosmoflow::build_v07,
+        check_input: cosmoflow::check_input,
+    },
+    Builtin {
+        name: "deepcam",
+        description: "DeepCAM (MLPerf HPC reference): DeepLabv3+ with Xception, 16x768x1152 input",
+        input: &[16, 768, 1152],
+        build: deepcam::build,
+        check_input: deepcam::check_input,
+    },
+    Builtin {
+        name: "resnet50",
+        description: "ResNet-50 v1.5 (torchvision layout), 3x224x224 input, 1000 classes",
+        input: &[3, 224, 224],
+        build: resnet::build,
+        check_input: resnet::check_input,
+    },
+];
+
+/// Names of the built-in workloads.
+pub fn names() -> Vec<String> {
+    BUILTINS.iter().map(|b| b.name.to_owned()).collect()
+}
+
+/// The built-in workload called `name`.
+pub fn find(name: &str) -> Result<&'static Builtin> {
+    BUILTINS
+        .iter()
+        .find(|b| b.name == name)
+        .ok_or_else(|| Error::UnknownName {
+            kind: "workload",
+            name: name.to_owned(),
+            valid: names(),
+        })
+}
+
+/// Builds the built-in workload `name` with `options`.
+pub fn build(name: &str, options: &BuildOptions) -> Result<Graph> {
+    find(name)?.build(options)
+}
+
+impl Builtin {
+    /// Builds this workload with `options`.
+    pub fn build(&self, options: &BuildOptions) -> Result<Graph> {
+        let w = options.width;
+        if !w.is_finite() || w <= 0.0 || w > MAX_WIDTH {
+            return Err(Error::argument(
+                "width",
+                w,
+                format!("the width multiplier must be greater than 0 and at most {MAX_WIDTH}"),
+            ));
+        }
+        let rank = self.input.len() - 1;
+        let spatial = match &options.input_size {
+            None => self.input[1..].to_vec(),
+            Some(s) if s.len() == 1 => vec![s[0]; rank],
+            Some(s) if s.len() == rank => s.clone(),
+            Some(s) => {
+                return Err(Error::argument(
+                    "input-size",
+                    fmt_size(s),
+                    format!(
+                        "{} has {rank} spatial dimensions; give 1 or {rank} values",
+                        self.name
+                    ),
+                ));
+            }
+        };
+        if let Some(&bad) = spatial.iter().find(|&&d| d == 0 || d > MAX_INPUT_EXTENT) {
+            return Err(Error::argument(
+                "input-size",
+                fmt_size(&spatial),
+                format!("extent {bad} must be between 1 and {MAX_INPUT_EXTENT}"),
+            ));
+        }
+        (self.check_input)(&spatial)
+            .map_err(|m| Error::argument("input-size", fmt_size(&spatial), m))?;
+        (self.build)(&spatial, &Scale(w)).map_err(|e| Error::Layer {
+            location: format!("workload `{}`", self.name),
+            layer: e.layer,
+            message: e.message,
+        })
+    }
+}
+
+fn fmt_size(s: &[usize]) -> String {
+    let parts: Vec<String> = s.iter().map(usize::to_string).collect();
+    parts.join("x")
+}
+
+/// The width multiplier applied to a reference channel count.
+#[derive(Debug, Clone, Copy)]
+struct Scale(f64);
+
+impl Scale {
+    /// `channels x width`, rounded, at least 1.
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    fn ch(self, channels: usize) -> usize {
+        ((channels as f64 * self.0).round() as usize).max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::cost;
+    use crate::precision::Precision;
+    use crate::reference;
+
+    /// Graph layers that the reference tables do not list.
+    fn is_extra(workload: &str, name: &str) -> bool {
+        name == "input" || name == "loss" || (workload.starts_with("cosmoflow") && name == "tanh")
+    }
+
+    fn check_against_reference(workload: &str) {
+        let graph = build(workload, &BuildOptions::default()).unwrap();
+        let costs = cost(&graph, 1, Precision::Fp32);
+        let table = reference::table(workload).unwrap();
+        let ours: Vec<_> = costs
+            .layers
+            .iter()
+            .filter(|l| !is_extra(workload, &l.name))
+            .collect();
+        let mut mismatches = Vec::new();
+        for (i, (r, o)) in table.rows.iter().zip(&ours).enumerate() {
+            let row = (
+                r.name.as_str(),
+                r.out_shape.as_slice(),
+                r.params,
+                r.macs_fwd,
+            );
+            let got = (
+                o.name.as_str(),
+                o.output_shape.as_slice(),
+                o.params,
+                o.macs_fwd,
+            );
+            if row != got {
+                mismatches.push(format!("row {i}: reference {row:?}\n        ours {got:?}"));
+            }
+        }
+        assert!(
+            mismatches.is_empty(),
+            "{workload}:\n{}",
+            mismatches.join("\n")
+        );
+        assert_eq!(ours.len(), table.rows.len(), "{workload}: layer count");
+        assert_eq!(costs.params, table.total_params(), "{workload}: parameters");
+        assert_eq!(costs.macs_fwd, table.total_macs(), "{workload}: MACs");
+    }
+
+    #[test]
+    fn cosmoflow_matches_reference_layer_by_layer() {
+        check_against_reference("cosmoflow");
+        let g = build("cosmoflow", &BuildOptions::default()).unwrap();
+        assert_eq!(cost(&g, 1, Precision::Fp32).params, 8_907_556);
+    }
+
+    #[test]
+    fn cosmoflow_v07_matches_reference_layer_by_layer() {
+        check_against_reference("cosmoflow-v07");
+        let g = build("cosmoflow-v07", &BuildOptions::default()).unwrap();
+        assert_eq!(cost(&g, 1, Precision::Fp32).params, 5_597_604);
+    }
+
+    #[test]
+    fn deepcam_matches_reference_layer_by_layer() {
+        check_against_reference("deepcam");
+        let g = build("deepcam", &BuildOptions::default()).unwrap();
+        assert_eq!(cost(&g, 1, Precision::Fp32).params, 56_454_720);
+    }
+
+    #[test]
+    fn resnet50_matches_reference_layer_by_layer() {
+        check_against_reference("resnet50");
+        let g = build("resnet50", &BuildOptions::default()).unwrap();
+        assert_eq!(cost(&g, 1, Precision::Fp32).params, 25_557_032);
+    }
+
+    #[test]
+    fn published_mac_totals() {
+        // reference/README.md: 34.431, 10.205, 327.669 and 4.089 GMAC per sample.
+        for (name, gmac) in [
+            ("cosmoflow", 34.431),
+            ("cosmoflow-v07", 10.205),
+            ("deepcam", 327.669),
+            ("resnet50", 4.089),
+        ] {
+            let g = build(name, &BuildOptions::default()).unwrap();
+            let macs = cost(&g, 1, Precision::Fp32).macs_fwd as f64 / 1e9;
+            assert!(
+                (macs - gmac).abs() < 0.0005,
+                "{name}: {macs} GMAC, reference {gmac}"
+            );
+        }
+    }
+
+    #[test]
+    fn input_size_and_width_rescale() {
+        let small = BuildOptions {
+            input_size: Some(vec![64]),
+            width: 0.5,
+        };
+        let g = build("cosmoflow", &small).unwrap();
+        assert_eq!(g.input_shape().dims(), &[4, 64, 64, 64]);
+        let conv = &g.layers()[g.find("conv3d").unwrap()];
+        assert_eq!(conv.output.dims(), &[16, 64, 64, 64]);
+        let out = &g.layers()[g.find("dense_out").unwrap()];
+        assert_eq!(out.output.dims(), &[4], "outputs do not scale with width");
+    }
+
+    #[test]
+    fn bad_options_are_refused_with_the_reason() {
+        let err = build(
+            "deepcam",
+            &BuildOptions {
+                input_size: Some(vec![100, 100]),
+                width: 1.0,
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("multiple of 16"), "{err}");
+        let err = build(
+            "resnet50",
+            &BuildOptions {
+                input_size: None,
+                width: 0.0,
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("width = 0"), "{err}");
+        let err = build(
+            "cosmoflow",
+            &BuildOptions {
+                input_size: Some(vec![8]),
+                width: 1.0,
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("at least 32"), "{err}");
+        let err = build(
+            "cosmoflow",
+            &BuildOptions {
+                input_size: Some(vec![64, 64]),
+                width: 1.0,
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("give 1 or 3 values"), "{err}");
+    }
+
+    #[test]
+    fn unknown_workload_lists_valid_names() {
+        let err = build("bert", &BuildOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("cosmoflow, cosmoflow-v07, deepcam, resnet50"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,23 @@
+//! One module per subcommand.
+
+mod memory;
+mod roofline;
+mod system;
+mod workload;
+
+use anyhow::Result;
+
+use crate::cli::{Cli, Command, SystemCommand, WorkloadCommand};
+
+/// Runs the parsed command line.
+pub(crate) fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Workload(WorkloadCommand::List(args)) => workload::list(&args),
+        Command::Workload(WorkloadCommand::Show(args)) => workload::show(&args),
+        Command::Workload(WorkloadCommand::Export(args)) => workload::export(&args),
+        Command::Memory(args) => memory::run(&args),
+        Command::Roofline(args) => roofline::run(&args),
+        Command::System(SystemCommand::List(args)) => system::list(&args),
+        Command::System(SystemCommand::Show(args)) => system::show(&args),
+    }
+}

@@ -11,6 +11,12 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// mimalloc: sweeps build and cost thousands of graphs, and glibc's malloc spends more time
+/// trimming and regrowing the heap in that pattern than the model spends computing (see
+/// `model/benches/build_cost.rs`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     match commands::run(cli) {

@@ -1,1 +1,38 @@
-fn main() {}
+//! Builds and costs ResNet-50 at batch 256: the model's inner loop in sweeps. Target: under
+//! 50 us per build + cost (issue #2). `cargo bench -p ridgeline-model --bench build_cost`.
+//!
+//! The bench uses mimalloc, the allocator the `ridgeline` binary runs with: glibc's malloc
+//! trims and regrows the heap between iterations of this allocate-then-free loop, which
+//! costs more than the model itself.
+
+use std::hint::black_box;
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use ridgeline_model::cost::cost;
+use ridgeline_model::precision::Precision;
+use ridgeline_model::workloads::{self, BuildOptions};
+
+fn build_and_cost(c: &mut Criterion) {
+    let options = BuildOptions::default();
+    let mut group = c.benchmark_group("resnet50");
+    group.bench_function("build", |b| {
+        b.iter(|| workloads::build(black_box("resnet50"), &options));
+    });
+    let graph = workloads::build("resnet50", &options).expect("resnet50 builds");
+    group.bench_function("cost_batch256", |b| {
+        b.iter(|| cost(black_box(&graph), black_box(256), Precision::AmpFp16));
+    });
+    group.bench_function("build_and_cost_batch256", |b| {
+        b.iter(|| {
+            let g = workloads::build(black_box("resnet50"), &options).expect("resnet50 builds");
+            cost(&g, black_box(256), Precision::AmpFp16).flops_train
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, build_and_cost);
+criterion_main!(benches);

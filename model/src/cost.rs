@@ -35,22 +35,24 @@
 //!   [`crate::memory`].
 
 use serde::Serialize;
+use smallvec::SmallVec;
 
 use crate::graph::{Graph, Layer, NodeId, Op, Shape};
 use crate::precision::Precision;
 use crate::units::{Bytes, Flops};
 
-/// Cost of one layer for one training step at a given batch and precision.
+/// Cost of one layer for one training step at a given batch and precision. Names and
+/// shapes are borrowed from the graph.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct LayerCost {
+pub struct LayerCost<'g> {
     /// Layer name.
-    pub name: String,
+    pub name: &'g str,
     /// Op kind (`conv`, `dense`, `relu`, ...).
     pub op: &'static str,
     /// Names of the layers this one reads.
-    pub inputs: Vec<String>,
+    pub inputs: SmallVec<[&'g str; 2]>,
     /// Output shape of one sample, channels first.
-    pub output_shape: Vec<usize>,
+    pub output_shape: &'g [usize],
     /// Trainable parameters.
     pub params: u64,
     /// Forward multiply-accumulates of matrix ops (conv, transposed conv, dense), for the
@@ -79,15 +81,15 @@ pub struct LayerCost {
 
 /// Cost of a whole training step of a graph, with the per-layer rows.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct GraphCost {
+pub struct GraphCost<'g> {
     /// Workload name.
-    pub workload: String,
+    pub workload: &'g str,
     /// Per-device batch size.
     pub batch: u64,
     /// Precision.
     pub precision: Precision,
     /// Input sample shape, channels first.
-    pub input_shape: Vec<usize>,
+    pub input_shape: &'g [usize],
     /// Trainable parameters.
     pub params: u64,
     /// Forward multiply-accumulates of matrix ops for the batch.
@@ -109,7 +111,7 @@ pub struct GraphCost {
     /// Activation bytes kept for backward (each tensor once).
     pub activation_bytes: Bytes,
     /// One row per layer, input first.
-    pub layers: Vec<LayerCost>,
+    pub layers: Vec<LayerCost<'g>>,
 }
 
 /// What a layer's backward pass reads besides the output gradient.
@@ -241,23 +243,14 @@ fn saved(op: &Op) -> &'static [Saved] {
     }
 }
 
-/// For each node, whether its output depends on a trainable parameter (so its gradient
-/// must be computed).
-pub(crate) fn requires_grad(graph: &Graph, counts: &[Counts]) -> Vec<bool> {
-    let mut needs = vec![false; graph.layers().len()];
-    for (i, layer) in graph.layers().iter().enumerate() {
-        needs[i] = counts[i].params > 0 || layer.inputs.iter().any(|&j| needs[j]);
-    }
-    needs
-}
-
 /// Costs every layer of `graph` for one training step at `batch` and `precision`.
 ///
 /// `batch` must be at least 1 (validated where it is parsed).
-pub fn cost(graph: &Graph, batch: u64, precision: Precision) -> GraphCost {
+pub fn cost(graph: &Graph, batch: u64, precision: Precision) -> GraphCost<'_> {
     let layers = graph.layers();
-    let counts: Vec<Counts> = layers.iter().map(|l| counts(graph, l)).collect();
-    let needs = requires_grad(graph, &counts);
+    // Per node: does its output depend on a trainable parameter (so its gradient must be
+    // computed)? Filled in topological order as the layers are visited.
+    let mut needs = vec![false; layers.len()];
     let act = Bytes::from_count(precision.compute_bytes());
     let b = batch as f64;
     // Elements of one sample of node `i`'s output, as f64 for byte arithmetic.
@@ -267,7 +260,8 @@ pub fn cost(graph: &Graph, batch: u64, precision: Precision) -> GraphCost {
     let mut rows = Vec::with_capacity(layers.len());
 
     for (i, layer) in layers.iter().enumerate() {
-        let c = counts[i];
+        let c = counts(graph, layer);
+        needs[i] = c.params > 0 || layer.inputs.iter().any(|&j| needs[j]);
         let view = matches!(layer.op, Op::Input | Op::Flatten);
         let data_grad = layer.inputs.iter().any(|&j| needs[j]);
         let backward = needs[i] && !view;
@@ -335,14 +329,14 @@ pub fn cost(graph: &Graph, batch: u64, precision: Precision) -> GraphCost {
         let flops_bwd = flops_bwd_data + flops_bwd_weight;
         let bytes = hbm_fwd + hbm_bwd;
         rows.push(LayerCost {
-            name: layer.name.clone(),
+            name: &layer.name,
             op: layer.op.kind(),
             inputs: layer
                 .inputs
                 .iter()
-                .map(|&j| layers[j].name.clone())
+                .map(|&j| layers[j].name.as_str())
                 .collect(),
-            output_shape: layer.output.dims().to_vec(),
+            output_shape: layer.output.dims(),
             params: c.params,
             macs_fwd: c.macs * batch,
             flops_fwd,
@@ -357,17 +351,17 @@ pub fn cost(graph: &Graph, batch: u64, precision: Precision) -> GraphCost {
         });
     }
 
-    let sum_flops = |f: fn(&LayerCost) -> Flops| rows.iter().map(f).sum::<Flops>();
-    let sum_bytes = |f: fn(&LayerCost) -> Bytes| rows.iter().map(f).sum::<Bytes>();
+    let sum_flops = |f: fn(&LayerCost<'_>) -> Flops| rows.iter().map(f).sum::<Flops>();
+    let sum_bytes = |f: fn(&LayerCost<'_>) -> Bytes| rows.iter().map(f).sum::<Bytes>();
     let flops_fwd = sum_flops(|r| r.flops_fwd);
     let flops_bwd = sum_flops(|r| r.flops_bwd);
     let hbm_fwd = sum_bytes(|r| r.hbm_bytes_fwd);
     let hbm_bwd = sum_bytes(|r| r.hbm_bytes_bwd);
     GraphCost {
-        workload: graph.name().to_owned(),
+        workload: graph.name(),
         batch,
         precision,
-        input_shape: graph.input_shape().dims().to_vec(),
+        input_shape: graph.input_shape().dims(),
         params: rows.iter().map(|r| r.params).sum(),
         macs_fwd: rows.iter().map(|r| r.macs_fwd).sum(),
         flops_fwd,
@@ -390,10 +384,10 @@ mod tests {
     /// input -> conv -> relu -> conv -> relu -> flatten -> dense -> loss
     fn small() -> Graph {
         let mut g = Graph::new("small", vec![3, 8, 8]).unwrap();
-        g.then("c1", Op::Conv(Conv::new(4, vec![3, 3]).pad(1)))
+        g.then("c1", Op::conv(Conv::new(4, &[3, 3]).pad(1)))
             .unwrap();
         g.then("r1", Op::Relu).unwrap();
-        g.then("c2", Op::Conv(Conv::new(4, vec![3, 3]).pad(1).bias(false)))
+        g.then("c2", Op::conv(Conv::new(4, &[3, 3]).pad(1).bias(false)))
             .unwrap();
         g.then("r2", Op::Relu).unwrap();
         g.then("flat", Op::Flatten).unwrap();
@@ -409,23 +403,25 @@ mod tests {
         g
     }
 
-    fn row<'a>(c: &'a GraphCost, name: &str) -> &'a LayerCost {
+    fn row<'a, 'g>(c: &'a GraphCost<'g>, name: &str) -> &'a LayerCost<'g> {
         c.layers.iter().find(|r| r.name == name).unwrap()
     }
 
     #[test]
     fn conv_flops_follow_the_formula() {
-        let c = cost(&small(), 2, Precision::Fp32);
+        let g = small();
+        let c = cost(&g, 2, Precision::Fp32);
         let c1 = row(&c, "c1");
         // 2 N C_out prod(out) (C_in / g) prod(k) = 2 * 2 * 4 * 64 * 3 * 9
-        assert_eq!(c1.flops_fwd.value(), (2 * 2 * 4 * 64 * 3 * 9) as f64);
+        assert_eq!(c1.flops_fwd.value(), f64::from(2 * 2 * 4 * 64 * 3 * 9));
         assert_eq!(c1.params, 4 * 3 * 9 + 4);
         assert_eq!(c1.macs_fwd, 2 * 4 * 64 * 3 * 9);
     }
 
     #[test]
     fn first_layer_computes_no_data_gradient() {
-        let c = cost(&small(), 1, Precision::Fp32);
+        let g = small();
+        let c = cost(&g, 1, Precision::Fp32);
         let c1 = row(&c, "c1");
         assert_eq!(c1.flops_bwd_data, Flops::ZERO);
         assert_eq!(c1.flops_bwd_weight, c1.flops_fwd);
@@ -435,7 +431,8 @@ mod tests {
 
     #[test]
     fn flatten_is_a_view() {
-        let c = cost(&small(), 4, Precision::Fp32);
+        let g = small();
+        let c = cost(&g, 4, Precision::Fp32);
         let f = row(&c, "flat");
         assert_eq!(f.hbm_bytes_fwd, Bytes::ZERO);
         assert_eq!(f.hbm_bytes_bwd, Bytes::ZERO);
@@ -445,7 +442,8 @@ mod tests {
     #[test]
     fn shared_tensors_are_kept_once() {
         // r1's output is kept by r1 (ReLU keeps its output) and by c2 (conv keeps its input).
-        let c = cost(&small(), 1, Precision::Fp32);
+        let g = small();
+        let c = cost(&g, 1, Precision::Fp32);
         assert_eq!(row(&c, "r1").activation_bytes.value(), 4.0 * 256.0);
         assert_eq!(row(&c, "c2").activation_bytes, Bytes::ZERO);
         // c1 keeps the input sample, which is the input buffer, not an activation.
@@ -458,7 +456,7 @@ mod tests {
     fn relu_on_the_input_runs_no_backward() {
         let mut g = Graph::new("t", vec![3, 4, 4]).unwrap();
         g.then("r", Op::Relu).unwrap();
-        g.then("c", Op::Conv(Conv::new(2, vec![1, 1]))).unwrap();
+        g.then("c", Op::conv(Conv::new(2, &[1, 1]))).unwrap();
         let c = cost(&g, 1, Precision::Fp32);
         let r = row(&c, "r");
         assert_eq!(r.flops_bwd, Flops::ZERO);
@@ -468,7 +466,8 @@ mod tests {
 
     #[test]
     fn hbm_bytes_follow_the_lower_bound_rules() {
-        let c = cost(&small(), 1, Precision::Fp32);
+        let g = small();
+        let c = cost(&g, 1, Precision::Fp32);
         let r2 = row(&c, "r2");
         // forward: read 256 + write 256 elements of 4 bytes.
         assert_eq!(r2.hbm_bytes_fwd.value(), 4.0 * 512.0);
@@ -483,8 +482,10 @@ mod tests {
 
     #[test]
     fn mixed_precision_halves_activation_traffic() {
-        let fp32 = cost(&small(), 8, Precision::Fp32);
-        let amp = cost(&small(), 8, Precision::AmpFp16);
+        let g = small();
+        let fp32 = cost(&g, 8, Precision::Fp32);
+        let g = small();
+        let amp = cost(&g, 8, Precision::AmpFp16);
         assert_eq!(fp32.flops_train, amp.flops_train);
         assert!((amp.activation_bytes.value() * 2.0 - fp32.activation_bytes.value()).abs() < 1.0);
     }

@@ -35,7 +35,11 @@ use serde::{Deserialize, Serialize};
 use toml::{Spanned, Value};
 
 use crate::error::{Error, Result};
-use crate::graph::{Conv, Graph, INPUT_NAME, Layer, LayerError, NodeId, Op, Padding, Pool};
+use smallvec::smallvec;
+
+use crate::graph::{
+    Conv, Dims, Graph, INPUT_NAME, Layer, LayerError, NodeId, Op, PadPairs, Padding, Pool,
+};
 use crate::system::parse_toml;
 
 #[derive(Debug, Deserialize, Serialize)]
@@ -250,7 +254,7 @@ fn to_op(l: &RawLayer, rank: usize) -> Result<Op, String> {
         return Err(format!("op `{}` needs field `{missing}`", l.op));
     }
     let dims_or = |field: &str, v: &Option<Value>, default: usize| match v {
-        None => Ok(vec![default; rank]),
+        None => Ok(smallvec![default; rank]),
         Some(v) => dims(field, v, rank),
     };
     let conv = || -> Result<Conv, String> {
@@ -280,14 +284,14 @@ fn to_op(l: &RawLayer, rank: usize) -> Result<Op, String> {
     };
     let num = |v: Option<f64>| v.unwrap_or(f64::NAN);
     Ok(match l.op.as_str() {
-        "conv" => Op::Conv(conv()?),
-        "conv-transpose" => Op::ConvTranspose(conv()?),
+        "conv" => Op::conv(conv()?),
+        "conv-transpose" => Op::conv_transpose(conv()?),
         "dense" => Op::Dense {
             out_features: l.out_features.unwrap_or(0),
             bias: l.bias.unwrap_or(true),
         },
-        "max-pool" => Op::MaxPool(pool()?),
-        "avg-pool" => Op::AvgPool(pool()?),
+        "max-pool" => Op::max_pool(pool()?),
+        "avg-pool" => Op::avg_pool(pool()?),
         "global-avg-pool" => Op::GlobalAvgPool,
         "batch-norm" => Op::BatchNorm,
         "channel-affine" => Op::ChannelAffine,
@@ -302,7 +306,11 @@ fn to_op(l: &RawLayer, rank: usize) -> Result<Op, String> {
         },
         "concat" => Op::Concat,
         "tile" => Op::Tile {
-            repeats: l.repeats.clone().unwrap_or_default(),
+            repeats: l
+                .repeats
+                .as_deref()
+                .map(Dims::from_slice)
+                .unwrap_or_default(),
         },
         "upsample" => Op::Upsample {
             factor: dims_or("scale_factor", &l.scale_factor, 1)?,
@@ -316,7 +324,7 @@ fn to_op(l: &RawLayer, rank: usize) -> Result<Op, String> {
 }
 
 /// A non-negative integer, or a list of them; a single value applies to every dimension.
-fn dims(field: &str, v: &Value, rank: usize) -> Result<Vec<usize>, String> {
+fn dims(field: &str, v: &Value, rank: usize) -> Result<Dims, String> {
     let one = |v: &Value| match v {
         Value::Integer(i) => usize::try_from(*i)
             .map_err(|_| format!("field `{field}`: {i} must be a non-negative integer")),
@@ -327,7 +335,7 @@ fn dims(field: &str, v: &Value, rank: usize) -> Result<Vec<usize>, String> {
     };
     match v {
         Value::Array(items) => items.iter().map(one).collect(),
-        single => Ok(vec![one(single)?; rank]),
+        single => Ok(smallvec![one(single)?; rank]),
     }
 }
 
@@ -348,9 +356,9 @@ fn padding(v: Option<&Value>, rank: usize) -> Result<Padding, String> {
             .iter()
             .map(|pair| {
                 let p = dims("padding", pair, 2)?;
-                <[usize; 2]>::try_from(p).map_err(|_| bad())
+                <[usize; 2]>::try_from(p.as_slice()).map_err(|_| bad())
             })
-            .collect::<Result<Vec<_>, _>>()
+            .collect::<Result<PadPairs, _>>()
             .map(Padding::Explicit),
         Value::Integer(_) | Value::Array(_) => {
             let p = dims("padding", v, rank)?;
@@ -373,13 +381,13 @@ fn export_layer(graph: &Graph, id: NodeId, layer: &Layer) -> RawLayer {
         layer
             .inputs
             .iter()
-            .map(|&i| graph.layers()[i].name.clone())
+            .map(|&i| graph.layers()[i].name.to_string())
             .collect()
     };
     let mut raw = RawLayer {
-        name: layer.name.clone(),
+        name: layer.name.to_string(),
         op: layer.op.kind().to_owned(),
-        inputs: (layer.inputs != [id - 1]).then(names),
+        inputs: (layer.inputs.as_slice() != [id - 1]).then(names),
         ..RawLayer::default()
     };
     let pairs = |p: &Padding| Value::Array(p.pairs().iter().map(|pair| ints(pair)).collect());
@@ -408,7 +416,7 @@ fn export_layer(graph: &Graph, id: NodeId, layer: &Layer) -> RawLayer {
         Op::LeakyRelu { alpha } => raw.alpha = Some(*alpha),
         Op::Scale { factor } => raw.factor = Some(*factor),
         Op::Dropout { rate } => raw.rate = Some(*rate),
-        Op::Tile { repeats } => raw.repeats = Some(repeats.clone()),
+        Op::Tile { repeats } => raw.repeats = Some(repeats.to_vec()),
         Op::Upsample { factor } => raw.scale_factor = Some(ints(factor)),
         Op::Input
         | Op::GlobalAvgPool

@@ -70,15 +70,25 @@ pub enum Bound {
     None,
 }
 
+/// Which of the device's peaks a layer runs at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PeakClass {
+    /// [`Roofline::matrix_peak`]: convolution, transposed convolution, dense.
+    Matrix,
+    /// [`Roofline::vector_peak`]: everything else.
+    Vector,
+}
+
 /// One layer on the roofline.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RooflineLayer {
+pub struct RooflineLayer<'g> {
     /// Layer name.
-    pub name: String,
+    pub name: &'g str,
     /// Op kind.
     pub op: &'static str,
-    /// Which peak the layer runs at (`fp16_tensor`, `fp32`, ...).
-    pub peak: String,
+    /// Which peak the layer runs at.
+    pub peak: PeakClass,
     /// Forward plus backward FLOPs.
     pub flops: Flops,
     /// Forward plus backward HBM bytes.
@@ -100,9 +110,9 @@ pub struct RooflineLayer {
 
 /// A workload's training step on one device's roofline.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Roofline {
+pub struct Roofline<'g> {
     /// Workload name.
-    pub workload: String,
+    pub workload: &'g str,
     /// System name.
     pub system: String,
     /// Device name.
@@ -138,11 +148,15 @@ pub struct Roofline {
     /// Samples per second on this device.
     pub samples_per_second: f64,
     /// Per-layer rows.
-    pub layers: Vec<RooflineLayer>,
+    pub layers: Vec<RooflineLayer<'g>>,
 }
 
 /// Places every layer of `cost` on the roofline of `system`'s device.
-pub fn roofline(cost: &GraphCost, system: &System, efficiency: Efficiency) -> Result<Roofline> {
+pub fn roofline<'g>(
+    cost: &GraphCost<'g>,
+    system: &System,
+    efficiency: Efficiency,
+) -> Result<Roofline<'g>> {
     let device = &system.device;
     let matrix_peak = device.matrix_peak(cost.precision)?;
     let vector_peak = device.vector_peak(cost.precision)?;
@@ -154,7 +168,11 @@ pub fn roofline(cost: &GraphCost, system: &System, efficiency: Efficiency) -> Re
     };
     let mut layers = Vec::with_capacity(cost.layers.len());
     for l in &cost.layers {
-        let peak = if l.matrix { &matrix_peak } else { &vector_peak };
+        let (class, peak) = if l.matrix {
+            (PeakClass::Matrix, &matrix_peak)
+        } else {
+            (PeakClass::Vector, &vector_peak)
+        };
         let (cf, mf) = pass(l.flops_fwd, l.hbm_bytes_fwd, peak.rate);
         let (cb, mb) = pass(l.flops_bwd, l.hbm_bytes_bwd, peak.rate);
         let time_fwd = cf.max(mf);
@@ -171,9 +189,9 @@ pub fn roofline(cost: &GraphCost, system: &System, efficiency: Efficiency) -> Re
         let flops = l.flops_fwd + l.flops_bwd;
         let bytes = l.hbm_bytes_fwd + l.hbm_bytes_bwd;
         layers.push(RooflineLayer {
-            name: l.name.clone(),
+            name: l.name,
             op: l.op,
-            peak: peak.name.clone(),
+            peak: class,
             flops,
             bytes,
             arithmetic_intensity: l.arithmetic_intensity,
@@ -198,7 +216,7 @@ pub fn roofline(cost: &GraphCost, system: &System, efficiency: Efficiency) -> Re
     let step_time = sum_time(None);
     let attained = cost.flops_train / step_time;
     Ok(Roofline {
-        workload: cost.workload.clone(),
+        workload: cost.workload,
         system: system.name.clone(),
         device: device.name.clone(),
         batch: cost.batch,
@@ -228,36 +246,43 @@ mod tests {
     use crate::precision::Precision;
     use crate::workloads::{self, BuildOptions};
 
-    fn run(workload: &str, system: &str, batch: u64, p: Precision) -> Roofline {
+    fn run(
+        workload: &str,
+        system: &str,
+        batch: u64,
+        p: Precision,
+        check: impl FnOnce(&Roofline<'_>),
+    ) {
         let g = workloads::build(workload, &BuildOptions::default()).unwrap();
         let s = catalog::system(system).unwrap();
-        roofline(&cost(&g, batch, p), &s, Efficiency::IDEAL).unwrap()
+        check(&roofline(&cost(&g, batch, p), &s, Efficiency::IDEAL).unwrap());
     }
 
     #[test]
     fn layer_time_is_at_least_each_bound() {
-        let r = run("resnet50", "v100-sxm2-16gb", 32, Precision::AmpFp16);
-        for l in &r.layers {
-            let peak = if l.peak == r.matrix_peak.name {
-                r.matrix_peak.rate
-            } else {
-                r.vector_peak.rate
-            };
-            let tolerance = 1.0 - 1e-12;
-            assert!(l.time.value() >= (l.bytes / r.memory_bandwidth).value() * tolerance);
-            assert!(l.time.value() >= (l.flops / peak).value() * tolerance);
-        }
-        let sum: f64 = r.layers.iter().map(|l| l.time.value()).sum();
-        assert!((sum - r.step_time.value()).abs() <= 1e-12 * sum);
+        run("resnet50", "v100-sxm2-16gb", 32, Precision::AmpFp16, |r| {
+            for l in &r.layers {
+                let peak = match l.peak {
+                    PeakClass::Matrix => r.matrix_peak.rate,
+                    PeakClass::Vector => r.vector_peak.rate,
+                };
+                let tolerance = 1.0 - 1e-12;
+                assert!(l.time.value() >= (l.bytes / r.memory_bandwidth).value() * tolerance);
+                assert!(l.time.value() >= (l.flops / peak).value() * tolerance);
+            }
+            let sum: f64 = r.layers.iter().map(|l| l.time.value()).sum();
+            assert!((sum - r.step_time.value()).abs() <= 1e-12 * sum);
+        });
     }
 
     #[test]
     fn pointwise_relu_is_memory_bound_and_big_convs_compute_bound() {
-        let r = run("cosmoflow", "v100-sxm2-16gb", 8, Precision::Fp32);
-        let find = |n: &str| r.layers.iter().find(|l| l.name == n).unwrap();
-        assert_eq!(find("leaky_re_lu_0").bound, Bound::Memory);
-        assert_eq!(find("conv3d_1").bound, Bound::Compute);
-        assert_eq!(find("flatten").bound, Bound::None);
+        run("cosmoflow", "v100-sxm2-16gb", 8, Precision::Fp32, |r| {
+            let find = |n: &str| r.layers.iter().find(|l| l.name == n).unwrap();
+            assert_eq!(find("leaky_re_lu_0").bound, Bound::Memory);
+            assert_eq!(find("conv3d_1").bound, Bound::Compute);
+            assert_eq!(find("flatten").bound, Bound::None);
+        });
     }
 
     #[test]

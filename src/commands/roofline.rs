@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use ridgeline_model::cost;
-use ridgeline_model::roofline::{self, Bound, Efficiency, RooflineLayer};
+use ridgeline_model::roofline::{self, Bound, Efficiency, PeakClass, RooflineLayer};
 use ridgeline_reports::Document;
 
 use crate::cli::RooflineArgs;
@@ -15,9 +15,12 @@ pub(crate) fn run(args: &RooflineArgs) -> Result<()> {
     let c = cost::cost(&graph, args.batch, args.precision);
     let r = roofline::roofline(&c, &system, Efficiency::IDEAL)?;
     let cols: [Col<RooflineLayer>; 9] = [
-        text("layer", "name", |r, _| r.name.clone()),
+        text("layer", "name", |r, _| r.name.to_owned()),
         text("op", "op", |r, _| r.op.to_owned()),
-        text("peak", "peak", |r, _| r.peak.clone()),
+        text("peak", "peak", |r, _| match r.peak {
+            PeakClass::Matrix => "matrix".to_owned(),
+            PeakClass::Vector => "vector".to_owned(),
+        }),
         num("FLOP", "flops", |r, s| s.flops(r.flops)),
         num("HBM bytes", "bytes", |r, s| s.bytes(r.bytes)),
         num("FLOP/B", "arithmetic_intensity", |r, s| {

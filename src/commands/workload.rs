@@ -40,7 +40,7 @@ pub(crate) fn list(args: &FormatArg) -> Result<()> {
     let cols: [Col<Listed>; 5] = [
         text("workload", "name", |r, _| r.name.to_owned()),
         text("input", "input_shape", |r, _| {
-            Shape::new(r.input_shape.clone()).to_string()
+            Shape::new(&r.input_shape).to_string()
         }),
         num("params", "params", |r, s| s.count(r.params)),
         num("GMAC/sample", "macs_fwd", |r, s| match s {
@@ -60,10 +60,10 @@ pub(crate) fn show(args: &ShowArgs) -> Result<()> {
     let graph = load::workload(&args.workload)?;
     let c = cost::cost(&graph, args.batch, args.precision);
     let cols: [Col<LayerCost>; 11] = [
-        text("layer", "name", |r, _| r.name.clone()),
+        text("layer", "name", |r, _| r.name.to_owned()),
         text("op", "op", |r, _| r.op.to_owned()),
         text("output", "output_shape", |r, _| {
-            Shape::new(r.output_shape.clone()).to_string()
+            Shape::new(r.output_shape).to_string()
         }),
         num("params", "params", |r, s| s.count(r.params)),
         num("fwd FLOP", "flops_fwd", |r, s| s.flops(r.flops_fwd)),
@@ -87,7 +87,7 @@ pub(crate) fn show(args: &ShowArgs) -> Result<()> {
         Document::new(format!("Workload {}: one training step", c.workload))
             .summary("batch", s.count(c.batch))
             .summary("precision", c.precision.name())
-            .summary("input", Shape::new(c.input_shape.clone()).to_string())
+            .summary("input", Shape::new(c.input_shape).to_string())
             .summary("parameters", s.count(c.params))
             .summary("forward MACs", s.count(c.macs_fwd))
             .summary(

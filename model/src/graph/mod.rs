@@ -9,8 +9,14 @@
 mod op;
 mod shape;
 
-pub use op::{Conv, Op, Padding, Pool};
-pub use shape::Shape;
+use std::hash::BuildHasher;
+
+use compact_str::CompactString;
+use rustc_hash::{FxBuildHasher, FxHashMap};
+use smallvec::SmallVec;
+
+pub use op::{Conv, Op, PadPairs, Padding, Pool};
+pub use shape::{Dims, Shape};
 
 /// Index of a layer in its graph.
 pub type NodeId = usize;
@@ -18,12 +24,12 @@ pub type NodeId = usize;
 /// One layer: a named op applied to earlier layers' outputs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Layer {
-    /// Unique name within the graph.
-    pub name: String,
+    /// Unique name within the graph (stored inline up to 24 bytes).
+    pub name: CompactString,
     /// What the layer computes (padding resolved to explicit pairs).
     pub op: Op,
     /// The layers whose outputs this layer reads, in order.
-    pub inputs: Vec<NodeId>,
+    pub inputs: SmallVec<[NodeId; 2]>,
     /// Output shape of one sample.
     pub output: Shape,
 }
@@ -38,10 +44,25 @@ pub struct LayerError {
 }
 
 /// A workload's layer graph.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Graph {
     name: String,
     layers: Vec<Layer>,
+    /// Hash of each layer name -> the first layer with that hash, for O(1) lookups. A
+    /// 64-bit collision between different names falls back to a linear scan. (FxHash: fast,
+    /// not flooding-resistant, which layer names read from local files do not need.)
+    index: FxHashMap<u64, NodeId>,
+}
+
+fn name_hash(name: &str) -> u64 {
+    FxBuildHasher.hash_one(name)
+}
+
+/// Graphs are equal when their names and layers are; the index is derived from them.
+impl PartialEq for Graph {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && self.layers == other.layers
+    }
 }
 
 /// The name of node 0.
@@ -56,6 +77,15 @@ pub const MAX_MACS: u64 = 1 << 43;
 impl Graph {
     /// A graph whose input sample has `input` shape (channels first, no batch).
     pub fn new(name: impl Into<String>, input: Vec<usize>) -> Result<Self, LayerError> {
+        Self::with_capacity(name, input, 64)
+    }
+
+    /// Like [`Graph::new`], with room for `layers` layers before reallocating.
+    pub fn with_capacity(
+        name: impl Into<String>,
+        input: Vec<usize>,
+        layers: usize,
+    ) -> Result<Self, LayerError> {
         let elements = input
             .iter()
             .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
@@ -71,13 +101,17 @@ impl Graph {
         let input_layer = Layer {
             name: INPUT_NAME.into(),
             op: Op::Input,
-            inputs: vec![],
-            output: Shape::new(input),
+            inputs: SmallVec::new(),
+            output: Shape::new(&input),
         };
-        Ok(Graph {
+        let mut graph = Graph {
             name: name.into(),
-            layers: vec![input_layer],
-        })
+            layers: Vec::with_capacity(layers),
+            index: FxHashMap::with_capacity_and_hasher(layers, FxBuildHasher),
+        };
+        graph.index.insert(name_hash(INPUT_NAME), 0);
+        graph.layers.push(input_layer);
+        Ok(graph)
     }
 
     /// The workload's name.
@@ -102,23 +136,32 @@ impl Graph {
 
     /// The id of the layer called `name`.
     pub fn find(&self, name: &str) -> Option<NodeId> {
-        self.layers.iter().position(|l| l.name == name)
+        self.find_hashed(name, name_hash(name))
+    }
+
+    fn find_hashed(&self, name: &str, hash: u64) -> Option<NodeId> {
+        match self.index.get(&hash) {
+            None => None,
+            Some(&id) if self.layers[id].name == name => Some(id),
+            Some(_) => self.layers.iter().position(|l| l.name == name),
+        }
     }
 
     /// Adds a layer reading `inputs`; checks the op against their shapes, resolves its
     /// padding and infers its output shape.
     pub fn push(
         &mut self,
-        name: impl Into<String>,
+        name: impl Into<CompactString>,
         mut op: Op,
         inputs: &[NodeId],
     ) -> Result<NodeId, LayerError> {
         let name = name.into();
         let fail = |message: String| LayerError {
-            layer: name.clone(),
+            layer: name.to_string(),
             message,
         };
-        if self.layers.iter().any(|l| l.name == name) {
+        let hash = name_hash(&name);
+        if self.find_hashed(&name, hash).is_some() {
             return Err(fail(
                 "a layer with this name already exists; names must be unique".into(),
             ));
@@ -164,17 +207,19 @@ impl Graph {
                     .into(),
             ));
         }
+        let id = self.layers.len();
+        self.index.entry(hash).or_insert(id);
         self.layers.push(Layer {
             name,
             op,
-            inputs: inputs.to_vec(),
-            output: Shape::new(output),
+            inputs: SmallVec::from_slice(inputs),
+            output: Shape::new(&output),
         });
-        Ok(self.last())
+        Ok(id)
     }
 
     /// Adds a layer reading the most recently added one.
-    pub fn then(&mut self, name: impl Into<String>, op: Op) -> Result<NodeId, LayerError> {
+    pub fn then(&mut self, name: impl Into<CompactString>, op: Op) -> Result<NodeId, LayerError> {
         let last = self.last();
         self.push(name, op, &[last])
     }
@@ -187,11 +232,10 @@ mod tests {
     #[test]
     fn push_infers_shapes_and_chains() {
         let mut g = Graph::new("t", vec![3, 8, 8]).unwrap();
-        g.then("c", Op::Conv(Conv::new(4, vec![3, 3]).pad(1)))
-            .unwrap();
+        g.then("c", Op::conv(Conv::new(4, &[3, 3]).pad(1))).unwrap();
         let r = g.then("r", Op::Relu).unwrap();
         assert_eq!(g.layers()[r].output.dims(), &[4, 8, 8]);
-        assert_eq!(g.layers()[r].inputs, vec![1]);
+        assert_eq!(g.layers()[r].inputs.as_slice(), &[1]);
         assert_eq!(g.find("c"), Some(1));
     }
 
@@ -224,7 +268,7 @@ mod tests {
         assert!(Graph::new("t", vec![3, 1 << 21, 1 << 21]).is_err());
         let mut g = Graph::new("t", vec![4096, 4096, 4096]).unwrap();
         let err = g
-            .then("c", Op::Conv(Conv::new(4096, vec![3, 3]).pad(1)))
+            .then("c", Op::conv(Conv::new(4096, &[3, 3]).pad(1)))
             .unwrap_err();
         assert!(err.message.contains("2^43"), "{}", err.message);
     }

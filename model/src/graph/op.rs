@@ -4,6 +4,13 @@
 //! documentation; TensorFlow's `'same'` padding rule, which pads `total / 2` before and the
 //! rest after, so an even kernel pads 0 before and 1 after as the CosmoFlow reference notes).
 
+use smallvec::{SmallVec, smallvec};
+
+use super::shape::Dims;
+
+/// `[before, after]` padding pairs, one per spatial dimension, stored inline.
+pub type PadPairs = SmallVec<[[usize; 2]; 4]>;
+
 /// Padding of a convolution or pooling window.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Padding {
@@ -13,13 +20,13 @@ pub enum Padding {
     /// No padding.
     Valid,
     /// Explicit `[before, after]` per spatial dimension.
-    Explicit(Vec<[usize; 2]>),
+    Explicit(PadPairs),
 }
 
 impl Padding {
     /// Symmetric padding `p` on each of `rank` spatial dimensions (PyTorch's `padding=p`).
     pub fn symmetric(p: usize, rank: usize) -> Self {
-        Padding::Explicit(vec![[p, p]; rank])
+        Padding::Explicit(smallvec![[p, p]; rank])
     }
 
     /// The explicit `[before, after]` pairs once resolved (empty for unresolved forms).
@@ -37,41 +44,41 @@ pub struct Conv {
     /// Output channels.
     pub out_channels: usize,
     /// Kernel extent per spatial dimension; its length is the spatial rank (1, 2 or 3).
-    pub kernel: Vec<usize>,
+    pub kernel: Dims,
     /// Stride per spatial dimension.
-    pub stride: Vec<usize>,
+    pub stride: Dims,
     /// Padding; resolved to [`Padding::Explicit`] once the layer is in a graph.
     pub padding: Padding,
     /// Dilation per spatial dimension.
-    pub dilation: Vec<usize>,
+    pub dilation: Dims,
     /// Groups: 1 for a dense convolution, `C_in` for depthwise.
     pub groups: usize,
     /// Whether the layer has a bias vector.
     pub bias: bool,
     /// Transposed convolution only: extra size added to one side of the output.
-    pub output_padding: Vec<usize>,
+    pub output_padding: Dims,
 }
 
 impl Conv {
     /// A convolution with `out_channels` and `kernel`, stride 1, no padding, dilation 1,
     /// one group, with bias (the frameworks' defaults).
-    pub fn new(out_channels: usize, kernel: Vec<usize>) -> Self {
+    pub fn new(out_channels: usize, kernel: &[usize]) -> Self {
         let rank = kernel.len();
         Conv {
             out_channels,
-            kernel,
-            stride: vec![1; rank],
+            kernel: Dims::from_slice(kernel),
+            stride: smallvec![1; rank],
             padding: Padding::Valid,
-            dilation: vec![1; rank],
+            dilation: smallvec![1; rank],
             groups: 1,
             bias: true,
-            output_padding: vec![0; rank],
+            output_padding: smallvec![0; rank],
         }
     }
 
     /// Sets the same stride on every dimension.
     pub fn stride(mut self, s: usize) -> Self {
-        self.stride = vec![s; self.kernel.len()];
+        self.stride = smallvec![s; self.kernel.len()];
         self
     }
 
@@ -89,7 +96,7 @@ impl Conv {
 
     /// Sets the same dilation on every dimension.
     pub fn dilation(mut self, d: usize) -> Self {
-        self.dilation = vec![d; self.kernel.len()];
+        self.dilation = smallvec![d; self.kernel.len()];
         self
     }
 
@@ -107,7 +114,7 @@ impl Conv {
 
     /// Sets the same output padding on every dimension (transposed convolution).
     pub fn output_padding(mut self, p: usize) -> Self {
-        self.output_padding = vec![p; self.kernel.len()];
+        self.output_padding = smallvec![p; self.kernel.len()];
         self
     }
 }
@@ -116,16 +123,17 @@ impl Conv {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pool {
     /// Window extent per spatial dimension.
-    pub kernel: Vec<usize>,
+    pub kernel: Dims,
     /// Stride per spatial dimension (the frameworks default it to the kernel).
-    pub stride: Vec<usize>,
+    pub stride: Dims,
     /// Padding; resolved to [`Padding::Explicit`] once the layer is in a graph.
     pub padding: Padding,
 }
 
 impl Pool {
     /// A window of `kernel` with stride equal to the kernel and no padding.
-    pub fn new(kernel: Vec<usize>) -> Self {
+    pub fn new(kernel: &[usize]) -> Self {
+        let kernel = Dims::from_slice(kernel);
         Pool {
             stride: kernel.clone(),
             kernel,
@@ -140,9 +148,10 @@ pub enum Op {
     /// The input sample (always node 0 of a graph).
     Input,
     /// N-d convolution (1-, 2- or 3-d), incl. strided, padded, dilated, grouped, depthwise.
-    Conv(Conv),
+    /// (Boxed: it is by far the largest variant, and layers are moved around often.)
+    Conv(Box<Conv>),
     /// N-d transposed convolution (the adjoint of [`Op::Conv`]).
-    ConvTranspose(Conv),
+    ConvTranspose(Box<Conv>),
     /// Fully connected layer on the flattened input.
     Dense {
         /// Output features.
@@ -151,9 +160,9 @@ pub enum Op {
         bias: bool,
     },
     /// Max pooling.
-    MaxPool(Pool),
+    MaxPool(Box<Pool>),
     /// Average pooling.
-    AvgPool(Pool),
+    AvgPool(Box<Pool>),
     /// Global average pooling to `[C, 1, ..., 1]`.
     GlobalAvgPool,
     /// Batch normalisation over the channel dimension (trainable scale and shift).
@@ -181,12 +190,12 @@ pub enum Op {
     /// Repetition of the input along each spatial dimension.
     Tile {
         /// Repeats per spatial dimension.
-        repeats: Vec<usize>,
+        repeats: Dims,
     },
     /// Nearest-neighbour upsampling by an integer factor per spatial dimension.
     Upsample {
         /// Factor per spatial dimension.
-        factor: Vec<usize>,
+        factor: Dims,
     },
     /// Dropout with drop probability `rate`.
     Dropout {
@@ -202,6 +211,26 @@ pub enum Op {
 }
 
 impl Op {
+    /// A convolution.
+    pub fn conv(c: Conv) -> Op {
+        Op::Conv(Box::new(c))
+    }
+
+    /// A transposed convolution.
+    pub fn conv_transpose(c: Conv) -> Op {
+        Op::ConvTranspose(Box::new(c))
+    }
+
+    /// Max pooling.
+    pub fn max_pool(p: Pool) -> Op {
+        Op::MaxPool(Box::new(p))
+    }
+
+    /// Average pooling.
+    pub fn avg_pool(p: Pool) -> Op {
+        Op::AvgPool(Box::new(p))
+    }
+
     /// The op's name in workload files and reports.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -272,7 +301,7 @@ impl Op {
 
     /// Checks the op against its input shapes, resolves `Same`/`Valid` padding to explicit
     /// pairs, and returns the output shape. The error message names the offending field.
-    pub(crate) fn resolve(&mut self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
+    pub(crate) fn resolve(&mut self, inputs: &[&[usize]]) -> Result<Dims, String> {
         let arity = match self {
             Op::Input => return Err("`input` is implicit: it is node 0 of every graph".into()),
             Op::Add | Op::Concat => None,
@@ -302,12 +331,12 @@ impl Op {
             Op::ConvTranspose(c) => conv_output(c, x, true),
             Op::Dense { out_features, .. } => {
                 positive("out_features", *out_features)?;
-                Ok(vec![*out_features])
+                Ok(smallvec![*out_features])
             }
             Op::MaxPool(p) | Op::AvgPool(p) => pool_output(p, x),
             Op::GlobalAvgPool => {
                 let rank = feature_map("global-avg-pool", x)?;
-                let mut out = vec![1; rank + 1];
+                let mut out: Dims = smallvec![1; rank + 1];
                 out[0] = x[0];
                 Ok(out)
             }
@@ -318,24 +347,24 @@ impl Op {
             | Op::SoftmaxCrossEntropy
             | Op::MseLoss => {
                 if self.is_loss() {
-                    Ok(vec![1])
+                    Ok(smallvec![1])
                 } else {
-                    Ok(x.to_vec())
+                    Ok(Dims::from_slice(x))
                 }
             }
             Op::LeakyRelu { alpha } => {
                 finite("alpha", *alpha)?;
-                Ok(x.to_vec())
+                Ok(Dims::from_slice(x))
             }
             Op::Scale { factor } => {
                 finite("factor", *factor)?;
-                Ok(x.to_vec())
+                Ok(Dims::from_slice(x))
             }
             Op::Dropout { rate } => {
                 if !(0.0..1.0).contains(rate) {
                     return Err(format!("rate = {rate}: must be in [0, 1)"));
                 }
-                Ok(x.to_vec())
+                Ok(Dims::from_slice(x))
             }
             Op::Add => {
                 for (i, other) in inputs.iter().enumerate().skip(1) {
@@ -348,7 +377,7 @@ impl Op {
                         ));
                     }
                 }
-                Ok(x.to_vec())
+                Ok(Dims::from_slice(x))
             }
             Op::Concat => {
                 let mut channels = 0;
@@ -363,18 +392,18 @@ impl Op {
                     }
                     channels += other[0];
                 }
-                let mut out = x.to_vec();
+                let mut out = Dims::from_slice(x);
                 out[0] = channels;
                 Ok(out)
             }
             Op::Tile { repeats } => scale_spatial("repeats", repeats, x),
             Op::Upsample { factor } => scale_spatial("factor", factor, x),
-            Op::Flatten => Ok(vec![x.iter().product()]),
+            Op::Flatten => Ok(smallvec![x.iter().product()]),
         }
     }
 }
 
-fn unreachable_input() -> Result<Vec<usize>, String> {
+fn unreachable_input() -> Result<Dims, String> {
     Err("`input` is implicit: it is node 0 of every graph".into())
 }
 
@@ -433,7 +462,7 @@ fn resolve_padding(
 ) -> Result<(), String> {
     let rank = input.len();
     let pairs = match padding {
-        Padding::Valid => vec![[0, 0]; rank],
+        Padding::Valid => smallvec![[0, 0]; rank],
         Padding::Same => (0..rank)
             .map(|i| {
                 let out = input[i].div_ceil(stride[i]);
@@ -456,7 +485,7 @@ fn resolve_padding(
     Ok(())
 }
 
-fn conv_output(c: &mut Conv, x: &[usize], transposed: bool) -> Result<Vec<usize>, String> {
+fn conv_output(c: &mut Conv, x: &[usize], transposed: bool) -> Result<Dims, String> {
     let rank = feature_map(if transposed { "conv-transpose" } else { "conv" }, x)?;
     let (c_in, spatial) = (x[0], &x[1..]);
     positive("out_channels", c.out_channels)?;
@@ -478,7 +507,7 @@ fn conv_output(c: &mut Conv, x: &[usize], transposed: bool) -> Result<Vec<usize>
         ));
     }
     // Dilated kernel extent: d (k - 1) + 1.
-    let extent: Vec<usize> = (0..rank)
+    let extent: Dims = (0..rank)
         .map(|i| c.dilation[i] * (c.kernel[i] - 1) + 1)
         .collect();
     if transposed {
@@ -490,7 +519,7 @@ fn conv_output(c: &mut Conv, x: &[usize], transposed: bool) -> Result<Vec<usize>
             );
         }
         resolve_padding(&mut c.padding, spatial, &extent, &c.stride)?;
-        let mut out = vec![c.out_channels];
+        let mut out: Dims = smallvec![c.out_channels];
         for i in 0..rank {
             let [before, after] = c.padding.pairs()[i];
             if c.output_padding[i] >= c.stride[i].max(c.dilation[i]) {
@@ -516,7 +545,7 @@ fn conv_output(c: &mut Conv, x: &[usize], transposed: bool) -> Result<Vec<usize>
             return Err("output_padding applies only to conv-transpose".into());
         }
         resolve_padding(&mut c.padding, spatial, &extent, &c.stride)?;
-        let mut out = vec![c.out_channels];
+        let mut out: Dims = smallvec![c.out_channels];
         for i in 0..rank {
             let [before, after] = c.padding.pairs()[i];
             let padded = spatial[i] + before + after;
@@ -534,14 +563,18 @@ fn conv_output(c: &mut Conv, x: &[usize], transposed: bool) -> Result<Vec<usize>
     }
 }
 
-fn pool_output(p: &mut Pool, x: &[usize]) -> Result<Vec<usize>, String> {
+fn pool_output(p: &mut Pool, x: &[usize]) -> Result<Dims, String> {
     let rank = feature_map("pool", x)?;
     per_dim("kernel", &p.kernel, rank, 1)?;
     per_dim("stride", &p.stride, rank, 1)?;
     let spatial = &x[1..];
     resolve_padding(&mut p.padding, spatial, &p.kernel, &p.stride)?;
-    let mut out = vec![x[0]];
-    let dims = spatial.iter().zip(&p.kernel).zip(&p.stride).zip(p.padding.pairs());
+    let mut out: Dims = smallvec![x[0]];
+    let dims = spatial
+        .iter()
+        .zip(&p.kernel)
+        .zip(&p.stride)
+        .zip(p.padding.pairs());
     for (i, (((&n, &k), &s), &[before, after])) in dims.enumerate() {
         if before.max(after) > k / 2 {
             return Err(format!(
@@ -561,10 +594,10 @@ fn pool_output(p: &mut Pool, x: &[usize]) -> Result<Vec<usize>, String> {
     Ok(out)
 }
 
-fn scale_spatial(field: &str, factor: &[usize], x: &[usize]) -> Result<Vec<usize>, String> {
+fn scale_spatial(field: &str, factor: &[usize], x: &[usize]) -> Result<Dims, String> {
     let rank = feature_map(field, x)?;
     per_dim(field, factor, rank, 1)?;
-    let mut out = vec![x[0]];
+    let mut out: Dims = smallvec![x[0]];
     out.extend(x[1..].iter().zip(factor).map(|(d, f)| d * f));
     Ok(out)
 }
@@ -572,53 +605,49 @@ fn scale_spatial(field: &str, factor: &[usize], x: &[usize]) -> Result<Vec<usize
 #[cfg(test)]
 mod tests {
     use super::*;
+    use smallvec::smallvec;
 
     fn out(mut op: Op, input: &[usize]) -> Result<Vec<usize>, String> {
-        op.resolve(&[input])
+        op.resolve(&[input]).map(|d| d.to_vec())
     }
 
     #[test]
     fn tf_same_padding_with_even_kernel_pads_after() {
-        let mut op = Op::Conv(Conv::new(32, vec![2, 2, 2]).padding(Padding::Same));
+        let mut op = Op::conv(Conv::new(32, &[2, 2, 2]).padding(Padding::Same));
         assert_eq!(
             op.resolve(&[&[4, 128, 128, 128]]).unwrap(),
-            vec![32, 128, 128, 128]
+            Dims::from_slice(&[32, 128, 128, 128])
         );
         let Op::Conv(c) = op else { unreachable!() };
-        assert_eq!(c.padding, Padding::Explicit(vec![[0, 1]; 3]));
+        assert_eq!(c.padding, Padding::Explicit(smallvec![[0, 1]; 3]));
     }
 
     #[test]
     fn strided_dilated_conv_output_size() {
         // ASPP branch: 3x3, dilation 6, padding 6 keeps 48x72.
-        let op = Op::Conv(Conv::new(256, vec![3, 3]).pad(6).dilation(6));
+        let op = Op::conv(Conv::new(256, &[3, 3]).pad(6).dilation(6));
         assert_eq!(out(op, &[2048, 48, 72]).unwrap(), vec![256, 48, 72]);
         // ResNet stem: 7x7 stride 2 padding 3: 224 -> 112.
-        let op = Op::Conv(Conv::new(64, vec![7, 7]).stride(2).pad(3));
+        let op = Op::conv(Conv::new(64, &[7, 7]).stride(2).pad(3));
         assert_eq!(out(op, &[3, 224, 224]).unwrap(), vec![64, 112, 112]);
     }
 
     #[test]
     fn transposed_conv_doubles_with_output_padding() {
-        let op = Op::ConvTranspose(
-            Conv::new(256, vec![3, 3])
-                .stride(2)
-                .pad(1)
-                .output_padding(1),
-        );
+        let op = Op::conv_transpose(Conv::new(256, &[3, 3]).stride(2).pad(1).output_padding(1));
         assert_eq!(out(op, &[256, 48, 72]).unwrap(), vec![256, 96, 144]);
     }
 
     #[test]
     fn kernel_larger_than_padded_input_is_refused() {
-        let op = Op::Conv(Conv::new(8, vec![5, 5]));
+        let op = Op::conv(Conv::new(8, &[5, 5]));
         let err = out(op, &[3, 4, 4]).unwrap_err();
         assert!(err.contains("larger than its padded input"), "{err}");
     }
 
     #[test]
     fn groups_must_divide_channels() {
-        let op = Op::Conv(Conv::new(32, vec![3, 3]).groups(3));
+        let op = Op::conv(Conv::new(32, &[3, 3]).groups(3));
         let err = out(op, &[32, 8, 8]).unwrap_err();
         assert!(
             err.contains("does not divide the 32 input channels"),
@@ -636,24 +665,24 @@ mod tests {
     fn concat_sums_channels() {
         assert_eq!(
             Op::Concat.resolve(&[&[256, 4, 4], &[48, 4, 4]]).unwrap(),
-            vec![304, 4, 4]
+            Dims::from_slice(&[304, 4, 4])
         );
     }
 
     #[test]
     fn maxpool_with_padding_matches_resnet_stem() {
-        let mut pool = Pool::new(vec![3, 3]);
-        pool.stride = vec![2, 2];
+        let mut pool = Pool::new(&[3, 3]);
+        pool.stride = smallvec![2, 2];
         pool.padding = Padding::symmetric(1, 2);
         assert_eq!(
-            out(Op::MaxPool(pool), &[64, 112, 112]).unwrap(),
+            out(Op::max_pool(pool), &[64, 112, 112]).unwrap(),
             vec![64, 56, 56]
         );
     }
 
     #[test]
     fn conv_on_feature_vector_is_refused() {
-        let err = out(Op::Conv(Conv::new(8, vec![3])), &[128]).unwrap_err();
+        let err = out(Op::conv(Conv::new(8, &[3])), &[128]).unwrap_err();
         assert!(err.contains("feature vector"), "{err}");
     }
 }

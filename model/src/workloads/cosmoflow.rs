@@ -43,15 +43,15 @@ fn build(name: &str, kernel: usize, spatial: &[usize], w: &Scale) -> Result<Grap
         } else {
             format!("_{i}")
         };
-        let conv = Conv::new(w.ch(filters), vec![kernel; 3]).padding(Padding::Same);
-        g.then(format!("conv3d{suffix}"), Op::Conv(conv))?;
+        let conv = Conv::new(w.ch(filters), &[kernel; 3]).padding(Padding::Same);
+        g.then(format!("conv3d{suffix}"), Op::conv(conv))?;
         g.then(
             format!("leaky_re_lu_{i}"),
             Op::LeakyRelu { alpha: LEAKY_ALPHA },
         )?;
         g.then(
             format!("max_pooling3d_{i}"),
-            Op::MaxPool(Pool::new(vec![2; 3])),
+            Op::max_pool(Pool::new(&[2; 3])),
         )?;
     }
     g.then("flatten", Op::Flatten)?;

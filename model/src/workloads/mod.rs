@@ -11,6 +11,8 @@ mod cosmoflow;
 mod deepcam;
 mod resnet;
 
+use compact_str::CompactString;
+
 use crate::error::{Error, Result};
 use crate::graph::{Graph, LayerError};
 
@@ -155,6 +157,16 @@ fn fmt_size(s: &[usize]) -> String {
     parts.join("x")
 }
 
+/// `prefix.name`, built without the formatting machinery and without a heap allocation
+/// for names up to 24 bytes (the builders' hot path).
+fn dotted(prefix: &str, name: &str) -> CompactString {
+    let mut s = CompactString::with_capacity(prefix.len() + 1 + name.len());
+    s.push_str(prefix);
+    s.push('.');
+    s.push_str(name);
+    s
+}
+
 /// The width multiplier applied to a reference channel count.
 #[derive(Debug, Clone, Copy)]
 struct Scale(f64);
@@ -190,7 +202,7 @@ mod tests {
         let ours: Vec<_> = costs
             .layers
             .iter()
-            .filter(|l| !is_extra(workload, &l.name))
+            .filter(|l| !is_extra(workload, l.name))
             .collect();
         let mut mismatches = Vec::new();
         for (i, (r, o)) in table.rows.iter().zip(&ours).enumerate() {
@@ -200,12 +212,7 @@ mod tests {
                 r.params,
                 r.macs_fwd,
             );
-            let got = (
-                o.name.as_str(),
-                o.output_shape.as_slice(),
-                o.params,
-                o.macs_fwd,
-            );
+            let got = (o.name, o.output_shape, o.params, o.macs_fwd);
             if row != got {
                 mismatches.push(format!("row {i}: reference {row:?}\n        ours {got:?}"));
             }

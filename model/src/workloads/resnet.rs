@@ -3,8 +3,8 @@
 //! expansion 4; v1.5 puts the stride on the 3x3 conv), global average pool, a 1000-way
 //! fully connected layer and softmax cross-entropy. Convolutions have no bias.
 
-use super::Scale;
-use crate::graph::{Conv, Graph, LayerError, NodeId, Op, Padding, Pool};
+use super::{Scale, dotted};
+use crate::graph::{Conv, Dims, Graph, LayerError, NodeId, Op, Padding, Pool};
 
 const STAGES: [(usize, usize); 4] = [(64, 3), (128, 4), (256, 6), (512, 3)];
 const EXPANSION: usize = 4;
@@ -21,8 +21,8 @@ pub(super) fn check_input(spatial: &[usize]) -> Result<(), String> {
 }
 
 fn conv(c_out: usize, k: usize, stride: usize) -> Op {
-    Op::Conv(
-        Conv::new(c_out, vec![k, k])
+    Op::conv(
+        Conv::new(c_out, &[k, k])
             .stride(stride)
             .pad(k / 2)
             .bias(false),
@@ -32,14 +32,14 @@ fn conv(c_out: usize, k: usize, stride: usize) -> Op {
 pub(super) fn build(spatial: &[usize], w: &Scale) -> Result<Graph, LayerError> {
     let mut input = vec![3];
     input.extend_from_slice(spatial);
-    let mut g = Graph::new("resnet50", input)?;
+    let mut g = Graph::with_capacity("resnet50", input, 180)?;
     g.then("conv1", conv(w.ch(64), 7, 2))?;
     g.then("bn1", Op::BatchNorm)?;
     g.then("relu", Op::Relu)?;
-    let mut pool = Pool::new(vec![3, 3]);
-    pool.stride = vec![2, 2];
+    let mut pool = Pool::new(&[3, 3]);
+    pool.stride = Dims::from_slice(&[2, 2]);
     pool.padding = Padding::symmetric(1, 2);
-    let mut x = g.then("maxpool", Op::MaxPool(pool))?;
+    let mut x = g.then("maxpool", Op::max_pool(pool))?;
     let mut c_in = w.ch(64);
     for (stage, &(planes, blocks)) in STAGES.iter().enumerate() {
         let planes = w.ch(planes);
@@ -71,20 +71,20 @@ fn bottleneck(
     stride: usize,
 ) -> Result<NodeId, LayerError> {
     let c_out = planes * EXPANSION;
-    g.push(format!("{p}.conv1"), conv(planes, 1, 1), &[x])?;
-    g.then(format!("{p}.bn1"), Op::BatchNorm)?;
-    g.then(format!("{p}.relu1"), Op::Relu)?;
-    g.then(format!("{p}.conv2"), conv(planes, 3, stride))?;
-    g.then(format!("{p}.bn2"), Op::BatchNorm)?;
-    g.then(format!("{p}.relu2"), Op::Relu)?;
-    g.then(format!("{p}.conv3"), conv(c_out, 1, 1))?;
-    let main = g.then(format!("{p}.bn3"), Op::BatchNorm)?;
+    g.push(dotted(p, "conv1"), conv(planes, 1, 1), &[x])?;
+    g.then(dotted(p, "bn1"), Op::BatchNorm)?;
+    g.then(dotted(p, "relu1"), Op::Relu)?;
+    g.then(dotted(p, "conv2"), conv(planes, 3, stride))?;
+    g.then(dotted(p, "bn2"), Op::BatchNorm)?;
+    g.then(dotted(p, "relu2"), Op::Relu)?;
+    g.then(dotted(p, "conv3"), conv(c_out, 1, 1))?;
+    let main = g.then(dotted(p, "bn3"), Op::BatchNorm)?;
     let skip = if stride != 1 || c_in != c_out {
-        g.push(format!("{p}.downsample.0"), conv(c_out, 1, stride), &[x])?;
-        g.then(format!("{p}.downsample.1"), Op::BatchNorm)?
+        g.push(dotted(p, "downsample.0"), conv(c_out, 1, stride), &[x])?;
+        g.then(dotted(p, "downsample.1"), Op::BatchNorm)?
     } else {
         x
     };
-    g.push(format!("{p}.add"), Op::Add, &[main, skip])?;
-    g.then(format!("{p}.relu3"), Op::Relu)
+    g.push(dotted(p, "add"), Op::Add, &[main, skip])?;
+    g.then(dotted(p, "relu3"), Op::Relu)
 }

@@ -79,7 +79,7 @@ pub(crate) struct WorkloadArgs {
     /// Input spatial size: one value for every dimension (`64`) or one per dimension
     /// (`384x576`).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    pub(crate) input_size: Option<Vec<usize>>,
+    pub(crate) input_size: Option<InputSize>,
     /// Multiplier on inner channel counts (built-in workloads only).
     #[arg(long, value_name = "W")]
     pub(crate) width: Option<f64>,
@@ -171,8 +171,13 @@ fn parse_optimizer(s: &str) -> Result<Optimizer, String> {
     s.parse()
 }
 
+/// An input spatial size: one extent, or one per dimension. (A newtype, so clap takes it
+/// as one value rather than a list of occurrences.)
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct InputSize(pub(crate) Vec<usize>);
+
 /// `64` or `384x576`.
-fn parse_size(s: &str) -> Result<Vec<usize>, String> {
+fn parse_size(s: &str) -> Result<InputSize, String> {
     s.split('x')
         .map(|d| match d.trim().parse::<usize>() {
             Ok(v) if v > 0 => Ok(v),
@@ -180,7 +185,8 @@ fn parse_size(s: &str) -> Result<Vec<usize>, String> {
                 "`{s}` is not a size: give positive integers like 64 or 384x576"
             )),
         })
-        .collect()
+        .collect::<Result<_, _>>()
+        .map(InputSize)
 }
 
 /// `A..B` with 1 <= A <= B <= MAX_BATCH.
@@ -203,8 +209,8 @@ mod tests {
 
     #[test]
     fn sizes_parse() {
-        assert_eq!(parse_size("64"), Ok(vec![64]));
-        assert_eq!(parse_size("384x576"), Ok(vec![384, 576]));
+        assert_eq!(parse_size("64"), Ok(InputSize(vec![64])));
+        assert_eq!(parse_size("384x576"), Ok(InputSize(vec![384, 576])));
         assert!(parse_size("0").is_err());
         assert!(parse_size("4x").is_err());
     }
@@ -221,5 +227,23 @@ mod tests {
     fn cli_definition_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    /// Regression: an `Option<Vec<_>>` field made clap panic when --input-size was given.
+    #[test]
+    fn input_size_parses_through_clap() {
+        let cli = Cli::try_parse_from([
+            "ridgeline",
+            "workload",
+            "show",
+            "deepcam",
+            "--input-size",
+            "384x576",
+        ])
+        .unwrap();
+        let Command::Workload(WorkloadCommand::Show(args)) = cli.command else {
+            panic!("{cli:?}")
+        };
+        assert_eq!(args.workload.input_size, Some(InputSize(vec![384, 576])));
     }
 }

@@ -24,7 +24,7 @@ pub(crate) fn workload(args: &WorkloadArgs) -> Result<Graph> {
     let name = args.workload.as_str();
     if workloads::find(name).is_ok() || !is_file(name) {
         let options = BuildOptions {
-            input_size: args.input_size.clone(),
+            input_size: args.input_size.as_ref().map(|s| s.0.clone()),
             width: args.width.unwrap_or(1.0),
         };
         return workloads::build(name, &options).map_err(|e| match e {
@@ -41,7 +41,7 @@ pub(crate) fn workload(args: &WorkloadArgs) -> Result<Graph> {
     Ok(file::parse_workload(
         &text,
         name,
-        args.input_size.as_deref(),
+        args.input_size.as_ref().map(|s| s.0.as_slice()),
     )?)
 }
 

@@ -1,0 +1,50 @@
+//! End-to-end tests: drive the real `ridgeline` binary (assert_cmd) and check its output
+//! against the reference figures, golden snapshots and invariants. Every bad-input class
+//! of issue #2 is checked to exit with code 2 and a message naming what to fix.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod bad_input;
+mod memory;
+mod roofline;
+mod system;
+mod workload;
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+/// The `ridgeline` binary under test.
+fn ridgeline() -> Command {
+    assert_cmd::cargo::cargo_bin_cmd!("ridgeline")
+}
+
+/// Runs `args`, asserts success and returns standard output.
+fn run_ok(args: &[&str]) -> String {
+    let out = ridgeline().args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "ridgeline {args:?} failed: {stderr}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs `args` and parses standard output as JSON.
+fn run_json(args: &[&str]) -> Value {
+    serde_json::from_str(&run_ok(args)).unwrap()
+}
+
+/// Runs `args`, asserts exit code 2 without a panic, and returns standard error.
+fn run_err(args: &[&str]) -> String {
+    let out = ridgeline().args(args).output().unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(2), "ridgeline {args:?}: {stderr}");
+    assert!(
+        !stderr.contains("panicked"),
+        "ridgeline {args:?} panicked: {stderr}"
+    );
+    assert!(out.stdout.is_empty(), "nothing on stdout when failing");
+    stderr
+}
+
+/// Path of a test fixture.
+fn fixture(name: &str) -> String {
+    format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
+}

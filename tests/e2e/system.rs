@@ -1,0 +1,68 @@
+use crate::{ridgeline, run_json, run_ok};
+
+#[test]
+fn list_has_every_catalog_system_and_device() {
+    let v = run_json(&["system", "list", "--format", "json"]);
+    let names: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    for name in [
+        "cori-gpu",
+        "perlmutter-gpu",
+        "dgx-h100",
+        "fugaku",
+        "local",
+        "v100-sxm2-16gb",
+        "a100-sxm4-40gb",
+        "a100-sxm4-80gb",
+        "h100-sxm5-80gb",
+        "h200-sxm-141gb",
+        "mi250x",
+        "a64fx",
+    ] {
+        assert!(names.contains(&name), "{name} missing from {names:?}");
+    }
+}
+
+#[test]
+fn show_gives_every_number_with_its_source() {
+    let v = run_json(&["system", "show", "cori-gpu", "--format", "json"]);
+    assert_eq!(v["node"]["devices"]["value"], 8);
+    assert_eq!(
+        v["device"]["memory_bandwidth"]["value"].as_f64(),
+        Some(900e9)
+    );
+    let source = v["node"]["pcie"]["source"].as_str().unwrap();
+    assert!(source.contains("[004]"), "{source}");
+    let table = run_ok(&["system", "show", "dgx-h100"]);
+    assert!(table.contains("device.peak.bf16_tensor") && table.contains("989.50 TFLOP/s"));
+}
+
+#[test]
+fn show_accepts_a_system_file() {
+    let path = crate::fixture("box.toml");
+    let v = run_json(&["system", "show", &path, "--format", "json"]);
+    assert_eq!(v["name"], "box");
+    assert_eq!(v["device"]["name"], "a100-sxm4-80gb");
+}
+
+/// `local` reads /proc; on a CPU that local.toml does not list it must say how to add it.
+#[test]
+fn local_is_this_machine_or_a_clear_error() {
+    let out = ridgeline()
+        .args(["system", "show", "local", "--format", "json"])
+        .output()
+        .unwrap();
+    if out.status.success() {
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["device"]["kind"], "cpu");
+        assert!(v["node"]["host_memory"]["value"].as_f64().unwrap() > 0.0);
+    } else {
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("local.toml"), "{err}");
+    }
+}

@@ -1,0 +1,143 @@
+use crate::{fixture, run_json, run_ok};
+
+#[test]
+fn list_shows_the_four_workloads_with_reference_parameter_counts() {
+    let v = run_json(&["workload", "list", "--format", "json"]);
+    let params: Vec<(String, u64)> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["name"].as_str().unwrap().to_owned(),
+                w["params"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        params,
+        vec![
+            ("cosmoflow".to_owned(), 8_907_556),
+            ("cosmoflow-v07".to_owned(), 5_597_604),
+            ("deepcam".to_owned(), 56_454_720),
+            ("resnet50".to_owned(), 25_557_032),
+        ]
+    );
+    let table = run_ok(&["workload", "list"]);
+    assert!(
+        table.contains("56,454,720") && table.contains("327.669"),
+        "{table}"
+    );
+}
+
+/// Golden snapshots of the stable JSON interface, one per built-in workload.
+#[test]
+fn show_json_golden_snapshots() {
+    for name in ["cosmoflow", "cosmoflow-v07", "deepcam", "resnet50"] {
+        let out = run_ok(&["workload", "show", name, "--format", "json"]);
+        insta::assert_snapshot!(format!("show_{name}"), out);
+    }
+}
+
+#[test]
+fn show_json_has_documented_fields_and_consistent_totals() {
+    let v = run_json(&[
+        "workload", "show", "resnet50", "--batch", "8", "--format", "json",
+    ]);
+    for field in [
+        "params",
+        "flops_fwd",
+        "flops_bwd",
+        "flops_train",
+        "hbm_bytes_train",
+        "activation_bytes",
+        "layers",
+    ] {
+        assert!(v.get(field).is_some(), "missing `{field}`");
+    }
+    let layers = v["layers"].as_array().unwrap();
+    let sum = |f: &str| layers.iter().map(|l| l[f].as_f64().unwrap()).sum::<f64>();
+    assert_eq!(sum("params") as u64, v["params"].as_u64().unwrap());
+    let fwd = v["flops_fwd"].as_f64().unwrap();
+    assert!((sum("flops_fwd") - fwd).abs() <= 1e-9 * fwd);
+    let train = v["flops_train"].as_f64().unwrap();
+    assert!((fwd + v["flops_bwd"].as_f64().unwrap() - train).abs() <= 1e-9 * train);
+    // 8 samples of ResNet-50's 4.089 GMAC.
+    assert_eq!(v["macs_fwd"].as_u64().unwrap(), 8 * 4_089_184_256);
+    let conv1 = &layers[1];
+    assert_eq!(conv1["name"], "conv1");
+    assert_eq!(conv1["output_shape"], serde_json::json!([64, 112, 112]));
+    assert_eq!(
+        conv1["flops_bwd_data"].as_f64(),
+        Some(0.0),
+        "no data gradient for the stem"
+    );
+}
+
+#[test]
+fn show_table_and_csv_agree_with_json() {
+    let table = run_ok(&["workload", "show", "cosmoflow"]);
+    assert!(table.contains("8,907,556"), "{table}");
+    assert!(table.contains("conv3d_4"), "{table}");
+    let csv = run_ok(&["workload", "show", "cosmoflow", "--format", "csv"]);
+    let mut lines = csv.lines();
+    let header = lines.next().unwrap();
+    assert!(
+        header.starts_with("name,op,output_shape,params,flops_fwd"),
+        "{header}"
+    );
+    let conv = lines.find(|l| l.starts_with("conv3d,")).unwrap();
+    // Raw numbers in base units: 2 x 7,247,757,312 MACs.
+    assert!(conv.contains(",3488,14495514624,"), "{conv}");
+}
+
+#[test]
+fn scaled_workload_changes_shapes_and_counts() {
+    let v = run_json(&[
+        "workload",
+        "show",
+        "deepcam",
+        "--input-size",
+        "384x576",
+        "--width",
+        "0.5",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(v["input_shape"], serde_json::json!([16, 384, 576]));
+    let last = v["layers"].as_array().unwrap().iter().rev().nth(1).unwrap();
+    assert_eq!(last["name"], "upsample.last_deconv.0");
+    assert_eq!(last["output_shape"], serde_json::json!([3, 384, 576]));
+}
+
+#[test]
+fn export_then_load_gives_the_same_workload() {
+    let dir = std::env::temp_dir().join(format!("ridgeline-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in ["cosmoflow", "deepcam", "resnet50"] {
+        let path = dir.join(format!("{name}.toml"));
+        let path = path.to_str().unwrap();
+        run_ok(&["workload", "export", name, "--out", path]);
+        let builtin = run_ok(&["workload", "show", name, "--batch", "3", "--format", "json"]);
+        let loaded = run_ok(&["workload", "show", path, "--batch", "3", "--format", "json"]);
+        assert_eq!(builtin, loaded, "{name}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn hand_written_workload_file() {
+    let v = run_json(&[
+        "workload",
+        "show",
+        &fixture("tiny.toml"),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(v["workload"], "tiny");
+    // conv 3->8 3x3 with bias, batch norm over 8 channels, dense from 8x4x4 to 10.
+    assert_eq!(
+        v["params"].as_u64(),
+        Some(8 * 3 * 9 + 8 + 2 * 8 + 8 * 16 * 10 + 10)
+    );
+}

@@ -489,4 +489,80 @@ mod tests {
         assert_eq!(fp32.flops_train, amp.flops_train);
         assert!((amp.activation_bytes.value() * 2.0 - fp32.activation_bytes.value()).abs() < 1.0);
     }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::super::*;
+        use crate::graph::arbitrary;
+        use crate::workloads::{self, BuildOptions};
+
+        fn close(a: f64, b: f64) -> bool {
+            (a - b).abs() <= 1e-12 * a.abs().max(b.abs()).max(1.0)
+        }
+
+        /// Backward of a matrix op is data gradient + weight gradient, each its forward
+        /// cost, except that no data gradient is computed where no input needs one (the
+        /// layer that consumes the input sample).
+        fn check_matrix_backward(g: &Graph, c: &GraphCost<'_>) -> Result<(), TestCaseError> {
+            let layers = g.layers();
+            let mut needs = vec![false; layers.len()];
+            for (i, (layer, row)) in layers.iter().zip(&c.layers).enumerate() {
+                needs[i] = row.params > 0 || layer.inputs.iter().any(|&j| needs[j]);
+                if !layer.op.is_matrix() {
+                    continue;
+                }
+                let data = layer.inputs.iter().any(|&j| needs[j]);
+                let expected = if data { 2.0 } else { 1.0 };
+                prop_assert!(
+                    close(row.flops_bwd.value(), expected * row.flops_fwd.value()),
+                    "{}: bwd {} fwd {}",
+                    row.name,
+                    row.flops_bwd,
+                    row.flops_fwd
+                );
+                prop_assert_eq!(data, row.flops_bwd_data.value() > 0.0);
+                if layer.inputs[0] == 0 {
+                    prop_assert!(!data, "{} reads the input sample", row.name);
+                }
+            }
+            Ok(())
+        }
+
+        proptest! {
+            #[test]
+            fn flops_and_activations_are_linear_in_batch(g in arbitrary::graph(), b in 1u64..512) {
+                let one = cost(&g, 1, Precision::AmpFp16);
+                let many = cost(&g, b, Precision::AmpFp16);
+                let n = b as f64;
+                prop_assert!(close(many.flops_train.value(), n * one.flops_train.value()));
+                prop_assert!(close(many.activation_bytes.value(), n * one.activation_bytes.value()));
+                prop_assert_eq!(many.macs_fwd, b * one.macs_fwd);
+            }
+
+            #[test]
+            fn matrix_backward_is_twice_forward_except_on_the_input(g in arbitrary::graph()) {
+                let c = cost(&g, 4, Precision::Fp32);
+                check_matrix_backward(&g, &c)?;
+            }
+
+            #[test]
+            fn builtin_workloads_keep_the_same_laws(
+                name in prop::sample::select(vec!["cosmoflow", "cosmoflow-v07", "deepcam", "resnet50"]),
+                b in 1u64..300,
+            ) {
+                let g = workloads::build(name, &BuildOptions::default()).unwrap();
+                let one = cost(&g, 1, Precision::Fp32);
+                let many = cost(&g, b, Precision::Fp32);
+                let n = b as f64;
+                prop_assert!(close(many.flops_train.value(), n * one.flops_train.value()));
+                prop_assert!(close(many.activation_bytes.value(), n * one.activation_bytes.value()));
+                check_matrix_backward(&g, &many)?;
+                // Training costs more than twice the forward pass (backward of matrix ops
+                // alone is about 2x), but at most 3x (every op's backward is at most 2x).
+                let ratio = many.flops_train.value() / many.flops_fwd.value();
+                prop_assert!((2.5..=3.0).contains(&ratio), "{name}: {ratio}");
+            }
+        }
+    }
 }

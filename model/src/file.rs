@@ -456,7 +456,7 @@ pub fn export(graph: &Graph, description: Option<&str>) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::workloads::{self, BuildOptions};
 
@@ -605,5 +605,144 @@ op = "softmax-cross-entropy"
     fn negative_values_are_refused() {
         let err = error_of(&TINY.replace("kernel = 3", "kernel = -3"));
         assert!(err.contains("must be a non-negative integer"), "{err}");
+    }
+
+    /// Fuzzing the parser: arbitrary text, mutated valid files, and valid structure with
+    /// hostile values all give a result (usually an error), never a panic; whatever parses
+    /// also costs without panicking.
+    pub(crate) mod properties {
+        use proptest::prelude::*;
+
+        use super::super::*;
+        use crate::cost::cost;
+        use crate::memory::{Footprint, Optimizer};
+        use crate::precision::Precision;
+        use crate::workloads::{self, BuildOptions};
+
+        /// Applies `(position, kind, char)` edits at char boundaries: delete, insert, replace.
+        pub(crate) fn mutate(text: &str, edits: &[(f64, u8, char)]) -> String {
+            let mut chars: Vec<char> = text.chars().collect();
+            for &(at, kind, ch) in edits {
+                if chars.is_empty() {
+                    chars.push(ch);
+                    continue;
+                }
+                let i = ((at * chars.len() as f64) as usize).min(chars.len() - 1);
+                match kind % 3 {
+                    0 => {
+                        chars.remove(i);
+                    }
+                    1 => chars.insert(i, ch),
+                    _ => chars[i] = ch,
+                }
+            }
+            chars.into_iter().collect()
+        }
+
+        pub(crate) fn edits() -> impl Strategy<Value = Vec<(f64, u8, char)>> {
+            let ch = prop_oneof![
+                prop::sample::select(vec![
+                    '[', ']', '{', '}', '=', '"', '\n', ',', '-', '0', '9', '.', 'x'
+                ]),
+                any::<char>(),
+            ];
+            prop::collection::vec((0.0f64..1.0, any::<u8>(), ch), 1..10)
+        }
+
+        fn hostile_int() -> impl Strategy<Value = i64> {
+            prop_oneof![
+                0i64..6,
+                -3i64..0,
+                (1i64 << 20)..(1i64 << 42),
+                Just(i64::MAX),
+                any::<i64>()
+            ]
+        }
+
+        fn value() -> impl Strategy<Value = String> {
+            prop_oneof![
+                hostile_int().prop_map(|v| v.to_string()),
+                prop::collection::vec(hostile_int(), 0..4).prop_map(|v| format!("{v:?}")),
+                prop::collection::vec(prop::collection::vec(hostile_int(), 0..3), 0..3)
+                    .prop_map(|v| format!("{v:?}")),
+                Just("\"same\"".to_owned()),
+                Just("\"valid\"".to_owned()),
+                (-1e3f64..1e3).prop_map(|f| format!("{f:?}")),
+                Just("nan".to_owned()),
+                Just("inf".to_owned()),
+            ]
+        }
+
+        fn field() -> impl Strategy<Value = &'static str> {
+            prop::sample::select(vec![
+                "out_channels",
+                "out_features",
+                "kernel",
+                "stride",
+                "padding",
+                "dilation",
+                "groups",
+                "bias",
+                "output_padding",
+                "alpha",
+                "factor",
+                "rate",
+                "repeats",
+                "scale_factor",
+            ])
+        }
+
+        fn layer() -> impl Strategy<Value = String> {
+            let op = prop::sample::select(OPS.iter().map(|(n, _)| *n).collect::<Vec<_>>());
+            (op, prop::collection::vec((field(), value()), 0..6)).prop_map(|(op, fields)| {
+                let mut s = format!("[[layer]]\nname = \"l\"\nop = \"{op}\"\n");
+                let mut seen = std::collections::BTreeSet::new();
+                for (f, v) in fields {
+                    if seen.insert(f) {
+                        s.push_str(&format!("{f} = {v}\n"));
+                    }
+                }
+                s
+            })
+        }
+
+        fn check(text: &str) {
+            if let Ok(g) = parse_workload(text, "fuzz.toml", None) {
+                for p in Precision::ALL {
+                    let c = cost(&g, 1 << 20, p);
+                    assert!(c.flops_train.value().is_finite());
+                    let f = Footprint::of(&g, p, Optimizer::Lamb);
+                    let _ = f.max_batch(crate::units::Bytes::from_gib(80.0));
+                }
+            }
+        }
+
+        proptest! {
+            #[test]
+            fn arbitrary_text_never_panics(text in ".{0,400}") {
+                check(&text);
+            }
+
+            #[test]
+            fn mutated_exports_never_panic(
+                name in prop::sample::select(vec!["cosmoflow", "deepcam", "resnet50"]),
+                edits in edits(),
+            ) {
+                let g = workloads::build(name, &BuildOptions::default()).unwrap();
+                check(&mutate(&export(&g, None), &edits));
+            }
+
+            #[test]
+            fn hostile_values_never_panic(
+                input in prop::collection::vec(hostile_int(), 0..5),
+                layers in prop::collection::vec(layer(), 1..4),
+            ) {
+                let mut text = format!("name = \"fuzz\"\ninput = {input:?}\n");
+                for (i, l) in layers.iter().enumerate() {
+                    text.push_str(&l.replace("name = \"l\"", &format!("name = \"l{i}\"")));
+                }
+                check(&text);
+            }
+        }
     }
 }

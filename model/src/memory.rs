@@ -520,4 +520,53 @@ mod tests {
                 .contains("sgd, sgd-momentum")
         );
     }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::super::*;
+        use crate::graph::arbitrary;
+
+        fn precision() -> impl Strategy<Value = Precision> {
+            prop::sample::select(Precision::ALL.to_vec())
+        }
+
+        fn optimizer() -> impl Strategy<Value = Optimizer> {
+            prop::sample::select(Optimizer::ALL.to_vec())
+        }
+
+        proptest! {
+            #[test]
+            fn footprint_is_monotone_in_batch(
+                g in arbitrary::graph(),
+                p in precision(),
+                o in optimizer(),
+                b in 1u64..10_000,
+                extra in 1u64..1000,
+            ) {
+                let f = Footprint::of(&g, p, o);
+                let cap = Bytes::from_gib(1.0);
+                let small = f.at(b, cap);
+                let large = f.at(b + extra, cap);
+                prop_assert!(large.total > small.total);
+                prop_assert!(large.activations >= small.activations);
+                prop_assert_eq!(large.parameters, small.parameters);
+            }
+
+            #[test]
+            fn max_batch_fits_and_one_more_does_not(
+                g in arbitrary::graph(),
+                p in precision(),
+                mib in 1.0f64..4096.0,
+            ) {
+                let f = Footprint::of(&g, p, Optimizer::Adam);
+                let cap = Bytes::from_mib(mib);
+                let max = f.max_batch(cap);
+                if max > 0 {
+                    prop_assert!(f.at(max, cap).fits);
+                }
+                prop_assert!(!f.at(max + 1, cap).fits);
+            }
+        }
+    }
 }

@@ -15,7 +15,7 @@ use compact_str::CompactString;
 use rustc_hash::{FxBuildHasher, FxHashMap};
 use smallvec::SmallVec;
 
-pub use op::{Conv, Op, PadPairs, Padding, Pool};
+pub use op::{Conv, MAX_WINDOW, Op, PadPairs, Padding, Pool};
 pub use shape::{Dims, Shape};
 
 /// Index of a layer in its graph.
@@ -222,6 +222,98 @@ impl Graph {
     pub fn then(&mut self, name: impl Into<CompactString>, op: Op) -> Result<NodeId, LayerError> {
         let last = self.last();
         self.push(name, op, &[last])
+    }
+}
+
+/// Random graphs for property tests: chains of ops with random parameters, each layer kept
+/// only if it is valid for its input (so every generated graph is consistent).
+#[cfg(test)]
+pub(crate) mod arbitrary {
+    use proptest::prelude::*;
+
+    use super::{Conv, Graph, Op, Padding, Pool};
+
+    /// One step of a random chain: an op, and for `add`/`concat` which earlier layer joins.
+    fn op() -> impl Strategy<Value = (Op, usize)> {
+        let conv = (
+            1usize..12,
+            1usize..4,
+            1usize..3,
+            0usize..2,
+            1usize..3,
+            prop::bool::ANY,
+        )
+            .prop_map(|(c, k, s, p, d, bias)| {
+                Op::conv(
+                    Conv::new(c, &[k, k])
+                        .stride(s)
+                        .pad(p)
+                        .dilation(d)
+                        .bias(bias),
+                )
+            });
+        let depthwise = (1usize..4).prop_map(|k| Op::conv(Conv::new(0, &[k, k])));
+        let tconv = (1usize..8, 1usize..4, 1usize..3).prop_map(|(c, k, s)| {
+            Op::conv_transpose(Conv::new(c, &[k, k]).stride(s).output_padding(s - 1))
+        });
+        let pool = (1usize..3).prop_map(|k| Op::max_pool(Pool::new(&[k, k])));
+        let mut avg = Pool::new(&[3, 3]);
+        avg.stride = super::Dims::from_slice(&[1, 1]);
+        avg.padding = Padding::symmetric(1, 2);
+        prop_oneof![
+            conv.prop_map(|o| (o, 0)),
+            depthwise.prop_map(|o| (o, 1)),
+            tconv.prop_map(|o| (o, 0)),
+            pool.prop_map(|o| (o, 0)),
+            Just((Op::avg_pool(avg), 0)),
+            Just((Op::BatchNorm, 0)),
+            Just((Op::Relu, 0)),
+            Just((Op::LeakyRelu { alpha: 0.3 }, 0)),
+            Just((Op::Tanh, 0)),
+            Just((Op::Dropout { rate: 0.5 }, 0)),
+            Just((Op::Scale { factor: 2.0 }, 0)),
+            (1usize..6).prop_map(|back| (Op::Add, back)),
+            (1usize..6).prop_map(|back| (Op::Concat, back)),
+            Just((
+                Op::Upsample {
+                    factor: super::Dims::from_slice(&[2, 2])
+                },
+                0
+            )),
+        ]
+    }
+
+    /// A random valid graph with a 2-d input, ending in global pooling, dense and a loss.
+    pub(crate) fn graph() -> impl Strategy<Value = Graph> {
+        (1usize..5, 4usize..12, prop::collection::vec(op(), 1..14)).prop_map(|(c, hw, ops)| {
+            let mut g = Graph::new("random", vec![c, hw, hw]).expect("valid input");
+            for (i, (mut op, back)) in ops.into_iter().enumerate() {
+                let last = g.last();
+                // Depthwise: as many groups and outputs as input channels.
+                if let (Op::Conv(conv), 1) = (&mut op, back) {
+                    let ch = g.layers()[last].output.channels();
+                    conv.out_channels = ch;
+                    conv.groups = ch;
+                }
+                let inputs = match op {
+                    Op::Add | Op::Concat => vec![last, last.saturating_sub(back)],
+                    _ => vec![last],
+                };
+                // Invalid combinations are simply not added.
+                let _ = g.push(format!("l{i}"), op, &inputs);
+            }
+            g.then("gap", Op::GlobalAvgPool).expect("feature map");
+            g.then(
+                "fc",
+                Op::Dense {
+                    out_features: 3,
+                    bias: true,
+                },
+            )
+            .expect("dense");
+            g.then("loss", Op::SoftmaxCrossEntropy).expect("loss");
+            g
+        })
     }
 }
 

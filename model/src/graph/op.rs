@@ -440,6 +440,10 @@ fn feature_map(op: &str, x: &[usize]) -> Result<usize, String> {
     Ok(x.len() - 1)
 }
 
+/// Largest kernel, stride, dilation, padding, repeat or scale factor along one dimension
+/// (2^20). With tensors of at most 2^40 elements, no shape arithmetic can overflow.
+pub const MAX_WINDOW: usize = 1 << 20;
+
 fn per_dim(field: &str, values: &[usize], rank: usize, min: usize) -> Result<(), String> {
     if values.len() != rank {
         return Err(format!(
@@ -449,6 +453,9 @@ fn per_dim(field: &str, values: &[usize], rank: usize, min: usize) -> Result<(),
     }
     if let Some(v) = values.iter().find(|&&v| v < min) {
         return Err(format!("{field} value {v} must be at least {min}"));
+    }
+    if let Some(v) = values.iter().find(|&&v| v > MAX_WINDOW) {
+        return Err(format!("{field} value {v} must be at most {MAX_WINDOW}"));
     }
     Ok(())
 }
@@ -477,6 +484,9 @@ fn resolve_padding(
                     "padding has {} entries but the input has {rank} spatial dimensions",
                     p.len()
                 ));
+            }
+            if let Some(v) = p.iter().flatten().find(|&&v| v > MAX_WINDOW) {
+                return Err(format!("padding value {v} must be at most {MAX_WINDOW}"));
             }
             p.clone()
         }

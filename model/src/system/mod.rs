@@ -702,4 +702,46 @@ bandwidth_gbs = { value = 1000.0, source = "sheet" }
         assert_eq!(two.peak.fp32.unwrap().value, FlopRate::from_tflops(2.5));
         assert_eq!(two.memory_bandwidth.value, d.memory_bandwidth.value);
     }
+
+    /// Fuzzing the system parsers: arbitrary and mutated text never panics.
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::catalog;
+        use crate::file::tests::properties::{edits, mutate};
+
+        fn lookup(name: &str) -> Result<Device> {
+            catalog::device(name)
+        }
+
+        proptest! {
+            #[test]
+            fn arbitrary_text_never_panics(text in ".{0,400}") {
+                let _ = parse_system_or_device(&text, "fuzz.toml", &lookup);
+            }
+
+            #[test]
+            fn mutated_catalog_files_never_panic(
+                entry in prop::sample::select(catalog::DEVICES.iter().chain(catalog::SYSTEMS).collect::<Vec<_>>()),
+                edits in edits(),
+            ) {
+                let text = mutate(entry.text, &edits);
+                if let Ok(s) = parse_system_or_device(&text, entry.path, &lookup) {
+                    for p in Precision::ALL {
+                        let _ = s.device.matrix_peak(p);
+                        let _ = s.device.vector_peak(p);
+                    }
+                    let _ = s.device_memory();
+                }
+            }
+
+            #[test]
+            fn mutated_cpuinfo_never_panics(edits in edits()) {
+                let cpuinfo = "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n\
+                               cache size\t: 107520 KB\nphysical id\t: 0\ncore id\t\t: 0\n\n";
+                let _ = catalog::local(&mutate(cpuinfo, &edits), &mutate("MemTotal: 1000 kB\n", &edits));
+            }
+        }
+    }
 }

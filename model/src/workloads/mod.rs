@@ -187,6 +187,7 @@ impl Scale {
 mod tests {
     use super::*;
     use crate::cost::cost;
+    use crate::graph::{Graph, Op};
     use crate::precision::Precision;
     use crate::reference;
 
@@ -340,5 +341,59 @@ mod tests {
             err.contains("cosmoflow, cosmoflow-v07, deepcam, resnet50"),
             "{err}"
         );
+    }
+
+    /// A width multiplier `w` multiplies both channel counts of an inner dense convolution,
+    /// so its FLOPs scale by `w^2`; a depthwise convolution (one input channel per group)
+    /// scales by `w`; layers at the fixed input or output scale by `w`.
+    #[test]
+    fn width_scales_inner_conv_flops_quadratically() {
+        for name in names() {
+            let base = build(&name, &BuildOptions::default()).unwrap();
+            for w in [0.5, 2.0, 3.0] {
+                let wide = build(
+                    &name,
+                    &BuildOptions {
+                        input_size: None,
+                        width: w,
+                    },
+                )
+                .unwrap();
+                let (c0, c1) = (
+                    cost(&base, 1, Precision::Fp32),
+                    cost(&wide, 1, Precision::Fp32),
+                );
+                let mut inner = 0;
+                for ((l0, l1), (r0, r1)) in base
+                    .layers()
+                    .iter()
+                    .zip(wide.layers())
+                    .zip(c0.layers.iter().zip(&c1.layers))
+                {
+                    let Op::Conv(conv) = &l0.op else { continue };
+                    let ratio = r1.flops_fwd.value() / r0.flops_fwd.value();
+                    let c_in = |g: &Graph, l: &crate::graph::Layer| {
+                        g.layers()[l.inputs[0]].output.channels() as f64
+                    };
+                    let in_scaled = c_in(&wide, l1) / c_in(&base, l0);
+                    let out_scaled = l1.output.channels() as f64 / l0.output.channels() as f64;
+                    let expected = if conv.groups == 1 {
+                        in_scaled * out_scaled
+                    } else {
+                        out_scaled
+                    };
+                    assert!(
+                        (ratio - expected).abs() < 1e-12,
+                        "{name} {}: {ratio} vs {expected}",
+                        l0.name
+                    );
+                    if conv.groups == 1 && in_scaled == w && out_scaled == w {
+                        assert!((ratio - w * w).abs() < 1e-12);
+                        inner += 1;
+                    }
+                }
+                assert!(inner > 3, "{name}: only {inner} inner convolutions");
+            }
+        }
     }
 }

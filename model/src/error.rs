@@ -75,6 +75,15 @@ pub enum Error {
         format: NumberFormat,
     },
 
+    /// A workload could not be written as a file.
+    #[error("cannot export workload `{workload}`: {message}")]
+    Export {
+        /// The workload.
+        workload: String,
+        /// Why.
+        message: String,
+    },
+
     /// This machine could not be described as the `local` system.
     #[error("system `local`: {0}")]
     Local(String),

@@ -434,7 +434,7 @@ fn export_layer(graph: &Graph, id: NodeId, layer: &Layer) -> RawLayer {
 }
 
 /// Writes `graph` as a workload file.
-pub fn export(graph: &Graph, description: Option<&str>) -> String {
+pub fn export(graph: &Graph, description: Option<&str>) -> Result<String> {
     let raw = RawWorkload {
         name: graph.name().to_owned(),
         description: description.map(str::to_owned),
@@ -447,12 +447,15 @@ pub fn export(graph: &Graph, description: Option<&str>) -> String {
             .map(|(i, l)| Spanned::new(0..0, export_layer(graph, i, l)))
             .collect(),
     };
-    let body = toml::to_string(&raw).unwrap_or_else(|e| format!("# export failed: {e}\n"));
-    format!(
-        "# ridgeline workload file (format: see `ridgeline workload --help` and README.md).\n\
+    let body = toml::to_string(&raw).map_err(|e| Error::Export {
+        workload: graph.name().to_owned(),
+        message: e.to_string(),
+    })?;
+    Ok(format!(
+        "# ridgeline workload file (format: README.md, 'Workload files').\n\
          # Shapes are per sample, channels first; padding is [before, after] per dimension.\n\
          {body}"
-    )
+    ))
 }
 
 #[cfg(test)]
@@ -522,7 +525,7 @@ op = "softmax-cross-entropy"
     fn every_builtin_round_trips_through_export() {
         for name in workloads::names() {
             let g = workloads::build(&name, &BuildOptions::default()).unwrap();
-            let text = export(&g, Some("round trip"));
+            let text = export(&g, Some("round trip")).unwrap();
             let back = parse_workload(&text, "export.toml", None)
                 .unwrap_or_else(|e| panic!("{name}: {e}\n{text}"));
             assert_eq!(back, g, "{name}");
@@ -729,7 +732,7 @@ op = "softmax-cross-entropy"
                 edits in edits(),
             ) {
                 let g = workloads::build(name, &BuildOptions::default()).unwrap();
-                check(&mutate(&export(&g, None), &edits));
+                check(&mutate(&export(&g, None).unwrap(), &edits));
             }
 
             #[test]

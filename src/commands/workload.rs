@@ -120,7 +120,7 @@ pub(crate) fn show(args: &ShowArgs) -> Result<()> {
 pub(crate) fn export(args: &ExportArgs) -> Result<()> {
     let graph = load::workload(&args.workload)?;
     let description = workloads::find(graph.name()).ok().map(|b| b.description);
-    let text = file::export(&graph, description);
+    let text = file::export(&graph, description)?;
     match &args.out {
         Some(path) => {
             std::fs::write(path, text).with_context(|| format!("cannot write `{}`", path.display()))

@@ -303,7 +303,7 @@ impl Op {
     /// pairs, and returns the output shape. The error message names the offending field.
     pub(crate) fn resolve(&mut self, inputs: &[&[usize]]) -> Result<Dims, String> {
         let arity = match self {
-            Op::Input => return Err("`input` is implicit: it is node 0 of every graph".into()),
+            Op::Input => return Err(INPUT_IS_IMPLICIT.into()),
             Op::Add | Op::Concat => None,
             _ => Some(1),
         };
@@ -326,7 +326,7 @@ impl Op {
         }
         let x = inputs[0];
         match self {
-            Op::Input => unreachable_input(),
+            Op::Input => Err(INPUT_IS_IMPLICIT.into()),
             Op::Conv(c) => conv_output(c, x, false),
             Op::ConvTranspose(c) => conv_output(c, x, true),
             Op::Dense { out_features, .. } => {
@@ -403,9 +403,7 @@ impl Op {
     }
 }
 
-fn unreachable_input() -> Result<Dims, String> {
-    Err("`input` is implicit: it is node 0 of every graph".into())
-}
+const INPUT_IS_IMPLICIT: &str = "`input` is implicit: it is node 0 of every graph";
 
 fn fmt_dims(d: &[usize]) -> String {
     let parts: Vec<String> = d.iter().map(usize::to_string).collect();
@@ -630,6 +628,14 @@ mod tests {
         );
         let Op::Conv(c) = op else { unreachable!() };
         assert_eq!(c.padding, Padding::Explicit(smallvec![[0, 1]; 3]));
+    }
+
+    #[test]
+    fn one_dimensional_conv_and_pool() {
+        let op = Op::conv(Conv::new(8, &[5]).stride(2).pad(2));
+        assert_eq!(out(op, &[4, 100]).unwrap(), vec![8, 50]);
+        let op = Op::avg_pool(Pool::new(&[4]));
+        assert_eq!(out(op, &[8, 50]).unwrap(), vec![8, 12]);
     }
 
     #[test]

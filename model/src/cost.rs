@@ -245,7 +245,8 @@ fn saved(op: &Op) -> &'static [Saved] {
 
 /// Costs every layer of `graph` for one training step at `batch` and `precision`.
 ///
-/// `batch` must be at least 1 (validated where it is parsed).
+/// `batch` must be at least 1; up to [`MAX_BATCH`] every count is exact (the CLI checks
+/// both where it parses the batch).
 pub fn cost(graph: &Graph, batch: u64, precision: Precision) -> GraphCost<'_> {
     let layers = graph.layers();
     // Per node: does its output depend on a trainable parameter (so its gradient must be
@@ -338,7 +339,7 @@ pub fn cost(graph: &Graph, batch: u64, precision: Precision) -> GraphCost<'_> {
                 .collect(),
             output_shape: layer.output.dims(),
             params: c.params,
-            macs_fwd: c.macs * batch,
+            macs_fwd: c.macs.saturating_mul(batch),
             flops_fwd,
             flops_bwd_data,
             flops_bwd_weight,

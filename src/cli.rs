@@ -65,6 +65,20 @@ pub(crate) enum Format {
 }
 
 #[derive(Debug, Args)]
+pub(crate) struct PrecisionArg {
+    /// Precision: fp32, tf32, amp-fp16 or amp-bf16.
+    #[arg(long, default_value = "fp32", value_parser = parse_precision)]
+    pub(crate) precision: Precision,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SystemArg {
+    /// A system name, device name, `local`, or system/device TOML file.
+    #[arg(long)]
+    pub(crate) system: String,
+}
+
+#[derive(Debug, Args)]
 pub(crate) struct FormatArg {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
@@ -92,9 +106,8 @@ pub(crate) struct ShowArgs {
     /// Batch size per device.
     #[arg(long, default_value_t = 1, value_parser = batch_parser())]
     pub(crate) batch: u64,
-    /// Precision: fp32, tf32, amp-fp16 or amp-bf16.
-    #[arg(long, default_value = "fp32", value_parser = parse_precision)]
-    pub(crate) precision: Precision,
+    #[command(flatten)]
+    pub(crate) precision: PrecisionArg,
     #[command(flatten)]
     pub(crate) format: FormatArg,
 }
@@ -112,9 +125,8 @@ pub(crate) struct ExportArgs {
 pub(crate) struct MemoryArgs {
     #[command(flatten)]
     pub(crate) workload: WorkloadArgs,
-    /// A system name, device name, `local`, or system/device TOML file.
-    #[arg(long)]
-    pub(crate) system: String,
+    #[command(flatten)]
+    pub(crate) system: SystemArg,
     /// Batch sizes `A..B` (inclusive): A, 2A, 4A, ... and B; with --batch-step, every
     /// step-th batch. Default: 1 up to the first power of two above the largest batch that
     /// fits.
@@ -123,9 +135,8 @@ pub(crate) struct MemoryArgs {
     /// Linear step through --batch-range instead of doubling.
     #[arg(long, value_name = "N", value_parser = batch_parser())]
     pub(crate) batch_step: Option<u64>,
-    /// Precision: fp32, tf32, amp-fp16 or amp-bf16.
-    #[arg(long, default_value = "fp32", value_parser = parse_precision)]
-    pub(crate) precision: Precision,
+    #[command(flatten)]
+    pub(crate) precision: PrecisionArg,
     /// Optimizer: sgd, sgd-momentum, adam or lamb.
     #[arg(long, default_value = "sgd-momentum", value_parser = parse_optimizer)]
     pub(crate) optimizer: Optimizer,
@@ -137,15 +148,13 @@ pub(crate) struct MemoryArgs {
 pub(crate) struct RooflineArgs {
     #[command(flatten)]
     pub(crate) workload: WorkloadArgs,
-    /// A system name, device name, `local`, or system/device TOML file.
-    #[arg(long)]
-    pub(crate) system: String,
+    #[command(flatten)]
+    pub(crate) system: SystemArg,
     /// Batch size per device.
     #[arg(long, value_parser = batch_parser())]
     pub(crate) batch: u64,
-    /// Precision: fp32, tf32, amp-fp16 or amp-bf16.
-    #[arg(long, default_value = "fp32", value_parser = parse_precision)]
-    pub(crate) precision: Precision,
+    #[command(flatten)]
+    pub(crate) precision: PrecisionArg,
     #[command(flatten)]
     pub(crate) format: FormatArg,
 }

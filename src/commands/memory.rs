@@ -10,7 +10,7 @@ use crate::output::{self, Col, Style, num};
 
 pub(crate) fn run(args: &MemoryArgs) -> Result<()> {
     let graph = load::workload(&args.workload)?;
-    let system = load::system(&args.system)?;
+    let system = load::system(&args.system.system)?;
     let sweep = args.batch_range.map(|(from, to)| match args.batch_step {
         Some(step) => BatchSweep::Linear { from, to, step },
         None => BatchSweep::Doubling { from, to },
@@ -18,7 +18,13 @@ pub(crate) fn run(args: &MemoryArgs) -> Result<()> {
     if args.batch_step.is_some() && sweep.is_none() {
         anyhow::bail!("--batch-step needs --batch-range A..B");
     }
-    let r = memory::report(&graph, &system, args.precision, args.optimizer, sweep)?;
+    let r = memory::report(
+        &graph,
+        &system,
+        args.precision.precision,
+        args.optimizer,
+        sweep,
+    )?;
     let cols: [Col<MemoryRow>; 11] = [
         num("batch", "batch", |r, s| s.count(r.batch)),
         num("params", "parameters", |r, s| s.bytes(r.parameters)),

@@ -11,8 +11,8 @@ use crate::output::{self, Col, Style, num, text};
 
 pub(crate) fn run(args: &RooflineArgs) -> Result<()> {
     let graph = load::workload(&args.workload)?;
-    let system = load::system(&args.system)?;
-    let c = cost::cost(&graph, args.batch, args.precision);
+    let system = load::system(&args.system.system)?;
+    let c = cost::cost(&graph, args.batch, args.precision.precision);
     let r = roofline::roofline(&c, &system, Efficiency::IDEAL)?;
     let cols: [Col<RooflineLayer>; 9] = [
         text("layer", "name", |r, _| r.name.to_owned()),

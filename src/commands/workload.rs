@@ -58,7 +58,7 @@ pub(crate) fn list(args: &FormatArg) -> Result<()> {
 
 pub(crate) fn show(args: &ShowArgs) -> Result<()> {
     let graph = load::workload(&args.workload)?;
-    let c = cost::cost(&graph, args.batch, args.precision);
+    let c = cost::cost(&graph, args.batch, args.precision.precision);
     let cols: [Col<LayerCost>; 11] = [
         text("layer", "name", |r, _| r.name.to_owned()),
         text("op", "op", |r, _| r.op.to_owned()),

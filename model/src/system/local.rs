@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Deserialize;
 
-use super::{Cluster, Device, Node, Sourced, System, parse_toml};
+use super::{Device, Sourced, System, parse_toml};
 use crate::error::{Error, Result};
 use crate::units::Bytes;
 
@@ -158,41 +158,19 @@ pub fn local_system(
         "/proc/cpuinfo: {} physical cores visible to this machine; CPU identified as `{}`: {identified}",
         cpu.cores, m.device
     );
-    let device = lookup(&m.device)?.with_cores(cpu.cores, &why)?;
     let read = |what: &str| format!("{what}, read at run time");
-    Ok(System {
-        name: raw.name,
-        description: raw.description,
-        device,
-        node: Node {
-            devices: Sourced {
-                value: 1,
-                source: read("/proc/cpuinfo"),
-            },
-            cpu: Some(format!("{} ({} cores visible)", cpu.model_name, cpu.cores)),
-            host_memory: Some(Sourced {
-                value: host_memory,
-                source: read("/proc/meminfo MemTotal"),
-            }),
-            pcie: None,
-            nvlink: None,
-            nvme_capacity: None,
-            nvme_read: None,
-            nics: None,
-            nic_bandwidth: None,
-            power_w: None,
-        },
-        cluster: Cluster {
-            nodes: Sourced {
-                value: 1,
-                source: "this machine".into(),
-            },
-            network: None,
-            pfs: None,
-            pfs_capacity: None,
-            pfs_bandwidth: None,
-        },
-    })
+    let device = lookup(&m.device)?.with_cores(cpu.cores, &why)?;
+    let mut system = System::single_device(device);
+    system.name = raw.name;
+    system.description = raw.description;
+    system.node.devices.source = read("/proc/cpuinfo");
+    system.node.cpu = Some(format!("{} ({} cores visible)", cpu.model_name, cpu.cores));
+    system.node.host_memory = Some(Sourced {
+        value: host_memory,
+        source: read("/proc/meminfo MemTotal"),
+    });
+    system.cluster.nodes.source = "this machine".into();
+    Ok(system)
 }
 
 #[cfg(test)]

@@ -4,11 +4,15 @@
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
+use ridgeline_model::dataset::{self, Dataset};
 use ridgeline_model::graph::Graph;
+use ridgeline_model::predict::{Epochs, Scenario};
+use ridgeline_model::roofline::Efficiency;
+use ridgeline_model::system::Sourced;
 use ridgeline_model::workloads::{self, BuildOptions};
 use ridgeline_model::{Error, catalog, file, system::System};
 
-use crate::cli::WorkloadArgs;
+use crate::cli::{ScenarioArgs, WorkloadArgs};
 
 /// Whether a command-line argument names a file rather than a catalog entry.
 fn is_file(arg: &str) -> bool {
@@ -61,5 +65,102 @@ pub(crate) fn system(arg: &str) -> Result<System> {
             anyhow::anyhow!("{e} (or give the path of a system TOML file)")
         }
         other => other.into(),
+    })
+}
+
+/// The data set, epochs and scenario a prediction runs with.
+pub(crate) struct Training {
+    pub(crate) dataset: Dataset,
+    pub(crate) scenario: Scenario,
+    /// Input elements of the workload the data set's sample size refers to.
+    pub(crate) reference_input_elements: u64,
+}
+
+/// The data set, convergence and scenario for `graph` (named by `arg`) from the command
+/// line and the catalog.
+pub(crate) fn training(
+    arg: &WorkloadArgs,
+    graph: &Graph,
+    s: &ScenarioArgs,
+    nodes: u32,
+) -> Result<Training> {
+    let builtin = workloads::find(&arg.workload).ok();
+    let shipped = match builtin {
+        Some(b) => catalog::workload_data(b.name)?,
+        None => None,
+    };
+    let user_data = s
+        .dataset
+        .as_deref()
+        .map(|path| {
+            Ok::<_, anyhow::Error>(dataset::parse_workload_data(
+                &read(path, "data set")?,
+                path,
+            )?)
+        })
+        .transpose()?;
+    let mut set = match (&user_data, &shipped) {
+        (Some(d), _) => d.dataset.clone().with_context(|| {
+            format!(
+                "data set file `{}` has no [dataset] table",
+                s.dataset.as_deref().unwrap_or("")
+            )
+        })?,
+        (None, Some(d)) => d
+            .dataset
+            .clone()
+            .with_context(|| format!("no data set for `{}`", arg.workload))?,
+        (None, None) => bail!(
+            "workload `{}` has no data set: pass --dataset FILE (format: README.md, 'Data sets and convergence')",
+            arg.workload
+        ),
+    };
+    if let Some(n) = s.train_samples {
+        set.train_samples = Sourced {
+            value: n,
+            source: "--train-samples".into(),
+        };
+    }
+    let epochs = match (s.epochs, &s.convergence) {
+        (Some(e), _) if !(e.is_finite() && e > 0.0) => {
+            bail!("--epochs {e}: must be a positive number")
+        }
+        (Some(e), _) => Epochs::Fixed(e),
+        (None, Some(path)) => {
+            let data = dataset::parse_workload_data(&read(path, "convergence")?, path)?;
+            Epochs::Curve(data.convergence.with_context(|| {
+                format!("convergence file `{path}` has no [[convergence]] points")
+            })?)
+        }
+        (None, None) => match shipped.as_ref().and_then(|d| d.convergence.clone()) {
+            Some(c) => Epochs::Curve(c),
+            None => bail!(
+                "no convergence data for `{}` in ridgeline's sources: pass --epochs E or \
+                 --convergence FILE",
+                arg.workload
+            ),
+        },
+    };
+    let efficiency = Efficiency::new(s.compute_efficiency, s.memory_efficiency)?;
+    let scenario = Scenario {
+        nodes,
+        collective: s.collective,
+        overlap: s.overlap,
+        location: s.data_location,
+        gradient_bytes: s.gradient_precision,
+        efficiency,
+        preprocess_rate: s.preprocess_rate,
+        compression: s.compression,
+        epochs,
+        quality: s.quality,
+    };
+    let reference_input_elements = match builtin {
+        Some(b) if user_data.is_none() => b.input.iter().map(|&d| d as u64).product(),
+        _ => graph.input_shape().elements(),
+    };
+    Ok(Training {
+        dataset: set,
+        scenario,
+        reference_input_elements,
     })
 }

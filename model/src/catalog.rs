@@ -2,6 +2,7 @@
 //! reference tables from `data/reference/`, embedded in the binary so they work wherever
 //! it is installed. Each entry keeps its repository path for error messages.
 
+use crate::dataset::{self, WorkloadData};
 use crate::error::{Error, Result};
 use crate::system::{self, CpuInfo, Device, System};
 use crate::units::Bytes;
@@ -35,6 +36,10 @@ pub const DEVICES: &[Entry] = entries!("systems/devices";
 /// System files, `data/systems/*.toml` (without `local`, which needs this machine).
 pub const SYSTEMS: &[Entry] = entries!("systems";
     "cori-gpu", "perlmutter-gpu", "dgx-h100", "fugaku");
+
+/// Data sets and convergence curves of the built-in workloads, `data/workloads/*.toml`.
+pub const WORKLOAD_DATA: &[Entry] = entries!("workloads";
+    "cosmoflow", "cosmoflow-v07", "deepcam", "resnet50");
 
 /// `data/systems/local.toml`: how this machine's CPU maps to a device file.
 pub const LOCAL: Entry = Entry {
@@ -97,6 +102,15 @@ pub fn system_from_file(text: &str, path: &str) -> Result<System> {
     system::parse_system_or_device(text, path, &device)
 }
 
+/// The shipped data set and convergence curve of a built-in workload, if any.
+pub fn workload_data(name: &str) -> Result<Option<WorkloadData>> {
+    WORKLOAD_DATA
+        .iter()
+        .find(|e| e.name == name)
+        .map(|e| dataset::parse_workload_data(e.text, e.path))
+        .transpose()
+}
+
 /// This machine as the `local` system, from `/proc/cpuinfo` and `/proc/meminfo` text.
 pub fn local(cpuinfo: &str, meminfo: &str) -> Result<System> {
     let cpu: CpuInfo = system::parse_cpuinfo(cpuinfo)?;
@@ -126,6 +140,17 @@ mod tests {
                 "{}: name field must match the file name",
                 e.path
             );
+        }
+    }
+
+    #[test]
+    fn every_workload_data_file_parses_and_names_its_workload() {
+        for e in WORKLOAD_DATA {
+            let d = workload_data(e.name)
+                .unwrap_or_else(|err| panic!("{err}"))
+                .unwrap();
+            assert_eq!(d.workload.as_deref(), Some(e.name));
+            assert!(d.dataset.is_some(), "{}", e.path);
         }
     }
 

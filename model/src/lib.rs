@@ -13,8 +13,13 @@
 //! [`catalog`] or from the user, validated once on the way in. Quantities crossing the crate
 //! boundary are typed ([`units`]).
 //!
-//! Later modules (collectives, storage, step and time-to-solution prediction, scaling) build
-//! on these. This crate does no I/O beyond parsing text handed to it, and never prints.
+//! On a cluster, [`links`] prices bytes on every level of the hierarchy (LogGP),
+//! [`collective`] times the gradient allreduce, [`dataset`] holds data sets and convergence
+//! curves, and [`predict`] combines them into step, epoch and time-to-solution predictions
+//! ([`predict::StepModel`] -> [`predict::Plan`] -> [`predict::Plan::evaluate`], split by what
+//! each depends on so that [`sweep`] evaluates millions of configurations per second);
+//! [`scale`] builds strong, weak, ensemble and problem-size series. This crate does no I/O
+//! beyond parsing text handed to it, and never prints.
 //!
 //! ```
 //! use ridgeline_model::{catalog, cost, precision::Precision, roofline, workloads};
@@ -30,14 +35,20 @@
 //! ```
 
 pub mod catalog;
+pub mod collective;
 pub mod cost;
+pub mod dataset;
 pub mod error;
 pub mod file;
 pub mod graph;
+pub mod links;
 pub mod memory;
 pub mod precision;
+pub mod predict;
 pub mod reference;
 pub mod roofline;
+pub mod scale;
+pub mod sweep;
 pub mod system;
 pub mod units;
 pub mod workloads;

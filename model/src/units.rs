@@ -324,7 +324,13 @@ impl fmt::Display for Bytes {
 impl fmt::Display for Seconds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let abs = self.0.abs();
-        let (scaled, unit) = if abs >= 1.0 || abs == 0.0 {
+        let (scaled, unit) = if abs >= 2.0 * 86_400.0 {
+            (self.0 / 86_400.0, "d")
+        } else if abs >= 2.0 * 3600.0 {
+            (self.0 / 3600.0, "h")
+        } else if abs >= 2.0 * 60.0 {
+            (self.0 / 60.0, "min")
+        } else if abs >= 1.0 || abs == 0.0 {
             (self.0, "s")
         } else if abs >= 1e-3 {
             (self.0 * 1e3, "ms")
@@ -373,6 +379,9 @@ mod tests {
         assert_eq!(Flops::new(7.25e9).to_string(), "7.250 GFLOP");
         assert_eq!(Bytes::from_gib(1.5).to_string(), "1.500 GiB");
         assert_eq!(Seconds::new(0.0021).to_string(), "2.100 ms");
+        assert_eq!(Seconds::new(90.0).to_string(), "90.000 s");
+        assert_eq!(Seconds::new(180.0).to_string(), "3.000 min");
+        assert_eq!(Seconds::new(5.5 * 3600.0).to_string(), "5.500 h");
         assert_eq!(format!("{:.1}", ByteRate::from_gbs(900.0)), "900.0 GB/s");
     }
 

@@ -1,7 +1,10 @@
 //! One module per subcommand.
 
 mod memory;
+mod predict;
 mod roofline;
+mod scale;
+mod sweep;
 mod system;
 mod workload;
 
@@ -19,5 +22,8 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Roofline(args) => roofline::run(&args),
         Command::System(SystemCommand::List(args)) => system::list(&args),
         Command::System(SystemCommand::Show(args)) => system::show(&args),
+        Command::Predict(args) => predict::run(&args),
+        Command::Scale(args) => scale::run(&args),
+        Command::Sweep(args) => sweep::run(&args),
     }
 }

@@ -3,7 +3,7 @@
 use anyhow::Result;
 use ridgeline_model::catalog;
 use ridgeline_model::system::{DeviceKind, Sourced, System};
-use ridgeline_model::units::{ByteRate, Bytes, FlopRate};
+use ridgeline_model::units::{ByteRate, Bytes, FlopRate, Seconds};
 use ridgeline_reports::Document;
 use serde::Serialize;
 
@@ -123,6 +123,8 @@ fn figures(s: &System) -> Vec<Figure> {
         Style::Human => format!("{v:.0} W"),
         Style::Raw => v.to_string(),
     };
+    let secs = |v: &Seconds, st: Style| st.seconds(*v);
+    let plain = |v: &f64, st: Style| st.number(Some(*v), 2);
     let d = &s.device;
     let mut f = Figures(Vec::new());
     f.text("device.name", Some(&d.name));
@@ -158,12 +160,21 @@ fn figures(s: &System) -> Vec<Figure> {
     f.add("node.devices", Some(&n.devices), count);
     f.text("node.cpu", n.cpu.as_deref());
     f.add("node.host_memory", n.host_memory.as_ref(), bytes);
+    f.add(
+        "node.host_memory_bandwidth",
+        n.host_memory_bandwidth.as_ref(),
+        rate,
+    );
     f.add("node.pcie", n.pcie.as_ref(), rate);
     f.add("node.nvlink", n.nvlink.as_ref(), rate);
+    f.add("node.nvlink_latency", n.nvlink_latency.as_ref(), secs);
     f.add("node.nvme_capacity", n.nvme_capacity.as_ref(), bytes);
     f.add("node.nvme_read", n.nvme_read.as_ref(), rate);
+    f.add("node.nvme_write", n.nvme_write.as_ref(), rate);
     f.add("node.nics", n.nics.as_ref(), count);
     f.add("node.nic_bandwidth", n.nic_bandwidth.as_ref(), rate);
+    f.add("node.nic_latency", n.nic_latency.as_ref(), secs);
+    f.add("node.pfs_client", n.pfs_client.as_ref(), rate);
     f.add("node.power_w", n.power_w.as_ref(), watts);
     let c = &s.cluster;
     f.add("cluster.nodes", Some(&c.nodes), count);
@@ -171,6 +182,11 @@ fn figures(s: &System) -> Vec<Figure> {
     f.text("cluster.pfs", c.pfs.as_deref());
     f.add("cluster.pfs_capacity", c.pfs_capacity.as_ref(), bytes);
     f.add("cluster.pfs_bandwidth", c.pfs_bandwidth.as_ref(), rate);
+    f.add(
+        "cluster.price_per_node_hour",
+        c.price_per_node_hour.as_ref(),
+        plain,
+    );
     f.0
 }
 

@@ -6,6 +6,7 @@
 
 mod bad_input;
 mod memory;
+mod predict;
 mod roofline;
 mod system;
 mod workload;

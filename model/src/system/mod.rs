@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::precision::{NumberFormat, Precision};
-use crate::units::{ByteRate, Bytes, FlopRate};
+use crate::units::{ByteRate, Bytes, FlopRate, Seconds};
 
 pub use local::{CpuInfo, local_system, parse_cpuinfo, parse_meminfo};
 
@@ -213,18 +213,28 @@ pub struct Node {
     pub cpu: Option<String>,
     /// Host (DDR) memory.
     pub host_memory: Option<Sourced<Bytes>>,
+    /// Host memory bandwidth of the node (all sockets).
+    pub host_memory_bandwidth: Option<Sourced<ByteRate>>,
     /// Host-to-device PCIe bandwidth available to each device.
     pub pcie: Option<Sourced<ByteRate>>,
     /// Device-to-device fabric (NVLink, NVSwitch, Infinity Fabric) bandwidth per device.
     pub nvlink: Option<Sourced<ByteRate>>,
+    /// Small-message latency across the device fabric (LogGP `L + 2o`).
+    pub nvlink_latency: Option<Sourced<Seconds>>,
     /// Node-local NVMe capacity usable by jobs.
     pub nvme_capacity: Option<Sourced<Bytes>>,
     /// Node-local NVMe read bandwidth.
     pub nvme_read: Option<Sourced<ByteRate>>,
+    /// Node-local NVMe write bandwidth (staging).
+    pub nvme_write: Option<Sourced<ByteRate>>,
     /// Network interfaces per node.
     pub nics: Option<Sourced<u32>>,
     /// Bandwidth of each network interface.
     pub nic_bandwidth: Option<Sourced<ByteRate>>,
+    /// Small-message latency between nodes (LogGP `L + 2o`).
+    pub nic_latency: Option<Sourced<Seconds>>,
+    /// The most one node's parallel file system client reads per second.
+    pub pfs_client: Option<Sourced<ByteRate>>,
     /// Node power in watts (all devices and hosts), where known.
     pub power_w: Option<Sourced<f64>>,
 }
@@ -242,6 +252,8 @@ pub struct Cluster {
     pub pfs_capacity: Option<Sourced<Bytes>>,
     /// Parallel file system aggregate bandwidth.
     pub pfs_bandwidth: Option<Sourced<ByteRate>>,
+    /// Price of one node-hour, in the currency of its source.
+    pub price_per_node_hour: Option<Sourced<f64>>,
 }
 
 /// A system: one node type and the cluster of those nodes.
@@ -271,12 +283,17 @@ impl System {
                 devices: one.clone(),
                 cpu: None,
                 host_memory: None,
+                host_memory_bandwidth: None,
                 pcie: None,
                 nvlink: None,
+                nvlink_latency: None,
                 nvme_capacity: None,
                 nvme_read: None,
+                nvme_write: None,
                 nics: None,
                 nic_bandwidth: None,
+                nic_latency: None,
+                pfs_client: None,
                 power_w: None,
             },
             cluster: Cluster {
@@ -285,6 +302,7 @@ impl System {
                 pfs: None,
                 pfs_capacity: None,
                 pfs_bandwidth: None,
+                price_per_node_hour: None,
             },
             device,
         }
@@ -304,6 +322,11 @@ impl System {
             ),
         })
     }
+}
+
+/// Microseconds to seconds.
+fn micros(us: f64) -> Seconds {
+    Seconds::new(us * 1e-6)
 }
 
 /// Parses a device file.
@@ -360,16 +383,25 @@ pub fn parse_system(
         devices: ctx.count("node.devices", &n.devices)?,
         cpu: n.cpu.clone(),
         host_memory: ctx.opt("node.host_memory_gib", &n.host_memory_gib, Bytes::from_gib)?,
+        host_memory_bandwidth: ctx.opt(
+            "node.host_memory_gbs",
+            &n.host_memory_gbs,
+            ByteRate::from_gbs,
+        )?,
         pcie: ctx.opt("node.pcie_gbs", &n.pcie_gbs, ByteRate::from_gbs)?,
         nvlink: ctx.opt("node.nvlink_gbs", &n.nvlink_gbs, ByteRate::from_gbs)?,
+        nvlink_latency: ctx.opt("node.nvlink_latency_us", &n.nvlink_latency_us, micros)?,
         nvme_capacity: ctx.opt("node.nvme_capacity_gb", &n.nvme_capacity_gb, Bytes::from_gb)?,
         nvme_read: ctx.opt("node.nvme_read_gbs", &n.nvme_read_gbs, ByteRate::from_gbs)?,
+        nvme_write: ctx.opt("node.nvme_write_gbs", &n.nvme_write_gbs, ByteRate::from_gbs)?,
         nics: n
             .nics
             .as_ref()
             .map(|c| ctx.count("node.nics", c))
             .transpose()?,
         nic_bandwidth: ctx.opt("node.nic_gbs", &n.nic_gbs, ByteRate::from_gbs)?,
+        nic_latency: ctx.opt("node.nic_latency_us", &n.nic_latency_us, micros)?,
+        pfs_client: ctx.opt("node.pfs_client_gbs", &n.pfs_client_gbs, ByteRate::from_gbs)?,
         power_w: ctx.opt("node.power_w", &n.power_w, |w| w)?,
     };
     if node.nic_bandwidth.is_some() != node.nics.is_some() {
@@ -387,6 +419,11 @@ pub fn parse_system(
             "cluster.pfs_bandwidth_gbs",
             &c.pfs_bandwidth_gbs,
             ByteRate::from_gbs,
+        )?,
+        price_per_node_hour: ctx.opt(
+            "cluster.price_per_node_hour",
+            &c.price_per_node_hour,
+            |p| p,
         )?,
     };
     let system = System {

@@ -83,12 +83,17 @@ pub(crate) struct RawNode {
     pub(crate) devices: RawSourced<u32>,
     pub(crate) cpu: Option<String>,
     pub(crate) host_memory_gib: Option<RawSourced<f64>>,
+    pub(crate) host_memory_gbs: Option<RawSourced<f64>>,
     pub(crate) pcie_gbs: Option<RawSourced<f64>>,
     pub(crate) nvlink_gbs: Option<RawSourced<f64>>,
+    pub(crate) nvlink_latency_us: Option<RawSourced<f64>>,
     pub(crate) nvme_capacity_gb: Option<RawSourced<f64>>,
     pub(crate) nvme_read_gbs: Option<RawSourced<f64>>,
+    pub(crate) nvme_write_gbs: Option<RawSourced<f64>>,
     pub(crate) nics: Option<RawSourced<u32>>,
     pub(crate) nic_gbs: Option<RawSourced<f64>>,
+    pub(crate) nic_latency_us: Option<RawSourced<f64>>,
+    pub(crate) pfs_client_gbs: Option<RawSourced<f64>>,
     pub(crate) power_w: Option<RawSourced<f64>>,
 }
 
@@ -101,4 +106,5 @@ pub(crate) struct RawCluster {
     pub(crate) pfs: Option<String>,
     pub(crate) pfs_capacity_pb: Option<RawSourced<f64>>,
     pub(crate) pfs_bandwidth_gbs: Option<RawSourced<f64>>,
+    pub(crate) price_per_node_hour: Option<RawSourced<f64>>,
 }

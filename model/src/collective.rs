@@ -1,0 +1,433 @@
+//! Gradient allreduce under LogGP (DESIGN.md "Formulas"; Thakur, Rabenseifner and Gropp,
+//! *Optimization of Collective Communication Operations in MPICH*, IJHPCA 2005; Sanders,
+//! Speck and Träff, *Two-tree algorithms for full bandwidth broadcast, reduction and scan*,
+//! Parallel Computing 2009).
+//!
+//! Notation: p devices (k per node on n nodes), S bytes, `alpha = L + 2o` per message,
+//! `beta = G` seconds per byte, `gamma` seconds per byte of reduction arithmetic.
+//!
+//! - **ring**: `2(p-1) alpha + 2((p-1)/p) S beta + ((p-1)/p) S gamma`;
+//! - **tree** (pipelined double binary tree): `2 log2(p) alpha + 2 S beta + S gamma`;
+//! - **rhd** (recursive halving-doubling, p a power of two):
+//!   `sum over rounds of 2 (alpha + m_r beta_r) + ((p-1)/p) S gamma`, round r moving
+//!   `m_r = S / 2^r` between ranks `p / 2^r` apart;
+//! - **hier**: reduce-scatter in the node `(k-1)(alpha_i + (S/k) beta_i)`, a ring allreduce
+//!   of `S/k` bytes among the n nodes run by all k devices at once, all-gather in the node
+//!   `(k-1)(alpha_i + (S/k) beta_i)`, plus the reductions.
+//!
+//! Links: inside a node, the device fabric (NVLink; PCIe peer-to-peer when there is none).
+//! Between nodes, ranks are placed node by node; a ring or tree crosses each node boundary
+//! on `min(nics, k)` parallel channels (as NCCL does), so its bottleneck is
+//! `max(beta_intra, 1 / (min(nics, k) x nic_bw))`; where all k devices of a node exchange
+//! with other nodes at once (rhd's long-distance rounds, hier's inter-node stage) each gets
+//! `1/k` of the node's network. The reduction is memory-bound: `gamma = 3 / HBM bandwidth`
+//! (read two operands, write one).
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::system::System;
+use crate::units::{Bytes, Seconds};
+
+/// An allreduce algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Algorithm {
+    /// Ring.
+    Ring,
+    /// Pipelined double binary tree.
+    Tree,
+    /// Recursive halving-doubling (Rabenseifner).
+    Rhd,
+    /// Hierarchical: reduce-scatter in the node, allreduce across nodes, all-gather.
+    Hier,
+    /// Whichever of the above is fastest.
+    Best,
+}
+
+impl Algorithm {
+    /// Every concrete algorithm (`best` chooses among these).
+    pub const CONCRETE: [Algorithm; 4] = [
+        Algorithm::Ring,
+        Algorithm::Tree,
+        Algorithm::Rhd,
+        Algorithm::Hier,
+    ];
+
+    /// Name on the command line.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Algorithm::Ring => "ring",
+            Algorithm::Tree => "tree",
+            Algorithm::Rhd => "rhd",
+            Algorithm::Hier => "hier",
+            Algorithm::Best => "best",
+        }
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Algorithm::CONCRETE
+            .into_iter()
+            .chain([Algorithm::Best])
+            .find(|a| a.name() == s)
+            .ok_or_else(|| format!("unknown collective `{s}`; valid: ring, tree, rhd, hier, best"))
+    }
+}
+
+/// Start-up and per-byte cost of one kind of link.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LinkCost {
+    /// `L + 2o` per message.
+    pub alpha: f64,
+    /// Seconds per byte.
+    pub beta: f64,
+}
+
+/// What an allreduce among the devices of a job runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Fabric {
+    /// Devices per node.
+    pub k: u32,
+    /// Nodes.
+    pub n: u32,
+    /// Between devices of a node (absent for one device per node).
+    pub intra: Option<LinkCost>,
+    /// Between nodes, one channel on one NIC (absent on one node).
+    pub nic: Option<LinkCost>,
+    /// NICs per node.
+    pub nics: u32,
+    /// Seconds per byte of reduction.
+    pub gamma: f64,
+    /// Whether every latency used came from the system file.
+    pub latencies_known: bool,
+}
+
+impl Fabric {
+    /// The fabric of a job on `nodes` nodes of `system`.
+    pub fn of(system: &System, nodes: u32) -> Result<Fabric> {
+        let node = &system.node;
+        let k = node.devices.value;
+        let mut known = true;
+        let intra = if k > 1 {
+            let (bw, latency) = match (&node.nvlink, &node.pcie) {
+                (Some(l), _) => (l.value, node.nvlink_latency.as_ref().map(|l| l.value)),
+                (None, Some(p)) => (p.value, None),
+                (None, None) => {
+                    return Err(Error::argument(
+                        "system",
+                        &system.name,
+                        format!(
+                            "its nodes hold {k} devices but give no device link \
+                             (node.nvlink_gbs or node.pcie_gbs), so gradients cannot be \
+                             reduced inside a node"
+                        ),
+                    ));
+                }
+            };
+            known &= latency.is_some();
+            Some(LinkCost {
+                alpha: latency.map_or(0.0, Seconds::value),
+                beta: 1.0 / bw.value(),
+            })
+        } else {
+            None
+        };
+        let (nic, nics) = if nodes > 1 {
+            let (Some(count), Some(bw)) = (&node.nics, &node.nic_bandwidth) else {
+                return Err(Error::argument(
+                    "nodes",
+                    nodes,
+                    format!(
+                        "system `{}` gives no network (node.nics and node.nic_gbs), so it \
+                         cannot train on more than one node",
+                        system.name
+                    ),
+                ));
+            };
+            let latency = node.nic_latency.as_ref().map(|l| l.value);
+            known &= latency.is_some();
+            let alpha = latency.map_or(0.0, Seconds::value);
+            (
+                Some(LinkCost {
+                    alpha,
+                    beta: 1.0 / bw.value.value(),
+                }),
+                count.value,
+            )
+        } else {
+            (None, 0)
+        };
+        let gamma = 3.0 / system.device.memory_bandwidth.value.value();
+        Ok(Fabric {
+            k,
+            n: nodes,
+            intra,
+            nic,
+            nics,
+            gamma,
+            latencies_known: known,
+        })
+    }
+
+    /// Total devices.
+    pub fn devices(&self) -> u64 {
+        u64::from(self.k) * u64::from(self.n)
+    }
+
+    /// Cost of a link that crosses node boundaries on parallel channels, as rings and
+    /// trees do: the slower of the intra-node link and `min(nics, k)` NICs.
+    fn boundary(&self) -> LinkCost {
+        match (self.intra, self.nic) {
+            (intra, Some(nic)) => {
+                let channels = f64::from(self.nics.min(self.k).max(1));
+                let beta = (nic.beta / channels).max(intra.map_or(0.0, |i| i.beta));
+                LinkCost {
+                    alpha: nic.alpha.max(intra.map_or(0.0, |i| i.alpha)),
+                    beta,
+                }
+            }
+            (Some(intra), None) => intra,
+            (None, None) => LinkCost {
+                alpha: 0.0,
+                beta: 0.0,
+            },
+        }
+    }
+
+    /// A node's network shared by all k devices sending at once: `beta = k / (nics x bw)`.
+    fn shared_nic(&self) -> Option<LinkCost> {
+        self.nic.map(|nic| LinkCost {
+            alpha: nic.alpha,
+            beta: nic.beta * f64::from(self.k) / f64::from(self.nics.max(1)),
+        })
+    }
+}
+
+/// The time of an allreduce and the algorithm that achieves it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Allreduce {
+    /// The algorithm used (never `best`).
+    pub algorithm: Algorithm,
+    /// Its time.
+    pub time: Seconds,
+}
+
+/// Like [`allreduce`] with plain numbers and no error text: `None` where the algorithm
+/// does not apply. The sweep's hot path.
+pub fn allreduce_time(fabric: &Fabric, bytes: f64, algorithm: Algorithm) -> Option<Allreduce> {
+    if algorithm == Algorithm::Best {
+        let mut best: Option<Allreduce> = None;
+        for a in Algorithm::CONCRETE {
+            if let Some(t) = time(fabric, bytes, a)
+                && best.is_none_or(|b| t < b.time.value())
+            {
+                best = Some(Allreduce {
+                    algorithm: a,
+                    time: Seconds::new(t),
+                });
+            }
+        }
+        return best;
+    }
+    time(fabric, bytes, algorithm).map(|t| Allreduce {
+        algorithm,
+        time: Seconds::new(t),
+    })
+}
+
+/// Time of an allreduce of `bytes` among every device of `fabric` with `algorithm`.
+/// `Rhd` needs a power-of-two device count; with `Best` it is skipped otherwise, and asked
+/// for directly it is an error.
+pub fn allreduce(fabric: &Fabric, bytes: Bytes, algorithm: Algorithm) -> Result<Allreduce> {
+    allreduce_time(fabric, bytes.value(), algorithm).ok_or_else(|| {
+        Error::argument(
+            "collective",
+            algorithm,
+            format!(
+                "recursive halving-doubling needs a power-of-two device count, not {}; \
+                 choose ring, tree, hier or best",
+                fabric.devices()
+            ),
+        )
+    })
+}
+
+/// The seconds of one algorithm, or `None` where it does not apply.
+#[allow(clippy::cast_precision_loss)]
+fn time(f: &Fabric, s: f64, algorithm: Algorithm) -> Option<f64> {
+    let p = f.devices();
+    if p <= 1 || s <= 0.0 {
+        return Some(0.0);
+    }
+    let pf = p as f64;
+    let frac = (pf - 1.0) / pf;
+    let reduce = frac * s * f.gamma;
+    let log2 = pf.log2();
+    Some(match algorithm {
+        Algorithm::Ring => {
+            let l = f.boundary();
+            2.0 * (pf - 1.0) * l.alpha + 2.0 * frac * s * l.beta + reduce
+        }
+        Algorithm::Tree => {
+            let l = f.boundary();
+            2.0 * log2.ceil() * l.alpha + 2.0 * s * l.beta + s * f.gamma
+        }
+        Algorithm::Rhd => {
+            if !p.is_power_of_two() {
+                return None;
+            }
+            let k = u64::from(f.k);
+            let mut total = reduce;
+            let mut distance = p / 2;
+            let mut message = s / 2.0;
+            while distance >= 1 {
+                // Ranks are placed node by node: partners `distance` apart share a node
+                // only when the distance is below k (and k is a power of two, so they do).
+                let link = if distance >= k || !k.is_power_of_two() {
+                    f.shared_nic().or(f.intra)
+                } else {
+                    f.intra
+                }?;
+                total += 2.0 * (link.alpha + message * link.beta);
+                distance /= 2;
+                message /= 2.0;
+            }
+            total
+        }
+        Algorithm::Hier => {
+            let k = f64::from(f.k);
+            let n = f64::from(f.n);
+            let shard = s / k;
+            let intra = f
+                .intra
+                .map_or(0.0, |i| 2.0 * (k - 1.0) * (i.alpha + shard * i.beta));
+            let inter = match f.shared_nic() {
+                Some(l) if f.n > 1 => {
+                    2.0 * (n - 1.0) * l.alpha + 2.0 * ((n - 1.0) / n) * shard * l.beta
+                }
+                _ => 0.0,
+            };
+            intra + inter + reduce
+        }
+        Algorithm::Best => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog;
+
+    fn fabric(k: u32, n: u32, nics: u32) -> Fabric {
+        Fabric {
+            k,
+            n,
+            intra: (k > 1).then_some(LinkCost {
+                alpha: 2e-6,
+                beta: 1.0 / 150e9,
+            }),
+            nic: (n > 1).then_some(LinkCost {
+                alpha: 5e-6,
+                beta: 1.0 / 12.5e9,
+            }),
+            nics,
+            gamma: 3.0 / 900e9,
+            latencies_known: true,
+        }
+    }
+
+    #[test]
+    fn one_device_needs_no_allreduce() {
+        let t = allreduce(&fabric(1, 1, 0), Bytes::from_gb(1.0), Algorithm::Best).unwrap();
+        assert_eq!(t.time, Seconds::ZERO);
+    }
+
+    #[test]
+    fn ring_matches_the_formula_inside_a_node() {
+        let f = fabric(8, 1, 0);
+        let s = 100e6;
+        let t = allreduce(&f, Bytes::new(s), Algorithm::Ring)
+            .unwrap()
+            .time
+            .value();
+        let expected =
+            2.0 * 7.0 * 2e-6 + 2.0 * (7.0 / 8.0) * s / 150e9 + (7.0 / 8.0) * s * 3.0 / 900e9;
+        assert!((t - expected).abs() < 1e-15, "{t} vs {expected}");
+    }
+
+    #[test]
+    fn ring_tends_to_two_s_over_bandwidth() {
+        // One device per node, one NIC: beta = 1 / 12.5 GB/s; gamma off to see 2 S G.
+        let mut f = fabric(1, 2, 1);
+        f.gamma = 0.0;
+        let s = 1e9;
+        let limit = 2.0 * s / 12.5e9;
+        let mut last = 0.0;
+        for n in [2u32, 8, 64, 512, 4096] {
+            f.n = n;
+            let t = allreduce(&f, Bytes::new(s), Algorithm::Ring)
+                .unwrap()
+                .time
+                .value();
+            let bandwidth_term = t - 2.0 * f64::from(n - 1) * 5e-6;
+            assert!(bandwidth_term > last, "grows with p");
+            assert!(bandwidth_term < limit);
+            last = bandwidth_term;
+        }
+        assert!((limit - last) / limit < 1e-3, "{last} -> {limit}");
+    }
+
+    #[test]
+    fn rhd_needs_a_power_of_two() {
+        let err = allreduce(&fabric(6, 1, 0), Bytes::new(1e6), Algorithm::Rhd).unwrap_err();
+        assert!(err.to_string().contains("power-of-two"), "{err}");
+        let best = allreduce(&fabric(6, 1, 0), Bytes::new(1e6), Algorithm::Best).unwrap();
+        assert_ne!(best.algorithm, Algorithm::Rhd);
+    }
+
+    #[test]
+    fn best_is_the_fastest() {
+        let f = fabric(8, 16, 4);
+        for s in [1e3, 1e6, 1e9] {
+            let best = allreduce(&f, Bytes::new(s), Algorithm::Best).unwrap();
+            for a in Algorithm::CONCRETE {
+                let t = allreduce(&f, Bytes::new(s), a).unwrap();
+                assert!(best.time <= t.time, "{a} beat best at {s} bytes");
+            }
+        }
+    }
+
+    #[test]
+    fn small_messages_favour_log_p_algorithms() {
+        let f = fabric(8, 64, 4);
+        let small = allreduce(&f, Bytes::new(64.0), Algorithm::Best).unwrap();
+        assert!(
+            matches!(small.algorithm, Algorithm::Tree | Algorithm::Rhd),
+            "{small:?}"
+        );
+    }
+
+    #[test]
+    fn catalog_fabric_needs_a_network_for_several_nodes() {
+        let err = Fabric::of(&catalog::system("h100-sxm5-80gb").unwrap(), 2).unwrap_err();
+        assert!(err.to_string().contains("no network"), "{err}");
+        let f = Fabric::of(&catalog::system("cori-gpu").unwrap(), 4).unwrap();
+        assert_eq!((f.k, f.n, f.nics), (8, 4, 4));
+        assert!(
+            !f.latencies_known,
+            "Cori GPU's NVLink latency is not in the file"
+        );
+    }
+}

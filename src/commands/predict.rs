@@ -1,0 +1,163 @@
+//! `ridgeline predict`.
+
+use anyhow::Result;
+use ridgeline_model::predict::{self, Inputs, Movement, StepBound, StepModel};
+use ridgeline_model::units::{Bytes, FlopRate, Seconds};
+use ridgeline_reports::Document;
+
+use crate::cli::PredictArgs;
+use crate::load;
+use crate::output::{self, Col, Style, num, text};
+
+pub(crate) fn run(args: &PredictArgs) -> Result<()> {
+    let graph = load::workload(&args.workload)?;
+    let system = load::system(&args.system.system)?;
+    let training = load::training(&args.workload, &graph, &args.scenario, args.nodes)?;
+    let model = StepModel::new(&graph, args.precision.precision, args.scenario.optimizer);
+    let inputs = Inputs {
+        model: &model,
+        system: &system,
+        dataset: &training.dataset,
+        reference_input_elements: training.reference_input_elements,
+    };
+    let batch = match (args.batch, args.global_batch) {
+        (Some(b), _) => b,
+        (None, Some(g)) => {
+            let k = u64::from(system.node.devices.value);
+            let devices = k * u64::from(args.nodes);
+            if g % devices != 0 {
+                anyhow::bail!(
+                    "--global-batch {g} does not divide over {devices} devices ({k} per node x {} \
+                     nodes); choose a multiple of {devices}",
+                    args.nodes
+                );
+            }
+            g / devices
+        }
+        (None, None) => anyhow::bail!("give --batch or --global-batch"),
+    };
+    let p = predict::predict(inputs, &training.scenario, batch)?;
+    let cols: [Col<Movement>; 6] = [
+        text("source", "source", |r, _| r.source.to_owned()),
+        text("level", "level", |r, _| r.level.to_string()),
+        num("bytes/sample", "bytes_per_sample", |r, s| {
+            s.bytes(Bytes::new(r.bytes_per_sample))
+        }),
+        num("gap (s/B)", "gap_s_per_byte", |r, _| {
+            format!("{:.3e}", r.gap_s_per_byte)
+        }),
+        num("rel. cost", "relative_cost", |r, s| {
+            s.number(Some(r.relative_cost), 1)
+        }),
+        num("cost/sample", "cost_per_sample_s", |r, s| {
+            s.seconds(Seconds::new(r.cost_per_sample_s))
+        }),
+    ];
+    output::print(args.format.format, &p, |style| {
+        let s = Style::Human;
+        let o = &p.outcome;
+        let secs = |v: f64| s.seconds(Seconds::new(v));
+        let bound = match o.bound {
+            StepBound::Compute => "compute",
+            StepBound::Input => "input",
+            StepBound::Allreduce => "allreduce",
+        };
+        let mut doc = Document::new(format!(
+            "Prediction: {} on {} x {} nodes ({} x {}), batch {} per device ({} global), {}",
+            p.workload,
+            p.system,
+            o.nodes,
+            o.devices,
+            p.device,
+            o.local_batch,
+            o.global_batch,
+            p.precision
+        ))
+        .summary(
+            "step time",
+            format!("{} ({bound}-bound)", secs(o.step_time_s)),
+        )
+        .summary(
+            "  compute / input / allreduce",
+            format!(
+                "{} / {} / {} ({})",
+                secs(o.compute_s),
+                secs(o.input_s),
+                secs(o.allreduce_s),
+                o.collective
+            ),
+        )
+        .summary(
+            "throughput",
+            format!(
+                "{:.1} samples/s ({:.2} per device)",
+                o.samples_per_s, o.samples_per_s_per_device
+            ),
+        )
+        .summary("data location", o.data_location.to_string())
+        .summary("epochs", format!("{:.2}", o.epochs))
+        .summary(
+            "epoch time",
+            format!(
+                "{} (evaluation {})",
+                secs(o.epoch_time_s),
+                secs(o.eval_time_s)
+            ),
+        )
+        .summary("staging", secs(o.staging_s))
+        .summary("time to solution", secs(o.time_to_solution_s))
+        .summary(
+            "achieved",
+            format!(
+                "{} ({:.1}% of peak)",
+                s.flop_rate(FlopRate::new(o.achieved_flops)),
+                100.0 * o.fraction_of_peak
+            ),
+        )
+        .summary(
+            "memory per device",
+            format!(
+                "{} of {} ({})",
+                s.bytes(Bytes::new(o.memory_per_device_bytes)),
+                s.bytes(Bytes::new(p.device_memory_bytes)),
+                if o.fits { "fits" } else { "does NOT fit" }
+            ),
+        )
+        .summary(
+            "compute budget",
+            format!("{:.1} device-hours", o.compute_budget_device_hours),
+        );
+        if let Some(v) = p.valid_flops {
+            doc = doc.summary("valid FLOPS", s.flop_rate(FlopRate::new(v)));
+        }
+        if let Some(e) = o.energy_j {
+            doc = doc.summary("energy", format!("{:.1} kWh", e / 3.6e6));
+        }
+        if let Some(c) = o.cost {
+            doc = doc.summary("cost", format!("{c:.2}"));
+        }
+        for (name, r) in [
+            ("single node", p.hpc_ai_roofline.single_node),
+            ("distributed", p.hpc_ai_roofline.distributed),
+        ] {
+            if let Some(r) = r {
+                doc = doc.summary(
+                    format!("HPC-AI roofline, {name}"),
+                    format!(
+                        "COI {:.0} FLOP/B, attainable {} of {} peak ({}-bound)",
+                        r.coi,
+                        s.flop_rate(FlopRate::new(r.attainable_flops)),
+                        s.flop_rate(FlopRate::new(r.peak_flops)),
+                        r.bound
+                    ),
+                );
+            }
+        }
+        let mut doc = doc.table(output::table(&p.data_movement, &cols, style));
+        doc = doc.note("Data movement per sample (bytes x gap, [004] Fig. 4); shared levels count their sharing.");
+        for a in &p.assumptions {
+            doc = doc.note(format!("assumed: {a}"));
+        }
+        doc
+    })
+}

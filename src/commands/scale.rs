@@ -1,0 +1,145 @@
+//! `ridgeline scale`.
+
+use anyhow::{Context, Result, bail};
+use ridgeline_model::graph::Shape;
+use ridgeline_model::predict::{Inputs, StepModel};
+use ridgeline_model::scale::{self, ScaleRow};
+use ridgeline_model::units::Seconds;
+use ridgeline_model::workloads::{self, BuildOptions};
+use ridgeline_reports::Document;
+
+use crate::cli::{ScaleArgs, ScaleMode};
+use crate::load;
+use crate::output::{self, Col, num, text};
+
+pub(crate) fn run(args: &ScaleArgs) -> Result<()> {
+    let graph = load::workload(&args.workload)?;
+    let system = load::system(&args.system.system)?;
+    let nodes = args.nodes.as_ref().map(|n| n.0.clone());
+    let first_nodes = nodes.as_ref().and_then(|n| n.first().copied()).unwrap_or(1);
+    let training = load::training(&args.workload, &graph, &args.scenario, first_nodes)?;
+    let model = StepModel::new(&graph, args.precision.precision, args.scenario.optimizer);
+    let inputs = Inputs {
+        model: &model,
+        system: &system,
+        dataset: &training.dataset,
+        reference_input_elements: training.reference_input_elements,
+    };
+    let sc = &training.scenario;
+    let need = |what: &str, mode: &str| format!("--mode {mode} needs {what}");
+    let series = match args.mode {
+        ScaleMode::Strong => {
+            let global = args
+                .global_batch
+                .with_context(|| need("--global-batch G", "strong"))?;
+            scale::strong(
+                inputs,
+                sc,
+                global,
+                &nodes.with_context(|| need("--nodes", "strong"))?,
+            )?
+        }
+        ScaleMode::Weak => {
+            let b = args.batch.with_context(|| need("--batch B", "weak"))?;
+            scale::weak(
+                inputs,
+                sc,
+                b,
+                &nodes.with_context(|| need("--nodes", "weak"))?,
+            )?
+        }
+        ScaleMode::Ensemble => {
+            let b = args.batch.with_context(|| need("--batch B", "ensemble"))?;
+            let p = args
+                .nodes_per_model
+                .with_context(|| need("--nodes-per-model P", "ensemble"))?;
+            let m = args
+                .models
+                .as_ref()
+                .with_context(|| need("--models M1,M2,...", "ensemble"))?;
+            scale::ensemble(inputs, sc, b, p, &m.0)?
+        }
+        ScaleMode::ProblemSize => {
+            let b = args
+                .batch
+                .with_context(|| need("--batch B", "problem-size"))?;
+            let builtin = workloads::find(&args.workload.workload).map_err(|_| {
+                anyhow::anyhow!(
+                    "--mode problem-size rebuilds a built-in workload; `{}` is not one",
+                    args.workload.workload
+                )
+            })?;
+            if args.input_sizes.is_empty() && args.widths.is_empty() {
+                bail!("--mode problem-size needs --input-sizes and/or --widths");
+            }
+            let sizes: Vec<Option<Vec<usize>>> = if args.input_sizes.is_empty() {
+                vec![args.workload.input_size.as_ref().map(|s| s.0.clone())]
+            } else {
+                args.input_sizes.iter().map(|s| Some(s.0.clone())).collect()
+            };
+            let widths = if args.widths.is_empty() {
+                vec![args.workload.width.unwrap_or(1.0)]
+            } else {
+                args.widths.clone()
+            };
+            let build = |o: &BuildOptions| builtin.build(o);
+            scale::problem_size(
+                &build,
+                inputs,
+                sc,
+                args.scenario.optimizer,
+                &sizes,
+                &widths,
+                b,
+            )?
+        }
+    };
+    let cols: [Col<ScaleRow>; 12] = [
+        num("nodes", "nodes", |r, s| s.count(u64::from(r.nodes))),
+        num("models", "models", |r, s| s.count(u64::from(r.models))),
+        num("batch", "local_batch", |r, s| s.count(r.local_batch)),
+        text("input", "input_size", |r, _| {
+            r.input_size
+                .as_ref()
+                .map_or_else(String::new, |d| Shape::new(d).to_string())
+        }),
+        num("width", "width", |r, s| s.number(r.width, 2)),
+        num("global", "global_batch", |r, s| {
+            r.outcome
+                .map_or_else(String::new, |o| s.count(o.global_batch))
+        }),
+        num("step", "step_time_s", |r, s| {
+            r.outcome
+                .map_or_else(String::new, |o| s.seconds(Seconds::new(o.step_time_s)))
+        }),
+        text("bound", "bound", |r, _| {
+            r.outcome
+                .map_or_else(String::new, |o| format!("{:?}", o.bound).to_lowercase())
+        }),
+        num("samples/s", "throughput", |r, s| s.number(r.throughput, 1)),
+        num("time to solution", "time_to_solution_s", |r, s| {
+            r.outcome.map_or_else(String::new, |o| {
+                s.seconds(Seconds::new(o.time_to_solution_s))
+            })
+        }),
+        num("speedup", "speedup", |r, s| s.number(r.speedup, 2)),
+        num("efficiency", "efficiency", |r, s| s.number(r.efficiency, 2)),
+    ];
+    output::print(args.format.format, &series, |style| {
+        let mut doc = Document::new(format!(
+            "{} scaling: {} on {}, {}",
+            series.mode, series.workload, series.system, args.precision.precision
+        ))
+        .table(output::table(&series.rows, &cols, style));
+        for r in series.rows.iter().filter(|r| r.infeasible.is_some()) {
+            doc = doc.note(format!(
+                "nodes {} x {} models, batch {}: {}",
+                r.nodes,
+                r.models,
+                r.local_batch,
+                r.infeasible.as_deref().unwrap_or_default()
+            ));
+        }
+        doc
+    })
+}

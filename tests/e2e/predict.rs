@@ -1,0 +1,411 @@
+//! `predict`, `scale` and `sweep` (issue #3).
+
+use crate::{fixture, run_err, run_json, run_ok};
+
+#[test]
+fn predict_json_has_the_documented_fields() {
+    let v = run_json(&[
+        "predict",
+        "cosmoflow-v07",
+        "--system",
+        "cori-gpu",
+        "--nodes",
+        "8",
+        "--batch",
+        "8",
+        "--precision",
+        "amp-fp16",
+        "--format",
+        "json",
+    ]);
+    for field in [
+        "step_time_s",
+        "compute_s",
+        "input_s",
+        "allreduce_s",
+        "bound",
+        "samples_per_s",
+        "samples_per_s_per_device",
+        "epoch_time_s",
+        "staging_s",
+        "time_to_solution_s",
+        "achieved_flops",
+        "fraction_of_peak",
+        "memory_per_device_bytes",
+        "fits",
+        "data_movement",
+    ] {
+        assert!(v.get(field).is_some(), "missing `{field}` in {v}");
+    }
+    assert_eq!(v["bound"], "input");
+    assert_eq!(v["global_batch"], 512);
+    // The shipped convergence curve: [003] Table 6 measured 100 epochs at batch 512.
+    assert_eq!(v["epochs"].as_f64(), Some(100.0));
+    let step = v["step_time_s"].as_f64().unwrap();
+    let parts = ["compute_s", "input_s", "allreduce_s"].map(|f| v[f].as_f64().unwrap());
+    assert_eq!(
+        step,
+        parts.iter().copied().fold(0.0, f64::max),
+        "full overlap takes the max"
+    );
+    let sources: Vec<&str> = v["data_movement"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["source"].as_str().unwrap())
+        .collect();
+    assert!(sources.contains(&"gradients") && sources.contains(&"model+activations"));
+}
+
+#[test]
+fn predict_table_names_the_bound_and_time_to_solution() {
+    let out = run_ok(&[
+        "predict",
+        "resnet50",
+        "--system",
+        fixture("hpcai500-testbed.toml").as_str(),
+        "--nodes",
+        "8",
+        "--batch",
+        "256",
+        "--precision",
+        "amp-fp16",
+        "--epochs",
+        "40",
+    ]);
+    assert!(out.contains("(allreduce-bound)"), "{out}");
+    assert!(out.contains("time to solution"), "{out}");
+}
+
+#[test]
+fn global_batch_is_split_over_the_devices() {
+    let v = run_json(&[
+        "predict",
+        "deepcam",
+        "--system",
+        "perlmutter-gpu",
+        "--nodes",
+        "64",
+        "--global-batch",
+        "2048",
+        "--precision",
+        "amp-bf16",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(v["local_batch"], 8);
+    assert_eq!(
+        v["epochs"].as_f64(),
+        Some(24.0),
+        "[003] Table 6: 24 epochs at batch 2048"
+    );
+}
+
+#[test]
+fn scale_strong_marks_batches_that_do_not_divide() {
+    let v = run_json(&[
+        "scale",
+        "deepcam",
+        "--system",
+        "perlmutter-gpu",
+        "--mode",
+        "strong",
+        "--global-batch",
+        "1024",
+        "--nodes",
+        "64,96,128",
+        "--precision",
+        "amp-fp16",
+        "--epochs",
+        "20",
+        "--format",
+        "json",
+    ]);
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    assert!(rows[0]["outcome"].is_object());
+    assert!(
+        rows[1]["infeasible"]
+            .as_str()
+            .unwrap()
+            .contains("does not divide")
+    );
+    let speedup = rows[2]["speedup"].as_f64().unwrap();
+    assert!(speedup > 1.5 && speedup <= 2.0 + 1e-9, "{speedup}");
+}
+
+#[test]
+fn scale_ensemble_and_problem_size() {
+    let v = run_json(&[
+        "scale",
+        "cosmoflow-v07",
+        "--system",
+        "perlmutter-gpu",
+        "--mode",
+        "ensemble",
+        "--batch",
+        "4",
+        "--nodes-per-model",
+        "16",
+        "--models",
+        "1..8:x2",
+        "--precision",
+        "amp-fp16",
+        "--format",
+        "json",
+    ]);
+    let models: Vec<u64> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["models"].as_u64().unwrap())
+        .collect();
+    assert_eq!(models, vec![1, 2, 4, 8]);
+    let v = run_json(&[
+        "scale",
+        "cosmoflow",
+        "--system",
+        "perlmutter-gpu",
+        "--mode",
+        "problem-size",
+        "--batch",
+        "1",
+        "--nodes",
+        "1",
+        "--input-sizes",
+        "64,128",
+        "--widths",
+        "1,2",
+        "--epochs",
+        "10",
+        "--format",
+        "json",
+    ]);
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    let flops = |i: usize| rows[i]["flops_per_sample"].as_f64().unwrap();
+    assert!(
+        (flops(2) / flops(0) - 8.0).abs() < 0.1,
+        "128^3 has 8x the voxels of 64^3"
+    );
+}
+
+#[test]
+fn sweep_reports_counts_rate_and_the_best() {
+    let dir = std::env::temp_dir().join(format!("ridgeline-sweep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("all.csv");
+    let v = run_json(&[
+        "sweep",
+        "resnet50",
+        "--systems",
+        "cori-gpu,perlmutter-gpu",
+        "--nodes",
+        "1..64",
+        "--batch",
+        "16..512:x2",
+        "--precisions",
+        "fp32,amp-fp16",
+        "--epochs",
+        "40",
+        "--top",
+        "3",
+        "--out",
+        out.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(v["evaluated"], 2 * 2 * 64 * 6);
+    let (feasible, infeasible) = (
+        v["feasible"].as_u64().unwrap(),
+        v["infeasible"].as_u64().unwrap(),
+    );
+    assert_eq!(feasible + infeasible, 2 * 2 * 64 * 6);
+    assert!(
+        v["infeasible_by_reason"]["more nodes than the system has"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert!(v["evaluations_per_s"].as_f64().unwrap() > 0.0);
+    let top = v["top"].as_array().unwrap();
+    assert_eq!(top.len(), 3);
+    let tts: Vec<f64> = top
+        .iter()
+        .map(|t| t["time_to_solution_s"].as_f64().unwrap())
+        .collect();
+    assert!(tts.windows(2).all(|w| w[0] <= w[1]), "best first: {tts:?}");
+    assert!(top[0]["step_time_s"].is_number() && top[0]["system"].is_string());
+    let csv = std::fs::read_to_string(&out).unwrap();
+    assert!(csv.starts_with("system,precision,nodes,"), "{}", &csv[..80]);
+    assert_eq!(csv.lines().count() as u64, feasible + 1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_prediction_input_is_refused() {
+    let err = run_err(&[
+        "predict", "resnet50", "--system", "cori-gpu", "--nodes", "0", "--batch", "8",
+    ]);
+    assert!(err.contains("--nodes"), "{err}");
+    let err = run_err(&[
+        "predict",
+        "resnet50",
+        "--system",
+        "cori-gpu",
+        "--nodes",
+        "3",
+        "--global-batch",
+        "100",
+        "--epochs",
+        "40",
+    ]);
+    assert!(err.contains("does not divide over 24 devices"), "{err}");
+    let err = run_err(&[
+        "predict", "resnet50", "--system", "cori-gpu", "--nodes", "19", "--batch", "8", "--epochs",
+        "40",
+    ]);
+    assert!(err.contains("has 18 nodes"), "{err}");
+    let err = run_err(&[
+        "predict", "deepcam", "--system", "cori-gpu", "--nodes", "1", "--batch", "2",
+    ]);
+    assert!(
+        err.contains("outside the convergence data (128..2048)")
+            && err.contains("does not extrapolate"),
+        "{err}"
+    );
+    let err = run_err(&[
+        "predict", "resnet50", "--system", "cori-gpu", "--nodes", "1", "--batch", "8",
+    ]);
+    assert!(err.contains("--epochs"), "{err}");
+    let err = run_err(&[
+        "predict",
+        "resnet50",
+        "--system",
+        "fugaku",
+        "--nodes",
+        "1",
+        "--batch",
+        "1",
+        "--epochs",
+        "40",
+        "--data-location",
+        "nvme",
+    ]);
+    assert!(err.contains("no node-local NVMe"), "{err}");
+    let err = run_err(&[
+        "predict",
+        "resnet50",
+        "--system",
+        "cori-gpu",
+        "--nodes",
+        "1",
+        "--batch",
+        "8",
+        "--epochs",
+        "40",
+        "--compute-efficiency",
+        "1.5",
+    ]);
+    assert!(err.contains("(0, 1]"), "{err}");
+    let err = run_err(&[
+        "predict",
+        fixture("tiny.toml").as_str(),
+        "--system",
+        "cori-gpu",
+        "--nodes",
+        "1",
+        "--batch",
+        "8",
+    ]);
+    assert!(err.contains("--dataset FILE"), "{err}");
+}
+
+#[test]
+fn bad_convergence_files_are_refused() {
+    let dir = std::env::temp_dir().join(format!("ridgeline-conv-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: &str, body: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, body).unwrap();
+        p.to_str().unwrap().to_owned()
+    };
+    let point = |b: u64, e: f64| {
+        format!("[[convergence]]\nglobal_batch = {b}\nepochs = {{ value = {e}, source = \"s\" }}\n")
+    };
+    let head = "[sources]\ns = \"a test\"\n";
+    let cases = [
+        (
+            "negative.toml",
+            format!("{head}{}", point(64, -3.0)),
+            "must be a positive number",
+        ),
+        (
+            "zero.toml",
+            format!("{head}{}", point(64, 0.0)),
+            "must be a positive number",
+        ),
+        (
+            "twice.toml",
+            format!("{head}{}{}", point(64, 3.0), point(64, 4.0)),
+            "appears twice",
+        ),
+    ];
+    for (name, body, expected) in cases {
+        let path = write(name, &body);
+        let err = run_err(&[
+            "predict",
+            "resnet50",
+            "--system",
+            "cori-gpu",
+            "--nodes",
+            "1",
+            "--batch",
+            "8",
+            "--convergence",
+            &path,
+        ]);
+        assert!(
+            err.contains(expected) && err.contains(name),
+            "{name}: {err}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_sweep_input_is_refused() {
+    let err = run_err(&[
+        "sweep",
+        "resnet50",
+        "--systems",
+        "cori-gpu",
+        "--nodes",
+        "8..4",
+        "--batch",
+        "8",
+        "--epochs",
+        "40",
+    ]);
+    assert!(err.contains("backwards"), "{err}");
+    let err = run_err(&[
+        "sweep",
+        "resnet50",
+        "--systems",
+        "cori-gpu",
+        "--nodes",
+        "1..4",
+        "--batch",
+        "8",
+        "--epochs",
+        "40",
+        "--objective",
+        "cost",
+    ]);
+    assert!(err.contains("price_per_node_hour"), "{err}");
+    let err = run_err(&[
+        "scale", "resnet50", "--system", "cori-gpu", "--mode", "strong", "--nodes", "1,2",
+        "--epochs", "40",
+    ]);
+    assert!(err.contains("--global-batch"), "{err}");
+}

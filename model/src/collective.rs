@@ -6,7 +6,8 @@
 //! Notation: p devices (k per node on n nodes), S bytes, `alpha = L + 2o` per message,
 //! `beta = G` seconds per byte, `gamma` seconds per byte of reduction arithmetic.
 //!
-//! - **ring**: `2(p-1) alpha + 2((p-1)/p) S beta + ((p-1)/p) S gamma`;
+//! - **ring**: `2(p-1) alpha + 2((p-1)/p) S beta + ((p-1)/p) S gamma` (each of the 2(p-1)
+//!   steps at least `g` long);
 //! - **tree** (pipelined double binary tree): `2 log2(p) alpha + 2 S beta + S gamma`;
 //! - **rhd** (recursive halving-doubling, p a power of two):
 //!   `sum over rounds of 2 (alpha + m_r beta_r) + ((p-1)/p) S gamma`, round r moving
@@ -29,7 +30,7 @@ use std::str::FromStr;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::system::System;
+use crate::system::{LogGpFigures, System};
 use crate::units::{Bytes, Seconds};
 
 /// An allreduce algorithm.
@@ -86,13 +87,23 @@ impl FromStr for Algorithm {
     }
 }
 
-/// Start-up and per-byte cost of one kind of link.
+/// Start-up, per-byte and per-message costs of one kind of link.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct LinkCost {
     /// `L + 2o` per message.
     pub alpha: f64,
-    /// Seconds per byte.
+    /// Seconds per byte (`G`).
     pub beta: f64,
+    /// The least time between a sender's messages (`g`).
+    pub g: f64,
+}
+
+impl LinkCost {
+    /// One step of an algorithm that sends one `m`-byte message: `L + 2o + m G`, and at
+    /// least `g` after the previous one.
+    fn step(self, m: f64) -> f64 {
+        (self.alpha + m * self.beta).max(self.g)
+    }
 }
 
 /// What an allreduce among the devices of a job runs on.
@@ -121,9 +132,10 @@ impl Fabric {
         let k = node.devices.value;
         let mut known = true;
         let intra = if k > 1 {
-            let (bw, latency) = match (&node.nvlink, &node.pcie) {
-                (Some(l), _) => (l.value, node.nvlink_latency.as_ref().map(|l| l.value)),
-                (None, Some(p)) => (p.value, None),
+            let none = LogGpFigures::default();
+            let (bw, loggp) = match (&node.nvlink, &node.pcie) {
+                (Some(l), _) => (l.value, &node.nvlink_loggp),
+                (None, Some(p)) => (p.value, &none),
                 (None, None) => {
                     return Err(Error::argument(
                         "system",
@@ -136,10 +148,11 @@ impl Fabric {
                     ));
                 }
             };
-            known &= latency.is_some();
+            known &= loggp.known();
             Some(LinkCost {
-                alpha: latency.map_or(0.0, Seconds::value),
+                alpha: loggp.alpha().value(),
                 beta: 1.0 / bw.value(),
+                g: loggp.gap().value(),
             })
         } else {
             None
@@ -156,16 +169,14 @@ impl Fabric {
                     ),
                 ));
             };
-            let latency = node.nic_latency.as_ref().map(|l| l.value);
-            known &= latency.is_some();
-            let alpha = latency.map_or(0.0, Seconds::value);
-            (
-                Some(LinkCost {
-                    alpha,
-                    beta: 1.0 / bw.value.value(),
-                }),
-                count.value,
-            )
+            let loggp = &node.nic_loggp;
+            known &= loggp.known();
+            let cost = LinkCost {
+                alpha: loggp.alpha().value(),
+                beta: 1.0 / bw.value.value(),
+                g: loggp.gap().value(),
+            };
+            (Some(cost), count.value)
         } else {
             (None, 0)
         };
@@ -196,12 +207,14 @@ impl Fabric {
                 LinkCost {
                     alpha: nic.alpha.max(intra.map_or(0.0, |i| i.alpha)),
                     beta,
+                    g: nic.g.max(intra.map_or(0.0, |i| i.g)),
                 }
             }
             (Some(intra), None) => intra,
             (None, None) => LinkCost {
                 alpha: 0.0,
                 beta: 0.0,
+                g: 0.0,
             },
         }
     }
@@ -211,6 +224,7 @@ impl Fabric {
         self.nic.map(|nic| LinkCost {
             alpha: nic.alpha,
             beta: nic.beta * f64::from(self.k) / f64::from(self.nics.max(1)),
+            g: nic.g,
         })
     }
 }
@@ -277,12 +291,13 @@ fn time(f: &Fabric, s: f64, algorithm: Algorithm) -> Option<f64> {
     let log2 = pf.log2();
     Some(match algorithm {
         Algorithm::Ring => {
+            // 2(p - 1) steps, each one message of S/p bytes.
             let l = f.boundary();
-            2.0 * (pf - 1.0) * l.alpha + 2.0 * frac * s * l.beta + reduce
+            2.0 * (pf - 1.0) * l.step(s / pf) + reduce
         }
         Algorithm::Tree => {
             let l = f.boundary();
-            2.0 * log2.ceil() * l.alpha + 2.0 * s * l.beta + s * f.gamma
+            2.0 * log2.ceil() * l.alpha.max(l.g) + 2.0 * s * l.beta + s * f.gamma
         }
         Algorithm::Rhd => {
             if !p.is_power_of_two() {
@@ -300,7 +315,7 @@ fn time(f: &Fabric, s: f64, algorithm: Algorithm) -> Option<f64> {
                 } else {
                     f.intra
                 }?;
-                total += 2.0 * (link.alpha + message * link.beta);
+                total += 2.0 * link.step(message);
                 distance /= 2;
                 message /= 2.0;
             }
@@ -310,13 +325,11 @@ fn time(f: &Fabric, s: f64, algorithm: Algorithm) -> Option<f64> {
             let k = f64::from(f.k);
             let n = f64::from(f.n);
             let shard = s / k;
-            let intra = f
-                .intra
-                .map_or(0.0, |i| 2.0 * (k - 1.0) * (i.alpha + shard * i.beta));
+            // Reduce-scatter and all-gather in the node: k - 1 steps of S/k bytes each.
+            let intra = f.intra.map_or(0.0, |i| 2.0 * (k - 1.0) * i.step(shard));
+            // A ring among the nodes on each device's shard: 2(n - 1) steps of S/(k n).
             let inter = match f.shared_nic() {
-                Some(l) if f.n > 1 => {
-                    2.0 * (n - 1.0) * l.alpha + 2.0 * ((n - 1.0) / n) * shard * l.beta
-                }
+                Some(l) if f.n > 1 => 2.0 * (n - 1.0) * l.step(shard / n),
                 _ => 0.0,
             };
             intra + inter + reduce
@@ -337,10 +350,12 @@ mod tests {
             intra: (k > 1).then_some(LinkCost {
                 alpha: 2e-6,
                 beta: 1.0 / 150e9,
+                g: 0.0,
             }),
             nic: (n > 1).then_some(LinkCost {
                 alpha: 5e-6,
                 beta: 1.0 / 12.5e9,
+                g: 0.0,
             }),
             nics,
             gamma: 3.0 / 900e9,

@@ -14,7 +14,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::system::System;
+use crate::system::{LogGpFigures, System};
 use crate::units::{ByteRate, Bytes, Seconds};
 
 /// A level of the memory, storage and network hierarchy.
@@ -69,8 +69,10 @@ pub struct Link {
     pub shared_by: u32,
     /// Start-up cost `L + 2o`; zero when the system file gives none.
     pub latency: Seconds,
-    /// Whether `latency` comes from the system file.
+    /// Whether `L` comes from the system file.
     pub latency_known: bool,
+    /// LogGP `g`: the least time between a sender's consecutive messages.
+    pub message_gap: Seconds,
     /// Where the bandwidth figure comes from.
     pub source: String,
 }
@@ -94,6 +96,17 @@ impl Link {
         }
         self.latency + Seconds::new((k - 1.0).max(0.0) * self.gap())
     }
+
+    /// LogGP time of `count` back-to-back messages of `bytes` bytes each from one sender:
+    /// a new message starts every `max(g, (k - 1) G + o)`, the last one then lands.
+    #[allow(clippy::cast_precision_loss)]
+    pub fn train(&self, count: u64, bytes: Bytes) -> Seconds {
+        if count == 0 {
+            return Seconds::ZERO;
+        }
+        let per = Seconds::new((bytes.value() - 1.0).max(0.0) * self.gap()).max(self.message_gap);
+        per * (count - 1) as f64 + self.message(bytes)
+    }
 }
 
 /// Every level a system describes, for one device when the job uses `nodes` nodes.
@@ -111,13 +124,16 @@ impl Hierarchy {
         let node = &system.node;
         let k = node.devices.value;
         let link =
-            |level, bandwidth: ByteRate, shared_by, latency: Option<Seconds>, source: &str| Link {
-                level,
-                bandwidth,
-                shared_by,
-                latency: latency.unwrap_or(Seconds::ZERO),
-                latency_known: latency.is_some(),
-                source: source.to_owned(),
+            |level, bandwidth: ByteRate, shared_by, loggp: Option<&LogGpFigures>, source: &str| {
+                Link {
+                    level,
+                    bandwidth,
+                    shared_by,
+                    latency: loggp.map_or(Seconds::ZERO, LogGpFigures::alpha),
+                    latency_known: loggp.is_some_and(LogGpFigures::known),
+                    message_gap: loggp.map_or(Seconds::ZERO, LogGpFigures::gap),
+                    source: source.to_owned(),
+                }
             };
         let d = &system.device.memory_bandwidth;
         let mut links = vec![link(Level::Hbm, d.value, 1, None, &d.source)];
@@ -128,13 +144,17 @@ impl Hierarchy {
             links.push(link(Level::Pcie, p.value, 1, None, &p.source));
         }
         if let Some(n) = &node.nvlink {
-            let latency = node.nvlink_latency.as_ref().map(|l| l.value);
-            links.push(link(Level::Nvlink, n.value, 1, latency, &n.source));
+            links.push(link(
+                Level::Nvlink,
+                n.value,
+                1,
+                Some(&node.nvlink_loggp),
+                &n.source,
+            ));
         }
         let network = node_network(system);
         if let Some((bw, source)) = &network {
-            let latency = node.nic_latency.as_ref().map(|l| l.value);
-            links.push(link(Level::Network, *bw, k, latency, source));
+            links.push(link(Level::Network, *bw, k, Some(&node.nic_loggp), source));
         }
         if let Some(r) = &node.nvme_read {
             links.push(link(Level::Nvme, r.value, k, None, &r.source));
@@ -242,6 +262,26 @@ mod tests {
         let big = net.message(Bytes::from_gb(1.0));
         assert!((big.value() - (0.6e-6 + (1e9 - 1.0) * 8.0 / 100e9)).abs() < 1e-12);
         assert_eq!(net.message(Bytes::ZERO), Seconds::ZERO);
+        // Without a message gap, a train of messages is bandwidth-bound.
+        let train = net.train(10, Bytes::from_gb(0.1));
+        assert!((train.value() - (0.6e-6 + (1e9 - 10.0) * 8.0 / 100e9)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn small_messages_are_paced_by_the_message_gap() {
+        let mut net = Link {
+            level: Level::Network,
+            bandwidth: ByteRate::from_gbs(10.0),
+            shared_by: 1,
+            latency: Seconds::new(1e-6),
+            latency_known: true,
+            message_gap: Seconds::new(2e-6),
+            source: String::new(),
+        };
+        let t = net.train(100, Bytes::new(8.0));
+        assert!((t.value() - (99.0 * 2e-6 + 1e-6 + 7.0 / 10e9)).abs() < 1e-15);
+        net.message_gap = Seconds::ZERO;
+        assert!(net.train(100, Bytes::new(8.0)) < t);
     }
 
     #[test]

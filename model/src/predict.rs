@@ -1351,7 +1351,7 @@ mod tests {
             bw(&mut s.node.nvme_read);
             bw(&mut s.node.host_memory_bandwidth);
             bw(&mut s.cluster.pfs_bandwidth);
-            if let Some(l) = s.node.nic_latency.as_mut() {
+            if let Some(l) = s.node.nic_loggp.latency.as_mut() {
                 l.value = crate::units::Seconds::new(l.value.value() / f);
             }
             s

@@ -167,13 +167,29 @@ fn figures(s: &System) -> Vec<Figure> {
     );
     f.add("node.pcie", n.pcie.as_ref(), rate);
     f.add("node.nvlink", n.nvlink.as_ref(), rate);
-    f.add("node.nvlink_latency", n.nvlink_latency.as_ref(), secs);
+    f.add("node.nvlink_latency", n.nvlink_loggp.latency.as_ref(), secs);
+    f.add(
+        "node.nvlink_overhead",
+        n.nvlink_loggp.overhead.as_ref(),
+        secs,
+    );
+    f.add(
+        "node.nvlink_message_gap",
+        n.nvlink_loggp.message_gap.as_ref(),
+        secs,
+    );
     f.add("node.nvme_capacity", n.nvme_capacity.as_ref(), bytes);
     f.add("node.nvme_read", n.nvme_read.as_ref(), rate);
     f.add("node.nvme_write", n.nvme_write.as_ref(), rate);
     f.add("node.nics", n.nics.as_ref(), count);
     f.add("node.nic_bandwidth", n.nic_bandwidth.as_ref(), rate);
-    f.add("node.nic_latency", n.nic_latency.as_ref(), secs);
+    f.add("node.nic_latency", n.nic_loggp.latency.as_ref(), secs);
+    f.add("node.nic_overhead", n.nic_loggp.overhead.as_ref(), secs);
+    f.add(
+        "node.nic_message_gap",
+        n.nic_loggp.message_gap.as_ref(),
+        secs,
+    );
     f.add("node.pfs_client", n.pfs_client.as_ref(), rate);
     f.add("node.power_w", n.power_w.as_ref(), watts);
     let c = &s.cluster;

@@ -203,6 +203,37 @@ impl Device {
     }
 }
 
+/// The LogGP figures of a link besides its bandwidth (Alexandrov et al., SPAA 1995): a
+/// message of k bytes costs `L + 2o + (k - 1) G`, and a sender's consecutive messages are at
+/// least `g` apart. Each is optional; an absent one counts as zero and predictions say so.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct LogGpFigures {
+    /// Latency `L`.
+    pub latency: Option<Sourced<Seconds>>,
+    /// Overhead `o` on each side.
+    pub overhead: Option<Sourced<Seconds>>,
+    /// Gap `g` between consecutive messages.
+    pub message_gap: Option<Sourced<Seconds>>,
+}
+
+impl LogGpFigures {
+    /// Whether `L` is given (the figure that matters most; `o` and `g` refine it).
+    pub fn known(&self) -> bool {
+        self.latency.is_some()
+    }
+
+    /// `L + 2o`, the start-up cost of a message.
+    pub fn alpha(&self) -> Seconds {
+        let v = |s: &Option<Sourced<Seconds>>| s.as_ref().map_or(0.0, |x| x.value.value());
+        Seconds::new(v(&self.latency) + 2.0 * v(&self.overhead))
+    }
+
+    /// `g`.
+    pub fn gap(&self) -> Seconds {
+        self.message_gap.as_ref().map_or(Seconds::ZERO, |g| g.value)
+    }
+}
+
 /// A node: devices plus host memory, links and local storage. Bandwidths are per
 /// direction.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -219,8 +250,8 @@ pub struct Node {
     pub pcie: Option<Sourced<ByteRate>>,
     /// Device-to-device fabric (NVLink, NVSwitch, Infinity Fabric) bandwidth per device.
     pub nvlink: Option<Sourced<ByteRate>>,
-    /// Small-message latency across the device fabric (LogGP `L + 2o`).
-    pub nvlink_latency: Option<Sourced<Seconds>>,
+    /// LogGP `L`, `o`, `g` of the device fabric (`G` is 1 / `nvlink`).
+    pub nvlink_loggp: LogGpFigures,
     /// Node-local NVMe capacity usable by jobs.
     pub nvme_capacity: Option<Sourced<Bytes>>,
     /// Node-local NVMe read bandwidth.
@@ -231,8 +262,8 @@ pub struct Node {
     pub nics: Option<Sourced<u32>>,
     /// Bandwidth of each network interface.
     pub nic_bandwidth: Option<Sourced<ByteRate>>,
-    /// Small-message latency between nodes (LogGP `L + 2o`).
-    pub nic_latency: Option<Sourced<Seconds>>,
+    /// LogGP `L`, `o`, `g` between nodes (`G` is 1 / `nic_bandwidth`).
+    pub nic_loggp: LogGpFigures,
     /// The most one node's parallel file system client reads per second.
     pub pfs_client: Option<Sourced<ByteRate>>,
     /// Node power in watts (all devices and hosts), where known.
@@ -286,13 +317,13 @@ impl System {
                 host_memory_bandwidth: None,
                 pcie: None,
                 nvlink: None,
-                nvlink_latency: None,
+                nvlink_loggp: LogGpFigures::default(),
                 nvme_capacity: None,
                 nvme_read: None,
                 nvme_write: None,
                 nics: None,
                 nic_bandwidth: None,
-                nic_latency: None,
+                nic_loggp: LogGpFigures::default(),
                 pfs_client: None,
                 power_w: None,
             },
@@ -390,7 +421,15 @@ pub fn parse_system(
         )?,
         pcie: ctx.opt("node.pcie_gbs", &n.pcie_gbs, ByteRate::from_gbs)?,
         nvlink: ctx.opt("node.nvlink_gbs", &n.nvlink_gbs, ByteRate::from_gbs)?,
-        nvlink_latency: ctx.opt("node.nvlink_latency_us", &n.nvlink_latency_us, micros)?,
+        nvlink_loggp: LogGpFigures {
+            latency: ctx.opt("node.nvlink_latency_us", &n.nvlink_latency_us, micros)?,
+            overhead: ctx.opt("node.nvlink_overhead_us", &n.nvlink_overhead_us, micros)?,
+            message_gap: ctx.opt(
+                "node.nvlink_message_gap_us",
+                &n.nvlink_message_gap_us,
+                micros,
+            )?,
+        },
         nvme_capacity: ctx.opt("node.nvme_capacity_gb", &n.nvme_capacity_gb, Bytes::from_gb)?,
         nvme_read: ctx.opt("node.nvme_read_gbs", &n.nvme_read_gbs, ByteRate::from_gbs)?,
         nvme_write: ctx.opt("node.nvme_write_gbs", &n.nvme_write_gbs, ByteRate::from_gbs)?,
@@ -400,7 +439,11 @@ pub fn parse_system(
             .map(|c| ctx.count("node.nics", c))
             .transpose()?,
         nic_bandwidth: ctx.opt("node.nic_gbs", &n.nic_gbs, ByteRate::from_gbs)?,
-        nic_latency: ctx.opt("node.nic_latency_us", &n.nic_latency_us, micros)?,
+        nic_loggp: LogGpFigures {
+            latency: ctx.opt("node.nic_latency_us", &n.nic_latency_us, micros)?,
+            overhead: ctx.opt("node.nic_overhead_us", &n.nic_overhead_us, micros)?,
+            message_gap: ctx.opt("node.nic_message_gap_us", &n.nic_message_gap_us, micros)?,
+        },
         pfs_client: ctx.opt("node.pfs_client_gbs", &n.pfs_client_gbs, ByteRate::from_gbs)?,
         power_w: ctx.opt("node.power_w", &n.power_w, |w| w)?,
     };

@@ -6,7 +6,8 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use ridgeline_model::dataset::{self, Dataset};
 use ridgeline_model::graph::Graph;
-use ridgeline_model::predict::{Epochs, Scenario};
+use ridgeline_model::precision::Precision;
+use ridgeline_model::predict::{Epochs, Inputs, Scenario, StepModel};
 use ridgeline_model::roofline::Efficiency;
 use ridgeline_model::system::Sourced;
 use ridgeline_model::workloads::{self, BuildOptions};
@@ -163,4 +164,42 @@ pub(crate) fn training(
         scenario,
         reference_input_elements,
     })
+}
+
+/// A workload, a system and everything a prediction on them needs, loaded together.
+pub(crate) struct Job {
+    pub(crate) system: System,
+    pub(crate) training: Training,
+    pub(crate) model: StepModel,
+}
+
+impl Job {
+    /// Loads the workload, the system, the data set and convergence, and the step model.
+    pub(crate) fn load(
+        workload: &WorkloadArgs,
+        system: &str,
+        scenario: &ScenarioArgs,
+        precision: Precision,
+        nodes: u32,
+    ) -> Result<Job> {
+        let graph = self::workload(workload)?;
+        let system = self::system(system)?;
+        let training = training(workload, &graph, scenario, nodes)?;
+        let model = StepModel::new(&graph, precision, scenario.optimizer);
+        Ok(Job {
+            system,
+            training,
+            model,
+        })
+    }
+
+    /// The borrowed view predictions take.
+    pub(crate) fn inputs(&self) -> Inputs<'_> {
+        Inputs {
+            model: &self.model,
+            system: &self.system,
+            dataset: &self.training.dataset,
+            reference_input_elements: self.training.reference_input_elements,
+        }
+    }
 }

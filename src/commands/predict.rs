@@ -1,7 +1,7 @@
 //! `ridgeline predict`.
 
 use anyhow::Result;
-use ridgeline_model::predict::{self, Inputs, Movement, StepBound, StepModel};
+use ridgeline_model::predict::{self, Movement, StepBound};
 use ridgeline_model::units::{Bytes, FlopRate, Seconds};
 use ridgeline_reports::Document;
 
@@ -10,16 +10,14 @@ use crate::load;
 use crate::output::{self, Col, Style, num, text};
 
 pub(crate) fn run(args: &PredictArgs) -> Result<()> {
-    let graph = load::workload(&args.workload)?;
-    let system = load::system(&args.system.system)?;
-    let training = load::training(&args.workload, &graph, &args.scenario, args.nodes)?;
-    let model = StepModel::new(&graph, args.precision.precision, args.scenario.optimizer);
-    let inputs = Inputs {
-        model: &model,
-        system: &system,
-        dataset: &training.dataset,
-        reference_input_elements: training.reference_input_elements,
-    };
+    let job = load::Job::load(
+        &args.workload,
+        &args.system.system,
+        &args.scenario,
+        args.precision.precision,
+        args.nodes,
+    )?;
+    let system = &job.system;
     let batch = match (args.batch, args.global_batch) {
         (Some(b), _) => b,
         (None, Some(g)) => {
@@ -36,7 +34,7 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
         }
         (None, None) => anyhow::bail!("give --batch or --global-batch"),
     };
-    let p = predict::predict(inputs, &training.scenario, batch)?;
+    let p = predict::predict(job.inputs(), &job.training.scenario, batch)?;
     let cols: [Col<Movement>; 6] = [
         text("source", "source", |r, _| r.source.to_owned()),
         text("level", "level", |r, _| r.level.to_string()),

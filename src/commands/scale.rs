@@ -2,7 +2,6 @@
 
 use anyhow::{Context, Result, bail};
 use ridgeline_model::graph::Shape;
-use ridgeline_model::predict::{Inputs, StepModel};
 use ridgeline_model::scale::{self, ScaleRow};
 use ridgeline_model::units::Seconds;
 use ridgeline_model::workloads::{self, BuildOptions};
@@ -13,19 +12,17 @@ use crate::load;
 use crate::output::{self, Col, num, text};
 
 pub(crate) fn run(args: &ScaleArgs) -> Result<()> {
-    let graph = load::workload(&args.workload)?;
-    let system = load::system(&args.system.system)?;
     let nodes = args.nodes.as_ref().map(|n| n.0.clone());
     let first_nodes = nodes.as_ref().and_then(|n| n.first().copied()).unwrap_or(1);
-    let training = load::training(&args.workload, &graph, &args.scenario, first_nodes)?;
-    let model = StepModel::new(&graph, args.precision.precision, args.scenario.optimizer);
-    let inputs = Inputs {
-        model: &model,
-        system: &system,
-        dataset: &training.dataset,
-        reference_input_elements: training.reference_input_elements,
-    };
-    let sc = &training.scenario;
+    let job = load::Job::load(
+        &args.workload,
+        &args.system.system,
+        &args.scenario,
+        args.precision.precision,
+        first_nodes,
+    )?;
+    let inputs = job.inputs();
+    let sc = &job.training.scenario;
     let need = |what: &str, mode: &str| format!("--mode {mode} needs {what}");
     let series = match args.mode {
         ScaleMode::Strong => {

@@ -201,6 +201,9 @@ pub(crate) struct ScenarioArgs {
     /// Train on this many samples per epoch instead of the whole data set.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) train_samples: Option<u64>,
+    /// Evaluate on this many samples per epoch instead of the whole evaluation set.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) eval_samples: Option<u64>,
     /// Gradient precision on the wire: fp32, or fp16 (compression).
     #[arg(long, default_value = "fp32", value_parser = parse_gradient)]
     pub(crate) gradient_precision: u64,

@@ -129,7 +129,7 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
             doc = doc.summary("valid FLOPS", s.flop_rate(FlopRate::new(v)));
         }
         if let Some(e) = o.energy_j {
-            doc = doc.summary("energy", format!("{:.1} kWh", e / 3.6e6));
+            doc = doc.summary("energy", format!("{:.3} kWh", e / 3.6e6));
         }
         if let Some(c) = o.cost {
             doc = doc.summary("cost", format!("{c:.2}"));

@@ -82,7 +82,11 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
                 secs(o.compute_s),
                 secs(o.input_s),
                 secs(o.allreduce_s),
-                o.collective
+                if o.devices > 1 {
+                    o.collective.to_string()
+                } else {
+                    "one device: none".into()
+                }
             ),
         )
         .summary(

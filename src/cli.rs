@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use ridgeline_model::collective::Algorithm;
@@ -43,6 +44,297 @@ pub(crate) enum Command {
     Scale(ScaleArgs),
     /// Evaluate every combination of systems, nodes, batches and precisions; keep the best.
     Sweep(SweepArgs),
+    /// Measure kernels and full training steps on this machine; write raw records.
+    #[command(subcommand)]
+    Measure(MeasureCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum MeasureCommand {
+    /// GEMM over shapes, FP32 and FP64.
+    Gemm(MeasureGemmArgs),
+    /// Convolution forward, backward-data and backward-filter at a workload's layer shapes
+    /// (the reference workloads by default) or over a sweep.
+    Conv(MeasureConvArgs),
+    /// Memory bandwidth: STREAM copy, scale, add and triad from L1 to past the last-level
+    /// cache.
+    Stream(MeasureStreamArgs),
+    /// Pooling, normalisation and element-wise ops at a workload's layer shapes.
+    Ops(MeasureOpsArgs),
+    /// Full training steps of a workload, every layer forward and backward, with peak memory.
+    Workload(MeasureWorkloadArgs),
+    /// The standard micro-kernel campaign calibration needs, within a time budget.
+    Suite(MeasureSuiteArgs),
+}
+
+/// What every `measure` command shares: where, on how many threads, into which file, and
+/// the run protocol.
+#[derive(Debug, Args)]
+pub(crate) struct MeasureArgs {
+    /// Device: cpu, or cuda / cuda:N (needs a CUDA build and a GPU).
+    #[arg(long, default_value = "cpu")]
+    pub(crate) device: String,
+    /// Thread counts: numbers and `all` (every core available), e.g. `1,all`. Default: all
+    /// (suite: all,1).
+    #[arg(long, value_name = "LIST", value_parser = parse_threads)]
+    pub(crate) threads: Option<Threads>,
+    /// Append records to this JSON Lines file.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: Option<PathBuf>,
+    /// Continue the campaign in --out: keep its records and skip what they cover.
+    #[arg(long, requires = "out")]
+    pub(crate) resume: bool,
+    /// Warm-up time per measurement, e.g. 200ms.
+    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
+    pub(crate) warmup: Option<Duration>,
+    /// Fewest samples per measurement.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub(crate) min_samples: Option<u64>,
+    /// Least sampling time per measurement, e.g. 500ms.
+    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
+    pub(crate) min_time: Option<Duration>,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct MeasureGemmArgs {
+    /// Square sizes (m = n = k), as a list and ranges: `256,1024`, `64..2048:x2`.
+    #[arg(long, value_parser = parse_u64_list, conflicts_with = "shape")]
+    pub(crate) size: Option<Numbers<u64>>,
+    /// Shapes MxNxK, comma-separated: `64x4096x1024,2048x2048x2048`.
+    #[arg(long, value_delimiter = ',', value_parser = parse_gemm_shape)]
+    pub(crate) shape: Vec<[usize; 3]>,
+    /// Number formats, comma-separated: fp32, fp64.
+    #[arg(long, value_delimiter = ',', default_value = "fp32", value_parser = parse_from_str::<ridgeline_measure::Format>)]
+    pub(crate) precision: Vec<ridgeline_measure::Format>,
+    #[command(flatten)]
+    pub(crate) measure: MeasureArgs,
+}
+
+/// Which passes of a convolution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ConvPassArg {
+    /// y = conv(x, w).
+    Forward,
+    /// The input gradient.
+    BackwardData,
+    /// The weight gradient.
+    BackwardFilter,
+}
+
+/// Forward or backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum PassArg {
+    /// Forward.
+    Forward,
+    /// Backward (input and parameter gradients).
+    Backward,
+}
+
+/// A workload to take layer shapes from (optional: the reference workloads otherwise).
+#[derive(Debug, Args)]
+pub(crate) struct ShapesFrom {
+    /// Take the shapes from this workload (built-in name or TOML file) instead of the
+    /// reference workloads (cosmoflow 128^3 batch 1, deepcam 192x288 batch 1, resnet50 224
+    /// batch 8).
+    #[arg(long)]
+    pub(crate) workload: Option<String>,
+    /// Input spatial size of --workload.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "workload")]
+    pub(crate) input_size: Option<InputSize>,
+    /// Width multiplier of --workload (built-in workloads only).
+    #[arg(long, value_name = "W", requires = "workload")]
+    pub(crate) width: Option<f64>,
+    /// Batch of --workload.
+    #[arg(long, default_value_t = 1, value_parser = batch_parser(), requires = "workload")]
+    pub(crate) batch: u64,
+    /// Only these layers of --workload, comma-separated.
+    #[arg(long, value_delimiter = ',', requires = "workload")]
+    pub(crate) layer: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct MeasureConvArgs {
+    #[command(flatten)]
+    pub(crate) shapes: ShapesFrom,
+    /// The convolution sweep (2-d and 3-d; plain, 1x1, grouped, dilated, depthwise) instead
+    /// of workload shapes.
+    #[arg(long, conflicts_with = "workload")]
+    pub(crate) sweep: bool,
+    /// Passes, comma-separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "forward,backward-data,backward-filter"
+    )]
+    pub(crate) pass: Vec<ConvPassArg>,
+    #[command(flatten)]
+    pub(crate) measure: MeasureArgs,
+}
+
+/// A STREAM kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum StreamArg {
+    /// c = a.
+    Copy,
+    /// b = q c.
+    Scale,
+    /// c = a + b.
+    Add,
+    /// a = b + q c.
+    Triad,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct MeasureStreamArgs {
+    /// Kernels, comma-separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "copy,scale,add,triad"
+    )]
+    pub(crate) kernel: Vec<StreamArg>,
+    /// Bytes per array, comma-separated, with K, M or G suffixes (binary): `16K,1M,512M`.
+    /// Default: a quarter of L1 to 8 times the last-level cache, by factors of 4.
+    #[arg(long, value_delimiter = ',', value_parser = parse_bytes)]
+    pub(crate) size: Vec<usize>,
+    #[command(flatten)]
+    pub(crate) measure: MeasureArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct MeasureOpsArgs {
+    #[command(flatten)]
+    pub(crate) shapes: ShapesFrom,
+    /// Only these op kinds, comma-separated (e.g. relu,batch-norm,max-pool).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) op: Vec<String>,
+    /// Passes, comma-separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "forward,backward"
+    )]
+    pub(crate) pass: Vec<PassArg>,
+    #[command(flatten)]
+    pub(crate) measure: MeasureArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct MeasureWorkloadArgs {
+    #[command(flatten)]
+    pub(crate) workload: WorkloadArgs,
+    /// Batch size.
+    #[arg(long, default_value_t = 1, value_parser = batch_parser())]
+    pub(crate) batch: u64,
+    /// Measured training steps (after one warm-up step).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub(crate) steps: u64,
+    /// Show this many layers, the slowest first (0: every layer, in order).
+    #[arg(long, default_value_t = 15)]
+    pub(crate) top: usize,
+    #[command(flatten)]
+    pub(crate) measure: MeasureArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct MeasureSuiteArgs {
+    /// Time budget, e.g. 90s, 5m, 1h.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub(crate) budget: Duration,
+    #[command(flatten)]
+    pub(crate) measure: MeasureArgs,
+}
+
+/// A thread count: a number or every core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ThreadCount {
+    /// Every core available to the process.
+    All,
+    /// This many.
+    N(usize),
+}
+
+/// Thread counts. (A newtype, so clap takes it as one value.)
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Threads(pub(crate) Vec<ThreadCount>);
+
+/// Most threads one may ask for.
+const MAX_THREADS: usize = 4096;
+
+fn parse_threads(s: &str) -> Result<Threads, String> {
+    s.split(',')
+        .map(|t| match t.trim() {
+            "all" => Ok(ThreadCount::All),
+            n => match n.parse::<usize>() {
+                Ok(v) if (1..=MAX_THREADS).contains(&v) => Ok(ThreadCount::N(v)),
+                _ => Err(format!(
+                    "`{n}` is not a thread count: give numbers from 1 to {MAX_THREADS}, or `all`"
+                )),
+            },
+        })
+        .collect::<Result<_, _>>()
+        .map(Threads)
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("`{s}` is not a duration ({e}); write e.g. 500ms, 90s, 5m"))
+}
+
+fn parse_gemm_shape(s: &str) -> Result<[usize; 3], String> {
+    let bad = || {
+        format!(
+            "`{s}` is not a GEMM shape: write MxNxK with integers from 1 to {MAX_GEMM}, e.g. 2048x2048x2048"
+        )
+    };
+    let dims: Vec<usize> = s
+        .split('x')
+        .map(|d| {
+            d.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&v| (1..=MAX_GEMM).contains(&v))
+        })
+        .collect::<Option<_>>()
+        .ok_or_else(bad)?;
+    <[usize; 3]>::try_from(dims).map_err(|_| bad())
+}
+
+/// Largest GEMM extent accepted (so that three operands stay addressable).
+const MAX_GEMM: usize = 1 << 20;
+
+fn parse_bytes(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let (digits, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let shift = match unit {
+        "" | "B" => 0,
+        "K" | "KiB" => 10,
+        "M" | "MiB" => 20,
+        "G" | "GiB" => 30,
+        _ => {
+            return Err(format!(
+                "`{s}`: unknown unit `{unit}`; write e.g. 16K, 1M, 2G"
+            ));
+        }
+    };
+    match digits.parse::<usize>() {
+        Ok(n) if n > 0 && n <= (64usize << 30) >> shift => {
+            let bytes = n << shift;
+            if bytes < 8 {
+                Err(format!("`{s}`: an array needs at least one 8-byte element"))
+            } else {
+                Ok(bytes)
+            }
+        }
+        _ => Err(format!(
+            "`{s}` is not a size: give a positive number up to 64G, e.g. 16K, 1M, 2G"
+        )),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -520,6 +812,24 @@ mod tests {
         assert!(parse_list("1..200", 100).is_err());
         assert!(parse_list("1..8:x1", 100).is_err());
         assert!(parse_list("a", 100).is_err());
+    }
+
+    #[test]
+    fn measure_values_parse() {
+        assert_eq!(
+            parse_threads("1,all"),
+            Ok(Threads(vec![ThreadCount::N(1), ThreadCount::All]))
+        );
+        assert!(parse_threads("0").is_err() && parse_threads("x").is_err());
+        assert_eq!(parse_gemm_shape("64x32x16"), Ok([64, 32, 16]));
+        assert!(parse_gemm_shape("64x32").is_err() && parse_gemm_shape("0x1x1").is_err());
+        assert_eq!(parse_bytes("16K"), Ok(16 << 10));
+        assert_eq!(parse_bytes("2G"), Ok(2 << 30));
+        assert!(
+            parse_bytes("4").is_err() && parse_bytes("1T").is_err() && parse_bytes("-1M").is_err()
+        );
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert!(parse_duration("soon").is_err());
     }
 
     #[test]

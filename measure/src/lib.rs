@@ -1,13 +1,61 @@
 //! # ridgeline-measure
 //!
-//! Measurement of the same work the model predicts, on real hardware. This crate will own
-//! (DESIGN.md "Measurement"): a `Backend` trait with a CPU backend (the default) and a CUDA
-//! backend behind a cargo feature; micro-kernels (GEMM per precision and shape, N-d
-//! convolution forward / backward-data / backward-filter, STREAM memory bandwidth,
-//! host-device copies); the full-workload executor that runs a `ridgeline-model` layer graph
-//! forward and backward with real kernels and times every layer; MPI communication
-//! benchmarks; the run protocol (warm-up, repeated samples, timer resolution); and raw
-//! measurement records written as JSON Lines with a `schema_version`.
+//! Measurement of the same work the model predicts, on real hardware (DESIGN.md
+//! "Measurement"):
+//!
+//! - [`Backend`]: the trait every device implements. [`CpuBackend`] is real and the default:
+//!   GEMM through the `gemm` crate (f32 and f64), N-d convolution forward / backward-data /
+//!   backward-filter lowered to GEMM (direct for depthwise), STREAM, every op of the layer-graph
+//!   IR, on a rayon pool of a chosen number of threads. [`CudaBackend`] is the CUDA backend's
+//!   place; this build has none, and asking for it is a clear error.
+//! - The full-workload executor ([`Backend::workload`]): runs any `ridgeline-model` layer graph
+//!   forward and backward with real kernels on synthetic data, then an SGD update, timing every
+//!   layer (names as in the model, so results join 1:1) and tracking peak memory.
+//! - [`protocol`]: warm-up, repeated samples until a minimum count and time, timer-resolution
+//!   check; every default a named constant.
+//! - [`Case`]: one measurement, with its record id; [`Case::run`] turns a backend's raw timings
+//!   into [`Record`]s with FLOPs and bytes counted by the model.
+//! - [`suite`]: the standard micro-kernel campaign calibration needs, planned to a time budget.
+//! - [`record`]: JSON Lines records, appended and flushed one at a time, resumable.
 //!
 //! It writes raw samples only: statistics and fitting belong to `ridgeline-calibrate`.
-//! Nothing is implemented yet; the first backend arrives with the CPU measurement work.
+//!
+//! # Record schema (version 1)
+//!
+//! One JSON object per line:
+//!
+//! | field | meaning |
+//! |---|---|
+//! | `schema_version` | 1 |
+//! | `id` | unique key of the measurement (kind, shape, precision, threads, device); `--resume` skips ids already recorded |
+//! | `kind` | `gemm`, `conv`, `stream`, `op`, `workload-layer`, `workload-step` |
+//! | `shape` | an object: GEMM `m`, `n`, `k`; conv `source`, `n`, `c_in`, `c_out`, `input`, `kernel`, `stride`, `padding`, `dilation`, `groups`, `pass`; STREAM `kernel`, `elements`, `array_bytes`; op `op` (the layer as a workload file writes it), `input`, `batch`, `pass`; workload `workload`, `input`, `batch`, and for layers `layer`, `op`, `pass` |
+//! | `precision` | `fp32`, `fp64` |
+//! | `device` | `cpu` |
+//! | `threads` | threads the kernel ran on |
+//! | `samples_s` | every raw sample: seconds of one run (of one training step for workloads) |
+//! | `flops` | FLOPs of one run, as the model counts them |
+//! | `bytes` | bytes of one run, as the model counts them (a lower bound on memory traffic) |
+//! | `env` | `host`, `cpu_model`, `cores`, `simd`, `ridgeline_version`, `git_commit`, `timestamp` |
+//! | `extra` | workload steps only: `peak_bytes` (executor accounting), `peak_rss_bytes` (the process, from `VmHWM`), `update_s` (SGD update per step) |
+
+mod backend;
+mod campaign;
+mod cases;
+mod cpu;
+mod cuda;
+mod error;
+pub mod protocol;
+pub mod record;
+pub mod suite;
+
+pub use backend::{
+    Backend, ConvCase, ConvPass, Format, GemmCase, LayerTimes, OpCase, Pass, StreamKernel,
+    WorkloadRun,
+};
+pub use campaign::{Case, conv_cases, open_backend};
+pub use cpu::CpuBackend;
+pub use cuda::CudaBackend;
+pub use error::{Error, Result};
+pub use protocol::Protocol;
+pub use record::{Env, Record, RecordWriter, Resumed, SCHEMA_VERSION, read_records};

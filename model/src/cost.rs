@@ -217,6 +217,41 @@ fn vector_counts(flops: u64) -> Counts {
     }
 }
 
+/// What an op keeps from its forward pass for its backward pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keeps {
+    /// Its first input.
+    pub input: bool,
+    /// Its output.
+    pub output: bool,
+    /// A one-byte mask per output element.
+    pub mask: bool,
+    /// A private tensor the size of its input (softmax probabilities).
+    pub private: bool,
+}
+
+/// What `op` keeps for backward (the rules in this module's documentation).
+pub fn keeps(op: &Op) -> Keeps {
+    let s = saved(op);
+    Keeps {
+        input: s.contains(&Saved::Input(0)),
+        output: s.contains(&Saved::Output),
+        mask: s.contains(&Saved::Mask),
+        private: s.contains(&Saved::PrivateLikeInput),
+    }
+}
+
+/// Whether `graph`'s node `i` output depends on a trainable parameter, for every node: the
+/// nodes whose gradient a training step computes.
+pub fn requires_grad(graph: &Graph) -> Vec<bool> {
+    let layers = graph.layers();
+    let mut needs = vec![false; layers.len()];
+    for (i, layer) in layers.iter().enumerate() {
+        needs[i] = counts(graph, layer).params > 0 || layer.inputs.iter().any(|&j| needs[j]);
+    }
+    needs
+}
+
 /// What the backward pass of `op` reads besides the output gradient and weights.
 fn saved(op: &Op) -> &'static [Saved] {
     match op {

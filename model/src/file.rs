@@ -433,6 +433,25 @@ fn export_layer(graph: &Graph, id: NodeId, layer: &Layer) -> RawLayer {
     raw
 }
 
+/// Every op kind a workload file may name.
+pub fn op_kinds() -> impl Iterator<Item = &'static str> {
+    OPS.iter().map(|(kind, _)| *kind)
+}
+
+/// One layer as the workload file writes it (op kind and its parameters), for records that
+/// describe a layer.
+#[derive(Debug, Serialize)]
+#[serde(transparent)]
+pub struct LayerSpec(RawLayer);
+
+/// Layer `id` of `graph` as the workload file writes it.
+///
+/// # Panics
+/// If `id` is not a node of `graph`.
+pub fn layer_spec(graph: &Graph, id: NodeId) -> LayerSpec {
+    LayerSpec(export_layer(graph, id, &graph.layers()[id]))
+}
+
 /// Writes `graph` as a workload file.
 pub fn export(graph: &Graph, description: Option<&str>) -> Result<String> {
     let raw = RawWorkload {

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+mod measure;
 mod memory;
 mod predict;
 mod roofline;
@@ -10,7 +11,7 @@ mod workload;
 
 use anyhow::Result;
 
-use crate::cli::{Cli, Command, SystemCommand, WorkloadCommand};
+use crate::cli::{Cli, Command, MeasureCommand, SystemCommand, WorkloadCommand};
 
 /// Runs the parsed command line.
 pub(crate) fn run(cli: Cli) -> Result<()> {
@@ -25,5 +26,11 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Predict(args) => predict::run(&args),
         Command::Scale(args) => scale::run(&args),
         Command::Sweep(args) => sweep::run(&args),
+        Command::Measure(MeasureCommand::Gemm(args)) => measure::gemm(&args),
+        Command::Measure(MeasureCommand::Conv(args)) => measure::conv(&args),
+        Command::Measure(MeasureCommand::Stream(args)) => measure::stream(&args),
+        Command::Measure(MeasureCommand::Ops(args)) => measure::ops(&args),
+        Command::Measure(MeasureCommand::Workload(args)) => measure::workload(&args),
+        Command::Measure(MeasureCommand::Suite(args)) => measure::suite(&args),
     }
 }

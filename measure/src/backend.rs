@@ -1,0 +1,280 @@
+//! The [`Backend`] trait every device implements, and the cases it measures.
+//!
+//! A backend runs kernels and returns raw timings; turning them into records (with FLOPs and
+//! bytes as the model counts them) is [`crate::campaign`]'s job, shared by every backend.
+
+use serde::Serialize;
+
+use ridgeline_model::graph::Op;
+
+use crate::error::Result;
+use crate::protocol::Protocol;
+use crate::record::Env;
+
+/// Number formats a micro-kernel can run in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// IEEE double.
+    Fp64,
+    /// IEEE single.
+    Fp32,
+    /// TensorFloat-32 (tensor cores).
+    Tf32,
+    /// IEEE half with FP32 accumulation.
+    Fp16,
+    /// bfloat16 with FP32 accumulation.
+    Bf16,
+}
+
+impl Format {
+    /// Name in records and on the command line.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Format::Fp64 => "fp64",
+            Format::Fp32 => "fp32",
+            Format::Tf32 => "tf32",
+            Format::Fp16 => "fp16",
+            Format::Bf16 => "bf16",
+        }
+    }
+
+    /// Bytes per element in memory.
+    pub const fn bytes(self) -> u64 {
+        match self {
+            Format::Fp64 => 8,
+            Format::Fp32 | Format::Tf32 => 4,
+            Format::Fp16 | Format::Bf16 => 2,
+        }
+    }
+}
+
+impl std::str::FromStr for Format {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        [
+            Format::Fp64,
+            Format::Fp32,
+            Format::Tf32,
+            Format::Fp16,
+            Format::Bf16,
+        ]
+        .into_iter()
+        .find(|f| f.name() == s)
+        .ok_or_else(|| format!("unknown number format `{s}`; valid: fp64, fp32, tf32, fp16, bf16"))
+    }
+}
+
+/// A GEMM: `C (m x n) = A (m x k) x B (k x n)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct GemmCase {
+    /// Rows of C.
+    pub m: usize,
+    /// Columns of C.
+    pub n: usize,
+    /// Inner dimension.
+    pub k: usize,
+    /// Number format.
+    pub format: Format,
+}
+
+/// Which pass of a convolution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConvPass {
+    /// `y = conv(x, w)`.
+    Forward,
+    /// `dx` from `dy`.
+    BackwardData,
+    /// `dw` from `x` and `dy`.
+    BackwardFilter,
+}
+
+impl ConvPass {
+    /// Every pass.
+    pub const ALL: [ConvPass; 3] = [
+        ConvPass::Forward,
+        ConvPass::BackwardData,
+        ConvPass::BackwardFilter,
+    ];
+
+    /// Name in records.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ConvPass::Forward => "forward",
+            ConvPass::BackwardData => "backward-data",
+            ConvPass::BackwardFilter => "backward-filter",
+        }
+    }
+}
+
+/// A convolution layer to measure: a one-layer model graph's conv op and its input.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ConvCase {
+    /// A label (e.g. the reference layer it comes from).
+    pub label: String,
+    /// Batch.
+    pub batch: usize,
+    /// Input channels.
+    pub c_in: usize,
+    /// Input spatial size.
+    pub input: Vec<usize>,
+    /// Output channels.
+    pub c_out: usize,
+    /// Kernel per spatial dimension.
+    pub kernel: Vec<usize>,
+    /// Stride per spatial dimension.
+    pub stride: Vec<usize>,
+    /// Symmetric padding per spatial dimension.
+    pub padding: Vec<usize>,
+    /// Dilation per spatial dimension.
+    pub dilation: Vec<usize>,
+    /// Groups.
+    pub groups: usize,
+}
+
+/// A STREAM kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamKernel {
+    /// `c = a`.
+    Copy,
+    /// `b = q c`.
+    Scale,
+    /// `c = a + b`.
+    Add,
+    /// `a = b + q c`.
+    Triad,
+}
+
+impl StreamKernel {
+    /// Every kernel.
+    pub const ALL: [StreamKernel; 4] = [
+        StreamKernel::Copy,
+        StreamKernel::Scale,
+        StreamKernel::Add,
+        StreamKernel::Triad,
+    ];
+
+    /// Name in records.
+    pub const fn name(self) -> &'static str {
+        match self {
+            StreamKernel::Copy => "copy",
+            StreamKernel::Scale => "scale",
+            StreamKernel::Add => "add",
+            StreamKernel::Triad => "triad",
+        }
+    }
+
+    /// Arrays read plus written per element.
+    pub const fn arrays(self) -> u64 {
+        match self {
+            StreamKernel::Copy | StreamKernel::Scale => 2,
+            StreamKernel::Add | StreamKernel::Triad => 3,
+        }
+    }
+
+    /// FLOPs per element.
+    pub const fn flops(self) -> u64 {
+        match self {
+            StreamKernel::Copy => 0,
+            StreamKernel::Scale | StreamKernel::Add => 1,
+            StreamKernel::Triad => 2,
+        }
+    }
+}
+
+/// Forward or backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pass {
+    /// Forward.
+    Forward,
+    /// Backward (data and parameter gradients).
+    Backward,
+}
+
+impl Pass {
+    /// Name in records.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Pass::Forward => "forward",
+            Pass::Backward => "backward",
+        }
+    }
+}
+
+/// A non-GEMM op (pooling, normalisation, element-wise) on an input shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpCase {
+    /// The op (two copies of the input feed `add` and `concat`).
+    pub op: Op,
+    /// Per-sample input shape, channels first.
+    pub input: Vec<usize>,
+    /// Batch.
+    pub batch: usize,
+}
+
+/// Per-layer timings of a full training step, over several steps.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkloadRun {
+    /// For each layer (input first): name, forward and backward seconds per step.
+    pub layers: Vec<LayerTimes>,
+    /// Seconds of each whole step.
+    pub step_s: Vec<f64>,
+    /// Seconds of each SGD update.
+    pub update_s: Vec<f64>,
+    /// The executor's memory high-water mark.
+    pub peak_bytes: u64,
+    /// The process's peak resident set during the run, when the OS reports it.
+    pub peak_rss_bytes: Option<u64>,
+}
+
+/// One layer's timings over the measured steps.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LayerTimes {
+    /// Layer name, as in the model.
+    pub name: String,
+    /// Forward seconds per step.
+    pub forward_s: Vec<f64>,
+    /// Backward seconds per step; empty when the layer has no backward pass (the input,
+    /// layers no parameter depends on).
+    pub backward_s: Vec<f64>,
+}
+
+/// A device that runs kernels (STYLE.md rule 6).
+pub trait Backend {
+    /// The device name in records: `cpu`, `cuda:0`.
+    fn device(&self) -> String;
+
+    /// Threads (CPU) or streams the kernels use.
+    fn threads(&self) -> usize;
+
+    /// The environment to stamp on records.
+    fn env(&self) -> Env;
+
+    /// Times a GEMM.
+    fn gemm(&mut self, case: &GemmCase, protocol: &Protocol) -> Result<Vec<f64>>;
+
+    /// Times one pass of a convolution.
+    fn conv(&mut self, case: &ConvCase, pass: ConvPass, protocol: &Protocol) -> Result<Vec<f64>>;
+
+    /// Times a STREAM kernel on arrays of `elements` `f64`.
+    fn stream(
+        &mut self,
+        kernel: StreamKernel,
+        elements: usize,
+        protocol: &Protocol,
+    ) -> Result<Vec<f64>>;
+
+    /// Times one pass of an op.
+    fn op(&mut self, case: &OpCase, pass: Pass, protocol: &Protocol) -> Result<Vec<f64>>;
+
+    /// Runs a full training step of `graph` at `batch` repeatedly, timing every layer.
+    fn workload(
+        &mut self,
+        graph: &ridgeline_model::graph::Graph,
+        batch: usize,
+        protocol: &Protocol,
+    ) -> Result<WorkloadRun>;
+}

@@ -1,0 +1,501 @@
+//! Measurements as values: a [`Case`] knows its record id (so `--resume` can skip it before it
+//! runs), runs on any [`Backend`], and turns the raw timings into [`Record`]s with FLOPs and
+//! bytes counted exactly as the model counts them.
+
+use serde_json::{Value, json};
+
+use ridgeline_model::cost;
+use ridgeline_model::file::layer_spec;
+use ridgeline_model::graph::{Graph, Op};
+use ridgeline_model::precision::Precision;
+
+use crate::backend::{Backend, ConvCase, ConvPass, Format, GemmCase, OpCase, Pass, StreamKernel};
+use crate::cases;
+use crate::cpu::CpuBackend;
+use crate::cuda::CudaBackend;
+use crate::error::{Error, Result};
+use crate::protocol::Protocol;
+use crate::record::{Record, SCHEMA_VERSION, record_id};
+
+/// One measurement.
+#[derive(Debug, Clone)]
+pub enum Case {
+    /// A GEMM.
+    Gemm(GemmCase),
+    /// One pass of a convolution.
+    Conv(ConvCase, ConvPass),
+    /// A STREAM kernel on arrays of this many `f64`.
+    Stream(StreamKernel, usize),
+    /// One pass of a non-GEMM op.
+    Op(OpCase, Pass),
+    /// Full training steps of a workload graph at a batch size.
+    Workload(Box<Graph>, usize),
+}
+
+/// The backend for a `--device` value: `cpu`, `cuda` or `cuda:N`.
+pub fn open_backend(device: &str, threads: usize) -> Result<Box<dyn Backend>> {
+    match device {
+        "cpu" => Ok(Box::new(CpuBackend::new(threads)?)),
+        "cuda" => CudaBackend::open(0),
+        other => match other.strip_prefix("cuda:").map(str::parse::<usize>) {
+            Some(Ok(ordinal)) => CudaBackend::open(ordinal),
+            _ => Err(Error::invalid(
+                format!("device `{other}`"),
+                "unknown device; valid: cpu, cuda, cuda:N (N = GPU ordinal)",
+            )),
+        },
+    }
+}
+
+/// The distinct convolutions of `graph` at `batch`, labelled `source/layer` by the first
+/// layer of each shape (transposed convolutions are the adjoint passes of these and are
+/// measured through them).
+pub fn conv_cases(graph: &Graph, batch: usize, source: &str) -> Vec<ConvCase> {
+    let layers = graph.layers();
+    let mut out: Vec<ConvCase> = Vec::new();
+    for layer in layers {
+        let Op::Conv(c) = &layer.op else { continue };
+        let x = layers[layer.inputs[0]].output.dims();
+        let case = ConvCase {
+            label: format!("{source}/{}", layer.name),
+            batch,
+            c_in: x[0],
+            input: x[1..].to_vec(),
+            c_out: c.out_channels,
+            kernel: c.kernel.to_vec(),
+            stride: c.stride.to_vec(),
+            padding: c.padding.pairs().iter().map(|p| p[0]).collect(),
+            dilation: c.dilation.to_vec(),
+            groups: c.groups,
+        };
+        // Asymmetric padding is not a case shape; keep the layers whose padding is symmetric.
+        if c.padding.pairs().iter().any(|p| p[0] != p[1]) {
+            continue;
+        }
+        if !out.iter().any(|o| {
+            ConvCase {
+                label: case.label.clone(),
+                ..o.clone()
+            } == case
+        }) {
+            out.push(case);
+        }
+    }
+    out
+}
+
+fn dims(v: &[usize]) -> String {
+    v.iter().map(usize::to_string).collect::<Vec<_>>().join("x")
+}
+
+impl Case {
+    /// The record kind.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Case::Gemm(_) => "gemm",
+            Case::Conv(..) => "conv",
+            Case::Stream(..) => "stream",
+            Case::Op(..) => "op",
+            Case::Workload(..) => "workload-step",
+        }
+    }
+
+    /// The number format.
+    pub fn precision(&self) -> &'static str {
+        match self {
+            Case::Gemm(g) => g.format.name(),
+            Case::Stream(..) => Format::Fp64.name(),
+            Case::Conv(..) | Case::Op(..) | Case::Workload(..) => Format::Fp32.name(),
+        }
+    }
+
+    /// The record's `shape` object.
+    pub fn shape(&self) -> Result<Value> {
+        Ok(match self {
+            Case::Gemm(g) => json!({ "m": g.m, "n": g.n, "k": g.k }),
+            Case::Conv(c, pass) => json!({
+                "source": c.label,
+                "n": c.batch,
+                "c_in": c.c_in,
+                "c_out": c.c_out,
+                "input": c.input,
+                "kernel": c.kernel,
+                "stride": c.stride,
+                "padding": c.padding,
+                "dilation": c.dilation,
+                "groups": c.groups,
+                "pass": pass.name(),
+            }),
+            Case::Stream(k, n) => {
+                json!({ "kernel": k.name(), "elements": n, "array_bytes": n * 8 })
+            }
+            Case::Op(c, pass) => {
+                let graph = cases::op_graph(c)?;
+                let mut op = serde_json::to_value(layer_spec(&graph, graph.last()))
+                    .map_err(|e| Error::invalid("op", e.to_string()))?;
+                if let Some(map) = op.as_object_mut() {
+                    map.remove("name");
+                    map.remove("inputs");
+                }
+                json!({ "op": op, "input": c.input, "batch": c.batch, "pass": pass.name() })
+            }
+            Case::Workload(g, batch) => workload_shape(g, *batch),
+        })
+    }
+
+    /// The id of this case's record (of its step record, for a workload) on `backend`.
+    pub fn id(&self, backend: &dyn Backend) -> Result<String> {
+        Ok(record_id(
+            self.kind(),
+            &self.shape()?,
+            self.precision(),
+            backend.threads(),
+            &backend.device(),
+        ))
+    }
+
+    /// A one-line description for progress output.
+    pub fn describe(&self) -> String {
+        match self {
+            Case::Gemm(g) => format!("gemm {} {}x{}x{}", g.format.name(), g.m, g.n, g.k),
+            Case::Conv(c, pass) => format!(
+                "conv {} {} n{} {}->{} {} k{}",
+                pass.name(),
+                c.label,
+                c.batch,
+                c.c_in,
+                c.c_out,
+                dims(&c.input),
+                dims(&c.kernel)
+            ),
+            Case::Stream(k, n) => format!("stream {} {} KiB", k.name(), n * 8 / 1024),
+            Case::Op(c, pass) => format!(
+                "op {} {} n{} {}",
+                c.op.kind(),
+                pass.name(),
+                c.batch,
+                dims(&c.input)
+            ),
+            Case::Workload(g, batch) => format!(
+                "workload {} batch {batch} {}",
+                g.name(),
+                dims(g.input_shape().dims())
+            ),
+        }
+    }
+
+    /// Runs the case on `backend` by `protocol` and returns its records (a workload gives one
+    /// per layer and pass, then its step record).
+    pub fn run(&self, backend: &mut dyn Backend, protocol: &Protocol) -> Result<Vec<Record>> {
+        let make = |backend: &dyn Backend,
+                    kind: &str,
+                    shape: Value,
+                    samples: Vec<f64>,
+                    flops: f64,
+                    bytes: f64| Record {
+            schema_version: SCHEMA_VERSION,
+            id: record_id(
+                kind,
+                &shape,
+                self.precision(),
+                backend.threads(),
+                &backend.device(),
+            ),
+            kind: kind.to_owned(),
+            shape,
+            precision: self.precision().to_owned(),
+            device: backend.device(),
+            threads: backend.threads(),
+            samples_s: samples,
+            flops,
+            bytes,
+            env: backend.env(),
+            extra: None,
+        };
+        let shape = self.shape()?;
+        match self {
+            Case::Gemm(g) => {
+                let samples = backend.gemm(g, protocol)?;
+                let (m, n, k) = (g.m as f64, g.n as f64, g.k as f64);
+                let bytes = (m * k + k * n + m * n) * g.format.bytes() as f64;
+                Ok(vec![make(
+                    &*backend,
+                    "gemm",
+                    shape,
+                    samples,
+                    2.0 * m * n * k,
+                    bytes,
+                )])
+            }
+            Case::Conv(c, pass) => {
+                let graph = cases::conv_graph(c)?;
+                let cost = cases::layer_cost(&graph, c.batch);
+                let (flops, bytes) = conv_counts(&graph, c, *pass, &cost);
+                let samples = backend.conv(c, *pass, protocol)?;
+                Ok(vec![make(&*backend, "conv", shape, samples, flops, bytes)])
+            }
+            Case::Stream(k, n) => {
+                let samples = backend.stream(*k, *n, protocol)?;
+                let n = *n as f64;
+                Ok(vec![make(
+                    &*backend,
+                    "stream",
+                    shape,
+                    samples,
+                    k.flops() as f64 * n,
+                    (k.arrays() * 8) as f64 * n,
+                )])
+            }
+            Case::Op(c, pass) => {
+                let graph = cases::op_graph(c)?;
+                let cost = cases::layer_cost(&graph, c.batch);
+                let (flops, bytes) = match pass {
+                    Pass::Forward => (cost.flops_fwd.value(), cost.hbm_bytes_fwd.value()),
+                    Pass::Backward => (cost.flops_bwd.value(), cost.hbm_bytes_bwd.value()),
+                };
+                let samples = backend.op(c, *pass, protocol)?;
+                Ok(vec![make(&*backend, "op", shape, samples, flops, bytes)])
+            }
+            Case::Workload(graph, batch) => {
+                let run = backend.workload(graph, *batch, protocol)?;
+                let cost = cost::cost(graph, *batch as u64, Precision::Fp32);
+                let mut records = Vec::with_capacity(2 * run.layers.len() + 1);
+                for ((times, layer), lc) in run.layers.iter().zip(graph.layers()).zip(&cost.layers)
+                {
+                    let passes = [
+                        (
+                            Pass::Forward,
+                            &times.forward_s,
+                            lc.flops_fwd.value(),
+                            lc.hbm_bytes_fwd.value(),
+                        ),
+                        (
+                            Pass::Backward,
+                            &times.backward_s,
+                            lc.flops_bwd.value(),
+                            lc.hbm_bytes_bwd.value(),
+                        ),
+                    ];
+                    for (pass, samples, flops, bytes) in passes {
+                        if samples.is_empty() || matches!(layer.op, Op::Input) {
+                            continue;
+                        }
+                        let mut shape = workload_shape(graph, *batch);
+                        shape["layer"] = json!(layer.name.as_str());
+                        shape["op"] = json!(layer.op.kind());
+                        shape["pass"] = json!(pass.name());
+                        records.push(make(
+                            &*backend,
+                            "workload-layer",
+                            shape,
+                            samples.clone(),
+                            flops,
+                            bytes,
+                        ));
+                    }
+                }
+                let mut step = make(
+                    &*backend,
+                    "workload-step",
+                    shape,
+                    run.step_s.clone(),
+                    cost.flops_train.value(),
+                    cost.hbm_bytes_train.value(),
+                );
+                step.extra = Some(json!({
+                    "peak_bytes": run.peak_bytes,
+                    "peak_rss_bytes": run.peak_rss_bytes,
+                    "update_s": run.update_s,
+                }));
+                records.push(step);
+                Ok(records)
+            }
+        }
+    }
+}
+
+fn workload_shape(graph: &Graph, batch: usize) -> Value {
+    json!({ "workload": graph.name(), "input": graph.input_shape().dims(), "batch": batch })
+}
+
+/// FLOPs and bytes of one pass of a conv case. Forward FLOPs and bytes, and backward FLOPs,
+/// are the model's; the backward passes each read one activation and the weights and write
+/// the other, the same lower bound as forward.
+fn conv_counts(
+    graph: &Graph,
+    case: &ConvCase,
+    pass: ConvPass,
+    cost: &cost::LayerCost<'_>,
+) -> (f64, f64) {
+    let out = graph.layers()[graph.last()].output.elements() as f64;
+    let input = graph.input_shape().elements() as f64;
+    let weights = cost.params as f64;
+    let bytes = 4.0 * ((input + out) * case.batch as f64 + weights);
+    let flops = match pass {
+        ConvPass::Forward => cost.flops_fwd.value(),
+        ConvPass::BackwardData => cost.flops_bwd_data.value(),
+        ConvPass::BackwardFilter => cost.flops_bwd_weight.value(),
+    };
+    (flops, bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ridgeline_model::workloads::{self, BuildOptions};
+
+    fn cpu() -> Box<dyn Backend> {
+        open_backend("cpu", 1).unwrap()
+    }
+
+    #[test]
+    fn devices() {
+        assert!(open_backend("cpu", 1).is_ok());
+        for d in ["cuda", "cuda:1"] {
+            let err = open_backend(d, 1).err().unwrap();
+            assert!(matches!(err, Error::BackendUnavailable { .. }), "{err}");
+        }
+        let err = open_backend("tpu", 1).err().unwrap().to_string();
+        assert!(err.contains("valid: cpu, cuda"), "{err}");
+    }
+
+    #[test]
+    fn gemm_records_count_flops_and_bytes() {
+        let mut b = cpu();
+        let case = Case::Gemm(GemmCase {
+            m: 32,
+            n: 16,
+            k: 8,
+            format: Format::Fp64,
+        });
+        let r = case.run(&mut *b, &Protocol::quick()).unwrap();
+        assert_eq!(r.len(), 1);
+        assert_eq!(
+            (r[0].flops, r[0].bytes),
+            (2.0 * 32.0 * 16.0 * 8.0, 8.0 * (256.0 + 128.0 + 512.0))
+        );
+        assert_eq!(r[0].id, case.id(&*b).unwrap());
+        assert_eq!(r[0].shape, json!({ "m": 32, "n": 16, "k": 8 }));
+        assert_eq!(r[0].samples_s.len(), 3);
+    }
+
+    #[test]
+    fn conv_forward_bytes_are_the_models() {
+        let g = workloads::build(
+            "cosmoflow",
+            &BuildOptions {
+                input_size: Some(vec![32]),
+                width: 0.25,
+            },
+        )
+        .unwrap();
+        let convs = conv_cases(&g, 2, "cosmoflow");
+        assert!(!convs.is_empty());
+        for c in &convs {
+            let graph = cases::conv_graph(c).unwrap();
+            let cost = cases::layer_cost(&graph, c.batch);
+            let (flops, bytes) = conv_counts(&graph, c, ConvPass::Forward, &cost);
+            assert_eq!(
+                (flops, bytes),
+                (cost.flops_fwd.value(), cost.hbm_bytes_fwd.value()),
+                "{}",
+                c.label
+            );
+            let (d, _) = conv_counts(&graph, c, ConvPass::BackwardData, &cost);
+            let (w, _) = conv_counts(&graph, c, ConvPass::BackwardFilter, &cost);
+            assert_eq!(d + w, cost.flops_bwd.value());
+        }
+    }
+
+    #[test]
+    fn conv_cases_are_distinct_shapes() {
+        let g = workloads::build(
+            "resnet50",
+            &BuildOptions {
+                input_size: Some(vec![64]),
+                width: 0.25,
+            },
+        )
+        .unwrap();
+        let convs = conv_cases(&g, 1, "resnet50");
+        let convs_in_graph = g
+            .layers()
+            .iter()
+            .filter(|l| matches!(l.op, Op::Conv(_)))
+            .count();
+        assert!(convs.len() < convs_in_graph, "ResNet repeats block shapes");
+        for (i, a) in convs.iter().enumerate() {
+            for b in &convs[i + 1..] {
+                assert_ne!(
+                    ConvCase {
+                        label: String::new(),
+                        ..a.clone()
+                    },
+                    ConvCase {
+                        label: String::new(),
+                        ..b.clone()
+                    }
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn op_records_describe_the_op() {
+        let case = OpCase {
+            op: Op::max_pool(ridgeline_model::graph::Pool::new(&[2, 2])),
+            input: vec![3, 8, 8],
+            batch: 2,
+        };
+        let c = Case::Op(case, Pass::Backward);
+        let shape = c.shape().unwrap();
+        assert_eq!(shape["op"]["op"], "max-pool");
+        assert_eq!(shape["op"]["kernel"], json!([2, 2]));
+        let r = c.run(&mut *cpu(), &Protocol::quick()).unwrap();
+        assert!(r[0].bytes > 0.0 && r[0].kind == "op");
+    }
+
+    #[test]
+    fn workload_records_join_the_model_layer_by_layer() {
+        let g = workloads::build(
+            "cosmoflow",
+            &BuildOptions {
+                input_size: Some(vec![32]),
+                width: 0.125,
+            },
+        )
+        .unwrap();
+        let case = Case::Workload(Box::new(g.clone()), 1);
+        let p = Protocol {
+            min_samples: 2,
+            max_samples: 2,
+            ..Protocol::quick()
+        };
+        let records = case.run(&mut *cpu(), &p).unwrap();
+        let step = records.last().unwrap();
+        assert_eq!(step.kind, "workload-step");
+        assert_eq!(step.id, case.id(&*cpu()).unwrap());
+        assert!(step.extra.as_ref().unwrap()["peak_bytes"].as_u64().unwrap() > 0);
+        let cost = cost::cost(&g, 1, Precision::Fp32);
+        let forward: Vec<&Record> = records
+            .iter()
+            .filter(|r| r.shape["pass"] == "forward")
+            .collect();
+        assert_eq!(
+            forward.len(),
+            g.layers().len() - 1,
+            "every layer but the input"
+        );
+        let sum: f64 = records
+            .iter()
+            .filter(|r| r.kind == "workload-layer")
+            .map(|r| r.flops)
+            .sum();
+        assert!((sum - cost.flops_train.value()).abs() <= 1e-9 * sum);
+        for r in &forward {
+            assert!(g.find(r.shape["layer"].as_str().unwrap()).is_some());
+        }
+        let ids: std::collections::HashSet<&str> = records.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids.len(), records.len(), "ids are unique");
+    }
+}

@@ -1,0 +1,557 @@
+//! N-d convolution on the CPU: forward, backward-data and backward-filter in `f32`, every
+//! multiply-accumulate in the GEMM crate except for depthwise convolutions.
+//!
+//! - Unit-stride convolutions (most of them) run [`shifted`]: the input is copied once into
+//!   a zero-padded, channels-last grid, on which each kernel offset is a plain shift, so a
+//!   tile of outputs is a short sum of GEMMs straight from that copy — no im2col. The
+//!   backward-data pass is the forward pass of the flipped, transposed kernel; the
+//!   backward-filter pass is a GEMM per kernel offset over all positions.
+//! - Strided convolutions run [`lowered`]: a tile of output positions is lowered
+//!   position-major (im2col), then one GEMM.
+//! - Depthwise convolutions (one channel per group) run a direct loop nest.
+//!
+//! The GEMM crate is fastest when the output tile is channels-last and the long dimension
+//! (positions) is its column count; both paths arrange their operands so, and convert
+//! from and to the channels-first layout of activations once per tile.
+//!
+//! 1-d and 2-d convolutions run as 3-d ones with unit leading dimensions. A transposed
+//! convolution is the adjoint of a convolution: its forward pass is that convolution's
+//! `backward_data`, its data gradient that convolution's `forward`.
+//!
+//! Layouts: activations `[N][C][D][H][W]`, weights `[C_out][C_in / groups][kD][kH][kW]`
+//! (PyTorch's), all row-major `f32`.
+
+mod depthwise;
+mod lowered;
+mod shifted;
+
+use std::cell::RefCell;
+
+use rayon::prelude::*;
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on a scratch buffer of `len` elements with unspecified contents. The buffer is
+/// kept per thread between calls, as the frameworks' caching allocators keep theirs, so a
+/// convolution does not pay for fresh pages on every call.
+fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => {
+            if buf.len() < len {
+                buf.resize(len, 0.0);
+            }
+            f(&mut buf[..len])
+        }
+        // Only a nested call finds it taken; it gets a buffer of its own.
+        Err(_) => f(&mut vec![0.0; len]),
+    })
+}
+
+/// The geometry of one convolution, normalised to three spatial dimensions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ConvGeom {
+    pub(crate) n: usize,
+    pub(crate) c_in: usize,
+    pub(crate) c_out: usize,
+    pub(crate) groups: usize,
+    pub(crate) input: [usize; 3],
+    pub(crate) output: [usize; 3],
+    pub(crate) kernel: [usize; 3],
+    pub(crate) stride: [usize; 3],
+    /// Padding before each dimension (padding after only changes the output size).
+    pub(crate) pad: [usize; 3],
+    pub(crate) dilation: [usize; 3],
+}
+
+/// Pads a 1-, 2- or 3-element list to three, with `fill` in front.
+pub(crate) fn three(v: &[usize], fill: usize) -> [usize; 3] {
+    let mut out = [fill; 3];
+    let start = 3 - v.len().min(3);
+    out[start..].copy_from_slice(&v[v.len().saturating_sub(3)..]);
+    out
+}
+
+impl ConvGeom {
+    /// Input channels per group.
+    pub(crate) fn cin_g(&self) -> usize {
+        self.c_in / self.groups
+    }
+
+    /// Output channels per group.
+    pub(crate) fn cout_g(&self) -> usize {
+        self.c_out / self.groups
+    }
+
+    /// Kernel volume.
+    pub(crate) fn kvol(&self) -> usize {
+        self.kernel.iter().product()
+    }
+
+    /// Rows of the lowered matrix: `C_in / groups x kernel volume`.
+    pub(crate) fn k_rows(&self) -> usize {
+        self.cin_g() * self.kvol()
+    }
+
+    /// Spatial volume of the input.
+    pub(crate) fn in_vol(&self) -> usize {
+        self.input.iter().product()
+    }
+
+    /// Spatial volume of the output.
+    pub(crate) fn out_vol(&self) -> usize {
+        self.output.iter().product()
+    }
+
+    /// Elements of the weight tensor.
+    pub(crate) fn weights(&self) -> usize {
+        self.c_out * self.k_rows()
+    }
+
+    /// Whether this is depthwise (one input and one output channel per group).
+    fn depthwise(&self) -> bool {
+        self.cin_g() == 1 && self.cout_g() == 1 && self.groups > 1
+    }
+
+    /// Whether every stride is 1 (the shifted path).
+    fn unit_stride(&self) -> bool {
+        self.stride == [1; 3]
+    }
+
+    /// The unit-stride convolution whose forward pass is this one's backward-data pass (for
+    /// unit-stride convolutions whose padding does not exceed the dilated kernel).
+    fn flipped(&self) -> Option<ConvGeom> {
+        let mut pad = [0; 3];
+        for (d, p) in pad.iter_mut().enumerate() {
+            *p = ((self.kernel[d] - 1) * self.dilation[d]).checked_sub(self.pad[d])?;
+        }
+        Some(ConvGeom {
+            c_in: self.c_out,
+            c_out: self.c_in,
+            input: self.output,
+            output: self.input,
+            pad,
+            ..self.clone()
+        })
+    }
+
+    /// Bytes of scratch memory the passes allocate while they run (the largest of them).
+    pub(crate) fn workspace_bytes(&self) -> usize {
+        if self.depthwise() {
+            0
+        } else if self.unit_stride() {
+            let backward_data = self
+                .flipped()
+                .map_or_else(|| lowered::workspace(self), |f| shifted::workspace(&f));
+            shifted::workspace(self).max(backward_data)
+        } else {
+            lowered::workspace(self)
+        }
+    }
+
+    /// Input coordinate along dimension `d` for output coordinate `o` and kernel offset `k`,
+    /// if inside the input.
+    #[inline]
+    fn coord(&self, d: usize, o: usize, k: usize) -> Option<usize> {
+        let i = (o * self.stride[d] + k * self.dilation[d]).checked_sub(self.pad[d])?;
+        (i < self.input[d]).then_some(i)
+    }
+}
+
+/// The kernel offset `(a, b, c)` of flattened kernel index `kk`.
+#[inline]
+fn offset(g: &ConvGeom, kk: usize) -> (usize, usize, usize) {
+    let [_, kh, kw] = g.kernel;
+    (kk / (kh * kw), (kk / kw) % kh, kk % kw)
+}
+
+/// `y = conv(x, w) + bias`.
+pub(crate) fn forward(
+    g: &ConvGeom,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    threads: usize,
+) {
+    if g.depthwise() {
+        depthwise::forward(g, x, w, y);
+    } else if g.unit_stride() {
+        shifted::forward(g, x, w, y, threads);
+    } else {
+        lowered::forward(g, x, w, y, threads);
+    }
+    if let Some(b) = bias {
+        add_channel_bias(y, b, g.c_out, g.out_vol());
+    }
+}
+
+/// Adds `bias[c]` to every element of channel `c` of a `[N][C][vol]` tensor.
+pub(crate) fn add_channel_bias(y: &mut [f32], bias: &[f32], channels: usize, vol: usize) {
+    y.par_chunks_mut(vol).enumerate().for_each(|(i, plane)| {
+        let v = bias[i % channels];
+        plane.iter_mut().for_each(|e| *e += v);
+    });
+}
+
+/// `dx = conv^T(dy, w)`: the gradient with respect to the input (overwrites `dx`).
+pub(crate) fn backward_data(g: &ConvGeom, dy: &[f32], w: &[f32], dx: &mut [f32], threads: usize) {
+    if g.depthwise() {
+        depthwise::backward_data(g, dy, w, dx);
+        return;
+    }
+    match g.flipped().filter(|_| g.unit_stride()) {
+        Some(f) => {
+            // Per group: w'[ci][co][k'] = w[co][ci][kvol - 1 - k'].
+            let (cin, cout, kvol) = (g.cin_g(), g.cout_g(), g.kvol());
+            let mut wf = vec![0.0f32; w.len()];
+            wf.par_chunks_mut(cout * kvol)
+                .enumerate()
+                .for_each(|(gi, dst)| {
+                    let (grp, ci) = (gi / cin, gi % cin);
+                    for co in 0..cout {
+                        let src = &w[((grp * cout + co) * cin + ci) * kvol..][..kvol];
+                        for (k, v) in dst[co * kvol..][..kvol].iter_mut().enumerate() {
+                            *v = src[kvol - 1 - k];
+                        }
+                    }
+                });
+            shifted::forward(&f, dy, &wf, dx, threads);
+        }
+        None => lowered::backward_data(g, dy, w, dx, threads),
+    }
+}
+
+/// `dw = dy x im2col(x)^T` and `dbias = sum(dy)` (overwrites both).
+pub(crate) fn backward_filter(
+    g: &ConvGeom,
+    x: &[f32],
+    dy: &[f32],
+    dw: &mut [f32],
+    dbias: Option<&mut [f32]>,
+    threads: usize,
+) {
+    if g.depthwise() {
+        depthwise::backward_filter(g, x, dy, dw);
+    } else if g.unit_stride() {
+        shifted::backward_filter(g, x, dy, dw, threads);
+    } else {
+        lowered::backward_filter(g, x, dy, dw, threads);
+    }
+    if let Some(db) = dbias {
+        channel_sums(dy, db, g.c_out, g.out_vol());
+    }
+}
+
+/// `out[c]` = the sum of channel `c` of a `[N][C][vol]` tensor (overwrites `out`).
+pub(crate) fn channel_sums(dy: &[f32], out: &mut [f32], channels: usize, vol: usize) {
+    let n = dy.len() / (channels * vol).max(1);
+    out.par_iter_mut().enumerate().for_each(|(c, v)| {
+        *v = (0..n)
+            .map(|b| dy[(b * channels + c) * vol..][..vol].iter().sum::<f32>())
+            .sum();
+    });
+}
+
+/// Copies a channels-last tile `tile` (`rows x channels`, row-major) into the channels-first
+/// planes `planes` (`channels x vol`): tile row `r` goes to plane position `position(r)`
+/// when it has one. Runs of consecutive rows with consecutive positions are copied
+/// together, eight channels at a time.
+fn scatter_tile(
+    tile: &[f32],
+    channels: usize,
+    rows: usize,
+    planes: &mut [f32],
+    vol: usize,
+    runs: &[(usize, usize, usize)],
+) {
+    const B: usize = 8;
+    planes
+        .par_chunks_mut(B * vol)
+        .enumerate()
+        .for_each(|(blk, dst)| {
+            let c0 = blk * B;
+            let width = dst.len() / vol;
+            for &(r0, p0, len) in runs {
+                debug_assert!(r0 + len <= rows);
+                let mut j = 0;
+                if width == B {
+                    // 8 x 8 blocks: eight contiguous row loads, eight contiguous plane stores.
+                    while j + B <= len {
+                        let block: [[f32; B]; B] = std::array::from_fn(|r| {
+                            let row = &tile[(r0 + j + r) * channels + c0..][..B];
+                            std::array::from_fn(|c| row[c])
+                        });
+                        for c in 0..B {
+                            let out: &mut [f32; B] = (&mut dst[c * vol + p0 + j..][..B])
+                                .try_into()
+                                .unwrap_or_else(|_| unreachable!());
+                            *out = std::array::from_fn(|r| block[r][c]);
+                        }
+                        j += B;
+                    }
+                }
+                for jj in j..len {
+                    let row = &tile[(r0 + jj) * channels + c0..][..width];
+                    for (c, v) in row.iter().enumerate() {
+                        dst[c * vol + p0 + jj] = *v;
+                    }
+                }
+            }
+        });
+}
+
+/// Copies channels-first planes (`channels x vol`) at positions into a channels-last tile:
+/// tile row `r0 + j` gets position `p0 + j` for each run `(r0, p0, len)`; rows in no run are
+/// zero.
+fn gather_tile(
+    planes: &[f32],
+    channels: usize,
+    vol: usize,
+    tile: &mut [f32],
+    runs: &[(usize, usize, usize)],
+) {
+    tile.fill(0.0);
+    // Split the runs over threads by rows of the tile: each task owns whole rows.
+    let rows = tile.len() / channels.max(1);
+    let chunk = rows.div_ceil(rayon::current_num_threads().max(1)).max(64);
+    tile.par_chunks_mut(chunk * channels)
+        .enumerate()
+        .for_each(|(t, part)| {
+            let (lo, hi) = (t * chunk, t * chunk + part.len() / channels);
+            for &(r0, p0, len) in runs {
+                let (a, b) = (r0.max(lo), (r0 + len).min(hi));
+                for r in a..b {
+                    let p = p0 + (r - r0);
+                    let row = &mut part[(r - lo) * channels..][..channels];
+                    for (c, v) in row.iter_mut().enumerate() {
+                        *v = planes[c * vol + p];
+                    }
+                }
+            }
+        });
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Calls `f(o, i, kk)` for every output position, kernel offset and the input position
+    /// it reads (skipping padding), for one channel plane.
+    fn taps(g: &ConvGeom, mut f: impl FnMut(usize, usize, usize)) {
+        let [do_, ho, wo] = g.output;
+        let [_, hi, wi] = g.input;
+        for o in 0..do_ * ho * wo {
+            let (od, oh, ow) = (o / (ho * wo), (o / wo) % ho, o % wo);
+            for kk in 0..g.kvol() {
+                let (a, b, c) = offset(g, kk);
+                if let (Some(id), Some(ih), Some(iw)) =
+                    (g.coord(0, od, a), g.coord(1, oh, b), g.coord(2, ow, c))
+                {
+                    f(o, (id * hi + ih) * wi + iw, kk);
+                }
+            }
+        }
+    }
+
+    /// The textbook loop nest, in f64.
+    pub(crate) fn naive_forward(g: &ConvGeom, x: &[f32], w: &[f32]) -> Vec<f64> {
+        let (in_vol, out_vol, kvol) = (g.in_vol(), g.out_vol(), g.kvol());
+        let mut y = vec![0.0f64; g.n * g.c_out * out_vol];
+        for n in 0..g.n {
+            for co in 0..g.c_out {
+                let grp = co / g.cout_g();
+                for ci in 0..g.cin_g() {
+                    let cin = grp * g.cin_g() + ci;
+                    let xs = &x[(n * g.c_in + cin) * in_vol..][..in_vol];
+                    let ws = &w[(co * g.cin_g() + ci) * kvol..][..kvol];
+                    taps(g, |o, i, kk| {
+                        y[(n * g.c_out + co) * out_vol + o] += f64::from(xs[i]) * f64::from(ws[kk]);
+                    });
+                }
+            }
+        }
+        y
+    }
+
+    /// A geometry with the output size the frameworks give (`after` extra padding at the end).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn geom(
+        n: usize,
+        c_in: usize,
+        c_out: usize,
+        groups: usize,
+        input: [usize; 3],
+        k: [usize; 3],
+        s: usize,
+        p: usize,
+        d: usize,
+    ) -> ConvGeom {
+        geom_padded(n, c_in, c_out, groups, input, k, [s; 3], [p; 3], [p; 3], d)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn geom_padded(
+        n: usize,
+        c_in: usize,
+        c_out: usize,
+        groups: usize,
+        input: [usize; 3],
+        k: [usize; 3],
+        s: [usize; 3],
+        before: [usize; 3],
+        after: [usize; 3],
+        d: usize,
+    ) -> ConvGeom {
+        let output = std::array::from_fn(|i| {
+            (input[i] + before[i] + after[i] - d * (k[i] - 1) - 1) / s[i] + 1
+        });
+        ConvGeom {
+            n,
+            c_in,
+            c_out,
+            groups,
+            input,
+            output,
+            kernel: k,
+            stride: s,
+            pad: before,
+            dilation: [d; 3],
+        }
+    }
+
+    fn data(len: usize, seed: f32) -> Vec<f32> {
+        (0..len)
+            .map(|i| (i as f32 * 0.731 + seed).sin() * 0.5)
+            .collect()
+    }
+
+    fn dot(a: &[f32], b: &[f64]) -> f64 {
+        a.iter().zip(b).map(|(x, y)| f64::from(*x) * y).sum()
+    }
+
+    fn cases() -> Vec<ConvGeom> {
+        vec![
+            geom(2, 3, 4, 1, [1, 6, 7], [1, 3, 3], 1, 1, 1), // 2-d, padded
+            geom(1, 4, 6, 2, [1, 9, 8], [1, 3, 3], 2, 1, 1), // grouped, strided
+            geom(2, 5, 5, 5, [1, 8, 8], [1, 3, 3], 1, 2, 2), // depthwise, dilated
+            geom(1, 2, 3, 1, [5, 6, 4], [3, 3, 3], 1, 1, 1), // 3-d
+            geom(1, 2, 2, 1, [4, 4, 4], [2, 2, 2], 2, 0, 1), // 3-d strided, even kernel
+            geom(2, 3, 2, 1, [1, 1, 10], [1, 1, 3], 1, 0, 1), // 1-d
+            geom(1, 4, 6, 2, [3, 7, 6], [3, 3, 3], 1, 2, 2), // 3-d grouped, dilated
+            geom(2, 6, 5, 1, [1, 5, 5], [1, 1, 1], 1, 0, 1), // 1x1
+            geom(1, 3, 4, 1, [1, 11, 9], [1, 7, 7], 2, 3, 1), // stem-like 7x7 stride 2
+            geom(1, 4, 4, 1, [1, 6, 6], [1, 3, 3], 1, 0, 1), // valid padding
+            geom(1, 3, 4, 1, [1, 5, 6], [1, 3, 3], 1, 3, 1), // padding beyond the kernel
+            geom_padded(1, 3, 2, 1, [1, 5, 6], [1, 2, 2], [1; 3], [0; 3], [1; 3], 1), // "same", even kernel
+            geom_padded(
+                1,
+                2,
+                3,
+                1,
+                [1, 7, 6],
+                [1, 3, 3],
+                [1, 2, 3],
+                [0, 1, 1],
+                [0, 1, 2],
+                1,
+            ), // mixed strides
+        ]
+    }
+
+    #[test]
+    fn forward_matches_the_naive_loop_nest() {
+        for g in cases() {
+            let x = data(g.n * g.c_in * g.in_vol(), 0.3);
+            let w = data(g.weights(), 1.7);
+            let mut y = vec![f32::NAN; g.n * g.c_out * g.out_vol()];
+            forward(&g, &x, &w, None, &mut y, 2);
+            let expected = naive_forward(&g, &x, &w);
+            for (a, b) in y.iter().zip(&expected) {
+                assert!((f64::from(*a) - b).abs() < 1e-4, "{g:?}: {a} vs {b}");
+            }
+        }
+    }
+
+    /// Backward passes are the adjoints of the forward pass: <dy, conv(x)> = <conv^T(dy), x>
+    /// and = <dw, w> for the filter gradient; and each element of the data gradient is right
+    /// (its sum against one-hot inputs).
+    #[test]
+    fn backward_passes_are_adjoints_of_forward() {
+        for g in cases() {
+            let x = data(g.n * g.c_in * g.in_vol(), 0.3);
+            let w = data(g.weights(), 1.7);
+            let dy = data(g.n * g.c_out * g.out_vol(), 2.9);
+            let y = naive_forward(&g, &x, &w);
+            let lhs: f64 = dy.iter().zip(&y).map(|(a, b)| f64::from(*a) * b).sum();
+            let mut dx = vec![f32::NAN; x.len()];
+            backward_data(&g, &dy, &w, &mut dx, 2);
+            let dx64: Vec<f64> = dx.iter().map(|v| f64::from(*v)).collect();
+            assert!(
+                (dot(&x, &dx64) - lhs).abs() < 1e-3 * lhs.abs().max(1.0),
+                "{g:?} data"
+            );
+            // Element-wise: dx[i] = <dy, conv(e_i)>.
+            for i in (0..x.len()).step_by(x.len().div_ceil(7)) {
+                let mut e = vec![0.0f32; x.len()];
+                e[i] = 1.0;
+                let yi = naive_forward(&g, &e, &w);
+                let expected: f64 = dy.iter().zip(&yi).map(|(a, b)| f64::from(*a) * b).sum();
+                assert!(
+                    (dx64[i] - expected).abs() < 1e-4,
+                    "{g:?} dx[{i}]: {} vs {expected}",
+                    dx64[i]
+                );
+            }
+            let mut dw = vec![f32::NAN; w.len()];
+            let mut db = vec![f32::NAN; g.c_out];
+            backward_filter(&g, &x, &dy, &mut dw, Some(&mut db), 2);
+            let dw64: Vec<f64> = dw.iter().map(|v| f64::from(*v)).collect();
+            assert!(
+                (dot(&w, &dw64) - lhs).abs() < 1e-3 * lhs.abs().max(1.0),
+                "{g:?} filter"
+            );
+            for i in (0..w.len()).step_by(w.len().div_ceil(7)) {
+                let mut e = vec![0.0f32; w.len()];
+                e[i] = 1.0;
+                let yi = naive_forward(&g, &x, &e);
+                let expected: f64 = dy.iter().zip(&yi).map(|(a, b)| f64::from(*a) * b).sum();
+                assert!(
+                    (dw64[i] - expected).abs() < 1e-4,
+                    "{g:?} dw[{i}]: {} vs {expected}",
+                    dw64[i]
+                );
+            }
+            let total: f32 = dy.iter().sum();
+            assert!(
+                (db.iter().sum::<f32>() - total).abs() < 1e-3,
+                "bias gradient"
+            );
+        }
+    }
+
+    #[test]
+    fn larger_shapes_cross_tile_boundaries() {
+        // Enough positions for several tiles on every path, and odd channel counts.
+        for g in [
+            geom(1, 5, 19, 1, [9, 17, 21], [3, 3, 3], 1, 1, 1),
+            geom(2, 7, 13, 1, [1, 61, 67], [1, 3, 3], 2, 1, 1),
+        ] {
+            let x = data(g.n * g.c_in * g.in_vol(), 0.1);
+            let w = data(g.weights(), 0.2);
+            let mut y = vec![f32::NAN; g.n * g.c_out * g.out_vol()];
+            forward(&g, &x, &w, None, &mut y, 2);
+            for (a, b) in y.iter().zip(&naive_forward(&g, &x, &w)) {
+                assert!((f64::from(*a) - b).abs() < 1e-3, "{g:?}: {a} vs {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn three_pads_in_front() {
+        assert_eq!(three(&[5], 1), [1, 1, 5]);
+        assert_eq!(three(&[4, 5], 1), [1, 4, 5]);
+        assert_eq!(three(&[3, 4, 5], 1), [3, 4, 5]);
+    }
+}

@@ -1,0 +1,427 @@
+//! The full-workload executor: runs a model layer graph forward and backward with real
+//! kernels on synthetic data, then an SGD update, timing every layer.
+//!
+//! Memory follows what frameworks do and what the model counts: a layer's output is freed
+//! as soon as every consumer has run, unless a backward pass needs it (the op's own or a
+//! consumer's, per `ridgeline_model::cost::keeps`); gradients live from their first
+//! contribution until their layer's backward has run. Every buffer goes through a
+//! [`Tracker`], whose high-water mark is the executor's peak memory.
+
+use std::time::Instant;
+
+use ridgeline_model::cost::{keeps, requires_grad};
+use ridgeline_model::graph::{Graph, Op};
+
+use super::ops::{Aux, Kernel, uniform};
+
+/// SGD learning rate of the update step (small: the data is synthetic).
+const LEARNING_RATE: f32 = 1e-4;
+
+/// Counts live bytes and their high-water mark.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tracker {
+    current: usize,
+    peak: usize,
+}
+
+impl Tracker {
+    fn alloc(&mut self, bytes: usize) {
+        self.current += bytes;
+        self.peak = self.peak.max(self.current);
+    }
+
+    fn free(&mut self, bytes: usize) {
+        self.current = self.current.saturating_sub(bytes);
+    }
+
+    /// The high-water mark.
+    pub(crate) fn peak(&self) -> usize {
+        self.peak
+    }
+}
+
+/// Times of one training step.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StepTimes {
+    /// Forward seconds per layer (0 for the input).
+    pub(crate) forward: Vec<f64>,
+    /// Backward seconds per layer (`None` where no backward runs).
+    pub(crate) backward: Vec<Option<f64>>,
+    /// SGD update seconds.
+    pub(crate) update: f64,
+    /// The loss: the sum over loss layers of their mean over the batch.
+    pub(crate) loss: f64,
+    /// The whole step.
+    pub(crate) total: f64,
+}
+
+/// A graph ready to train at a batch size.
+#[derive(Debug)]
+pub(crate) struct Executor<'g> {
+    graph: &'g Graph,
+    batch: usize,
+    threads: usize,
+    kernels: Vec<Kernel>,
+    params: Vec<Vec<Vec<f32>>>,
+    dparams: Vec<Vec<Vec<f32>>>,
+    needs_grad: Vec<bool>,
+    /// Whether some backward pass reads node i's output.
+    kept: Vec<bool>,
+    consumers: Vec<usize>,
+    tracker: Tracker,
+    seed: u64,
+}
+
+fn bytes(v: &[f32]) -> usize {
+    4 * v.len()
+}
+
+impl<'g> Executor<'g> {
+    /// Allocates parameters for `graph` at `batch` and initialises them deterministically.
+    pub(crate) fn new(graph: &'g Graph, batch: usize, threads: usize) -> Executor<'g> {
+        let layers = graph.layers();
+        let kernels: Vec<Kernel> = layers
+            .iter()
+            .map(|l| Kernel::new(graph, l, batch))
+            .collect();
+        let params: Vec<Vec<Vec<f32>>> = kernels
+            .iter()
+            .enumerate()
+            .map(|(i, k)| k.init_params(0xC0FFEE ^ i as u64))
+            .collect();
+        let dparams = params
+            .iter()
+            .map(|ps| ps.iter().map(|p| vec![0.0; p.len()]).collect())
+            .collect();
+        let needs_grad = requires_grad(graph);
+        let mut kept = vec![false; layers.len()];
+        let mut consumers = vec![0usize; layers.len()];
+        for (i, l) in layers.iter().enumerate() {
+            let backward = needs_grad[i] && !matches!(l.op, Op::Input | Op::Flatten);
+            let k = keeps(&l.op);
+            if backward && k.output {
+                kept[i] = true;
+            }
+            for &j in &l.inputs {
+                consumers[j] += 1;
+            }
+            if backward && k.input {
+                kept[l.inputs[0]] = true;
+            }
+        }
+        let mut tracker = Tracker::default();
+        for ps in params.iter().chain(&dparams) {
+            for p in ps {
+                tracker.alloc(bytes(p));
+            }
+        }
+        Executor {
+            graph,
+            batch,
+            threads,
+            kernels,
+            params,
+            dparams,
+            needs_grad,
+            kept,
+            consumers,
+            tracker,
+            seed: 0x5EED,
+        }
+    }
+
+    /// Bytes of one sample of node `i`'s output, times the batch.
+    fn len(&self, i: usize) -> usize {
+        let dims = self.graph.layers()[i].output.dims();
+        let per: usize = dims.iter().product();
+        per * self.batch
+    }
+
+    /// Workspace a layer needs while it runs (the im2col tile of convolutions).
+    fn workspace(&self, i: usize) -> usize {
+        match &self.kernels[i] {
+            Kernel::Conv { geom, .. } | Kernel::ConvTranspose { geom, .. } => {
+                geom.workspace_bytes()
+            }
+            _ => 0,
+        }
+    }
+
+    /// The memory high-water mark so far.
+    pub(crate) fn peak_bytes(&self) -> usize {
+        self.tracker.peak()
+    }
+
+    /// Runs one training step: forward, backward, SGD update.
+    pub(crate) fn step(&mut self) -> StepTimes {
+        let start = Instant::now();
+        let mut times = self.forward_backward();
+        let t = Instant::now();
+        for (ps, ds) in self.params.iter_mut().zip(&self.dparams) {
+            for (p, d) in ps.iter_mut().zip(ds) {
+                p.iter_mut()
+                    .zip(d)
+                    .for_each(|(w, g)| *w -= LEARNING_RATE * g);
+            }
+        }
+        times.update = t.elapsed().as_secs_f64();
+        times.total = start.elapsed().as_secs_f64();
+        times
+    }
+
+    /// Runs forward and backward, leaving the parameter gradients in `dparams`.
+    #[allow(clippy::cast_precision_loss)]
+    fn forward_backward(&mut self) -> StepTimes {
+        let n = self.graph.layers().len();
+        let mut acts: Vec<Option<Vec<f32>>> = vec![None; n];
+        let mut aux: Vec<Aux> = (0..n).map(|_| Aux::default()).collect();
+        let mut forward = vec![0.0; n];
+        let mut backward = vec![None; n];
+        let input: Vec<f32> = (0..self.len(0) as u64)
+            .map(|i| uniform(self.seed, i))
+            .collect();
+        self.tracker.alloc(bytes(&input));
+        acts[0] = Some(input);
+        let mut remaining = self.consumers.clone();
+
+        for i in 1..n {
+            let layer = &self.graph.layers()[i];
+            let mut out = vec![0.0f32; self.len(i)];
+            self.tracker.alloc(bytes(&out));
+            let ws = self.workspace(i);
+            self.tracker.alloc(ws);
+            let t = Instant::now();
+            {
+                let inputs: Vec<&[f32]> = layer
+                    .inputs
+                    .iter()
+                    .map(|&j| acts[j].as_deref().unwrap_or(&[]))
+                    .collect();
+                self.kernels[i].forward(
+                    &inputs,
+                    &self.params[i],
+                    &mut out,
+                    &mut aux[i],
+                    self.threads,
+                    self.seed ^ i as u64,
+                );
+            }
+            forward[i] = t.elapsed().as_secs_f64();
+            self.tracker.free(ws);
+            self.tracker.alloc(aux[i].bytes());
+            acts[i] = Some(out);
+            for &j in &layer.inputs {
+                remaining[j] -= 1;
+                if remaining[j] == 0
+                    && !self.kept[j]
+                    && let Some(buf) = acts[j].take()
+                {
+                    self.tracker.free(bytes(&buf));
+                }
+            }
+        }
+
+        // Backward from every sink (the losses): d(mean over the batch) = 1 / N per sample.
+        let mut grads: Vec<Option<Vec<f32>>> = vec![None; n];
+        let mut loss = 0.0;
+        for i in 1..n {
+            if self.consumers[i] == 0 && self.needs_grad[i] {
+                let out = acts[i].as_deref().unwrap_or(&[]);
+                loss += out.iter().map(|&v| f64::from(v)).sum::<f64>() / self.batch as f64;
+                let g = vec![1.0 / self.batch as f32; self.len(i)];
+                self.tracker.alloc(bytes(&g));
+                grads[i] = Some(g);
+            }
+        }
+        for i in (1..n).rev() {
+            let layer = &self.graph.layers()[i];
+            if let Some(dy) = grads[i].take() {
+                let mut dx: Vec<Option<Vec<f32>>> = layer
+                    .inputs
+                    .iter()
+                    .map(|&j| self.needs_grad[j].then(|| vec![0.0f32; self.len(j)]))
+                    .collect();
+                for d in dx.iter().flatten() {
+                    self.tracker.alloc(bytes(d));
+                }
+                let ws = self.workspace(i);
+                self.tracker.alloc(ws);
+                let t = Instant::now();
+                {
+                    let inputs: Vec<&[f32]> = layer
+                        .inputs
+                        .iter()
+                        .map(|&j| acts[j].as_deref().unwrap_or(&[]))
+                        .collect();
+                    let out = acts[i].as_deref().unwrap_or(&[]);
+                    let mut views: Vec<Option<&mut [f32]>> =
+                        dx.iter_mut().map(|d| d.as_deref_mut()).collect();
+                    self.kernels[i].backward(
+                        &inputs,
+                        out,
+                        &dy,
+                        &self.params[i],
+                        &aux[i],
+                        &mut views,
+                        &mut self.dparams[i],
+                        self.threads,
+                        self.seed ^ i as u64,
+                    );
+                    // Accumulate into the inputs' gradients (a tensor read twice gets both).
+                    for (&j, d) in layer.inputs.iter().zip(dx.iter_mut()) {
+                        let Some(d) = d.take() else { continue };
+                        match &mut grads[j] {
+                            Some(g) => {
+                                g.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
+                                self.tracker.free(bytes(&d));
+                            }
+                            slot @ None => *slot = Some(d),
+                        }
+                    }
+                }
+                backward[i] = Some(t.elapsed().as_secs_f64());
+                self.tracker.free(ws);
+                self.tracker.free(bytes(&dy));
+            }
+            if let Some(buf) = acts[i].take() {
+                self.tracker.free(bytes(&buf));
+            }
+            self.tracker.free(aux[i].bytes());
+        }
+        if let Some(g) = grads[0].take() {
+            self.tracker.free(bytes(&g));
+        }
+        if let Some(buf) = acts[0].take() {
+            self.tracker.free(bytes(&buf));
+        }
+
+        StepTimes {
+            forward,
+            backward,
+            update: 0.0,
+            loss,
+            total: 0.0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ridgeline_model::graph::{Conv, Pool};
+
+    use super::*;
+
+    /// A small network with every kind of joint: a residual add, a concat of two branches,
+    /// a layer read twice, pooling, dense and two losses.
+    fn network() -> Graph {
+        let mut g = Graph::new("net", vec![2, 6, 6]).unwrap();
+        let c1 = g
+            .then("c1", Op::conv(Conv::new(3, &[3, 3]).pad(1)))
+            .unwrap();
+        let bn = g.then("bn", Op::BatchNorm).unwrap();
+        let r = g.then("relu", Op::Tanh).unwrap();
+        let c2 = g
+            .push("c2", Op::conv(Conv::new(3, &[3, 3]).pad(1)), &[r])
+            .unwrap();
+        let add = g.push("add", Op::Add, &[c2, c1]).unwrap();
+        let b = g
+            .push("branch", Op::conv(Conv::new(2, &[1, 1])), &[bn])
+            .unwrap();
+        let cat = g.push("cat", Op::Concat, &[add, b]).unwrap();
+        let sq = g.push("square", Op::Add, &[cat, cat]).unwrap();
+        let p = g
+            .push("pool", Op::avg_pool(Pool::new(&[2, 2])), &[sq])
+            .unwrap();
+        g.push("ce", Op::SoftmaxCrossEntropy, &[p]).unwrap();
+        g.push("flat", Op::Flatten, &[p]).unwrap();
+        g.then(
+            "dense",
+            Op::Dense {
+                out_features: 3,
+                bias: true,
+            },
+        )
+        .unwrap();
+        g.then("mse", Op::MseLoss).unwrap();
+        g
+    }
+
+    #[test]
+    fn network_gradients_match_finite_differences() {
+        let g = network();
+        let mut exec = Executor::new(&g, 2, 2);
+        let loss = exec.forward_backward().loss;
+        assert!(loss.is_finite() && loss > 0.0);
+        let analytic = exec.dparams.clone();
+        let h = 1e-2f32;
+        let mut checked = 0;
+        for layer in 0..analytic.len() {
+            for k in 0..analytic[layer].len() {
+                // Every parameter of small tensors, a spread of them in larger ones.
+                let len = analytic[layer][k].len();
+                for i in (0..len).step_by(len.div_ceil(12)) {
+                    let v = exec.params[layer][k][i];
+                    exec.params[layer][k][i] = v + h;
+                    let up = exec.forward_backward().loss;
+                    exec.params[layer][k][i] = v - h;
+                    let down = exec.forward_backward().loss;
+                    exec.params[layer][k][i] = v;
+                    let numeric = (up - down) / (2.0 * f64::from(h));
+                    let a = f64::from(analytic[layer][k][i]);
+                    assert!(
+                        (numeric - a).abs() <= 2e-3 + 2e-2 * numeric.abs(),
+                        "{}: param {k}[{i}]: analytic {a} vs finite difference {numeric}",
+                        g.layers()[layer].name
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 40, "{checked}");
+    }
+
+    #[test]
+    fn memory_is_all_returned_and_the_peak_is_plausible() {
+        let g = network();
+        let mut exec = Executor::new(&g, 2, 1);
+        let params = exec.tracker.current;
+        exec.step();
+        assert_eq!(
+            exec.tracker.current, params,
+            "every activation and gradient freed"
+        );
+        let acts: usize = g
+            .layers()
+            .iter()
+            .map(|l| 4 * 2 * l.output.elements() as usize)
+            .sum();
+        let workspace = (0..g.layers().len())
+            .map(|i| exec.workspace(i))
+            .max()
+            .unwrap();
+        assert!(
+            exec.peak_bytes() > params + acts / 4,
+            "{} {params} {acts}",
+            exec.peak_bytes()
+        );
+        assert!(
+            exec.peak_bytes() <= params + 2 * acts + workspace,
+            "{} {params} {acts}",
+            exec.peak_bytes()
+        );
+    }
+
+    #[test]
+    fn sgd_lowers_the_loss() {
+        let g = network();
+        let mut exec = Executor::new(&g, 2, 1);
+        let before = exec.forward_backward().loss;
+        for (ps, ds) in exec.params.iter_mut().zip(&exec.dparams) {
+            for (p, d) in ps.iter_mut().zip(ds) {
+                p.iter_mut().zip(d).for_each(|(w, g)| *w -= 0.05 * g);
+            }
+        }
+        let after = exec.forward_backward().loss;
+        assert!(after < before, "{after} < {before}");
+    }
+}

@@ -1,0 +1,346 @@
+//! Finite-difference gradient checks of every op kind's backward kernel, on tiny shapes.
+//!
+//! For a layer `y = f(x, θ)` and a random linear functional `L = <r, y>`, the backward pass
+//! given `dy = r` must return `dL/dx` and `dL/dθ`. Each is compared, element by element, with
+//! the central difference `(L(v + h) - L(v - h)) / 2h`. Inputs are a shuffled grid of
+//! distinct values away from zero, so no difference straddles a kink of ReLU or a tie of max
+//! pooling.
+
+use ridgeline_model::graph::{Conv, Graph, Op, Padding, Pool};
+
+use super::ops::{Aux, Kernel, splitmix, uniform};
+
+const H: f32 = 1e-2;
+
+/// Distinct values in (-1, 1), none within `1 / len` of zero, in a seeded shuffled order.
+fn grid(len: usize, seed: u64) -> Vec<f32> {
+    let mut v: Vec<f32> = (0..len)
+        .map(|k| -1.0 + (2 * k + 1) as f32 / len as f32)
+        .collect();
+    for i in (1..len).rev() {
+        let j = (splitmix(seed, i as u64) % (i as u64 + 1)) as usize;
+        v.swap(i, j);
+    }
+    v
+}
+
+struct Check {
+    graph: Graph,
+    batch: usize,
+}
+
+impl Check {
+    fn new(input: &[usize], ops: &[(&str, Op)], batch: usize) -> Check {
+        let mut graph = Graph::new("check", input.to_vec()).unwrap();
+        for (name, op) in ops {
+            if matches!(op, Op::Add | Op::Concat) {
+                graph.push(*name, op.clone(), &[0, 0]).unwrap();
+            } else {
+                graph.then(*name, op.clone()).unwrap();
+            }
+        }
+        Check { graph, batch }
+    }
+
+    fn run(self) {
+        let layer = self.graph.layers().last().unwrap();
+        let kernel = Kernel::new(&self.graph, layer, self.batch);
+        let what = format!(
+            "{} on {:?}",
+            layer.op.kind(),
+            self.graph.input_shape().dims()
+        );
+        // Parameters away from their initial zeros and ones, so every term matters.
+        let mut params: Vec<Vec<f32>> = kernel
+            .init_params(3)
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                p.iter()
+                    .enumerate()
+                    .map(|(j, v)| v + 0.3 * uniform(40 + i as u64, j as u64))
+                    .collect()
+            })
+            .collect();
+        let len = self.graph.input_shape().elements() as usize * self.batch;
+        let mut inputs: Vec<Vec<f32>> = layer
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(k, _)| grid(len, 10 + k as u64))
+            .collect();
+        let out_len = layer.output.elements() as usize * self.batch;
+        let r: Vec<f32> = (0..out_len as u64).map(|i| uniform(99, i)).collect();
+        let loss = |inputs: &[Vec<f32>], params: &[Vec<f32>]| -> f64 {
+            let views: Vec<&[f32]> = inputs.iter().map(Vec::as_slice).collect();
+            let mut out = vec![0.0; out_len];
+            kernel.forward(&views, params, &mut out, &mut Aux::default(), 1, 7);
+            out.iter()
+                .zip(&r)
+                .map(|(y, r)| f64::from(*y) * f64::from(*r))
+                .sum()
+        };
+
+        let views: Vec<&[f32]> = inputs.iter().map(Vec::as_slice).collect();
+        let mut out = vec![0.0; out_len];
+        let mut aux = Aux::default();
+        kernel.forward(&views, &params, &mut out, &mut aux, 2, 7);
+        let mut dx: Vec<Vec<f32>> = inputs.iter().map(|x| vec![f32::NAN; x.len()]).collect();
+        let mut dparams: Vec<Vec<f32>> = params.iter().map(|p| vec![f32::NAN; p.len()]).collect();
+        {
+            let mut d: Vec<Option<&mut [f32]>> =
+                dx.iter_mut().map(|v| Some(v.as_mut_slice())).collect();
+            kernel.backward(&views, &out, &r, &params, &aux, &mut d, &mut dparams, 2, 7);
+        }
+
+        let close = |numeric: f64, analytic: f32, name: &str, i: usize| {
+            let a = f64::from(analytic);
+            assert!(
+                (numeric - a).abs() <= 1e-2 + 1e-2 * numeric.abs(),
+                "{what}: d{name}[{i}] analytic {a} vs finite difference {numeric}"
+            );
+        };
+        let mut checked = 0;
+        for k in 0..inputs.len() {
+            for i in 0..inputs[k].len() {
+                let v = inputs[k][i];
+                inputs[k][i] = v + H;
+                let up = loss(&inputs, &params);
+                inputs[k][i] = v - H;
+                let down = loss(&inputs, &params);
+                inputs[k][i] = v;
+                close(
+                    (up - down) / (2.0 * f64::from(H)),
+                    dx[k][i],
+                    &format!("x{k}"),
+                    i,
+                );
+                checked += 1;
+            }
+        }
+        for k in 0..params.len() {
+            for i in 0..params[k].len() {
+                let v = params[k][i];
+                params[k][i] = v + H;
+                let up = loss(&inputs, &params);
+                params[k][i] = v - H;
+                let down = loss(&inputs, &params);
+                params[k][i] = v;
+                close(
+                    (up - down) / (2.0 * f64::from(H)),
+                    dparams[k][i],
+                    &format!("θ{k}"),
+                    i,
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked > 0, "{what}: nothing checked");
+    }
+}
+
+fn conv(c: Conv) -> Op {
+    Op::conv(c)
+}
+
+#[test]
+fn convolutions() {
+    Check::new(
+        &[2, 5, 6],
+        &[("c", conv(Conv::new(3, &[3, 3]).pad(1).bias(true)))],
+        2,
+    )
+    .run();
+    Check::new(
+        &[2, 7, 6],
+        &[("c", conv(Conv::new(2, &[3, 2]).stride(2).bias(false)))],
+        1,
+    )
+    .run();
+    Check::new(
+        &[2, 4, 4, 5],
+        &[("c", conv(Conv::new(2, &[3, 3, 3]).pad(1)))],
+        1,
+    )
+    .run();
+    Check::new(
+        &[4, 5, 5],
+        &[("c", conv(Conv::new(4, &[3, 3]).pad(1).groups(2)))],
+        1,
+    )
+    .run();
+    Check::new(
+        &[3, 7, 7],
+        &[(
+            "c",
+            conv(Conv::new(3, &[3, 3]).pad(2).dilation(2).groups(3)),
+        )],
+        2,
+    )
+    .run();
+    Check::new(&[2, 9], &[("c", conv(Conv::new(3, &[3])))], 2).run();
+    Check::new(
+        &[2, 5, 6],
+        &[("c", conv(Conv::new(3, &[2, 2]).padding(Padding::Same)))],
+        1,
+    )
+    .run();
+}
+
+#[test]
+fn transposed_convolutions() {
+    Check::new(
+        &[3, 3, 4],
+        &[(
+            "t",
+            Op::conv_transpose(Conv::new(2, &[3, 3]).stride(2).pad(1).bias(true)),
+        )],
+        2,
+    )
+    .run();
+    Check::new(
+        &[2, 3, 3, 2],
+        &[("t", Op::conv_transpose(Conv::new(2, &[2, 2, 2]).stride(2)))],
+        1,
+    )
+    .run();
+    Check::new(
+        &[4, 3, 3],
+        &[(
+            "t",
+            Op::conv_transpose(Conv::new(4, &[3, 3]).pad(1).groups(2)),
+        )],
+        1,
+    )
+    .run();
+}
+
+#[test]
+fn dense() {
+    Check::new(
+        &[6],
+        &[(
+            "d",
+            Op::Dense {
+                out_features: 4,
+                bias: true,
+            },
+        )],
+        3,
+    )
+    .run();
+    Check::new(
+        &[2, 3, 2],
+        &[
+            ("f", Op::Flatten),
+            (
+                "d",
+                Op::Dense {
+                    out_features: 3,
+                    bias: false,
+                },
+            ),
+        ],
+        2,
+    )
+    .run();
+}
+
+#[test]
+fn pooling() {
+    Check::new(&[2, 6, 6], &[("p", Op::max_pool(Pool::new(&[2, 2])))], 2).run();
+    let mut p = Pool::new(&[3, 3]);
+    p.stride = [2, 2].into_iter().collect();
+    p.padding = Padding::Explicit([[1, 1], [1, 1]].into_iter().collect());
+    Check::new(&[2, 5, 5], &[("p", Op::max_pool(p.clone()))], 1).run();
+    Check::new(&[2, 5, 5], &[("p", Op::avg_pool(p))], 1).run();
+    Check::new(
+        &[2, 4, 4, 4],
+        &[("p", Op::max_pool(Pool::new(&[2, 2, 2])))],
+        1,
+    )
+    .run();
+    Check::new(
+        &[2, 4, 4, 4],
+        &[("p", Op::avg_pool(Pool::new(&[2, 2, 2])))],
+        1,
+    )
+    .run();
+    Check::new(&[3, 4, 5], &[("g", Op::GlobalAvgPool)], 2).run();
+}
+
+#[test]
+fn normalisation() {
+    Check::new(&[3, 4, 4], &[("bn", Op::BatchNorm)], 2).run();
+    Check::new(&[2, 3, 3, 3], &[("bn", Op::BatchNorm)], 2).run();
+    Check::new(&[3, 4, 4], &[("a", Op::ChannelAffine)], 2).run();
+}
+
+#[test]
+fn element_wise() {
+    for op in [
+        Op::Relu,
+        Op::LeakyRelu { alpha: 0.3 },
+        Op::Tanh,
+        Op::Scale { factor: -1.7 },
+        Op::Dropout { rate: 0.4 },
+    ] {
+        Check::new(&[3, 4, 4], &[("e", op)], 2).run();
+    }
+    Check::new(&[3, 4, 4], &[("add", Op::Add)], 2).run();
+    Check::new(&[3, 4, 4], &[("cat", Op::Concat)], 2).run();
+    Check::new(&[2, 5], &[("f", Op::Flatten)], 2).run();
+}
+
+#[test]
+fn reshaping() {
+    Check::new(
+        &[2, 2, 3],
+        &[(
+            "t",
+            Op::Tile {
+                repeats: [2, 3].into_iter().collect(),
+            },
+        )],
+        2,
+    )
+    .run();
+    Check::new(
+        &[2, 2, 3],
+        &[(
+            "u",
+            Op::Upsample {
+                factor: [2, 2].into_iter().collect(),
+            },
+        )],
+        2,
+    )
+    .run();
+    Check::new(
+        &[2, 2, 2, 2],
+        &[(
+            "u",
+            Op::Upsample {
+                factor: [2, 1, 2].into_iter().collect(),
+            },
+        )],
+        1,
+    )
+    .run();
+}
+
+#[test]
+fn losses() {
+    Check::new(&[4, 3, 3], &[("ce", Op::SoftmaxCrossEntropy)], 2).run();
+    Check::new(&[5], &[("ce", Op::SoftmaxCrossEntropy)], 3).run();
+    Check::new(&[3, 4], &[("mse", Op::MseLoss)], 2).run();
+}
+
+#[test]
+fn the_grid_is_distinct_and_away_from_zero() {
+    let g = grid(100, 1);
+    let mut s = g.clone();
+    s.sort_by(f32::total_cmp);
+    assert!(s.windows(2).all(|w| w[1] - w[0] > 0.019));
+    assert!(g.iter().all(|v| v.abs() >= 0.0099));
+}

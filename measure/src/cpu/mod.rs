@@ -1,0 +1,342 @@
+//! The CPU backend: GEMM through the `gemm` crate, convolutions lowered to GEMM (direct
+//! for depthwise), STREAM, every op of the IR, and the full-workload executor, all in `f32`
+//! (GEMM also `f64`) on a rayon pool of the requested number of threads.
+
+mod conv;
+pub(crate) mod exec;
+mod gemm;
+#[cfg(test)]
+mod gradcheck;
+pub(crate) mod ops;
+mod stream;
+
+use std::hint::black_box;
+
+use ridgeline_model::graph::Graph;
+
+use crate::backend::{
+    Backend, ConvCase, ConvPass, Format, GemmCase, LayerTimes, OpCase, Pass, StreamKernel,
+    WorkloadRun,
+};
+use crate::cases;
+use crate::error::{Error, Result};
+use crate::protocol::Protocol;
+use crate::record::Env;
+
+use self::gemm::{Element, View, ViewMut, matmul};
+use self::ops::{Aux, Kernel, uniform};
+
+/// The CPU backend on a fixed number of threads.
+#[derive(Debug)]
+pub struct CpuBackend {
+    threads: usize,
+    pool: rayon::ThreadPool,
+}
+
+impl CpuBackend {
+    /// A backend on `threads` threads (0: every core available to the process).
+    pub fn new(threads: usize) -> Result<CpuBackend> {
+        let threads = if threads == 0 {
+            std::thread::available_parallelism().map_or(1, usize::from)
+        } else {
+            threads
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .map_err(|e| {
+                Error::invalid("threads", format!("cannot start {threads} threads: {e}"))
+            })?;
+        Ok(CpuBackend { threads, pool })
+    }
+}
+
+fn data<T: From<f32>>(len: usize, seed: u64) -> Vec<T> {
+    (0..len as u64).map(|i| T::from(uniform(seed, i))).collect()
+}
+
+fn time_gemm<T: Element + From<f32>>(
+    case: &GemmCase,
+    threads: usize,
+    protocol: &Protocol,
+) -> Vec<f64> {
+    let (m, n, k) = (case.m, case.n, case.k);
+    let a: Vec<T> = data(m * k, 1);
+    let b: Vec<T> = data(k * n, 2);
+    let mut c: Vec<T> = vec![T::ZERO; m * n];
+    protocol.measure(|| {
+        matmul(
+            ViewMut::rows(&mut c, m, n, n),
+            View::rows(&a, m, k),
+            View::rows(&b, k, n),
+            false,
+            threads,
+        );
+        black_box(&c);
+    })
+}
+
+/// The kernel of a one-layer case graph at `batch`, with its input and parameters.
+fn case_kernel(graph: &Graph, batch: usize) -> (Kernel, Vec<usize>, Vec<Vec<f32>>) {
+    let layer = graph
+        .layers()
+        .last()
+        .unwrap_or_else(|| unreachable!("case graphs have a layer"));
+    let kernel = Kernel::new(graph, layer, batch);
+    let params = kernel.init_params(7);
+    let input_lens = layer
+        .inputs
+        .iter()
+        .map(|&i| graph.layers()[i].output.elements() as usize * batch)
+        .collect();
+    (kernel, input_lens, params)
+}
+
+impl Backend for CpuBackend {
+    fn device(&self) -> String {
+        "cpu".into()
+    }
+
+    fn threads(&self) -> usize {
+        self.threads
+    }
+
+    fn env(&self) -> Env {
+        Env::capture()
+    }
+
+    fn gemm(&mut self, case: &GemmCase, protocol: &Protocol) -> Result<Vec<f64>> {
+        let threads = self.threads;
+        match case.format {
+            Format::Fp32 => Ok(self
+                .pool
+                .install(|| time_gemm::<f32>(case, threads, protocol))),
+            Format::Fp64 => Ok(self
+                .pool
+                .install(|| time_gemm::<f64>(case, threads, protocol))),
+            other => Err(Error::invalid(
+                format!("gemm {}", other.name()),
+                "the CPU backend runs fp32 and fp64 GEMM; tf32, fp16 and bf16 need the CUDA backend",
+            )),
+        }
+    }
+
+    fn conv(&mut self, case: &ConvCase, pass: ConvPass, protocol: &Protocol) -> Result<Vec<f64>> {
+        let graph = cases::conv_graph(case)?;
+        let (kernel, lens, params) = case_kernel(&graph, case.batch);
+        let Kernel::Conv { geom, .. } = &kernel else {
+            unreachable!("conv cases build a conv kernel")
+        };
+        let threads = self.threads;
+        let x: Vec<f32> = data(lens[0], 3);
+        let out_len = geom.n * geom.c_out * geom.out_vol();
+        let dy: Vec<f32> = data(out_len, 4);
+        Ok(self.pool.install(|| match pass {
+            ConvPass::Forward => {
+                let mut y = vec![0.0; out_len];
+                protocol.measure(|| {
+                    conv::forward(geom, &x, &params[0], None, &mut y, threads);
+                    black_box(&y);
+                })
+            }
+            ConvPass::BackwardData => {
+                let mut dx = vec![0.0; x.len()];
+                protocol.measure(|| {
+                    conv::backward_data(geom, &dy, &params[0], &mut dx, threads);
+                    black_box(&dx);
+                })
+            }
+            ConvPass::BackwardFilter => {
+                let mut dw = vec![0.0; params[0].len()];
+                protocol.measure(|| {
+                    conv::backward_filter(geom, &x, &dy, &mut dw, None, threads);
+                    black_box(&dw);
+                })
+            }
+        }))
+    }
+
+    fn stream(
+        &mut self,
+        kernel: StreamKernel,
+        elements: usize,
+        protocol: &Protocol,
+    ) -> Result<Vec<f64>> {
+        if elements == 0 {
+            return Err(Error::invalid(
+                "stream",
+                "the arrays need at least one element",
+            ));
+        }
+        Ok(self.pool.install(|| {
+            let mut arrays = stream::Arrays::new(elements);
+            protocol.measure(|| arrays.run(kernel))
+        }))
+    }
+
+    fn op(&mut self, case: &OpCase, pass: Pass, protocol: &Protocol) -> Result<Vec<f64>> {
+        let graph = cases::op_graph(case)?;
+        let (kernel, lens, params) = case_kernel(&graph, case.batch);
+        let layer = graph
+            .layers()
+            .last()
+            .unwrap_or_else(|| unreachable!("case graphs have a layer"));
+        let out_len = layer.output.elements() as usize * case.batch;
+        let threads = self.threads;
+        let inputs: Vec<Vec<f32>> = lens
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| data(l, 5 + i as u64))
+            .collect();
+        Ok(self.pool.install(|| {
+            let views: Vec<&[f32]> = inputs.iter().map(Vec::as_slice).collect();
+            let mut out = vec![0.0; out_len];
+            let mut aux = Aux::default();
+            kernel.forward(&views, &params, &mut out, &mut aux, threads, 11);
+            match pass {
+                Pass::Forward => protocol.measure(|| {
+                    kernel.forward(&views, &params, &mut out, &mut aux, threads, 11);
+                    black_box(&out);
+                }),
+                Pass::Backward => {
+                    let dy: Vec<f32> = data(out_len, 6);
+                    let mut dx: Vec<Vec<f32>> = lens.iter().map(|&l| vec![0.0; l]).collect();
+                    let mut dparams: Vec<Vec<f32>> =
+                        params.iter().map(|p| vec![0.0; p.len()]).collect();
+                    protocol.measure(|| {
+                        let mut d: Vec<Option<&mut [f32]>> =
+                            dx.iter_mut().map(|v| Some(v.as_mut_slice())).collect();
+                        kernel.backward(
+                            &views,
+                            &out,
+                            &dy,
+                            &params,
+                            &aux,
+                            &mut d,
+                            &mut dparams,
+                            threads,
+                            11,
+                        );
+                        black_box(&d);
+                    })
+                }
+            }
+        }))
+    }
+
+    fn workload(
+        &mut self,
+        graph: &Graph,
+        batch: usize,
+        protocol: &Protocol,
+    ) -> Result<WorkloadRun> {
+        if batch == 0 {
+            return Err(Error::invalid("batch", "must be at least 1"));
+        }
+        let threads = self.threads;
+        reset_peak_rss();
+        let (steps, peak) = self.pool.install(|| {
+            let mut exec = exec::Executor::new(graph, batch, threads);
+            let steps = protocol.steps(|| {
+                let t = exec.step();
+                (t.total, t)
+            });
+            (steps, exec.peak_bytes())
+        });
+        let layers = graph
+            .layers()
+            .iter()
+            .enumerate()
+            .map(|(i, l)| LayerTimes {
+                name: l.name.to_string(),
+                forward_s: steps.iter().map(|s| s.forward[i]).collect(),
+                backward_s: steps
+                    .iter()
+                    .map(|s| s.backward[i])
+                    .collect::<Option<Vec<f64>>>()
+                    .unwrap_or_default(),
+            })
+            .collect();
+        Ok(WorkloadRun {
+            layers,
+            step_s: steps.iter().map(|s| s.total).collect(),
+            update_s: steps.iter().map(|s| s.update).collect(),
+            peak_bytes: peak as u64,
+            peak_rss_bytes: peak_rss(),
+        })
+    }
+}
+
+/// Resets the kernel's peak-RSS counter of this process (Linux `clear_refs`; ignored where
+/// unsupported).
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// The peak resident set of this process since the last reset (Linux `VmHWM`).
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ridgeline_model::workloads::{self, BuildOptions};
+
+    #[test]
+    fn gemm_formats() {
+        let mut b = CpuBackend::new(1).unwrap();
+        let case = GemmCase {
+            m: 64,
+            n: 64,
+            k: 64,
+            format: Format::Fp64,
+        };
+        assert_eq!(b.gemm(&case, &Protocol::quick()).unwrap().len(), 3);
+        let err = b
+            .gemm(
+                &GemmCase {
+                    format: Format::Bf16,
+                    ..case
+                },
+                &Protocol::quick(),
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("CUDA"), "{err}");
+    }
+
+    #[test]
+    fn workload_runs_every_layer_of_a_small_cosmoflow() {
+        let g = workloads::build(
+            "cosmoflow",
+            &BuildOptions {
+                input_size: Some(vec![32]),
+                width: 0.25,
+            },
+        )
+        .unwrap();
+        let mut b = CpuBackend::new(2).unwrap();
+        let p = Protocol {
+            min_samples: 2,
+            max_samples: 2,
+            ..Protocol::quick()
+        };
+        let run = b.workload(&g, 2, &p).unwrap();
+        assert_eq!(run.layers.len(), g.layers().len());
+        assert_eq!(run.step_s.len(), 2);
+        let conv = run.layers.iter().find(|l| l.name == "conv3d_1").unwrap();
+        assert!(
+            conv.forward_s.iter().all(|&t| t > 0.0) && conv.backward_s.iter().all(|&t| t > 0.0)
+        );
+        assert!(run.peak_bytes > 0);
+    }
+}

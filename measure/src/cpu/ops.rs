@@ -1,0 +1,966 @@
+//! Forward and backward kernels of every op kind of the layer-graph IR on the CPU, in
+//! `f32`, batch first (`[N][C][spatial...]`).
+//!
+//! Each [`Kernel`] is built once from a model layer (its geometry resolved) and then runs
+//! `forward` and `backward` on plain slices. Backward reads only what the model says the op
+//! keeps for backward (`ridgeline_model::cost`): conv, dense, LeakyReLU, batch norm,
+//! channel affine, max pooling and MSE their input; ReLU and tanh their output; dropout its
+//! mask; softmax cross-entropy its probabilities.
+
+use rayon::prelude::*;
+use ridgeline_model::graph::{Graph, Layer, Op, Pool};
+
+use super::conv::{self, ConvGeom, three};
+use super::gemm::{View, ViewMut, matmul};
+
+/// Batch-norm epsilon (PyTorch's and Keras' default order of magnitude).
+pub(crate) const BN_EPS: f32 = 1e-5;
+
+/// A pooling window normalised to three spatial dimensions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PoolGeom {
+    pub(crate) nc: usize,
+    pub(crate) input: [usize; 3],
+    pub(crate) output: [usize; 3],
+    pub(crate) kernel: [usize; 3],
+    pub(crate) stride: [usize; 3],
+    pub(crate) pad: [usize; 3],
+}
+
+impl PoolGeom {
+    fn new(p: &Pool, nc: usize, input: &[usize], output: &[usize]) -> Self {
+        PoolGeom {
+            nc,
+            input: three(input, 1),
+            output: three(output, 1),
+            kernel: three(&p.kernel, 1),
+            stride: three(&p.stride, 1),
+            pad: three(
+                &p.padding
+                    .pairs()
+                    .iter()
+                    .map(|pair| pair[0])
+                    .collect::<Vec<_>>(),
+                0,
+            ),
+        }
+    }
+
+    /// Calls `f(o, window)` for every output position with the input positions it covers.
+    fn windows(&self, mut f: impl FnMut(usize, &[usize])) {
+        let [do_, ho, wo] = self.output;
+        let [_, hi, wi] = self.input;
+        let mut idx = Vec::with_capacity(self.kernel.iter().product());
+        for od in 0..do_ {
+            for oh in 0..ho {
+                for ow in 0..wo {
+                    idx.clear();
+                    for a in 0..self.kernel[0] {
+                        let Some(id) = (od * self.stride[0] + a)
+                            .checked_sub(self.pad[0])
+                            .filter(|&i| i < self.input[0])
+                        else {
+                            continue;
+                        };
+                        for b in 0..self.kernel[1] {
+                            let Some(ih) = (oh * self.stride[1] + b)
+                                .checked_sub(self.pad[1])
+                                .filter(|&i| i < hi)
+                            else {
+                                continue;
+                            };
+                            for c in 0..self.kernel[2] {
+                                let Some(iw) = (ow * self.stride[2] + c)
+                                    .checked_sub(self.pad[2])
+                                    .filter(|&i| i < wi)
+                                else {
+                                    continue;
+                                };
+                                idx.push((id * hi + ih) * wi + iw);
+                            }
+                        }
+                    }
+                    f((od * ho + oh) * wo + ow, &idx);
+                }
+            }
+        }
+    }
+
+    fn in_vol(&self) -> usize {
+        self.input.iter().product()
+    }
+
+    fn out_vol(&self) -> usize {
+        self.output.iter().product()
+    }
+}
+
+/// One layer, ready to run at a batch size.
+#[derive(Debug, Clone)]
+pub(crate) enum Kernel {
+    /// Nothing to compute (the input).
+    Input,
+    /// Convolution.
+    Conv { geom: ConvGeom, bias: bool },
+    /// Transposed convolution: `geom` is the convolution it is the adjoint of.
+    ConvTranspose {
+        geom: ConvGeom,
+        bias: bool,
+        out_channels: usize,
+        out_vol: usize,
+    },
+    /// Dense: `[N x in] -> [N x out]`.
+    Dense {
+        n: usize,
+        input: usize,
+        output: usize,
+        bias: bool,
+    },
+    /// Max pooling.
+    MaxPool(PoolGeom),
+    /// Average pooling (padding counts towards the divisor, as PyTorch's default).
+    AvgPool(PoolGeom),
+    /// Global average pooling over `vol` positions.
+    GlobalAvgPool { vol: usize },
+    /// Batch normalisation over `n x vol` values per channel.
+    BatchNorm { n: usize, c: usize, vol: usize },
+    /// Per-channel scale and shift.
+    ChannelAffine { n: usize, c: usize, vol: usize },
+    /// ReLU.
+    Relu,
+    /// Leaky ReLU.
+    LeakyRelu(f32),
+    /// Tanh.
+    Tanh,
+    /// Sum of inputs.
+    Add,
+    /// Multiplication by a constant.
+    Scale(f32),
+    /// Concatenation along channels: channel counts of the inputs, and the volume.
+    Concat {
+        n: usize,
+        channels: Vec<usize>,
+        vol: usize,
+    },
+    /// Tiling of spatial dims.
+    Tile {
+        input: [usize; 3],
+        output: [usize; 3],
+    },
+    /// Nearest upsampling.
+    Upsample {
+        input: [usize; 3],
+        factor: [usize; 3],
+    },
+    /// Dropout with keep scale `1 / (1 - rate)`.
+    Dropout { rate: f32 },
+    /// A view.
+    Flatten,
+    /// Softmax over channels then cross-entropy, per position, mean per sample.
+    SoftmaxCrossEntropy { n: usize, c: usize, vol: usize },
+    /// Mean squared error against a synthetic target, mean per sample.
+    Mse { n: usize, elems: usize },
+}
+
+/// State a forward pass leaves for backward besides the retained tensors.
+#[derive(Debug, Default)]
+pub(crate) struct Aux {
+    /// Batch norm: per-channel mean and inverse standard deviation.
+    pub(crate) stats: Vec<f32>,
+    /// Dropout: the keep mask.
+    pub(crate) mask: Vec<u8>,
+    /// Softmax cross-entropy: the probabilities.
+    pub(crate) probs: Vec<f32>,
+}
+
+impl Aux {
+    /// Bytes held.
+    pub(crate) fn bytes(&self) -> usize {
+        4 * (self.stats.len() + self.probs.len()) + self.mask.len()
+    }
+}
+
+/// A deterministic pseudo-random stream (splitmix64), for synthetic data, masks and labels.
+pub(crate) fn splitmix(seed: u64, i: u64) -> u64 {
+    let mut z = seed.wrapping_add(i.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A uniform value in [-1, 1) from the stream.
+#[allow(clippy::cast_precision_loss)]
+pub(crate) fn uniform(seed: u64, i: u64) -> f32 {
+    ((splitmix(seed, i) >> 40) as f32 / (1u64 << 23) as f32) - 1.0
+}
+
+fn vol(dims: &[usize]) -> usize {
+    dims.iter().skip(1).product::<usize>().max(1)
+}
+
+impl Kernel {
+    /// The kernel of `layer` of `graph` at batch `n`.
+    pub(crate) fn new(graph: &Graph, layer: &Layer, n: usize) -> Kernel {
+        let input = |k: usize| graph.layers()[layer.inputs[k]].output.dims();
+        let out = layer.output.dims();
+        match &layer.op {
+            Op::Input => Kernel::Input,
+            Op::Conv(c) => {
+                let x = input(0);
+                Kernel::Conv {
+                    geom: conv_geom(c, n, x[0], out[0], &x[1..], &out[1..]),
+                    bias: c.bias,
+                }
+            }
+            Op::ConvTranspose(c) => {
+                let x = input(0);
+                // The adjoint convolution maps this layer's output back to its input.
+                let adjoint = conv_geom(c, n, out[0], x[0], &out[1..], &x[1..]);
+                Kernel::ConvTranspose {
+                    geom: adjoint,
+                    bias: c.bias,
+                    out_channels: out[0],
+                    out_vol: vol(out),
+                }
+            }
+            Op::Dense { out_features, bias } => Kernel::Dense {
+                n,
+                input: input(0).iter().product(),
+                output: *out_features,
+                bias: *bias,
+            },
+            Op::MaxPool(p) => {
+                Kernel::MaxPool(PoolGeom::new(p, n * input(0)[0], &input(0)[1..], &out[1..]))
+            }
+            Op::AvgPool(p) => {
+                Kernel::AvgPool(PoolGeom::new(p, n * input(0)[0], &input(0)[1..], &out[1..]))
+            }
+            Op::GlobalAvgPool => Kernel::GlobalAvgPool { vol: vol(input(0)) },
+            Op::BatchNorm => Kernel::BatchNorm {
+                n,
+                c: input(0)[0],
+                vol: vol(input(0)),
+            },
+            Op::ChannelAffine => Kernel::ChannelAffine {
+                n,
+                c: input(0)[0],
+                vol: vol(input(0)),
+            },
+            Op::Relu => Kernel::Relu,
+            #[allow(clippy::cast_possible_truncation)]
+            Op::LeakyRelu { alpha } => Kernel::LeakyRelu(*alpha as f32),
+            Op::Tanh => Kernel::Tanh,
+            Op::Add => Kernel::Add,
+            #[allow(clippy::cast_possible_truncation)]
+            Op::Scale { factor } => Kernel::Scale(*factor as f32),
+            Op::Concat => Kernel::Concat {
+                n,
+                channels: layer
+                    .inputs
+                    .iter()
+                    .map(|&i| graph.layers()[i].output.channels())
+                    .collect(),
+                vol: vol(out),
+            },
+            Op::Tile { .. } => Kernel::Tile {
+                input: three(&input(0)[1..], 1),
+                output: three(&out[1..], 1),
+            },
+            Op::Upsample { factor } => Kernel::Upsample {
+                input: three(&input(0)[1..], 1),
+                factor: three(factor, 1),
+            },
+            #[allow(clippy::cast_possible_truncation)]
+            Op::Dropout { rate } => Kernel::Dropout { rate: *rate as f32 },
+            Op::Flatten => Kernel::Flatten,
+            Op::SoftmaxCrossEntropy => Kernel::SoftmaxCrossEntropy {
+                n,
+                c: input(0)[0],
+                vol: vol(input(0)),
+            },
+            Op::MseLoss => Kernel::Mse {
+                n,
+                elems: input(0).iter().product(),
+            },
+        }
+    }
+
+    /// Elements of each parameter tensor (weights first, then bias or shift).
+    pub(crate) fn param_sizes(&self) -> Vec<usize> {
+        match self {
+            Kernel::Conv { geom, bias } => {
+                let mut v = vec![geom.weights()];
+                if *bias {
+                    v.push(geom.c_out);
+                }
+                v
+            }
+            Kernel::ConvTranspose {
+                geom,
+                bias,
+                out_channels,
+                ..
+            } => {
+                let mut v = vec![geom.weights()];
+                if *bias {
+                    v.push(*out_channels);
+                }
+                v
+            }
+            Kernel::Dense {
+                input,
+                output,
+                bias,
+                ..
+            } => {
+                let mut v = vec![input * output];
+                if *bias {
+                    v.push(*output);
+                }
+                v
+            }
+            Kernel::BatchNorm { c, .. } | Kernel::ChannelAffine { c, .. } => vec![*c, *c],
+            _ => vec![],
+        }
+    }
+
+    /// Initial parameters: weights uniform in `±sqrt(3 / fan_in)`, biases and shifts zero,
+    /// scales one.
+    #[allow(clippy::cast_precision_loss)]
+    pub(crate) fn init_params(&self, seed: u64) -> Vec<Vec<f32>> {
+        let fan_in = match self {
+            Kernel::Conv { geom, .. } => geom.k_rows(),
+            Kernel::ConvTranspose { geom, .. } => geom.cout_g() * geom.kvol(),
+            Kernel::Dense { input, .. } => *input,
+            _ => 1,
+        } as f32;
+        let scale = (3.0 / fan_in).sqrt();
+        self.param_sizes()
+            .into_iter()
+            .enumerate()
+            .map(|(i, len)| match (self, i) {
+                (Kernel::BatchNorm { .. } | Kernel::ChannelAffine { .. }, 0) => vec![1.0; len],
+                (_, 0) => (0..len as u64).map(|j| scale * uniform(seed, j)).collect(),
+                _ => vec![0.0; len],
+            })
+            .collect()
+    }
+
+    /// Runs forward: `out` from `inputs` and `params`, filling `aux`.
+    pub(crate) fn forward(
+        &self,
+        inputs: &[&[f32]],
+        params: &[Vec<f32>],
+        out: &mut [f32],
+        aux: &mut Aux,
+        threads: usize,
+        seed: u64,
+    ) {
+        let x = inputs.first().copied().unwrap_or(&[]);
+        match self {
+            Kernel::Input => {}
+            Kernel::Conv { geom, bias } => {
+                conv::forward(
+                    geom,
+                    x,
+                    &params[0],
+                    bias.then(|| params[1].as_slice()),
+                    out,
+                    threads,
+                );
+            }
+            Kernel::ConvTranspose {
+                geom,
+                bias,
+                out_channels,
+                out_vol,
+            } => {
+                conv::backward_data(geom, x, &params[0], out, threads);
+                if *bias {
+                    add_channel_bias(out, &params[1], *out_channels, *out_vol);
+                }
+            }
+            Kernel::Dense {
+                n,
+                input,
+                output,
+                bias,
+            } => {
+                matmul(
+                    ViewMut::rows(out, *n, *output, *output),
+                    View::rows(x, *n, *input),
+                    View::rows(&params[0], *output, *input).t(),
+                    false,
+                    threads,
+                );
+                if *bias {
+                    add_channel_bias(out, &params[1], *output, 1);
+                }
+            }
+            Kernel::MaxPool(g) => {
+                let (iv, ov) = (g.in_vol(), g.out_vol());
+                out.par_chunks_mut(ov)
+                    .zip(x.par_chunks(iv))
+                    .for_each(|(o, xi)| {
+                        g.windows(|p, w| {
+                            o[p] = w.iter().map(|&i| xi[i]).fold(f32::NEG_INFINITY, f32::max)
+                        });
+                    });
+            }
+            Kernel::AvgPool(g) => {
+                let (iv, ov) = (g.in_vol(), g.out_vol());
+                #[allow(clippy::cast_precision_loss)]
+                let k = g.kernel.iter().product::<usize>() as f32;
+                out.par_chunks_mut(ov)
+                    .zip(x.par_chunks(iv))
+                    .for_each(|(o, xi)| {
+                        g.windows(|p, w| o[p] = w.iter().map(|&i| xi[i]).sum::<f32>() / k);
+                    });
+            }
+            Kernel::GlobalAvgPool { vol, .. } => {
+                #[allow(clippy::cast_precision_loss)]
+                let v = *vol as f32;
+                out.par_iter_mut()
+                    .zip(x.par_chunks(*vol))
+                    .for_each(|(o, xi)| *o = xi.iter().sum::<f32>() / v);
+            }
+            Kernel::BatchNorm { n, c, vol } => {
+                aux.stats.resize(2 * c, 0.0);
+                let m = (n * vol) as f64;
+                let (mean, inv) = aux.stats.split_at_mut(*c);
+                mean.par_iter_mut()
+                    .zip(inv.par_iter_mut())
+                    .enumerate()
+                    .for_each(|(ch, (mu, is))| {
+                        let (mut s, mut s2) = (0.0f64, 0.0f64);
+                        for b in 0..*n {
+                            for &v in &x[(b * c + ch) * vol..][..*vol] {
+                                s += f64::from(v);
+                                s2 += f64::from(v) * f64::from(v);
+                            }
+                        }
+                        let mean = s / m;
+                        let var = (s2 / m - mean * mean).max(0.0);
+                        #[allow(clippy::cast_possible_truncation)]
+                        {
+                            *mu = mean as f32;
+                            *is = 1.0 / (var as f32 + BN_EPS).sqrt();
+                        }
+                    });
+                let (gamma, beta) = (&params[0], &params[1]);
+                let (mean, inv) = aux.stats.split_at(*c);
+                out.par_chunks_mut(*vol)
+                    .zip(x.par_chunks(*vol))
+                    .enumerate()
+                    .for_each(|(i, (o, xi))| {
+                        let ch = i % c;
+                        let (a, b) = (
+                            gamma[ch] * inv[ch],
+                            beta[ch] - gamma[ch] * inv[ch] * mean[ch],
+                        );
+                        o.iter_mut().zip(xi).for_each(|(o, &v)| *o = a * v + b);
+                    });
+            }
+            Kernel::ChannelAffine { c, vol, .. } => {
+                let (gamma, beta) = (&params[0], &params[1]);
+                out.par_chunks_mut(*vol)
+                    .zip(x.par_chunks(*vol))
+                    .enumerate()
+                    .for_each(|(i, (o, xi))| {
+                        let ch = i % c;
+                        o.iter_mut()
+                            .zip(xi)
+                            .for_each(|(o, &v)| *o = gamma[ch] * v + beta[ch]);
+                    });
+            }
+            Kernel::Relu => map(out, x, |v| v.max(0.0)),
+            Kernel::LeakyRelu(a) => map(out, x, |v| if v > 0.0 { v } else { a * v }),
+            Kernel::Tanh => map(out, x, f32::tanh),
+            Kernel::Scale(f) => map(out, x, |v| f * v),
+            Kernel::Add => {
+                out.copy_from_slice(x);
+                for other in &inputs[1..] {
+                    out.par_iter_mut()
+                        .zip(other.par_iter())
+                        .for_each(|(o, v)| *o += v);
+                }
+            }
+            Kernel::Concat { n, channels, vol } => {
+                let total: usize = channels.iter().sum();
+                for b in 0..*n {
+                    let mut offset = 0;
+                    for (k, &ch) in channels.iter().enumerate() {
+                        out[(b * total + offset) * vol..][..ch * vol]
+                            .copy_from_slice(&inputs[k][b * ch * vol..][..ch * vol]);
+                        offset += ch;
+                    }
+                }
+            }
+            Kernel::Tile { input, output, .. } => {
+                let (iv, ov) = (
+                    input.iter().product::<usize>(),
+                    output.iter().product::<usize>(),
+                );
+                out.par_chunks_mut(ov)
+                    .zip(x.par_chunks(iv))
+                    .for_each(|(o, xi)| {
+                        for (p, v) in o.iter_mut().enumerate() {
+                            *v = xi[map_tile(p, input, output)];
+                        }
+                    });
+            }
+            Kernel::Upsample { input, factor, .. } => {
+                let iv = input.iter().product::<usize>();
+                let output = std::array::from_fn::<usize, 3, _>(|i| input[i] * factor[i]);
+                let ov = output.iter().product::<usize>();
+                out.par_chunks_mut(ov)
+                    .zip(x.par_chunks(iv))
+                    .for_each(|(o, xi)| {
+                        for (p, v) in o.iter_mut().enumerate() {
+                            *v = xi[map_upsample(p, input, &output, factor)];
+                        }
+                    });
+            }
+            Kernel::Dropout { rate } => {
+                aux.mask.resize(x.len(), 0);
+                let keep = 1.0 / (1.0 - rate);
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let threshold = (f64::from(*rate) * f64::from(u32::MAX)) as u32;
+                aux.mask.par_iter_mut().enumerate().for_each(|(i, m)| {
+                    #[allow(clippy::cast_possible_truncation)]
+                    let r = (splitmix(seed, i as u64) >> 32) as u32;
+                    *m = u8::from(r >= threshold);
+                });
+                out.par_iter_mut()
+                    .zip(x.par_iter())
+                    .zip(aux.mask.par_iter())
+                    .for_each(|((o, v), m)| {
+                        *o = if *m == 1 { v * keep } else { 0.0 };
+                    });
+            }
+            Kernel::Flatten => out.copy_from_slice(x),
+            Kernel::SoftmaxCrossEntropy { n, c, vol } => {
+                aux.probs.resize(x.len(), 0.0);
+                let probs = &mut aux.probs;
+                probs
+                    .par_chunks_mut(c * vol)
+                    .zip(x.par_chunks(c * vol))
+                    .for_each(|(p, xi)| {
+                        for pos in 0..*vol {
+                            let max = (0..*c)
+                                .map(|k| xi[k * vol + pos])
+                                .fold(f32::NEG_INFINITY, f32::max);
+                            let sum: f32 = (0..*c).map(|k| (xi[k * vol + pos] - max).exp()).sum();
+                            for k in 0..*c {
+                                p[k * vol + pos] = (xi[k * vol + pos] - max).exp() / sum;
+                            }
+                        }
+                    });
+                for b in 0..*n {
+                    let p = &probs[b * c * vol..][..c * vol];
+                    #[allow(clippy::cast_precision_loss)]
+                    let loss: f32 = (0..*vol)
+                        .map(|pos| -(p[label(seed, b, pos, *c) * vol + pos].max(1e-30)).ln())
+                        .sum::<f32>()
+                        / *vol as f32;
+                    out[b] = loss;
+                }
+            }
+            Kernel::Mse { n, elems } => {
+                for b in 0..*n {
+                    let xi = &x[b * elems..][..*elems];
+                    #[allow(clippy::cast_precision_loss)]
+                    let loss = xi
+                        .iter()
+                        .enumerate()
+                        .map(|(i, v)| (v - target(seed, b, i)).powi(2))
+                        .sum::<f32>()
+                        / *elems as f32;
+                    out[b] = loss;
+                }
+            }
+        }
+    }
+
+    /// Runs backward: input gradients (for the inputs marked in `want`, overwritten) and
+    /// parameter gradients (overwritten) from the output gradient `dy`. `inputs` and `out`
+    /// are the forward tensors; a kernel reads only the ones it keeps for backward.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn backward(
+        &self,
+        inputs: &[&[f32]],
+        out: &[f32],
+        dy: &[f32],
+        params: &[Vec<f32>],
+        aux: &Aux,
+        dx: &mut [Option<&mut [f32]>],
+        dparams: &mut [Vec<f32>],
+        threads: usize,
+        seed: u64,
+    ) {
+        let x = inputs.first().copied().unwrap_or(&[]);
+        match self {
+            Kernel::Input => {}
+            Kernel::Conv { geom, bias } => {
+                let (dw, rest) = dparams.split_at_mut(1);
+                conv::backward_filter(
+                    geom,
+                    x,
+                    dy,
+                    &mut dw[0],
+                    bias.then(|| rest[0].as_mut_slice()),
+                    threads,
+                );
+                if let Some(d) = dx[0].as_deref_mut() {
+                    conv::backward_data(geom, dy, &params[0], d, threads);
+                }
+            }
+            Kernel::ConvTranspose {
+                geom,
+                bias,
+                out_channels,
+                out_vol,
+            } => {
+                // Forward was backward_data(geom): its filter gradient swaps x and dy.
+                conv::backward_filter(geom, dy, x, &mut dparams[0], None, threads);
+                if *bias {
+                    channel_sums(dy, &mut dparams[1], *out_channels, *out_vol);
+                }
+                if let Some(d) = dx[0].as_deref_mut() {
+                    conv::forward(geom, dy, &params[0], None, d, threads);
+                }
+            }
+            Kernel::Dense {
+                n,
+                input,
+                output,
+                bias,
+            } => {
+                matmul(
+                    ViewMut::rows(&mut dparams[0], *output, *input, *input),
+                    View::rows(dy, *n, *output).t(),
+                    View::rows(x, *n, *input),
+                    false,
+                    threads,
+                );
+                if *bias {
+                    channel_sums(dy, &mut dparams[1], *output, 1);
+                }
+                if let Some(d) = dx[0].as_deref_mut() {
+                    matmul(
+                        ViewMut::rows(d, *n, *input, *input),
+                        View::rows(dy, *n, *output),
+                        View::rows(&params[0], *output, *input),
+                        false,
+                        threads,
+                    );
+                }
+            }
+            Kernel::MaxPool(g) => {
+                let Some(d) = dx[0].as_deref_mut() else {
+                    return;
+                };
+                let (iv, ov) = (g.in_vol(), g.out_vol());
+                d.par_chunks_mut(iv)
+                    .zip(x.par_chunks(iv))
+                    .zip(dy.par_chunks(ov))
+                    .for_each(|((di, xi), dyi)| {
+                        di.fill(0.0);
+                        g.windows(|p, w| {
+                            if let Some(&arg) = w.iter().max_by(|&&a, &&b| xi[a].total_cmp(&xi[b]))
+                            {
+                                di[arg] += dyi[p];
+                            }
+                        });
+                    });
+            }
+            Kernel::AvgPool(g) => {
+                let Some(d) = dx[0].as_deref_mut() else {
+                    return;
+                };
+                let (iv, ov) = (g.in_vol(), g.out_vol());
+                #[allow(clippy::cast_precision_loss)]
+                let k = g.kernel.iter().product::<usize>() as f32;
+                d.par_chunks_mut(iv)
+                    .zip(dy.par_chunks(ov))
+                    .for_each(|(di, dyi)| {
+                        di.fill(0.0);
+                        g.windows(|p, w| w.iter().for_each(|&i| di[i] += dyi[p] / k));
+                    });
+            }
+            Kernel::GlobalAvgPool { vol, .. } => {
+                let Some(d) = dx[0].as_deref_mut() else {
+                    return;
+                };
+                #[allow(clippy::cast_precision_loss)]
+                let v = *vol as f32;
+                d.par_chunks_mut(*vol)
+                    .zip(dy.par_iter())
+                    .for_each(|(di, g)| di.fill(g / v));
+            }
+            Kernel::BatchNorm { n, c, vol } => {
+                let (mean, inv) = aux.stats.split_at(*c);
+                let gamma = &params[0];
+                #[allow(clippy::cast_precision_loss)]
+                let m = (n * vol) as f32;
+                // Per channel: sum(dy) and sum(dy * xhat).
+                let sums: Vec<(f32, f32)> = (0..*c)
+                    .into_par_iter()
+                    .map(|ch| {
+                        let (mut s, mut sx) = (0.0f64, 0.0f64);
+                        for b in 0..*n {
+                            let off = (b * c + ch) * vol;
+                            for (g, v) in dy[off..][..*vol].iter().zip(&x[off..][..*vol]) {
+                                s += f64::from(*g);
+                                sx += f64::from(*g) * f64::from((v - mean[ch]) * inv[ch]);
+                            }
+                        }
+                        #[allow(clippy::cast_possible_truncation)]
+                        (s as f32, sx as f32)
+                    })
+                    .collect();
+                for (ch, &(s, sx)) in sums.iter().enumerate() {
+                    dparams[0][ch] = sx;
+                    dparams[1][ch] = s;
+                }
+                if let Some(d) = dx[0].as_deref_mut() {
+                    d.par_chunks_mut(*vol).enumerate().for_each(|(i, di)| {
+                        let ch = i % c;
+                        let (s, sx) = sums[ch];
+                        let off = i * vol;
+                        for (j, o) in di.iter_mut().enumerate() {
+                            let xhat = (x[off + j] - mean[ch]) * inv[ch];
+                            *o = gamma[ch] * inv[ch] / m * (m * dy[off + j] - s - xhat * sx);
+                        }
+                    });
+                }
+            }
+            Kernel::ChannelAffine { n, c, vol } => {
+                // Per channel: sum(dy) (the shift's gradient) and sum(dy * x) (the scale's).
+                let sums: Vec<(f32, f32)> = (0..*c)
+                    .into_par_iter()
+                    .map(|ch| {
+                        let (mut s, mut sx) = (0.0f64, 0.0f64);
+                        for b in 0..*n {
+                            let off = (b * c + ch) * vol;
+                            for (g, v) in dy[off..][..*vol].iter().zip(&x[off..][..*vol]) {
+                                s += f64::from(*g);
+                                sx += f64::from(*g) * f64::from(*v);
+                            }
+                        }
+                        #[allow(clippy::cast_possible_truncation)]
+                        (s as f32, sx as f32)
+                    })
+                    .collect();
+                let (scale, shift) = dparams.split_at_mut(1);
+                for ((ds, dt), (s, sx)) in scale[0].iter_mut().zip(shift[0].iter_mut()).zip(sums) {
+                    *ds = sx;
+                    *dt = s;
+                }
+                if let Some(d) = dx[0].as_deref_mut() {
+                    let gamma = &params[0];
+                    d.par_chunks_mut(*vol)
+                        .zip(dy.par_chunks(*vol))
+                        .enumerate()
+                        .for_each(|(i, (di, g))| {
+                            let ch = i % c;
+                            di.iter_mut().zip(g).for_each(|(o, g)| *o = gamma[ch] * g);
+                        });
+                }
+            }
+            Kernel::Relu => zip_map(dx, dy, out, |g, y| if y > 0.0 { g } else { 0.0 }),
+            Kernel::LeakyRelu(a) => zip_map(dx, dy, x, |g, v| if v > 0.0 { g } else { a * g }),
+            Kernel::Tanh => zip_map(dx, dy, out, |g, y| g * (1.0 - y * y)),
+            Kernel::Scale(f) => zip_map(dx, dy, dy, |g, _| f * g),
+            Kernel::Add => {
+                for d in dx.iter_mut().flatten() {
+                    d.copy_from_slice(dy);
+                }
+            }
+            Kernel::Concat { n, channels, vol } => {
+                let total: usize = channels.iter().sum();
+                let mut offset = 0;
+                for (k, &ch) in channels.iter().enumerate() {
+                    if let Some(d) = dx[k].as_deref_mut() {
+                        for b in 0..*n {
+                            d[b * ch * vol..][..ch * vol]
+                                .copy_from_slice(&dy[(b * total + offset) * vol..][..ch * vol]);
+                        }
+                    }
+                    offset += ch;
+                }
+            }
+            Kernel::Tile { input, output, .. } => {
+                let Some(d) = dx[0].as_deref_mut() else {
+                    return;
+                };
+                let (iv, ov) = (
+                    input.iter().product::<usize>(),
+                    output.iter().product::<usize>(),
+                );
+                d.par_chunks_mut(iv)
+                    .zip(dy.par_chunks(ov))
+                    .for_each(|(di, g)| {
+                        di.fill(0.0);
+                        for (p, v) in g.iter().enumerate() {
+                            di[map_tile(p, input, output)] += v;
+                        }
+                    });
+            }
+            Kernel::Upsample { input, factor, .. } => {
+                let Some(d) = dx[0].as_deref_mut() else {
+                    return;
+                };
+                let iv = input.iter().product::<usize>();
+                let output = std::array::from_fn::<usize, 3, _>(|i| input[i] * factor[i]);
+                let ov = output.iter().product::<usize>();
+                d.par_chunks_mut(iv)
+                    .zip(dy.par_chunks(ov))
+                    .for_each(|(di, g)| {
+                        di.fill(0.0);
+                        for (p, v) in g.iter().enumerate() {
+                            di[map_upsample(p, input, &output, factor)] += v;
+                        }
+                    });
+            }
+            Kernel::Dropout { rate } => {
+                let keep = 1.0 / (1.0 - rate);
+                if let Some(d) = dx[0].as_deref_mut() {
+                    d.par_iter_mut()
+                        .zip(dy.par_iter())
+                        .zip(aux.mask.par_iter())
+                        .for_each(|((o, g), m)| {
+                            *o = if *m == 1 { g * keep } else { 0.0 };
+                        });
+                }
+            }
+            Kernel::Flatten => {
+                if let Some(d) = dx[0].as_deref_mut() {
+                    d.copy_from_slice(dy);
+                }
+            }
+            Kernel::SoftmaxCrossEntropy { n, c, vol } => {
+                let Some(d) = dx[0].as_deref_mut() else {
+                    return;
+                };
+                #[allow(clippy::cast_precision_loss)]
+                let v = *vol as f32;
+                for b in 0..*n {
+                    let scale = dy[b] / v;
+                    let p = &aux.probs[b * c * vol..][..c * vol];
+                    let di = &mut d[b * c * vol..][..c * vol];
+                    for pos in 0..*vol {
+                        let l = label(seed, b, pos, *c);
+                        for k in 0..*c {
+                            let onehot = if k == l { 1.0 } else { 0.0 };
+                            di[k * vol + pos] = scale * (p[k * vol + pos] - onehot);
+                        }
+                    }
+                }
+            }
+            Kernel::Mse { n, elems } => {
+                let Some(d) = dx[0].as_deref_mut() else {
+                    return;
+                };
+                #[allow(clippy::cast_precision_loss)]
+                let e = *elems as f32;
+                for b in 0..*n {
+                    for i in 0..*elems {
+                        d[b * elems + i] =
+                            dy[b] * 2.0 * (x[b * elems + i] - target(seed, b, i)) / e;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn conv_geom(
+    c: &ridgeline_model::graph::Conv,
+    n: usize,
+    c_in: usize,
+    c_out: usize,
+    input: &[usize],
+    output: &[usize],
+) -> ConvGeom {
+    ConvGeom {
+        n,
+        c_in,
+        c_out,
+        groups: c.groups,
+        input: three(input, 1),
+        output: three(output, 1),
+        kernel: three(&c.kernel, 1),
+        stride: three(&c.stride, 1),
+        pad: three(
+            &c.padding.pairs().iter().map(|p| p[0]).collect::<Vec<_>>(),
+            0,
+        ),
+        dilation: three(&c.dilation, 1),
+    }
+}
+
+fn map(out: &mut [f32], x: &[f32], f: impl Fn(f32) -> f32 + Sync) {
+    out.par_iter_mut()
+        .zip(x.par_iter())
+        .for_each(|(o, &v)| *o = f(v));
+}
+
+fn zip_map(
+    dx: &mut [Option<&mut [f32]>],
+    dy: &[f32],
+    other: &[f32],
+    f: impl Fn(f32, f32) -> f32 + Sync,
+) {
+    if let Some(d) = dx.first_mut().and_then(|d| d.as_deref_mut()) {
+        d.par_iter_mut()
+            .zip(dy.par_iter())
+            .zip(other.par_iter())
+            .for_each(|((o, &g), &v)| *o = f(g, v));
+    }
+}
+
+fn add_channel_bias(out: &mut [f32], bias: &[f32], channels: usize, vol: usize) {
+    out.par_chunks_mut(vol).enumerate().for_each(|(i, plane)| {
+        let b = bias[i % channels];
+        plane.iter_mut().for_each(|v| *v += b);
+    });
+}
+
+fn channel_sums(dy: &[f32], out: &mut [f32], channels: usize, vol: usize) {
+    out.fill(0.0);
+    for (i, plane) in dy.chunks(vol).enumerate() {
+        out[i % channels] += plane.iter().sum::<f32>();
+    }
+}
+
+/// The input position a tiled output position reads.
+fn map_tile(p: usize, input: &[usize; 3], output: &[usize; 3]) -> usize {
+    let (od, oh, ow) = (
+        p / (output[1] * output[2]),
+        (p / output[2]) % output[1],
+        p % output[2],
+    );
+    ((od % input[0]) * input[1] + oh % input[1]) * input[2] + ow % input[2]
+}
+
+/// The input position a nearest-upsampled output position reads.
+fn map_upsample(p: usize, input: &[usize; 3], output: &[usize; 3], factor: &[usize; 3]) -> usize {
+    let (od, oh, ow) = (
+        p / (output[1] * output[2]),
+        (p / output[2]) % output[1],
+        p % output[2],
+    );
+    ((od / factor[0]) * input[1] + oh / factor[1]) * input[2] + ow / factor[2]
+}
+
+/// The synthetic class of a position.
+#[allow(clippy::cast_possible_truncation)]
+fn label(seed: u64, b: usize, pos: usize, classes: usize) -> usize {
+    (splitmix(seed ^ 0x5EED, (b as u64) << 32 | pos as u64) % classes as u64) as usize
+}
+
+/// The synthetic regression target of an element.
+fn target(seed: u64, b: usize, i: usize) -> f32 {
+    uniform(seed ^ 0x7A26, (b as u64) << 32 | i as u64)
+}

@@ -1,0 +1,59 @@
+//! The measure crate's error type.
+
+use std::path::PathBuf;
+
+/// Errors from measuring.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Reading or writing a records file failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        source: std::io::Error,
+    },
+
+    /// A backend cannot run here (not built in, no device, a library missing).
+    #[error("backend `{backend}` is not available: {reason}")]
+    BackendUnavailable {
+        /// The backend asked for, e.g. `cuda`.
+        backend: String,
+        /// Why, and how to fix it.
+        reason: String,
+    },
+
+    /// A request the backend cannot honour (a precision it lacks, a bad shape).
+    #[error("{what}: {message}")]
+    Invalid {
+        /// What was asked for.
+        what: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+
+    /// A records file line that is not a record (other than a torn last line).
+    #[error("{}, line {line}: not a ridgeline record: {message}", path.display())]
+    Record {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// The parser's message.
+        message: String,
+    },
+}
+
+/// Shorthand for results in this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// An [`Error::Invalid`].
+    pub fn invalid(what: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Invalid {
+            what: what.into(),
+            message: message.into(),
+        }
+    }
+}

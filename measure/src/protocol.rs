@@ -1,0 +1,219 @@
+//! The run protocol: how a kernel is timed (criterion's and hyperfine's practice, STYLE.md
+//! rule 8).
+//!
+//! 1. **Timer resolution**: measured once, as the smallest non-zero step of
+//!    [`std::time::Instant`].
+//! 2. **Warm-up**: the kernel runs until [`WARMUP_TIME`] has passed (at least once), so
+//!    caches, page tables and thread pools are warm.
+//! 3. **Batching**: if one run takes less than [`MIN_RESOLUTIONS`] timer resolutions, each
+//!    sample times several back-to-back runs and records the time per run.
+//! 4. **Samples**: at least [`MIN_SAMPLES`] samples and at least [`MIN_TIME`] of them, but
+//!    no more than [`MAX_SAMPLES`] or [`MAX_TIME`] (past the minimum count).
+//!
+//! Only raw samples come out; statistics belong to `ridgeline-calibrate`.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+/// Default warm-up time.
+pub const WARMUP_TIME: Duration = Duration::from_millis(200);
+/// Default minimum number of samples.
+pub const MIN_SAMPLES: usize = 10;
+/// Default minimum total sampling time.
+pub const MIN_TIME: Duration = Duration::from_millis(500);
+/// Default most samples.
+pub const MAX_SAMPLES: usize = 1000;
+/// Default most sampling time once the minimum count is reached.
+pub const MAX_TIME: Duration = Duration::from_secs(5);
+/// A sample must span at least this many timer resolutions.
+pub const MIN_RESOLUTIONS: u32 = 1000;
+
+/// How many times, and for how long, to run a kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Protocol {
+    /// Warm-up time.
+    pub warmup: Duration,
+    /// Minimum samples.
+    pub min_samples: usize,
+    /// Minimum sampling time.
+    pub min_time: Duration,
+    /// Maximum samples.
+    pub max_samples: usize,
+    /// Maximum sampling time past the minimum count.
+    pub max_time: Duration,
+}
+
+impl Default for Protocol {
+    fn default() -> Self {
+        Protocol {
+            warmup: WARMUP_TIME,
+            min_samples: MIN_SAMPLES,
+            min_time: MIN_TIME,
+            max_samples: MAX_SAMPLES,
+            max_time: MAX_TIME,
+        }
+    }
+}
+
+impl Protocol {
+    /// A short protocol for tests and quick looks: 3 samples, no minimum time.
+    pub fn quick() -> Protocol {
+        Protocol {
+            warmup: Duration::ZERO,
+            min_samples: 3,
+            min_time: Duration::ZERO,
+            max_samples: 3,
+            max_time: Duration::from_secs(60),
+        }
+    }
+
+    /// Times `run` by this protocol; returns the seconds of one run, per sample.
+    pub fn measure(&self, mut run: impl FnMut()) -> Vec<f64> {
+        // Warm up (at least once), learning how long one run takes.
+        let start = Instant::now();
+        let mut runs = 0u32;
+        loop {
+            run();
+            runs += 1;
+            if start.elapsed() >= self.warmup {
+                break;
+            }
+        }
+        let per_run = start.elapsed() / runs;
+        let floor = timer_resolution() * MIN_RESOLUTIONS;
+        let batch = if per_run >= floor || per_run.is_zero() {
+            1
+        } else {
+            (floor.as_nanos() / per_run.as_nanos().max(1)).clamp(1, 1_000_000) as u32 + 1
+        };
+        let mut samples = Vec::with_capacity(self.min_samples);
+        let sampling = Instant::now();
+        while samples.len() < self.max_samples.max(1) {
+            let t = Instant::now();
+            for _ in 0..batch {
+                run();
+            }
+            samples.push(t.elapsed().as_secs_f64() / f64::from(batch));
+            let elapsed = sampling.elapsed();
+            let enough = samples.len() >= self.min_samples && elapsed >= self.min_time;
+            let too_long = samples.len() >= self.min_samples && elapsed >= self.max_time;
+            if enough || too_long {
+                break;
+            }
+        }
+        samples
+    }
+}
+
+impl Protocol {
+    /// Runs `step` by this protocol without batching, for work that times itself (a whole
+    /// training step, which reports per-layer times): `step` returns its own seconds and
+    /// what it measured. Warm-up runs are discarded; the measured runs' results come back.
+    pub fn steps<T>(&self, mut step: impl FnMut() -> (f64, T)) -> Vec<T> {
+        let start = Instant::now();
+        loop {
+            step();
+            if start.elapsed() >= self.warmup {
+                break;
+            }
+        }
+        let mut out = Vec::with_capacity(self.min_samples);
+        let mut spent = 0.0;
+        while out.len() < self.max_samples.max(1) {
+            let (seconds, result) = step();
+            out.push(result);
+            spent += seconds;
+            let enough = out.len() >= self.min_samples && spent >= self.min_time.as_secs_f64();
+            let too_long = out.len() >= self.min_samples && spent >= self.max_time.as_secs_f64();
+            if enough || too_long {
+                break;
+            }
+        }
+        out
+    }
+}
+
+/// The smallest non-zero step of the monotonic clock, measured.
+pub fn timer_resolution() -> Duration {
+    let mut best = Duration::MAX;
+    for _ in 0..100 {
+        let a = Instant::now();
+        let mut b = Instant::now();
+        while b == a {
+            b = Instant::now();
+        }
+        best = best.min(b - a);
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timer_resolution_is_small_and_positive() {
+        let r = timer_resolution();
+        assert!(r > Duration::ZERO && r < Duration::from_millis(1), "{r:?}");
+    }
+
+    #[test]
+    fn quick_protocol_takes_its_samples() {
+        let mut calls = 0;
+        let s = Protocol::quick().measure(|| {
+            calls += 1;
+            std::hint::black_box((0..1000).sum::<u64>());
+        });
+        assert_eq!(s.len(), 3);
+        assert!(s.iter().all(|&x| x > 0.0));
+        assert!(calls >= 4, "one warm-up run at least");
+    }
+
+    #[test]
+    fn tiny_kernels_are_batched_above_the_timer_resolution() {
+        let p = Protocol {
+            min_samples: 5,
+            max_samples: 5,
+            ..Protocol::quick()
+        };
+        let s = p.measure(|| {
+            std::hint::black_box(1 + 1);
+        });
+        // Per-run times far below the resolution come out as sub-resolution averages.
+        assert!(
+            s.iter()
+                .all(|&x| x < timer_resolution().as_secs_f64() * 10.0),
+            "{s:?}"
+        );
+    }
+
+    #[test]
+    fn steps_are_not_batched_and_warm_up_is_discarded() {
+        let mut calls = 0;
+        let p = Protocol {
+            min_samples: 3,
+            max_samples: 3,
+            ..Protocol::quick()
+        };
+        let out = p.steps(|| {
+            calls += 1;
+            (1e-9, calls)
+        });
+        assert_eq!(out, vec![2, 3, 4]);
+    }
+
+    #[test]
+    fn sampling_stops_at_the_minimum_once_time_is_reached() {
+        let p = Protocol {
+            warmup: Duration::ZERO,
+            min_samples: 4,
+            min_time: Duration::ZERO,
+            max_samples: 100,
+            max_time: Duration::from_secs(10),
+        };
+        let s = p.measure(|| std::thread::sleep(Duration::from_millis(2)));
+        assert_eq!(s.len(), 4);
+        assert!(s.iter().all(|&x| x >= 0.002));
+    }
+}

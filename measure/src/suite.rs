@@ -1,0 +1,611 @@
+//! The standard micro-kernel campaign that calibration needs, planned to fit a time budget.
+//!
+//! [`standard`] lists the cases in priority order: what calibration cannot do without first
+//! (FP32 GEMM efficiency against size, memory bandwidth from L1 to well past the last-level
+//! cache, convolution forward at the reference workloads' shapes, all on every core), then
+//! FP64 and non-square GEMM, the convolution backward passes, the other STREAM kernels, the
+//! non-GEMM ops of the reference workloads, a convolution sweep (2-d and 3-d, grouped,
+//! dilated, depthwise); and all of it again on one thread. [`plan`] estimates each
+//! case's time from a quick probe of the machine ([`probe`]) and keeps, in that order, the
+//! cases that fit the budget; the rest are listed as left out.
+
+use std::time::Duration;
+
+use ridgeline_model::graph::{Graph, Op, Pool};
+use ridgeline_model::workloads::{self, BuildOptions};
+
+use crate::backend::{Backend, ConvCase, ConvPass, Format, GemmCase, OpCase, Pass, StreamKernel};
+use crate::campaign::{Case, conv_cases};
+use crate::error::{Error, Result};
+use crate::protocol::Protocol;
+
+/// Default time budget of `measure suite`.
+pub const DEFAULT_BUDGET: Duration = Duration::from_secs(5 * 60);
+
+/// The suite's protocol: the default one, shortened so that a few minutes cover the shapes
+/// calibration needs (5 samples and 0.2 s at least, 1 s at most).
+pub const PROTOCOL: Protocol = Protocol {
+    warmup: Duration::from_millis(100),
+    min_samples: 5,
+    min_time: Duration::from_millis(200),
+    max_samples: 200,
+    max_time: Duration::from_secs(1),
+};
+
+/// Square GEMM sizes of the suite.
+pub const GEMM_SIZES: [usize; 8] = [64, 128, 256, 512, 768, 1024, 1536, 2048];
+
+/// Non-square GEMM shapes (m, n, k): skinny and fat products as dense and 1x1-conv layers make.
+pub const GEMM_SHAPES: [(usize, usize, usize); 6] = [
+    (64, 4096, 1024),
+    (256, 3136, 64),
+    (1024, 64, 4096),
+    (4096, 4096, 64),
+    (512, 12544, 147),
+    (2048, 49, 512),
+];
+
+/// A reference workload and the batch and input the suite takes its convolutions and ops from.
+#[derive(Debug, Clone, Copy)]
+pub struct Source {
+    /// Built-in workload.
+    pub workload: &'static str,
+    /// Input spatial size.
+    pub input: &'static [usize],
+    /// Batch.
+    pub batch: usize,
+}
+
+/// The reference shapes: CosmoFlow at 128^3 batch 1, DeepCAM at a reduced 192x288 batch 1,
+/// ResNet-50 at 224 batch 8 (the executor's sizes, so micro-kernels and full runs compare).
+pub const SOURCES: [Source; 3] = [
+    Source {
+        workload: "cosmoflow",
+        input: &[128],
+        batch: 1,
+    },
+    Source {
+        workload: "deepcam",
+        input: &[192, 288],
+        batch: 1,
+    },
+    Source {
+        workload: "resnet50",
+        input: &[224],
+        batch: 8,
+    },
+];
+
+/// Cache sizes of CPU 0 (L1 data and last level), from sysfs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caches {
+    /// L1 data cache bytes.
+    pub l1d: usize,
+    /// Last-level cache bytes.
+    pub llc: usize,
+}
+
+impl Caches {
+    /// Reads `/sys/devices/system/cpu/cpu0/cache`; where it is missing, 32 KiB and 32 MiB.
+    pub fn detect() -> Caches {
+        let mut caches = Caches {
+            l1d: 32 << 10,
+            llc: 32 << 20,
+        };
+        let mut llc_level = 0;
+        for i in 0..8 {
+            let dir = format!("/sys/devices/system/cpu/cpu0/cache/index{i}");
+            let read = |f: &str| {
+                std::fs::read_to_string(format!("{dir}/{f}")).map(|s| s.trim().to_owned())
+            };
+            let (Ok(level), Ok(kind), Ok(size)) = (read("level"), read("type"), read("size"))
+            else {
+                continue;
+            };
+            let (Ok(level), Some(bytes)) = (level.parse::<u32>(), parse_size(&size)) else {
+                continue;
+            };
+            if level == 1 && kind == "Data" {
+                caches.l1d = bytes;
+            }
+            if kind != "Instruction" && level >= llc_level {
+                llc_level = level;
+                caches.llc = bytes;
+            }
+        }
+        caches
+    }
+}
+
+fn parse_size(s: &str) -> Option<usize> {
+    let (digits, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: usize = digits.parse().ok()?;
+    Some(match unit {
+        "" => n,
+        "K" => n << 10,
+        "M" => n << 20,
+        "G" => n << 30,
+        _ => return None,
+    })
+}
+
+/// STREAM array lengths (`f64` elements): from a quarter of L1 (three arrays fit) to 8 times
+/// the last-level cache, by factors of 4.
+pub fn stream_sizes(caches: Caches) -> Vec<usize> {
+    let mut sizes = Vec::new();
+    let mut bytes = (caches.l1d / 4).max(1024);
+    while bytes <= 8 * caches.llc {
+        sizes.push(bytes / 8);
+        bytes *= 4;
+    }
+    sizes.push(8 * caches.llc / 8);
+    sizes.dedup();
+    sizes
+}
+
+/// The distinct non-GEMM ops of `graph` at `batch`: the first layer of each op kind, on its
+/// first input's shape.
+pub fn op_cases(graph: &Graph, batch: usize) -> Vec<OpCase> {
+    let layers = graph.layers();
+    let mut out: Vec<OpCase> = Vec::new();
+    for layer in layers {
+        if matches!(
+            layer.op,
+            Op::Input | Op::Flatten | Op::Conv(_) | Op::ConvTranspose(_) | Op::Dense { .. }
+        ) {
+            continue;
+        }
+        if out.iter().any(|o| o.op.kind() == layer.op.kind()) {
+            continue;
+        }
+        out.push(OpCase {
+            op: layer.op.clone(),
+            input: layers[layer.inputs[0]].output.dims().to_vec(),
+            batch,
+        });
+    }
+    out
+}
+
+/// Ops the reference workloads lack, on typical shapes: average pooling and nearest
+/// upsampling.
+pub fn extra_ops() -> Vec<OpCase> {
+    vec![
+        OpCase {
+            op: Op::avg_pool(Pool::new(&[2, 2])),
+            input: vec![64, 56, 56],
+            batch: 8,
+        },
+        OpCase {
+            op: Op::avg_pool(Pool::new(&[2, 2, 2])),
+            input: vec![32, 64, 64, 64],
+            batch: 1,
+        },
+        OpCase {
+            op: Op::Upsample {
+                factor: [4, 4].into_iter().collect(),
+            },
+            input: vec![256, 48, 72],
+            batch: 1,
+        },
+    ]
+}
+
+/// The convolution sweep: 2-d and 3-d, plain, grouped, dilated and depthwise, over channels.
+pub fn conv_sweep() -> Vec<ConvCase> {
+    let case = |label: &str,
+                c_in: usize,
+                c_out: usize,
+                input: &[usize],
+                k: usize,
+                dilation: usize,
+                groups: usize| {
+        let rank = input.len();
+        ConvCase {
+            label: format!("sweep/{label}"),
+            batch: 1,
+            c_in,
+            input: input.to_vec(),
+            c_out,
+            kernel: vec![k; rank],
+            stride: vec![1; rank],
+            padding: vec![dilation * (k / 2); rank],
+            dilation: vec![dilation; rank],
+            groups,
+        }
+    };
+    let mut out = Vec::new();
+    for c in [16, 64, 256] {
+        out.push(case("2d", c, c, &[56, 56], 3, 1, 1));
+        out.push(case("3d", c / 2, c, &[32, 32, 32], 3, 1, 1));
+    }
+    out.push(case("2d-1x1", 256, 64, &[56, 56], 1, 1, 1));
+    out.push(case("2d-grouped", 128, 128, &[56, 56], 3, 1, 8));
+    out.push(case("2d-dilated", 64, 64, &[56, 56], 3, 2, 1));
+    out.push(case("2d-depthwise", 128, 128, &[56, 56], 3, 1, 128));
+    out.push(case("3d-grouped", 64, 64, &[32, 32, 32], 3, 1, 4));
+    out.push(case("3d-dilated", 32, 32, &[32, 32, 32], 3, 2, 1));
+    out.push(case("3d-depthwise", 64, 64, &[32, 32, 32], 3, 1, 64));
+    out
+}
+
+/// Every suite case in priority order, with the threads it runs on: all of them on the
+/// first thread count of `threads` (every core, by default), then all of them on each of the
+/// others (1 thread, by default).
+pub fn standard(threads: &[usize]) -> Result<Vec<(usize, Case)>> {
+    let mut convs = Vec::new();
+    let mut ops = Vec::new();
+    for s in SOURCES {
+        let g = workloads::build(
+            s.workload,
+            &BuildOptions {
+                input_size: Some(s.input.to_vec()),
+                width: 1.0,
+            },
+        )
+        .map_err(|e| Error::invalid(s.workload, e.to_string()))?;
+        convs.extend(conv_cases(&g, s.batch, s.workload));
+        ops.extend(op_cases(&g, s.batch));
+    }
+    ops.extend(extra_ops());
+    let gemm = |n: usize, format| {
+        Case::Gemm(GemmCase {
+            m: n,
+            n,
+            k: n,
+            format,
+        })
+    };
+    let stream = stream_sizes(Caches::detect());
+    let conv = |pass| convs.iter().map(move |c| Case::Conv(c.clone(), pass));
+
+    let mut main: Vec<Case> = GEMM_SIZES.iter().map(|&n| gemm(n, Format::Fp32)).collect();
+    main.extend(stream.iter().map(|&n| Case::Stream(StreamKernel::Triad, n)));
+    main.extend(conv(ConvPass::Forward));
+
+    let mut more: Vec<Case> = GEMM_SIZES.iter().map(|&n| gemm(n, Format::Fp64)).collect();
+    more.extend(GEMM_SHAPES.iter().map(|&(m, n, k)| {
+        Case::Gemm(GemmCase {
+            m,
+            n,
+            k,
+            format: Format::Fp32,
+        })
+    }));
+    more.extend(conv(ConvPass::BackwardData));
+    more.extend(conv(ConvPass::BackwardFilter));
+    for k in [StreamKernel::Copy, StreamKernel::Scale, StreamKernel::Add] {
+        more.extend(stream.iter().map(|&n| Case::Stream(k, n)));
+    }
+    for pass in [Pass::Forward, Pass::Backward] {
+        more.extend(ops.iter().map(|o| Case::Op(o.clone(), pass)));
+    }
+    for pass in ConvPass::ALL {
+        more.extend(conv_sweep().into_iter().map(|c| Case::Conv(c, pass)));
+    }
+
+    let mut out: Vec<(usize, Case)> = Vec::new();
+    for &t in threads {
+        out.extend(main.iter().cloned().map(|c| (t, c)));
+        out.extend(more.iter().cloned().map(|c| (t, c)));
+    }
+    Ok(out)
+}
+
+/// What the machine does, roughly, for estimating case times.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rates {
+    /// FP32 GEMM FLOP/s on every core.
+    pub flops: f64,
+    /// STREAM triad bytes/s on every core.
+    pub bytes: f64,
+    /// Cores.
+    pub cores: usize,
+}
+
+/// Measures [`Rates`] in well under a second: a 512^3 FP32 GEMM and a 64 MiB triad on every
+/// core of `backend`.
+pub fn probe(backend: &mut dyn Backend) -> Result<Rates> {
+    let quick = Protocol::quick();
+    let n = 512;
+    let gemm = backend.gemm(
+        &GemmCase {
+            m: n,
+            n,
+            k: n,
+            format: Format::Fp32,
+        },
+        &quick,
+    )?;
+    let elements = 8 << 20;
+    let triad = backend.stream(StreamKernel::Triad, elements, &quick)?;
+    let best = |s: &[f64]| s.iter().copied().fold(f64::INFINITY, f64::min).max(1e-9);
+    Ok(Rates {
+        flops: 2.0 * (n * n * n) as f64 / best(&gemm),
+        bytes: 24.0 * elements as f64 / best(&triad),
+        cores: backend.threads(),
+    })
+}
+
+/// One planned case.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    /// Threads it runs on.
+    pub threads: usize,
+    /// The case.
+    pub case: Case,
+    /// Estimated seconds, set-up and protocol included.
+    pub estimate_s: f64,
+}
+
+/// The cases that fit the budget, and those that do not.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// To run, in order.
+    pub run: Vec<Planned>,
+    /// Left out for lack of time.
+    pub left_out: Vec<Planned>,
+    /// Already recorded (a resumed campaign).
+    pub already: usize,
+}
+
+/// Estimated seconds to measure `case` on `threads` threads by `protocol`: one run's time
+/// from FLOPs and bytes at the probed rates (convolutions and ops at a third of them), plus
+/// setting up the data, warm-up and sampling.
+pub fn estimate(case: &Case, threads: usize, rates: &Rates, protocol: &Protocol) -> Result<f64> {
+    let share = threads as f64 / rates.cores.max(1) as f64;
+    let (flops, bytes, derate) = match case {
+        Case::Gemm(g) => {
+            let (m, n, k) = (g.m as f64, g.n as f64, g.k as f64);
+            let slow = if g.format == Format::Fp64 { 2.0 } else { 1.0 };
+            (
+                2.0 * m * n * k * slow,
+                (m * k + k * n + m * n) * g.format.bytes() as f64,
+                1.0,
+            )
+        }
+        Case::Stream(k, n) => (0.0, (k.arrays() * 8) as f64 * *n as f64, 1.0),
+        Case::Conv(c, _) => {
+            let g = crate::cases::conv_graph(c)?;
+            let cost = crate::cases::layer_cost(&g, c.batch);
+            (
+                cost.flops_fwd.value(),
+                cost.hbm_bytes_fwd.value(),
+                if c.groups > 1 { 10.0 } else { 3.0 },
+            )
+        }
+        Case::Op(c, _) => {
+            let g = crate::cases::op_graph(c)?;
+            let cost = crate::cases::layer_cost(&g, c.batch);
+            (cost.flops_fwd.value(), cost.hbm_bytes_fwd.value(), 3.0)
+        }
+        Case::Workload(g, batch) => {
+            let cost = ridgeline_model::cost::cost(
+                g,
+                *batch as u64,
+                ridgeline_model::precision::Precision::Fp32,
+            );
+            (cost.flops_train.value(), cost.hbm_bytes_train.value(), 3.0)
+        }
+    };
+    let run = derate * (flops / (rates.flops * share) + bytes / (rates.bytes * share.sqrt()));
+    // Synthetic data is written once at about 1 GB/s.
+    let setup = bytes / 1e9;
+    let warmup = protocol.warmup.as_secs_f64().max(run);
+    let min = protocol
+        .min_time
+        .as_secs_f64()
+        .max(protocol.min_samples as f64 * run);
+    let sampling = min.min(
+        protocol
+            .max_time
+            .as_secs_f64()
+            .max(protocol.min_samples as f64 * run),
+    );
+    Ok(setup + warmup + sampling)
+}
+
+/// Keeps, in order, the `candidates` that fit `budget` (skipping those `done` says are
+/// recorded already).
+pub fn plan(
+    candidates: Vec<(usize, Case)>,
+    rates: &Rates,
+    protocol: &Protocol,
+    budget: Duration,
+    done: impl Fn(usize, &Case) -> Result<bool>,
+) -> Result<Plan> {
+    let mut plan = Plan::default();
+    let mut total = 0.0;
+    for (threads, case) in candidates {
+        if done(threads, &case)? {
+            plan.already += 1;
+            continue;
+        }
+        let estimate_s = estimate(&case, threads, rates, protocol)?;
+        let planned = Planned {
+            threads,
+            case,
+            estimate_s,
+        };
+        if total + estimate_s <= budget.as_secs_f64() {
+            total += estimate_s;
+            plan.run.push(planned);
+        } else {
+            plan.left_out.push(planned);
+        }
+    }
+    Ok(plan)
+}
+
+impl Plan {
+    /// Estimated seconds of the cases to run.
+    pub fn estimate_s(&self) -> f64 {
+        self.run.iter().map(|p| p.estimate_s).sum()
+    }
+
+    /// One line per group of cases to run: what, how many, on which threads.
+    pub fn summary(&self) -> Vec<String> {
+        summarise(&self.run)
+    }
+
+    /// The same for the cases left out.
+    pub fn left_out_summary(&self) -> Vec<String> {
+        summarise(&self.left_out)
+    }
+}
+
+fn group(case: &Case) -> String {
+    match case {
+        Case::Gemm(g) => format!("GEMM {}", g.format.name()),
+        Case::Conv(c, pass) => {
+            let source = c.label.split('/').next().unwrap_or_default();
+            format!("conv {} {}", pass.name(), source)
+        }
+        Case::Stream(k, _) => format!("STREAM {}", k.name()),
+        Case::Op(_, pass) => format!("ops {}", pass.name()),
+        Case::Workload(g, _) => format!("workload {}", g.name()),
+    }
+}
+
+fn summarise(cases: &[Planned]) -> Vec<String> {
+    let mut groups: Vec<(String, usize, Vec<usize>)> = Vec::new();
+    for p in cases {
+        let name = group(&p.case);
+        match groups.iter_mut().find(|g| g.0 == name) {
+            Some(g) => {
+                g.1 += 1;
+                if !g.2.contains(&p.threads) {
+                    g.2.push(p.threads);
+                }
+            }
+            None => groups.push((name, 1, vec![p.threads])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(name, n, mut threads)| {
+            threads.sort_unstable();
+            let t: Vec<String> = threads.iter().map(usize::to_string).collect();
+            format!(
+                "{name}: {n} case{} on {} thread(s)",
+                if n == 1 { "" } else { "s" },
+                t.join(" and ")
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("48K"), Some(48 << 10));
+        assert_eq!(parse_size("32M"), Some(32 << 20));
+        assert_eq!(parse_size("x"), None);
+    }
+
+    #[test]
+    fn stream_sizes_span_l1_to_past_the_llc() {
+        let c = Caches {
+            l1d: 32 << 10,
+            llc: 16 << 20,
+        };
+        let s = stream_sizes(c);
+        assert_eq!(s[0] * 8, 8 << 10);
+        assert_eq!(*s.last().unwrap() * 8, 128 << 20);
+        assert!(s.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn the_standard_suite_covers_every_kind_and_pass() {
+        let cases = standard(&[2, 1]).unwrap();
+        let has = |f: &dyn Fn(&Case) -> bool| cases.iter().any(|(_, c)| f(c));
+        assert!(has(
+            &|c| matches!(c, Case::Gemm(g) if g.format == Format::Fp64)
+        ));
+        for pass in ConvPass::ALL {
+            assert!(has(
+                &|c| matches!(c, Case::Conv(k, p) if *p == pass && k.input.len() == 3)
+            ));
+            assert!(has(
+                &|c| matches!(c, Case::Conv(k, p) if *p == pass && k.input.len() == 2)
+            ));
+            assert!(has(
+                &|c| matches!(c, Case::Conv(k, p) if *p == pass && k.groups > 1 && k.groups < k.c_in)
+            ));
+            assert!(has(
+                &|c| matches!(c, Case::Conv(k, p) if *p == pass && k.groups == k.c_in && k.groups > 1)
+            ));
+            assert!(has(
+                &|c| matches!(c, Case::Conv(k, p) if *p == pass && k.dilation.iter().any(|&d| d > 1))
+            ));
+        }
+        let kinds = [
+            "max-pool",
+            "avg-pool",
+            "global-avg-pool",
+            "batch-norm",
+            "channel-affine",
+            "relu",
+            "leaky-relu",
+            "tanh",
+            "add",
+            "scale",
+            "concat",
+            "tile",
+            "upsample",
+            "dropout",
+            "softmax-cross-entropy",
+            "mse-loss",
+        ];
+        for kind in kinds {
+            assert!(
+                has(&|c| matches!(c, Case::Op(o, _) if o.op.kind() == kind)),
+                "{kind}"
+            );
+        }
+        assert!(cases.iter().any(|(t, _)| *t == 1) && cases.iter().any(|(t, _)| *t == 2));
+    }
+
+    #[test]
+    fn plans_fit_the_budget_in_priority_order() {
+        let rates = Rates {
+            flops: 1e11,
+            bytes: 1e10,
+            cores: 2,
+        };
+        let all = standard(&[2, 1]).unwrap();
+        let n = all.len();
+        let small = plan(
+            all.clone(),
+            &rates,
+            &PROTOCOL,
+            Duration::from_secs(30),
+            |_, _| Ok(false),
+        )
+        .unwrap();
+        assert!(small.estimate_s() <= 30.0);
+        assert_eq!(small.run.len() + small.left_out.len(), n);
+        assert!(
+            matches!(small.run[0].case, Case::Gemm(_)),
+            "FP32 GEMM first"
+        );
+        let big = plan(
+            all.clone(),
+            &rates,
+            &PROTOCOL,
+            Duration::from_secs(100_000),
+            |_, _| Ok(false),
+        )
+        .unwrap();
+        assert_eq!(big.run.len(), n);
+        assert!(big.left_out.is_empty() && !big.summary().is_empty());
+        let resumed = plan(all, &rates, &PROTOCOL, Duration::from_secs(30), |t, c| {
+            Ok(t == 2 && matches!(c, Case::Gemm(_)))
+        })
+        .unwrap();
+        assert!(resumed.already > 0);
+    }
+}

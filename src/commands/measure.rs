@@ -1,0 +1,758 @@
+//! `ridgeline measure ...`: runs cases on a backend, appends records to `--out`, and prints
+//! what was measured (the median of each case's samples, for reading; the records keep every
+//! sample).
+
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use ridgeline_measure::suite::{self, Caches, SOURCES};
+use ridgeline_measure::{
+    Backend, Case, ConvPass, GemmCase, OpCase, Pass, Protocol, Record, RecordWriter, StreamKernel,
+    conv_cases, open_backend,
+};
+use ridgeline_model::graph::Graph;
+use ridgeline_model::memory::{Footprint, Optimizer};
+use ridgeline_model::precision::Precision;
+use ridgeline_model::units::{ByteRate, Bytes, FlopRate, Seconds};
+use ridgeline_model::workloads::{self, BuildOptions};
+use ridgeline_reports::Document;
+use serde::Serialize;
+
+use crate::cli::{
+    ConvPassArg, Format, MeasureArgs, MeasureConvArgs, MeasureGemmArgs, MeasureOpsArgs,
+    MeasureStreamArgs, MeasureSuiteArgs, MeasureWorkloadArgs, PassArg, ShapesFrom, StreamArg,
+    ThreadCount, WorkloadArgs,
+};
+use crate::load;
+use crate::output::{self, Col, Style, num, text};
+
+/// Backends by thread count, opened up front so a device error comes before any work.
+struct Backends {
+    device: String,
+    open: Vec<(usize, Box<dyn Backend>)>,
+}
+
+impl Backends {
+    fn new(args: &MeasureArgs, default: &[ThreadCount]) -> Result<Backends> {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let counts = args.threads.as_ref().map_or(default, |t| t.0.as_slice());
+        let mut open: Vec<(usize, Box<dyn Backend>)> = Vec::new();
+        for c in counts {
+            let n = match c {
+                ThreadCount::All => cores,
+                ThreadCount::N(n) => *n,
+            };
+            if !open.iter().any(|(t, _)| *t == n) {
+                open.push((n, open_backend(&args.device, n)?));
+            }
+        }
+        Ok(Backends {
+            device: args.device.clone(),
+            open,
+        })
+    }
+
+    fn threads(&self) -> Vec<usize> {
+        self.open.iter().map(|(t, _)| *t).collect()
+    }
+
+    fn get(&mut self, threads: usize) -> &mut dyn Backend {
+        let i = self
+            .open
+            .iter()
+            .position(|(t, _)| *t == threads)
+            .unwrap_or(0);
+        &mut *self.open[i].1
+    }
+}
+
+/// The protocol: `base` with the command line's overrides.
+fn protocol(args: &MeasureArgs, base: Protocol) -> Protocol {
+    let mut p = base;
+    if let Some(w) = args.warmup {
+        p.warmup = w;
+    }
+    if let Some(n) = args.min_samples {
+        p.min_samples = usize::try_from(n).unwrap_or(usize::MAX);
+        p.max_samples = p.max_samples.max(p.min_samples);
+    }
+    if let Some(t) = args.min_time {
+        p.min_time = t;
+        p.max_time = p.max_time.max(t);
+    }
+    p
+}
+
+/// The records file, if any, opened for a new or resumed campaign.
+fn writer(args: &MeasureArgs) -> Result<Option<RecordWriter>> {
+    let Some(path) = &args.out else {
+        return Ok(None);
+    };
+    let (writer, found) = RecordWriter::open(path, args.resume)?;
+    if args.resume {
+        eprintln!(
+            "resuming {}: {} records kept",
+            path.display(),
+            found.records
+        );
+        if let Some(line) = found.torn_line {
+            eprintln!(
+                "warning: {}: line {line} was an interrupted write; it was dropped and its measurement runs again",
+                path.display()
+            );
+        }
+    }
+    Ok(Some(writer))
+}
+
+/// Runs `cases` in order, skipping those already in the file, until `deadline`; returns
+/// the new records and how many cases were skipped and left unrun.
+struct Ran {
+    records: Vec<Record>,
+    skipped: usize,
+    unrun: usize,
+}
+
+fn run_cases(
+    backends: &mut Backends,
+    writer: &mut Option<RecordWriter>,
+    cases: &[(usize, Case)],
+    protocol: &Protocol,
+    deadline: Option<Instant>,
+) -> Result<Ran> {
+    let bar = if std::io::stderr().is_terminal() {
+        ProgressBar::new(cases.len() as u64)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed_precise} < {eta}] {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut ran = Ran {
+        records: Vec::new(),
+        skipped: 0,
+        unrun: 0,
+    };
+    for (i, (threads, case)) in cases.iter().enumerate() {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            ran.unrun = cases.len() - i;
+            break;
+        }
+        let backend = backends.get(*threads);
+        let id = case.id(backend)?;
+        if writer.as_ref().is_some_and(|w| w.has(&id)) {
+            ran.skipped += 1;
+            bar.inc(1);
+            continue;
+        }
+        bar.set_message(format!("{} on {threads} thread(s)", case.describe()));
+        let records = case
+            .run(backend, protocol)
+            .with_context(|| format!("measuring {}", case.describe()))?;
+        if let Some(w) = writer.as_mut() {
+            w.write(&records)?;
+        }
+        ran.records.extend(records);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(ran)
+}
+
+fn median(samples: &[f64]) -> f64 {
+    let mut s = samples.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => s[n / 2],
+        n => 0.5 * (s[n / 2 - 1] + s[n / 2]),
+    }
+}
+
+/// One printed row per record.
+#[derive(Debug, Serialize)]
+struct Row {
+    kind: String,
+    case: String,
+    precision: String,
+    threads: usize,
+    samples: usize,
+    median_s: f64,
+    flop_rate: f64,
+    byte_rate: f64,
+}
+
+fn describe(r: &Record) -> String {
+    let s = &r.shape;
+    let list = |v: &serde_json::Value| {
+        v.as_array().map_or_else(String::new, |a| {
+            a.iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join("x")
+        })
+    };
+    match r.kind.as_str() {
+        "gemm" => format!("{}x{}x{}", s["m"], s["n"], s["k"]),
+        "conv" => format!(
+            "{} {} n{} {}->{} {} k{}{}{}",
+            s["pass"].as_str().unwrap_or_default(),
+            s["source"].as_str().unwrap_or_default(),
+            s["n"],
+            s["c_in"],
+            s["c_out"],
+            list(&s["input"]),
+            list(&s["kernel"]),
+            if s["groups"] == 1 {
+                String::new()
+            } else {
+                format!(" g{}", s["groups"])
+            },
+            if s["dilation"]
+                .as_array()
+                .is_some_and(|d| d.iter().any(|v| v != 1))
+            {
+                format!(" d{}", list(&s["dilation"]))
+            } else {
+                String::new()
+            },
+        ),
+        "stream" => format!(
+            "{} {} KiB",
+            s["kernel"].as_str().unwrap_or_default(),
+            s["array_bytes"].as_u64().unwrap_or(0) / 1024
+        ),
+        "op" => format!(
+            "{} {} n{} {}",
+            s["op"]["op"].as_str().unwrap_or_default(),
+            s["pass"].as_str().unwrap_or_default(),
+            s["batch"],
+            list(&s["input"])
+        ),
+        _ => format!("{}", s),
+    }
+}
+
+fn rows(records: &[Record]) -> Vec<Row> {
+    records
+        .iter()
+        .map(|r| {
+            let t = median(&r.samples_s);
+            Row {
+                kind: r.kind.clone(),
+                case: describe(r),
+                precision: r.precision.clone(),
+                threads: r.threads,
+                samples: r.samples_s.len(),
+                median_s: t,
+                flop_rate: r.flops / t,
+                byte_rate: r.bytes / t,
+            }
+        })
+        .collect()
+}
+
+fn row_cols() -> [Col<Row>; 7] {
+    [
+        text("kind", "kind", |r, _| r.kind.clone()),
+        text("case", "case", |r, _| r.case.clone()),
+        text("precision", "precision", |r, _| r.precision.clone()),
+        num("threads", "threads", |r, s| s.count(r.threads as u64)),
+        num("median", "median_s", |r, s| {
+            s.seconds(Seconds::new(r.median_s))
+        }),
+        num("FLOP/s", "flop_rate", |r, s| {
+            s.flop_rate(FlopRate::new(r.flop_rate))
+        }),
+        num("bytes/s", "byte_rate", |r, s| {
+            s.byte_rate(ByteRate::new(r.byte_rate))
+        }),
+    ]
+}
+
+fn finish(title: &str, args: &MeasureArgs, ran: &Ran, extra: Vec<(String, String)>) -> Result<()> {
+    if args.format.format == Format::Json {
+        return output::emit(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&ran.records)?
+        ));
+    }
+    let table_rows = rows(&ran.records);
+    let cols = row_cols();
+    output::print(args.format.format, &ran.records, |style| {
+        let mut doc = Document::new(title.to_owned());
+        if let Some(r) = ran.records.first() {
+            doc = doc.summary(
+                "device",
+                format!("{} ({}, {} cores)", r.device, r.env.cpu_model, r.env.cores),
+            );
+        }
+        for (k, v) in extra {
+            doc = doc.summary(k, v);
+        }
+        if let Some(out) = &args.out {
+            doc = doc.summary(
+                "records",
+                format!("{} new in {}", ran.records.len(), out.display()),
+            );
+        }
+        if ran.skipped > 0 {
+            doc = doc.summary("skipped", format!("{} cases already recorded", ran.skipped));
+        }
+        doc.table(output::table(&table_rows, &cols, style))
+            .note("median of each case's samples; FLOPs and bytes as the model counts them (bytes: the lower bound)")
+    })
+}
+
+pub(crate) fn gemm(args: &MeasureGemmArgs) -> Result<()> {
+    let mut backends = Backends::new(&args.measure, &[ThreadCount::All])?;
+    let shapes: Vec<[usize; 3]> = if !args.shape.is_empty() {
+        args.shape.clone()
+    } else if let Some(sizes) = &args.size {
+        sizes
+            .0
+            .iter()
+            .map(|&n| usize::try_from(n).map(|n| [n; 3]))
+            .collect::<Result<_, _>>()?
+    } else {
+        suite::GEMM_SIZES.iter().map(|&n| [n; 3]).collect()
+    };
+    let cases = for_threads(&backends, |_| {
+        args.precision
+            .iter()
+            .flat_map(|&format| {
+                shapes
+                    .iter()
+                    .map(move |&[m, n, k]| Case::Gemm(GemmCase { m, n, k, format }))
+            })
+            .collect()
+    });
+    let mut w = writer(&args.measure)?;
+    let ran = run_cases(
+        &mut backends,
+        &mut w,
+        &cases,
+        &protocol(&args.measure, Protocol::default()),
+        None,
+    )?;
+    finish("GEMM", &args.measure, &ran, vec![])
+}
+
+/// `cases` for every thread count, largest first.
+fn for_threads(backends: &Backends, cases: impl Fn(usize) -> Vec<Case>) -> Vec<(usize, Case)> {
+    backends
+        .threads()
+        .into_iter()
+        .flat_map(|t| cases(t).into_iter().map(move |c| (t, c)))
+        .collect()
+}
+
+/// The graphs and batches shapes come from: `--workload`, or the reference workloads.
+fn sources(shapes: &ShapesFrom) -> Result<Vec<(Graph, usize)>> {
+    if let Some(name) = &shapes.workload {
+        let args = WorkloadArgs {
+            workload: name.clone(),
+            input_size: shapes.input_size.clone(),
+            width: shapes.width,
+        };
+        let graph = load::workload(&args)?;
+        if let Some(missing) = shapes.layer.iter().find(|l| graph.find(l).is_none()) {
+            bail!(
+                "--layer `{missing}`: `{}` has no such layer (see `ridgeline workload show {name}`)",
+                graph.name()
+            );
+        }
+        return Ok(vec![(graph, usize::try_from(shapes.batch)?)]);
+    }
+    SOURCES
+        .iter()
+        .map(|s| {
+            let g = workloads::build(
+                s.workload,
+                &BuildOptions {
+                    input_size: Some(s.input.to_vec()),
+                    width: 1.0,
+                },
+            )?;
+            Ok((g, s.batch))
+        })
+        .collect()
+}
+
+pub(crate) fn conv(args: &MeasureConvArgs) -> Result<()> {
+    let mut backends = Backends::new(&args.measure, &[ThreadCount::All])?;
+    let shapes = if args.sweep {
+        suite::conv_sweep()
+    } else {
+        let mut all = Vec::new();
+        for (graph, batch) in sources(&args.shapes)? {
+            let keep = |label: &str| {
+                args.shapes.layer.is_empty()
+                    || args
+                        .shapes
+                        .layer
+                        .iter()
+                        .any(|l| label.ends_with(&format!("/{l}")))
+            };
+            all.extend(
+                conv_cases(&graph, batch, graph.name())
+                    .into_iter()
+                    .filter(|c| keep(&c.label)),
+            );
+        }
+        if all.is_empty() {
+            bail!(
+                "no convolution layers to measure (transposed convolutions are measured as backward-data)"
+            );
+        }
+        all
+    };
+    let passes: Vec<ConvPass> = args
+        .pass
+        .iter()
+        .map(|p| match p {
+            ConvPassArg::Forward => ConvPass::Forward,
+            ConvPassArg::BackwardData => ConvPass::BackwardData,
+            ConvPassArg::BackwardFilter => ConvPass::BackwardFilter,
+        })
+        .collect();
+    let cases = for_threads(&backends, |_| {
+        passes
+            .iter()
+            .flat_map(|&p| shapes.iter().map(move |c| Case::Conv(c.clone(), p)))
+            .collect()
+    });
+    let mut w = writer(&args.measure)?;
+    let ran = run_cases(
+        &mut backends,
+        &mut w,
+        &cases,
+        &protocol(&args.measure, Protocol::default()),
+        None,
+    )?;
+    finish("Convolution", &args.measure, &ran, vec![])
+}
+
+pub(crate) fn stream(args: &MeasureStreamArgs) -> Result<()> {
+    let mut backends = Backends::new(&args.measure, &[ThreadCount::All])?;
+    let caches = Caches::detect();
+    let sizes: Vec<usize> = if args.size.is_empty() {
+        suite::stream_sizes(caches)
+    } else {
+        args.size.iter().map(|b| b / 8).collect()
+    };
+    let kernels: Vec<StreamKernel> = args
+        .kernel
+        .iter()
+        .map(|k| match k {
+            StreamArg::Copy => StreamKernel::Copy,
+            StreamArg::Scale => StreamKernel::Scale,
+            StreamArg::Add => StreamKernel::Add,
+            StreamArg::Triad => StreamKernel::Triad,
+        })
+        .collect();
+    let cases = for_threads(&backends, |_| {
+        kernels
+            .iter()
+            .flat_map(|&k| sizes.iter().map(move |&n| Case::Stream(k, n)))
+            .collect()
+    });
+    let mut w = writer(&args.measure)?;
+    let ran = run_cases(
+        &mut backends,
+        &mut w,
+        &cases,
+        &protocol(&args.measure, Protocol::default()),
+        None,
+    )?;
+    let s = Style::Human;
+    let caches = vec![(
+        "caches".to_owned(),
+        format!(
+            "L1d {}, last level {}",
+            s.bytes(Bytes::from_count(caches.l1d as u64)),
+            s.bytes(Bytes::from_count(caches.llc as u64))
+        ),
+    )];
+    finish("STREAM memory bandwidth", &args.measure, &ran, caches)
+}
+
+pub(crate) fn ops(args: &MeasureOpsArgs) -> Result<()> {
+    let mut backends = Backends::new(&args.measure, &[ThreadCount::All])?;
+    let mut cases_of: Vec<OpCase> = Vec::new();
+    for (graph, batch) in sources(&args.shapes)? {
+        let layers = graph.layers();
+        if args.shapes.layer.is_empty() {
+            cases_of.extend(suite::op_cases(&graph, batch));
+        } else {
+            for name in &args.shapes.layer {
+                let layer = &layers[graph.find(name).unwrap_or_default()];
+                cases_of.push(OpCase {
+                    op: layer.op.clone(),
+                    input: layers[layer.inputs[0]].output.dims().to_vec(),
+                    batch,
+                });
+            }
+        }
+    }
+    if args.shapes.workload.is_none() {
+        cases_of.extend(suite::extra_ops());
+    }
+    if let Some(bad) = args
+        .op
+        .iter()
+        .find(|k| ridgeline_model::file::op_kinds().all(|op| op != k.as_str()))
+    {
+        bail!(
+            "--op `{bad}`: unknown op kind; see `ridgeline workload show` for the kinds a workload uses"
+        );
+    }
+    cases_of.retain(|c| {
+        !c.op.is_matrix()
+            && !matches!(c.op.kind(), "input" | "flatten")
+            && (args.op.is_empty() || args.op.iter().any(|k| k == c.op.kind()))
+    });
+    if cases_of.is_empty() {
+        bail!(
+            "no ops to measure: the workload has none of the kinds asked for (convolutions and dense layers: `measure conv`, `measure gemm`)"
+        );
+    }
+    let passes: Vec<Pass> = args
+        .pass
+        .iter()
+        .map(|p| match p {
+            PassArg::Forward => Pass::Forward,
+            PassArg::Backward => Pass::Backward,
+        })
+        .collect();
+    let cases = for_threads(&backends, |_| {
+        passes
+            .iter()
+            .flat_map(|&p| cases_of.iter().map(move |c| Case::Op(c.clone(), p)))
+            .collect()
+    });
+    let mut w = writer(&args.measure)?;
+    let ran = run_cases(
+        &mut backends,
+        &mut w,
+        &cases,
+        &protocol(&args.measure, Protocol::default()),
+        None,
+    )?;
+    finish("Ops", &args.measure, &ran, vec![])
+}
+
+/// One layer's row of a workload run.
+#[derive(Debug, Serialize)]
+struct LayerRow {
+    layer: String,
+    op: String,
+    forward_s: f64,
+    backward_s: f64,
+    share: f64,
+    flop_rate: f64,
+}
+
+pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
+    let graph = load::workload(&args.workload)?;
+    let batch = usize::try_from(args.batch)?;
+    let mut backends = Backends::new(&args.measure, &[ThreadCount::All])?;
+    let steps = usize::try_from(args.steps)?;
+    let base = Protocol {
+        warmup: Duration::ZERO,
+        min_samples: steps,
+        min_time: Duration::ZERO,
+        max_samples: steps,
+        max_time: Duration::MAX,
+    };
+    let cases = for_threads(&backends, |_| {
+        vec![Case::Workload(Box::new(graph.clone()), batch)]
+    });
+    let mut w = writer(&args.measure)?;
+    let ran = run_cases(
+        &mut backends,
+        &mut w,
+        &cases,
+        &protocol(&args.measure, base),
+        None,
+    )?;
+    if args.measure.format.format == Format::Json {
+        return output::emit(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&ran.records)?
+        ));
+    }
+    let footprint = Footprint::of(&graph, Precision::Fp32, Optimizer::Sgd)
+        .at(args.batch, Bytes::new(f64::INFINITY));
+    let mut text_out = String::new();
+    for step in ran.records.iter().filter(|r| r.kind == "workload-step") {
+        let layers: Vec<&Record> = ran
+            .records
+            .iter()
+            .filter(|r| r.kind == "workload-layer" && r.threads == step.threads)
+            .collect();
+        let step_s = median(&step.samples_s);
+        let mut rows: Vec<LayerRow> = Vec::new();
+        for l in graph.layers().iter().skip(1) {
+            let pick = |pass: &str| {
+                layers
+                    .iter()
+                    .find(|r| r.shape["layer"] == l.name.as_str() && r.shape["pass"] == pass)
+                    .copied()
+            };
+            let (f, b) = (pick("forward"), pick("backward"));
+            let t = |r: Option<&Record>| r.map_or(0.0, |r| median(&r.samples_s));
+            let flops = f.map_or(0.0, |r| r.flops) + b.map_or(0.0, |r| r.flops);
+            let time = t(f) + t(b);
+            rows.push(LayerRow {
+                layer: l.name.to_string(),
+                op: l.op.kind().to_owned(),
+                forward_s: t(f),
+                backward_s: t(b),
+                share: time / step_s,
+                flop_rate: if time > 0.0 { flops / time } else { 0.0 },
+            });
+        }
+        if args.top > 0 {
+            rows.sort_by(|a, b| {
+                (b.forward_s + b.backward_s).total_cmp(&(a.forward_s + a.backward_s))
+            });
+            rows.truncate(args.top);
+        }
+        let extra = step.extra.clone().unwrap_or_default();
+        let s = Style::Human;
+        let peak = extra["peak_bytes"].as_f64().unwrap_or(0.0);
+        let update = extra["update_s"].as_array().map_or(0.0, |v| {
+            median(
+                &v.iter()
+                    .filter_map(serde_json::Value::as_f64)
+                    .collect::<Vec<_>>(),
+            )
+        });
+        let cols: [Col<LayerRow>; 6] = [
+            text("layer", "layer", |r, _| r.layer.clone()),
+            text("op", "op", |r, _| r.op.clone()),
+            num("forward", "forward_s", |r, s| {
+                s.seconds(Seconds::new(r.forward_s))
+            }),
+            num("backward", "backward_s", |r, s| {
+                s.seconds(Seconds::new(r.backward_s))
+            }),
+            num("share", "share", |r, s| match s {
+                Style::Human => format!("{:.1}%", 100.0 * r.share),
+                Style::Raw => r.share.to_string(),
+            }),
+            num("FLOP/s", "flop_rate", |r, s| {
+                s.flop_rate(FlopRate::new(r.flop_rate))
+            }),
+        ];
+        let mut doc = Document::new(format!(
+            "Measured training step: {} batch {batch}, input {:?}, fp32 on {} ({} threads)",
+            graph.name(),
+            graph.input_shape().dims(),
+            backends.device,
+            step.threads
+        ))
+        .summary(
+            "device",
+            format!("{} ({} cores)", step.env.cpu_model, step.env.cores),
+        )
+        .summary(
+            "step",
+            format!(
+                "{} median of {} steps ({}), SGD update {}",
+                s.seconds(Seconds::new(step_s)),
+                step.samples_s.len(),
+                s.flop_rate(FlopRate::new(step.flops / step_s)),
+                s.seconds(Seconds::new(update))
+            ),
+        )
+        .summary(
+            "samples per second",
+            format!("{:.2}", batch as f64 / step_s),
+        )
+        .summary("peak memory (executor)", s.bytes(Bytes::new(peak)));
+        if let Some(rss) = extra["peak_rss_bytes"].as_f64() {
+            doc = doc.summary("peak resident set (process)", s.bytes(Bytes::new(rss)));
+        }
+        doc = doc
+            .summary("model footprint (SGD)", s.bytes(footprint.total))
+            .table(output::table(&rows, &cols, Style::Human))
+            .note(if args.top > 0 {
+                format!("the {} slowest layers; --top 0 lists every layer in order", rows.len())
+            } else {
+                "every layer in order".to_owned()
+            })
+            .note("the model's footprint counts a whole-sample im2col workspace; the executor lowers convolutions in tiles of a few MiB");
+        let rendered = match args.measure.format.format {
+            Format::Csv => ridgeline_reports::Renderer::render(&ridgeline_reports::Csv, &doc)?,
+            _ => ridgeline_reports::Renderer::render(&ridgeline_reports::Text, &doc)?,
+        };
+        text_out.push_str(&rendered);
+    }
+    output::emit(&text_out)
+}
+
+pub(crate) fn suite(args: &MeasureSuiteArgs) -> Result<()> {
+    let m = &args.measure;
+    if m.out.is_none() {
+        bail!(
+            "measure suite writes a campaign of records: give --out FILE (and --resume to continue one)"
+        );
+    }
+    let mut backends = Backends::new(m, &[ThreadCount::All, ThreadCount::N(1)])?;
+    let protocol = protocol(m, suite::PROTOCOL);
+    let threads = backends.threads();
+    let mut w = writer(m)?;
+    let rates = suite::probe(backends.get(threads[0]))?;
+    let candidates = suite::standard(&threads)?;
+    let plan = {
+        let backends = &backends;
+        let w = &w;
+        suite::plan(candidates, &rates, &protocol, args.budget, |t, case| {
+            let Some((_, backend)) = backends.open.iter().find(|(n, _)| *n == t) else {
+                return Ok(false);
+            };
+            Ok(w.as_ref()
+                .is_some_and(|w| case.id(&**backend).is_ok_and(|id| w.has(&id))))
+        })?
+    };
+    let s = Style::Human;
+    eprintln!(
+        "measure suite: {} cases in about {} of the {} budget (probe: {} FP32 GEMM, {} triad on {} threads)",
+        plan.run.len(),
+        humantime::format_duration(Duration::from_secs(plan.estimate_s().ceil() as u64)),
+        humantime::format_duration(args.budget),
+        s.flop_rate(FlopRate::new(rates.flops)),
+        s.byte_rate(ByteRate::new(rates.bytes)),
+        rates.cores
+    );
+    for line in plan.summary() {
+        eprintln!("  {line}");
+    }
+    if plan.already > 0 {
+        eprintln!("  already recorded: {} cases", plan.already);
+    }
+    if !plan.left_out.is_empty() {
+        eprintln!(
+            "left out for lack of time (raise --budget, or --resume later with a larger one):"
+        );
+        for line in plan.left_out_summary() {
+            eprintln!("  {line}");
+        }
+    }
+    let cases: Vec<(usize, Case)> = plan.run.into_iter().map(|p| (p.threads, p.case)).collect();
+    // Past the budget by a quarter, stop: the estimates are rough.
+    let deadline = Instant::now() + args.budget + args.budget / 4;
+    let ran = run_cases(&mut backends, &mut w, &cases, &protocol, Some(deadline))?;
+    if ran.unrun > 0 {
+        eprintln!(
+            "stopped at the budget with {} cases not run; --resume with a larger --budget runs them",
+            ran.unrun
+        );
+    }
+    finish("Measurement suite", m, &ran, vec![])
+}

@@ -9,6 +9,7 @@
 
 use std::time::Instant;
 
+use rayon::prelude::*;
 use ridgeline_model::cost::{keeps, requires_grad};
 use ridgeline_model::graph::{Graph, Op};
 
@@ -70,6 +71,33 @@ pub(crate) struct Executor<'g> {
     consumers: Vec<usize>,
     tracker: Tracker,
     seed: u64,
+    /// The synthetic input batch, generated once.
+    input: Vec<f32>,
+    /// What each layer's forward pass leaves for backward, kept between steps.
+    aux: Vec<Aux>,
+    pool: BufferPool,
+}
+
+/// Freed buffers by length, handed out again for the same length, as the frameworks'
+/// caching allocators do: after the first step no kernel touches fresh pages, so no kernel
+/// time is page faults. Buffers come back with stale contents; every kernel overwrites its
+/// outputs.
+#[derive(Debug, Default)]
+struct BufferPool {
+    free: std::collections::HashMap<usize, Vec<Vec<f32>>>,
+}
+
+impl BufferPool {
+    fn take(&mut self, len: usize) -> Vec<f32> {
+        self.free
+            .get_mut(&len)
+            .and_then(Vec::pop)
+            .unwrap_or_else(|| vec![0.0; len])
+    }
+
+    fn give(&mut self, buf: Vec<f32>) {
+        self.free.entry(buf.len()).or_default().push(buf);
+    }
 }
 
 fn bytes(v: &[f32]) -> usize {
@@ -109,6 +137,11 @@ impl<'g> Executor<'g> {
                 kept[l.inputs[0]] = true;
             }
         }
+        let seed = 0x5EED;
+        let input = (0..(layers[0].output.elements() as usize * batch) as u64)
+            .map(|i| uniform(seed, i))
+            .collect();
+        let aux = (0..layers.len()).map(|_| Aux::default()).collect();
         let mut tracker = Tracker::default();
         for ps in params.iter().chain(&dparams) {
             for p in ps {
@@ -126,7 +159,10 @@ impl<'g> Executor<'g> {
             kept,
             consumers,
             tracker,
-            seed: 0x5EED,
+            seed,
+            input,
+            aux,
+            pool: BufferPool::default(),
         }
     }
 
@@ -174,19 +210,18 @@ impl<'g> Executor<'g> {
     fn forward_backward(&mut self) -> StepTimes {
         let n = self.graph.layers().len();
         let mut acts: Vec<Option<Vec<f32>>> = vec![None; n];
-        let mut aux: Vec<Aux> = (0..n).map(|_| Aux::default()).collect();
+        let mut aux = std::mem::take(&mut self.aux);
         let mut forward = vec![0.0; n];
         let mut backward = vec![None; n];
-        let input: Vec<f32> = (0..self.len(0) as u64)
-            .map(|i| uniform(self.seed, i))
-            .collect();
+        // The input batch is already in memory, as after a host-to-device copy.
+        let input = std::mem::take(&mut self.input);
         self.tracker.alloc(bytes(&input));
         acts[0] = Some(input);
         let mut remaining = self.consumers.clone();
 
         for i in 1..n {
             let layer = &self.graph.layers()[i];
-            let mut out = vec![0.0f32; self.len(i)];
+            let mut out = self.pool.take(self.len(i));
             self.tracker.alloc(bytes(&out));
             let ws = self.workspace(i);
             self.tracker.alloc(ws);
@@ -217,6 +252,7 @@ impl<'g> Executor<'g> {
                     && let Some(buf) = acts[j].take()
                 {
                     self.tracker.free(bytes(&buf));
+                    self.pool.give(buf);
                 }
             }
         }
@@ -228,7 +264,8 @@ impl<'g> Executor<'g> {
             if self.consumers[i] == 0 && self.needs_grad[i] {
                 let out = acts[i].as_deref().unwrap_or(&[]);
                 loss += out.iter().map(|&v| f64::from(v)).sum::<f64>() / self.batch as f64;
-                let g = vec![1.0 / self.batch as f32; self.len(i)];
+                let mut g = self.pool.take(self.len(i));
+                g.fill(1.0 / self.batch as f32);
                 self.tracker.alloc(bytes(&g));
                 grads[i] = Some(g);
             }
@@ -239,7 +276,7 @@ impl<'g> Executor<'g> {
                 let mut dx: Vec<Option<Vec<f32>>> = layer
                     .inputs
                     .iter()
-                    .map(|&j| self.needs_grad[j].then(|| vec![0.0f32; self.len(j)]))
+                    .map(|&j| self.needs_grad[j].then(|| self.pool.take(self.len(j))))
                     .collect();
                 for d in dx.iter().flatten() {
                     self.tracker.alloc(bytes(d));
@@ -272,8 +309,13 @@ impl<'g> Executor<'g> {
                         let Some(d) = d.take() else { continue };
                         match &mut grads[j] {
                             Some(g) => {
-                                g.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
+                                g.par_chunks_mut(1 << 14)
+                                    .zip(d.par_chunks(1 << 14))
+                                    .for_each(|(a, b)| {
+                                        a.iter_mut().zip(b).for_each(|(a, b)| *a += b)
+                                    });
                                 self.tracker.free(bytes(&d));
+                                self.pool.give(d);
                             }
                             slot @ None => *slot = Some(d),
                         }
@@ -282,18 +324,23 @@ impl<'g> Executor<'g> {
                 backward[i] = Some(t.elapsed().as_secs_f64());
                 self.tracker.free(ws);
                 self.tracker.free(bytes(&dy));
+                self.pool.give(dy);
             }
             if let Some(buf) = acts[i].take() {
                 self.tracker.free(bytes(&buf));
+                self.pool.give(buf);
             }
             self.tracker.free(aux[i].bytes());
         }
         if let Some(g) = grads[0].take() {
             self.tracker.free(bytes(&g));
+            self.pool.give(g);
         }
         if let Some(buf) = acts[0].take() {
             self.tracker.free(bytes(&buf));
+            self.input = buf;
         }
+        self.aux = aux;
 
         StepTimes {
             forward,

@@ -10,7 +10,7 @@
 use rayon::prelude::*;
 use ridgeline_model::graph::{Graph, Layer, Op, Pool};
 
-use super::conv::{self, ConvGeom, three};
+use super::conv::{self, ConvGeom, add_channel_bias, channel_sums, three};
 use super::gemm::{View, ViewMut, matmul};
 
 /// Batch-norm epsilon (PyTorch's and Keras' default order of magnitude).
@@ -46,44 +46,15 @@ impl PoolGeom {
         }
     }
 
-    /// Calls `f(o, window)` for every output position with the input positions it covers.
-    fn windows(&self, mut f: impl FnMut(usize, &[usize])) {
-        let [do_, ho, wo] = self.output;
-        let [_, hi, wi] = self.input;
-        let mut idx = Vec::with_capacity(self.kernel.iter().product());
-        for od in 0..do_ {
-            for oh in 0..ho {
-                for ow in 0..wo {
-                    idx.clear();
-                    for a in 0..self.kernel[0] {
-                        let Some(id) = (od * self.stride[0] + a)
-                            .checked_sub(self.pad[0])
-                            .filter(|&i| i < self.input[0])
-                        else {
-                            continue;
-                        };
-                        for b in 0..self.kernel[1] {
-                            let Some(ih) = (oh * self.stride[1] + b)
-                                .checked_sub(self.pad[1])
-                                .filter(|&i| i < hi)
-                            else {
-                                continue;
-                            };
-                            for c in 0..self.kernel[2] {
-                                let Some(iw) = (ow * self.stride[2] + c)
-                                    .checked_sub(self.pad[2])
-                                    .filter(|&i| i < wi)
-                                else {
-                                    continue;
-                                };
-                                idx.push((id * hi + ih) * wi + iw);
-                            }
-                        }
-                    }
-                    f((od * ho + oh) * wo + ow, &idx);
-                }
-            }
-        }
+    /// The input span `[lo, hi)` along dimension `d` of output coordinate `o` (padding
+    /// clipped off).
+    #[inline]
+    fn span(&self, d: usize, o: usize) -> (usize, usize) {
+        let start = o * self.stride[d];
+        let hi = (start + self.kernel[d])
+            .saturating_sub(self.pad[d])
+            .min(self.input[d]);
+        (start.saturating_sub(self.pad[d]).min(hi), hi)
     }
 
     fn in_vol(&self) -> usize {
@@ -92,6 +63,118 @@ impl PoolGeom {
 
     fn out_vol(&self) -> usize {
         self.output.iter().product()
+    }
+}
+
+/// Max pooling of one plane: the window's rows are first reduced element-wise across depth
+/// and height (vectorised), then along width.
+fn max_pool_plane(g: &PoolGeom, x: &[f32], out: &mut [f32], row: &mut Vec<f32>) {
+    let [do_, ho, wo] = g.output;
+    let [_, hi, wi] = g.input;
+    for od in 0..do_ {
+        let (d0, d1) = g.span(0, od);
+        for oh in 0..ho {
+            let (h0, h1) = g.span(1, oh);
+            row.clear();
+            row.resize(wi, f32::NEG_INFINITY);
+            for id in d0..d1 {
+                for ih in h0..h1 {
+                    let src = &x[(id * hi + ih) * wi..][..wi];
+                    row.iter_mut().zip(src).for_each(|(m, &v)| *m = m.max(v));
+                }
+            }
+            let dst = &mut out[(od * ho + oh) * wo..][..wo];
+            for (ow, o) in dst.iter_mut().enumerate() {
+                let (w0, w1) = g.span(2, ow);
+                *o = row[w0..w1].iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            }
+        }
+    }
+}
+
+/// Average pooling of one plane (padding counts towards the divisor, PyTorch's default).
+fn avg_pool_plane(g: &PoolGeom, x: &[f32], out: &mut [f32], row: &mut Vec<f32>) {
+    let [do_, ho, wo] = g.output;
+    let [_, hi, wi] = g.input;
+    #[allow(clippy::cast_precision_loss)]
+    let k = g.kernel.iter().product::<usize>() as f32;
+    for od in 0..do_ {
+        let (d0, d1) = g.span(0, od);
+        for oh in 0..ho {
+            let (h0, h1) = g.span(1, oh);
+            row.clear();
+            row.resize(wi, 0.0);
+            for id in d0..d1 {
+                for ih in h0..h1 {
+                    let src = &x[(id * hi + ih) * wi..][..wi];
+                    row.iter_mut().zip(src).for_each(|(m, &v)| *m += v);
+                }
+            }
+            let dst = &mut out[(od * ho + oh) * wo..][..wo];
+            for (ow, o) in dst.iter_mut().enumerate() {
+                let (w0, w1) = g.span(2, ow);
+                *o = row[w0..w1].iter().sum::<f32>() / k;
+            }
+        }
+    }
+}
+
+/// The gradient of max pooling for one plane: each output's gradient goes to the first
+/// maximum of its window (overwrites `dx`). The arg-max is kept with selects rather than
+/// branches: which element wins is unpredictable.
+fn max_pool_plane_backward(g: &PoolGeom, x: &[f32], dy: &[f32], dx: &mut [f32]) {
+    let [do_, ho, wo] = g.output;
+    let [_, hi, wi] = g.input;
+    dx.fill(0.0);
+    for od in 0..do_ {
+        let (d0, d1) = g.span(0, od);
+        for oh in 0..ho {
+            let (h0, h1) = g.span(1, oh);
+            for ow in 0..wo {
+                let (w0, w1) = g.span(2, ow);
+                if d0 == d1 || h0 == h1 || w0 == w1 {
+                    continue;
+                }
+                let first = (d0 * hi + h0) * wi + w0;
+                let (mut best, mut arg) = (x[first], first);
+                for id in d0..d1 {
+                    for ih in h0..h1 {
+                        let base = (id * hi + ih) * wi;
+                        for (iw, &v) in x[base + w0..base + w1].iter().enumerate() {
+                            let better = v > best;
+                            best = if better { v } else { best };
+                            arg = if better { base + w0 + iw } else { arg };
+                        }
+                    }
+                }
+                dx[arg] += dy[(od * ho + oh) * wo + ow];
+            }
+        }
+    }
+}
+
+/// The gradient of average pooling for one plane (overwrites `dx`).
+fn avg_pool_plane_backward(g: &PoolGeom, dy: &[f32], dx: &mut [f32]) {
+    let [do_, ho, wo] = g.output;
+    let [_, hi, wi] = g.input;
+    #[allow(clippy::cast_precision_loss)]
+    let k = g.kernel.iter().product::<usize>() as f32;
+    dx.fill(0.0);
+    for od in 0..do_ {
+        let (d0, d1) = g.span(0, od);
+        for oh in 0..ho {
+            let (h0, h1) = g.span(1, oh);
+            for ow in 0..wo {
+                let (w0, w1) = g.span(2, ow);
+                let v = dy[(od * ho + oh) * wo + ow] / k;
+                for id in d0..d1 {
+                    for ih in h0..h1 {
+                        let base = (id * hi + ih) * wi;
+                        dx[base + w0..base + w1].iter_mut().for_each(|d| *d += v);
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -401,21 +484,13 @@ impl Kernel {
                 let (iv, ov) = (g.in_vol(), g.out_vol());
                 out.par_chunks_mut(ov)
                     .zip(x.par_chunks(iv))
-                    .for_each(|(o, xi)| {
-                        g.windows(|p, w| {
-                            o[p] = w.iter().map(|&i| xi[i]).fold(f32::NEG_INFINITY, f32::max)
-                        });
-                    });
+                    .for_each_init(Vec::new, |row, (o, xi)| max_pool_plane(g, xi, o, row));
             }
             Kernel::AvgPool(g) => {
                 let (iv, ov) = (g.in_vol(), g.out_vol());
-                #[allow(clippy::cast_precision_loss)]
-                let k = g.kernel.iter().product::<usize>() as f32;
                 out.par_chunks_mut(ov)
                     .zip(x.par_chunks(iv))
-                    .for_each(|(o, xi)| {
-                        g.windows(|p, w| o[p] = w.iter().map(|&i| xi[i]).sum::<f32>() / k);
-                    });
+                    .for_each_init(Vec::new, |row, (o, xi)| avg_pool_plane(g, xi, o, row));
             }
             Kernel::GlobalAvgPool { vol, .. } => {
                 #[allow(clippy::cast_precision_loss)]
@@ -474,15 +549,16 @@ impl Kernel {
                     });
             }
             Kernel::Relu => map(out, x, |v| v.max(0.0)),
-            Kernel::LeakyRelu(a) => map(out, x, |v| if v > 0.0 { v } else { a * v }),
+            // Branch-free, so it vectorises (the signs of activations are unpredictable).
+            Kernel::LeakyRelu(a) => map(out, x, |v| v.max(0.0) + a * v.min(0.0)),
             Kernel::Tanh => map(out, x, f32::tanh),
             Kernel::Scale(f) => map(out, x, |v| f * v),
             Kernel::Add => {
                 out.copy_from_slice(x);
                 for other in &inputs[1..] {
-                    out.par_iter_mut()
-                        .zip(other.par_iter())
-                        .for_each(|(o, v)| *o += v);
+                    out.par_chunks_mut(CHUNK)
+                        .zip(other.par_chunks(CHUNK))
+                        .for_each(|(o, v)| o.iter_mut().zip(v).for_each(|(o, v)| *o += v));
                 }
             }
             Kernel::Concat { n, channels, vol } => {
@@ -526,16 +602,23 @@ impl Kernel {
                 let keep = 1.0 / (1.0 - rate);
                 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
                 let threshold = (f64::from(*rate) * f64::from(u32::MAX)) as u32;
-                aux.mask.par_iter_mut().enumerate().for_each(|(i, m)| {
-                    #[allow(clippy::cast_possible_truncation)]
-                    let r = (splitmix(seed, i as u64) >> 32) as u32;
-                    *m = u8::from(r >= threshold);
-                });
-                out.par_iter_mut()
-                    .zip(x.par_iter())
-                    .zip(aux.mask.par_iter())
+                aux.mask
+                    .par_chunks_mut(CHUNK)
+                    .enumerate()
+                    .for_each(|(c, ms)| {
+                        for (i, m) in ms.iter_mut().enumerate() {
+                            #[allow(clippy::cast_possible_truncation)]
+                            let r = (splitmix(seed, (c * CHUNK + i) as u64) >> 32) as u32;
+                            *m = u8::from(r >= threshold);
+                        }
+                    });
+                out.par_chunks_mut(CHUNK)
+                    .zip(x.par_chunks(CHUNK))
+                    .zip(aux.mask.par_chunks(CHUNK))
                     .for_each(|((o, v), m)| {
-                        *o = if *m == 1 { v * keep } else { 0.0 };
+                        for ((o, v), m) in o.iter_mut().zip(v).zip(m) {
+                            *o = if *m == 1 { v * keep } else { 0.0 };
+                        }
                     });
             }
             Kernel::Flatten => out.copy_from_slice(x),
@@ -664,29 +747,16 @@ impl Kernel {
                 d.par_chunks_mut(iv)
                     .zip(x.par_chunks(iv))
                     .zip(dy.par_chunks(ov))
-                    .for_each(|((di, xi), dyi)| {
-                        di.fill(0.0);
-                        g.windows(|p, w| {
-                            if let Some(&arg) = w.iter().max_by(|&&a, &&b| xi[a].total_cmp(&xi[b]))
-                            {
-                                di[arg] += dyi[p];
-                            }
-                        });
-                    });
+                    .for_each(|((di, xi), dyi)| max_pool_plane_backward(g, xi, dyi, di));
             }
             Kernel::AvgPool(g) => {
                 let Some(d) = dx[0].as_deref_mut() else {
                     return;
                 };
                 let (iv, ov) = (g.in_vol(), g.out_vol());
-                #[allow(clippy::cast_precision_loss)]
-                let k = g.kernel.iter().product::<usize>() as f32;
                 d.par_chunks_mut(iv)
                     .zip(dy.par_chunks(ov))
-                    .for_each(|(di, dyi)| {
-                        di.fill(0.0);
-                        g.windows(|p, w| w.iter().for_each(|&i| di[i] += dyi[p] / k));
-                    });
+                    .for_each(|(di, dyi)| avg_pool_plane_backward(g, dyi, di));
             }
             Kernel::GlobalAvgPool { vol, .. } => {
                 let Some(d) = dx[0].as_deref_mut() else {
@@ -769,7 +839,12 @@ impl Kernel {
                 }
             }
             Kernel::Relu => zip_map(dx, dy, out, |g, y| if y > 0.0 { g } else { 0.0 }),
-            Kernel::LeakyRelu(a) => zip_map(dx, dy, x, |g, v| if v > 0.0 { g } else { a * g }),
+            Kernel::LeakyRelu(a) => {
+                let a = *a;
+                zip_map(dx, dy, x, |g, v| {
+                    g * (a + (1.0 - a) * f32::from(u8::from(v > 0.0)))
+                });
+            }
             Kernel::Tanh => zip_map(dx, dy, out, |g, y| g * (1.0 - y * y)),
             Kernel::Scale(f) => zip_map(dx, dy, dy, |g, _| f * g),
             Kernel::Add => {
@@ -826,11 +901,13 @@ impl Kernel {
             Kernel::Dropout { rate } => {
                 let keep = 1.0 / (1.0 - rate);
                 if let Some(d) = dx[0].as_deref_mut() {
-                    d.par_iter_mut()
-                        .zip(dy.par_iter())
-                        .zip(aux.mask.par_iter())
+                    d.par_chunks_mut(CHUNK)
+                        .zip(dy.par_chunks(CHUNK))
+                        .zip(aux.mask.par_chunks(CHUNK))
                         .for_each(|((o, g), m)| {
-                            *o = if *m == 1 { g * keep } else { 0.0 };
+                            for ((o, g), m) in o.iter_mut().zip(g).zip(m) {
+                                *o = if *m == 1 { g * keep } else { 0.0 };
+                            }
                         });
                 }
             }
@@ -900,10 +977,14 @@ fn conv_geom(
     }
 }
 
+/// Elements per rayon task of element-wise kernels: large enough that scheduling is
+/// negligible, small enough to balance.
+const CHUNK: usize = 1 << 14;
+
 fn map(out: &mut [f32], x: &[f32], f: impl Fn(f32) -> f32 + Sync) {
-    out.par_iter_mut()
-        .zip(x.par_iter())
-        .for_each(|(o, &v)| *o = f(v));
+    out.par_chunks_mut(CHUNK)
+        .zip(x.par_chunks(CHUNK))
+        .for_each(|(o, x)| o.iter_mut().zip(x).for_each(|(o, &v)| *o = f(v)));
 }
 
 fn zip_map(
@@ -913,24 +994,15 @@ fn zip_map(
     f: impl Fn(f32, f32) -> f32 + Sync,
 ) {
     if let Some(d) = dx.first_mut().and_then(|d| d.as_deref_mut()) {
-        d.par_iter_mut()
-            .zip(dy.par_iter())
-            .zip(other.par_iter())
-            .for_each(|((o, &g), &v)| *o = f(g, v));
-    }
-}
-
-fn add_channel_bias(out: &mut [f32], bias: &[f32], channels: usize, vol: usize) {
-    out.par_chunks_mut(vol).enumerate().for_each(|(i, plane)| {
-        let b = bias[i % channels];
-        plane.iter_mut().for_each(|v| *v += b);
-    });
-}
-
-fn channel_sums(dy: &[f32], out: &mut [f32], channels: usize, vol: usize) {
-    out.fill(0.0);
-    for (i, plane) in dy.chunks(vol).enumerate() {
-        out[i % channels] += plane.iter().sum::<f32>();
+        d.par_chunks_mut(CHUNK)
+            .zip(dy.par_chunks(CHUNK))
+            .zip(other.par_chunks(CHUNK))
+            .for_each(|((o, g), v)| {
+                o.iter_mut()
+                    .zip(g)
+                    .zip(v)
+                    .for_each(|((o, &g), &v)| *o = f(g, v))
+            });
     }
 }
 

@@ -1,17 +1,22 @@
-//! Convolution lowered to GEMM one tile of output positions at a time (im2col), for strided
-//! convolutions and the rare unit-stride ones the shifted path does not take. The lowered
-//! tile is position-major (`positions x C_in/g kernel`), so that each GEMM's output tile is
+//! Convolution lowered to one GEMM per tile of output positions (im2col), for strided
+//! convolutions and unit-stride ones on small images, where the shifted path would waste
+//! much of its work on padding. The lowered tile is built from the padded, channels-last
+//! copy of the input: for each output and kernel row, `kW x C_in/g` adjacent values (with
+//! `dW = 1`) are one copy. It is position-major, so each GEMM's output tile is
 //! channels-last, the GEMM crate's fast orientation.
 
 use rayon::prelude::*;
 
 use super::super::gemm::{View, ViewMut, matmul};
-use super::{ConvGeom, gather_tile, offset, scatter_tile, with_scratch};
+use super::layout::{
+    Grid, Taps, gather_tile, pack, rearrange, restore, scatter_tile, taps, unpack_add,
+};
+use super::{ConvGeom, with_scratch};
 
 /// Bytes of lowered tile per GEMM.
-const TILE_BYTES: usize = 2 << 20;
+const TILE_BYTES: usize = 4 << 20;
 /// Fewest output positions per tile.
-const MIN_TILE: usize = 64;
+const MIN_TILE: usize = 256;
 
 fn tile(g: &ConvGeom) -> usize {
     (TILE_BYTES / (4 * g.k_rows().max(1)))
@@ -22,94 +27,86 @@ fn tile(g: &ConvGeom) -> usize {
 /// Scratch bytes of the passes.
 pub(super) fn workspace(g: &ConvGeom) -> usize {
     let t = tile(g);
-    4 * (t * g.k_rows() + t * g.cout_g() + 2 * g.k_rows() * g.cout_g())
+    4 * (Grid::new(g).len * g.cin_g() + t * g.k_rows() + t * g.cout_g() + g.k_rows() * g.cout_g())
 }
 
-/// Fills `col` (`t x C_in/g kernel`, row-major) with the inputs output positions
-/// `[p0, p0 + t)` of one group of one sample read; taps in the padding are zero.
-fn im2col(g: &ConvGeom, xs: &[f32], p0: usize, col: &mut [f32]) {
-    let k = g.k_rows();
-    let kvol = g.kvol();
+/// The grid origin of each output position in `[p0, p0 + t)`.
+fn origins(g: &ConvGeom, grid: &Grid, p0: usize, t: usize) -> Vec<usize> {
     let [_, ho, wo] = g.output;
-    let [_, hi, wi] = g.input;
-    let in_vol = g.in_vol();
-    col.par_chunks_mut(k).enumerate().for_each(|(r, row)| {
-        let p = p0 + r;
-        let (od, oh, ow) = (p / (ho * wo), (p / wo) % ho, p % wo);
-        for kk in 0..kvol {
-            let (a, b, c) = offset(g, kk);
-            let at = match (g.coord(0, od, a), g.coord(1, oh, b), g.coord(2, ow, c)) {
-                (Some(id), Some(ih), Some(iw)) => Some((id * hi + ih) * wi + iw),
-                _ => None,
-            };
-            for ci in 0..g.cin_g() {
-                row[ci * kvol + kk] = at.map_or(0.0, |i| xs[ci * in_vol + i]);
-            }
-        }
-    });
+    (p0..p0 + t)
+        .map(|p| grid.origin(g, p / (ho * wo), (p / wo) % ho, p % wo))
+        .collect()
 }
 
-/// Adds a position-major lowered gradient back onto one group's input gradient planes
-/// (the adjoint of [`im2col`]).
-fn col2im(g: &ConvGeom, col: &[f32], p0: usize, t: usize, dxs: &mut [f32]) {
-    let k = g.k_rows();
-    let kvol = g.kvol();
-    let [_, ho, wo] = g.output;
-    let [_, hi, wi] = g.input;
-    dxs.par_chunks_mut(g.in_vol())
-        .enumerate()
-        .for_each(|(ci, plane)| {
-            for r in 0..t {
-                let p = p0 + r;
-                let (od, oh, ow) = (p / (ho * wo), (p / wo) % ho, p % wo);
-                let src = &col[r * k + ci * kvol..][..kvol];
-                for (kk, v) in src.iter().enumerate() {
-                    let (a, b, c) = offset(g, kk);
-                    if let (Some(id), Some(ih), Some(iw)) =
-                        (g.coord(0, od, a), g.coord(1, oh, b), g.coord(2, ow, c))
-                    {
-                        plane[(id * hi + ih) * wi + iw] += v;
-                    }
-                }
+/// Fills `col` (`t x k`, row-major, columns in tap order) from the padded copy.
+fn im2col(taps: &[Taps], cin: usize, copy: &[f32], origins: &[usize], col: &mut [f32]) {
+    let k = col.len() / origins.len().max(1);
+    col.par_chunks_mut(k)
+        .zip(origins.par_iter())
+        .for_each(|(row, &o)| {
+            let mut at = 0;
+            for tap in taps {
+                let n = tap.n * cin;
+                row[at..at + n].copy_from_slice(&copy[(o + tap.shift) * cin..][..n]);
+                at += n;
             }
         });
 }
 
-/// `w` of one group (`C_out/g x k`) transposed to `k x C_out/g`.
-fn transpose(wg: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    let mut out = vec![0.0f32; wg.len()];
-    for (r, row) in wg.chunks(cols).enumerate() {
-        for (c, v) in row.iter().enumerate() {
-            out[c * rows + r] = *v;
+/// The adjoint of [`im2col`]: adds each lowered row back onto the padded copy.
+fn col2im(taps: &[Taps], cin: usize, col: &[f32], origins: &[usize], copy: &mut [f32]) {
+    let k = col.len() / origins.len().max(1);
+    for (row, &o) in col.chunks(k).zip(origins) {
+        let mut at = 0;
+        for tap in taps {
+            let n = tap.n * cin;
+            copy[(o + tap.shift) * cin..][..n]
+                .iter_mut()
+                .zip(&row[at..at + n])
+                .for_each(|(d, v)| *d += v);
+            at += n;
         }
     }
-    out
 }
 
 pub(super) fn forward(g: &ConvGeom, x: &[f32], w: &[f32], y: &mut [f32], threads: usize) {
+    let grid = Grid::new(g);
+    let taps = taps(g, &grid);
     let (cin, cout, k) = (g.cin_g(), g.cout_g(), g.k_rows());
     let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
     let t = tile(g);
-    with_scratch(t * k + t * cout, |scratch| {
-        let (col, out_tile) = scratch.split_at_mut(t * k);
+    with_scratch(grid.len * cin + t * k + t * cout, |scratch| {
+        let (copy, rest) = scratch.split_at_mut(grid.len * cin);
+        let (col, out_tile) = rest.split_at_mut(t * k);
         for grp in 0..g.groups {
-            let wt = transpose(&w[grp * cout * k..][..cout * k], cout, k);
+            let wr = rearrange(g, &taps, &w[grp * cout * k..][..cout * k]);
             for n in 0..g.n {
-                let xs = &x[(n * g.c_in + grp * cin) * in_vol..][..cin * in_vol];
+                pack(
+                    g,
+                    &grid,
+                    &x[(n * g.c_in + grp * cin) * in_vol..][..cin * in_vol],
+                    copy,
+                );
                 let ys = &mut y[(n * g.c_out + grp * cout) * out_vol..][..cout * out_vol];
                 let mut p0 = 0;
                 while p0 < out_vol {
                     let tt = t.min(out_vol - p0);
-                    im2col(g, xs, p0, &mut col[..tt * k]);
+                    im2col(
+                        &taps,
+                        cin,
+                        copy,
+                        &origins(g, &grid, p0, tt),
+                        &mut col[..tt * k],
+                    );
                     let dst = &mut out_tile[..tt * cout];
                     matmul(
                         ViewMut::rows(dst, tt, cout, cout),
                         View::rows(&col[..tt * k], tt, k),
-                        View::rows(&wt, k, cout),
+                        View::rows(&wr, k, cout),
                         false,
                         threads,
                     );
-                    scatter_tile(dst, cout, tt, ys, out_vol, &[(0, p0, tt)]);
+                    scatter_tile(dst, cout, ys, out_vol, &[(0, p0, tt)]);
                     p0 += tt;
                 }
             }
@@ -118,57 +115,80 @@ pub(super) fn forward(g: &ConvGeom, x: &[f32], w: &[f32], y: &mut [f32], threads
 }
 
 pub(super) fn backward_data(g: &ConvGeom, dy: &[f32], w: &[f32], dx: &mut [f32], threads: usize) {
+    let grid = Grid::new(g);
+    let taps = taps(g, &grid);
     let (cin, cout, k) = (g.cin_g(), g.cout_g(), g.k_rows());
     let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
     let t = tile(g);
     dx.fill(0.0);
-    with_scratch(t * k + t * cout, |scratch| {
-        let (col, grad) = scratch.split_at_mut(t * k);
+    with_scratch(grid.len * cin + t * k + t * cout, |scratch| {
+        let (copy, rest) = scratch.split_at_mut(grid.len * cin);
+        let (col, grad) = rest.split_at_mut(t * k);
         for grp in 0..g.groups {
-            let wg = &w[grp * cout * k..][..cout * k];
+            let wr = rearrange(g, &taps, &w[grp * cout * k..][..cout * k]);
             for n in 0..g.n {
+                copy.fill(0.0);
                 let dys = &dy[(n * g.c_out + grp * cout) * out_vol..][..cout * out_vol];
-                let dxs = &mut dx[(n * g.c_in + grp * cin) * in_vol..][..cin * in_vol];
                 let mut p0 = 0;
                 while p0 < out_vol {
                     let tt = t.min(out_vol - p0);
                     gather_tile(dys, cout, out_vol, &mut grad[..tt * cout], &[(0, p0, tt)]);
-                    // col (t x k) = grad (t x C_out/g) . w (C_out/g x k)
+                    // col (t x k) = grad (t x C_out/g) . wr^T (C_out/g x k)
                     matmul(
                         ViewMut::rows(&mut col[..tt * k], tt, k, k),
                         View::rows(&grad[..tt * cout], tt, cout),
-                        View::rows(wg, cout, k),
+                        View::rows(&wr, k, cout).t(),
                         false,
                         threads,
                     );
-                    col2im(g, &col[..tt * k], p0, tt, dxs);
+                    col2im(&taps, cin, &col[..tt * k], &origins(g, &grid, p0, tt), copy);
                     p0 += tt;
                 }
+                unpack_add(
+                    g,
+                    &grid,
+                    copy,
+                    &mut dx[(n * g.c_in + grp * cin) * in_vol..][..cin * in_vol],
+                );
             }
         }
     });
 }
 
 pub(super) fn backward_filter(g: &ConvGeom, x: &[f32], dy: &[f32], dw: &mut [f32], threads: usize) {
+    let grid = Grid::new(g);
+    let taps = taps(g, &grid);
     let (cin, cout, k) = (g.cin_g(), g.cout_g(), g.k_rows());
     let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
     let t = tile(g);
-    let mut acc = vec![0.0f32; k * cout];
-    with_scratch(t * k + t * cout, |scratch| {
-        let (col, grad) = scratch.split_at_mut(t * k);
+    with_scratch(grid.len * cin + t * k + t * cout + k * cout, |scratch| {
+        let (copy, rest) = scratch.split_at_mut(grid.len * cin);
+        let (col, rest) = rest.split_at_mut(t * k);
+        let (grad, acc) = rest.split_at_mut(t * cout);
         for grp in 0..g.groups {
             acc.fill(0.0);
             for n in 0..g.n {
-                let xs = &x[(n * g.c_in + grp * cin) * in_vol..][..cin * in_vol];
+                pack(
+                    g,
+                    &grid,
+                    &x[(n * g.c_in + grp * cin) * in_vol..][..cin * in_vol],
+                    copy,
+                );
                 let dys = &dy[(n * g.c_out + grp * cout) * out_vol..][..cout * out_vol];
                 let mut p0 = 0;
                 while p0 < out_vol {
                     let tt = t.min(out_vol - p0);
-                    im2col(g, xs, p0, &mut col[..tt * k]);
+                    im2col(
+                        &taps,
+                        cin,
+                        copy,
+                        &origins(g, &grid, p0, tt),
+                        &mut col[..tt * k],
+                    );
                     gather_tile(dys, cout, out_vol, &mut grad[..tt * cout], &[(0, p0, tt)]);
-                    // dW^T (k x C_out/g) += col^T (k x t) . grad (t x C_out/g)
+                    // dW (k x C_out/g, tap order) += col^T (k x t) . grad (t x C_out/g)
                     matmul(
-                        ViewMut::rows(&mut acc, k, cout, cout),
+                        ViewMut::rows(acc, k, cout, cout),
                         View::rows(&col[..tt * k], tt, k).t(),
                         View::rows(&grad[..tt * cout], tt, cout),
                         true,
@@ -177,8 +197,7 @@ pub(super) fn backward_filter(g: &ConvGeom, x: &[f32], dy: &[f32], dw: &mut [f32
                     p0 += tt;
                 }
             }
-            let dwg = &mut dw[grp * cout * k..][..cout * k];
-            dwg.copy_from_slice(&transpose(&acc, k, cout));
+            restore(g, &taps, acc, &mut dw[grp * cout * k..][..cout * k]);
         }
     });
 }

@@ -1,13 +1,17 @@
 //! N-d convolution on the CPU: forward, backward-data and backward-filter in `f32`, every
 //! multiply-accumulate in the GEMM crate except for depthwise convolutions.
 //!
-//! - Unit-stride convolutions (most of them) run [`shifted`]: the input is copied once into
-//!   a zero-padded, channels-last grid, on which each kernel offset is a plain shift, so a
-//!   tile of outputs is a short sum of GEMMs straight from that copy — no im2col. The
-//!   backward-data pass is the forward pass of the flipped, transposed kernel; the
-//!   backward-filter pass is a GEMM per kernel offset over all positions.
-//! - Strided convolutions run [`lowered`]: a tile of output positions is lowered
-//!   position-major (im2col), then one GEMM.
+//! Both GEMM paths start from one copy of the input of a group of a sample into a
+//! zero-padded, channels-last grid ([`layout`]).
+//!
+//! - Unit-stride convolutions on images large enough that padding costs little run
+//!   [`shifted`]: on the padded grid each kernel offset is a plain shift, so a tile of
+//!   outputs is a short sum of GEMMs straight from the copy — no im2col. The backward-data
+//!   pass is the forward pass of the flipped, transposed kernel; the backward-filter pass is
+//!   a GEMM per kernel row over all positions.
+//! - Strided convolutions and small images run [`lowered`]: a tile of output positions is
+//!   lowered position-major from the copy (im2col, one contiguous copy per kernel row),
+//!   then one GEMM.
 //! - Depthwise convolutions (one channel per group) run a direct loop nest.
 //!
 //! The GEMM crate is fastest when the output tile is channels-last and the long dimension
@@ -22,12 +26,20 @@
 //! (PyTorch's), all row-major `f32`.
 
 mod depthwise;
+mod layout;
 mod lowered;
 mod shifted;
 
 use std::cell::RefCell;
 
 use rayon::prelude::*;
+
+/// Largest share of extra work on padding the shifted path may do (`Hp Wp / (Ho Wo) - 1`);
+/// past it, the lowered path's im2col costs less.
+const MAX_WASTE: f64 = 0.25;
+
+/// Fewest input channels per group for which backward-data runs as the flipped forward pass.
+const MIN_FLIPPED_CHANNELS: usize = 16;
 
 thread_local! {
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
@@ -114,9 +126,15 @@ impl ConvGeom {
         self.cin_g() == 1 && self.cout_g() == 1 && self.groups > 1
     }
 
-    /// Whether every stride is 1 (the shifted path).
+    /// Whether every stride is 1.
     fn unit_stride(&self) -> bool {
         self.stride == [1; 3]
+    }
+
+    /// Whether the shifted path runs this convolution: unit strides, and at most
+    /// [`MAX_WASTE`] of its work spent on padding.
+    fn shifted(&self) -> bool {
+        self.unit_stride() && shifted::waste(self) <= MAX_WASTE
     }
 
     /// The unit-stride convolution whose forward pass is this one's backward-data pass (for
@@ -177,7 +195,7 @@ pub(crate) fn forward(
 ) {
     if g.depthwise() {
         depthwise::forward(g, x, w, y);
-    } else if g.unit_stride() {
+    } else if g.shifted() {
         shifted::forward(g, x, w, y, threads);
     } else {
         lowered::forward(g, x, w, y, threads);
@@ -201,7 +219,12 @@ pub(crate) fn backward_data(g: &ConvGeom, dy: &[f32], w: &[f32], dx: &mut [f32],
         depthwise::backward_data(g, dy, w, dx);
         return;
     }
-    match g.flipped().filter(|_| g.unit_stride()) {
+    // The flipped forward pass has C_in/g output channels: too few, and its GEMMs are too
+    // narrow to pay; the lowered pass's are C_in/g x kernel wide.
+    match g
+        .flipped()
+        .filter(|_| g.unit_stride() && g.cin_g() >= MIN_FLIPPED_CHANNELS)
+    {
         Some(f) => {
             // Per group: w'[ci][co][k'] = w[co][ci][kvol - 1 - k'].
             let (cin, cout, kvol) = (g.cin_g(), g.cout_g(), g.kvol());
@@ -217,7 +240,7 @@ pub(crate) fn backward_data(g: &ConvGeom, dy: &[f32], w: &[f32], dx: &mut [f32],
                         }
                     }
                 });
-            shifted::forward(&f, dy, &wf, dx, threads);
+            forward(&f, dy, &wf, None, dx, threads);
         }
         None => lowered::backward_data(g, dy, w, dx, threads),
     }
@@ -234,7 +257,7 @@ pub(crate) fn backward_filter(
 ) {
     if g.depthwise() {
         depthwise::backward_filter(g, x, dy, dw);
-    } else if g.unit_stride() {
+    } else if g.shifted() {
         shifted::backward_filter(g, x, dy, dw, threads);
     } else {
         lowered::backward_filter(g, x, dy, dw, threads);
@@ -252,85 +275,6 @@ pub(crate) fn channel_sums(dy: &[f32], out: &mut [f32], channels: usize, vol: us
             .map(|b| dy[(b * channels + c) * vol..][..vol].iter().sum::<f32>())
             .sum();
     });
-}
-
-/// Copies a channels-last tile `tile` (`rows x channels`, row-major) into the channels-first
-/// planes `planes` (`channels x vol`): tile row `r` goes to plane position `position(r)`
-/// when it has one. Runs of consecutive rows with consecutive positions are copied
-/// together, eight channels at a time.
-fn scatter_tile(
-    tile: &[f32],
-    channels: usize,
-    rows: usize,
-    planes: &mut [f32],
-    vol: usize,
-    runs: &[(usize, usize, usize)],
-) {
-    const B: usize = 8;
-    planes
-        .par_chunks_mut(B * vol)
-        .enumerate()
-        .for_each(|(blk, dst)| {
-            let c0 = blk * B;
-            let width = dst.len() / vol;
-            for &(r0, p0, len) in runs {
-                debug_assert!(r0 + len <= rows);
-                let mut j = 0;
-                if width == B {
-                    // 8 x 8 blocks: eight contiguous row loads, eight contiguous plane stores.
-                    while j + B <= len {
-                        let block: [[f32; B]; B] = std::array::from_fn(|r| {
-                            let row = &tile[(r0 + j + r) * channels + c0..][..B];
-                            std::array::from_fn(|c| row[c])
-                        });
-                        for c in 0..B {
-                            let out: &mut [f32; B] = (&mut dst[c * vol + p0 + j..][..B])
-                                .try_into()
-                                .unwrap_or_else(|_| unreachable!());
-                            *out = std::array::from_fn(|r| block[r][c]);
-                        }
-                        j += B;
-                    }
-                }
-                for jj in j..len {
-                    let row = &tile[(r0 + jj) * channels + c0..][..width];
-                    for (c, v) in row.iter().enumerate() {
-                        dst[c * vol + p0 + jj] = *v;
-                    }
-                }
-            }
-        });
-}
-
-/// Copies channels-first planes (`channels x vol`) at positions into a channels-last tile:
-/// tile row `r0 + j` gets position `p0 + j` for each run `(r0, p0, len)`; rows in no run are
-/// zero.
-fn gather_tile(
-    planes: &[f32],
-    channels: usize,
-    vol: usize,
-    tile: &mut [f32],
-    runs: &[(usize, usize, usize)],
-) {
-    tile.fill(0.0);
-    // Split the runs over threads by rows of the tile: each task owns whole rows.
-    let rows = tile.len() / channels.max(1);
-    let chunk = rows.div_ceil(rayon::current_num_threads().max(1)).max(64);
-    tile.par_chunks_mut(chunk * channels)
-        .enumerate()
-        .for_each(|(t, part)| {
-            let (lo, hi) = (t * chunk, t * chunk + part.len() / channels);
-            for &(r0, p0, len) in runs {
-                let (a, b) = (r0.max(lo), (r0 + len).min(hi));
-                for r in a..b {
-                    let p = p0 + (r - r0);
-                    let row = &mut part[(r - lo) * channels..][..channels];
-                    for (c, v) in row.iter_mut().enumerate() {
-                        *v = planes[c * vol + p];
-                    }
-                }
-            }
-        });
 }
 
 #[cfg(test)]
@@ -529,6 +473,57 @@ pub(crate) mod tests {
                 "bias gradient"
             );
         }
+    }
+
+    /// Both GEMM paths on every unit-stride case, whichever the dispatcher would pick.
+    #[test]
+    fn both_paths_agree_with_the_naive_loop_nest() {
+        for g in cases().into_iter().filter(|g| !g.depthwise()) {
+            let x = data(g.n * g.c_in * g.in_vol(), 0.3);
+            let w = data(g.weights(), 1.7);
+            let dy = data(g.n * g.c_out * g.out_vol(), 2.9);
+            let expected = naive_forward(&g, &x, &w);
+            let mut reference_dw = vec![f32::NAN; w.len()];
+            lowered::backward_filter(&g, &x, &dy, &mut reference_dw, 2);
+            let mut reference_dx = vec![f32::NAN; x.len()];
+            lowered::backward_data(&g, &dy, &w, &mut reference_dx, 2);
+            let mut y = vec![f32::NAN; expected.len()];
+            lowered::forward(&g, &x, &w, &mut y, 2);
+            for (a, b) in y.iter().zip(&expected) {
+                assert!(
+                    (f64::from(*a) - b).abs() < 1e-4,
+                    "lowered {g:?}: {a} vs {b}"
+                );
+            }
+            if !g.unit_stride() {
+                continue;
+            }
+            let mut y = vec![f32::NAN; expected.len()];
+            shifted::forward(&g, &x, &w, &mut y, 2);
+            for (a, b) in y.iter().zip(&expected) {
+                assert!(
+                    (f64::from(*a) - b).abs() < 1e-4,
+                    "shifted {g:?}: {a} vs {b}"
+                );
+            }
+            let mut dw = vec![f32::NAN; w.len()];
+            shifted::backward_filter(&g, &x, &dy, &mut dw, 2);
+            for (a, b) in dw.iter().zip(&reference_dw) {
+                assert!((a - b).abs() < 1e-4, "shifted filter {g:?}: {a} vs {b}");
+            }
+            let mut dx = vec![f32::NAN; x.len()];
+            backward_data(&g, &dy, &w, &mut dx, 2);
+            for (a, b) in dx.iter().zip(&reference_dx) {
+                assert!((a - b).abs() < 1e-4, "data {g:?}: {a} vs {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_dispatcher_takes_the_shifted_path_on_large_images_only() {
+        assert!(geom(1, 32, 64, 1, [64, 64, 64], [3, 3, 3], 1, 1, 1).shifted());
+        assert!(!geom(1, 256, 512, 1, [8, 8, 8], [3, 3, 3], 1, 1, 1).shifted());
+        assert!(!geom(1, 64, 64, 1, [1, 56, 56], [1, 3, 3], 2, 1, 1).shifted());
     }
 
     #[test]

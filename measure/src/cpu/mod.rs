@@ -13,6 +13,9 @@ mod stream;
 use std::hint::black_box;
 
 use ridgeline_model::graph::Graph;
+use ridgeline_model::memory::{Footprint, Optimizer};
+use ridgeline_model::precision::Precision;
+use ridgeline_model::units::Bytes;
 
 use crate::backend::{
     Backend, ConvCase, ConvPass, Format, GemmCase, LayerTimes, OpCase, Pass, StreamKernel,
@@ -107,6 +110,8 @@ impl Backend for CpuBackend {
 
     fn gemm(&mut self, case: &GemmCase, protocol: &Protocol) -> Result<Vec<f64>> {
         let threads = self.threads;
+        let (m, n, k) = (case.m as f64, case.n as f64, case.k as f64);
+        check_memory("gemm", (m * k + k * n + m * n) * case.format.bytes() as f64)?;
         match case.format {
             Format::Fp32 => Ok(self
                 .pool
@@ -128,8 +133,13 @@ impl Backend for CpuBackend {
             unreachable!("conv cases build a conv kernel")
         };
         let threads = self.threads;
-        let x: Vec<f32> = data(lens[0], 3);
         let out_len = geom.n * geom.c_out * geom.out_vol();
+        let buffers = 2 * lens[0] + 2 * out_len + 2 * geom.weights();
+        check_memory(
+            &format!("conv case `{}`", case.label),
+            4.0 * buffers as f64 + geom.workspace_bytes() as f64,
+        )?;
+        let x: Vec<f32> = data(lens[0], 3);
         let dy: Vec<f32> = data(out_len, 4);
         Ok(self.pool.install(|| match pass {
             ConvPass::Forward => {
@@ -168,6 +178,7 @@ impl Backend for CpuBackend {
                 "the arrays need at least one element",
             ));
         }
+        check_memory("stream", 24.0 * elements as f64)?;
         Ok(self.pool.install(|| {
             let mut arrays = stream::Arrays::new(elements);
             protocol.measure(|| arrays.run(kernel))
@@ -183,6 +194,10 @@ impl Backend for CpuBackend {
             .unwrap_or_else(|| unreachable!("case graphs have a layer"));
         let out_len = layer.output.elements() as usize * case.batch;
         let threads = self.threads;
+        check_memory(
+            &format!("op case `{}`", case.op.kind()),
+            4.0 * (2 * lens.iter().sum::<usize>() + 3 * out_len) as f64,
+        )?;
         let inputs: Vec<Vec<f32>> = lens
             .iter()
             .enumerate()
@@ -233,6 +248,12 @@ impl Backend for CpuBackend {
         if batch == 0 {
             return Err(Error::invalid("batch", "must be at least 1"));
         }
+        let footprint = Footprint::of(graph, Precision::Fp32, Optimizer::Sgd)
+            .at(batch as u64, Bytes::new(f64::INFINITY));
+        check_memory(
+            &format!("workload `{}` at batch {batch}", graph.name()),
+            footprint.total.value() - footprint.workspace.value(),
+        )?;
         let threads = self.threads;
         reset_peak_rss();
         let (steps, peak) = self.pool.install(|| {
@@ -267,6 +288,40 @@ impl Backend for CpuBackend {
     }
 }
 
+/// Refuses work whose buffers would not fit in the memory available now (Linux
+/// `MemAvailable`; no check where it is unknown), rather than dying half-way.
+fn check_memory(what: &str, bytes: f64) -> Result<()> {
+    let Some(available) = available_memory() else {
+        return Ok(());
+    };
+    if bytes <= available as f64 {
+        return Ok(());
+    }
+    let gib = |b: f64| b / f64::from(1u32 << 30);
+    Err(Error::invalid(
+        what,
+        format!(
+            "needs about {:.1} GiB of memory and {:.1} GiB is available; choose a smaller shape or batch",
+            gib(bytes),
+            gib(available as f64)
+        ),
+    ))
+}
+
+/// `MemAvailable` of /proc/meminfo, in bytes.
+fn available_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
 /// Resets the kernel's peak-RSS counter of this process (Linux `clear_refs`; ignored where
 /// unsupported).
 fn reset_peak_rss() {
@@ -291,6 +346,24 @@ fn peak_rss() -> Option<u64> {
 mod tests {
     use super::*;
     use ridgeline_model::workloads::{self, BuildOptions};
+
+    #[test]
+    fn work_beyond_memory_is_refused() {
+        let mut b = CpuBackend::new(1).unwrap();
+        let case = GemmCase {
+            m: 1 << 20,
+            n: 1 << 20,
+            k: 1 << 20,
+            format: Format::Fp32,
+        };
+        let err = b.gemm(&case, &Protocol::quick()).unwrap_err().to_string();
+        assert!(err.contains("GiB is available"), "{err}");
+        let err = b
+            .stream(StreamKernel::Triad, 1 << 50, &Protocol::quick())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("choose a smaller"), "{err}");
+    }
 
     #[test]
     fn gemm_formats() {

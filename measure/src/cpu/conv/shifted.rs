@@ -63,7 +63,8 @@ fn tile(g: &ConvGeom, grid: &Grid) -> usize {
 pub(super) fn workspace(g: &ConvGeom) -> usize {
     let grid = Grid::new(g);
     let copy = grid.len * g.cin_g();
-    let forward = copy + tile(g, &grid) * g.cout_g() + g.k_rows() * g.cout_g();
+    let threads = rayon::current_num_threads();
+    let forward = copy + threads * tile(g, &grid) * g.cout_g() + g.k_rows() * g.cout_g();
     let filter = copy + positions(g, &grid) * g.cout_g() + 2 * g.k_rows() * g.cout_g();
     4 * forward.max(filter)
 }
@@ -74,8 +75,14 @@ pub(super) fn forward(g: &ConvGeom, x: &[f32], w: &[f32], y: &mut [f32], threads
     let (cin, cout, k) = (g.cin_g(), g.cout_g(), g.k_rows());
     let (in_vol, out_vol, q) = (g.in_vol(), g.out_vol(), positions(g, &grid));
     let t = tile(g, &grid);
-    with_scratch(grid.len * cin + t * cout, |scratch| {
-        let (copy, out_tile) = scratch.split_at_mut(grid.len * cin);
+    // Tiles run in rounds of one per thread, each thread's GEMMs on their own: many small
+    // GEMMs split across threads spend more on synchronising than they gain. (Splitting
+    // the output channels between threads instead halves the GEMMs' width, which costs
+    // more.)
+    let starts: Vec<usize> = (0..q).step_by(t).collect();
+    let round = threads.max(1);
+    with_scratch(grid.len * cin + round * t * cout, |scratch| {
+        let (copy, out_tiles) = scratch.split_at_mut(grid.len * cin);
         for grp in 0..g.groups {
             let wr = rearrange(g, &taps, &w[grp * cout * k..][..cout * k]);
             for n in 0..g.n {
@@ -85,31 +92,44 @@ pub(super) fn forward(g: &ConvGeom, x: &[f32], w: &[f32], y: &mut [f32], threads
                     &x[(n * g.c_in + grp * cin) * in_vol..][..cin * in_vol],
                     copy,
                 );
+                let copy = &*copy;
                 let ys = &mut y[(n * g.c_out + grp * cout) * out_vol..][..cout * out_vol];
-                let mut q0 = 0;
-                while q0 < q {
-                    let tt = t.min(q - q0);
-                    let dst = &mut out_tile[..tt * cout];
-                    let mut row = 0;
-                    for (i, tap) in taps.iter().enumerate() {
-                        let cols = tap.n * cin;
-                        matmul(
-                            ViewMut::rows(dst, tt, cout, cout),
-                            View {
-                                data: &copy[(q0 + tap.shift) * cin..],
-                                rows: tt,
-                                cols,
-                                rs: cin,
-                                cs: 1,
-                            },
-                            View::rows(&wr[row * cout..][..cols * cout], cols, cout),
-                            i > 0,
-                            threads,
-                        );
-                        row += cols;
-                    }
-                    scatter_tile(dst, cout, ys, out_vol, &runs(g, &grid, q0, tt));
-                    q0 += tt;
+                for batch in starts.chunks(round) {
+                    out_tiles
+                        .par_chunks_mut(t * cout)
+                        .zip(batch.par_iter())
+                        .for_each(|(dst, &q0)| {
+                            let tt = t.min(q - q0);
+                            let dst = &mut dst[..tt * cout];
+                            let mut row = 0;
+                            for (i, tap) in taps.iter().enumerate() {
+                                let cols = tap.n * cin;
+                                matmul(
+                                    ViewMut::rows(dst, tt, cout, cout),
+                                    View {
+                                        data: &copy[(q0 + tap.shift) * cin..],
+                                        rows: tt,
+                                        cols,
+                                        rs: cin,
+                                        cs: 1,
+                                    },
+                                    View::rows(&wr[row * cout..][..cols * cout], cols, cout),
+                                    i > 0,
+                                    1,
+                                );
+                                row += cols;
+                            }
+                        });
+                    let runs: Vec<(usize, usize, usize)> = batch
+                        .iter()
+                        .enumerate()
+                        .flat_map(|(i, &q0)| {
+                            runs(g, &grid, q0, t.min(q - q0))
+                                .into_iter()
+                                .map(move |(r, p, l)| (r + i * t, p, l))
+                        })
+                        .collect();
+                    scatter_tile(out_tiles, cout, ys, out_vol, &runs);
                 }
             }
         }

@@ -125,8 +125,8 @@ pub struct ConvCase {
     pub kernel: Vec<usize>,
     /// Stride per spatial dimension.
     pub stride: Vec<usize>,
-    /// Symmetric padding per spatial dimension.
-    pub padding: Vec<usize>,
+    /// Padding `[before, after]` per spatial dimension.
+    pub padding: Vec<[usize; 2]>,
     /// Dilation per spatial dimension.
     pub dilation: Vec<usize>,
     /// Groups.

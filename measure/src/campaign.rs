@@ -47,14 +47,17 @@ pub fn open_backend(device: &str, threads: usize) -> Result<Box<dyn Backend>> {
     }
 }
 
-/// The distinct convolutions of `graph` at `batch`, labelled `source/layer` by the first
-/// layer of each shape (transposed convolutions are the adjoint passes of these and are
-/// measured through them).
-pub fn conv_cases(graph: &Graph, batch: usize, source: &str) -> Vec<ConvCase> {
+/// The distinct convolutions of `graph` at `batch` (of the layers named in `only`, if any),
+/// labelled `source/layer` by the first layer of each shape. Transposed convolutions are the
+/// adjoint passes of these and are measured through them.
+pub fn conv_cases(graph: &Graph, batch: usize, source: &str, only: &[String]) -> Vec<ConvCase> {
     let layers = graph.layers();
     let mut out: Vec<ConvCase> = Vec::new();
     for layer in layers {
         let Op::Conv(c) = &layer.op else { continue };
+        if !only.is_empty() && !only.iter().any(|l| l == layer.name.as_str()) {
+            continue;
+        }
         let x = layers[layer.inputs[0]].output.dims();
         let case = ConvCase {
             label: format!("{source}/{}", layer.name),
@@ -64,14 +67,10 @@ pub fn conv_cases(graph: &Graph, batch: usize, source: &str) -> Vec<ConvCase> {
             c_out: c.out_channels,
             kernel: c.kernel.to_vec(),
             stride: c.stride.to_vec(),
-            padding: c.padding.pairs().iter().map(|p| p[0]).collect(),
+            padding: c.padding.pairs().to_vec(),
             dilation: c.dilation.to_vec(),
             groups: c.groups,
         };
-        // Asymmetric padding is not a case shape; keep the layers whose padding is symmetric.
-        if c.padding.pairs().iter().any(|p| p[0] != p[1]) {
-            continue;
-        }
         if !out.iter().any(|o| {
             ConvCase {
                 label: case.label.clone(),
@@ -389,7 +388,7 @@ mod tests {
             },
         )
         .unwrap();
-        let convs = conv_cases(&g, 2, "cosmoflow");
+        let convs = conv_cases(&g, 2, "cosmoflow", &[]);
         assert!(!convs.is_empty());
         for c in &convs {
             let graph = cases::conv_graph(c).unwrap();
@@ -417,7 +416,7 @@ mod tests {
             },
         )
         .unwrap();
-        let convs = conv_cases(&g, 1, "resnet50");
+        let convs = conv_cases(&g, 1, "resnet50", &[]);
         let convs_in_graph = g
             .layers()
             .iter()

@@ -26,7 +26,7 @@ pub(crate) fn conv_op(case: &ConvCase) -> Op {
     let mut c = Conv::new(case.c_out, &case.kernel);
     c.stride = case.stride.iter().copied().collect();
     c.dilation = case.dilation.iter().copied().collect();
-    c.padding = Padding::Explicit(case.padding.iter().map(|&p| [p, p]).collect());
+    c.padding = Padding::Explicit(case.padding.iter().copied().collect());
     c.groups = case.groups;
     c.bias = false;
     Op::conv(c)
@@ -79,7 +79,7 @@ mod tests {
             c_out: 8,
             kernel: vec![3, 3],
             stride: vec![1, 1],
-            padding: vec![1, 1],
+            padding: vec![[1, 1]; 2],
             dilation: vec![1, 1],
             groups: 1,
         };
@@ -99,7 +99,7 @@ mod tests {
             c_out: 8,
             kernel: vec![5, 5],
             stride: vec![1, 1],
-            padding: vec![0, 0],
+            padding: vec![[0, 0]; 2],
             dilation: vec![1, 1],
             groups: 1,
         };

@@ -1,22 +1,7 @@
 //! Measurement records: one JSON object per line (JSON Lines), appended and flushed one at a
 //! time, so a campaign interrupted at any point loses no completed record.
 //!
-//! # Schema (version 1)
-//!
-//! | field | meaning |
-//! |---|---|
-//! | `schema_version` | 1 |
-//! | `id` | a key unique to the measurement (kind, shape, precision, threads, device); `--resume` skips ids already in the file |
-//! | `kind` | `gemm`, `conv`, `stream`, `op`, `workload-layer` or `workload-step` |
-//! | `shape` | an object describing the case: GEMM `m`, `n`, `k`; conv `n`, `c_in`, `c_out`, `input`, `kernel`, `stride`, `padding`, `dilation`, `groups`, `pass`; STREAM `kernel`, `elements`; op `op`, `input`, `pass`; workload `workload`, `batch`, `layer`, `pass` |
-//! | `precision` | `fp32`, `fp64`, ... |
-//! | `device` | `cpu`, `cuda:0`, ... |
-//! | `threads` | threads the kernel ran on |
-//! | `samples_s` | every raw sample, seconds per run |
-//! | `flops` | FLOPs of one run, as the model counts them |
-//! | `bytes` | bytes of one run, as the model counts them (the lower bound) |
-//! | `env` | host, CPU model, cores, SIMD flags, ridgeline version and git commit, timestamp |
-//! | `extra` | optional kind-specific data (workload steps: peak memory) |
+//! The schema (version 1) is documented in the crate docs.
 
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};

@@ -209,7 +209,7 @@ pub fn conv_sweep() -> Vec<ConvCase> {
             c_out,
             kernel: vec![k; rank],
             stride: vec![1; rank],
-            padding: vec![dilation * (k / 2); rank],
+            padding: vec![[dilation * (k / 2); 2]; rank],
             dilation: vec![dilation; rank],
             groups,
         }
@@ -244,7 +244,7 @@ pub fn standard(threads: &[usize]) -> Result<Vec<(usize, Case)>> {
             },
         )
         .map_err(|e| Error::invalid(s.workload, e.to_string()))?;
-        convs.extend(conv_cases(&g, s.batch, s.workload));
+        convs.extend(conv_cases(&g, s.batch, s.workload, &[]));
         ops.extend(op_cases(&g, s.batch));
     }
     ops.extend(extra_ops());
@@ -350,7 +350,7 @@ pub struct Plan {
 }
 
 /// Estimated seconds to measure `case` on `threads` threads by `protocol`: one run's time
-/// from FLOPs and bytes at the probed rates (convolutions and ops at a third of them), plus
+/// from FLOPs and bytes at the probed rates (convolutions at half of them, ops at a third), plus
 /// setting up the data, warm-up and sampling.
 pub fn estimate(case: &Case, threads: usize, rates: &Rates, protocol: &Protocol) -> Result<f64> {
     let share = threads as f64 / rates.cores.max(1) as f64;
@@ -371,7 +371,7 @@ pub fn estimate(case: &Case, threads: usize, rates: &Rates, protocol: &Protocol)
             (
                 cost.flops_fwd.value(),
                 cost.hbm_bytes_fwd.value(),
-                if c.groups > 1 { 10.0 } else { 3.0 },
+                if c.groups > 1 { 10.0 } else { 2.0 },
             )
         }
         Case::Op(c, _) => {

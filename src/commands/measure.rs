@@ -389,19 +389,7 @@ pub(crate) fn conv(args: &MeasureConvArgs) -> Result<()> {
     } else {
         let mut all = Vec::new();
         for (graph, batch) in sources(&args.shapes)? {
-            let keep = |label: &str| {
-                args.shapes.layer.is_empty()
-                    || args
-                        .shapes
-                        .layer
-                        .iter()
-                        .any(|l| label.ends_with(&format!("/{l}")))
-            };
-            all.extend(
-                conv_cases(&graph, batch, graph.name())
-                    .into_iter()
-                    .filter(|c| keep(&c.label)),
-            );
+            all.extend(conv_cases(&graph, batch, graph.name(), &args.shapes.layer));
         }
         if all.is_empty() {
             bail!(

@@ -24,21 +24,53 @@ fn tile(g: &ConvGeom) -> usize {
         .min(g.out_vol().max(1))
 }
 
-/// Scratch bytes of the passes.
-pub(super) fn workspace(g: &ConvGeom) -> usize {
-    let t = tile(g);
-    4 * (Grid::new(g).len * g.cin_g() + t * g.k_rows() + t * g.cout_g() + g.k_rows() * g.cout_g())
+/// Most bytes of padded copies held at once: samples are lowered together (so small images
+/// still make tall GEMMs) up to this much.
+const COPIES_BYTES: usize = 256 << 20;
+
+/// Samples lowered together.
+fn samples(g: &ConvGeom, grid: &Grid) -> usize {
+    (COPIES_BYTES / (4 * grid.len * g.cin_g()).max(1)).clamp(1, g.n)
 }
 
-/// The grid origin of each output position in `[p0, p0 + t)`.
+/// Scratch bytes of the passes.
+pub(super) fn workspace(g: &ConvGeom) -> usize {
+    let grid = Grid::new(g);
+    let t = tile(g);
+    4 * (samples(g, &grid) * grid.len * g.cin_g()
+        + t * g.k_rows()
+        + t * g.cout_g()
+        + g.k_rows() * g.cout_g())
+}
+
+/// The origin, in the copies of samples `n0..`, of each output position `[p0, p0 + t)`
+/// counted over those samples (`p = (n - n0) out_vol + position`).
 fn origins(g: &ConvGeom, grid: &Grid, p0: usize, t: usize) -> Vec<usize> {
     let [_, ho, wo] = g.output;
+    let vol = g.out_vol();
     (p0..p0 + t)
-        .map(|p| grid.origin(g, p / (ho * wo), (p / wo) % ho, p % wo))
+        .map(|p| {
+            let (n, q) = (p / vol, p % vol);
+            n * grid.len + grid.origin(g, q / (ho * wo), (q / wo) % ho, q % wo)
+        })
         .collect()
 }
 
-/// Fills `col` (`t x k`, row-major, columns in tap order) from the padded copy.
+/// For tile rows `[p0, p0 + t)` counted over samples, `(sample, row in tile, position,
+/// length)` of each sample's share.
+fn shares(vol: usize, p0: usize, t: usize) -> Vec<(usize, usize, usize, usize)> {
+    let mut out = Vec::new();
+    let mut p = p0;
+    while p < p0 + t {
+        let (n, q) = (p / vol, p % vol);
+        let len = (vol - q).min(p0 + t - p);
+        out.push((n, p - p0, q, len));
+        p += len;
+    }
+    out
+}
+
+/// Fills `col` (`t x k`, row-major, columns in tap order) from the padded copies.
 fn im2col(taps: &[Taps], cin: usize, copy: &[f32], origins: &[usize], col: &mut [f32]) {
     let k = col.len() / origins.len().max(1);
     col.par_chunks_mut(k)
@@ -53,7 +85,7 @@ fn im2col(taps: &[Taps], cin: usize, copy: &[f32], origins: &[usize], col: &mut 
         });
 }
 
-/// The adjoint of [`im2col`]: adds each lowered row back onto the padded copy.
+/// The adjoint of [`im2col`]: adds each lowered row back onto the padded copies.
 fn col2im(taps: &[Taps], cin: usize, col: &[f32], origins: &[usize], copy: &mut [f32]) {
     let k = col.len() / origins.len().max(1);
     for (row, &o) in col.chunks(k).zip(origins) {
@@ -74,27 +106,30 @@ pub(super) fn forward(g: &ConvGeom, x: &[f32], w: &[f32], y: &mut [f32], threads
     let taps = taps(g, &grid);
     let (cin, cout, k) = (g.cin_g(), g.cout_g(), g.k_rows());
     let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
-    let t = tile(g);
-    with_scratch(grid.len * cin + t * k + t * cout, |scratch| {
-        let (copy, rest) = scratch.split_at_mut(grid.len * cin);
+    let (t, chunk, per) = (tile(g), samples(g, &grid), grid.len * cin);
+    with_scratch(chunk * per + t * k + t * cout, |scratch| {
+        let (copies, rest) = scratch.split_at_mut(chunk * per);
         let (col, out_tile) = rest.split_at_mut(t * k);
         for grp in 0..g.groups {
             let wr = rearrange(g, &taps, &w[grp * cout * k..][..cout * k]);
-            for n in 0..g.n {
-                pack(
-                    g,
-                    &grid,
-                    &x[(n * g.c_in + grp * cin) * in_vol..][..cin * in_vol],
-                    copy,
-                );
-                let ys = &mut y[(n * g.c_out + grp * cout) * out_vol..][..cout * out_vol];
+            for n0 in (0..g.n).step_by(chunk) {
+                let m = chunk.min(g.n - n0);
+                for (i, copy) in copies.chunks_mut(per).take(m).enumerate() {
+                    pack(
+                        g,
+                        &grid,
+                        &x[((n0 + i) * g.c_in + grp * cin) * in_vol..][..cin * in_vol],
+                        copy,
+                    );
+                }
+                let total = m * out_vol;
                 let mut p0 = 0;
-                while p0 < out_vol {
-                    let tt = t.min(out_vol - p0);
+                while p0 < total {
+                    let tt = t.min(total - p0);
                     im2col(
                         &taps,
                         cin,
-                        copy,
+                        copies,
                         &origins(g, &grid, p0, tt),
                         &mut col[..tt * k],
                     );
@@ -106,7 +141,11 @@ pub(super) fn forward(g: &ConvGeom, x: &[f32], w: &[f32], y: &mut [f32], threads
                         false,
                         threads,
                     );
-                    scatter_tile(dst, cout, ys, out_vol, &[(0, p0, tt)]);
+                    for (i, r0, q0, len) in shares(out_vol, p0, tt) {
+                        let ys =
+                            &mut y[((n0 + i) * g.c_out + grp * cout) * out_vol..][..cout * out_vol];
+                        scatter_tile(dst, cout, ys, out_vol, &[(r0, q0, len)]);
+                    }
                     p0 += tt;
                 }
             }
@@ -119,20 +158,31 @@ pub(super) fn backward_data(g: &ConvGeom, dy: &[f32], w: &[f32], dx: &mut [f32],
     let taps = taps(g, &grid);
     let (cin, cout, k) = (g.cin_g(), g.cout_g(), g.k_rows());
     let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
-    let t = tile(g);
+    let (t, chunk, per) = (tile(g), samples(g, &grid), grid.len * cin);
     dx.fill(0.0);
-    with_scratch(grid.len * cin + t * k + t * cout, |scratch| {
-        let (copy, rest) = scratch.split_at_mut(grid.len * cin);
+    with_scratch(chunk * per + t * k + t * cout, |scratch| {
+        let (copies, rest) = scratch.split_at_mut(chunk * per);
         let (col, grad) = rest.split_at_mut(t * k);
         for grp in 0..g.groups {
             let wr = rearrange(g, &taps, &w[grp * cout * k..][..cout * k]);
-            for n in 0..g.n {
-                copy.fill(0.0);
-                let dys = &dy[(n * g.c_out + grp * cout) * out_vol..][..cout * out_vol];
+            for n0 in (0..g.n).step_by(chunk) {
+                let m = chunk.min(g.n - n0);
+                copies.fill(0.0);
+                let total = m * out_vol;
                 let mut p0 = 0;
-                while p0 < out_vol {
-                    let tt = t.min(out_vol - p0);
-                    gather_tile(dys, cout, out_vol, &mut grad[..tt * cout], &[(0, p0, tt)]);
+                while p0 < total {
+                    let tt = t.min(total - p0);
+                    let runs: Vec<(usize, usize, usize)> = shares(out_vol, p0, tt)
+                        .into_iter()
+                        .map(|(i, r0, q0, len)| (r0, (n0 + i) * g.c_out * out_vol + q0, len))
+                        .collect();
+                    gather_tile(
+                        &dy[grp * cout * out_vol..],
+                        cout,
+                        out_vol,
+                        &mut grad[..tt * cout],
+                        &runs,
+                    );
                     // col (t x k) = grad (t x C_out/g) . wr^T (C_out/g x k)
                     matmul(
                         ViewMut::rows(&mut col[..tt * k], tt, k, k),
@@ -141,15 +191,23 @@ pub(super) fn backward_data(g: &ConvGeom, dy: &[f32], w: &[f32], dx: &mut [f32],
                         false,
                         threads,
                     );
-                    col2im(&taps, cin, &col[..tt * k], &origins(g, &grid, p0, tt), copy);
+                    col2im(
+                        &taps,
+                        cin,
+                        &col[..tt * k],
+                        &origins(g, &grid, p0, tt),
+                        copies,
+                    );
                     p0 += tt;
                 }
-                unpack_add(
-                    g,
-                    &grid,
-                    copy,
-                    &mut dx[(n * g.c_in + grp * cin) * in_vol..][..cin * in_vol],
-                );
+                for (i, copy) in copies.chunks(per).take(m).enumerate() {
+                    unpack_add(
+                        g,
+                        &grid,
+                        copy,
+                        &mut dx[((n0 + i) * g.c_in + grp * cin) * in_vol..][..cin * in_vol],
+                    );
+                }
             }
         }
     });
@@ -160,32 +218,45 @@ pub(super) fn backward_filter(g: &ConvGeom, x: &[f32], dy: &[f32], dw: &mut [f32
     let taps = taps(g, &grid);
     let (cin, cout, k) = (g.cin_g(), g.cout_g(), g.k_rows());
     let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
-    let t = tile(g);
-    with_scratch(grid.len * cin + t * k + t * cout + k * cout, |scratch| {
-        let (copy, rest) = scratch.split_at_mut(grid.len * cin);
+    let (t, chunk, per) = (tile(g), samples(g, &grid), grid.len * cin);
+    with_scratch(chunk * per + t * k + t * cout + k * cout, |scratch| {
+        let (copies, rest) = scratch.split_at_mut(chunk * per);
         let (col, rest) = rest.split_at_mut(t * k);
         let (grad, acc) = rest.split_at_mut(t * cout);
         for grp in 0..g.groups {
             acc.fill(0.0);
-            for n in 0..g.n {
-                pack(
-                    g,
-                    &grid,
-                    &x[(n * g.c_in + grp * cin) * in_vol..][..cin * in_vol],
-                    copy,
-                );
-                let dys = &dy[(n * g.c_out + grp * cout) * out_vol..][..cout * out_vol];
+            for n0 in (0..g.n).step_by(chunk) {
+                let m = chunk.min(g.n - n0);
+                for (i, copy) in copies.chunks_mut(per).take(m).enumerate() {
+                    pack(
+                        g,
+                        &grid,
+                        &x[((n0 + i) * g.c_in + grp * cin) * in_vol..][..cin * in_vol],
+                        copy,
+                    );
+                }
+                let total = m * out_vol;
                 let mut p0 = 0;
-                while p0 < out_vol {
-                    let tt = t.min(out_vol - p0);
+                while p0 < total {
+                    let tt = t.min(total - p0);
                     im2col(
                         &taps,
                         cin,
-                        copy,
+                        copies,
                         &origins(g, &grid, p0, tt),
                         &mut col[..tt * k],
                     );
-                    gather_tile(dys, cout, out_vol, &mut grad[..tt * cout], &[(0, p0, tt)]);
+                    let runs: Vec<(usize, usize, usize)> = shares(out_vol, p0, tt)
+                        .into_iter()
+                        .map(|(i, r0, q0, len)| (r0, (n0 + i) * g.c_out * out_vol + q0, len))
+                        .collect();
+                    gather_tile(
+                        &dy[grp * cout * out_vol..],
+                        cout,
+                        out_vol,
+                        &mut grad[..tt * cout],
+                        &runs,
+                    );
                     // dW (k x C_out/g, tap order) += col^T (k x t) . grad (t x C_out/g)
                     matmul(
                         ViewMut::rows(acc, k, cout, cout),

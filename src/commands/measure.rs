@@ -307,6 +307,25 @@ fn finish(title: &str, args: &MeasureArgs, ran: &Ran, extra: Vec<(String, String
     })
 }
 
+/// Runs `cases` by the default protocol (with the command line's overrides) and prints them.
+fn run_and_print(
+    backends: &mut Backends,
+    args: &MeasureArgs,
+    cases: &[(usize, Case)],
+    title: &str,
+    extra: Vec<(String, String)>,
+) -> Result<()> {
+    let mut w = writer(args)?;
+    let ran = run_cases(
+        backends,
+        &mut w,
+        cases,
+        &protocol(args, Protocol::default()),
+        None,
+    )?;
+    finish(title, args, &ran, extra)
+}
+
 pub(crate) fn gemm(args: &MeasureGemmArgs) -> Result<()> {
     let mut backends = Backends::new(&args.measure, &[ThreadCount::All])?;
     let shapes: Vec<[usize; 3]> = if !args.shape.is_empty() {
@@ -330,15 +349,7 @@ pub(crate) fn gemm(args: &MeasureGemmArgs) -> Result<()> {
             })
             .collect()
     });
-    let mut w = writer(&args.measure)?;
-    let ran = run_cases(
-        &mut backends,
-        &mut w,
-        &cases,
-        &protocol(&args.measure, Protocol::default()),
-        None,
-    )?;
-    finish("GEMM", &args.measure, &ran, vec![])
+    run_and_print(&mut backends, &args.measure, &cases, "GEMM", vec![])
 }
 
 /// `cases` for every thread count, largest first.
@@ -413,15 +424,7 @@ pub(crate) fn conv(args: &MeasureConvArgs) -> Result<()> {
             .flat_map(|&p| shapes.iter().map(move |c| Case::Conv(c.clone(), p)))
             .collect()
     });
-    let mut w = writer(&args.measure)?;
-    let ran = run_cases(
-        &mut backends,
-        &mut w,
-        &cases,
-        &protocol(&args.measure, Protocol::default()),
-        None,
-    )?;
-    finish("Convolution", &args.measure, &ran, vec![])
+    run_and_print(&mut backends, &args.measure, &cases, "Convolution", vec![])
 }
 
 pub(crate) fn stream(args: &MeasureStreamArgs) -> Result<()> {
@@ -448,14 +451,6 @@ pub(crate) fn stream(args: &MeasureStreamArgs) -> Result<()> {
             .flat_map(|&k| sizes.iter().map(move |&n| Case::Stream(k, n)))
             .collect()
     });
-    let mut w = writer(&args.measure)?;
-    let ran = run_cases(
-        &mut backends,
-        &mut w,
-        &cases,
-        &protocol(&args.measure, Protocol::default()),
-        None,
-    )?;
     let s = Style::Human;
     let caches = vec![(
         "caches".to_owned(),
@@ -465,7 +460,13 @@ pub(crate) fn stream(args: &MeasureStreamArgs) -> Result<()> {
             s.bytes(Bytes::from_count(caches.llc as u64))
         ),
     )];
-    finish("STREAM memory bandwidth", &args.measure, &ran, caches)
+    run_and_print(
+        &mut backends,
+        &args.measure,
+        &cases,
+        "STREAM memory bandwidth",
+        caches,
+    )
 }
 
 pub(crate) fn ops(args: &MeasureOpsArgs) -> Result<()> {
@@ -522,15 +523,7 @@ pub(crate) fn ops(args: &MeasureOpsArgs) -> Result<()> {
             .flat_map(|&p| cases_of.iter().map(move |c| Case::Op(c.clone(), p)))
             .collect()
     });
-    let mut w = writer(&args.measure)?;
-    let ran = run_cases(
-        &mut backends,
-        &mut w,
-        &cases,
-        &protocol(&args.measure, Protocol::default()),
-        None,
-    )?;
-    finish("Ops", &args.measure, &ran, vec![])
+    run_and_print(&mut backends, &args.measure, &cases, "Ops", vec![])
 }
 
 /// One layer's row of a workload run.
@@ -674,7 +667,7 @@ pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
             } else {
                 "every layer in order".to_owned()
             })
-            .note("the model's footprint counts a whole-sample im2col workspace; the executor lowers convolutions in tiles of a few MiB");
+            .note("the model's footprint counts a whole-sample im2col workspace; the executor's convolutions need only a padded copy of their input and a tile");
         let rendered = match args.measure.format.format {
             Format::Csv => ridgeline_reports::Renderer::render(&ridgeline_reports::Csv, &doc)?,
             _ => ridgeline_reports::Renderer::render(&ridgeline_reports::Text, &doc)?,

@@ -173,7 +173,7 @@ impl<'g> Executor<'g> {
         per * self.batch
     }
 
-    /// Workspace a layer needs while it runs (the im2col tile of convolutions).
+    /// Workspace a layer needs while it runs (a convolution's padded copy and tiles).
     fn workspace(&self, i: usize) -> usize {
         match &self.kernels[i] {
             Kernel::Conv { geom, .. } | Kernel::ConvTranspose { geom, .. } => {

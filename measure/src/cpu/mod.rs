@@ -1,6 +1,8 @@
-//! The CPU backend: GEMM through the `gemm` crate, convolutions lowered to GEMM (direct
-//! for depthwise), STREAM, every op of the IR, and the full-workload executor, all in `f32`
-//! (GEMM also `f64`) on a rayon pool of the requested number of threads.
+//! The CPU backend: GEMM through the `gemm` crate, convolutions as GEMMs on a padded
+//! channels-last copy of the input (direct for depthwise), STREAM, every op of the IR, and
+//! the full-workload executor, all in `f32` (GEMM also `f64`) on a rayon pool of the
+//! requested number of threads. Requests whose buffers would not fit the memory available
+//! are refused up front.
 
 mod conv;
 pub(crate) mod exec;

@@ -205,6 +205,31 @@ mod tests {
     }
 
     #[test]
+    fn f32_matches_the_naive_product() {
+        let (m, n, k) = (33, 17, 65);
+        let a: Vec<f64> = (0..m * k).map(|i| (i as f64 * 0.37).sin()).collect();
+        let b: Vec<f64> = (0..k * n).map(|i| (i as f64 * 0.11).cos()).collect();
+        let expected = naive(&a, &b, m, n, k);
+        let (a32, b32): (Vec<f32>, Vec<f32>) = (
+            a.iter().map(|&v| v as f32).collect(),
+            b.iter().map(|&v| v as f32).collect(),
+        );
+        for threads in [1, 2] {
+            let mut c = vec![0.0f32; m * n];
+            matmul(
+                ViewMut::rows(&mut c, m, n, n),
+                View::rows(&a32, m, k),
+                View::rows(&b32, k, n),
+                false,
+                threads,
+            );
+            for (x, y) in c.iter().zip(&expected) {
+                assert!((f64::from(*x) - y).abs() < 1e-4, "{x} vs {y}");
+            }
+        }
+    }
+
+    #[test]
     fn transposed_views() {
         let (m, n, k) = (3, 4, 2);
         let at: Vec<f64> = (0..k * m).map(|i| i as f64).collect(); // k x m

@@ -1036,3 +1036,316 @@ fn label(seed: u64, b: usize, pos: usize, classes: usize) -> usize {
 fn target(seed: u64, b: usize, i: usize) -> f32 {
     uniform(seed ^ 0x7A26, (b as u64) << 32 | i as u64)
 }
+
+/// Forward passes against textbook definitions on tiny shapes (the backward passes are
+/// checked against these forward passes by finite differences in `gradcheck`).
+#[cfg(test)]
+mod tests {
+    use ridgeline_model::graph::{Conv, Padding, Pool};
+
+    use super::*;
+
+    /// Runs layer `op` of a graph on `input` (one tensor per graph input, batch `n`).
+    fn run(
+        input: &[usize],
+        n: usize,
+        op: Op,
+        inputs: &[usize],
+    ) -> (Graph, Kernel, Vec<Vec<f32>>, Vec<Vec<f32>>, Vec<f32>) {
+        let mut g = Graph::new("t", input.to_vec()).unwrap();
+        g.push("op", op, inputs).unwrap();
+        let layer = g.layers().last().unwrap().clone();
+        let kernel = Kernel::new(&g, &layer, n);
+        let params: Vec<Vec<f32>> = kernel
+            .init_params(5)
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| {
+                p.iter()
+                    .enumerate()
+                    .map(|(j, v)| v + 0.25 * uniform(60 + i as u64, j as u64))
+                    .collect()
+            })
+            .collect();
+        let len = g.input_shape().elements() as usize * n;
+        let xs: Vec<Vec<f32>> = (0..inputs.len())
+            .map(|k| (0..len as u64).map(|i| uniform(70 + k as u64, i)).collect())
+            .collect();
+        let views: Vec<&[f32]> = xs.iter().map(Vec::as_slice).collect();
+        let mut out = vec![f32::NAN; layer.output.elements() as usize * n];
+        kernel.forward(&views, &params, &mut out, &mut Aux::default(), 2, 9);
+        (g, kernel, xs, params, out)
+    }
+
+    fn close(a: &[f32], b: &[f32], what: &str) {
+        assert_eq!(a.len(), b.len(), "{what}");
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-5 * (1.0 + y.abs()),
+                "{what}[{i}]: {x} vs {y}"
+            );
+        }
+    }
+
+    #[test]
+    fn element_wise_ops() {
+        let (_, _, x, _, y) = run(&[2, 3, 3], 2, Op::Relu, &[0]);
+        close(
+            &y,
+            &x[0].iter().map(|v| v.max(0.0)).collect::<Vec<_>>(),
+            "relu",
+        );
+        let (_, _, x, _, y) = run(&[2, 3, 3], 2, Op::LeakyRelu { alpha: 0.2 }, &[0]);
+        close(
+            &y,
+            &x[0]
+                .iter()
+                .map(|&v| if v > 0.0 { v } else { 0.2 * v })
+                .collect::<Vec<_>>(),
+            "leaky-relu",
+        );
+        let (_, _, x, _, y) = run(&[2, 3, 3], 2, Op::Tanh, &[0]);
+        close(
+            &y,
+            &x[0].iter().map(|v| v.tanh()).collect::<Vec<_>>(),
+            "tanh",
+        );
+        let (_, _, x, _, y) = run(&[2, 3, 3], 2, Op::Scale { factor: 0.5 }, &[0]);
+        close(
+            &y,
+            &x[0].iter().map(|v| 0.5 * v).collect::<Vec<_>>(),
+            "scale",
+        );
+        let (_, _, x, _, y) = run(&[2, 3, 3], 2, Op::Add, &[0, 0]);
+        close(
+            &y,
+            &x[0]
+                .iter()
+                .zip(&x[1])
+                .map(|(a, b)| a + b)
+                .collect::<Vec<_>>(),
+            "add",
+        );
+        let (_, _, x, _, y) = run(&[2, 3], 2, Op::Flatten, &[0]);
+        close(&y, &x[0], "flatten");
+    }
+
+    #[test]
+    fn concat_stacks_channels_per_sample() {
+        let (_, _, x, _, y) = run(&[2, 3], 2, Op::Concat, &[0, 0]);
+        let mut expected = Vec::new();
+        for b in 0..2 {
+            expected.extend_from_slice(&x[0][b * 6..][..6]);
+            expected.extend_from_slice(&x[1][b * 6..][..6]);
+        }
+        close(&y, &expected, "concat");
+    }
+
+    #[test]
+    fn dense_is_a_matrix_product_plus_bias() {
+        let (_, _, x, p, y) = run(
+            &[5],
+            3,
+            Op::Dense {
+                out_features: 4,
+                bias: true,
+            },
+            &[0],
+        );
+        let mut expected = vec![0.0f32; 12];
+        for b in 0..3 {
+            for o in 0..4 {
+                expected[b * 4 + o] = p[1][o]
+                    + (0..5)
+                        .map(|i| x[0][b * 5 + i] * p[0][o * 5 + i])
+                        .sum::<f32>();
+            }
+        }
+        close(&y, &expected, "dense");
+    }
+
+    /// Pooling by its definition: windows clipped to the input; average over the full
+    /// window (padding counts, PyTorch's default).
+    #[test]
+    fn pooling_by_definition() {
+        let mut p = Pool::new(&[3, 2]);
+        p.stride = [2, 2].into_iter().collect();
+        p.padding = Padding::Explicit([[1, 1], [0, 1]].into_iter().collect());
+        for max in [true, false] {
+            let op = if max {
+                Op::max_pool(p.clone())
+            } else {
+                Op::avg_pool(p.clone())
+            };
+            let (g, _, x, _, y) = run(&[2, 5, 4], 2, op, &[0]);
+            let out = g.layers()[1].output.dims().to_vec();
+            let (ho, wo) = (out[1], out[2]);
+            let mut expected = Vec::new();
+            for plane in 0..4 {
+                for oh in 0..ho {
+                    for ow in 0..wo {
+                        let mut vals = Vec::new();
+                        for a in 0..3 {
+                            for b in 0..2 {
+                                let (h, w) = ((oh * 2 + a) as isize - 1, (ow * 2 + b) as isize);
+                                if (0..5).contains(&h) && (0..4).contains(&w) {
+                                    vals.push(x[0][plane * 20 + h as usize * 4 + w as usize]);
+                                }
+                            }
+                        }
+                        expected.push(if max {
+                            vals.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+                        } else {
+                            vals.iter().sum::<f32>() / 6.0
+                        });
+                    }
+                }
+            }
+            close(&y, &expected, if max { "max-pool" } else { "avg-pool" });
+        }
+        let (_, _, x, _, y) = run(&[3, 2, 2], 2, Op::GlobalAvgPool, &[0]);
+        close(
+            &y,
+            &x[0]
+                .chunks(4)
+                .map(|c| c.iter().sum::<f32>() / 4.0)
+                .collect::<Vec<_>>(),
+            "global-avg-pool",
+        );
+    }
+
+    #[test]
+    fn batch_norm_normalises_each_channel_over_the_batch() {
+        let (_, _, x, p, y) = run(&[2, 3, 3], 4, Op::BatchNorm, &[0]);
+        for c in 0..2 {
+            let idx: Vec<usize> = (0..4)
+                .flat_map(|b| (0..9).map(move |i| (b * 2 + c) * 9 + i))
+                .collect();
+            let mean = idx.iter().map(|&i| f64::from(x[0][i])).sum::<f64>() / 36.0;
+            let var = idx
+                .iter()
+                .map(|&i| (f64::from(x[0][i]) - mean).powi(2))
+                .sum::<f64>()
+                / 36.0;
+            for &i in &idx {
+                let expected = f64::from(p[0][c]) * (f64::from(x[0][i]) - mean)
+                    / (var + f64::from(BN_EPS)).sqrt()
+                    + f64::from(p[1][c]);
+                assert!(
+                    (f64::from(y[i]) - expected).abs() < 1e-4,
+                    "batch-norm {i}: {} vs {expected}",
+                    y[i]
+                );
+            }
+        }
+        let (_, _, x, p, y) = run(&[2, 3], 2, Op::ChannelAffine, &[0]);
+        let expected: Vec<f32> = (0..12)
+            .map(|i| p[0][(i / 3) % 2] * x[0][i] + p[1][(i / 3) % 2])
+            .collect();
+        close(&y, &expected, "channel-affine");
+    }
+
+    #[test]
+    fn tile_and_upsample_repeat_elements() {
+        let (_, _, x, _, y) = run(
+            &[1, 2, 3],
+            1,
+            Op::Tile {
+                repeats: [2, 2].into_iter().collect(),
+            },
+            &[0],
+        );
+        let expected: Vec<f32> = (0..4)
+            .flat_map(|h| (0..6).map(move |w| (h % 2) * 3 + w % 3))
+            .map(|i| x[0][i])
+            .collect();
+        close(&y, &expected, "tile");
+        let (_, _, x, _, y) = run(
+            &[1, 2, 3],
+            1,
+            Op::Upsample {
+                factor: [2, 3].into_iter().collect(),
+            },
+            &[0],
+        );
+        let expected: Vec<f32> = (0..4)
+            .flat_map(|h| (0..9).map(move |w| (h / 2) * 3 + w / 3))
+            .map(|i| x[0][i])
+            .collect();
+        close(&y, &expected, "upsample");
+    }
+
+    #[test]
+    fn dropout_keeps_about_one_minus_rate_and_rescales() {
+        let (_, _, x, _, y) = run(&[100, 100], 1, Op::Dropout { rate: 0.3 }, &[0]);
+        let kept = y.iter().filter(|&&v| v != 0.0).count() as f64 / y.len() as f64;
+        assert!((kept - 0.7).abs() < 0.02, "{kept}");
+        for (a, b) in y.iter().zip(&x[0]) {
+            assert!(*a == 0.0 || (a - b / 0.7).abs() < 1e-5);
+        }
+    }
+
+    #[test]
+    fn losses_by_definition() {
+        let (_, _, x, _, y) = run(&[3, 2], 2, Op::SoftmaxCrossEntropy, &[0]);
+        for b in 0..2 {
+            let mut loss = 0.0f64;
+            for pos in 0..2 {
+                let logits: Vec<f64> = (0..3)
+                    .map(|c| f64::from(x[0][b * 6 + c * 2 + pos]))
+                    .collect();
+                let z: f64 = logits.iter().map(|v| v.exp()).sum();
+                loss -= (logits[label(9, b, pos, 3)].exp() / z).ln();
+            }
+            assert!(
+                (f64::from(y[b]) - loss / 2.0).abs() < 1e-5,
+                "cross-entropy {b}"
+            );
+        }
+        let (_, _, x, _, y) = run(&[4], 2, Op::MseLoss, &[0]);
+        for b in 0..2 {
+            let loss: f32 = (0..4)
+                .map(|i| (x[0][b * 4 + i] - target(9, b, i)).powi(2))
+                .sum::<f32>()
+                / 4.0;
+            assert!((y[b] - loss).abs() < 1e-6, "mse {b}");
+        }
+    }
+
+    /// A transposed convolution by its definition: each input element scatters
+    /// `x * w[ci][co]` to output `i * stride - pad + k` (PyTorch's `ConvTranspose2d`).
+    #[test]
+    fn transposed_convolution_by_definition() {
+        let op = Op::conv_transpose(
+            Conv::new(2, &[3, 3])
+                .stride(2)
+                .pad(1)
+                .output_padding(1)
+                .bias(true),
+        );
+        let (g, _, x, p, y) = run(&[3, 3, 4], 1, op, &[0]);
+        let out = g.layers()[1].output.dims().to_vec();
+        assert_eq!(out, [2, 6, 8]);
+        let mut expected = vec![0.0f32; 2 * 48];
+        for co in 0..2 {
+            expected[co * 48..][..48].fill(p[1][co]);
+            for ci in 0..3 {
+                for ih in 0..3 {
+                    for iw in 0..4 {
+                        for a in 0..3 {
+                            for b in 0..3 {
+                                let (h, w) = ((ih * 2 + a) as isize - 1, (iw * 2 + b) as isize - 1);
+                                if (0..6).contains(&h) && (0..8).contains(&w) {
+                                    expected[co * 48 + h as usize * 8 + w as usize] += x[0]
+                                        [ci * 12 + ih * 4 + iw]
+                                        * p[0][(ci * 2 + co) * 9 + a * 3 + b];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        close(&y, &expected, "conv-transpose");
+    }
+}

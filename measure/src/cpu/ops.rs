@@ -1045,13 +1045,11 @@ mod tests {
 
     use super::*;
 
+    /// What [`run`] returns: the graph, the kernel, its inputs, its parameters, its output.
+    type Ran = (Graph, Kernel, Vec<Vec<f32>>, Vec<Vec<f32>>, Vec<f32>);
+
     /// Runs layer `op` of a graph on `input` (one tensor per graph input, batch `n`).
-    fn run(
-        input: &[usize],
-        n: usize,
-        op: Op,
-        inputs: &[usize],
-    ) -> (Graph, Kernel, Vec<Vec<f32>>, Vec<Vec<f32>>, Vec<f32>) {
+    fn run(input: &[usize], n: usize, op: Op, inputs: &[usize]) -> Ran {
         let mut g = Graph::new("t", input.to_vec()).unwrap();
         g.push("op", op, inputs).unwrap();
         let layer = g.layers().last().unwrap().clone();
@@ -1217,7 +1215,7 @@ mod tests {
     #[test]
     fn batch_norm_normalises_each_channel_over_the_batch() {
         let (_, _, x, p, y) = run(&[2, 3, 3], 4, Op::BatchNorm, &[0]);
-        for c in 0..2 {
+        for (c, (gamma, beta)) in p[0].iter().zip(&p[1]).enumerate() {
             let idx: Vec<usize> = (0..4)
                 .flat_map(|b| (0..9).map(move |i| (b * 2 + c) * 9 + i))
                 .collect();
@@ -1228,9 +1226,9 @@ mod tests {
                 .sum::<f64>()
                 / 36.0;
             for &i in &idx {
-                let expected = f64::from(p[0][c]) * (f64::from(x[0][i]) - mean)
+                let expected = f64::from(*gamma) * (f64::from(x[0][i]) - mean)
                     / (var + f64::from(BN_EPS)).sqrt()
-                    + f64::from(p[1][c]);
+                    + f64::from(*beta);
                 assert!(
                     (f64::from(y[i]) - expected).abs() < 1e-4,
                     "batch-norm {i}: {} vs {expected}",

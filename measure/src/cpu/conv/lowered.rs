@@ -70,6 +70,38 @@ fn shares(vol: usize, p0: usize, t: usize) -> Vec<(usize, usize, usize, usize)> 
     out
 }
 
+/// Packs samples `n0..n0 + m` of group `grp` of `x` into their padded copies.
+fn pack_samples(
+    g: &ConvGeom,
+    grid: &Grid,
+    x: &[f32],
+    grp: usize,
+    n0: usize,
+    m: usize,
+    copies: &mut [f32],
+) {
+    let (cin, in_vol) = (g.cin_g(), g.in_vol());
+    for (i, copy) in copies.chunks_mut(grid.len * cin).take(m).enumerate() {
+        pack(
+            g,
+            grid,
+            &x[((n0 + i) * g.c_in + grp * cin) * in_vol..][..cin * in_vol],
+            copy,
+        );
+    }
+}
+
+/// Runs for [`gather_tile`] of tile rows `[p0, p0 + t)` counted over samples `n0..`, reading
+/// the output gradient from its group's first plane of sample 0: each sample's share, its
+/// position offset by that sample's planes.
+fn gradient_runs(g: &ConvGeom, n0: usize, p0: usize, t: usize) -> Vec<(usize, usize, usize)> {
+    let vol = g.out_vol();
+    shares(vol, p0, t)
+        .into_iter()
+        .map(|(i, r0, q0, len)| (r0, (n0 + i) * g.c_out * vol + q0, len))
+        .collect()
+}
+
 /// Fills `col` (`t x k`, row-major, columns in tap order) from the padded copies.
 fn im2col(taps: &[Taps], cin: usize, copy: &[f32], origins: &[usize], col: &mut [f32]) {
     let k = col.len() / origins.len().max(1);
@@ -105,7 +137,7 @@ pub(super) fn forward(g: &ConvGeom, x: &[f32], w: &[f32], y: &mut [f32], threads
     let grid = Grid::new(g);
     let taps = taps(g, &grid);
     let (cin, cout, k) = (g.cin_g(), g.cout_g(), g.k_rows());
-    let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
+    let out_vol = g.out_vol();
     let (t, chunk, per) = (tile(g), samples(g, &grid), grid.len * cin);
     with_scratch(chunk * per + t * k + t * cout, |scratch| {
         let (copies, rest) = scratch.split_at_mut(chunk * per);
@@ -114,14 +146,7 @@ pub(super) fn forward(g: &ConvGeom, x: &[f32], w: &[f32], y: &mut [f32], threads
             let wr = rearrange(g, &taps, &w[grp * cout * k..][..cout * k]);
             for n0 in (0..g.n).step_by(chunk) {
                 let m = chunk.min(g.n - n0);
-                for (i, copy) in copies.chunks_mut(per).take(m).enumerate() {
-                    pack(
-                        g,
-                        &grid,
-                        &x[((n0 + i) * g.c_in + grp * cin) * in_vol..][..cin * in_vol],
-                        copy,
-                    );
-                }
+                pack_samples(g, &grid, x, grp, n0, m, copies);
                 let total = m * out_vol;
                 let mut p0 = 0;
                 while p0 < total {
@@ -172,10 +197,7 @@ pub(super) fn backward_data(g: &ConvGeom, dy: &[f32], w: &[f32], dx: &mut [f32],
                 let mut p0 = 0;
                 while p0 < total {
                     let tt = t.min(total - p0);
-                    let runs: Vec<(usize, usize, usize)> = shares(out_vol, p0, tt)
-                        .into_iter()
-                        .map(|(i, r0, q0, len)| (r0, (n0 + i) * g.c_out * out_vol + q0, len))
-                        .collect();
+                    let runs = gradient_runs(g, n0, p0, tt);
                     gather_tile(
                         &dy[grp * cout * out_vol..],
                         cout,
@@ -217,7 +239,7 @@ pub(super) fn backward_filter(g: &ConvGeom, x: &[f32], dy: &[f32], dw: &mut [f32
     let grid = Grid::new(g);
     let taps = taps(g, &grid);
     let (cin, cout, k) = (g.cin_g(), g.cout_g(), g.k_rows());
-    let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
+    let out_vol = g.out_vol();
     let (t, chunk, per) = (tile(g), samples(g, &grid), grid.len * cin);
     with_scratch(chunk * per + t * k + t * cout + k * cout, |scratch| {
         let (copies, rest) = scratch.split_at_mut(chunk * per);
@@ -227,14 +249,7 @@ pub(super) fn backward_filter(g: &ConvGeom, x: &[f32], dy: &[f32], dw: &mut [f32
             acc.fill(0.0);
             for n0 in (0..g.n).step_by(chunk) {
                 let m = chunk.min(g.n - n0);
-                for (i, copy) in copies.chunks_mut(per).take(m).enumerate() {
-                    pack(
-                        g,
-                        &grid,
-                        &x[((n0 + i) * g.c_in + grp * cin) * in_vol..][..cin * in_vol],
-                        copy,
-                    );
-                }
+                pack_samples(g, &grid, x, grp, n0, m, copies);
                 let total = m * out_vol;
                 let mut p0 = 0;
                 while p0 < total {
@@ -246,10 +261,7 @@ pub(super) fn backward_filter(g: &ConvGeom, x: &[f32], dy: &[f32], dw: &mut [f32
                         &origins(g, &grid, p0, tt),
                         &mut col[..tt * k],
                     );
-                    let runs: Vec<(usize, usize, usize)> = shares(out_vol, p0, tt)
-                        .into_iter()
-                        .map(|(i, r0, q0, len)| (r0, (n0 + i) * g.c_out * out_vol + q0, len))
-                        .collect();
+                    let runs = gradient_runs(g, n0, p0, tt);
                     gather_tile(
                         &dy[grp * cout * out_vol..],
                         cout,

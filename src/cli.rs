@@ -47,6 +47,71 @@ pub(crate) enum Command {
     /// Measure kernels and full training steps on this machine; write raw records.
     #[command(subcommand)]
     Measure(MeasureCommand),
+    /// Fit a calibrated profile of this machine from micro-kernel records.
+    Calibrate(CalibrateArgs),
+    /// Compare predictions with measured training steps; or run the whole loop here
+    /// (--self-check).
+    Validate(ValidateArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CalibrateArgs {
+    /// Record files (JSON Lines) from `ridgeline measure suite` or the micro-kernel commands.
+    #[arg(required = true, value_name = "RECORDS")]
+    pub(crate) records: Vec<PathBuf>,
+    /// The datasheet system the profile overlays (a name, `local`, or a system file).
+    #[arg(long, default_value = "local")]
+    pub(crate) system: String,
+    /// Take the records measured on this many threads (default: the most in the files).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub(crate) threads: Option<u64>,
+    /// Write the profile (TOML) here.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: PathBuf,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ValidateArgs {
+    /// The calibrated profile (from `ridgeline calibrate`).
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "self_check",
+        conflicts_with = "self_check"
+    )]
+    pub(crate) profile: Option<PathBuf>,
+    /// Workload records (from `ridgeline measure workload --out`).
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "self_check",
+        conflicts_with = "self_check"
+    )]
+    pub(crate) measured: Option<PathBuf>,
+    /// Measure the suite, calibrate, measure the three reference workloads at three batch
+    /// sizes each, predict and compare — all on this machine.
+    #[arg(long)]
+    pub(crate) self_check: bool,
+    /// Time budget of the self-check's micro-kernel suite, e.g. 5m (the workloads take
+    /// about as long again).
+    #[arg(long, default_value = "5m", value_parser = parse_duration, requires = "self_check")]
+    pub(crate) budget: Duration,
+    /// Directory for the self-check's records, profile and validation (created; an
+    /// existing one is resumed).
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "ridgeline-self-check",
+        requires = "self_check"
+    )]
+    pub(crate) dir: PathBuf,
+    /// Show this many of the worst layers.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) top: usize,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
 }
 
 #[derive(Debug, Subcommand)]

@@ -8,6 +8,7 @@ use ridgeline_model::dataset::{self, Dataset};
 use ridgeline_model::graph::Graph;
 use ridgeline_model::precision::Precision;
 use ridgeline_model::predict::{Epochs, Inputs, Scenario, StepModel};
+use ridgeline_model::profile::Profile;
 use ridgeline_model::roofline::Efficiency;
 use ridgeline_model::system::Sourced;
 use ridgeline_model::workloads::{self, BuildOptions};
@@ -50,8 +51,42 @@ pub(crate) fn workload(args: &WorkloadArgs) -> Result<Graph> {
     )?)
 }
 
-/// The system a command names: a catalog system or device, `local`, or a file.
+/// The system a command names: a catalog system or device, `local`, a system file, or a
+/// calibrated profile (which names its datasheet system and overlays it).
 pub(crate) fn system(arg: &str) -> Result<System> {
+    if is_file(arg) {
+        let text = read(arg, "system")?;
+        if is_profile(&text) {
+            let profile = Profile::parse(&text, arg)?;
+            let base = datasheet_system(&profile.system).with_context(|| {
+                format!("{arg}: field `system`: the profile's datasheet system")
+            })?;
+            return Ok(profile.overlay(base, arg));
+        }
+    }
+    datasheet_system(arg)
+}
+
+/// Whether a TOML text is a calibrated profile rather than a system or device file.
+fn is_profile(text: &str) -> bool {
+    text.parse::<toml::Table>()
+        .is_ok_and(|t| t.contains_key("provenance") && t.contains_key("schema_version"))
+}
+
+/// The records of a JSON Lines file; a torn last line is reported on stderr and skipped.
+pub(crate) fn records(path: &Path) -> Result<Vec<ridgeline_measure::Record>> {
+    let (records, torn) = ridgeline_measure::read_records(path)?;
+    if let Some(line) = torn {
+        eprintln!(
+            "warning: {}: line {line} is an interrupted write and is ignored",
+            path.display()
+        );
+    }
+    Ok(records)
+}
+
+/// A catalog system or device, `local`, or a system file.
+fn datasheet_system(arg: &str) -> Result<System> {
     if arg == catalog::LOCAL_NAME {
         let cpuinfo = read("/proc/cpuinfo", "CPU information")?;
         let meminfo = read("/proc/meminfo", "memory information")?;

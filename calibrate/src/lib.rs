@@ -1,12 +1,24 @@
 //! # ridgeline-calibrate
 //!
-//! Calibration and validation. This crate will own (DESIGN.md "Calibration and
-//! validation"): robust statistics on raw samples from `ridgeline-measure` (median, spread,
-//! Tukey outlier labels, bootstrap intervals); fits of attained efficiency per op class and
-//! precision versus problem shape, of sustained bandwidths and of LogGP parameters (least
-//! squares with nalgebra, uncertainty with statrs); the calibrated profile that overlays a
-//! datasheet system; and validation that compares predictions with measurements of full
-//! workloads, per layer and per step.
+//! Calibration and validation (DESIGN.md "Calibration and validation"):
 //!
-//! It is pure computation: it runs no kernels and renders nothing. Nothing is implemented
-//! yet; it arrives with the calibration work, after the CPU measurement backend.
+//! - [`stats`]: robust statistics on raw timing samples — median, MAD, interquartile range,
+//!   Tukey outlier labels, bootstrap intervals of the median (statrs, rand).
+//! - [`fit`]: linear least squares on relative errors with non-negative coefficients, with
+//!   standard errors, R² and Student-t intervals (nalgebra, statrs).
+//! - [`profile`]: fits a calibrated profile ([`ridgeline_model::profile::Profile`]) from
+//!   micro-kernel records alone — a time model per kernel class, pass and precision
+//!   ([`ridgeline_model::kernels`] explains and justifies the model form), sustained bandwidth
+//!   per memory level from STREAM, and GEMM/convolution ceilings.
+//! - [`validate`]: predicts measured full-workload steps with a profile, layer by layer and
+//!   step by step, and reports the errors and the memory footprint against the measured peak.
+//!
+//! It runs no kernels and renders nothing.
+
+pub mod error;
+pub mod fit;
+pub mod profile;
+pub mod stats;
+pub mod validate;
+
+pub use error::{Error, Result};

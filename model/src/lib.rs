@@ -29,7 +29,7 @@
 //! assert_eq!(step.params, 25_557_032);
 //!
 //! let system = catalog::system("a100-sxm4-40gb")?;
-//! let r = roofline::roofline(&step, &system, roofline::Efficiency::IDEAL)?;
+//! let r = roofline::roofline(&graph, &step, &system, roofline::Efficiency::IDEAL)?;
 //! assert!(r.step_time.value() > 0.0 && r.fraction_of_peak <= 1.0);
 //! # Ok::<(), ridgeline_model::Error>(())
 //! ```
@@ -41,10 +41,12 @@ pub mod dataset;
 pub mod error;
 pub mod file;
 pub mod graph;
+pub mod kernels;
 pub mod links;
 pub mod memory;
 pub mod precision;
 pub mod predict;
+pub mod profile;
 pub mod reference;
 pub mod roofline;
 pub mod scale;

@@ -6,8 +6,10 @@
 //!   precision), **gradients** (compute precision), **optimizer state** (FP32: none for
 //!   SGD, one copy for SGD with momentum, two for Adam and LAMB), **buffers** (batch norm's
 //!   running and saved per-channel statistics, FP32), and **workspace** (the largest
-//!   per-layer im2col / col2im buffer of one sample, for convolutions lowered to GEMM one
-//!   sample at a time; 1x1 stride-1 unpadded convolutions need none);
+//!   per-layer lowering buffer: a zero-padded copy of one sample's input group, which an
+//!   implicit-GEMM convolution lowers from — cuDNN's implicit-precomputed GEMM and
+//!   ridgeline's CPU executor work so; a whole im2col matrix would be prod(kernel) times
+//!   larger; 1x1 stride-1 unpadded convolutions need none);
 //! - per sample: the **input** buffer (compute precision), the **activations** kept for
 //!   backward ([`crate::cost`]), and the **activation gradients** in flight: the largest
 //!   output gradient plus input gradients of any one layer during backward.
@@ -109,7 +111,7 @@ pub struct Footprint {
     pub optimizer_state: Bytes,
     /// Batch-norm running and saved statistics, FP32.
     pub buffers: Bytes,
-    /// Largest per-layer lowering buffer for one sample.
+    /// Largest per-layer lowering buffer (a padded copy of one sample's input group).
     pub workspace: Bytes,
     /// Input buffer per sample.
     pub input_per_sample: Bytes,
@@ -383,24 +385,33 @@ pub fn report(
     })
 }
 
-/// Elements of the GEMM lowering buffer of one sample for `layer` (0 if none is needed).
+/// Elements of the lowering buffer of `layer`: a padded copy of one sample's input group
+/// (0 if none is needed).
 fn lowering_elements(graph: &Graph, layer: &crate::graph::Layer) -> u64 {
     let direct = |c: &crate::graph::Conv| {
         c.kernel.iter().all(|&k| k == 1)
             && c.stride.iter().all(|&s| s == 1)
             && c.padding.pairs().iter().all(|&[a, b]| a == 0 && b == 0)
     };
-    let kernel = |c: &crate::graph::Conv| c.kernel.iter().map(|&k| k as u64).product::<u64>();
+    // Implicit-GEMM convolution (cuDNN's implicit-precomputed GEMM, ridgeline's CPU
+    // executor) lowers from a zero-padded copy of one sample's input group, not from a
+    // whole im2col matrix (which is prod(kernel) times larger).
+    let padded = |c: &crate::graph::Conv, channels: usize, spatial: &[usize]| {
+        let vol: u64 = spatial
+            .iter()
+            .zip(c.padding.pairs())
+            .map(|(&d, &[a, b])| (d + a + b) as u64)
+            .product();
+        (channels / c.groups.max(1)) as u64 * vol
+    };
     match &layer.op {
         Op::Conv(c) if !direct(c) => {
             let input = &graph.layers()[layer.inputs[0]].output;
-            // im2col: (C_in prod(k)) x prod(out_spatial).
-            input.channels() as u64 * kernel(c) * layer.output.spatial_elements()
+            padded(c, input.channels(), input.spatial())
         }
         Op::ConvTranspose(c) if !direct(c) => {
-            let input = &graph.layers()[layer.inputs[0]].output;
-            // col2im: (C_out prod(k)) x prod(in_spatial).
-            c.out_channels as u64 * kernel(c) * input.spatial_elements()
+            // The adjoint convolution reads the transposed convolution's output.
+            padded(c, layer.output.channels(), layer.output.spatial())
         }
         _ => 0,
     }
@@ -435,12 +446,13 @@ mod tests {
     }
 
     #[test]
-    fn stem_conv_has_the_largest_resnet_im2col() {
+    fn strided_downsample_has_the_largest_resnet_lowering_copy() {
         let f = Footprint::of(&resnet(), Precision::Fp32, Optimizer::Sgd);
-        // conv1: 3 x 7 x 7 rows by 112 x 112 columns of 4 bytes = 7.38 MB, just above the
-        // 64 x 9 x 56 x 56 x 4 = 7.23 MB of layer1's 3x3 convolutions.
-        let stem = 3.0 * 49.0 * 112.0 * 112.0 * 4.0;
-        assert_eq!(f.workspace.value(), stem);
+        // layer2.0.downsample.0 (1x1, stride 2) copies its 256 x 56 x 56 input: 3.21 MB,
+        // above the 64 x 58 x 58 padded input of layer1's 3x3 convolutions and the
+        // 3 x 230 x 230 of the stem; 1x1 stride-1 convolutions need no copy.
+        let downsample = 256.0 * 56.0 * 56.0 * 4.0;
+        assert_eq!(f.workspace.value(), downsample);
     }
 
     #[test]

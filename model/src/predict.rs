@@ -26,9 +26,11 @@ use crate::cost::{self, GraphCost};
 use crate::dataset::{Convergence, Dataset};
 use crate::error::{Error, Result};
 use crate::graph::Graph;
+use crate::kernels::{Kernel, step_kernels};
 use crate::links::{Hierarchy, Level, node_network};
 use crate::memory::{Footprint, Optimizer};
 use crate::precision::Precision;
+use crate::profile::{Profile, precision_name};
 use crate::roofline::Efficiency;
 use crate::system::System;
 use crate::units::Bytes;
@@ -193,6 +195,12 @@ pub struct StepModel {
     weights_fwd: Vec<f64>,
     act_bwd: Vec<f64>,
     weights_bwd: Vec<f64>,
+    /// Each layer's kernels at batch 1 and at batch 2 (their features are affine in the
+    /// batch, so any batch follows), for calibrated profiles.
+    kernels: Vec<[Vec<Kernel>; 2]>,
+    /// Bytes the optimizer update moves: read the gradient, read and write the FP32 weights
+    /// (and the compute copy under mixed precision), read and write the optimizer state.
+    pub update_bytes: f64,
     /// Training FLOPs per sample.
     pub flops_per_sample: f64,
     /// HBM bytes of a step: per sample and fixed.
@@ -231,6 +239,8 @@ impl StepModel {
             weights_fwd: Vec::new(),
             act_bwd: Vec::new(),
             weights_bwd: Vec::new(),
+            kernels: Vec::new(),
+            update_bytes: 0.0,
             flops_per_sample: one.flops_train.value(),
             hbm_per_sample: two.hbm_bytes_train.value() - one.hbm_bytes_train.value(),
             hbm_fixed: 2.0 * one.hbm_bytes_train.value() - two.hbm_bytes_train.value(),
@@ -238,7 +248,15 @@ impl StepModel {
             input_elements: graph.input_shape().elements(),
             footprint: Footprint::from_cost(graph, one, optimizer),
         };
-        for (a, b) in one.layers.iter().zip(&two.layers) {
+        let fp32 = 4.0 * one.params as f64;
+        let compute_copy = if one.precision.compute_bytes() < 4 {
+            one.params as f64 * one.precision.compute_bytes() as f64
+        } else {
+            0.0
+        };
+        m.update_bytes = 3.0 * fp32 + compute_copy + 2.0 * m.footprint.optimizer_state.value();
+        let (k1, k2) = (step_kernels(graph, one), step_kernels(graph, two));
+        for (((a, b), k1), k2) in one.layers.iter().zip(&two.layers).zip(k1).zip(k2) {
             let work = a.flops_fwd.value() + a.flops_bwd.value();
             let bytes = a.hbm_bytes_fwd.value() + a.hbm_bytes_bwd.value();
             if work == 0.0 && bytes == 0.0 {
@@ -248,6 +266,7 @@ impl StepModel {
             let (f1, f2) = (a.hbm_bytes_fwd.value(), b.hbm_bytes_fwd.value());
             let (g1, g2) = (a.hbm_bytes_bwd.value(), b.hbm_bytes_bwd.value());
             m.matrix.push(a.matrix);
+            m.kernels.push([k1, k2]);
             m.flops_fwd.push(a.flops_fwd.value());
             m.flops_bwd.push(a.flops_bwd.value());
             m.act_fwd.push(f2 - f1);
@@ -269,11 +288,30 @@ impl StepModel {
     }
 
     /// Forward time and training-step time of one device at local batch `b`: the sum over
-    /// layers and passes of `max(F / (peak x eff), B / (BW x eff))`.
-    pub fn device_times(&self, b: f64, rates: &DeviceRates) -> (f64, f64) {
+    /// layers and passes of `max(F / (peak x eff), B / (BW x eff))` — or, for layers a
+    /// calibrated `profile` has fits for, their fitted kernel times — plus the optimizer
+    /// update at the memory bandwidth.
+    pub fn device_times(
+        &self,
+        b: f64,
+        rates: &DeviceRates,
+        profile: Option<&Profile>,
+    ) -> (f64, f64) {
         let mut fwd = 0.0;
-        let mut bwd = 0.0;
+        let mut bwd = self.update_bytes / rates.bandwidth;
+        let precision = precision_name(self.precision);
         for i in 0..self.matrix.len() {
+            if let Some(p) = profile {
+                let [k1, k2] = &self.kernels[i];
+                let fitted = (!k1.is_empty())
+                    .then(|| Some((p.layer_times(k1, precision)?, p.layer_times(k2, precision)?)))
+                    .flatten();
+                if let Some(((f1, b1), (f2, b2))) = fitted {
+                    fwd += f1 + (f2 - f1) * (b - 1.0);
+                    bwd += b1 + (b2 - b1) * (b - 1.0);
+                    continue;
+                }
+            }
             let peak = if self.matrix[i] {
                 rates.matrix
             } else {
@@ -572,7 +610,7 @@ impl<'a> Plan<'a> {
         }
         let rates = DeviceRates::of(system, model.precision, scenario.efficiency)?;
         let b = batch as f64;
-        let (eval_compute, compute) = model.device_times(b, &rates);
+        let (eval_compute, compute) = model.device_times(b, &rates, system.calibration.as_deref());
         let capacity = system.device_memory().map(|m| m.value).ok_or_else(|| {
             Error::argument(
                 "system",
@@ -846,12 +884,26 @@ pub struct CommRoofline {
 }
 
 /// The HPC-AI roofline of a step.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HpcAiRoofline {
     /// One node: its devices' peak against the on-node fabric.
     pub single_node: Option<CommRoofline>,
     /// The job: all devices' peak against the network.
     pub distributed: Option<CommRoofline>,
+    /// Measured ceilings of one device at the step's precision, from a calibrated profile
+    /// (GEMM and convolution): lower horizontal lines under the datasheet peak.
+    pub measured_ceilings: Vec<MeasuredCeiling>,
+}
+
+/// A measured compute ceiling of one device.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MeasuredCeiling {
+    /// `gemm` or `conv`.
+    pub kind: String,
+    /// FLOP/s of one device.
+    pub flops: f64,
+    /// Fraction of the device's datasheet matrix peak.
+    pub fraction_of_peak: f64,
 }
 
 /// A full prediction: the numbers and their explanation.
@@ -1069,6 +1121,21 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
         hpc_ai_roofline: HpcAiRoofline {
             single_node,
             distributed,
+            measured_ceilings: system
+                .calibration
+                .as_ref()
+                .map(|p| {
+                    p.ceilings
+                        .iter()
+                        .filter(|c| c.precision == precision_name(model.precision))
+                        .map(|c| MeasuredCeiling {
+                            kind: c.kind.clone(),
+                            flops: c.tflops * 1e12,
+                            fraction_of_peak: c.tflops * 1e12 / plan.peak,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
         },
         assumptions,
         outcome,

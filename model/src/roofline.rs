@@ -5,12 +5,17 @@
 //! with `peak` the device's matrix peak for conv, transposed conv and dense, and its vector
 //! peak for everything else ([`crate::system::Device::matrix_peak`]). Layers run one after
 //! another (bulk synchronous), so the step's compute time is the sum. Efficiencies default
-//! to 1, the ideal bound; calibration supplies measured ones.
+//! to 1, the ideal bound. On a system with a calibrated profile
+//! ([`crate::profile::Profile::overlay`]), each layer whose kernels the profile has fits for
+//! takes their fitted times instead, and the others run at the measured memory bandwidth.
 
 use serde::Serialize;
 
 use crate::cost::GraphCost;
 use crate::error::{Error, Result};
+use crate::graph::Graph;
+use crate::kernels::step_kernels;
+use crate::profile::precision_name;
 use crate::system::{PeakUse, System};
 use crate::units::{ByteRate, Bytes, FlopRate, Flops, Seconds};
 
@@ -106,6 +111,8 @@ pub struct RooflineLayer<'g> {
     pub bound: Bound,
     /// Attained FLOP/s over the layer's time.
     pub attained: FlopRate,
+    /// Whether the times come from a calibrated profile's fitted kernel models.
+    pub calibrated: bool,
 }
 
 /// A workload's training step on one device's roofline.
@@ -147,12 +154,15 @@ pub struct Roofline<'g> {
     pub fraction_of_peak: f64,
     /// Samples per second on this device.
     pub samples_per_second: f64,
+    /// Layers timed by a calibrated profile (0 without one).
+    pub calibrated_layers: usize,
     /// Per-layer rows.
     pub layers: Vec<RooflineLayer<'g>>,
 }
 
-/// Places every layer of `cost` on the roofline of `system`'s device.
+/// Places every layer of `cost` (the cost of `graph`) on the roofline of `system`'s device.
 pub fn roofline<'g>(
+    graph: &Graph,
     cost: &GraphCost<'g>,
     system: &System,
     efficiency: Efficiency,
@@ -166,8 +176,12 @@ pub fn roofline<'g>(
         let memory = b / bw;
         (compute, memory)
     };
+    let kernels = system
+        .calibration
+        .as_ref()
+        .map(|p| (p, step_kernels(graph, cost)));
     let mut layers = Vec::with_capacity(cost.layers.len());
-    for l in &cost.layers {
+    for (i, l) in cost.layers.iter().enumerate() {
         let (class, peak) = if l.matrix {
             (PeakClass::Matrix, &matrix_peak)
         } else {
@@ -175,8 +189,15 @@ pub fn roofline<'g>(
         };
         let (cf, mf) = pass(l.flops_fwd, l.hbm_bytes_fwd, peak.rate);
         let (cb, mb) = pass(l.flops_bwd, l.hbm_bytes_bwd, peak.rate);
-        let time_fwd = cf.max(mf);
-        let time_bwd = cb.max(mb);
+        let fitted = kernels.as_ref().and_then(|(p, ks)| {
+            (!ks[i].is_empty())
+                .then(|| p.layer_times(&ks[i], precision_name(cost.precision)))
+                .flatten()
+        });
+        let (time_fwd, time_bwd) = match fitted {
+            Some((f, b)) => (Seconds::new(f), Seconds::new(b)),
+            None => (cf.max(mf), cb.max(mb)),
+        };
         let time = time_fwd + time_bwd;
         let (compute, memory) = (cf + cb, mf + mb);
         let bound = if time.value() == 0.0 {
@@ -204,6 +225,7 @@ pub fn roofline<'g>(
             } else {
                 FlopRate::ZERO
             },
+            calibrated: fitted.is_some(),
         });
     }
     let sum_time = |b: Option<Bound>| {
@@ -232,6 +254,7 @@ pub fn roofline<'g>(
         attained,
         fraction_of_peak: attained / matrix_peak.rate,
         samples_per_second: cost.batch as f64 / step_time.value(),
+        calibrated_layers: layers.iter().filter(|l| l.calibrated).count(),
         matrix_peak,
         vector_peak,
         layers,
@@ -255,7 +278,7 @@ mod tests {
     ) {
         let g = workloads::build(workload, &BuildOptions::default()).unwrap();
         let s = catalog::system(system).unwrap();
-        check(&roofline(&cost(&g, batch, p), &s, Efficiency::IDEAL).unwrap());
+        check(&roofline(&g, &cost(&g, batch, p), &s, Efficiency::IDEAL).unwrap());
     }
 
     #[test]
@@ -290,8 +313,8 @@ mod tests {
         let g = workloads::build("resnet50", &BuildOptions::default()).unwrap();
         let s = catalog::system("a100-sxm4-40gb").unwrap();
         let c = cost(&g, 64, Precision::AmpBf16);
-        let ideal = roofline(&c, &s, Efficiency::IDEAL).unwrap();
-        let half = roofline(&c, &s, Efficiency::new(0.5, 0.5).unwrap()).unwrap();
+        let ideal = roofline(&g, &c, &s, Efficiency::IDEAL).unwrap();
+        let half = roofline(&g, &c, &s, Efficiency::new(0.5, 0.5).unwrap()).unwrap();
         let ratio = half.step_time.value() / ideal.step_time.value();
         assert!((ratio - 2.0).abs() < 1e-9, "{ratio}");
         assert!(Efficiency::new(0.0, 1.0).is_err());
@@ -302,7 +325,8 @@ mod tests {
     fn unsupported_precision_is_an_error() {
         let g = workloads::build("resnet50", &BuildOptions::default()).unwrap();
         let s = catalog::system("cori-gpu").unwrap();
-        let err = roofline(&cost(&g, 8, Precision::AmpBf16), &s, Efficiency::IDEAL).unwrap_err();
+        let err =
+            roofline(&g, &cost(&g, 8, Precision::AmpBf16), &s, Efficiency::IDEAL).unwrap_err();
         assert!(err.to_string().contains("v100-sxm2-16gb"), "{err}");
     }
 }

@@ -29,13 +29,13 @@ use crate::load;
 use crate::output::{self, Col, Style, num, text};
 
 /// Backends by thread count, opened up front so a device error comes before any work.
-struct Backends {
+pub(crate) struct Backends {
     device: String,
     open: Vec<(usize, Box<dyn Backend>)>,
 }
 
 impl Backends {
-    fn new(args: &MeasureArgs, default: &[ThreadCount]) -> Result<Backends> {
+    pub(crate) fn new(args: &MeasureArgs, default: &[ThreadCount]) -> Result<Backends> {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         let counts = args.threads.as_ref().map_or(default, |t| t.0.as_slice());
         let mut open: Vec<(usize, Box<dyn Backend>)> = Vec::new();
@@ -54,7 +54,7 @@ impl Backends {
         })
     }
 
-    fn threads(&self) -> Vec<usize> {
+    pub(crate) fn threads(&self) -> Vec<usize> {
         self.open.iter().map(|(t, _)| *t).collect()
     }
 
@@ -86,7 +86,7 @@ fn protocol(args: &MeasureArgs, base: Protocol) -> Protocol {
 }
 
 /// The records file, if any, opened for a new or resumed campaign.
-fn writer(args: &MeasureArgs) -> Result<Option<RecordWriter>> {
+pub(crate) fn writer(args: &MeasureArgs) -> Result<Option<RecordWriter>> {
     let Some(path) = &args.out else {
         return Ok(None);
     };
@@ -109,13 +109,13 @@ fn writer(args: &MeasureArgs) -> Result<Option<RecordWriter>> {
 
 /// Runs `cases` in order, skipping those already in the file, until `deadline`; returns
 /// the new records and how many cases were skipped and left unrun.
-struct Ran {
-    records: Vec<Record>,
+pub(crate) struct Ran {
+    pub(crate) records: Vec<Record>,
     skipped: usize,
     unrun: usize,
 }
 
-fn run_cases(
+pub(crate) fn run_cases(
     backends: &mut Backends,
     writer: &mut Option<RecordWriter>,
     cases: &[(usize, Case)],
@@ -537,18 +537,22 @@ struct LayerRow {
     flop_rate: f64,
 }
 
-pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
-    let graph = load::workload(&args.workload)?;
-    let batch = usize::try_from(args.batch)?;
-    let mut backends = Backends::new(&args.measure, &[ThreadCount::All])?;
-    let steps = usize::try_from(args.steps)?;
-    let base = Protocol {
+/// The protocol of full training steps: `steps` of them after the executor's warm-up step.
+pub(crate) fn steps_protocol(steps: usize) -> Protocol {
+    Protocol {
         warmup: Duration::ZERO,
         min_samples: steps,
         min_time: Duration::ZERO,
         max_samples: steps,
         max_time: Duration::MAX,
-    };
+    }
+}
+
+pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
+    let graph = load::workload(&args.workload)?;
+    let batch = usize::try_from(args.batch)?;
+    let mut backends = Backends::new(&args.measure, &[ThreadCount::All])?;
+    let base = steps_protocol(usize::try_from(args.steps)?);
     let cases = for_threads(&backends, |_| {
         vec![Case::Workload(Box::new(graph.clone()), batch)]
     });
@@ -667,7 +671,7 @@ pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
             } else {
                 "every layer in order".to_owned()
             })
-            .note("the model's footprint counts a whole-sample im2col workspace; the executor's convolutions need only a padded copy of their input and a tile");
+            .note("the model's footprint counts a padded copy of one sample's input as convolution workspace; the executor's convolutions may lower several small samples together");
         let rendered = match args.measure.format.format {
             Format::Csv => ridgeline_reports::Renderer::render(&ridgeline_reports::Csv, &doc)?,
             _ => ridgeline_reports::Renderer::render(&ridgeline_reports::Text, &doc)?,
@@ -678,13 +682,20 @@ pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
 }
 
 pub(crate) fn suite(args: &MeasureSuiteArgs) -> Result<()> {
+    let ran = run_suite(args, &[ThreadCount::All, ThreadCount::N(1)])?;
+    finish("Measurement suite", &args.measure, &ran, vec![])
+}
+
+/// Plans the suite to the budget on `default` thread counts (unless --threads), prints the
+/// plan to stderr and runs it.
+pub(crate) fn run_suite(args: &MeasureSuiteArgs, default: &[ThreadCount]) -> Result<Ran> {
     let m = &args.measure;
     if m.out.is_none() {
         bail!(
             "measure suite writes a campaign of records: give --out FILE (and --resume to continue one)"
         );
     }
-    let mut backends = Backends::new(m, &[ThreadCount::All, ThreadCount::N(1)])?;
+    let mut backends = Backends::new(m, default)?;
     let protocol = protocol(m, suite::PROTOCOL);
     let threads = backends.threads();
     let mut w = writer(m)?;
@@ -735,5 +746,5 @@ pub(crate) fn suite(args: &MeasureSuiteArgs) -> Result<()> {
             ran.unrun
         );
     }
-    finish("Measurement suite", m, &ran, vec![])
+    Ok(ran)
 }

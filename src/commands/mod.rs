@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+mod calibrate;
 mod measure;
 mod memory;
 mod predict;
@@ -7,6 +8,7 @@ mod roofline;
 mod scale;
 mod sweep;
 mod system;
+mod validate;
 mod workload;
 
 use anyhow::Result;
@@ -32,5 +34,7 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Measure(MeasureCommand::Ops(args)) => measure::ops(&args),
         Command::Measure(MeasureCommand::Workload(args)) => measure::workload(&args),
         Command::Measure(MeasureCommand::Suite(args)) => measure::suite(&args),
+        Command::Calibrate(args) => calibrate::run(&args),
+        Command::Validate(args) => validate::run(&args),
     }
 }

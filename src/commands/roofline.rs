@@ -13,7 +13,7 @@ pub(crate) fn run(args: &RooflineArgs) -> Result<()> {
     let graph = load::workload(&args.workload)?;
     let system = load::system(&args.system.system)?;
     let c = cost::cost(&graph, args.batch, args.precision.precision);
-    let r = roofline::roofline(&c, &system, Efficiency::IDEAL)?;
+    let r = roofline::roofline(&graph, &c, &system, Efficiency::IDEAL)?;
     let cols: [Col<RooflineLayer>; 9] = [
         text("layer", "name", |r, _| r.name.to_owned()),
         text("op", "op", |r, _| r.op.to_owned()),

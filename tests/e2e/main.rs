@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod bad_input;
+mod calibrate;
 mod measure;
 mod memory;
 mod predict;

@@ -300,6 +300,10 @@ pub struct System {
     pub node: Node,
     /// The cluster.
     pub cluster: Cluster,
+    /// The calibrated profile on top of the datasheet, when one is given
+    /// ([`crate::profile::Profile::overlay`]).
+    #[serde(skip)]
+    pub calibration: Option<std::sync::Arc<crate::profile::Profile>>,
 }
 
 impl System {
@@ -336,6 +340,7 @@ impl System {
                 price_per_node_hour: None,
             },
             device,
+            calibration: None,
         }
     }
 
@@ -475,6 +480,7 @@ pub fn parse_system(
         device,
         node,
         cluster,
+        calibration: None,
     };
     if system.device_memory().is_none() {
         return Err(ctx.invalid(

@@ -12,6 +12,8 @@
 //! - Strided convolutions and small images run [`lowered`]: a tile of output positions is
 //!   lowered position-major from the copy (im2col, one contiguous copy per kernel row),
 //!   then one GEMM.
+//! - Pointwise convolutions (1x1, unit stride, no padding) run [`pointwise`]: one GEMM per
+//!   sample and group straight on the channels-first activations, with no copy at all.
 //! - Depthwise convolutions (one channel per group) run a direct loop nest.
 //!
 //! The GEMM crate is fastest when the output tile is channels-last and the long dimension
@@ -28,6 +30,7 @@
 mod depthwise;
 mod layout;
 mod lowered;
+mod pointwise;
 mod shifted;
 
 use std::cell::RefCell;
@@ -156,7 +159,7 @@ impl ConvGeom {
 
     /// Bytes of scratch memory the passes allocate while they run (the largest of them).
     pub(crate) fn workspace_bytes(&self) -> usize {
-        if self.depthwise() {
+        if self.depthwise() || pointwise::applies(self) {
             0
         } else if self.unit_stride() {
             let backward_data = self
@@ -195,6 +198,8 @@ pub(crate) fn forward(
 ) {
     if g.depthwise() {
         depthwise::forward(g, x, w, y);
+    } else if pointwise::applies(g) {
+        pointwise::forward(g, x, w, y, threads);
     } else if g.shifted() {
         shifted::forward(g, x, w, y, threads);
     } else {
@@ -217,6 +222,10 @@ pub(crate) fn add_channel_bias(y: &mut [f32], bias: &[f32], channels: usize, vol
 pub(crate) fn backward_data(g: &ConvGeom, dy: &[f32], w: &[f32], dx: &mut [f32], threads: usize) {
     if g.depthwise() {
         depthwise::backward_data(g, dy, w, dx);
+        return;
+    }
+    if pointwise::applies(g) {
+        pointwise::backward_data(g, dy, w, dx, threads);
         return;
     }
     // The flipped forward pass has C_in/g output channels: too few, and its GEMMs are too
@@ -257,6 +266,8 @@ pub(crate) fn backward_filter(
 ) {
     if g.depthwise() {
         depthwise::backward_filter(g, x, dy, dw);
+    } else if pointwise::applies(g) {
+        pointwise::backward_filter(g, x, dy, dw, threads);
     } else if g.shifted() {
         shifted::backward_filter(g, x, dy, dw, threads);
     } else {
@@ -384,7 +395,9 @@ pub(crate) mod tests {
             geom(1, 2, 2, 1, [4, 4, 4], [2, 2, 2], 2, 0, 1), // 3-d strided, even kernel
             geom(2, 3, 2, 1, [1, 1, 10], [1, 1, 3], 1, 0, 1), // 1-d
             geom(1, 4, 6, 2, [3, 7, 6], [3, 3, 3], 1, 2, 2), // 3-d grouped, dilated
-            geom(2, 6, 5, 1, [1, 5, 5], [1, 1, 1], 1, 0, 1), // 1x1
+            geom(2, 6, 5, 1, [1, 5, 5], [1, 1, 1], 1, 0, 1), // 1x1 (pointwise)
+            geom(2, 6, 4, 2, [2, 3, 5], [1, 1, 1], 1, 0, 1), // 3-d grouped pointwise
+            geom(1, 3, 4, 1, [1, 5, 5], [1, 1, 1], 2, 0, 1), // strided 1x1 (lowered)
             geom(1, 3, 4, 1, [1, 11, 9], [1, 7, 7], 2, 3, 1), // stem-like 7x7 stride 2
             geom(1, 4, 4, 1, [1, 6, 6], [1, 3, 3], 1, 0, 1), // valid padding
             geom(1, 3, 4, 1, [1, 5, 6], [1, 3, 3], 1, 3, 1), // padding beyond the kernel
@@ -478,7 +491,10 @@ pub(crate) mod tests {
     /// Both GEMM paths on every unit-stride case, whichever the dispatcher would pick.
     #[test]
     fn both_paths_agree_with_the_naive_loop_nest() {
-        for g in cases().into_iter().filter(|g| !g.depthwise()) {
+        for g in cases()
+            .into_iter()
+            .filter(|g| !g.depthwise() && !pointwise::applies(g))
+        {
             let x = data(g.n * g.c_in * g.in_vol(), 0.3);
             let w = data(g.weights(), 1.7);
             let dy = data(g.n * g.c_out * g.out_vol(), 2.9);

@@ -1,0 +1,499 @@
+//! Fitting a calibrated profile from micro-kernel records.
+//!
+//! Only micro-kernel records are used — `gemm`, `conv`, `op` and `stream` — never the
+//! `workload-*` records of full training steps: those are what validation checks the
+//! profile against. Each record becomes one point, its time the median of its samples
+//! ([`crate::stats`]). Records are taken at one thread count (the largest present unless
+//! another is asked for) and one device.
+//!
+//! - GEMM records fit the `gemm` class, which times every pass of dense layers.
+//! - Convolution records fit the pointwise, spatial and depthwise classes per pass, with the
+//!   class the backend dispatches each shape to ([`ridgeline_model::kernels::ConvShape`]).
+//! - Op records fit the pooling, norm and element-wise classes per pass, from the FLOPs and
+//!   bytes the records carry (the model's counts).
+//! - STREAM records give the sustained bandwidth of each memory level: records whose working
+//!   set fits L1, fits the last-level cache, or is more than twice its size, each fitted as
+//!   `t = t0 + bytes / bandwidth`. The cache sizes are this machine's (sysfs), so calibrate
+//!   on the machine that measured.
+//! - Ceilings: the fastest GEMM and the fastest convolution per precision.
+
+use std::collections::BTreeMap;
+
+use ridgeline_measure::Record;
+use ridgeline_measure::suite::Caches;
+use ridgeline_model::kernels::{
+    ConvShape, Kernel, KernelClass, KernelPass, gemm_kernel, vector_kernel,
+};
+use ridgeline_model::profile::{
+    Ceiling, KernelFit, LevelBandwidth, PROFILE_SCHEMA_VERSION, Profile, Provenance, SourceFile,
+};
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+use crate::fit::{Fit, fit_relative};
+use crate::stats::Samples;
+
+/// A records file, read.
+#[derive(Debug, Clone)]
+pub struct RecordFile {
+    /// Path as given.
+    pub path: String,
+    /// Its records.
+    pub records: Vec<Record>,
+}
+
+/// What to calibrate.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The datasheet system the profile overlays.
+    pub system: String,
+    /// Thread count to take records at; the largest present when `None`.
+    pub threads: Option<usize>,
+    /// When the profile is made (RFC 3339).
+    pub created: String,
+}
+
+/// One fitted class, with its points, for reports.
+#[derive(Debug, Clone)]
+pub struct ClassFit {
+    /// Class.
+    pub class: KernelClass,
+    /// Pass.
+    pub pass: KernelPass,
+    /// Precision.
+    pub precision: String,
+    /// The fit.
+    pub fit: Fit,
+}
+
+/// A profile and what went into it.
+#[derive(Debug, Clone)]
+pub struct Calibration {
+    /// The profile.
+    pub profile: Profile,
+    /// Every kernel fit.
+    pub fits: Vec<ClassFit>,
+    /// Classes with too few points to fit, and why.
+    pub skipped: Vec<String>,
+}
+
+/// The `shape` of a conv record.
+#[derive(Debug, Deserialize)]
+struct ConvRecordShape {
+    n: usize,
+    c_in: usize,
+    c_out: usize,
+    input: Vec<usize>,
+    kernel: Vec<usize>,
+    stride: Vec<usize>,
+    padding: Vec<[usize; 2]>,
+    dilation: Vec<usize>,
+    groups: usize,
+    pass: String,
+}
+
+fn record_error(file: &str, r: &Record, message: impl Into<String>) -> Error {
+    Error::Record {
+        file: file.to_owned(),
+        id: r.id.clone(),
+        message: message.into(),
+    }
+}
+
+fn conv_kernel(file: &str, r: &Record) -> Result<Kernel> {
+    let s: ConvRecordShape = serde_json::from_value(r.shape.clone())
+        .map_err(|e| record_error(file, r, format!("conv shape: {e}")))?;
+    let rank = s.input.len();
+    if [
+        s.kernel.len(),
+        s.stride.len(),
+        s.padding.len(),
+        s.dilation.len(),
+    ]
+    .iter()
+    .any(|&l| l != rank)
+        || s.groups == 0
+    {
+        return Err(record_error(
+            file,
+            r,
+            "conv shape: lists of unequal rank or zero groups",
+        ));
+    }
+    let mut output = Vec::with_capacity(rank);
+    for d in 0..rank {
+        let span = s.dilation[d] * (s.kernel[d].max(1) - 1) + 1;
+        let padded = s.input[d] + s.padding[d][0] + s.padding[d][1];
+        if span > padded || s.stride[d] == 0 {
+            return Err(record_error(
+                file,
+                r,
+                "conv shape: kernel larger than padded input",
+            ));
+        }
+        output.push((padded - span) / s.stride[d] + 1);
+    }
+    let pass = KernelPass::parse(&s.pass)
+        .filter(|p| *p != KernelPass::Backward)
+        .ok_or_else(|| record_error(file, r, format!("conv pass `{}`", s.pass)))?;
+    Ok(ConvShape {
+        batch: s.n,
+        c_in: s.c_in,
+        c_out: s.c_out,
+        input: s.input,
+        output,
+        kernel: s.kernel,
+        stride: s.stride,
+        padded: s.padding.iter().any(|p| p[0] > 0 || p[1] > 0),
+        groups: s.groups,
+    }
+    .kernel(pass))
+}
+
+fn gemm_record(file: &str, r: &Record) -> Result<Kernel> {
+    let dim = |k: &str| {
+        r.shape[k]
+            .as_u64()
+            .map(|v| v as f64)
+            .ok_or_else(|| record_error(file, r, format!("gemm shape has no `{k}`")))
+    };
+    Ok(gemm_kernel(
+        KernelClass::Gemm,
+        KernelPass::Forward,
+        dim("m")?,
+        dim("n")?,
+        dim("k")?,
+        1.0,
+    ))
+}
+
+fn op_kernel(file: &str, r: &Record) -> Result<Option<Kernel>> {
+    let kind = r.shape["op"]["op"]
+        .as_str()
+        .ok_or_else(|| record_error(file, r, "op shape has no `op.op`"))?;
+    let Some(class) = KernelClass::of_vector_op(kind) else {
+        return Ok(None);
+    };
+    let pass = match r.shape["pass"].as_str() {
+        Some("forward") => KernelPass::Forward,
+        Some("backward") => KernelPass::Backward,
+        other => return Err(record_error(file, r, format!("op pass {other:?}"))),
+    };
+    Ok(Some(vector_kernel(class, pass, r.flops, r.bytes)))
+}
+
+/// Feature rows and measured times of one fit.
+type Points = (Vec<Vec<f64>>, Vec<f64>);
+
+/// Fits a profile from `files` (micro-kernel records; workload records are ignored).
+pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration> {
+    let micro = |r: &&Record| matches!(r.kind.as_str(), "gemm" | "conv" | "op" | "stream");
+    let all: Vec<(&str, &Record)> = files
+        .iter()
+        .flat_map(|f| f.records.iter().filter(micro).map(|r| (f.path.as_str(), r)))
+        .collect();
+    if all.is_empty() {
+        return Err(Error::Input(format!(
+            "no micro-kernel records (gemm, conv, op, stream) in {}; run `ridgeline measure suite --out FILE` first",
+            files
+                .iter()
+                .map(|f| f.path.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let device = all[0].1.device.clone();
+    if let Some((file, r)) = all.iter().find(|(_, r)| r.device != device) {
+        return Err(record_error(
+            file,
+            r,
+            format!(
+                "device `{}` differs from `{device}`: calibrate one device at a time",
+                r.device
+            ),
+        ));
+    }
+    let threads = options
+        .threads
+        .unwrap_or_else(|| all.iter().map(|(_, r)| r.threads).max().unwrap_or(1));
+    let used: Vec<(&str, &Record)> = all
+        .into_iter()
+        .filter(|(_, r)| r.threads == threads)
+        .collect();
+    if used.is_empty() {
+        return Err(Error::Input(format!(
+            "no micro-kernel records at {threads} threads"
+        )));
+    }
+
+    // Points per (class, pass, precision).
+    let mut points: BTreeMap<(KernelClass, KernelPass, String), Points> = BTreeMap::new();
+    let mut stream: Vec<(f64, f64)> = Vec::new();
+    let mut ceilings: BTreeMap<(String, String), (f64, String)> = BTreeMap::new();
+    for (file, r) in &used {
+        let t = Samples::new(r.samples_s.clone())
+            .map_err(|e| record_error(file, r, e.to_string()))?
+            .median();
+        let kernels: Vec<Kernel> = match r.kind.as_str() {
+            "gemm" => {
+                let k = gemm_record(file, r)?;
+                // A GEMM micro-kernel calibrates every pass of dense layers.
+                [
+                    KernelPass::Forward,
+                    KernelPass::BackwardData,
+                    KernelPass::BackwardFilter,
+                ]
+                .into_iter()
+                .map(|pass| Kernel {
+                    class: k.class,
+                    pass,
+                    x: k.x,
+                })
+                .collect()
+            }
+            "conv" => vec![conv_kernel(file, r)?],
+            "op" => op_kernel(file, r)?.into_iter().collect(),
+            _ => {
+                stream.push((r.bytes, t));
+                continue;
+            }
+        };
+        if matches!(r.kind.as_str(), "gemm" | "conv") && r.flops > 0.0 {
+            let rate = r.flops / t;
+            let entry = ceilings
+                .entry((r.kind.clone(), r.precision.clone()))
+                .or_insert((0.0, String::new()));
+            if rate > entry.0 {
+                *entry = (rate, format!("{file}: record `{}`", r.id));
+            }
+        }
+        for k in kernels {
+            let e = points
+                .entry((k.class, k.pass, r.precision.clone()))
+                .or_default();
+            e.0.push(k.x.to_vec());
+            e.1.push(t);
+        }
+    }
+
+    let mut fits = Vec::new();
+    let mut skipped = Vec::new();
+    for ((class, pass, precision), (x, y)) in points {
+        match fit_relative(&x, &y) {
+            Ok(fit) => fits.push(ClassFit {
+                class,
+                pass,
+                precision,
+                fit,
+            }),
+            Err(e) => skipped.push(format!("{} {} {precision}: {e}", class.name(), pass.name())),
+        }
+    }
+
+    let bandwidth = level_bandwidths(&stream, Caches::detect())?;
+    let env = &used[0].1.env;
+    let mut stamps: Vec<&str> = used.iter().map(|(_, r)| r.env.timestamp.as_str()).collect();
+    stamps.sort_unstable();
+    let profile = Profile {
+        schema_version: PROFILE_SCHEMA_VERSION,
+        system: options.system.clone(),
+        device,
+        threads,
+        provenance: Provenance {
+            created: options.created.clone(),
+            ridgeline_version: env!("CARGO_PKG_VERSION").to_owned(),
+            host: env.host.clone(),
+            device_model: env.cpu_model.clone(),
+            files: files
+                .iter()
+                .map(|f| SourceFile {
+                    path: f.path.clone(),
+                    records: used.iter().filter(|(p, _)| *p == f.path).count(),
+                })
+                .collect(),
+            measured_from: stamps.first().map_or_else(String::new, |s| (*s).to_owned()),
+            measured_to: stamps.last().map_or_else(String::new, |s| (*s).to_owned()),
+        },
+        bandwidth,
+        ceilings: ceilings
+            .into_iter()
+            .map(|((kind, precision), (rate, source))| Ceiling {
+                kind,
+                precision,
+                tflops: rate / 1e12,
+                source,
+            })
+            .collect(),
+        kernels: fits
+            .iter()
+            .map(|f| KernelFit {
+                class: f.class,
+                pass: f.pass,
+                precision: f.precision.clone(),
+                features: f.class.features().iter().map(|s| (*s).to_owned()).collect(),
+                coefficients: f.fit.coefficients.clone(),
+                std_errors: f.fit.std_errors.clone(),
+                r_squared: f.fit.r_squared,
+                rms_rel_error: f.fit.rms_rel_error,
+                max_abs_rel_error: f.fit.max_abs_rel_error,
+                points: f.fit.points,
+            })
+            .collect(),
+    };
+    profile.check("calibrated profile")?;
+    Ok(Calibration {
+        profile,
+        fits,
+        skipped,
+    })
+}
+
+/// Sustained bandwidth per level from STREAM `(bytes, seconds)` points.
+fn level_bandwidths(points: &[(f64, f64)], caches: Caches) -> Result<Vec<LevelBandwidth>> {
+    let (l1, llc) = (caches.l1d as f64, caches.llc as f64);
+    // (level, largest working set it serves, working sets fitted: (above, at most)).
+    let levels = [
+        ("l1", Some(l1), (0.0, l1)),
+        ("llc", Some(llc), (l1, llc)),
+        ("dram", None, (2.0 * llc, f64::INFINITY)),
+    ];
+    let mut out = Vec::new();
+    for (level, max, (low, high)) in levels {
+        let (x, y): (Vec<Vec<f64>>, Vec<f64>) = points
+            .iter()
+            .filter(|(b, _)| *b > low && *b <= high)
+            .map(|&(b, t)| (vec![1.0, b], t))
+            .unzip();
+        if x.len() < 3 {
+            continue;
+        }
+        let fit = fit_relative(&x, &y)?;
+        let per_byte = fit.coefficients[1];
+        if per_byte <= 0.0 {
+            continue;
+        }
+        out.push(LevelBandwidth {
+            level: level.to_owned(),
+            max_working_set_bytes: max,
+            bandwidth_gbs: 1.0 / per_byte / 1e9,
+            std_error_gbs: fit.std_errors[1] / (per_byte * per_byte) / 1e9,
+            points: fit.points,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use ridgeline_measure::Env;
+    use serde_json::json;
+
+    use super::*;
+
+    fn record(kind: &str, shape: serde_json::Value, t: f64, flops: f64, bytes: f64) -> Record {
+        Record {
+            schema_version: 1,
+            id: format!("{kind}|{shape}"),
+            kind: kind.into(),
+            shape,
+            precision: "fp32".into(),
+            device: "cpu".into(),
+            threads: 2,
+            samples_s: vec![t * 1.01, t, t * 0.99, t, t * 1.2],
+            flops,
+            bytes,
+            env: Env::capture(),
+            extra: None,
+        }
+    }
+
+    /// Records generated by a known GEMM model and bandwidth; the profile recovers both.
+    #[test]
+    fn recovers_a_synthetic_machine() {
+        let truth = [3e-6, 1e-11, 2e-10, 1e-10, 3e-10];
+        let mut records = Vec::new();
+        for &(m, n, k) in &[
+            (64, 64, 64),
+            (128, 128, 128),
+            (512, 512, 512),
+            (1024, 1024, 1024),
+            (64, 4096, 1024),
+            (4096, 64, 256),
+            (2048, 2048, 64),
+            (256, 3136, 64),
+        ] {
+            let x = gemm_kernel(
+                KernelClass::Gemm,
+                KernelPass::Forward,
+                f64::from(m),
+                f64::from(n),
+                f64::from(k),
+                1.0,
+            )
+            .x;
+            let t: f64 = x.iter().zip(&truth).map(|(a, b)| a * b).sum();
+            records.push(record(
+                "gemm",
+                json!({"m": m, "n": n, "k": k}),
+                t,
+                x[1],
+                0.0,
+            ));
+        }
+        let caches = Caches::detect();
+        for mult in [4.0, 8.0, 16.0] {
+            let bytes = caches.llc as f64 * mult;
+            records.push(record(
+                "stream",
+                json!({"kernel": "triad", "elements": bytes / 24.0}),
+                1e-5 + bytes / 20e9,
+                0.0,
+                bytes,
+            ));
+        }
+        let c = calibrate(
+            &[RecordFile {
+                path: "runs.jsonl".into(),
+                records,
+            }],
+            &Options {
+                system: "local".into(),
+                threads: None,
+                created: "now".into(),
+            },
+        )
+        .unwrap();
+        let gemm = c
+            .profile
+            .fit(KernelClass::Gemm, KernelPass::BackwardFilter, "fp32")
+            .unwrap();
+        for (got, want) in gemm.coefficients.iter().zip(&truth) {
+            assert!((got / want - 1.0).abs() < 1e-6, "{got} vs {want}");
+        }
+        let dram = c.profile.dram_bandwidth().unwrap();
+        assert!((dram / 20e9 - 1.0).abs() < 1e-6, "{dram}");
+        assert_eq!(c.profile.provenance.files[0].records, 11);
+        assert!(c.profile.ceiling("gemm", "fp32").unwrap() > 0.0);
+    }
+
+    #[test]
+    fn no_micro_kernel_records_is_an_error() {
+        let err = calibrate(
+            &[RecordFile {
+                path: "w.jsonl".into(),
+                records: vec![],
+            }],
+            &Options {
+                system: "local".into(),
+                threads: None,
+                created: "now".into(),
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("w.jsonl") && err.contains("measure suite"),
+            "{err}"
+        );
+    }
+}

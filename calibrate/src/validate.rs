@@ -1,0 +1,318 @@
+//! Validation: predictions of measured full-workload steps, layer by layer and step by step.
+//!
+//! For every `workload-step` record, the workload is rebuilt at the measured input size and
+//! batch, each layer's forward and backward time is predicted on the calibrated system
+//! ([`ridgeline_model::roofline`] with the profile's kernel fits), the step as their sum plus
+//! the optimizer update at the calibrated memory bandwidth, and the memory as the model's
+//! footprint with plain SGD (what the executor runs). Each is compared with the median of
+//! the measured samples and with the executor's peak memory.
+
+use ridgeline_measure::Record;
+use ridgeline_model::cost;
+use ridgeline_model::memory::{Footprint, Optimizer};
+use ridgeline_model::precision::Precision;
+use ridgeline_model::predict::StepModel;
+use ridgeline_model::roofline::{self, Efficiency};
+use ridgeline_model::system::System;
+use ridgeline_model::units::Bytes;
+use ridgeline_model::workloads::{self, BuildOptions};
+use serde::Serialize;
+use statrs::statistics::{Data, OrderStatistics};
+
+use crate::error::{Error, Result};
+use crate::stats::Samples;
+
+/// Layers listed as the worst, by absolute time error.
+pub const WORST_LAYERS: usize = 10;
+
+/// One layer pass, predicted and measured.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LayerPoint {
+    /// Workload.
+    pub workload: String,
+    /// Batch.
+    pub batch: usize,
+    /// Layer name.
+    pub layer: String,
+    /// Op kind.
+    pub op: String,
+    /// `forward` or `backward`.
+    pub pass: String,
+    /// Predicted seconds.
+    pub predicted_s: f64,
+    /// Measured seconds (median).
+    pub measured_s: f64,
+    /// (predicted - measured) / measured.
+    pub rel_error: f64,
+    /// Whether the prediction comes from a fitted kernel model.
+    pub calibrated: bool,
+}
+
+/// One training step, predicted and measured.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepPoint {
+    /// Workload.
+    pub workload: String,
+    /// Input shape of one sample.
+    pub input: Vec<usize>,
+    /// Batch.
+    pub batch: usize,
+    /// Predicted seconds per step.
+    pub predicted_s: f64,
+    /// Measured seconds per step (median).
+    pub measured_s: f64,
+    /// (predicted - measured) / measured.
+    pub rel_error: f64,
+    /// Predicted peak memory.
+    pub predicted_memory_bytes: f64,
+    /// Measured peak memory (the executor's allocation high-water mark).
+    pub measured_memory_bytes: f64,
+    /// (predicted - measured) / measured memory.
+    pub memory_rel_error: f64,
+    /// Layers of the step timed by fitted kernel models, and in all.
+    pub calibrated_layers: usize,
+    /// Layers with work.
+    pub layers: usize,
+}
+
+/// Error statistics of a set of relative errors.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ErrorStats {
+    /// Points.
+    pub n: usize,
+    /// Median of |error|.
+    pub median_abs_rel_error: f64,
+    /// Mean of |error|.
+    pub mean_abs_rel_error: f64,
+    /// 90th percentile of |error|.
+    pub p90_abs_rel_error: f64,
+    /// Max of |error|.
+    pub max_abs_rel_error: f64,
+    /// Mean signed error: positive when predictions run high.
+    pub bias: f64,
+}
+
+impl ErrorStats {
+    /// The statistics of `errors` (empty gives zeros).
+    pub fn of(errors: &[f64]) -> ErrorStats {
+        if errors.is_empty() {
+            return ErrorStats {
+                n: 0,
+                median_abs_rel_error: 0.0,
+                mean_abs_rel_error: 0.0,
+                p90_abs_rel_error: 0.0,
+                max_abs_rel_error: 0.0,
+                bias: 0.0,
+            };
+        }
+        let n = errors.len() as f64;
+        let abs: Vec<f64> = errors.iter().map(|e| e.abs()).collect();
+        let mut d = Data::new(abs.clone());
+        ErrorStats {
+            n: errors.len(),
+            median_abs_rel_error: d.median(),
+            mean_abs_rel_error: abs.iter().sum::<f64>() / n,
+            p90_abs_rel_error: d.quantile(0.9),
+            max_abs_rel_error: abs.iter().fold(0.0, |m, v| m.max(*v)),
+            bias: errors.iter().sum::<f64>() / n,
+        }
+    }
+}
+
+/// The summary of a validation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    /// Per-step time: median |error|.
+    pub median_abs_rel_error: f64,
+    /// Per-step time: max |error|.
+    pub max_abs_rel_error: f64,
+    /// Per-step memory: median |error|.
+    pub memory_median_abs_rel_error: f64,
+    /// Per-step memory: max |error|.
+    pub memory_max_abs_rel_error: f64,
+    /// Step time statistics.
+    pub steps: ErrorStats,
+    /// Layer time statistics (every layer pass of every step).
+    pub layers: ErrorStats,
+    /// Memory statistics.
+    pub memory: ErrorStats,
+}
+
+/// A validation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Validation {
+    /// System (calibrated).
+    pub system: String,
+    /// Steps.
+    pub steps: Vec<StepPoint>,
+    /// The summary.
+    pub summary: Summary,
+    /// The layer passes whose time is furthest off, in seconds, worst first.
+    pub worst_layers: Vec<LayerPoint>,
+    /// Every layer pass.
+    pub layers: Vec<LayerPoint>,
+}
+
+fn median(file: &str, r: &Record) -> Result<f64> {
+    Samples::new(r.samples_s.clone())
+        .map(|s| s.median())
+        .map_err(|e| Error::Record {
+            file: file.to_owned(),
+            id: r.id.clone(),
+            message: e.to_string(),
+        })
+}
+
+/// Compares the `workload-step` and `workload-layer` records of `file` with predictions on
+/// `system` (a calibrated system; without a profile it validates the datasheet model).
+pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Validation> {
+    let steps: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.kind == "workload-step")
+        .collect();
+    if steps.is_empty() {
+        return Err(Error::Input(format!(
+            "{file}: no workload-step records; run `ridgeline measure workload W --out {file}`"
+        )));
+    }
+    let mut out_steps = Vec::new();
+    let mut out_layers = Vec::new();
+    for step in steps {
+        let bad = |message: String| Error::Record {
+            file: file.to_owned(),
+            id: step.id.clone(),
+            message,
+        };
+        if let Some(p) = &system.calibration
+            && p.threads != step.threads
+        {
+            return Err(bad(format!(
+                "measured on {} threads, but the profile is calibrated on {}; calibrate at the same thread count",
+                step.threads, p.threads
+            )));
+        }
+        let name = step.shape["workload"].as_str().unwrap_or_default();
+        let input: Vec<usize> = serde_json::from_value(step.shape["input"].clone())
+            .map_err(|e| bad(format!("shape.input: {e}")))?;
+        let batch = step.shape["batch"]
+            .as_u64()
+            .ok_or_else(|| bad("shape.batch is missing".into()))? as usize;
+        let graph = workloads::build(
+            name,
+            &BuildOptions {
+                input_size: Some(input.get(1..).unwrap_or_default().to_vec()),
+                width: 1.0,
+            },
+        )
+        .map_err(|e| bad(format!("{e} (validation rebuilds built-in workloads only)")))?;
+        let c = cost::cost(&graph, batch as u64, Precision::Fp32);
+        let (rebuilt, recorded) = (c.flops_train.value(), step.flops);
+        if (rebuilt - recorded).abs() > 1e-6 * recorded.max(1.0) {
+            return Err(bad(format!(
+                "the record counts {recorded:e} FLOPs per step, the rebuilt `{name}` {rebuilt:e}: it was measured at another width or from a workload file, which validation cannot rebuild; measure the built-in workload at width 1"
+            )));
+        }
+        let r = roofline::roofline(&graph, &c, system, Efficiency::IDEAL)?;
+        let update = StepModel::new(&graph, Precision::Fp32, Optimizer::Sgd).update_bytes
+            / system.device.memory_bandwidth.value.value();
+        let same_run = |l: &&Record| {
+            l.kind == "workload-layer"
+                && l.threads == step.threads
+                && l.device == step.device
+                && l.shape["workload"] == step.shape["workload"]
+                && l.shape["input"] == step.shape["input"]
+                && l.shape["batch"] == step.shape["batch"]
+        };
+        let measured_layers: Vec<&Record> = records.iter().filter(same_run).collect();
+        for l in &r.layers {
+            for (pass, predicted) in [("forward", l.time_fwd), ("backward", l.time_bwd)] {
+                let Some(m) = measured_layers
+                    .iter()
+                    .find(|m| m.shape["layer"] == l.name && m.shape["pass"] == pass)
+                else {
+                    continue;
+                };
+                let measured = median(file, m)?;
+                out_layers.push(LayerPoint {
+                    workload: name.to_owned(),
+                    batch,
+                    layer: l.name.to_owned(),
+                    op: l.op.to_owned(),
+                    pass: pass.to_owned(),
+                    predicted_s: predicted.value(),
+                    measured_s: measured,
+                    rel_error: (predicted.value() - measured) / measured,
+                    calibrated: l.calibrated,
+                });
+            }
+        }
+        let predicted = r.step_time.value() + update;
+        let measured = median(file, step)?;
+        let predicted_memory = Footprint::of(&graph, Precision::Fp32, Optimizer::Sgd)
+            .at(batch as u64, Bytes::new(f64::INFINITY))
+            .total
+            .value();
+        let measured_memory = step
+            .extra
+            .as_ref()
+            .and_then(|e| e["peak_bytes"].as_f64())
+            .ok_or_else(|| bad("extra.peak_bytes is missing".into()))?;
+        out_steps.push(StepPoint {
+            workload: name.to_owned(),
+            input,
+            batch,
+            predicted_s: predicted,
+            measured_s: measured,
+            rel_error: (predicted - measured) / measured,
+            predicted_memory_bytes: predicted_memory,
+            measured_memory_bytes: measured_memory,
+            memory_rel_error: (predicted_memory - measured_memory) / measured_memory,
+            calibrated_layers: r.calibrated_layers,
+            layers: r.layers.iter().filter(|l| l.time.value() > 0.0).count(),
+        });
+    }
+    let step_errors: Vec<f64> = out_steps.iter().map(|s| s.rel_error).collect();
+    let memory_errors: Vec<f64> = out_steps.iter().map(|s| s.memory_rel_error).collect();
+    let layer_errors: Vec<f64> = out_layers.iter().map(|l| l.rel_error).collect();
+    let steps = ErrorStats::of(&step_errors);
+    let memory = ErrorStats::of(&memory_errors);
+    let mut worst = out_layers.clone();
+    worst.sort_by(|a, b| {
+        let d = |l: &LayerPoint| (l.predicted_s - l.measured_s).abs();
+        d(b).total_cmp(&d(a))
+    });
+    worst.truncate(WORST_LAYERS);
+    Ok(Validation {
+        system: system.name.clone(),
+        summary: Summary {
+            median_abs_rel_error: steps.median_abs_rel_error,
+            max_abs_rel_error: steps.max_abs_rel_error,
+            memory_median_abs_rel_error: memory.median_abs_rel_error,
+            memory_max_abs_rel_error: memory.max_abs_rel_error,
+            steps,
+            layers: ErrorStats::of(&layer_errors),
+            memory,
+        },
+        steps: out_steps,
+        worst_layers: worst,
+        layers: out_layers,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_statistics_match_hand_values() {
+        let s = ErrorStats::of(&[0.1, -0.2, 0.05, -0.05, 0.3]);
+        assert_eq!(s.n, 5);
+        assert!((s.median_abs_rel_error - 0.1).abs() < 1e-12);
+        assert!((s.mean_abs_rel_error - 0.14).abs() < 1e-12);
+        assert!((s.max_abs_rel_error - 0.3).abs() < 1e-12);
+        assert!((s.bias - 0.04).abs() < 1e-12);
+        // Type 8, n = 5, tau = 0.9: h = 5.3333 -> beyond n, the maximum.
+        assert!((s.p90_abs_rel_error - 0.3).abs() < 1e-12);
+        assert_eq!(ErrorStats::of(&[]).n, 0);
+    }
+}

@@ -1,0 +1,441 @@
+//! The kernels a training step runs, by class, with the features a calibrated time model
+//! is a linear function of (DESIGN.md "Calibration and validation").
+//!
+//! # Classes
+//! A layer's passes run kernels of a few classes, and one class shares one time model:
+//! GEMM (dense layers, and every GEMM micro-kernel), pointwise convolution (1x1, unit
+//! stride, no padding: a plain GEMM on channels-first activations), spatial convolution
+//! (every other dense or grouped convolution), depthwise convolution (one channel per group),
+//! pooling, normalisation (batch norm, channel affine) and element-wise ops (activations,
+//! add, scale, concat, tile, upsample, dropout, losses). Convolutions run three passes
+//! (forward, backward-data, backward-filter), GEMMs too; the other classes a forward and a
+//! backward pass. A transposed convolution runs its adjoint convolution's passes:
+//! its forward pass is that convolution's backward-data pass, and the reverse.
+//!
+//! # Features and the model form
+//! A matrix kernel is described as the GEMM it lowers to, `C (M x N) = A (M x K) B (K x N)`
+//! per group: forward `M = N_batch P_out`, `N = C_out/g`, `K = C_in/g prod(kernel)`;
+//! backward-data `M = N_batch P_out`, `N = C_in/g prod(kernel)`, `K = C_out/g`;
+//! backward-filter `M = C_out/g`, `N = C_in/g prod(kernel)`, `K = N_batch P_out`. Its time is
+//!
+//! `t = c0 + c1 F + c2 |A| + c3 |B| + c4 |C|`, with `F = 2 M N K g` and `|X|` the elements of
+//! operand X over all groups.
+//!
+//! This is the cost model of a blocked (Goto) GEMM: the multiply-adds at the kernel's
+//! asymptotic rate (`1 / c1`), plus the traffic of each operand, which a blocked GEMM packs
+//! and streams through the cache hierarchy once per block of the other dimension — so its
+//! per-FLOP overhead falls as `1/N`, `1/M` and `1/K` for A, B and C respectively: small
+//! and skinny problems are inefficient, large ones approach the asymptote — plus a fixed
+//! cost per call (`c0`: thread start-up, dispatch). Layout copies of a convolution (im2col,
+//! padding, channels-last) are proportional to its A or C operand and fold into `c2`, `c4`.
+//! The attained fraction of peak follows: `F / (t x peak)`.
+//!
+//! A vector kernel's time is `t = c0 + c1 F + c2 bytes`, with the model's FLOPs and its
+//! lower-bound bytes of the pass ([`crate::cost`]): a fixed cost, arithmetic (e.g. `tanh`),
+//! and memory traffic at the attained bandwidth `1 / c2`.
+//!
+//! Every feature is affine in the batch size, so a layer's calibrated time is too.
+
+use serde::{Deserialize, Serialize};
+
+use crate::cost::{GraphCost, requires_grad};
+use crate::graph::{Graph, Layer, Op};
+
+/// Number of features of every kernel (the constant first).
+pub const FEATURES: usize = 5;
+
+/// Feature names of matrix kernels, in order.
+pub const MATRIX_FEATURES: [&str; FEATURES] = ["1", "flops", "a", "b", "c"];
+/// Feature names of vector kernels, in order (the last two are always zero).
+pub const VECTOR_FEATURES: [&str; FEATURES] = ["1", "flops", "bytes", "-", "-"];
+
+/// A class of kernels that shares one time model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KernelClass {
+    /// Dense layers and GEMM micro-kernels.
+    Gemm,
+    /// 1x1, unit-stride, unpadded convolution.
+    ConvPointwise,
+    /// Any other non-depthwise convolution.
+    ConvSpatial,
+    /// Depthwise convolution.
+    ConvDepthwise,
+    /// Max, average and global average pooling.
+    Pooling,
+    /// Batch norm and channel affine.
+    Norm,
+    /// Activations, add, scale, concat, tile, upsample, dropout, losses.
+    Elementwise,
+}
+
+impl KernelClass {
+    /// Every class.
+    pub const ALL: [KernelClass; 7] = [
+        KernelClass::Gemm,
+        KernelClass::ConvPointwise,
+        KernelClass::ConvSpatial,
+        KernelClass::ConvDepthwise,
+        KernelClass::Pooling,
+        KernelClass::Norm,
+        KernelClass::Elementwise,
+    ];
+
+    /// Its name in profiles and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelClass::Gemm => "gemm",
+            KernelClass::ConvPointwise => "conv-pointwise",
+            KernelClass::ConvSpatial => "conv-spatial",
+            KernelClass::ConvDepthwise => "conv-depthwise",
+            KernelClass::Pooling => "pooling",
+            KernelClass::Norm => "norm",
+            KernelClass::Elementwise => "elementwise",
+        }
+    }
+
+    /// Whether the class is a matrix class (GEMM features).
+    pub fn is_matrix(self) -> bool {
+        matches!(
+            self,
+            KernelClass::Gemm
+                | KernelClass::ConvPointwise
+                | KernelClass::ConvSpatial
+                | KernelClass::ConvDepthwise
+        )
+    }
+
+    /// The feature names of the class.
+    pub fn features(self) -> [&'static str; FEATURES] {
+        if self.is_matrix() {
+            MATRIX_FEATURES
+        } else {
+            VECTOR_FEATURES
+        }
+    }
+
+    /// The class of a vector op by its kind (`relu`, `max-pool`, ...); `None` for matrix
+    /// ops, the input and flatten (a view).
+    pub fn of_vector_op(kind: &str) -> Option<KernelClass> {
+        match kind {
+            "max-pool" | "avg-pool" | "global-avg-pool" => Some(KernelClass::Pooling),
+            "batch-norm" | "channel-affine" => Some(KernelClass::Norm),
+            "input" | "flatten" | "conv" | "conv-transpose" | "dense" => None,
+            _ => Some(KernelClass::Elementwise),
+        }
+    }
+}
+
+/// A pass of a kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KernelPass {
+    /// Forward.
+    Forward,
+    /// Gradient with respect to the input (matrix kernels).
+    BackwardData,
+    /// Gradient with respect to the weights (matrix kernels).
+    BackwardFilter,
+    /// The whole backward pass (vector kernels).
+    Backward,
+}
+
+impl KernelPass {
+    /// Its name in records, profiles and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelPass::Forward => "forward",
+            KernelPass::BackwardData => "backward-data",
+            KernelPass::BackwardFilter => "backward-filter",
+            KernelPass::Backward => "backward",
+        }
+    }
+
+    /// The pass named `name`.
+    pub fn parse(name: &str) -> Option<KernelPass> {
+        [
+            KernelPass::Forward,
+            KernelPass::BackwardData,
+            KernelPass::BackwardFilter,
+            KernelPass::Backward,
+        ]
+        .into_iter()
+        .find(|p| p.name() == name)
+    }
+
+    /// Whether the pass belongs to the backward half of a step.
+    pub fn is_backward(self) -> bool {
+        self != KernelPass::Forward
+    }
+}
+
+/// One kernel: its class, its pass and its features.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Kernel {
+    /// Class.
+    pub class: KernelClass,
+    /// Pass.
+    pub pass: KernelPass,
+    /// Features, in the order of [`KernelClass::features`].
+    pub x: [f64; FEATURES],
+}
+
+/// The shape of a convolution, per sample channels-first, as the features need it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConvShape {
+    /// Batch.
+    pub batch: usize,
+    /// Input channels.
+    pub c_in: usize,
+    /// Output channels.
+    pub c_out: usize,
+    /// Input spatial extents.
+    pub input: Vec<usize>,
+    /// Output spatial extents.
+    pub output: Vec<usize>,
+    /// Kernel extents.
+    pub kernel: Vec<usize>,
+    /// Strides.
+    pub stride: Vec<usize>,
+    /// Whether any padding is applied.
+    pub padded: bool,
+    /// Groups.
+    pub groups: usize,
+}
+
+impl ConvShape {
+    /// The class the backend dispatches this convolution to.
+    pub fn class(&self) -> KernelClass {
+        let (cin_g, cout_g) = (self.c_in / self.groups, self.c_out / self.groups);
+        if cin_g == 1 && cout_g == 1 && self.groups > 1 {
+            KernelClass::ConvDepthwise
+        } else if self.kernel.iter().all(|&k| k == 1)
+            && self.stride.iter().all(|&s| s == 1)
+            && !self.padded
+        {
+            KernelClass::ConvPointwise
+        } else {
+            KernelClass::ConvSpatial
+        }
+    }
+
+    /// The kernel of `pass` (forward, backward-data or backward-filter).
+    pub fn kernel(&self, pass: KernelPass) -> Kernel {
+        let product = |d: &[usize]| d.iter().map(|&v| v as f64).product::<f64>();
+        let g = self.groups as f64;
+        let taps = product(&self.kernel);
+        let (cin_g, cout_g) = (self.c_in as f64 / g, self.c_out as f64 / g);
+        let positions = self.batch as f64 * product(&self.output);
+        let (m, n, k) = match pass {
+            KernelPass::Forward | KernelPass::Backward => (positions, cout_g, cin_g * taps),
+            KernelPass::BackwardData => (positions, cin_g * taps, cout_g),
+            KernelPass::BackwardFilter => (cout_g, cin_g * taps, positions),
+        };
+        gemm_kernel(self.class(), pass, m, n, k, g)
+    }
+}
+
+/// A GEMM-like kernel of `groups` products of `m x k` by `k x n`.
+pub fn gemm_kernel(
+    class: KernelClass,
+    pass: KernelPass,
+    m: f64,
+    n: f64,
+    k: f64,
+    groups: f64,
+) -> Kernel {
+    Kernel {
+        class,
+        pass,
+        x: [
+            1.0,
+            2.0 * m * n * k * groups,
+            m * k * groups,
+            k * n * groups,
+            m * n * groups,
+        ],
+    }
+}
+
+/// A vector kernel of `flops` and `bytes`.
+pub fn vector_kernel(class: KernelClass, pass: KernelPass, flops: f64, bytes: f64) -> Kernel {
+    Kernel {
+        class,
+        pass,
+        x: [1.0, flops, bytes, 0.0, 0.0],
+    }
+}
+
+fn conv_shape(graph: &Graph, layer: &Layer, batch: u64) -> Option<ConvShape> {
+    let input = graph.layers()[*layer.inputs.first()?].output.dims();
+    let output = layer.output.dims();
+    let (c, conv_in, conv_out) = match &layer.op {
+        Op::Conv(c) => (c, input, output),
+        // The adjoint convolution reads the transposed convolution's output.
+        Op::ConvTranspose(c) => (c, output, input),
+        _ => return None,
+    };
+    Some(ConvShape {
+        batch: batch as usize,
+        c_in: conv_in[0],
+        c_out: conv_out[0],
+        input: conv_in[1..].to_vec(),
+        output: conv_out[1..].to_vec(),
+        kernel: c.kernel.to_vec(),
+        stride: c.stride.to_vec(),
+        padded: c.padding.pairs().iter().any(|p| p[0] > 0 || p[1] > 0),
+        groups: c.groups,
+    })
+}
+
+/// The kernels of every layer of `cost` (built from `graph`), forward and backward, one list
+/// per layer (empty for the input and views). A pass the step does not run (a data gradient
+/// nobody needs) has no kernel.
+pub fn step_kernels(graph: &Graph, cost: &GraphCost<'_>) -> Vec<Vec<Kernel>> {
+    let needs = requires_grad(graph);
+    graph
+        .layers()
+        .iter()
+        .zip(&cost.layers)
+        .enumerate()
+        .map(|(i, (layer, lc))| {
+            let mut out = Vec::new();
+            let backward = needs[i];
+            match &layer.op {
+                Op::Conv(_) | Op::ConvTranspose(_) => {
+                    let Some(shape) = conv_shape(graph, layer, cost.batch) else {
+                        return out;
+                    };
+                    let transposed = matches!(layer.op, Op::ConvTranspose(_));
+                    let (fwd, data) = if transposed {
+                        (KernelPass::BackwardData, KernelPass::Forward)
+                    } else {
+                        (KernelPass::Forward, KernelPass::BackwardData)
+                    };
+                    out.push(Kernel {
+                        pass: KernelPass::Forward,
+                        ..shape.kernel(fwd)
+                    });
+                    if lc.flops_bwd_data.value() > 0.0 {
+                        out.push(Kernel {
+                            pass: KernelPass::BackwardData,
+                            ..shape.kernel(data)
+                        });
+                    }
+                    if lc.flops_bwd_weight.value() > 0.0 {
+                        out.push(shape.kernel(KernelPass::BackwardFilter));
+                    }
+                }
+                Op::Dense { out_features, .. } => {
+                    let input = graph.layers()[layer.inputs[0]].output.elements() as f64;
+                    let (b, o) = (cost.batch as f64, *out_features as f64);
+                    let gemm = KernelClass::Gemm;
+                    out.push(gemm_kernel(gemm, KernelPass::Forward, b, o, input, 1.0));
+                    if lc.flops_bwd_data.value() > 0.0 {
+                        out.push(gemm_kernel(
+                            gemm,
+                            KernelPass::BackwardData,
+                            b,
+                            input,
+                            o,
+                            1.0,
+                        ));
+                    }
+                    if lc.flops_bwd_weight.value() > 0.0 {
+                        out.push(gemm_kernel(
+                            gemm,
+                            KernelPass::BackwardFilter,
+                            input,
+                            o,
+                            b,
+                            1.0,
+                        ));
+                    }
+                }
+                op => {
+                    let Some(class) = KernelClass::of_vector_op(op.kind()) else {
+                        return out;
+                    };
+                    out.push(vector_kernel(
+                        class,
+                        KernelPass::Forward,
+                        lc.flops_fwd.value(),
+                        lc.hbm_bytes_fwd.value(),
+                    ));
+                    if backward && lc.hbm_bytes_bwd.value() > 0.0 {
+                        out.push(vector_kernel(
+                            class,
+                            KernelPass::Backward,
+                            lc.flops_bwd.value(),
+                            lc.hbm_bytes_bwd.value(),
+                        ));
+                    }
+                }
+            }
+            out
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::cost;
+    use crate::precision::Precision;
+    use crate::workloads::{self, BuildOptions};
+
+    #[test]
+    fn matrix_kernel_flops_are_the_models() {
+        for name in ["cosmoflow", "deepcam", "resnet50"] {
+            let g = workloads::build(name, &BuildOptions::default()).unwrap();
+            let c = cost(&g, 2, Precision::Fp32);
+            let kernels = step_kernels(&g, &c);
+            for (ks, lc) in kernels.iter().zip(&c.layers) {
+                let flops = |pred: &dyn Fn(&Kernel) -> bool| {
+                    ks.iter().filter(|k| pred(k)).map(|k| k.x[1]).sum::<f64>()
+                };
+                let fwd = flops(&|k| k.pass == KernelPass::Forward);
+                let bwd = flops(&|k| k.pass.is_backward());
+                let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.max(1.0);
+                assert!(close(fwd, lc.flops_fwd.value()), "{name} {}", lc.name);
+                assert!(close(bwd, lc.flops_bwd.value()), "{name} {}", lc.name);
+            }
+        }
+    }
+
+    #[test]
+    fn classes_follow_the_geometry() {
+        let g = workloads::build("deepcam", &BuildOptions::default()).unwrap();
+        let c = cost(&g, 1, Precision::Fp32);
+        let kernels = step_kernels(&g, &c);
+        let class_of = |name: &str| kernels[g.find(name).unwrap()][0].class;
+        assert_eq!(
+            class_of("xception.block1.rep0.sepconv.conv1"),
+            KernelClass::ConvDepthwise
+        );
+        assert_eq!(
+            class_of("xception.block1.rep0.sepconv.pointwise"),
+            KernelClass::ConvPointwise
+        );
+        assert_eq!(class_of("xception.conv1"), KernelClass::ConvSpatial);
+        // The first convolution reads the input sample: no data gradient.
+        let first = &kernels[g.find("xception.conv1").unwrap()];
+        assert_eq!(first.len(), 2);
+        assert_eq!(first[1].pass, KernelPass::BackwardFilter);
+    }
+
+    #[test]
+    fn features_are_affine_in_the_batch() {
+        let g = workloads::build("resnet50", &BuildOptions::default()).unwrap();
+        let at = |b| step_kernels(&g, &cost(&g, b, Precision::Fp32));
+        let (one, two, five) = (at(1), at(2), at(5));
+        for ((a, b), c) in one.iter().zip(&two).zip(&five) {
+            for ((a, b), c) in a.iter().zip(b).zip(c) {
+                for f in 0..FEATURES {
+                    let line = a.x[f] + 4.0 * (b.x[f] - a.x[f]);
+                    assert!((line - c.x[f]).abs() <= 1e-9 * c.x[f].abs().max(1.0));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,384 @@
+//! The calibrated profile: what measurements say a machine attains, overlaid on its
+//! datasheet system (DESIGN.md "Calibration and validation").
+//!
+//! A profile holds, for one device at one thread count, fitted time models of each kernel
+//! class and pass ([`crate::kernels`]), the sustained bandwidth of each memory level, the
+//! measured GEMM and convolution ceilings per precision, and where all of it came from.
+//! `ridgeline-calibrate` writes it; everything that takes a system takes it too: a system
+//! with a profile times each layer pass by its class's fitted model where the profile has
+//! one, and by the roofline with the measured memory bandwidth where it has none.
+//!
+//! The file is TOML, `schema_version = 1`.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::kernels::{FEATURES, Kernel, KernelClass, KernelPass};
+use crate::precision::Precision;
+use crate::system::{Sourced, System};
+use crate::units::ByteRate;
+
+/// The profile schema this build reads and writes.
+pub const PROFILE_SCHEMA_VERSION: u32 = 1;
+
+/// A calibrated profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// Schema version.
+    pub schema_version: u32,
+    /// The datasheet system the profile overlays (a catalog name, `local`, or a file).
+    pub system: String,
+    /// The measured device (`cpu`, `cuda:0`).
+    pub device: String,
+    /// Threads the measurements ran on.
+    pub threads: usize,
+    /// Where the numbers come from.
+    pub provenance: Provenance,
+    /// Sustained bandwidth per memory level, smallest working sets first.
+    #[serde(default)]
+    pub bandwidth: Vec<LevelBandwidth>,
+    /// Measured compute ceilings.
+    #[serde(default)]
+    pub ceilings: Vec<Ceiling>,
+    /// Fitted kernel time models.
+    #[serde(default)]
+    pub kernels: Vec<KernelFit>,
+}
+
+/// Which measurements a profile was fitted from, where and when.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provenance {
+    /// When the profile was made (RFC 3339).
+    pub created: String,
+    /// ridgeline version that made it.
+    pub ridgeline_version: String,
+    /// Host the records were measured on.
+    pub host: String,
+    /// CPU (or GPU) model of that host.
+    pub device_model: String,
+    /// Record files, with the records used from each.
+    pub files: Vec<SourceFile>,
+    /// Earliest record timestamp.
+    pub measured_from: String,
+    /// Latest record timestamp.
+    pub measured_to: String,
+}
+
+/// A record file a profile was fitted from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceFile {
+    /// Path as given.
+    pub path: String,
+    /// Records used from it.
+    pub records: usize,
+}
+
+/// The sustained bandwidth of one memory level.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LevelBandwidth {
+    /// `l1`, `l2`, `llc`, `dram`.
+    pub level: String,
+    /// Largest working set this level serves (absent for DRAM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_working_set_bytes: Option<f64>,
+    /// Sustained bandwidth, GB/s.
+    pub bandwidth_gbs: f64,
+    /// Its standard error, GB/s.
+    pub std_error_gbs: f64,
+    /// Measurements fitted.
+    pub points: usize,
+}
+
+/// A measured compute ceiling: the best sustained rate of a kernel family.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ceiling {
+    /// `gemm` or `conv`.
+    pub kind: String,
+    /// Number format.
+    pub precision: String,
+    /// TFLOP/s.
+    pub tflops: f64,
+    /// The measurement it comes from.
+    pub source: String,
+}
+
+/// A fitted time model of one kernel class and pass at one precision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelFit {
+    /// Class.
+    pub class: KernelClass,
+    /// Pass.
+    pub pass: KernelPass,
+    /// Number format.
+    pub precision: String,
+    /// Feature names ([`KernelClass::features`]).
+    pub features: Vec<String>,
+    /// Seconds per unit of each feature; zero for features the fit dropped.
+    pub coefficients: Vec<f64>,
+    /// Standard error of each coefficient.
+    pub std_errors: Vec<f64>,
+    /// Coefficient of determination on the times.
+    pub r_squared: f64,
+    /// Root-mean-square relative error of the fitted times.
+    pub rms_rel_error: f64,
+    /// Largest relative error of a fitted time.
+    pub max_abs_rel_error: f64,
+    /// Measurements fitted.
+    pub points: usize,
+}
+
+impl KernelFit {
+    /// The model's time for features `x`.
+    pub fn time(&self, x: &[f64; FEATURES]) -> f64 {
+        self.coefficients.iter().zip(x).map(|(c, v)| c * v).sum()
+    }
+}
+
+/// The record precision name of a model precision's compute format.
+pub fn precision_name(p: Precision) -> &'static str {
+    match p {
+        Precision::Fp32 => "fp32",
+        Precision::Tf32 => "tf32",
+        Precision::AmpFp16 => "fp16",
+        Precision::AmpBf16 => "bf16",
+    }
+}
+
+impl Profile {
+    /// Parses and checks a profile file.
+    pub fn parse(text: &str, file: &str) -> Result<Profile> {
+        let p: Profile = toml::from_str(text).map_err(|e| Error::Parse {
+            file: file.to_owned(),
+            message: e.to_string(),
+        })?;
+        p.check(file)?;
+        Ok(p)
+    }
+
+    /// Checks the invariants a parsed profile must hold.
+    pub fn check(&self, file: &str) -> Result<()> {
+        let invalid = |field: String, message: String| Error::Invalid {
+            file: file.to_owned(),
+            field,
+            message,
+        };
+        if self.schema_version != PROFILE_SCHEMA_VERSION {
+            return Err(invalid(
+                "schema_version".into(),
+                format!(
+                    "is {}; this build reads version {PROFILE_SCHEMA_VERSION} (re-run `ridgeline calibrate`)",
+                    self.schema_version
+                ),
+            ));
+        }
+        for (i, b) in self.bandwidth.iter().enumerate() {
+            if !(b.bandwidth_gbs.is_finite() && b.bandwidth_gbs > 0.0) {
+                return Err(invalid(
+                    format!("bandwidth[{i}].bandwidth_gbs"),
+                    format!("is {}; a bandwidth must be positive", b.bandwidth_gbs),
+                ));
+            }
+        }
+        for (i, k) in self.kernels.iter().enumerate() {
+            let field = |f: &str| format!("kernels[{i}].{f}");
+            if k.coefficients.len() != FEATURES || k.std_errors.len() != FEATURES {
+                return Err(invalid(
+                    field("coefficients"),
+                    format!(
+                        "needs {FEATURES} coefficients and {FEATURES} std_errors, one per feature"
+                    ),
+                ));
+            }
+            if let Some(c) = k
+                .coefficients
+                .iter()
+                .find(|c| !(c.is_finite() && **c >= 0.0))
+            {
+                return Err(invalid(
+                    field("coefficients"),
+                    format!("contains {c}; a cost per unit of work is finite and not negative"),
+                ));
+            }
+            if k.coefficients.iter().all(|c| *c == 0.0) {
+                return Err(invalid(
+                    field("coefficients"),
+                    "are all zero: the model would predict no time".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The profile as TOML.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_else(|e| unreachable!("a profile serialises: {e}"))
+    }
+
+    /// The fit for `class` and `pass` at `precision`, if the profile has one.
+    pub fn fit(&self, class: KernelClass, pass: KernelPass, precision: &str) -> Option<&KernelFit> {
+        self.kernels
+            .iter()
+            .find(|k| k.class == class && k.pass == pass && k.precision == precision)
+    }
+
+    /// The calibrated time of `kernel` at `precision`, if the profile has its class.
+    pub fn time(&self, kernel: &Kernel, precision: &str) -> Option<f64> {
+        self.fit(kernel.class, kernel.pass, precision)
+            .map(|f| f.time(&kernel.x))
+    }
+
+    /// Forward and backward time of a layer's `kernels` at `precision`, if the profile has a
+    /// fit for every one of them.
+    pub fn layer_times(&self, kernels: &[Kernel], precision: &str) -> Option<(f64, f64)> {
+        let mut fwd = 0.0;
+        let mut bwd = 0.0;
+        for k in kernels {
+            let t = self.time(k, precision)?;
+            if k.pass.is_backward() {
+                bwd += t;
+            } else {
+                fwd += t;
+            }
+        }
+        Some((fwd, bwd))
+    }
+
+    /// Sustained DRAM bandwidth, bytes/s.
+    pub fn dram_bandwidth(&self) -> Option<f64> {
+        self.bandwidth
+            .iter()
+            .find(|b| b.level == "dram")
+            .map(|b| b.bandwidth_gbs * 1e9)
+    }
+
+    /// The ceiling of `kind` at `precision`, FLOP/s.
+    pub fn ceiling(&self, kind: &str, precision: &str) -> Option<f64> {
+        self.ceilings
+            .iter()
+            .find(|c| c.kind == kind && c.precision == precision)
+            .map(|c| c.tflops * 1e12)
+    }
+
+    /// `system` with this profile on top: the device's memory bandwidth becomes the sustained
+    /// DRAM bandwidth, and the system carries the profile for per-layer times. `file` names
+    /// the profile in sources.
+    pub fn overlay(self, mut system: System, file: &str) -> System {
+        if let Some(bw) = self.dram_bandwidth() {
+            system.device.memory_bandwidth = Sourced {
+                value: ByteRate::new(bw),
+                source: format!(
+                    "calibrated profile {file}: sustained STREAM bandwidth beyond the last-level cache ({} threads)",
+                    self.threads
+                ),
+            };
+        }
+        system.name = format!("{} (calibrated)", system.name);
+        system.calibration = Some(Arc::new(self));
+        system
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn sample() -> Profile {
+        Profile {
+            schema_version: PROFILE_SCHEMA_VERSION,
+            system: "local".into(),
+            device: "cpu".into(),
+            threads: 2,
+            provenance: Provenance {
+                created: "2026-11-22T00:00:00Z".into(),
+                ridgeline_version: "0.1.0".into(),
+                host: "h".into(),
+                device_model: "cpu".into(),
+                files: vec![SourceFile {
+                    path: "runs.jsonl".into(),
+                    records: 3,
+                }],
+                measured_from: "2026-11-22T00:00:00Z".into(),
+                measured_to: "2026-11-22T00:01:00Z".into(),
+            },
+            bandwidth: vec![LevelBandwidth {
+                level: "dram".into(),
+                max_working_set_bytes: None,
+                bandwidth_gbs: 20.0,
+                std_error_gbs: 0.5,
+                points: 3,
+            }],
+            ceilings: vec![Ceiling {
+                kind: "gemm".into(),
+                precision: "fp32".into(),
+                tflops: 0.2,
+                source: "gemm 2048^3".into(),
+            }],
+            kernels: vec![KernelFit {
+                class: KernelClass::ConvSpatial,
+                pass: KernelPass::Forward,
+                precision: "fp32".into(),
+                features: KernelClass::ConvSpatial
+                    .features()
+                    .iter()
+                    .map(|s| (*s).to_owned())
+                    .collect(),
+                coefficients: vec![1e-4, 1e-11, 1e-10, 0.0, 1e-10],
+                std_errors: vec![1e-5, 1e-12, 1e-11, 0.0, 1e-11],
+                r_squared: 0.99,
+                rms_rel_error: 0.1,
+                max_abs_rel_error: 0.2,
+                points: 10,
+            }],
+        }
+    }
+
+    #[test]
+    fn round_trips_through_toml() {
+        let p = sample();
+        let back = Profile::parse(&p.to_toml(), "p.toml").unwrap();
+        assert_eq!(back, p);
+    }
+
+    #[test]
+    fn bad_profiles_name_the_field() {
+        let mut p = sample();
+        p.kernels[0].coefficients[1] = -1.0;
+        let err = Profile::parse(&p.to_toml(), "p.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("p.toml") && err.contains("kernels[0].coefficients"),
+            "{err}"
+        );
+        let mut p = sample();
+        p.schema_version = 9;
+        let err = Profile::parse(&p.to_toml(), "p.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("schema_version"), "{err}");
+        let err = Profile::parse("schema_version = 1\n", "p.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("p.toml") && err.contains("missing field"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn overlay_sets_the_bandwidth_and_keeps_the_profile() {
+        let s = crate::catalog::system("xeon-8480plus").unwrap();
+        let o = sample().overlay(s, "p.toml");
+        assert_eq!(o.device.memory_bandwidth.value.value(), 20e9);
+        assert!(o.device.memory_bandwidth.source.contains("p.toml"));
+        assert!(o.calibration.is_some());
+    }
+}

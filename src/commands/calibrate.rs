@@ -1,0 +1,111 @@
+//! `ridgeline calibrate`.
+
+use std::time::SystemTime;
+
+use anyhow::{Context, Result};
+use ridgeline_calibrate::profile::{self, ClassFit, Options, RecordFile};
+use ridgeline_reports::Document;
+
+use crate::cli::CalibrateArgs;
+use crate::load;
+use crate::output::{self, Col, num, text};
+
+pub(crate) fn run(args: &CalibrateArgs) -> Result<()> {
+    // The datasheet system must exist before anything is fitted against it.
+    load::system(&args.system)?;
+    let files = args
+        .records
+        .iter()
+        .map(|p| {
+            Ok(RecordFile {
+                path: p.display().to_string(),
+                records: load::records(p)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let c = profile::calibrate(
+        &files,
+        &Options {
+            system: args.system.clone(),
+            threads: args.threads.map(|t| t as usize),
+            created: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+        },
+    )?;
+    std::fs::write(&args.out, c.profile.to_toml())
+        .with_context(|| format!("cannot write profile `{}`", args.out.display()))?;
+    eprintln!("wrote {}", args.out.display());
+    print(&c, args.format.format)
+}
+
+/// Prints a calibration: the fits, bandwidths and ceilings.
+pub(crate) fn print(c: &profile::Calibration, format: crate::cli::Format) -> Result<()> {
+    let p = &c.profile;
+    let cols: [Col<ClassFit>; 8] = [
+        text("class", "class", |f, _| f.class.name().to_owned()),
+        text("pass", "pass", |f, _| f.pass.name().to_owned()),
+        text("precision", "precision", |f, _| f.precision.clone()),
+        num("points", "points", |f, _| f.fit.points.to_string()),
+        num("asymptote", "asymptote_flops", |f, s| {
+            let c = f.fit.coefficients[1];
+            if c > 0.0 {
+                s.flop_rate(ridgeline_model::units::FlopRate::new(1.0 / c))
+            } else {
+                "-".into()
+            }
+        }),
+        num("fixed", "fixed_s", |f, s| {
+            s.seconds(ridgeline_model::units::Seconds::new(f.fit.coefficients[0]))
+        }),
+        num("R²", "r_squared", |f, s| {
+            s.number(Some(f.fit.r_squared), 3)
+        }),
+        num("rms error", "rms_rel_error", |f, s| {
+            s.number(Some(100.0 * f.fit.rms_rel_error), 1)
+        }),
+    ];
+    output::print(format, p, |style| {
+        let mut d = Document::new(format!(
+            "Calibrated profile: {} on {} threads of {} ({})",
+            p.device, p.threads, p.provenance.host, p.provenance.device_model
+        ))
+        .summary("overlays", p.system.clone())
+        .summary(
+            "records",
+            p.provenance
+                .files
+                .iter()
+                .map(|f| format!("{} ({} used)", f.path, f.records))
+                .collect::<Vec<_>>()
+                .join(", "),
+        )
+        .summary(
+            "measured",
+            format!(
+                "{} .. {}",
+                p.provenance.measured_from, p.provenance.measured_to
+            ),
+        );
+        for b in &p.bandwidth {
+            d = d.summary(
+                format!("bandwidth {}", b.level),
+                format!(
+                    "{:.1} ± {:.1} GB/s ({} points)",
+                    b.bandwidth_gbs, b.std_error_gbs, b.points
+                ),
+            );
+        }
+        for ceiling in &p.ceilings {
+            d = d.summary(
+                format!("ceiling {} {}", ceiling.kind, ceiling.precision),
+                format!("{:.1} GFLOP/s", ceiling.tflops * 1e3),
+            );
+        }
+        let mut d = d
+            .table(output::table(&c.fits, &cols, style))
+            .note("Each class and pass: t = c0 + c1 F + c2 |A| + c3 |B| + c4 |C| (matrix) or c0 + c1 F + c2 bytes (vector), least squares on relative error with c >= 0; asymptote = 1 / c1, fixed = c0; rms error in %.");
+        for s in &c.skipped {
+            d = d.note(format!("not fitted: {s}"));
+        }
+        d
+    })
+}

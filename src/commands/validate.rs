@@ -1,0 +1,273 @@
+//! `ridgeline validate`: predictions against measured training steps, and the self-check
+//! that runs the whole loop on this machine.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use anyhow::{Context, Result, bail};
+use ridgeline_calibrate::profile::{self, Options, RecordFile};
+use ridgeline_calibrate::validate::{self, LayerPoint, StepPoint, Summary, Validation};
+use ridgeline_measure::Case;
+use ridgeline_model::units::{Bytes, Seconds};
+use ridgeline_model::workloads::{self, BuildOptions};
+use ridgeline_reports::Document;
+use serde::Serialize;
+
+use super::measure::{self, Backends};
+use crate::cli::{Format, FormatArg, MeasureArgs, MeasureSuiteArgs, ThreadCount, ValidateArgs};
+use crate::load;
+use crate::output::{self, Col, Style, num, text};
+
+/// The self-check's workloads: the three reference workloads at three batch sizes each,
+/// with inputs reduced so that a step takes about a second on a 2-core machine (CosmoFlow at
+/// 64^3 of 128^3, DeepCAM at 96x144 of 768x1152, ResNet-50 at its full 224x224).
+pub(crate) const SELF_CHECK_RUNS: [(&str, &[usize], [usize; 3]); 3] = [
+    ("cosmoflow", &[64], [1, 2, 4]),
+    ("deepcam", &[96, 144], [1, 2, 4]),
+    ("resnet50", &[224], [1, 2, 4]),
+];
+
+/// Measured steps per workload run, after the executor's warm-up step.
+pub(crate) const SELF_CHECK_STEPS: usize = 3;
+
+/// Share of the self-check's budget the micro-kernel suite gets; the workloads take the rest.
+pub(crate) const SUITE_SHARE: f64 = 0.8;
+
+/// What `--format json` prints.
+#[derive(Serialize)]
+struct Report<'a> {
+    system: &'a str,
+    steps: &'a [StepPoint],
+    summary: &'a Summary,
+    worst_layers: &'a [LayerPoint],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    artifacts: Option<&'a Path>,
+}
+
+pub(crate) fn run(args: &ValidateArgs) -> Result<()> {
+    if args.self_check {
+        return self_check(args);
+    }
+    let (Some(profile), Some(measured)) = (&args.profile, &args.measured) else {
+        bail!("give --profile FILE and --measured FILE, or --self-check");
+    };
+    let system = load::system(&profile.display().to_string())?;
+    if system.calibration.is_none() {
+        bail!(
+            "{}: not a calibrated profile (no [provenance]); make one with `ridgeline calibrate`",
+            profile.display()
+        );
+    }
+    let records = load::records(measured)?;
+    let v = validate::validate(&system, &records, &measured.display().to_string())?;
+    print(&v, args, None)
+}
+
+fn self_check(args: &ValidateArgs) -> Result<()> {
+    let dir = &args.dir;
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create directory `{}`", dir.display()))?;
+    let suite_file = dir.join("suite.jsonl");
+    let workload_file = dir.join("workloads.jsonl");
+    let measure_args = |out: &PathBuf| MeasureArgs {
+        device: "cpu".into(),
+        threads: None,
+        out: Some(out.clone()),
+        resume: out.exists(),
+        warmup: None,
+        min_samples: None,
+        min_time: None,
+        format: FormatArg {
+            format: Format::Table,
+        },
+    };
+
+    eprintln!(
+        "self-check 1/4: micro-kernel suite -> {}",
+        suite_file.display()
+    );
+    measure::run_suite(
+        &MeasureSuiteArgs {
+            budget: args.budget.mul_f64(SUITE_SHARE),
+            measure: measure_args(&suite_file),
+        },
+        &[ThreadCount::All],
+    )?;
+
+    eprintln!("self-check 2/4: calibration from the suite alone");
+    let calibration = profile::calibrate(
+        &[RecordFile {
+            path: suite_file.display().to_string(),
+            records: load::records(&suite_file)?,
+        }],
+        &Options {
+            system: "local".into(),
+            threads: None,
+            created: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+        },
+    )?;
+    let profile_file = dir.join("profile.toml");
+    std::fs::write(&profile_file, calibration.profile.to_toml())
+        .with_context(|| format!("cannot write `{}`", profile_file.display()))?;
+
+    eprintln!(
+        "self-check 3/4: {} workload runs -> {}",
+        SELF_CHECK_RUNS.iter().map(|r| r.2.len()).sum::<usize>(),
+        workload_file.display()
+    );
+    let m = measure_args(&workload_file);
+    let mut backends = Backends::new(&m, &[ThreadCount::All])?;
+    let threads = backends.threads()[0];
+    let mut cases = Vec::new();
+    for (name, input, batches) in SELF_CHECK_RUNS {
+        let graph = workloads::build(
+            name,
+            &BuildOptions {
+                input_size: Some(input.to_vec()),
+                width: 1.0,
+            },
+        )?;
+        for b in batches {
+            cases.push((threads, Case::Workload(Box::new(graph.clone()), b)));
+        }
+    }
+    let mut w = measure::writer(&m)?;
+    measure::run_cases(
+        &mut backends,
+        &mut w,
+        &cases,
+        &measure::steps_protocol(SELF_CHECK_STEPS),
+        None,
+    )?;
+    drop(w);
+
+    eprintln!("self-check 4/4: predict and compare");
+    let system = load::system(&profile_file.display().to_string())?;
+    let v = validate::validate(
+        &system,
+        &load::records(&workload_file)?,
+        &workload_file.display().to_string(),
+    )?;
+    let validation_file = dir.join("validation.json");
+    std::fs::write(&validation_file, serde_json::to_string_pretty(&v)?)
+        .with_context(|| format!("cannot write `{}`", validation_file.display()))?;
+    print(&v, args, Some(dir))
+}
+
+fn print(v: &Validation, args: &ValidateArgs, artifacts: Option<&Path>) -> Result<()> {
+    let worst = &v.worst_layers[..args.top.min(v.worst_layers.len())];
+    let report = Report {
+        system: &v.system,
+        steps: &v.steps,
+        summary: &v.summary,
+        worst_layers: worst,
+        artifacts,
+    };
+    let pct = |x: f64| format!("{:+.1}%", 100.0 * x);
+    let step_cols: [Col<StepPoint>; 9] = [
+        text("workload", "workload", |r, _| r.workload.clone()),
+        text("input", "input", |r, _| {
+            r.input
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join("x")
+        }),
+        num("batch", "batch", |r, _| r.batch.to_string()),
+        num("predicted", "predicted_s", |r, s| {
+            s.seconds(Seconds::new(r.predicted_s))
+        }),
+        num("measured", "measured_s", |r, s| {
+            s.seconds(Seconds::new(r.measured_s))
+        }),
+        num("error", "rel_error", |r, s| match s {
+            Style::Human => format!("{:+.1}%", 100.0 * r.rel_error),
+            Style::Raw => r.rel_error.to_string(),
+        }),
+        num("memory (model)", "predicted_memory_bytes", |r, s| {
+            s.bytes(Bytes::new(r.predicted_memory_bytes))
+        }),
+        num("memory (measured)", "measured_memory_bytes", |r, s| {
+            s.bytes(Bytes::new(r.measured_memory_bytes))
+        }),
+        num("memory error", "memory_rel_error", |r, s| match s {
+            Style::Human => format!("{:+.1}%", 100.0 * r.memory_rel_error),
+            Style::Raw => r.memory_rel_error.to_string(),
+        }),
+    ];
+    let layer_cols: [Col<LayerPoint>; 7] = [
+        text("workload", "workload", |r, _| {
+            format!("{} b{}", r.workload, r.batch)
+        }),
+        text("layer", "layer", |r, _| r.layer.clone()),
+        text("op", "op", |r, _| r.op.clone()),
+        text("pass", "pass", |r, _| r.pass.clone()),
+        num("predicted", "predicted_s", |r, s| {
+            s.seconds(Seconds::new(r.predicted_s))
+        }),
+        num("measured", "measured_s", |r, s| {
+            s.seconds(Seconds::new(r.measured_s))
+        }),
+        num("error", "rel_error", |r, s| match s {
+            Style::Human => format!("{:+.1}%", 100.0 * r.rel_error),
+            Style::Raw => r.rel_error.to_string(),
+        }),
+    ];
+    let s = &v.summary;
+    output::print(args.format.format, &report, |style| {
+        let mut d = Document::new(format!("Validation: predicted vs measured training steps on {}", v.system))
+            .summary(
+                "step time |error|",
+                format!(
+                    "median {:.1}%, mean {:.1}%, 90th percentile {:.1}%, max {:.1}% over {} steps (bias {})",
+                    100.0 * s.steps.median_abs_rel_error,
+                    100.0 * s.steps.mean_abs_rel_error,
+                    100.0 * s.steps.p90_abs_rel_error,
+                    100.0 * s.steps.max_abs_rel_error,
+                    s.steps.n,
+                    pct(s.steps.bias)
+                ),
+            )
+            .summary(
+                "layer time |error|",
+                format!(
+                    "median {:.1}%, 90th percentile {:.1}% over {} layer passes (bias {})",
+                    100.0 * s.layers.median_abs_rel_error,
+                    100.0 * s.layers.p90_abs_rel_error,
+                    s.layers.n,
+                    pct(s.layers.bias)
+                ),
+            )
+            .summary(
+                "peak memory |error|",
+                format!(
+                    "median {:.1}%, max {:.1}% (bias {})",
+                    100.0 * s.memory.median_abs_rel_error,
+                    100.0 * s.memory.max_abs_rel_error,
+                    pct(s.memory.bias)
+                ),
+            );
+        if let Some(dir) = artifacts {
+            d = d.summary(
+                "artifacts",
+                format!(
+                    "{} (suite.jsonl, profile.toml, workloads.jsonl, validation.json)",
+                    dir.display()
+                ),
+            );
+        }
+        d.table(output::table(&v.steps, &step_cols, style))
+            .note("Predictions from the calibrated profile alone (micro-kernel records); the workload measurements are never fitted. Error = (predicted - measured) / measured.")
+    })?;
+    if args.format.format == Format::Table {
+        // The worst layers as a second table under the steps.
+        output::print(args.format.format, &report, |style| {
+            Document::new("Layer passes furthest off, in seconds").table(output::table(
+                worst,
+                &layer_cols,
+                style,
+            ))
+        })?;
+    }
+    Ok(())
+}

@@ -1,0 +1,257 @@
+//! `ridgeline calibrate` and `ridgeline validate`: the loop from micro-kernel records to a
+//! profile, predictions with it, and their comparison with a measured workload.
+
+use std::path::PathBuf;
+
+use crate::{run_err, run_json, run_ok};
+
+fn temp_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ridgeline-calibrate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+const QUICK: [&str; 6] = ["--warmup", "0s", "--min-time", "0s", "--min-samples", "3"];
+
+fn measure(args: &[&str], out: &str) {
+    let mut all = vec!["measure"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&QUICK);
+    all.extend_from_slice(&["--threads", "2", "--out", out]);
+    if std::path::Path::new(out).exists() {
+        all.push("--resume");
+    }
+    run_ok(&all);
+}
+
+/// Micro-kernels -> profile -> roofline, predict and validate with it, on a small CosmoFlow.
+#[test]
+fn the_loop_runs_from_micro_kernels_to_validation() {
+    let dir = temp_dir();
+    let micro = dir.join("micro.jsonl");
+    let micro = micro.to_str().unwrap();
+    let _ = std::fs::remove_file(micro);
+    measure(&["gemm", "--size", "64,96,128,192,256,384,512"], micro);
+    measure(
+        &[
+            "stream",
+            "--kernel",
+            "triad,copy",
+            "--size",
+            "96M,128M,160M,4K,8K,12K",
+        ],
+        micro,
+    );
+    measure(
+        &[
+            "conv",
+            "--workload",
+            "cosmoflow",
+            "--input-size",
+            "32",
+            "--width",
+            "0.25",
+        ],
+        micro,
+    );
+    let profile = dir.join("profile.toml");
+    let profile = profile.to_str().unwrap();
+    let p = run_json(&["calibrate", micro, "--out", profile, "--format", "json"]);
+    assert_eq!(p["schema_version"], 1);
+    assert_eq!(p["threads"], 2);
+    assert_eq!(p["system"], "local");
+    let kernels = p["kernels"].as_array().unwrap();
+    let gemm = kernels
+        .iter()
+        .find(|k| k["class"] == "gemm" && k["pass"] == "forward")
+        .expect("a GEMM fit");
+    let rate = 1.0 / gemm["coefficients"][1].as_f64().unwrap();
+    assert!(rate > 1e9 && rate < 1e13, "GEMM asymptote {rate} FLOP/s");
+    assert!(kernels.iter().any(|k| k["class"] == "conv-spatial"));
+    assert!(kernels.iter().all(|k| {
+        k["coefficients"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c.as_f64().unwrap() >= 0.0)
+    }));
+    let dram = p["bandwidth"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["level"] == "dram")
+        .expect("a DRAM bandwidth");
+    assert!(dram["bandwidth_gbs"].as_f64().unwrap() > 0.5);
+    assert_eq!(p["provenance"]["files"][0]["path"], micro);
+
+    // The profile stands in for a system.
+    let r = run_json(&[
+        "roofline",
+        "cosmoflow",
+        "--input-size",
+        "32",
+        "--batch",
+        "1",
+        "--system",
+        profile,
+        "--format",
+        "json",
+    ]);
+    assert!(
+        r["calibrated_layers"].as_u64().unwrap() >= 5,
+        "{}",
+        r["calibrated_layers"]
+    );
+    assert!(r["system"].as_str().unwrap().contains("calibrated"));
+    let pred = run_json(&[
+        "predict",
+        "cosmoflow",
+        "--input-size",
+        "32",
+        "--batch",
+        "1",
+        "--nodes",
+        "1",
+        "--epochs",
+        "1",
+        "--train-samples",
+        "1000",
+        "--system",
+        profile,
+        "--format",
+        "json",
+    ]);
+    assert!(pred["step_time_s"].as_f64().unwrap() > 0.0);
+
+    // A measured step, compared.
+    let measured = dir.join("workload.jsonl");
+    let measured = measured.to_str().unwrap();
+    let _ = std::fs::remove_file(measured);
+    run_ok(&[
+        "measure",
+        "workload",
+        "cosmoflow",
+        "--input-size",
+        "32",
+        "--batch",
+        "1",
+        "--steps",
+        "2",
+        "--threads",
+        "2",
+        "--out",
+        measured,
+    ]);
+    let v = run_json(&[
+        "validate",
+        "--profile",
+        profile,
+        "--measured",
+        measured,
+        "--format",
+        "json",
+    ]);
+    let step = &v["steps"][0];
+    for field in [
+        "predicted_s",
+        "measured_s",
+        "rel_error",
+        "predicted_memory_bytes",
+        "measured_memory_bytes",
+    ] {
+        assert!(step[field].as_f64().unwrap().is_finite(), "{field}: {step}");
+    }
+    assert_eq!(step["workload"], "cosmoflow");
+    assert_eq!(step["batch"], 1);
+    let rel = step["rel_error"].as_f64().unwrap();
+    let (p_s, m_s) = (
+        step["predicted_s"].as_f64().unwrap(),
+        step["measured_s"].as_f64().unwrap(),
+    );
+    assert!((rel - (p_s - m_s) / m_s).abs() < 1e-9);
+    for field in [
+        "median_abs_rel_error",
+        "max_abs_rel_error",
+        "memory_median_abs_rel_error",
+    ] {
+        assert!(v["summary"][field].as_f64().unwrap() >= 0.0, "{field}");
+    }
+    assert!(!v["worst_layers"].as_array().unwrap().is_empty());
+
+    // Bad input: workload records are not micro-kernel records.
+    let err = run_err(&["calibrate", measured, "--out", profile]);
+    assert!(
+        err.contains("no micro-kernel records") && err.contains("measure suite"),
+        "{err}"
+    );
+    // Micro-kernel records are not workload steps.
+    let err = run_err(&["validate", "--profile", profile, "--measured", micro]);
+    assert!(err.contains("no workload-step records"), "{err}");
+    // A profile is needed for --profile.
+    let err = run_err(&["validate", "--profile", micro, "--measured", measured]);
+    assert!(err.contains(micro), "{err}");
+    // A negative coefficient is refused with the field named.
+    let text = std::fs::read_to_string(profile).unwrap();
+    let bad = dir.join("bad.toml");
+    let first = text.find("coefficients = [").unwrap() + "coefficients = [".len();
+    std::fs::write(&bad, format!("{}-{}", &text[..first], &text[first..])).unwrap();
+    let err = run_err(&[
+        "validate",
+        "--profile",
+        bad.to_str().unwrap(),
+        "--measured",
+        measured,
+    ]);
+    assert!(err.contains("kernels[0].coefficients"), "{err}");
+    // A workload measured at another width cannot be rebuilt from its record.
+    let narrow = dir.join("narrow.jsonl");
+    let _ = std::fs::remove_file(&narrow);
+    run_ok(&[
+        "measure",
+        "workload",
+        "cosmoflow",
+        "--input-size",
+        "32",
+        "--width",
+        "0.25",
+        "--steps",
+        "1",
+        "--threads",
+        "2",
+        "--out",
+        narrow.to_str().unwrap(),
+    ]);
+    let err = run_err(&[
+        "validate",
+        "--profile",
+        profile,
+        "--measured",
+        narrow.to_str().unwrap(),
+    ]);
+    assert!(err.contains("FLOPs"), "{err}");
+}
+
+#[test]
+fn validate_needs_its_inputs() {
+    let err = run_err(&["validate"]);
+    assert!(
+        err.contains("--profile") || err.contains("--self-check"),
+        "{err}"
+    );
+    let err = run_err(&[
+        "calibrate",
+        "/nonexistent/runs.jsonl",
+        "--out",
+        "/tmp/x.toml",
+    ]);
+    assert!(err.contains("/nonexistent/runs.jsonl"), "{err}");
+    let err = run_err(&[
+        "calibrate",
+        "/nonexistent/runs.jsonl",
+        "--out",
+        "/tmp/x.toml",
+        "--system",
+        "nosuch",
+    ]);
+    assert!(err.contains("nosuch"), "{err}");
+}

@@ -63,6 +63,7 @@ pub(crate) fn system(arg: &str) -> Result<System> {
             })?;
             return Ok(profile.overlay(base, arg));
         }
+        return Ok(catalog::system_from_file(&text, arg)?);
     }
     datasheet_system(arg)
 }

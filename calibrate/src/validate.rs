@@ -2,8 +2,9 @@
 //!
 //! For every `workload-step` record, the workload is rebuilt at the measured input size and
 //! batch, each layer's forward and backward time is predicted on the calibrated system
-//! ([`ridgeline_model::roofline`] with the profile's kernel fits), the step as their sum plus
-//! the optimizer update at the calibrated memory bandwidth, and the memory as the model's
+//! ([`ridgeline_model::roofline`] with the profile's kernel fits), the step as `predict`
+//! times it ([`ridgeline_model::predict::StepModel`]: the same layer times plus the optimizer
+//! update at the calibrated memory bandwidth), and the memory as the model's
 //! footprint with plain SGD (what the executor runs). Each is compared with the median of
 //! the measured samples and with the executor's peak memory.
 
@@ -11,7 +12,7 @@ use ridgeline_measure::Record;
 use ridgeline_model::cost;
 use ridgeline_model::memory::{Footprint, Optimizer};
 use ridgeline_model::precision::Precision;
-use ridgeline_model::predict::StepModel;
+use ridgeline_model::predict::{DeviceRates, StepModel};
 use ridgeline_model::roofline::{self, Efficiency};
 use ridgeline_model::system::System;
 use ridgeline_model::units::Bytes;
@@ -213,8 +214,12 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
             )));
         }
         let r = roofline::roofline(&graph, &c, system, Efficiency::IDEAL)?;
-        let update = StepModel::new(&graph, Precision::Fp32, Optimizer::Sgd).update_bytes
-            / system.device.memory_bandwidth.value.value();
+        // The step as `predict` times it: the same per-layer models plus the update.
+        let (_, predicted) = StepModel::new(&graph, Precision::Fp32, Optimizer::Sgd).device_times(
+            batch as f64,
+            &DeviceRates::of(system, Precision::Fp32, Efficiency::IDEAL)?,
+            system.calibration.as_deref(),
+        );
         let same_run = |l: &&Record| {
             l.kind == "workload-layer"
                 && l.threads == step.threads
@@ -246,7 +251,6 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
                 });
             }
         }
-        let predicted = r.step_time.value() + update;
         let measured = median(file, step)?;
         let predicted_memory = Footprint::of(&graph, Precision::Fp32, Optimizer::Sgd)
             .at(batch as u64, Bytes::new(f64::INFINITY))

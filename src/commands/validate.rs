@@ -163,7 +163,7 @@ fn print(v: &Validation, args: &ValidateArgs, artifacts: Option<&Path>) -> Resul
         worst_layers: worst,
         artifacts,
     };
-    let pct = |x: f64| format!("{:+.1}%", 100.0 * x);
+    let pct = |x: f64| signed_percent(x, Style::Human);
     let step_cols: [Col<StepPoint>; 9] = [
         text("workload", "workload", |r, _| r.workload.clone()),
         text("input", "input", |r, _| {
@@ -180,19 +180,15 @@ fn print(v: &Validation, args: &ValidateArgs, artifacts: Option<&Path>) -> Resul
         num("measured", "measured_s", |r, s| {
             s.seconds(Seconds::new(r.measured_s))
         }),
-        num("error", "rel_error", |r, s| match s {
-            Style::Human => format!("{:+.1}%", 100.0 * r.rel_error),
-            Style::Raw => r.rel_error.to_string(),
-        }),
+        num("error", "rel_error", |r, s| signed_percent(r.rel_error, s)),
         num("memory (model)", "predicted_memory_bytes", |r, s| {
             s.bytes(Bytes::new(r.predicted_memory_bytes))
         }),
         num("memory (measured)", "measured_memory_bytes", |r, s| {
             s.bytes(Bytes::new(r.measured_memory_bytes))
         }),
-        num("memory error", "memory_rel_error", |r, s| match s {
-            Style::Human => format!("{:+.1}%", 100.0 * r.memory_rel_error),
-            Style::Raw => r.memory_rel_error.to_string(),
+        num("memory error", "memory_rel_error", |r, s| {
+            signed_percent(r.memory_rel_error, s)
         }),
     ];
     let layer_cols: [Col<LayerPoint>; 7] = [
@@ -208,10 +204,7 @@ fn print(v: &Validation, args: &ValidateArgs, artifacts: Option<&Path>) -> Resul
         num("measured", "measured_s", |r, s| {
             s.seconds(Seconds::new(r.measured_s))
         }),
-        num("error", "rel_error", |r, s| match s {
-            Style::Human => format!("{:+.1}%", 100.0 * r.rel_error),
-            Style::Raw => r.rel_error.to_string(),
-        }),
+        num("error", "rel_error", |r, s| signed_percent(r.rel_error, s)),
     ];
     let s = &v.summary;
     output::print(args.format.format, &report, |style| {
@@ -270,4 +263,12 @@ fn print(v: &Validation, args: &ValidateArgs, artifacts: Option<&Path>) -> Resul
         })?;
     }
     Ok(())
+}
+
+/// A relative error as a signed percentage (raw: the fraction).
+fn signed_percent(x: f64, style: Style) -> String {
+    match style {
+        Style::Human => format!("{:+.1}%", 100.0 * x),
+        Style::Raw => x.to_string(),
+    }
 }

@@ -11,8 +11,14 @@
 //!   ridgeline's CPU executor work so; a whole im2col matrix would be prod(kernel) times
 //!   larger; 1x1 stride-1 unpadded convolutions need none);
 //! - per sample: the **input** buffer (compute precision), the **activations** kept for
-//!   backward ([`crate::cost`]), and the **activation gradients** in flight: the largest
-//!   output gradient plus input gradients of any one layer during backward.
+//!   backward ([`crate::cost`]), and the **activation gradients** in flight at the peak.
+//!   Backward runs from the last layer to the first, and a saved tensor is freed once the
+//!   backward pass of the earliest layer that keeps it is done (as frameworks free saved
+//!   tensors), so while layer `i` runs backward the live memory is the activations kept by
+//!   layers up to `i` plus `i`'s output gradient and input gradients. The peak is the
+//!   largest of these and of the end of the forward pass (every activation kept); the
+//!   gradient component is that peak less all the activations (zero when the end of the
+//!   forward pass is the peak).
 //!
 //! Every component is affine in the batch size, so the largest batch that fits a capacity
 //! has a closed form.
@@ -117,7 +123,8 @@ pub struct Footprint {
     pub input_per_sample: Bytes,
     /// Activations kept for backward, per sample.
     pub activations_per_sample: Bytes,
-    /// Largest set of activation gradients alive at once, per sample.
+    /// Activation gradients in flight at the peak, less the activations already freed by
+    /// then, per sample (see the module docs).
     pub activation_gradients_per_sample: Bytes,
 }
 
@@ -167,7 +174,8 @@ impl Footprint {
         let layers = graph.layers();
         let mut buffers = 0u64;
         let mut workspace = 0u64;
-        let mut gradients_in_flight = 0u64;
+        // Per layer: activations it keeps (first keeper) and its gradients in flight.
+        let mut in_flight = Vec::with_capacity(layers.len());
         for (layer, row) in layers.iter().zip(&one.layers) {
             if matches!(layer.op, Op::BatchNorm) {
                 // running mean and variance, saved mean and inverse std: 4 per channel.
@@ -180,10 +188,23 @@ impl Footprint {
                     .iter()
                     .map(|&i| layers[i].output.elements())
                     .sum();
-                gradients_in_flight =
-                    gradients_in_flight.max((layer.output.elements() + ins) * act);
+                in_flight.push((
+                    row.activation_bytes.value(),
+                    (layer.output.elements() + ins) * act,
+                ));
+            } else {
+                in_flight.push((row.activation_bytes.value(), 0));
             }
         }
+        // Walk backward: activations kept by later layers are freed as their passes end.
+        let total: f64 = in_flight.iter().map(|(a, _)| a).sum();
+        let mut later = 0.0;
+        let mut gradients_in_flight = 0.0f64;
+        for &(kept, grads) in in_flight.iter().rev() {
+            gradients_in_flight = gradients_in_flight.max(grads as f64 - later);
+            later += kept;
+        }
+        debug_assert!((later - total).abs() <= 1e-6 * total.max(1.0));
         Footprint {
             parameters: Bytes::from_count(params * (act + master)),
             gradients: Bytes::from_count(params * act),
@@ -192,7 +213,7 @@ impl Footprint {
             workspace: Bytes::from_count(workspace),
             input_per_sample: Bytes::from_count(graph.input_shape().elements() * act),
             activations_per_sample: one.activation_bytes,
-            activation_gradients_per_sample: Bytes::from_count(gradients_in_flight),
+            activation_gradients_per_sample: Bytes::new(gradients_in_flight),
         }
     }
 
@@ -443,6 +464,46 @@ mod tests {
         assert_eq!(f.gradients.value(), 2.0 * p);
         assert_eq!(f.optimizer_state.value(), 4.0 * p);
         assert_eq!(f.input_per_sample.value(), 2.0 * 3.0 * 224.0 * 224.0);
+    }
+
+    /// Freeing saved tensors as backward proceeds: the per-sample peak lies between the end
+    /// of the forward pass (every activation kept) and the bound that keeps every activation
+    /// while the largest gradients are in flight.
+    #[test]
+    fn the_backward_peak_frees_what_later_layers_kept() {
+        for name in ["cosmoflow", "deepcam", "resnet50"] {
+            let g = workloads::build(name, &BuildOptions::default()).unwrap();
+            let one = cost::cost(&g, 1, Precision::Fp32);
+            let f = Footprint::from_cost(&g, &one, Optimizer::Sgd);
+            let largest_in_flight = g
+                .layers()
+                .iter()
+                .zip(&one.layers)
+                .filter(|(_, r)| r.flops_bwd.value() > 0.0 || r.hbm_bytes_bwd.value() > 0.0)
+                .map(|(l, _)| {
+                    let ins: u64 = l
+                        .inputs
+                        .iter()
+                        .map(|&i| g.layers()[i].output.elements())
+                        .sum();
+                    ((l.output.elements() + ins) * 4) as f64
+                })
+                .fold(0.0, f64::max);
+            let grads = f.activation_gradients_per_sample.value();
+            assert!(
+                grads >= 0.0 && grads <= largest_in_flight,
+                "{name}: {grads}"
+            );
+        }
+        // CosmoFlow's peak is the first max-pool's backward: the first convolution's output
+        // (kept by the LeakyReLU) and the LeakyReLU's output (kept by the pool), 32 x 128^3
+        // each, the pool's input gradient of that size and its output gradient of an eighth;
+        // every later activation is gone by then.
+        let g = workloads::build("cosmoflow", &BuildOptions::default()).unwrap();
+        let f = Footprint::of(&g, Precision::Fp32, Optimizer::Sgd);
+        let t = 32.0 * 128f64.powi(3) * 4.0;
+        let live = f.activations_per_sample.value() + f.activation_gradients_per_sample.value();
+        assert_eq!(live, 3.125 * t);
     }
 
     #[test]

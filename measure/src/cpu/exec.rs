@@ -68,6 +68,10 @@ pub(crate) struct Executor<'g> {
     needs_grad: Vec<bool>,
     /// Whether some backward pass reads node i's output.
     kept: Vec<bool>,
+    /// The outputs each layer's backward pass is the last to read (backward runs from the
+    /// last layer to the first, so the earliest reader): freed right after it, as
+    /// frameworks free saved tensors.
+    releases: Vec<Vec<usize>>,
     consumers: Vec<usize>,
     tracker: Tracker,
     seed: u64,
@@ -123,18 +127,30 @@ impl<'g> Executor<'g> {
             .collect();
         let needs_grad = requires_grad(graph);
         let mut kept = vec![false; layers.len()];
+        let mut last_reader: Vec<Option<usize>> = vec![None; layers.len()];
         let mut consumers = vec![0usize; layers.len()];
         for (i, l) in layers.iter().enumerate() {
             let backward = needs_grad[i] && !matches!(l.op, Op::Input | Op::Flatten);
             let k = keeps(&l.op);
+            let mut read = |j: usize| {
+                kept[j] = true;
+                last_reader[j] = Some(last_reader[j].map_or(i, |r| r.min(i)));
+            };
             if backward && k.output {
-                kept[i] = true;
+                read(i);
             }
             for &j in &l.inputs {
                 consumers[j] += 1;
             }
             if backward && k.input {
-                kept[l.inputs[0]] = true;
+                read(l.inputs[0]);
+            }
+        }
+        // The input sample stays (it is reused every step).
+        let mut releases = vec![Vec::new(); layers.len()];
+        for (j, r) in last_reader.iter().enumerate().skip(1) {
+            if let Some(r) = r {
+                releases[*r].push(j);
             }
         }
         let seed = 0x5EED;
@@ -157,6 +173,7 @@ impl<'g> Executor<'g> {
             dparams,
             needs_grad,
             kept,
+            releases,
             consumers,
             tracker,
             seed,
@@ -326,9 +343,14 @@ impl<'g> Executor<'g> {
                 self.tracker.free(bytes(&dy));
                 self.pool.give(dy);
             }
-            if let Some(buf) = acts[i].take() {
-                self.tracker.free(bytes(&buf));
-                self.pool.give(buf);
+            // Outputs nobody reads backward (the losses) go now; kept ones after their
+            // last reader.
+            let read = self.kept[i];
+            for &j in self.releases[i].iter().chain((!read).then_some(&i)) {
+                if let Some(buf) = acts[j].take() {
+                    self.tracker.free(bytes(&buf));
+                    self.pool.give(buf);
+                }
             }
             self.tracker.free(aux[i].bytes());
         }

@@ -10,7 +10,9 @@
 //! - Convolution records fit the pointwise, spatial and depthwise classes per pass, with the
 //!   class the backend dispatches each shape to ([`ridgeline_model::kernels::ConvShape`]).
 //! - Op records fit the pooling, norm and element-wise classes per pass, from the FLOPs and
-//!   bytes the records carry (the model's counts).
+//!   bytes the records carry (the model's counts) — each class as a whole, for ops the
+//!   records lack, and each op kind on its own (`t = c0 + c2 bytes`; within one kind FLOPs
+//!   are proportional to bytes), which a layer of that kind uses first.
 //! - STREAM records give the sustained bandwidth of each memory level: records whose working
 //!   set fits L1, fits the last-level cache, or is more than twice its size, each fitted as
 //!   `t = t0 + bytes / bandwidth`. The cache sizes are this machine's (sysfs), so calibrate
@@ -60,6 +62,8 @@ pub struct ClassFit {
     pub class: KernelClass,
     /// Pass.
     pub pass: KernelPass,
+    /// A single op kind of a vector class, or the whole class.
+    pub op: Option<String>,
     /// Precision.
     pub precision: String,
     /// The fit.
@@ -171,19 +175,19 @@ fn op_kernel(file: &str, r: &Record) -> Result<Option<Kernel>> {
     let kind = r.shape["op"]["op"]
         .as_str()
         .ok_or_else(|| record_error(file, r, "op shape has no `op.op`"))?;
-    let Some(class) = KernelClass::of_vector_op(kind) else {
-        return Ok(None);
-    };
     let pass = match r.shape["pass"].as_str() {
         Some("forward") => KernelPass::Forward,
         Some("backward") => KernelPass::Backward,
         other => return Err(record_error(file, r, format!("op pass {other:?}"))),
     };
-    Ok(Some(vector_kernel(class, pass, r.flops, r.bytes)))
+    Ok(vector_kernel(kind, pass, r.flops, r.bytes))
 }
 
 /// Feature rows and measured times of one fit.
 type Points = (Vec<Vec<f64>>, Vec<f64>);
+
+/// What one fit covers: class, pass, precision, and a single op kind or the whole class.
+type FitKey = (KernelClass, KernelPass, String, Option<&'static str>);
 
 /// Fits a profile from `files` (micro-kernel records; workload records are ignored).
 pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration> {
@@ -226,8 +230,8 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
         )));
     }
 
-    // Points per (class, pass, precision).
-    let mut points: BTreeMap<(KernelClass, KernelPass, String), Points> = BTreeMap::new();
+    // Points per (class, pass, precision, single op kind or the whole class).
+    let mut points: BTreeMap<FitKey, Points> = BTreeMap::new();
     let mut stream: Vec<(f64, f64)> = Vec::new();
     let mut ceilings: BTreeMap<(String, String), (f64, String)> = BTreeMap::new();
     for (file, r) in &used {
@@ -247,6 +251,7 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
                 .map(|pass| Kernel {
                     class: k.class,
                     pass,
+                    op: None,
                     x: k.x,
                 })
                 .collect()
@@ -268,25 +273,41 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
             }
         }
         for k in kernels {
-            let e = points
-                .entry((k.class, k.pass, r.precision.clone()))
-                .or_default();
-            e.0.push(k.x.to_vec());
-            e.1.push(t);
+            for op in std::iter::once(None).chain(k.op.map(Some)) {
+                let e = points
+                    .entry((k.class, k.pass, r.precision.clone(), op))
+                    .or_default();
+                e.0.push(k.x.to_vec());
+                e.1.push(t);
+            }
         }
     }
 
     let mut fits = Vec::new();
     let mut skipped = Vec::new();
-    for ((class, pass, precision), (x, y)) in points {
+    for ((class, pass, precision, op), (mut x, y)) in points {
+        if op.is_some() {
+            // Within one op kind FLOPs are proportional to bytes: fit a fixed cost and the
+            // bytes (the bytes alone from a single shape).
+            let keep: &[usize] = if y.len() >= 2 { &[0, 2] } else { &[2] };
+            for row in &mut x {
+                for (j, v) in row.iter_mut().enumerate() {
+                    if !keep.contains(&j) {
+                        *v = 0.0;
+                    }
+                }
+            }
+        }
+        let name = op.unwrap_or(class.name());
         match fit_relative(&x, &y) {
             Ok(fit) => fits.push(ClassFit {
                 class,
                 pass,
+                op: op.map(str::to_owned),
                 precision,
                 fit,
             }),
-            Err(e) => skipped.push(format!("{} {} {precision}: {e}", class.name(), pass.name())),
+            Err(e) => skipped.push(format!("{name} {} {precision}: {e}", pass.name())),
         }
     }
 
@@ -329,6 +350,7 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
             .map(|f| KernelFit {
                 class: f.class,
                 pass: f.pass,
+                op: f.op.clone(),
                 precision: f.precision.clone(),
                 features: f.class.features().iter().map(|s| (*s).to_owned()).collect(),
                 coefficients: f.fit.coefficients.clone(),
@@ -474,6 +496,54 @@ mod tests {
         assert!((dram / 20e9 - 1.0).abs() < 1e-6, "{dram}");
         assert_eq!(c.profile.provenance.files[0].records, 11);
         assert!(c.profile.ceiling("gemm", "fp32").unwrap() > 0.0);
+    }
+
+    /// Two op kinds of one class at very different rates: each gets its own fit, which
+    /// layers of that kind use, and the class a fit of both for kinds not measured.
+    #[test]
+    fn op_kinds_are_fitted_on_their_own() {
+        let mut records = Vec::new();
+        for (kind, per_byte) in [("max-pool", 1e-9), ("avg-pool", 1e-10)] {
+            for mib in [1.0, 4.0, 16.0] {
+                let bytes = mib * 1048576.0;
+                records.push(record(
+                    "op",
+                    json!({"op": {"op": kind}, "input": [mib], "batch": 1, "pass": "backward"}),
+                    2e-6 + bytes * per_byte,
+                    bytes / 8.0,
+                    bytes,
+                ));
+            }
+        }
+        let c = calibrate(
+            &[RecordFile {
+                path: "ops.jsonl".into(),
+                records,
+            }],
+            &Options {
+                system: "local".into(),
+                threads: None,
+                created: "now".into(),
+            },
+        )
+        .unwrap();
+        let p = &c.profile;
+        let class = p
+            .fit(KernelClass::Pooling, KernelPass::Backward, "fp32")
+            .unwrap();
+        assert_eq!((class.points, class.op.as_deref()), (6, None));
+        let bytes = 8.0 * 1048576.0;
+        for (kind, per_byte) in [("max-pool", 1e-9), ("avg-pool", 1e-10)] {
+            let k = vector_kernel(kind, KernelPass::Backward, bytes / 8.0, bytes).unwrap();
+            let fit = p.kernel_fit(&k, "fp32").unwrap();
+            assert_eq!((fit.op.as_deref(), fit.points), (Some(kind), 3));
+            let want = 2e-6 + bytes * per_byte;
+            let got = p.time(&k, "fp32").unwrap();
+            assert!((got / want - 1.0).abs() < 1e-6, "{kind}: {got} vs {want}");
+        }
+        // A kind the records lack falls back to the class.
+        let k = vector_kernel("global-avg-pool", KernelPass::Backward, 1.0, bytes).unwrap();
+        assert!(p.kernel_fit(&k, "fp32").unwrap().op.is_none());
     }
 
     #[test]

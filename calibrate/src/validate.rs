@@ -23,9 +23,6 @@ use statrs::statistics::{Data, OrderStatistics};
 use crate::error::{Error, Result};
 use crate::stats::Samples;
 
-/// Layers listed as the worst, by absolute time error.
-pub const WORST_LAYERS: usize = 10;
-
 /// One layer pass, predicted and measured.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LayerPoint {
@@ -148,7 +145,7 @@ pub struct Validation {
     pub steps: Vec<StepPoint>,
     /// The summary.
     pub summary: Summary,
-    /// The layer passes whose time is furthest off, in seconds, worst first.
+    /// Every layer pass, the furthest off in seconds first.
     pub worst_layers: Vec<LayerPoint>,
     /// Every layer pass.
     pub layers: Vec<LayerPoint>,
@@ -285,7 +282,6 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
         let d = |l: &LayerPoint| (l.predicted_s - l.measured_s).abs();
         d(b).total_cmp(&d(a))
     });
-    worst.truncate(WORST_LAYERS);
     Ok(Validation {
         system: system.name.clone(),
         summary: Summary {

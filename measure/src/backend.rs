@@ -131,6 +131,8 @@ pub struct ConvCase {
     pub dilation: Vec<usize>,
     /// Groups.
     pub groups: usize,
+    /// Whether the layer adds a bias (forward) and sums its gradient (backward-filter).
+    pub bias: bool,
 }
 
 /// A STREAM kernel.

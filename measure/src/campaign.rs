@@ -70,6 +70,7 @@ pub fn conv_cases(graph: &Graph, batch: usize, source: &str, only: &[String]) ->
             padding: c.padding.pairs().to_vec(),
             dilation: c.dilation.to_vec(),
             groups: c.groups,
+            bias: c.bias,
         };
         if !out.iter().any(|o| {
             ConvCase {
@@ -123,6 +124,7 @@ impl Case {
                 "padding": c.padding,
                 "dilation": c.dilation,
                 "groups": c.groups,
+                "bias": c.bias,
                 "pass": pass.name(),
             }),
             Case::Stream(k, n) => {

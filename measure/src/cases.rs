@@ -28,7 +28,7 @@ pub(crate) fn conv_op(case: &ConvCase) -> Op {
     c.dilation = case.dilation.iter().copied().collect();
     c.padding = Padding::Explicit(case.padding.iter().copied().collect());
     c.groups = case.groups;
-    c.bias = false;
+    c.bias = case.bias;
     Op::conv(c)
 }
 
@@ -82,6 +82,7 @@ mod tests {
             padding: vec![[1, 1]; 2],
             dilation: vec![1, 1],
             groups: 1,
+            bias: false,
         };
         let g = conv_graph(&case).unwrap();
         let c = layer_cost(&g, 2);
@@ -102,6 +103,7 @@ mod tests {
             padding: vec![[0, 0]; 2],
             dilation: vec![1, 1],
             groups: 1,
+            bias: false,
         };
         let err = conv_graph(&case).unwrap_err().to_string();
         assert!(err.contains("larger than its padded input"), "{err}");

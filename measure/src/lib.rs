@@ -29,7 +29,7 @@
 //! | `schema_version` | 1 |
 //! | `id` | unique key of the measurement (kind, shape, precision, threads, device); `--resume` skips ids already recorded |
 //! | `kind` | `gemm`, `conv`, `stream`, `op`, `workload-layer`, `workload-step` |
-//! | `shape` | an object: GEMM `m`, `n`, `k`; conv `source`, `n`, `c_in`, `c_out`, `input`, `kernel`, `stride`, `padding` (`[before, after]` per dimension), `dilation`, `groups`, `pass`; STREAM `kernel`, `elements`, `array_bytes`; op `op` (the layer as a workload file writes it), `input`, `batch`, `pass`; workload `workload`, `input`, `batch`, and for layers `layer`, `op`, `pass` |
+//! | `shape` | an object: GEMM `m`, `n`, `k`; conv `source`, `n`, `c_in`, `c_out`, `input`, `kernel`, `stride`, `padding` (`[before, after]` per dimension), `dilation`, `groups`, `bias`, `pass`; STREAM `kernel`, `elements`, `array_bytes`; op `op` (the layer as a workload file writes it), `input`, `batch`, `pass`; workload `workload`, `input`, `batch`, and for layers `layer`, `op`, `pass` |
 //! | `precision` | `fp32`, `fp64` |
 //! | `device` | `cpu` |
 //! | `threads` | threads the kernel ran on |

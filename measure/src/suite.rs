@@ -57,8 +57,11 @@ pub struct Source {
 }
 
 /// The reference shapes: CosmoFlow at 128^3 batch 1, DeepCAM at a reduced 192x288 batch 1,
-/// ResNet-50 at 224 batch 8 (the executor's sizes, so micro-kernels and full runs compare).
-pub const SOURCES: [Source; 3] = [
+/// ResNet-50 at 224 batch 8 (the executor's sizes, so micro-kernels and full runs compare);
+/// then each at a smaller problem — CosmoFlow 96^3 batch 2, DeepCAM 128x192 batch 2,
+/// ResNet-50 160 batch 2 — so that calibration sees every layer shape at two sizes and can
+/// tell how efficiency falls on small problems.
+pub const SOURCES: [Source; 6] = [
     Source {
         workload: "cosmoflow",
         input: &[128],
@@ -73,6 +76,21 @@ pub const SOURCES: [Source; 3] = [
         workload: "resnet50",
         input: &[224],
         batch: 8,
+    },
+    Source {
+        workload: "cosmoflow",
+        input: &[96],
+        batch: 2,
+    },
+    Source {
+        workload: "deepcam",
+        input: &[128, 192],
+        batch: 2,
+    },
+    Source {
+        workload: "resnet50",
+        input: &[160],
+        batch: 2,
     },
 ];
 
@@ -143,11 +161,15 @@ pub fn stream_sizes(caches: Caches) -> Vec<usize> {
     sizes
 }
 
-/// The distinct non-GEMM ops of `graph` at `batch`: the first layer of each op kind, on its
-/// first input's shape.
+/// Shapes taken per op kind from each workload: the first, middle and last distinct input
+/// shape, so calibration sees each op at more than one size.
+pub const SHAPES_PER_OP: usize = 3;
+
+/// The non-GEMM ops of `graph` at `batch`: for each op kind, up to [`SHAPES_PER_OP`] of its
+/// layers with distinct first-input shapes (first, middle and last of them).
 pub fn op_cases(graph: &Graph, batch: usize) -> Vec<OpCase> {
     let layers = graph.layers();
-    let mut out: Vec<OpCase> = Vec::new();
+    let mut kinds: Vec<(&'static str, Vec<OpCase>)> = Vec::new();
     for layer in layers {
         if matches!(
             layer.op,
@@ -155,14 +177,31 @@ pub fn op_cases(graph: &Graph, batch: usize) -> Vec<OpCase> {
         ) {
             continue;
         }
-        if out.iter().any(|o| o.op.kind() == layer.op.kind()) {
-            continue;
-        }
-        out.push(OpCase {
+        let case = OpCase {
             op: layer.op.clone(),
             input: layers[layer.inputs[0]].output.dims().to_vec(),
             batch,
-        });
+        };
+        match kinds.iter_mut().find(|(k, _)| *k == layer.op.kind()) {
+            Some((_, cases)) => {
+                if !cases.iter().any(|c| c.input == case.input) {
+                    cases.push(case);
+                }
+            }
+            None => kinds.push((layer.op.kind(), vec![case])),
+        }
+    }
+    let mut out = Vec::new();
+    for (_, cases) in kinds {
+        let n = cases.len();
+        let mut picks = vec![0, n / 2, n - 1];
+        picks.dedup();
+        out.extend(
+            picks
+                .into_iter()
+                .take(SHAPES_PER_OP)
+                .map(|i| cases[i].clone()),
+        );
     }
     out
 }
@@ -212,6 +251,7 @@ pub fn conv_sweep() -> Vec<ConvCase> {
             padding: vec![[dilation * (k / 2); 2]; rank],
             dilation: vec![dilation; rank],
             groups,
+            bias: false,
         }
     };
     let mut out = Vec::new();

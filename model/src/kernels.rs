@@ -3,8 +3,9 @@
 //!
 //! # Classes
 //! A layer's passes run kernels of a few classes, and one class shares one time model:
-//! GEMM (dense layers, and every GEMM micro-kernel), pointwise convolution (1x1, unit
-//! stride, no padding: a plain GEMM on channels-first activations), spatial convolution
+//! GEMM (dense layers, and every GEMM micro-kernel), pointwise convolution (1x1, no
+//! padding: a plain GEMM on channels-first activations, after a gather when strided),
+//! spatial convolution
 //! (every other dense or grouped convolution), depthwise convolution (one channel per group),
 //! pooling, normalisation (batch norm, channel affine) and element-wise ops (activations,
 //! add, scale, concat, tile, upsample, dropout, losses). Convolutions run three passes
@@ -13,13 +14,16 @@
 //! its forward pass is that convolution's backward-data pass, and the reverse.
 //!
 //! # Features and the model form
-//! A matrix kernel is described as the GEMM it lowers to, `C (M x N) = A (M x K) B (K x N)`
-//! per group: forward `M = N_batch P_out`, `N = C_out/g`, `K = C_in/g prod(kernel)`;
-//! backward-data `M = N_batch P_out`, `N = C_in/g prod(kernel)`, `K = C_out/g`;
-//! backward-filter `M = C_out/g`, `N = C_in/g prod(kernel)`, `K = N_batch P_out`. Its time is
+//! A matrix kernel is described as the GEMM calls it makes, `C (M x N) = A (M x K) B (K x N)`
+//! per group: forward `M = P`, `N = C_out/g`, `K = C_in/g prod(kernel)`; backward-data
+//! `M = P`, `N = C_in/g prod(kernel)`, `K = C_out/g`; backward-filter `M = C_out/g`,
+//! `N = C_in/g prod(kernel)`, `K = P`, where `P` is the output positions of the whole batch
+//! (convolutions lower the batch together) — except for pointwise convolutions, which run one
+//! call per sample and group, so `P` is one sample's positions and the weights are read once
+//! per sample. Its time is
 //!
-//! `t = c0 + c1 F + c2 |A| + c3 |B| + c4 |C|`, with `F = 2 M N K g` and `|X|` the elements of
-//! operand X over all groups.
+//! `t = c0 + c1 F + c2 |A| + c3 |B| + c4 |C|`, with `F = 2 M N K calls` and `|X|` the
+//! elements of operand X over all calls.
 //!
 //! This is the cost model of a blocked (Goto) GEMM: the multiply-adds at the kernel's
 //! asymptotic rate (`1 / c1`), plus the traffic of each operand, which a blocked GEMM packs
@@ -55,7 +59,7 @@ pub const VECTOR_FEATURES: [&str; FEATURES] = ["1", "flops", "bytes", "-", "-"];
 pub enum KernelClass {
     /// Dense layers and GEMM micro-kernels.
     Gemm,
-    /// 1x1, unit-stride, unpadded convolution.
+    /// 1x1 unpadded convolution (any stride).
     ConvPointwise,
     /// Any other non-depthwise convolution.
     ConvSpatial,
@@ -176,6 +180,9 @@ pub struct Kernel {
     pub class: KernelClass,
     /// Pass.
     pub pass: KernelPass,
+    /// The op kind of a vector kernel (`max-pool`, `relu`, ...), for profiles that fit
+    /// single ops; `None` for matrix kernels.
+    pub op: Option<&'static str>,
     /// Features, in the order of [`KernelClass::features`].
     pub x: [f64; FEATURES],
 }
@@ -209,10 +216,7 @@ impl ConvShape {
         let (cin_g, cout_g) = (self.c_in / self.groups, self.c_out / self.groups);
         if cin_g == 1 && cout_g == 1 && self.groups > 1 {
             KernelClass::ConvDepthwise
-        } else if self.kernel.iter().all(|&k| k == 1)
-            && self.stride.iter().all(|&s| s == 1)
-            && !self.padded
-        {
+        } else if self.kernel.iter().all(|&k| k == 1) && !self.padded {
             KernelClass::ConvPointwise
         } else {
             KernelClass::ConvSpatial
@@ -225,17 +229,25 @@ impl ConvShape {
         let g = self.groups as f64;
         let taps = product(&self.kernel);
         let (cin_g, cout_g) = (self.c_in as f64 / g, self.c_out as f64 / g);
-        let positions = self.batch as f64 * product(&self.output);
+        let class = self.class();
+        // A pointwise convolution is one GEMM per sample and group (channels-first
+        // activations are matrices already); the others lower the batch together.
+        let (positions, calls) = if class == KernelClass::ConvPointwise {
+            (product(&self.output), self.batch as f64 * g)
+        } else {
+            (self.batch as f64 * product(&self.output), g)
+        };
         let (m, n, k) = match pass {
             KernelPass::Forward | KernelPass::Backward => (positions, cout_g, cin_g * taps),
             KernelPass::BackwardData => (positions, cin_g * taps, cout_g),
             KernelPass::BackwardFilter => (cout_g, cin_g * taps, positions),
         };
-        gemm_kernel(self.class(), pass, m, n, k, g)
+        gemm_kernel(class, pass, m, n, k, calls)
     }
 }
 
-/// A GEMM-like kernel of `groups` products of `m x k` by `k x n`.
+/// A GEMM-like kernel of `calls` products of `m x k` by `k x n` (one per group, or per
+/// sample and group).
 pub fn gemm_kernel(
     class: KernelClass,
     pass: KernelPass,
@@ -247,6 +259,7 @@ pub fn gemm_kernel(
     Kernel {
         class,
         pass,
+        op: None,
         x: [
             1.0,
             2.0 * m * n * k * groups,
@@ -257,13 +270,16 @@ pub fn gemm_kernel(
     }
 }
 
-/// A vector kernel of `flops` and `bytes`.
-pub fn vector_kernel(class: KernelClass, pass: KernelPass, flops: f64, bytes: f64) -> Kernel {
-    Kernel {
+/// A vector kernel of op kind `op` (its class follows) with `flops` and `bytes`; `None` for
+/// kinds that run no kernel (the input, flatten, matrix ops).
+pub fn vector_kernel(op: &str, pass: KernelPass, flops: f64, bytes: f64) -> Option<Kernel> {
+    let class = KernelClass::of_vector_op(op)?;
+    Some(Kernel {
         class,
         pass,
+        op: crate::file::op_kinds().find(|k| *k == op),
         x: [1.0, flops, bytes, 0.0, 0.0],
-    }
+    })
 }
 
 fn conv_shape(graph: &Graph, layer: &Layer, batch: u64) -> Option<ConvShape> {
@@ -353,18 +369,16 @@ pub fn step_kernels(graph: &Graph, cost: &GraphCost<'_>) -> Vec<Vec<Kernel>> {
                     }
                 }
                 op => {
-                    let Some(class) = KernelClass::of_vector_op(op.kind()) else {
-                        return out;
-                    };
-                    out.push(vector_kernel(
-                        class,
+                    let kind = op.kind();
+                    out.extend(vector_kernel(
+                        kind,
                         KernelPass::Forward,
                         lc.flops_fwd.value(),
                         lc.hbm_bytes_fwd.value(),
                     ));
                     if backward && lc.hbm_bytes_bwd.value() > 0.0 {
-                        out.push(vector_kernel(
-                            class,
+                        out.extend(vector_kernel(
+                            kind,
                             KernelPass::Backward,
                             lc.flops_bwd.value(),
                             lc.hbm_bytes_bwd.value(),

@@ -117,6 +117,10 @@ pub struct KernelFit {
     pub class: KernelClass,
     /// Pass.
     pub pass: KernelPass,
+    /// A single op kind of a vector class (`max-pool`), fitted on its own; absent for the
+    /// fit of the whole class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op: Option<String>,
     /// Number format.
     pub precision: String,
     /// Feature names ([`KernelClass::features`]).
@@ -222,16 +226,29 @@ impl Profile {
         toml::to_string(self).unwrap_or_else(|e| unreachable!("a profile serialises: {e}"))
     }
 
-    /// The fit for `class` and `pass` at `precision`, if the profile has one.
+    /// The fit of the whole of `class` and `pass` at `precision`, if the profile has one.
     pub fn fit(&self, class: KernelClass, pass: KernelPass, precision: &str) -> Option<&KernelFit> {
-        self.kernels
-            .iter()
-            .find(|k| k.class == class && k.pass == pass && k.precision == precision)
+        self.kernels.iter().find(|k| {
+            k.class == class && k.pass == pass && k.precision == precision && k.op.is_none()
+        })
+    }
+
+    /// The fit for `kernel` at `precision`: its own op kind's where the profile has one, else
+    /// its class's.
+    pub fn kernel_fit(&self, kernel: &Kernel, precision: &str) -> Option<&KernelFit> {
+        kernel
+            .op
+            .and_then(|op| {
+                self.kernels.iter().find(|k| {
+                    k.op.as_deref() == Some(op) && k.pass == kernel.pass && k.precision == precision
+                })
+            })
+            .or_else(|| self.fit(kernel.class, kernel.pass, precision))
     }
 
     /// The calibrated time of `kernel` at `precision`, if the profile has its class.
     pub fn time(&self, kernel: &Kernel, precision: &str) -> Option<f64> {
-        self.fit(kernel.class, kernel.pass, precision)
+        self.kernel_fit(kernel, precision)
             .map(|f| f.time(&kernel.x))
     }
 
@@ -324,6 +341,7 @@ pub(crate) mod tests {
             kernels: vec![KernelFit {
                 class: KernelClass::ConvSpatial,
                 pass: KernelPass::Forward,
+                op: None,
                 precision: "fp32".into(),
                 features: KernelClass::ConvSpatial
                     .features()

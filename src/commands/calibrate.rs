@@ -41,7 +41,10 @@ pub(crate) fn run(args: &CalibrateArgs) -> Result<()> {
 pub(crate) fn print(c: &profile::Calibration, format: crate::cli::Format) -> Result<()> {
     let p = &c.profile;
     let cols: [Col<ClassFit>; 8] = [
-        text("class", "class", |f, _| f.class.name().to_owned()),
+        text("class", "class", |f, _| match &f.op {
+            Some(op) => format!("{} ({op})", f.class.name()),
+            None => f.class.name().to_owned(),
+        }),
         text("pass", "pass", |f, _| f.pass.name().to_owned()),
         text("precision", "precision", |f, _| f.precision.clone()),
         num("points", "points", |f, _| f.fit.points.to_string()),

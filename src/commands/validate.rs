@@ -28,7 +28,7 @@ pub(crate) const SELF_CHECK_RUNS: [(&str, &[usize], [usize; 3]); 3] = [
 ];
 
 /// Measured steps per workload run, after the executor's warm-up step.
-pub(crate) const SELF_CHECK_STEPS: usize = 3;
+pub(crate) const SELF_CHECK_STEPS: usize = 5;
 
 /// Share of the self-check's budget the micro-kernel suite gets; the workloads take the rest.
 pub(crate) const SUITE_SHARE: f64 = 0.8;

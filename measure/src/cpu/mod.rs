@@ -131,7 +131,7 @@ impl Backend for CpuBackend {
     fn conv(&mut self, case: &ConvCase, pass: ConvPass, protocol: &Protocol) -> Result<Vec<f64>> {
         let graph = cases::conv_graph(case)?;
         let (kernel, lens, params) = case_kernel(&graph, case.batch);
-        let Kernel::Conv { geom, .. } = &kernel else {
+        let Kernel::Conv { geom, bias } = &kernel else {
             unreachable!("conv cases build a conv kernel")
         };
         let threads = self.threads;
@@ -147,7 +147,8 @@ impl Backend for CpuBackend {
             ConvPass::Forward => {
                 let mut y = vec![0.0; out_len];
                 protocol.measure(|| {
-                    conv::forward(geom, &x, &params[0], None, &mut y, threads);
+                    let b = bias.then(|| params[1].as_slice());
+                    conv::forward(geom, &x, &params[0], b, &mut y, threads);
                     black_box(&y);
                 })
             }
@@ -160,9 +161,11 @@ impl Backend for CpuBackend {
             }
             ConvPass::BackwardFilter => {
                 let mut dw = vec![0.0; params[0].len()];
+                let mut db = vec![0.0; geom.c_out];
                 protocol.measure(|| {
-                    conv::backward_filter(geom, &x, &dy, &mut dw, None, threads);
-                    black_box(&dw);
+                    let b = bias.then_some(db.as_mut_slice());
+                    conv::backward_filter(geom, &x, &dy, &mut dw, b, threads);
+                    black_box((&dw, &db));
                 })
             }
         }))

@@ -12,8 +12,9 @@
 //! - Strided convolutions and small images run [`lowered`]: a tile of output positions is
 //!   lowered position-major from the copy (im2col, one contiguous copy per kernel row),
 //!   then one GEMM.
-//! - Pointwise convolutions (1x1, unit stride, no padding) run [`pointwise`]: one GEMM per
-//!   sample and group straight on the channels-first activations, with no copy at all.
+//! - Pointwise convolutions (1x1, no padding) run [`pointwise`]: one GEMM per sample and
+//!   group straight on the channels-first activations — no copy at unit stride, a gather of
+//!   the positions read (the output's size) when strided.
 //! - Depthwise convolutions (one channel per group) run a direct loop nest.
 //!
 //! The GEMM crate is fastest when the output tile is channels-last and the long dimension
@@ -159,8 +160,15 @@ impl ConvGeom {
 
     /// Bytes of scratch memory the passes allocate while they run (the largest of them).
     pub(crate) fn workspace_bytes(&self) -> usize {
-        if self.depthwise() || pointwise::applies(self) {
+        if self.depthwise() {
             0
+        } else if pointwise::applies(self) {
+            // The strided gather of one sample's group.
+            if self.stride == [1; 3] {
+                0
+            } else {
+                4 * self.cin_g() * self.out_vol()
+            }
         } else if self.unit_stride() {
             let backward_data = self
                 .flipped()
@@ -283,9 +291,23 @@ pub(crate) fn channel_sums(dy: &[f32], out: &mut [f32], channels: usize, vol: us
     let n = dy.len() / (channels * vol).max(1);
     out.par_iter_mut().enumerate().for_each(|(c, v)| {
         *v = (0..n)
-            .map(|b| dy[(b * channels + c) * vol..][..vol].iter().sum::<f32>())
+            .map(|b| lane_sum(&dy[(b * channels + c) * vol..][..vol]))
             .sum();
     });
+}
+
+/// The sum of `v` in 16 independent lanes, which the compiler vectorises (a single running
+/// sum is bound by the latency of one addition per element).
+fn lane_sum(v: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 16];
+    let chunks = v.chunks_exact(16);
+    let rest: f32 = chunks.remainder().iter().sum();
+    for c in chunks {
+        for (l, x) in lanes.iter_mut().zip(c) {
+            *l += x;
+        }
+    }
+    lanes.iter().sum::<f32>() + rest
 }
 
 #[cfg(test)]
@@ -397,7 +419,8 @@ pub(crate) mod tests {
             geom(1, 4, 6, 2, [3, 7, 6], [3, 3, 3], 1, 2, 2), // 3-d grouped, dilated
             geom(2, 6, 5, 1, [1, 5, 5], [1, 1, 1], 1, 0, 1), // 1x1 (pointwise)
             geom(2, 6, 4, 2, [2, 3, 5], [1, 1, 1], 1, 0, 1), // 3-d grouped pointwise
-            geom(1, 3, 4, 1, [1, 5, 5], [1, 1, 1], 2, 0, 1), // strided 1x1 (lowered)
+            geom(1, 3, 4, 1, [1, 5, 5], [1, 1, 1], 2, 0, 1), // strided 1x1 (gathered)
+            geom(2, 4, 6, 2, [3, 6, 7], [1, 1, 1], 2, 0, 1), // 3-d grouped strided 1x1
             geom(1, 3, 4, 1, [1, 11, 9], [1, 7, 7], 2, 3, 1), // stem-like 7x7 stride 2
             geom(1, 4, 4, 1, [1, 6, 6], [1, 3, 3], 1, 0, 1), // valid padding
             geom(1, 3, 4, 1, [1, 5, 6], [1, 3, 3], 1, 3, 1), // padding beyond the kernel

@@ -201,8 +201,14 @@ fn the_loop_runs_from_micro_kernels_to_validation() {
     // A negative coefficient is refused with the field named.
     let text = std::fs::read_to_string(profile).unwrap();
     let bad = dir.join("bad.toml");
-    let first = text.find("coefficients = [").unwrap() + "coefficients = [".len();
-    std::fs::write(&bad, format!("{}-{}", &text[..first], &text[first..])).unwrap();
+    let start = text.find("coefficients = [").unwrap();
+    let end = start + text[start..].find(']').unwrap() + 1;
+    let negative = "coefficients = [1e-6, -1e-11, 0.0, 0.0, 0.0]";
+    std::fs::write(
+        &bad,
+        format!("{}{negative}{}", &text[..start], &text[end..]),
+    )
+    .unwrap();
     let err = run_err(&[
         "validate",
         "--profile",

@@ -62,6 +62,10 @@ pub(crate) struct CalibrateArgs {
     /// The datasheet system the profile overlays (a name, `local`, or a system file).
     #[arg(long, default_value = "local")]
     pub(crate) system: String,
+    /// Which level MPI ping-pong records describe: by the hosts of each pair (auto), or
+    /// all one level (e.g. `network` for TCP over loopback standing in for a network).
+    #[arg(long, value_enum, default_value_t = CommLevelArg::Auto)]
+    pub(crate) comm_level: CommLevelArg,
     /// Take the records measured on this many threads (default: the most in the files).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub(crate) threads: Option<u64>,
@@ -73,7 +77,10 @@ pub(crate) struct CalibrateArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub(crate) struct ValidateArgs {
+    #[command(subcommand)]
+    pub(crate) what: Option<ValidateCommand>,
     /// The calibrated profile (from `ridgeline calibrate`).
     #[arg(
         long,
@@ -114,6 +121,41 @@ pub(crate) struct ValidateArgs {
     pub(crate) format: FormatArg,
 }
 
+/// What else `validate` checks.
+#[derive(Debug, Subcommand)]
+pub(crate) enum ValidateCommand {
+    /// The collective model against measured MPI allreduce: each measured size and rank
+    /// count predicted from a profile's LogGP (`ridgeline calibrate` of ping-pong records).
+    Comm(ValidateCommArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ValidateCommArgs {
+    /// The calibrated profile with communication levels.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) profile: PathBuf,
+    /// Allreduce records (from `ridgeline measure comm allreduce --out`).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) measured: PathBuf,
+    /// Which level the ranks talked over: by their hosts (auto), or all over one level
+    /// (e.g. `network` for TCP over loopback standing in for a network).
+    #[arg(long, value_enum, default_value_t = CommLevelArg::Auto)]
+    pub(crate) level: CommLevelArg,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
+}
+
+/// A communication level, or by the hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum CommLevelArg {
+    /// One host: node; several: network between them, node within.
+    Auto,
+    /// Between ranks of one node.
+    Node,
+    /// Between nodes.
+    Network,
+}
+
 #[derive(Debug, Subcommand)]
 pub(crate) enum MeasureCommand {
     /// GEMM over shapes, FP32 and FP64.
@@ -130,6 +172,111 @@ pub(crate) enum MeasureCommand {
     Workload(MeasureWorkloadArgs),
     /// The standard micro-kernel campaign calibration needs, within a time budget.
     Suite(MeasureSuiteArgs),
+    /// Communication under MPI: ping-pong for LogGP, allreduce, all-to-all. Launch it with
+    /// `mpirun -np P` or `srun`; needs a build with `--features mpi`.
+    Comm(MeasureCommArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub(crate) struct MeasureCommArgs {
+    #[command(subcommand)]
+    pub(crate) bench: Option<CommBenchCommand>,
+    /// Print a Slurm batch script that runs the whole campaign (ping-pong, allreduce,
+    /// all-to-all) on --nodes nodes, instead of measuring.
+    #[arg(long)]
+    pub(crate) emit_slurm: bool,
+    /// Nodes of the Slurm job.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=100_000), requires = "emit_slurm")]
+    pub(crate) nodes: u32,
+    /// MPI ranks per node of the Slurm job.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096), requires = "emit_slurm")]
+    pub(crate) ranks_per_node: u32,
+    /// Wall-clock limit of the Slurm job (Slurm's format, e.g. 01:00:00).
+    #[arg(long, default_value = "01:00:00", value_parser = parse_slurm_time, requires = "emit_slurm")]
+    pub(crate) time: String,
+    /// Slurm partition.
+    #[arg(long, value_parser = parse_slurm_word, requires = "emit_slurm")]
+    pub(crate) partition: Option<String>,
+    /// Slurm account.
+    #[arg(long, value_parser = parse_slurm_word, requires = "emit_slurm")]
+    pub(crate) account: Option<String>,
+}
+
+/// A communication benchmark.
+#[derive(Debug, Subcommand)]
+pub(crate) enum CommBenchCommand {
+    /// Parametrised round trips between pairs of ranks (the Netgauge method) and the local
+    /// reduction kernel: what `ridgeline calibrate` fits LogGP from.
+    Pingpong(CommPingpongArgs),
+    /// FP32 allreduce by MPI_Allreduce and by ring, recursive halving-doubling and
+    /// recursive doubling over point-to-point.
+    Allreduce(CommAllreduceArgs),
+    /// MPI_Alltoall, the size given per pair of ranks.
+    Alltoall(CommAlltoallArgs),
+}
+
+/// What every communication benchmark shares.
+#[derive(Debug, Args)]
+pub(crate) struct CommArgs {
+    /// Sizes in bytes, as a list and ranges with K, M, G suffixes (binary):
+    /// `1K,64K,1M`, `4..256M:x4`. Default: powers of 4 over the benchmark's range.
+    #[arg(long, value_parser = parse_byte_list)]
+    pub(crate) sizes: Option<Numbers<u64>>,
+    /// Append records to this JSON Lines file (rank 0 writes it).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: Option<PathBuf>,
+    /// Continue the campaign in --out: keep its records and skip what they cover.
+    #[arg(long, requires = "out")]
+    pub(crate) resume: bool,
+    /// Warm-up time per measurement, e.g. 200ms.
+    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
+    pub(crate) warmup: Option<Duration>,
+    /// Fewest samples per measurement.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub(crate) min_samples: Option<u64>,
+    /// Least sampling time per measurement, e.g. 500ms.
+    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
+    pub(crate) min_time: Option<Duration>,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CommPingpongArgs {
+    /// Pairs of ranks: `levels` (rank 0 with the first rank on its host and the first on
+    /// another host) or `all` (rank 0 with every rank).
+    #[arg(long, value_enum, default_value_t = PairsArg::Levels)]
+    pub(crate) pairs: PairsArg,
+    /// Messages per train.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(2..=1000))]
+    pub(crate) train: u64,
+    #[command(flatten)]
+    pub(crate) comm: CommArgs,
+}
+
+/// Which pairs of ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum PairsArg {
+    /// One pair per level: within rank 0's node and across nodes.
+    Levels,
+    /// Rank 0 with every other rank.
+    All,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CommAllreduceArgs {
+    /// Algorithms, comma-separated: mpi (the library's MPI_Allreduce), ring, rhd, rd.
+    #[arg(long, value_delimiter = ',', default_value = "mpi,ring,rhd,rd", value_parser = parse_from_str::<ridgeline_measure::comm::AllreduceAlgorithm>)]
+    pub(crate) algorithm: Vec<ridgeline_measure::comm::AllreduceAlgorithm>,
+    #[command(flatten)]
+    pub(crate) comm: CommArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CommAlltoallArgs {
+    #[command(flatten)]
+    pub(crate) comm: CommArgs,
 }
 
 /// What every `measure` command shares: where, on how many threads, into which file, and
@@ -701,14 +848,36 @@ const MAX_LIST: u64 = 1 << 20;
 
 /// `1,2,4`, `1..64` (every value), `1..64:x2` (geometric), `8..64:+8` (steps), mixed.
 fn parse_list(s: &str, max: u64) -> Result<Vec<u64>, String> {
+    parse_list_with(s, max, |v| v.parse().ok())
+}
+
+/// Byte sizes in `parse_list`'s syntax, each with an optional K, M or G suffix (binary).
+fn parse_byte_list(s: &str) -> Result<Numbers<u64>, String> {
+    parse_list_with(s, 1 << 40, |v| {
+        let (digits, shift) = match v.char_indices().last() {
+            Some((i, 'K')) => (&v[..i], 10),
+            Some((i, 'M')) => (&v[..i], 20),
+            Some((i, 'G')) => (&v[..i], 30),
+            _ => (v, 0),
+        };
+        digits
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(1 << shift))
+    })
+    .map(Numbers)
+}
+
+fn parse_list_with(
+    s: &str,
+    max: u64,
+    parse: impl Fn(&str) -> Option<u64>,
+) -> Result<Vec<u64>, String> {
     let bad = |part: &str, why: &str| format!("`{part}` in `{s}`: {why}");
     let mut out = Vec::new();
     for part in s.split(',').map(str::trim) {
         let number = |v: &str| -> Result<u64, String> {
-            let n: u64 = v
-                .trim()
-                .parse()
-                .map_err(|_| bad(part, "not a whole number"))?;
+            let n: u64 = parse(v.trim()).ok_or_else(|| bad(part, "not a whole number"))?;
             if n == 0 || n > max {
                 return Err(bad(part, &format!("values must be between 1 and {max}")));
             }
@@ -773,6 +942,32 @@ fn parse_u32_list(s: &str) -> Result<Numbers<u32>, String> {
 
 fn parse_from_str<T: FromStr<Err = String>>(s: &str) -> Result<T, String> {
     s.parse()
+}
+
+/// A Slurm time limit: digits, `:` and `-` only (`01:00:00`, `1-00:00:00`).
+fn parse_slurm_time(s: &str) -> Result<String, String> {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_digit() || c == ':' || c == '-')
+    {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "`{s}` is not a Slurm time limit; write e.g. 01:00:00 or 1-00:00:00"
+        ))
+    }
+}
+
+/// A Slurm partition or account name, safe to write into a shell script.
+fn parse_slurm_word(s: &str) -> Result<String, String> {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    {
+        Ok(s.to_owned())
+    } else {
+        Err(format!("`{s}`: use letters, digits, `_`, `-` and `.` only"))
+    }
 }
 
 fn parse_gradient(s: &str) -> Result<u64, String> {
@@ -851,6 +1046,19 @@ fn parse_range(s: &str) -> Result<(u64, u64), String> {
         return Err(bad());
     }
     Ok((a, b))
+}
+
+impl CommLevelArg {
+    /// The calibration crate's choice.
+    pub(crate) fn choice(self) -> ridgeline_calibrate::loggp::LevelChoice {
+        use ridgeline_calibrate::loggp::LevelChoice;
+        use ridgeline_model::profile::CommLevelName;
+        match self {
+            CommLevelArg::Auto => LevelChoice::Auto,
+            CommLevelArg::Node => LevelChoice::Fixed(CommLevelName::Node),
+            CommLevelArg::Network => LevelChoice::Fixed(CommLevelName::Network),
+        }
+    }
 }
 
 #[cfg(test)]

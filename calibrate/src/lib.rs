@@ -10,13 +10,20 @@
 //!   micro-kernel records alone — a time model per kernel class, pass and precision
 //!   ([`ridgeline_model::kernels`] explains and justifies the model form), sustained bandwidth
 //!   per memory level from STREAM, and GEMM/convolution ceilings.
+//! - [`loggp`]: LogGP per communication level from MPI ping-pong records (the Netgauge
+//!   method), with the measured exchange step and reduction kernel, fitted per size band.
 //! - [`validate`]: predicts measured full-workload steps with a profile, layer by layer and
 //!   step by step, and reports the errors and the memory footprint against the measured peak.
 //!
+//! - [`comm`]: predicts measured MPI allreduce with a profile's LogGP levels and reports
+//!   the error per size, per algorithm and overall (geometric mean).
+//!
 //! It runs no kernels and renders nothing.
 
+pub mod comm;
 pub mod error;
 pub mod fit;
+pub mod loggp;
 pub mod profile;
 pub mod stats;
 pub mod validate;

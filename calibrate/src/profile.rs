@@ -53,6 +53,8 @@ pub struct Options {
     pub threads: Option<usize>,
     /// When the profile is made (RFC 3339).
     pub created: String,
+    /// Which level MPI ping-pong records describe.
+    pub comm_level: crate::loggp::LevelChoice,
 }
 
 /// One fitted class, with its points, for reports.
@@ -96,7 +98,7 @@ struct ConvRecordShape {
     pass: String,
 }
 
-fn record_error(file: &str, r: &Record, message: impl Into<String>) -> Error {
+pub(crate) fn record_error(file: &str, r: &Record, message: impl Into<String>) -> Error {
     Error::Record {
         file: file.to_owned(),
         id: r.id.clone(),
@@ -196,9 +198,39 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
         .iter()
         .flat_map(|f| f.records.iter().filter(micro).map(|r| (f.path.as_str(), r)))
         .collect();
+    let comm = crate::loggp::comm_levels(files, options.comm_level)?;
+    let comm_used: Vec<(&str, &Record)> = files
+        .iter()
+        .flat_map(|f| {
+            f.records
+                .iter()
+                .filter(|r| r.kind.starts_with("comm-"))
+                .map(|r| (f.path.as_str(), r))
+        })
+        .collect();
+    if all.is_empty() && !comm.is_empty() {
+        // Communication alone: LogGP per level, no kernels.
+        let profile = Profile {
+            schema_version: PROFILE_SCHEMA_VERSION,
+            system: options.system.clone(),
+            device: comm_used[0].1.device.clone(),
+            threads: 1,
+            provenance: provenance(files, &comm_used, options),
+            bandwidth: Vec::new(),
+            ceilings: Vec::new(),
+            kernels: Vec::new(),
+            comm,
+        };
+        profile.check("calibrated profile")?;
+        return Ok(Calibration {
+            profile,
+            fits: Vec::new(),
+            skipped: Vec::new(),
+        });
+    }
     if all.is_empty() {
         return Err(Error::Input(format!(
-            "no micro-kernel records (gemm, conv, op, stream) in {}; run `ridgeline measure suite --out FILE` first",
+            "no micro-kernel records (gemm, conv, op, stream) and no MPI ping-pong records in {}; run `ridgeline measure suite --out FILE` or `mpirun -np 2 ridgeline measure comm pingpong --out FILE` first",
             files
                 .iter()
                 .map(|f| f.path.as_str())
@@ -312,29 +344,15 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
     }
 
     let bandwidth = level_bandwidths(&stream, Caches::detect())?;
-    let env = &used[0].1.env;
-    let mut stamps: Vec<&str> = used.iter().map(|(_, r)| r.env.timestamp.as_str()).collect();
-    stamps.sort_unstable();
+    let mut used = used;
+    used.extend(comm_used);
     let profile = Profile {
         schema_version: PROFILE_SCHEMA_VERSION,
         system: options.system.clone(),
         device,
         threads,
-        provenance: Provenance {
-            created: options.created.clone(),
-            ridgeline_version: env!("CARGO_PKG_VERSION").to_owned(),
-            host: env.host.clone(),
-            device_model: env.cpu_model.clone(),
-            files: files
-                .iter()
-                .map(|f| SourceFile {
-                    path: f.path.clone(),
-                    records: used.iter().filter(|(p, _)| *p == f.path).count(),
-                })
-                .collect(),
-            measured_from: stamps.first().map_or_else(String::new, |s| (*s).to_owned()),
-            measured_to: stamps.last().map_or_else(String::new, |s| (*s).to_owned()),
-        },
+        provenance: provenance(files, &used, options),
+        comm,
         bandwidth,
         ceilings: ceilings
             .into_iter()
@@ -368,6 +386,28 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
         fits,
         skipped,
     })
+}
+
+/// Where the `used` records of `files` come from.
+fn provenance(files: &[RecordFile], used: &[(&str, &Record)], options: &Options) -> Provenance {
+    let env = &used[0].1.env;
+    let mut stamps: Vec<&str> = used.iter().map(|(_, r)| r.env.timestamp.as_str()).collect();
+    stamps.sort_unstable();
+    Provenance {
+        created: options.created.clone(),
+        ridgeline_version: env!("CARGO_PKG_VERSION").to_owned(),
+        host: env.host.clone(),
+        device_model: env.cpu_model.clone(),
+        files: files
+            .iter()
+            .map(|f| SourceFile {
+                path: f.path.clone(),
+                records: used.iter().filter(|(p, _)| *p == f.path).count(),
+            })
+            .collect(),
+        measured_from: stamps.first().map_or_else(String::new, |s| (*s).to_owned()),
+        measured_to: stamps.last().map_or_else(String::new, |s| (*s).to_owned()),
+    }
 }
 
 /// Sustained bandwidth per level from STREAM `(bytes, seconds)` points.
@@ -482,6 +522,7 @@ mod tests {
                 system: "local".into(),
                 threads: None,
                 created: "now".into(),
+                comm_level: crate::loggp::LevelChoice::Auto,
             },
         )
         .unwrap();
@@ -524,6 +565,7 @@ mod tests {
                 system: "local".into(),
                 threads: None,
                 created: "now".into(),
+                comm_level: crate::loggp::LevelChoice::Auto,
             },
         )
         .unwrap();
@@ -557,6 +599,7 @@ mod tests {
                 system: "local".into(),
                 threads: None,
                 created: "now".into(),
+                comm_level: crate::loggp::LevelChoice::Auto,
             },
         )
         .unwrap_err()

@@ -42,6 +42,7 @@
 mod backend;
 mod campaign;
 mod cases;
+pub mod comm;
 mod cpu;
 mod cuda;
 mod error;

@@ -180,10 +180,12 @@ mod tests {
         let s = p.measure(|| {
             std::hint::black_box(1 + 1);
         });
-        // Per-run times far below the resolution come out as sub-resolution averages.
+        // Per-run times far below the resolution come out as sub-resolution averages (the
+        // median: a sample the scheduler preempted may not, on a loaded machine).
+        let mut sorted = s.clone();
+        sorted.sort_by(f64::total_cmp);
         assert!(
-            s.iter()
-                .all(|&x| x < timer_resolution().as_secs_f64() * 10.0),
+            sorted[sorted.len() / 2] < timer_resolution().as_secs_f64() * 10.0,
             "{s:?}"
         );
     }

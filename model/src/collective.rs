@@ -12,6 +12,9 @@
 //! - **rhd** (recursive halving-doubling, p a power of two):
 //!   `sum over rounds of 2 (alpha + m_r beta_r) + ((p-1)/p) S gamma`, round r moving
 //!   `m_r = S / 2^r` between ranks `p / 2^r` apart;
+//! - **rd** (recursive doubling, p a power of two): `log2(p)` rounds, each exchanging the
+//!   whole vector with a partner `1, 2, ..., p/2` apart and adding it:
+//!   `log2(p) (alpha + S beta + S gamma)` — the small-message algorithm of MPI libraries;
 //! - **hier**: reduce-scatter in the node `(k-1)(alpha_i + (S/k) beta_i)`, a ring allreduce
 //!   of `S/k` bytes among the n nodes run by all k devices at once, all-gather in the node
 //!   `(k-1)(alpha_i + (S/k) beta_i)`, plus the reductions.
@@ -23,6 +26,12 @@
 //! with other nodes at once (rhd's long-distance rounds, hier's inter-node stage) each gets
 //! `1/k` of the node's network. The reduction is memory-bound: `gamma = 3 / HBM bandwidth`
 //! (read two operands, write one).
+//!
+//! Measured links ([`Banded`]): a calibrated profile replaces `alpha + m beta` by the measured
+//! cost of one exchange step — both ranks sending and receiving `m` bytes at once, as every
+//! step of these algorithms does — fitted per message-size band (MPI libraries switch
+//! protocols, and copies fall out of caches, as messages grow; Netgauge reports LogGP per
+//! size range for the same reason), and `S gamma` by the measured reduction kernel per band.
 
 use std::fmt;
 use std::str::FromStr;
@@ -43,6 +52,8 @@ pub enum Algorithm {
     Tree,
     /// Recursive halving-doubling (Rabenseifner).
     Rhd,
+    /// Recursive doubling: whole-vector exchanges, log2(p) rounds.
+    Rd,
     /// Hierarchical: reduce-scatter in the node, allreduce across nodes, all-gather.
     Hier,
     /// Whichever of the above is fastest.
@@ -51,10 +62,11 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every concrete algorithm (`best` chooses among these).
-    pub const CONCRETE: [Algorithm; 4] = [
+    pub const CONCRETE: [Algorithm; 5] = [
         Algorithm::Ring,
         Algorithm::Tree,
         Algorithm::Rhd,
+        Algorithm::Rd,
         Algorithm::Hier,
     ];
 
@@ -64,6 +76,7 @@ impl Algorithm {
             Algorithm::Ring => "ring",
             Algorithm::Tree => "tree",
             Algorithm::Rhd => "rhd",
+            Algorithm::Rd => "rd",
             Algorithm::Hier => "hier",
             Algorithm::Best => "best",
         }
@@ -83,7 +96,76 @@ impl FromStr for Algorithm {
             .into_iter()
             .chain([Algorithm::Best])
             .find(|a| a.name() == s)
-            .ok_or_else(|| format!("unknown collective `{s}`; valid: ring, tree, rhd, hier, best"))
+            .ok_or_else(|| {
+                format!("unknown collective `{s}`; valid: ring, tree, rhd, rd, hier, best")
+            })
+    }
+}
+
+/// Most bands of a [`Banded`] cost.
+pub const MAX_BANDS: usize = 6;
+
+/// One size band of a [`Banded`] cost: `fixed_s + m per_byte_s` for `m <= max_bytes`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Band {
+    /// Largest size in the band (infinite for the last).
+    pub max_bytes: f64,
+    /// Seconds at any size.
+    pub fixed_s: f64,
+    /// Seconds per byte.
+    pub per_byte_s: f64,
+}
+
+/// A cost linear in the bytes within each of a few size bands (fitted from measurements).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Banded {
+    len: usize,
+    bands: [Band; MAX_BANDS],
+}
+
+impl Banded {
+    /// The bands, smallest sizes first; `None` if there are none, more than [`MAX_BANDS`],
+    /// or their sizes do not increase.
+    pub fn new(bands: &[Band]) -> Option<Banded> {
+        if bands.is_empty()
+            || bands.len() > MAX_BANDS
+            || bands.windows(2).any(|w| w[0].max_bytes >= w[1].max_bytes)
+        {
+            return None;
+        }
+        let mut b = Banded {
+            len: bands.len(),
+            bands: [Band {
+                max_bytes: f64::INFINITY,
+                fixed_s: 0.0,
+                per_byte_s: 0.0,
+            }; MAX_BANDS],
+        };
+        b.bands[..bands.len()].copy_from_slice(bands);
+        Some(b)
+    }
+
+    /// The bands.
+    pub fn bands(&self) -> &[Band] {
+        &self.bands[..self.len]
+    }
+
+    /// The cost of `m` bytes: the band holding `m` (the last beyond every band).
+    pub fn at(&self, m: f64) -> f64 {
+        let bands = self.bands();
+        let b = bands
+            .iter()
+            .find(|b| m <= b.max_bytes)
+            .unwrap_or(&bands[bands.len() - 1]);
+        b.fixed_s + m * b.per_byte_s
+    }
+
+    /// The same bands with every per-byte cost times `factor` (a shared link).
+    fn scaled(mut self, factor: f64) -> Banded {
+        for b in &mut self.bands[..self.len] {
+            b.per_byte_s *= factor;
+        }
+        self
     }
 }
 
@@ -96,13 +178,29 @@ pub struct LinkCost {
     pub beta: f64,
     /// The least time between a sender's messages (`g`).
     pub g: f64,
+    /// The measured cost of one exchange step, where a calibrated profile gives it: it
+    /// replaces `alpha + m beta`.
+    pub exchange: Option<Banded>,
 }
 
 impl LinkCost {
-    /// One step of an algorithm that sends one `m`-byte message: `L + 2o + m G`, and at
-    /// least `g` after the previous one.
+    /// One step of an algorithm that sends one `m`-byte message: `L + 2o + m G` (or the
+    /// measured exchange), and at least `g` after the previous one.
     fn step(self, m: f64) -> f64 {
-        (self.alpha + m * self.beta).max(self.g)
+        let t = match self.exchange {
+            Some(x) => x.at(m),
+            None => self.alpha + m * self.beta,
+        };
+        t.max(self.g)
+    }
+
+    /// The link shared by `factor` senders: every per-byte cost times `factor`.
+    fn shared(self, factor: f64) -> LinkCost {
+        LinkCost {
+            beta: self.beta * factor,
+            exchange: self.exchange.map(|x| x.scaled(factor)),
+            ..self
+        }
     }
 }
 
@@ -121,6 +219,9 @@ pub struct Fabric {
     pub nics: u32,
     /// Seconds per byte of reduction.
     pub gamma: f64,
+    /// The measured reduction kernel, where a calibrated profile gives it: it replaces
+    /// `m gamma`.
+    pub reduction: Option<Banded>,
     /// Whether every latency used came from the system file.
     pub latencies_known: bool,
 }
@@ -153,6 +254,7 @@ impl Fabric {
                 alpha: loggp.alpha().value(),
                 beta: 1.0 / bw.value(),
                 g: loggp.gap().value(),
+                exchange: None,
             })
         } else {
             None
@@ -175,6 +277,7 @@ impl Fabric {
                 alpha: loggp.alpha().value(),
                 beta: 1.0 / bw.value.value(),
                 g: loggp.gap().value(),
+                exchange: None,
             };
             (Some(cost), count.value)
         } else {
@@ -188,6 +291,7 @@ impl Fabric {
             nic,
             nics,
             gamma,
+            reduction: None,
             latencies_known: known,
         })
     }
@@ -201,6 +305,7 @@ impl Fabric {
     /// trees do: the slower of the intra-node link and `min(nics, k)` NICs.
     fn boundary(&self) -> LinkCost {
         match (self.intra, self.nic) {
+            (None, Some(nic)) if self.nics.max(1) == 1 => nic,
             (intra, Some(nic)) => {
                 let channels = f64::from(self.nics.min(self.k).max(1));
                 let beta = (nic.beta / channels).max(intra.map_or(0.0, |i| i.beta));
@@ -208,6 +313,7 @@ impl Fabric {
                     alpha: nic.alpha.max(intra.map_or(0.0, |i| i.alpha)),
                     beta,
                     g: nic.g.max(intra.map_or(0.0, |i| i.g)),
+                    exchange: None,
                 }
             }
             (Some(intra), None) => intra,
@@ -215,17 +321,35 @@ impl Fabric {
                 alpha: 0.0,
                 beta: 0.0,
                 g: 0.0,
+                exchange: None,
             },
+        }
+    }
+
+    /// The link to a partner `distance` ranks away. Ranks are placed node by node:
+    /// partners share a node only when the distance is below k (and k is a power of two,
+    /// so they do); otherwise every device of the node talks across at once.
+    fn partner(&self, distance: u64) -> Option<LinkCost> {
+        let k = u64::from(self.k);
+        if distance >= k || !k.is_power_of_two() {
+            self.shared_nic().or(self.intra)
+        } else {
+            self.intra
+        }
+    }
+
+    /// Seconds to reduce `m` bytes into a buffer.
+    fn reduce(&self, m: f64) -> f64 {
+        match self.reduction {
+            Some(r) => r.at(m),
+            None => m * self.gamma,
         }
     }
 
     /// A node's network shared by all k devices sending at once: `beta = k / (nics x bw)`.
     fn shared_nic(&self) -> Option<LinkCost> {
-        self.nic.map(|nic| LinkCost {
-            alpha: nic.alpha,
-            beta: nic.beta * f64::from(self.k) / f64::from(self.nics.max(1)),
-            g: nic.g,
-        })
+        self.nic
+            .map(|nic| nic.shared(f64::from(self.k) / f64::from(self.nics.max(1))))
     }
 }
 
@@ -262,7 +386,7 @@ pub fn allreduce_time(fabric: &Fabric, bytes: f64, algorithm: Algorithm) -> Opti
 }
 
 /// Time of an allreduce of `bytes` among every device of `fabric` with `algorithm`.
-/// `Rhd` needs a power-of-two device count; with `Best` it is skipped otherwise, and asked
+/// `Rhd` and `Rd` need a power-of-two device count; with `Best` it is skipped otherwise, and asked
 /// for directly it is an error.
 pub fn allreduce(fabric: &Fabric, bytes: Bytes, algorithm: Algorithm) -> Result<Allreduce> {
     allreduce_time(fabric, bytes.value(), algorithm).ok_or_else(|| {
@@ -270,8 +394,8 @@ pub fn allreduce(fabric: &Fabric, bytes: Bytes, algorithm: Algorithm) -> Result<
             "collective",
             algorithm,
             format!(
-                "recursive halving-doubling needs a power-of-two device count, not {}; \
-                 choose ring, tree, hier or best",
+                "{algorithm} needs a power-of-two device count, not {}; choose ring, tree, \
+                 hier or best",
                 fabric.devices()
             ),
         )
@@ -287,37 +411,42 @@ fn time(f: &Fabric, s: f64, algorithm: Algorithm) -> Option<f64> {
     }
     let pf = p as f64;
     let frac = (pf - 1.0) / pf;
-    let reduce = frac * s * f.gamma;
     let log2 = pf.log2();
     Some(match algorithm {
         Algorithm::Ring => {
-            // 2(p - 1) steps, each one message of S/p bytes.
+            // 2(p - 1) steps, each one message of S/p bytes; p - 1 of them reduce it.
             let l = f.boundary();
-            2.0 * (pf - 1.0) * l.step(s / pf) + reduce
+            let chunk = s / pf;
+            2.0 * (pf - 1.0) * l.step(chunk) + (pf - 1.0) * f.reduce(chunk)
         }
         Algorithm::Tree => {
             let l = f.boundary();
-            2.0 * log2.ceil() * l.alpha.max(l.g) + 2.0 * s * l.beta + s * f.gamma
+            2.0 * log2.ceil() * l.alpha.max(l.g) + 2.0 * s * l.beta + f.reduce(s)
         }
         Algorithm::Rhd => {
             if !p.is_power_of_two() {
                 return None;
             }
-            let k = u64::from(f.k);
-            let mut total = reduce;
+            let mut total = 0.0;
             let mut distance = p / 2;
             let mut message = s / 2.0;
             while distance >= 1 {
-                // Ranks are placed node by node: partners `distance` apart share a node
-                // only when the distance is below k (and k is a power of two, so they do).
-                let link = if distance >= k || !k.is_power_of_two() {
-                    f.shared_nic().or(f.intra)
-                } else {
-                    f.intra
-                }?;
-                total += 2.0 * link.step(message);
+                // A reduce-scatter round and its all-gather round.
+                total += 2.0 * f.partner(distance)?.step(message) + f.reduce(message);
                 distance /= 2;
                 message /= 2.0;
+            }
+            total
+        }
+        Algorithm::Rd => {
+            if !p.is_power_of_two() {
+                return None;
+            }
+            let mut total = 0.0;
+            let mut distance = 1;
+            while distance < p {
+                total += f.partner(distance)?.step(s) + f.reduce(s);
+                distance *= 2;
             }
             total
         }
@@ -332,7 +461,7 @@ fn time(f: &Fabric, s: f64, algorithm: Algorithm) -> Option<f64> {
                 Some(l) if f.n > 1 => 2.0 * (n - 1.0) * l.step(shard / n),
                 _ => 0.0,
             };
-            intra + inter + reduce
+            intra + inter + f.reduce(frac * s)
         }
         Algorithm::Best => return None,
     })
@@ -351,14 +480,17 @@ mod tests {
                 alpha: 2e-6,
                 beta: 1.0 / 150e9,
                 g: 0.0,
+                exchange: None,
             }),
             nic: (n > 1).then_some(LinkCost {
                 alpha: 5e-6,
                 beta: 1.0 / 12.5e9,
                 g: 0.0,
+                exchange: None,
             }),
             nics,
             gamma: 3.0 / 900e9,
+            reduction: None,
             latencies_known: true,
         }
     }
@@ -405,6 +537,61 @@ mod tests {
     }
 
     #[test]
+    fn rd_exchanges_the_whole_vector_log2_p_times() {
+        let f = fabric(8, 1, 0);
+        let s = 1e6;
+        let t = allreduce(&f, Bytes::new(s), Algorithm::Rd)
+            .unwrap()
+            .time
+            .value();
+        let expected = 3.0 * (2e-6 + s / 150e9 + s * 3.0 / 900e9);
+        assert!((t - expected).abs() < 1e-15, "{t} vs {expected}");
+        assert!(allreduce(&fabric(6, 1, 0), Bytes::new(s), Algorithm::Rd).is_err());
+    }
+
+    #[test]
+    fn measured_bands_replace_alpha_beta_and_gamma() {
+        let exchange = Banded::new(&[
+            Band {
+                max_bytes: 1e4,
+                fixed_s: 1e-6,
+                per_byte_s: 1e-10,
+            },
+            Band {
+                max_bytes: f64::INFINITY,
+                fixed_s: 5e-6,
+                per_byte_s: 2e-10,
+            },
+        ])
+        .unwrap();
+        assert_eq!(exchange.at(1e3), 1e-6 + 1e-7);
+        assert_eq!(exchange.at(1e6), 5e-6 + 2e-4);
+        let reduction = Banded::new(&[Band {
+            max_bytes: f64::INFINITY,
+            fixed_s: 0.0,
+            per_byte_s: 1e-10,
+        }]);
+        let mut f = fabric(2, 1, 0);
+        f.intra = f.intra.map(|l| LinkCost {
+            exchange: Some(exchange),
+            ..l
+        });
+        f.reduction = reduction;
+        // Two ranks: ring = two steps of S/2 and one reduction of S/2.
+        let s = 2e6;
+        let t = allreduce(&f, Bytes::new(s), Algorithm::Ring)
+            .unwrap()
+            .time
+            .value();
+        let expected = 2.0 * exchange.at(1e6) + 1e6 * 1e-10;
+        assert!((t - expected).abs() < 1e-15, "{t} vs {expected}");
+        // Bands must grow.
+        let b = exchange.bands()[0];
+        assert!(Banded::new(&[b, b]).is_none());
+        assert!(Banded::new(&[]).is_none());
+    }
+
+    #[test]
     fn rhd_needs_a_power_of_two() {
         let err = allreduce(&fabric(6, 1, 0), Bytes::new(1e6), Algorithm::Rhd).unwrap_err();
         assert!(err.to_string().contains("power-of-two"), "{err}");
@@ -429,7 +616,10 @@ mod tests {
         let f = fabric(8, 64, 4);
         let small = allreduce(&f, Bytes::new(64.0), Algorithm::Best).unwrap();
         assert!(
-            matches!(small.algorithm, Algorithm::Tree | Algorithm::Rhd),
+            matches!(
+                small.algorithm,
+                Algorithm::Tree | Algorithm::Rhd | Algorithm::Rd
+            ),
             "{small:?}"
         );
     }

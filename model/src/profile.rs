@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::collective::{Band, Banded, Fabric, LinkCost};
 use crate::error::{Error, Result};
 use crate::kernels::{FEATURES, Kernel, KernelClass, KernelPass};
 use crate::precision::Precision;
@@ -46,6 +47,136 @@ pub struct Profile {
     /// Fitted kernel time models.
     #[serde(default)]
     pub kernels: Vec<KernelFit>,
+    /// LogGP per communication level, from MPI ping-pong records.
+    #[serde(default)]
+    pub comm: Vec<CommLevel>,
+}
+
+/// A communication level: between ranks of one node (`node`) or of different nodes
+/// (`network`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CommLevelName {
+    /// Ranks on one node (shared memory).
+    Node,
+    /// Ranks on different nodes.
+    Network,
+}
+
+impl CommLevelName {
+    /// Its name in profiles and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            CommLevelName::Node => "node",
+            CommLevelName::Network => "network",
+        }
+    }
+}
+
+/// LogGP of one level, fitted from ping-pong records by the Netgauge method, with the
+/// measured exchange step and reduction kernel the collective model uses
+/// ([`crate::collective`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommLevel {
+    /// The level.
+    pub level: CommLevelName,
+    /// The MPI library and transport settings the records were measured with.
+    pub transport: String,
+    /// Hosts of the pair of ranks measured.
+    pub hosts: Vec<String>,
+    /// `L`, seconds.
+    pub latency_s: f64,
+    /// Standard error of `L`.
+    pub latency_se_s: f64,
+    /// `o` (per message, on each side), seconds.
+    pub overhead_s: f64,
+    /// Standard error of `o`.
+    pub overhead_se_s: f64,
+    /// `g`, seconds.
+    pub gap_s: f64,
+    /// Standard error of `g`.
+    pub gap_se_s: f64,
+    /// `G`, seconds per byte.
+    pub gap_per_byte_s: f64,
+    /// Standard error of `G`.
+    pub gap_per_byte_se_s: f64,
+    /// Message sizes the LogGP fit used.
+    pub points: usize,
+    /// Largest relative error of the fitted round trips.
+    pub max_abs_rel_error: f64,
+    /// One exchange step (both ranks send and receive `m` bytes), per size band.
+    pub exchange: Vec<BandFit>,
+    /// The reduction kernel (`a += b` on FP32), per size band.
+    pub reduction: Vec<BandFit>,
+}
+
+/// A cost `fixed_s + m per_byte_s` fitted over one band of sizes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BandFit {
+    /// Largest size of the band, bytes (absent for the last band).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<f64>,
+    /// Seconds at any size.
+    pub fixed_s: f64,
+    /// Seconds per byte.
+    pub per_byte_s: f64,
+    /// Standard error of `fixed_s`.
+    pub fixed_se_s: f64,
+    /// Standard error of `per_byte_s`.
+    pub per_byte_se_s: f64,
+    /// Sizes fitted.
+    pub points: usize,
+    /// Root-mean-square relative error of the fitted times.
+    pub rms_rel_error: f64,
+}
+
+impl CommLevel {
+    /// `band` as the collective model's bands; `None` if there are none or they are not
+    /// in increasing order.
+    fn banded(bands: &[BandFit]) -> Option<Banded> {
+        let b: Vec<Band> = bands
+            .iter()
+            .map(|f| Band {
+                max_bytes: f.max_bytes.unwrap_or(f64::INFINITY),
+                fixed_s: f.fixed_s,
+                per_byte_s: f.per_byte_s,
+            })
+            .collect();
+        Banded::new(&b)
+    }
+
+    /// The level as a link of the collective model: LogGP, with the measured exchange.
+    pub fn link(&self) -> LinkCost {
+        LinkCost {
+            alpha: self.latency_s + 2.0 * self.overhead_s,
+            beta: self.gap_per_byte_s,
+            g: self.gap_s,
+            exchange: Self::banded(&self.exchange),
+        }
+    }
+
+    /// The collective model's fabric for `ranks` ranks that all talk over this level:
+    /// one node of `ranks` devices (`node`), or `ranks` nodes of one device each
+    /// (`network`), with the measured reduction.
+    pub fn fabric(&self, ranks: u32) -> Fabric {
+        let link = self.link();
+        let (k, n) = match self.level {
+            CommLevelName::Node => (ranks, 1),
+            CommLevelName::Network => (1, ranks),
+        };
+        Fabric {
+            k,
+            n,
+            intra: (self.level == CommLevelName::Node).then_some(link),
+            nic: (self.level == CommLevelName::Network).then_some(link),
+            nics: 1,
+            gamma: self.reduction.last().map_or(0.0, |b| b.per_byte_s),
+            reduction: Self::banded(&self.reduction),
+            latencies_known: true,
+        }
+    }
 }
 
 /// Which measurements a profile was fitted from, where and when.
@@ -218,7 +349,46 @@ impl Profile {
                 ));
             }
         }
+        for (i, c) in self.comm.iter().enumerate() {
+            let field = |f: &str| format!("comm[{i}].{f}");
+            for (name, v) in [
+                ("latency_s", c.latency_s),
+                ("overhead_s", c.overhead_s),
+                ("gap_s", c.gap_s),
+                ("gap_per_byte_s", c.gap_per_byte_s),
+            ] {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(invalid(
+                        field(name),
+                        format!("is {v}; LogGP parameters are finite and not negative"),
+                    ));
+                }
+            }
+            for (name, bands) in [("exchange", &c.exchange), ("reduction", &c.reduction)] {
+                let bad = bands.iter().any(|b| {
+                    !(b.fixed_s.is_finite()
+                        && b.fixed_s >= 0.0
+                        && b.per_byte_s.is_finite()
+                        && b.per_byte_s >= 0.0)
+                });
+                if bad || CommLevel::banded(bands).is_none() {
+                    return Err(invalid(
+                        field(name),
+                        format!(
+                            "needs 1 to {} bands with costs that are finite and not negative, \
+                             and max_bytes increasing (the last band has none)",
+                            crate::collective::MAX_BANDS
+                        ),
+                    ));
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// The fitted level `level`, if the profile has it.
+    pub fn comm_level(&self, level: CommLevelName) -> Option<&CommLevel> {
+        self.comm.iter().find(|c| c.level == level)
     }
 
     /// The profile as TOML.
@@ -297,6 +467,30 @@ impl Profile {
                 ),
             };
         }
+        if let Some(net) = self.comm_level(CommLevelName::Network) {
+            let source = format!(
+                "calibrated profile {file}: LogGP of the network level from MPI ping-pong ({})",
+                net.transport
+            );
+            let sourced = |v: f64| {
+                Some(Sourced {
+                    value: crate::units::Seconds::new(v),
+                    source: source.clone(),
+                })
+            };
+            let loggp = &mut system.node.nic_loggp;
+            loggp.latency = sourced(net.latency_s);
+            loggp.overhead = sourced(net.overhead_s);
+            loggp.message_gap = sourced(net.gap_s);
+            if let Some(bw) = &mut system.node.nic_bandwidth
+                && net.gap_per_byte_s > 0.0
+            {
+                *bw = Sourced {
+                    value: ByteRate::new(1.0 / net.gap_per_byte_s),
+                    source: source.clone(),
+                };
+            }
+        }
         system.name = format!("{} (calibrated)", system.name);
         system.calibration = Some(Arc::new(self));
         system
@@ -338,6 +532,7 @@ pub(crate) mod tests {
                 tflops: 0.2,
                 source: "gemm 2048^3".into(),
             }],
+            comm: Vec::new(),
             kernels: vec![KernelFit {
                 class: KernelClass::ConvSpatial,
                 pass: KernelPass::Forward,

@@ -29,6 +29,7 @@ pub(crate) fn run(args: &CalibrateArgs) -> Result<()> {
             system: args.system.clone(),
             threads: args.threads.map(|t| t as usize),
             created: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+            comm_level: args.comm_level.choice(),
         },
     )?;
     std::fs::write(&args.out, c.profile.to_toml())
@@ -102,6 +103,25 @@ pub(crate) fn print(c: &profile::Calibration, format: crate::cli::Format) -> Res
                 format!("ceiling {} {}", ceiling.kind, ceiling.precision),
                 format!("{:.1} GFLOP/s", ceiling.tflops * 1e3),
             );
+        }
+        for l in &p.comm {
+            d = d.summary(
+                format!("LogGP {}", l.level.name()),
+                format!(
+                    "L {:.2} us, o {:.2} us, g {:.2} us, G {:.3} ns/B ({:.2} GB/s); exchange in {} band(s), reduction in {} ({})",
+                    l.latency_s * 1e6,
+                    l.overhead_s * 1e6,
+                    l.gap_s * 1e6,
+                    l.gap_per_byte_s * 1e9,
+                    if l.gap_per_byte_s > 0.0 { 1e-9 / l.gap_per_byte_s } else { f64::INFINITY },
+                    l.exchange.len(),
+                    l.reduction.len(),
+                    l.transport
+                ),
+            );
+        }
+        if c.fits.is_empty() {
+            return d.note("LogGP by the Netgauge method (L, o, g, G from round trips and message trains, with standard errors in the profile); the exchange step and reduction kernel as lines per size band.");
         }
         let mut d = d
             .table(output::table(&c.fits, &cols, style))

@@ -70,15 +70,25 @@ impl Backends {
 
 /// The protocol: `base` with the command line's overrides.
 fn protocol(args: &MeasureArgs, base: Protocol) -> Protocol {
+    overridden(base, args.warmup, args.min_samples, args.min_time)
+}
+
+/// `base` with a warm-up, a fewest number of samples and a least sampling time, where given.
+pub(crate) fn overridden(
+    base: Protocol,
+    warmup: Option<Duration>,
+    min_samples: Option<u64>,
+    min_time: Option<Duration>,
+) -> Protocol {
     let mut p = base;
-    if let Some(w) = args.warmup {
+    if let Some(w) = warmup {
         p.warmup = w;
     }
-    if let Some(n) = args.min_samples {
+    if let Some(n) = min_samples {
         p.min_samples = usize::try_from(n).unwrap_or(usize::MAX);
         p.max_samples = p.max_samples.max(p.min_samples);
     }
-    if let Some(t) = args.min_time {
+    if let Some(t) = min_time {
         p.min_time = t;
         p.max_time = p.max_time.max(t);
     }
@@ -162,7 +172,7 @@ pub(crate) fn run_cases(
     Ok(ran)
 }
 
-fn median(samples: &[f64]) -> f64 {
+pub(crate) fn median(samples: &[f64]) -> f64 {
     let mut s = samples.to_vec();
     s.sort_by(f64::total_cmp);
     match s.len() {
@@ -174,7 +184,7 @@ fn median(samples: &[f64]) -> f64 {
 
 /// One printed row per record.
 #[derive(Debug, Serialize)]
-struct Row {
+pub(crate) struct Row {
     kind: String,
     case: String,
     precision: String,
@@ -232,11 +242,35 @@ fn describe(r: &Record) -> String {
             s["batch"],
             list(&s["input"])
         ),
+        "comm-prtt" => format!(
+            "PRTT(n={}{}) {} B, ranks {}",
+            s["messages"],
+            if s["delayed"] == true {
+                ", delayed"
+            } else {
+                ""
+            },
+            s["bytes"],
+            list(&s["pair"]).replace('x', "-"),
+        ),
+        "comm-exchange" => format!(
+            "exchange {} B, ranks {}",
+            s["bytes"],
+            list(&s["pair"]).replace('x', "-")
+        ),
+        "comm-reduce" => format!("a += b, {} B", s["bytes"]),
+        "comm-allreduce" => format!(
+            "{} {} B, {} ranks",
+            s["algorithm"].as_str().unwrap_or_default(),
+            s["bytes"],
+            s["ranks"]
+        ),
+        "comm-alltoall" => format!("{} B per pair, {} ranks", s["bytes"], s["ranks"]),
         _ => format!("{}", s),
     }
 }
 
-fn rows(records: &[Record]) -> Vec<Row> {
+pub(crate) fn rows(records: &[Record]) -> Vec<Row> {
     records
         .iter()
         .map(|r| {
@@ -255,7 +289,7 @@ fn rows(records: &[Record]) -> Vec<Row> {
         .collect()
 }
 
-fn row_cols() -> [Col<Row>; 7] {
+pub(crate) fn row_cols() -> [Col<Row>; 7] {
     [
         text("kind", "kind", |r, _| r.kind.clone()),
         text("case", "case", |r, _| r.case.clone()),

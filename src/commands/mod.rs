@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 mod calibrate;
+mod comm;
 mod measure;
 mod memory;
 mod predict;
@@ -34,6 +35,7 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Measure(MeasureCommand::Ops(args)) => measure::ops(&args),
         Command::Measure(MeasureCommand::Workload(args)) => measure::workload(&args),
         Command::Measure(MeasureCommand::Suite(args)) => measure::suite(&args),
+        Command::Measure(MeasureCommand::Comm(args)) => comm::run(&args),
         Command::Calibrate(args) => calibrate::run(&args),
         Command::Validate(args) => validate::run(&args),
     }

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use anyhow::{Context, Result, bail};
+use ridgeline_calibrate::comm::{CommPoint, validate_comm};
 use ridgeline_calibrate::profile::{self, Options, RecordFile};
 use ridgeline_calibrate::validate::{self, LayerPoint, StepPoint, Summary, Validation};
 use ridgeline_measure::Case;
@@ -14,7 +15,10 @@ use ridgeline_reports::Document;
 use serde::Serialize;
 
 use super::measure::{self, Backends};
-use crate::cli::{Format, FormatArg, MeasureArgs, MeasureSuiteArgs, ThreadCount, ValidateArgs};
+use crate::cli::{
+    Format, FormatArg, MeasureArgs, MeasureSuiteArgs, ThreadCount, ValidateArgs, ValidateCommArgs,
+    ValidateCommand,
+};
 use crate::load;
 use crate::output::{self, Col, Style, num, text};
 
@@ -45,6 +49,9 @@ struct Report<'a> {
 }
 
 pub(crate) fn run(args: &ValidateArgs) -> Result<()> {
+    if let Some(ValidateCommand::Comm(a)) = &args.what {
+        return comm(a);
+    }
     if args.self_check {
         return self_check(args);
     }
@@ -61,6 +68,83 @@ pub(crate) fn run(args: &ValidateArgs) -> Result<()> {
     let records = load::records(measured)?;
     let v = validate::validate(&system, &records, &measured.display().to_string())?;
     print(&v, args, None)
+}
+
+/// `ridgeline validate comm`: the collective model against measured allreduce.
+fn comm(args: &ValidateCommArgs) -> Result<()> {
+    let path = args.profile.display().to_string();
+    let system = load::system(&path)?;
+    let Some(profile) = system.calibration.as_deref() else {
+        bail!(
+            "{path}: not a calibrated profile (no [provenance]); make one with `ridgeline calibrate`"
+        );
+    };
+    if profile.comm.is_empty() {
+        bail!(
+            "{path}: the profile has no communication levels; calibrate it from ping-pong \
+             records (`mpirun -np 2 ridgeline measure comm pingpong --out FILE`)"
+        );
+    }
+    let records = load::records(&args.measured)?;
+    let v = validate_comm(
+        profile,
+        &records,
+        &args.measured.display().to_string(),
+        args.level.choice(),
+    )?;
+    if args.format.format == Format::Json {
+        return output::emit(&format!("{}\n", serde_json::to_string_pretty(&v)?));
+    }
+    let cols: [Col<CommPoint>; 6] = [
+        text("algorithm", "algorithm", |p, _| p.algorithm.clone()),
+        num("ranks", "ranks", |p, s| s.count(u64::from(p.ranks))),
+        num("bytes", "bytes", |p, s| s.bytes(Bytes::new(p.bytes as f64))),
+        num("predicted", "predicted_s", |p, s| {
+            s.seconds(Seconds::new(p.predicted_s))
+        }),
+        num("measured", "measured_s", |p, s| {
+            s.seconds(Seconds::new(p.measured_s))
+        }),
+        num("error", "rel_error", |p, s| signed_percent(p.rel_error, s)),
+    ];
+    output::print(args.format.format, &v.points, |style| {
+        let pct = |x: f64| format!("{:.1}%", 100.0 * x);
+        let mut d = Document::new("Allreduce: predicted from LogGP vs measured")
+            .summary("profile", path.clone())
+            .summary("measured", args.measured.display().to_string())
+            .summary(
+                "all",
+                format!(
+                    "geometric mean |error| {}, median {}, max {}, bias {:+.1}% over {} points",
+                    pct(v.summary.geomean_abs_rel_error),
+                    pct(v.summary.median_abs_rel_error),
+                    pct(v.summary.max_abs_rel_error),
+                    100.0 * v.summary.bias,
+                    v.summary.points
+                ),
+            );
+        for a in &v.algorithms {
+            d = d.summary(
+                a.algorithm.clone(),
+                format!(
+                    "geometric mean |error| {}, max {} over {} points",
+                    pct(a.summary.geomean_abs_rel_error),
+                    pct(a.summary.max_abs_rel_error),
+                    a.summary.points
+                ),
+            );
+        }
+        for l in &profile.comm {
+            d = d.summary(format!("level {}", l.level.name()), l.transport.clone());
+        }
+        let mut d = d.table(output::table(&v.points, &cols, style)).note(
+            "error = (predicted - measured) / measured; measured = median of the samples, each the slowest rank's time",
+        );
+        for n in &v.not_predicted {
+            d = d.note(format!("not predicted: {n}"));
+        }
+        d
+    })
 }
 
 fn self_check(args: &ValidateArgs) -> Result<()> {
@@ -104,6 +188,7 @@ fn self_check(args: &ValidateArgs) -> Result<()> {
             system: "local".into(),
             threads: None,
             created: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+            comm_level: ridgeline_calibrate::loggp::LevelChoice::Auto,
         },
     )?;
     let profile_file = dir.join("profile.toml");

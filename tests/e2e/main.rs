@@ -6,6 +6,7 @@
 
 mod bad_input;
 mod calibrate;
+mod comm;
 mod measure;
 mod memory;
 mod predict;

@@ -1,0 +1,14 @@
+//! The disabled twin: this build has no MPI, so every campaign is an error that says how
+//! to build with it.
+
+use std::path::Path;
+
+use super::{CommPlan, CommRun, HOW_TO_BUILD};
+use crate::error::{Error, Result};
+
+pub(super) fn run(_plan: &CommPlan, _out: Option<&Path>, _resume: bool) -> Result<CommRun> {
+    Err(Error::BackendUnavailable {
+        backend: "mpi".into(),
+        reason: format!("this ridgeline was built without the `mpi` feature; {HOW_TO_BUILD}"),
+    })
+}

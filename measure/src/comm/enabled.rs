@@ -1,0 +1,828 @@
+//! The MPI implementation, through rsmpi over the system's MPI library.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::time::Instant;
+
+use mpi::collective::SystemOperation;
+use mpi::topology::{Color, SimpleCommunicator};
+use mpi::traits::{Communicator, CommunicatorCollectives, Destination, Root, Source};
+
+use super::{
+    AllreduceAlgorithm, CommBench, CommPlan, CommRun, DEVICE, KIND_ALLREDUCE, KIND_ALLTOALL,
+    KIND_EXCHANGE, KIND_PRTT, KIND_REDUCE, Pairs, prtt_shape,
+};
+use crate::error::{Error, Result};
+use crate::protocol::{MIN_RESOLUTIONS, Protocol, timer_resolution};
+use crate::record::{Env, Record, RecordWriter, SCHEMA_VERSION, read_records, record_id};
+
+/// Longest host name exchanged between ranks.
+const HOST_BYTES: usize = 256;
+
+/// What every record of the job carries.
+struct Job {
+    ranks: usize,
+    hosts: Vec<String>,
+    ranks_per_node: usize,
+    nodes: usize,
+    library: String,
+    settings: BTreeMap<String, String>,
+}
+
+impl Job {
+    fn extra(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut m = serde_json::Map::new();
+        m.insert("ranks".into(), self.ranks.into());
+        m.insert("ranks_per_node".into(), self.ranks_per_node.into());
+        m.insert("nodes".into(), self.nodes.into());
+        m.insert("hosts".into(), self.hosts.clone().into());
+        m.insert("mpi_library".into(), self.library.clone().into());
+        m.insert(
+            "mpi_settings".into(),
+            serde_json::to_value(&self.settings).unwrap_or_default(),
+        );
+        m
+    }
+}
+
+/// Rank 0's records file and what resuming it found.
+struct Sink {
+    writer: Option<RecordWriter>,
+    /// Median sample of each resumed record, by id (a delayed train needs its ping-pong).
+    resumed: HashMap<String, f64>,
+    records: Vec<Record>,
+    skipped: usize,
+}
+
+impl Sink {
+    fn has(&self, id: &str) -> bool {
+        self.writer.as_ref().is_some_and(|w| w.has(id))
+    }
+
+    fn push(&mut self, record: Record) -> Result<()> {
+        if let Some(w) = &mut self.writer {
+            w.write(std::slice::from_ref(&record))?;
+        }
+        self.records.push(record);
+        Ok(())
+    }
+}
+
+pub(super) fn run(plan: &CommPlan, out: Option<&Path>, resume: bool) -> Result<CommRun> {
+    let universe = mpi::initialize().ok_or_else(|| Error::BackendUnavailable {
+        backend: "mpi".into(),
+        reason: "MPI is already initialised in this process".into(),
+    })?;
+    let world = universe.world();
+    // A rank that panics would leave the others waiting in a collective for ever: say
+    // why, then end the whole job.
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        SimpleCommunicator::world().abort(70);
+    }));
+    let rank = usize::try_from(world.rank()).unwrap_or(0);
+    let ranks = usize::try_from(world.size()).unwrap_or(1);
+    if ranks < 2 {
+        return Err(Error::invalid(
+            "ranks",
+            "this job has 1 rank, and communication needs at least 2: launch it with \
+             `mpirun -np 2 ridgeline measure comm ...` (or `srun -n 2 ...`)",
+        ));
+    }
+    let job = job(&world, ranks);
+
+    // Rank 0 opens the records file; every rank learns whether that worked.
+    let mut failure = None;
+    let mut sink = Sink {
+        writer: None,
+        resumed: HashMap::new(),
+        records: Vec::new(),
+        skipped: 0,
+    };
+    if rank == 0 {
+        match open(out, resume, ranks) {
+            Ok((writer, resumed)) => {
+                sink.writer = writer;
+                sink.resumed = resumed;
+            }
+            Err(e) => failure = Some(e),
+        }
+    }
+    // Every rank returns rank 0's message (mpirun may end the job before rank 0 prints).
+    let mut message = [0u8; 1024];
+    if let Some(e) = &failure {
+        let text = e.to_string();
+        let n = text.len().min(message.len());
+        message[..n].copy_from_slice(&text.as_bytes()[..n]);
+    }
+    world.process_at_rank(0).broadcast_into(&mut message[..]);
+    if message[0] != 0 {
+        let end = message
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(message.len());
+        return Err(failure.unwrap_or_else(|| {
+            Error::invalid(
+                "rank 0",
+                String::from_utf8_lossy(&message[..end]).into_owned(),
+            )
+        }));
+    }
+
+    let floor = timer_resolution().as_secs_f64() * f64::from(MIN_RESOLUTIONS);
+    let mut notes = Vec::new();
+    let outcome = match plan.bench {
+        CommBench::PingPong => pingpong(&world, plan, &job, floor, &mut sink),
+        CommBench::Allreduce => allreduce(&world, plan, &job, floor, &mut sink, &mut notes),
+        CommBench::Alltoall => alltoall(&world, plan, &job, floor, &mut sink),
+    };
+    if let Err(e) = outcome {
+        // A rank-local failure (a full disk on rank 0, a wrong sum) leaves the others
+        // waiting in a collective: say why, and end the whole job.
+        eprintln!("error: rank {rank}: {e}");
+        world.abort(2);
+    }
+    Ok(CommRun {
+        rank,
+        ranks,
+        records: sink.records,
+        skipped: sink.skipped,
+        notes,
+    })
+}
+
+/// The job's hosts (every rank's processor name), library and settings.
+fn job(world: &SimpleCommunicator, ranks: usize) -> Job {
+    let name = mpi::environment::processor_name().unwrap_or_else(|_| "unknown".into());
+    let mut mine = [0u8; HOST_BYTES];
+    let bytes = name.as_bytes();
+    let n = bytes.len().min(HOST_BYTES);
+    mine[..n].copy_from_slice(&bytes[..n]);
+    let mut all = vec![0u8; HOST_BYTES * ranks];
+    world.all_gather_into(&mine[..], &mut all[..]);
+    let hosts: Vec<String> = all
+        .chunks(HOST_BYTES)
+        .map(|c| {
+            let end = c.iter().position(|&b| b == 0).unwrap_or(c.len());
+            String::from_utf8_lossy(&c[..end]).into_owned()
+        })
+        .collect();
+    let mut per_host: BTreeMap<&str, usize> = BTreeMap::new();
+    for h in &hosts {
+        *per_host.entry(h.as_str()).or_default() += 1;
+    }
+    let ranks_per_node = per_host.values().copied().max().unwrap_or(1);
+    let nodes = per_host.len();
+    let library = mpi::environment::library_version()
+        .map(|v| {
+            // "Open MPI v4.1.4, package: ..., ident: ..." (NUL-padded): its first part.
+            v.split([',', '\n', '\0'])
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_owned()
+        })
+        .unwrap_or_else(|_| "unknown".into());
+    Job {
+        ranks,
+        hosts,
+        ranks_per_node,
+        nodes,
+        library,
+        settings: settings(),
+    }
+}
+
+/// The MPI settings that change what is measured: Open MPI's transport and collective MCA
+/// parameters (`mpirun --mca btl self,tcp` reaches the ranks as `OMPI_MCA_btl`), MPICH's
+/// control variables.
+fn settings() -> BTreeMap<String, String> {
+    const KEEP: [&str; 5] = ["btl", "pml", "mtl", "coll", "osc"];
+    std::env::vars()
+        .filter_map(|(k, v)| {
+            if let Some(p) = k.strip_prefix("OMPI_MCA_") {
+                KEEP.iter()
+                    .any(|keep| p.starts_with(keep))
+                    .then(|| (p.to_owned(), v))
+            } else {
+                k.starts_with("MPIR_CVAR_").then_some((k, v))
+            }
+        })
+        .collect()
+}
+
+type Opened = (Option<RecordWriter>, HashMap<String, f64>);
+
+/// Opens the records file on rank 0: a file being resumed must come from a job of the
+/// same size.
+fn open(out: Option<&Path>, resume: bool, ranks: usize) -> Result<Opened> {
+    let Some(path) = out else {
+        return Ok((None, HashMap::new()));
+    };
+    let mut resumed = HashMap::new();
+    if resume && path.exists() {
+        let (records, _) = read_records(path)?;
+        for r in records.iter().filter(|r| r.device == DEVICE) {
+            let theirs = r
+                .extra
+                .as_ref()
+                .and_then(|e| e.get("ranks"))
+                .and_then(serde_json::Value::as_u64);
+            if theirs != Some(ranks as u64) {
+                return Err(Error::invalid(
+                    path.display().to_string(),
+                    format!(
+                        "its record `{}` was measured by a job of {} ranks, and this job has \
+                         {ranks}: resume it with the same number of ranks, or write to another \
+                         --out",
+                        r.id,
+                        theirs.map_or_else(|| "an unknown number of".into(), |p| p.to_string())
+                    ),
+                ));
+            }
+            resumed.insert(r.id.clone(), median(&r.samples_s));
+        }
+    }
+    let (writer, _) = RecordWriter::open(path, resume)?;
+    Ok((Some(writer), resumed))
+}
+
+fn median(samples: &[f64]) -> f64 {
+    let mut s = samples.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => s[n / 2],
+        n => 0.5 * (s[n / 2 - 1] + s[n / 2]),
+    }
+}
+
+fn record(
+    kind: &str,
+    shape: serde_json::Value,
+    precision: &str,
+    bytes: u64,
+    samples: Vec<f64>,
+    extra: serde_json::Map<String, serde_json::Value>,
+) -> Record {
+    Record {
+        schema_version: SCHEMA_VERSION,
+        id: record_id(kind, &shape, precision, 1, DEVICE),
+        kind: kind.into(),
+        shape,
+        precision: precision.into(),
+        device: DEVICE.into(),
+        threads: 1,
+        samples_s: samples,
+        flops: 0.0,
+        bytes: bytes as f64,
+        env: Env::capture(),
+        extra: Some(serde_json::Value::Object(extra)),
+    }
+}
+
+/// Whether rank 0 of `comm` already has `id`: decided there and broadcast.
+fn skip(comm: &SimpleCommunicator, sink: &mut Sink, id: &str) -> bool {
+    let mut s = u8::from(comm.rank() == 0 && sink.has(id));
+    comm.process_at_rank(0).broadcast_into(&mut s);
+    if s != 0 && comm.rank() == 0 {
+        sink.skipped += 1;
+    }
+    s != 0
+}
+
+/// Times `run` on every rank of `comm` by `protocol`, in lockstep. Rank 0 decides when the
+/// warm-up ends, how many runs a sample batches (enough to span the timer's resolution
+/// `floor`) and when sampling stops, and broadcasts each decision. Every sample starts
+/// after a barrier; with `slowest`, a sample is the slowest rank's time per run, else rank
+/// 0's. The samples come back on rank 0 (empty elsewhere).
+fn timed(
+    comm: &SimpleCommunicator,
+    protocol: &Protocol,
+    floor: f64,
+    slowest: bool,
+    mut run: impl FnMut(),
+) -> Vec<f64> {
+    let root = comm.process_at_rank(0);
+    let is_root = comm.rank() == 0;
+    comm.barrier();
+    let start = Instant::now();
+    let mut runs = 0u32;
+    loop {
+        run();
+        runs += 1;
+        let mut done = u8::from(is_root && start.elapsed() >= protocol.warmup);
+        root.broadcast_into(&mut done);
+        if done != 0 {
+            break;
+        }
+    }
+    let per_run = start.elapsed().as_secs_f64() / f64::from(runs);
+    let mut batch = if per_run >= floor || per_run <= 0.0 {
+        1u32
+    } else {
+        (floor / per_run).ceil().min(1e6) as u32
+    };
+    root.broadcast_into(&mut batch);
+    let mut samples = Vec::new();
+    let sampling = Instant::now();
+    loop {
+        comm.barrier();
+        let t = Instant::now();
+        for _ in 0..batch {
+            run();
+        }
+        let mine = t.elapsed().as_secs_f64() / f64::from(batch);
+        let sample = if slowest {
+            let mut most = 0.0f64;
+            if is_root {
+                root.reduce_into_root(&mine, &mut most, SystemOperation::max());
+            } else {
+                root.reduce_into(&mine, SystemOperation::max());
+            }
+            most
+        } else {
+            mine
+        };
+        let mut stop = 0u8;
+        if is_root {
+            samples.push(sample);
+            let n = samples.len();
+            let elapsed = sampling.elapsed();
+            let enough = n >= protocol.min_samples && elapsed >= protocol.min_time;
+            let too_long = n >= protocol.min_samples && elapsed >= protocol.max_time;
+            stop = u8::from(enough || too_long || n >= protocol.max_samples.max(1));
+        }
+        root.broadcast_into(&mut stop);
+        if stop != 0 {
+            break;
+        }
+    }
+    samples
+}
+
+/// Rank 0's partners: one per level, or every other rank.
+fn partners(hosts: &[String], pairs: Pairs) -> Vec<usize> {
+    match pairs {
+        Pairs::All => (1..hosts.len()).collect(),
+        Pairs::Levels => {
+            let same = (1..hosts.len()).find(|&r| hosts[r] == hosts[0]);
+            let other = (1..hosts.len()).find(|&r| hosts[r] != hosts[0]);
+            same.into_iter().chain(other).collect()
+        }
+    }
+}
+
+fn pingpong(
+    world: &SimpleCommunicator,
+    plan: &CommPlan,
+    job: &Job,
+    floor: f64,
+    sink: &mut Sink,
+) -> Result<()> {
+    let rank = usize::try_from(world.rank()).unwrap_or(0);
+    let largest = plan.sizes.iter().copied().max().unwrap_or(1) as usize;
+    let send = vec![1u8; largest];
+    let mut recv = vec![0u8; largest];
+    for partner in partners(&job.hosts, plan.pairs) {
+        let color = if rank == 0 || rank == partner {
+            Color::with_value(0)
+        } else {
+            Color::undefined()
+        };
+        if let Some(pair) = world.split_by_color(color) {
+            let mut extra = job.extra();
+            extra.insert(
+                "same_host".into(),
+                (job.hosts[0] == job.hosts[partner]).into(),
+            );
+            extra.insert(
+                "pair_hosts".into(),
+                vec![job.hosts[0].clone(), job.hosts[partner].clone()].into(),
+            );
+            round_trips(&pair, plan, floor, sink, partner, &extra, &send, &mut recv)?;
+        }
+        world.barrier();
+    }
+    // The reduction kernel of the allreduce algorithms, on rank 0 alone.
+    if rank == 0 {
+        let mut elements: Vec<usize> = plan
+            .sizes
+            .iter()
+            .map(|&s| (s as usize / 4).max(1))
+            .collect();
+        elements.dedup();
+        let largest = elements.iter().copied().max().unwrap_or(1);
+        let mut a = vec![0.0f32; largest];
+        let b = vec![0.0f32; largest];
+        for n in elements {
+            let shape = serde_json::json!({ "bytes": n * 4, "ranks": job.ranks });
+            let id = record_id(KIND_REDUCE, &shape, "fp32", 1, DEVICE);
+            if sink.has(&id) {
+                sink.skipped += 1;
+                continue;
+            }
+            let samples = plan.protocol.measure(|| add(&mut a[..n], &b[..n]));
+            sink.push(record(
+                KIND_REDUCE,
+                shape,
+                "fp32",
+                n as u64 * 4,
+                samples,
+                job.extra(),
+            ))?;
+        }
+    }
+    world.barrier();
+    Ok(())
+}
+
+/// The parametrised round trips of one pair (rank 0 of `pair` is the client).
+#[allow(clippy::too_many_arguments)]
+fn round_trips(
+    pair: &SimpleCommunicator,
+    plan: &CommPlan,
+    floor: f64,
+    sink: &mut Sink,
+    partner: usize,
+    extra: &serde_json::Map<String, serde_json::Value>,
+    send: &[u8],
+    recv: &mut [u8],
+) -> Result<()> {
+    let client = pair.rank() == 0;
+    let peer = pair.process_at_rank(if client { 1 } else { 0 });
+    let n = plan.train;
+    for &bytes in &plan.sizes {
+        let s = bytes as usize;
+        let mut pingpong_s = 0.0;
+        for (messages, delayed) in [(1, false), (n, false), (n, true)] {
+            let shape = prtt_shape(bytes, messages, delayed, [0, partner]);
+            let id = record_id(KIND_PRTT, &shape, "bytes", 1, DEVICE);
+            if skip(pair, sink, &id) {
+                if messages == 1 {
+                    pingpong_s = sink.resumed.get(&id).copied().unwrap_or(0.0);
+                }
+                continue;
+            }
+            let delay = if delayed { pingpong_s } else { 0.0 };
+            let samples = timed(pair, &plan.protocol, floor, false, || {
+                if client {
+                    for i in 0..messages {
+                        peer.send(&send[..s]);
+                        if i + 1 < messages {
+                            spin(delay);
+                        }
+                    }
+                    peer.receive_into(&mut recv[..s]);
+                } else {
+                    for _ in 0..messages {
+                        peer.receive_into(&mut recv[..s]);
+                    }
+                    peer.send(&send[..s]);
+                }
+            });
+            if client {
+                if messages == 1 {
+                    pingpong_s = median(&samples);
+                }
+                let mut extra = extra.clone();
+                extra.insert("delay_s".into(), delay.into());
+                sink.push(record(KIND_PRTT, shape, "bytes", bytes, samples, extra))?;
+            }
+        }
+        // Both ranks send and receive at once: the step of every allreduce algorithm.
+        let shape = serde_json::json!({ "bytes": bytes, "pair": [0, partner] });
+        let id = record_id(KIND_EXCHANGE, &shape, "bytes", 1, DEVICE);
+        if skip(pair, sink, &id) {
+            continue;
+        }
+        let mut fresh = vec![0u8; s];
+        let mut round = 0u8;
+        let samples = timed(pair, &plan.protocol, floor, true, || {
+            round = round.wrapping_add(1);
+            fresh.fill(round);
+            mpi::point_to_point::send_receive_into(&fresh[..], &peer, &mut recv[..s], &peer);
+        });
+        if client {
+            sink.push(record(
+                KIND_EXCHANGE,
+                shape,
+                "bytes",
+                bytes,
+                samples,
+                extra.clone(),
+            ))?;
+        }
+    }
+    Ok(())
+}
+
+/// Busy-waits `seconds` (a sleeping sender would measure the scheduler, not its overhead).
+fn spin(seconds: f64) {
+    if seconds <= 0.0 {
+        return;
+    }
+    let t = Instant::now();
+    while t.elapsed().as_secs_f64() < seconds {
+        std::hint::spin_loop();
+    }
+}
+
+/// `a += b`: the reduction every allreduce algorithm here runs.
+fn add(a: &mut [f32], b: &[f32]) {
+    for (x, y) in a.iter_mut().zip(b) {
+        *x += *y;
+    }
+}
+
+/// Buffers of one rank's allreduce.
+struct Buffers {
+    data: Vec<f32>,
+    recv: Vec<f32>,
+    tmp: Vec<f32>,
+}
+
+fn allreduce(
+    world: &SimpleCommunicator,
+    plan: &CommPlan,
+    job: &Job,
+    floor: f64,
+    sink: &mut Sink,
+    notes: &mut Vec<String>,
+) -> Result<()> {
+    let p = job.ranks;
+    let largest = plan.sizes.iter().copied().max().unwrap_or(4) as usize / 4;
+    let mut buf = Buffers {
+        data: vec![0.0; largest],
+        recv: vec![0.0; largest],
+        tmp: vec![0.0; largest],
+    };
+    for &algorithm in &plan.algorithms {
+        if algorithm.needs_power_of_two() && !p.is_power_of_two() {
+            if world.rank() == 0 {
+                notes.push(format!(
+                    "{algorithm} skipped: it needs a power-of-two number of ranks, not {p}"
+                ));
+            }
+            continue;
+        }
+        for &bytes in &plan.sizes {
+            let count = bytes as usize / 4;
+            let shape = serde_json::json!({
+                "bytes": bytes,
+                "algorithm": algorithm.name(),
+                "ranks": p,
+            });
+            let id = record_id(KIND_ALLREDUCE, &shape, "fp32", 1, DEVICE);
+            if skip(world, sink, &id) {
+                continue;
+            }
+            check(world, algorithm, count, &mut buf)?;
+            buf.data[..count].fill(0.0);
+            let samples = timed(world, &plan.protocol, floor, true, || {
+                reduce_all(world, algorithm, count, &mut buf);
+            });
+            if world.rank() == 0 {
+                let mut extra = job.extra();
+                extra.insert("algorithm".into(), algorithm.name().into());
+                sink.push(record(KIND_ALLREDUCE, shape, "fp32", bytes, samples, extra))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs `algorithm` once on known values and checks the sum on every rank; a wrong sum
+/// anywhere is an error everywhere.
+fn check(
+    world: &SimpleCommunicator,
+    algorithm: AllreduceAlgorithm,
+    count: usize,
+    buf: &mut Buffers,
+) -> Result<()> {
+    let rank = world.rank();
+    let p = world.size();
+    // Small integers: every partial sum is exact in FP32.
+    let value = |r: i32, i: usize| (r + 1) as f32 + (i % 3) as f32;
+    for (i, x) in buf.data[..count].iter_mut().enumerate() {
+        *x = value(rank, i);
+    }
+    reduce_all(world, algorithm, count, buf);
+    let result = if algorithm == AllreduceAlgorithm::Mpi {
+        &buf.recv[..count]
+    } else {
+        &buf.data[..count]
+    };
+    let wrong = result
+        .iter()
+        .enumerate()
+        .position(|(i, &x)| x != (0..p).map(|r| value(r, i)).sum::<f32>());
+    let mut any = u8::from(wrong.is_some());
+    let mut all = 0u8;
+    world.all_reduce_into(&any, &mut all, SystemOperation::max());
+    any = all;
+    if any != 0 {
+        return Err(Error::invalid(
+            format!("allreduce {algorithm}"),
+            format!(
+                "wrong sum of {count} elements on {p} ranks{}",
+                wrong.map_or_else(String::new, |i| format!(" (this rank: element {i})"))
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// One allreduce of `count` elements of `buf.data` (`mpi`: into `buf.recv`).
+fn reduce_all(
+    world: &SimpleCommunicator,
+    algorithm: AllreduceAlgorithm,
+    count: usize,
+    buf: &mut Buffers,
+) {
+    match algorithm {
+        AllreduceAlgorithm::Mpi => world.all_reduce_into(
+            &buf.data[..count],
+            &mut buf.recv[..count],
+            SystemOperation::sum(),
+        ),
+        AllreduceAlgorithm::Ring => ring(world, &mut buf.data[..count], &mut buf.tmp),
+        AllreduceAlgorithm::Rhd => rhd(world, &mut buf.data[..count], &mut buf.tmp),
+        AllreduceAlgorithm::Rd => rd(world, &mut buf.data[..count], &mut buf.tmp),
+    }
+}
+
+/// Chunk `c` of `p` over `n` elements.
+fn chunk(n: usize, p: usize, c: usize) -> std::ops::Range<usize> {
+    c * n / p..(c + 1) * n / p
+}
+
+/// `data[send]` and `data[recv]`, two disjoint ranges, one shared and one mutable.
+fn split(
+    data: &mut [f32],
+    send: std::ops::Range<usize>,
+    recv: std::ops::Range<usize>,
+) -> (&[f32], &mut [f32]) {
+    if send.end <= recv.start {
+        let (a, b) = data.split_at_mut(recv.start);
+        (&a[send], &mut b[..recv.len()])
+    } else {
+        let (a, b) = data.split_at_mut(send.start);
+        (&b[..send.len()], &mut a[recv])
+    }
+}
+
+/// Ring allreduce: `p - 1` reduce-scatter steps, then `p - 1` all-gather steps, each
+/// sending one chunk to the next rank and receiving one from the previous.
+fn ring(world: &SimpleCommunicator, data: &mut [f32], tmp: &mut [f32]) {
+    let p = usize::try_from(world.size()).unwrap_or(1);
+    let r = usize::try_from(world.rank()).unwrap_or(0);
+    let n = data.len();
+    let next = world.process_at_rank(i32::try_from((r + 1) % p).unwrap_or(0));
+    let prev = world.process_at_rank(i32::try_from((r + p - 1) % p).unwrap_or(0));
+    for step in 0..p - 1 {
+        let send = chunk(n, p, (r + p - step) % p);
+        let recv = chunk(n, p, (r + p - step - 1) % p);
+        let len = recv.len();
+        mpi::point_to_point::send_receive_into(&data[send], &next, &mut tmp[..len], &prev);
+        add(&mut data[recv], &tmp[..len]);
+    }
+    for step in 0..p - 1 {
+        let send = chunk(n, p, (r + 1 + p - step) % p);
+        let recv = chunk(n, p, (r + p - step) % p);
+        let (s, d) = split(data, send, recv);
+        mpi::point_to_point::send_receive_into(s, &next, d, &prev);
+    }
+}
+
+/// Recursive halving-doubling (Rabenseifner): reduce-scatter by halving the vector with
+/// partners `p/2, p/4, ..., 1` apart, then all-gather in the reverse order.
+fn rhd(world: &SimpleCommunicator, data: &mut [f32], tmp: &mut [f32]) {
+    let p = usize::try_from(world.size()).unwrap_or(1);
+    let r = usize::try_from(world.rank()).unwrap_or(0);
+    let mut range = 0..data.len();
+    let mut path = Vec::new();
+    let mut mask = p / 2;
+    while mask >= 1 {
+        let partner = world.process_at_rank(i32::try_from(r ^ mask).unwrap_or(0));
+        let mid = range.start + range.len() / 2;
+        let (keep, give) = if r & mask == 0 {
+            (range.start..mid, mid..range.end)
+        } else {
+            (mid..range.end, range.start..mid)
+        };
+        let len = keep.len();
+        mpi::point_to_point::send_receive_into(&data[give], &partner, &mut tmp[..len], &partner);
+        add(&mut data[keep.clone()], &tmp[..len]);
+        path.push((mask, range));
+        range = keep;
+        mask /= 2;
+    }
+    while let Some((mask, parent)) = path.pop() {
+        let partner = world.process_at_rank(i32::try_from(r ^ mask).unwrap_or(0));
+        let theirs = if range.start == parent.start {
+            range.end..parent.end
+        } else {
+            parent.start..range.start
+        };
+        let (s, d) = split(data, range, theirs);
+        mpi::point_to_point::send_receive_into(s, &partner, d, &partner);
+        range = parent;
+    }
+}
+
+/// Recursive doubling: exchange the whole vector with partners `1, 2, ..., p/2` apart,
+/// adding what arrives.
+fn rd(world: &SimpleCommunicator, data: &mut [f32], tmp: &mut [f32]) {
+    let p = usize::try_from(world.size()).unwrap_or(1);
+    let r = usize::try_from(world.rank()).unwrap_or(0);
+    let n = data.len();
+    let mut mask = 1;
+    while mask < p {
+        let partner = world.process_at_rank(i32::try_from(r ^ mask).unwrap_or(0));
+        mpi::point_to_point::send_receive_into(&data[..], &partner, &mut tmp[..n], &partner);
+        add(data, &tmp[..n]);
+        mask *= 2;
+    }
+}
+
+fn alltoall(
+    world: &SimpleCommunicator,
+    plan: &CommPlan,
+    job: &Job,
+    floor: f64,
+    sink: &mut Sink,
+) -> Result<()> {
+    let p = job.ranks;
+    let largest = plan.sizes.iter().copied().max().unwrap_or(1) as usize * p;
+    let send = vec![1u8; largest];
+    let mut recv = vec![0u8; largest];
+    for &bytes in &plan.sizes {
+        let total = bytes as usize * p;
+        let shape = serde_json::json!({ "bytes": bytes, "ranks": p });
+        let id = record_id(KIND_ALLTOALL, &shape, "bytes", 1, DEVICE);
+        if skip(world, sink, &id) {
+            continue;
+        }
+        let samples = timed(world, &plan.protocol, floor, true, || {
+            world.all_to_all_into(&send[..total], &mut recv[..total]);
+        });
+        if world.rank() == 0 {
+            sink.push(record(
+                KIND_ALLTOALL,
+                shape,
+                "bytes",
+                bytes,
+                samples,
+                job.extra(),
+            ))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_the_vector() {
+        for (n, p) in [(10, 3), (7, 4), (3, 4), (1024, 2)] {
+            let mut next = 0;
+            for c in 0..p {
+                let r = chunk(n, p, c);
+                assert_eq!(r.start, next);
+                next = r.end;
+            }
+            assert_eq!(next, n);
+        }
+    }
+
+    #[test]
+    fn split_gives_the_two_ranges() {
+        let mut d: Vec<f32> = (0..10).map(|i| i as f32).collect();
+        let (s, r) = split(&mut d, 6..9, 1..3);
+        assert_eq!(s, &[6.0, 7.0, 8.0]);
+        assert_eq!(r, &mut [1.0, 2.0]);
+        let (s, r) = split(&mut d, 0..2, 5..10);
+        assert_eq!((s.len(), r.len()), (2, 5));
+        // Empty chunks of a short vector.
+        let (s, r) = split(&mut d, 0..0, 0..1);
+        assert_eq!((s.len(), r.len()), (0, 1));
+        let (s, r) = split(&mut d, 1..1, 0..1);
+        assert_eq!((s.len(), r.len()), (0, 1));
+    }
+
+    #[test]
+    fn level_pairs_take_one_rank_per_level() {
+        let hosts: Vec<String> = ["a", "a", "b", "a", "b"]
+            .iter()
+            .map(|s| (*s).into())
+            .collect();
+        assert_eq!(partners(&hosts, Pairs::Levels), vec![1, 2]);
+        assert_eq!(partners(&hosts, Pairs::All), vec![1, 2, 3, 4]);
+        let one_host: Vec<String> = vec!["a".into(); 4];
+        assert_eq!(partners(&one_host, Pairs::Levels), vec![1]);
+    }
+}

@@ -1,0 +1,351 @@
+//! Communication benchmarks under MPI (DESIGN.md "Measurement"; Hoefler, Lichei and Rehm,
+//! *Low-Overhead LogGP Parameter Assessment for Modern Interconnection Networks*, IPDPS 2007
+//! — the Netgauge method).
+//!
+//! The measurement binary is launched by `mpirun` or `srun`; every rank runs the same
+//! plan in lockstep, and rank 0 writes the records. Three benchmarks:
+//!
+//! - **ping-pong** ([`CommBench::PingPong`]): for a pair of ranks, the parametrised round
+//!   trip `PRTT(n, d, s)` — the client sends `n` messages of `s` bytes with `d` seconds of
+//!   busy delay between them, the server answers the last one with one message of `s`
+//!   bytes — at `n = 1` (the ping-pong), at `n` = [`CommPlan::train`] with no delay (a
+//!   message train, paced by the gap) and with `d = PRTT(1, 0, s)` (paced by the sender's
+//!   overhead). `ridgeline-calibrate` derives LogGP's `L`, `o`, `g` and `G` from them.
+//!   Then both ranks of the pair send and receive `s` bytes at once (`MPI_Sendrecv`, as
+//!   OSU's bidirectional test does): the cost of one step of every allreduce algorithm,
+//!   which is more than a one-way message where both directions share the CPUs or memory
+//!   that move the bytes.
+//!   Pairs are rank 0 and one rank per level ([`Pairs::Levels`]: the first other rank on
+//!   rank 0's host, and the first on another host), or rank 0 and every other rank. The
+//!   campaign also times the local reduction kernel (`a += b` on FP32) that allreduce
+//!   algorithms run, at every size: the `gamma` of the collective model.
+//! - **allreduce** ([`CommBench::Allreduce`]): FP32 sum over every rank, by the MPI
+//!   library's `MPI_Allreduce` (its own choice of algorithm; Open MPI's `coll_tuned` MCA
+//!   settings, when given, are recorded) and by ring, recursive halving-doubling and
+//!   recursive doubling written here over point-to-point messages, so the algorithm is
+//!   known. Every algorithm's result is checked against the exact sum before it is timed.
+//! - **all-to-all** ([`CommBench::Alltoall`]): `MPI_Alltoall`, `s` bytes to every rank.
+//!
+//! Timing follows the run protocol ([`crate::protocol`]) across ranks: rank 0 decides the
+//! warm-up, the batch of runs per sample and when to stop, and broadcasts each decision;
+//! every sample starts after a barrier, and a collective's sample is its slowest rank's time.
+//!
+//! Without the `mpi` cargo feature, [`run`] is the disabled twin: it says how to build
+//! with MPI (STYLE.md rule 6).
+
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::protocol::Protocol;
+use crate::record::Record;
+
+#[cfg(feature = "mpi")]
+mod enabled;
+#[cfg(feature = "mpi")]
+use enabled as imp;
+
+#[cfg(not(feature = "mpi"))]
+mod disabled;
+#[cfg(not(feature = "mpi"))]
+use disabled as imp;
+
+/// Largest message, and largest allreduce: 256 MiB.
+pub const MAX_MESSAGE_BYTES: u64 = 256 << 20;
+/// Smallest allreduce: one FP32 element.
+pub const MIN_ALLREDUCE_BYTES: u64 = 4;
+/// Messages in a train, by default (Netgauge's `n`).
+pub const DEFAULT_TRAIN: usize = 8;
+/// Record kind of a parametrised round trip.
+pub const KIND_PRTT: &str = "comm-prtt";
+/// Record kind of a simultaneous exchange between a pair (both send and receive).
+pub const KIND_EXCHANGE: &str = "comm-exchange";
+/// Record kind of the local reduction kernel.
+pub const KIND_REDUCE: &str = "comm-reduce";
+/// Record kind of an allreduce.
+pub const KIND_ALLREDUCE: &str = "comm-allreduce";
+/// Record kind of an all-to-all.
+pub const KIND_ALLTOALL: &str = "comm-alltoall";
+/// The `device` of every communication record.
+pub const DEVICE: &str = "mpi";
+
+/// A communication benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CommBench {
+    /// Parametrised round trips between pairs of ranks, and the local reduction kernel.
+    PingPong,
+    /// Allreduce over every rank.
+    Allreduce,
+    /// All-to-all over every rank.
+    Alltoall,
+}
+
+impl CommBench {
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            CommBench::PingPong => "pingpong",
+            CommBench::Allreduce => "allreduce",
+            CommBench::Alltoall => "alltoall",
+        }
+    }
+
+    /// The smallest size it takes, in bytes.
+    pub fn min_bytes(self) -> u64 {
+        match self {
+            CommBench::PingPong | CommBench::Alltoall => 1,
+            CommBench::Allreduce => MIN_ALLREDUCE_BYTES,
+        }
+    }
+
+    /// The default sizes: powers of 4 from the smallest to 256 MiB (all-to-all: per rank,
+    /// up to 16 MiB, since every rank sends that much to each other rank).
+    pub fn default_sizes(self) -> Vec<u64> {
+        let max = match self {
+            CommBench::Alltoall => 16 << 20,
+            _ => MAX_MESSAGE_BYTES,
+        };
+        std::iter::successors(Some(self.min_bytes()), |&s| Some(s * 4))
+            .take_while(|&s| s <= max)
+            .collect()
+    }
+}
+
+/// An allreduce algorithm that can be measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AllreduceAlgorithm {
+    /// `MPI_Allreduce`: the library's choice.
+    Mpi,
+    /// Ring: reduce-scatter then all-gather around a ring of ranks.
+    Ring,
+    /// Recursive halving-doubling (Rabenseifner); a power-of-two number of ranks.
+    Rhd,
+    /// Recursive doubling: log2(p) exchanges of the whole vector; a power of two.
+    Rd,
+}
+
+impl AllreduceAlgorithm {
+    /// Every algorithm.
+    pub const ALL: [AllreduceAlgorithm; 4] = [
+        AllreduceAlgorithm::Mpi,
+        AllreduceAlgorithm::Ring,
+        AllreduceAlgorithm::Rhd,
+        AllreduceAlgorithm::Rd,
+    ];
+
+    /// Its name on the command line and in records.
+    pub fn name(self) -> &'static str {
+        match self {
+            AllreduceAlgorithm::Mpi => "mpi",
+            AllreduceAlgorithm::Ring => "ring",
+            AllreduceAlgorithm::Rhd => "rhd",
+            AllreduceAlgorithm::Rd => "rd",
+        }
+    }
+
+    /// Whether it needs a power-of-two number of ranks.
+    pub fn needs_power_of_two(self) -> bool {
+        matches!(self, AllreduceAlgorithm::Rhd | AllreduceAlgorithm::Rd)
+    }
+}
+
+impl fmt::Display for AllreduceAlgorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for AllreduceAlgorithm {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        AllreduceAlgorithm::ALL
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| format!("unknown allreduce algorithm `{s}`; valid: mpi, ring, rhd, rd"))
+    }
+}
+
+/// Which pairs of ranks a ping-pong campaign measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pairs {
+    /// Rank 0 with the first other rank on its host and the first rank on another host.
+    Levels,
+    /// Rank 0 with every other rank.
+    All,
+}
+
+/// What a communication campaign measures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommPlan {
+    /// The benchmark.
+    pub bench: CommBench,
+    /// Message sizes in bytes (allreduce: the vector; all-to-all: per pair of ranks).
+    pub sizes: Vec<u64>,
+    /// Allreduce algorithms (allreduce only).
+    pub algorithms: Vec<AllreduceAlgorithm>,
+    /// Pairs (ping-pong only).
+    pub pairs: Pairs,
+    /// Messages per train (ping-pong only), at least 2.
+    pub train: usize,
+    /// The run protocol.
+    pub protocol: Protocol,
+}
+
+impl CommPlan {
+    /// A plan with the defaults of `bench`.
+    pub fn new(bench: CommBench) -> CommPlan {
+        CommPlan {
+            bench,
+            sizes: bench.default_sizes(),
+            algorithms: AllreduceAlgorithm::ALL.to_vec(),
+            pairs: Pairs::Levels,
+            train: DEFAULT_TRAIN,
+            protocol: Protocol::default(),
+        }
+    }
+
+    /// Checks what can be checked before MPI starts: sizes in range (and whole FP32
+    /// elements for allreduce), a train of at least two messages.
+    pub fn check(&self) -> Result<()> {
+        if self.sizes.is_empty() {
+            return Err(Error::invalid("--sizes", "no sizes given"));
+        }
+        let min = self.bench.min_bytes();
+        let max = match self.bench {
+            CommBench::Alltoall => MAX_MESSAGE_BYTES / 2,
+            _ => MAX_MESSAGE_BYTES,
+        };
+        for &s in &self.sizes {
+            if s < min || s > max {
+                return Err(Error::invalid(
+                    "--sizes",
+                    format!(
+                        "{s} bytes is out of range for {}: sizes go from {min} B to {} MiB",
+                        self.bench.name(),
+                        max >> 20
+                    ),
+                ));
+            }
+            if self.bench == CommBench::Allreduce && s % 4 != 0 {
+                return Err(Error::invalid(
+                    "--sizes",
+                    format!(
+                        "{s} bytes is not a whole number of FP32 elements: allreduce sizes are multiples of 4"
+                    ),
+                ));
+            }
+        }
+        if self.train < 2 {
+            return Err(Error::invalid(
+                "--train",
+                format!("{} messages: a train needs at least 2", self.train),
+            ));
+        }
+        if self.bench == CommBench::Allreduce && self.algorithms.is_empty() {
+            return Err(Error::invalid("--algorithm", "no algorithm given"));
+        }
+        Ok(())
+    }
+}
+
+/// What a campaign did, as seen by one rank.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommRun {
+    /// This rank.
+    pub rank: usize,
+    /// Ranks in the job.
+    pub ranks: usize,
+    /// Records measured (rank 0 only; empty elsewhere).
+    pub records: Vec<Record>,
+    /// Measurements skipped because `--resume` found them.
+    pub skipped: usize,
+    /// Algorithms left out, and why (rank 0 only).
+    pub notes: Vec<String>,
+}
+
+impl CommRun {
+    /// Whether this rank is the one that reports.
+    pub fn is_root(&self) -> bool {
+        self.rank == 0
+    }
+}
+
+/// Runs `plan` in an MPI job: every rank calls this; rank 0 appends records to `out`
+/// (resuming it with `resume`). Errors before any measurement (one rank, a records file
+/// from a job of another size) are returned on every rank.
+pub fn run(plan: &CommPlan, out: Option<&Path>, resume: bool) -> Result<CommRun> {
+    plan.check()?;
+    imp::run(plan, out, resume)
+}
+
+/// Whether this build can run communication benchmarks.
+pub const ENABLED: bool = cfg!(feature = "mpi");
+
+/// How to get a build that can, for error messages.
+pub const HOW_TO_BUILD: &str = "build ridgeline with MPI: install Open MPI (Debian: apt-get install \
+     libopenmpi-dev openmpi-bin libclang-dev), then `cargo build --release --features mpi`, and \
+     launch it with `mpirun -np 2 target/release/ridgeline measure comm ...`";
+
+/// The shape of a parametrised round trip's record.
+pub fn prtt_shape(
+    bytes: u64,
+    messages: usize,
+    delayed: bool,
+    pair: [usize; 2],
+) -> serde_json::Value {
+    serde_json::json!({
+        "bytes": bytes,
+        "messages": messages,
+        "delayed": delayed,
+        "pair": pair,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_sizes_span_the_range() {
+        let s = CommBench::PingPong.default_sizes();
+        assert_eq!((s[0], *s.last().unwrap()), (1, MAX_MESSAGE_BYTES));
+        let s = CommBench::Allreduce.default_sizes();
+        assert_eq!((s[0], *s.last().unwrap()), (4, MAX_MESSAGE_BYTES));
+        assert!(CommPlan::new(CommBench::Alltoall).check().is_ok());
+    }
+
+    #[test]
+    fn sizes_out_of_range_are_refused() {
+        let mut p = CommPlan::new(CommBench::PingPong);
+        p.sizes = vec![MAX_MESSAGE_BYTES + 1];
+        let e = p.check().unwrap_err().to_string();
+        assert!(e.contains("--sizes") && e.contains("256 MiB"), "{e}");
+        let mut p = CommPlan::new(CommBench::Allreduce);
+        p.sizes = vec![2];
+        assert!(p.check().unwrap_err().to_string().contains("from 4 B"));
+        p.sizes = vec![6];
+        assert!(
+            p.check()
+                .unwrap_err()
+                .to_string()
+                .contains("multiples of 4")
+        );
+        let mut p = CommPlan::new(CommBench::PingPong);
+        p.train = 1;
+        assert!(p.check().unwrap_err().to_string().contains("--train"));
+    }
+
+    #[test]
+    fn algorithms_parse_by_name() {
+        for a in AllreduceAlgorithm::ALL {
+            assert_eq!(a.name().parse::<AllreduceAlgorithm>(), Ok(a));
+        }
+        assert!("tree".parse::<AllreduceAlgorithm>().is_err());
+    }
+}

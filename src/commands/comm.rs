@@ -1,0 +1,191 @@
+//! `ridgeline measure comm ...`: communication benchmarks under MPI (every rank runs this;
+//! rank 0 writes and prints), and the Slurm script that runs them on a cluster.
+
+use anyhow::{Result, bail};
+use ridgeline_measure::Protocol;
+use ridgeline_measure::comm::{self, CommBench, CommPlan, Pairs};
+use ridgeline_reports::Document;
+
+use crate::cli::{CommArgs, CommBenchCommand, Format, MeasureCommArgs, PairsArg};
+use crate::commands::measure::{overridden, row_cols, rows};
+use crate::output;
+
+pub(crate) fn run(args: &MeasureCommArgs) -> Result<()> {
+    if args.emit_slurm {
+        return output::emit(&slurm_script(args));
+    }
+    let Some(bench) = &args.bench else {
+        bail!(
+            "measure comm: name a benchmark (pingpong, allreduce or alltoall), or pass \
+             --emit-slurm for a batch script"
+        );
+    };
+    let (plan, common) = match bench {
+        CommBenchCommand::Pingpong(a) => {
+            let mut plan = CommPlan::new(CommBench::PingPong);
+            plan.pairs = match a.pairs {
+                PairsArg::Levels => Pairs::Levels,
+                PairsArg::All => Pairs::All,
+            };
+            plan.train = usize::try_from(a.train).unwrap_or(usize::MAX);
+            (plan, &a.comm)
+        }
+        CommBenchCommand::Allreduce(a) => {
+            let mut plan = CommPlan::new(CommBench::Allreduce);
+            plan.algorithms.clone_from(&a.algorithm);
+            (plan, &a.comm)
+        }
+        CommBenchCommand::Alltoall(a) => (CommPlan::new(CommBench::Alltoall), &a.comm),
+    };
+    let plan = with_common(plan, common);
+    let ran = comm::run(&plan, common.out.as_deref(), common.resume)?;
+    if !ran.is_root() {
+        return Ok(());
+    }
+    if common.format.format == Format::Json {
+        return output::emit(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&ran.records)?
+        ));
+    }
+    let table_rows = rows(&ran.records);
+    let cols = row_cols();
+    output::print(common.format.format, &ran.records, |style| {
+        let mut doc = Document::new(format!("MPI {}", plan.bench.name()));
+        if let Some(r) = ran.records.first()
+            && let Some(extra) = &r.extra
+        {
+            doc = doc.summary(
+                "job",
+                format!(
+                    "{} ranks on {} node(s), {}",
+                    ran.ranks,
+                    extra["nodes"],
+                    extra["mpi_library"].as_str().unwrap_or("unknown MPI")
+                ),
+            );
+            if let Some(settings) = extra["mpi_settings"].as_object()
+                && !settings.is_empty()
+            {
+                let list: Vec<String> = settings
+                    .iter()
+                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                    .collect();
+                doc = doc.summary("settings", list.join(" "));
+            }
+        }
+        if let Some(out) = &common.out {
+            doc = doc.summary(
+                "records",
+                format!("{} new in {}", ran.records.len(), out.display()),
+            );
+        }
+        if ran.skipped > 0 {
+            doc = doc.summary("skipped", format!("{} already recorded", ran.skipped));
+        }
+        for note in &ran.notes {
+            doc = doc.note(note.clone());
+        }
+        doc.table(output::table(&table_rows, &cols, style)).note(
+            "median of each measurement's samples; a collective's sample is its slowest rank's time",
+        )
+    })
+}
+
+/// The plan with the sizes and protocol the command line gives.
+fn with_common(mut plan: CommPlan, common: &CommArgs) -> CommPlan {
+    if let Some(sizes) = &common.sizes {
+        plan.sizes.clone_from(&sizes.0);
+    }
+    plan.protocol = overridden(
+        Protocol::default(),
+        common.warmup,
+        common.min_samples,
+        common.min_time,
+    );
+    plan
+}
+
+/// A Slurm batch script that runs the campaign on `args.nodes` nodes, calibrates LogGP
+/// from the ping-pong and validates the allreduce model against the measured allreduce.
+fn slurm_script(args: &MeasureCommArgs) -> String {
+    let mut s = String::from("#!/bin/bash\n");
+    s += "#SBATCH --job-name=ridgeline-comm\n";
+    s += &format!("#SBATCH --nodes={}\n", args.nodes);
+    s += &format!("#SBATCH --ntasks-per-node={}\n", args.ranks_per_node);
+    s += &format!("#SBATCH --time={}\n", args.time);
+    if let Some(p) = &args.partition {
+        s += &format!("#SBATCH --partition={p}\n");
+    }
+    if let Some(a) = &args.account {
+        s += &format!("#SBATCH --account={a}\n");
+    }
+    s += "#SBATCH --exclusive\n";
+    s += "#SBATCH --output=ridgeline-comm-%j.out\n";
+    s += &format!(
+        "#\n# ridgeline {} communication campaign: {} node(s) x {} rank(s).\n",
+        env!("CARGO_PKG_VERSION"),
+        args.nodes,
+        args.ranks_per_node
+    );
+    s += "# 1. ping-pong between rank 0 and one rank per level (same node, other node):\n";
+    s += "#    the Netgauge round trips LogGP is fitted from, and the local reduction kernel;\n";
+    s += "# 2. allreduce (MPI_Allreduce, ring, rhd, rd) and all-to-all over every rank;\n";
+    s += "# 3. calibrate LogGP from the ping-pong alone, and validate the allreduce model.\n";
+    s += "# Submit with `sbatch`. Re-submitting resumes: measured sizes are skipped.\n";
+    s += "# RIDGELINE must be a build with `--features mpi` against this cluster's MPI; if\n";
+    s += "# your site's srun needs a PMI flag (e.g. --mpi=pmix), add it to SRUN.\n";
+    s += "set -euo pipefail\n";
+    s += "RIDGELINE=${RIDGELINE:-ridgeline}\n";
+    s += "SRUN=${SRUN:-srun}\n";
+    s += "DIR=${RIDGELINE_COMM_DIR:-ridgeline-comm-${SLURM_JOB_ID}}\n";
+    s += "mkdir -p \"$DIR\"\n";
+    for bench in ["pingpong", "allreduce", "alltoall"] {
+        s += &format!(
+            "$SRUN \"$RIDGELINE\" measure comm {bench} --out \"$DIR/{bench}.jsonl\" --resume\n"
+        );
+    }
+    s += "\"$RIDGELINE\" calibrate \"$DIR/pingpong.jsonl\" --out \"$DIR/profile.toml\"\n";
+    s += "\"$RIDGELINE\" validate comm --profile \"$DIR/profile.toml\" --measured \"$DIR/allreduce.jsonl\" | tee \"$DIR/validation.txt\"\n";
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::Cli;
+    use clap::Parser;
+
+    #[test]
+    fn the_slurm_script_names_the_job_shape() {
+        let cli = Cli::parse_from([
+            "ridgeline",
+            "measure",
+            "comm",
+            "--emit-slurm",
+            "--nodes",
+            "4",
+            "--ranks-per-node",
+            "8",
+            "--partition",
+            "gpu",
+        ]);
+        let crate::cli::Command::Measure(crate::cli::MeasureCommand::Comm(args)) = cli.command
+        else {
+            panic!("not measure comm");
+        };
+        let s = slurm_script(&args);
+        assert!(s.starts_with("#!/bin/bash\n"));
+        for line in [
+            "#SBATCH --nodes=4",
+            "#SBATCH --ntasks-per-node=8",
+            "#SBATCH --partition=gpu",
+            "measure comm pingpong",
+            "measure comm allreduce",
+            "validate comm",
+        ] {
+            assert!(s.contains(line), "missing `{line}` in\n{s}");
+        }
+        assert!(!s.contains("--account"));
+    }
+}

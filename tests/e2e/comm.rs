@@ -1,0 +1,292 @@
+//! `measure comm`, `calibrate` of ping-pong records and `validate comm`. Runs under
+//! `mpirun` need the `mpi` feature (and Open MPI, which `scripts/test` installs); 4 ranks
+//! on a 2-core machine are oversubscribed, so those runs check function, not speed.
+
+use super::{run_err, run_ok};
+
+#[test]
+fn emit_slurm_prints_a_batch_script() {
+    let s = run_ok(&[
+        "measure",
+        "comm",
+        "--emit-slurm",
+        "--nodes",
+        "3",
+        "--account",
+        "m1234",
+    ]);
+    assert!(s.starts_with("#!/bin/bash"), "{s}");
+    assert!(s.contains("#SBATCH --nodes=3") && s.contains("#SBATCH --account=m1234"));
+    assert!(s.contains("measure comm pingpong") && s.contains("validate comm"));
+    let err = run_err(&["measure", "comm", "--emit-slurm", "--account", "a;rm -rf"]);
+    assert!(err.contains("letters, digits"), "{err}");
+}
+
+#[test]
+fn comm_needs_a_benchmark_and_sizes_in_range() {
+    let err = run_err(&["measure", "comm"]);
+    assert!(
+        err.contains("pingpong") && err.contains("--emit-slurm"),
+        "{err}"
+    );
+    let err = run_err(&["measure", "comm", "pingpong", "--sizes", "512M"]);
+    assert!(err.contains("--sizes") && err.contains("256 MiB"), "{err}");
+    let err = run_err(&["measure", "comm", "allreduce", "--sizes", "2"]);
+    assert!(err.contains("from 4 B"), "{err}");
+    let err = run_err(&["measure", "comm", "allreduce", "--algorithm", "tree"]);
+    assert!(err.contains("valid: mpi, ring, rhd, rd"), "{err}");
+}
+
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn without_mpi_the_command_says_how_to_build_it() {
+    let err = run_err(&["measure", "comm", "pingpong", "--sizes", "1K"]);
+    assert!(err.contains("--features mpi"), "{err}");
+}
+
+#[cfg(feature = "mpi")]
+mod under_mpi {
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    use serde_json::Value;
+
+    use super::super::{run_err, run_json, run_ok};
+
+    /// A quick protocol: this is a functional check.
+    const QUICK: [&str; 6] = ["--warmup", "1ms", "--min-samples", "3", "--min-time", "1ms"];
+
+    fn dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("ridgeline-comm-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// `mpirun -np ranks ridgeline args...` over shared memory; its exit code and stderr.
+    fn mpirun(ranks: u32, args: &[&str]) -> (i32, String) {
+        let bin = assert_cmd::cargo::cargo_bin!("ridgeline");
+        let out = Command::new("mpirun")
+            .args([
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "--mca",
+                "btl",
+                "self,vader",
+            ])
+            .args(["-np", &ranks.to_string()])
+            .arg(bin)
+            .args(args)
+            .output()
+            .expect("mpirun runs (scripts/test installs Open MPI)");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    fn records(path: &Path) -> Vec<Value> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn one_rank_is_refused() {
+        let err = run_err(&["measure", "comm", "pingpong", "--sizes", "1K"]);
+        assert!(
+            err.contains("at least 2") && err.contains("mpirun -np 2"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn two_ranks_calibrate_loggp_and_validate_allreduce() {
+        let d = dir("two");
+        let pp = d.join("pingpong.jsonl");
+        let ar = d.join("allreduce.jsonl");
+        let pp_s = pp.to_str().unwrap();
+        let ar_s = ar.to_str().unwrap();
+        let mut args = vec![
+            "measure",
+            "comm",
+            "pingpong",
+            "--sizes",
+            "1..64K:x4",
+            "--out",
+            pp_s,
+        ];
+        args.extend(QUICK);
+        let (code, err) = mpirun(2, &args);
+        assert_eq!(code, 0, "{err}");
+        let recs = records(&pp);
+        // 9 sizes: three round trips and an exchange each, and the reduction kernel.
+        let count = |k: &str| recs.iter().filter(|r| r["kind"] == k).count();
+        assert_eq!(count("comm-prtt"), 27);
+        assert_eq!(count("comm-exchange"), 9);
+        assert!(count("comm-reduce") >= 8);
+        for r in &recs {
+            assert_eq!(r["extra"]["ranks"], 2);
+            assert_eq!(r["extra"]["hosts"].as_array().unwrap().len(), 2);
+            assert_eq!(r["extra"]["mpi_settings"]["btl"], "self,vader");
+            assert!(
+                r["samples_s"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|s| s.as_f64().unwrap() > 0.0)
+            );
+        }
+        // Trains take longer than one round trip.
+        let median = |r: &Value| {
+            let mut s: Vec<f64> = r["samples_s"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect();
+            s.sort_by(f64::total_cmp);
+            s[s.len() / 2]
+        };
+        let at = |bytes: u64, messages: u64, delayed: bool| {
+            median(
+                recs.iter()
+                    .find(|r| {
+                        r["kind"] == "comm-prtt"
+                            && r["shape"]["bytes"] == bytes
+                            && r["shape"]["messages"] == messages
+                            && r["shape"]["delayed"] == delayed
+                    })
+                    .unwrap(),
+            )
+        };
+        assert!(at(65536, 8, false) > at(65536, 1, false));
+        assert!(at(65536, 8, true) > at(65536, 8, false));
+
+        let profile = d.join("profile.toml");
+        let profile_s = profile.to_str().unwrap();
+        run_ok(&[
+            "calibrate",
+            pp_s,
+            "--comm-level",
+            "node",
+            "--out",
+            profile_s,
+        ]);
+        let text = std::fs::read_to_string(&profile).unwrap();
+        assert!(
+            text.contains("[[comm]]") && text.contains("level = \"node\""),
+            "{text}"
+        );
+
+        let mut args = vec![
+            "measure",
+            "comm",
+            "allreduce",
+            "--sizes",
+            "4K,64K",
+            "--out",
+            ar_s,
+        ];
+        args.extend(QUICK);
+        let (code, err) = mpirun(2, &args);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(records(&ar).len(), 8, "4 algorithms x 2 sizes");
+        let v = run_json(&[
+            "validate",
+            "comm",
+            "--profile",
+            profile_s,
+            "--measured",
+            ar_s,
+            "--format",
+            "json",
+        ]);
+        let points = v["points"].as_array().unwrap();
+        assert_eq!(
+            points.len(),
+            6,
+            "ring, rhd and rd at 2 sizes; mpi is not predicted"
+        );
+        for p in points {
+            assert_eq!(p["ranks"], 2);
+            let (pr, me) = (
+                p["predicted_s"].as_f64().unwrap(),
+                p["measured_s"].as_f64().unwrap(),
+            );
+            assert!(pr > 0.0 && me > 0.0);
+            assert!((p["rel_error"].as_f64().unwrap() - (pr - me) / me).abs() < 1e-9);
+        }
+        assert!(v["summary"]["geomean_abs_rel_error"].as_f64().unwrap() >= 0.0);
+        assert!(
+            v["not_predicted"][0]
+                .as_str()
+                .unwrap()
+                .contains("coll_tuned_allreduce_algorithm")
+        );
+
+        // A profile without communication levels, and the wrong level.
+        let err = run_err(&[
+            "validate",
+            "comm",
+            "--profile",
+            profile_s,
+            "--measured",
+            ar_s,
+            "--level",
+            "network",
+        ]);
+        assert!(err.contains("no `network` level"), "{err}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn four_ranks_run_every_algorithm_and_a_different_job_size_cannot_resume() {
+        let d = dir("four");
+        let ar = d.join("allreduce.jsonl");
+        let ar_s = ar.to_str().unwrap();
+        let mut args = vec![
+            "measure",
+            "comm",
+            "allreduce",
+            "--sizes",
+            "4,4K",
+            "--out",
+            ar_s,
+        ];
+        args.extend(QUICK);
+        let (code, err) = mpirun(4, &args);
+        assert_eq!(code, 0, "{err}");
+        let recs = records(&ar);
+        assert_eq!(recs.len(), 8);
+        assert!(
+            recs.iter()
+                .all(|r| r["extra"]["ranks"] == 4 && r["shape"]["ranks"] == 4)
+        );
+        let mut args = vec!["measure", "comm", "alltoall", "--sizes", "1K"];
+        args.extend(QUICK);
+        let (code, err) = mpirun(4, &args);
+        assert_eq!(code, 0, "{err}");
+
+        let mut args = vec![
+            "measure",
+            "comm",
+            "allreduce",
+            "--sizes",
+            "4K",
+            "--out",
+            ar_s,
+            "--resume",
+        ];
+        args.extend(QUICK);
+        let (code, err) = mpirun(2, &args);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains("job of 4 ranks") && err.contains("has 2"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

@@ -17,6 +17,9 @@
 //!   into [`Record`]s with FLOPs and bytes counted by the model.
 //! - [`suite`]: the standard micro-kernel campaign calibration needs, planned to a time budget.
 //! - [`record`]: JSON Lines records, appended and flushed one at a time, resumable.
+//! - [`comm`]: communication benchmarks under MPI (ping-pong by the Netgauge method,
+//!   exchanges, allreduce algorithms, all-to-all), behind the `mpi` cargo feature; without
+//!   it, a disabled twin that says how to build with it.
 //!
 //! It writes raw samples only: statistics and fitting belong to `ridgeline-calibrate`.
 //!
@@ -28,16 +31,16 @@
 //! |---|---|
 //! | `schema_version` | 1 |
 //! | `id` | unique key of the measurement (kind, shape, precision, threads, device); `--resume` skips ids already recorded |
-//! | `kind` | `gemm`, `conv`, `stream`, `op`, `workload-layer`, `workload-step` |
+//! | `kind` | `gemm`, `conv`, `stream`, `op`, `workload-layer`, `workload-step`; under MPI `comm-prtt`, `comm-exchange`, `comm-reduce`, `comm-allreduce`, `comm-alltoall` |
 //! | `shape` | an object: GEMM `m`, `n`, `k`; conv `source`, `n`, `c_in`, `c_out`, `input`, `kernel`, `stride`, `padding` (`[before, after]` per dimension), `dilation`, `groups`, `bias`, `pass`; STREAM `kernel`, `elements`, `array_bytes`; op `op` (the layer as a workload file writes it), `input`, `batch`, `pass`; workload `workload`, `input`, `batch`, and for layers `layer`, `op`, `pass` |
 //! | `precision` | `fp32`, `fp64` |
-//! | `device` | `cpu` |
+//! | `device` | `cpu`; `mpi` for communication |
 //! | `threads` | threads the kernel ran on |
 //! | `samples_s` | every raw sample: seconds of one run (of one training step for workloads) |
 //! | `flops` | FLOPs of one run, as the model counts them |
 //! | `bytes` | bytes of one run, as the model counts them (a lower bound on memory traffic) |
 //! | `env` | `host`, `cpu_model`, `cores`, `simd`, `ridgeline_version`, `git_commit`, `timestamp` |
-//! | `extra` | workload steps only: `peak_bytes` (executor accounting), `peak_rss_bytes` (the process, from `VmHWM`), `update_s` (SGD update per step) |
+//! | `extra` | communication: `ranks`, `ranks_per_node`, `nodes`, `hosts` (every rank's), `mpi_library`, `mpi_settings` (transport and collective settings), ping-pong `same_host`, `pair_hosts`, `delay_s`, allreduce `algorithm`; workload steps: `peak_bytes` (executor accounting), `peak_rss_bytes` (the process, from `VmHWM`), `update_s` (SGD update per step) |
 
 mod backend;
 mod campaign;

@@ -216,6 +216,39 @@ pub(crate) enum CommBenchCommand {
     Alltoall(CommAlltoallArgs),
 }
 
+/// The run protocol's settings a command line may override.
+#[derive(Debug, Args, Default)]
+pub(crate) struct ProtocolArgs {
+    /// Warm-up time per measurement, e.g. 200ms.
+    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
+    pub(crate) warmup: Option<Duration>,
+    /// Fewest samples per measurement.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub(crate) min_samples: Option<u64>,
+    /// Least sampling time per measurement, e.g. 500ms.
+    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
+    pub(crate) min_time: Option<Duration>,
+}
+
+impl ProtocolArgs {
+    /// `base` with the overrides given.
+    pub(crate) fn apply(&self, base: ridgeline_measure::Protocol) -> ridgeline_measure::Protocol {
+        let mut p = base;
+        if let Some(w) = self.warmup {
+            p.warmup = w;
+        }
+        if let Some(n) = self.min_samples {
+            p.min_samples = usize::try_from(n).unwrap_or(usize::MAX);
+            p.max_samples = p.max_samples.max(p.min_samples);
+        }
+        if let Some(t) = self.min_time {
+            p.min_time = t;
+            p.max_time = p.max_time.max(t);
+        }
+        p
+    }
+}
+
 /// What every communication benchmark shares.
 #[derive(Debug, Args)]
 pub(crate) struct CommArgs {
@@ -229,15 +262,8 @@ pub(crate) struct CommArgs {
     /// Continue the campaign in --out: keep its records and skip what they cover.
     #[arg(long, requires = "out")]
     pub(crate) resume: bool,
-    /// Warm-up time per measurement, e.g. 200ms.
-    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
-    pub(crate) warmup: Option<Duration>,
-    /// Fewest samples per measurement.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000))]
-    pub(crate) min_samples: Option<u64>,
-    /// Least sampling time per measurement, e.g. 500ms.
-    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
-    pub(crate) min_time: Option<Duration>,
+    #[command(flatten)]
+    pub(crate) protocol: ProtocolArgs,
     #[command(flatten)]
     pub(crate) format: FormatArg,
 }
@@ -249,7 +275,7 @@ pub(crate) struct CommPingpongArgs {
     #[arg(long, value_enum, default_value_t = PairsArg::Levels)]
     pub(crate) pairs: PairsArg,
     /// Messages per train.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(2..=1000))]
+    #[arg(long, default_value_t = ridgeline_measure::comm::DEFAULT_TRAIN as u64, value_parser = clap::value_parser!(u64).range(2..=1000))]
     pub(crate) train: u64,
     #[command(flatten)]
     pub(crate) comm: CommArgs,
@@ -296,15 +322,8 @@ pub(crate) struct MeasureArgs {
     /// Continue the campaign in --out: keep its records and skip what they cover.
     #[arg(long, requires = "out")]
     pub(crate) resume: bool,
-    /// Warm-up time per measurement, e.g. 200ms.
-    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
-    pub(crate) warmup: Option<Duration>,
-    /// Fewest samples per measurement.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000))]
-    pub(crate) min_samples: Option<u64>,
-    /// Least sampling time per measurement, e.g. 500ms.
-    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
-    pub(crate) min_time: Option<Duration>,
+    #[command(flatten)]
+    pub(crate) protocol: ProtocolArgs,
     #[command(flatten)]
     pub(crate) format: FormatArg,
 }

@@ -302,18 +302,19 @@ impl Fabric {
     }
 
     /// Cost of a link that crosses node boundaries on parallel channels, as rings and
-    /// trees do: the slower of the intra-node link and `min(nics, k)` NICs.
+    /// trees do: the slower of the intra-node link and `min(nics, k)` NICs. A measured
+    /// network exchange (spread over the channels) stands for the whole step: the node
+    /// boundary is what paces a ring across nodes.
     fn boundary(&self) -> LinkCost {
         match (self.intra, self.nic) {
-            (None, Some(nic)) if self.nics.max(1) == 1 => nic,
             (intra, Some(nic)) => {
                 let channels = f64::from(self.nics.min(self.k).max(1));
-                let beta = (nic.beta / channels).max(intra.map_or(0.0, |i| i.beta));
+                let wide = nic.shared(1.0 / channels);
                 LinkCost {
-                    alpha: nic.alpha.max(intra.map_or(0.0, |i| i.alpha)),
-                    beta,
-                    g: nic.g.max(intra.map_or(0.0, |i| i.g)),
-                    exchange: None,
+                    alpha: wide.alpha.max(intra.map_or(0.0, |i| i.alpha)),
+                    beta: wide.beta.max(intra.map_or(0.0, |i| i.beta)),
+                    g: wide.g.max(intra.map_or(0.0, |i| i.g)),
+                    exchange: wide.exchange,
                 }
             }
             (Some(intra), None) => intra,

@@ -7,7 +7,7 @@ use ridgeline_measure::comm::{self, CommBench, CommPlan, Pairs};
 use ridgeline_reports::Document;
 
 use crate::cli::{CommArgs, CommBenchCommand, Format, MeasureCommArgs, PairsArg};
-use crate::commands::measure::{overridden, row_cols, rows};
+use crate::commands::measure::{row_cols, rows};
 use crate::output;
 
 pub(crate) fn run(args: &MeasureCommArgs) -> Result<()> {
@@ -97,12 +97,7 @@ fn with_common(mut plan: CommPlan, common: &CommArgs) -> CommPlan {
     if let Some(sizes) = &common.sizes {
         plan.sizes.clone_from(&sizes.0);
     }
-    plan.protocol = overridden(
-        Protocol::default(),
-        common.warmup,
-        common.min_samples,
-        common.min_time,
-    );
+    plan.protocol = common.protocol.apply(Protocol::default());
     plan
 }
 

@@ -70,29 +70,7 @@ impl Backends {
 
 /// The protocol: `base` with the command line's overrides.
 fn protocol(args: &MeasureArgs, base: Protocol) -> Protocol {
-    overridden(base, args.warmup, args.min_samples, args.min_time)
-}
-
-/// `base` with a warm-up, a fewest number of samples and a least sampling time, where given.
-pub(crate) fn overridden(
-    base: Protocol,
-    warmup: Option<Duration>,
-    min_samples: Option<u64>,
-    min_time: Option<Duration>,
-) -> Protocol {
-    let mut p = base;
-    if let Some(w) = warmup {
-        p.warmup = w;
-    }
-    if let Some(n) = min_samples {
-        p.min_samples = usize::try_from(n).unwrap_or(usize::MAX);
-        p.max_samples = p.max_samples.max(p.min_samples);
-    }
-    if let Some(t) = min_time {
-        p.min_time = t;
-        p.max_time = p.max_time.max(t);
-    }
-    p
+    args.protocol.apply(base)
 }
 
 /// The records file, if any, opened for a new or resumed campaign.

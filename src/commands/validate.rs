@@ -16,8 +16,8 @@ use serde::Serialize;
 
 use super::measure::{self, Backends};
 use crate::cli::{
-    Format, FormatArg, MeasureArgs, MeasureSuiteArgs, ThreadCount, ValidateArgs, ValidateCommArgs,
-    ValidateCommand,
+    Format, FormatArg, MeasureArgs, MeasureSuiteArgs, ProtocolArgs, ThreadCount, ValidateArgs,
+    ValidateCommArgs, ValidateCommand,
 };
 use crate::load;
 use crate::output::{self, Col, Style, num, text};
@@ -158,9 +158,7 @@ fn self_check(args: &ValidateArgs) -> Result<()> {
         threads: None,
         out: Some(out.clone()),
         resume: out.exists(),
-        warmup: None,
-        min_samples: None,
-        min_time: None,
+        protocol: ProtocolArgs::default(),
         format: FormatArg {
             format: Format::Table,
         },

@@ -81,8 +81,7 @@ pub(super) fn run(plan: &CommPlan, out: Option<&Path>, resume: bool) -> Result<C
         report(info);
         SimpleCommunicator::world().abort(70);
     }));
-    let rank = usize::try_from(world.rank()).unwrap_or(0);
-    let ranks = usize::try_from(world.size()).unwrap_or(1);
+    let (rank, ranks) = place(&world);
     if ranks < 2 {
         return Err(Error::invalid(
             "ranks",
@@ -381,7 +380,7 @@ fn pingpong(
     floor: f64,
     sink: &mut Sink,
 ) -> Result<()> {
-    let rank = usize::try_from(world.rank()).unwrap_or(0);
+    let (rank, _) = place(world);
     let largest = plan.sizes.iter().copied().max().unwrap_or(1) as usize;
     let send = vec![1u8; largest];
     let mut recv = vec![0u8; largest];
@@ -618,11 +617,13 @@ fn check(
         .iter()
         .enumerate()
         .position(|(i, &x)| x != (0..p).map(|r| value(r, i)).sum::<f32>());
-    let mut any = u8::from(wrong.is_some());
-    let mut all = 0u8;
-    world.all_reduce_into(&any, &mut all, SystemOperation::max());
-    any = all;
-    if any != 0 {
+    let mut anywhere = 0u8;
+    world.all_reduce_into(
+        &u8::from(wrong.is_some()),
+        &mut anywhere,
+        SystemOperation::max(),
+    );
+    if anywhere != 0 {
         return Err(Error::invalid(
             format!("allreduce {algorithm}"),
             format!(
@@ -653,6 +654,19 @@ fn reduce_all(
     }
 }
 
+/// This rank and the number of ranks of `comm`.
+fn place(comm: &SimpleCommunicator) -> (usize, usize) {
+    (
+        usize::try_from(comm.rank()).unwrap_or(0),
+        usize::try_from(comm.size()).unwrap_or(1),
+    )
+}
+
+/// The process of rank `r` of `comm`.
+fn at(comm: &SimpleCommunicator, r: usize) -> mpi::topology::Process<'_> {
+    comm.process_at_rank(i32::try_from(r).unwrap_or(i32::MAX))
+}
+
 /// Chunk `c` of `p` over `n` elements.
 fn chunk(n: usize, p: usize, c: usize) -> std::ops::Range<usize> {
     c * n / p..(c + 1) * n / p
@@ -676,11 +690,10 @@ fn split(
 /// Ring allreduce: `p - 1` reduce-scatter steps, then `p - 1` all-gather steps, each
 /// sending one chunk to the next rank and receiving one from the previous.
 fn ring(world: &SimpleCommunicator, data: &mut [f32], tmp: &mut [f32]) {
-    let p = usize::try_from(world.size()).unwrap_or(1);
-    let r = usize::try_from(world.rank()).unwrap_or(0);
+    let (r, p) = place(world);
     let n = data.len();
-    let next = world.process_at_rank(i32::try_from((r + 1) % p).unwrap_or(0));
-    let prev = world.process_at_rank(i32::try_from((r + p - 1) % p).unwrap_or(0));
+    let next = at(world, (r + 1) % p);
+    let prev = at(world, (r + p - 1) % p);
     for step in 0..p - 1 {
         let send = chunk(n, p, (r + p - step) % p);
         let recv = chunk(n, p, (r + p - step - 1) % p);
@@ -699,13 +712,12 @@ fn ring(world: &SimpleCommunicator, data: &mut [f32], tmp: &mut [f32]) {
 /// Recursive halving-doubling (Rabenseifner): reduce-scatter by halving the vector with
 /// partners `p/2, p/4, ..., 1` apart, then all-gather in the reverse order.
 fn rhd(world: &SimpleCommunicator, data: &mut [f32], tmp: &mut [f32]) {
-    let p = usize::try_from(world.size()).unwrap_or(1);
-    let r = usize::try_from(world.rank()).unwrap_or(0);
+    let (r, p) = place(world);
     let mut range = 0..data.len();
     let mut path = Vec::new();
     let mut mask = p / 2;
     while mask >= 1 {
-        let partner = world.process_at_rank(i32::try_from(r ^ mask).unwrap_or(0));
+        let partner = at(world, r ^ mask);
         let mid = range.start + range.len() / 2;
         let (keep, give) = if r & mask == 0 {
             (range.start..mid, mid..range.end)
@@ -720,7 +732,7 @@ fn rhd(world: &SimpleCommunicator, data: &mut [f32], tmp: &mut [f32]) {
         mask /= 2;
     }
     while let Some((mask, parent)) = path.pop() {
-        let partner = world.process_at_rank(i32::try_from(r ^ mask).unwrap_or(0));
+        let partner = at(world, r ^ mask);
         let theirs = if range.start == parent.start {
             range.end..parent.end
         } else {
@@ -735,12 +747,11 @@ fn rhd(world: &SimpleCommunicator, data: &mut [f32], tmp: &mut [f32]) {
 /// Recursive doubling: exchange the whole vector with partners `1, 2, ..., p/2` apart,
 /// adding what arrives.
 fn rd(world: &SimpleCommunicator, data: &mut [f32], tmp: &mut [f32]) {
-    let p = usize::try_from(world.size()).unwrap_or(1);
-    let r = usize::try_from(world.rank()).unwrap_or(0);
+    let (r, p) = place(world);
     let n = data.len();
     let mut mask = 1;
     while mask < p {
-        let partner = world.process_at_rank(i32::try_from(r ^ mask).unwrap_or(0));
+        let partner = at(world, r ^ mask);
         mpi::point_to_point::send_receive_into(&data[..], &partner, &mut tmp[..n], &partner);
         add(data, &tmp[..n]);
         mask *= 2;

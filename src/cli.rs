@@ -209,8 +209,8 @@ pub(crate) enum CommBenchCommand {
     /// Parametrised round trips between pairs of ranks (the Netgauge method) and the local
     /// reduction kernel: what `ridgeline calibrate` fits LogGP from.
     Pingpong(CommPingpongArgs),
-    /// FP32 allreduce by MPI_Allreduce and by ring, recursive halving-doubling and
-    /// recursive doubling over point-to-point.
+    /// FP32 allreduce by MPI_Allreduce and by ring, recursive halving-doubling, recursive
+    /// doubling and the double binary tree over point-to-point.
     Allreduce(CommAllreduceArgs),
     /// MPI_Alltoall, the size given per pair of ranks.
     Alltoall(CommAlltoallArgs),
@@ -292,8 +292,8 @@ pub(crate) enum PairsArg {
 
 #[derive(Debug, Args)]
 pub(crate) struct CommAllreduceArgs {
-    /// Algorithms, comma-separated: mpi (the library's MPI_Allreduce), ring, rhd, rd.
-    #[arg(long, value_delimiter = ',', default_value = "mpi,ring,rhd,rd", value_parser = parse_from_str::<ridgeline_measure::comm::AllreduceAlgorithm>)]
+    /// Algorithms, comma-separated: mpi (the library's MPI_Allreduce), ring, rhd, rd, tree.
+    #[arg(long, value_delimiter = ',', default_value = "mpi,ring,rhd,rd,tree", value_parser = parse_from_str::<ridgeline_measure::comm::AllreduceAlgorithm>)]
     pub(crate) algorithm: Vec<ridgeline_measure::comm::AllreduceAlgorithm>,
     #[command(flatten)]
     pub(crate) comm: CommArgs,

@@ -3,8 +3,8 @@
 //! ([`ridgeline_model::collective`], on the fabric the job ran on) against the median of
 //! the measured samples.
 //!
-//! The algorithm is the one measured: ring, recursive halving-doubling and recursive
-//! doubling are known; `MPI_Allreduce` is predicted only where the record says which
+//! The algorithm is the one measured: ring, recursive halving-doubling, recursive
+//! doubling and the double binary tree are known; `MPI_Allreduce` is predicted only where the record says which
 //! algorithm the library was told to use (Open MPI's `coll_tuned_allreduce_algorithm`: 3
 //! recursive doubling, 4 and 5 ring, 6 recursive halving-doubling), and otherwise listed as
 //! not predicted.
@@ -109,6 +109,7 @@ fn model_algorithm(r: &Record, name: &str) -> std::result::Result<Algorithm, Str
         "ring" => Ok(Algorithm::Ring),
         "rhd" => Ok(Algorithm::Rhd),
         "rd" => Ok(Algorithm::Rd),
+        "tree" => Ok(Algorithm::Tree),
         "mpi" => {
             let chosen = r
                 .extra

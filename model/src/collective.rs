@@ -8,7 +8,13 @@
 //!
 //! - **ring**: `2(p-1) alpha + 2((p-1)/p) S beta + ((p-1)/p) S gamma` (each of the 2(p-1)
 //!   steps at least `g` long);
-//! - **tree** (pipelined double binary tree): `2 log2(p) alpha + 2 S beta + S gamma`;
+//! - **tree** (pipelined double binary tree, [`DoubleTree`]): two binary trees, each
+//!   reducing and then broadcasting half the vector in segments of `c` =
+//!   [`TREE_SEGMENT_BYTES`], pipelined in rounds: `n + L - 1` rounds for `n` segments per
+//!   tree and `L` stages (the root's height plus the deepest leaf's depth); each steady
+//!   round a step of the most bytes a rank sends in it (`c` per message, at most 4
+//!   messages: 2S beta in all for large p), the `2(L-1)` rounds that fill and drain the
+//!   pipeline half that, plus `n` reductions of a segment per child;
 //! - **rhd** (recursive halving-doubling, p a power of two):
 //!   `sum over rounds of 2 (alpha + m_r beta_r) + ((p-1)/p) S gamma`, round r moving
 //!   `m_r = S / 2^r` between ranks `p / 2^r` apart;
@@ -363,6 +369,213 @@ pub struct Allreduce {
     pub time: Seconds,
 }
 
+/// Segment of the pipelined double binary tree: each message of the tree carries at most
+/// this many bytes (MPI libraries' segmented trees use segments of this order; NCCL's
+/// chunks are 128 KiB to 512 KiB).
+pub const TREE_SEGMENT_BYTES: f64 = 131_072.0;
+
+/// An in-order binary tree over ranks `0..p`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BinaryTree {
+    parent: Vec<Option<usize>>,
+    children: Vec<Vec<usize>>,
+    height: Vec<usize>,
+    depth: Vec<usize>,
+}
+
+impl BinaryTree {
+    /// The in-order tree on positions `1..=p` (Sanders, Speck and Träff): position `x`
+    /// with lowest set bit `b` has children `x - b/2` and `x + b/2` (descending left while
+    /// past `p`); odd positions are leaves. Rank `label(x - 1)` sits at position `x`.
+    fn in_order(p: usize, label: impl Fn(usize) -> usize) -> BinaryTree {
+        let low = |x: usize| x & x.wrapping_neg();
+        let mut parent = vec![None; p];
+        let mut children = vec![Vec::new(); p];
+        for x in 1..=p {
+            let b = low(x);
+            if b == 1 {
+                continue;
+            }
+            let mut kids = vec![x - b / 2];
+            let mut c = x + b / 2;
+            while c > p && low(c) > 1 {
+                c -= low(c) / 2;
+            }
+            if c <= p {
+                kids.push(c);
+            }
+            for k in kids {
+                children[label(x - 1)].push(label(k - 1));
+                parent[label(k - 1)] = Some(label(x - 1));
+            }
+        }
+        let mut height = vec![0; p];
+        // Children sit at lower positions' levels: visit by increasing lowest bit.
+        let mut order: Vec<usize> = (1..=p).collect();
+        order.sort_by_key(|&x| low(x));
+        for x in order {
+            let r = label(x - 1);
+            height[r] = children[r]
+                .iter()
+                .map(|&c| height[c] + 1)
+                .max()
+                .unwrap_or(0);
+        }
+        let mut depth = vec![0; p];
+        order = (1..=p).collect();
+        order.sort_by_key(|&x| std::cmp::Reverse(low(x)));
+        for x in order {
+            let r = label(x - 1);
+            depth[r] = parent[r].map_or(0, |q| depth[q] + 1);
+        }
+        BinaryTree {
+            parent,
+            children,
+            height,
+            depth,
+        }
+    }
+
+    /// The parent of rank `r`.
+    pub fn parent(&self, r: usize) -> Option<usize> {
+        self.parent[r]
+    }
+
+    /// The children of rank `r` (none, one or two).
+    pub fn children(&self, r: usize) -> &[usize] {
+        &self.children[r]
+    }
+
+    /// The height of rank `r` (leaves 0).
+    pub fn height(&self, r: usize) -> usize {
+        self.height[r]
+    }
+
+    /// The depth of rank `r` (the root 0).
+    pub fn depth(&self, r: usize) -> usize {
+        self.depth[r]
+    }
+
+    /// The root's height.
+    pub fn top(&self) -> usize {
+        self.height.iter().copied().max().unwrap_or(0)
+    }
+
+    /// The deepest leaf's depth.
+    pub fn bottom(&self) -> usize {
+        self.depth.iter().copied().max().unwrap_or(0)
+    }
+}
+
+/// The two trees of a double binary tree over `p` ranks: the in-order tree, and the same
+/// mirrored (`p` even) or shifted by one rank (`p` odd), so that a rank is an inner node
+/// of at most one of them. Each reduces and broadcasts half the vector.
+///
+/// The schedule, in rounds: a rank of height `h` sends segment `k` to its parent in round
+/// `k + h` (after adding its children's, received in the rounds before); the root has
+/// segment `k` at the end of round `k + H - 1`, and a rank at depth `d` receives it on the
+/// way down in round `k + H + d - 1` and passes it on in the next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DoubleTree {
+    /// The two trees.
+    pub trees: [BinaryTree; 2],
+}
+
+impl DoubleTree {
+    /// The trees over `p` ranks.
+    pub fn new(p: usize) -> DoubleTree {
+        let first = BinaryTree::in_order(p, |i| i);
+        let second = if p.is_multiple_of(2) {
+            BinaryTree::in_order(p, |i| p - 1 - i)
+        } else {
+            BinaryTree::in_order(p, |i| (i + 1) % p)
+        };
+        DoubleTree {
+            trees: [first, second],
+        }
+    }
+
+    /// Rounds of the schedule for `segments` segments per tree.
+    pub fn rounds(&self, segments: usize) -> usize {
+        self.trees
+            .iter()
+            .map(|t| (segments + t.top() + t.bottom()).saturating_sub(1))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The most messages a rank sends in one round: to its parent and its children, in
+    /// both trees.
+    pub fn most_messages(&self) -> usize {
+        let p = self.trees[0].parent.len();
+        (0..p)
+            .map(|r| {
+                self.trees
+                    .iter()
+                    .map(|t| t.children(r).len() + usize::from(t.parent(r).is_some()))
+                    .sum::<usize>()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The most children a rank has in the two trees together (the segments it adds per
+    /// round).
+    pub fn most_children(&self) -> usize {
+        let p = self.trees[0].parent.len();
+        (0..p)
+            .map(|r| {
+                self.trees
+                    .iter()
+                    .map(|t| t.children(r).len())
+                    .sum::<usize>()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Segments per tree of the double binary tree for an `s`-byte vector, and the bytes of
+/// each.
+pub fn segments(s: f64) -> (usize, f64) {
+    let half = s / 2.0;
+    let n = (half / TREE_SEGMENT_BYTES).ceil().max(1.0);
+    (n as usize, half / n)
+}
+
+/// What the time of a double binary tree depends on, by rank count, in closed form (a
+/// sweep asks for thousands of counts; [`DoubleTree`] builds the trees and the tests check
+/// the two agree). Both trees have the in-order tree's shape: the root at position
+/// `2^floor(log2 p)` of height `floor(log2 p)`, and the leftmost leaf as deep as the root
+/// is high; position 2 has two children and a parent once `p >= 4`, and is a leaf of the
+/// other tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TreeShape {
+    /// Pipeline stages: a tree's root height plus its deepest leaf's depth.
+    stages: usize,
+    /// [`DoubleTree::most_messages`].
+    messages: usize,
+    /// [`DoubleTree::most_children`].
+    children: usize,
+}
+
+impl TreeShape {
+    fn of(p: usize) -> TreeShape {
+        let height = p.max(1).ilog2() as usize;
+        let (messages, children) = match p {
+            0 | 1 => (0, 0),
+            2 => (2, 1),
+            3 => (3, 2),
+            _ => (4, 2),
+        };
+        TreeShape {
+            stages: (2 * height).max(1),
+            messages,
+            children,
+        }
+    }
+}
+
 /// Like [`allreduce`] with plain numbers and no error text: `None` where the algorithm
 /// does not apply. The sweep's hot path.
 pub fn allreduce_time(fabric: &Fabric, bytes: f64, algorithm: Algorithm) -> Option<Allreduce> {
@@ -412,7 +625,6 @@ fn time(f: &Fabric, s: f64, algorithm: Algorithm) -> Option<f64> {
     }
     let pf = p as f64;
     let frac = (pf - 1.0) / pf;
-    let log2 = pf.log2();
     Some(match algorithm {
         Algorithm::Ring => {
             // 2(p - 1) steps, each one message of S/p bytes; p - 1 of them reduce it.
@@ -421,8 +633,17 @@ fn time(f: &Fabric, s: f64, algorithm: Algorithm) -> Option<f64> {
             2.0 * (pf - 1.0) * l.step(chunk) + (pf - 1.0) * f.reduce(chunk)
         }
         Algorithm::Tree => {
+            let shape = TreeShape::of(usize::try_from(p).unwrap_or(usize::MAX));
+            let (n, segment) = segments(s);
             let l = f.boundary();
-            2.0 * log2.ceil() * l.alpha.max(l.g) + 2.0 * s * l.beta + f.reduce(s)
+            // Every stage busy in the steady rounds; the pipeline's filling and draining
+            // rounds carry at most half as many messages.
+            let steady = n.saturating_sub(shape.stages - 1);
+            let edges = n + shape.stages - 1 - steady;
+            let full = shape.messages as f64;
+            steady as f64 * l.step(segment * full)
+                + edges as f64 * l.step(segment * (full / 2.0).max(1.0))
+                + n as f64 * shape.children as f64 * f.reduce(segment)
         }
         Algorithm::Rhd => {
             if !p.is_power_of_two() {
@@ -535,6 +756,70 @@ mod tests {
             last = bandwidth_term;
         }
         assert!((limit - last) / limit < 1e-3, "{last} -> {limit}");
+    }
+
+    #[test]
+    fn double_trees_make_every_rank_inner_in_at_most_one() {
+        for p in 1..=33 {
+            let d = DoubleTree::new(p);
+            for t in &d.trees {
+                let roots = (0..p).filter(|&r| t.parent(r).is_none()).count();
+                assert_eq!(roots, 1, "p = {p}");
+                for r in 0..p {
+                    assert!(t.children(r).len() <= 2);
+                    for &c in t.children(r) {
+                        assert_eq!(t.parent(c), Some(r));
+                        assert!(t.height(c) < t.height(r));
+                        assert_eq!(t.depth(c), t.depth(r) + 1);
+                    }
+                }
+                assert!(t.top() <= (p as f64).log2().floor() as usize);
+            }
+            for r in 0..p {
+                let inner = d.trees.iter().filter(|t| !t.children(r).is_empty()).count();
+                assert!(inner <= 1, "p = {p}: rank {r} is inner in both trees");
+            }
+        }
+        for p in 1..=300 {
+            let d = DoubleTree::new(p);
+            let shape = TreeShape::of(p);
+            let stages = d.trees.iter().map(|t| t.top() + t.bottom()).max().unwrap();
+            assert_eq!(shape.stages, stages.max(1), "p = {p}");
+            assert_eq!(shape.messages, d.most_messages(), "p = {p}");
+            assert_eq!(shape.children, d.most_children(), "p = {p}");
+        }
+        // Eight ranks: positions 1..8, root 8 (rank 7) with children 4 and 12 -> 4 only.
+        let t = &DoubleTree::new(8).trees[0];
+        assert_eq!(t.children(7), &[3]);
+        assert_eq!(t.children(3), &[1, 5]);
+        assert_eq!((t.top(), t.bottom()), (3, 3));
+    }
+
+    #[test]
+    fn tree_time_follows_its_schedule() {
+        // Two ranks: each the root of one tree and the leaf of the other. With two
+        // segments per tree: one up; one down and one up; one down.
+        let mut f = fabric(2, 1, 0);
+        f.gamma = 0.0;
+        let s = 4.0 * TREE_SEGMENT_BYTES;
+        let t = allreduce(&f, Bytes::new(s), Algorithm::Tree)
+            .unwrap()
+            .time
+            .value();
+        let expected =
+            (2e-6 + 2.0 * TREE_SEGMENT_BYTES / 150e9) + 2.0 * (2e-6 + TREE_SEGMENT_BYTES / 150e9);
+        assert!((t - expected).abs() < 1e-15, "{t} vs {expected}");
+        // Many ranks: 2 S beta for large vectors, as for the ring, plus a start-up per
+        // segment.
+        let mut f = fabric(64, 1, 0);
+        f.gamma = 0.0;
+        let s = 1e9;
+        let tree = allreduce(&f, Bytes::new(s), Algorithm::Tree)
+            .unwrap()
+            .time
+            .value();
+        let bound = 2.0 * s / 150e9 + (s / 2.0 / TREE_SEGMENT_BYTES).ceil() * 2e-6;
+        assert!(tree > bound && tree < 1.05 * bound, "{tree} vs {bound}");
     }
 
     #[test]

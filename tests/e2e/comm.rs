@@ -33,8 +33,8 @@ fn comm_needs_a_benchmark_and_sizes_in_range() {
     assert!(err.contains("--sizes") && err.contains("256 MiB"), "{err}");
     let err = run_err(&["measure", "comm", "allreduce", "--sizes", "2"]);
     assert!(err.contains("from 4 B"), "{err}");
-    let err = run_err(&["measure", "comm", "allreduce", "--algorithm", "tree"]);
-    assert!(err.contains("valid: mpi, ring, rhd, rd"), "{err}");
+    let err = run_err(&["measure", "comm", "allreduce", "--algorithm", "hier"]);
+    assert!(err.contains("valid: mpi, ring, rhd, rd, tree"), "{err}");
 }
 
 #[cfg(not(feature = "mpi"))]
@@ -193,7 +193,7 @@ mod under_mpi {
         args.extend(QUICK);
         let (code, err) = mpirun(2, &args);
         assert_eq!(code, 0, "{err}");
-        assert_eq!(records(&ar).len(), 8, "4 algorithms x 2 sizes");
+        assert_eq!(records(&ar).len(), 10, "5 algorithms x 2 sizes");
         let v = run_json(&[
             "validate",
             "comm",
@@ -207,8 +207,8 @@ mod under_mpi {
         let points = v["points"].as_array().unwrap();
         assert_eq!(
             points.len(),
-            6,
-            "ring, rhd and rd at 2 sizes; mpi is not predicted"
+            8,
+            "ring, rhd, rd and tree at 2 sizes; mpi is not predicted"
         );
         for p in points {
             assert_eq!(p["ranks"], 2);
@@ -260,11 +260,17 @@ mod under_mpi {
         let (code, err) = mpirun(4, &args);
         assert_eq!(code, 0, "{err}");
         let recs = records(&ar);
-        assert_eq!(recs.len(), 8);
+        assert_eq!(recs.len(), 10, "5 algorithms x 2 sizes");
         assert!(
             recs.iter()
                 .all(|r| r["extra"]["ranks"] == 4 && r["shape"]["ranks"] == 4)
         );
+        // Three ranks: no power of two, so rhd and rd are left out; the others run and
+        // their sums check out.
+        let mut args = vec!["measure", "comm", "allreduce", "--sizes", "12,1M"];
+        args.extend(QUICK);
+        let (code, err) = mpirun(3, &args);
+        assert_eq!(code, 0, "{err}");
         let mut args = vec!["measure", "comm", "alltoall", "--sizes", "1K"];
         args.extend(QUICK);
         let (code, err) = mpirun(4, &args);

@@ -12,6 +12,8 @@ use super::{
     AllreduceAlgorithm, CommBench, CommPlan, CommRun, DEVICE, KIND_ALLREDUCE, KIND_ALLTOALL,
     KIND_EXCHANGE, KIND_PRTT, KIND_REDUCE, Pairs, prtt_shape,
 };
+use ridgeline_model::collective::{DoubleTree, TREE_SEGMENT_BYTES, segments as segments_of};
+
 use crate::error::{Error, Result};
 use crate::protocol::{MIN_RESOLUTIONS, Protocol, timer_resolution};
 use crate::record::{Env, Record, RecordWriter, SCHEMA_VERSION, read_records, record_id};
@@ -540,7 +542,12 @@ struct Buffers {
     data: Vec<f32>,
     recv: Vec<f32>,
     tmp: Vec<f32>,
+    /// The tree's segments from children: one slot per tree and child.
+    slots: Vec<f32>,
 }
+
+/// Elements of one slot of [`Buffers::slots`]: a tree segment, rounded up.
+const SLOT: usize = TREE_SEGMENT_BYTES as usize / 4 + 2;
 
 fn allreduce(
     world: &SimpleCommunicator,
@@ -556,6 +563,7 @@ fn allreduce(
         data: vec![0.0; largest],
         recv: vec![0.0; largest],
         tmp: vec![0.0; largest],
+        slots: vec![0.0; 4 * SLOT],
     };
     for &algorithm in &plan.algorithms {
         if algorithm.needs_power_of_two() && !p.is_power_of_two() {
@@ -651,6 +659,7 @@ fn reduce_all(
         AllreduceAlgorithm::Ring => ring(world, &mut buf.data[..count], &mut buf.tmp),
         AllreduceAlgorithm::Rhd => rhd(world, &mut buf.data[..count], &mut buf.tmp),
         AllreduceAlgorithm::Rd => rd(world, &mut buf.data[..count], &mut buf.tmp),
+        AllreduceAlgorithm::Tree => tree(world, &mut buf.data[..count], &mut buf.slots),
     }
 }
 
@@ -756,6 +765,117 @@ fn rd(world: &SimpleCommunicator, data: &mut [f32], tmp: &mut [f32]) {
         add(data, &tmp[..n]);
         mask *= 2;
     }
+}
+
+/// The pipelined double binary tree (`DoubleTree`): each tree reduces and broadcasts
+/// half the vector in segments, by the model's schedule, every round's messages in flight
+/// at once; segments from children are added after the round.
+fn tree(world: &SimpleCommunicator, data: &mut [f32], slots: &mut [f32]) {
+    let (me, p) = place(world);
+    let trees = DoubleTree::new(p);
+    let (n, _) = segments_of(data.len() as f64 * 4.0);
+    let (a, b) = data.split_at_mut(data.len() / 2);
+    let mut segs = [segments(a, n), segments(b, n)];
+    let lens: Vec<Vec<usize>> = segs
+        .iter()
+        .map(|v| v.iter().map(|s| s.len()).collect())
+        .collect();
+    let index = |round: usize, lag: usize| round.checked_sub(lag).filter(|&k| k < n);
+    for round in 0..trees.rounds(n) {
+        // Segments to add after the round: (tree, child slot, segment).
+        let mut arriving = Vec::new();
+        {
+            let mut slot_iter = slots.chunks_mut(SLOT);
+            let mut slot = [[None, None], [None, None]];
+            for tree_slots in &mut slot {
+                for s in tree_slots.iter_mut() {
+                    *s = slot_iter.next();
+                }
+            }
+            mpi::request::multiple_scope(12, |scope, requests| {
+                for (t, (tree, segs)) in trees.trees.iter().zip(segs.iter_mut()).enumerate() {
+                    let (h, d, top) = (tree.height(me), tree.depth(me), tree.top());
+                    let up = tree.parent(me).and_then(|_| index(round, h));
+                    let down_in = tree.parent(me).and_then(|_| index(round + 1, top + d));
+                    let down_out = index(round, top + d);
+                    let (into, [up_seg, out_seg]) = pick(segs, down_in, [up, down_out]);
+                    let reduce = i32::try_from(2 * t).unwrap_or(0);
+                    let bcast = reduce + 1;
+                    for (c, &child) in tree.children(me).iter().enumerate() {
+                        if let Some(k) = index(round, tree.height(child))
+                            && let Some(buf) = slot[t][c].take()
+                        {
+                            let len = lens[t][k];
+                            arriving.push((t, c, k, len));
+                            requests.add(at(world, child).immediate_receive_into_with_tag(
+                                scope,
+                                &mut buf[..len],
+                                reduce,
+                            ));
+                        }
+                        if let Some(seg) = out_seg {
+                            requests
+                                .add(at(world, child).immediate_send_with_tag(scope, seg, bcast));
+                        }
+                    }
+                    if let Some(parent) = tree.parent(me) {
+                        if let Some(seg) = up_seg {
+                            requests
+                                .add(at(world, parent).immediate_send_with_tag(scope, seg, reduce));
+                        }
+                        if let Some(seg) = into {
+                            requests.add(
+                                at(world, parent)
+                                    .immediate_receive_into_with_tag(scope, seg, bcast),
+                            );
+                        }
+                    }
+                }
+                let mut done = Vec::new();
+                requests.wait_all(&mut done);
+            });
+        }
+        for (t, c, k, len) in arriving {
+            let from = &slots[(2 * t + c) * SLOT..][..len];
+            add(segs[t][k], from);
+        }
+    }
+}
+
+/// `v` cut into `n` segments as [`chunk`] cuts it.
+fn segments(v: &mut [f32], n: usize) -> Vec<&mut [f32]> {
+    let len = v.len();
+    let mut out = Vec::with_capacity(n);
+    let mut rest = v;
+    for k in 0..n {
+        let (seg, tail) = rest.split_at_mut(chunk(len, n, k).len());
+        out.push(seg);
+        rest = tail;
+    }
+    out
+}
+
+/// From `segs`, segment `write` to receive into and segments `read` to send.
+fn pick<'s>(
+    segs: &'s mut [&mut [f32]],
+    write: Option<usize>,
+    read: [Option<usize>; 2],
+) -> (Option<&'s mut [f32]>, [Option<&'s [f32]>; 2]) {
+    let mut into = None;
+    let mut out = [None, None];
+    for (i, s) in segs.iter_mut().enumerate() {
+        if Some(i) == write {
+            into = Some(&mut **s);
+        } else {
+            let shared: &'s [f32] = s;
+            for (slot, want) in out.iter_mut().zip(read) {
+                if want == Some(i) {
+                    *slot = Some(shared);
+                }
+            }
+        }
+    }
+    (into, out)
 }
 
 fn alltoall(

@@ -21,9 +21,9 @@
 //!   algorithms run, at every size: the `gamma` of the collective model.
 //! - **allreduce** ([`CommBench::Allreduce`]): FP32 sum over every rank, by the MPI
 //!   library's `MPI_Allreduce` (its own choice of algorithm; Open MPI's `coll_tuned` MCA
-//!   settings, when given, are recorded) and by ring, recursive halving-doubling and
-//!   recursive doubling written here over point-to-point messages, so the algorithm is
-//!   known. Every algorithm's result is checked against the exact sum before it is timed.
+//!   settings, when given, are recorded) and by ring, recursive halving-doubling,
+//!   recursive doubling and the pipelined double binary tree written here over
+//!   point-to-point messages, so the algorithm is known. Every algorithm's result is checked against the exact sum before it is timed.
 //! - **all-to-all** ([`CommBench::Alltoall`]): `MPI_Alltoall`, `s` bytes to every rank.
 //!
 //! Timing follows the run protocol ([`crate::protocol`]) across ranks: rank 0 decides the
@@ -127,15 +127,19 @@ pub enum AllreduceAlgorithm {
     Rhd,
     /// Recursive doubling: log2(p) exchanges of the whole vector; a power of two.
     Rd,
+    /// Pipelined double binary tree: two trees, each reducing and broadcasting half the
+    /// vector in segments.
+    Tree,
 }
 
 impl AllreduceAlgorithm {
     /// Every algorithm.
-    pub const ALL: [AllreduceAlgorithm; 4] = [
+    pub const ALL: [AllreduceAlgorithm; 5] = [
         AllreduceAlgorithm::Mpi,
         AllreduceAlgorithm::Ring,
         AllreduceAlgorithm::Rhd,
         AllreduceAlgorithm::Rd,
+        AllreduceAlgorithm::Tree,
     ];
 
     /// Its name on the command line and in records.
@@ -145,6 +149,7 @@ impl AllreduceAlgorithm {
             AllreduceAlgorithm::Ring => "ring",
             AllreduceAlgorithm::Rhd => "rhd",
             AllreduceAlgorithm::Rd => "rd",
+            AllreduceAlgorithm::Tree => "tree",
         }
     }
 
@@ -166,7 +171,9 @@ impl FromStr for AllreduceAlgorithm {
         AllreduceAlgorithm::ALL
             .into_iter()
             .find(|a| a.name() == s)
-            .ok_or_else(|| format!("unknown allreduce algorithm `{s}`; valid: mpi, ring, rhd, rd"))
+            .ok_or_else(|| {
+                format!("unknown allreduce algorithm `{s}`; valid: mpi, ring, rhd, rd, tree")
+            })
     }
 }
 
@@ -346,6 +353,6 @@ mod tests {
         for a in AllreduceAlgorithm::ALL {
             assert_eq!(a.name().parse::<AllreduceAlgorithm>(), Ok(a));
         }
-        assert!("tree".parse::<AllreduceAlgorithm>().is_err());
+        assert!("hier".parse::<AllreduceAlgorithm>().is_err());
     }
 }

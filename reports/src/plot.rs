@@ -127,13 +127,14 @@ fn check(chart: &Chart) -> Result<(), Error> {
                     positive(&s.name, x, c.x.scale, "x")?;
                     positive(&s.name, y, c.y.scale, "y")?;
                 }
-                if let Some(sizes) = &s.sizes {
-                    if sizes.len() != s.points.len() || sizes.iter().any(|v| !(*v >= 0.0)) {
-                        return Err(fail(
-                            &s.name,
-                            "needs one non-negative size per point".into(),
-                        ));
-                    }
+                if let Some(sizes) = &s.sizes
+                    && (sizes.len() != s.points.len()
+                        || sizes.iter().any(|v| !v.is_finite() || *v < 0.0))
+                {
+                    return Err(fail(
+                        &s.name,
+                        "needs one non-negative size per point".into(),
+                    ));
                 }
             }
         }
@@ -560,7 +561,7 @@ mod tests {
             .filter(|n| n.has_tag_name("circle"))
             .filter_map(|n| n.attribute("r")?.parse().ok())
             .collect();
-        assert!(radii.contains(&(MAX_MARKER as f64)), "{radii:?}");
+        assert!(radii.contains(&MAX_MARKER), "{radii:?}");
         assert!(radii.contains(&(MAX_MARKER / 2.0)), "{radii:?}");
     }
 

@@ -2,7 +2,6 @@
 //! sections of paragraphs, key facts, tables and figures. A [`ReportRenderer`] turns it into
 //! [`Artifact`]s (named files); the command decides where they go.
 
-
 use crate::Error;
 use crate::chart::Figure;
 use crate::table::Table;

@@ -52,6 +52,80 @@ pub(crate) enum Command {
     /// Compare predictions with measured training steps; or run the whole loop here
     /// (--self-check).
     Validate(ValidateArgs),
+    /// Write reports (self-contained HTML, Markdown, CSV and JSON, with plots).
+    #[command(subcommand)]
+    Report(ReportCommand),
+}
+
+/// `ridgeline report ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum ReportCommand {
+    /// Compare candidate systems on a workload mix: time to solution, throughput, cost and
+    /// energy per solution, largest batch, bottlenecks, bandwidth needed, and a ranking.
+    Procurement(ProcurementArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ProcurementArgs {
+    /// Candidate systems, comma-separated: shipped candidates (dgx-a100, dgx-h100,
+    /// dgx-h200), candidate files, or any system (at its node count, without a price).
+    #[arg(long, value_delimiter = ',', required = true, value_name = "A,B,...")]
+    pub(crate) systems: Vec<String>,
+    /// The workload mix: a shipped mix (mlperf-hpc) or a mix file.
+    #[arg(long, default_value = "mlperf-hpc", value_name = "MIX")]
+    pub(crate) mix: String,
+    /// Compare what this purchase budget buys of each candidate (the currency of their
+    /// prices) instead of their offered node counts.
+    #[arg(long, value_parser = parse_positive)]
+    pub(crate) budget: Option<f64>,
+    /// Rank by time, cost or energy per mix.
+    #[arg(long, default_value = "time", value_parser = parse_from_str::<Objective>)]
+    pub(crate) objective: Objective,
+    #[command(flatten)]
+    pub(crate) out: ReportOutArgs,
+}
+
+/// Where and how a report is written.
+#[derive(Debug, Args)]
+pub(crate) struct ReportOutArgs {
+    /// Directory for the report (created if missing): report.html, report.md with
+    /// figures/, tables/*.csv and report.json.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) out: PathBuf,
+    /// Image format of the Markdown report's figure files.
+    #[arg(long, value_enum, default_value_t = ImageArg::Svg)]
+    pub(crate) images: ImageArg,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
+}
+
+/// Image format of plot files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ImageArg {
+    /// Scalable vector graphics.
+    Svg,
+    /// Portable network graphics.
+    Png,
+}
+
+impl ImageArg {
+    pub(crate) fn format(self) -> ridgeline_reports::ImageFormat {
+        match self {
+            ImageArg::Svg => ridgeline_reports::ImageFormat::Svg,
+            ImageArg::Png => ridgeline_reports::ImageFormat::Png,
+        }
+    }
+}
+
+/// `--plot DIR`: write the command's plots too.
+#[derive(Debug, Args)]
+pub(crate) struct PlotArgs {
+    /// Also write this command's plots into DIR (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) plot: Option<PathBuf>,
+    /// Image format of the plots.
+    #[arg(long, value_enum, default_value_t = ImageArg::Svg, requires = "plot")]
+    pub(crate) plot_format: ImageArg,
 }
 
 #[derive(Debug, Args)]
@@ -674,6 +748,8 @@ pub(crate) struct MemoryArgs {
     #[arg(long, default_value = "sgd-momentum", value_parser = parse_optimizer)]
     pub(crate) optimizer: Optimizer,
     #[command(flatten)]
+    pub(crate) plot: PlotArgs,
+    #[command(flatten)]
     pub(crate) format: FormatArg,
 }
 
@@ -688,6 +764,8 @@ pub(crate) struct RooflineArgs {
     pub(crate) batch: u64,
     #[command(flatten)]
     pub(crate) precision: PrecisionArg,
+    #[command(flatten)]
+    pub(crate) plot: PlotArgs,
     #[command(flatten)]
     pub(crate) format: FormatArg,
 }
@@ -770,6 +848,8 @@ pub(crate) struct PredictArgs {
     #[command(flatten)]
     pub(crate) scenario: ScenarioArgs,
     #[command(flatten)]
+    pub(crate) plot: PlotArgs,
+    #[command(flatten)]
     pub(crate) format: FormatArg,
 }
 
@@ -822,6 +902,8 @@ pub(crate) struct ScaleArgs {
     pub(crate) precision: PrecisionArg,
     #[command(flatten)]
     pub(crate) scenario: ScenarioArgs,
+    #[command(flatten)]
+    pub(crate) plot: PlotArgs,
     #[command(flatten)]
     pub(crate) format: FormatArg,
 }
@@ -1024,6 +1106,14 @@ fn parse_quality(s: &str) -> Result<Quality, String> {
 
 fn batch_parser() -> clap::builder::RangedU64ValueParser<u64> {
     clap::value_parser!(u64).range(1..=MAX_BATCH)
+}
+
+/// A positive finite number.
+fn parse_positive(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("`{s}` is not a positive number")),
+    }
 }
 
 fn parse_precision(s: &str) -> Result<Precision, String> {

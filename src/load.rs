@@ -1,13 +1,14 @@
 //! Resolving command-line names to workloads and systems: built-in and catalog names,
 //! `local`, or files. This is the only place that reads input files.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use ridgeline_model::dataset::{self, Dataset};
 use ridgeline_model::graph::Graph;
 use ridgeline_model::precision::Precision;
 use ridgeline_model::predict::{Epochs, Inputs, Scenario, StepModel};
+use ridgeline_model::procurement::{self, Mix, MixEntry, Offer};
 use ridgeline_model::profile::Profile;
 use ridgeline_model::roofline::Efficiency;
 use ridgeline_model::system::Sourced;
@@ -238,4 +239,154 @@ impl Job {
             reference_input_elements: self.training.reference_input_elements,
         }
     }
+}
+
+/// A workload mix: a shipped name or a mix file, with the directory its relative paths
+/// start from.
+pub(crate) fn mix(arg: &str) -> Result<(Mix, Option<PathBuf>)> {
+    if is_file(arg) {
+        let text = read(arg, "mix")?;
+        let dir = Path::new(arg).parent().map(Path::to_path_buf);
+        return Ok((procurement::parse_mix(&text, arg)?, dir));
+    }
+    catalog::mix(arg).map(|m| (m, None)).map_err(|e| match e {
+        Error::UnknownName { .. } => anyhow::anyhow!("{e} (or give the path of a mix TOML file)"),
+        other => other.into(),
+    })
+}
+
+/// `path` as written, or relative to `dir` when it is relative and a directory is given.
+fn relative(dir: Option<&Path>, path: &str) -> String {
+    match dir {
+        Some(d) if Path::new(path).is_relative() => d.join(path).display().to_string(),
+        _ => path.to_owned(),
+    }
+}
+
+/// A candidate: a shipped candidate, a candidate file, or any system (at its own node
+/// count, without price). Returns the offer and its datasheet system.
+pub(crate) fn offer(arg: &str) -> Result<(Offer, System)> {
+    let (offer, dir) = if let Some(o) = catalog::candidate(arg)? {
+        (Some(o), None)
+    } else if is_file(arg) {
+        let text = read(arg, "candidate")?;
+        let is_offer = text.parse::<toml::Table>().is_ok_and(|t| {
+            t.get("system").is_some_and(toml::Value::is_str) && t.contains_key("nodes")
+        });
+        if is_offer {
+            let dir = Path::new(arg).parent().map(Path::to_path_buf);
+            (Some(procurement::parse_offer(&text, arg)?), dir)
+        } else {
+            (None, None)
+        }
+    } else {
+        (None, None)
+    };
+    match offer {
+        Some(o) => {
+            let path = if is_file(&o.system) {
+                relative(dir.as_deref(), &o.system)
+            } else {
+                o.system.clone()
+            };
+            let sys =
+                system(&path).with_context(|| format!("candidate `{}`: field `system`", o.name))?;
+            Ok((o, sys))
+        }
+        None => {
+            let sys = system(arg)?;
+            let o = Offer {
+                name: sys.name.clone(),
+                description: sys.description.clone(),
+                system: arg.to_owned(),
+                nodes: sys.cluster.nodes.clone(),
+                price_per_node: None,
+                node_power_w: None,
+                lifetime_years: None,
+                electricity_per_kwh: None,
+                pfs_bandwidth: None,
+            };
+            Ok((o, sys))
+        }
+    }
+}
+
+/// One workload of a mix, loaded: its graph, step model, data set and scenario.
+pub(crate) struct MixJob {
+    pub(crate) graph: Graph,
+    pub(crate) model: StepModel,
+    pub(crate) dataset: Dataset,
+    pub(crate) scenario: Scenario,
+    pub(crate) reference_input_elements: u64,
+}
+
+/// Loads mix entry `i` (paths relative to `dir`); `file` names the mix in errors.
+pub(crate) fn mix_job(
+    entry: &MixEntry,
+    i: usize,
+    file: &str,
+    dir: Option<&Path>,
+) -> Result<MixJob> {
+    let builtin = workloads::find(&entry.workload).ok();
+    let graph = match builtin {
+        Some(b) => workloads::build(b.name, &BuildOptions::default())?,
+        None => {
+            let path = relative(dir, &entry.workload);
+            if !is_file(&path) {
+                bail!(
+                    "{file}: field `workload[{i}].name`: `{}` is neither a built-in workload ({}) \
+                     nor a workload file",
+                    entry.workload,
+                    workloads::names().join(", ")
+                );
+            }
+            file::parse_workload(&read(&path, "workload")?, &path, None)?
+        }
+    };
+    let data = match &entry.data {
+        Some(p) => {
+            let path = relative(dir, p);
+            Some(dataset::parse_workload_data(
+                &read(&path, "data set")?,
+                &path,
+            )?)
+        }
+        None => match builtin {
+            Some(b) => catalog::workload_data(b.name)?,
+            None => None,
+        },
+    };
+    let field = |f: &str| format!("{file}: field `workload[{i}].{f}`");
+    let set = data
+        .as_ref()
+        .and_then(|d| d.dataset.clone())
+        .with_context(|| {
+            format!(
+                "{}: `{}` has no data set; give a data set file",
+                field("data"),
+                entry.workload
+            )
+        })?;
+    let epochs = match (&entry.epochs, data.and_then(|d| d.convergence)) {
+        (Some(e), _) => Epochs::Fixed(e.value),
+        (None, Some(c)) => Epochs::Curve(c),
+        (None, None) => bail!(
+            "{}: `{}` has no convergence curve in ridgeline's sources; give epochs = {{ value = \
+             E, source = \"...\" }} or a data file with [[convergence]] points",
+            field("epochs"),
+            entry.workload
+        ),
+    };
+    let reference_input_elements = match builtin {
+        Some(b) if entry.data.is_none() => b.input.iter().map(|&d| d as u64).product(),
+        _ => graph.input_shape().elements(),
+    };
+    let model = StepModel::new(&graph, entry.precision, entry.optimizer);
+    Ok(MixJob {
+        graph,
+        model,
+        dataset: set,
+        scenario: Scenario::new(1, epochs),
+        reference_input_elements,
+    })
 }

@@ -6,6 +6,7 @@ mod cli;
 mod commands;
 mod load;
 mod output;
+mod plots;
 
 use std::process::ExitCode;
 

@@ -35,11 +35,17 @@ pub const DEVICES: &[Entry] = entries!("systems/devices";
 
 /// System files, `data/systems/*.toml` (without `local`, which needs this machine).
 pub const SYSTEMS: &[Entry] = entries!("systems";
-    "cori-gpu", "perlmutter-gpu", "dgx-h100", "fugaku");
+    "cori-gpu", "perlmutter-gpu", "dgx-a100", "dgx-h100", "dgx-h200", "fugaku");
 
 /// Data sets and convergence curves of the built-in workloads, `data/workloads/*.toml`.
 pub const WORKLOAD_DATA: &[Entry] = entries!("workloads";
     "cosmoflow", "cosmoflow-v07", "deepcam", "resnet50");
+
+/// Workload mixes for procurement reports, `data/mixes/*.toml`.
+pub const MIXES: &[Entry] = entries!("mixes"; "mlperf-hpc");
+
+/// Example procurement candidates (offers), `data/candidates/*.toml`.
+pub const CANDIDATES: &[Entry] = entries!("candidates"; "dgx-a100", "dgx-h100", "dgx-h200");
 
 /// `data/systems/local.toml`: how this machine's CPU maps to a device file.
 pub const LOCAL: Entry = Entry {
@@ -108,6 +114,28 @@ pub fn workload_data(name: &str) -> Result<Option<WorkloadData>> {
         .iter()
         .find(|e| e.name == name)
         .map(|e| dataset::parse_workload_data(e.text, e.path))
+        .transpose()
+}
+
+/// A shipped workload mix.
+pub fn mix(name: &str) -> Result<crate::procurement::Mix> {
+    let entry = MIXES
+        .iter()
+        .find(|e| e.name == name)
+        .ok_or_else(|| Error::UnknownName {
+            kind: "mix",
+            name: name.to_owned(),
+            valid: MIXES.iter().map(|e| e.name.to_owned()).collect(),
+        })?;
+    crate::procurement::parse_mix(entry.text, entry.path)
+}
+
+/// A shipped example candidate, if `name` is one.
+pub fn candidate(name: &str) -> Result<Option<crate::procurement::Offer>> {
+    CANDIDATES
+        .iter()
+        .find(|e| e.name == name)
+        .map(|e| crate::procurement::parse_offer(e.text, e.path))
         .transpose()
 }
 

@@ -46,6 +46,7 @@ pub mod links;
 pub mod memory;
 pub mod precision;
 pub mod predict;
+pub mod procurement;
 pub mod profile;
 pub mod reference;
 pub mod roofline;

@@ -316,17 +316,22 @@ where
         match s.mark {
             Mark::Line => {
                 let style = col.stroke_width(2);
-                chart
-                    .draw_series(LineSeries::new(s.points.iter().copied(), style))?
-                    .label(&s.name)
-                    .legend(legend(style, Mark::Line));
+                let anno = chart.draw_series(LineSeries::new(s.points.iter().copied(), style))?;
+                if !s.name.is_empty() {
+                    anno.label(&s.name).legend(legend(style, Mark::Line));
+                }
             }
             Mark::Dashed => {
                 let style = col.stroke_width(2);
-                chart
-                    .draw_series(DashedLineSeries::new(s.points.iter().copied(), 8, 5, style))?
-                    .label(&s.name)
-                    .legend(legend(style, Mark::Dashed));
+                let anno = chart.draw_series(DashedLineSeries::new(
+                    s.points.iter().copied(),
+                    8,
+                    5,
+                    style,
+                ))?;
+                if !s.name.is_empty() {
+                    anno.label(&s.name).legend(legend(style, Mark::Dashed));
+                }
             }
             Mark::Points => {
                 let style = col.mix(0.7).filled();
@@ -341,15 +346,15 @@ where
                     }
                     _ => 5,
                 };
-                chart
-                    .draw_series(
-                        s.points
-                            .iter()
-                            .enumerate()
-                            .map(|(i, &p)| Circle::new(p, radius(i), style)),
-                    )?
-                    .label(&s.name)
-                    .legend(legend(style, Mark::Points));
+                let anno = chart.draw_series(
+                    s.points
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &p)| Circle::new(p, radius(i), style)),
+                )?;
+                if !s.name.is_empty() {
+                    anno.label(&s.name).legend(legend(style, Mark::Points));
+                }
             }
             Mark::Area => {
                 let style = col.mix(0.75).filled();
@@ -358,10 +363,10 @@ where
                     Some(prev) => outline.extend(prev.iter().rev().copied()),
                     None => outline.extend(s.points.iter().rev().map(|&(x, _)| (x, base))),
                 }
-                chart
-                    .draw_series(std::iter::once(Polygon::new(outline, style)))?
-                    .label(&s.name)
-                    .legend(legend(style, Mark::Area));
+                let anno = chart.draw_series(std::iter::once(Polygon::new(outline, style)))?;
+                if !s.name.is_empty() {
+                    anno.label(&s.name).legend(legend(style, Mark::Area));
+                }
                 below = Some(&s.points);
             }
         }

@@ -7,6 +7,7 @@ use ridgeline_reports::Document;
 use crate::cli::MemoryArgs;
 use crate::load;
 use crate::output::{self, Col, Style, num};
+use crate::plots;
 
 pub(crate) fn run(args: &MemoryArgs) -> Result<()> {
     let graph = load::workload(&args.workload)?;
@@ -74,5 +75,13 @@ pub(crate) fn run(args: &MemoryArgs) -> Result<()> {
                 .map_or_else(|| "unknown".to_owned(), |b| s.count(b)),
         )
         .table(output::table(&r.rows, &cols, style))
+    })?;
+    plots::emit(&args.plot, || {
+        vec![plots::memory(
+            "memory",
+            &r.workload,
+            &r.rows,
+            plots::capacities(&system),
+        )]
     })
 }

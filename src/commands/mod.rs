@@ -5,6 +5,7 @@ mod comm;
 mod measure;
 mod memory;
 mod predict;
+mod report;
 mod roofline;
 mod scale;
 mod sweep;
@@ -14,7 +15,7 @@ mod workload;
 
 use anyhow::Result;
 
-use crate::cli::{Cli, Command, MeasureCommand, SystemCommand, WorkloadCommand};
+use crate::cli::{Cli, Command, MeasureCommand, ReportCommand, SystemCommand, WorkloadCommand};
 
 /// Runs the parsed command line.
 pub(crate) fn run(cli: Cli) -> Result<()> {
@@ -38,5 +39,6 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Measure(MeasureCommand::Comm(args)) => comm::run(&args),
         Command::Calibrate(args) => calibrate::run(&args),
         Command::Validate(args) => validate::run(&args),
+        Command::Report(ReportCommand::Procurement(args)) => report::procurement(&args),
     }
 }

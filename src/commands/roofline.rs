@@ -8,6 +8,7 @@ use ridgeline_reports::Document;
 use crate::cli::RooflineArgs;
 use crate::load;
 use crate::output::{self, Col, Style, num, text};
+use crate::plots;
 
 pub(crate) fn run(args: &RooflineArgs) -> Result<()> {
     let graph = load::workload(&args.workload)?;
@@ -62,5 +63,11 @@ pub(crate) fn run(args: &RooflineArgs) -> Result<()> {
         .summary("samples per second", format!("{:.1}", r.samples_per_second))
         .table(output::table(&r.layers, &cols, style))
         .note("Ideal efficiency (every peak attained): a lower bound on step time. Layers run one after another.")
+    })?;
+    plots::emit(&args.plot, || {
+        vec![plots::roofline(
+            &r,
+            &plots::ceilings(&system, args.precision.precision),
+        )]
     })
 }

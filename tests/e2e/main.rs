@@ -10,6 +10,7 @@ mod comm;
 mod measure;
 mod memory;
 mod predict;
+mod report;
 mod roofline;
 mod system;
 mod workload;

@@ -1,0 +1,655 @@
+//! `ridgeline report`: reports written to a directory in every format.
+
+use std::collections::BTreeSet;
+
+use anyhow::{Context, Result, bail};
+use ridgeline_model::memory::MemoryRow;
+use ridgeline_model::predict::StepBound;
+use ridgeline_model::procurement::{self, CandidateResult, Mix, WorkloadOutcome};
+use ridgeline_model::sweep::Objective;
+use ridgeline_model::units::{Bytes, Seconds};
+use ridgeline_reports::chart::{Axis, BarChart, BarSeries, Chart, Figure, Level};
+use ridgeline_reports::{
+    CsvTables, Document, Html, Json, Markdown, Report, ReportRenderer, ReportTable, Section,
+};
+use serde::Serialize;
+
+use crate::cli::{Format, ProcurementArgs, ReportOutArgs};
+use crate::load;
+use crate::output::{self, Col, Style, num, text};
+use crate::plots;
+
+/// Renders `report` in every format into `out.out`; returns the files written.
+pub(crate) fn write(report: &Report, out: &ReportOutArgs) -> Result<Vec<String>> {
+    let dir = &out.out;
+    let renderers: [&dyn ReportRenderer; 4] = [
+        &Html,
+        &Markdown {
+            images: out.images.format(),
+        },
+        &CsvTables,
+        &Json,
+    ];
+    let mut written = Vec::new();
+    for r in renderers {
+        for a in r.render(report)? {
+            let path = dir.join(&a.name);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).with_context(|| {
+                    format!("cannot create report directory `{}`", parent.display())
+                })?;
+            }
+            std::fs::write(&path, &a.bytes)
+                .with_context(|| format!("cannot write `{}`", path.display()))?;
+            written.push(path.display().to_string());
+        }
+    }
+    Ok(written)
+}
+
+/// A report table from one column definition: human cells and raw cells.
+fn table<R>(id: &str, caption: &str, rows: &[R], cols: &[Col<R>]) -> ReportTable {
+    ReportTable {
+        id: id.to_owned(),
+        caption: caption.to_owned(),
+        human: output::table(rows, cols, Style::Human),
+        raw: output::table(rows, cols, Style::Raw),
+    }
+}
+
+/// What `report procurement --format json` prints (and writes as `procurement.json`).
+#[derive(Debug, Serialize)]
+struct ProcurementResult<'a> {
+    mix: &'a Mix,
+    budget: Option<f64>,
+    objective: Objective,
+    candidates: &'a [CandidateResult],
+    files: Vec<String>,
+}
+
+/// One row per (workload, candidate).
+struct Row<'a> {
+    candidate: &'a CandidateResult,
+    w: &'a WorkloadOutcome,
+}
+
+fn bound(b: StepBound) -> &'static str {
+    match b {
+        StepBound::Compute => "compute",
+        StepBound::Input => "input",
+        StepBound::Allreduce => "allreduce",
+    }
+}
+
+fn opt_num(v: Option<f64>, s: Style, decimals: usize) -> String {
+    match (v, s) {
+        (None, Style::Human) => "-".into(),
+        (v, s) => s.number(v, decimals),
+    }
+}
+
+/// An amount of money: whole units with thousands separators.
+fn money(v: Option<f64>, s: Style) -> String {
+    match (v, s) {
+        (Some(v), Style::Human) if v >= 0.0 => s.count(v.round() as u64),
+        (v, s) => opt_num(v, s, 0),
+    }
+}
+
+/// A unit for times around `max` seconds: its name and its length in seconds.
+fn time_unit(max: f64) -> (&'static str, f64) {
+    match max {
+        m if m >= 2.0 * 86_400.0 => ("days", 86_400.0),
+        m if m >= 2.0 * 3600.0 => ("hours", 3600.0),
+        m if m >= 120.0 => ("minutes", 60.0),
+        _ => ("seconds", 1.0),
+    }
+}
+
+fn opt_seconds(v: Option<f64>, s: Style) -> String {
+    v.map_or_else(
+        || {
+            if s == Style::Human {
+                "-".into()
+            } else {
+                String::new()
+            }
+        },
+        |v| s.seconds(Seconds::new(v)),
+    )
+}
+
+fn gbs(v: Option<f64>, s: Style) -> String {
+    match s {
+        Style::Human => v.map_or_else(|| "-".into(), |v| format!("{:.1}", v / 1e9)),
+        Style::Raw => s.number(v, 0),
+    }
+}
+
+pub(crate) fn procurement(args: &ProcurementArgs) -> Result<()> {
+    let (mix, dir) = load::mix(&args.mix)?;
+    let mix_file = if dir.is_some() {
+        args.mix.clone()
+    } else {
+        format!("data/mixes/{}.toml", args.mix)
+    };
+    let jobs = mix
+        .workloads
+        .iter()
+        .enumerate()
+        .map(|(i, e)| load::mix_job(e, i, &mix_file, dir.as_deref()))
+        .collect::<Result<Vec<_>>>()?;
+    let mut names = BTreeSet::new();
+    let mut candidates = Vec::new();
+    let mut offers = Vec::new();
+    for arg in &args.systems {
+        let (offer, base) = load::offer(arg)?;
+        if !names.insert(offer.name.clone()) {
+            bail!("--systems: candidate `{}` is given twice", offer.name);
+        }
+        let nodes = offer.nodes_for(args.budget)?;
+        let system = offer.apply(base, nodes);
+        let outcomes = mix
+            .workloads
+            .iter()
+            .zip(&jobs)
+            .map(|(entry, j)| {
+                procurement::evaluate(
+                    &system,
+                    &procurement::Job {
+                        entry,
+                        model: &j.model,
+                        dataset: &j.dataset,
+                        reference_input_elements: j.reference_input_elements,
+                        scenario: &j.scenario,
+                    },
+                )
+            })
+            .collect();
+        candidates.push(CandidateResult::new(&offer, &system, outcomes));
+        offers.push((offer, system));
+    }
+    procurement::rank(&mut candidates, args.objective);
+
+    let report = procurement_report(args, &mix, &jobs, &offers, &candidates);
+    let mut files = write(&report, &args.out)?;
+    let mut result = ProcurementResult {
+        mix: &mix,
+        budget: args.budget,
+        objective: args.objective,
+        candidates: &candidates,
+        files: Vec::new(),
+    };
+    let typed = args.out.out.join("procurement.json");
+    std::fs::write(&typed, serde_json::to_string_pretty(&result)? + "\n")
+        .with_context(|| format!("cannot write `{}`", typed.display()))?;
+    files.push(typed.display().to_string());
+    result.files = files;
+
+    let cols = ranking_cols();
+    output::print(args.out.format.format, &result, |style| {
+        let mut doc =
+            Document::new(report.title.clone()).table(output::table(&candidates, &cols, style));
+        for c in &candidates {
+            for r in &c.reasons {
+                doc = doc.note(format!("{}: {r}", c.name));
+            }
+        }
+        if args.out.format.format == Format::Table {
+            doc = doc.note(format!("report written to {}", args.out.out.display()));
+            for f in &result.files {
+                doc = doc.note(format!("  {f}"));
+            }
+        }
+        doc
+    })
+}
+
+fn ranking_cols() -> [Col<CandidateResult>; 11] {
+    [
+        num("rank", "rank", |c, s| {
+            c.rank.map_or_else(|| "-".into(), |r| s.count(r as u64))
+        }),
+        text("candidate", "candidate", |c, _| c.name.clone()),
+        text("device", "device", |c, _| c.device.clone()),
+        num("nodes", "nodes", |c, s| s.count(u64::from(c.nodes))),
+        num("devices", "devices", |c, s| s.count(c.devices)),
+        num("price", "purchase_price", |c, s| money(c.purchase_price, s)),
+        num("power (kW)", "power_w", |c, s| match s {
+            Style::Human => opt_num(c.power_w.map(|w| w / 1e3), s, 1),
+            Style::Raw => s.number(c.power_w, 0),
+        }),
+        num("mixes/day", "mixes_per_day", |c, s| {
+            opt_num(c.mixes_per_day, s, 2)
+        }),
+        num("time/mix", "mix_time_s", |c, s| {
+            opt_seconds(c.mix_time_s, s)
+        }),
+        num("cost/mix", "cost_per_mix", |c, s| money(c.cost_per_mix, s)),
+        num("energy/mix (kWh)", "energy_per_mix_j", |c, s| match s {
+            Style::Human => opt_num(c.energy_per_mix_j.map(|j| j / 3.6e6), s, 0),
+            Style::Raw => s.number(c.energy_per_mix_j, 0),
+        }),
+    ]
+}
+
+fn workload_cols<'a>() -> [Col<Row<'a>>; 13] {
+    [
+        text("workload", "workload", |r, _| r.w.workload.clone()),
+        text("candidate", "candidate", |r, _| r.candidate.name.clone()),
+        num("nodes", "nodes", |r, s| {
+            r.w.best
+                .as_ref()
+                .map_or_else(|| "-".into(), |p| s.count(u64::from(p.outcome.nodes)))
+        }),
+        num("batch", "local_batch", |r, s| {
+            r.w.best
+                .as_ref()
+                .map_or_else(|| "-".into(), |p| s.count(p.outcome.local_batch))
+        }),
+        num("global", "global_batch", |r, s| {
+            r.w.best
+                .as_ref()
+                .map_or_else(|| "-".into(), |p| s.count(p.outcome.global_batch))
+        }),
+        num("step", "step_time_s", |r, s| {
+            opt_seconds(r.w.best.as_ref().map(|p| p.outcome.step_time_s), s)
+        }),
+        text("bound", "bound", |r, _| {
+            r.w.best
+                .as_ref()
+                .map_or("does not run", |p| bound(p.outcome.bound))
+                .to_owned()
+        }),
+        num("epochs", "epochs", |r, s| {
+            opt_num(r.w.best.as_ref().map(|p| p.outcome.epochs), s, 1)
+        }),
+        num("time to solution", "time_to_solution_s", |r, s| {
+            opt_seconds(r.w.best.as_ref().map(|p| p.outcome.time_to_solution_s), s)
+        }),
+        num("samples/s", "samples_per_s", |r, s| {
+            opt_num(r.w.best.as_ref().map(|p| p.outcome.samples_per_s), s, 0)
+        }),
+        num("cost", "cost", |r, s| {
+            money(r.w.best.as_ref().and_then(|p| p.outcome.cost), s)
+        }),
+        num("energy (kWh)", "energy_j", |r, s| match s {
+            Style::Human => opt_num(
+                r.w.best
+                    .as_ref()
+                    .and_then(|p| p.outcome.energy_j)
+                    .map(|j| j / 3.6e6),
+                s,
+                0,
+            ),
+            Style::Raw => s.number(r.w.best.as_ref().and_then(|p| p.outcome.energy_j), 0),
+        }),
+        num("largest batch", "largest_batch", |r, s| {
+            s.count(r.w.largest_batch)
+        }),
+    ]
+}
+
+fn bandwidth_cols<'a>() -> [Col<Row<'a>>; 7] {
+    [
+        text("workload", "workload", |r, _| r.w.workload.clone()),
+        text("candidate", "candidate", |r, _| r.candidate.name.clone()),
+        text("data from", "data_location", |r, _| {
+            r.w.best
+                .as_ref()
+                .map_or_else(|| "-".into(), |p| p.outcome.data_location.to_string())
+        }),
+        num(
+            "input needed (GB/s)",
+            "storage_needed_bytes_per_s",
+            |r, s| gbs(r.w.storage_needed_bytes_per_s, s),
+        ),
+        num(
+            "file system (GB/s)",
+            "storage_available_bytes_per_s",
+            |r, s| gbs(r.w.storage_available_bytes_per_s, s),
+        ),
+        num(
+            "network needed/node (GB/s)",
+            "network_needed_bytes_per_s",
+            |r, s| gbs(r.w.network_needed_bytes_per_s, s),
+        ),
+        num(
+            "node network (GB/s)",
+            "network_available_bytes_per_s",
+            |r, s| gbs(r.w.network_available_bytes_per_s, s),
+        ),
+    ]
+}
+
+/// Cuts a name to the identifier alphabet (lowercase letters, digits, `-`).
+fn slug(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let s = s.trim_matches('-').to_owned();
+    if s.is_empty() { "x".into() } else { s }
+}
+
+fn procurement_report(
+    args: &ProcurementArgs,
+    mix: &Mix,
+    jobs: &[load::MixJob],
+    offers: &[(procurement::Offer, ridgeline_model::system::System)],
+    candidates: &[CandidateResult],
+) -> Report {
+    let names: Vec<&str> = candidates.iter().map(|c| c.name.as_str()).collect();
+    let objective = match args.objective {
+        Objective::Time => "time per mix",
+        Objective::Cost => "cost per mix",
+        Objective::Energy => "energy per mix",
+    };
+    let mut intro = vec![format!(
+        "Workload mix `{}`{}: {}.",
+        mix.name,
+        mix.description
+            .as_deref()
+            .map(|d| format!(" ({d})"))
+            .unwrap_or_default(),
+        mix.workloads
+            .iter()
+            .map(|w| format!("{} x{} ({})", w.workload, w.weight, w.precision))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )];
+    intro.push(format!(
+        "Each workload runs at its fastest configuration on each candidate: every batch size \
+         the mix allows, on every power-of-two node count up to the whole machine. A mix runs \
+         its workloads one after another, each as many times as its weight. Candidates are \
+         ranked by {objective}{}.",
+        args.budget
+            .map(|b| format!(", each at the nodes a budget of {b:.0} buys"))
+            .unwrap_or_default()
+    ));
+    intro.push(
+        "Predictions use the systems' datasheet peaks at ideal efficiency unless a candidate's \
+         system is a calibrated profile, so absolute times are lower bounds; compare candidates \
+         by their ratios. Cost is the total cost of ownership: the purchase price spread over \
+         the lifetime plus electricity at the node's power. Prices, power and site figures are \
+         the candidate files' own, each with its source (see the inputs below and \
+         procurement.json)."
+            .into(),
+    );
+
+    // Ranking.
+    let mut ranking = Section::new("Ranking").table(table(
+        "ranking",
+        &format!("Candidates ranked by {objective}"),
+        candidates,
+        &ranking_cols(),
+    ));
+    for c in candidates {
+        let place = c
+            .rank
+            .map_or_else(|| "not ranked".into(), |r| format!("#{r}"));
+        ranking = ranking.paragraph(format!("{place} {}: {}.", c.name, c.reasons.join("; ")));
+    }
+    let ranked: Vec<&CandidateResult> = candidates
+        .iter()
+        .filter(|c| c.mix_time_s.is_some())
+        .collect();
+    if !ranked.is_empty() {
+        let longest = ranked
+            .iter()
+            .filter_map(|c| c.mix_time_s)
+            .fold(0.0, f64::max);
+        let (unit, length) = time_unit(longest);
+        ranking = ranking.figure(Figure {
+            id: "mix-time".into(),
+            chart: Chart::Bar(BarChart {
+                title: format!("Time per mix `{}`, by workload", mix.name),
+                x_label: "candidate".into(),
+                y: Axis::linear(format!("time per mix ({unit})")),
+                categories: ranked.iter().map(|c| c.name.clone()).collect(),
+                series: mix
+                    .workloads
+                    .iter()
+                    .enumerate()
+                    .map(|(i, w)| BarSeries {
+                        name: format!("{} x{}", w.workload, w.weight),
+                        values: ranked
+                            .iter()
+                            .map(|c| {
+                                c.workloads[i].best.as_ref().map_or(0.0, |p| {
+                                    p.outcome.time_to_solution_s * w.weight / length
+                                })
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+                stacked: true,
+                levels: Vec::new(),
+            }),
+            caption: "Weighted time to solution of each workload at its best configuration, \
+                      stacked: the mix's time on each candidate."
+                .into(),
+        });
+    }
+
+    // Per workload.
+    let rows: Vec<Row<'_>> = (0..mix.workloads.len())
+        .flat_map(|i| {
+            candidates.iter().map(move |c| Row {
+                candidate: c,
+                w: &c.workloads[i],
+            })
+        })
+        .collect();
+    let mut per_workload = Section::new("Time to solution per workload").table(table(
+        "workloads",
+        "Best configuration of each workload on each candidate",
+        &rows,
+        &workload_cols(),
+    ));
+    let mut bandwidth = Section::new("Bottlenecks and the bandwidth each workload needs")
+        .paragraph(
+            "To stay compute-bound a workload must read its input samples as fast as its \
+             devices consume them (input bytes per step over the step's compute time, all \
+             nodes together) and, across nodes, move its gradients within the compute time \
+             (a ring allreduce sends 2(n-1)/n of the gradient bytes per node per step). Where \
+             the needed figure exceeds what the system has, the workload is input- or \
+             allreduce-bound.",
+        )
+        .table(table(
+            "bandwidth",
+            "Bandwidth needed at the best configuration against what the system has",
+            &rows,
+            &bandwidth_cols(),
+        ));
+    let mut memory = Section::new("Memory: the largest batch per device");
+    for (i, w) in mix.workloads.iter().enumerate() {
+        for c in candidates {
+            if let Some(why) = &c.workloads[i].infeasible {
+                bandwidth = bandwidth
+                    .paragraph(format!("{} on {}: does not run: {why}", w.workload, c.name));
+            }
+        }
+        let longest = candidates
+            .iter()
+            .flat_map(|c| c.workloads[i].scaling.iter().map(|p| p.time_to_solution_s))
+            .fold(0.0, f64::max);
+        let (unit, length) = time_unit(longest);
+        let curves: Vec<(String, Vec<(f64, f64)>)> = candidates
+            .iter()
+            .map(|c| {
+                (
+                    c.name.clone(),
+                    c.workloads[i]
+                        .scaling
+                        .iter()
+                        .map(|p| (f64::from(p.nodes), p.time_to_solution_s / length))
+                        .collect(),
+                )
+            })
+            .filter(|(_, p): &(String, Vec<(f64, f64)>)| !p.is_empty())
+            .collect();
+        let id = slug(&w.workload);
+        if !curves.is_empty() {
+            let mut f = plots::scaling(
+                &format!("{id}-scaling"),
+                format!("Time to solution: {} ({})", w.workload, w.precision),
+                "nodes",
+                &format!("time to solution ({unit})"),
+                curves,
+                None,
+            );
+            f.caption = "Fastest time to solution at each node count (over the mix's batch \
+                         sizes); it stops falling where the convergence curve makes larger \
+                         global batches cost more epochs than the nodes save."
+                .into();
+            per_workload = per_workload.figure(f);
+        }
+        let best: Vec<(String, ridgeline_model::predict::Outcome)> = candidates
+            .iter()
+            .filter_map(|c| {
+                c.workloads[i]
+                    .best
+                    .as_ref()
+                    .map(|p| (c.name.clone(), p.outcome))
+            })
+            .collect();
+        if !best.is_empty() {
+            let mut f = plots::breakdown(
+                format!("Step time at the best configuration: {}", w.workload),
+                "candidate",
+                &best,
+            );
+            f.id = format!("{id}-breakdown");
+            per_workload = per_workload.figure(f);
+        }
+        // Memory against batch with every candidate device's capacity.
+        let job = &jobs[i];
+        let mut devices = BTreeSet::new();
+        let mut levels = Vec::new();
+        for (_, sys) in offers {
+            if let Some(m) = sys.device_memory()
+                && devices.insert(sys.device.name.clone())
+            {
+                levels.push(Level {
+                    name: format!("{} memory", sys.device.name),
+                    value: m.value.value(),
+                });
+            }
+        }
+        let largest = candidates
+            .iter()
+            .map(|c| c.workloads[i].largest_batch)
+            .max()
+            .unwrap_or(1);
+        let batches: Vec<u64> = std::iter::successors(Some(1u64), |b| b.checked_mul(2))
+            .take_while(|&b| b <= largest.max(1) * 2)
+            .collect();
+        let rows: Vec<MemoryRow> = batches
+            .iter()
+            .map(|&b| job.model.footprint.at(b, Bytes::new(f64::INFINITY)))
+            .collect();
+        let mut f = plots::memory(&format!("{id}-memory"), &w.workload, &rows, levels);
+        f.caption = format!(
+            "{} ({}): per-device footprint by component against batch size, with each \
+             candidate device's memory. Largest batch: {}.",
+            w.workload,
+            job.graph.name(),
+            candidates
+                .iter()
+                .map(|c| format!("{} {}", c.name, c.workloads[i].largest_batch))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        memory = memory.figure(f);
+    }
+
+    // Inputs and their sources.
+    let inputs_cols: [Col<(procurement::Offer, ridgeline_model::system::System)>; 8] = [
+        text("candidate", "candidate", |(o, _), _| o.name.clone()),
+        text("system", "system", |(o, _), _| o.system.clone()),
+        num("nodes", "nodes", |(_, s), st| {
+            st.count(u64::from(s.cluster.nodes.value))
+        }),
+        num("price/node", "price_per_node", |(o, _), s| {
+            money(o.price_per_node.as_ref().map(|p| p.value), s)
+        }),
+        num("node power (W)", "node_power_w", |(o, sys), s| {
+            opt_num(o.node_power(sys), s, 0)
+        }),
+        num("lifetime (years)", "lifetime_years", |(o, _), s| {
+            opt_num(o.lifetime_years.as_ref().map(|p| p.value), s, 1)
+        }),
+        num("electricity/kWh", "electricity_per_kwh", |(o, _), s| {
+            opt_num(o.electricity_per_kwh.as_ref().map(|p| p.value), s, 2)
+        }),
+        text("sources", "sources", |(o, _), _| {
+            let mut v: Vec<String> = [
+                Some(format!("nodes: {}", o.nodes.source)),
+                o.price_per_node
+                    .as_ref()
+                    .map(|p| format!("price: {}", p.source)),
+                o.node_power_w
+                    .as_ref()
+                    .map(|p| format!("power: {}", p.source)),
+                o.lifetime_years
+                    .as_ref()
+                    .map(|p| format!("lifetime, electricity: {}", p.source)),
+                o.pfs_bandwidth
+                    .as_ref()
+                    .map(|p| format!("file system: {}", p.source)),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            v.dedup();
+            v.join("; ")
+        }),
+    ];
+    let workloads_cols: [Col<procurement::MixEntry>; 5] = [
+        text("workload", "workload", |w, _| w.workload.clone()),
+        num("weight", "weight", |w, s| s.number(Some(w.weight), 1)),
+        text("precision", "precision", |w, _| w.precision.to_string()),
+        text("batches", "batches", |w, _| {
+            w.batches
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(" ")
+        }),
+        text("epochs", "epochs", |w, _| match &w.epochs {
+            Some(e) => format!("{} ({})", e.value, e.source),
+            None => "convergence curve (ridgeline's data set file)".into(),
+        }),
+    ];
+    let inputs = Section::new("Inputs")
+        .table(table("candidates", "Candidates", offers, &inputs_cols))
+        .table(table(
+            "mix",
+            "Workload mix",
+            &mix.workloads,
+            &workloads_cols,
+        ));
+
+    Report {
+        title: format!("Procurement: mix `{}` on {}", mix.name, names.join(", ")),
+        intro,
+        sections: vec![ranking, per_workload, bandwidth, memory, inputs],
+        provenance: format!(
+            "ridgeline {} report procurement --systems {} --mix {}{} --objective {}",
+            env!("CARGO_PKG_VERSION"),
+            args.systems.join(","),
+            args.mix,
+            args.budget
+                .map(|b| format!(" --budget {b}"))
+                .unwrap_or_default(),
+            args.objective
+        ),
+    }
+}

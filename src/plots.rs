@@ -1,0 +1,351 @@
+//! The plots ridgeline draws, built from the model's and calibration's results as
+//! [`Figure`]s (what to draw; `ridgeline-reports` draws them), and the `--plot DIR` option
+//! that writes them next to a command's output.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use ridgeline_model::memory::MemoryRow;
+use ridgeline_model::precision::Precision;
+use ridgeline_model::predict::{Movement, Outcome};
+use ridgeline_model::profile::precision_name;
+use ridgeline_model::roofline::Roofline;
+use ridgeline_model::system::System;
+use ridgeline_reports::ImageFormat;
+use ridgeline_reports::chart::{
+    Axis, BarChart, BarSeries, Chart, Figure, Level, Mark, Series, XyChart,
+};
+
+use crate::cli::PlotArgs;
+
+/// Writes a command's figures where `--plot` asks, and says so on standard error (standard
+/// output stays the command's result).
+pub(crate) fn emit(args: &PlotArgs, figures: impl FnOnce() -> Vec<Figure>) -> Result<()> {
+    let Some(dir) = &args.plot else {
+        return Ok(());
+    };
+    for path in write(dir, args.plot_format.format(), &figures())? {
+        eprintln!("plot written: {path}");
+    }
+    Ok(())
+}
+
+/// The measured compute ceilings of a calibrated system at `precision`, FLOP/s.
+pub(crate) fn ceilings(system: &System, precision: Precision) -> Vec<(String, f64)> {
+    system
+        .calibration
+        .as_ref()
+        .map(|p| {
+            p.ceilings
+                .iter()
+                .filter(|c| c.precision == precision_name(precision))
+                .map(|c| (c.kind.clone(), c.tflops * 1e12))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The device memory and last-level cache of `system` as capacity lines.
+pub(crate) fn capacities(system: &System) -> Vec<Level> {
+    let mut levels = Vec::new();
+    if let Some(m) = system.device_memory() {
+        levels.push(Level {
+            name: format!("{} memory", system.device.name),
+            value: m.value.value(),
+        });
+    }
+    if let Some(l) = &system.device.llc {
+        levels.push(Level {
+            name: "last-level cache".into(),
+            value: l.value.value(),
+        });
+    }
+    levels
+}
+
+/// Writes figures into `dir` (created if missing) as `<id>.svg|png`; returns the paths.
+pub(crate) fn write(dir: &Path, format: ImageFormat, figures: &[Figure]) -> Result<Vec<String>> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create plot directory `{}`", dir.display()))?;
+    figures
+        .iter()
+        .map(|f| {
+            let path = dir.join(format!("{}.{}", f.id, format.extension()));
+            std::fs::write(&path, format.draw(&f.chart)?)
+                .with_context(|| format!("cannot write plot `{}`", path.display()))?;
+            Ok(path.display().to_string())
+        })
+        .collect()
+}
+
+/// Memory per device against batch size, stacked by component, with capacity lines
+/// (\[004\] Fig. 1).
+pub(crate) fn memory(
+    id: &str,
+    workload: &str,
+    rows: &[MemoryRow],
+    capacities: Vec<Level>,
+) -> Figure {
+    let component = |name: &str, f: fn(&MemoryRow) -> f64| BarSeries {
+        name: name.to_owned(),
+        values: rows.iter().map(f).collect(),
+    };
+    let chart = BarChart {
+        title: format!("Memory per device: {workload}"),
+        x_label: "batch size per device".into(),
+        y: Axis::linear("memory (bytes)"),
+        categories: rows.iter().map(|r| r.batch.to_string()).collect(),
+        series: vec![
+            component("parameters", |r| r.parameters.value()),
+            component("gradients", |r| r.gradients.value()),
+            component("optimizer state", |r| r.optimizer_state.value()),
+            component("buffers + workspace", |r| {
+                r.buffers.value() + r.workspace.value()
+            }),
+            component("input", |r| r.input.value()),
+            component("activations", |r| r.activations.value()),
+            component("activation gradients", |r| r.activation_gradients.value()),
+        ],
+        stacked: true,
+        levels: capacities,
+    };
+    Figure {
+        id: id.to_owned(),
+        chart: Chart::Bar(chart),
+        caption: "Per-device footprint by component (model: ridgeline memory); dashed lines: \
+                  device memory and last-level cache."
+            .into(),
+    }
+}
+
+/// Op kinds in a stable colour order.
+const OPS: [&str; 9] = [
+    "conv",
+    "conv-transpose",
+    "dense",
+    "batch-norm",
+    "max-pool",
+    "relu",
+    "add",
+    "leaky-relu",
+    "concat",
+];
+
+/// A colour per op kind (index 0 is the ceilings'); kinds beyond the list share the last.
+fn op_color(op: &str) -> usize {
+    OPS.iter().position(|o| *o == op).unwrap_or(OPS.len()) + 1
+}
+
+/// The device roofline with each layer as a point sized by its time and coloured by op,
+/// plus measured ceilings where a profile gives them.
+pub(crate) fn roofline(r: &Roofline<'_>, ceilings: &[(String, f64)]) -> Figure {
+    let bw = r.memory_bandwidth.value();
+    let layers: Vec<_> = r
+        .layers
+        .iter()
+        .filter(|l| l.arithmetic_intensity.is_some_and(|a| a > 0.0) && l.attained.value() > 0.0)
+        .collect();
+    let (lo, hi) = layers
+        .iter()
+        .filter_map(|l| l.arithmetic_intensity)
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), a| {
+            (lo.min(a), hi.max(a))
+        });
+    let (lo, hi) = if lo.is_finite() {
+        (lo.min(1.0) / 2.0, (hi * 2.0).max(2.0 * r.machine_balance))
+    } else {
+        (0.1, 1000.0)
+    };
+    let ceiling = |peak: f64| {
+        let knee = peak / bw;
+        let mut pts = vec![(lo, (bw * lo).min(peak))];
+        if knee > lo && knee < hi {
+            pts.push((knee, peak));
+        }
+        pts.push((hi, (bw * hi).min(peak)));
+        pts
+    };
+    let mut series = vec![Series::new(
+        format!(
+            "{} peak {:.1} TFLOP/s",
+            r.matrix_peak.name,
+            r.matrix_peak.rate.value() / 1e12
+        ),
+        Mark::Line,
+        0,
+        ceiling(r.matrix_peak.rate.value()),
+    )];
+    if r.vector_peak.rate.value() < r.matrix_peak.rate.value() {
+        series.push(Series::new(
+            format!(
+                "{} peak {:.1} TFLOP/s",
+                r.vector_peak.name,
+                r.vector_peak.rate.value() / 1e12
+            ),
+            Mark::Line,
+            7,
+            ceiling(r.vector_peak.rate.value()),
+        ));
+    }
+    for (kind, flops) in ceilings {
+        series.push(Series::new(
+            format!("measured {kind} {:.2} TFLOP/s", flops / 1e12),
+            Mark::Dashed,
+            0,
+            ceiling(*flops),
+        ));
+    }
+    let mut ops: Vec<&str> = layers.iter().map(|l| l.op).collect();
+    ops.sort_unstable();
+    ops.dedup();
+    for op in ops {
+        let of: Vec<_> = layers.iter().filter(|l| l.op == op).collect();
+        series.push(
+            Series::new(
+                op,
+                Mark::Points,
+                op_color(op),
+                of.iter()
+                    .map(|l| (l.arithmetic_intensity.unwrap_or(1.0), l.attained.value()))
+                    .collect(),
+            )
+            .sized(of.iter().map(|l| l.time.value()).collect()),
+        );
+    }
+    let skipped = r.layers.len() - layers.len();
+    Figure {
+        id: "roofline".into(),
+        chart: Chart::Xy(XyChart {
+            title: format!(
+                "Roofline: {} on {} ({}), batch {}, {}",
+                r.workload, r.system, r.device, r.batch, r.precision
+            ),
+            x: Axis::log("arithmetic intensity (FLOP/byte)"),
+            y: Axis::log("attained (FLOP/s)"),
+            series,
+        }),
+        caption: format!(
+            "Each layer (forward + backward) at its predicted FLOP/s, marker area proportional \
+             to its time; memory bandwidth {:.1} GB/s{}.{}",
+            bw / 1e9,
+            if r.calibrated_layers > 0 {
+                " (measured)"
+            } else {
+                ""
+            },
+            if skipped > 0 {
+                format!(" {skipped} layers without FLOPs or memory traffic are not shown.")
+            } else {
+                String::new()
+            }
+        ),
+    }
+}
+
+/// Data-movement cost per sample by source across batch sizes (\[004\] Fig. 4).
+pub(crate) fn movement(workload: &str, system: &str, rows: &[(u64, Vec<Movement>)]) -> Figure {
+    let mut sources: Vec<&str> = rows
+        .iter()
+        .flat_map(|(_, m)| m.iter().map(|m| m.source))
+        .collect();
+    sources.dedup();
+    sources.sort_unstable();
+    sources.dedup();
+    let series = sources
+        .iter()
+        .map(|src| BarSeries {
+            name: (*src).to_owned(),
+            values: rows
+                .iter()
+                .map(|(_, m)| {
+                    m.iter()
+                        .filter(|m| m.source == *src)
+                        .map(|m| m.cost_per_sample_s)
+                        .sum()
+                })
+                .collect(),
+        })
+        .collect();
+    Figure {
+        id: "data-movement".into(),
+        chart: Chart::Bar(BarChart {
+            title: format!("Data movement per sample: {workload} on {system}"),
+            x_label: "batch size per device".into(),
+            y: Axis::log("cost per sample (s): bytes x gap"),
+            categories: rows.iter().map(|(b, _)| b.to_string()).collect(),
+            series,
+            stacked: false,
+            levels: Vec::new(),
+        }),
+        caption: "Bytes per sample times the gap (seconds per byte) of the level each source \
+                  crosses; shared levels count their sharing."
+            .into(),
+    }
+}
+
+/// Step-time breakdown (compute / input / allreduce, and the step) per configuration.
+pub(crate) fn breakdown(title: String, x_label: &str, rows: &[(String, Outcome)]) -> Figure {
+    let part = |name: &str, f: fn(&Outcome) -> f64| BarSeries {
+        name: name.to_owned(),
+        values: rows.iter().map(|(_, o)| f(o)).collect(),
+    };
+    Figure {
+        id: "step-breakdown".into(),
+        chart: Chart::Bar(BarChart {
+            title,
+            x_label: x_label.to_owned(),
+            y: Axis::linear("time per step (s)"),
+            categories: rows.iter().map(|(c, _)| c.clone()).collect(),
+            series: vec![
+                part("compute", |o| o.compute_s),
+                part("input", |o| o.input_s),
+                part("allreduce", |o| o.allreduce_s),
+                part("step", |o| o.step_time_s),
+            ],
+            stacked: false,
+            levels: Vec::new(),
+        }),
+        caption: "The step's parts side by side with the step itself: with overlap, the step \
+                  is set by the slowest part, not their sum."
+            .into(),
+    }
+}
+
+/// Curves against node counts on log-log axes, each with its ideal line (dashed) from its
+/// first point: `ideal_exponent` -1 for time under strong scaling, 1 for throughput.
+pub(crate) fn scaling(
+    id: &str,
+    title: String,
+    x_label: &str,
+    y_label: &str,
+    curves: Vec<(String, Vec<(f64, f64)>)>,
+    ideal_exponent: Option<f64>,
+) -> Figure {
+    let mut series = Vec::new();
+    for (i, (name, pts)) in curves.into_iter().enumerate() {
+        if let (Some(k), Some(&(x0, y0)), Some(&(x1, _))) =
+            (ideal_exponent, pts.first(), pts.last())
+            && x1 > x0
+        {
+            series.push(Series::new(
+                format!("{name}: ideal"),
+                Mark::Dashed,
+                i,
+                vec![(x0, y0), (x1, y0 * (x1 / x0).powf(k))],
+            ));
+        }
+        series.push(Series::new(name, Mark::Line, i, pts.clone()));
+        series.push(Series::new(String::new(), Mark::Points, i, pts));
+    }
+    series.retain(|s| !s.points.is_empty());
+    Figure {
+        id: id.to_owned(),
+        chart: Chart::Xy(XyChart {
+            title,
+            x: Axis::log(x_label),
+            y: Axis::log(y_label),
+            series,
+        }),
+        caption: "Predicted; dashed: ideal scaling from the first point.".into(),
+    }
+}

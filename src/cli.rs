@@ -63,6 +63,44 @@ pub(crate) enum ReportCommand {
     /// Compare candidate systems on a workload mix: time to solution, throughput, cost and
     /// energy per solution, largest batch, bottlenecks, bandwidth needed, and a ranking.
     Procurement(ProcurementArgs),
+    /// One workload on one system: prediction, memory, roofline, data movement, step-time
+    /// breakdown and scaling.
+    Workload(Box<ReportWorkloadArgs>),
+    /// Predictions against measured training steps: error tables, prediction-vs-measurement
+    /// and error-distribution plots, and kernel hardware efficiency.
+    Validation(ReportValidationArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ReportWorkloadArgs {
+    #[command(flatten)]
+    pub(crate) workload: WorkloadArgs,
+    #[command(flatten)]
+    pub(crate) system: SystemArg,
+    /// Nodes.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) nodes: u32,
+    /// Batch size per device.
+    #[arg(long, value_parser = batch_parser())]
+    pub(crate) batch: u64,
+    #[command(flatten)]
+    pub(crate) precision: PrecisionArg,
+    #[command(flatten)]
+    pub(crate) scenario: ScenarioArgs,
+    #[command(flatten)]
+    pub(crate) out: ReportOutArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ReportValidationArgs {
+    /// The calibrated profile (from `ridgeline calibrate`).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) profile: PathBuf,
+    /// Measured workload steps (from `ridgeline measure workload`).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) measured: PathBuf,
+    #[command(flatten)]
+    pub(crate) out: ReportOutArgs,
 }
 
 #[derive(Debug, Args)]

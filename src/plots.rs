@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use ridgeline_calibrate::validate::LayerPoint;
 use ridgeline_model::memory::MemoryRow;
 use ridgeline_model::precision::Precision;
 use ridgeline_model::predict::{Movement, Outcome};
@@ -43,6 +44,15 @@ pub(crate) fn ceilings(system: &System, precision: Precision) -> Vec<(String, f6
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The datasheet memory bandwidth behind a calibrated system, bytes/s (`None` for a
+/// datasheet system).
+pub(crate) fn datasheet_bandwidth(system: &System) -> Option<f64> {
+    let profile = system.calibration.as_ref()?;
+    crate::load::system(&profile.system)
+        .ok()
+        .map(|s| s.device.memory_bandwidth.value.value())
 }
 
 /// The device memory and last-level cache of `system` as capacity lines.
@@ -118,28 +128,18 @@ pub(crate) fn memory(
     }
 }
 
-/// Op kinds in a stable colour order.
-const OPS: [&str; 9] = [
-    "conv",
-    "conv-transpose",
-    "dense",
-    "batch-norm",
-    "max-pool",
-    "relu",
-    "add",
-    "leaky-relu",
-    "concat",
-];
-
-/// A colour per op kind (index 0 is the ceilings'); kinds beyond the list share the last.
-fn op_color(op: &str) -> usize {
-    OPS.iter().position(|o| *o == op).unwrap_or(OPS.len()) + 1
-}
-
 /// The device roofline with each layer as a point sized by its time and coloured by op,
 /// plus measured ceilings where a profile gives them.
-pub(crate) fn roofline(r: &Roofline<'_>, ceilings: &[(String, f64)]) -> Figure {
+///
+/// With a calibrated profile, `datasheet_bandwidth` is the datasheet's memory bandwidth:
+/// the datasheet roof is drawn with it and the measured bandwidth as a dashed roof.
+pub(crate) fn roofline(
+    r: &Roofline<'_>,
+    ceilings: &[(String, f64)],
+    datasheet_bandwidth: Option<f64>,
+) -> Figure {
     let bw = r.memory_bandwidth.value();
+    let roof_bw = datasheet_bandwidth.unwrap_or(bw);
     let layers: Vec<_> = r
         .layers
         .iter()
@@ -156,7 +156,7 @@ pub(crate) fn roofline(r: &Roofline<'_>, ceilings: &[(String, f64)]) -> Figure {
     } else {
         (0.1, 1000.0)
     };
-    let ceiling = |peak: f64| {
+    let ceiling = |peak: f64, bw: f64| {
         let knee = peak / bw;
         let mut pts = vec![(lo, (bw * lo).min(peak))];
         if knee > lo && knee < hi {
@@ -165,17 +165,19 @@ pub(crate) fn roofline(r: &Roofline<'_>, ceilings: &[(String, f64)]) -> Figure {
         pts.push((hi, (bw * hi).min(peak)));
         pts
     };
+    let matrix = r.matrix_peak.rate.value();
     let mut series = vec![Series::new(
         format!(
-            "{} peak {:.1} TFLOP/s",
+            "{} peak {:.1} TFLOP/s, {:.0} GB/s",
             r.matrix_peak.name,
-            r.matrix_peak.rate.value() / 1e12
+            matrix / 1e12,
+            roof_bw / 1e9
         ),
         Mark::Line,
         0,
-        ceiling(r.matrix_peak.rate.value()),
+        ceiling(matrix, roof_bw),
     )];
-    if r.vector_peak.rate.value() < r.matrix_peak.rate.value() {
+    if r.vector_peak.rate.value() < matrix {
         series.push(Series::new(
             format!(
                 "{} peak {:.1} TFLOP/s",
@@ -184,7 +186,15 @@ pub(crate) fn roofline(r: &Roofline<'_>, ceilings: &[(String, f64)]) -> Figure {
             ),
             Mark::Line,
             7,
-            ceiling(r.vector_peak.rate.value()),
+            ceiling(r.vector_peak.rate.value(), roof_bw),
+        ));
+    }
+    if datasheet_bandwidth.is_some_and(|d| (d - bw).abs() > 1e-9 * d) {
+        series.push(Series::new(
+            format!("measured bandwidth {:.1} GB/s", bw / 1e9),
+            Mark::Dashed,
+            7,
+            ceiling(matrix, bw),
         ));
     }
     for (kind, flops) in ceilings {
@@ -192,19 +202,19 @@ pub(crate) fn roofline(r: &Roofline<'_>, ceilings: &[(String, f64)]) -> Figure {
             format!("measured {kind} {:.2} TFLOP/s", flops / 1e12),
             Mark::Dashed,
             0,
-            ceiling(*flops),
+            ceiling(*flops, bw),
         ));
     }
     let mut ops: Vec<&str> = layers.iter().map(|l| l.op).collect();
     ops.sort_unstable();
     ops.dedup();
-    for op in ops {
+    for (i, op) in ops.into_iter().enumerate() {
         let of: Vec<_> = layers.iter().filter(|l| l.op == op).collect();
         series.push(
             Series::new(
                 op,
                 Mark::Points,
-                op_color(op),
+                i + 1,
                 of.iter()
                     .map(|l| (l.arithmetic_intensity.unwrap_or(1.0), l.attained.value()))
                     .collect(),
@@ -347,5 +357,177 @@ pub(crate) fn scaling(
             series,
         }),
         caption: "Predicted; dashed: ideal scaling from the first point.".into(),
+    }
+}
+
+/// Per-layer prediction against measurement, log-log, with y = x and a ±`band` error band
+/// (dashed), one colour per op kind.
+pub(crate) fn predicted_vs_measured(title: String, layers: &[LayerPoint], band: f64) -> Figure {
+    let points: Vec<&LayerPoint> = layers
+        .iter()
+        .filter(|l| l.predicted_s > 0.0 && l.measured_s > 0.0)
+        .collect();
+    let (lo, hi) = points
+        .iter()
+        .flat_map(|l| [l.predicted_s, l.measured_s])
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+            (lo.min(v), hi.max(v))
+        });
+    let (lo, hi) = if lo.is_finite() {
+        (lo, hi)
+    } else {
+        (1e-6, 1.0)
+    };
+    let mut series = vec![
+        Series::new("y = x", Mark::Line, 7, vec![(lo, lo), (hi, hi)]),
+        Series::new(
+            format!("±{:.0} %", band * 100.0),
+            Mark::Dashed,
+            7,
+            vec![(lo, lo * (1.0 + band)), (hi, hi * (1.0 + band))],
+        ),
+        Series::new(
+            String::new(),
+            Mark::Dashed,
+            7,
+            vec![(lo, lo * (1.0 - band)), (hi, hi * (1.0 - band))],
+        ),
+    ];
+    let mut ops: Vec<&str> = points.iter().map(|l| l.op.as_str()).collect();
+    ops.sort_unstable();
+    ops.dedup();
+    for (i, op) in ops.into_iter().enumerate() {
+        series.push(Series::new(
+            op,
+            Mark::Points,
+            i + 1,
+            points
+                .iter()
+                .filter(|l| l.op == op)
+                .map(|l| (l.measured_s, l.predicted_s))
+                .collect(),
+        ));
+    }
+    Figure {
+        id: "predicted-vs-measured".into(),
+        chart: Chart::Xy(XyChart {
+            title,
+            x: Axis::log("measured (s)"),
+            y: Axis::log("predicted (s)"),
+            series,
+        }),
+        caption: format!(
+            "Every layer pass (forward and backward) of every measured step: predicted from the \
+             calibrated profile against the executor's median. Points above y = x are predicted \
+             slow; dashed: ±{:.0} %.",
+            band * 100.0
+        ),
+    }
+}
+
+/// Edges of the signed relative-error bins, in fractions.
+const ERROR_BINS: [f64; 9] = [-1.0, -0.5, -0.25, -0.1, 0.0, 0.1, 0.25, 0.5, 1.0];
+
+/// The distribution of signed per-layer errors: share of layer passes and of measured time
+/// per bin.
+pub(crate) fn error_distribution(layers: &[LayerPoint]) -> Figure {
+    let n = ERROR_BINS.len();
+    let bin = |e: f64| {
+        ERROR_BINS[1..n - 1]
+            .iter()
+            .take_while(|&&edge| e >= edge)
+            .count()
+    };
+    let mut count = vec![0.0; n - 1];
+    let mut time = vec![0.0; n - 1];
+    for l in layers {
+        let b = bin(l.rel_error);
+        count[b] += 1.0;
+        time[b] += l.measured_s;
+    }
+    let (total_n, total_t) = (count.iter().sum::<f64>().max(1.0), time.iter().sum::<f64>());
+    let label = |i: usize| {
+        let pct = |v: f64| format!("{:+.0}%", 100.0 * v);
+        match i {
+            0 => format!("< {}", pct(ERROR_BINS[1])),
+            i if i == n - 2 => format!(">= {}", pct(ERROR_BINS[n - 2])),
+            i => format!("{}..{}", pct(ERROR_BINS[i]), pct(ERROR_BINS[i + 1])),
+        }
+    };
+    Figure {
+        id: "error-distribution".into(),
+        chart: Chart::Bar(BarChart {
+            title: "Per-layer error distribution".into(),
+            x_label: "(predicted - measured) / measured".into(),
+            y: Axis::linear("share (%)"),
+            categories: (0..n - 1).map(label).collect(),
+            series: vec![
+                BarSeries {
+                    name: "layer passes".into(),
+                    values: count.iter().map(|c| 100.0 * c / total_n).collect(),
+                },
+                BarSeries {
+                    name: "measured time".into(),
+                    values: time
+                        .iter()
+                        .map(|t| {
+                            if total_t > 0.0 {
+                                100.0 * t / total_t
+                            } else {
+                                0.0
+                            }
+                        })
+                        .collect(),
+                },
+            ],
+            stacked: false,
+            levels: Vec::new(),
+        }),
+        caption: "Share of layer passes, and of their measured time, in each band of signed \
+                  relative error."
+            .into(),
+    }
+}
+
+/// Kernel hardware efficiency (\[004\] Fig. 3): measured run time per efficiency bin, and
+/// the time the same work would take at full efficiency.
+pub(crate) fn efficiency_histogram(id: &str, title: String, layers: &[LayerPoint]) -> Figure {
+    const BINS: usize = 10;
+    let mut time = [0.0; BINS];
+    let mut ideal = [0.0; BINS];
+    for l in layers
+        .iter()
+        .filter(|l| l.flops > 0.0 && l.efficiency > 0.0)
+    {
+        let b = ((l.efficiency * BINS as f64).floor() as usize).min(BINS - 1);
+        time[b] += l.measured_s;
+        ideal[b] += l.measured_s * l.efficiency;
+    }
+    Figure {
+        id: id.to_owned(),
+        chart: Chart::Bar(BarChart {
+            title,
+            x_label: "hardware efficiency (attained / peak FLOP/s)".into(),
+            y: Axis::linear("time per step (s)"),
+            categories: (0..BINS)
+                .map(|i| format!("{}-{}%", i * 100 / BINS, (i + 1) * 100 / BINS))
+                .collect(),
+            series: vec![
+                BarSeries {
+                    name: "measured run time".into(),
+                    values: time.to_vec(),
+                },
+                BarSeries {
+                    name: "at full efficiency".into(),
+                    values: ideal.to_vec(),
+                },
+            ],
+            stacked: false,
+            levels: Vec::new(),
+        }),
+        caption: "Layer passes that do floating-point work, binned by measured efficiency \
+                  against the device peak of their op class; the gap between the bars is the \
+                  time full efficiency would save (the last bin holds anything above 90 %)."
+            .into(),
     }
 }

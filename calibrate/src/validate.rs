@@ -13,7 +13,7 @@ use ridgeline_model::cost;
 use ridgeline_model::memory::{Footprint, Optimizer};
 use ridgeline_model::precision::Precision;
 use ridgeline_model::predict::{DeviceRates, StepModel};
-use ridgeline_model::roofline::{self, Efficiency};
+use ridgeline_model::roofline::{self, Efficiency, PeakClass};
 use ridgeline_model::system::System;
 use ridgeline_model::units::Bytes;
 use ridgeline_model::workloads::{self, BuildOptions};
@@ -44,6 +44,11 @@ pub struct LayerPoint {
     pub rel_error: f64,
     /// Whether the prediction comes from a fitted kernel model.
     pub calibrated: bool,
+    /// FLOPs of the pass (backward: data and weight gradients).
+    pub flops: f64,
+    /// Measured hardware efficiency: FLOP/s attained over the device's peak for the
+    /// layer's op class (matrix or vector).
+    pub efficiency: f64,
 }
 
 /// One training step, predicted and measured.
@@ -226,8 +231,15 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
                 && l.shape["batch"] == step.shape["batch"]
         };
         let measured_layers: Vec<&Record> = records.iter().filter(same_run).collect();
-        for l in &r.layers {
-            for (pass, predicted) in [("forward", l.time_fwd), ("backward", l.time_bwd)] {
+        for (l, lc) in r.layers.iter().zip(&c.layers) {
+            let peak = match l.peak {
+                PeakClass::Matrix => r.matrix_peak.rate.value(),
+                PeakClass::Vector => r.vector_peak.rate.value(),
+            };
+            for (pass, predicted, flops) in [
+                ("forward", l.time_fwd, lc.flops_fwd.value()),
+                ("backward", l.time_bwd, lc.flops_bwd.value()),
+            ] {
                 let Some(m) = measured_layers
                     .iter()
                     .find(|m| m.shape["layer"] == l.name && m.shape["pass"] == pass)
@@ -245,6 +257,8 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
                     measured_s: measured,
                     rel_error: (predicted.value() - measured) / measured,
                     calibrated: l.calibrated,
+                    flops,
+                    efficiency: flops / measured / peak,
                 });
             }
         }

@@ -97,25 +97,31 @@ impl Report {
         self.sections.iter().flat_map(|s| s.figures.iter())
     }
 
-    /// Checks that table and figure identifiers are usable as file names and unique.
+    /// Checks that table and figure identifiers are usable as file names and unique
+    /// (tables and figures apart: they go to different folders and anchors).
     pub fn check(&self) -> Result<(), Error> {
-        let mut seen = std::collections::BTreeSet::new();
-        let ids = self
-            .tables()
-            .map(|t| t.id.as_str())
-            .chain(self.figures().map(|f| f.id.as_str()));
-        for id in ids {
-            let valid = !id.is_empty()
-                && id
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-            if !valid {
-                return Err(Error::Report(format!(
-                    "identifier `{id}` must be lowercase letters, digits and `-`"
-                )));
-            }
-            if !seen.insert(id) {
-                return Err(Error::Report(format!("identifier `{id}` is used twice")));
+        let tables = self.tables().map(|t| t.id.as_str());
+        let figures = self.figures().map(|f| f.id.as_str());
+        for (kind, ids) in [
+            ("table", tables.collect::<Vec<_>>()),
+            ("figure", figures.collect()),
+        ] {
+            let mut seen = std::collections::BTreeSet::new();
+            for id in ids {
+                let valid = !id.is_empty()
+                    && id
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+                if !valid {
+                    return Err(Error::Report(format!(
+                        "{kind} identifier `{id}` must be lowercase letters, digits and `-`"
+                    )));
+                }
+                if !seen.insert(id) {
+                    return Err(Error::Report(format!(
+                        "{kind} identifier `{id}` is used twice"
+                    )));
+                }
             }
         }
         Ok(())

@@ -26,25 +26,7 @@ pub(crate) fn run(args: &MemoryArgs) -> Result<()> {
         args.optimizer,
         sweep,
     )?;
-    let cols: [Col<MemoryRow>; 11] = [
-        num("batch", "batch", |r, s| s.count(r.batch)),
-        num("params", "parameters", |r, s| s.bytes(r.parameters)),
-        num("grads", "gradients", |r, s| s.bytes(r.gradients)),
-        num("optimizer", "optimizer_state", |r, s| {
-            s.bytes(r.optimizer_state)
-        }),
-        num("buffers", "buffers", |r, s| s.bytes(r.buffers)),
-        num("workspace", "workspace", |r, s| s.bytes(r.workspace)),
-        num("input", "input", |r, s| s.bytes(r.input)),
-        num("activations", "activations", |r, s| s.bytes(r.activations)),
-        num("act. grads", "activation_gradients", |r, s| {
-            s.bytes(r.activation_gradients)
-        }),
-        num("total", "total", |r, s| s.bytes(r.total)),
-        num("fits", "fits", |r, _| {
-            if r.fits { "yes" } else { "no" }.to_owned()
-        }),
-    ];
+    let cols = cols();
     output::print(args.format.format, &r, |style| {
         let s = Style::Human;
         let llc = r
@@ -84,4 +66,27 @@ pub(crate) fn run(args: &MemoryArgs) -> Result<()> {
             plots::capacities(&system),
         )]
     })
+}
+
+/// The table's columns (also used by `report`).
+pub(crate) fn cols() -> [Col<MemoryRow>; 11] {
+    [
+        num("batch", "batch", |r, s| s.count(r.batch)),
+        num("params", "parameters", |r, s| s.bytes(r.parameters)),
+        num("grads", "gradients", |r, s| s.bytes(r.gradients)),
+        num("optimizer", "optimizer_state", |r, s| {
+            s.bytes(r.optimizer_state)
+        }),
+        num("buffers", "buffers", |r, s| s.bytes(r.buffers)),
+        num("workspace", "workspace", |r, s| s.bytes(r.workspace)),
+        num("input", "input", |r, s| s.bytes(r.input)),
+        num("activations", "activations", |r, s| s.bytes(r.activations)),
+        num("act. grads", "activation_gradients", |r, s| {
+            s.bytes(r.activation_gradients)
+        }),
+        num("total", "total", |r, s| s.bytes(r.total)),
+        num("fits", "fits", |r, _| {
+            if r.fits { "yes" } else { "no" }.to_owned()
+        }),
+    ]
 }

@@ -40,5 +40,7 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Calibrate(args) => calibrate::run(&args),
         Command::Validate(args) => validate::run(&args),
         Command::Report(ReportCommand::Procurement(args)) => report::procurement(&args),
+        Command::Report(ReportCommand::Workload(args)) => report::workload(&args),
+        Command::Report(ReportCommand::Validation(args)) => report::validation(&args),
     }
 }

@@ -36,22 +36,7 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
         (None, None) => anyhow::bail!("give --batch or --global-batch"),
     };
     let p = predict::predict(job.inputs(), &job.training.scenario, batch)?;
-    let cols: [Col<Movement>; 6] = [
-        text("source", "source", |r, _| r.source.to_owned()),
-        text("level", "level", |r, _| r.level.to_string()),
-        num("bytes/sample", "bytes_per_sample", |r, s| {
-            s.bytes(Bytes::new(r.bytes_per_sample))
-        }),
-        num("gap (s/B)", "gap_s_per_byte", |r, _| {
-            format!("{:.3e}", r.gap_s_per_byte)
-        }),
-        num("rel. cost", "relative_cost", |r, s| {
-            s.number(Some(r.relative_cost), 1)
-        }),
-        num("cost/sample", "cost_per_sample_s", |r, s| {
-            s.seconds(Seconds::new(r.cost_per_sample_s))
-        }),
-    ];
+    let cols = movement_cols();
     output::print(args.format.format, &p, |style| {
         let s = Style::Human;
         let o = &p.outcome;
@@ -197,4 +182,24 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
             ),
         ]
     })
+}
+
+/// The table's columns (also used by `report`).
+pub(crate) fn movement_cols() -> [Col<Movement>; 6] {
+    [
+        text("source", "source", |r, _| r.source.to_owned()),
+        text("level", "level", |r, _| r.level.to_string()),
+        num("bytes/sample", "bytes_per_sample", |r, s| {
+            s.bytes(Bytes::new(r.bytes_per_sample))
+        }),
+        num("gap (s/B)", "gap_s_per_byte", |r, _| {
+            format!("{:.3e}", r.gap_s_per_byte)
+        }),
+        num("rel. cost", "relative_cost", |r, s| {
+            s.number(Some(r.relative_cost), 1)
+        }),
+        num("cost/sample", "cost_per_sample_s", |r, s| {
+            s.seconds(Seconds::new(r.cost_per_sample_s))
+        }),
+    ]
 }

@@ -1,35 +1,41 @@
 //! `ridgeline report`: reports written to a directory in every format.
 
 use std::collections::BTreeSet;
+use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use ridgeline_model::memory::MemoryRow;
+use ridgeline_calibrate::validate::{LayerPoint, Validation};
+use ridgeline_model::memory::{self, MemoryRow};
+use ridgeline_model::predict;
 use ridgeline_model::predict::StepBound;
 use ridgeline_model::procurement::{self, CandidateResult, Mix, WorkloadOutcome};
 use ridgeline_model::sweep::Objective;
 use ridgeline_model::units::{Bytes, Seconds};
+use ridgeline_model::{cost, roofline, scale};
 use ridgeline_reports::chart::{Axis, BarChart, BarSeries, Chart, Figure, Level};
 use ridgeline_reports::{
-    CsvTables, Document, Html, Json, Markdown, Report, ReportRenderer, ReportTable, Section,
+    CsvTables, Document, Html, ImageFormat, Json, Markdown, Report, ReportRenderer, ReportTable,
+    Section,
 };
 use serde::Serialize;
 
-use crate::cli::{Format, ProcurementArgs, ReportOutArgs};
+use super::validate;
+use crate::cli::{
+    Format, ProcurementArgs, ReportOutArgs, ReportValidationArgs, ReportWorkloadArgs,
+};
 use crate::load;
 use crate::output::{self, Col, Style, num, text};
 use crate::plots;
 
 /// Renders `report` in every format into `out.out`; returns the files written.
 pub(crate) fn write(report: &Report, out: &ReportOutArgs) -> Result<Vec<String>> {
-    let dir = &out.out;
-    let renderers: [&dyn ReportRenderer; 4] = [
-        &Html,
-        &Markdown {
-            images: out.images.format(),
-        },
-        &CsvTables,
-        &Json,
-    ];
+    write_to(report, &out.out, out.images.format())
+}
+
+/// Renders `report` in every format into `dir` (Markdown figures as `images`); returns the
+/// files written.
+pub(crate) fn write_to(report: &Report, dir: &Path, images: ImageFormat) -> Result<Vec<String>> {
+    let renderers: [&dyn ReportRenderer; 4] = [&Html, &Markdown { images }, &CsvTables, &Json];
     let mut written = Vec::new();
     for r in renderers {
         for a in r.render(report)? {
@@ -652,4 +658,337 @@ fn procurement_report(
             args.objective
         ),
     }
+}
+
+/// `report validation`: the validation of measured steps against a calibrated profile.
+pub(crate) fn validation(args: &ReportValidationArgs) -> Result<()> {
+    let v = validate::validation(&args.profile, &args.measured)?;
+    let provenance = format!(
+        "ridgeline {} report validation --profile {} --measured {}",
+        env!("CARGO_PKG_VERSION"),
+        args.profile.display(),
+        args.measured.display()
+    );
+    let report = validation_report(&v, provenance);
+    let files = write(&report, &args.out)?;
+    print_files(&report, &v, &files, args.out.format.format)
+}
+
+/// Prints a written report: the JSON result (with the files), or the title and files.
+fn print_files<T: Serialize>(
+    report: &Report,
+    value: &T,
+    files: &[String],
+    format: Format,
+) -> Result<()> {
+    #[derive(Serialize)]
+    struct Written<'a, T> {
+        #[serde(flatten)]
+        result: &'a T,
+        files: &'a [String],
+    }
+    output::print(
+        format,
+        &Written {
+            result: value,
+            files,
+        },
+        |_| {
+            let mut doc = Document::new(report.title.clone());
+            doc = doc.note("files written:");
+            for f in files {
+                doc = doc.note(format!("  {f}"));
+            }
+            doc
+        },
+    )
+}
+
+/// The validation report: summary, steps, layers, hardware efficiency.
+pub(crate) fn validation_report(v: &Validation, provenance: String) -> Report {
+    let mut summary = Section::new("Summary").paragraph(
+        "Predictions come from the calibrated profile alone (micro-kernel records); the \
+         workload measurements are never fitted. Error = (predicted - measured) / measured.",
+    );
+    for (k, val) in validate::summary_lines(v) {
+        summary = summary.fact(k, val);
+    }
+    let steps = Section::new("Training steps").table(table(
+        "steps",
+        "Predicted and measured step time and peak memory",
+        &v.steps,
+        &validate::step_cols(),
+    ));
+    let worst = &v.worst_layers[..v.worst_layers.len().min(20)];
+    let layers = Section::new("Layers")
+        .figure(plots::predicted_vs_measured(
+            format!("Predicted vs measured layer time on {}", v.system),
+            &v.layers,
+            0.25,
+        ))
+        .figure(plots::error_distribution(&v.layers))
+        .table(table(
+            "worst-layers",
+            "Layer passes furthest off, in seconds",
+            worst,
+            &validate::layer_cols(),
+        ));
+    // Hardware efficiency per workload at its largest measured batch.
+    let mut efficiency = Section::new("Kernel hardware efficiency").paragraph(
+        "Measured per-layer FLOP/s over the device's peak for the layer's op class (matrix or \
+         vector) on the profile's datasheet system; [004] Fig. 3.",
+    );
+    let mut workloads: Vec<(&str, usize)> = Vec::new();
+    for s in &v.steps {
+        match workloads.iter_mut().find(|(w, _)| *w == s.workload) {
+            Some((_, b)) => *b = (*b).max(s.batch),
+            None => workloads.push((&s.workload, s.batch)),
+        }
+    }
+    for (w, b) in workloads {
+        let of: Vec<LayerPoint> = v
+            .layers
+            .iter()
+            .filter(|l| l.workload == w && l.batch == b)
+            .cloned()
+            .collect();
+        if of.iter().any(|l| l.flops > 0.0) {
+            efficiency = efficiency.figure(plots::efficiency_histogram(
+                &format!("efficiency-{}", slug(w)),
+                format!("Hardware efficiency: {w}, batch {b}"),
+                &of,
+            ));
+        }
+    }
+    Report {
+        title: format!("Validation on {}", v.system),
+        intro: vec![format!(
+            "{} measured training steps and {} layer passes compared with ridgeline's \
+             predictions.",
+            v.steps.len(),
+            v.layers.len()
+        )],
+        sections: vec![summary, steps, layers, efficiency],
+        provenance,
+    }
+}
+
+/// `report workload`: one workload on one system.
+pub(crate) fn workload(args: &ReportWorkloadArgs) -> Result<()> {
+    let job = load::Job::load(
+        &args.workload,
+        &args.system.system,
+        &args.scenario,
+        args.precision.precision,
+        args.nodes,
+    )?;
+    let graph = load::workload(&args.workload)?;
+    let system = &job.system;
+    let sc = &job.training.scenario;
+    let p = predict::predict(job.inputs(), sc, args.batch)?;
+    let o = &p.outcome;
+    let s = Style::Human;
+    let secs = |v: f64| s.seconds(Seconds::new(v));
+
+    let mut prediction = Section::new("Prediction")
+        .fact(
+            "configuration",
+            format!(
+                "{} nodes x {} devices ({}), batch {} per device ({} global), {}",
+                o.nodes,
+                system.node.devices.value,
+                p.device,
+                o.local_batch,
+                o.global_batch,
+                p.precision
+            ),
+        )
+        .fact(
+            "step time",
+            format!(
+                "{} ({}-bound): compute {}, input {}, allreduce {}",
+                secs(o.step_time_s),
+                bound(o.bound),
+                secs(o.compute_s),
+                secs(o.input_s),
+                secs(o.allreduce_s)
+            ),
+        )
+        .fact("throughput", format!("{:.1} samples/s", o.samples_per_s))
+        .fact("epochs", format!("{:.2}", o.epochs))
+        .fact("time to solution", secs(o.time_to_solution_s))
+        .fact(
+            "memory per device",
+            format!(
+                "{} of {}",
+                s.bytes(Bytes::new(o.memory_per_device_bytes)),
+                s.bytes(Bytes::new(p.device_memory_bytes))
+            ),
+        );
+    if let Some(e) = o.energy_j {
+        prediction = prediction.fact("energy", format!("{:.1} kWh", e / 3.6e6));
+    }
+    for a in &p.assumptions {
+        prediction = prediction.paragraph(format!("Assumed: {a}."));
+    }
+    let prediction = prediction.table(table(
+        "data-movement",
+        "Data movement per sample ([004] Fig. 4): bytes x gap of the level each source crosses",
+        &p.data_movement,
+        &super::predict::movement_cols(),
+    ));
+
+    // Across batch sizes: data movement and the step's parts.
+    let mut batches: Vec<u64> = std::iter::successors(Some(1u64), |b| b.checked_mul(2))
+        .take_while(|&b| b < args.batch)
+        .collect();
+    batches.push(args.batch);
+    let runs: Vec<(u64, predict::Prediction)> = batches
+        .iter()
+        .filter_map(|&b| predict::predict(job.inputs(), sc, b).ok().map(|q| (b, q)))
+        .collect();
+    let movement: Vec<(u64, Vec<predict::Movement>)> = runs
+        .iter()
+        .map(|(b, q)| (*b, q.data_movement.clone()))
+        .collect();
+    let steps: Vec<(String, predict::Outcome)> = runs
+        .iter()
+        .map(|(b, q)| (b.to_string(), q.outcome))
+        .collect();
+    let batch_section = Section::new("Across batch sizes")
+        .figure(plots::movement(&p.workload, &p.system, &movement))
+        .figure(plots::breakdown(
+            format!(
+                "Step time: {} on {} x {} nodes",
+                p.workload, p.system, o.nodes
+            ),
+            "batch size per device",
+            &steps,
+        ));
+
+    // Memory.
+    let mem = memory::report(
+        &graph,
+        system,
+        args.precision.precision,
+        args.scenario.optimizer,
+        None,
+    )?;
+    let memory_section = Section::new("Memory")
+        .fact("largest batch per device", s.count(mem.max_batch))
+        .figure(plots::memory(
+            "memory",
+            &mem.workload,
+            &mem.rows,
+            plots::capacities(system),
+        ))
+        .table(table(
+            "memory",
+            "Memory per device by component",
+            &mem.rows,
+            &super::memory::cols(),
+        ));
+
+    // Roofline.
+    let c = cost::cost(&graph, args.batch, args.precision.precision);
+    let r = roofline::roofline(&graph, &c, system, sc.efficiency)?;
+    let mut longest: Vec<roofline::RooflineLayer<'_>> = r.layers.clone();
+    longest.sort_by(|a, b| b.time.value().total_cmp(&a.time.value()));
+    longest.truncate(15);
+    let roofline_section = Section::new("Roofline")
+        .fact(
+            "step on one device",
+            format!(
+                "{} ({:.1} % of peak); compute-bound layers {}, memory-bound {}",
+                secs(r.step_time.value()),
+                100.0 * r.fraction_of_peak,
+                secs(r.compute_bound_time.value()),
+                secs(r.memory_bound_time.value())
+            ),
+        )
+        .figure(plots::roofline(
+            &r,
+            &plots::ceilings(system, args.precision.precision),
+            plots::datasheet_bandwidth(system),
+        ))
+        .table(table(
+            "roofline",
+            "The 15 longest layers",
+            &longest,
+            &super::roofline::cols(),
+        ));
+
+    // Scaling: weak (fixed local batch) over powers of two up to the machine.
+    let nodes = procurement::node_counts(system.cluster.nodes.value);
+    let weak = scale::weak(job.inputs(), sc, args.batch, &nodes)?;
+    let points: Vec<(f64, f64)> = weak
+        .rows
+        .iter()
+        .filter_map(|r| Some((f64::from(r.nodes), r.throughput?)))
+        .filter(|&(_, t)| t > 0.0)
+        .collect();
+    let mut scaling_section = Section::new("Scaling").table(table(
+        "weak-scaling",
+        &format!("Weak scaling at batch {} per device", args.batch),
+        &weak.rows,
+        &super::scale::cols(),
+    ));
+    if !points.is_empty() {
+        scaling_section = scaling_section.figure(plots::scaling(
+            "weak-scaling",
+            format!(
+                "Weak scaling: {} on {}, batch {}",
+                p.workload, p.system, args.batch
+            ),
+            "nodes",
+            "samples per second",
+            vec![("predicted".into(), points)],
+            Some(1.0),
+        ));
+    }
+    for r in weak.rows.iter().filter(|r| r.infeasible.is_some()) {
+        scaling_section = scaling_section.paragraph(format!(
+            "{} nodes: {}",
+            r.nodes,
+            r.infeasible.as_deref().unwrap_or_default()
+        ));
+    }
+
+    let report = Report {
+        title: format!("Workload report: {} on {}", p.workload, p.system),
+        intro: vec![format!(
+            "{} ({} parameters) on {} ({}), {}. Predicted with {}.",
+            p.workload,
+            s.count(job.model.params),
+            p.system,
+            p.device,
+            p.precision,
+            if system.calibration.is_some() {
+                "the calibrated profile's kernel models".to_owned()
+            } else {
+                format!(
+                    "the datasheet peaks at {:.0} % compute and {:.0} % memory efficiency",
+                    100.0 * sc.efficiency.compute,
+                    100.0 * sc.efficiency.memory
+                )
+            }
+        )],
+        sections: vec![
+            prediction,
+            memory_section,
+            roofline_section,
+            batch_section,
+            scaling_section,
+        ],
+        provenance: format!(
+            "ridgeline {} report workload {} --system {} --nodes {} --batch {}",
+            env!("CARGO_PKG_VERSION"),
+            args.workload.workload,
+            args.system.system,
+            args.nodes,
+            args.batch
+        ),
+    };
+    let files = write(&report, &args.out)?;
+    print_files(&report, &p, &files, args.out.format.format)
 }

@@ -15,29 +15,7 @@ pub(crate) fn run(args: &RooflineArgs) -> Result<()> {
     let system = load::system(&args.system.system)?;
     let c = cost::cost(&graph, args.batch, args.precision.precision);
     let r = roofline::roofline(&graph, &c, &system, Efficiency::IDEAL)?;
-    let cols: [Col<RooflineLayer>; 9] = [
-        text("layer", "name", |r, _| r.name.to_owned()),
-        text("op", "op", |r, _| r.op.to_owned()),
-        text("peak", "peak", |r, _| match r.peak {
-            PeakClass::Matrix => "matrix".to_owned(),
-            PeakClass::Vector => "vector".to_owned(),
-        }),
-        num("FLOP", "flops", |r, s| s.flops(r.flops)),
-        num("HBM bytes", "bytes", |r, s| s.bytes(r.bytes)),
-        num("FLOP/B", "arithmetic_intensity", |r, s| {
-            s.number(r.arithmetic_intensity, 1)
-        }),
-        num("time", "time", |r, s| s.seconds(r.time)),
-        text("bound", "bound", |r, _| {
-            match r.bound {
-                Bound::Compute => "compute",
-                Bound::Memory => "memory",
-                Bound::None => "-",
-            }
-            .to_owned()
-        }),
-        num("attained", "attained", |r, s| s.flop_rate(r.attained)),
-    ];
+    let cols = cols();
     output::print(args.format.format, &r, |style| {
         let s = Style::Human;
         let share = |t: ridgeline_model::units::Seconds| 100.0 * t.value() / r.step_time.value();
@@ -68,6 +46,34 @@ pub(crate) fn run(args: &RooflineArgs) -> Result<()> {
         vec![plots::roofline(
             &r,
             &plots::ceilings(&system, args.precision.precision),
+            plots::datasheet_bandwidth(&system),
         )]
     })
+}
+
+/// The table's columns (also used by `report`).
+pub(crate) fn cols<'g>() -> [Col<RooflineLayer<'g>>; 9] {
+    [
+        text("layer", "name", |r, _| r.name.to_owned()),
+        text("op", "op", |r, _| r.op.to_owned()),
+        text("peak", "peak", |r, _| match r.peak {
+            PeakClass::Matrix => "matrix".to_owned(),
+            PeakClass::Vector => "vector".to_owned(),
+        }),
+        num("FLOP", "flops", |r, s| s.flops(r.flops)),
+        num("HBM bytes", "bytes", |r, s| s.bytes(r.bytes)),
+        num("FLOP/B", "arithmetic_intensity", |r, s| {
+            s.number(r.arithmetic_intensity, 1)
+        }),
+        num("time", "time", |r, s| s.seconds(r.time)),
+        text("bound", "bound", |r, _| {
+            match r.bound {
+                Bound::Compute => "compute",
+                Bound::Memory => "memory",
+                Bound::None => "-",
+            }
+            .to_owned()
+        }),
+        num("attained", "attained", |r, s| s.flop_rate(r.attained)),
+    ]
 }

@@ -94,37 +94,7 @@ pub(crate) fn run(args: &ScaleArgs) -> Result<()> {
             )?
         }
     };
-    let cols: [Col<ScaleRow>; 12] = [
-        num("nodes", "nodes", |r, s| s.count(u64::from(r.nodes))),
-        num("models", "models", |r, s| s.count(u64::from(r.models))),
-        num("batch", "local_batch", |r, s| s.count(r.local_batch)),
-        text("input", "input_size", |r, _| {
-            r.input_size
-                .as_ref()
-                .map_or_else(String::new, |d| Shape::new(d).to_string())
-        }),
-        num("width", "width", |r, s| s.number(r.width, 2)),
-        num("global", "global_batch", |r, s| {
-            r.outcome
-                .map_or_else(String::new, |o| s.count(o.global_batch))
-        }),
-        num("step", "step_time_s", |r, s| {
-            r.outcome
-                .map_or_else(String::new, |o| s.seconds(Seconds::new(o.step_time_s)))
-        }),
-        text("bound", "bound", |r, _| {
-            r.outcome
-                .map_or_else(String::new, |o| format!("{:?}", o.bound).to_lowercase())
-        }),
-        num("samples/s", "throughput", |r, s| s.number(r.throughput, 1)),
-        num("time to solution", "time_to_solution_s", |r, s| {
-            r.outcome.map_or_else(String::new, |o| {
-                s.seconds(Seconds::new(o.time_to_solution_s))
-            })
-        }),
-        num("speedup", "speedup", |r, s| s.number(r.speedup, 2)),
-        num("efficiency", "efficiency", |r, s| s.number(r.efficiency, 2)),
-    ];
+    let cols = cols();
     output::print(args.format.format, &series, |style| {
         let mut doc = Document::new(format!(
             "{} scaling: {} on {}, {}",
@@ -224,4 +194,39 @@ fn scale_figures(series: &ScaleSeries, args: &ScaleArgs) -> Vec<Figure> {
         figures.push(plots::breakdown(format!("Step time, {title}"), x, &steps));
     }
     figures
+}
+
+/// The table's columns (also used by `report`).
+pub(crate) fn cols() -> [Col<ScaleRow>; 12] {
+    [
+        num("nodes", "nodes", |r, s| s.count(u64::from(r.nodes))),
+        num("models", "models", |r, s| s.count(u64::from(r.models))),
+        num("batch", "local_batch", |r, s| s.count(r.local_batch)),
+        text("input", "input_size", |r, _| {
+            r.input_size
+                .as_ref()
+                .map_or_else(String::new, |d| Shape::new(d).to_string())
+        }),
+        num("width", "width", |r, s| s.number(r.width, 2)),
+        num("global", "global_batch", |r, s| {
+            r.outcome
+                .map_or_else(String::new, |o| s.count(o.global_batch))
+        }),
+        num("step", "step_time_s", |r, s| {
+            r.outcome
+                .map_or_else(String::new, |o| s.seconds(Seconds::new(o.step_time_s)))
+        }),
+        text("bound", "bound", |r, _| {
+            r.outcome
+                .map_or_else(String::new, |o| format!("{:?}", o.bound).to_lowercase())
+        }),
+        num("samples/s", "throughput", |r, s| s.number(r.throughput, 1)),
+        num("time to solution", "time_to_solution_s", |r, s| {
+            r.outcome.map_or_else(String::new, |o| {
+                s.seconds(Seconds::new(o.time_to_solution_s))
+            })
+        }),
+        num("speedup", "speedup", |r, s| s.number(r.speedup, 2)),
+        num("efficiency", "efficiency", |r, s| s.number(r.efficiency, 2)),
+    ]
 }

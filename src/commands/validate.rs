@@ -11,7 +11,7 @@ use ridgeline_calibrate::validate::{self, LayerPoint, StepPoint, Summary, Valida
 use ridgeline_measure::Case;
 use ridgeline_model::units::{Bytes, Seconds};
 use ridgeline_model::workloads::{self, BuildOptions};
-use ridgeline_reports::Document;
+use ridgeline_reports::{Document, ImageFormat};
 use serde::Serialize;
 
 use super::measure::{self, Backends};
@@ -58,6 +58,11 @@ pub(crate) fn run(args: &ValidateArgs) -> Result<()> {
     let (Some(profile), Some(measured)) = (&args.profile, &args.measured) else {
         bail!("give --profile FILE and --measured FILE, or --self-check");
     };
+    print(&validation(profile, measured)?, args, None)
+}
+
+/// The validation of the steps in `measured` against the calibrated `profile`.
+pub(crate) fn validation(profile: &Path, measured: &Path) -> Result<Validation> {
     let system = load::system(&profile.display().to_string())?;
     if system.calibration.is_none() {
         bail!(
@@ -66,8 +71,11 @@ pub(crate) fn run(args: &ValidateArgs) -> Result<()> {
         );
     }
     let records = load::records(measured)?;
-    let v = validate::validate(&system, &records, &measured.display().to_string())?;
-    print(&v, args, None)
+    Ok(validate::validate(
+        &system,
+        &records,
+        &measured.display().to_string(),
+    )?)
 }
 
 /// `ridgeline validate comm`: the collective model against measured allreduce.
@@ -234,6 +242,15 @@ fn self_check(args: &ValidateArgs) -> Result<()> {
     let validation_file = dir.join("validation.json");
     std::fs::write(&validation_file, serde_json::to_string_pretty(&v)?)
         .with_context(|| format!("cannot write `{}`", validation_file.display()))?;
+    let report = super::report::validation_report(
+        &v,
+        format!(
+            "ridgeline {} validate --self-check --dir {}",
+            env!("CARGO_PKG_VERSION"),
+            dir.display()
+        ),
+    );
+    super::report::write_to(&report, &dir.join("report"), ImageFormat::Svg)?;
     print(&v, args, Some(dir))
 }
 
@@ -246,8 +263,44 @@ fn print(v: &Validation, args: &ValidateArgs, artifacts: Option<&Path>) -> Resul
         worst_layers: worst,
         artifacts,
     };
-    let pct = |x: f64| signed_percent(x, Style::Human);
-    let step_cols: [Col<StepPoint>; 9] = [
+    let step_cols = step_cols();
+    let layer_cols = layer_cols();
+    output::print(args.format.format, &report, |style| {
+        let mut d = Document::new(format!(
+            "Validation: predicted vs measured training steps on {}",
+            v.system
+        ));
+        for (k, val) in summary_lines(v) {
+            d = d.summary(k, val);
+        }
+        if let Some(dir) = artifacts {
+            d = d.summary(
+                "artifacts",
+                format!(
+                    "{} (suite.jsonl, profile.toml, workloads.jsonl, validation.json, report/)",
+                    dir.display()
+                ),
+            );
+        }
+        d.table(output::table(&v.steps, &step_cols, style))
+            .note("Predictions from the calibrated profile alone (micro-kernel records); the workload measurements are never fitted. Error = (predicted - measured) / measured.")
+    })?;
+    if args.format.format == Format::Table {
+        // The worst layers as a second table under the steps.
+        output::print(args.format.format, &report, |style| {
+            Document::new("Layer passes furthest off, in seconds").table(output::table(
+                worst,
+                &layer_cols,
+                style,
+            ))
+        })?;
+    }
+    Ok(())
+}
+
+/// Columns of the step table (also used by `report validation`).
+pub(crate) fn step_cols() -> [Col<StepPoint>; 9] {
+    [
         text("workload", "workload", |r, _| r.workload.clone()),
         text("input", "input", |r, _| {
             r.input
@@ -273,8 +326,12 @@ fn print(v: &Validation, args: &ValidateArgs, artifacts: Option<&Path>) -> Resul
         num("memory error", "memory_rel_error", |r, s| {
             signed_percent(r.memory_rel_error, s)
         }),
-    ];
-    let layer_cols: [Col<LayerPoint>; 7] = [
+    ]
+}
+
+/// Columns of the layer table (also used by `report validation`).
+pub(crate) fn layer_cols() -> [Col<LayerPoint>; 7] {
+    [
         text("workload", "workload", |r, _| {
             format!("{} b{}", r.workload, r.batch)
         }),
@@ -288,64 +345,46 @@ fn print(v: &Validation, args: &ValidateArgs, artifacts: Option<&Path>) -> Resul
             s.seconds(Seconds::new(r.measured_s))
         }),
         num("error", "rel_error", |r, s| signed_percent(r.rel_error, s)),
-    ];
+    ]
+}
+
+/// The summary lines of a validation: step, layer and memory error statistics.
+pub(crate) fn summary_lines(v: &Validation) -> Vec<(String, String)> {
     let s = &v.summary;
-    output::print(args.format.format, &report, |style| {
-        let mut d = Document::new(format!("Validation: predicted vs measured training steps on {}", v.system))
-            .summary(
-                "step time |error|",
-                format!(
-                    "median {:.1}%, mean {:.1}%, 90th percentile {:.1}%, max {:.1}% over {} steps (bias {})",
-                    100.0 * s.steps.median_abs_rel_error,
-                    100.0 * s.steps.mean_abs_rel_error,
-                    100.0 * s.steps.p90_abs_rel_error,
-                    100.0 * s.steps.max_abs_rel_error,
-                    s.steps.n,
-                    pct(s.steps.bias)
-                ),
-            )
-            .summary(
-                "layer time |error|",
-                format!(
-                    "median {:.1}%, 90th percentile {:.1}% over {} layer passes (bias {})",
-                    100.0 * s.layers.median_abs_rel_error,
-                    100.0 * s.layers.p90_abs_rel_error,
-                    s.layers.n,
-                    pct(s.layers.bias)
-                ),
-            )
-            .summary(
-                "peak memory |error|",
-                format!(
-                    "median {:.1}%, max {:.1}% (bias {})",
-                    100.0 * s.memory.median_abs_rel_error,
-                    100.0 * s.memory.max_abs_rel_error,
-                    pct(s.memory.bias)
-                ),
-            );
-        if let Some(dir) = artifacts {
-            d = d.summary(
-                "artifacts",
-                format!(
-                    "{} (suite.jsonl, profile.toml, workloads.jsonl, validation.json)",
-                    dir.display()
-                ),
-            );
-        }
-        d.table(output::table(&v.steps, &step_cols, style))
-            .note("Predictions from the calibrated profile alone (micro-kernel records); the workload measurements are never fitted. Error = (predicted - measured) / measured.")
-    })?;
-    if args.format.format == Format::Table {
-        // The worst layers as a second table under the steps.
-        output::print(args.format.format, &report, |style| {
-            Document::new("Layer passes furthest off, in seconds").table(output::table(
-                worst,
-                &layer_cols,
-                style,
-            ))
-        })?;
-    }
-    Ok(())
+    let pct = |x: f64| signed_percent(x, Style::Human);
+    vec![
+        (
+            "step time |error|".into(),
+            format!(
+                "median {:.1}%, mean {:.1}%, 90th percentile {:.1}%, max {:.1}% over {} steps (bias {})",
+                100.0 * s.steps.median_abs_rel_error,
+                100.0 * s.steps.mean_abs_rel_error,
+                100.0 * s.steps.p90_abs_rel_error,
+                100.0 * s.steps.max_abs_rel_error,
+                s.steps.n,
+                pct(s.steps.bias)
+            ),
+        ),
+        (
+            "layer time |error|".into(),
+            format!(
+                "median {:.1}%, 90th percentile {:.1}% over {} layer passes (bias {})",
+                100.0 * s.layers.median_abs_rel_error,
+                100.0 * s.layers.p90_abs_rel_error,
+                s.layers.n,
+                pct(s.layers.bias)
+            ),
+        ),
+        (
+            "peak memory |error|".into(),
+            format!(
+                "median {:.1}%, max {:.1}% (bias {})",
+                100.0 * s.memory.median_abs_rel_error,
+                100.0 * s.memory.max_abs_rel_error,
+                pct(s.memory.bias)
+            ),
+        ),
+    ]
 }
 
 /// A relative error as a signed percentage (raw: the fraction).

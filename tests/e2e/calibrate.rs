@@ -186,6 +186,71 @@ fn the_loop_runs_from_micro_kernels_to_validation() {
     }
     assert!(!v["worst_layers"].as_array().unwrap().is_empty());
 
+    // The same validation as a report: tables, the prediction-vs-measurement and error
+    // plots, and the measured hardware efficiency of every layer pass.
+    let out = dir.join("validation-report");
+    let rv = run_json(&[
+        "report",
+        "validation",
+        "--profile",
+        profile,
+        "--measured",
+        measured,
+        "--out",
+        out.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(rv["steps"], v["steps"]);
+    let files: Vec<&str> = rv["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    for f in [
+        "report.html",
+        "figures/predicted-vs-measured.svg",
+        "figures/error-distribution.svg",
+        "figures/efficiency-cosmoflow.svg",
+        "tables/steps.csv",
+    ] {
+        assert!(files.iter().any(|x| x.ends_with(f)), "{f} not in {files:?}");
+    }
+    let svg = std::fs::read_to_string(out.join("figures/predicted-vs-measured.svg")).unwrap();
+    assert!(svg.contains("Predicted vs measured layer time on") && svg.contains("y = x"));
+    let svg = std::fs::read_to_string(out.join("figures/efficiency-cosmoflow.svg")).unwrap();
+    assert!(svg.contains("Hardware efficiency: cosmoflow, batch 1"));
+    assert!(svg.contains("measured run time") && svg.contains("at full efficiency"));
+    for l in rv["layers"].as_array().unwrap() {
+        let (flops, eff) = (
+            l["flops"].as_f64().unwrap(),
+            l["efficiency"].as_f64().unwrap(),
+        );
+        if flops > 0.0 {
+            // Measured FLOP/s cannot exceed the datasheet peak of this CPU.
+            assert!(eff > 0.0 && eff < 1.0, "{l}");
+        }
+    }
+    // A calibrated roofline plot shows the measured GEMM ceiling under the datasheet peak.
+    run_ok(&[
+        "roofline",
+        "cosmoflow",
+        "--input-size",
+        "32",
+        "--batch",
+        "1",
+        "--system",
+        profile,
+        "--plot",
+        out.to_str().unwrap(),
+    ]);
+    let svg = std::fs::read_to_string(out.join("roofline.svg")).unwrap();
+    assert!(
+        svg.contains("measured gemm"),
+        "no measured ceiling in the roofline plot"
+    );
+
     // Bad input: workload records are not micro-kernel records.
     let err = run_err(&["calibrate", measured, "--out", profile]);
     assert!(

@@ -400,7 +400,7 @@ fn plot_options_write_the_matching_plots() {
             .iter()
             .any(|t| t.starts_with("Roofline: resnet50 on a100-sxm4-40gb"))
     );
-    for series in ["conv", "batch-norm", "fp32 peak 19.5 TFLOP/s"] {
+    for series in ["conv", "batch-norm", "fp32 peak 19.5 TFLOP/s, 1555 GB/s"] {
         assert!(
             texts.iter().any(|t| t == series),
             "roofline lacks {series}: {texts:?}"
@@ -454,6 +454,60 @@ fn plot_options_write_the_matching_plots() {
         assert_eq!(reader.info().width, ridgeline_reports::plot::WIDTH);
     }
     let _ = fixture;
+}
+
+#[test]
+fn workload_report() {
+    let dir = scratch("workload-report");
+    let out = dir.join("r");
+    let v = run_json(&[
+        "report",
+        "workload",
+        "resnet50",
+        "--system",
+        "dgx-h100",
+        "--nodes",
+        "4",
+        "--batch",
+        "64",
+        "--epochs",
+        "90",
+        "--out",
+        out.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(v["nodes"], 4);
+    assert_eq!(v["global_batch"], 4 * 8 * 64);
+    let figures = [
+        ("memory", "Memory per device: resnet50"),
+        (
+            "roofline",
+            "Roofline: resnet50 on dgx-h100 (h100-sxm5-80gb), batch 64, fp32",
+        ),
+        (
+            "data-movement",
+            "Data movement per sample: resnet50 on dgx-h100",
+        ),
+        (
+            "step-breakdown",
+            "Step time: resnet50 on dgx-h100 x 4 nodes",
+        ),
+        (
+            "weak-scaling",
+            "Weak scaling: resnet50 on dgx-h100, batch 64",
+        ),
+    ];
+    for (id, title) in figures {
+        let texts = svg_texts(&out.join(format!("figures/{id}.svg")));
+        assert!(texts.iter().any(|t| t == title), "{id}: {texts:?}");
+    }
+    // Weak scaling: one row per power of two up to the 32 nodes of the system.
+    let mut csv = csv::Reader::from_path(out.join("tables/weak-scaling.csv")).unwrap();
+    let nodes: Vec<String> = csv.records().map(|r| r.unwrap()[0].to_owned()).collect();
+    assert_eq!(nodes, ["1", "2", "4", "8", "16", "32"]);
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert_eq!(html.matches("<svg").count(), figures.len());
 }
 
 /// The Chromium binary, or `None` where it is not installed (then the test says so; CI

@@ -119,6 +119,13 @@ pub(crate) struct ProcurementArgs {
     /// Rank by time, cost or energy per mix.
     #[arg(long, default_value = "time", value_parser = parse_from_str::<Objective>)]
     pub(crate) objective: Objective,
+    /// Fraction of the devices' peak FLOP/s the layers attain, for every candidate alike
+    /// (1 = ideal: times are lower bounds).
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) compute_efficiency: f64,
+    /// Fraction of the devices' memory bandwidth the layers attain.
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) memory_efficiency: f64,
     #[command(flatten)]
     pub(crate) out: ReportOutArgs,
 }

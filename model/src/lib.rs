@@ -18,7 +18,8 @@
 //! curves, and [`predict`] combines them into step, epoch and time-to-solution predictions
 //! ([`predict::StepModel`] -> [`predict::Plan`] -> [`predict::Plan::evaluate`], split by what
 //! each depends on so that [`sweep`] evaluates millions of configurations per second);
-//! [`scale`] builds strong, weak, ensemble and problem-size series. This crate does no I/O
+//! [`scale`] builds strong, weak, ensemble and problem-size series, and [`procurement`]
+//! compares candidate systems (offers with price and power) on a weighted workload mix. This crate does no I/O
 //! beyond parsing text handed to it, and never prints.
 //!
 //! ```

@@ -617,6 +617,14 @@ pub fn rank(candidates: &mut [CandidateResult], objective: Objective) {
         .iter()
         .filter_map(|c| c.mixes_per_day)
         .reduce(f64::max);
+    let cheapest = candidates
+        .iter()
+        .filter_map(|c| c.cost_per_mix)
+        .reduce(f64::min);
+    let leanest = candidates
+        .iter()
+        .filter_map(|c| c.energy_per_mix_j)
+        .reduce(f64::min);
     for (i, c) in candidates.iter_mut().enumerate() {
         c.rank = values[i].map(|_| i + 1);
         let mut reasons = Vec::new();
@@ -661,6 +669,19 @@ pub fn rank(candidates: &mut [CandidateResult], objective: Objective) {
             reasons.push(format!(
                 "{m:.2} mixes per day ({:.0} % of the fastest candidate)",
                 100.0 * m / best
+            ));
+        }
+        if let (Some(v), Some(low)) = (c.cost_per_mix, cheapest) {
+            reasons.push(format!(
+                "cost per mix {v:.2} ({:.0} % of the cheapest)",
+                100.0 * v / low
+            ));
+        }
+        if let (Some(v), Some(low)) = (c.energy_per_mix_j, leanest) {
+            reasons.push(format!(
+                "energy per mix {:.1} kWh ({:.0} % of the least)",
+                v / 3.6e6,
+                100.0 * v / low
             ));
         }
         for w in &c.workloads {

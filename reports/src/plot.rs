@@ -10,6 +10,7 @@ use std::ops::Range;
 use std::sync::OnceLock;
 
 use plotters::coord::Shift;
+use plotters::coord::combinators::LogCoord;
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 use plotters::style::FontStyle;
@@ -262,10 +263,21 @@ fn xy<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &XyChart) -> DrawRes
     let y = span(points().map(|p| p.1), c.y.scale, c.y.scale == Scale::Linear);
     match (c.x.scale, c.y.scale) {
         (Scale::Linear, Scale::Linear) => xy_in(root, c, x, y),
-        (Scale::Log, Scale::Linear) => xy_in(root, c, x.log_scale(), y),
-        (Scale::Linear, Scale::Log) => xy_in(root, c, x, y.log_scale()),
-        (Scale::Log, Scale::Log) => xy_in(root, c, x.log_scale(), y.log_scale()),
+        (Scale::Log, Scale::Linear) => xy_in(root, c, log(x, 100.0), y),
+        (Scale::Linear, Scale::Log) => xy_in(root, c, x, log(y, 10.0)),
+        (Scale::Log, Scale::Log) => xy_in(root, c, log(x, 100.0), log(y, 10.0)),
     }
+}
+
+/// A logarithmic axis over `range`: ticks at powers of ten, or of two where the range spans
+/// less than `ratio` (so that an axis of 4 to 64 nodes is labelled at all).
+fn log(range: Range<f64>, ratio: f64) -> LogCoord<f64> {
+    let base = if range.end / range.start < ratio {
+        2.0
+    } else {
+        10.0
+    };
+    range.log_scale().base(base).into()
 }
 
 fn xy_in<DB, X, Y>(root: &DrawingArea<DB, Shift>, c: &XyChart, x: X, y: Y) -> DrawResult<DB>
@@ -404,7 +416,7 @@ fn bars<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &BarChart) -> Draw
             let positive = tops.iter().copied().filter(|&v| v > 0.0).chain(levels);
             let y = span(positive, Scale::Log, false);
             let floor = y.start;
-            bars_in(root, c, x, y.log_scale(), floor)
+            bars_in(root, c, x, log(y, 10.0), floor)
         }
     }
 }

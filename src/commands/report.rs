@@ -9,6 +9,7 @@ use ridgeline_model::memory::{self, MemoryRow};
 use ridgeline_model::predict;
 use ridgeline_model::predict::StepBound;
 use ridgeline_model::procurement::{self, CandidateResult, Mix, WorkloadOutcome};
+use ridgeline_model::roofline::Efficiency;
 use ridgeline_model::sweep::Objective;
 use ridgeline_model::units::{Bytes, Seconds};
 use ridgeline_model::{cost, roofline, scale};
@@ -139,12 +140,16 @@ pub(crate) fn procurement(args: &ProcurementArgs) -> Result<()> {
     } else {
         format!("data/mixes/{}.toml", args.mix)
     };
-    let jobs = mix
+    let efficiency = Efficiency::new(args.compute_efficiency, args.memory_efficiency)?;
+    let mut jobs = mix
         .workloads
         .iter()
         .enumerate()
         .map(|(i, e)| load::mix_job(e, i, &mix_file, dir.as_deref()))
         .collect::<Result<Vec<_>>>()?;
+    for j in &mut jobs {
+        j.scenario.efficiency = efficiency;
+    }
     let mut names = BTreeSet::new();
     let mut candidates = Vec::new();
     let mut offers = Vec::new();
@@ -376,18 +381,34 @@ fn procurement_report(
          its workloads one after another, each as many times as its weight. Candidates are \
          ranked by {objective}{}.",
         args.budget
-            .map(|b| format!(", each at the nodes a budget of {b:.0} buys"))
+            .map(|b| format!(
+                ", each at the nodes a budget of {} buys",
+                ridgeline_reports::count(b.round() as u64)
+            ))
             .unwrap_or_default()
     ));
-    intro.push(
-        "Predictions use the systems' datasheet peaks at ideal efficiency unless a candidate's \
-         system is a calibrated profile, so absolute times are lower bounds; compare candidates \
-         by their ratios. Cost is the total cost of ownership: the purchase price spread over \
-         the lifetime plus electricity at the node's power. Prices, power and site figures are \
-         the candidate files' own, each with its source (see the inputs below and \
-         procurement.json)."
-            .into(),
-    );
+    let ideal = args.compute_efficiency >= 1.0 && args.memory_efficiency >= 1.0;
+    intro.push(format!(
+        "Predictions use the systems' datasheet peaks at {} unless a candidate's system is a \
+         calibrated profile{}; compare candidates by their ratios. Cost is the total cost of \
+         ownership: the purchase price spread over the lifetime plus electricity at the node's \
+         power. Prices, power and site figures are the candidate files' own, each with its \
+         source (see the inputs below and procurement.json).",
+        if ideal {
+            "ideal efficiency".to_owned()
+        } else {
+            format!(
+                "{:.0} % compute and {:.0} % memory efficiency",
+                100.0 * args.compute_efficiency,
+                100.0 * args.memory_efficiency
+            )
+        },
+        if ideal {
+            ", so absolute times are lower bounds"
+        } else {
+            ""
+        }
+    ));
 
     // Ranking.
     let mut ranking = Section::new("Ranking").table(table(
@@ -656,7 +677,14 @@ fn procurement_report(
                 .map(|b| format!(" --budget {b}"))
                 .unwrap_or_default(),
             args.objective
-        ),
+        ) + &if ideal {
+            String::new()
+        } else {
+            format!(
+                " --compute-efficiency {} --memory-efficiency {}",
+                args.compute_efficiency, args.memory_efficiency
+            )
+        },
     }
 }
 

@@ -544,6 +544,7 @@ fn browse(
             "--headless",
             "--no-sandbox",
             "--disable-gpu",
+            "--disable-dev-shm-usage",
             "--no-first-run",
             "--disable-background-networking",
             "--disable-component-update",

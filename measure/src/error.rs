@@ -24,6 +24,17 @@ pub enum Error {
         reason: String,
     },
 
+    /// A call into a device library failed.
+    #[error("{device}: {call} failed: {message}")]
+    Device {
+        /// The device, e.g. `cuda:0`.
+        device: String,
+        /// The library call.
+        call: String,
+        /// The library's error.
+        message: String,
+    },
+
     /// A request the backend cannot honour (a precision it lacks, a bad shape).
     #[error("{what}: {message}")]
     Invalid {

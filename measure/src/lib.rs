@@ -6,8 +6,12 @@
 //! - [`Backend`]: the trait every device implements. [`CpuBackend`] is real and the default:
 //!   GEMM through the `gemm` crate (f32 and f64), N-d convolution forward / backward-data /
 //!   backward-filter lowered to GEMM (direct for depthwise), STREAM, every op of the layer-graph
-//!   IR, on a rayon pool of a chosen number of threads. [`CudaBackend`] is the CUDA backend's
-//!   place; this build has none, and asking for it is a clear error.
+//!   IR, on a rayon pool of a chosen number of threads. [`CudaBackend`] (feature `cuda`,
+//!   cudarc with run-time loading) runs GEMM through cuBLAS (fp64, fp32, tf32, fp16 and bf16
+//!   with fp32 accumulation) and STREAM through NVRTC, timed with CUDA events; it has not
+//!   been run on a GPU yet, and convolution, ops and workloads on it are clear errors for now.
+//!   Without a driver, a GPU or a library it says which; without the feature, a disabled twin
+//!   says how to build it.
 //! - The full-workload executor ([`Backend::workload`]): runs any `ridgeline-model` layer graph
 //!   forward and backward with real kernels on synthetic data, then an SGD update, timing every
 //!   layer (names as in the model, so results join 1:1) and tracking peak memory.
@@ -33,13 +37,13 @@
 //! | `id` | unique key of the measurement (kind, shape, precision, threads, device); `--resume` skips ids already recorded |
 //! | `kind` | `gemm`, `conv`, `stream`, `op`, `workload-layer`, `workload-step`; under MPI `comm-prtt`, `comm-exchange`, `comm-reduce`, `comm-allreduce`, `comm-alltoall` |
 //! | `shape` | an object: GEMM `m`, `n`, `k`; conv `source`, `n`, `c_in`, `c_out`, `input`, `kernel`, `stride`, `padding` (`[before, after]` per dimension), `dilation`, `groups`, `bias`, `pass`; STREAM `kernel`, `elements`, `array_bytes`; op `op` (the layer as a workload file writes it), `input`, `batch`, `pass`; workload `workload`, `input`, `batch`, and for layers `layer`, `op`, `pass` |
-//! | `precision` | `fp32`, `fp64` |
-//! | `device` | `cpu`; `mpi` for communication |
+//! | `precision` | `fp32`, `fp64`; on a GPU also `tf32`, `fp16`, `bf16` |
+//! | `device` | `cpu`, `cuda:N`; `mpi` for communication |
 //! | `threads` | threads the kernel ran on |
 //! | `samples_s` | every raw sample: seconds of one run (of one training step for workloads) |
 //! | `flops` | FLOPs of one run, as the model counts them |
 //! | `bytes` | bytes of one run, as the model counts them (a lower bound on memory traffic) |
-//! | `env` | `host`, `cpu_model`, `cores`, `simd`, `ridgeline_version`, `git_commit`, `timestamp` |
+//! | `env` | `host`, `cpu_model`, `cores`, `simd`, `ridgeline_version`, `git_commit`, `timestamp`; on a GPU `gpu` (`ordinal`, `name`, `compute_capability`, `memory_bytes`, `sm_clock_mhz`, `memory_clock_mhz`, `driver_version`, `libraries`) |
 //! | `extra` | communication: `ranks`, `ranks_per_node`, `nodes`, `hosts` (every rank's), `mpi_library`, `mpi_settings` (transport and collective settings), ping-pong `same_host`, `pair_hosts`, `delay_s`, allreduce `algorithm`; workload steps: `peak_bytes` (executor accounting), `peak_rss_bytes` (the process, from `VmHWM`), `update_s` (SGD update per step) |
 
 mod backend;
@@ -62,4 +66,4 @@ pub use cpu::CpuBackend;
 pub use cuda::CudaBackend;
 pub use error::{Error, Result};
 pub use protocol::Protocol;
-pub use record::{Env, Record, RecordWriter, Resumed, SCHEMA_VERSION, read_records};
+pub use record::{Env, GpuEnv, Record, RecordWriter, Resumed, SCHEMA_VERSION, read_records};

@@ -70,18 +70,41 @@ impl Protocol {
 
     /// Times `run` by this protocol; returns the seconds of one run, per sample.
     pub fn measure(&self, mut run: impl FnMut()) -> Vec<f64> {
+        let timed = self.measure_timed(timer_resolution(), |batch| {
+            let t = Instant::now();
+            for _ in 0..batch {
+                run();
+            }
+            Ok::<_, std::convert::Infallible>(t.elapsed())
+        });
+        match timed {
+            Ok(samples) => samples,
+            Err(never) => match never {},
+        }
+    }
+
+    /// Times work that times itself: `run(batch)` runs the kernel `batch` times back to back
+    /// and returns how long that took by its own clock (CUDA events on a GPU) whose finest
+    /// step is `resolution`. Warm-up learns one run's time; short kernels are batched so that
+    /// a sample spans at least [`MIN_RESOLUTIONS`] clock steps. Returns the seconds of one run,
+    /// per sample; the first error stops the measurement.
+    pub fn measure_timed<E>(
+        &self,
+        resolution: Duration,
+        mut run: impl FnMut(u32) -> Result<Duration, E>,
+    ) -> Result<Vec<f64>, E> {
         // Warm up (at least once), learning how long one run takes.
         let start = Instant::now();
-        let mut runs = 0u32;
+        let (mut runs, mut busy) = (0u32, Duration::ZERO);
         loop {
-            run();
+            busy += run(1)?;
             runs += 1;
             if start.elapsed() >= self.warmup {
                 break;
             }
         }
-        let per_run = start.elapsed() / runs;
-        let floor = timer_resolution() * MIN_RESOLUTIONS;
+        let per_run = busy / runs;
+        let floor = resolution * MIN_RESOLUTIONS;
         let batch = if per_run >= floor || per_run.is_zero() {
             1
         } else {
@@ -90,11 +113,8 @@ impl Protocol {
         let mut samples = Vec::with_capacity(self.min_samples);
         let sampling = Instant::now();
         while samples.len() < self.max_samples.max(1) {
-            let t = Instant::now();
-            for _ in 0..batch {
-                run();
-            }
-            samples.push(t.elapsed().as_secs_f64() / f64::from(batch));
+            let took = run(batch)?;
+            samples.push(took.as_secs_f64() / f64::from(batch));
             let elapsed = sampling.elapsed();
             let enough = samples.len() >= self.min_samples && elapsed >= self.min_time;
             let too_long = samples.len() >= self.min_samples && elapsed >= self.max_time;
@@ -102,7 +122,7 @@ impl Protocol {
                 break;
             }
         }
-        samples
+        Ok(samples)
     }
 }
 
@@ -151,6 +171,36 @@ pub fn timer_resolution() -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A device clock that says each run takes 2 us, with 1 us steps: runs are batched so a
+    /// sample spans at least MIN_RESOLUTIONS steps, and per-run times come out exact.
+    #[test]
+    fn self_timed_work_is_batched_to_the_clock_resolution() {
+        let mut batches = Vec::new();
+        let p = Protocol::quick();
+        let samples = p
+            .measure_timed(Duration::from_micros(1), |batch| {
+                batches.push(batch);
+                Ok::<_, String>(Duration::from_micros(2) * batch)
+            })
+            .unwrap();
+        assert_eq!(samples.len(), 3);
+        assert!(
+            samples.iter().all(|s| (s - 2e-6).abs() < 1e-12),
+            "{samples:?}"
+        );
+        assert_eq!(batches[0], 1, "warm-up runs once");
+        assert!(
+            batches[1..].iter().all(|&b| 2 * b >= MIN_RESOLUTIONS),
+            "{batches:?}"
+        );
+        let err = p
+            .measure_timed(Duration::from_micros(1), |_| {
+                Err::<Duration, _>("launch failed")
+            })
+            .unwrap_err();
+        assert_eq!(err, "launch failed");
+    }
 
     #[test]
     fn timer_resolution_is_small_and_positive() {

@@ -59,13 +59,35 @@ pub struct Env {
     pub simd: Vec<String>,
     /// Accelerator, when the device is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu: Option<String>,
+    pub gpu: Option<GpuEnv>,
     /// ridgeline version.
     pub ridgeline_version: String,
     /// Git commit ridgeline was built from, when known.
     pub git_commit: Option<String>,
     /// When the record was made (RFC 3339, UTC).
     pub timestamp: String,
+}
+
+/// The GPU a record was measured on (CUDA backend).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuEnv {
+    /// Device ordinal.
+    pub ordinal: usize,
+    /// Device name, as the driver reports it.
+    pub name: String,
+    /// Compute capability, `major.minor`.
+    pub compute_capability: String,
+    /// Device memory, bytes.
+    pub memory_bytes: u64,
+    /// Peak SM clock, MHz.
+    pub sm_clock_mhz: Option<u32>,
+    /// Peak memory clock, MHz.
+    pub memory_clock_mhz: Option<u32>,
+    /// CUDA driver API version, `major.minor`.
+    pub driver_version: String,
+    /// Versions of the libraries the measurement used (cublas, cudnn, nvrtc, nccl).
+    #[serde(default)]
+    pub libraries: std::collections::BTreeMap<String, String>,
 }
 
 /// SIMD flags worth recording, as /proc/cpuinfo names them.

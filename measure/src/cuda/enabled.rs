@@ -1,0 +1,519 @@
+//! The CUDA backend through cudarc (feature `cuda`).
+//!
+//! Every library is probed before its first call (cudarc's dynamic loading panics on a call
+//! into a library it cannot load): the driver in [`CudaBackend::open`], cuBLAS before the
+//! first GEMM, NVRTC before the first STREAM kernel. A missing one is
+//! [`Error::BackendUnavailable`] naming it. Every other CUDA call's result is mapped to
+//! [`Error::Device`] naming the call. Device memory is owned by `CudaSlice`s, freed when they
+//! drop on every path, errors included.
+//!
+//! Not yet run on a GPU (see the module above).
+
+// The cuBLAS GEMM and the kernel launches are foreign calls; each `unsafe` block says why
+// it is sound.
+#![allow(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cudarc::cublas::{self, CudaBlas};
+use cudarc::driver::{
+    self, CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut,
+    LaunchConfig, PushKernelArg,
+};
+use cudarc::nvrtc;
+
+use super::plan::{
+    Compute, Element, GemmPlan, STREAM_BLOCK, STREAM_SOURCE, stream_function, stream_grid,
+};
+use crate::backend::{
+    Backend, ConvCase, ConvPass, GemmCase, OpCase, Pass, StreamKernel, WorkloadRun,
+};
+use crate::error::{Error, Result};
+use crate::protocol::Protocol;
+use crate::record::{Env, GpuEnv};
+
+/// Resolution assumed for CUDA events (the driver documents about half a microsecond).
+const EVENT_RESOLUTION: Duration = Duration::from_nanos(500);
+
+/// The scalar of STREAM's scale and triad.
+const STREAM_Q: f64 = 3.0;
+
+/// A GPU, its stream, and the libraries loaded so far.
+pub struct CudaBackend {
+    ordinal: usize,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    gpu: GpuEnv,
+    blas: Option<CudaBlas>,
+    stream_kernels: Option<Vec<(StreamKernel, CudaFunction)>>,
+}
+
+impl std::fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaBackend")
+            .field("ordinal", &self.ordinal)
+            .field("gpu", &self.gpu)
+            .finish_non_exhaustive()
+    }
+}
+
+fn unavailable(ordinal: usize, reason: impl Into<String>) -> Error {
+    Error::BackendUnavailable {
+        backend: format!("cuda:{ordinal}"),
+        reason: reason.into(),
+    }
+}
+
+/// Maps a failed CUDA call to an error naming it.
+fn call<T, E: std::fmt::Debug>(device: usize, name: &str, r: Result<T, E>) -> Result<T> {
+    r.map_err(|e| Error::Device {
+        device: format!("cuda:{device}"),
+        call: name.to_owned(),
+        message: format!("{e:?}"),
+    })
+}
+
+impl CudaBackend {
+    /// Opens GPU `ordinal`: checks that the driver library loads and the GPU exists, creates
+    /// a context and a stream, and records the device, its clocks and the driver version.
+    pub fn open(ordinal: usize) -> Result<Box<dyn Backend>> {
+        // SAFETY: `is_culib_present` only tries to open the driver library by its candidate
+        // names (dlopen) and closes it; it calls nothing in it.
+        if !unsafe { driver::sys::is_culib_present() } {
+            return Err(unavailable(
+                ordinal,
+                "the CUDA driver library (libcuda.so) cannot be loaded: no NVIDIA driver is \
+                 installed here; measure on the CPU with --device cpu",
+            ));
+        }
+        let count = call(ordinal, "cuDeviceGetCount", CudaContext::device_count())?;
+        if count <= 0 {
+            return Err(unavailable(
+                ordinal,
+                "the NVIDIA driver sees no GPU (check nvidia-smi and CUDA_VISIBLE_DEVICES)",
+            ));
+        }
+        if ordinal >= count as usize {
+            return Err(unavailable(
+                ordinal,
+                format!(
+                    "there is no GPU {ordinal}: the driver sees {count} (cuda:0 to cuda:{})",
+                    count - 1
+                ),
+            ));
+        }
+        let ctx = call(ordinal, "cuCtxCreate", CudaContext::new(ordinal))?;
+        let stream = call(ordinal, "cuStreamCreate", ctx.new_stream())?;
+        let gpu = gpu_env(ordinal, &ctx)?;
+        Ok(Box::new(CudaBackend {
+            ordinal,
+            ctx,
+            stream,
+            gpu,
+            blas: None,
+            stream_kernels: None,
+        }))
+    }
+
+    fn call<T, E: std::fmt::Debug>(&self, name: &str, r: Result<T, E>) -> Result<T> {
+        call(self.ordinal, name, r)
+    }
+
+    /// cuBLAS on this backend's stream, loaded on first use.
+    fn blas(&mut self) -> Result<&CudaBlas> {
+        if self.blas.is_none() {
+            // SAFETY: as for the driver: a dlopen probe of libcublas, no call into it.
+            if !unsafe { cublas::sys::is_culib_present() } {
+                return Err(unavailable(
+                    self.ordinal,
+                    "cuBLAS (libcublas.so.13) cannot be loaded: install the CUDA 13 math \
+                     libraries (e.g. the nvidia-cublas-cu13 wheel or the CUDA toolkit) and put \
+                     them on LD_LIBRARY_PATH",
+                ));
+            }
+            let blas = self.call("cublasCreate", CudaBlas::new(self.stream.clone()))?;
+            let mut version = 0;
+            // SAFETY: the handle is live (owned by `blas`) and `version` is a valid place for
+            // the library to write one int.
+            let status = unsafe { cublas::sys::cublasGetVersion_v2(*blas.handle(), &mut version) };
+            self.call("cublasGetVersion", status.result())?;
+            self.gpu
+                .libraries
+                .insert("cublas".into(), version_string(version));
+            self.blas = Some(blas);
+        }
+        self.blas
+            .as_ref()
+            .ok_or_else(|| unavailable(self.ordinal, "cuBLAS handle missing"))
+    }
+
+    /// The STREAM kernels, compiled with NVRTC and loaded on first use.
+    fn stream_kernel(&mut self, kernel: StreamKernel) -> Result<CudaFunction> {
+        if self.stream_kernels.is_none() {
+            // SAFETY: a dlopen probe of libnvrtc, no call into it.
+            if !unsafe { nvrtc::sys::is_culib_present() } {
+                return Err(unavailable(
+                    self.ordinal,
+                    "NVRTC (libnvrtc.so.13) cannot be loaded: install the CUDA 13 runtime \
+                     compiler (e.g. the nvidia-cuda-nvrtc-cu13 wheel or the CUDA toolkit) and \
+                     put it on LD_LIBRARY_PATH",
+                ));
+            }
+            let ptx = self.call("nvrtcCompileProgram", nvrtc::compile_ptx(STREAM_SOURCE))?;
+            let module = self.call("cuModuleLoadData", self.ctx.load_module(ptx))?;
+            let mut functions = Vec::new();
+            for k in StreamKernel::ALL {
+                let f = self.call(
+                    "cuModuleGetFunction",
+                    module.load_function(stream_function(k)),
+                )?;
+                functions.push((k, f));
+            }
+            let (mut major, mut minor) = (0, 0);
+            // SAFETY: NVRTC is loaded (probed above, and a program was compiled with it);
+            // both pointers are valid places for one int.
+            let status = unsafe { nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+            self.call("nvrtcVersion", status.result())?;
+            self.gpu
+                .libraries
+                .insert("nvrtc".into(), format!("{major}.{minor}"));
+            self.stream_kernels = Some(functions);
+        }
+        self.stream_kernels
+            .as_ref()
+            .and_then(|v| v.iter().find(|(k, _)| *k == kernel))
+            .map(|(_, f)| f.clone())
+            .ok_or_else(|| unavailable(self.ordinal, "STREAM kernels missing"))
+    }
+
+    /// A pair of timing events.
+    fn events(&self) -> Result<(CudaEvent, CudaEvent)> {
+        let flags = Some(driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        Ok((
+            self.call("cuEventCreate", self.ctx.new_event(flags))?,
+            self.call("cuEventCreate", self.ctx.new_event(flags))?,
+        ))
+    }
+
+    /// Device memory of `len` elements of `T`, zeroed, after checking it fits.
+    fn zeros<T: driver::DeviceRepr + driver::ValidAsZeroBits>(
+        &self,
+        len: usize,
+    ) -> Result<CudaSlice<T>> {
+        self.call("cuMemAllocAsync", self.stream.alloc_zeros::<T>(len.max(1)))
+    }
+
+    /// Fails with a clear message when `bytes` exceed the GPU's free memory.
+    fn check_memory(&self, what: &str, bytes: usize) -> Result<()> {
+        let (free, _) = self.call("cuMemGetInfo", self.ctx.mem_get_info())?;
+        if bytes > free {
+            return Err(Error::invalid(
+                what,
+                format!(
+                    "needs {:.2} GB of device memory; cuda:{} has {:.2} GB free",
+                    bytes as f64 / 1e9,
+                    self.ordinal,
+                    free as f64 / 1e9
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A CUDA version number as text: the driver API's `major * 1000 + minor * 10`, or
+/// cuBLAS's `major * 10000 + minor * 100 + patch` (six digits since cuBLAS 11).
+fn version_string(v: i32) -> String {
+    if v >= 100_000 {
+        format!("{}.{}.{}", v / 10_000, (v / 100) % 100, v % 100)
+    } else {
+        format!("{}.{}", v / 1000, (v % 1000) / 10)
+    }
+}
+
+fn gpu_env(ordinal: usize, ctx: &Arc<CudaContext>) -> Result<GpuEnv> {
+    use driver::sys::CUdevice_attribute as A;
+    let name = call(ordinal, "cuDeviceGetName", ctx.name())?;
+    let (major, minor) = call(ordinal, "cuDeviceGetAttribute", ctx.compute_capability())?;
+    let memory = call(ordinal, "cuDeviceTotalMem", ctx.total_mem())?;
+    let khz = |a: A| {
+        ctx.attribute(a)
+            .ok()
+            .filter(|&v| v > 0)
+            .map(|v| (v / 1000) as u32)
+    };
+    let mut driver_version = 0;
+    // SAFETY: the driver library is loaded (probed in `open`) and initialised (the context
+    // exists); `driver_version` is a valid place for one int.
+    let status = unsafe { driver::sys::cuDriverGetVersion(&mut driver_version) };
+    call(ordinal, "cuDriverGetVersion", status.result())?;
+    Ok(GpuEnv {
+        ordinal,
+        name,
+        compute_capability: format!("{major}.{minor}"),
+        memory_bytes: memory as u64,
+        sm_clock_mhz: khz(A::CU_DEVICE_ATTRIBUTE_CLOCK_RATE),
+        memory_clock_mhz: khz(A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE),
+        driver_version: version_string(driver_version),
+        libraries: BTreeMap::new(),
+    })
+}
+
+/// Three GEMM operands in device memory, typed by the plan's elements.
+enum Operands {
+    F64(CudaSlice<f64>, CudaSlice<f64>, CudaSlice<f64>),
+    F32(CudaSlice<f32>, CudaSlice<f32>, CudaSlice<f32>),
+    Half(CudaSlice<u16>, CudaSlice<u16>, CudaSlice<u16>),
+}
+
+fn data_type(e: Element) -> cublas::sys::cudaDataType {
+    use cublas::sys::cudaDataType as T;
+    match e {
+        Element::F64 => T::CUDA_R_64F,
+        Element::F32 => T::CUDA_R_32F,
+        Element::F16 => T::CUDA_R_16F,
+        Element::Bf16 => T::CUDA_R_16BF,
+    }
+}
+
+fn compute_type(c: Compute) -> cublas::sys::cublasComputeType_t {
+    use cublas::sys::cublasComputeType_t as C;
+    match c {
+        Compute::F64 => C::CUBLAS_COMPUTE_64F,
+        Compute::F32 => C::CUBLAS_COMPUTE_32F,
+        Compute::F32FastTf32 => C::CUBLAS_COMPUTE_32F_FAST_TF32,
+    }
+}
+
+impl Backend for CudaBackend {
+    fn device(&self) -> String {
+        format!("cuda:{}", self.ordinal)
+    }
+
+    fn threads(&self) -> usize {
+        1
+    }
+
+    fn env(&self) -> Env {
+        let mut env = Env::capture();
+        env.gpu = Some(self.gpu.clone());
+        env
+    }
+
+    fn gemm(&mut self, case: &GemmCase, protocol: &Protocol) -> Result<Vec<f64>> {
+        let plan = GemmPlan::of(case.format);
+        let (m, n, k) = (case.m, case.n, case.k);
+        let dims = [m, n, k].map(|d| i32::try_from(d).ok().filter(|&d| d > 0));
+        let [Some(mi), Some(ni), Some(ki)] = dims else {
+            return Err(Error::invalid(
+                format!("gemm {m}x{n}x{k}"),
+                "cuBLAS takes dimensions from 1 to 2^31 - 1",
+            ));
+        };
+        self.check_memory("gemm", plan.bytes(m, n, k))?;
+        let ops = match plan.inputs {
+            Element::F64 => {
+                Operands::F64(self.zeros(m * k)?, self.zeros(k * n)?, self.zeros(m * n)?)
+            }
+            Element::F32 => {
+                Operands::F32(self.zeros(m * k)?, self.zeros(k * n)?, self.zeros(m * n)?)
+            }
+            Element::F16 | Element::Bf16 => {
+                Operands::Half(self.zeros(m * k)?, self.zeros(k * n)?, self.zeros(m * n)?)
+            }
+        };
+        let (a_type, c_type) = (data_type(plan.inputs), data_type(plan.output));
+        let compute = compute_type(plan.compute);
+        let (alpha64, beta64) = (1.0f64, 0.0f64);
+        let (alpha32, beta32) = (1.0f32, 0.0f32);
+        let (start, end) = self.events()?;
+        let ordinal = self.ordinal;
+        let stream = self.stream.clone();
+        let blas = self.blas()?;
+        let handle = *blas.handle();
+        let mut ops = ops;
+        protocol.measure_timed(EVENT_RESOLUTION, |batch| {
+            let (a, b, c) = match &mut ops {
+                Operands::F64(a, b, c) => (
+                    a.device_ptr(&stream).0,
+                    b.device_ptr(&stream).0,
+                    c.device_ptr_mut(&stream).0,
+                ),
+                Operands::F32(a, b, c) => (
+                    a.device_ptr(&stream).0,
+                    b.device_ptr(&stream).0,
+                    c.device_ptr_mut(&stream).0,
+                ),
+                Operands::Half(a, b, c) => (
+                    a.device_ptr(&stream).0,
+                    b.device_ptr(&stream).0,
+                    c.device_ptr_mut(&stream).0,
+                ),
+            };
+            let (alpha, beta): (*const c_void, *const c_void) = match plan.compute {
+                Compute::F64 => ((&raw const alpha64).cast(), (&raw const beta64).cast()),
+                Compute::F32 | Compute::F32FastTf32 => {
+                    ((&raw const alpha32).cast(), (&raw const beta32).cast())
+                }
+            };
+            call(ordinal, "cuEventRecord", start.record(&stream))?;
+            for _ in 0..batch {
+                // SAFETY: `a`, `b` and `c` point to live device allocations of m*k, k*n and
+                // m*n elements of the types passed (owned by `ops`, alive for the call and
+                // synchronised below); leading dimensions are those of column-major m x k,
+                // k x n and m x n; alpha and beta point to host scalars of the compute type.
+                let r = unsafe {
+                    cublas::result::gemm_ex(
+                        handle,
+                        cublas::sys::cublasOperation_t::CUBLAS_OP_N,
+                        cublas::sys::cublasOperation_t::CUBLAS_OP_N,
+                        mi,
+                        ni,
+                        ki,
+                        alpha,
+                        a as *const c_void,
+                        a_type,
+                        mi,
+                        b as *const c_void,
+                        a_type,
+                        ki,
+                        beta,
+                        c as *mut c_void,
+                        c_type,
+                        mi,
+                        compute,
+                        cublas::sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                    )
+                };
+                call(ordinal, "cublasGemmEx", r)?;
+            }
+            call(ordinal, "cuEventRecord", end.record(&stream))?;
+            call(ordinal, "cuEventSynchronize", end.synchronize())?;
+            let ms = call(ordinal, "cuEventElapsedTime", start.elapsed_ms(&end))?;
+            Ok(Duration::from_secs_f64(f64::from(ms) / 1e3))
+        })
+    }
+
+    fn conv(&mut self, case: &ConvCase, pass: ConvPass, _protocol: &Protocol) -> Result<Vec<f64>> {
+        Err(Error::invalid(
+            format!("conv {} {}", pass.name(), case.label),
+            "convolution on the CUDA backend (cuDNN) is not implemented yet; measure it with \
+             --device cpu",
+        ))
+    }
+
+    fn stream(
+        &mut self,
+        kernel: StreamKernel,
+        elements: usize,
+        protocol: &Protocol,
+    ) -> Result<Vec<f64>> {
+        if elements == 0 {
+            return Err(Error::invalid(
+                "stream",
+                "the arrays need at least one element",
+            ));
+        }
+        self.check_memory("stream", 3 * 8 * elements)?;
+        let f = self.stream_kernel(kernel)?;
+        let mut a: CudaSlice<f64> = self.zeros(elements)?;
+        let mut b: CudaSlice<f64> = self.zeros(elements)?;
+        let mut c: CudaSlice<f64> = self.zeros(elements)?;
+        let sms = self
+            .ctx
+            .attribute(driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_or(1, |v| v.max(1) as u32);
+        let cfg = LaunchConfig {
+            grid_dim: (stream_grid(elements, sms), 1, 1),
+            block_dim: (STREAM_BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let n = elements as u64;
+        let (start, end) = self.events()?;
+        let (ordinal, stream) = (self.ordinal, self.stream.clone());
+        protocol.measure_timed(EVENT_RESOLUTION, |batch| {
+            call(ordinal, "cuEventRecord", start.record(&stream))?;
+            for _ in 0..batch {
+                let mut launch = stream.launch_builder(&f);
+                launch
+                    .arg(&mut a)
+                    .arg(&mut b)
+                    .arg(&mut c)
+                    .arg(&STREAM_Q)
+                    .arg(&n);
+                // SAFETY: the kernel's parameters are (double*, double*, double*, double,
+                // unsigned long long), matching the arguments pushed; each array holds `n`
+                // doubles and the kernel indexes below `n`.
+                call(ordinal, "cuLaunchKernel", unsafe { launch.launch(cfg) })?;
+            }
+            call(ordinal, "cuEventRecord", end.record(&stream))?;
+            call(ordinal, "cuEventSynchronize", end.synchronize())?;
+            let ms = call(ordinal, "cuEventElapsedTime", start.elapsed_ms(&end))?;
+            Ok(Duration::from_secs_f64(f64::from(ms) / 1e3))
+        })
+    }
+
+    fn op(&mut self, case: &OpCase, pass: Pass, _protocol: &Protocol) -> Result<Vec<f64>> {
+        Err(Error::invalid(
+            format!("op {} {}", case.op.kind(), pass.name()),
+            "element-wise, pooling and normalisation ops on the CUDA backend are not \
+             implemented yet; measure them with --device cpu",
+        ))
+    }
+
+    fn workload(
+        &mut self,
+        graph: &ridgeline_model::graph::Graph,
+        _batch: usize,
+        _protocol: &Protocol,
+    ) -> Result<WorkloadRun> {
+        Err(Error::invalid(
+            format!("workload {}", graph.name()),
+            "the full-workload executor does not run on the CUDA backend yet; measure the \
+             workload with --device cpu",
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_driver_open_names_the_missing_library() {
+        // SAFETY: a dlopen probe only.
+        if unsafe { driver::sys::is_culib_present() } {
+            return; // a GPU machine: scripts/gpu-check.sh exercises `open` there
+        }
+        let err = CudaBackend::open(0)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("cuda:0") && err.contains("libcuda.so") && err.contains("--device cpu"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn version_numbers_read_as_cuda_writes_them() {
+        assert_eq!(version_string(13000), "13.0");
+        assert_eq!(version_string(12040), "12.4");
+        assert_eq!(version_string(120405), "12.4.5");
+        assert_eq!(version_string(130100), "13.1.0");
+    }
+
+    #[test]
+    fn gemm_types_map_to_cublas() {
+        use crate::backend::Format;
+        let p = GemmPlan::of(Format::Bf16);
+        assert_eq!(data_type(p.inputs), cublas::sys::cudaDataType::CUDA_R_16BF);
+        assert_eq!(
+            compute_type(GemmPlan::of(Format::Tf32).compute),
+            cublas::sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
+        );
+    }
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# What a user with an NVIDIA GPU runs first: builds ridgeline with the CUDA backend and
+# measures this GPU with what the backend runs today (cuBLAS GEMM in fp32, tf32, fp16 and
+# bf16; the STREAM kernels through NVRTC), writing records to a directory.
+#
+# Needs an NVIDIA driver and the CUDA 13 libraries (libcublas.so.13, libnvrtc.so.13) on the
+# library path; without them each command exits 2 naming what is missing.
+#
+# Usage: scripts/gpu-check.sh [OUT_DIR] [DEVICE]   (defaults: gpu-check, cuda:0)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${1:-gpu-check}"
+device="${2:-cuda:0}"
+mkdir -p "$out"
+
+cargo build --release --locked --features cuda
+bin=target/release/ridgeline
+
+if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$out/nvidia-smi.csv"
+fi
+
+echo "== GEMM (cuBLAS)"
+"$bin" measure gemm --device "$device" --precision fp32,tf32,fp16,bf16 \
+    --size 1024,2048,4096,8192 --out "$out/gemm.jsonl"
+echo "== STREAM (NVRTC)"
+"$bin" measure stream --device "$device" --size 16M,64M,256M,1G --out "$out/stream.jsonl"
+
+echo
+echo "records in $out/ (gemm.jsonl, stream.jsonl)."
+echo "Not yet on the CUDA backend: convolution (cuDNN), the other ops, the full-workload"
+echo "executor and NCCL allreduce; so no GPU calibration or validation table yet."

@@ -272,6 +272,12 @@ pub trait Backend {
     /// Times one pass of an op.
     fn op(&mut self, case: &OpCase, pass: Pass, protocol: &Protocol) -> Result<Vec<f64>>;
 
+    /// What the backend chose for the last measurement, for the record's `extra` (e.g.
+    /// cuDNN's algorithm); taken, so it is reported once.
+    fn take_notes(&mut self) -> Option<serde_json::Value> {
+        None
+    }
+
     /// Runs a full training step of `graph` at `batch` repeatedly, timing every layer.
     fn workload(
         &mut self,

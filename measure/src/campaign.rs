@@ -233,7 +233,9 @@ impl Case {
                 let cost = cases::layer_cost(&graph, c.batch);
                 let (flops, bytes) = conv_counts(&graph, c, *pass, &cost);
                 let samples = backend.conv(c, *pass, protocol)?;
-                Ok(vec![make(&*backend, "conv", shape, samples, flops, bytes)])
+                let mut record = make(&*backend, "conv", shape, samples, flops, bytes);
+                record.extra = backend.take_notes();
+                Ok(vec![record])
             }
             Case::Stream(k, n) => {
                 let samples = backend.stream(*k, *n, protocol)?;

@@ -8,8 +8,9 @@
 //!   backward-filter lowered to GEMM (direct for depthwise), STREAM, every op of the layer-graph
 //!   IR, on a rayon pool of a chosen number of threads. [`CudaBackend`] (feature `cuda`,
 //!   cudarc with run-time loading) runs GEMM through cuBLAS (fp64, fp32, tf32, fp16 and bf16
-//!   with fp32 accumulation) and STREAM through NVRTC, timed with CUDA events; it has not
-//!   been run on a GPU yet, and convolution, ops and workloads on it are clear errors for now.
+//!   with fp32 accumulation), convolution through cuDNN (algorithm by its find API) and
+//!   STREAM through NVRTC, timed with CUDA events; it has not been run on a GPU yet, and ops
+//!   and workloads on it are clear errors for now.
 //!   Without a driver, a GPU or a library it says which; without the feature, a disabled twin
 //!   says how to build it.
 //! - The full-workload executor ([`Backend::workload`]): runs any `ridgeline-model` layer graph
@@ -44,7 +45,7 @@
 //! | `flops` | FLOPs of one run, as the model counts them |
 //! | `bytes` | bytes of one run, as the model counts them (a lower bound on memory traffic) |
 //! | `env` | `host`, `cpu_model`, `cores`, `simd`, `ridgeline_version`, `git_commit`, `timestamp`; on a GPU `gpu` (`ordinal`, `name`, `compute_capability`, `memory_bytes`, `sm_clock_mhz`, `memory_clock_mhz`, `driver_version`, `libraries`) |
-//! | `extra` | communication: `ranks`, `ranks_per_node`, `nodes`, `hosts` (every rank's), `mpi_library`, `mpi_settings` (transport and collective settings), ping-pong `same_host`, `pair_hosts`, `delay_s`, allreduce `algorithm`; workload steps: `peak_bytes` (executor accounting), `peak_rss_bytes` (the process, from `VmHWM`), `update_s` (SGD update per step) |
+//! | `extra` | communication: `ranks`, `ranks_per_node`, `nodes`, `hosts` (every rank's), `mpi_library`, `mpi_settings` (transport and collective settings), ping-pong `same_host`, `pair_hosts`, `delay_s`, allreduce `algorithm`; conv on a GPU: `cudnn_algorithm`, `cudnn_find_time_s`, `cudnn_workspace_bytes`, `cudnn_math`, `cudnn_candidates`; workload steps: `peak_bytes` (executor accounting), `peak_rss_bytes` (the process, from `VmHWM`), `update_s` (SGD update per step) |
 
 mod backend;
 mod campaign;

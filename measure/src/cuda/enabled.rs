@@ -2,7 +2,7 @@
 //!
 //! Every library is probed before its first call (cudarc's dynamic loading panics on a call
 //! into a library it cannot load): the driver in [`CudaBackend::open`], cuBLAS before the
-//! first GEMM, NVRTC before the first STREAM kernel. A missing one is
+//! first GEMM, cuDNN before the first convolution, NVRTC before the first STREAM kernel. A missing one is
 //! [`Error::BackendUnavailable`] naming it. Every other CUDA call's result is mapped to
 //! [`Error::Device`] naming the call. Device memory is owned by `CudaSlice`s, freed when they
 //! drop on every path, errors included.
@@ -24,9 +24,12 @@ use cudarc::driver::{
     LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc;
+use serde_json::Value;
 
+use super::cudnn::{Buffers, CudnnFailure, Handle, Pass as CudnnPass, WORKSPACE_LIMIT};
 use super::plan::{
-    Compute, Element, GemmPlan, STREAM_BLOCK, STREAM_SOURCE, stream_function, stream_grid,
+    Compute, ConvGeometry, Element, GemmPlan, STREAM_BLOCK, STREAM_SOURCE, elements,
+    stream_function, stream_grid,
 };
 use crate::backend::{
     Backend, ConvCase, ConvPass, GemmCase, OpCase, Pass, StreamKernel, WorkloadRun,
@@ -42,13 +45,17 @@ const EVENT_RESOLUTION: Duration = Duration::from_nanos(500);
 const STREAM_Q: f64 = 3.0;
 
 /// A GPU, its stream, and the libraries loaded so far.
+///
+/// Fields drop in order: the library handles before the stream they were bound to.
 pub struct CudaBackend {
     ordinal: usize,
-    ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
     gpu: GpuEnv,
+    cudnn: Option<Handle>,
     blas: Option<CudaBlas>,
     stream_kernels: Option<Vec<(StreamKernel, CudaFunction)>>,
+    notes: Option<Value>,
+    stream: Arc<CudaStream>,
+    ctx: Arc<CudaContext>,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -110,11 +117,13 @@ impl CudaBackend {
         let gpu = gpu_env(ordinal, &ctx)?;
         Ok(Box::new(CudaBackend {
             ordinal,
-            ctx,
-            stream,
             gpu,
+            cudnn: None,
             blas: None,
             stream_kernels: None,
+            notes: None,
+            stream,
+            ctx,
         }))
     }
 
@@ -148,6 +157,34 @@ impl CudaBackend {
         self.blas
             .as_ref()
             .ok_or_else(|| unavailable(self.ordinal, "cuBLAS handle missing"))
+    }
+
+    /// cuDNN on this backend's stream, loaded on first use.
+    fn cudnn(&mut self) -> Result<&Handle> {
+        if self.cudnn.is_none() {
+            // SAFETY: a dlopen probe of libcudnn, no call into it.
+            if !unsafe { cudarc::cudnn::sys::is_culib_present() } {
+                return Err(unavailable(
+                    self.ordinal,
+                    "cuDNN (libcudnn.so.9) cannot be loaded: install cuDNN 9 for CUDA 13 (e.g. \
+                     the nvidia-cudnn-cu13 wheel) and put it on LD_LIBRARY_PATH",
+                ));
+            }
+            let handle = Handle::new(self.stream.cu_stream() as _).map_err(|f| Error::Device {
+                device: format!("cuda:{}", self.ordinal),
+                call: f.call.into(),
+                message: f.message,
+            })?;
+            let v = cudarc::cudnn::result::get_version();
+            self.gpu.libraries.insert(
+                "cudnn".into(),
+                format!("{}.{}.{}", v / 10_000, (v / 100) % 100, v % 100),
+            );
+            self.cudnn = Some(handle);
+        }
+        self.cudnn
+            .as_ref()
+            .ok_or_else(|| unavailable(self.ordinal, "cuDNN handle missing"))
     }
 
     /// The STREAM kernels, compiled with NVRTC and loaded on first use.
@@ -397,12 +434,62 @@ impl Backend for CudaBackend {
         })
     }
 
-    fn conv(&mut self, case: &ConvCase, pass: ConvPass, _protocol: &Protocol) -> Result<Vec<f64>> {
-        Err(Error::invalid(
-            format!("conv {} {}", pass.name(), case.label),
-            "convolution on the CUDA backend (cuDNN) is not implemented yet; measure it with \
-             --device cpu",
-        ))
+    fn conv(&mut self, case: &ConvCase, pass: ConvPass, protocol: &Protocol) -> Result<Vec<f64>> {
+        let what = format!("conv {} {}", pass.name(), case.label);
+        let g = ConvGeometry::of(case).map_err(|m| Error::invalid(&what, m))?;
+        let lens = [&g.x, &g.w, &g.y, &g.bias].map(|d| elements(d));
+        let data = 4 * lens.iter().sum::<usize>();
+        self.check_memory(&what, data)?;
+        let (free, _) = self.call("cuMemGetInfo", self.ctx.mem_get_info())?;
+        let workspace_bytes = WORKSPACE_LIMIT.min(free.saturating_sub(data) / 2);
+        self.cudnn()?;
+        let mut x: CudaSlice<f32> = self.zeros(lens[0])?;
+        let mut w: CudaSlice<f32> = self.zeros(lens[1])?;
+        let mut y: CudaSlice<f32> = self.zeros(lens[2])?;
+        let mut bias: CudaSlice<f32> = self.zeros(lens[3])?;
+        let mut workspace: CudaSlice<u8> = self.zeros(workspace_bytes)?;
+        let stream = self.stream.clone();
+        let ptr = |p: driver::sys::CUdeviceptr| p as *mut c_void;
+        let buffers = Buffers {
+            x: ptr(x.device_ptr_mut(&stream).0),
+            w: ptr(w.device_ptr_mut(&stream).0),
+            y: ptr(y.device_ptr_mut(&stream).0),
+            bias: ptr(bias.device_ptr_mut(&stream).0),
+            workspace: ptr(workspace.device_ptr_mut(&stream).0),
+            workspace_bytes,
+        };
+        let ordinal = self.ordinal;
+        let failed = |f: CudnnFailure| Error::Device {
+            device: format!("cuda:{ordinal}"),
+            call: f.call.into(),
+            message: f.message,
+        };
+        let (start, end) = self.events()?;
+        let handle = self
+            .cudnn
+            .as_ref()
+            .ok_or_else(|| unavailable(ordinal, "cuDNN handle missing"))?;
+        let (run, _, notes) =
+            CudnnPass::find(handle, &g, pass, case.bias, buffers).map_err(failed)?;
+        let samples = protocol.measure_timed(EVENT_RESOLUTION, |batch| {
+            call(ordinal, "cuEventRecord", start.record(&stream))?;
+            for _ in 0..batch {
+                run.run(handle, buffers).map_err(failed)?;
+            }
+            call(ordinal, "cuEventRecord", end.record(&stream))?;
+            call(ordinal, "cuEventSynchronize", end.synchronize())?;
+            let ms = call(ordinal, "cuEventElapsedTime", start.elapsed_ms(&end))?;
+            Ok(Duration::from_secs_f64(f64::from(ms) / 1e3))
+        })?;
+        // The buffers stay alive until every launch above has completed.
+        call(ordinal, "cuStreamSynchronize", stream.synchronize())?;
+        drop((x, w, y, bias, workspace));
+        self.notes = Some(notes);
+        Ok(samples)
+    }
+
+    fn take_notes(&mut self) -> Option<Value> {
+        self.notes.take()
     }
 
     fn stream(

@@ -5,10 +5,12 @@
 //! the backend; call sites carry no `cfg` either way.
 //!
 //! What runs on a GPU so far: GEMM through cuBLAS (`cublasGemmEx`: fp64, fp32, tf32, and
-//! fp16 / bf16 with fp32 accumulation) and the STREAM kernels (compiled with NVRTC), each
-//! timed with CUDA events under the run protocol, with the device, driver and library
-//! versions in every record. Convolution (cuDNN), the other ops and the full-workload
-//! executor are not implemented on the GPU yet and say so. **None of it has been run on a
+//! fp16 / bf16 with fp32 accumulation), N-d convolution forward, backward-data and
+//! backward-filter through cuDNN (FP32, the fastest algorithm by cuDNN's find API, recorded
+//! in the record's `extra`) and the STREAM kernels (compiled with NVRTC), each timed with
+//! CUDA events under the run protocol, with the device, driver and library versions in
+//! every record. The other ops and the full-workload executor are not implemented on the
+//! GPU yet and say so. **None of it has been run on a
 //! GPU yet**: the code is written against the CUDA APIs and checked here only where no GPU
 //! is needed (type choices, kernel sources, launch geometry, the errors without a driver).
 
@@ -21,6 +23,8 @@ mod disabled;
 #[cfg(not(feature = "cuda"))]
 pub use disabled::CudaBackend;
 
+#[cfg(feature = "cuda")]
+mod cudnn;
 #[cfg(feature = "cuda")]
 mod enabled;
 #[cfg(feature = "cuda")]

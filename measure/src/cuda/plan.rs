@@ -2,7 +2,7 @@
 //! number format uses, the STREAM kernels' CUDA C source, and their launch geometry. Plain
 //! data, so it is checked in every build.
 
-use crate::backend::{Format, StreamKernel};
+use crate::backend::{ConvCase, Format, StreamKernel};
 
 /// Element type of a GEMM operand in device memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,9 +144,196 @@ pub(crate) fn stream_grid(elements: usize, sms: u32) -> u32 {
     needed.clamp(1, cap) as u32
 }
 
+/// A convolution as cuDNN's N-d descriptors take it (NCHW / NCDHW, fully packed).
+///
+/// cuDNN pads symmetrically; where a layer pads unevenly (`[before, after]` differ, as
+/// "same" padding with an even kernel or a stride does), the descriptors pad both sides by
+/// the smaller amount and the input tensor carries the difference as extra rows, so the
+/// output, and the work, are the layer's. Tensors have at least four dimensions: a 1-d
+/// convolution gets a unit second spatial dimension.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ConvGeometry {
+    /// Input `[n, c_in, spatial...]`, extra padding included.
+    pub(crate) x: Vec<i32>,
+    /// Filter `[c_out, c_in / groups, kernel...]`.
+    pub(crate) w: Vec<i32>,
+    /// Output `[n, c_out, spatial...]`.
+    pub(crate) y: Vec<i32>,
+    /// Bias `[1, c_out, 1, ...]`.
+    pub(crate) bias: Vec<i32>,
+    /// Symmetric padding per spatial dimension.
+    pub(crate) pads: Vec<i32>,
+    /// Strides.
+    pub(crate) strides: Vec<i32>,
+    /// Dilations.
+    pub(crate) dilations: Vec<i32>,
+    /// Groups.
+    pub(crate) groups: i32,
+}
+
+impl ConvGeometry {
+    /// The descriptors of `case`, or what makes it impossible.
+    pub(crate) fn of(case: &ConvCase) -> Result<ConvGeometry, String> {
+        let d = case.input.len();
+        let same = [
+            case.kernel.len(),
+            case.stride.len(),
+            case.padding.len(),
+            case.dilation.len(),
+        ];
+        if d == 0 || d > 3 || same.iter().any(|&l| l != d) {
+            return Err(format!(
+                "needs 1 to 3 spatial dimensions, the same number in input, kernel, stride, \
+                 padding and dilation (got {d}, {same:?})"
+            ));
+        }
+        if case.groups == 0
+            || !case.c_in.is_multiple_of(case.groups)
+            || !case.c_out.is_multiple_of(case.groups)
+        {
+            return Err(format!(
+                "{} groups do not divide {} input and {} output channels",
+                case.groups, case.c_in, case.c_out
+            ));
+        }
+        let int = |v: usize, what: &str| {
+            i32::try_from(v).map_err(|_| format!("{what} {v} is beyond cuDNN's 32-bit sizes"))
+        };
+        let (mut xs, mut ws, mut ys) = (vec![], vec![], vec![]);
+        let (mut pads, mut strides, mut dilations) = (vec![], vec![], vec![]);
+        for i in 0..d {
+            let [before, after] = case.padding[i];
+            let (k, s, dil) = (case.kernel[i], case.stride[i], case.dilation[i]);
+            if k == 0 || s == 0 || dil == 0 {
+                return Err("kernel, stride and dilation must be at least 1".into());
+            }
+            let padded = case.input[i] + before + after;
+            let span = dil * (k - 1) + 1;
+            if padded < span {
+                return Err(format!(
+                    "dimension {i}: the dilated kernel ({span}) is larger than the padded \
+                     input ({padded})"
+                ));
+            }
+            let pad = before.min(after);
+            xs.push(int(case.input[i] + before.max(after) - pad, "input")?);
+            ws.push(int(k, "kernel")?);
+            ys.push(int((padded - span) / s + 1, "output")?);
+            pads.push(int(pad, "padding")?);
+            strides.push(int(s, "stride")?);
+            dilations.push(int(dil, "dilation")?);
+        }
+        if d == 1 {
+            for v in [&mut xs, &mut ws, &mut ys, &mut strides, &mut dilations] {
+                v.push(1);
+            }
+            pads.push(0);
+        }
+        let n = int(case.batch.max(1), "batch")?;
+        let (c_in, c_out) = (int(case.c_in, "channels")?, int(case.c_out, "channels")?);
+        let groups = int(case.groups, "groups")?;
+        let spatial = xs.len();
+        Ok(ConvGeometry {
+            x: [vec![n, c_in], xs].concat(),
+            w: [vec![c_out, c_in / groups], ws].concat(),
+            y: [vec![n, c_out], ys].concat(),
+            bias: [vec![1, c_out], vec![1; spatial]].concat(),
+            pads,
+            strides,
+            dilations,
+            groups,
+        })
+    }
+}
+
+/// Strides of a fully packed tensor of `dims` (last dimension contiguous).
+pub(crate) fn packed_strides(dims: &[i32]) -> Vec<i32> {
+    let mut strides = vec![1; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * dims[i + 1];
+    }
+    strides
+}
+
+/// Elements of a tensor of `dims`.
+pub(crate) fn elements(dims: &[i32]) -> usize {
+    dims.iter().map(|&d| d.max(0) as usize).product()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn case(input: Vec<usize>, kernel: Vec<usize>, stride: usize, padding: [usize; 2]) -> ConvCase {
+        let d = input.len();
+        ConvCase {
+            label: "t".into(),
+            batch: 2,
+            c_in: 4,
+            input,
+            c_out: 8,
+            kernel,
+            stride: vec![stride; d],
+            padding: vec![padding; d],
+            dilation: vec![1; d],
+            groups: 1,
+            bias: true,
+        }
+    }
+
+    #[test]
+    fn conv_geometry_of_a_3d_convolution() {
+        let g = ConvGeometry::of(&case(vec![16, 16, 16], vec![3, 3, 3], 1, [1, 1])).unwrap();
+        assert_eq!(g.x, [2, 4, 16, 16, 16]);
+        assert_eq!(g.w, [8, 4, 3, 3, 3]);
+        assert_eq!(g.y, [2, 8, 16, 16, 16]);
+        assert_eq!(g.bias, [1, 8, 1, 1, 1]);
+        assert_eq!(
+            (g.pads, g.strides, g.dilations),
+            (vec![1; 3], vec![1; 3], vec![1; 3])
+        );
+        assert_eq!(packed_strides(&g.x), [16384, 4096, 256, 16, 1]);
+        assert_eq!(elements(&g.y), 2 * 8 * 4096);
+    }
+
+    #[test]
+    fn uneven_padding_moves_into_the_input() {
+        // A stride-2 "same" convolution of a 224 input with a 7x7 kernel pads [2, 3].
+        let g = ConvGeometry::of(&case(vec![224, 224], vec![7, 7], 2, [2, 3])).unwrap();
+        assert_eq!(g.pads, [2, 2]);
+        assert_eq!(g.x, [2, 4, 225, 225]);
+        // (224 + 5 - 7) / 2 + 1 = 112, as the layer's output.
+        assert_eq!(g.y, [2, 8, 112, 112]);
+        // cuDNN's own formula on the descriptors gives the same output.
+        let out = (225 + 2 * 2 - 7) / 2 + 1;
+        assert_eq!(out, 112);
+    }
+
+    #[test]
+    fn grouped_dilated_and_1d_convolutions() {
+        let mut c = case(vec![6, 9], vec![3, 3], 1, [18, 18]);
+        c.dilation = vec![18, 18];
+        c.groups = 4;
+        let g = ConvGeometry::of(&c).unwrap();
+        assert_eq!(g.w, [8, 1, 3, 3]);
+        assert_eq!(g.y, [2, 8, 6, 9]);
+        assert_eq!(g.groups, 4);
+        let g = ConvGeometry::of(&case(vec![100], vec![5], 1, [2, 2])).unwrap();
+        assert_eq!(
+            (g.x.len(), g.w.len(), g.y.len(), g.pads.len()),
+            (4, 4, 4, 2)
+        );
+        assert_eq!(g.y, [2, 8, 100, 1]);
+        let mut bad = case(vec![8, 8], vec![3, 3], 1, [0, 0]);
+        bad.groups = 3;
+        assert!(ConvGeometry::of(&bad).unwrap_err().contains("groups"));
+        let small = case(vec![2, 2], vec![5, 5], 1, [0, 0]);
+        assert!(
+            ConvGeometry::of(&small)
+                .unwrap_err()
+                .contains("larger than the padded")
+        );
+    }
 
     #[test]
     fn gemm_plans_accumulate_in_fp32_or_wider() {

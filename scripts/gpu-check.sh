@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What a user with an NVIDIA GPU runs first: builds ridgeline with the CUDA backend and
 # measures this GPU with what the backend runs today (cuBLAS GEMM in fp32, tf32, fp16 and
-# bf16; cuDNN convolution at the reference workloads' layer shapes; the STREAM kernels
-# through NVRTC), writing records to a directory.
+# bf16; cuDNN convolution at the reference workloads' layer shapes; host-device copies;
+# the STREAM kernels through NVRTC), writing records to a directory.
 #
 # Needs an NVIDIA driver and the CUDA 13 libraries (libcublas.so.13, libnvrtc.so.13,
 # libcudnn.so.9) on the
@@ -27,10 +27,12 @@ echo "== GEMM (cuBLAS)"
     --size 1024,2048,4096,8192 --out "$out/gemm.jsonl"
 echo "== convolution (cuDNN): the reference workloads' layer shapes"
 "$bin" measure conv --device "$device" --out "$out/conv.jsonl"
+echo "== host-device copies (pinned and pageable, both directions)"
+"$bin" measure copy --device "$device" --out "$out/copy.jsonl"
 echo "== STREAM (NVRTC)"
 "$bin" measure stream --device "$device" --size 16M,64M,256M,1G --out "$out/stream.jsonl"
 
 echo
-echo "records in $out/ (gemm.jsonl, conv.jsonl, stream.jsonl)."
-echo "Not yet on the CUDA backend: the other ops, the full-workload executor, host-device"
-echo "copies and NCCL allreduce; so no GPU calibration or validation table yet."
+echo "records in $out/ (gemm.jsonl, conv.jsonl, copy.jsonl, stream.jsonl)."
+echo "Not yet on the CUDA backend: the other ops, the full-workload executor and NCCL"
+echo "allreduce; so no GPU calibration or validation table yet."

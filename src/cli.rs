@@ -285,6 +285,8 @@ pub(crate) enum MeasureCommand {
     /// Memory bandwidth: STREAM copy, scale, add and triad from L1 to past the last-level
     /// cache.
     Stream(MeasureStreamArgs),
+    /// Host-device copies, pinned and pageable, both directions (needs --device cuda).
+    Copy(MeasureCopyArgs),
     /// Pooling, normalisation and element-wise ops at a workload's layer shapes.
     Ops(MeasureOpsArgs),
     /// Full training steps of a workload, every layer forward and backward, with peak memory.
@@ -550,6 +552,49 @@ pub(crate) struct MeasureStreamArgs {
     /// Bytes per array, comma-separated, with K, M or G suffixes (binary): `16K,1M,512M`.
     /// Default: a quarter of L1 to 8 times the last-level cache, by factors of 4.
     #[arg(long, value_delimiter = ',', value_parser = parse_bytes)]
+    pub(crate) size: Vec<usize>,
+    #[command(flatten)]
+    pub(crate) measure: MeasureArgs,
+}
+
+/// Which way a copy goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum CopyDirectionArg {
+    /// Host to device.
+    H2d,
+    /// Device to host.
+    D2h,
+}
+
+/// The host memory of a copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum HostMemoryArg {
+    /// Page-locked.
+    Pinned,
+    /// Ordinary.
+    Pageable,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct MeasureCopyArgs {
+    /// Directions, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "h2d,d2h")]
+    pub(crate) direction: Vec<CopyDirectionArg>,
+    /// Host memory, comma-separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "pinned,pageable"
+    )]
+    pub(crate) memory: Vec<HostMemoryArg>,
+    /// Bytes per copy, comma-separated, with K, M or G suffixes (binary).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_parser = parse_bytes,
+        default_value = "4K,64K,1M,16M,256M,1G"
+    )]
     pub(crate) size: Vec<usize>,
     #[command(flatten)]
     pub(crate) measure: MeasureArgs,

@@ -186,6 +186,55 @@ impl StreamKernel {
     }
 }
 
+/// Which way a host-device copy goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum CopyDirection {
+    /// Host to device.
+    HostToDevice,
+    /// Device to host.
+    DeviceToHost,
+}
+
+impl CopyDirection {
+    /// Name in records.
+    pub const fn name(self) -> &'static str {
+        match self {
+            CopyDirection::HostToDevice => "h2d",
+            CopyDirection::DeviceToHost => "d2h",
+        }
+    }
+}
+
+/// The host side of a host-device copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum HostMemory {
+    /// Page-locked memory: the copy engine reads or writes it directly (DMA).
+    Pinned,
+    /// Ordinary memory: the driver stages it through pinned buffers.
+    Pageable,
+}
+
+impl HostMemory {
+    /// Name in records.
+    pub const fn name(self) -> &'static str {
+        match self {
+            HostMemory::Pinned => "pinned",
+            HostMemory::Pageable => "pageable",
+        }
+    }
+}
+
+/// A host-device copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CopyCase {
+    /// Direction.
+    pub direction: CopyDirection,
+    /// Host memory kind.
+    pub memory: HostMemory,
+    /// Bytes copied.
+    pub bytes: usize,
+}
+
 /// Forward or backward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -271,6 +320,19 @@ pub trait Backend {
 
     /// Times one pass of an op.
     fn op(&mut self, case: &OpCase, pass: Pass, protocol: &Protocol) -> Result<Vec<f64>>;
+
+    /// Times a host-device copy. Devices without their own memory cannot.
+    fn copy(&mut self, case: &CopyCase, protocol: &Protocol) -> Result<Vec<f64>> {
+        let _ = protocol;
+        Err(crate::error::Error::invalid(
+            format!("copy {} {}", case.direction.name(), case.memory.name()),
+            format!(
+                "device `{}` has no memory of its own to copy to; host-device copies need \
+                 --device cuda",
+                self.device()
+            ),
+        ))
+    }
 
     /// What the backend chose for the last measurement, for the record's `extra` (e.g.
     /// cuDNN's algorithm); taken, so it is reported once.

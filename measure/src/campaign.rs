@@ -9,7 +9,9 @@ use ridgeline_model::file::layer_spec;
 use ridgeline_model::graph::{Graph, Op};
 use ridgeline_model::precision::Precision;
 
-use crate::backend::{Backend, ConvCase, ConvPass, Format, GemmCase, OpCase, Pass, StreamKernel};
+use crate::backend::{
+    Backend, ConvCase, ConvPass, CopyCase, Format, GemmCase, OpCase, Pass, StreamKernel,
+};
 use crate::cases;
 use crate::cpu::CpuBackend;
 use crate::cuda::CudaBackend;
@@ -30,6 +32,8 @@ pub enum Case {
     Op(OpCase, Pass),
     /// Full training steps of a workload graph at a batch size.
     Workload(Box<Graph>, usize),
+    /// A host-device copy.
+    Copy(CopyCase),
 }
 
 /// The backend for a `--device` value: `cpu`, `cuda` or `cuda:N`.
@@ -97,6 +101,7 @@ impl Case {
             Case::Stream(..) => "stream",
             Case::Op(..) => "op",
             Case::Workload(..) => "workload-step",
+            Case::Copy(..) => "copy",
         }
     }
 
@@ -105,6 +110,7 @@ impl Case {
         match self {
             Case::Gemm(g) => g.format.name(),
             Case::Stream(..) => Format::Fp64.name(),
+            Case::Copy(..) => "bytes",
             Case::Conv(..) | Case::Op(..) | Case::Workload(..) => Format::Fp32.name(),
         }
     }
@@ -141,6 +147,11 @@ impl Case {
                 json!({ "op": op, "input": c.input, "batch": c.batch, "pass": pass.name() })
             }
             Case::Workload(g, batch) => workload_shape(g, *batch),
+            Case::Copy(c) => json!({
+                "direction": c.direction.name(),
+                "memory": c.memory.name(),
+                "bytes": c.bytes,
+            }),
         })
     }
 
@@ -181,6 +192,12 @@ impl Case {
                 "workload {} batch {batch} {}",
                 g.name(),
                 dims(g.input_shape().dims())
+            ),
+            Case::Copy(c) => format!(
+                "copy {} {} {} KiB",
+                c.direction.name(),
+                c.memory.name(),
+                c.bytes / 1024
             ),
         }
     }
@@ -236,6 +253,17 @@ impl Case {
                 let mut record = make(&*backend, "conv", shape, samples, flops, bytes);
                 record.extra = backend.take_notes();
                 Ok(vec![record])
+            }
+            Case::Copy(c) => {
+                let samples = backend.copy(c, protocol)?;
+                Ok(vec![make(
+                    &*backend,
+                    "copy",
+                    shape,
+                    samples,
+                    0.0,
+                    c.bytes as f64,
+                )])
             }
             Case::Stream(k, n) => {
                 let samples = backend.stream(*k, *n, protocol)?;

@@ -8,8 +8,9 @@
 //!   backward-filter lowered to GEMM (direct for depthwise), STREAM, every op of the layer-graph
 //!   IR, on a rayon pool of a chosen number of threads. [`CudaBackend`] (feature `cuda`,
 //!   cudarc with run-time loading) runs GEMM through cuBLAS (fp64, fp32, tf32, fp16 and bf16
-//!   with fp32 accumulation), convolution through cuDNN (algorithm by its find API) and
-//!   STREAM through NVRTC, timed with CUDA events; it has not been run on a GPU yet, and ops
+//!   with fp32 accumulation), convolution through cuDNN (algorithm by its find API),
+//!   host-device copies (pinned and pageable) and STREAM through NVRTC, timed with CUDA
+//!   events; it has not been run on a GPU yet, and ops
 //!   and workloads on it are clear errors for now.
 //!   Without a driver, a GPU or a library it says which; without the feature, a disabled twin
 //!   says how to build it.
@@ -36,8 +37,8 @@
 //! |---|---|
 //! | `schema_version` | 1 |
 //! | `id` | unique key of the measurement (kind, shape, precision, threads, device); `--resume` skips ids already recorded |
-//! | `kind` | `gemm`, `conv`, `stream`, `op`, `workload-layer`, `workload-step`; under MPI `comm-prtt`, `comm-exchange`, `comm-reduce`, `comm-allreduce`, `comm-alltoall` |
-//! | `shape` | an object: GEMM `m`, `n`, `k`; conv `source`, `n`, `c_in`, `c_out`, `input`, `kernel`, `stride`, `padding` (`[before, after]` per dimension), `dilation`, `groups`, `bias`, `pass`; STREAM `kernel`, `elements`, `array_bytes`; op `op` (the layer as a workload file writes it), `input`, `batch`, `pass`; workload `workload`, `input`, `batch`, and for layers `layer`, `op`, `pass` |
+//! | `kind` | `gemm`, `conv`, `stream`, `op`, `workload-layer`, `workload-step`, `copy` (host-device, GPU only); under MPI `comm-prtt`, `comm-exchange`, `comm-reduce`, `comm-allreduce`, `comm-alltoall` |
+//! | `shape` | an object: GEMM `m`, `n`, `k`; conv `source`, `n`, `c_in`, `c_out`, `input`, `kernel`, `stride`, `padding` (`[before, after]` per dimension), `dilation`, `groups`, `bias`, `pass`; STREAM `kernel`, `elements`, `array_bytes`; copy `direction` (`h2d`, `d2h`), `memory` (`pinned`, `pageable`), `bytes`; op `op` (the layer as a workload file writes it), `input`, `batch`, `pass`; workload `workload`, `input`, `batch`, and for layers `layer`, `op`, `pass` |
 //! | `precision` | `fp32`, `fp64`; on a GPU also `tf32`, `fp16`, `bf16` |
 //! | `device` | `cpu`, `cuda:N`; `mpi` for communication |
 //! | `threads` | threads the kernel ran on |
@@ -59,8 +60,8 @@ pub mod record;
 pub mod suite;
 
 pub use backend::{
-    Backend, ConvCase, ConvPass, Format, GemmCase, LayerTimes, OpCase, Pass, StreamKernel,
-    WorkloadRun,
+    Backend, ConvCase, ConvPass, CopyCase, CopyDirection, Format, GemmCase, HostMemory, LayerTimes,
+    OpCase, Pass, StreamKernel, WorkloadRun,
 };
 pub use campaign::{Case, conv_cases, open_backend};
 pub use cpu::CpuBackend;

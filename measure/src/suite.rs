@@ -405,6 +405,8 @@ pub fn estimate(case: &Case, threads: usize, rates: &Rates, protocol: &Protocol)
             )
         }
         Case::Stream(k, n) => (0.0, (k.arrays() * 8) as f64 * *n as f64, 1.0),
+        // A host-device copy moves its bytes once (at roughly memory speed, an upper bound).
+        Case::Copy(c) => (0.0, c.bytes as f64, 1.0),
         Case::Conv(c, _) => {
             let g = crate::cases::conv_graph(c)?;
             let cost = crate::cases::layer_cost(&g, c.batch);
@@ -504,6 +506,7 @@ fn group(case: &Case) -> String {
         Case::Stream(k, _) => format!("STREAM {}", k.name()),
         Case::Op(_, pass) => format!("ops {}", pass.name()),
         Case::Workload(g, _) => format!("workload {}", g.name()),
+        Case::Copy(c) => format!("copy {} {}", c.direction.name(), c.memory.name()),
     }
 }
 

@@ -9,8 +9,8 @@ use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use ridgeline_measure::suite::{self, Caches, SOURCES};
 use ridgeline_measure::{
-    Backend, Case, ConvPass, GemmCase, OpCase, Pass, Protocol, Record, RecordWriter, StreamKernel,
-    conv_cases, open_backend,
+    Backend, Case, ConvPass, CopyCase, CopyDirection, GemmCase, HostMemory, OpCase, Pass, Protocol,
+    Record, RecordWriter, StreamKernel, conv_cases, open_backend,
 };
 use ridgeline_model::graph::Graph;
 use ridgeline_model::memory::{Footprint, Optimizer};
@@ -21,9 +21,9 @@ use ridgeline_reports::Document;
 use serde::Serialize;
 
 use crate::cli::{
-    ConvPassArg, Format, MeasureArgs, MeasureConvArgs, MeasureGemmArgs, MeasureOpsArgs,
-    MeasureStreamArgs, MeasureSuiteArgs, MeasureWorkloadArgs, PassArg, ShapesFrom, StreamArg,
-    ThreadCount, WorkloadArgs,
+    ConvPassArg, CopyDirectionArg, Format, HostMemoryArg, MeasureArgs, MeasureConvArgs,
+    MeasureCopyArgs, MeasureGemmArgs, MeasureOpsArgs, MeasureStreamArgs, MeasureSuiteArgs,
+    MeasureWorkloadArgs, PassArg, ShapesFrom, StreamArg, ThreadCount, WorkloadArgs,
 };
 use crate::load;
 use crate::output::{self, Col, Style, num, text};
@@ -437,6 +437,39 @@ pub(crate) fn conv(args: &MeasureConvArgs) -> Result<()> {
             .collect()
     });
     run_and_print(&mut backends, &args.measure, &cases, "Convolution", vec![])
+}
+
+/// `ridgeline measure copy`.
+pub(crate) fn copy(args: &MeasureCopyArgs) -> Result<()> {
+    let mut backends = Backends::new(&args.measure, &[ThreadCount::All])?;
+    let mut cases = Vec::new();
+    for &d in &args.direction {
+        for &m in &args.memory {
+            for &bytes in &args.size {
+                cases.push(CopyCase {
+                    direction: match d {
+                        CopyDirectionArg::H2d => CopyDirection::HostToDevice,
+                        CopyDirectionArg::D2h => CopyDirection::DeviceToHost,
+                    },
+                    memory: match m {
+                        HostMemoryArg::Pinned => HostMemory::Pinned,
+                        HostMemoryArg::Pageable => HostMemory::Pageable,
+                    },
+                    bytes,
+                });
+            }
+        }
+    }
+    let cases = for_threads(&backends, |_| {
+        cases.iter().map(|&c| Case::Copy(c)).collect()
+    });
+    run_and_print(
+        &mut backends,
+        &args.measure,
+        &cases,
+        "Host-device copies",
+        Vec::new(),
+    )
 }
 
 pub(crate) fn stream(args: &MeasureStreamArgs) -> Result<()> {

@@ -517,6 +517,14 @@ fn cuda_without_a_gpu_is_a_clear_error() {
     assert!(err.contains("cuda:1"), "{err}");
     let err = run_err(&["measure", "stream", "--device", "tpu"]);
     assert!(err.contains("valid: cpu, cuda"), "{err}");
+    // Host-device copies need a device with memory of its own.
+    let err = run_err(&["measure", "copy", "--size", "4K"]);
+    assert!(
+        err.contains("copy h2d pinned") && err.contains("--device cuda"),
+        "{err}"
+    );
+    let err = run_err(&["measure", "copy", "--device", "cuda", "--direction", "d2h"]);
+    assert!(err.contains("cuda:0"), "{err}");
 }
 
 #[test]

@@ -32,7 +32,8 @@ use super::plan::{
     stream_function, stream_grid,
 };
 use crate::backend::{
-    Backend, ConvCase, ConvPass, GemmCase, OpCase, Pass, StreamKernel, WorkloadRun,
+    Backend, ConvCase, ConvPass, CopyCase, CopyDirection, GemmCase, HostMemory, OpCase, Pass,
+    StreamKernel, WorkloadRun,
 };
 use crate::error::{Error, Result};
 use crate::protocol::Protocol;
@@ -541,6 +542,53 @@ impl Backend for CudaBackend {
             let ms = call(ordinal, "cuEventElapsedTime", start.elapsed_ms(&end))?;
             Ok(Duration::from_secs_f64(f64::from(ms) / 1e3))
         })
+    }
+
+    fn copy(&mut self, case: &CopyCase, protocol: &Protocol) -> Result<Vec<f64>> {
+        let n = case.bytes.max(1);
+        self.check_memory("copy", n)?;
+        let (ordinal, stream) = (self.ordinal, self.stream.clone());
+        let mut device: CudaSlice<u8> = self.zeros(n)?;
+        let (start, end) = self.events()?;
+        let mut pinned = match case.memory {
+            // SAFETY: the pinned buffer is written below before anything reads it.
+            HostMemory::Pinned => Some(self.call("cuMemHostAlloc", unsafe {
+                self.ctx.alloc_pinned_with_flags::<u8>(n, 0)
+            })?),
+            HostMemory::Pageable => None,
+        };
+        let mut pageable = match case.memory {
+            HostMemory::Pinned => Vec::new(),
+            HostMemory::Pageable => vec![1u8; n],
+        };
+        if let Some(p) = &mut pinned {
+            self.call("cuMemHostAlloc", p.as_mut_slice())?.fill(1);
+        }
+        let direction = case.direction;
+        let samples = protocol.measure_timed(EVENT_RESOLUTION, |batch| {
+            call(ordinal, "cuEventRecord", start.record(&stream))?;
+            for _ in 0..batch {
+                let r = match (direction, &mut pinned) {
+                    (CopyDirection::HostToDevice, Some(p)) => stream.memcpy_htod(p, &mut device),
+                    (CopyDirection::HostToDevice, None) => {
+                        stream.memcpy_htod(&pageable, &mut device)
+                    }
+                    (CopyDirection::DeviceToHost, Some(p)) => stream.memcpy_dtoh(&device, p),
+                    (CopyDirection::DeviceToHost, None) => {
+                        stream.memcpy_dtoh(&device, &mut pageable)
+                    }
+                };
+                call(ordinal, "cuMemcpyAsync", r)?;
+            }
+            call(ordinal, "cuEventRecord", end.record(&stream))?;
+            call(ordinal, "cuEventSynchronize", end.synchronize())?;
+            let ms = call(ordinal, "cuEventElapsedTime", start.elapsed_ms(&end))?;
+            Ok(Duration::from_secs_f64(f64::from(ms) / 1e3))
+        })?;
+        // Host and device buffers stay alive until the copies above have completed.
+        call(ordinal, "cuStreamSynchronize", stream.synchronize())?;
+        drop((device, pinned, pageable));
+        Ok(samples)
     }
 
     fn op(&mut self, case: &OpCase, pass: Pass, _protocol: &Protocol) -> Result<Vec<f64>> {

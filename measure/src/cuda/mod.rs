@@ -7,7 +7,8 @@
 //! What runs on a GPU so far: GEMM through cuBLAS (`cublasGemmEx`: fp64, fp32, tf32, and
 //! fp16 / bf16 with fp32 accumulation), N-d convolution forward, backward-data and
 //! backward-filter through cuDNN (FP32, the fastest algorithm by cuDNN's find API, recorded
-//! in the record's `extra`) and the STREAM kernels (compiled with NVRTC), each timed with
+//! in the record's `extra`), host-device copies (pinned and pageable) and the STREAM kernels
+//! (compiled with NVRTC), each timed with
 //! CUDA events under the run protocol, with the device, driver and library versions in
 //! every record. The other ops and the full-workload executor are not implemented on the
 //! GPU yet and say so. **None of it has been run on a

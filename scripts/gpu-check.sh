@@ -8,7 +8,7 @@
 # libcudnn.so.9) on the
 # library path; without them each command exits 2 naming what is missing.
 #
-# Usage: scripts/gpu-check.sh [OUT_DIR] [DEVICE]   (defaults: gpu-check, cuda:0)
+# Usage: scripts/gpu-check.sh [OUT_DIR] [DEVICE]   (defaults: gpu-check, cuda:0; BUDGET=3m)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-gpu-check}"
@@ -22,17 +22,13 @@ if command -v nvidia-smi >/dev/null; then
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$out/nvidia-smi.csv"
 fi
 
-echo "== GEMM (cuBLAS)"
+echo "== GEMM (cuBLAS), a first look"
 "$bin" measure gemm --device "$device" --precision fp32,tf32,fp16,bf16 \
-    --size 1024,2048,4096,8192 --out "$out/gemm.jsonl"
-echo "== convolution (cuDNN): the reference workloads' layer shapes"
-"$bin" measure conv --device "$device" --out "$out/conv.jsonl"
-echo "== host-device copies (pinned and pageable, both directions)"
-"$bin" measure copy --device "$device" --out "$out/copy.jsonl"
-echo "== STREAM (NVRTC)"
-"$bin" measure stream --device "$device" --size 16M,64M,256M,1G --out "$out/stream.jsonl"
+    --size 1024,4096,8192 --out "$out/gemm.jsonl"
+echo "== the calibration suite: GEMM in every format, cuDNN convolutions, STREAM, copies"
+"$bin" measure suite --device "$device" --budget "${BUDGET:-3m}" --out "$out/suite.jsonl"
 
 echo
-echo "records in $out/ (gemm.jsonl, conv.jsonl, copy.jsonl, stream.jsonl)."
-echo "Not yet on the CUDA backend: the other ops, the full-workload executor and NCCL"
-echo "allreduce; so no GPU calibration or validation table yet."
+echo "records in $out/ (gemm.jsonl, suite.jsonl)."
+echo "Not yet on the CUDA backend: pooling, normalisation and element-wise ops, the"
+echo "full-workload executor and NCCL allreduce; so no GPU validation table yet."

@@ -83,6 +83,9 @@ pub struct GpuEnv {
     pub sm_clock_mhz: Option<u32>,
     /// Peak memory clock, MHz.
     pub memory_clock_mhz: Option<u32>,
+    /// L2 cache, bytes.
+    #[serde(default)]
+    pub l2_bytes: Option<u64>,
     /// CUDA driver API version, `major.minor`.
     pub driver_version: String,
     /// Versions of the libraries the measurement used (cublas, cudnn, nvrtc, nccl).

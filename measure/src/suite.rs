@@ -14,7 +14,10 @@ use std::time::Duration;
 use ridgeline_model::graph::{Graph, Op, Pool};
 use ridgeline_model::workloads::{self, BuildOptions};
 
-use crate::backend::{Backend, ConvCase, ConvPass, Format, GemmCase, OpCase, Pass, StreamKernel};
+use crate::backend::{
+    Backend, ConvCase, ConvPass, CopyCase, CopyDirection, Format, GemmCase, HostMemory, OpCase,
+    Pass, StreamKernel,
+};
 use crate::campaign::{Case, conv_cases};
 use crate::error::{Error, Result};
 use crate::protocol::Protocol;
@@ -332,6 +335,103 @@ pub fn standard(threads: &[usize]) -> Result<Vec<(usize, Case)>> {
     Ok(out)
 }
 
+/// Square GEMM sizes of the GPU suite (per number format).
+pub const GPU_GEMM_SIZES: [usize; 7] = [256, 512, 1024, 2048, 4096, 6144, 8192];
+
+/// Number formats of the GPU suite's GEMMs, in priority order.
+pub const GPU_GEMM_FORMATS: [Format; 5] = [
+    Format::Fp32,
+    Format::Tf32,
+    Format::Fp16,
+    Format::Bf16,
+    Format::Fp64,
+];
+
+/// Host-device copy sizes of the GPU suite, bytes.
+pub const GPU_COPY_SIZES: [usize; 6] = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 30];
+
+/// STREAM array lengths (`f64` elements) on a GPU with `l2` bytes of L2: from a quarter of
+/// L2 to 16 times it (past the cache, where the bandwidth is the memory's), by factors of 4.
+pub fn gpu_stream_sizes(l2: usize) -> Vec<usize> {
+    let l2 = l2.max(1 << 20);
+    let mut sizes = Vec::new();
+    let mut bytes = l2 / 4;
+    while bytes <= 16 * l2 {
+        sizes.push(bytes / 8);
+        bytes *= 4;
+    }
+    sizes
+}
+
+/// The GPU suite in priority order, on one stream (threads 1): GEMM in every format,
+/// convolution at the reference layer shapes in every pass, STREAM from L2 to device
+/// memory, host-device copies. The CUDA backend does not run the other ops yet; they are
+/// left out (the caller says so).
+pub fn standard_gpu(l2: usize) -> Result<Vec<(usize, Case)>> {
+    let mut convs = Vec::new();
+    for s in SOURCES {
+        let g = workloads::build(
+            s.workload,
+            &BuildOptions {
+                input_size: Some(s.input.to_vec()),
+                width: 1.0,
+            },
+        )
+        .map_err(|e| Error::invalid(s.workload, e.to_string()))?;
+        convs.extend(conv_cases(&g, s.batch, s.workload, &[]));
+    }
+    let stream = gpu_stream_sizes(l2);
+    let gemm = |format: Format| {
+        GPU_GEMM_SIZES.iter().map(move |&n| {
+            Case::Gemm(GemmCase {
+                m: n,
+                n,
+                k: n,
+                format,
+            })
+        })
+    };
+    let mut cases: Vec<Case> = gemm(Format::Fp32).collect();
+    cases.extend(stream.iter().map(|&n| Case::Stream(StreamKernel::Triad, n)));
+    cases.extend(
+        convs
+            .iter()
+            .map(|c| Case::Conv(c.clone(), ConvPass::Forward)),
+    );
+    for f in &GPU_GEMM_FORMATS[1..] {
+        cases.extend(gemm(*f));
+    }
+    cases.extend(GEMM_SHAPES.iter().map(|&(m, n, k)| {
+        Case::Gemm(GemmCase {
+            m,
+            n,
+            k,
+            format: Format::Fp32,
+        })
+    }));
+    for pass in [ConvPass::BackwardData, ConvPass::BackwardFilter] {
+        cases.extend(convs.iter().map(|c| Case::Conv(c.clone(), pass)));
+    }
+    for direction in [CopyDirection::HostToDevice, CopyDirection::DeviceToHost] {
+        for memory in [HostMemory::Pinned, HostMemory::Pageable] {
+            cases.extend(GPU_COPY_SIZES.iter().map(|&bytes| {
+                Case::Copy(CopyCase {
+                    direction,
+                    memory,
+                    bytes,
+                })
+            }));
+        }
+    }
+    for k in [StreamKernel::Copy, StreamKernel::Scale, StreamKernel::Add] {
+        cases.extend(stream.iter().map(|&n| Case::Stream(k, n)));
+    }
+    for pass in ConvPass::ALL {
+        cases.extend(conv_sweep().into_iter().map(|c| Case::Conv(c, pass)));
+    }
+    Ok(cases.into_iter().map(|c| (1, c)).collect())
+}
+
 /// What the machine does, roughly, for estimating case times.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Rates {
@@ -610,6 +710,41 @@ mod tests {
             );
         }
         assert!(cases.iter().any(|(t, _)| *t == 1) && cases.iter().any(|(t, _)| *t == 2));
+    }
+
+    #[test]
+    fn the_gpu_suite_covers_every_format_convolutions_streams_and_copies_but_no_ops() {
+        let l2 = 50 << 20;
+        let cases = standard_gpu(l2).unwrap();
+        assert!(cases.iter().all(|(t, _)| *t == 1));
+        for f in GPU_GEMM_FORMATS {
+            let n = cases
+                .iter()
+                .filter(|(_, c)| matches!(c, Case::Gemm(g) if g.format == f && g.m == g.n && g.n == g.k))
+                .count();
+            assert_eq!(n, GPU_GEMM_SIZES.len(), "{f:?}");
+        }
+        // FP32 GEMM, triad and forward convolutions first: a short budget still calibrates.
+        assert!(matches!(cases[0].1, Case::Gemm(g) if g.format == Format::Fp32));
+        let copies = cases
+            .iter()
+            .filter(|(_, c)| matches!(c, Case::Copy(_)))
+            .count();
+        assert_eq!(copies, 4 * GPU_COPY_SIZES.len());
+        assert!(!cases.iter().any(|(_, c)| matches!(c, Case::Op(..))));
+        for pass in ConvPass::ALL {
+            assert!(
+                cases
+                    .iter()
+                    .any(|(_, c)| matches!(c, Case::Conv(_, p) if *p == pass))
+            );
+        }
+        // STREAM runs from inside L2 to well past it.
+        let sizes = gpu_stream_sizes(l2);
+        assert!(
+            sizes[0] * 8 <= l2 / 4 && *sizes.last().unwrap() * 8 >= 8 * l2,
+            "{sizes:?}"
+        );
     }
 
     #[test]

@@ -37,6 +37,17 @@ pub(crate) struct Backends {
 impl Backends {
     pub(crate) fn new(args: &MeasureArgs, default: &[ThreadCount]) -> Result<Backends> {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        if args.device.starts_with("cuda") {
+            // A GPU runs on one stream: thread counts do not apply.
+            if args.threads.is_some() {
+                bail!("--threads applies to --device cpu; a GPU runs each kernel on one stream");
+            }
+            let backend = open_backend(&args.device, 1)?;
+            return Ok(Backends {
+                device: args.device.clone(),
+                open: vec![(backend.threads(), backend)],
+            });
+        }
         let counts = args.threads.as_ref().map_or(default, |t| t.0.as_slice());
         let mut open: Vec<(usize, Box<dyn Backend>)> = Vec::new();
         for c in counts {
@@ -745,7 +756,18 @@ pub(crate) fn run_suite(args: &MeasureSuiteArgs, default: &[ThreadCount]) -> Res
     let threads = backends.threads();
     let mut w = writer(m)?;
     let rates = suite::probe(backends.get(threads[0]))?;
-    let candidates = suite::standard(&threads)?;
+    let gpu = backends.get(threads[0]).env().gpu;
+    let candidates = match &gpu {
+        Some(g) => {
+            eprintln!(
+                "measure suite: {} ({}); pooling, normalisation and element-wise ops do not run \
+                 on the CUDA backend yet and are left out",
+                g.name, m.device
+            );
+            suite::standard_gpu(g.l2_bytes.unwrap_or(0) as usize)?
+        }
+        None => suite::standard(&threads)?,
+    };
     let plan = {
         let backends = &backends;
         let w = &w;

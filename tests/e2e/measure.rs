@@ -525,6 +525,10 @@ fn cuda_without_a_gpu_is_a_clear_error() {
     );
     let err = run_err(&["measure", "copy", "--device", "cuda", "--direction", "d2h"]);
     assert!(err.contains("cuda:0"), "{err}");
+    let err = run_err(&["measure", "suite", "--device", "cuda", "--out", "/dev/null"]);
+    assert!(err.contains("cuda:0"), "{err}");
+    let err = run_err(&["measure", "gemm", "--device", "cuda", "--threads", "2"]);
+    assert!(err.contains("--threads applies to --device cpu"), "{err}");
 }
 
 #[test]

@@ -295,6 +295,11 @@ fn gpu_env(ordinal: usize, ctx: &Arc<CudaContext>) -> Result<GpuEnv> {
         memory_bytes: memory as u64,
         sm_clock_mhz: khz(A::CU_DEVICE_ATTRIBUTE_CLOCK_RATE),
         memory_clock_mhz: khz(A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE),
+        l2_bytes: ctx
+            .attribute(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
+            .ok()
+            .filter(|&v| v > 0)
+            .map(|v| v as u64),
         driver_version: version_string(driver_version),
         libraries: BTreeMap::new(),
     })

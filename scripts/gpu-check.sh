@@ -28,7 +28,13 @@ echo "== GEMM (cuBLAS), a first look"
 echo "== the calibration suite: GEMM in every format, cuDNN convolutions, STREAM, copies"
 "$bin" measure suite --device "$device" --budget "${BUDGET:-3m}" --out "$out/suite.jsonl"
 
+gpus=$(nvidia-smi --list-gpus 2>/dev/null | wc -l || echo 0)
+if [ "$gpus" -ge 2 ]; then
+    echo "== NCCL allreduce across the $gpus GPUs"
+    "$bin" measure nccl --gpus "$gpus" --sizes 4K..256M:x4 --out "$out/nccl.jsonl"
+fi
+
 echo
-echo "records in $out/ (gemm.jsonl, suite.jsonl)."
-echo "Not yet on the CUDA backend: pooling, normalisation and element-wise ops, the"
-echo "full-workload executor and NCCL allreduce; so no GPU validation table yet."
+echo "records in $out/ (gemm.jsonl, suite.jsonl; nccl.jsonl with two or more GPUs)."
+echo "Not yet on the CUDA backend: pooling, normalisation and element-wise ops and the"
+echo "full-workload executor; so no GPU validation table yet."

@@ -287,6 +287,8 @@ pub(crate) enum MeasureCommand {
     Stream(MeasureStreamArgs),
     /// Host-device copies, pinned and pageable, both directions (needs --device cuda).
     Copy(MeasureCopyArgs),
+    /// FP32 allreduce across the GPUs of this machine through NCCL (needs a CUDA build).
+    Nccl(MeasureNcclArgs),
     /// Pooling, normalisation and element-wise ops at a workload's layer shapes.
     Ops(MeasureOpsArgs),
     /// Full training steps of a workload, every layer forward and backward, with peak memory.
@@ -573,6 +575,26 @@ pub(crate) enum HostMemoryArg {
     Pinned,
     /// Ordinary.
     Pageable,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct MeasureNcclArgs {
+    /// GPUs taking part: cuda:0 to cuda:N-1.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..=1024))]
+    pub(crate) gpus: u64,
+    /// Sizes in bytes (multiples of 4), as a list and ranges with K, M, G suffixes.
+    #[arg(long, value_parser = parse_byte_list, default_value = "4..256M:x4")]
+    pub(crate) sizes: Numbers<u64>,
+    /// Append records to this JSON Lines file.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: Option<PathBuf>,
+    /// Continue the campaign in --out: keep its records and skip what they cover.
+    #[arg(long, requires = "out")]
+    pub(crate) resume: bool,
+    #[command(flatten)]
+    pub(crate) protocol: ProtocolArgs,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
 }
 
 #[derive(Debug, Args)]

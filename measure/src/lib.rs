@@ -10,7 +10,7 @@
 //!   cudarc with run-time loading) runs GEMM through cuBLAS (fp64, fp32, tf32, fp16 and bf16
 //!   with fp32 accumulation), convolution through cuDNN (algorithm by its find API),
 //!   host-device copies (pinned and pageable) and STREAM through NVRTC, timed with CUDA
-//!   events; it has not been run on a GPU yet, and ops
+//!   events, and [`nccl_allreduce`] across the GPUs of a machine; it has not been run on a GPU yet, and ops
 //!   and workloads on it are clear errors for now.
 //!   Without a driver, a GPU or a library it says which; without the feature, a disabled twin
 //!   says how to build it.
@@ -65,7 +65,7 @@ pub use backend::{
 };
 pub use campaign::{Case, conv_cases, open_backend};
 pub use cpu::CpuBackend;
-pub use cuda::CudaBackend;
+pub use cuda::{CudaBackend, NcclAllreduce, nccl_allreduce};
 pub use error::{Error, Result};
 pub use protocol::Protocol;
 pub use record::{Env, GpuEnv, Record, RecordWriter, Resumed, SCHEMA_VERSION, read_records};

@@ -9,8 +9,8 @@ use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use ridgeline_measure::suite::{self, Caches, SOURCES};
 use ridgeline_measure::{
-    Backend, Case, ConvPass, CopyCase, CopyDirection, GemmCase, HostMemory, OpCase, Pass, Protocol,
-    Record, RecordWriter, StreamKernel, conv_cases, open_backend,
+    Backend, Case, ConvPass, CopyCase, CopyDirection, GemmCase, HostMemory, NcclAllreduce, OpCase,
+    Pass, Protocol, Record, RecordWriter, StreamKernel, conv_cases, nccl_allreduce, open_backend,
 };
 use ridgeline_model::graph::Graph;
 use ridgeline_model::memory::{Footprint, Optimizer};
@@ -21,9 +21,10 @@ use ridgeline_reports::Document;
 use serde::Serialize;
 
 use crate::cli::{
-    ConvPassArg, CopyDirectionArg, Format, HostMemoryArg, MeasureArgs, MeasureConvArgs,
-    MeasureCopyArgs, MeasureGemmArgs, MeasureOpsArgs, MeasureStreamArgs, MeasureSuiteArgs,
-    MeasureWorkloadArgs, PassArg, ShapesFrom, StreamArg, ThreadCount, WorkloadArgs,
+    ConvPassArg, CopyDirectionArg, Format, FormatArg, HostMemoryArg, MeasureArgs, MeasureConvArgs,
+    MeasureCopyArgs, MeasureGemmArgs, MeasureNcclArgs, MeasureOpsArgs, MeasureStreamArgs,
+    MeasureSuiteArgs, MeasureWorkloadArgs, PassArg, ProtocolArgs, ShapesFrom, StreamArg,
+    ThreadCount, WorkloadArgs,
 };
 use crate::load;
 use crate::output::{self, Col, Style, num, text};
@@ -448,6 +449,64 @@ pub(crate) fn conv(args: &MeasureConvArgs) -> Result<()> {
             .collect()
     });
     run_and_print(&mut backends, &args.measure, &cases, "Convolution", vec![])
+}
+
+/// `ridgeline measure nccl`.
+pub(crate) fn nccl(args: &MeasureNcclArgs) -> Result<()> {
+    let cases: Vec<NcclAllreduce> = args
+        .sizes
+        .0
+        .iter()
+        .map(|&b| NcclAllreduce {
+            gpus: args.gpus as usize,
+            bytes: b as usize,
+        })
+        .collect();
+    for c in &cases {
+        c.check()?;
+    }
+    let mut writer = match &args.out {
+        Some(path) => Some(RecordWriter::open(path, args.resume)?.0),
+        None => None,
+    };
+    let protocol = args.protocol.apply(Protocol::default());
+    let mut records = Vec::new();
+    {
+        let done: Vec<String> = cases
+            .iter()
+            .map(NcclAllreduce::id)
+            .filter(|id| writer.as_ref().is_some_and(|w| w.has(id)))
+            .collect();
+        let skip = |id: &str| done.iter().any(|d| d == id);
+        nccl_allreduce(&cases, &protocol, &skip, &mut |r| {
+            if let Some(w) = &mut writer {
+                w.write(std::slice::from_ref(&r))?;
+            }
+            records.push(r);
+            Ok(())
+        })?;
+    }
+    let ran = Ran {
+        records,
+        skipped: 0,
+        unrun: 0,
+    };
+    let m = MeasureArgs {
+        device: "cuda".into(),
+        threads: None,
+        out: args.out.clone(),
+        resume: args.resume,
+        protocol: ProtocolArgs::default(),
+        format: FormatArg {
+            format: args.format.format,
+        },
+    };
+    finish(
+        &format!("NCCL allreduce across {} GPUs", args.gpus),
+        &m,
+        &ran,
+        vec![],
+    )
 }
 
 /// `ridgeline measure copy`.

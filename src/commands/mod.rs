@@ -34,6 +34,7 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Measure(MeasureCommand::Conv(args)) => measure::conv(&args),
         Command::Measure(MeasureCommand::Stream(args)) => measure::stream(&args),
         Command::Measure(MeasureCommand::Copy(args)) => measure::copy(&args),
+        Command::Measure(MeasureCommand::Nccl(args)) => measure::nccl(&args),
         Command::Measure(MeasureCommand::Ops(args)) => measure::ops(&args),
         Command::Measure(MeasureCommand::Workload(args)) => measure::workload(&args),
         Command::Measure(MeasureCommand::Suite(args)) => measure::suite(&args),

@@ -529,6 +529,17 @@ fn cuda_without_a_gpu_is_a_clear_error() {
     assert!(err.contains("cuda:0"), "{err}");
     let err = run_err(&["measure", "gemm", "--device", "cuda", "--threads", "2"]);
     assert!(err.contains("--threads applies to --device cpu"), "{err}");
+    // NCCL: its own checks first, then the missing driver (or build).
+    let err = run_err(&["measure", "nccl", "--sizes", "6"]);
+    assert!(err.contains("multiple of 4"), "{err}");
+    let err = run_err(&["measure", "nccl", "--gpus", "1"]);
+    assert!(err.contains("--gpus"), "{err}");
+    let err = run_err(&["measure", "nccl", "--gpus", "4", "--sizes", "1K"]);
+    if cfg!(feature = "cuda") {
+        assert!(err.contains("libcuda.so"), "{err}");
+    } else {
+        assert!(err.contains("--features cuda"), "{err}");
+    }
 }
 
 #[test]

@@ -29,6 +29,16 @@ impl CudaBackend {
     }
 }
 
+/// NCCL needs the CUDA backend.
+pub(super) fn nccl_unavailable() -> Result<()> {
+    Err(Error::BackendUnavailable {
+        backend: "cuda".into(),
+        reason: "this ridgeline was built without the CUDA backend (build with `--features \
+                 cuda`); NCCL allreduce needs it and at least two GPUs"
+            .into(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -618,6 +618,131 @@ impl Backend for CudaBackend {
     }
 }
 
+/// NCCL allreduce across the first GPUs of this machine (see [`super::nccl_allreduce`]).
+pub(super) fn nccl_allreduce(
+    cases: &[super::NcclAllreduce],
+    protocol: &Protocol,
+    skip: &dyn Fn(&str) -> bool,
+    sink: &mut dyn FnMut(crate::record::Record) -> Result<()>,
+) -> Result<()> {
+    use cudarc::nccl::{Comm, ReduceOp};
+    let gpus = cases.iter().map(|c| c.gpus).max().unwrap_or(0);
+    if gpus == 0 {
+        return Ok(());
+    }
+    // SAFETY: dlopen probes only.
+    if !unsafe { driver::sys::is_culib_present() } {
+        return Err(unavailable(
+            0,
+            "the CUDA driver library (libcuda.so) cannot be loaded: no NVIDIA driver is \
+             installed here",
+        ));
+    }
+    // SAFETY: as above.
+    if !unsafe { cudarc::nccl::sys::is_culib_present() } {
+        return Err(unavailable(
+            0,
+            "NCCL (libnccl.so) cannot be loaded: install NCCL for CUDA 13 (e.g. the \
+             nvidia-nccl-cu13 wheel) and put it, or a libnccl.so link to it, on LD_LIBRARY_PATH",
+        ));
+    }
+    let count = call(0, "cuDeviceGetCount", CudaContext::device_count())?.max(0) as usize;
+    if count < gpus {
+        return Err(unavailable(
+            0,
+            format!("{gpus} GPUs asked for, the driver sees {count}"),
+        ));
+    }
+    let mut streams = Vec::new();
+    let mut envs = Vec::new();
+    for g in 0..gpus {
+        let ctx = call(g, "cuCtxCreate", CudaContext::new(g))?;
+        envs.push(gpu_env(g, &ctx)?);
+        streams.push(call(g, "cuStreamCreate", ctx.new_stream())?);
+    }
+    let comms = call(0, "ncclCommInitAll", Comm::from_devices(streams.clone()))?;
+    let mut version = 0;
+    // SAFETY: NCCL is loaded (probed above and initialised); `version` is one int.
+    let status = unsafe { cudarc::nccl::sys::ncclGetVersion(&mut version) };
+    call(0, "ncclGetVersion", status.result())?;
+    let nccl_version = format!(
+        "{}.{}.{}",
+        version / 10_000,
+        (version / 100) % 100,
+        version % 100
+    );
+    for case in cases.iter().filter(|c| !skip(&c.id())) {
+        let comms = &comms[..case.gpus];
+        let n = case.bytes / 4;
+        let mut send = Vec::new();
+        let mut recv = Vec::new();
+        let mut events = Vec::new();
+        for (g, s) in streams[..case.gpus].iter().enumerate() {
+            send.push(call(
+                g,
+                "cuMemcpyHtoDAsync",
+                s.clone_htod(&vec![1.0f32; n]),
+            )?);
+            recv.push(call(g, "cuMemAllocAsync", s.alloc_zeros::<f32>(n))?);
+            let flags = Some(driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+            let ctx = s.context();
+            events.push((
+                call(g, "cuEventCreate", ctx.new_event(flags))?,
+                call(g, "cuEventCreate", ctx.new_event(flags))?,
+            ));
+        }
+        let samples = protocol.measure_timed(EVENT_RESOLUTION, |batch| {
+            for (g, (start, _)) in events.iter().enumerate() {
+                call(g, "cuEventRecord", start.record(&streams[g]))?;
+            }
+            for _ in 0..batch {
+                call(0, "ncclGroupStart", cudarc::nccl::result::group_start())?;
+                for (g, comm) in comms.iter().enumerate() {
+                    call(
+                        g,
+                        "ncclAllReduce",
+                        comm.all_reduce(&send[g], &mut recv[g], &ReduceOp::Sum),
+                    )?;
+                }
+                call(0, "ncclGroupEnd", cudarc::nccl::result::group_end())?;
+            }
+            let mut slowest = Duration::ZERO;
+            for (g, (start, end)) in events.iter().enumerate() {
+                call(g, "cuEventRecord", end.record(&streams[g]))?;
+                call(g, "cuEventSynchronize", end.synchronize())?;
+                let ms = call(g, "cuEventElapsedTime", start.elapsed_ms(end))?;
+                slowest = slowest.max(Duration::from_secs_f64(f64::from(ms) / 1e3));
+            }
+            Ok(slowest)
+        })?;
+        // The sum is checked: every GPU contributed ones.
+        let mut back = vec![0.0f32; n.min(16)];
+        let head = recv[0].slice(..back.len());
+        call(
+            0,
+            "cuMemcpyDtoHAsync",
+            streams[0].memcpy_dtoh(&head, &mut back),
+        )?;
+        call(0, "cuStreamSynchronize", streams[0].synchronize())?;
+        if back.iter().any(|&v| v != case.gpus as f32) {
+            return Err(Error::invalid(
+                format!("nccl allreduce of {} bytes", case.bytes),
+                format!(
+                    "the sum is wrong: {:?} where {} was expected",
+                    back, case.gpus
+                ),
+            ));
+        }
+        for s in &streams[..case.gpus] {
+            call(0, "cuStreamSynchronize", s.synchronize())?;
+        }
+        let mut env = Env::capture();
+        env.gpu = envs.first().cloned();
+        sink(case.record(samples, env, &nccl_version))?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,12 +8,100 @@
 //! fp16 / bf16 with fp32 accumulation), N-d convolution forward, backward-data and
 //! backward-filter through cuDNN (FP32, the fastest algorithm by cuDNN's find API, recorded
 //! in the record's `extra`), host-device copies (pinned and pageable) and the STREAM kernels
-//! (compiled with NVRTC), each timed with
+//! (compiled with NVRTC), and [`nccl_allreduce`] across the GPUs of a machine, each timed with
 //! CUDA events under the run protocol, with the device, driver and library versions in
 //! every record. The other ops and the full-workload executor are not implemented on the
 //! GPU yet and say so. **None of it has been run on a
 //! GPU yet**: the code is written against the CUDA APIs and checked here only where no GPU
 //! is needed (type choices, kernel sources, launch geometry, the errors without a driver).
+
+use serde_json::json;
+
+use crate::protocol::Protocol;
+use crate::record::{Env, Record, SCHEMA_VERSION, record_id};
+
+/// An FP32 sum allreduce of `bytes` across the first `gpus` GPUs of this machine, through
+/// NCCL (one process, one communicator per GPU).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NcclAllreduce {
+    /// GPUs taking part (cuda:0 to cuda:gpus-1).
+    pub gpus: usize,
+    /// Bytes reduced (a multiple of 4).
+    pub bytes: usize,
+}
+
+impl NcclAllreduce {
+    /// The record's `shape`.
+    pub fn shape(&self) -> serde_json::Value {
+        json!({ "bytes": self.bytes, "algorithm": "nccl", "gpus": self.gpus })
+    }
+
+    /// The record's id.
+    pub fn id(&self) -> String {
+        record_id("comm-allreduce", &self.shape(), "fp32", 1, "cuda")
+    }
+
+    /// The record of a measurement: samples are the slowest GPU's seconds per allreduce.
+    pub fn record(&self, samples: Vec<f64>, env: Env, nccl_version: &str) -> Record {
+        Record {
+            schema_version: SCHEMA_VERSION,
+            id: self.id(),
+            kind: "comm-allreduce".into(),
+            shape: self.shape(),
+            precision: "fp32".into(),
+            device: "cuda".into(),
+            threads: 1,
+            samples_s: samples,
+            flops: 0.0,
+            bytes: self.bytes as f64,
+            env,
+            extra: Some(json!({
+                "ranks": self.gpus,
+                "ranks_per_node": self.gpus,
+                "nodes": 1,
+                "library": "nccl",
+                "nccl_version": nccl_version,
+            })),
+        }
+    }
+
+    /// Checks the case: at least 2 GPUs, a positive multiple of 4 bytes.
+    pub fn check(&self) -> crate::error::Result<()> {
+        if self.gpus < 2 {
+            return Err(crate::error::Error::invalid(
+                "nccl allreduce",
+                format!("{} GPU: an allreduce needs at least 2 (--gpus)", self.gpus),
+            ));
+        }
+        if self.bytes == 0 || !self.bytes.is_multiple_of(4) {
+            return Err(crate::error::Error::invalid(
+                format!("nccl allreduce of {} bytes", self.bytes),
+                "sizes are FP32 vectors: give a positive multiple of 4 bytes",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Measures `cases` (each by `protocol`) and hands each record to `sink` as it is made;
+/// `skip` says which ids are already recorded.
+pub fn nccl_allreduce(
+    cases: &[NcclAllreduce],
+    protocol: &Protocol,
+    skip: &dyn Fn(&str) -> bool,
+    sink: &mut dyn FnMut(Record) -> crate::error::Result<()>,
+) -> crate::error::Result<()> {
+    for c in cases {
+        c.check()?;
+    }
+    #[cfg(feature = "cuda")]
+    return enabled::nccl_allreduce(cases, protocol, skip, sink);
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (protocol, skip, sink);
+        disabled::nccl_unavailable()
+    }
+}
 
 // Used by the enabled backend; built and tested in every build.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -30,3 +118,52 @@ mod cudnn;
 mod enabled;
 #[cfg(feature = "cuda")]
 pub use enabled::CudaBackend;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nccl_cases_are_checked_and_recorded_like_mpi_allreduce() {
+        let ok = NcclAllreduce {
+            gpus: 4,
+            bytes: 1 << 20,
+        };
+        assert!(ok.check().is_ok());
+        let e = NcclAllreduce { gpus: 1, bytes: 4 }
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at least 2"), "{e}");
+        let e = NcclAllreduce { gpus: 2, bytes: 6 }
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("multiple of 4"), "{e}");
+        let r = ok.record(vec![1e-3], Env::capture(), "2.27.3");
+        assert_eq!(r.kind, "comm-allreduce");
+        assert_eq!(r.bytes, 1_048_576.0);
+        assert_eq!(r.extra.as_ref().unwrap()["ranks"], 4);
+        assert_eq!(r.id, ok.id());
+        assert_ne!(ok.id(), NcclAllreduce { gpus: 2, ..ok }.id());
+    }
+
+    #[test]
+    fn without_a_gpu_nccl_says_what_is_missing() {
+        let case = NcclAllreduce {
+            gpus: 2,
+            bytes: 1024,
+        };
+        let e = nccl_allreduce(&[case], &Protocol::quick(), &|_| false, &mut |_| Ok(()))
+            .unwrap_err()
+            .to_string();
+        if cfg!(feature = "cuda") {
+            if std::path::Path::new("/proc/driver/nvidia/version").exists() {
+                return; // a GPU machine: scripts/gpu-check.sh covers it
+            }
+            assert!(e.contains("libcuda.so"), "{e}");
+        } else {
+            assert!(e.contains("--features"), "{e}");
+        }
+    }
+}

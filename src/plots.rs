@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use ridgeline_calibrate::validate::LayerPoint;
 use ridgeline_model::memory::MemoryRow;
 use ridgeline_model::precision::Precision;
-use ridgeline_model::predict::{Movement, Outcome};
+use ridgeline_model::predict::{self, Movement, Outcome, Prediction};
 use ridgeline_model::profile::precision_name;
 use ridgeline_model::roofline::Roofline;
 use ridgeline_model::system::System;
@@ -253,7 +253,7 @@ pub(crate) fn roofline(
 }
 
 /// Data-movement cost per sample by source across batch sizes (\[004\] Fig. 4).
-pub(crate) fn movement(workload: &str, system: &str, rows: &[(u64, Vec<Movement>)]) -> Figure {
+fn movement_chart(workload: &str, system: &str, rows: &[(u64, Vec<Movement>)]) -> Figure {
     let mut sources: Vec<&str> = rows
         .iter()
         .flat_map(|(_, m)| m.iter().map(|m| m.source))
@@ -291,6 +291,42 @@ pub(crate) fn movement(workload: &str, system: &str, rows: &[(u64, Vec<Movement>
                   crosses; shared levels count their sharing."
             .into(),
     }
+}
+
+/// Data movement per sample and the step-time breakdown of `p`'s configuration across
+/// batch sizes 1, 2, 4, ... up to `batch` (the sizes that cannot run are left out).
+pub(crate) fn across_batches(job: &crate::load::Job, batch: u64, p: &Prediction) -> Vec<Figure> {
+    let mut batches: Vec<u64> = std::iter::successors(Some(1u64), |b| b.checked_mul(2))
+        .take_while(|&b| b < batch)
+        .collect();
+    batches.push(batch);
+    let runs: Vec<(u64, Prediction)> = batches
+        .iter()
+        .filter_map(|&b| {
+            predict::predict(job.inputs(), &job.training.scenario, b)
+                .ok()
+                .map(|q| (b, q))
+        })
+        .collect();
+    let movement: Vec<(u64, Vec<Movement>)> = runs
+        .iter()
+        .map(|(b, q)| (*b, q.data_movement.clone()))
+        .collect();
+    let steps: Vec<(String, Outcome)> = runs
+        .iter()
+        .map(|(b, q)| (b.to_string(), q.outcome))
+        .collect();
+    vec![
+        movement_chart(&p.workload, &p.system, &movement),
+        breakdown(
+            format!(
+                "Step time: {} on {} x {} nodes",
+                p.workload, p.system, p.outcome.nodes
+            ),
+            "batch size per device",
+            &steps,
+        ),
+    ]
 }
 
 /// Step-time breakdown (compute / input / allreduce, and the step) per configuration.

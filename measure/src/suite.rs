@@ -272,21 +272,29 @@ pub fn conv_sweep() -> Vec<ConvCase> {
     out
 }
 
+/// The graphs of the suite's [`SOURCES`], each with its source.
+fn source_graphs() -> Result<Vec<(&'static Source, Graph)>> {
+    SOURCES
+        .iter()
+        .map(|s| {
+            let options = BuildOptions {
+                input_size: Some(s.input.to_vec()),
+                width: 1.0,
+            };
+            workloads::build(s.workload, &options)
+                .map(|g| (s, g))
+                .map_err(|e| Error::invalid(s.workload, e.to_string()))
+        })
+        .collect()
+}
+
 /// Every suite case in priority order, with the threads it runs on: all of them on the
 /// first thread count of `threads` (every core, by default), then all of them on each of the
 /// others (1 thread, by default).
 pub fn standard(threads: &[usize]) -> Result<Vec<(usize, Case)>> {
     let mut convs = Vec::new();
     let mut ops = Vec::new();
-    for s in SOURCES {
-        let g = workloads::build(
-            s.workload,
-            &BuildOptions {
-                input_size: Some(s.input.to_vec()),
-                width: 1.0,
-            },
-        )
-        .map_err(|e| Error::invalid(s.workload, e.to_string()))?;
+    for (s, g) in source_graphs()? {
         convs.extend(conv_cases(&g, s.batch, s.workload, &[]));
         ops.extend(op_cases(&g, s.batch));
     }
@@ -369,15 +377,7 @@ pub fn gpu_stream_sizes(l2: usize) -> Vec<usize> {
 /// left out (the caller says so).
 pub fn standard_gpu(l2: usize) -> Result<Vec<(usize, Case)>> {
     let mut convs = Vec::new();
-    for s in SOURCES {
-        let g = workloads::build(
-            s.workload,
-            &BuildOptions {
-                input_size: Some(s.input.to_vec()),
-                width: 1.0,
-            },
-        )
-        .map_err(|e| Error::invalid(s.workload, e.to_string()))?;
+    for (s, g) in source_graphs()? {
         convs.extend(conv_cases(&g, s.batch, s.workload, &[]));
     }
     let stream = gpu_stream_sizes(l2);

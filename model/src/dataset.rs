@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::system::{Sourced, parse_toml};
+use crate::system::{RawSourced, Sourced, parse_toml};
 use crate::units::Bytes;
 
 /// A data set.
@@ -111,13 +111,6 @@ pub struct WorkloadData {
     pub dataset: Option<Dataset>,
     /// The convergence curve.
     pub convergence: Option<Convergence>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawSourced<T> {
-    value: T,
-    source: String,
 }
 
 #[derive(Debug, Deserialize)]

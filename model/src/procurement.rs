@@ -26,7 +26,7 @@ use crate::memory::Optimizer;
 use crate::precision::Precision;
 use crate::predict::{self, Inputs, Prediction, Scenario, StepBound, StepModel};
 use crate::sweep::Objective;
-use crate::system::{Sourced, System, parse_toml};
+use crate::system::{RawSourced, Sourced, System, parse_toml};
 use crate::units::ByteRate;
 
 /// Hours in a year (365.25 days).
@@ -60,13 +60,6 @@ pub struct Mix {
     pub description: Option<String>,
     /// Workloads.
     pub workloads: Vec<MixEntry>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawSourced<T> {
-    value: T,
-    source: String,
 }
 
 #[derive(Debug, Deserialize)]

@@ -9,9 +9,9 @@
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use plotters::coord::Shift;
 use plotters::coord::combinators::LogCoord;
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::coord::{CoordTranslate, Shift};
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -383,14 +383,22 @@ where
             }
         }
     }
+    legend(&mut chart)
+}
+
+/// The legend box, top left.
+fn legend<'a, DB, CT>(chart: &mut ChartContext<'a, DB, CT>) -> DrawResult<DB>
+where
+    DB: DrawingBackend + 'a,
+    CT: CoordTranslate,
+{
     chart
         .configure_series_labels()
         .label_font((FAMILY, 13))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK.mix(0.4))
         .position(SeriesLabelPosition::UpperLeft)
-        .draw()?;
-    Ok(())
+        .draw()
 }
 
 fn bars<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &BarChart) -> DrawResult<DB> {
@@ -495,14 +503,7 @@ where
         let (px, py) = chart.backend_coord(&(i as f64 + 0.5, floor));
         root.draw_text(name, &label_style, (px, py + 6))?;
     }
-    chart
-        .configure_series_labels()
-        .label_font((FAMILY, 13))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.4))
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()?;
-    Ok(())
+    legend(&mut chart)
 }
 
 #[cfg(test)]

@@ -148,40 +148,7 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
         }
         doc
     })?;
-    plots::emit(&args.plot, || {
-        // Across batch sizes up to this one: 1, 2, 4, ... and the batch itself.
-        let mut batches: Vec<u64> = std::iter::successors(Some(1u64), |b| b.checked_mul(2))
-            .take_while(|&b| b < batch)
-            .collect();
-        batches.push(batch);
-        let runs: Vec<_> = batches
-            .iter()
-            .filter_map(|&b| {
-                predict::predict(job.inputs(), &job.training.scenario, b)
-                    .ok()
-                    .map(|q| (b, q))
-            })
-            .collect();
-        let movement: Vec<(u64, Vec<Movement>)> = runs
-            .iter()
-            .map(|(b, q)| (*b, q.data_movement.clone()))
-            .collect();
-        let steps: Vec<(String, predict::Outcome)> = runs
-            .iter()
-            .map(|(b, q)| (b.to_string(), q.outcome))
-            .collect();
-        vec![
-            plots::movement(&p.workload, &p.system, &movement),
-            plots::breakdown(
-                format!(
-                    "Step time: {} on {} x {} nodes",
-                    p.workload, p.system, p.outcome.nodes
-                ),
-                "batch size per device",
-                &steps,
-            ),
-        ]
-    })
+    plots::emit(&args.plot, || plots::across_batches(&job, batch, &p))
 }
 
 /// The table's columns (also used by `report`).

@@ -867,32 +867,10 @@ pub(crate) fn workload(args: &ReportWorkloadArgs) -> Result<()> {
     ));
 
     // Across batch sizes: data movement and the step's parts.
-    let mut batches: Vec<u64> = std::iter::successors(Some(1u64), |b| b.checked_mul(2))
-        .take_while(|&b| b < args.batch)
-        .collect();
-    batches.push(args.batch);
-    let runs: Vec<(u64, predict::Prediction)> = batches
-        .iter()
-        .filter_map(|&b| predict::predict(job.inputs(), sc, b).ok().map(|q| (b, q)))
-        .collect();
-    let movement: Vec<(u64, Vec<predict::Movement>)> = runs
-        .iter()
-        .map(|(b, q)| (*b, q.data_movement.clone()))
-        .collect();
-    let steps: Vec<(String, predict::Outcome)> = runs
-        .iter()
-        .map(|(b, q)| (b.to_string(), q.outcome))
-        .collect();
-    let batch_section = Section::new("Across batch sizes")
-        .figure(plots::movement(&p.workload, &p.system, &movement))
-        .figure(plots::breakdown(
-            format!(
-                "Step time: {} on {} x {} nodes",
-                p.workload, p.system, o.nodes
-            ),
-            "batch size per device",
-            &steps,
-        ));
+    let mut batch_section = Section::new("Across batch sizes");
+    for f in plots::across_batches(&job, args.batch, &p) {
+        batch_section = batch_section.figure(f);
+    }
 
     // Memory.
     let mem = memory::report(

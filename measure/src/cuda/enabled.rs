@@ -227,13 +227,15 @@ impl CudaBackend {
             .ok_or_else(|| unavailable(self.ordinal, "STREAM kernels missing"))
     }
 
-    /// A pair of timing events.
-    fn events(&self) -> Result<(CudaEvent, CudaEvent)> {
+    /// A timer on this backend's stream.
+    fn timer(&self) -> Result<Timer> {
         let flags = Some(driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
-        Ok((
-            self.call("cuEventCreate", self.ctx.new_event(flags))?,
-            self.call("cuEventCreate", self.ctx.new_event(flags))?,
-        ))
+        Ok(Timer {
+            ordinal: self.ordinal,
+            stream: self.stream.clone(),
+            start: self.call("cuEventCreate", self.ctx.new_event(flags))?,
+            end: self.call("cuEventCreate", self.ctx.new_event(flags))?,
+        })
     }
 
     /// Device memory of `len` elements of `T`, zeroed, after checking it fits.
@@ -305,6 +307,29 @@ fn gpu_env(ordinal: usize, ctx: &Arc<CudaContext>) -> Result<GpuEnv> {
     })
 }
 
+/// Two CUDA events around work issued on a stream: the device's own clock.
+struct Timer {
+    ordinal: usize,
+    stream: Arc<CudaStream>,
+    start: CudaEvent,
+    end: CudaEvent,
+}
+
+impl Timer {
+    /// Issues `run` `batch` times between the events and waits: the GPU time it took.
+    fn time(&self, batch: u32, mut run: impl FnMut() -> Result<()>) -> Result<Duration> {
+        let o = self.ordinal;
+        call(o, "cuEventRecord", self.start.record(&self.stream))?;
+        for _ in 0..batch {
+            run()?;
+        }
+        call(o, "cuEventRecord", self.end.record(&self.stream))?;
+        call(o, "cuEventSynchronize", self.end.synchronize())?;
+        let ms = call(o, "cuEventElapsedTime", self.start.elapsed_ms(&self.end))?;
+        Ok(Duration::from_secs_f64(f64::from(ms) / 1e3))
+    }
+}
+
 /// Three GEMM operands in device memory, typed by the plan's elements.
 enum Operands {
     F64(CudaSlice<f64>, CudaSlice<f64>, CudaSlice<f64>),
@@ -372,7 +397,7 @@ impl Backend for CudaBackend {
         let compute = compute_type(plan.compute);
         let (alpha64, beta64) = (1.0f64, 0.0f64);
         let (alpha32, beta32) = (1.0f32, 0.0f32);
-        let (start, end) = self.events()?;
+        let timer = self.timer()?;
         let ordinal = self.ordinal;
         let stream = self.stream.clone();
         let blas = self.blas()?;
@@ -402,8 +427,7 @@ impl Backend for CudaBackend {
                     ((&raw const alpha32).cast(), (&raw const beta32).cast())
                 }
             };
-            call(ordinal, "cuEventRecord", start.record(&stream))?;
-            for _ in 0..batch {
+            timer.time(batch, || {
                 // SAFETY: `a`, `b` and `c` point to live device allocations of m*k, k*n and
                 // m*n elements of the types passed (owned by `ops`, alive for the call and
                 // synchronised below); leading dimensions are those of column-major m x k,
@@ -431,12 +455,8 @@ impl Backend for CudaBackend {
                         cublas::sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
                     )
                 };
-                call(ordinal, "cublasGemmEx", r)?;
-            }
-            call(ordinal, "cuEventRecord", end.record(&stream))?;
-            call(ordinal, "cuEventSynchronize", end.synchronize())?;
-            let ms = call(ordinal, "cuEventElapsedTime", start.elapsed_ms(&end))?;
-            Ok(Duration::from_secs_f64(f64::from(ms) / 1e3))
+                call(ordinal, "cublasGemmEx", r)
+            })
         })
     }
 
@@ -470,7 +490,7 @@ impl Backend for CudaBackend {
             call: f.call.into(),
             message: f.message,
         };
-        let (start, end) = self.events()?;
+        let timer = self.timer()?;
         let handle = self
             .cudnn
             .as_ref()
@@ -478,14 +498,7 @@ impl Backend for CudaBackend {
         let (run, _, notes) =
             CudnnPass::find(handle, &g, pass, case.bias, buffers).map_err(failed)?;
         let samples = protocol.measure_timed(EVENT_RESOLUTION, |batch| {
-            call(ordinal, "cuEventRecord", start.record(&stream))?;
-            for _ in 0..batch {
-                run.run(handle, buffers).map_err(failed)?;
-            }
-            call(ordinal, "cuEventRecord", end.record(&stream))?;
-            call(ordinal, "cuEventSynchronize", end.synchronize())?;
-            let ms = call(ordinal, "cuEventElapsedTime", start.elapsed_ms(&end))?;
-            Ok(Duration::from_secs_f64(f64::from(ms) / 1e3))
+            timer.time(batch, || run.run(handle, buffers).map_err(failed))
         })?;
         // The buffers stay alive until every launch above has completed.
         call(ordinal, "cuStreamSynchronize", stream.synchronize())?;
@@ -525,11 +538,10 @@ impl Backend for CudaBackend {
             shared_mem_bytes: 0,
         };
         let n = elements as u64;
-        let (start, end) = self.events()?;
+        let timer = self.timer()?;
         let (ordinal, stream) = (self.ordinal, self.stream.clone());
         protocol.measure_timed(EVENT_RESOLUTION, |batch| {
-            call(ordinal, "cuEventRecord", start.record(&stream))?;
-            for _ in 0..batch {
+            timer.time(batch, || {
                 let mut launch = stream.launch_builder(&f);
                 launch
                     .arg(&mut a)
@@ -540,12 +552,8 @@ impl Backend for CudaBackend {
                 // SAFETY: the kernel's parameters are (double*, double*, double*, double,
                 // unsigned long long), matching the arguments pushed; each array holds `n`
                 // doubles and the kernel indexes below `n`.
-                call(ordinal, "cuLaunchKernel", unsafe { launch.launch(cfg) })?;
-            }
-            call(ordinal, "cuEventRecord", end.record(&stream))?;
-            call(ordinal, "cuEventSynchronize", end.synchronize())?;
-            let ms = call(ordinal, "cuEventElapsedTime", start.elapsed_ms(&end))?;
-            Ok(Duration::from_secs_f64(f64::from(ms) / 1e3))
+                call(ordinal, "cuLaunchKernel", unsafe { launch.launch(cfg) }).map(drop)
+            })
         })
     }
 
@@ -554,7 +562,7 @@ impl Backend for CudaBackend {
         self.check_memory("copy", n)?;
         let (ordinal, stream) = (self.ordinal, self.stream.clone());
         let mut device: CudaSlice<u8> = self.zeros(n)?;
-        let (start, end) = self.events()?;
+        let timer = self.timer()?;
         let mut pinned = match case.memory {
             // SAFETY: the pinned buffer is written below before anything reads it.
             HostMemory::Pinned => Some(self.call("cuMemHostAlloc", unsafe {
@@ -571,8 +579,7 @@ impl Backend for CudaBackend {
         }
         let direction = case.direction;
         let samples = protocol.measure_timed(EVENT_RESOLUTION, |batch| {
-            call(ordinal, "cuEventRecord", start.record(&stream))?;
-            for _ in 0..batch {
+            timer.time(batch, || {
                 let r = match (direction, &mut pinned) {
                     (CopyDirection::HostToDevice, Some(p)) => stream.memcpy_htod(p, &mut device),
                     (CopyDirection::HostToDevice, None) => {
@@ -583,12 +590,8 @@ impl Backend for CudaBackend {
                         stream.memcpy_dtoh(&device, &mut pageable)
                     }
                 };
-                call(ordinal, "cuMemcpyAsync", r)?;
-            }
-            call(ordinal, "cuEventRecord", end.record(&stream))?;
-            call(ordinal, "cuEventSynchronize", end.synchronize())?;
-            let ms = call(ordinal, "cuEventElapsedTime", start.elapsed_ms(&end))?;
-            Ok(Duration::from_secs_f64(f64::from(ms) / 1e3))
+                call(ordinal, "cuMemcpyAsync", r)
+            })
         })?;
         // Host and device buffers stay alive until the copies above have completed.
         call(ordinal, "cuStreamSynchronize", stream.synchronize())?;

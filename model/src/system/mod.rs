@@ -8,6 +8,8 @@
 mod local;
 mod raw;
 
+pub(crate) use raw::RawSourced;
+
 use std::collections::BTreeMap;
 
 use serde::Serialize;

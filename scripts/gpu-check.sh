@@ -8,7 +8,8 @@
 # libcudnn.so.9) on the
 # library path; without them each command exits 2 naming what is missing.
 #
-# Usage: scripts/gpu-check.sh [OUT_DIR] [DEVICE]   (defaults: gpu-check, cuda:0; BUDGET=3m)
+# Usage: scripts/gpu-check.sh [OUT_DIR] [DEVICE]   (defaults: gpu-check, cuda:0; BUDGET=3m;
+#        SYSTEM=<catalog system or file> also calibrates a profile of it from the suite)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-gpu-check}"
@@ -28,6 +29,13 @@ echo "== GEMM (cuBLAS), a first look"
 echo "== the calibration suite: GEMM in every format, cuDNN convolutions, STREAM, copies"
 "$bin" measure suite --device "$device" --budget "${BUDGET:-3m}" --out "$out/suite.jsonl"
 
+if [ -n "${SYSTEM:-}" ]; then
+    echo "== calibrate the datasheet system $SYSTEM from the suite, and its roofline"
+    "$bin" calibrate "$out/suite.jsonl" --system "$SYSTEM" --out "$out/profile.toml"
+    "$bin" roofline resnet50 --system "$out/profile.toml" --batch 64 --precision amp-fp16 \
+        --plot "$out/plots" > "$out/roofline.txt"
+fi
+
 gpus=$(nvidia-smi --list-gpus 2>/dev/null | wc -l || echo 0)
 if [ "$gpus" -ge 2 ]; then
     echo "== NCCL allreduce across the $gpus GPUs"
@@ -35,6 +43,7 @@ if [ "$gpus" -ge 2 ]; then
 fi
 
 echo
-echo "records in $out/ (gemm.jsonl, suite.jsonl; nccl.jsonl with two or more GPUs)."
+echo "records in $out/ (gemm.jsonl, suite.jsonl; nccl.jsonl with two or more GPUs;"
+echo "profile.toml and plots/ with SYSTEM set)."
 echo "Not yet on the CUDA backend: pooling, normalisation and element-wise ops and the"
 echo "full-workload executor; so no GPU validation table yet."

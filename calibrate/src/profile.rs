@@ -343,7 +343,16 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
         }
     }
 
-    let bandwidth = level_bandwidths(&stream, Caches::detect())?;
+    // GPU records carry the GPU (and its L2); CPU records are from this kind of machine.
+    let gpu = used.iter().find_map(|(_, r)| r.env.gpu.as_ref());
+    let levels = match gpu.and_then(|g| g.l2_bytes) {
+        Some(l2) => vec![
+            ("l2", Some(l2 as f64), (0.0, l2 as f64)),
+            ("dram", None, (2.0 * l2 as f64, f64::INFINITY)),
+        ],
+        None => cpu_levels(Caches::detect()),
+    };
+    let bandwidth = level_bandwidths(&stream, &levels)?;
     let mut used = used;
     used.extend(comm_used);
     let profile = Profile {
@@ -397,7 +406,10 @@ fn provenance(files: &[RecordFile], used: &[(&str, &Record)], options: &Options)
         created: options.created.clone(),
         ridgeline_version: env!("CARGO_PKG_VERSION").to_owned(),
         host: env.host.clone(),
-        device_model: env.cpu_model.clone(),
+        device_model: env
+            .gpu
+            .as_ref()
+            .map_or_else(|| env.cpu_model.clone(), |g| g.name.clone()),
         files: files
             .iter()
             .map(|f| SourceFile {
@@ -410,17 +422,24 @@ fn provenance(files: &[RecordFile], used: &[(&str, &Record)], options: &Options)
     }
 }
 
-/// Sustained bandwidth per level from STREAM `(bytes, seconds)` points.
-fn level_bandwidths(points: &[(f64, f64)], caches: Caches) -> Result<Vec<LevelBandwidth>> {
+/// A memory level: its name, the largest working set it serves, and the working sets
+/// fitted to it (above, at most).
+type Level = (&'static str, Option<f64>, (f64, f64));
+
+/// A CPU's levels: L1, last-level cache, DRAM (past twice the last level).
+fn cpu_levels(caches: Caches) -> Vec<Level> {
     let (l1, llc) = (caches.l1d as f64, caches.llc as f64);
-    // (level, largest working set it serves, working sets fitted: (above, at most)).
-    let levels = [
+    vec![
         ("l1", Some(l1), (0.0, l1)),
         ("llc", Some(llc), (l1, llc)),
         ("dram", None, (2.0 * llc, f64::INFINITY)),
-    ];
+    ]
+}
+
+/// Sustained bandwidth per level from STREAM `(bytes, seconds)` points.
+fn level_bandwidths(points: &[(f64, f64)], levels: &[Level]) -> Result<Vec<LevelBandwidth>> {
     let mut out = Vec::new();
-    for (level, max, (low, high)) in levels {
+    for &(level, max, (low, high)) in levels {
         let (x, y): (Vec<Vec<f64>>, Vec<f64>) = points
             .iter()
             .filter(|(b, _)| *b > low && *b <= high)
@@ -537,6 +556,90 @@ mod tests {
         assert!((dram / 20e9 - 1.0).abs() < 1e-6, "{dram}");
         assert_eq!(c.profile.provenance.files[0].records, 11);
         assert!(c.profile.ceiling("gemm", "fp32").unwrap() > 0.0);
+    }
+
+    /// GPU records (the CUDA backend's suite): levels split at the GPU's L2, the GPU named,
+    /// every GEMM format fitted and its ceiling kept.
+    #[test]
+    fn gpu_records_calibrate_at_the_gpus_l2() {
+        let l2: u64 = 50 << 20;
+        let gpu = ridgeline_measure::GpuEnv {
+            ordinal: 0,
+            name: "NVIDIA H100 80GB HBM3".into(),
+            compute_capability: "9.0".into(),
+            memory_bytes: 80 << 30,
+            sm_clock_mhz: Some(1980),
+            memory_clock_mhz: Some(2619),
+            l2_bytes: Some(l2),
+            driver_version: "13.0".into(),
+            libraries: BTreeMap::new(),
+        };
+        let on_gpu = |mut r: Record, precision: &str| {
+            r.device = "cuda:0".into();
+            r.threads = 1;
+            r.precision = precision.into();
+            r.id = format!("{}|{precision}", r.id);
+            r.env.gpu = Some(gpu.clone());
+            r
+        };
+        let mut records = Vec::new();
+        for (precision, rate) in [("fp32", 50e12), ("tf32", 400e12), ("fp16", 800e12)] {
+            for n in [512u32, 1024, 2048, 4096, 8192] {
+                let f = 2.0 * f64::from(n).powi(3);
+                let shape = json!({"m": n, "n": n, "k": n});
+                records.push(on_gpu(
+                    record("gemm", shape, 5e-6 + f / rate, f, 0.0),
+                    precision,
+                ));
+            }
+        }
+        // STREAM inside L2 at 10 TB/s, in HBM at 3 TB/s.
+        for (bytes, bw) in [
+            (4e6, 10e12),
+            (8e6, 10e12),
+            (16e6, 10e12),
+            (2e8, 3e12),
+            (4e8, 3e12),
+            (8e8, 3e12),
+        ] {
+            let shape = json!({"kernel": "triad", "elements": bytes / 24.0});
+            records.push(on_gpu(
+                record("stream", shape, 2e-6 + bytes / bw, 0.0, bytes),
+                "fp64",
+            ));
+        }
+        let c = calibrate(
+            &[RecordFile {
+                path: "gpu.jsonl".into(),
+                records,
+            }],
+            &Options {
+                system: "h100-sxm5-80gb".into(),
+                threads: None,
+                created: "now".into(),
+                comm_level: crate::loggp::LevelChoice::Auto,
+            },
+        )
+        .unwrap();
+        let p = &c.profile;
+        assert_eq!(p.device, "cuda:0");
+        assert_eq!(p.threads, 1);
+        assert_eq!(p.provenance.device_model, "NVIDIA H100 80GB HBM3");
+        let levels: Vec<&str> = p.bandwidth.iter().map(|b| b.level.as_str()).collect();
+        assert_eq!(levels, ["l2", "dram"]);
+        let dram = p.dram_bandwidth().unwrap();
+        assert!((dram / 3e12 - 1.0).abs() < 0.01, "{dram}");
+        for (precision, rate) in [("fp32", 50e12), ("tf32", 400e12), ("fp16", 800e12)] {
+            let ceiling = p.ceiling("gemm", precision).unwrap();
+            assert!(
+                ceiling < rate && ceiling > 0.9 * rate,
+                "{precision}: {ceiling}"
+            );
+            assert!(
+                p.fit(KernelClass::Gemm, KernelPass::Forward, precision)
+                    .is_some()
+            );
+        }
     }
 
     /// Two op kinds of one class at very different rates: each gets its own fit, which

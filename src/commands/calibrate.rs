@@ -68,27 +68,35 @@ pub(crate) fn print(c: &profile::Calibration, format: crate::cli::Format) -> Res
         }),
     ];
     output::print(format, p, |style| {
-        let mut d = Document::new(format!(
-            "Calibrated profile: {} on {} threads of {} ({})",
-            p.device, p.threads, p.provenance.host, p.provenance.device_model
-        ))
-        .summary("overlays", p.system.clone())
-        .summary(
-            "records",
-            p.provenance
-                .files
-                .iter()
-                .map(|f| format!("{} ({} used)", f.path, f.records))
-                .collect::<Vec<_>>()
-                .join(", "),
-        )
-        .summary(
-            "measured",
+        let title = if p.device.starts_with("cuda") {
             format!(
-                "{} .. {}",
-                p.provenance.measured_from, p.provenance.measured_to
-            ),
-        );
+                "Calibrated profile: {} ({}) on {}",
+                p.device, p.provenance.device_model, p.provenance.host
+            )
+        } else {
+            format!(
+                "Calibrated profile: {} on {} threads of {} ({})",
+                p.device, p.threads, p.provenance.host, p.provenance.device_model
+            )
+        };
+        let mut d = Document::new(title)
+            .summary("overlays", p.system.clone())
+            .summary(
+                "records",
+                p.provenance
+                    .files
+                    .iter()
+                    .map(|f| format!("{} ({} used)", f.path, f.records))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            )
+            .summary(
+                "measured",
+                format!(
+                    "{} .. {}",
+                    p.provenance.measured_from, p.provenance.measured_to
+                ),
+            );
         for b in &p.bandwidth {
             d = d.summary(
                 format!("bandwidth {}", b.level),

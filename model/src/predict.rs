@@ -116,6 +116,17 @@ pub enum StepBound {
     Allreduce,
 }
 
+impl StepBound {
+    /// Name in tables and JSON.
+    pub const fn name(self) -> &'static str {
+        match self {
+            StepBound::Compute => "compute",
+            StepBound::Input => "input",
+            StepBound::Allreduce => "allreduce",
+        }
+    }
+}
+
 /// How many epochs to train.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Epochs {

@@ -580,14 +580,6 @@ impl CandidateResult {
     }
 }
 
-fn bound_word(b: StepBound) -> &'static str {
-    match b {
-        StepBound::Compute => "compute",
-        StepBound::Input => "input",
-        StepBound::Allreduce => "allreduce",
-    }
-}
-
 /// Orders candidates by `objective` per mix (best first; candidates that cannot run the
 /// whole mix, or lack the objective's figure, last) and writes each one's reasons.
 pub fn rank(candidates: &mut [CandidateResult], objective: Objective) {
@@ -702,7 +694,7 @@ pub fn rank(candidates: &mut [CandidateResult], objective: Objective) {
                     "{} is {}-bound at its best configuration ({} nodes): it needs {:.1} GB/s \
                      per node{}",
                     w.workload,
-                    bound_word(o.bound),
+                    o.bound.name(),
                     o.nodes,
                     w.network_needed_bytes_per_s.unwrap_or(0.0) / 1e9,
                     w.network_available_bytes_per_s

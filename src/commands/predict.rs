@@ -1,7 +1,7 @@
 //! `ridgeline predict`.
 
 use anyhow::Result;
-use ridgeline_model::predict::{self, Movement, StepBound};
+use ridgeline_model::predict::{self, Movement};
 use ridgeline_model::units::{Bytes, FlopRate, Seconds};
 use ridgeline_reports::Document;
 
@@ -41,11 +41,7 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
         let s = Style::Human;
         let o = &p.outcome;
         let secs = |v: f64| s.seconds(Seconds::new(v));
-        let bound = match o.bound {
-            StepBound::Compute => "compute",
-            StepBound::Input => "input",
-            StepBound::Allreduce => "allreduce",
-        };
+        let bound = o.bound.name();
         let mut doc = Document::new(format!(
             "Prediction: {} on {} x {} nodes ({} x {}), batch {} per device ({} global), {}",
             p.workload,

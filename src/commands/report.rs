@@ -7,7 +7,6 @@ use anyhow::{Context, Result, bail};
 use ridgeline_calibrate::validate::{LayerPoint, Validation};
 use ridgeline_model::memory::{self, MemoryRow};
 use ridgeline_model::predict;
-use ridgeline_model::predict::StepBound;
 use ridgeline_model::procurement::{self, CandidateResult, Mix, WorkloadOutcome};
 use ridgeline_model::roofline::Efficiency;
 use ridgeline_model::sweep::Objective;
@@ -78,14 +77,6 @@ struct ProcurementResult<'a> {
 struct Row<'a> {
     candidate: &'a CandidateResult,
     w: &'a WorkloadOutcome,
-}
-
-fn bound(b: StepBound) -> &'static str {
-    match b {
-        StepBound::Compute => "compute",
-        StepBound::Input => "input",
-        StepBound::Allreduce => "allreduce",
-    }
 }
 
 fn opt_num(v: Option<f64>, s: Style, decimals: usize) -> String {
@@ -184,18 +175,17 @@ pub(crate) fn procurement(args: &ProcurementArgs) -> Result<()> {
 
     let report = procurement_report(args, &mix, &jobs, &offers, &candidates);
     let mut files = write(&report, &args.out)?;
-    let mut result = ProcurementResult {
+    let typed = args.out.out.join("procurement.json");
+    files.push(typed.display().to_string());
+    let result = ProcurementResult {
         mix: &mix,
         budget: args.budget,
         objective: args.objective,
         candidates: &candidates,
-        files: Vec::new(),
+        files,
     };
-    let typed = args.out.out.join("procurement.json");
     std::fs::write(&typed, serde_json::to_string_pretty(&result)? + "\n")
         .with_context(|| format!("cannot write `{}`", typed.display()))?;
-    files.push(typed.display().to_string());
-    result.files = files;
 
     let cols = ranking_cols();
     output::print(args.out.format.format, &result, |style| {
@@ -269,7 +259,7 @@ fn workload_cols<'a>() -> [Col<Row<'a>>; 13] {
         text("bound", "bound", |r, _| {
             r.w.best
                 .as_ref()
-                .map_or("does not run", |p| bound(p.outcome.bound))
+                .map_or("does not run", |p| p.outcome.bound.name())
                 .to_owned()
         }),
         num("epochs", "epochs", |r, s| {
@@ -836,7 +826,7 @@ pub(crate) fn workload(args: &ReportWorkloadArgs) -> Result<()> {
             format!(
                 "{} ({}-bound): compute {}, input {}, allreduce {}",
                 secs(o.step_time_s),
-                bound(o.bound),
+                o.bound.name(),
                 secs(o.compute_s),
                 secs(o.input_s),
                 secs(o.allreduce_s)

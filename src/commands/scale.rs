@@ -218,7 +218,7 @@ pub(crate) fn cols() -> [Col<ScaleRow>; 12] {
         }),
         text("bound", "bound", |r, _| {
             r.outcome
-                .map_or_else(String::new, |o| format!("{:?}", o.bound).to_lowercase())
+                .map_or_else(String::new, |o| o.bound.name().to_owned())
         }),
         num("samples/s", "throughput", |r, s| s.number(r.throughput, 1)),
         num("time to solution", "time_to_solution_s", |r, s| {

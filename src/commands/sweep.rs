@@ -113,7 +113,7 @@ pub(crate) fn run(args: &SweepArgs) -> Result<()> {
             s.seconds(Seconds::new(r.candidate.outcome.step_time_s))
         }),
         text("bound", "bound", |r, _| {
-            format!("{:?}", r.candidate.outcome.bound).to_lowercase()
+            r.candidate.outcome.bound.name().to_owned()
         }),
         num("time to solution", "time_to_solution_s", |r, s| {
             s.seconds(Seconds::new(r.candidate.outcome.time_to_solution_s))
@@ -186,7 +186,7 @@ fn fields(system: &str, c: &Candidate) -> [String; 22] {
         o.allreduce_s.to_string(),
         o.collective.to_string(),
         o.step_time_s.to_string(),
-        format!("{:?}", o.bound).to_lowercase(),
+        o.bound.name().to_owned(),
         o.samples_per_s.to_string(),
         o.epochs.to_string(),
         o.epoch_time_s.to_string(),

@@ -373,12 +373,18 @@ pub fn gpu_stream_sizes(l2: usize) -> Vec<usize> {
 
 /// The GPU suite in priority order, on one stream (threads 1): GEMM in every format,
 /// convolution at the reference layer shapes in every pass, STREAM from L2 to device
-/// memory, host-device copies. The CUDA backend does not run the other ops yet; they are
-/// left out (the caller says so).
+/// memory, host-device copies, the element-wise ops the CUDA backend runs. Pooling and
+/// normalisation do not run on it yet; they are left out (the caller says so).
 pub fn standard_gpu(l2: usize) -> Result<Vec<(usize, Case)>> {
     let mut convs = Vec::new();
+    let mut ops = Vec::new();
     for (s, g) in source_graphs()? {
         convs.extend(conv_cases(&g, s.batch, s.workload, &[]));
+        ops.extend(
+            op_cases(&g, s.batch)
+                .into_iter()
+                .filter(|o| crate::cuda::runs_op(&o.op)),
+        );
     }
     let stream = gpu_stream_sizes(l2);
     let gemm = |format: Format| {
@@ -425,6 +431,9 @@ pub fn standard_gpu(l2: usize) -> Result<Vec<(usize, Case)>> {
     }
     for k in [StreamKernel::Copy, StreamKernel::Scale, StreamKernel::Add] {
         cases.extend(stream.iter().map(|&n| Case::Stream(k, n)));
+    }
+    for pass in [Pass::Forward, Pass::Backward] {
+        cases.extend(ops.iter().map(|o| Case::Op(o.clone(), pass)));
     }
     for pass in ConvPass::ALL {
         cases.extend(conv_sweep().into_iter().map(|c| Case::Conv(c, pass)));
@@ -713,7 +722,7 @@ mod tests {
     }
 
     #[test]
-    fn the_gpu_suite_covers_every_format_convolutions_streams_and_copies_but_no_ops() {
+    fn the_gpu_suite_covers_every_format_convolutions_streams_copies_and_its_ops() {
         let l2 = 50 << 20;
         let cases = standard_gpu(l2).unwrap();
         assert!(cases.iter().all(|(t, _)| *t == 1));
@@ -731,7 +740,18 @@ mod tests {
             .filter(|(_, c)| matches!(c, Case::Copy(_)))
             .count();
         assert_eq!(copies, 4 * GPU_COPY_SIZES.len());
-        assert!(!cases.iter().any(|(_, c)| matches!(c, Case::Op(..))));
+        let ops: Vec<&OpCase> = cases
+            .iter()
+            .filter_map(|(_, c)| match c {
+                Case::Op(o, _) => Some(o),
+                _ => None,
+            })
+            .collect();
+        assert!(ops.iter().any(|o| matches!(o.op, Op::Relu)), "relu is in");
+        assert!(
+            ops.iter().all(|o| crate::cuda::runs_op(&o.op)),
+            "only ops the GPU runs"
+        );
         for pass in ConvPass::ALL {
             assert!(
                 cases

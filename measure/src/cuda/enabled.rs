@@ -28,8 +28,8 @@ use serde_json::Value;
 
 use super::cudnn::{Buffers, CudnnFailure, Handle, Pass as CudnnPass, WORKSPACE_LIMIT};
 use super::plan::{
-    Compute, ConvGeometry, Element, GemmPlan, STREAM_BLOCK, STREAM_SOURCE, elements,
-    stream_function, stream_grid,
+    Compute, ConvGeometry, Element, GemmPlan, OP_KERNELS, OPS_SOURCE, STREAM_BLOCK, STREAM_SOURCE,
+    elements, elementwise_kernel, stream_function, stream_grid,
 };
 use crate::backend::{
     Backend, ConvCase, ConvPass, CopyCase, CopyDirection, GemmCase, HostMemory, OpCase, Pass,
@@ -54,6 +54,7 @@ pub struct CudaBackend {
     cudnn: Option<Handle>,
     blas: Option<CudaBlas>,
     stream_kernels: Option<Vec<(StreamKernel, CudaFunction)>>,
+    op_kernels: Option<Vec<(&'static str, CudaFunction)>>,
     notes: Option<Value>,
     stream: Arc<CudaStream>,
     ctx: Arc<CudaContext>,
@@ -122,6 +123,7 @@ impl CudaBackend {
             cudnn: None,
             blas: None,
             stream_kernels: None,
+            op_kernels: None,
             notes: None,
             stream,
             ctx,
@@ -191,15 +193,7 @@ impl CudaBackend {
     /// The STREAM kernels, compiled with NVRTC and loaded on first use.
     fn stream_kernel(&mut self, kernel: StreamKernel) -> Result<CudaFunction> {
         if self.stream_kernels.is_none() {
-            // SAFETY: a dlopen probe of libnvrtc, no call into it.
-            if !unsafe { nvrtc::sys::is_culib_present() } {
-                return Err(unavailable(
-                    self.ordinal,
-                    "NVRTC (libnvrtc.so.13) cannot be loaded: install the CUDA 13 runtime \
-                     compiler (e.g. the nvidia-cuda-nvrtc-cu13 wheel or the CUDA toolkit) and \
-                     put it on LD_LIBRARY_PATH",
-                ));
-            }
+            self.nvrtc_present()?;
             let ptx = self.call("nvrtcCompileProgram", nvrtc::compile_ptx(STREAM_SOURCE))?;
             let module = self.call("cuModuleLoadData", self.ctx.load_module(ptx))?;
             let mut functions = Vec::new();
@@ -225,6 +219,50 @@ impl CudaBackend {
             .and_then(|v| v.iter().find(|(k, _)| *k == kernel))
             .map(|(_, f)| f.clone())
             .ok_or_else(|| unavailable(self.ordinal, "STREAM kernels missing"))
+    }
+
+    /// The element-wise op kernels, compiled with NVRTC and loaded on first use.
+    fn op_kernel(&mut self, name: &str) -> Result<CudaFunction> {
+        if self.op_kernels.is_none() {
+            self.nvrtc_present()?;
+            let ptx = self.call("nvrtcCompileProgram", nvrtc::compile_ptx(OPS_SOURCE))?;
+            let module = self.call("cuModuleLoadData", self.ctx.load_module(ptx))?;
+            let mut functions = Vec::new();
+            for k in OP_KERNELS {
+                functions.push((
+                    k,
+                    self.call("cuModuleGetFunction", module.load_function(k))?,
+                ));
+            }
+            self.op_kernels = Some(functions);
+        }
+        self.op_kernels
+            .as_ref()
+            .and_then(|v| v.iter().find(|(k, _)| *k == name))
+            .map(|(_, f)| f.clone())
+            .ok_or_else(|| unavailable(self.ordinal, format!("op kernel {name} missing")))
+    }
+
+    /// The GPU's multiprocessors (1 if the driver does not say).
+    fn multiprocessors(&self) -> u32 {
+        self.ctx
+            .attribute(driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_or(1, |v| v.max(1) as u32)
+    }
+
+    /// Fails, naming the library, when NVRTC cannot be loaded.
+    fn nvrtc_present(&self) -> Result<()> {
+        // SAFETY: a dlopen probe of libnvrtc, no call into it.
+        if unsafe { nvrtc::sys::is_culib_present() } {
+            Ok(())
+        } else {
+            Err(unavailable(
+                self.ordinal,
+                "NVRTC (libnvrtc.so.13) cannot be loaded: install the CUDA 13 runtime \
+                 compiler (e.g. the nvidia-cuda-nvrtc-cu13 wheel or the CUDA toolkit) and \
+                 put it on LD_LIBRARY_PATH",
+            ))
+        }
     }
 
     /// A timer on this backend's stream.
@@ -528,10 +566,7 @@ impl Backend for CudaBackend {
         let mut a: CudaSlice<f64> = self.zeros(elements)?;
         let mut b: CudaSlice<f64> = self.zeros(elements)?;
         let mut c: CudaSlice<f64> = self.zeros(elements)?;
-        let sms = self
-            .ctx
-            .attribute(driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .map_or(1, |v| v.max(1) as u32);
+        let sms = self.multiprocessors();
         let cfg = LaunchConfig {
             grid_dim: (stream_grid(elements, sms), 1, 1),
             block_dim: (STREAM_BLOCK, 1, 1),
@@ -599,12 +634,59 @@ impl Backend for CudaBackend {
         Ok(samples)
     }
 
-    fn op(&mut self, case: &OpCase, pass: Pass, _protocol: &Protocol) -> Result<Vec<f64>> {
-        Err(Error::invalid(
-            format!("op {} {}", case.op.kind(), pass.name()),
-            "element-wise, pooling and normalisation ops on the CUDA backend are not \
-             implemented yet; measure them with --device cpu",
-        ))
+    fn op(&mut self, case: &OpCase, pass: Pass, protocol: &Protocol) -> Result<Vec<f64>> {
+        let what = format!("op {} {}", case.op.kind(), pass.name());
+        let Some((name, param)) = elementwise_kernel(&case.op, pass) else {
+            return Err(Error::invalid(
+                what,
+                "pooling, normalisation and this element-wise op do not run on the CUDA \
+                 backend yet; measure them with --device cpu",
+            ));
+        };
+        let n = case.batch.max(1) * case.input.iter().product::<usize>();
+        if n == 0 {
+            return Err(Error::invalid(what, "the input has no elements"));
+        }
+        self.check_memory(&what, 6 * 4 * n)?;
+        let f = self.op_kernel(name)?;
+        // Inputs of ones (tanh's backward reads its forward output as `y`).
+        let ones = vec![1.0f32; n];
+        let x = self.call("cuMemcpyHtoDAsync", self.stream.clone_htod(&ones))?;
+        let y = self.call("cuMemcpyHtoDAsync", self.stream.clone_htod(&ones))?;
+        let dy = self.call("cuMemcpyHtoDAsync", self.stream.clone_htod(&ones))?;
+        let mut out: CudaSlice<f32> = self.zeros(n)?;
+        let mut out2: CudaSlice<f32> = self.zeros(n)?;
+        let sms = self.multiprocessors();
+        let cfg = LaunchConfig {
+            grid_dim: (stream_grid(n, sms), 1, 1),
+            block_dim: (STREAM_BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (seed, len) = (0x5EED_u64, n as u64);
+        let timer = self.timer()?;
+        let (ordinal, stream) = (self.ordinal, self.stream.clone());
+        let samples = protocol.measure_timed(EVENT_RESOLUTION, |batch| {
+            timer.time(batch, || {
+                let mut launch = stream.launch_builder(&f);
+                launch
+                    .arg(&x)
+                    .arg(&y)
+                    .arg(&dy)
+                    .arg(&mut out)
+                    .arg(&mut out2)
+                    .arg(&param)
+                    .arg(&seed)
+                    .arg(&len);
+                // SAFETY: every op kernel takes (const float*, const float*, const float*,
+                // float*, float*, float, unsigned long long, unsigned long long), matching
+                // the arguments pushed; all five arrays hold `n` floats and the kernels index
+                // below `n`.
+                call(ordinal, "cuLaunchKernel", unsafe { launch.launch(cfg) }).map(drop)
+            })
+        })?;
+        call(ordinal, "cuStreamSynchronize", stream.synchronize())?;
+        drop((x, y, dy, out, out2));
+        Ok(samples)
     }
 
     fn workload(

@@ -2,7 +2,9 @@
 //! number format uses, the STREAM kernels' CUDA C source, and their launch geometry. Plain
 //! data, so it is checked in every build.
 
-use crate::backend::{ConvCase, Format, StreamKernel};
+use ridgeline_model::graph::Op;
+
+use crate::backend::{ConvCase, Format, Pass, StreamKernel};
 
 /// Element type of a GEMM operand in device memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,6 +131,77 @@ pub(crate) const fn stream_function(kernel: StreamKernel) -> &'static str {
         StreamKernel::Triad => "stream_triad",
     }
 }
+
+/// The element-wise ops' kernels in CUDA C (NVRTC), forward and backward, every one with
+/// the same parameters `(x, y, dy, out, out2, p, seed, n)`: inputs `x` (and a second input
+/// or the forward output `y`), the output gradient `dy`, outputs `out` (and `out2`, the
+/// second input's gradient of `add`), the op's parameter `p` and, for dropout, a `seed` for
+/// the mask (a hash of the element index: no mask tensor). Grid-stride loops over `n`.
+pub(crate) const OPS_SOURCE: &str = r#"
+typedef unsigned long long u64;
+#define LOOP for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+__device__ __forceinline__ float keep(u64 i, u64 seed, float rate) {
+    u64 h = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+    h ^= h >> 33; h *= 0xff51afd7ed558ccdull; h ^= h >> 33;
+    return ((h >> 40) * (1.0f / 16777216.0f)) >= rate ? 1.0f / (1.0f - rate) : 0.0f;
+}
+extern "C" __global__ void op_relu_fwd(const float* x, const float* y, const float* dy, float* out, float* out2, float p, u64 seed, u64 n) { LOOP { out[i] = x[i] > 0.0f ? x[i] : 0.0f; } }
+extern "C" __global__ void op_relu_bwd(const float* x, const float* y, const float* dy, float* out, float* out2, float p, u64 seed, u64 n) { LOOP { out[i] = x[i] > 0.0f ? dy[i] : 0.0f; } }
+extern "C" __global__ void op_leaky_relu_fwd(const float* x, const float* y, const float* dy, float* out, float* out2, float p, u64 seed, u64 n) { LOOP { out[i] = x[i] > 0.0f ? x[i] : p * x[i]; } }
+extern "C" __global__ void op_leaky_relu_bwd(const float* x, const float* y, const float* dy, float* out, float* out2, float p, u64 seed, u64 n) { LOOP { out[i] = x[i] > 0.0f ? dy[i] : p * dy[i]; } }
+extern "C" __global__ void op_tanh_fwd(const float* x, const float* y, const float* dy, float* out, float* out2, float p, u64 seed, u64 n) { LOOP { out[i] = tanhf(x[i]); } }
+extern "C" __global__ void op_tanh_bwd(const float* x, const float* y, const float* dy, float* out, float* out2, float p, u64 seed, u64 n) { LOOP { out[i] = dy[i] * (1.0f - y[i] * y[i]); } }
+extern "C" __global__ void op_scale_fwd(const float* x, const float* y, const float* dy, float* out, float* out2, float p, u64 seed, u64 n) { LOOP { out[i] = p * x[i]; } }
+extern "C" __global__ void op_scale_bwd(const float* x, const float* y, const float* dy, float* out, float* out2, float p, u64 seed, u64 n) { LOOP { out[i] = p * dy[i]; } }
+extern "C" __global__ void op_add_fwd(const float* x, const float* y, const float* dy, float* out, float* out2, float p, u64 seed, u64 n) { LOOP { out[i] = x[i] + y[i]; } }
+extern "C" __global__ void op_add_bwd(const float* x, const float* y, const float* dy, float* out, float* out2, float p, u64 seed, u64 n) { LOOP { out[i] = dy[i]; out2[i] = dy[i]; } }
+extern "C" __global__ void op_dropout_fwd(const float* x, const float* y, const float* dy, float* out, float* out2, float p, u64 seed, u64 n) { LOOP { out[i] = x[i] * keep(i, seed, p); } }
+extern "C" __global__ void op_dropout_bwd(const float* x, const float* y, const float* dy, float* out, float* out2, float p, u64 seed, u64 n) { LOOP { out[i] = dy[i] * keep(i, seed, p); } }
+"#;
+
+/// The kernel of `op`'s `pass` in [`OPS_SOURCE`] and its parameter, when the GPU runs the op.
+pub(crate) fn elementwise_kernel(op: &Op, pass: Pass) -> Option<(&'static str, f32)> {
+    let (name, p) = match op {
+        Op::Relu => ("relu", 0.0),
+        Op::LeakyRelu { alpha } => ("leaky_relu", *alpha as f32),
+        Op::Tanh => ("tanh", 0.0),
+        Op::Scale { factor } => ("scale", *factor as f32),
+        Op::Add => ("add", 0.0),
+        Op::Dropout { rate } => ("dropout", *rate as f32),
+        _ => return None,
+    };
+    let f = match (name, pass) {
+        ("relu", Pass::Forward) => "op_relu_fwd",
+        ("relu", Pass::Backward) => "op_relu_bwd",
+        ("leaky_relu", Pass::Forward) => "op_leaky_relu_fwd",
+        ("leaky_relu", Pass::Backward) => "op_leaky_relu_bwd",
+        ("tanh", Pass::Forward) => "op_tanh_fwd",
+        ("tanh", Pass::Backward) => "op_tanh_bwd",
+        ("scale", Pass::Forward) => "op_scale_fwd",
+        ("scale", Pass::Backward) => "op_scale_bwd",
+        ("add", Pass::Forward) => "op_add_fwd",
+        ("add", Pass::Backward) => "op_add_bwd",
+        ("dropout", Pass::Forward) => "op_dropout_fwd",
+        _ => "op_dropout_bwd",
+    };
+    Some((f, p))
+}
+
+/// Every kernel name of [`OPS_SOURCE`].
+pub(crate) const OP_KERNELS: [&str; 12] = [
+    "op_relu_fwd",
+    "op_relu_bwd",
+    "op_leaky_relu_fwd",
+    "op_leaky_relu_bwd",
+    "op_tanh_fwd",
+    "op_tanh_bwd",
+    "op_scale_fwd",
+    "op_scale_bwd",
+    "op_add_fwd",
+    "op_add_bwd",
+    "op_dropout_fwd",
+    "op_dropout_bwd",
+];
 
 /// Threads per block of the STREAM kernels.
 pub(crate) const STREAM_BLOCK: u32 = 256;
@@ -377,6 +450,54 @@ mod tests {
             STREAM_SOURCE.matches('{').count(),
             STREAM_SOURCE.matches('}').count()
         );
+    }
+
+    #[test]
+    fn op_kernels_are_defined_once_with_the_common_parameters() {
+        for name in OP_KERNELS {
+            let decl = format!("__global__ void {name}(");
+            assert_eq!(OPS_SOURCE.matches(&decl).count(), 1, "{name}");
+            let args = OPS_SOURCE
+                .split(&decl)
+                .nth(1)
+                .and_then(|s| s.split(')').next())
+                .unwrap();
+            let names: Vec<&str> = args
+                .split(',')
+                .map(|a| a.trim().rsplit([' ', '*']).next().unwrap())
+                .collect();
+            assert_eq!(
+                names,
+                ["x", "y", "dy", "out", "out2", "p", "seed", "n"],
+                "{name}"
+            );
+        }
+        assert_eq!(
+            OPS_SOURCE.matches('{').count(),
+            OPS_SOURCE.matches('}').count()
+        );
+        // Every op the GPU runs maps to a defined kernel in both passes; the rest do not.
+        for op in [
+            Op::Relu,
+            Op::LeakyRelu { alpha: 0.1 },
+            Op::Tanh,
+            Op::Scale { factor: 2.0 },
+            Op::Add,
+            Op::Dropout { rate: 0.5 },
+        ] {
+            for pass in [Pass::Forward, Pass::Backward] {
+                let (f, _) = elementwise_kernel(&op, pass).unwrap();
+                assert!(OP_KERNELS.contains(&f), "{f}");
+                assert!(f.ends_with(if pass == Pass::Forward { "fwd" } else { "bwd" }));
+            }
+        }
+        assert_eq!(
+            elementwise_kernel(&Op::Scale { factor: 0.5 }, Pass::Forward)
+                .unwrap()
+                .1,
+            0.5
+        );
+        assert!(elementwise_kernel(&Op::BatchNorm, Pass::Forward).is_none());
     }
 
     #[test]

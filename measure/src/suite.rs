@@ -373,8 +373,8 @@ pub fn gpu_stream_sizes(l2: usize) -> Vec<usize> {
 
 /// The GPU suite in priority order, on one stream (threads 1): GEMM in every format,
 /// convolution at the reference layer shapes in every pass, STREAM from L2 to device
-/// memory, host-device copies, the element-wise ops the CUDA backend runs. Pooling and
-/// normalisation do not run on it yet; they are left out (the caller says so).
+/// memory, host-device copies, and the ops the CUDA backend runs (element-wise, pooling,
+/// batch norm); the others are left out (the caller says so).
 pub fn standard_gpu(l2: usize) -> Result<Vec<(usize, Case)>> {
     let mut convs = Vec::new();
     let mut ops = Vec::new();
@@ -748,6 +748,14 @@ mod tests {
             })
             .collect();
         assert!(ops.iter().any(|o| matches!(o.op, Op::Relu)), "relu is in");
+        assert!(
+            ops.iter().any(|o| matches!(o.op, Op::MaxPool(_))),
+            "max pooling is in"
+        );
+        assert!(
+            ops.iter().any(|o| matches!(o.op, Op::BatchNorm)),
+            "batch norm is in"
+        );
         assert!(
             ops.iter().all(|o| crate::cuda::runs_op(&o.op)),
             "only ops the GPU runs"

@@ -12,7 +12,7 @@ use std::ffi::c_void;
 use cudarc::cudnn::{result, sys};
 use serde_json::{Value, json};
 
-use super::plan::{ConvGeometry, packed_strides};
+use super::plan::{ConvGeometry, PoolGeometry, packed_strides};
 use crate::backend::ConvPass;
 
 /// Most workspace the find API may use, bytes.
@@ -68,7 +68,7 @@ impl Drop for Handle {
 }
 
 /// A tensor descriptor (FP32, packed).
-struct Tensor(sys::cudnnTensorDescriptor_t);
+pub(crate) struct Tensor(sys::cudnnTensorDescriptor_t);
 
 impl Tensor {
     fn new(dims: &[i32]) -> Result<Tensor, CudnnFailure> {
@@ -460,6 +460,183 @@ impl Pass {
             }
         }
         Ok(())
+    }
+}
+
+/// A pooling descriptor.
+struct PoolingDesc(sys::cudnnPoolingDescriptor_t);
+
+impl Drop for PoolingDesc {
+    fn drop(&mut self) {
+        // SAFETY: created by `cudnnCreatePoolingDescriptor` and destroyed only here.
+        let _ = unsafe { sys::cudnnDestroyPoolingDescriptor(self.0) };
+    }
+}
+
+/// Device pointers of a pooling or batch-norm pass: the input and its gradient, the output
+/// and its gradient, and (batch norm) the per-channel scale, bias, running and saved
+/// statistics and the parameter gradients, in that order.
+#[derive(Clone, Copy)]
+pub(crate) struct OpBuffers {
+    pub(crate) x: *mut c_void,
+    pub(crate) dx: *mut c_void,
+    pub(crate) y: *mut c_void,
+    pub(crate) dy: *mut c_void,
+    pub(crate) channel: [*mut c_void; 8],
+}
+
+/// A pooling or batch-norm layer, described for cuDNN.
+pub(crate) enum Layer {
+    /// Pooling.
+    Pool {
+        /// The window.
+        desc: PoolingDescHandle,
+        /// Input.
+        x: Tensor,
+        /// Output.
+        y: Tensor,
+    },
+    /// Batch normalisation over the batch and spatial positions, per channel.
+    BatchNorm {
+        /// Input (and output, and their gradients).
+        x: Tensor,
+        /// Per-channel parameters `[1, c, 1...]`.
+        channel: Tensor,
+    },
+}
+
+/// A pooling descriptor held by a [`Layer`].
+pub(crate) struct PoolingDescHandle(PoolingDesc);
+
+/// Batch norm's epsilon and running-average factor (the frameworks' defaults).
+const BN_EPSILON: f64 = 1e-5;
+const BN_MOMENTUM: f64 = 0.1;
+
+impl Layer {
+    /// A pooling layer of geometry `g`.
+    pub(crate) fn pool(g: &PoolGeometry) -> Result<Layer, CudnnFailure> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid place for the new descriptor.
+        status("cudnnCreatePoolingDescriptor", unsafe {
+            sys::cudnnCreatePoolingDescriptor(&mut raw)
+        })?;
+        let desc = PoolingDesc(raw);
+        let mode = if g.max {
+            sys::cudnnPoolingMode_t::CUDNN_POOLING_MAX
+        } else {
+            sys::cudnnPoolingMode_t::CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
+        };
+        // SAFETY: the descriptor is live; window, padding and stride hold `window.len()`
+        // ints each.
+        status("cudnnSetPoolingNdDescriptor", unsafe {
+            sys::cudnnSetPoolingNdDescriptor(
+                desc.0,
+                mode,
+                sys::cudnnNanPropagation_t::CUDNN_NOT_PROPAGATE_NAN,
+                g.window.len() as i32,
+                g.window.as_ptr(),
+                g.pads.as_ptr(),
+                g.strides.as_ptr(),
+            )
+        })?;
+        Ok(Layer::Pool {
+            desc: PoolingDescHandle(desc),
+            x: Tensor::new(&g.x)?,
+            y: Tensor::new(&g.y)?,
+        })
+    }
+
+    /// A batch-norm layer on input `x` dims `[n, c, spatial...]`.
+    pub(crate) fn batch_norm(x: &[i32]) -> Result<Layer, CudnnFailure> {
+        let mut channel = vec![1; x.len()];
+        channel[1] = x[1];
+        Ok(Layer::BatchNorm {
+            x: Tensor::new(x)?,
+            channel: Tensor::new(&channel)?,
+        })
+    }
+
+    /// Runs the forward (else backward) pass once.
+    pub(crate) fn run(
+        &self,
+        handle: &Handle,
+        forward: bool,
+        b: OpBuffers,
+    ) -> Result<(), CudnnFailure> {
+        let (one, zero) = (1.0f32, 0.0f32);
+        let (one, zero): (*const c_void, *const c_void) =
+            ((&raw const one).cast(), (&raw const zero).cast());
+        let c = b.channel;
+        match (self, forward) {
+            (Layer::Pool { desc, x, y }, true) => {
+                // SAFETY: live handle and descriptors; `x` and `y` are device buffers of the
+                // descriptors' sizes.
+                status("cudnnPoolingForward", unsafe {
+                    sys::cudnnPoolingForward(handle.0, desc.0.0, one, x.0, b.x, zero, y.0, b.y)
+                })
+            }
+            (Layer::Pool { desc, x, y }, false) => {
+                // SAFETY: as above; dy has y's size and dx has x's.
+                status("cudnnPoolingBackward", unsafe {
+                    sys::cudnnPoolingBackward(
+                        handle.0, desc.0.0, one, y.0, b.y, y.0, b.dy, x.0, b.x, zero, x.0, b.dx,
+                    )
+                })
+            }
+            (Layer::BatchNorm { x, channel }, true) => {
+                // SAFETY: live handle and descriptors; x and y hold the input's elements,
+                // the eight channel buffers `c` floats each (scale, bias, running mean and
+                // variance, saved mean and inverse variance, and the two gradients).
+                status("cudnnBatchNormalizationForwardTraining", unsafe {
+                    sys::cudnnBatchNormalizationForwardTraining(
+                        handle.0,
+                        sys::cudnnBatchNormMode_t::CUDNN_BATCHNORM_SPATIAL,
+                        one,
+                        zero,
+                        x.0,
+                        b.x,
+                        x.0,
+                        b.y,
+                        channel.0,
+                        c[0],
+                        c[1],
+                        BN_MOMENTUM,
+                        c[2],
+                        c[3],
+                        BN_EPSILON,
+                        c[4],
+                        c[5],
+                    )
+                })
+            }
+            (Layer::BatchNorm { x, channel }, false) => {
+                // SAFETY: as above; dy and dx hold the input's elements; the saved statistics
+                // are those a forward pass on the same buffers wrote.
+                status("cudnnBatchNormalizationBackward", unsafe {
+                    sys::cudnnBatchNormalizationBackward(
+                        handle.0,
+                        sys::cudnnBatchNormMode_t::CUDNN_BATCHNORM_SPATIAL,
+                        one,
+                        zero,
+                        one,
+                        zero,
+                        x.0,
+                        b.x,
+                        x.0,
+                        b.dy,
+                        x.0,
+                        b.dx,
+                        channel.0,
+                        c[0],
+                        c[6],
+                        c[7],
+                        BN_EPSILON,
+                        c[4],
+                        c[5],
+                    )
+                })
+            }
+        }
     }
 }
 

@@ -24,12 +24,16 @@ use cudarc::driver::{
     LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc;
+use ridgeline_model::graph::Op;
 use serde_json::Value;
 
-use super::cudnn::{Buffers, CudnnFailure, Handle, Pass as CudnnPass, WORKSPACE_LIMIT};
+use super::cudnn::{
+    Buffers, CudnnFailure, Handle, Layer as CudnnLayer, OpBuffers, Pass as CudnnPass,
+    WORKSPACE_LIMIT,
+};
 use super::plan::{
-    Compute, ConvGeometry, Element, GemmPlan, OP_KERNELS, OPS_SOURCE, STREAM_BLOCK, STREAM_SOURCE,
-    elements, elementwise_kernel, stream_function, stream_grid,
+    Compute, ConvGeometry, Element, GemmPlan, OP_KERNELS, OPS_SOURCE, PoolGeometry, STREAM_BLOCK,
+    STREAM_SOURCE, elements, elementwise_kernel, stream_function, stream_grid,
 };
 use crate::backend::{
     Backend, ConvCase, ConvPass, CopyCase, CopyDirection, GemmCase, HostMemory, OpCase, Pass,
@@ -219,6 +223,103 @@ impl CudaBackend {
             .and_then(|v| v.iter().find(|(k, _)| *k == kernel))
             .map(|(_, f)| f.clone())
             .ok_or_else(|| unavailable(self.ordinal, "STREAM kernels missing"))
+    }
+
+    /// Pooling and batch norm through cuDNN (the ops that are neither element-wise nor a
+    /// convolution); anything else is a clear error.
+    fn cudnn_op(
+        &mut self,
+        case: &OpCase,
+        pass: Pass,
+        protocol: &Protocol,
+        what: &str,
+    ) -> Result<Vec<f64>> {
+        let graph = crate::cases::op_graph(case)?;
+        let layer = graph
+            .layers()
+            .last()
+            .ok_or_else(|| Error::invalid(what, "the op graph is empty"))?;
+        let out = layer.output.dims().to_vec();
+        let x_dims: Vec<i32> = std::iter::once(case.batch.max(1))
+            .chain(case.input.iter().copied())
+            .map(|d| i32::try_from(d).unwrap_or(i32::MAX))
+            .collect();
+        let (geometry, x_dims, y_dims) =
+            match PoolGeometry::of(&layer.op, &case.input, &out, case.batch) {
+                Some(g) => {
+                    let g = g.map_err(|m| Error::invalid(what, m))?;
+                    let (x, y) = (g.x.clone(), g.y.clone());
+                    (Some(g), x, y)
+                }
+                None if matches!(layer.op, Op::BatchNorm) && x_dims.len() >= 3 => {
+                    (None, x_dims.clone(), x_dims)
+                }
+                None => {
+                    return Err(Error::invalid(
+                        what,
+                        "channel affine, concat, tile, upsample, flatten and the losses do not run \
+                     on the CUDA backend yet; measure them with --device cpu",
+                    ));
+                }
+            };
+        let (nx, ny, c) = (
+            elements(&x_dims),
+            elements(&y_dims),
+            x_dims[1].max(1) as usize,
+        );
+        self.check_memory(what, 4 * (2 * nx + 2 * ny + 8 * c))?;
+        self.cudnn()?;
+        let ordinal = self.ordinal;
+        let failed = |f: CudnnFailure| Error::Device {
+            device: format!("cuda:{ordinal}"),
+            call: f.call.into(),
+            message: f.message,
+        };
+        let layer = match &geometry {
+            Some(g) => CudnnLayer::pool(g),
+            None => CudnnLayer::batch_norm(&x_dims),
+        }
+        .map_err(failed)?;
+        let ones = |n: usize| vec![1.0f32; n];
+        let stream = self.stream.clone();
+        let mut x = self.call("cuMemcpyHtoDAsync", stream.clone_htod(&ones(nx)))?;
+        let mut dx: CudaSlice<f32> = self.zeros(nx)?;
+        let mut y: CudaSlice<f32> = self.zeros(ny)?;
+        let mut dy = self.call("cuMemcpyHtoDAsync", stream.clone_htod(&ones(ny)))?;
+        let mut channel = Vec::new();
+        for _ in 0..8 {
+            channel.push(self.call("cuMemcpyHtoDAsync", stream.clone_htod(&ones(c)))?);
+        }
+        let ptr = |p: driver::sys::CUdeviceptr| p as *mut c_void;
+        let mut channel_ptrs = [std::ptr::null_mut(); 8];
+        for (slot, buf) in channel_ptrs.iter_mut().zip(channel.iter_mut()) {
+            *slot = ptr(buf.device_ptr_mut(&stream).0);
+        }
+        let buffers = OpBuffers {
+            x: ptr(x.device_ptr_mut(&stream).0),
+            dx: ptr(dx.device_ptr_mut(&stream).0),
+            y: ptr(y.device_ptr_mut(&stream).0),
+            dy: ptr(dy.device_ptr_mut(&stream).0),
+            channel: channel_ptrs,
+        };
+        let handle = self
+            .cudnn
+            .as_ref()
+            .ok_or_else(|| unavailable(ordinal, "cuDNN handle missing"))?;
+        let forward = pass == Pass::Forward;
+        if !forward {
+            // Backward reads what forward leaves (max positions, saved statistics).
+            layer.run(handle, true, buffers).map_err(failed)?;
+        }
+        let timer = self.timer()?;
+        let samples = protocol.measure_timed(EVENT_RESOLUTION, |batch| {
+            timer.time(batch, || {
+                layer.run(handle, forward, buffers).map_err(failed)
+            })
+        })?;
+        call(ordinal, "cuStreamSynchronize", stream.synchronize())?;
+        drop((x, dx, y, dy, channel));
+        Ok(samples)
     }
 
     /// The element-wise op kernels, compiled with NVRTC and loaded on first use.
@@ -637,11 +738,7 @@ impl Backend for CudaBackend {
     fn op(&mut self, case: &OpCase, pass: Pass, protocol: &Protocol) -> Result<Vec<f64>> {
         let what = format!("op {} {}", case.op.kind(), pass.name());
         let Some((name, param)) = elementwise_kernel(&case.op, pass) else {
-            return Err(Error::invalid(
-                what,
-                "pooling, normalisation and this element-wise op do not run on the CUDA \
-                 backend yet; measure them with --device cpu",
-            ));
+            return self.cudnn_op(case, pass, protocol, &what);
         };
         let n = case.batch.max(1) * case.input.iter().product::<usize>();
         if n == 0 {

@@ -319,6 +319,90 @@ impl ConvGeometry {
     }
 }
 
+/// A pooling layer as cuDNN's N-d pooling descriptor takes it (uneven padding folded into
+/// the input, as for convolutions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PoolGeometry {
+    /// Max (else average, padding counted as the frameworks' default does).
+    pub(crate) max: bool,
+    /// Input `[n, c, spatial...]`.
+    pub(crate) x: Vec<i32>,
+    /// Output `[n, c, spatial...]`.
+    pub(crate) y: Vec<i32>,
+    /// Window per spatial dimension.
+    pub(crate) window: Vec<i32>,
+    /// Symmetric padding.
+    pub(crate) pads: Vec<i32>,
+    /// Strides.
+    pub(crate) strides: Vec<i32>,
+}
+
+impl PoolGeometry {
+    /// The pooling of `op` (with padding resolved, as in a graph) on a per-sample `input`
+    /// `[c, spatial...]` giving `output`, at `batch`; `None` for ops that are not pooling.
+    pub(crate) fn of(
+        op: &Op,
+        input: &[usize],
+        output: &[usize],
+        batch: usize,
+    ) -> Option<Result<PoolGeometry, String>> {
+        let int = |v: usize| i32::try_from(v).map_err(|_| format!("{v} is beyond 32 bits"));
+        let spatial = input.get(1..).unwrap_or_default();
+        let (max, window, strides, pads): (bool, Vec<usize>, Vec<usize>, Vec<[usize; 2]>) = match op
+        {
+            Op::MaxPool(p) | Op::AvgPool(p) => {
+                let pads = match &p.padding {
+                    ridgeline_model::graph::Padding::Explicit(pairs) => pairs.to_vec(),
+                    _ => vec![[0, 0]; spatial.len()],
+                };
+                (
+                    matches!(op, Op::MaxPool(_)),
+                    p.kernel.to_vec(),
+                    p.stride.to_vec(),
+                    pads,
+                )
+            }
+            Op::GlobalAvgPool => (
+                false,
+                spatial.to_vec(),
+                spatial.to_vec(),
+                vec![[0, 0]; spatial.len()],
+            ),
+            _ => return None,
+        };
+        Some((|| {
+            if window.len() != spatial.len()
+                || strides.len() != spatial.len()
+                || pads.len() != spatial.len()
+            {
+                return Err(
+                    "window, stride and padding need one entry per spatial dimension".into(),
+                );
+            }
+            let mut x = vec![int(batch.max(1))?, int(input[0])?];
+            for (i, &d) in spatial.iter().enumerate() {
+                let [before, after] = pads[i];
+                x.push(int(d + before.max(after) - before.min(after))?);
+            }
+            let mut y = vec![int(batch.max(1))?, int(output[0])?];
+            for &d in output.get(1..).unwrap_or_default() {
+                y.push(int(d)?);
+            }
+            Ok(PoolGeometry {
+                max,
+                x,
+                y,
+                window: window.iter().map(|&v| int(v)).collect::<Result<_, _>>()?,
+                pads: pads
+                    .iter()
+                    .map(|p| int(p[0].min(p[1])))
+                    .collect::<Result<_, _>>()?,
+                strides: strides.iter().map(|&v| int(v)).collect::<Result<_, _>>()?,
+            })
+        })())
+    }
+}
+
 /// Strides of a fully packed tensor of `dims` (last dimension contiguous).
 pub(crate) fn packed_strides(dims: &[i32]) -> Vec<i32> {
     let mut strides = vec![1; dims.len()];
@@ -498,6 +582,36 @@ mod tests {
             0.5
         );
         assert!(elementwise_kernel(&Op::BatchNorm, Pass::Forward).is_none());
+    }
+
+    #[test]
+    fn pool_geometry_folds_uneven_padding_and_covers_global_pooling() {
+        use ridgeline_model::graph::{Padding, Pool};
+        let mut pool = Pool::new(&[3, 3]);
+        pool.stride = [2, 2].as_slice().into();
+        pool.padding = Padding::Explicit([[0, 1], [0, 1]].as_slice().into());
+        let g = PoolGeometry::of(
+            &Op::MaxPool(Box::new(pool)),
+            &[64, 112, 112],
+            &[64, 56, 56],
+            8,
+        )
+        .unwrap()
+        .unwrap();
+        assert!(g.max);
+        assert_eq!(g.x, [8, 64, 113, 113]);
+        assert_eq!(g.y, [8, 64, 56, 56]);
+        assert_eq!(
+            (g.window, g.pads, g.strides),
+            (vec![3, 3], vec![0, 0], vec![2, 2])
+        );
+        // cuDNN's output size on the folded input: (113 - 3) / 2 + 1 = 56.
+        let g = PoolGeometry::of(&Op::GlobalAvgPool, &[2048, 7, 7], &[2048, 1, 1], 4)
+            .unwrap()
+            .unwrap();
+        assert!(!g.max);
+        assert_eq!((g.window, g.y), (vec![7, 7], vec![4, 2048, 1, 1]));
+        assert!(PoolGeometry::of(&Op::Relu, &[1, 2, 2], &[1, 2, 2], 1).is_none());
     }
 
     #[test]

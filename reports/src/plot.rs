@@ -263,14 +263,15 @@ fn xy<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &XyChart) -> DrawRes
     let y = span(points().map(|p| p.1), c.y.scale, c.y.scale == Scale::Linear);
     match (c.x.scale, c.y.scale) {
         (Scale::Linear, Scale::Linear) => xy_in(root, c, x, y),
-        (Scale::Log, Scale::Linear) => xy_in(root, c, log(x, 100.0), y),
+        (Scale::Log, Scale::Linear) => xy_in(root, c, log(x, 1000.0), y),
         (Scale::Linear, Scale::Log) => xy_in(root, c, x, log(y, 10.0)),
-        (Scale::Log, Scale::Log) => xy_in(root, c, log(x, 100.0), log(y, 10.0)),
+        (Scale::Log, Scale::Log) => xy_in(root, c, log(x, 1000.0), log(y, 10.0)),
     }
 }
 
 /// A logarithmic axis over `range`: ticks at powers of ten, or of two where the range spans
-/// less than `ratio` (so that an axis of 4 to 64 nodes is labelled at all).
+/// less than `ratio` (so that an axis of 4 to 64 nodes is labelled at every power of two;
+/// horizontal axes take powers of two up to three decades, vertical ones up to one).
 fn log(range: Range<f64>, ratio: f64) -> LogCoord<f64> {
     let base = if range.end / range.start < ratio {
         2.0

@@ -554,10 +554,19 @@ fn procurement_report(
             if let Some(m) = sys.device_memory()
                 && devices.insert(sys.device.name.clone())
             {
-                levels.push(Level {
-                    name: format!("{} memory", sys.device.name),
-                    value: m.value.value(),
-                });
+                // Devices of the same capacity share one line.
+                let value = m.value.value();
+                match levels.iter_mut().find(|l: &&mut Level| l.value == value) {
+                    Some(l) => {
+                        l.name = l
+                            .name
+                            .replace(" memory", &format!(", {} memory", sys.device.name))
+                    }
+                    None => levels.push(Level {
+                        name: format!("{} memory", sys.device.name),
+                        value,
+                    }),
+                }
             }
         }
         let largest = candidates

@@ -185,7 +185,7 @@ fn procurement_report_in_every_format() {
         "activations",
         "parameters",
         "h200-sxm-141gb memory",
-        "a100-sxm4-80gb memory",
+        "a100-sxm4-80gb, h100-sxm5-80gb memory",
     ] {
         assert!(
             texts.iter().any(|t| t == series),

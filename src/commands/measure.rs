@@ -819,8 +819,8 @@ pub(crate) fn run_suite(args: &MeasureSuiteArgs, default: &[ThreadCount]) -> Res
     let candidates = match &gpu {
         Some(g) => {
             eprintln!(
-                "measure suite: {} ({}); channel affine, concat, tile, upsample and the \
-                 losses do not run on the CUDA backend yet and are left out",
+                "measure suite: {} ({}); tile and upsample do not run on the CUDA backend \
+                 yet and are left out",
                 g.name, m.device
             );
             suite::standard_gpu(g.l2_bytes.unwrap_or(0) as usize)?

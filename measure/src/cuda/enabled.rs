@@ -32,8 +32,9 @@ use super::cudnn::{
     WORKSPACE_LIMIT,
 };
 use super::plan::{
-    Compute, ConvGeometry, Element, GemmPlan, OP_KERNELS, OPS_SOURCE, PoolGeometry, STREAM_BLOCK,
-    STREAM_SOURCE, elements, elementwise_kernel, stream_function, stream_grid,
+    Compute, ConvGeometry, Element, GemmPlan, OP_KERNELS, OPS_SOURCE, PoolGeometry, SHAPED_KERNELS,
+    SHAPED_SOURCE, STREAM_BLOCK, STREAM_SOURCE, ShapedLaunch, elements, elementwise_kernel,
+    shaped_kernel, stream_function, stream_grid,
 };
 use crate::backend::{
     Backend, ConvCase, ConvPass, CopyCase, CopyDirection, GemmCase, HostMemory, OpCase, Pass,
@@ -59,6 +60,7 @@ pub struct CudaBackend {
     blas: Option<CudaBlas>,
     stream_kernels: Option<Vec<(StreamKernel, CudaFunction)>>,
     op_kernels: Option<Vec<(&'static str, CudaFunction)>>,
+    shaped_kernels: Option<Vec<(&'static str, CudaFunction)>>,
     notes: Option<Value>,
     stream: Arc<CudaStream>,
     ctx: Arc<CudaContext>,
@@ -128,6 +130,7 @@ impl CudaBackend {
             blas: None,
             stream_kernels: None,
             op_kernels: None,
+            shaped_kernels: None,
             notes: None,
             stream,
             ctx,
@@ -225,6 +228,83 @@ impl CudaBackend {
             .ok_or_else(|| unavailable(self.ordinal, "STREAM kernels missing"))
     }
 
+    /// The shaped ops (channel affine, concat, flatten, the losses) as NVRTC kernels.
+    fn shaped_op(
+        &mut self,
+        launch: ShapedLaunch,
+        case: &OpCase,
+        protocol: &Protocol,
+        what: &str,
+    ) -> Result<Vec<f64>> {
+        let samples = case.batch.max(1);
+        let elements = samples * launch.a * launch.b;
+        // Room for every role: concat's doubled output and gradient, per-channel and
+        // per-sample vectors.
+        let big = 2 * elements;
+        let small = elements.max(launch.a).max(samples);
+        self.check_memory(what, 4 * (2 * big + 3 * small + launch.a))?;
+        let f = self.shaped_kernel_fn(launch.kernel)?;
+        let stream = self.stream.clone();
+        let x = self.call("cuMemcpyHtoDAsync", stream.clone_htod(&vec![1.0f32; small]))?;
+        let x2 = self.call("cuMemcpyHtoDAsync", stream.clone_htod(&vec![0.5f32; small]))?;
+        let dy = self.call("cuMemcpyHtoDAsync", stream.clone_htod(&vec![1.0f32; big]))?;
+        let mut out: CudaSlice<f32> = self.zeros(big)?;
+        let mut out2: CudaSlice<f32> = self.zeros(small)?;
+        let mut out3: CudaSlice<f32> = self.zeros(launch.a)?;
+        let cfg = LaunchConfig {
+            grid_dim: (stream_grid(launch.n, self.multiprocessors()), 1, 1),
+            block_dim: (STREAM_BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (a, b, n) = (launch.a as u64, launch.b as u64, launch.n as u64);
+        let timer = self.timer()?;
+        let ordinal = self.ordinal;
+        let samples_s = protocol.measure_timed(EVENT_RESOLUTION, |batch| {
+            timer.time(batch, || {
+                let mut l = stream.launch_builder(&f);
+                l.arg(&x)
+                    .arg(&x2)
+                    .arg(&dy)
+                    .arg(&mut out)
+                    .arg(&mut out2)
+                    .arg(&mut out3)
+                    .arg(&a)
+                    .arg(&b)
+                    .arg(&n);
+                // SAFETY: every shaped kernel takes (const float* x3, float* x3, and three
+                // unsigned long long), matching the arguments pushed; the buffers are sized
+                // for the largest index any of them reaches (2 x the input's elements for
+                // concat, the channels or samples for the per-channel and per-sample ones).
+                call(ordinal, "cuLaunchKernel", unsafe { l.launch(cfg) }).map(drop)
+            })
+        })?;
+        call(ordinal, "cuStreamSynchronize", stream.synchronize())?;
+        drop((x, x2, dy, out, out2, out3));
+        Ok(samples_s)
+    }
+
+    /// A shaped op kernel, compiled with NVRTC and loaded on first use.
+    fn shaped_kernel_fn(&mut self, name: &str) -> Result<CudaFunction> {
+        if self.shaped_kernels.is_none() {
+            self.nvrtc_present()?;
+            let ptx = self.call("nvrtcCompileProgram", nvrtc::compile_ptx(SHAPED_SOURCE))?;
+            let module = self.call("cuModuleLoadData", self.ctx.load_module(ptx))?;
+            let mut functions = Vec::new();
+            for k in SHAPED_KERNELS {
+                functions.push((
+                    k,
+                    self.call("cuModuleGetFunction", module.load_function(k))?,
+                ));
+            }
+            self.shaped_kernels = Some(functions);
+        }
+        self.shaped_kernels
+            .as_ref()
+            .and_then(|v| v.iter().find(|(k, _)| *k == name))
+            .map(|(_, f)| f.clone())
+            .ok_or_else(|| unavailable(self.ordinal, format!("kernel {name} missing")))
+    }
+
     /// Pooling and batch norm through cuDNN (the ops that are neither element-wise nor a
     /// convolution); anything else is a clear error.
     fn cudnn_op(
@@ -257,8 +337,8 @@ impl CudaBackend {
                 None => {
                     return Err(Error::invalid(
                         what,
-                        "channel affine, concat, tile, upsample, flatten and the losses do not run \
-                     on the CUDA backend yet; measure them with --device cpu",
+                        "tile and upsample do not run on the CUDA backend yet; measure them with \
+                     --device cpu",
                     ));
                 }
             };
@@ -737,6 +817,9 @@ impl Backend for CudaBackend {
 
     fn op(&mut self, case: &OpCase, pass: Pass, protocol: &Protocol) -> Result<Vec<f64>> {
         let what = format!("op {} {}", case.op.kind(), pass.name());
+        if let Some(launch) = shaped_kernel(&case.op, pass, &case.input, case.batch) {
+            return self.shaped_op(launch, case, protocol, &what);
+        }
         let Some((name, param)) = elementwise_kernel(&case.op, pass) else {
             return self.cudnn_op(case, pass, protocol, &what);
         };

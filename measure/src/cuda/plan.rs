@@ -159,6 +159,145 @@ extern "C" __global__ void op_dropout_fwd(const float* x, const float* y, const 
 extern "C" __global__ void op_dropout_bwd(const float* x, const float* y, const float* dy, float* out, float* out2, float p, u64 seed, u64 n) { LOOP { out[i] = dy[i] * keep(i, seed, p); } }
 "#;
 
+/// The shaped ops' kernels in CUDA C (NVRTC): ops whose elements relate through the layout
+/// `[n, a, b]` (samples, channels or classes, positions). Every one has the parameters
+/// `(x, x2, dy, out, out2, out3, a, b, n)`, `n` being the threads' index range:
+///
+/// - channel affine: forward `out = x * x2[c] + dy[c]` (scale in `x2`, bias in `dy`);
+///   backward `out = dy * x2[c]`, `out2[c] += dy * x`, `out3[c] += dy` (atomics);
+/// - concat of two inputs along channels (`a` channels each): forward writes `x` and `x2`
+///   into `out`, backward splits `dy` into `out` and `out2`; `n` is one input's elements;
+/// - flatten: a copy, both ways;
+/// - mean squared error against the target `x2`: forward accumulates `(x - x2)^2 / (a b)`
+///   per sample into `out[s]`, backward `out = 2 (x - x2) / (a b) dy[s]`;
+/// - softmax cross-entropy over `a` classes (`b` = 1), label `s mod a`: one thread per
+///   sample (`n` = samples); forward the loss into `out[s]`, backward
+///   `out = dy[s] (softmax - onehot)`.
+pub(crate) const SHAPED_SOURCE: &str = r#"
+typedef unsigned long long u64;
+#define LOOP for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+extern "C" __global__ void op_affine_fwd(const float* x, const float* x2, const float* dy, float* out, float* out2, float* out3, u64 a, u64 b, u64 n) { LOOP { u64 c = (i / b) % a; out[i] = x[i] * x2[c] + dy[c]; } }
+extern "C" __global__ void op_affine_bwd(const float* x, const float* x2, const float* dy, float* out, float* out2, float* out3, u64 a, u64 b, u64 n) { LOOP { u64 c = (i / b) % a; out[i] = dy[i] * x2[c]; atomicAdd(&out2[c], dy[i] * x[i]); atomicAdd(&out3[c], dy[i]); } }
+extern "C" __global__ void op_concat_fwd(const float* x, const float* x2, const float* dy, float* out, float* out2, float* out3, u64 a, u64 b, u64 n) { LOOP { u64 s = i / (a * b), j = i % (a * b); out[s * 2 * a * b + j] = x[i]; out[s * 2 * a * b + a * b + j] = x2[i]; } }
+extern "C" __global__ void op_concat_bwd(const float* x, const float* x2, const float* dy, float* out, float* out2, float* out3, u64 a, u64 b, u64 n) { LOOP { u64 s = i / (a * b), j = i % (a * b); out[i] = dy[s * 2 * a * b + j]; out2[i] = dy[s * 2 * a * b + a * b + j]; } }
+extern "C" __global__ void op_flatten_fwd(const float* x, const float* x2, const float* dy, float* out, float* out2, float* out3, u64 a, u64 b, u64 n) { LOOP { out[i] = x[i]; } }
+extern "C" __global__ void op_flatten_bwd(const float* x, const float* x2, const float* dy, float* out, float* out2, float* out3, u64 a, u64 b, u64 n) { LOOP { out[i] = dy[i]; } }
+extern "C" __global__ void op_mse_fwd(const float* x, const float* x2, const float* dy, float* out, float* out2, float* out3, u64 a, u64 b, u64 n) { LOOP { float d = x[i] - x2[i]; atomicAdd(&out[i / (a * b)], d * d / (float)(a * b)); } }
+extern "C" __global__ void op_mse_bwd(const float* x, const float* x2, const float* dy, float* out, float* out2, float* out3, u64 a, u64 b, u64 n) { LOOP { out[i] = 2.0f * (x[i] - x2[i]) / (float)(a * b) * dy[i / (a * b)]; } }
+extern "C" __global__ void op_softmax_ce_fwd(const float* x, const float* x2, const float* dy, float* out, float* out2, float* out3, u64 a, u64 b, u64 n) {
+    LOOP {
+        const float* row = x + i * a;
+        float m = row[0];
+        for (u64 k = 1; k < a; k++) m = fmaxf(m, row[k]);
+        float sum = 0.0f;
+        for (u64 k = 0; k < a; k++) sum += expf(row[k] - m);
+        out[i] = logf(sum) + m - row[i % a];
+    }
+}
+extern "C" __global__ void op_softmax_ce_bwd(const float* x, const float* x2, const float* dy, float* out, float* out2, float* out3, u64 a, u64 b, u64 n) {
+    LOOP {
+        const float* row = x + i * a;
+        float m = row[0];
+        for (u64 k = 1; k < a; k++) m = fmaxf(m, row[k]);
+        float sum = 0.0f;
+        for (u64 k = 0; k < a; k++) sum += expf(row[k] - m);
+        for (u64 k = 0; k < a; k++) out[i * a + k] = dy[i] * (expf(row[k] - m) / sum - (k == i % a ? 1.0f : 0.0f));
+    }
+}
+"#;
+
+/// Every kernel name of [`SHAPED_SOURCE`].
+pub(crate) const SHAPED_KERNELS: [&str; 10] = [
+    "op_affine_fwd",
+    "op_affine_bwd",
+    "op_concat_fwd",
+    "op_concat_bwd",
+    "op_flatten_fwd",
+    "op_flatten_bwd",
+    "op_mse_fwd",
+    "op_mse_bwd",
+    "op_softmax_ce_fwd",
+    "op_softmax_ce_bwd",
+];
+
+/// A shaped op's launch: its kernel, the layout `[samples, a, b]` of its (first) input, and
+/// the thread range `n`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ShapedLaunch {
+    /// Kernel name in [`SHAPED_SOURCE`].
+    pub(crate) kernel: &'static str,
+    /// Channels (classes).
+    pub(crate) a: usize,
+    /// Positions per channel.
+    pub(crate) b: usize,
+    /// Threads' index range.
+    pub(crate) n: usize,
+}
+
+/// The shaped kernel of `op`'s `pass` on a per-sample `input` `[c, spatial...]` at `batch`.
+pub(crate) fn shaped_kernel(
+    op: &Op,
+    pass: Pass,
+    input: &[usize],
+    batch: usize,
+) -> Option<ShapedLaunch> {
+    let a = input.first().copied().unwrap_or(1).max(1);
+    let b: usize = input
+        .get(1..)
+        .unwrap_or_default()
+        .iter()
+        .product::<usize>()
+        .max(1);
+    let samples = batch.max(1);
+    let fwd = pass == Pass::Forward;
+    let (kernel, n) = match op {
+        Op::ChannelAffine => (
+            if fwd {
+                "op_affine_fwd"
+            } else {
+                "op_affine_bwd"
+            },
+            samples * a * b,
+        ),
+        Op::Concat => (
+            if fwd {
+                "op_concat_fwd"
+            } else {
+                "op_concat_bwd"
+            },
+            samples * a * b,
+        ),
+        Op::Flatten => (
+            if fwd {
+                "op_flatten_fwd"
+            } else {
+                "op_flatten_bwd"
+            },
+            samples * a * b,
+        ),
+        Op::MseLoss => (
+            if fwd { "op_mse_fwd" } else { "op_mse_bwd" },
+            samples * a * b,
+        ),
+        Op::SoftmaxCrossEntropy => (
+            if fwd {
+                "op_softmax_ce_fwd"
+            } else {
+                "op_softmax_ce_bwd"
+            },
+            samples,
+        ),
+        _ => return None,
+    };
+    // Softmax runs over all of a sample's elements as its classes.
+    let (a, b) = if matches!(op, Op::SoftmaxCrossEntropy) {
+        (a * b, 1)
+    } else {
+        (a, b)
+    };
+    Some(ShapedLaunch { kernel, a, b, n })
+}
+
 /// The kernel of `op`'s `pass` in [`OPS_SOURCE`] and its parameter, when the GPU runs the op.
 pub(crate) fn elementwise_kernel(op: &Op, pass: Pass) -> Option<(&'static str, f32)> {
     let (name, p) = match op {
@@ -612,6 +751,52 @@ mod tests {
         assert!(!g.max);
         assert_eq!((g.window, g.y), (vec![7, 7], vec![4, 2048, 1, 1]));
         assert!(PoolGeometry::of(&Op::Relu, &[1, 2, 2], &[1, 2, 2], 1).is_none());
+    }
+
+    #[test]
+    fn shaped_kernels_are_defined_once_and_launched_over_the_right_range() {
+        for name in SHAPED_KERNELS {
+            let decl = format!("__global__ void {name}(");
+            assert_eq!(SHAPED_SOURCE.matches(&decl).count(), 1, "{name}");
+            let args = SHAPED_SOURCE
+                .split(&decl)
+                .nth(1)
+                .and_then(|s| s.split(')').next())
+                .unwrap();
+            let names: Vec<&str> = args
+                .split(',')
+                .map(|a| a.trim().rsplit([' ', '*']).next().unwrap())
+                .collect();
+            assert_eq!(
+                names,
+                ["x", "x2", "dy", "out", "out2", "out3", "a", "b", "n"],
+                "{name}"
+            );
+        }
+        assert_eq!(
+            SHAPED_SOURCE.matches('{').count(),
+            SHAPED_SOURCE.matches('}').count()
+        );
+        let l = shaped_kernel(&Op::ChannelAffine, Pass::Backward, &[64, 8, 8], 4).unwrap();
+        assert_eq!(
+            (l.kernel, l.a, l.b, l.n),
+            ("op_affine_bwd", 64, 64, 4 * 64 * 64)
+        );
+        let l = shaped_kernel(&Op::SoftmaxCrossEntropy, Pass::Forward, &[1000], 32).unwrap();
+        assert_eq!((l.a, l.b, l.n), (1000, 1, 32), "one thread per sample");
+        for op in [
+            Op::ChannelAffine,
+            Op::Concat,
+            Op::Flatten,
+            Op::MseLoss,
+            Op::SoftmaxCrossEntropy,
+        ] {
+            for pass in [Pass::Forward, Pass::Backward] {
+                let l = shaped_kernel(&op, pass, &[3, 4], 2).unwrap();
+                assert!(SHAPED_KERNELS.contains(&l.kernel), "{}", l.kernel);
+            }
+        }
+        assert!(shaped_kernel(&Op::Relu, Pass::Forward, &[3], 1).is_none());
     }
 
     #[test]

@@ -27,7 +27,7 @@ echo "== GEMM (cuBLAS), a first look"
 "$bin" measure gemm --device "$device" --precision fp32,tf32,fp16,bf16 \
     --size 1024,4096,8192 --out "$out/gemm.jsonl"
 echo "== the calibration suite: GEMM in every format, cuDNN convolutions, STREAM, copies,"
-echo "   the ops (all but tile and upsample)"
+echo "   every op"
 "$bin" measure suite --device "$device" --budget "${BUDGET:-3m}" --out "$out/suite.jsonl"
 
 if [ -n "${SYSTEM:-}" ]; then
@@ -46,5 +46,4 @@ fi
 echo
 echo "records in $out/ (gemm.jsonl, suite.jsonl; nccl.jsonl with two or more GPUs;"
 echo "profile.toml and plots/ with SYSTEM set)."
-echo "Not yet on the CUDA backend: tile, upsample and the full-workload executor; so no"
-echo "GPU validation table yet."
+echo "Not yet on the CUDA backend: the full-workload executor; so no GPU validation table yet."

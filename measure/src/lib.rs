@@ -10,9 +10,9 @@
 //!   cudarc with run-time loading) runs GEMM through cuBLAS (fp64, fp32, tf32, fp16 and bf16
 //!   with fp32 accumulation), convolution through cuDNN (algorithm by its find API),
 //!   host-device copies (pinned and pageable), STREAM and the element-wise ops through
-//!   NVRTC (all ops but tile and upsample, pooling and batch norm through cuDNN), timed
-//!   with CUDA events, and [`nccl_allreduce`] across the GPUs of a machine; it has not been
-//!   run on a GPU yet, and tile, upsample and workloads on it are clear errors for now.
+//!   NVRTC (every op; pooling and batch norm through cuDNN), timed with CUDA events, and
+//!   [`nccl_allreduce`] across the GPUs of a machine; it has not been run on a GPU yet, and
+//!   workloads on it are a clear error for now.
 //!   Without a driver, a GPU or a library it says which; without the feature, a disabled twin
 //!   says how to build it.
 //! - The full-workload executor ([`Backend::workload`]): runs any `ridgeline-model` layer graph

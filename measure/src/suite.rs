@@ -373,8 +373,7 @@ pub fn gpu_stream_sizes(l2: usize) -> Vec<usize> {
 
 /// The GPU suite in priority order, on one stream (threads 1): GEMM in every format,
 /// convolution at the reference layer shapes in every pass, STREAM from L2 to device
-/// memory, host-device copies, and the ops the CUDA backend runs (element-wise, pooling,
-/// batch norm); the others are left out (the caller says so).
+/// memory, host-device copies, and the ops (every one the CUDA backend runs).
 pub fn standard_gpu(l2: usize) -> Result<Vec<(usize, Case)>> {
     let mut convs = Vec::new();
     let mut ops = Vec::new();

@@ -818,11 +818,7 @@ pub(crate) fn run_suite(args: &MeasureSuiteArgs, default: &[ThreadCount]) -> Res
     let gpu = backends.get(threads[0]).env().gpu;
     let candidates = match &gpu {
         Some(g) => {
-            eprintln!(
-                "measure suite: {} ({}); tile and upsample do not run on the CUDA backend \
-                 yet and are left out",
-                g.name, m.device
-            );
+            eprintln!("measure suite: {} ({})", g.name, m.device);
             suite::standard_gpu(g.l2_bytes.unwrap_or(0) as usize)?
         }
         None => suite::standard(&threads)?,

@@ -33,8 +33,9 @@ use super::cudnn::{
 };
 use super::plan::{
     Compute, ConvGeometry, Element, GemmPlan, OP_KERNELS, OPS_SOURCE, PoolGeometry, SHAPED_KERNELS,
-    SHAPED_SOURCE, STREAM_BLOCK, STREAM_SOURCE, ShapedLaunch, elements, elementwise_kernel,
-    shaped_kernel, stream_function, stream_grid,
+    SHAPED_SOURCE, SPATIAL_KERNELS, SPATIAL_SOURCE, STREAM_BLOCK, STREAM_SOURCE, ShapedLaunch,
+    SpatialLaunch, elements, elementwise_kernel, shaped_kernel, spatial_kernel, stream_function,
+    stream_grid,
 };
 use crate::backend::{
     Backend, ConvCase, ConvPass, CopyCase, CopyDirection, GemmCase, HostMemory, OpCase, Pass,
@@ -243,7 +244,7 @@ impl CudaBackend {
         let big = 2 * elements;
         let small = elements.max(launch.a).max(samples);
         self.check_memory(what, 4 * (2 * big + 3 * small + launch.a))?;
-        let f = self.shaped_kernel_fn(launch.kernel)?;
+        let f = self.kernel_fn(launch.kernel)?;
         let stream = self.stream.clone();
         let x = self.call("cuMemcpyHtoDAsync", stream.clone_htod(&vec![1.0f32; small]))?;
         let x2 = self.call("cuMemcpyHtoDAsync", stream.clone_htod(&vec![0.5f32; small]))?;
@@ -283,18 +284,70 @@ impl CudaBackend {
         Ok(samples_s)
     }
 
-    /// A shaped op kernel, compiled with NVRTC and loaded on first use.
-    fn shaped_kernel_fn(&mut self, name: &str) -> Result<CudaFunction> {
+    /// Tile and upsample as NVRTC kernels.
+    fn spatial_op(
+        &mut self,
+        launch: &SpatialLaunch,
+        protocol: &Protocol,
+        what: &str,
+    ) -> Result<Vec<f64>> {
+        let (n_in, n_out) = (launch.in_elements.max(1), launch.out_elements.max(1));
+        self.check_memory(what, 4 * (n_in + 2 * n_out))?;
+        let f = self.kernel_fn(launch.kernel)?;
+        let stream = self.stream.clone();
+        let x = self.call("cuMemcpyHtoDAsync", stream.clone_htod(&vec![1.0f32; n_in]))?;
+        let dy = self.call("cuMemcpyHtoDAsync", stream.clone_htod(&vec![1.0f32; n_out]))?;
+        let mut out: CudaSlice<f32> = self.zeros(n_out.max(n_in))?;
+        let cfg = LaunchConfig {
+            grid_dim: (stream_grid(n_out, self.multiprocessors()), 1, 1),
+            block_dim: (STREAM_BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let ([i0, i1, i2], [k0, k1, k2], n) = (launch.input, launch.k, n_out as u64);
+        let timer = self.timer()?;
+        let ordinal = self.ordinal;
+        let samples = protocol.measure_timed(EVENT_RESOLUTION, |batch| {
+            timer.time(batch, || {
+                let mut l = stream.launch_builder(&f);
+                l.arg(&x)
+                    .arg(&dy)
+                    .arg(&mut out)
+                    .arg(&i0)
+                    .arg(&i1)
+                    .arg(&i2)
+                    .arg(&k0)
+                    .arg(&k1)
+                    .arg(&k2)
+                    .arg(&n);
+                // SAFETY: the tile and upsample kernels take (const float*, const float*,
+                // float*, and seven unsigned long long), matching the arguments pushed; `x`
+                // holds the input's elements, `dy` and `out` the output's (the index map
+                // stays below each, as the plan's tests check).
+                call(ordinal, "cuLaunchKernel", unsafe { l.launch(cfg) }).map(drop)
+            })
+        })?;
+        call(ordinal, "cuStreamSynchronize", stream.synchronize())?;
+        drop((x, dy, out));
+        Ok(samples)
+    }
+
+    /// A shaped, tile or upsample kernel, compiled with NVRTC and loaded on first use.
+    fn kernel_fn(&mut self, name: &str) -> Result<CudaFunction> {
         if self.shaped_kernels.is_none() {
             self.nvrtc_present()?;
-            let ptx = self.call("nvrtcCompileProgram", nvrtc::compile_ptx(SHAPED_SOURCE))?;
-            let module = self.call("cuModuleLoadData", self.ctx.load_module(ptx))?;
             let mut functions = Vec::new();
-            for k in SHAPED_KERNELS {
-                functions.push((
-                    k,
-                    self.call("cuModuleGetFunction", module.load_function(k))?,
-                ));
+            for (source, names) in [
+                (SHAPED_SOURCE, SHAPED_KERNELS.as_slice()),
+                (SPATIAL_SOURCE, SPATIAL_KERNELS.as_slice()),
+            ] {
+                let ptx = self.call("nvrtcCompileProgram", nvrtc::compile_ptx(source))?;
+                let module = self.call("cuModuleLoadData", self.ctx.load_module(ptx))?;
+                for &k in names {
+                    functions.push((
+                        k,
+                        self.call("cuModuleGetFunction", module.load_function(k))?,
+                    ));
+                }
             }
             self.shaped_kernels = Some(functions);
         }
@@ -819,6 +872,10 @@ impl Backend for CudaBackend {
         let what = format!("op {} {}", case.op.kind(), pass.name());
         if let Some(launch) = shaped_kernel(&case.op, pass, &case.input, case.batch) {
             return self.shaped_op(launch, case, protocol, &what);
+        }
+        if let Some(launch) = spatial_kernel(&case.op, pass, &case.input, case.batch) {
+            let launch = launch.map_err(|m| Error::invalid(&what, m))?;
+            return self.spatial_op(&launch, protocol, &what);
         }
         let Some((name, param)) = elementwise_kernel(&case.op, pass) else {
             return self.cudnn_op(case, pass, protocol, &what);

@@ -11,9 +11,9 @@
 //! (compiled with NVRTC), and [`nccl_allreduce`] across the GPUs of a machine, each timed with
 //! CUDA events under the run protocol, with the device, driver and library versions in
 //! every record, the element-wise ops (relu, leaky relu, tanh, scale, add, dropout), channel
-//! affine, concat, flatten and the losses (NVRTC kernels), and pooling and batch norm
-//! (cuDNN). Tile, upsample and the full-workload executor are not implemented on the GPU yet
-//! and say so. **None of it has been run on a
+//! affine, concat, flatten, tile, upsample and the losses (NVRTC kernels), and pooling and
+//! batch norm (cuDNN). The full-workload executor is not implemented on the GPU yet and
+//! says so. **None of it has been run on a
 //! GPU yet**: the code is written against the CUDA APIs and checked here only where no GPU
 //! is needed (type choices, kernel sources, launch geometry, the errors without a driver).
 
@@ -23,12 +23,14 @@ use crate::protocol::Protocol;
 use crate::record::{Env, Record, SCHEMA_VERSION, record_id};
 
 /// Whether the CUDA backend runs `op`: the element-wise ops of [`plan::OPS_SOURCE`], the
-/// shaped ones of [`plan::SHAPED_SOURCE`], and pooling and batch norm through cuDNN (all but
-/// tile and upsample).
+/// shaped ones of [`plan::SHAPED_SOURCE`], tile and upsample ([`plan::SPATIAL_SOURCE`]),
+/// and pooling and batch norm through cuDNN: every op of the IR but the convolutions and
+/// dense layers, which run as convolution and GEMM cases.
 pub(crate) fn runs_op(op: &ridgeline_model::graph::Op) -> bool {
     use ridgeline_model::graph::Op;
     plan::elementwise_kernel(op, crate::backend::Pass::Forward).is_some()
         || plan::shaped_kernel(op, crate::backend::Pass::Forward, &[1], 1).is_some()
+        || matches!(op, Op::Tile { .. } | Op::Upsample { .. })
         || matches!(
             op,
             Op::MaxPool(_) | Op::AvgPool(_) | Op::GlobalAvgPool | Op::BatchNorm

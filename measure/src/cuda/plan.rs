@@ -206,6 +206,96 @@ extern "C" __global__ void op_softmax_ce_bwd(const float* x, const float* x2, co
 }
 "#;
 
+/// Tile and nearest-neighbour upsampling in CUDA C (NVRTC): each output element of a
+/// `[planes, o0, o1, o2]` output (planes = samples x channels, unused spatial dimensions 1)
+/// reads the input element `[plane, i0, i1, i2]` at `o mod I` (tile, `k` = repeats) or
+/// `o / k` (upsample, `k` = factors). Backward adds every output gradient into the input
+/// element it came from (atomics). Parameters `(x, dy, out, i0, i1, i2, k0, k1, k2, n)`,
+/// `n` the output's elements.
+pub(crate) const SPATIAL_SOURCE: &str = r#"
+typedef unsigned long long u64;
+#define LOOP for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+__device__ __forceinline__ u64 source(u64 i, u64 i0, u64 i1, u64 i2, u64 k0, u64 k1, u64 k2, bool tile) {
+    u64 o0 = i0 * k0, o1 = i1 * k1, o2 = i2 * k2;
+    u64 c2 = i % o2, c1 = (i / o2) % o1, c0 = (i / (o2 * o1)) % o0, plane = i / (o2 * o1 * o0);
+    u64 s0 = tile ? c0 % i0 : c0 / k0, s1 = tile ? c1 % i1 : c1 / k1, s2 = tile ? c2 % i2 : c2 / k2;
+    return ((plane * i0 + s0) * i1 + s1) * i2 + s2;
+}
+extern "C" __global__ void op_tile_fwd(const float* x, const float* dy, float* out, u64 i0, u64 i1, u64 i2, u64 k0, u64 k1, u64 k2, u64 n) { LOOP { out[i] = x[source(i, i0, i1, i2, k0, k1, k2, true)]; } }
+extern "C" __global__ void op_tile_bwd(const float* x, const float* dy, float* out, u64 i0, u64 i1, u64 i2, u64 k0, u64 k1, u64 k2, u64 n) { LOOP { atomicAdd(&out[source(i, i0, i1, i2, k0, k1, k2, true)], dy[i]); } }
+extern "C" __global__ void op_upsample_fwd(const float* x, const float* dy, float* out, u64 i0, u64 i1, u64 i2, u64 k0, u64 k1, u64 k2, u64 n) { LOOP { out[i] = x[source(i, i0, i1, i2, k0, k1, k2, false)]; } }
+extern "C" __global__ void op_upsample_bwd(const float* x, const float* dy, float* out, u64 i0, u64 i1, u64 i2, u64 k0, u64 k1, u64 k2, u64 n) { LOOP { atomicAdd(&out[source(i, i0, i1, i2, k0, k1, k2, false)], dy[i]); } }
+"#;
+
+/// Every kernel name of [`SPATIAL_SOURCE`].
+pub(crate) const SPATIAL_KERNELS: [&str; 4] = [
+    "op_tile_fwd",
+    "op_tile_bwd",
+    "op_upsample_fwd",
+    "op_upsample_bwd",
+];
+
+/// A tile or upsample launch: kernel, input spatial extents and repeats or factors (three
+/// each, unused ones 1), the input's elements and the output's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SpatialLaunch {
+    /// Kernel name in [`SPATIAL_SOURCE`].
+    pub(crate) kernel: &'static str,
+    /// Input extents.
+    pub(crate) input: [u64; 3],
+    /// Repeats (tile) or factors (upsample).
+    pub(crate) k: [u64; 3],
+    /// Input elements.
+    pub(crate) in_elements: usize,
+    /// Output elements (the threads' range).
+    pub(crate) out_elements: usize,
+}
+
+/// The tile or upsample kernel of `op`'s `pass` on a per-sample `input` `[c, spatial...]`
+/// (up to three spatial dimensions) at `batch`.
+pub(crate) fn spatial_kernel(
+    op: &Op,
+    pass: Pass,
+    input: &[usize],
+    batch: usize,
+) -> Option<Result<SpatialLaunch, String>> {
+    let fwd = pass == Pass::Forward;
+    let (kernel, k) = match op {
+        Op::Tile { repeats } => (if fwd { "op_tile_fwd" } else { "op_tile_bwd" }, repeats),
+        Op::Upsample { factor } => (
+            if fwd {
+                "op_upsample_fwd"
+            } else {
+                "op_upsample_bwd"
+            },
+            factor,
+        ),
+        _ => return None,
+    };
+    let spatial = input.get(1..).unwrap_or_default();
+    if spatial.len() > 3 || k.len() != spatial.len() || k.contains(&0) {
+        return Some(Err(format!(
+            "needs one repeat or factor of at least 1 per spatial dimension (at most 3), got {k:?} for {spatial:?}"
+        )));
+    }
+    let mut ext = [1u64; 3];
+    let mut ks = [1u64; 3];
+    for (i, (&d, &f)) in spatial.iter().zip(k.iter()).enumerate() {
+        ext[i] = d as u64;
+        ks[i] = f as u64;
+    }
+    let planes = batch.max(1) * input.first().copied().unwrap_or(1);
+    let in_elements = planes * spatial.iter().product::<usize>();
+    let out_elements = in_elements * k.iter().product::<usize>();
+    Some(Ok(SpatialLaunch {
+        kernel,
+        input: ext,
+        k: ks,
+        in_elements,
+        out_elements,
+    }))
+}
+
 /// Every kernel name of [`SHAPED_SOURCE`].
 pub(crate) const SHAPED_KERNELS: [&str; 10] = [
     "op_affine_fwd",
@@ -797,6 +887,73 @@ mod tests {
             }
         }
         assert!(shaped_kernel(&Op::Relu, Pass::Forward, &[3], 1).is_none());
+    }
+
+    /// The CUDA index map, restated: tile reads `o mod I`, upsample `o / k`.
+    fn source(i: u64, l: &SpatialLaunch, tile: bool) -> u64 {
+        let [i0, i1, i2] = l.input;
+        let [k0, k1, k2] = l.k;
+        let (o0, o1, o2) = (i0 * k0, i1 * k1, i2 * k2);
+        let (c2, c1, c0, plane) = (
+            i % o2,
+            (i / o2) % o1,
+            (i / (o2 * o1)) % o0,
+            i / (o2 * o1 * o0),
+        );
+        let (s0, s1, s2) = if tile {
+            (c0 % i0, c1 % i1, c2 % i2)
+        } else {
+            (c0 / k0, c1 / k1, c2 / k2)
+        };
+        ((plane * i0 + s0) * i1 + s1) * i2 + s2
+    }
+
+    #[test]
+    fn tile_and_upsample_index_every_input_element_evenly() {
+        for name in SPATIAL_KERNELS {
+            assert_eq!(
+                SPATIAL_SOURCE
+                    .matches(&format!("__global__ void {name}("))
+                    .count(),
+                1
+            );
+        }
+        let tile = Op::Tile {
+            repeats: [2, 3].as_slice().into(),
+        };
+        let l = spatial_kernel(&tile, Pass::Forward, &[2, 3, 4], 2)
+            .unwrap()
+            .unwrap();
+        assert_eq!((l.input, l.k), ([3, 4, 1], [2, 3, 1]));
+        assert_eq!((l.in_elements, l.out_elements), (48, 288));
+        let up = Op::Upsample {
+            factor: [2, 2].as_slice().into(),
+        };
+        let u = spatial_kernel(&up, Pass::Backward, &[2, 3, 4], 2)
+            .unwrap()
+            .unwrap();
+        assert_eq!(u.kernel, "op_upsample_bwd");
+        for (l, tile) in [(&l, true), (&u, false)] {
+            // Every input element is read by exactly (out / in) outputs, and in range.
+            let mut hits = vec![0usize; l.in_elements];
+            for i in 0..l.out_elements as u64 {
+                hits[source(i, l, tile) as usize] += 1;
+            }
+            let each = l.out_elements / l.in_elements;
+            assert!(hits.iter().all(|&h| h == each), "{hits:?}");
+        }
+        // Upsampling by 2 maps output (0, 1) and (1, 0) of a plane to input (0, 0).
+        assert_eq!(source(1, &u, false), 0);
+        assert_eq!(source(8, &u, false), 0);
+        assert!(spatial_kernel(&Op::Relu, Pass::Forward, &[1, 2], 1).is_none());
+        let bad = Op::Tile {
+            repeats: [2].as_slice().into(),
+        };
+        assert!(
+            spatial_kernel(&bad, Pass::Forward, &[1, 2, 2], 1)
+                .unwrap()
+                .is_err()
+        );
     }
 
     #[test]

@@ -9,11 +9,14 @@
 //! - [`profile`]: fits a calibrated profile ([`ridgeline_model::profile::Profile`]) from
 //!   micro-kernel records alone — a time model per kernel class, pass and precision
 //!   ([`ridgeline_model::kernels`] explains and justifies the model form), sustained bandwidth
-//!   per memory level from STREAM, and GEMM/convolution ceilings.
+//!   per memory level from STREAM (L1, last-level cache and DRAM on a CPU; L2 and device
+//!   memory for GPU records, split at the L2 the records carry), and GEMM/convolution
+//!   ceilings per number format.
 //! - [`loggp`]: LogGP per communication level from MPI ping-pong records (the Netgauge
 //!   method), with the measured exchange step and reduction kernel, fitted per size band.
 //! - [`validate`]: predicts measured full-workload steps with a profile, layer by layer and
-//!   step by step, and reports the errors and the memory footprint against the measured peak.
+//!   step by step, and reports the errors, each layer pass's measured hardware efficiency and
+//!   the memory footprint against the measured peak.
 //!
 //! - [`comm`]: predicts measured MPI allreduce with a profile's LogGP levels and reports
 //!   the error per size, per algorithm and overall (geometric mean).

@@ -59,9 +59,7 @@ pub struct CudaBackend {
     gpu: GpuEnv,
     cudnn: Option<Handle>,
     blas: Option<CudaBlas>,
-    stream_kernels: Option<Vec<(StreamKernel, CudaFunction)>>,
-    op_kernels: Option<Vec<(&'static str, CudaFunction)>>,
-    shaped_kernels: Option<Vec<(&'static str, CudaFunction)>>,
+    kernels: Option<Vec<(&'static str, CudaFunction)>>,
     notes: Option<Value>,
     stream: Arc<CudaStream>,
     ctx: Arc<CudaContext>,
@@ -129,9 +127,7 @@ impl CudaBackend {
             gpu,
             cudnn: None,
             blas: None,
-            stream_kernels: None,
-            op_kernels: None,
-            shaped_kernels: None,
+            kernels: None,
             notes: None,
             stream,
             ctx,
@@ -198,35 +194,41 @@ impl CudaBackend {
             .ok_or_else(|| unavailable(self.ordinal, "cuDNN handle missing"))
     }
 
-    /// The STREAM kernels, compiled with NVRTC and loaded on first use.
-    fn stream_kernel(&mut self, kernel: StreamKernel) -> Result<CudaFunction> {
-        if self.stream_kernels.is_none() {
+    /// An NVRTC kernel by name: every source (STREAM, element-wise, shaped, tile and
+    /// upsample) is compiled and loaded on first use, and NVRTC's version recorded.
+    fn kernel(&mut self, name: &str) -> Result<CudaFunction> {
+        if self.kernels.is_none() {
             self.nvrtc_present()?;
-            let ptx = self.call("nvrtcCompileProgram", nvrtc::compile_ptx(STREAM_SOURCE))?;
-            let module = self.call("cuModuleLoadData", self.ctx.load_module(ptx))?;
+            let stream_names = StreamKernel::ALL.map(stream_function);
             let mut functions = Vec::new();
-            for k in StreamKernel::ALL {
-                let f = self.call(
-                    "cuModuleGetFunction",
-                    module.load_function(stream_function(k)),
-                )?;
-                functions.push((k, f));
+            for (source, names) in [
+                (STREAM_SOURCE, stream_names.as_slice()),
+                (OPS_SOURCE, OP_KERNELS.as_slice()),
+                (SHAPED_SOURCE, SHAPED_KERNELS.as_slice()),
+                (SPATIAL_SOURCE, SPATIAL_KERNELS.as_slice()),
+            ] {
+                let ptx = self.call("nvrtcCompileProgram", nvrtc::compile_ptx(source))?;
+                let module = self.call("cuModuleLoadData", self.ctx.load_module(ptx))?;
+                for &k in names {
+                    let f = self.call("cuModuleGetFunction", module.load_function(k))?;
+                    functions.push((k, f));
+                }
             }
             let (mut major, mut minor) = (0, 0);
-            // SAFETY: NVRTC is loaded (probed above, and a program was compiled with it);
+            // SAFETY: NVRTC is loaded (probed above, and programs were compiled with it);
             // both pointers are valid places for one int.
             let status = unsafe { nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
             self.call("nvrtcVersion", status.result())?;
             self.gpu
                 .libraries
                 .insert("nvrtc".into(), format!("{major}.{minor}"));
-            self.stream_kernels = Some(functions);
+            self.kernels = Some(functions);
         }
-        self.stream_kernels
+        self.kernels
             .as_ref()
-            .and_then(|v| v.iter().find(|(k, _)| *k == kernel))
+            .and_then(|v| v.iter().find(|(k, _)| *k == name))
             .map(|(_, f)| f.clone())
-            .ok_or_else(|| unavailable(self.ordinal, "STREAM kernels missing"))
+            .ok_or_else(|| unavailable(self.ordinal, format!("kernel {name} missing")))
     }
 
     /// The shaped ops (channel affine, concat, flatten, the losses) as NVRTC kernels.
@@ -244,7 +246,7 @@ impl CudaBackend {
         let big = 2 * elements;
         let small = elements.max(launch.a).max(samples);
         self.check_memory(what, 4 * (2 * big + 3 * small + launch.a))?;
-        let f = self.kernel_fn(launch.kernel)?;
+        let f = self.kernel(launch.kernel)?;
         let stream = self.stream.clone();
         let x = self.call("cuMemcpyHtoDAsync", stream.clone_htod(&vec![1.0f32; small]))?;
         let x2 = self.call("cuMemcpyHtoDAsync", stream.clone_htod(&vec![0.5f32; small]))?;
@@ -293,7 +295,7 @@ impl CudaBackend {
     ) -> Result<Vec<f64>> {
         let (n_in, n_out) = (launch.in_elements.max(1), launch.out_elements.max(1));
         self.check_memory(what, 4 * (n_in + 2 * n_out))?;
-        let f = self.kernel_fn(launch.kernel)?;
+        let f = self.kernel(launch.kernel)?;
         let stream = self.stream.clone();
         let x = self.call("cuMemcpyHtoDAsync", stream.clone_htod(&vec![1.0f32; n_in]))?;
         let dy = self.call("cuMemcpyHtoDAsync", stream.clone_htod(&vec![1.0f32; n_out]))?;
@@ -329,33 +331,6 @@ impl CudaBackend {
         call(ordinal, "cuStreamSynchronize", stream.synchronize())?;
         drop((x, dy, out));
         Ok(samples)
-    }
-
-    /// A shaped, tile or upsample kernel, compiled with NVRTC and loaded on first use.
-    fn kernel_fn(&mut self, name: &str) -> Result<CudaFunction> {
-        if self.shaped_kernels.is_none() {
-            self.nvrtc_present()?;
-            let mut functions = Vec::new();
-            for (source, names) in [
-                (SHAPED_SOURCE, SHAPED_KERNELS.as_slice()),
-                (SPATIAL_SOURCE, SPATIAL_KERNELS.as_slice()),
-            ] {
-                let ptx = self.call("nvrtcCompileProgram", nvrtc::compile_ptx(source))?;
-                let module = self.call("cuModuleLoadData", self.ctx.load_module(ptx))?;
-                for &k in names {
-                    functions.push((
-                        k,
-                        self.call("cuModuleGetFunction", module.load_function(k))?,
-                    ));
-                }
-            }
-            self.shaped_kernels = Some(functions);
-        }
-        self.shaped_kernels
-            .as_ref()
-            .and_then(|v| v.iter().find(|(k, _)| *k == name))
-            .map(|(_, f)| f.clone())
-            .ok_or_else(|| unavailable(self.ordinal, format!("kernel {name} missing")))
     }
 
     /// Pooling and batch norm through cuDNN (the ops that are neither element-wise nor a
@@ -453,28 +428,6 @@ impl CudaBackend {
         call(ordinal, "cuStreamSynchronize", stream.synchronize())?;
         drop((x, dx, y, dy, channel));
         Ok(samples)
-    }
-
-    /// The element-wise op kernels, compiled with NVRTC and loaded on first use.
-    fn op_kernel(&mut self, name: &str) -> Result<CudaFunction> {
-        if self.op_kernels.is_none() {
-            self.nvrtc_present()?;
-            let ptx = self.call("nvrtcCompileProgram", nvrtc::compile_ptx(OPS_SOURCE))?;
-            let module = self.call("cuModuleLoadData", self.ctx.load_module(ptx))?;
-            let mut functions = Vec::new();
-            for k in OP_KERNELS {
-                functions.push((
-                    k,
-                    self.call("cuModuleGetFunction", module.load_function(k))?,
-                ));
-            }
-            self.op_kernels = Some(functions);
-        }
-        self.op_kernels
-            .as_ref()
-            .and_then(|v| v.iter().find(|(k, _)| *k == name))
-            .map(|(_, f)| f.clone())
-            .ok_or_else(|| unavailable(self.ordinal, format!("op kernel {name} missing")))
     }
 
     /// The GPU's multiprocessors (1 if the driver does not say).
@@ -796,7 +749,7 @@ impl Backend for CudaBackend {
             ));
         }
         self.check_memory("stream", 3 * 8 * elements)?;
-        let f = self.stream_kernel(kernel)?;
+        let f = self.kernel(stream_function(kernel))?;
         let mut a: CudaSlice<f64> = self.zeros(elements)?;
         let mut b: CudaSlice<f64> = self.zeros(elements)?;
         let mut c: CudaSlice<f64> = self.zeros(elements)?;
@@ -885,7 +838,7 @@ impl Backend for CudaBackend {
             return Err(Error::invalid(what, "the input has no elements"));
         }
         self.check_memory(&what, 6 * 4 * n)?;
-        let f = self.op_kernel(name)?;
+        let f = self.kernel(name)?;
         // Inputs of ones (tanh's backward reads its forward output as `y`).
         let ones = vec![1.0f32; n];
         let x = self.call("cuMemcpyHtoDAsync", self.stream.clone_htod(&ones))?;

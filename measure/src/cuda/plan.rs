@@ -650,6 +650,20 @@ pub(crate) fn elements(dims: &[i32]) -> usize {
 mod tests {
     use super::*;
 
+    /// The parameter names of kernel `name` in `source`, checking it is defined once.
+    fn parameters<'s>(source: &'s str, name: &str) -> Vec<&'s str> {
+        let decl = format!("__global__ void {name}(");
+        assert_eq!(source.matches(&decl).count(), 1, "{name}");
+        source
+            .split(&decl)
+            .nth(1)
+            .and_then(|s| s.split(')').next())
+            .unwrap()
+            .split(',')
+            .map(|a| a.trim().rsplit([' ', '*']).next().unwrap())
+            .collect()
+    }
+
     fn case(input: Vec<usize>, kernel: Vec<usize>, stride: usize, padding: [usize; 2]) -> ConvCase {
         let d = input.len();
         ConvCase {
@@ -746,17 +760,7 @@ mod tests {
     fn stream_source_defines_every_kernel_with_the_arguments_passed() {
         for k in StreamKernel::ALL {
             let name = stream_function(k);
-            let decl = format!("__global__ void {name}(");
-            assert_eq!(STREAM_SOURCE.matches(&decl).count(), 1, "{name}");
-            let args = STREAM_SOURCE
-                .split(&decl)
-                .nth(1)
-                .and_then(|s| s.split(')').next())
-                .unwrap();
-            let names: Vec<&str> = args
-                .split(',')
-                .map(|a| a.trim().rsplit([' ', '*']).next().unwrap())
-                .collect();
+            let names = parameters(STREAM_SOURCE, name);
             assert_eq!(names, ["a", "b", "c", "q", "n"], "{name}");
         }
         assert_eq!(
@@ -768,17 +772,7 @@ mod tests {
     #[test]
     fn op_kernels_are_defined_once_with_the_common_parameters() {
         for name in OP_KERNELS {
-            let decl = format!("__global__ void {name}(");
-            assert_eq!(OPS_SOURCE.matches(&decl).count(), 1, "{name}");
-            let args = OPS_SOURCE
-                .split(&decl)
-                .nth(1)
-                .and_then(|s| s.split(')').next())
-                .unwrap();
-            let names: Vec<&str> = args
-                .split(',')
-                .map(|a| a.trim().rsplit([' ', '*']).next().unwrap())
-                .collect();
+            let names = parameters(OPS_SOURCE, name);
             assert_eq!(
                 names,
                 ["x", "y", "dy", "out", "out2", "p", "seed", "n"],
@@ -846,17 +840,7 @@ mod tests {
     #[test]
     fn shaped_kernels_are_defined_once_and_launched_over_the_right_range() {
         for name in SHAPED_KERNELS {
-            let decl = format!("__global__ void {name}(");
-            assert_eq!(SHAPED_SOURCE.matches(&decl).count(), 1, "{name}");
-            let args = SHAPED_SOURCE
-                .split(&decl)
-                .nth(1)
-                .and_then(|s| s.split(')').next())
-                .unwrap();
-            let names: Vec<&str> = args
-                .split(',')
-                .map(|a| a.trim().rsplit([' ', '*']).next().unwrap())
-                .collect();
+            let names = parameters(SHAPED_SOURCE, name);
             assert_eq!(
                 names,
                 ["x", "x2", "dy", "out", "out2", "out3", "a", "b", "n"],
@@ -911,12 +895,9 @@ mod tests {
     #[test]
     fn tile_and_upsample_index_every_input_element_evenly() {
         for name in SPATIAL_KERNELS {
-            assert_eq!(
-                SPATIAL_SOURCE
-                    .matches(&format!("__global__ void {name}("))
-                    .count(),
-                1
-            );
+            let names = parameters(SPATIAL_SOURCE, name);
+            let want = ["x", "dy", "out", "i0", "i1", "i2", "k0", "k1", "k2", "n"];
+            assert_eq!(names, want, "{name}");
         }
         let tile = Op::Tile {
             repeats: [2, 3].as_slice().into(),

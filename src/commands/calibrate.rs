@@ -133,7 +133,7 @@ pub(crate) fn print(c: &profile::Calibration, format: crate::cli::Format) -> Res
         }
         let mut d = d
             .table(output::table(&c.fits, &cols, style))
-            .note("Each class and pass: t = c0 + c1 F + c2 |A| + c3 |B| + c4 |C| (matrix) or c0 + c1 F + c2 bytes (vector), least squares on relative error with c >= 0; asymptote = 1 / c1, fixed = c0; rms error in %.");
+            .note("Each class and pass: t = c0 + c1 F + c2 |A| + c3 |B| + c4 |C| (matrix) or c0 + c1 F + c2 bytes (vector), least squares on error relative to the fitted time with c >= 0; asymptote = 1 / c1, fixed = c0; rms error in %.");
         for s in &c.skipped {
             d = d.note(format!("not fitted: {s}"));
         }

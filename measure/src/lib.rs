@@ -58,6 +58,7 @@ mod cuda;
 mod error;
 pub mod protocol;
 pub mod record;
+mod schedule;
 pub mod suite;
 
 pub use backend::{

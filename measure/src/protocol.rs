@@ -131,9 +131,20 @@ impl Protocol {
     /// training step, which reports per-layer times): `step` returns its own seconds and
     /// what it measured. Warm-up runs are discarded; the measured runs' results come back.
     pub fn steps<T>(&self, mut step: impl FnMut() -> (f64, T)) -> Vec<T> {
+        match self.try_steps(|| Ok::<_, std::convert::Infallible>(step())) {
+            Ok(v) => v,
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`Protocol::steps`] for a step that can fail: the first error ends the run.
+    pub fn try_steps<T, E>(
+        &self,
+        mut step: impl FnMut() -> Result<(f64, T), E>,
+    ) -> Result<Vec<T>, E> {
         let start = Instant::now();
         loop {
-            step();
+            step()?;
             if start.elapsed() >= self.warmup {
                 break;
             }
@@ -141,7 +152,7 @@ impl Protocol {
         let mut out = Vec::with_capacity(self.min_samples);
         let mut spent = 0.0;
         while out.len() < self.max_samples.max(1) {
-            let (seconds, result) = step();
+            let (seconds, result) = step()?;
             out.push(result);
             spent += seconds;
             let enough = out.len() >= self.min_samples && spent >= self.min_time.as_secs_f64();
@@ -150,7 +161,7 @@ impl Protocol {
                 break;
             }
         }
-        out
+        Ok(out)
     }
 }
 

@@ -1,60 +1,19 @@
 //! The full-workload executor: runs a model layer graph forward and backward with real
 //! kernels on synthetic data, then an SGD update, timing every layer.
 //!
-//! Memory follows what frameworks do and what the model counts: a layer's output is freed
-//! as soon as every consumer has run, unless a backward pass needs it (the op's own or a
-//! consumer's, per `ridgeline_model::cost::keeps`); gradients live from their first
-//! contribution until their layer's backward has run. Every buffer goes through a
-//! [`Tracker`], whose high-water mark is the executor's peak memory.
+//! Buffers are allocated and freed on the [`Schedule`] every executor shares; every buffer
+//! goes through a [`Tracker`], whose high-water mark is the executor's peak memory.
 
 use std::time::Instant;
 
 use rayon::prelude::*;
-use ridgeline_model::cost::{keeps, requires_grad};
-use ridgeline_model::graph::{Graph, Op};
+use ridgeline_model::graph::Graph;
 
 use super::ops::{Aux, Kernel, uniform};
+use crate::schedule::{Schedule, StepTimes, Tracker};
 
 /// SGD learning rate of the update step (small: the data is synthetic).
 const LEARNING_RATE: f32 = 1e-4;
-
-/// Counts live bytes and their high-water mark.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Tracker {
-    current: usize,
-    peak: usize,
-}
-
-impl Tracker {
-    fn alloc(&mut self, bytes: usize) {
-        self.current += bytes;
-        self.peak = self.peak.max(self.current);
-    }
-
-    fn free(&mut self, bytes: usize) {
-        self.current = self.current.saturating_sub(bytes);
-    }
-
-    /// The high-water mark.
-    pub(crate) fn peak(&self) -> usize {
-        self.peak
-    }
-}
-
-/// Times of one training step.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct StepTimes {
-    /// Forward seconds per layer (0 for the input).
-    pub(crate) forward: Vec<f64>,
-    /// Backward seconds per layer (`None` where no backward runs).
-    pub(crate) backward: Vec<Option<f64>>,
-    /// SGD update seconds.
-    pub(crate) update: f64,
-    /// The loss: the sum over loss layers of their mean over the batch.
-    pub(crate) loss: f64,
-    /// The whole step.
-    pub(crate) total: f64,
-}
 
 /// A graph ready to train at a batch size.
 #[derive(Debug)]
@@ -65,14 +24,7 @@ pub(crate) struct Executor<'g> {
     kernels: Vec<Kernel>,
     params: Vec<Vec<Vec<f32>>>,
     dparams: Vec<Vec<Vec<f32>>>,
-    needs_grad: Vec<bool>,
-    /// Whether some backward pass reads node i's output.
-    kept: Vec<bool>,
-    /// The outputs each layer's backward pass is the last to read (backward runs from the
-    /// last layer to the first, so the earliest reader): freed right after it, as
-    /// frameworks free saved tensors.
-    releases: Vec<Vec<usize>>,
-    consumers: Vec<usize>,
+    schedule: Schedule,
     tracker: Tracker,
     seed: u64,
     /// The synthetic input batch, generated once.
@@ -125,34 +77,6 @@ impl<'g> Executor<'g> {
             .iter()
             .map(|ps| ps.iter().map(|p| vec![0.0; p.len()]).collect())
             .collect();
-        let needs_grad = requires_grad(graph);
-        let mut kept = vec![false; layers.len()];
-        let mut last_reader: Vec<Option<usize>> = vec![None; layers.len()];
-        let mut consumers = vec![0usize; layers.len()];
-        for (i, l) in layers.iter().enumerate() {
-            let backward = needs_grad[i] && !matches!(l.op, Op::Input | Op::Flatten);
-            let k = keeps(&l.op);
-            let mut read = |j: usize| {
-                kept[j] = true;
-                last_reader[j] = Some(last_reader[j].map_or(i, |r| r.min(i)));
-            };
-            if backward && k.output {
-                read(i);
-            }
-            for &j in &l.inputs {
-                consumers[j] += 1;
-            }
-            if backward && k.input {
-                read(l.inputs[0]);
-            }
-        }
-        // The input sample stays (it is reused every step).
-        let mut releases = vec![Vec::new(); layers.len()];
-        for (j, r) in last_reader.iter().enumerate().skip(1) {
-            if let Some(r) = r {
-                releases[*r].push(j);
-            }
-        }
         let seed = 0x5EED;
         let input = (0..(layers[0].output.elements() as usize * batch) as u64)
             .map(|i| uniform(seed, i))
@@ -171,10 +95,7 @@ impl<'g> Executor<'g> {
             kernels,
             params,
             dparams,
-            needs_grad,
-            kept,
-            releases,
-            consumers,
+            schedule: Schedule::of(graph),
             tracker,
             seed,
             input,
@@ -234,7 +155,7 @@ impl<'g> Executor<'g> {
         let input = std::mem::take(&mut self.input);
         self.tracker.alloc(bytes(&input));
         acts[0] = Some(input);
-        let mut remaining = self.consumers.clone();
+        let mut remaining = self.schedule.consumers.clone();
 
         for i in 1..n {
             let layer = &self.graph.layers()[i];
@@ -265,7 +186,7 @@ impl<'g> Executor<'g> {
             for &j in &layer.inputs {
                 remaining[j] -= 1;
                 if remaining[j] == 0
-                    && !self.kept[j]
+                    && !self.schedule.kept[j]
                     && let Some(buf) = acts[j].take()
                 {
                     self.tracker.free(bytes(&buf));
@@ -277,15 +198,13 @@ impl<'g> Executor<'g> {
         // Backward from every sink (the losses): d(mean over the batch) = 1 / N per sample.
         let mut grads: Vec<Option<Vec<f32>>> = vec![None; n];
         let mut loss = 0.0;
-        for i in 1..n {
-            if self.consumers[i] == 0 && self.needs_grad[i] {
-                let out = acts[i].as_deref().unwrap_or(&[]);
-                loss += out.iter().map(|&v| f64::from(v)).sum::<f64>() / self.batch as f64;
-                let mut g = self.pool.take(self.len(i));
-                g.fill(1.0 / self.batch as f32);
-                self.tracker.alloc(bytes(&g));
-                grads[i] = Some(g);
-            }
+        for i in self.schedule.losses() {
+            let out = acts[i].as_deref().unwrap_or(&[]);
+            loss += out.iter().map(|&v| f64::from(v)).sum::<f64>() / self.batch as f64;
+            let mut g = self.pool.take(self.len(i));
+            g.fill(1.0 / self.batch as f32);
+            self.tracker.alloc(bytes(&g));
+            grads[i] = Some(g);
         }
         for i in (1..n).rev() {
             let layer = &self.graph.layers()[i];
@@ -293,7 +212,7 @@ impl<'g> Executor<'g> {
                 let mut dx: Vec<Option<Vec<f32>>> = layer
                     .inputs
                     .iter()
-                    .map(|&j| self.needs_grad[j].then(|| self.pool.take(self.len(j))))
+                    .map(|&j| self.schedule.needs_grad[j].then(|| self.pool.take(self.len(j))))
                     .collect();
                 for d in dx.iter().flatten() {
                     self.tracker.alloc(bytes(d));
@@ -345,8 +264,7 @@ impl<'g> Executor<'g> {
             }
             // Outputs nobody reads backward (the losses) go now; kept ones after their
             // last reader.
-            let read = self.kept[i];
-            for &j in self.releases[i].iter().chain((!read).then_some(&i)) {
+            for j in self.schedule.after_backward(i) {
                 if let Some(buf) = acts[j].take() {
                     self.tracker.free(bytes(&buf));
                     self.pool.give(buf);
@@ -376,7 +294,7 @@ impl<'g> Executor<'g> {
 
 #[cfg(test)]
 mod tests {
-    use ridgeline_model::graph::{Conv, Pool};
+    use ridgeline_model::graph::{Conv, Op, Pool};
 
     use super::*;
 
@@ -453,10 +371,11 @@ mod tests {
     fn memory_is_all_returned_and_the_peak_is_plausible() {
         let g = network();
         let mut exec = Executor::new(&g, 2, 1);
-        let params = exec.tracker.current;
+        let params = exec.tracker.current();
         exec.step();
         assert_eq!(
-            exec.tracker.current, params,
+            exec.tracker.current(),
+            params,
             "every activation and gradient freed"
         );
         let acts: usize = g

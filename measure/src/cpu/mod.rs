@@ -20,8 +20,7 @@ use ridgeline_model::precision::Precision;
 use ridgeline_model::units::Bytes;
 
 use crate::backend::{
-    Backend, ConvCase, ConvPass, Format, GemmCase, LayerTimes, OpCase, Pass, StreamKernel,
-    WorkloadRun,
+    Backend, ConvCase, ConvPass, Format, GemmCase, OpCase, Pass, StreamKernel, WorkloadRun,
 };
 use crate::cases;
 use crate::error::{Error, Result};
@@ -269,27 +268,12 @@ impl Backend for CpuBackend {
             });
             (steps, exec.peak_bytes())
         });
-        let layers = graph
-            .layers()
-            .iter()
-            .enumerate()
-            .map(|(i, l)| LayerTimes {
-                name: l.name.to_string(),
-                forward_s: steps.iter().map(|s| s.forward[i]).collect(),
-                backward_s: steps
-                    .iter()
-                    .map(|s| s.backward[i])
-                    .collect::<Option<Vec<f64>>>()
-                    .unwrap_or_default(),
-            })
-            .collect();
-        Ok(WorkloadRun {
-            layers,
-            step_s: steps.iter().map(|s| s.total).collect(),
-            update_s: steps.iter().map(|s| s.update).collect(),
-            peak_bytes: peak as u64,
-            peak_rss_bytes: peak_rss(),
-        })
+        Ok(crate::schedule::workload_run(
+            graph,
+            &steps,
+            peak as u64,
+            peak_rss(),
+        ))
     }
 }
 

@@ -13,6 +13,8 @@
 // it is sound.
 #![allow(unsafe_code)]
 
+mod exec;
+
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -31,6 +33,7 @@ use super::cudnn::{
     Buffers, CudnnFailure, Handle, Layer as CudnnLayer, OpBuffers, Pass as CudnnPass,
     WORKSPACE_LIMIT,
 };
+use super::layers::{EXEC_KERNELS, EXEC_SOURCE};
 use super::plan::{
     Compute, ConvGeometry, Element, GemmPlan, OP_KERNELS, OPS_SOURCE, PoolGeometry, SHAPED_KERNELS,
     SHAPED_SOURCE, SPATIAL_KERNELS, SPATIAL_SOURCE, STREAM_BLOCK, STREAM_SOURCE, ShapedLaunch,
@@ -195,7 +198,7 @@ impl CudaBackend {
     }
 
     /// An NVRTC kernel by name: every source (STREAM, element-wise, shaped, tile and
-    /// upsample) is compiled and loaded on first use, and NVRTC's version recorded.
+    /// upsample, the workload executor's) is compiled and loaded on first use, and NVRTC's version recorded.
     fn kernel(&mut self, name: &str) -> Result<CudaFunction> {
         if self.kernels.is_none() {
             self.nvrtc_present()?;
@@ -206,6 +209,7 @@ impl CudaBackend {
                 (OPS_SOURCE, OP_KERNELS.as_slice()),
                 (SHAPED_SOURCE, SHAPED_KERNELS.as_slice()),
                 (SPATIAL_SOURCE, SPATIAL_KERNELS.as_slice()),
+                (EXEC_SOURCE, EXEC_KERNELS.as_slice()),
             ] {
                 let ptx = self.call("nvrtcCompileProgram", nvrtc::compile_ptx(source))?;
                 let module = self.call("cuModuleLoadData", self.ctx.load_module(ptx))?;
@@ -882,13 +886,31 @@ impl Backend for CudaBackend {
     fn workload(
         &mut self,
         graph: &ridgeline_model::graph::Graph,
-        _batch: usize,
-        _protocol: &Protocol,
+        batch: usize,
+        protocol: &Protocol,
     ) -> Result<WorkloadRun> {
-        Err(Error::invalid(
-            format!("workload {}", graph.name()),
-            "the full-workload executor does not run on the CUDA backend yet; measure the \
-             workload with --device cpu",
+        if batch == 0 {
+            return Err(Error::invalid("batch", "must be at least 1"));
+        }
+        let mut exec = exec::GpuExecutor::new(self, graph, batch)?;
+        let ordinal = self.ordinal;
+        let handle = self
+            .cudnn
+            .as_ref()
+            .ok_or_else(|| unavailable(ordinal, "cuDNN handle missing"))?;
+        let blas = self
+            .blas
+            .as_ref()
+            .ok_or_else(|| unavailable(ordinal, "cuBLAS handle missing"))?;
+        let steps = protocol.try_steps(|| {
+            let t = exec.step(handle, blas)?;
+            Ok::<_, Error>((t.total, t))
+        })?;
+        Ok(crate::schedule::workload_run(
+            graph,
+            &steps,
+            exec.peak_bytes() as u64,
+            None,
         ))
     }
 }

@@ -122,6 +122,8 @@ pub fn nccl_allreduce(
 
 // Used by the enabled backend; built and tested in every build.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+mod layers;
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod plan;
 
 #[cfg(not(feature = "cuda"))]

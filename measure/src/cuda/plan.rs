@@ -647,11 +647,11 @@ pub(crate) fn elements(dims: &[i32]) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// The parameter names of kernel `name` in `source`, checking it is defined once.
-    fn parameters<'s>(source: &'s str, name: &str) -> Vec<&'s str> {
+    pub(crate) fn parameters<'s>(source: &'s str, name: &str) -> Vec<&'s str> {
         let decl = format!("__global__ void {name}(");
         assert_eq!(source.matches(&decl).count(), 1, "{name}");
         source

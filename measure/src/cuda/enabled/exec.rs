@@ -1,0 +1,1427 @@
+//! The full-workload executor on a GPU: the layer graph forward and backward with cuDNN
+//! (convolutions, pooling, batch norm), cuBLAS (dense layers) and NVRTC kernels (the
+//! element-wise and shaped ops, losses, gradient accumulation and the SGD update), on
+//! synthetic data generated on the device. Each layer pass is bracketed by CUDA events,
+//! and buffers follow the [`Schedule`] the CPU executor uses, tracked by a [`Tracker`]
+//! whose high-water mark (cuDNN workspace included) is the peak device memory reported.
+//!
+//! Differences from the CPU executor, each where cuDNN or the GPU asks for it: a max
+//! pooling's backward pass recomputes the pooled output cuDNN reads (a temporary); an
+//! unevenly padded convolution or pooling copies its input into the padded tensor cuDNN
+//! takes, forward and again backward; softmax cross-entropy keeps a copy of its input (the
+//! CPU keeps the probabilities, the same size); dropout's mask is a hash of the element
+//! index, so no mask is stored.
+//!
+//! Not yet run on a GPU (see the crate docs).
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cudarc::cublas;
+use cudarc::driver::{
+    self, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+};
+use ridgeline_model::graph::Graph;
+
+use super::{CudaBackend, call};
+use crate::backend::ConvPass;
+use crate::cuda::cudnn::{
+    Buffers, CudnnFailure, Handle, Layer as CudnnLayer, OpBuffers, Pass as CudnnPass,
+    WORKSPACE_LIMIT,
+};
+use crate::cuda::layers::{Embed, LayerPlan};
+use crate::cuda::plan::{STREAM_BLOCK, ShapedLaunch, SpatialLaunch, elements, stream_grid};
+use crate::error::{Error, Result};
+use crate::schedule::{Schedule, StepTimes, Tracker};
+
+/// SGD learning rate of the update step (as on the CPU).
+const LEARNING_RATE: f32 = 1e-4;
+
+/// Scale of the synthetic input and of the initial weights (times `1 / sqrt(fan-in)`).
+const DATA_SCALE: f32 = 1.0;
+
+/// A kernel argument: a device pointer, a float or an integer.
+#[derive(Debug, Clone, Copy)]
+enum Arg {
+    Ptr(u64),
+    F32(f32),
+    U64(u64),
+}
+
+/// The cuDNN passes of one convolution layer (of its adjoint, for a transposed one).
+struct ConvPasses {
+    forward: CudnnPass,
+    backward_data: Option<CudnnPass>,
+    backward_filter: CudnnPass,
+    /// Workspace each needs, bytes (forward, backward-data, backward-filter).
+    workspace: [usize; 3],
+}
+
+/// What a layer keeps on the device besides its parameters.
+enum Device {
+    None,
+    Conv(ConvPasses),
+    Cudnn(CudnnLayer),
+}
+
+/// A training step of a graph on the GPU.
+pub(super) struct GpuExecutor<'g> {
+    graph: &'g Graph,
+    batch: usize,
+    schedule: Schedule,
+    plans: Vec<LayerPlan>,
+    device: Vec<Device>,
+    params: Vec<Vec<CudaSlice<f32>>>,
+    dparams: Vec<Vec<CudaSlice<f32>>>,
+    /// Batch norm's running mean and variance, saved mean and inverse variance; a loss's
+    /// regression target.
+    state: Vec<Vec<CudaSlice<f32>>>,
+    input: Option<CudaSlice<f32>>,
+    pool: HashMap<usize, Vec<CudaSlice<f32>>>,
+    tracker: Tracker,
+    workspace: CudaSlice<u8>,
+    workspace_bytes: usize,
+    /// Per layer: forward start and end, backward start and end.
+    events: Vec<[CudaEvent; 4]>,
+    /// Step start, update start, step end.
+    step_events: [CudaEvent; 3],
+    stream: Arc<CudaStream>,
+    ordinal: usize,
+    sms: u32,
+    kernels: HashMap<&'static str, CudaFunction>,
+}
+
+fn ptr(s: &CudaSlice<f32>, stream: &Arc<CudaStream>) -> u64 {
+    s.device_ptr(stream).0
+}
+
+/// A cuDNN failure as this crate's error.
+fn device_error(ordinal: usize, f: CudnnFailure) -> Error {
+    Error::Device {
+        device: format!("cuda:{ordinal}"),
+        call: f.call.into(),
+        message: f.message,
+    }
+}
+
+impl<'g> GpuExecutor<'g> {
+    /// Plans `graph` at `batch` on `backend`'s GPU: parameters initialised on the device,
+    /// cuDNN's algorithms found for every convolution pass, the input batch generated.
+    pub(super) fn new(
+        backend: &mut CudaBackend,
+        graph: &'g Graph,
+        batch: usize,
+    ) -> Result<GpuExecutor<'g>> {
+        let what = format!("workload `{}` at batch {batch}", graph.name());
+        let plans = graph
+            .layers()
+            .iter()
+            .map(|l| {
+                LayerPlan::of(graph, l, batch)
+                    .map_err(|m| Error::invalid(format!("{what}: layer `{}`", l.name), m))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut kernels = HashMap::new();
+        for name in crate::cuda::layers::EXEC_KERNELS
+            .iter()
+            .chain(&crate::cuda::plan::OP_KERNELS)
+            .chain(&crate::cuda::plan::SHAPED_KERNELS)
+            .chain(&crate::cuda::plan::SPATIAL_KERNELS)
+        {
+            kernels.insert(*name, backend.kernel(name)?);
+        }
+        backend.cudnn()?;
+        backend.blas()?;
+        let stream = backend.stream.clone();
+        let schedule = Schedule::of(graph);
+        let (free, _) = backend.call("cuMemGetInfo", backend.ctx.mem_get_info())?;
+        let workspace_bytes = WORKSPACE_LIMIT.min(free / 4);
+        let workspace: CudaSlice<u8> = backend.zeros(workspace_bytes)?;
+        let new_event = || {
+            backend.call(
+                "cuEventCreate",
+                backend
+                    .ctx
+                    .new_event(Some(driver::sys::CUevent_flags::CU_EVENT_DEFAULT)),
+            )
+        };
+        let mut events = Vec::with_capacity(plans.len());
+        for _ in &plans {
+            events.push([new_event()?, new_event()?, new_event()?, new_event()?]);
+        }
+        let step_events = [new_event()?, new_event()?, new_event()?];
+        let mut exec = GpuExecutor {
+            graph,
+            batch,
+            schedule,
+            plans,
+            device: Vec::new(),
+            params: Vec::new(),
+            dparams: Vec::new(),
+            state: Vec::new(),
+            input: None,
+            pool: HashMap::new(),
+            tracker: Tracker::default(),
+            workspace,
+            workspace_bytes,
+            events,
+            step_events,
+            stream,
+            ordinal: backend.ordinal,
+            sms: backend.multiprocessors(),
+            kernels,
+        };
+        let footprint: usize = exec
+            .plans
+            .iter()
+            .map(|p| 8 * p.parameters().iter().sum::<usize>())
+            .sum::<usize>()
+            + (0..exec.plans.len())
+                .map(|i| 8 * exec.len(i))
+                .max()
+                .unwrap_or(0);
+        backend.check_memory(&what, footprint)?;
+        for i in 0..exec.plans.len() {
+            let lens = exec.plans[i].parameters();
+            let fan_in = match &exec.plans[i] {
+                LayerPlan::Conv { geometry, .. } => elements(&geometry.w[1..]),
+                LayerPlan::Dense { input, .. } => *input,
+                _ => 1,
+            };
+            let mut ps = Vec::new();
+            let mut ds = Vec::new();
+            for (k, &len) in lens.iter().enumerate() {
+                let mut p = backend.zeros::<f32>(len)?;
+                // Weights uniform in +-1/sqrt(fan-in); biases and shifts zero; batch-norm
+                // and affine scales one.
+                let scale_param = matches!(
+                    exec.plans[i],
+                    LayerPlan::BatchNorm { .. } | LayerPlan::Shaped { .. }
+                ) && k == 0;
+                if scale_param {
+                    exec.launch(
+                        "ex_fill",
+                        len,
+                        &[
+                            Arg::Ptr(ptr(&p, &exec.stream)),
+                            Arg::F32(1.0),
+                            Arg::U64(len as u64),
+                        ],
+                    )?;
+                } else if k == 0 {
+                    let s = DATA_SCALE / (fan_in as f32).sqrt();
+                    exec.uniform(&mut p, 0xC0FFEE ^ i as u64, s)?;
+                }
+                exec.tracker.alloc(8 * len);
+                ps.push(p);
+                ds.push(backend.zeros::<f32>(len)?);
+            }
+            exec.params.push(ps);
+            exec.dparams.push(ds);
+            let mut state = Vec::new();
+            match &exec.plans[i] {
+                LayerPlan::BatchNorm { dims } => {
+                    for _ in 0..4 {
+                        state.push(backend.zeros::<f32>(dims[1] as usize)?);
+                    }
+                    exec.tracker.alloc(16 * dims[1] as usize);
+                }
+                LayerPlan::Shaped { forward, .. } if forward.kernel == "op_mse_fwd" => {
+                    let n = exec.len(exec.graph.layers()[i].inputs[0]);
+                    let mut t = backend.zeros::<f32>(n)?;
+                    exec.uniform(&mut t, 0x7A5 ^ i as u64, DATA_SCALE)?;
+                    exec.tracker.alloc(4 * n);
+                    state.push(t);
+                }
+                _ => {}
+            }
+            exec.state.push(state);
+        }
+        let mut input = backend.zeros::<f32>(exec.len(0))?;
+        exec.uniform(&mut input, 0x5EED, DATA_SCALE)?;
+        exec.input = Some(input);
+        exec.find_algorithms(backend)?;
+        call(
+            exec.ordinal,
+            "cuStreamSynchronize",
+            exec.stream.synchronize(),
+        )?;
+        Ok(exec)
+    }
+
+    /// Lets cuDNN choose every convolution pass's algorithm on buffers of the layer's
+    /// sizes, and builds the pooling and batch-norm descriptors.
+    fn find_algorithms(&mut self, backend: &CudaBackend) -> Result<()> {
+        let ordinal = self.ordinal;
+        let failed = move |f: CudnnFailure| device_error(ordinal, f);
+        let handle = backend
+            .cudnn
+            .as_ref()
+            .ok_or_else(|| Error::invalid("cuDNN", "handle missing"))?;
+        let needs_grad = self.schedule.needs_grad.clone();
+        for i in 0..self.plans.len() {
+            let plan = self.plans[i].clone();
+            let device = match &plan {
+                LayerPlan::Conv {
+                    geometry,
+                    bias,
+                    transposed,
+                    ..
+                } => {
+                    let mut x = self.take(elements(&geometry.x))?;
+                    let mut y = self.take(elements(&geometry.y))?;
+                    let mut scratch_w = self.take(elements(&geometry.w))?;
+                    let w = ptr(&self.params[i][0], &self.stream);
+                    let bias_ptr = if *bias && self.params[i].len() > 1 {
+                        ptr(&self.params[i][1], &self.stream)
+                    } else {
+                        0
+                    };
+                    let buffers = |w: u64| Buffers {
+                        x: ptr(&x, &self.stream) as *mut c_void,
+                        w: w as *mut c_void,
+                        y: ptr(&y, &self.stream) as *mut c_void,
+                        bias: bias_ptr as *mut c_void,
+                        workspace: self.workspace.device_ptr(&self.stream).0 as *mut c_void,
+                        workspace_bytes: self.workspace_bytes,
+                    };
+                    let input_grad = self.graph.layers()[i]
+                        .inputs
+                        .first()
+                        .is_some_and(|&j| needs_grad[j]);
+                    let g = geometry.clone();
+                    let with_bias = bias_ptr != 0 && !*transposed;
+                    let (forward, f_ws, _) =
+                        CudnnPass::find(handle, &g, ConvPass::Forward, with_bias, buffers(w))
+                            .map_err(&failed)?;
+                    // A transposed layer's forward pass is the adjoint's backward-data.
+                    let (backward_data, d_ws) = if input_grad || *transposed {
+                        let (p, ws, _) =
+                            CudnnPass::find(handle, &g, ConvPass::BackwardData, false, buffers(w))
+                                .map_err(&failed)?;
+                        (Some(p), ws)
+                    } else {
+                        (None, 0)
+                    };
+                    let sw = ptr(&scratch_w, &self.stream);
+                    let (backward_filter, w_ws, _) =
+                        CudnnPass::find(handle, &g, ConvPass::BackwardFilter, false, buffers(sw))
+                            .map_err(&failed)?;
+                    for b in [&mut x, &mut y, &mut scratch_w] {
+                        let b = std::mem::replace(b, self.empty()?);
+                        self.give(b);
+                    }
+                    Device::Conv(ConvPasses {
+                        forward,
+                        backward_data,
+                        backward_filter,
+                        workspace: [f_ws, d_ws, w_ws],
+                    })
+                }
+                LayerPlan::Pool { geometry, .. } => {
+                    Device::Cudnn(CudnnLayer::pool(geometry).map_err(&failed)?)
+                }
+                LayerPlan::BatchNorm { dims } => {
+                    Device::Cudnn(CudnnLayer::batch_norm(dims).map_err(&failed)?)
+                }
+                _ => Device::None,
+            };
+            self.device.push(device);
+        }
+        Ok(())
+    }
+
+    /// The peak of tracked device memory so far.
+    pub(super) fn peak_bytes(&self) -> usize {
+        self.tracker.peak()
+    }
+
+    /// Elements of node `i`'s output for the batch.
+    fn len(&self, i: usize) -> usize {
+        self.graph.layers()[i].output.elements() as usize * self.batch
+    }
+
+    fn empty(&self) -> Result<CudaSlice<f32>> {
+        call(
+            self.ordinal,
+            "cuMemAllocAsync",
+            self.stream.alloc_zeros::<f32>(1),
+        )
+    }
+
+    /// A device buffer of `len` floats, reused from freed ones of that length when there is
+    /// one (as the frameworks' caching allocators do); contents are stale.
+    fn take(&mut self, len: usize) -> Result<CudaSlice<f32>> {
+        if let Some(b) = self.pool.get_mut(&len).and_then(Vec::pop) {
+            return Ok(b);
+        }
+        // SAFETY: the buffer is written by a kernel before anything reads it (every
+        // kernel overwrites its outputs; accumulating ones are zeroed first).
+        call(self.ordinal, "cuMemAllocAsync", unsafe {
+            self.stream.alloc::<f32>(len.max(1))
+        })
+    }
+
+    /// [`Self::take`], counted by the tracker (return it with [`Self::release`]).
+    fn tracked(&mut self, len: usize) -> Result<CudaSlice<f32>> {
+        let b = self.take(len)?;
+        self.tracker.alloc(4 * b.len());
+        Ok(b)
+    }
+
+    fn give(&mut self, b: CudaSlice<f32>) {
+        self.pool.entry(b.len()).or_default().push(b);
+    }
+
+    /// Launches kernel `name` over `threads` with `args`.
+    fn launch(&self, name: &str, threads: usize, args: &[Arg]) -> Result<()> {
+        let f = self
+            .kernels
+            .get(name)
+            .ok_or_else(|| Error::invalid("GPU executor", format!("kernel {name} missing")))?;
+        let cfg = LaunchConfig {
+            grid_dim: (stream_grid(threads.max(1), self.sms), 1, 1),
+            block_dim: (STREAM_BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut l = self.stream.launch_builder(f);
+        for a in args {
+            match a {
+                Arg::Ptr(v) | Arg::U64(v) => l.arg(v),
+                Arg::F32(v) => l.arg(v),
+            };
+        }
+        // SAFETY: every kernel's parameters are pointers, floats and 64-bit integers in the
+        // order `args` gives them (each call site follows the kernel's signature in its
+        // source, which the plan's tests check); every pointer is a live device allocation
+        // of at least the elements the kernel indexes for `threads` (the layer's sizes).
+        call(self.ordinal, "cuLaunchKernel", unsafe { l.launch(cfg) }).map(drop)
+    }
+
+    fn uniform(&self, out: &mut CudaSlice<f32>, seed: u64, scale: f32) -> Result<()> {
+        let n = out.len();
+        self.launch(
+            "ex_uniform",
+            n,
+            &[
+                Arg::Ptr(ptr(out, &self.stream)),
+                Arg::U64(seed),
+                Arg::F32(scale),
+                Arg::U64(n as u64),
+            ],
+        )
+    }
+
+    fn zero(&self, p: u64, n: usize) -> Result<()> {
+        self.launch(
+            "ex_fill",
+            n,
+            &[Arg::Ptr(p), Arg::F32(0.0), Arg::U64(n as u64)],
+        )
+    }
+
+    fn record(&self, e: &CudaEvent) -> Result<()> {
+        call(self.ordinal, "cuEventRecord", e.record(&self.stream))
+    }
+
+    fn seconds(&self, start: &CudaEvent, end: &CudaEvent) -> Result<f64> {
+        let ms = call(self.ordinal, "cuEventElapsedTime", start.elapsed_ms(end))?;
+        Ok(f64::from(ms) / 1e3)
+    }
+
+    /// Copies an unevenly padded input into the tensor cuDNN takes (tracked, freed by the
+    /// caller).
+    fn embed(&mut self, e: &Embed, x: u64) -> Result<CudaSlice<f32>> {
+        let padded = self.tracked(e.padded_elements() as usize)?;
+        let p = ptr(&padded, &self.stream);
+        self.launch(
+            "ex_embed",
+            padded.len(),
+            &embed_args(e, x, p, e.padded_elements()),
+        )?;
+        Ok(padded)
+    }
+
+    /// Runs one training step: forward, backward, SGD update, and reads back the event
+    /// times (one synchronisation, at the end).
+    pub(super) fn step(&mut self, handle: &Handle, blas: &cublas::CudaBlas) -> Result<StepTimes> {
+        let graph = self.graph;
+        let n = self.plans.len();
+        let mut acts: Vec<Option<CudaSlice<f32>>> = (0..n).map(|_| None).collect();
+        let mut aux: Vec<Option<CudaSlice<f32>>> = (0..n).map(|_| None).collect();
+        self.record(&self.step_events[0])?;
+        let input = self
+            .input
+            .take()
+            .ok_or_else(|| Error::invalid("GPU executor", "input missing"))?;
+        self.tracker.alloc(4 * input.len());
+        acts[0] = Some(input);
+        let mut remaining = self.schedule.consumers.clone();
+        for i in 1..n {
+            let out = self.take(self.len(i))?;
+            self.tracker.alloc(4 * out.len());
+            self.record(&self.events[i][0])?;
+            let saved = self.forward(i, &acts, &out, handle, blas)?;
+            self.record(&self.events[i][1])?;
+            if let Some(s) = saved {
+                aux[i] = Some(s);
+            }
+            acts[i] = Some(out);
+            for &j in &graph.layers()[i].inputs {
+                remaining[j] -= 1;
+                if remaining[j] == 0
+                    && !self.schedule.kept[j]
+                    && let Some(b) = acts[j].take()
+                {
+                    self.tracker.free(4 * b.len());
+                    self.give(b);
+                }
+            }
+        }
+        let mut grads: Vec<Option<CudaSlice<f32>>> = (0..n).map(|_| None).collect();
+        let losses: Vec<usize> = self.schedule.losses().collect();
+        for &i in &losses {
+            let g = self.take(self.len(i))?;
+            self.tracker.alloc(4 * g.len());
+            let p = ptr(&g, &self.stream);
+            self.launch(
+                "ex_fill",
+                g.len(),
+                &[
+                    Arg::Ptr(p),
+                    Arg::F32(1.0 / self.batch as f32),
+                    Arg::U64(g.len() as u64),
+                ],
+            )?;
+            grads[i] = Some(g);
+        }
+        // The losses' outputs stay out of the pool until read after the step.
+        let mut loss_outputs = Vec::new();
+        let mut ran_backward = vec![false; n];
+        for i in (1..n).rev() {
+            if let Some(dy) = grads[i].take() {
+                let inputs = graph.layers()[i].inputs.clone();
+                let mut dx: Vec<Option<CudaSlice<f32>>> = Vec::new();
+                for &j in &inputs {
+                    dx.push(if self.schedule.needs_grad[j] {
+                        let b = self.take(self.len(j))?;
+                        self.tracker.alloc(4 * b.len());
+                        Some(b)
+                    } else {
+                        None
+                    });
+                }
+                self.record(&self.events[i][2])?;
+                self.backward(i, &acts, aux[i].as_ref(), &dy, &dx, handle, blas)?;
+                for (&j, d) in inputs.iter().zip(dx) {
+                    let Some(d) = d else { continue };
+                    match &grads[j] {
+                        Some(g) => {
+                            let (gp, dp) = (ptr(g, &self.stream), ptr(&d, &self.stream));
+                            self.launch(
+                                "ex_accumulate",
+                                d.len(),
+                                &[Arg::Ptr(gp), Arg::Ptr(dp), Arg::U64(d.len() as u64)],
+                            )?;
+                            self.tracker.free(4 * d.len());
+                            self.give(d);
+                        }
+                        None => grads[j] = Some(d),
+                    }
+                }
+                self.record(&self.events[i][3])?;
+                ran_backward[i] = true;
+                self.tracker.free(4 * dy.len());
+                self.give(dy);
+            }
+            let release: Vec<usize> = self.schedule.after_backward(i).collect();
+            for j in release {
+                if let Some(b) = acts[j].take() {
+                    self.tracker.free(4 * b.len());
+                    if losses.contains(&j) {
+                        loss_outputs.push(b);
+                    } else {
+                        self.give(b);
+                    }
+                }
+            }
+            if let Some(a) = aux[i].take() {
+                self.tracker.free(4 * a.len());
+                self.give(a);
+            }
+        }
+        if let Some(g) = grads[0].take() {
+            self.tracker.free(4 * g.len());
+            self.give(g);
+        }
+        self.record(&self.step_events[1])?;
+        for (ps, ds) in self.params.iter().zip(&self.dparams) {
+            for (p, d) in ps.iter().zip(ds) {
+                self.launch(
+                    "ex_sgd",
+                    p.len(),
+                    &[
+                        Arg::Ptr(ptr(p, &self.stream)),
+                        Arg::Ptr(ptr(d, &self.stream)),
+                        Arg::F32(LEARNING_RATE),
+                        Arg::U64(p.len() as u64),
+                    ],
+                )?;
+            }
+        }
+        self.record(&self.step_events[2])?;
+        call(
+            self.ordinal,
+            "cuEventSynchronize",
+            self.step_events[2].synchronize(),
+        )?;
+        if let Some(b) = acts[0].take() {
+            self.tracker.free(4 * b.len());
+            self.input = Some(b);
+        }
+        for b in acts.into_iter().flatten() {
+            self.tracker.free(4 * b.len());
+            self.give(b);
+        }
+        let mut forward = vec![0.0; n];
+        let mut backward = vec![None; n];
+        for i in 1..n {
+            let e = &self.events[i];
+            forward[i] = self.seconds(&e[0], &e[1])?;
+            if ran_backward[i] {
+                backward[i] = Some(self.seconds(&e[2], &e[3])?);
+            }
+        }
+        let mut loss = 0.0;
+        for b in loss_outputs {
+            let v = call(self.ordinal, "cuMemcpyDtoH", self.stream.clone_dtoh(&b))?;
+            loss += v.iter().map(|&x| f64::from(x)).sum::<f64>() / self.batch as f64;
+            self.give(b);
+        }
+        Ok(StepTimes {
+            forward,
+            backward,
+            update: self.seconds(&self.step_events[1], &self.step_events[2])?,
+            loss,
+            total: self.seconds(&self.step_events[0], &self.step_events[2])?,
+        })
+    }
+
+    /// Layer `i`'s forward pass into `out`; returns what it keeps for backward beyond the
+    /// schedule's tensors (softmax cross-entropy's copy of its input).
+    fn forward(
+        &mut self,
+        i: usize,
+        acts: &[Option<CudaSlice<f32>>],
+        out: &CudaSlice<f32>,
+        handle: &Handle,
+        blas: &cublas::CudaBlas,
+    ) -> Result<Option<CudaSlice<f32>>> {
+        let s = self.stream.clone();
+        let inputs: Vec<u64> = self.graph.layers()[i]
+            .inputs
+            .iter()
+            .map(|&j| acts[j].as_ref().map_or(0, |a| ptr(a, &s)))
+            .collect();
+        let x = inputs.first().copied().unwrap_or(0);
+        let y = ptr(out, &s);
+        let n_out = out.len();
+        let plan = self.plans[i].clone();
+        let ordinal = self.ordinal;
+        let failed = move |f: CudnnFailure| device_error(ordinal, f);
+        match &plan {
+            LayerPlan::Input => {}
+            LayerPlan::Conv {
+                transposed: false,
+                embed,
+                ..
+            } => {
+                let padded = match embed {
+                    Some(e) => Some(self.embed(e, x)?),
+                    None => None,
+                };
+                let xp = padded.as_ref().map_or(x, |p| ptr(p, &s));
+                let Device::Conv(c) = &self.device[i] else {
+                    return Err(self.missing(i));
+                };
+                self.tracker.alloc(c.workspace[0]);
+                let b = self.buffers(xp, self.param(i, 0), y, self.param(i, 1));
+                c.forward.run(handle, b).map_err(failed)?;
+                self.tracker.free(c.workspace[0]);
+                self.release(padded);
+            }
+            LayerPlan::Conv {
+                transposed: true,
+                embed,
+                geometry,
+                bias,
+            } => {
+                // The adjoint's backward-data: its dx is this layer's output (padded where
+                // the adjoint pads unevenly), its dy this layer's input.
+                let padded = match embed {
+                    Some(e) => {
+                        let p = self.take(e.padded_elements() as usize)?;
+                        self.tracker.alloc(4 * p.len());
+                        Some(p)
+                    }
+                    None => None,
+                };
+                let target = padded.as_ref().map_or(y, |p| ptr(p, &s));
+                let Device::Conv(c) = &self.device[i] else {
+                    return Err(self.missing(i));
+                };
+                let ws = c.workspace[1];
+                self.tracker.alloc(ws);
+                let Some(pass) = c.backward_data.as_ref() else {
+                    return Err(self.missing(i));
+                };
+                let b = self.buffers(target, self.param(i, 0), x, 0);
+                pass.run(handle, b).map_err(failed)?;
+                self.tracker.free(ws);
+                if let (Some(e), Some(p)) = (embed, &padded) {
+                    self.launch(
+                        "ex_crop",
+                        n_out,
+                        &embed_args(e, ptr(p, &s), y, e.input_elements()),
+                    )?;
+                }
+                self.release(padded);
+                if *bias {
+                    let c_out = geometry.x[1] as usize;
+                    self.launch(
+                        "ex_bias_add",
+                        n_out,
+                        &[
+                            Arg::Ptr(y),
+                            Arg::Ptr(self.param(i, 1)),
+                            Arg::U64(c_out as u64),
+                            Arg::U64((n_out / (self.batch * c_out)) as u64),
+                            Arg::U64(n_out as u64),
+                        ],
+                    )?;
+                }
+            }
+            LayerPlan::Dense {
+                n,
+                input,
+                output,
+                bias,
+            } => {
+                // Row-major y [n x out] = x [n x in] W^T, W [out x in]: column-major
+                // y^T (out x n) = W^T' (out x in) x^T (in x n).
+                gemm(
+                    blas,
+                    self.ordinal,
+                    true,
+                    false,
+                    *output,
+                    *n,
+                    *input,
+                    self.param(i, 0),
+                    *input,
+                    x,
+                    *input,
+                    y,
+                    *output,
+                )?;
+                if *bias {
+                    self.launch(
+                        "ex_bias_add",
+                        n_out,
+                        &[
+                            Arg::Ptr(y),
+                            Arg::Ptr(self.param(i, 1)),
+                            Arg::U64(*output as u64),
+                            Arg::U64(1),
+                            Arg::U64(n_out as u64),
+                        ],
+                    )?;
+                }
+            }
+            LayerPlan::Pool { embed, .. } => {
+                let padded = match embed {
+                    Some(e) => Some(self.embed(e, x)?),
+                    None => None,
+                };
+                let xp = padded.as_ref().map_or(x, |p| ptr(p, &s));
+                let Device::Cudnn(l) = &self.device[i] else {
+                    return Err(self.missing(i));
+                };
+                l.run(handle, true, op_buffers(xp, 0, y, 0, [0; 8]))
+                    .map_err(failed)?;
+                self.release(padded);
+            }
+            LayerPlan::BatchNorm { .. } => {
+                let Device::Cudnn(l) = &self.device[i] else {
+                    return Err(self.missing(i));
+                };
+                l.run(handle, true, op_buffers(x, 0, y, 0, self.bn_channels(i)))
+                    .map_err(failed)?;
+            }
+            LayerPlan::Elementwise { forward, param, .. } => {
+                let x2 = inputs.get(1).copied().unwrap_or(0);
+                self.launch(
+                    forward,
+                    n_out,
+                    &op_args(x, x2, 0, y, 0, *param, seed(i), n_out),
+                )?;
+                for &extra in inputs.iter().skip(2) {
+                    self.launch(
+                        "ex_accumulate",
+                        n_out,
+                        &[Arg::Ptr(y), Arg::Ptr(extra), Arg::U64(n_out as u64)],
+                    )?;
+                }
+            }
+            LayerPlan::Shaped { forward, .. } => {
+                let (x2, third, loss) = if forward.kernel == "op_mse_fwd" {
+                    (ptr(&self.state[i][0], &s), 0, true)
+                } else {
+                    (self.param(i, 0), self.param(i, 1), false)
+                };
+                if loss {
+                    self.zero(y, n_out)?;
+                }
+                self.launch(
+                    forward.kernel,
+                    forward.n,
+                    &shaped_args(forward, [x, x2, third], [y, 0, 0]),
+                )?;
+            }
+            LayerPlan::Concat { channels, vol } => {
+                let total: usize = channels.iter().sum();
+                let mut offset = 0;
+                for (&xk, &ck) in inputs.iter().zip(channels) {
+                    let n = self.batch * ck * vol;
+                    self.launch(
+                        "ex_concat_fwd",
+                        n,
+                        &concat_args(xk, y, ck, total, offset, *vol, n),
+                    )?;
+                    offset += ck;
+                }
+            }
+            LayerPlan::Flatten => {
+                self.launch(
+                    "op_scale_fwd",
+                    n_out,
+                    &op_args(x, 0, 0, y, 0, 1.0, 0, n_out),
+                )?;
+            }
+            LayerPlan::Spatial { forward, .. } => {
+                self.launch(
+                    forward.kernel,
+                    forward.out_elements,
+                    &spatial_args(forward, x, 0, y),
+                )?;
+            }
+            LayerPlan::SoftmaxCe { c, vol } => {
+                self.zero(y, n_out)?;
+                let threads = self.batch * vol;
+                self.launch(
+                    "ex_softmax_ce_fwd",
+                    threads,
+                    &[
+                        Arg::Ptr(x),
+                        Arg::Ptr(y),
+                        Arg::U64(*c as u64),
+                        Arg::U64(*vol as u64),
+                        Arg::U64(seed(i)),
+                        Arg::U64(threads as u64),
+                    ],
+                )?;
+                // Backward reads the logits; keep a copy (the CPU keeps the probabilities).
+                let n_in = self.batch * c * vol;
+                let keep = self.take(n_in)?;
+                self.tracker.alloc(4 * n_in);
+                self.launch(
+                    "op_scale_fwd",
+                    n_in,
+                    &op_args(x, 0, 0, ptr(&keep, &s), 0, 1.0, 0, n_in),
+                )?;
+                return Ok(Some(keep));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Layer `i`'s backward pass: input gradients into `dx` (one per input, `None` where
+    /// none is needed), parameter gradients into its `dparams`.
+    #[allow(clippy::too_many_arguments)]
+    fn backward(
+        &mut self,
+        i: usize,
+        acts: &[Option<CudaSlice<f32>>],
+        aux: Option<&CudaSlice<f32>>,
+        dy: &CudaSlice<f32>,
+        dx: &[Option<CudaSlice<f32>>],
+        handle: &Handle,
+        blas: &cublas::CudaBlas,
+    ) -> Result<()> {
+        let s = self.stream.clone();
+        let graph = self.graph;
+        let layer = &graph.layers()[i];
+        let x = layer
+            .inputs
+            .first()
+            .and_then(|&j| acts[j].as_ref())
+            .map_or(0, |a| ptr(a, &s));
+        let own = acts[i].as_ref().map_or(0, |a| ptr(a, &s));
+        let dyp = ptr(dy, &s);
+        let n_out = dy.len();
+        let dxs: Vec<u64> = dx
+            .iter()
+            .map(|d| d.as_ref().map_or(0, |d| ptr(d, &s)))
+            .collect();
+        let dx0 = dxs.first().copied().unwrap_or(0);
+        let n_in = layer.inputs.first().map_or(0, |&j| self.len(j));
+        let plan = self.plans[i].clone();
+        let ordinal = self.ordinal;
+        let failed = move |f: CudnnFailure| device_error(ordinal, f);
+        match &plan {
+            LayerPlan::Input => {}
+            LayerPlan::Conv {
+                transposed: false,
+                embed,
+                ..
+            } => {
+                let padded = match embed {
+                    Some(e) => Some(self.embed(e, x)?),
+                    None => None,
+                };
+                let xp = padded.as_ref().map_or(x, |p| ptr(p, &s));
+                let Device::Conv(c) = &self.device[i] else {
+                    return Err(self.missing(i));
+                };
+                let ws = c.workspace[1].max(c.workspace[2]);
+                self.tracker.alloc(ws);
+                if let Some(pass) = &c.backward_data
+                    && dx0 != 0
+                {
+                    // dx into the padded tensor, then cropped.
+                    let target = padded.as_ref().map_or(dx0, |p| ptr(p, &s));
+                    pass.run(handle, self.buffers(target, self.param(i, 0), dyp, 0))
+                        .map_err(failed)?;
+                    if let Some(e) = embed {
+                        // The padded input's copy was overwritten by dx; crop it.
+                        self.launch(
+                            "ex_crop",
+                            n_in,
+                            &embed_args(e, target, dx0, e.input_elements()),
+                        )?;
+                        // The filter gradient needs the input again.
+                        self.launch(
+                            "ex_embed",
+                            e.padded_elements() as usize,
+                            &embed_args(e, x, target, e.padded_elements()),
+                        )?;
+                    }
+                }
+                c.backward_filter
+                    .run(
+                        handle,
+                        self.buffers(xp, self.dparam(i, 0), dyp, self.dparam(i, 1)),
+                    )
+                    .map_err(failed)?;
+                self.tracker.free(ws);
+                self.release(padded);
+            }
+            LayerPlan::Conv {
+                transposed: true,
+                embed,
+                geometry,
+                bias,
+            } => {
+                // The adjoint's forward gives dx from dy (padded where the adjoint pads
+                // unevenly); its backward-filter takes dy as x and this layer's input as dy.
+                let padded = match embed {
+                    Some(e) => Some(self.embed(e, dyp)?),
+                    None => None,
+                };
+                let dp = padded.as_ref().map_or(dyp, |p| ptr(p, &s));
+                let Device::Conv(c) = &self.device[i] else {
+                    return Err(self.missing(i));
+                };
+                let ws = c.workspace[0].max(c.workspace[2]);
+                self.tracker.alloc(ws);
+                if dx0 != 0 {
+                    c.forward
+                        .run(handle, self.buffers(dp, self.param(i, 0), dx0, 0))
+                        .map_err(failed)?;
+                }
+                c.backward_filter
+                    .run(handle, self.buffers(dp, self.dparam(i, 0), x, 0))
+                    .map_err(failed)?;
+                self.tracker.free(ws);
+                self.release(padded);
+                if *bias {
+                    let c_out = geometry.x[1] as usize;
+                    let db = self.dparam(i, 1);
+                    self.zero(db, c_out)?;
+                    self.launch(
+                        "ex_bias_grad",
+                        n_out,
+                        &[
+                            Arg::Ptr(dyp),
+                            Arg::Ptr(db),
+                            Arg::U64(c_out as u64),
+                            Arg::U64((n_out / (self.batch * c_out)) as u64),
+                            Arg::U64(n_out as u64),
+                        ],
+                    )?;
+                }
+            }
+            LayerPlan::Dense {
+                n,
+                input,
+                output,
+                bias,
+            } => {
+                if dx0 != 0 {
+                    // dx^T (in x n) = W^T (in x out, column-major W) dy^T (out x n).
+                    gemm(
+                        blas,
+                        self.ordinal,
+                        false,
+                        false,
+                        *input,
+                        *n,
+                        *output,
+                        self.param(i, 0),
+                        *input,
+                        dyp,
+                        *output,
+                        dx0,
+                        *input,
+                    )?;
+                }
+                // dW^T (in x out) = x^T (in x n) dy (n x out).
+                gemm(
+                    blas,
+                    self.ordinal,
+                    false,
+                    true,
+                    *input,
+                    *output,
+                    *n,
+                    x,
+                    *input,
+                    dyp,
+                    *output,
+                    self.dparam(i, 0),
+                    *input,
+                )?;
+                if *bias {
+                    let db = self.dparam(i, 1);
+                    self.zero(db, *output)?;
+                    self.launch(
+                        "ex_bias_grad",
+                        n_out,
+                        &[
+                            Arg::Ptr(dyp),
+                            Arg::Ptr(db),
+                            Arg::U64(*output as u64),
+                            Arg::U64(1),
+                            Arg::U64(n_out as u64),
+                        ],
+                    )?;
+                }
+            }
+            LayerPlan::Pool { embed, geometry } => {
+                let nx = elements(&geometry.x);
+                // cuDNN's input: the (padded) input where the schedule keeps it (max
+                // pooling), else a stand-in of its size (average pooling reads none of it).
+                let padded = match (embed, x != 0) {
+                    (Some(e), true) => Some(self.embed(e, x)?),
+                    _ => None,
+                };
+                let stand_in = if x == 0 {
+                    Some(self.tracked(nx)?)
+                } else {
+                    None
+                };
+                let xp = padded
+                    .as_ref()
+                    .or(stand_in.as_ref())
+                    .map_or(x, |p| ptr(p, &s));
+                // dx straight into the input's gradient, or into a padded buffer cropped
+                // after.
+                let grad = if embed.is_none() && dx0 != 0 {
+                    None
+                } else {
+                    Some(self.tracked(nx)?)
+                };
+                let target = grad.as_ref().map_or(dx0, |b| ptr(b, &s));
+                // cuDNN reads the pooled output: recomputed for max pooling (the schedule
+                // keeps the input only, as the frameworks keep max-pool indices).
+                let y = self.tracked(n_out)?;
+                let yp = ptr(&y, &s);
+                let Device::Cudnn(l) = &self.device[i] else {
+                    return Err(self.missing(i));
+                };
+                if geometry.max {
+                    l.run(handle, true, op_buffers(xp, 0, yp, 0, [0; 8]))
+                        .map_err(failed)?;
+                }
+                l.run(handle, false, op_buffers(xp, target, yp, dyp, [0; 8]))
+                    .map_err(failed)?;
+                if let (Some(e), true) = (embed, dx0 != 0) {
+                    self.launch(
+                        "ex_crop",
+                        n_in,
+                        &embed_args(e, target, dx0, e.input_elements()),
+                    )?;
+                }
+                for b in [Some(y), padded, stand_in, grad] {
+                    self.release(b);
+                }
+            }
+            LayerPlan::BatchNorm { .. } => {
+                let scratch = self.scratch_if_null(dx0, n_in)?;
+                let target = scratch.as_ref().map_or(dx0, |b| ptr(b, &s));
+                let Device::Cudnn(l) = &self.device[i] else {
+                    return Err(self.missing(i));
+                };
+                l.run(
+                    handle,
+                    false,
+                    op_buffers(x, target, 0, dyp, self.bn_channels(i)),
+                )
+                .map_err(failed)?;
+                self.release(scratch);
+            }
+            LayerPlan::Elementwise {
+                backward,
+                param,
+                forward,
+            } => {
+                // relu and tanh read their output; the others their input.
+                let reads_output = matches!(*forward, "op_relu_fwd" | "op_tanh_fwd");
+                let (xa, ya) = if reads_output { (own, own) } else { (x, 0) };
+                if *forward == "op_add_fwd" {
+                    let scratch = self.scratch_if_null(dx0, n_out)?;
+                    let first = scratch.as_ref().map_or(dx0, |b| ptr(b, &s));
+                    let second = dxs.get(1).copied().unwrap_or(0);
+                    let scratch2 = self.scratch_if_null(second, n_out)?;
+                    let second = scratch2.as_ref().map_or(second, |b| ptr(b, &s));
+                    self.launch(
+                        backward,
+                        n_out,
+                        &op_args(0, 0, dyp, first, second, 0.0, 0, n_out),
+                    )?;
+                    for &extra in dxs.iter().skip(2).filter(|&&p| p != 0) {
+                        self.launch(
+                            "op_scale_bwd",
+                            n_out,
+                            &op_args(0, 0, dyp, extra, 0, 1.0, 0, n_out),
+                        )?;
+                    }
+                    self.release(scratch);
+                    self.release(scratch2);
+                } else if dx0 != 0 {
+                    self.launch(
+                        backward,
+                        n_out,
+                        &op_args(xa, ya, dyp, dx0, 0, *param, seed(i), n_out),
+                    )?;
+                }
+            }
+            LayerPlan::Shaped { backward, .. } => {
+                let scratch = self.scratch_if_null(dx0, n_in)?;
+                let target = scratch.as_ref().map_or(dx0, |b| ptr(b, &s));
+                if backward.kernel == "op_mse_bwd" {
+                    let t = ptr(&self.state[i][0], &s);
+                    self.launch(
+                        backward.kernel,
+                        backward.n,
+                        &shaped_args(backward, [x, t, dyp], [target, 0, 0]),
+                    )?;
+                } else {
+                    let (ds, db) = (self.dparam(i, 0), self.dparam(i, 1));
+                    self.zero(ds, backward.a)?;
+                    self.zero(db, backward.a)?;
+                    self.launch(
+                        backward.kernel,
+                        backward.n,
+                        &shaped_args(backward, [x, self.param(i, 0), dyp], [target, ds, db]),
+                    )?;
+                }
+                self.release(scratch);
+            }
+            LayerPlan::Concat { channels, vol } => {
+                let total: usize = channels.iter().sum();
+                let mut offset = 0;
+                for (&dk, &ck) in dxs.iter().zip(channels) {
+                    let n = self.batch * ck * vol;
+                    if dk != 0 {
+                        self.launch(
+                            "ex_concat_bwd",
+                            n,
+                            &concat_args(dyp, dk, ck, total, offset, *vol, n),
+                        )?;
+                    }
+                    offset += ck;
+                }
+            }
+            LayerPlan::Flatten => {
+                if dx0 != 0 {
+                    self.launch(
+                        "op_scale_bwd",
+                        n_out,
+                        &op_args(0, 0, dyp, dx0, 0, 1.0, 0, n_out),
+                    )?;
+                }
+            }
+            LayerPlan::Spatial { backward, .. } => {
+                if dx0 != 0 {
+                    self.zero(dx0, n_in)?;
+                    self.launch(
+                        backward.kernel,
+                        backward.out_elements,
+                        &spatial_args(backward, 0, dyp, dx0),
+                    )?;
+                }
+            }
+            LayerPlan::SoftmaxCe { c, vol } => {
+                let logits = aux.map_or(x, |a| ptr(a, &s));
+                let scratch = self.scratch_if_null(dx0, n_in)?;
+                let target = scratch.as_ref().map_or(dx0, |b| ptr(b, &s));
+                let threads = self.batch * vol;
+                self.launch(
+                    "ex_softmax_ce_bwd",
+                    threads,
+                    &[
+                        Arg::Ptr(logits),
+                        Arg::Ptr(dyp),
+                        Arg::Ptr(target),
+                        Arg::U64(*c as u64),
+                        Arg::U64(*vol as u64),
+                        Arg::U64(seed(i)),
+                        Arg::U64(threads as u64),
+                    ],
+                )?;
+                self.release(scratch);
+            }
+        }
+        Ok(())
+    }
+
+    /// A tracked scratch buffer of `len` where `p` is null (a gradient nobody needs but the
+    /// kernel writes).
+    fn scratch_if_null(&mut self, p: u64, len: usize) -> Result<Option<CudaSlice<f32>>> {
+        if p != 0 {
+            return Ok(None);
+        }
+        Ok(Some(self.tracked(len)?))
+    }
+
+    /// Frees a tracked temporary.
+    fn release(&mut self, b: Option<CudaSlice<f32>>) {
+        if let Some(b) = b {
+            self.tracker.free(4 * b.len());
+            self.give(b);
+        }
+    }
+
+    fn param(&self, i: usize, k: usize) -> u64 {
+        self.params[i].get(k).map_or(0, |p| ptr(p, &self.stream))
+    }
+
+    fn dparam(&self, i: usize, k: usize) -> u64 {
+        self.dparams[i].get(k).map_or(0, |p| ptr(p, &self.stream))
+    }
+
+    /// Batch norm's eight channel buffers in the order [`CudnnLayer::run`] takes them.
+    fn bn_channels(&self, i: usize) -> [u64; 8] {
+        let st = |k: usize| self.state[i].get(k).map_or(0, |p| ptr(p, &self.stream));
+        [
+            self.param(i, 0),
+            self.param(i, 1),
+            st(0),
+            st(1),
+            st(2),
+            st(3),
+            self.dparam(i, 0),
+            self.dparam(i, 1),
+        ]
+    }
+
+    fn buffers(&self, x: u64, w: u64, y: u64, bias: u64) -> Buffers {
+        Buffers {
+            x: x as *mut c_void,
+            w: w as *mut c_void,
+            y: y as *mut c_void,
+            bias: bias as *mut c_void,
+            workspace: self.workspace.device_ptr(&self.stream).0 as *mut c_void,
+            workspace_bytes: self.workspace_bytes,
+        }
+    }
+
+    fn missing(&self, i: usize) -> Error {
+        Error::invalid(
+            format!("GPU executor: layer `{}`", self.graph.layers()[i].name),
+            "its cuDNN descriptors were not built",
+        )
+    }
+}
+
+/// The dropout seed of layer `i` (the same forward and backward).
+fn seed(i: usize) -> u64 {
+    0x5EED ^ i as u64
+}
+
+fn op_buffers(x: u64, dx: u64, y: u64, dy: u64, channel: [u64; 8]) -> OpBuffers {
+    OpBuffers {
+        x: x as *mut c_void,
+        dx: dx as *mut c_void,
+        y: y as *mut c_void,
+        dy: dy as *mut c_void,
+        channel: channel.map(|p| p as *mut c_void),
+    }
+}
+
+/// `(x, y, dy, out, out2, p, seed, n)` of the element-wise kernels.
+#[allow(clippy::too_many_arguments)]
+fn op_args(x: u64, y: u64, dy: u64, out: u64, out2: u64, p: f32, seed: u64, n: usize) -> [Arg; 8] {
+    [
+        Arg::Ptr(x),
+        Arg::Ptr(y),
+        Arg::Ptr(dy),
+        Arg::Ptr(out),
+        Arg::Ptr(out2),
+        Arg::F32(p),
+        Arg::U64(seed),
+        Arg::U64(n as u64),
+    ]
+}
+
+/// `(x, x2, dy, out, out2, out3, a, b, n)` of the shaped kernels.
+fn shaped_args(l: &ShapedLaunch, inputs: [u64; 3], outputs: [u64; 3]) -> [Arg; 9] {
+    [
+        Arg::Ptr(inputs[0]),
+        Arg::Ptr(inputs[1]),
+        Arg::Ptr(inputs[2]),
+        Arg::Ptr(outputs[0]),
+        Arg::Ptr(outputs[1]),
+        Arg::Ptr(outputs[2]),
+        Arg::U64(l.a as u64),
+        Arg::U64(l.b as u64),
+        Arg::U64(l.n as u64),
+    ]
+}
+
+/// `(x, dy, out, i0, i1, i2, k0, k1, k2, n)` of tile and upsample.
+fn spatial_args(l: &SpatialLaunch, x: u64, dy: u64, out: u64) -> [Arg; 10] {
+    let ([i0, i1, i2], [k0, k1, k2]) = (l.input, l.k);
+    [
+        Arg::Ptr(x),
+        Arg::Ptr(dy),
+        Arg::Ptr(out),
+        Arg::U64(i0),
+        Arg::U64(i1),
+        Arg::U64(i2),
+        Arg::U64(k0),
+        Arg::U64(k1),
+        Arg::U64(k2),
+        Arg::U64(l.out_elements as u64),
+    ]
+}
+
+/// `(x, out, a, total, offset, b, n)` of the concatenation kernels.
+fn concat_args(
+    x: u64,
+    out: u64,
+    a: usize,
+    total: usize,
+    offset: usize,
+    b: usize,
+    n: usize,
+) -> [Arg; 7] {
+    [
+        Arg::Ptr(x),
+        Arg::Ptr(out),
+        Arg::U64(a as u64),
+        Arg::U64(total as u64),
+        Arg::U64(offset as u64),
+        Arg::U64(b as u64),
+        Arg::U64(n as u64),
+    ]
+}
+
+/// `(x, out, i0, i1, i2, p0, p1, p2, o0, o1, o2, n)` of embed and crop.
+fn embed_args(e: &Embed, x: u64, out: u64, n: u64) -> [Arg; 12] {
+    let ([i0, i1, i2], [p0, p1, p2], [o0, o1, o2]) = (e.input, e.padded, e.offset);
+    [
+        Arg::Ptr(x),
+        Arg::Ptr(out),
+        Arg::U64(i0),
+        Arg::U64(i1),
+        Arg::U64(i2),
+        Arg::U64(p0),
+        Arg::U64(p1),
+        Arg::U64(p2),
+        Arg::U64(o0),
+        Arg::U64(o1),
+        Arg::U64(o2),
+        Arg::U64(n),
+    ]
+}
+
+/// A column-major FP32 GEMM `C (m x n) = op(A) op(B)` through cuBLAS.
+#[allow(clippy::too_many_arguments)]
+fn gemm(
+    blas: &cublas::CudaBlas,
+    ordinal: usize,
+    transpose_a: bool,
+    transpose_b: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: u64,
+    lda: usize,
+    b: u64,
+    ldb: usize,
+    c: u64,
+    ldc: usize,
+) -> Result<()> {
+    let int = |v: usize| {
+        i32::try_from(v).map_err(|_| {
+            Error::invalid(
+                "dense layer",
+                format!("{v} is beyond cuBLAS's 32-bit sizes"),
+            )
+        })
+    };
+    let op = |t: bool| {
+        if t {
+            cublas::sys::cublasOperation_t::CUBLAS_OP_T
+        } else {
+            cublas::sys::cublasOperation_t::CUBLAS_OP_N
+        }
+    };
+    let (one, zero) = (1.0f32, 0.0f32);
+    // SAFETY: `a`, `b` and `c` are live device allocations of the dense layer's operands
+    // (weights [out x in], activations [n x in], outputs [n x out] and their gradients),
+    // each at least `ld * columns` floats for the shapes passed; alpha and beta point to
+    // host floats alive for the call.
+    let r = unsafe {
+        cublas::result::sgemm(
+            *blas.handle(),
+            op(transpose_a),
+            op(transpose_b),
+            int(m)?,
+            int(n)?,
+            int(k)?,
+            &one,
+            a as *const f32,
+            int(lda)?,
+            b as *const f32,
+            int(ldb)?,
+            &zero,
+            c as *mut f32,
+            int(ldc)?,
+        )
+    };
+    call(ordinal, "cublasSgemm", r)
+}

@@ -1,0 +1,582 @@
+//! The GPU executor's plan of a layer graph: what each layer runs on the GPU, forward and
+//! backward, with which geometry and parameters, and the executor's own NVRTC kernels
+//! (padding copies, concatenation parts, bias, per-position softmax cross-entropy,
+//! gradient accumulation, the SGD update). Plain data, checked in every build; the
+//! executor that runs it is `exec` (feature `cuda`).
+
+use ridgeline_model::graph::{Graph, Layer, Op};
+
+use super::plan::{
+    ConvGeometry, PoolGeometry, ShapedLaunch, SpatialLaunch, elementwise_kernel, shaped_kernel,
+    spatial_kernel,
+};
+use crate::backend::{ConvCase, Pass};
+
+/// The executor's kernels in CUDA C (NVRTC), grid-stride loops over `n`:
+///
+/// - `ex_fill(out, v, n)`: `out = v`; `ex_uniform(out, seed, scale, n)`: synthetic data
+///   uniform in `[-scale, scale)` from a hash of the index;
+/// - `ex_accumulate(out, x, n)`: `out += x` (a tensor read by several layers);
+/// - `ex_sgd(w, dw, lr, n)`: `w -= lr dw`;
+/// - `ex_bias_add(y, bias, a, b, n)` and `ex_bias_grad(dy, db, a, b, n)`: a per-channel bias
+///   on the layout `[samples, a, b]` and its gradient (atomics);
+/// - `ex_concat_fwd(x, out, a, total, offset, b, n)`: one input of `a` channels into
+///   channels `offset..offset + a` of an output of `total`; `ex_concat_bwd` the reverse,
+///   from the output gradient `x` into the input's `out`; `n` the input's elements;
+/// - `ex_embed(x, out, i0, i1, i2, p0, p1, p2, o0, o1, o2, n)`: an input of extents `i`
+///   into a zeroed-around tensor of extents `p` at offsets `o` (the extra rows of uneven
+///   padding), `n` the padded elements; `ex_crop` the reverse, `n` the input's elements;
+/// - `ex_softmax_ce_fwd(x, out, c, vol, seed, n)`: softmax over `c` channels at each of
+///   `vol` positions, cross-entropy against a hashed label, the mean over positions added
+///   into `out[sample]`, `n` = samples x positions; `ex_softmax_ce_bwd(x, dy, dx, c, vol,
+///   seed, n)` its gradient.
+pub(crate) const EXEC_SOURCE: &str = r#"
+typedef unsigned long long u64;
+#define LOOP for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+__device__ __forceinline__ u64 mix(u64 h) { h ^= h >> 33; h *= 0xff51afd7ed558ccdull; h ^= h >> 33; h *= 0xc4ceb9fe1a85ec53ull; h ^= h >> 33; return h; }
+extern "C" __global__ void ex_fill(float* out, float v, u64 n) { LOOP { out[i] = v; } }
+extern "C" __global__ void ex_uniform(float* out, u64 seed, float scale, u64 n) { LOOP { out[i] = scale * (2.0f * ((mix(i ^ seed) >> 40) * (1.0f / 16777216.0f)) - 1.0f); } }
+extern "C" __global__ void ex_accumulate(float* out, const float* x, u64 n) { LOOP { out[i] += x[i]; } }
+extern "C" __global__ void ex_sgd(float* w, const float* dw, float lr, u64 n) { LOOP { w[i] -= lr * dw[i]; } }
+extern "C" __global__ void ex_bias_add(float* y, const float* bias, u64 a, u64 b, u64 n) { LOOP { y[i] += bias[(i / b) % a]; } }
+extern "C" __global__ void ex_bias_grad(const float* dy, float* db, u64 a, u64 b, u64 n) { LOOP { atomicAdd(&db[(i / b) % a], dy[i]); } }
+extern "C" __global__ void ex_concat_fwd(const float* x, float* out, u64 a, u64 total, u64 offset, u64 b, u64 n) { LOOP { u64 s = i / (a * b), j = i % (a * b); out[(s * total + offset) * b + j] = x[i]; } }
+extern "C" __global__ void ex_concat_bwd(const float* x, float* out, u64 a, u64 total, u64 offset, u64 b, u64 n) { LOOP { u64 s = i / (a * b), j = i % (a * b); out[i] = x[(s * total + offset) * b + j]; } }
+extern "C" __global__ void ex_embed(const float* x, float* out, u64 i0, u64 i1, u64 i2, u64 p0, u64 p1, u64 p2, u64 o0, u64 o1, u64 o2, u64 n) {
+    LOOP {
+        u64 c2 = i % p2, c1 = (i / p2) % p1, c0 = (i / (p2 * p1)) % p0, plane = i / (p2 * p1 * p0);
+        bool inside = c0 >= o0 && c0 - o0 < i0 && c1 >= o1 && c1 - o1 < i1 && c2 >= o2 && c2 - o2 < i2;
+        out[i] = inside ? x[((plane * i0 + (c0 - o0)) * i1 + (c1 - o1)) * i2 + (c2 - o2)] : 0.0f;
+    }
+}
+extern "C" __global__ void ex_crop(const float* x, float* out, u64 i0, u64 i1, u64 i2, u64 p0, u64 p1, u64 p2, u64 o0, u64 o1, u64 o2, u64 n) {
+    LOOP {
+        u64 c2 = i % i2, c1 = (i / i2) % i1, c0 = (i / (i2 * i1)) % i0, plane = i / (i2 * i1 * i0);
+        out[i] = x[((plane * p0 + c0 + o0) * p1 + c1 + o1) * p2 + c2 + o2];
+    }
+}
+extern "C" __global__ void ex_softmax_ce_fwd(const float* x, float* out, u64 c, u64 vol, u64 seed, u64 n) {
+    LOOP {
+        u64 s = i / vol, pos = i % vol;
+        const float* v = x + s * c * vol + pos;
+        float m = v[0];
+        for (u64 k = 1; k < c; k++) m = fmaxf(m, v[k * vol]);
+        float sum = 0.0f;
+        for (u64 k = 0; k < c; k++) sum += expf(v[k * vol] - m);
+        u64 label = mix(i ^ seed) % c;
+        atomicAdd(&out[s], (logf(sum) + m - v[label * vol]) / (float)vol);
+    }
+}
+extern "C" __global__ void ex_softmax_ce_bwd(const float* x, const float* dy, float* dx, u64 c, u64 vol, u64 seed, u64 n) {
+    LOOP {
+        u64 s = i / vol, pos = i % vol;
+        const float* v = x + s * c * vol + pos;
+        float m = v[0];
+        for (u64 k = 1; k < c; k++) m = fmaxf(m, v[k * vol]);
+        float sum = 0.0f;
+        for (u64 k = 0; k < c; k++) sum += expf(v[k * vol] - m);
+        u64 label = mix(i ^ seed) % c;
+        float g = dy[s] / (float)vol;
+        for (u64 k = 0; k < c; k++) dx[s * c * vol + k * vol + pos] = g * (expf(v[k * vol] - m) / sum - (k == label ? 1.0f : 0.0f));
+    }
+}
+"#;
+
+/// Every kernel name of [`EXEC_SOURCE`].
+pub(crate) const EXEC_KERNELS: [&str; 12] = [
+    "ex_fill",
+    "ex_uniform",
+    "ex_accumulate",
+    "ex_sgd",
+    "ex_bias_add",
+    "ex_bias_grad",
+    "ex_concat_fwd",
+    "ex_concat_bwd",
+    "ex_embed",
+    "ex_crop",
+    "ex_softmax_ce_fwd",
+    "ex_softmax_ce_bwd",
+];
+
+/// Where a layer's input sits inside the tensor cuDNN is given when the layer pads
+/// unevenly: extents of the input and of the padded tensor (three spatial dimensions,
+/// unused ones 1), the offsets of the input in it, and the planes (samples x channels).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Embed {
+    /// Input extents.
+    pub(crate) input: [u64; 3],
+    /// Padded extents.
+    pub(crate) padded: [u64; 3],
+    /// Offsets of the input in the padded tensor.
+    pub(crate) offset: [u64; 3],
+    /// Samples x channels.
+    pub(crate) planes: u64,
+}
+
+impl Embed {
+    /// The embedding of a per-sample input `[c, spatial...]` at `batch` in the padded
+    /// `x` dims `[n, c, spatial...]` cuDNN takes, padding `[before, after]` per dimension;
+    /// `None` when the padding is even (cuDNN reads the input itself).
+    pub(crate) fn of(
+        input: &[usize],
+        batch: usize,
+        x: &[i32],
+        pads: &[[usize; 2]],
+    ) -> Option<Embed> {
+        if pads.iter().all(|[b, a]| b == a) {
+            return None;
+        }
+        let mut e = Embed {
+            input: [1; 3],
+            padded: [1; 3],
+            offset: [0; 3],
+            planes: (batch.max(1) * input.first().copied().unwrap_or(1)) as u64,
+        };
+        for (d, &extent) in input.iter().skip(1).enumerate().take(3) {
+            let [before, after] = pads.get(d).copied().unwrap_or([0, 0]);
+            e.input[d] = extent as u64;
+            e.padded[d] = x.get(2 + d).map_or(extent as u64, |&v| v.max(0) as u64);
+            e.offset[d] = (before - before.min(after)) as u64;
+        }
+        Some(e)
+    }
+
+    /// Elements of the input.
+    pub(crate) fn input_elements(&self) -> u64 {
+        self.planes * self.input.iter().product::<u64>()
+    }
+
+    /// Elements of the padded tensor.
+    pub(crate) fn padded_elements(&self) -> u64 {
+        self.planes * self.padded.iter().product::<u64>()
+    }
+}
+
+/// What one layer runs on the GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum LayerPlan {
+    /// The input sample (generated once on the device).
+    Input,
+    /// A convolution through cuDNN; a transposed one runs the adjoint's passes swapped
+    /// (forward = backward-data, backward-data = forward). `embed` copies an unevenly
+    /// padded input (the layer's, or for a transposed one its output gradient) into the
+    /// tensor cuDNN reads.
+    Conv {
+        /// The (adjoint, for a transposed layer) convolution's descriptors.
+        geometry: ConvGeometry,
+        /// Whether the layer is a transposed convolution.
+        transposed: bool,
+        /// Whether the layer has a bias.
+        bias: bool,
+        /// The padded input, where the padding is uneven.
+        embed: Option<Embed>,
+    },
+    /// A dense layer: `[n x input] -> [n x output]` through cuBLAS, weights `[output x
+    /// input]` row-major.
+    Dense {
+        /// Samples.
+        n: usize,
+        /// Input features.
+        input: usize,
+        /// Output features.
+        output: usize,
+        /// Whether the layer has a bias.
+        bias: bool,
+    },
+    /// Pooling through cuDNN.
+    Pool {
+        /// Descriptors.
+        geometry: PoolGeometry,
+        /// The padded input, where the padding is uneven.
+        embed: Option<Embed>,
+    },
+    /// Batch normalisation through cuDNN on `[n, c, spatial...]`.
+    BatchNorm {
+        /// The input's dims.
+        dims: Vec<i32>,
+    },
+    /// An element-wise op of [`super::plan::OPS_SOURCE`]: kernels and parameter.
+    Elementwise {
+        /// Forward kernel.
+        forward: &'static str,
+        /// Backward kernel.
+        backward: &'static str,
+        /// The op's parameter.
+        param: f32,
+    },
+    /// Channel affine or mean squared error ([`super::plan::SHAPED_SOURCE`]).
+    Shaped {
+        /// Forward launch.
+        forward: ShapedLaunch,
+        /// Backward launch.
+        backward: ShapedLaunch,
+    },
+    /// Concatenation along channels: the inputs' channels and the positions per channel.
+    Concat {
+        /// Channels of each input.
+        channels: Vec<usize>,
+        /// Positions per channel.
+        vol: usize,
+    },
+    /// Flatten: a copy.
+    Flatten,
+    /// Tile or upsample ([`super::plan::SPATIAL_SOURCE`]).
+    Spatial {
+        /// Forward launch.
+        forward: SpatialLaunch,
+        /// Backward launch.
+        backward: SpatialLaunch,
+    },
+    /// Softmax cross-entropy over channels, per position.
+    SoftmaxCe {
+        /// Channels (classes).
+        c: usize,
+        /// Positions per sample.
+        vol: usize,
+    },
+}
+
+impl LayerPlan {
+    /// The plan of `layer` of `graph` at `batch`, or why the GPU cannot run it.
+    pub(crate) fn of(graph: &Graph, layer: &Layer, batch: usize) -> Result<LayerPlan, String> {
+        let layers = graph.layers();
+        let input = |k: usize| -> &[usize] {
+            layer
+                .inputs
+                .get(k)
+                .map_or(&[], |&j| layers[j].output.dims())
+        };
+        let out = layer.output.dims();
+        let vol = |d: &[usize]| d.get(1..).unwrap_or_default().iter().product::<usize>();
+        let n = batch.max(1);
+        Ok(match &layer.op {
+            Op::Input => LayerPlan::Input,
+            Op::Conv(c) | Op::ConvTranspose(c) => {
+                let transposed = matches!(layer.op, Op::ConvTranspose(_));
+                // A transposed layer is the adjoint of the convolution from its output to
+                // its input.
+                let (from, to) = if transposed {
+                    (out, input(0))
+                } else {
+                    (input(0), out)
+                };
+                let pads = c.padding.pairs().to_vec();
+                let case = ConvCase {
+                    label: layer.name.to_string(),
+                    batch: n,
+                    c_in: from[0],
+                    input: from[1..].to_vec(),
+                    c_out: to[0],
+                    kernel: c.kernel.to_vec(),
+                    stride: c.stride.to_vec(),
+                    padding: pads.clone(),
+                    dilation: c.dilation.to_vec(),
+                    groups: c.groups,
+                    bias: c.bias && !transposed,
+                };
+                let geometry = ConvGeometry::of(&case)?;
+                let produced: Vec<usize> = geometry.y[2..].iter().map(|&v| v as usize).collect();
+                if produced[..to.len() - 1] != to[1..] {
+                    return Err(format!(
+                        "the convolution gives {produced:?}, the graph {:?}",
+                        &to[1..]
+                    ));
+                }
+                let embed = Embed::of(from, n, &geometry.x, &pads);
+                LayerPlan::Conv {
+                    geometry,
+                    transposed,
+                    bias: c.bias,
+                    embed,
+                }
+            }
+            Op::Dense { out_features, bias } => LayerPlan::Dense {
+                n,
+                input: input(0).iter().product(),
+                output: *out_features,
+                bias: *bias,
+            },
+            Op::MaxPool(_) | Op::AvgPool(_) | Op::GlobalAvgPool => {
+                let geometry = PoolGeometry::of(&layer.op, input(0), out, n)
+                    .unwrap_or_else(|| Err("not a pooling".into()))?;
+                let pads = match &layer.op {
+                    Op::MaxPool(p) | Op::AvgPool(p) => p.padding.pairs().to_vec(),
+                    _ => Vec::new(),
+                };
+                let embed = Embed::of(input(0), n, &geometry.x, &pads);
+                LayerPlan::Pool { geometry, embed }
+            }
+            Op::BatchNorm => {
+                let mut dims = vec![n, input(0)[0]];
+                dims.extend(&input(0)[1..]);
+                // cuDNN takes at least four dimensions.
+                while dims.len() < 4 {
+                    dims.push(1);
+                }
+                LayerPlan::BatchNorm {
+                    dims: dims
+                        .iter()
+                        .map(|&d| i32::try_from(d).map_err(|_| format!("{d} is beyond 32 bits")))
+                        .collect::<Result<_, _>>()?,
+                }
+            }
+            Op::ChannelAffine | Op::MseLoss => {
+                let launch = |p| shaped_kernel(&layer.op, p, input(0), n);
+                match (launch(Pass::Forward), launch(Pass::Backward)) {
+                    (Some(forward), Some(backward)) => LayerPlan::Shaped { forward, backward },
+                    _ => return Err("no shaped kernel".into()),
+                }
+            }
+            Op::Concat => LayerPlan::Concat {
+                channels: layer
+                    .inputs
+                    .iter()
+                    .map(|&j| layers[j].output.dims()[0])
+                    .collect(),
+                vol: vol(out),
+            },
+            Op::Flatten => LayerPlan::Flatten,
+            Op::Tile { .. } | Op::Upsample { .. } => {
+                let launch = |p| {
+                    spatial_kernel(&layer.op, p, input(0), n)
+                        .unwrap_or_else(|| Err("not tile or upsample".into()))
+                };
+                LayerPlan::Spatial {
+                    forward: launch(Pass::Forward)?,
+                    backward: launch(Pass::Backward)?,
+                }
+            }
+            Op::SoftmaxCrossEntropy => LayerPlan::SoftmaxCe {
+                c: input(0)[0],
+                vol: vol(input(0)).max(1),
+            },
+            op => {
+                let kernels = (
+                    elementwise_kernel(op, Pass::Forward),
+                    elementwise_kernel(op, Pass::Backward),
+                );
+                let (Some((forward, param)), Some((backward, _))) = kernels else {
+                    return Err(format!("no GPU kernel for `{}`", op.kind()));
+                };
+                LayerPlan::Elementwise {
+                    forward,
+                    backward,
+                    param,
+                }
+            }
+        })
+    }
+
+    /// Elements of each trainable parameter tensor, in the order the CPU executor keeps
+    /// them (weights, then bias; batch norm and channel affine: scale, then shift).
+    pub(crate) fn parameters(&self) -> Vec<usize> {
+        let len = |d: &[i32]| d.iter().map(|&v| v.max(1) as usize).product::<usize>();
+        match self {
+            LayerPlan::Conv { geometry, bias, .. } => {
+                let mut p = vec![len(&geometry.w)];
+                if *bias {
+                    // The layer's output channels: a transposed layer's are the adjoint's
+                    // input channels.
+                    p.push(match self {
+                        LayerPlan::Conv {
+                            transposed: true, ..
+                        } => geometry.x[1] as usize,
+                        _ => geometry.y[1] as usize,
+                    });
+                }
+                p
+            }
+            LayerPlan::Dense {
+                input,
+                output,
+                bias,
+                ..
+            } => {
+                let mut p = vec![input * output];
+                if *bias {
+                    p.push(*output);
+                }
+                p
+            }
+            LayerPlan::BatchNorm { dims } => vec![dims[1] as usize; 2],
+            LayerPlan::Shaped { forward, .. } if forward.kernel == "op_affine_fwd" => {
+                vec![forward.a; 2]
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ridgeline_model::graph::{Conv, Pool};
+    use ridgeline_model::workloads::{self, BuildOptions};
+
+    use super::*;
+    use crate::cuda::plan::tests::parameters;
+
+    /// The embed and crop index maps, restated on the CPU.
+    fn embed(e: &Embed, x: &[f32]) -> Vec<f32> {
+        let ([i0, i1, i2], [p0, p1, p2], [o0, o1, o2]) = (e.input, e.padded, e.offset);
+        (0..e.padded_elements())
+            .map(|i| {
+                let (c2, c1, c0, plane) = (
+                    i % p2,
+                    (i / p2) % p1,
+                    (i / (p2 * p1)) % p0,
+                    i / (p2 * p1 * p0),
+                );
+                let inside = c0 >= o0
+                    && c0 - o0 < i0
+                    && c1 >= o1
+                    && c1 - o1 < i1
+                    && c2 >= o2
+                    && c2 - o2 < i2;
+                if inside {
+                    x[(((plane * i0 + (c0 - o0)) * i1 + (c1 - o1)) * i2 + (c2 - o2)) as usize]
+                } else {
+                    0.0
+                }
+            })
+            .collect()
+    }
+
+    fn crop(e: &Embed, padded: &[f32]) -> Vec<f32> {
+        let ([i0, i1, i2], [p0, p1, p2], [o0, o1, o2]) = (e.input, e.padded, e.offset);
+        (0..e.input_elements())
+            .map(|i| {
+                let (c2, c1, c0, plane) = (
+                    i % i2,
+                    (i / i2) % i1,
+                    (i / (i2 * i1)) % i0,
+                    i / (i2 * i1 * i0),
+                );
+                padded[(((plane * p0 + c0 + o0) * p1 + c1 + o1) * p2 + c2 + o2) as usize]
+            })
+            .collect()
+    }
+
+    #[test]
+    fn uneven_padding_embeds_the_input_where_cudnn_pads_the_difference() {
+        // Kernel 2, "same": one row of padding after only; stride-2 kernel 3 "same" on an
+        // even input pads [0, 1] too; [2, 1] puts the extra row first.
+        let x: Vec<f32> = (1..=2 * 3 * 4 * 5).map(|v| v as f32).collect();
+        let pads = [[2, 1], [0, 1]];
+        let geometry_x = [2, 1, 5, 6];
+        let e = Embed::of(&[1, 4, 5], 2, &geometry_x, &pads).unwrap();
+        assert_eq!(
+            (e.input, e.padded, e.offset),
+            ([4, 5, 1], [5, 6, 1], [1, 0, 0])
+        );
+        let padded = embed(&e, &x[..40]);
+        assert_eq!(padded.len(), 60);
+        // Every input element lands once, the rest is zero, and crop inverts it.
+        assert_eq!(padded.iter().filter(|v| **v != 0.0).count(), 40);
+        assert_eq!(padded.iter().sum::<f32>(), x[..40].iter().sum::<f32>());
+        assert_eq!(padded[..6], [0.0; 6], "the extra row comes first");
+        assert_eq!(padded[6..12], [1.0, 2.0, 3.0, 4.0, 5.0, 0.0]);
+        assert_eq!(crop(&e, &padded), x[..40]);
+        assert_eq!(
+            Embed::of(&[1, 4, 5], 2, &geometry_x, &[[1, 1], [0, 0]]),
+            None
+        );
+    }
+
+    #[test]
+    fn every_layer_of_the_three_workloads_has_a_gpu_plan_with_the_models_parameters() {
+        for (name, size) in [
+            ("cosmoflow", vec![32]),
+            ("deepcam", vec![96, 144]),
+            ("resnet50", vec![64]),
+        ] {
+            let g = workloads::build(
+                name,
+                &BuildOptions {
+                    input_size: Some(size),
+                    width: 0.25,
+                },
+            )
+            .unwrap();
+            let counts =
+                ridgeline_model::cost::cost(&g, 2, ridgeline_model::precision::Precision::Fp32);
+            for (layer, cost) in g.layers().iter().zip(&counts.layers) {
+                let plan = LayerPlan::of(&g, layer, 2)
+                    .unwrap_or_else(|e| panic!("{name} {}: {e}", layer.name));
+                assert_eq!(
+                    plan.parameters().iter().sum::<usize>() as u64,
+                    cost.params,
+                    "{name} {}",
+                    layer.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_transposed_convolution_is_its_adjoints_passes() {
+        let mut g = Graph::new("t", vec![4, 6, 6]).unwrap();
+        g.then(
+            "up",
+            Op::ConvTranspose(Box::new(Conv::new(3, &[2, 2]).stride(2))),
+        )
+        .unwrap();
+        g.then("pool", Op::max_pool(Pool::new(&[2, 2]))).unwrap();
+        let plan = LayerPlan::of(&g, &g.layers()[1], 2).unwrap();
+        let LayerPlan::Conv {
+            geometry,
+            transposed,
+            embed,
+            ..
+        } = &plan
+        else {
+            panic!("{plan:?}")
+        };
+        // The adjoint maps the 3x12x12 output to the 4x6x6 input.
+        assert!(*transposed && embed.is_none());
+        assert_eq!(
+            (geometry.x.as_slice(), geometry.y.as_slice()),
+            ([2, 3, 12, 12].as_slice(), [2, 4, 6, 6].as_slice())
+        );
+        assert_eq!(plan.parameters(), [4 * 3 * 2 * 2, 3]);
+    }
+
+    #[test]
+    fn the_executor_kernels_are_defined_once_with_the_arguments_the_executor_pushes() {
+        for (name, args) in [
+            ("ex_fill", &["out", "v", "n"][..]),
+            ("ex_uniform", &["out", "seed", "scale", "n"]),
+            ("ex_accumulate", &["out", "x", "n"]),
+            ("ex_sgd", &["w", "dw", "lr", "n"]),
+            ("ex_bias_add", &["y", "bias", "a", "b", "n"]),
+            ("ex_bias_grad", &["dy", "db", "a", "b", "n"]),
+            (
+                "ex_concat_fwd",
+                &["x", "out", "a", "total", "offset", "b", "n"],
+            ),
+            (
+                "ex_concat_bwd",
+                &["x", "out", "a", "total", "offset", "b", "n"],
+            ),
+            (
+                "ex_embed",
+                &[
+                    "x", "out", "i0", "i1", "i2", "p0", "p1", "p2", "o0", "o1", "o2", "n",
+                ],
+            ),
+            (
+                "ex_crop",
+                &[
+                    "x", "out", "i0", "i1", "i2", "p0", "p1", "p2", "o0", "o1", "o2", "n",
+                ],
+            ),
+            ("ex_softmax_ce_fwd", &["x", "out", "c", "vol", "seed", "n"]),
+            (
+                "ex_softmax_ce_bwd",
+                &["x", "dy", "dx", "c", "vol", "seed", "n"],
+            ),
+        ] {
+            assert!(EXEC_KERNELS.contains(&name), "{name}");
+            assert_eq!(parameters(EXEC_SOURCE, name), args, "{name}");
+        }
+    }
+}

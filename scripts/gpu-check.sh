@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# What a user with an NVIDIA GPU runs first: builds ridgeline with the CUDA backend and
-# measures this GPU with what the backend runs today (cuBLAS GEMM in fp32, tf32, fp16 and
-# bf16; cuDNN convolution at the reference workloads' layer shapes; host-device copies;
-# the STREAM kernels through NVRTC), writing records to a directory.
+# What a user with an NVIDIA GPU runs first: builds ridgeline with the CUDA backend,
+# measures this GPU (cuBLAS GEMM in fp32, tf32, fp16 and bf16; the calibration suite:
+# cuDNN convolutions at the reference workloads' layer shapes, STREAM through NVRTC,
+# host-device copies, every op) and trains the three reference workloads at small batch on
+# it (FP32, every layer timed with CUDA events), writing records to a directory; with
+# SYSTEM set, it calibrates that system from the suite and prints the validation table of
+# the workloads against the calibrated prediction.
 #
 # Needs an NVIDIA driver and the CUDA 13 libraries (libcublas.so.13, libnvrtc.so.13,
 # libcudnn.so.9) on the
@@ -30,11 +33,26 @@ echo "== the calibration suite: GEMM in every format, cuDNN convolutions, STREAM
 echo "   every op"
 "$bin" measure suite --device "$device" --budget "${BUDGET:-3m}" --out "$out/suite.jsonl"
 
+echo "== the reference workloads at small batch (FP32), every layer timed"
+for batch in 1 2 4; do
+    "$bin" measure workload cosmoflow --device "$device" --batch "$batch" --steps 5 \
+        --out "$out/workloads.jsonl"
+    "$bin" measure workload deepcam --device "$device" --batch "$batch" --steps 5 \
+        --out "$out/workloads.jsonl"
+    "$bin" measure workload resnet50 --device "$device" --batch "$((8 * batch))" --steps 5 \
+        --out "$out/workloads.jsonl"
+done
+
 if [ -n "${SYSTEM:-}" ]; then
-    echo "== calibrate the datasheet system $SYSTEM from the suite, and its roofline"
+    echo "== calibrate the datasheet system $SYSTEM from the suite, its roofline, and the"
+    echo "   validation of the workloads against the calibrated prediction"
     "$bin" calibrate "$out/suite.jsonl" --system "$SYSTEM" --out "$out/profile.toml"
     "$bin" roofline resnet50 --system "$out/profile.toml" --batch 64 --precision amp-fp16 \
         --plot "$out/plots" > "$out/roofline.txt"
+    "$bin" validate --profile "$out/profile.toml" --measured "$out/workloads.jsonl" \
+        | tee "$out/validation.txt"
+    "$bin" report validation --profile "$out/profile.toml" --measured "$out/workloads.jsonl" \
+        --out "$out/report"
 fi
 
 gpus=$(nvidia-smi --list-gpus 2>/dev/null | wc -l || echo 0)
@@ -44,6 +62,5 @@ if [ "$gpus" -ge 2 ]; then
 fi
 
 echo
-echo "records in $out/ (gemm.jsonl, suite.jsonl; nccl.jsonl with two or more GPUs;"
-echo "profile.toml and plots/ with SYSTEM set)."
-echo "Not yet on the CUDA backend: the full-workload executor; so no GPU validation table yet."
+echo "records in $out/ (gemm.jsonl, suite.jsonl, workloads.jsonl; nccl.jsonl with two or"
+echo "more GPUs; profile.toml, plots/, validation.txt and report/ with SYSTEM set)."

@@ -221,7 +221,8 @@ pub(crate) struct ValidateArgs {
     #[arg(long)]
     pub(crate) self_check: bool,
     /// Time budget of the self-check: 80 % for the micro-kernel suite (which stops early
-    /// when it has measured everything), the workloads after it take about 2 minutes more.
+    /// when it has measured everything); the workloads, measured before and after it, take
+    /// about 3 minutes more.
     #[arg(long, default_value = "10m", value_parser = parse_duration, requires = "self_check")]
     pub(crate) budget: Duration,
     /// Directory for the self-check's records, profile and validation (created; an
@@ -246,6 +247,10 @@ pub(crate) enum ValidateCommand {
     /// The collective model against measured MPI allreduce: each measured size and rank
     /// count predicted from a profile's LogGP (`ridgeline calibrate` of ping-pong records).
     Comm(ValidateCommArgs),
+    /// The model's counts against published figures: every built-in workload against its
+    /// reference implementation's layer table (`data/reference/`), and the per-sample
+    /// figures of [004] Table II (V100, mixed precision) beside the model's.
+    Published(FormatArg),
 }
 
 #[derive(Debug, Args)]

@@ -11,13 +11,16 @@
 //!   with fp32 accumulation), convolution through cuDNN (algorithm by its find API),
 //!   host-device copies (pinned and pageable), STREAM and the element-wise ops through
 //!   NVRTC (every op; pooling and batch norm through cuDNN), timed with CUDA events, and
-//!   [`nccl_allreduce`] across the GPUs of a machine; it has not been run on a GPU yet, and
-//!   workloads on it are a clear error for now.
+//!   [`nccl_allreduce`] across the GPUs of a machine, and the full-workload executor in FP32
+//!   (cuDNN, cuBLAS and NVRTC kernels, per-layer CUDA events); it has not been run on a GPU
+//!   yet.
 //!   Without a driver, a GPU or a library it says which; without the feature, a disabled twin
 //!   says how to build it.
 //! - The full-workload executor ([`Backend::workload`]): runs any `ridgeline-model` layer graph
 //!   forward and backward with real kernels on synthetic data, then an SGD update, timing every
-//!   layer (names as in the model, so results join 1:1) and tracking peak memory.
+//!   layer (names as in the model, so results join 1:1) and tracking peak memory; the CPU and
+//!   GPU executors allocate and free buffers on one schedule (what each backward pass reads,
+//!   freed after its last reader).
 //! - [`protocol`]: warm-up, repeated samples until a minimum count and time, timer-resolution
 //!   check; every default a named constant.
 //! - [`Case`]: one measurement, with its record id; [`Case::run`] turns a backend's raw timings

@@ -49,6 +49,7 @@ pub mod precision;
 pub mod predict;
 pub mod procurement;
 pub mod profile;
+pub mod published;
 pub mod reference;
 pub mod roofline;
 pub mod scale;

@@ -9,6 +9,7 @@ use ridgeline_calibrate::comm::{CommPoint, validate_comm};
 use ridgeline_calibrate::profile::{self, Options, RecordFile};
 use ridgeline_calibrate::validate::{self, LayerPoint, StepPoint, Summary, Validation};
 use ridgeline_measure::Case;
+use ridgeline_model::published::{Figure, LayerCheck, check_layers, table2};
 use ridgeline_model::units::{Bytes, Seconds};
 use ridgeline_model::workloads::{self, BuildOptions};
 use ridgeline_reports::{Document, ImageFormat};
@@ -49,8 +50,10 @@ struct Report<'a> {
 }
 
 pub(crate) fn run(args: &ValidateArgs) -> Result<()> {
-    if let Some(ValidateCommand::Comm(a)) = &args.what {
-        return comm(a);
+    match &args.what {
+        Some(ValidateCommand::Comm(a)) => return comm(a),
+        Some(ValidateCommand::Published(f)) => return published(f.format),
+        None => {}
     }
     if args.self_check {
         return self_check(args);
@@ -155,6 +158,78 @@ fn comm(args: &ValidateCommArgs) -> Result<()> {
     })
 }
 
+/// `validate published`: the model's counts against the reference layer tables and [004]
+/// Table II.
+fn published(format: Format) -> Result<()> {
+    #[derive(Serialize)]
+    struct Published {
+        layers: Vec<LayerCheck>,
+        table2: Vec<Figure>,
+    }
+    let layers = ridgeline_model::reference::workloads()
+        .into_iter()
+        .map(check_layers)
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let v = Published {
+        layers,
+        table2: table2()?,
+    };
+    let cols: [Col<Figure>; 6] = [
+        text("workload", "workload", |f, _| {
+            if f.paper_workload.eq_ignore_ascii_case(&f.workload) {
+                f.workload.clone()
+            } else {
+                format!("{} ({})", f.workload, f.paper_workload)
+            }
+        }),
+        text("quantity", "quantity", |f, _| f.quantity.to_owned()),
+        num("published", "published", |f, s| figure(f, f.published, s)),
+        num("model", "model", |f, s| figure(f, f.model, s)),
+        num("model / published", "ratio", |f, s| match s {
+            Style::Raw => f.ratio.to_string(),
+            Style::Human => format!("{:.2}", f.ratio),
+        }),
+        text("unit", "unit", |f, _| f.unit.to_owned()),
+    ];
+    output::print(format, &v, |style| {
+        let mut d = Document::new("The model against published figures");
+        for c in &v.layers {
+            d = d.summary(
+                c.workload.clone(),
+                format!(
+                    "{} of {} layers as data/reference/ lists them ({} mismatched); {} parameters (reference {}), {:.3} GMAC/sample (reference {:.3})",
+                    c.layers - c.mismatches.len().min(c.layers),
+                    c.reference_layers,
+                    c.mismatches.len(),
+                    style.count(c.params),
+                    style.count(c.reference_params),
+                    c.macs_fwd as f64 / 1e9,
+                    c.reference_macs_fwd as f64 / 1e9
+                ),
+            );
+        }
+        let mut d = d.table(output::table(&v.table2, &cols, style)).note(
+            "Published: [004] Table II and §IV-A, measured on V100 with TensorFlow 2.5 and automatic mixed precision (data/reference/ibrahim2021-table2.toml). Model: 16-bit activations, one sample; the published FLOPs and HBM bytes are profiler measurements, which count what the framework and cuDNN add to the layers' own work.",
+        );
+        for c in &v.layers {
+            for m in &c.mismatches {
+                d = d.note(format!("{}: {m}", c.workload));
+            }
+        }
+        d
+    })
+}
+
+/// A published or modelled figure in its unit.
+fn figure(f: &Figure, x: f64, s: Style) -> String {
+    match (f.unit, s) {
+        (_, Style::Raw) => x.to_string(),
+        ("bytes", _) => s.bytes(Bytes::new(x)),
+        ("FLOP", _) => format!("{:.1} GFLOP", x / 1e9),
+        _ => format!("{x:.0}"),
+    }
+}
+
 fn self_check(args: &ValidateArgs) -> Result<()> {
     let dir = &args.dir;
     std::fs::create_dir_all(dir)
@@ -172,8 +247,17 @@ fn self_check(args: &ValidateArgs) -> Result<()> {
         },
     };
 
+    let before_file = dir.join("workloads-before.jsonl");
+    let after_file = dir.join("workloads-after.jsonl");
+    let runs = SELF_CHECK_RUNS.iter().map(|r| r.2.len()).sum::<usize>();
     eprintln!(
-        "self-check 1/4: micro-kernel suite -> {}",
+        "self-check 1/5: {runs} workload runs before the suite -> {}",
+        before_file.display()
+    );
+    run_workloads(&measure_args(&before_file))?;
+
+    eprintln!(
+        "self-check 2/5: micro-kernel suite -> {}",
         suite_file.display()
     );
     measure::run_suite(
@@ -184,7 +268,7 @@ fn self_check(args: &ValidateArgs) -> Result<()> {
         &[ThreadCount::All],
     )?;
 
-    eprintln!("self-check 2/4: calibration from the suite alone");
+    eprintln!("self-check 3/5: calibration from the suite alone");
     let calibration = profile::calibrate(
         &[RecordFile {
             path: suite_file.display().to_string(),
@@ -202,37 +286,20 @@ fn self_check(args: &ValidateArgs) -> Result<()> {
         .with_context(|| format!("cannot write `{}`", profile_file.display()))?;
 
     eprintln!(
-        "self-check 3/4: {} workload runs -> {}",
-        SELF_CHECK_RUNS.iter().map(|r| r.2.len()).sum::<usize>(),
-        workload_file.display()
+        "self-check 4/5: the {runs} workload runs again after the suite -> {}",
+        after_file.display()
     );
-    let m = measure_args(&workload_file);
-    let mut backends = Backends::new(&m, &[ThreadCount::All])?;
-    let threads = backends.threads()[0];
-    let mut cases = Vec::new();
-    for (name, input, batches) in SELF_CHECK_RUNS {
-        let graph = workloads::build(
-            name,
-            &BuildOptions {
-                input_size: Some(input.to_vec()),
-                width: 1.0,
-            },
-        )?;
-        for b in batches {
-            cases.push((threads, Case::Workload(Box::new(graph.clone()), b)));
-        }
+    run_workloads(&measure_args(&after_file))?;
+    let pooled = pool_runs(load::records(&before_file)?, load::records(&after_file)?);
+    let mut lines = String::new();
+    for r in &pooled {
+        lines.push_str(&serde_json::to_string(r)?);
+        lines.push('\n');
     }
-    let mut w = measure::writer(&m)?;
-    measure::run_cases(
-        &mut backends,
-        &mut w,
-        &cases,
-        &measure::steps_protocol(SELF_CHECK_STEPS),
-        None,
-    )?;
-    drop(w);
+    std::fs::write(&workload_file, lines)
+        .with_context(|| format!("cannot write `{}`", workload_file.display()))?;
 
-    eprintln!("self-check 4/4: predict and compare");
+    eprintln!("self-check 5/5: predict and compare");
     let system = load::system(&profile_file.display().to_string())?;
     let v = validate::validate(
         &system,
@@ -252,6 +319,74 @@ fn self_check(args: &ValidateArgs) -> Result<()> {
     );
     super::report::write_to(&report, &dir.join("report"), ImageFormat::Svg)?;
     print(&v, args, Some(dir))
+}
+
+/// Measures the self-check's workload runs into the file of `m`.
+fn run_workloads(m: &MeasureArgs) -> Result<()> {
+    let mut backends = Backends::new(m, &[ThreadCount::All])?;
+    let threads = backends.threads()[0];
+    let mut cases = Vec::new();
+    for (name, input, batches) in SELF_CHECK_RUNS {
+        let graph = workloads::build(
+            name,
+            &BuildOptions {
+                input_size: Some(input.to_vec()),
+                width: 1.0,
+            },
+        )?;
+        for b in batches {
+            cases.push((threads, Case::Workload(Box::new(graph.clone()), b)));
+        }
+    }
+    let mut w = measure::writer(m)?;
+    measure::run_cases(
+        &mut backends,
+        &mut w,
+        &cases,
+        &measure::steps_protocol(SELF_CHECK_STEPS),
+        None,
+    )?;
+    Ok(())
+}
+
+/// The workload runs measured before and after the suite as one measurement each: the
+/// samples (and per-step update times) of the records with the same id pooled, so the exam
+/// brackets the calibration in time, as `scripts/bench-cpu` brackets each measurement with
+/// its reference. A slow spell of the machine during one half moves the pooled median by
+/// less than it moves that half. Records only one run has are kept as they are.
+fn pool_runs(
+    before: Vec<ridgeline_measure::Record>,
+    after: Vec<ridgeline_measure::Record>,
+) -> Vec<ridgeline_measure::Record> {
+    let mut pooled = before;
+    for r in after {
+        match pooled.iter_mut().find(|p| p.id == r.id) {
+            Some(p) => {
+                p.samples_s.extend(&r.samples_s);
+                let updates = |x: &Option<serde_json::Value>| {
+                    x.as_ref()
+                        .and_then(|e| e.get("update_s"))
+                        .and_then(|u| u.as_array())
+                        .cloned()
+                };
+                if let (Some(mut a), Some(b), Some(extra)) =
+                    (updates(&p.extra), updates(&r.extra), p.extra.as_mut())
+                {
+                    a.extend(b);
+                    extra["update_s"] = serde_json::Value::Array(a);
+                }
+                if let (Some(a), Some(b)) = (
+                    p.extra.as_mut().and_then(|e| e.get_mut("peak_bytes")),
+                    r.extra.as_ref().and_then(|e| e.get("peak_bytes")),
+                ) && b.as_u64() > a.as_u64()
+                {
+                    *a = b.clone();
+                }
+            }
+            None => pooled.push(r),
+        }
+    }
+    pooled
 }
 
 fn print(v: &Validation, args: &ValidateArgs, artifacts: Option<&Path>) -> Result<()> {
@@ -277,7 +412,7 @@ fn print(v: &Validation, args: &ValidateArgs, artifacts: Option<&Path>) -> Resul
             d = d.summary(
                 "artifacts",
                 format!(
-                    "{} (suite.jsonl, profile.toml, workloads.jsonl, validation.json, report/)",
+                    "{} (workloads-before.jsonl, suite.jsonl, profile.toml, workloads-after.jsonl, workloads.jsonl, validation.json, report/)",
                     dir.display()
                 ),
             );
@@ -392,5 +527,51 @@ fn signed_percent(x: f64, style: Style) -> String {
     match style {
         Style::Human => format!("{:+.1}%", 100.0 * x),
         Style::Raw => x.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ridgeline_measure::{Env, Record, SCHEMA_VERSION};
+    use serde_json::json;
+
+    use super::*;
+
+    fn record(id: &str, samples: &[f64], updates: &[f64], peak: u64) -> Record {
+        Record {
+            schema_version: SCHEMA_VERSION,
+            id: id.into(),
+            kind: "workload-step".into(),
+            shape: json!({}),
+            precision: "fp32".into(),
+            device: "cpu".into(),
+            threads: 2,
+            samples_s: samples.to_vec(),
+            flops: 1.0,
+            bytes: 1.0,
+            env: Env::capture(),
+            extra: Some(json!({ "update_s": updates, "peak_bytes": peak })),
+        }
+    }
+
+    #[test]
+    fn bracketing_runs_pool_their_samples_per_record() {
+        let before = vec![
+            record("a", &[1.0, 1.1], &[0.1, 0.1], 100),
+            record("b", &[2.0], &[0.2], 200),
+        ];
+        let after = vec![
+            record("b", &[3.0, 3.5], &[0.3, 0.3], 150),
+            record("c", &[4.0], &[0.4], 10),
+        ];
+        let pooled = pool_runs(before, after);
+        let ids: Vec<&str> = pooled.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["a", "b", "c"]);
+        assert_eq!(pooled[0].samples_s, [1.0, 1.1]);
+        assert_eq!(pooled[1].samples_s, [2.0, 3.0, 3.5]);
+        let extra = pooled[1].extra.as_ref().unwrap();
+        assert_eq!(extra["update_s"], json!([0.2, 0.3, 0.3]));
+        assert_eq!(extra["peak_bytes"], json!(200), "the larger peak stays");
+        assert_eq!(pooled[2].samples_s, [4.0]);
     }
 }

@@ -334,3 +334,36 @@ fn validate_needs_its_inputs() {
     ]);
     assert!(err.contains("nosuch"), "{err}");
 }
+
+#[test]
+fn validate_published_sets_the_models_counts_beside_the_papers() {
+    let out = run_ok(&["validate", "published", "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let layers = v["layers"].as_array().unwrap();
+    assert_eq!(layers.len(), 4);
+    for l in layers {
+        assert_eq!(l["mismatches"].as_array().unwrap().len(), 0, "{l}");
+        assert_eq!(l["params"], l["reference_params"], "{l}");
+        assert_eq!(l["macs_fwd"], l["reference_macs_fwd"], "{l}");
+    }
+    let figures = v["table2"].as_array().unwrap();
+    assert_eq!(figures.len(), 28);
+    let find = |w: &str, q: &str| {
+        figures
+            .iter()
+            .find(|f| f["workload"] == w && f["quantity"] == q)
+            .unwrap()
+    };
+    // [004] Table II: 2887 GiF per DeepCAM sample; 0.084 GiB the ResNet-50 HBM limit.
+    let f = find("deepcam", "flops_per_sample");
+    assert_eq!(f["published"].as_f64().unwrap(), 2887.0 * 1073741824.0);
+    // The model counts the layers' own FLOPs: below the profiler's figure, not far off.
+    let ratio = f["ratio"].as_f64().unwrap();
+    assert!((0.4..1.0).contains(&ratio), "{f}");
+    let f = find("resnet50", "hbm_limit_per_sample");
+    let ratio = f["ratio"].as_f64().unwrap();
+    assert!((0.8..1.2).contains(&ratio), "{f}");
+    let table = run_ok(&["validate", "published"]);
+    assert!(table.contains("319 of 319 layers"), "{table}");
+    assert!(table.contains("[004] Table II"), "{table}");
+}

@@ -12,10 +12,11 @@
 //! CUDA events under the run protocol, with the device, driver and library versions in
 //! every record, the element-wise ops (relu, leaky relu, tanh, scale, add, dropout), channel
 //! affine, concat, flatten, tile, upsample and the losses (NVRTC kernels), and pooling and
-//! batch norm (cuDNN). The full-workload executor is not implemented on the GPU yet and
-//! says so. **None of it has been run on a
-//! GPU yet**: the code is written against the CUDA APIs and checked here only where no GPU
-//! is needed (type choices, kernel sources, launch geometry, the errors without a driver).
+//! batch norm (cuDNN), and the full-workload executor in FP32 (`enabled::exec`, on the
+//! layer plans of [`layers`]). **None of it has been run on a GPU yet**: the code is
+//! written against the CUDA APIs and checked here only where no GPU is needed (type
+//! choices, kernel sources and their argument lists, launch geometry, every layer's plan of
+//! the three workloads, the padding index maps, the errors without a driver).
 
 use serde_json::json;
 

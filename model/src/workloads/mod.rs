@@ -189,43 +189,17 @@ mod tests {
     use crate::cost::cost;
     use crate::graph::{Graph, Op};
     use crate::precision::Precision;
-    use crate::reference;
-
-    /// Graph layers that the reference tables do not list.
-    fn is_extra(workload: &str, name: &str) -> bool {
-        name == "input" || name == "loss" || (workload.starts_with("cosmoflow") && name == "tanh")
-    }
 
     fn check_against_reference(workload: &str) {
-        let graph = build(workload, &BuildOptions::default()).unwrap();
-        let costs = cost(&graph, 1, Precision::Fp32);
-        let table = reference::table(workload).unwrap();
-        let ours: Vec<_> = costs
-            .layers
-            .iter()
-            .filter(|l| !is_extra(workload, l.name))
-            .collect();
-        let mut mismatches = Vec::new();
-        for (i, (r, o)) in table.rows.iter().zip(&ours).enumerate() {
-            let row = (
-                r.name.as_str(),
-                r.out_shape.as_slice(),
-                r.params,
-                r.macs_fwd,
-            );
-            let got = (o.name, o.output_shape, o.params, o.macs_fwd);
-            if row != got {
-                mismatches.push(format!("row {i}: reference {row:?}\n        ours {got:?}"));
-            }
-        }
+        let c = crate::published::check_layers(workload).unwrap();
         assert!(
-            mismatches.is_empty(),
+            c.mismatches.is_empty(),
             "{workload}:\n{}",
-            mismatches.join("\n")
+            c.mismatches.join("\n")
         );
-        assert_eq!(ours.len(), table.rows.len(), "{workload}: layer count");
-        assert_eq!(costs.params, table.total_params(), "{workload}: parameters");
-        assert_eq!(costs.macs_fwd, table.total_macs(), "{workload}: MACs");
+        assert_eq!(c.layers, c.reference_layers, "{workload}: layer count");
+        assert_eq!(c.params, c.reference_params, "{workload}: parameters");
+        assert_eq!(c.macs_fwd, c.reference_macs_fwd, "{workload}: MACs");
     }
 
     #[test]

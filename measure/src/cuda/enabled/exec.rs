@@ -269,9 +269,9 @@ impl<'g> GpuExecutor<'g> {
                     transposed,
                     ..
                 } => {
-                    let mut x = self.take(elements(&geometry.x))?;
-                    let mut y = self.take(elements(&geometry.y))?;
-                    let mut scratch_w = self.take(elements(&geometry.w))?;
+                    let x = self.take(elements(&geometry.x))?;
+                    let y = self.take(elements(&geometry.y))?;
+                    let scratch_w = self.take(elements(&geometry.w))?;
                     let w = ptr(&self.params[i][0], &self.stream);
                     let bias_ptr = if *bias && self.params[i].len() > 1 {
                         ptr(&self.params[i][1], &self.stream)
@@ -305,11 +305,15 @@ impl<'g> GpuExecutor<'g> {
                         (None, 0)
                     };
                     let sw = ptr(&scratch_w, &self.stream);
-                    let (backward_filter, w_ws, _) =
-                        CudnnPass::find(handle, &g, ConvPass::BackwardFilter, false, buffers(sw))
-                            .map_err(&failed)?;
-                    for b in [&mut x, &mut y, &mut scratch_w] {
-                        let b = std::mem::replace(b, self.empty()?);
+                    let (backward_filter, w_ws, _) = CudnnPass::find(
+                        handle,
+                        &g,
+                        ConvPass::BackwardFilter,
+                        with_bias,
+                        buffers(sw),
+                    )
+                    .map_err(&failed)?;
+                    for b in [x, y, scratch_w] {
                         self.give(b);
                     }
                     Device::Conv(ConvPasses {
@@ -340,14 +344,6 @@ impl<'g> GpuExecutor<'g> {
     /// Elements of node `i`'s output for the batch.
     fn len(&self, i: usize) -> usize {
         self.graph.layers()[i].output.elements() as usize * self.batch
-    }
-
-    fn empty(&self) -> Result<CudaSlice<f32>> {
-        call(
-            self.ordinal,
-            "cuMemAllocAsync",
-            self.stream.alloc_zeros::<f32>(1),
-        )
     }
 
     /// A device buffer of `len` floats, reused from freed ones of that length when there is

@@ -4,8 +4,10 @@
 //!
 //! - [`stats`]: robust statistics on raw timing samples — median, MAD, interquartile range,
 //!   Tukey outlier labels, bootstrap intervals of the median (statrs, rand).
-//! - [`fit`]: linear least squares on relative errors with non-negative coefficients, with
-//!   standard errors, R² and Student-t intervals (nalgebra, statrs).
+//! - [`fit`]: linear least squares on errors relative to the fitted time (re-weighted until
+//!   it settles: a Gamma GLM, unbiased where weighting by the measured time predicts low)
+//!   with non-negative coefficients, standard errors, R² and Student-t intervals (nalgebra,
+//!   statrs).
 //! - [`profile`]: fits a calibrated profile ([`ridgeline_model::profile::Profile`]) from
 //!   micro-kernel records alone — a time model per kernel class, pass and precision
 //!   ([`ridgeline_model::kernels`] explains and justifies the model form), sustained bandwidth

@@ -11,7 +11,9 @@
 //! largest batch that fits; [`roofline::roofline`] places each layer on a device's roofline.
 //! Systems ([`system::System`]: device, node, cluster) come from sourced TOML files in the
 //! [`catalog`] or from the user, validated once on the way in. Quantities crossing the crate
-//! boundary are typed ([`units`]).
+//! boundary are typed ([`units`]). [`mod@reference`] holds the reference implementations' layer
+//! tables the built-in workloads match, and [`published`] sets the model's counts beside
+//! them and beside the per-sample figures of \[004\] Table II.
 //!
 //! On a cluster, [`links`] prices bytes on every level of the hierarchy (LogGP),
 //! [`collective`] times the gradient allreduce, [`dataset`] holds data sets and convergence

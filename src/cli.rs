@@ -249,7 +249,7 @@ pub(crate) enum ValidateCommand {
     Comm(ValidateCommArgs),
     /// The model's counts against published figures: every built-in workload against its
     /// reference implementation's layer table (`data/reference/`), and the per-sample
-    /// figures of [004] Table II (V100, mixed precision) beside the model's.
+    /// figures of Table II of Ibrahim et al., PMBS 2021 (seed 004; V100, mixed precision) beside the model's.
     Published(FormatArg),
 }
 

@@ -3,7 +3,7 @@
 //! - the reference implementations' layer tables (`data/reference/models_*.csv`, see
 //!   [`crate::reference`]): every layer's output shape, parameters and forward MACs, and the
 //!   totals;
-//! - the per-sample figures of [004] Table II and §IV-A
+//! - the per-sample figures of \[004\] Table II and §IV-A
 //!   (`data/reference/ibrahim2021-table2.toml`), measured on V100s with automatic mixed
 //!   precision: sample size, FLOPs, activation memory, the HBM "limit" (activations written
 //!   once forward and read once backward), HBM bytes measured, and the FLOP:byte ratios.
@@ -145,7 +145,7 @@ struct Compared<'a> {
     counts: &'static str,
 }
 
-/// Every figure of [004] Table II (and the §IV-A activation asymptotes) beside the model's
+/// Every figure of \[004\] Table II (and the §IV-A activation asymptotes) beside the model's
 /// count of the same quantity, under mixed precision (FP16 activations) as the paper ran.
 pub fn table2() -> Result<Vec<Figure>> {
     let raw: RawTable = parse_toml(TABLE2, TABLE2_FILE)?;

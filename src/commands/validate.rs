@@ -158,7 +158,7 @@ fn comm(args: &ValidateCommArgs) -> Result<()> {
     })
 }
 
-/// `validate published`: the model's counts against the reference layer tables and [004]
+/// `validate published`: the model's counts against the reference layer tables and \[004\]
 /// Table II.
 fn published(format: Format) -> Result<()> {
     #[derive(Serialize)]

@@ -439,6 +439,11 @@ impl<'g> GpuExecutor<'g> {
         Ok(padded)
     }
 
+    /// [`Self::embed`] where the layer pads unevenly.
+    fn embed_opt(&mut self, e: Option<&Embed>, x: u64) -> Result<Option<CudaSlice<f32>>> {
+        e.map(|e| self.embed(e, x)).transpose()
+    }
+
     /// Runs one training step: forward, backward, SGD update, and reads back the event
     /// times (one synchronisation, at the end).
     pub(super) fn step(&mut self, handle: &Handle, blas: &cublas::CudaBlas) -> Result<StepTimes> {
@@ -633,10 +638,7 @@ impl<'g> GpuExecutor<'g> {
                 embed,
                 ..
             } => {
-                let padded = match embed {
-                    Some(e) => Some(self.embed(e, x)?),
-                    None => None,
-                };
+                let padded = self.embed_opt(embed.as_ref(), x)?;
                 let xp = padded.as_ref().map_or(x, |p| ptr(p, &s));
                 let Device::Conv(c) = &self.device[i] else {
                     return Err(self.missing(i));
@@ -655,14 +657,9 @@ impl<'g> GpuExecutor<'g> {
             } => {
                 // The adjoint's backward-data: its dx is this layer's output (padded where
                 // the adjoint pads unevenly), its dy this layer's input.
-                let padded = match embed {
-                    Some(e) => {
-                        let p = self.take(e.padded_elements() as usize)?;
-                        self.tracker.alloc(4 * p.len());
-                        Some(p)
-                    }
-                    None => None,
-                };
+                let padded = embed
+                    .map(|e| self.tracked(e.padded_elements() as usize))
+                    .transpose()?;
                 let target = padded.as_ref().map_or(y, |p| ptr(p, &s));
                 let Device::Conv(c) = &self.device[i] else {
                     return Err(self.missing(i));
@@ -736,10 +733,7 @@ impl<'g> GpuExecutor<'g> {
                 }
             }
             LayerPlan::Pool { embed, .. } => {
-                let padded = match embed {
-                    Some(e) => Some(self.embed(e, x)?),
-                    None => None,
-                };
+                let padded = self.embed_opt(embed.as_ref(), x)?;
                 let xp = padded.as_ref().map_or(x, |p| ptr(p, &s));
                 let Device::Cudnn(l) = &self.device[i] else {
                     return Err(self.missing(i));
@@ -882,10 +876,7 @@ impl<'g> GpuExecutor<'g> {
                 embed,
                 ..
             } => {
-                let padded = match embed {
-                    Some(e) => Some(self.embed(e, x)?),
-                    None => None,
-                };
+                let padded = self.embed_opt(embed.as_ref(), x)?;
                 let xp = padded.as_ref().map_or(x, |p| ptr(p, &s));
                 let Device::Conv(c) = &self.device[i] else {
                     return Err(self.missing(i));
@@ -931,10 +922,7 @@ impl<'g> GpuExecutor<'g> {
             } => {
                 // The adjoint's forward gives dx from dy (padded where the adjoint pads
                 // unevenly); its backward-filter takes dy as x and this layer's input as dy.
-                let padded = match embed {
-                    Some(e) => Some(self.embed(e, dyp)?),
-                    None => None,
-                };
+                let padded = self.embed_opt(embed.as_ref(), dyp)?;
                 let dp = padded.as_ref().map_or(dyp, |p| ptr(p, &s));
                 let Device::Conv(c) = &self.device[i] else {
                     return Err(self.missing(i));

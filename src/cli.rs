@@ -529,6 +529,11 @@ pub(crate) struct MeasureConvArgs {
         default_value = "forward,backward-data,backward-filter"
     )]
     pub(crate) pass: Vec<ConvPassArg>,
+    /// Number formats, comma-separated: fp32; on a GPU also tf32 (tensor-core math on FP32
+    /// data), and fp16 and bf16 (16-bit tensors, FP32 accumulation: mixed precision's
+    /// convolutions).
+    #[arg(long, value_delimiter = ',', default_value = "fp32", value_parser = parse_from_str::<ridgeline_measure::Format>)]
+    pub(crate) precision: Vec<ridgeline_measure::Format>,
     #[command(flatten)]
     pub(crate) measure: MeasureArgs,
 }

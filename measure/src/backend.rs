@@ -133,6 +133,9 @@ pub struct ConvCase {
     pub groups: usize,
     /// Whether the layer adds a bias (forward) and sums its gradient (backward-filter).
     pub bias: bool,
+    /// Number format: fp32 everywhere; on a GPU also tf32, and fp16 and bf16 with fp32
+    /// accumulation (mixed precision's convolutions).
+    pub format: Format,
 }
 
 /// A STREAM kernel.

@@ -75,6 +75,7 @@ pub fn conv_cases(graph: &Graph, batch: usize, source: &str, only: &[String]) ->
             dilation: c.dilation.to_vec(),
             groups: c.groups,
             bias: c.bias,
+            format: Format::Fp32,
         };
         if !out.iter().any(|o| {
             ConvCase {
@@ -111,7 +112,8 @@ impl Case {
             Case::Gemm(g) => g.format.name(),
             Case::Stream(..) => Format::Fp64.name(),
             Case::Copy(..) => "bytes",
-            Case::Conv(..) | Case::Op(..) | Case::Workload(..) => Format::Fp32.name(),
+            Case::Conv(c, _) => c.format.name(),
+            Case::Op(..) | Case::Workload(..) => Format::Fp32.name(),
         }
     }
 

@@ -83,6 +83,7 @@ mod tests {
             dilation: vec![1, 1],
             groups: 1,
             bias: false,
+            format: crate::backend::Format::Fp32,
         };
         let g = conv_graph(&case).unwrap();
         let c = layer_cost(&g, 2);
@@ -104,6 +105,7 @@ mod tests {
             dilation: vec![1, 1],
             groups: 1,
             bias: false,
+            format: crate::backend::Format::Fp32,
         };
         let err = conv_graph(&case).unwrap_err().to_string();
         assert!(err.contains("larger than its padded input"), "{err}");

@@ -8,7 +8,8 @@
 //!   backward-filter lowered to GEMM (direct for depthwise), STREAM, every op of the layer-graph
 //!   IR, on a rayon pool of a chosen number of threads. [`CudaBackend`] (feature `cuda`,
 //!   cudarc with run-time loading) runs GEMM through cuBLAS (fp64, fp32, tf32, fp16 and bf16
-//!   with fp32 accumulation), convolution through cuDNN (algorithm by its find API),
+//!   with fp32 accumulation), convolution through cuDNN (fp32, tf32, and fp16 / bf16 with
+//!   fp32 accumulation; algorithm by its find API),
 //!   host-device copies (pinned and pageable), STREAM and the element-wise ops through
 //!   NVRTC (every op; pooling and batch norm through cuDNN), timed with CUDA events, and
 //!   [`nccl_allreduce`] across the GPUs of a machine, and the full-workload executor in FP32

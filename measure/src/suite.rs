@@ -255,6 +255,7 @@ pub fn conv_sweep() -> Vec<ConvCase> {
             dilation: vec![dilation; rank],
             groups,
             bias: false,
+            format: Format::Fp32,
         }
     };
     let mut out = Vec::new();
@@ -373,7 +374,8 @@ pub fn gpu_stream_sizes(l2: usize) -> Vec<usize> {
 
 /// The GPU suite in priority order, on one stream (threads 1): GEMM in every format,
 /// convolution at the reference layer shapes in every pass, STREAM from L2 to device
-/// memory, host-device copies, and the ops (every one the CUDA backend runs).
+/// memory, host-device copies, the ops (every one the CUDA backend runs), the convolution
+/// sweep, and last the reference convolutions in FP16 (mixed precision).
 pub fn standard_gpu(l2: usize) -> Result<Vec<(usize, Case)>> {
     let mut convs = Vec::new();
     let mut ops = Vec::new();
@@ -436,6 +438,19 @@ pub fn standard_gpu(l2: usize) -> Result<Vec<(usize, Case)>> {
     }
     for pass in ConvPass::ALL {
         cases.extend(conv_sweep().into_iter().map(|c| Case::Conv(c, pass)));
+    }
+    // Mixed precision's convolutions: the reference shapes with FP16 tensors and FP32
+    // accumulation on tensor cores, every pass.
+    for pass in ConvPass::ALL {
+        cases.extend(convs.iter().map(|c| {
+            Case::Conv(
+                ConvCase {
+                    format: Format::Fp16,
+                    ..c.clone()
+                },
+                pass,
+            )
+        }));
     }
     Ok(cases.into_iter().map(|c| (1, c)).collect())
 }
@@ -760,12 +775,23 @@ mod tests {
             "only ops the GPU runs"
         );
         for pass in ConvPass::ALL {
-            assert!(
-                cases
-                    .iter()
-                    .any(|(_, c)| matches!(c, Case::Conv(_, p) if *p == pass))
-            );
+            for format in [Format::Fp32, Format::Fp16] {
+                assert!(
+                    cases.iter().any(
+                        |(_, c)| matches!(c, Case::Conv(k, p) if *p == pass && k.format == format)
+                    ),
+                    "{pass:?} {format:?}"
+                );
+            }
         }
+        // Every reference convolution in FP16 as in FP32, in every pass.
+        let count = |f: Format| {
+            cases
+                .iter()
+                .filter(|(_, c)| matches!(c, Case::Conv(k, _) if k.format == f && !k.label.starts_with("sweep/")))
+                .count()
+        };
+        assert_eq!(count(Format::Fp16), count(Format::Fp32));
         // STREAM runs from inside L2 to well past it.
         let sizes = gpu_stream_sizes(l2);
         assert!(

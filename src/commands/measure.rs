@@ -9,8 +9,9 @@ use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use ridgeline_measure::suite::{self, Caches, SOURCES};
 use ridgeline_measure::{
-    Backend, Case, ConvPass, CopyCase, CopyDirection, GemmCase, HostMemory, NcclAllreduce, OpCase,
-    Pass, Protocol, Record, RecordWriter, StreamKernel, conv_cases, nccl_allreduce, open_backend,
+    Backend, Case, ConvCase, ConvPass, CopyCase, CopyDirection, GemmCase, HostMemory,
+    NcclAllreduce, OpCase, Pass, Protocol, Record, RecordWriter, StreamKernel, conv_cases,
+    nccl_allreduce, open_backend,
 };
 use ridgeline_model::graph::Graph;
 use ridgeline_model::memory::{Footprint, Optimizer};
@@ -443,10 +444,21 @@ pub(crate) fn conv(args: &MeasureConvArgs) -> Result<()> {
         })
         .collect();
     let cases = for_threads(&backends, |_| {
-        passes
-            .iter()
-            .flat_map(|&p| shapes.iter().map(move |c| Case::Conv(c.clone(), p)))
-            .collect()
+        let mut cases = Vec::new();
+        for &format in &args.precision {
+            for &p in &passes {
+                for c in &shapes {
+                    cases.push(Case::Conv(
+                        ConvCase {
+                            format,
+                            ..c.clone()
+                        },
+                        p,
+                    ));
+                }
+            }
+        }
+        cases
     });
     run_and_print(&mut backends, &args.measure, &cases, "Convolution", vec![])
 }

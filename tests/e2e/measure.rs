@@ -172,6 +172,28 @@ fn conv_records_count_what_the_model_counts() {
 }
 
 #[test]
+fn mixed_precision_convolutions_need_a_gpu() {
+    let err = run_err(&[
+        "measure",
+        "conv",
+        "--workload",
+        &fixture("tiny.toml"),
+        "--precision",
+        "fp32,fp16",
+        "--threads",
+        "1",
+        "--min-time",
+        "0s",
+    ]);
+    assert!(
+        err.contains("fp32, not fp16") && err.contains("--device cuda"),
+        "{err}"
+    );
+    let err = run_err(&["measure", "conv", "--precision", "fp8"]);
+    assert!(err.contains("fp16"), "{err}");
+}
+
+#[test]
 fn ops_measure_the_kinds_asked_for() {
     let v = run_json(&[
         "measure",

@@ -128,6 +128,16 @@ impl Backend for CpuBackend {
     }
 
     fn conv(&mut self, case: &ConvCase, pass: ConvPass, protocol: &Protocol) -> Result<Vec<f64>> {
+        if case.format != Format::Fp32 {
+            return Err(Error::invalid(
+                format!("conv case `{}`", case.label),
+                format!(
+                    "the CPU backend runs convolutions in fp32, not {}; measure other formats \
+                     on a GPU (--device cuda)",
+                    case.format.name()
+                ),
+            ));
+        }
         let graph = cases::conv_graph(case)?;
         let (kernel, lens, params) = case_kernel(&graph, case.batch);
         let Kernel::Conv { geom, bias } = &kernel else {

@@ -12,7 +12,7 @@ use std::ffi::c_void;
 use cudarc::cudnn::{result, sys};
 use serde_json::{Value, json};
 
-use super::plan::{ConvGeometry, PoolGeometry, packed_strides};
+use super::plan::{ConvGeometry, ConvMath, ConvPlan, Element, PoolGeometry, packed_strides};
 use crate::backend::ConvPass;
 
 /// Most workspace the find API may use, bytes.
@@ -67,11 +67,35 @@ impl Drop for Handle {
     }
 }
 
-/// A tensor descriptor (FP32, packed).
+/// cuDNN's data type of an element type.
+fn data_type(e: Element) -> sys::cudnnDataType_t {
+    match e {
+        Element::F64 => sys::cudnnDataType_t::CUDNN_DATA_DOUBLE,
+        Element::F32 => sys::cudnnDataType_t::CUDNN_DATA_FLOAT,
+        Element::F16 => sys::cudnnDataType_t::CUDNN_DATA_HALF,
+        Element::Bf16 => sys::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
+    }
+}
+
+/// cuDNN's math type.
+fn math_type(m: ConvMath) -> sys::cudnnMathType_t {
+    match m {
+        ConvMath::Fma => sys::cudnnMathType_t::CUDNN_FMA_MATH,
+        ConvMath::Default => sys::cudnnMathType_t::CUDNN_DEFAULT_MATH,
+        ConvMath::TensorOp => sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH,
+    }
+}
+
+/// A tensor descriptor (packed).
 pub(crate) struct Tensor(sys::cudnnTensorDescriptor_t);
 
 impl Tensor {
+    /// An FP32 tensor.
     fn new(dims: &[i32]) -> Result<Tensor, CudnnFailure> {
+        Tensor::typed(dims, Element::F32)
+    }
+
+    fn typed(dims: &[i32], element: Element) -> Result<Tensor, CudnnFailure> {
         let t = Tensor(
             result::create_tensor_descriptor().map_err(|e| CudnnFailure {
                 call: "cudnnCreateTensorDescriptor",
@@ -84,7 +108,7 @@ impl Tensor {
         check("cudnnSetTensorNdDescriptor", unsafe {
             result::set_tensornd_descriptor(
                 t.0,
-                sys::cudnnDataType_t::CUDNN_DATA_FLOAT,
+                data_type(element),
                 dims.len() as i32,
                 dims.as_ptr(),
                 strides.as_ptr(),
@@ -101,11 +125,11 @@ impl Drop for Tensor {
     }
 }
 
-/// A filter descriptor (FP32, KCRS).
+/// A filter descriptor (KCRS).
 struct Filter(sys::cudnnFilterDescriptor_t);
 
 impl Filter {
-    fn new(dims: &[i32]) -> Result<Filter, CudnnFailure> {
+    fn new(dims: &[i32], element: Element) -> Result<Filter, CudnnFailure> {
         let f = Filter(
             result::create_filter_descriptor().map_err(|e| CudnnFailure {
                 call: "cudnnCreateFilterDescriptor",
@@ -116,7 +140,7 @@ impl Filter {
         check("cudnnSetFilterNdDescriptor", unsafe {
             result::set_filternd_descriptor(
                 f.0,
-                sys::cudnnDataType_t::CUDNN_DATA_FLOAT,
+                data_type(element),
                 sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW,
                 dims.len() as i32,
                 dims.as_ptr(),
@@ -137,7 +161,7 @@ impl Drop for Filter {
 struct Convolution(sys::cudnnConvolutionDescriptor_t);
 
 impl Convolution {
-    fn new(g: &ConvGeometry) -> Result<Convolution, CudnnFailure> {
+    fn new(g: &ConvGeometry, plan: ConvPlan) -> Result<Convolution, CudnnFailure> {
         let c = Convolution(
             result::create_convolution_descriptor().map_err(|e| CudnnFailure {
                 call: "cudnnCreateConvolutionDescriptor",
@@ -153,12 +177,12 @@ impl Convolution {
                 g.strides.as_ptr(),
                 g.dilations.as_ptr(),
                 sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
-                sys::cudnnDataType_t::CUDNN_DATA_FLOAT,
+                data_type(plan.compute),
             )
         })?;
         // SAFETY: the descriptor is live.
         check("cudnnSetConvolutionMathType", unsafe {
-            result::set_convolution_math_type(c.0, sys::cudnnMathType_t::CUDNN_FMA_MATH)
+            result::set_convolution_math_type(c.0, math_type(plan.math))
         })?;
         // SAFETY: the descriptor is live.
         check("cudnnSetConvolutionGroupCount", unsafe {
@@ -206,22 +230,24 @@ enum Algo {
 }
 
 impl Pass {
-    /// Describes `pass` of `g` and lets cuDNN's find API pick the fastest algorithm on the
-    /// real buffers, `b.workspace_bytes` of workspace at most. Returns the pass, the
-    /// workspace it needs, and notes for the record (the algorithm and the candidates).
+    /// Describes `pass` of `g` in the number format of `plan` and lets cuDNN's find API
+    /// pick the fastest algorithm on the real buffers (elements of `plan.data`),
+    /// `b.workspace_bytes` of workspace at most. Returns the pass, the workspace it needs,
+    /// and notes for the record (the algorithm, the math type and the candidates).
     pub(crate) fn find(
         handle: &Handle,
         g: &ConvGeometry,
         pass: ConvPass,
         with_bias: bool,
+        plan: ConvPlan,
         b: Buffers,
     ) -> Result<(Pass, usize, Value), CudnnFailure> {
         let mut p = Pass {
-            x: Tensor::new(&g.x)?,
-            w: Filter::new(&g.w)?,
-            y: Tensor::new(&g.y)?,
-            bias: Tensor::new(&g.bias)?,
-            conv: Convolution::new(g)?,
+            x: Tensor::typed(&g.x, plan.data)?,
+            w: Filter::new(&g.w, plan.data)?,
+            y: Tensor::typed(&g.y, plan.data)?,
+            bias: Tensor::typed(&g.bias, plan.data)?,
+            conv: Convolution::new(g, plan)?,
             with_bias,
             algo: Algo::Fwd(
                 sys::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
@@ -362,7 +388,7 @@ impl Pass {
             "cudnn_algorithm": name,
             "cudnn_find_time_s": f64::from(*time) / 1e3,
             "cudnn_workspace_bytes": memory,
-            "cudnn_math": "fma",
+            "cudnn_math": plan.math.name(),
             "cudnn_candidates": ranked
                 .iter()
                 .map(|(n, ok, t, m, _)| json!({"algorithm": n, "ok": ok, "time_s": f64::from(*t) / 1e3, "workspace_bytes": m}))

@@ -35,10 +35,10 @@ use super::cudnn::{
 };
 use super::layers::{EXEC_KERNELS, EXEC_SOURCE};
 use super::plan::{
-    Compute, ConvGeometry, Element, GemmPlan, OP_KERNELS, OPS_SOURCE, PoolGeometry, SHAPED_KERNELS,
-    SHAPED_SOURCE, SPATIAL_KERNELS, SPATIAL_SOURCE, STREAM_BLOCK, STREAM_SOURCE, ShapedLaunch,
-    SpatialLaunch, elements, elementwise_kernel, shaped_kernel, spatial_kernel, stream_function,
-    stream_grid,
+    Compute, ConvGeometry, ConvPlan, Element, GemmPlan, OP_KERNELS, OPS_SOURCE, PoolGeometry,
+    SHAPED_KERNELS, SHAPED_SOURCE, SPATIAL_KERNELS, SPATIAL_SOURCE, STREAM_BLOCK, STREAM_SOURCE,
+    ShapedLaunch, SpatialLaunch, elements, elementwise_kernel, shaped_kernel, spatial_kernel,
+    stream_function, stream_grid,
 };
 use crate::backend::{
     Backend, ConvCase, ConvPass, CopyCase, CopyDirection, GemmCase, HostMemory, OpCase, Pass,
@@ -690,18 +690,20 @@ impl Backend for CudaBackend {
     }
 
     fn conv(&mut self, case: &ConvCase, pass: ConvPass, protocol: &Protocol) -> Result<Vec<f64>> {
-        let what = format!("conv {} {}", pass.name(), case.label);
+        let what = format!("conv {} {} {}", pass.name(), case.format.name(), case.label);
         let g = ConvGeometry::of(case).map_err(|m| Error::invalid(&what, m))?;
-        let lens = [&g.x, &g.w, &g.y, &g.bias].map(|d| elements(d));
-        let data = 4 * lens.iter().sum::<usize>();
+        let plan = ConvPlan::of(case.format).map_err(|m| Error::invalid(&what, m))?;
+        // Buffers in bytes of the plan's element (zero bits are zero in every format).
+        let lens = [&g.x, &g.w, &g.y, &g.bias].map(|d| elements(d) * plan.data.bytes());
+        let data = lens.iter().sum::<usize>();
         self.check_memory(&what, data)?;
         let (free, _) = self.call("cuMemGetInfo", self.ctx.mem_get_info())?;
         let workspace_bytes = WORKSPACE_LIMIT.min(free.saturating_sub(data) / 2);
         self.cudnn()?;
-        let mut x: CudaSlice<f32> = self.zeros(lens[0])?;
-        let mut w: CudaSlice<f32> = self.zeros(lens[1])?;
-        let mut y: CudaSlice<f32> = self.zeros(lens[2])?;
-        let mut bias: CudaSlice<f32> = self.zeros(lens[3])?;
+        let mut x: CudaSlice<u8> = self.zeros(lens[0])?;
+        let mut w: CudaSlice<u8> = self.zeros(lens[1])?;
+        let mut y: CudaSlice<u8> = self.zeros(lens[2])?;
+        let mut bias: CudaSlice<u8> = self.zeros(lens[3])?;
         let mut workspace: CudaSlice<u8> = self.zeros(workspace_bytes)?;
         let stream = self.stream.clone();
         let ptr = |p: driver::sys::CUdeviceptr| p as *mut c_void;
@@ -725,7 +727,7 @@ impl Backend for CudaBackend {
             .as_ref()
             .ok_or_else(|| unavailable(ordinal, "cuDNN handle missing"))?;
         let (run, _, notes) =
-            CudnnPass::find(handle, &g, pass, case.bias, buffers).map_err(failed)?;
+            CudnnPass::find(handle, &g, pass, case.bias, plan, buffers).map_err(failed)?;
         let samples = protocol.measure_timed(EVENT_RESOLUTION, |batch| {
             timer.time(batch, || run.run(handle, buffers).map_err(failed))
         })?;

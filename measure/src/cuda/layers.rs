@@ -273,6 +273,7 @@ impl LayerPlan {
                     dilation: c.dilation.to_vec(),
                     groups: c.groups,
                     bias: c.bias && !transposed,
+                    format: crate::backend::Format::Fp32,
                 };
                 let geometry = ConvGeometry::of(&case)?;
                 let produced: Vec<usize> = geometry.y[2..].iter().map(|&v| v as usize).collect();

@@ -6,7 +6,8 @@
 //!
 //! What runs on a GPU so far: GEMM through cuBLAS (`cublasGemmEx`: fp64, fp32, tf32, and
 //! fp16 / bf16 with fp32 accumulation), N-d convolution forward, backward-data and
-//! backward-filter through cuDNN (FP32, the fastest algorithm by cuDNN's find API, recorded
+//! backward-filter through cuDNN (fp32, tf32, and fp16 / bf16 tensors with fp32
+//! accumulation; the fastest algorithm by cuDNN's find API, recorded
 //! in the record's `extra`), host-device copies (pinned and pageable) and the STREAM kernels
 //! (compiled with NVRTC), and [`nccl_allreduce`] across the GPUs of a machine, each timed with
 //! CUDA events under the run protocol, with the device, driver and library versions in

@@ -92,6 +92,65 @@ impl GemmPlan {
     }
 }
 
+/// cuDNN's math type (`cudnnMathType_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ConvMath {
+    /// `CUDNN_FMA_MATH`: FMA kernels only (no TF32 on FP32 data).
+    Fma,
+    /// `CUDNN_DEFAULT_MATH`: tensor cores allowed, TF32 for FP32 data on Ampere and later.
+    Default,
+    /// `CUDNN_TENSOR_OP_MATH`: tensor cores for 16-bit data.
+    TensorOp,
+}
+
+impl ConvMath {
+    /// Name in records (`extra.cudnn_math`).
+    pub(crate) const fn name(self) -> &'static str {
+        match self {
+            ConvMath::Fma => "fma",
+            ConvMath::Default => "default",
+            ConvMath::TensorOp => "tensor-op",
+        }
+    }
+}
+
+/// How cuDNN runs a convolution in a number format: the tensors' data type, the
+/// convolution's compute type and the math type. FP16 and BF16 keep tensors in 16 bits and
+/// accumulate in FP32 ("pseudo-half", what mixed-precision training runs); TF32 is FP32
+/// data with tensor-core math allowed; FP32 is restricted to FMA kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ConvPlan {
+    /// Tensors and filters.
+    pub(crate) data: Element,
+    /// The convolution's accumulation.
+    pub(crate) compute: Element,
+    /// Math type.
+    pub(crate) math: ConvMath,
+}
+
+impl ConvPlan {
+    /// The plan of `format`, or why cuDNN does not run it here (fp64: the scaling factors
+    /// of a double convolution are doubles, which the backend does not pass).
+    pub(crate) fn of(format: Format) -> Result<ConvPlan, String> {
+        let (data, math) = match format {
+            Format::Fp32 => (Element::F32, ConvMath::Fma),
+            Format::Tf32 => (Element::F32, ConvMath::Default),
+            Format::Fp16 => (Element::F16, ConvMath::TensorOp),
+            Format::Bf16 => (Element::Bf16, ConvMath::TensorOp),
+            Format::Fp64 => {
+                return Err(
+                    "convolutions run in fp32, tf32, fp16 or bf16 on the GPU, not fp64".into(),
+                );
+            }
+        };
+        Ok(ConvPlan {
+            data,
+            compute: Element::F32,
+            math,
+        })
+    }
+}
+
 /// The STREAM kernels in CUDA C, compiled at run time with NVRTC: grid-stride loops over
 /// `double` arrays, named `stream_<kernel>`, arguments in the order the backend passes them
 /// (`a`, `b`, `c`, `q`, `n`).
@@ -678,7 +737,33 @@ pub(crate) mod tests {
             dilation: vec![1; d],
             groups: 1,
             bias: true,
+            format: Format::Fp32,
         }
+    }
+
+    #[test]
+    fn convolution_formats_map_to_cudnn_types() {
+        let plan = |f| ConvPlan::of(f).unwrap();
+        assert_eq!(
+            plan(Format::Fp32),
+            ConvPlan {
+                data: Element::F32,
+                compute: Element::F32,
+                math: ConvMath::Fma
+            }
+        );
+        assert_eq!(plan(Format::Tf32).math, ConvMath::Default);
+        for f in [Format::Fp16, Format::Bf16] {
+            let p = plan(f);
+            assert_eq!(
+                (p.compute, p.math),
+                (Element::F32, ConvMath::TensorOp),
+                "{f:?}"
+            );
+            assert_eq!(p.data.bytes(), 2);
+        }
+        assert_eq!(plan(Format::Bf16).data, Element::Bf16);
+        assert!(ConvPlan::of(Format::Fp64).unwrap_err().contains("not fp64"));
     }
 
     #[test]

@@ -25,13 +25,15 @@ use cudarc::driver::{
 use ridgeline_model::graph::Graph;
 
 use super::{CudaBackend, call};
-use crate::backend::ConvPass;
+use crate::backend::{ConvPass, Format};
 use crate::cuda::cudnn::{
     Buffers, CudnnFailure, Handle, Layer as CudnnLayer, OpBuffers, Pass as CudnnPass,
     WORKSPACE_LIMIT,
 };
 use crate::cuda::layers::{Embed, LayerPlan};
-use crate::cuda::plan::{STREAM_BLOCK, ShapedLaunch, SpatialLaunch, elements, stream_grid};
+use crate::cuda::plan::{
+    ConvPlan, STREAM_BLOCK, ShapedLaunch, SpatialLaunch, elements, stream_grid,
+};
 use crate::error::{Error, Result};
 use crate::schedule::{Schedule, StepTimes, Tracker};
 
@@ -260,6 +262,7 @@ impl<'g> GpuExecutor<'g> {
             .as_ref()
             .ok_or_else(|| Error::invalid("cuDNN", "handle missing"))?;
         let needs_grad = self.schedule.needs_grad.clone();
+        let fp32 = ConvPlan::of(Format::Fp32).map_err(|m| Error::invalid("GPU executor", m))?;
         for i in 0..self.plans.len() {
             let plan = self.plans[i].clone();
             let device = match &plan {
@@ -293,13 +296,19 @@ impl<'g> GpuExecutor<'g> {
                     let g = geometry.clone();
                     let with_bias = bias_ptr != 0 && !*transposed;
                     let (forward, f_ws, _) =
-                        CudnnPass::find(handle, &g, ConvPass::Forward, with_bias, buffers(w))
+                        CudnnPass::find(handle, &g, ConvPass::Forward, with_bias, fp32, buffers(w))
                             .map_err(&failed)?;
                     // A transposed layer's forward pass is the adjoint's backward-data.
                     let (backward_data, d_ws) = if input_grad || *transposed {
-                        let (p, ws, _) =
-                            CudnnPass::find(handle, &g, ConvPass::BackwardData, false, buffers(w))
-                                .map_err(&failed)?;
+                        let (p, ws, _) = CudnnPass::find(
+                            handle,
+                            &g,
+                            ConvPass::BackwardData,
+                            false,
+                            fp32,
+                            buffers(w),
+                        )
+                        .map_err(&failed)?;
                         (Some(p), ws)
                     } else {
                         (None, 0)
@@ -310,6 +319,7 @@ impl<'g> GpuExecutor<'g> {
                         &g,
                         ConvPass::BackwardFilter,
                         with_bias,
+                        fp32,
                         buffers(sw),
                     )
                     .map_err(&failed)?;

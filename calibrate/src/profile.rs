@@ -642,6 +642,60 @@ mod tests {
         }
     }
 
+    /// GPU convolutions in fp32 and fp16 (mixed precision's, 4x the rate): each precision
+    /// gets its own convolution fit, which `amp-fp16` predictions use.
+    #[test]
+    fn convolutions_are_fitted_per_precision() {
+        let mut records = Vec::new();
+        for (precision, rate) in [("fp32", 40e12), ("fp16", 160e12)] {
+            for (n, c, size) in [
+                (1, 16, 56),
+                (2, 32, 56),
+                (4, 64, 28),
+                (8, 64, 56),
+                (1, 256, 14),
+                (16, 128, 28),
+                (32, 64, 56),
+                (2, 512, 7),
+            ] {
+                let shape = json!({
+                    "source": "t", "n": n, "c_in": c, "c_out": c, "input": [size, size],
+                    "kernel": [3, 3], "stride": [1, 1], "padding": [[1, 1], [1, 1]],
+                    "dilation": [1, 1], "groups": 1, "bias": false, "pass": "forward"
+                });
+                let f = 2.0 * 9.0 * f64::from(n) * f64::from(c * c) * f64::from(size * size);
+                let mut r = record("conv", shape, 4e-6 + f / rate, f, 0.0);
+                r.precision = precision.into();
+                r.id = format!("{}|{precision}", r.id);
+                records.push(r);
+            }
+        }
+        let c = calibrate(
+            &[RecordFile {
+                path: "conv.jsonl".into(),
+                records,
+            }],
+            &Options {
+                system: "local".into(),
+                threads: None,
+                created: "now".into(),
+                comm_level: crate::loggp::LevelChoice::Auto,
+            },
+        )
+        .unwrap();
+        let p = &c.profile;
+        let rate = |precision: &str| {
+            let f = p
+                .fit(KernelClass::ConvSpatial, KernelPass::Forward, precision)
+                .unwrap_or_else(|| panic!("no {precision} conv fit"));
+            1.0 / f.coefficients[1]
+        };
+        let (fp32, fp16) = (rate("fp32"), rate("fp16"));
+        assert!((fp32 / 40e12 - 1.0).abs() < 0.05, "{fp32}");
+        assert!((fp16 / 160e12 - 1.0).abs() < 0.05, "{fp16}");
+        assert!(p.ceiling("conv", "fp16").unwrap() > 3.0 * p.ceiling("conv", "fp32").unwrap());
+    }
+
     /// Two op kinds of one class at very different rates: each gets its own fit, which
     /// layers of that kind use, and the class a fit of both for kinds not measured.
     #[test]

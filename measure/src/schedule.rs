@@ -13,6 +13,9 @@ use ridgeline_model::graph::{Graph, Op};
 
 use crate::backend::{LayerTimes, WorkloadRun};
 
+/// SGD learning rate of every executor's update step (small: the data is synthetic).
+pub(crate) const LEARNING_RATE: f32 = 1e-4;
+
 /// Counts live bytes and their high-water mark.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Tracker {

@@ -10,10 +10,7 @@ use rayon::prelude::*;
 use ridgeline_model::graph::Graph;
 
 use super::ops::{Aux, Kernel, uniform};
-use crate::schedule::{Schedule, StepTimes, Tracker};
-
-/// SGD learning rate of the update step (small: the data is synthetic).
-const LEARNING_RATE: f32 = 1e-4;
+use crate::schedule::{LEARNING_RATE, Schedule, StepTimes, Tracker};
 
 /// A graph ready to train at a batch size.
 #[derive(Debug)]

@@ -35,10 +35,7 @@ use crate::cuda::plan::{
     ConvPlan, STREAM_BLOCK, ShapedLaunch, SpatialLaunch, elements, stream_grid,
 };
 use crate::error::{Error, Result};
-use crate::schedule::{Schedule, StepTimes, Tracker};
-
-/// SGD learning rate of the update step (as on the CPU).
-const LEARNING_RATE: f32 = 1e-4;
+use crate::schedule::{LEARNING_RATE, Schedule, StepTimes, Tracker};
 
 /// Scale of the synthetic input and of the initial weights (times `1 / sqrt(fan-in)`).
 const DATA_SCALE: f32 = 1.0;

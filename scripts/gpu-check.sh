@@ -3,7 +3,8 @@
 # measures this GPU (cuBLAS GEMM in fp32, tf32, fp16 and bf16; the calibration suite:
 # cuDNN convolutions at the reference workloads' layer shapes, STREAM through NVRTC,
 # host-device copies, every op) and trains the three reference workloads at small batch on
-# it (FP32, every layer timed with CUDA events), writing records to a directory; with
+# it (FP32 and mixed precision amp-fp16, every layer timed with CUDA events), writing
+# records to a directory; with
 # SYSTEM set, it calibrates that system from the suite and prints the validation table of
 # the workloads against the calibrated prediction.
 #
@@ -33,14 +34,17 @@ echo "== the calibration suite: GEMM in every format, cuDNN convolutions, STREAM
 echo "   every op"
 "$bin" measure suite --device "$device" --budget "${BUDGET:-3m}" --out "$out/suite.jsonl"
 
-echo "== the reference workloads at small batch (FP32), every layer timed"
-for batch in 1 2 4; do
-    "$bin" measure workload cosmoflow --device "$device" --batch "$batch" --steps 5 \
-        --out "$out/workloads.jsonl"
-    "$bin" measure workload deepcam --device "$device" --batch "$batch" --steps 5 \
-        --out "$out/workloads.jsonl"
-    "$bin" measure workload resnet50 --device "$device" --batch "$((8 * batch))" --steps 5 \
-        --out "$out/workloads.jsonl"
+echo "== the reference workloads at small batch, FP32 and mixed precision (amp-fp16:"
+echo "   16-bit activations, FP32 master weights, dynamic loss scaling), every layer timed"
+for precision in fp32 amp-fp16; do
+    for batch in 1 2 4; do
+        "$bin" measure workload cosmoflow --device "$device" --batch "$batch" --steps 5 \
+            --precision "$precision" --out "$out/workloads.jsonl"
+        "$bin" measure workload deepcam --device "$device" --batch "$batch" --steps 5 \
+            --precision "$precision" --out "$out/workloads.jsonl"
+        "$bin" measure workload resnet50 --device "$device" --batch "$((8 * batch))" \
+            --steps 5 --precision "$precision" --out "$out/workloads.jsonl"
+    done
 done
 
 if [ -n "${SYSTEM:-}" ]; then

@@ -661,6 +661,11 @@ pub(crate) struct MeasureWorkloadArgs {
     /// Measured training steps (after one warm-up step).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub(crate) steps: u64,
+    /// Training precision: fp32 (every device); tf32, amp-fp16 or amp-bf16 (--device cuda:
+    /// 16-bit activations and weight copies of FP32 master weights, with dynamic loss scaling
+    /// for amp-fp16).
+    #[arg(long, default_value = "fp32", value_parser = parse_precision)]
+    pub(crate) precision: Precision,
     /// Show this many layers, the slowest first (0: every layer, in order).
     #[arg(long, default_value_t = 15)]
     pub(crate) top: usize,

@@ -56,6 +56,9 @@ pub struct LayerPoint {
 pub struct StepPoint {
     /// Workload.
     pub workload: String,
+    /// The training precision it ran in (`fp32`, `tf32`, `amp-fp16`, `amp-bf16`), and the
+    /// prediction is for.
+    pub precision: String,
     /// Input shape of one sample.
     pub input: Vec<usize>,
     /// Batch.
@@ -208,7 +211,12 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
             },
         )
         .map_err(|e| bad(format!("{e} (validation rebuilds built-in workloads only)")))?;
-        let c = cost::cost(&graph, batch as u64, Precision::Fp32);
+        let precision: Precision = step.precision.parse().map_err(|e| {
+            bad(format!(
+                "precision: {e}; workload records are written by `ridgeline measure workload`"
+            ))
+        })?;
+        let c = cost::cost(&graph, batch as u64, precision);
         let (rebuilt, recorded) = (c.flops_train.value(), step.flops);
         if (rebuilt - recorded).abs() > 1e-6 * recorded.max(1.0) {
             return Err(bad(format!(
@@ -217,15 +225,16 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
         }
         let r = roofline::roofline(&graph, &c, system, Efficiency::IDEAL)?;
         // The step as `predict` times it: the same per-layer models plus the update.
-        let (_, predicted) = StepModel::new(&graph, Precision::Fp32, Optimizer::Sgd).device_times(
+        let (_, predicted) = StepModel::new(&graph, precision, Optimizer::Sgd).device_times(
             batch as f64,
-            &DeviceRates::of(system, Precision::Fp32, Efficiency::IDEAL)?,
+            &DeviceRates::of(system, precision, Efficiency::IDEAL)?,
             system.calibration.as_deref(),
         );
         let same_run = |l: &&Record| {
             l.kind == "workload-layer"
                 && l.threads == step.threads
                 && l.device == step.device
+                && l.precision == step.precision
                 && l.shape["workload"] == step.shape["workload"]
                 && l.shape["input"] == step.shape["input"]
                 && l.shape["batch"] == step.shape["batch"]
@@ -263,7 +272,7 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
             }
         }
         let measured = median(file, step)?;
-        let predicted_memory = Footprint::of(&graph, Precision::Fp32, Optimizer::Sgd)
+        let predicted_memory = Footprint::of(&graph, precision, Optimizer::Sgd)
             .at(batch as u64, Bytes::new(f64::INFINITY))
             .total
             .value();
@@ -274,6 +283,7 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
             .ok_or_else(|| bad("extra.peak_bytes is missing".into()))?;
         out_steps.push(StepPoint {
             workload: name.to_owned(),
+            precision: precision.name().to_owned(),
             input,
             batch,
             predicted_s: predicted,

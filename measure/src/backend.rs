@@ -278,6 +278,10 @@ pub struct WorkloadRun {
     pub step_s: Vec<f64>,
     /// Seconds of each SGD update.
     pub update_s: Vec<f64>,
+    /// The loss scale of each step, under dynamic loss scaling (amp-fp16); empty otherwise.
+    pub loss_scale: Vec<f64>,
+    /// Steps whose gradients overflowed, their update skipped (dynamic loss scaling).
+    pub skipped_updates: usize,
     /// The executor's memory high-water mark.
     pub peak_bytes: u64,
     /// The process's peak resident set during the run, when the OS reports it.
@@ -343,11 +347,13 @@ pub trait Backend {
         None
     }
 
-    /// Runs a full training step of `graph` at `batch` repeatedly, timing every layer.
+    /// Runs a full training step of `graph` at `batch` in `precision` repeatedly, timing
+    /// every layer. A backend that does not run `precision` says which device does.
     fn workload(
         &mut self,
         graph: &ridgeline_model::graph::Graph,
         batch: usize,
+        precision: ridgeline_model::precision::Precision,
         protocol: &Protocol,
     ) -> Result<WorkloadRun>;
 }

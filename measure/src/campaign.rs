@@ -30,8 +30,8 @@ pub enum Case {
     Stream(StreamKernel, usize),
     /// One pass of a non-GEMM op.
     Op(OpCase, Pass),
-    /// Full training steps of a workload graph at a batch size.
-    Workload(Box<Graph>, usize),
+    /// Full training steps of a workload graph at a batch size, in a training precision.
+    Workload(Box<Graph>, usize, Precision),
     /// A host-device copy.
     Copy(CopyCase),
 }
@@ -113,7 +113,8 @@ impl Case {
             Case::Stream(..) => Format::Fp64.name(),
             Case::Copy(..) => "bytes",
             Case::Conv(c, _) => c.format.name(),
-            Case::Op(..) | Case::Workload(..) => Format::Fp32.name(),
+            Case::Op(..) => Format::Fp32.name(),
+            Case::Workload(_, _, p) => p.name(),
         }
     }
 
@@ -148,7 +149,7 @@ impl Case {
                 }
                 json!({ "op": op, "input": c.input, "batch": c.batch, "pass": pass.name() })
             }
-            Case::Workload(g, batch) => workload_shape(g, *batch),
+            Case::Workload(g, batch, _) => workload_shape(g, *batch),
             Case::Copy(c) => json!({
                 "direction": c.direction.name(),
                 "memory": c.memory.name(),
@@ -190,10 +191,11 @@ impl Case {
                 c.batch,
                 dims(&c.input)
             ),
-            Case::Workload(g, batch) => format!(
-                "workload {} batch {batch} {}",
+            Case::Workload(g, batch, precision) => format!(
+                "workload {} batch {batch} {} {}",
                 g.name(),
-                dims(g.input_shape().dims())
+                dims(g.input_shape().dims()),
+                precision.name()
             ),
             Case::Copy(c) => format!(
                 "copy {} {} {} KiB",
@@ -289,9 +291,9 @@ impl Case {
                 let samples = backend.op(c, *pass, protocol)?;
                 Ok(vec![make(&*backend, "op", shape, samples, flops, bytes)])
             }
-            Case::Workload(graph, batch) => {
-                let run = backend.workload(graph, *batch, protocol)?;
-                let cost = cost::cost(graph, *batch as u64, Precision::Fp32);
+            Case::Workload(graph, batch, precision) => {
+                let run = backend.workload(graph, *batch, *precision, protocol)?;
+                let cost = cost::cost(graph, *batch as u64, *precision);
                 let mut records = Vec::with_capacity(2 * run.layers.len() + 1);
                 for ((times, layer), lc) in run.layers.iter().zip(graph.layers()).zip(&cost.layers)
                 {
@@ -335,11 +337,16 @@ impl Case {
                     cost.flops_train.value(),
                     cost.hbm_bytes_train.value(),
                 );
-                step.extra = Some(json!({
+                let mut extra = json!({
                     "peak_bytes": run.peak_bytes,
                     "peak_rss_bytes": run.peak_rss_bytes,
                     "update_s": run.update_s,
-                }));
+                });
+                if !run.loss_scale.is_empty() {
+                    extra["loss_scale"] = json!(run.loss_scale);
+                    extra["skipped_updates"] = json!(run.skipped_updates);
+                }
+                step.extra = Some(extra);
                 records.push(step);
                 Ok(records)
             }
@@ -498,7 +505,7 @@ mod tests {
             },
         )
         .unwrap();
-        let case = Case::Workload(Box::new(g.clone()), 1);
+        let case = Case::Workload(Box::new(g.clone()), 1, Precision::Fp32);
         let p = Protocol {
             min_samples: 2,
             max_samples: 2,

@@ -12,9 +12,11 @@
 //!   fp32 accumulation; algorithm by its find API),
 //!   host-device copies (pinned and pageable), STREAM and the element-wise ops through
 //!   NVRTC (every op; pooling and batch norm through cuDNN), timed with CUDA events, and
-//!   [`nccl_allreduce`] across the GPUs of a machine, and the full-workload executor in FP32
-//!   (cuDNN, cuBLAS and NVRTC kernels, per-layer CUDA events); it has not been run on a GPU
-//!   yet.
+//!   [`nccl_allreduce`] across the GPUs of a machine, and the full-workload executor in
+//!   fp32, tf32 and mixed precision (16-bit activations, FP32 master weights, dynamic loss
+//!   scaling for fp16; cuDNN, cuBLAS and NVRTC kernels, per-layer CUDA events); its kernel
+//!   sources are compiled by NVRTC and ptxas in the tests, but it has not been run on a GPU
+//!   yet. The CPU executor trains in fp32.
 //!   Without a driver, a GPU or a library it says which; without the feature, a disabled twin
 //!   says how to build it.
 //! - The full-workload executor ([`Backend::workload`]): runs any `ridgeline-model` layer graph
@@ -44,14 +46,14 @@
 //! | `id` | unique key of the measurement (kind, shape, precision, threads, device); `--resume` skips ids already recorded |
 //! | `kind` | `gemm`, `conv`, `stream`, `op`, `workload-layer`, `workload-step`, `copy` (host-device, GPU only); under MPI `comm-prtt`, `comm-exchange`, `comm-reduce`, `comm-allreduce`, `comm-alltoall` |
 //! | `shape` | an object: GEMM `m`, `n`, `k`; conv `source`, `n`, `c_in`, `c_out`, `input`, `kernel`, `stride`, `padding` (`[before, after]` per dimension), `dilation`, `groups`, `bias`, `pass`; STREAM `kernel`, `elements`, `array_bytes`; copy `direction` (`h2d`, `d2h`), `memory` (`pinned`, `pageable`), `bytes`; op `op` (the layer as a workload file writes it), `input`, `batch`, `pass`; workload `workload`, `input`, `batch`, and for layers `layer`, `op`, `pass` |
-//! | `precision` | `fp32`, `fp64`; on a GPU also `tf32`, `fp16`, `bf16` |
+//! | `precision` | `fp32`, `fp64`; on a GPU also `tf32`, `fp16`, `bf16`; workload records the training precision, `fp32` (on a GPU also `tf32`, `amp-fp16`, `amp-bf16`) |
 //! | `device` | `cpu`, `cuda:N`; `mpi` for communication |
 //! | `threads` | threads the kernel ran on |
 //! | `samples_s` | every raw sample: seconds of one run (of one training step for workloads) |
 //! | `flops` | FLOPs of one run, as the model counts them |
 //! | `bytes` | bytes of one run, as the model counts them (a lower bound on memory traffic) |
 //! | `env` | `host`, `cpu_model`, `cores`, `simd`, `ridgeline_version`, `git_commit`, `timestamp`; on a GPU `gpu` (`ordinal`, `name`, `compute_capability`, `memory_bytes`, `sm_clock_mhz`, `memory_clock_mhz`, `driver_version`, `libraries`) |
-//! | `extra` | communication: `ranks`, `ranks_per_node`, `nodes`, `hosts` (every rank's), `mpi_library`, `mpi_settings` (transport and collective settings), ping-pong `same_host`, `pair_hosts`, `delay_s`, allreduce `algorithm`; conv on a GPU: `cudnn_algorithm`, `cudnn_find_time_s`, `cudnn_workspace_bytes`, `cudnn_math`, `cudnn_candidates`; workload steps: `peak_bytes` (executor accounting), `peak_rss_bytes` (the process, from `VmHWM`), `update_s` (SGD update per step) |
+//! | `extra` | communication: `ranks`, `ranks_per_node`, `nodes`, `hosts` (every rank's), `mpi_library`, `mpi_settings` (transport and collective settings), ping-pong `same_host`, `pair_hosts`, `delay_s`, allreduce `algorithm`; conv on a GPU: `cudnn_algorithm`, `cudnn_find_time_s`, `cudnn_workspace_bytes`, `cudnn_math`, `cudnn_candidates`; workload steps: `peak_bytes` (executor accounting), `peak_rss_bytes` (the process, from `VmHWM`), `update_s` (SGD update per step), under dynamic loss scaling (amp-fp16) `loss_scale` (per step) and `skipped_updates` |
 
 mod backend;
 mod campaign;

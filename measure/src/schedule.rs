@@ -60,6 +60,9 @@ pub(crate) struct StepTimes {
     pub(crate) loss: f64,
     /// The whole step.
     pub(crate) total: f64,
+    /// Under dynamic loss scaling: the scale the step ran with, and whether its gradients
+    /// overflowed (the update was skipped).
+    pub(crate) loss_scale: Option<(f64, bool)>,
 }
 
 /// The run of `graph` from its measured steps.
@@ -87,6 +90,15 @@ pub(crate) fn workload_run(
         layers,
         step_s: steps.iter().map(|s| s.total).collect(),
         update_s: steps.iter().map(|s| s.update).collect(),
+        loss_scale: steps
+            .iter()
+            .filter_map(|s| s.loss_scale)
+            .map(|s| s.0)
+            .collect(),
+        skipped_updates: steps
+            .iter()
+            .filter(|s| s.loss_scale.is_some_and(|s| s.1))
+            .count(),
         peak_bytes,
         peak_rss_bytes,
     }

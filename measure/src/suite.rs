@@ -544,12 +544,8 @@ pub fn estimate(case: &Case, threads: usize, rates: &Rates, protocol: &Protocol)
             let cost = crate::cases::layer_cost(&g, c.batch);
             (cost.flops_fwd.value(), cost.hbm_bytes_fwd.value(), 3.0)
         }
-        Case::Workload(g, batch) => {
-            let cost = ridgeline_model::cost::cost(
-                g,
-                *batch as u64,
-                ridgeline_model::precision::Precision::Fp32,
-            );
+        Case::Workload(g, batch, precision) => {
+            let cost = ridgeline_model::cost::cost(g, *batch as u64, *precision);
             (cost.flops_train.value(), cost.hbm_bytes_train.value(), 3.0)
         }
     };
@@ -628,7 +624,7 @@ fn group(case: &Case) -> String {
         }
         Case::Stream(k, _) => format!("STREAM {}", k.name()),
         Case::Op(_, pass) => format!("ops {}", pass.name()),
-        Case::Workload(g, _) => format!("workload {}", g.name()),
+        Case::Workload(g, ..) => format!("workload {}", g.name()),
         Case::Copy(c) => format!("copy {} {}", c.direction.name(), c.memory.name()),
     }
 }

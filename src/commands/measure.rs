@@ -15,7 +15,6 @@ use ridgeline_measure::{
 };
 use ridgeline_model::graph::Graph;
 use ridgeline_model::memory::{Footprint, Optimizer};
-use ridgeline_model::precision::Precision;
 use ridgeline_model::units::{ByteRate, Bytes, FlopRate, Seconds};
 use ridgeline_model::workloads::{self, BuildOptions};
 use ridgeline_reports::Document;
@@ -681,7 +680,11 @@ pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
     let mut backends = Backends::new(&args.measure, &[ThreadCount::All])?;
     let base = steps_protocol(usize::try_from(args.steps)?);
     let cases = for_threads(&backends, |_| {
-        vec![Case::Workload(Box::new(graph.clone()), batch)]
+        vec![Case::Workload(
+            Box::new(graph.clone()),
+            batch,
+            args.precision,
+        )]
     });
     let mut w = writer(&args.measure)?;
     let ran = run_cases(
@@ -697,7 +700,7 @@ pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
             serde_json::to_string_pretty(&ran.records)?
         ));
     }
-    let footprint = Footprint::of(&graph, Precision::Fp32, Optimizer::Sgd)
+    let footprint = Footprint::of(&graph, args.precision, Optimizer::Sgd)
         .at(args.batch, Bytes::new(f64::INFINITY));
     let mut text_out = String::new();
     for step in ran.records.iter().filter(|r| r.kind == "workload-step") {
@@ -762,15 +765,19 @@ pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
             }),
         ];
         let mut doc = Document::new(format!(
-            "Measured training step: {} batch {batch}, input {:?}, fp32 on {} ({} threads)",
+            "Measured training step: {} batch {batch}, input {:?}, {} on {} ({} threads)",
             graph.name(),
             graph.input_shape().dims(),
+            step.precision,
             backends.device,
             step.threads
         ))
         .summary(
             "device",
-            format!("{} ({} cores)", step.env.cpu_model, step.env.cores),
+            match &step.env.gpu {
+                Some(g) => format!("{} (compute capability {})", g.name, g.compute_capability),
+                None => format!("{} ({} cores)", step.env.cpu_model, step.env.cores),
+            },
         )
         .summary(
             "step",
@@ -790,8 +797,25 @@ pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
         if let Some(rss) = extra["peak_rss_bytes"].as_f64() {
             doc = doc.summary("peak resident set (process)", s.bytes(Bytes::new(rss)));
         }
+        if let Some(scales) = extra["loss_scale"].as_array() {
+            let last = scales
+                .last()
+                .and_then(serde_json::Value::as_f64)
+                .unwrap_or(0.0);
+            doc = doc.summary(
+                "loss scale (dynamic)",
+                format!(
+                    "{last} at the last step; {} of {} updates skipped on overflow",
+                    extra["skipped_updates"].as_u64().unwrap_or(0),
+                    scales.len()
+                ),
+            );
+        }
         doc = doc
-            .summary("model footprint (SGD)", s.bytes(footprint.total))
+            .summary(
+                format!("model footprint (SGD, {})", args.precision.name()),
+                s.bytes(footprint.total),
+            )
             .table(output::table(&rows, &cols, Style::Human))
             .note(if args.top > 0 {
                 format!("the {} slowest layers; --top 0 lists every layer in order", rows.len())

@@ -9,6 +9,7 @@ use ridgeline_calibrate::comm::{CommPoint, validate_comm};
 use ridgeline_calibrate::profile::{self, Options, RecordFile};
 use ridgeline_calibrate::validate::{self, LayerPoint, StepPoint, Summary, Validation};
 use ridgeline_measure::Case;
+use ridgeline_model::precision::Precision;
 use ridgeline_model::published::{Figure, LayerCheck, check_layers, table2};
 use ridgeline_model::units::{Bytes, Seconds};
 use ridgeline_model::workloads::{self, BuildOptions};
@@ -335,7 +336,10 @@ fn run_workloads(m: &MeasureArgs) -> Result<()> {
             },
         )?;
         for b in batches {
-            cases.push((threads, Case::Workload(Box::new(graph.clone()), b)));
+            cases.push((
+                threads,
+                Case::Workload(Box::new(graph.clone()), b, Precision::Fp32),
+            ));
         }
     }
     let mut w = measure::writer(m)?;
@@ -436,7 +440,13 @@ fn print(v: &Validation, args: &ValidateArgs, artifacts: Option<&Path>) -> Resul
 /// Columns of the step table (also used by `report validation`).
 pub(crate) fn step_cols() -> [Col<StepPoint>; 9] {
     [
-        text("workload", "workload", |r, _| r.workload.clone()),
+        text("workload", "workload", |r, _| {
+            if r.precision == Precision::Fp32.name() {
+                r.workload.clone()
+            } else {
+                format!("{} {}", r.workload, r.precision)
+            }
+        }),
         text("input", "input", |r, _| {
             r.input
                 .iter()

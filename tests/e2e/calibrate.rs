@@ -185,6 +185,47 @@ fn the_loop_runs_from_micro_kernels_to_validation() {
         assert!(v["summary"][field].as_f64().unwrap() >= 0.0, "{field}");
     }
     assert!(!v["worst_layers"].as_array().unwrap().is_empty());
+    assert_eq!(step["precision"], "fp32");
+
+    // A record of another precision is predicted in it (the records relabelled: mixed
+    // precision runs on a GPU only): 16-bit activations, less memory.
+    let text = std::fs::read_to_string(measured).unwrap();
+    assert!(text.contains("\"precision\":\"fp32\""));
+    let relabelled = |precision: &str| {
+        let path = dir.join(format!("workload-{precision}.jsonl"));
+        std::fs::write(
+            &path,
+            text.replace(
+                "\"precision\":\"fp32\"",
+                &format!("\"precision\":\"{precision}\""),
+            ),
+        )
+        .unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let amp = relabelled("amp-fp16");
+    let va = run_json(&[
+        "validate",
+        "--profile",
+        profile,
+        "--measured",
+        &amp,
+        "--format",
+        "json",
+    ]);
+    let amp_step = &va["steps"][0];
+    assert_eq!(amp_step["precision"], "amp-fp16");
+    assert_eq!(amp_step["measured_s"], step["measured_s"]);
+    let memory = |s: &serde_json::Value| s["predicted_memory_bytes"].as_f64().unwrap();
+    assert!(memory(amp_step) < memory(step), "{amp_step} vs {step}");
+    // The profile holds FP32 fits only: none applies to a 16-bit step.
+    assert!(step["calibrated_layers"].as_u64().unwrap() > 0);
+    assert_eq!(amp_step["calibrated_layers"], 0, "{amp_step}");
+    let table = run_ok(&["validate", "--profile", profile, "--measured", &amp]);
+    assert!(table.contains("cosmoflow amp-fp16"), "{table}");
+    let bad = relabelled("fp8");
+    let err = run_err(&["validate", "--profile", profile, "--measured", &bad]);
+    assert!(err.contains("precision") && err.contains("fp8"), "{err}");
 
     // The same validation as a report: tables, the prediction-vs-measurement and error
     // plots, and the measured hardware efficiency of every layer pass.

@@ -254,6 +254,8 @@ fn check_workload(args: &[&str]) {
     let rs = v.as_array().unwrap();
     let step = rs.last().unwrap();
     assert_eq!(step["kind"], "workload-step");
+    assert_eq!(step["precision"], "fp32");
+    assert!(step["extra"].get("loss_scale").is_none());
     assert_eq!(step["samples_s"].as_array().unwrap().len(), 2);
     assert!(step["extra"]["peak_bytes"].as_f64().unwrap() > 0.0);
     assert!(
@@ -294,6 +296,29 @@ fn check_workload(args: &[&str]) {
         };
         assert_eq!(r["flops"], model_layer[key], "{}", r["shape"]);
     }
+}
+
+#[test]
+fn mixed_precision_workloads_need_a_gpu() {
+    for precision in ["amp-fp16", "amp-bf16", "tf32"] {
+        let err = run_err(&[
+            "measure",
+            "workload",
+            "cosmoflow",
+            "--input-size",
+            "32",
+            "--width",
+            "0.25",
+            "--precision",
+            precision,
+        ]);
+        assert!(
+            err.contains(precision) && err.contains("fp32 only") && err.contains("--device cuda"),
+            "{err}"
+        );
+    }
+    let err = run_err(&["measure", "workload", "cosmoflow", "--precision", "fp8"]);
+    assert!(err.contains("amp-fp16"), "{err}");
 }
 
 #[test]

@@ -285,6 +285,7 @@ impl<'g> Executor<'g> {
             update: 0.0,
             loss,
             total: 0.0,
+            loss_scale: None,
         }
     }
 }

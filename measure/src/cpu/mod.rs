@@ -257,10 +257,18 @@ impl Backend for CpuBackend {
         &mut self,
         graph: &Graph,
         batch: usize,
+        precision: Precision,
         protocol: &Protocol,
     ) -> Result<WorkloadRun> {
         if batch == 0 {
             return Err(Error::invalid("batch", "must be at least 1"));
+        }
+        if precision != Precision::Fp32 {
+            return Err(Error::invalid(
+                format!("workload `{}` in {}", graph.name(), precision.name()),
+                "the CPU executor trains in fp32 only; tf32, amp-fp16 and amp-bf16 run on a GPU \
+                 (--device cuda)",
+            ));
         }
         let footprint = Footprint::of(graph, Precision::Fp32, Optimizer::Sgd)
             .at(batch as u64, Bytes::new(f64::INFINITY));
@@ -402,9 +410,16 @@ mod tests {
             max_samples: 2,
             ..Protocol::quick()
         };
-        let run = b.workload(&g, 2, &p).unwrap();
+        let run = b.workload(&g, 2, Precision::Fp32, &p).unwrap();
         assert_eq!(run.layers.len(), g.layers().len());
         assert_eq!(run.step_s.len(), 2);
+        assert!(run.loss_scale.is_empty() && run.skipped_updates == 0);
+        // Mixed precision runs on a GPU only, and says so.
+        let e = b
+            .workload(&g, 2, Precision::AmpFp16, &p)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("amp-fp16") && e.contains("--device cuda"), "{e}");
         let conv = run.layers.iter().find(|l| l.name == "conv3d_1").unwrap();
         assert!(
             conv.forward_s.iter().all(|&t| t > 0.0) && conv.backward_s.iter().all(|&t| t > 0.0)

@@ -539,8 +539,8 @@ const BN_EPSILON: f64 = 1e-5;
 const BN_MOMENTUM: f64 = 0.1;
 
 impl Layer {
-    /// A pooling layer of geometry `g`.
-    pub(crate) fn pool(g: &PoolGeometry) -> Result<Layer, CudnnFailure> {
+    /// A pooling layer of geometry `g` on tensors of `element`.
+    pub(crate) fn pool(g: &PoolGeometry, element: Element) -> Result<Layer, CudnnFailure> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: `raw` is a valid place for the new descriptor.
         status("cudnnCreatePoolingDescriptor", unsafe {
@@ -567,17 +567,19 @@ impl Layer {
         })?;
         Ok(Layer::Pool {
             desc: PoolingDescHandle(desc),
-            x: Tensor::new(&g.x)?,
-            y: Tensor::new(&g.y)?,
+            x: Tensor::typed(&g.x, element)?,
+            y: Tensor::typed(&g.y, element)?,
         })
     }
 
-    /// A batch-norm layer on input `x` dims `[n, c, spatial...]`.
-    pub(crate) fn batch_norm(x: &[i32]) -> Result<Layer, CudnnFailure> {
+    /// A batch-norm layer on input `x` dims `[n, c, spatial...]` of `element`; the
+    /// per-channel parameters and statistics are FP32 whatever the input (cuDNN's derived
+    /// type for FP32, FP16 and BF16 data).
+    pub(crate) fn batch_norm(x: &[i32], element: Element) -> Result<Layer, CudnnFailure> {
         let mut channel = vec![1; x.len()];
         channel[1] = x[1];
         Ok(Layer::BatchNorm {
-            x: Tensor::new(x)?,
+            x: Tensor::typed(x, element)?,
             channel: Tensor::new(&channel)?,
         })
     }

@@ -38,7 +38,7 @@ use super::plan::{
     Compute, ConvGeometry, ConvPlan, Element, GemmPlan, OP_KERNELS, OPS_SOURCE, PoolGeometry,
     SHAPED_KERNELS, SHAPED_SOURCE, SPATIAL_KERNELS, SPATIAL_SOURCE, STREAM_BLOCK, STREAM_SOURCE,
     ShapedLaunch, SpatialLaunch, elements, elementwise_kernel, shaped_kernel, spatial_kernel,
-    stream_function, stream_grid,
+    stream_function, stream_grid, typed_source,
 };
 use crate::backend::{
     Backend, ConvCase, ConvPass, CopyCase, CopyDirection, GemmCase, HostMemory, OpCase, Pass,
@@ -62,7 +62,7 @@ pub struct CudaBackend {
     gpu: GpuEnv,
     cudnn: Option<Handle>,
     blas: Option<CudaBlas>,
-    kernels: Option<Vec<(&'static str, CudaFunction)>>,
+    kernels: Vec<(Element, &'static str, CudaFunction)>,
     notes: Option<Value>,
     stream: Arc<CudaStream>,
     ctx: Arc<CudaContext>,
@@ -130,7 +130,7 @@ impl CudaBackend {
             gpu,
             cudnn: None,
             blas: None,
-            kernels: None,
+            kernels: Vec::new(),
             notes: None,
             stream,
             ctx,
@@ -197,25 +197,20 @@ impl CudaBackend {
             .ok_or_else(|| unavailable(self.ordinal, "cuDNN handle missing"))
     }
 
-    /// An NVRTC kernel by name: every source (STREAM, element-wise, shaped, tile and
-    /// upsample, the workload executor's) is compiled and loaded on first use, and NVRTC's version recorded.
-    fn kernel(&mut self, name: &str) -> Result<CudaFunction> {
-        if self.kernels.is_none() {
+    /// An NVRTC kernel by name, its activations stored as `storage` (FP32 for every
+    /// micro-kernel; the executor's 16-bit storages for mixed precision). The sources of a
+    /// storage (STREAM's with FP32) are compiled and loaded on first use, and NVRTC's
+    /// version recorded.
+    fn kernel(&mut self, name: &str, storage: Element) -> Result<CudaFunction> {
+        if !self.kernels.iter().any(|(s, _, _)| *s == storage) {
             self.nvrtc_present()?;
             let stream_names = StreamKernel::ALL.map(stream_function);
-            let mut functions = Vec::new();
-            for (source, names) in [
-                (STREAM_SOURCE, stream_names.as_slice()),
-                (OPS_SOURCE, OP_KERNELS.as_slice()),
-                (SHAPED_SOURCE, SHAPED_KERNELS.as_slice()),
-                (SPATIAL_SOURCE, SPATIAL_KERNELS.as_slice()),
-                (EXEC_SOURCE, EXEC_KERNELS.as_slice()),
-            ] {
+            for (source, names) in kernel_sources(storage, &stream_names) {
                 let ptx = self.call("nvrtcCompileProgram", nvrtc::compile_ptx(source))?;
                 let module = self.call("cuModuleLoadData", self.ctx.load_module(ptx))?;
                 for &k in names {
                     let f = self.call("cuModuleGetFunction", module.load_function(k))?;
-                    functions.push((k, f));
+                    self.kernels.push((storage, k, f));
                 }
             }
             let (mut major, mut minor) = (0, 0);
@@ -226,12 +221,11 @@ impl CudaBackend {
             self.gpu
                 .libraries
                 .insert("nvrtc".into(), format!("{major}.{minor}"));
-            self.kernels = Some(functions);
         }
         self.kernels
-            .as_ref()
-            .and_then(|v| v.iter().find(|(k, _)| *k == name))
-            .map(|(_, f)| f.clone())
+            .iter()
+            .find(|(s, k, _)| *s == storage && *k == name)
+            .map(|(_, _, f)| f.clone())
             .ok_or_else(|| unavailable(self.ordinal, format!("kernel {name} missing")))
     }
 
@@ -250,7 +244,7 @@ impl CudaBackend {
         let big = 2 * elements;
         let small = elements.max(launch.a).max(samples);
         self.check_memory(what, 4 * (2 * big + 3 * small + launch.a))?;
-        let f = self.kernel(launch.kernel)?;
+        let f = self.kernel(launch.kernel, Element::F32)?;
         let stream = self.stream.clone();
         let x = self.call("cuMemcpyHtoDAsync", stream.clone_htod(&vec![1.0f32; small]))?;
         let x2 = self.call("cuMemcpyHtoDAsync", stream.clone_htod(&vec![0.5f32; small]))?;
@@ -278,10 +272,11 @@ impl CudaBackend {
                     .arg(&a)
                     .arg(&b)
                     .arg(&n);
-                // SAFETY: every shaped kernel takes (const float* x3, float* x3, and three
-                // unsigned long long), matching the arguments pushed; the buffers are sized
-                // for the largest index any of them reaches (2 x the input's elements for
-                // concat, the channels or samples for the per-channel and per-sample ones).
+                // SAFETY: every shaped kernel (FP32 build, T = float) takes (const float* x3,
+                // float* x3, and three unsigned long long), matching the arguments pushed; the
+                // buffers are sized for the largest index any of them reaches (2 x the
+                // input's elements for concat, the channels or samples for the per-channel
+                // and per-sample ones).
                 call(ordinal, "cuLaunchKernel", unsafe { l.launch(cfg) }).map(drop)
             })
         })?;
@@ -299,7 +294,7 @@ impl CudaBackend {
     ) -> Result<Vec<f64>> {
         let (n_in, n_out) = (launch.in_elements.max(1), launch.out_elements.max(1));
         self.check_memory(what, 4 * (n_in + 2 * n_out))?;
-        let f = self.kernel(launch.kernel)?;
+        let f = self.kernel(launch.kernel, Element::F32)?;
         let stream = self.stream.clone();
         let x = self.call("cuMemcpyHtoDAsync", stream.clone_htod(&vec![1.0f32; n_in]))?;
         let dy = self.call("cuMemcpyHtoDAsync", stream.clone_htod(&vec![1.0f32; n_out]))?;
@@ -325,7 +320,7 @@ impl CudaBackend {
                     .arg(&k1)
                     .arg(&k2)
                     .arg(&n);
-                // SAFETY: the tile and upsample kernels take (const float*, const float*,
+                // SAFETY: the tile and upsample kernels (FP32 build) take (const float*, const float*,
                 // float*, and seven unsigned long long), matching the arguments pushed; `x`
                 // holds the input's elements, `dy` and `out` the output's (the index map
                 // stays below each, as the plan's tests check).
@@ -388,8 +383,8 @@ impl CudaBackend {
             message: f.message,
         };
         let layer = match &geometry {
-            Some(g) => CudnnLayer::pool(g),
-            None => CudnnLayer::batch_norm(&x_dims),
+            Some(g) => CudnnLayer::pool(g, Element::F32),
+            None => CudnnLayer::batch_norm(&x_dims, Element::F32),
         }
         .map_err(failed)?;
         let ones = |n: usize| vec![1.0f32; n];
@@ -557,6 +552,28 @@ impl Timer {
         let ms = call(o, "cuEventElapsedTime", self.start.elapsed_ms(&self.end))?;
         Ok(Duration::from_secs_f64(f64::from(ms) / 1e3))
     }
+}
+
+/// The kernel sources of activation storage `storage` with their kernels' names: FP32
+/// adds STREAM's (FP64 arrays) to the element-wise, shaped, spatial and executor sources.
+fn kernel_sources<'a>(
+    storage: Element,
+    stream_names: &'a [&'static str],
+) -> Vec<(String, &'a [&'static str])> {
+    let typed = [
+        (OPS_SOURCE, OP_KERNELS.as_slice()),
+        (SHAPED_SOURCE, SHAPED_KERNELS.as_slice()),
+        (SPATIAL_SOURCE, SPATIAL_KERNELS.as_slice()),
+        (EXEC_SOURCE, EXEC_KERNELS.as_slice()),
+    ];
+    let mut out: Vec<(String, &[&'static str])> = typed
+        .into_iter()
+        .filter_map(|(source, names)| Some((typed_source(source, storage)?, names)))
+        .collect();
+    if storage == Element::F32 {
+        out.push((STREAM_SOURCE.to_owned(), stream_names));
+    }
+    out
 }
 
 /// Three GEMM operands in device memory, typed by the plan's elements.
@@ -755,7 +772,7 @@ impl Backend for CudaBackend {
             ));
         }
         self.check_memory("stream", 3 * 8 * elements)?;
-        let f = self.kernel(stream_function(kernel))?;
+        let f = self.kernel(stream_function(kernel), Element::F32)?;
         let mut a: CudaSlice<f64> = self.zeros(elements)?;
         let mut b: CudaSlice<f64> = self.zeros(elements)?;
         let mut c: CudaSlice<f64> = self.zeros(elements)?;
@@ -844,7 +861,7 @@ impl Backend for CudaBackend {
             return Err(Error::invalid(what, "the input has no elements"));
         }
         self.check_memory(&what, 6 * 4 * n)?;
-        let f = self.kernel(name)?;
+        let f = self.kernel(name, Element::F32)?;
         // Inputs of ones (tanh's backward reads its forward output as `y`).
         let ones = vec![1.0f32; n];
         let x = self.call("cuMemcpyHtoDAsync", self.stream.clone_htod(&ones))?;
@@ -873,7 +890,7 @@ impl Backend for CudaBackend {
                     .arg(&param)
                     .arg(&seed)
                     .arg(&len);
-                // SAFETY: every op kernel takes (const float*, const float*, const float*,
+                // SAFETY: every op kernel (FP32 build) takes (const float*, const float*, const float*,
                 // float*, float*, float, unsigned long long, unsigned long long), matching
                 // the arguments pushed; all five arrays hold `n` floats and the kernels index
                 // below `n`.
@@ -889,12 +906,13 @@ impl Backend for CudaBackend {
         &mut self,
         graph: &ridgeline_model::graph::Graph,
         batch: usize,
+        precision: ridgeline_model::precision::Precision,
         protocol: &Protocol,
     ) -> Result<WorkloadRun> {
         if batch == 0 {
             return Err(Error::invalid("batch", "must be at least 1"));
         }
-        let mut exec = exec::GpuExecutor::new(self, graph, batch)?;
+        let mut exec = exec::GpuExecutor::new(self, graph, batch, precision)?;
         let ordinal = self.ordinal;
         let handle = self
             .cudnn
@@ -1079,5 +1097,46 @@ mod tests {
             compute_type(GemmPlan::of(Format::Tf32).compute),
             cublas::sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
         );
+    }
+
+    /// Every kernel source in every storage through NVRTC and ptxas (which NVRTC runs for a
+    /// real architecture) for the GPUs the catalog lists, A100 (sm_80) and H100 (sm_90):
+    /// C++ and inline PTX are checked without a GPU, and every kernel the backend looks up
+    /// is in the module. Needs only libnvrtc (`scripts/test` installs the
+    /// nvidia-cuda-nvrtc wheel); skipped without it unless `RIDGELINE_REQUIRE_NVRTC` is set.
+    #[test]
+    fn every_kernel_source_compiles_with_nvrtc_and_ptxas() {
+        // SAFETY: a dlopen probe only.
+        if !unsafe { nvrtc::sys::is_culib_present() } {
+            assert!(
+                std::env::var_os("RIDGELINE_REQUIRE_NVRTC").is_none(),
+                "RIDGELINE_REQUIRE_NVRTC is set but libnvrtc.so.13 cannot be loaded: \
+                 scripts/test installs it and puts it on LD_LIBRARY_PATH"
+            );
+            eprintln!("skipped: libnvrtc.so.13 is not on the library path");
+            return;
+        }
+        let stream_names = StreamKernel::ALL.map(stream_function);
+        for storage in [Element::F32, Element::F16, Element::Bf16] {
+            for (source, names) in kernel_sources(storage, &stream_names) {
+                for arch in ["sm_80", "sm_90"] {
+                    let opts = nvrtc::CompileOptions {
+                        arch: Some(arch),
+                        ..Default::default()
+                    };
+                    let ptx = nvrtc::compile_ptx_with_opts(&source, opts).unwrap_or_else(|e| {
+                        panic!("{storage:?} {arch} {}: {e:?}", names[0]);
+                    });
+                    let text = ptx.to_src();
+                    for name in names {
+                        assert!(
+                            text.contains(&format!(".entry {name}(")),
+                            "{storage:?} {arch}: {name} missing"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(kernel_sources(Element::F64, &stream_names).is_empty());
     }
 }

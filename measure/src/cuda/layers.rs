@@ -6,18 +6,25 @@
 
 use ridgeline_model::graph::{Graph, Layer, Op};
 
-use super::plan::{
-    ConvGeometry, PoolGeometry, ShapedLaunch, SpatialLaunch, elementwise_kernel, shaped_kernel,
-    spatial_kernel,
-};
-use crate::backend::{ConvCase, Pass};
+use ridgeline_model::precision::Precision;
 
-/// The executor's kernels in CUDA C (NVRTC), grid-stride loops over `n`:
+use super::plan::{
+    ConvGeometry, Element, PoolGeometry, ShapedLaunch, SpatialLaunch, elementwise_kernel,
+    shaped_kernel, spatial_kernel,
+};
+use crate::backend::{ConvCase, Format, Pass};
+
+/// The executor's kernels in CUDA C (NVRTC), grid-stride loops over `n`, compiled once per
+/// activation storage `T` ([`super::plan::typed_source`]); parameters, their FP32
+/// gradients and the losses are `float`:
 ///
 /// - `ex_fill(out, v, n)`: `out = v`; `ex_uniform(out, seed, scale, n)`: synthetic data
 ///   uniform in `[-scale, scale)` from a hash of the index;
 /// - `ex_accumulate(out, x, n)`: `out += x` (a tensor read by several layers);
-/// - `ex_sgd(w, dw, lr, n)`: `w -= lr dw`;
+/// - `ex_sgd(w, dw, copy, overflow, lr, unscale, n)`: `w -= lr unscale dw` on the FP32
+///   master `w` unless `overflow[0]` is set (or `lr` is 0), then `copy = w` where `copy`
+///   is not null (the 16-bit weights of mixed precision); `ex_check_finite(x, overflow,
+///   n)` sets `overflow[0]` where an element of `x` is infinite or NaN;
 /// - `ex_bias_add(y, bias, a, b, n)` and `ex_bias_grad(dy, db, a, b, n)`: a per-channel bias
 ///   on the layout `[samples, a, b]` and its gradient (atomics);
 /// - `ex_concat_fwd(x, out, a, total, offset, b, n)`: one input of `a` channels into
@@ -34,31 +41,37 @@ pub(crate) const EXEC_SOURCE: &str = r#"
 typedef unsigned long long u64;
 #define LOOP for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
 __device__ __forceinline__ u64 mix(u64 h) { h ^= h >> 33; h *= 0xff51afd7ed558ccdull; h ^= h >> 33; h *= 0xc4ceb9fe1a85ec53ull; h ^= h >> 33; return h; }
-extern "C" __global__ void ex_fill(float* out, float v, u64 n) { LOOP { out[i] = v; } }
-extern "C" __global__ void ex_uniform(float* out, u64 seed, float scale, u64 n) { LOOP { out[i] = scale * (2.0f * ((mix(i ^ seed) >> 40) * (1.0f / 16777216.0f)) - 1.0f); } }
-extern "C" __global__ void ex_accumulate(float* out, const float* x, u64 n) { LOOP { out[i] += x[i]; } }
-extern "C" __global__ void ex_sgd(float* w, const float* dw, float lr, u64 n) { LOOP { w[i] -= lr * dw[i]; } }
-extern "C" __global__ void ex_bias_add(float* y, const float* bias, u64 a, u64 b, u64 n) { LOOP { y[i] += bias[(i / b) % a]; } }
-extern "C" __global__ void ex_bias_grad(const float* dy, float* db, u64 a, u64 b, u64 n) { LOOP { atomicAdd(&db[(i / b) % a], dy[i]); } }
-extern "C" __global__ void ex_concat_fwd(const float* x, float* out, u64 a, u64 total, u64 offset, u64 b, u64 n) { LOOP { u64 s = i / (a * b), j = i % (a * b); out[(s * total + offset) * b + j] = x[i]; } }
-extern "C" __global__ void ex_concat_bwd(const float* x, float* out, u64 a, u64 total, u64 offset, u64 b, u64 n) { LOOP { u64 s = i / (a * b), j = i % (a * b); out[i] = x[(s * total + offset) * b + j]; } }
-extern "C" __global__ void ex_embed(const float* x, float* out, u64 i0, u64 i1, u64 i2, u64 p0, u64 p1, u64 p2, u64 o0, u64 o1, u64 o2, u64 n) {
+extern "C" __global__ void ex_fill(T* out, float v, u64 n) { LOOP { out[i] = v; } }
+extern "C" __global__ void ex_uniform(T* out, u64 seed, float scale, u64 n) { LOOP { out[i] = scale * (2.0f * ((mix(i ^ seed) >> 40) * (1.0f / 16777216.0f)) - 1.0f); } }
+extern "C" __global__ void ex_accumulate(T* out, const T* x, u64 n) { LOOP { out[i] += x[i]; } }
+extern "C" __global__ void ex_sgd(float* w, const T* dw, T* copy, const float* overflow, float lr, float unscale, u64 n) {
+    LOOP {
+        if (lr != 0.0f && overflow[0] == 0.0f) w[i] -= lr * (unscale * (float)dw[i]);
+        if (copy) copy[i] = w[i];
+    }
+}
+extern "C" __global__ void ex_check_finite(const T* x, float* overflow, u64 n) { LOOP { if (!(fabsf((float)x[i]) <= 3.402823466e38f)) overflow[0] = 1.0f; } }
+extern "C" __global__ void ex_bias_add(T* y, const float* bias, u64 a, u64 b, u64 n) { LOOP { y[i] += bias[(i / b) % a]; } }
+extern "C" __global__ void ex_bias_grad(const T* dy, float* db, u64 a, u64 b, u64 n) { LOOP { atomicAdd(&db[(i / b) % a], dy[i]); } }
+extern "C" __global__ void ex_concat_fwd(const T* x, T* out, u64 a, u64 total, u64 offset, u64 b, u64 n) { LOOP { u64 s = i / (a * b), j = i % (a * b); out[(s * total + offset) * b + j] = x[i]; } }
+extern "C" __global__ void ex_concat_bwd(const T* x, T* out, u64 a, u64 total, u64 offset, u64 b, u64 n) { LOOP { u64 s = i / (a * b), j = i % (a * b); out[i] = x[(s * total + offset) * b + j]; } }
+extern "C" __global__ void ex_embed(const T* x, T* out, u64 i0, u64 i1, u64 i2, u64 p0, u64 p1, u64 p2, u64 o0, u64 o1, u64 o2, u64 n) {
     LOOP {
         u64 c2 = i % p2, c1 = (i / p2) % p1, c0 = (i / (p2 * p1)) % p0, plane = i / (p2 * p1 * p0);
         bool inside = c0 >= o0 && c0 - o0 < i0 && c1 >= o1 && c1 - o1 < i1 && c2 >= o2 && c2 - o2 < i2;
         out[i] = inside ? x[((plane * i0 + (c0 - o0)) * i1 + (c1 - o1)) * i2 + (c2 - o2)] : 0.0f;
     }
 }
-extern "C" __global__ void ex_crop(const float* x, float* out, u64 i0, u64 i1, u64 i2, u64 p0, u64 p1, u64 p2, u64 o0, u64 o1, u64 o2, u64 n) {
+extern "C" __global__ void ex_crop(const T* x, T* out, u64 i0, u64 i1, u64 i2, u64 p0, u64 p1, u64 p2, u64 o0, u64 o1, u64 o2, u64 n) {
     LOOP {
         u64 c2 = i % i2, c1 = (i / i2) % i1, c0 = (i / (i2 * i1)) % i0, plane = i / (i2 * i1 * i0);
         out[i] = x[((plane * p0 + c0 + o0) * p1 + c1 + o1) * p2 + c2 + o2];
     }
 }
-extern "C" __global__ void ex_softmax_ce_fwd(const float* x, float* out, u64 c, u64 vol, u64 seed, u64 n) {
+extern "C" __global__ void ex_softmax_ce_fwd(const T* x, float* out, u64 c, u64 vol, u64 seed, u64 n) {
     LOOP {
         u64 s = i / vol, pos = i % vol;
-        const float* v = x + s * c * vol + pos;
+        const T* v = x + s * c * vol + pos;
         float m = v[0];
         for (u64 k = 1; k < c; k++) m = fmaxf(m, v[k * vol]);
         float sum = 0.0f;
@@ -67,10 +80,10 @@ extern "C" __global__ void ex_softmax_ce_fwd(const float* x, float* out, u64 c, 
         atomicAdd(&out[s], (logf(sum) + m - v[label * vol]) / (float)vol);
     }
 }
-extern "C" __global__ void ex_softmax_ce_bwd(const float* x, const float* dy, float* dx, u64 c, u64 vol, u64 seed, u64 n) {
+extern "C" __global__ void ex_softmax_ce_bwd(const T* x, const float* dy, T* dx, u64 c, u64 vol, u64 seed, u64 n) {
     LOOP {
         u64 s = i / vol, pos = i % vol;
-        const float* v = x + s * c * vol + pos;
+        const T* v = x + s * c * vol + pos;
         float m = v[0];
         for (u64 k = 1; k < c; k++) m = fmaxf(m, v[k * vol]);
         float sum = 0.0f;
@@ -83,11 +96,12 @@ extern "C" __global__ void ex_softmax_ce_bwd(const float* x, const float* dy, fl
 "#;
 
 /// Every kernel name of [`EXEC_SOURCE`].
-pub(crate) const EXEC_KERNELS: [&str; 12] = [
+pub(crate) const EXEC_KERNELS: [&str; 13] = [
     "ex_fill",
     "ex_uniform",
     "ex_accumulate",
     "ex_sgd",
+    "ex_check_finite",
     "ex_bias_add",
     "ex_bias_grad",
     "ex_concat_fwd",
@@ -97,6 +111,86 @@ pub(crate) const EXEC_KERNELS: [&str; 12] = [
     "ex_softmax_ce_fwd",
     "ex_softmax_ce_bwd",
 ];
+
+/// How the executor runs a training precision (the recipe of Micikevicius et al., *Mixed
+/// Precision Training*, ICLR 2018, as frameworks' automatic mixed precision applies it):
+/// activations and their gradients stored in `storage`; convolutions and dense layers in
+/// `matrix` (cuDNN and cuBLAS with FP32 accumulation); under mixed precision, conv and
+/// dense weights used through a 16-bit copy of an FP32 master that the update writes,
+/// their gradients 16-bit, every other parameter FP32; FP16 with dynamic loss scaling
+/// ([`LossScaler`]), BF16 without (its range is FP32's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ExecPrecision {
+    /// Activations and activation gradients.
+    pub(crate) storage: Element,
+    /// Convolutions and dense layers.
+    pub(crate) matrix: Format,
+    /// Whether the loss is scaled (and overflowing steps skipped).
+    pub(crate) loss_scaling: bool,
+}
+
+impl ExecPrecision {
+    /// The executor's plan of `precision`.
+    pub(crate) const fn of(precision: Precision) -> ExecPrecision {
+        let (storage, matrix, loss_scaling) = match precision {
+            Precision::Fp32 => (Element::F32, Format::Fp32, false),
+            Precision::Tf32 => (Element::F32, Format::Tf32, false),
+            Precision::AmpFp16 => (Element::F16, Format::Fp16, true),
+            Precision::AmpBf16 => (Element::Bf16, Format::Bf16, false),
+        };
+        ExecPrecision {
+            storage,
+            matrix,
+            loss_scaling,
+        }
+    }
+
+    /// Whether conv and dense weights have a 16-bit copy (mixed precision).
+    pub(crate) const fn weight_copies(self) -> bool {
+        !matches!(self.storage, Element::F32)
+    }
+}
+
+/// Dynamic loss scaling with the defaults of PyTorch's `GradScaler` (Micikevicius et al.
+/// 2018, section 3.2): the loss gradient is multiplied by `scale` so small FP16 gradients
+/// do not flush to zero; a step whose gradients hold an infinity or NaN skips its update
+/// and halves the scale; `GROWTH_INTERVAL` clean steps in a row double it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct LossScaler {
+    /// The scale of the next step.
+    pub(crate) scale: f32,
+    /// Clean steps since the last change.
+    clean: u32,
+}
+
+impl LossScaler {
+    /// The first step's scale, 2^16.
+    pub(crate) const INITIAL: f32 = 65536.0;
+    /// Clean steps before the scale doubles.
+    pub(crate) const GROWTH_INTERVAL: u32 = 2000;
+
+    /// A scaler at [`Self::INITIAL`].
+    pub(crate) const fn new() -> LossScaler {
+        LossScaler {
+            scale: Self::INITIAL,
+            clean: 0,
+        }
+    }
+
+    /// After a step: `overflow` when its gradients were not all finite.
+    pub(crate) fn update(&mut self, overflow: bool) {
+        if overflow {
+            self.scale *= 0.5;
+            self.clean = 0;
+        } else {
+            self.clean += 1;
+            if self.clean == Self::GROWTH_INTERVAL {
+                self.scale *= 2.0;
+                self.clean = 0;
+            }
+        }
+    }
+}
 
 /// Where a layer's input sits inside the tensor cuDNN is given when the layer pads
 /// unevenly: extents of the input and of the padded tensor (three spatial dimensions,
@@ -368,6 +462,24 @@ impl LayerPlan {
         })
     }
 
+    /// Whether the layer is a loss (mean squared error, softmax cross-entropy): its output
+    /// and that output's gradient are FP32 in every precision.
+    pub(crate) fn is_loss(&self) -> bool {
+        match self {
+            LayerPlan::SoftmaxCe { .. } => true,
+            LayerPlan::Shaped { forward, .. } => forward.kernel == "op_mse_fwd",
+            _ => false,
+        }
+    }
+
+    /// Whether parameter `k` is read by cuDNN or cuBLAS in the matrix format (the weights
+    /// of convolutions and dense layers): under mixed precision it has a 16-bit copy of its
+    /// FP32 master, and a 16-bit gradient. Biases, batch-norm and affine parameters are read
+    /// as FP32 by the kernels and cuDNN's batch norm.
+    pub(crate) fn is_matrix_weight(&self, k: usize) -> bool {
+        k == 0 && matches!(self, LayerPlan::Conv { .. } | LayerPlan::Dense { .. })
+    }
+
     /// Elements of each trainable parameter tensor, in the order the CPU executor keeps
     /// them (weights, then bias; batch norm and channel affine: scale, then shift).
     pub(crate) fn parameters(&self) -> Vec<usize> {
@@ -542,12 +654,78 @@ mod tests {
     }
 
     #[test]
+    fn precisions_map_to_the_model_bytes_and_formats_they_are_predicted_with() {
+        for p in Precision::ALL {
+            let e = ExecPrecision::of(p);
+            assert_eq!(e.storage.bytes() as u64, p.compute_bytes(), "{p:?}");
+            assert_eq!(e.matrix.name(), p.matrix_format().name(), "{p:?}");
+            assert_eq!(e.weight_copies(), p.has_master_weights(), "{p:?}");
+            // cuDNN runs every storage's convolutions.
+            assert!(crate::cuda::plan::ConvPlan::of(e.matrix).is_ok());
+            assert_eq!(
+                crate::cuda::plan::ConvPlan::of(e.matrix).unwrap().data,
+                if p == Precision::Tf32 {
+                    Element::F32
+                } else {
+                    e.storage
+                }
+            );
+        }
+        assert!(ExecPrecision::of(Precision::AmpFp16).loss_scaling);
+        assert!(!ExecPrecision::of(Precision::AmpBf16).loss_scaling);
+        assert!(!ExecPrecision::of(Precision::Fp32).weight_copies());
+    }
+
+    #[test]
+    fn loss_scale_halves_on_overflow_and_doubles_after_a_clean_interval() {
+        let mut s = LossScaler::new();
+        assert_eq!(s.scale, 65536.0);
+        s.update(true);
+        s.update(true);
+        assert_eq!(s.scale, 16384.0);
+        for _ in 0..LossScaler::GROWTH_INTERVAL - 1 {
+            s.update(false);
+        }
+        assert_eq!(s.scale, 16384.0);
+        // An overflow restarts the count.
+        s.update(true);
+        for _ in 0..LossScaler::GROWTH_INTERVAL - 1 {
+            s.update(false);
+        }
+        assert_eq!(s.scale, 8192.0);
+        s.update(false);
+        assert_eq!(s.scale, 16384.0);
+    }
+
+    #[test]
+    fn losses_and_matrix_weights_are_told_apart() {
+        let g = workloads::build("deepcam", &BuildOptions::default()).unwrap();
+        let plans: Vec<LayerPlan> = g
+            .layers()
+            .iter()
+            .map(|l| LayerPlan::of(&g, l, 1).unwrap())
+            .collect();
+        let losses: Vec<usize> = (0..plans.len()).filter(|&i| plans[i].is_loss()).collect();
+        assert_eq!(losses, [g.last()], "deepcam's one loss is its last layer");
+        for (p, l) in plans.iter().zip(g.layers()) {
+            let conv_or_dense =
+                matches!(l.op, Op::Conv(_) | Op::ConvTranspose(_) | Op::Dense { .. });
+            assert_eq!(p.is_matrix_weight(0), conv_or_dense, "{}", l.name);
+            assert!(!p.is_matrix_weight(1));
+        }
+    }
+
+    #[test]
     fn the_executor_kernels_are_defined_once_with_the_arguments_the_executor_pushes() {
         for (name, args) in [
             ("ex_fill", &["out", "v", "n"][..]),
             ("ex_uniform", &["out", "seed", "scale", "n"]),
             ("ex_accumulate", &["out", "x", "n"]),
-            ("ex_sgd", &["w", "dw", "lr", "n"]),
+            (
+                "ex_sgd",
+                &["w", "dw", "copy", "overflow", "lr", "unscale", "n"],
+            ),
+            ("ex_check_finite", &["x", "overflow", "n"]),
             ("ex_bias_add", &["y", "bias", "a", "b", "n"]),
             ("ex_bias_grad", &["dy", "db", "a", "b", "n"]),
             (

@@ -151,6 +151,61 @@ impl ConvPlan {
     }
 }
 
+/// What every kernel source but STREAM's is compiled after: the storage type `T` of
+/// activation tensors and their gradients, and `acc(p, v)`, an atomic `*p += v`. `T` is
+/// `float`, or a 16-bit struct (`h16`: IEEE half, `b16`: bfloat16) that reads as a float
+/// and rounds to nearest even when a float is assigned to it; arithmetic is FP32 in every
+/// storage, as in frameworks' mixed-precision kernels. Parameters, their gradients and the
+/// losses stay `float`. No CUDA header is needed (NVRTC's own `cuda_fp16.h` is not
+/// assumed): half conversions are the PTX `cvt` instructions, bfloat16's are bit shifts.
+const STORAGE_PRELUDE: &str = r#"
+struct h16 {
+    unsigned short v;
+    __device__ __forceinline__ operator float() const { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v)); return f; }
+    __device__ __forceinline__ h16& operator=(float f) { asm("cvt.rn.f16.f32 %0, %1;" : "=h"(v) : "f"(f)); return *this; }
+    __device__ __forceinline__ h16& operator+=(float f) { return *this = (float)*this + f; }
+};
+struct b16 {
+    unsigned short v;
+    __device__ __forceinline__ operator float() const { return __uint_as_float(((unsigned int)v) << 16); }
+    __device__ __forceinline__ b16& operator=(float f) {
+        unsigned int u = __float_as_uint(f);
+        v = (u & 0x7fffffffu) > 0x7f800000u ? (unsigned short)((u >> 16) | 0x40u)
+                                            : (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+        return *this;
+    }
+    __device__ __forceinline__ b16& operator+=(float f) { return *this = (float)*this + f; }
+};
+__device__ __forceinline__ void acc(float* p, float v) { atomicAdd(p, v); }
+template <typename S> __device__ __forceinline__ void acc16(S* p, float v) {
+    unsigned int* word = (unsigned int*)((unsigned long long)p & ~3ull);
+    unsigned int shift = ((unsigned long long)p & 2ull) ? 16u : 0u;
+    unsigned int old = *word, seen;
+    do {
+        seen = old;
+        S now, next;
+        now.v = (unsigned short)(seen >> shift);
+        next = (float)now + v;
+        old = atomicCAS(word, seen, (seen & ~(0xffffu << shift)) | ((unsigned int)next.v << shift));
+    } while (old != seen);
+}
+__device__ __forceinline__ void acc(h16* p, float v) { acc16(p, v); }
+__device__ __forceinline__ void acc(b16* p, float v) { acc16(p, v); }
+"#;
+
+/// `source` (one of the kernel sources but STREAM's) for activations stored as `storage`:
+/// [`STORAGE_PRELUDE`], the type `T`, then the source. FP64 storage is not a kernel
+/// storage (`None`).
+pub(crate) fn typed_source(source: &str, storage: Element) -> Option<String> {
+    let t = match storage {
+        Element::F32 => "float",
+        Element::F16 => "h16",
+        Element::Bf16 => "b16",
+        Element::F64 => return None,
+    };
+    Some(format!("{STORAGE_PRELUDE}typedef {t} T;\n{source}"))
+}
+
 /// The STREAM kernels in CUDA C, compiled at run time with NVRTC: grid-stride loops over
 /// `double` arrays, named `stream_<kernel>`, arguments in the order the backend passes them
 /// (`a`, `b`, `c`, `q`, `n`).
@@ -191,7 +246,8 @@ pub(crate) const fn stream_function(kernel: StreamKernel) -> &'static str {
     }
 }
 
-/// The element-wise ops' kernels in CUDA C (NVRTC), forward and backward, every one with
+/// The element-wise ops' kernels in CUDA C (NVRTC; compiled through [`typed_source`], every
+/// tensor of activation storage `T`), forward and backward, every one with
 /// the same parameters `(x, y, dy, out, out2, p, seed, n)`: inputs `x` (and a second input
 /// or the forward output `y`), the output gradient `dy`, outputs `out` (and `out2`, the
 /// second input's gradient of `add`), the op's parameter `p` and, for dropout, a `seed` for
@@ -204,21 +260,23 @@ __device__ __forceinline__ float keep(u64 i, u64 seed, float rate) {
     h ^= h >> 33; h *= 0xff51afd7ed558ccdull; h ^= h >> 33;
     return ((h >> 40) * (1.0f / 16777216.0f)) >= rate ? 1.0f / (1.0f - rate) : 0.0f;
 }
-extern "C" __global__ void op_relu_fwd(const float* x, const float* y, const float* dy, float* out, float* out2, float p, u64 seed, u64 n) { LOOP { out[i] = x[i] > 0.0f ? x[i] : 0.0f; } }
-extern "C" __global__ void op_relu_bwd(const float* x, const float* y, const float* dy, float* out, float* out2, float p, u64 seed, u64 n) { LOOP { out[i] = x[i] > 0.0f ? dy[i] : 0.0f; } }
-extern "C" __global__ void op_leaky_relu_fwd(const float* x, const float* y, const float* dy, float* out, float* out2, float p, u64 seed, u64 n) { LOOP { out[i] = x[i] > 0.0f ? x[i] : p * x[i]; } }
-extern "C" __global__ void op_leaky_relu_bwd(const float* x, const float* y, const float* dy, float* out, float* out2, float p, u64 seed, u64 n) { LOOP { out[i] = x[i] > 0.0f ? dy[i] : p * dy[i]; } }
-extern "C" __global__ void op_tanh_fwd(const float* x, const float* y, const float* dy, float* out, float* out2, float p, u64 seed, u64 n) { LOOP { out[i] = tanhf(x[i]); } }
-extern "C" __global__ void op_tanh_bwd(const float* x, const float* y, const float* dy, float* out, float* out2, float p, u64 seed, u64 n) { LOOP { out[i] = dy[i] * (1.0f - y[i] * y[i]); } }
-extern "C" __global__ void op_scale_fwd(const float* x, const float* y, const float* dy, float* out, float* out2, float p, u64 seed, u64 n) { LOOP { out[i] = p * x[i]; } }
-extern "C" __global__ void op_scale_bwd(const float* x, const float* y, const float* dy, float* out, float* out2, float p, u64 seed, u64 n) { LOOP { out[i] = p * dy[i]; } }
-extern "C" __global__ void op_add_fwd(const float* x, const float* y, const float* dy, float* out, float* out2, float p, u64 seed, u64 n) { LOOP { out[i] = x[i] + y[i]; } }
-extern "C" __global__ void op_add_bwd(const float* x, const float* y, const float* dy, float* out, float* out2, float p, u64 seed, u64 n) { LOOP { out[i] = dy[i]; out2[i] = dy[i]; } }
-extern "C" __global__ void op_dropout_fwd(const float* x, const float* y, const float* dy, float* out, float* out2, float p, u64 seed, u64 n) { LOOP { out[i] = x[i] * keep(i, seed, p); } }
-extern "C" __global__ void op_dropout_bwd(const float* x, const float* y, const float* dy, float* out, float* out2, float p, u64 seed, u64 n) { LOOP { out[i] = dy[i] * keep(i, seed, p); } }
+extern "C" __global__ void op_relu_fwd(const T* x, const T* y, const T* dy, T* out, T* out2, float p, u64 seed, u64 n) { LOOP { out[i] = x[i] > 0.0f ? x[i] : 0.0f; } }
+extern "C" __global__ void op_relu_bwd(const T* x, const T* y, const T* dy, T* out, T* out2, float p, u64 seed, u64 n) { LOOP { out[i] = x[i] > 0.0f ? dy[i] : 0.0f; } }
+extern "C" __global__ void op_leaky_relu_fwd(const T* x, const T* y, const T* dy, T* out, T* out2, float p, u64 seed, u64 n) { LOOP { out[i] = x[i] > 0.0f ? x[i] : p * x[i]; } }
+extern "C" __global__ void op_leaky_relu_bwd(const T* x, const T* y, const T* dy, T* out, T* out2, float p, u64 seed, u64 n) { LOOP { out[i] = x[i] > 0.0f ? dy[i] : p * dy[i]; } }
+extern "C" __global__ void op_tanh_fwd(const T* x, const T* y, const T* dy, T* out, T* out2, float p, u64 seed, u64 n) { LOOP { out[i] = tanhf(x[i]); } }
+extern "C" __global__ void op_tanh_bwd(const T* x, const T* y, const T* dy, T* out, T* out2, float p, u64 seed, u64 n) { LOOP { out[i] = dy[i] * (1.0f - y[i] * y[i]); } }
+extern "C" __global__ void op_scale_fwd(const T* x, const T* y, const T* dy, T* out, T* out2, float p, u64 seed, u64 n) { LOOP { out[i] = p * x[i]; } }
+extern "C" __global__ void op_scale_bwd(const T* x, const T* y, const T* dy, T* out, T* out2, float p, u64 seed, u64 n) { LOOP { out[i] = p * dy[i]; } }
+extern "C" __global__ void op_add_fwd(const T* x, const T* y, const T* dy, T* out, T* out2, float p, u64 seed, u64 n) { LOOP { out[i] = x[i] + y[i]; } }
+extern "C" __global__ void op_add_bwd(const T* x, const T* y, const T* dy, T* out, T* out2, float p, u64 seed, u64 n) { LOOP { out[i] = dy[i]; out2[i] = dy[i]; } }
+extern "C" __global__ void op_dropout_fwd(const T* x, const T* y, const T* dy, T* out, T* out2, float p, u64 seed, u64 n) { LOOP { out[i] = x[i] * keep(i, seed, p); } }
+extern "C" __global__ void op_dropout_bwd(const T* x, const T* y, const T* dy, T* out, T* out2, float p, u64 seed, u64 n) { LOOP { out[i] = dy[i] * keep(i, seed, p); } }
 "#;
 
-/// The shaped ops' kernels in CUDA C (NVRTC): ops whose elements relate through the layout
+/// The shaped ops' kernels in CUDA C (NVRTC, through [`typed_source`]: activations and
+/// their gradients `T`; the affine parameters, their gradients and the losses `float`): ops
+/// whose elements relate through the layout
 /// `[n, a, b]` (samples, channels or classes, positions). Every one has the parameters
 /// `(x, x2, dy, out, out2, out3, a, b, n)`, `n` being the threads' index range:
 ///
@@ -235,17 +293,17 @@ extern "C" __global__ void op_dropout_bwd(const float* x, const float* y, const 
 pub(crate) const SHAPED_SOURCE: &str = r#"
 typedef unsigned long long u64;
 #define LOOP for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
-extern "C" __global__ void op_affine_fwd(const float* x, const float* x2, const float* dy, float* out, float* out2, float* out3, u64 a, u64 b, u64 n) { LOOP { u64 c = (i / b) % a; out[i] = x[i] * x2[c] + dy[c]; } }
-extern "C" __global__ void op_affine_bwd(const float* x, const float* x2, const float* dy, float* out, float* out2, float* out3, u64 a, u64 b, u64 n) { LOOP { u64 c = (i / b) % a; out[i] = dy[i] * x2[c]; atomicAdd(&out2[c], dy[i] * x[i]); atomicAdd(&out3[c], dy[i]); } }
-extern "C" __global__ void op_concat_fwd(const float* x, const float* x2, const float* dy, float* out, float* out2, float* out3, u64 a, u64 b, u64 n) { LOOP { u64 s = i / (a * b), j = i % (a * b); out[s * 2 * a * b + j] = x[i]; out[s * 2 * a * b + a * b + j] = x2[i]; } }
-extern "C" __global__ void op_concat_bwd(const float* x, const float* x2, const float* dy, float* out, float* out2, float* out3, u64 a, u64 b, u64 n) { LOOP { u64 s = i / (a * b), j = i % (a * b); out[i] = dy[s * 2 * a * b + j]; out2[i] = dy[s * 2 * a * b + a * b + j]; } }
-extern "C" __global__ void op_flatten_fwd(const float* x, const float* x2, const float* dy, float* out, float* out2, float* out3, u64 a, u64 b, u64 n) { LOOP { out[i] = x[i]; } }
-extern "C" __global__ void op_flatten_bwd(const float* x, const float* x2, const float* dy, float* out, float* out2, float* out3, u64 a, u64 b, u64 n) { LOOP { out[i] = dy[i]; } }
-extern "C" __global__ void op_mse_fwd(const float* x, const float* x2, const float* dy, float* out, float* out2, float* out3, u64 a, u64 b, u64 n) { LOOP { float d = x[i] - x2[i]; atomicAdd(&out[i / (a * b)], d * d / (float)(a * b)); } }
-extern "C" __global__ void op_mse_bwd(const float* x, const float* x2, const float* dy, float* out, float* out2, float* out3, u64 a, u64 b, u64 n) { LOOP { out[i] = 2.0f * (x[i] - x2[i]) / (float)(a * b) * dy[i / (a * b)]; } }
-extern "C" __global__ void op_softmax_ce_fwd(const float* x, const float* x2, const float* dy, float* out, float* out2, float* out3, u64 a, u64 b, u64 n) {
+extern "C" __global__ void op_affine_fwd(const T* x, const float* x2, const float* dy, T* out, float* out2, float* out3, u64 a, u64 b, u64 n) { LOOP { u64 c = (i / b) % a; out[i] = x[i] * x2[c] + dy[c]; } }
+extern "C" __global__ void op_affine_bwd(const T* x, const float* x2, const T* dy, T* out, float* out2, float* out3, u64 a, u64 b, u64 n) { LOOP { u64 c = (i / b) % a; out[i] = dy[i] * x2[c]; atomicAdd(&out2[c], dy[i] * x[i]); atomicAdd(&out3[c], dy[i]); } }
+extern "C" __global__ void op_concat_fwd(const T* x, const T* x2, const T* dy, T* out, T* out2, T* out3, u64 a, u64 b, u64 n) { LOOP { u64 s = i / (a * b), j = i % (a * b); out[s * 2 * a * b + j] = x[i]; out[s * 2 * a * b + a * b + j] = x2[i]; } }
+extern "C" __global__ void op_concat_bwd(const T* x, const T* x2, const T* dy, T* out, T* out2, T* out3, u64 a, u64 b, u64 n) { LOOP { u64 s = i / (a * b), j = i % (a * b); out[i] = dy[s * 2 * a * b + j]; out2[i] = dy[s * 2 * a * b + a * b + j]; } }
+extern "C" __global__ void op_flatten_fwd(const T* x, const T* x2, const T* dy, T* out, T* out2, T* out3, u64 a, u64 b, u64 n) { LOOP { out[i] = x[i]; } }
+extern "C" __global__ void op_flatten_bwd(const T* x, const T* x2, const T* dy, T* out, T* out2, T* out3, u64 a, u64 b, u64 n) { LOOP { out[i] = dy[i]; } }
+extern "C" __global__ void op_mse_fwd(const T* x, const T* x2, const T* dy, float* out, T* out2, T* out3, u64 a, u64 b, u64 n) { LOOP { float d = x[i] - x2[i]; atomicAdd(&out[i / (a * b)], d * d / (float)(a * b)); } }
+extern "C" __global__ void op_mse_bwd(const T* x, const T* x2, const float* dy, T* out, T* out2, T* out3, u64 a, u64 b, u64 n) { LOOP { out[i] = 2.0f * (x[i] - x2[i]) / (float)(a * b) * dy[i / (a * b)]; } }
+extern "C" __global__ void op_softmax_ce_fwd(const T* x, const T* x2, const T* dy, float* out, T* out2, T* out3, u64 a, u64 b, u64 n) {
     LOOP {
-        const float* row = x + i * a;
+        const T* row = x + i * a;
         float m = row[0];
         for (u64 k = 1; k < a; k++) m = fmaxf(m, row[k]);
         float sum = 0.0f;
@@ -253,9 +311,9 @@ extern "C" __global__ void op_softmax_ce_fwd(const float* x, const float* x2, co
         out[i] = logf(sum) + m - row[i % a];
     }
 }
-extern "C" __global__ void op_softmax_ce_bwd(const float* x, const float* x2, const float* dy, float* out, float* out2, float* out3, u64 a, u64 b, u64 n) {
+extern "C" __global__ void op_softmax_ce_bwd(const T* x, const T* x2, const float* dy, T* out, T* out2, T* out3, u64 a, u64 b, u64 n) {
     LOOP {
-        const float* row = x + i * a;
+        const T* row = x + i * a;
         float m = row[0];
         for (u64 k = 1; k < a; k++) m = fmaxf(m, row[k]);
         float sum = 0.0f;
@@ -265,11 +323,12 @@ extern "C" __global__ void op_softmax_ce_bwd(const float* x, const float* x2, co
 }
 "#;
 
-/// Tile and nearest-neighbour upsampling in CUDA C (NVRTC): each output element of a
+/// Tile and nearest-neighbour upsampling in CUDA C (NVRTC, through [`typed_source`], tensors
+/// `T`): each output element of a
 /// `[planes, o0, o1, o2]` output (planes = samples x channels, unused spatial dimensions 1)
 /// reads the input element `[plane, i0, i1, i2]` at `o mod I` (tile, `k` = repeats) or
 /// `o / k` (upsample, `k` = factors). Backward adds every output gradient into the input
-/// element it came from (atomics). Parameters `(x, dy, out, i0, i1, i2, k0, k1, k2, n)`,
+/// element it came from (atomics, `acc`). Parameters `(x, dy, out, i0, i1, i2, k0, k1, k2, n)`,
 /// `n` the output's elements.
 pub(crate) const SPATIAL_SOURCE: &str = r#"
 typedef unsigned long long u64;
@@ -280,10 +339,10 @@ __device__ __forceinline__ u64 source(u64 i, u64 i0, u64 i1, u64 i2, u64 k0, u64
     u64 s0 = tile ? c0 % i0 : c0 / k0, s1 = tile ? c1 % i1 : c1 / k1, s2 = tile ? c2 % i2 : c2 / k2;
     return ((plane * i0 + s0) * i1 + s1) * i2 + s2;
 }
-extern "C" __global__ void op_tile_fwd(const float* x, const float* dy, float* out, u64 i0, u64 i1, u64 i2, u64 k0, u64 k1, u64 k2, u64 n) { LOOP { out[i] = x[source(i, i0, i1, i2, k0, k1, k2, true)]; } }
-extern "C" __global__ void op_tile_bwd(const float* x, const float* dy, float* out, u64 i0, u64 i1, u64 i2, u64 k0, u64 k1, u64 k2, u64 n) { LOOP { atomicAdd(&out[source(i, i0, i1, i2, k0, k1, k2, true)], dy[i]); } }
-extern "C" __global__ void op_upsample_fwd(const float* x, const float* dy, float* out, u64 i0, u64 i1, u64 i2, u64 k0, u64 k1, u64 k2, u64 n) { LOOP { out[i] = x[source(i, i0, i1, i2, k0, k1, k2, false)]; } }
-extern "C" __global__ void op_upsample_bwd(const float* x, const float* dy, float* out, u64 i0, u64 i1, u64 i2, u64 k0, u64 k1, u64 k2, u64 n) { LOOP { atomicAdd(&out[source(i, i0, i1, i2, k0, k1, k2, false)], dy[i]); } }
+extern "C" __global__ void op_tile_fwd(const T* x, const T* dy, T* out, u64 i0, u64 i1, u64 i2, u64 k0, u64 k1, u64 k2, u64 n) { LOOP { out[i] = x[source(i, i0, i1, i2, k0, k1, k2, true)]; } }
+extern "C" __global__ void op_tile_bwd(const T* x, const T* dy, T* out, u64 i0, u64 i1, u64 i2, u64 k0, u64 k1, u64 k2, u64 n) { LOOP { acc(&out[source(i, i0, i1, i2, k0, k1, k2, true)], dy[i]); } }
+extern "C" __global__ void op_upsample_fwd(const T* x, const T* dy, T* out, u64 i0, u64 i1, u64 i2, u64 k0, u64 k1, u64 k2, u64 n) { LOOP { out[i] = x[source(i, i0, i1, i2, k0, k1, k2, false)]; } }
+extern "C" __global__ void op_upsample_bwd(const T* x, const T* dy, T* out, u64 i0, u64 i1, u64 i2, u64 k0, u64 k1, u64 k2, u64 n) { LOOP { acc(&out[source(i, i0, i1, i2, k0, k1, k2, false)], dy[i]); } }
 "#;
 
 /// Every kernel name of [`SPATIAL_SOURCE`].

@@ -1,16 +1,25 @@
 //! The full-workload executor on a GPU: the layer graph forward and backward with cuDNN
 //! (convolutions, pooling, batch norm), cuBLAS (dense layers) and NVRTC kernels (the
-//! element-wise and shaped ops, losses, gradient accumulation and the SGD update), on
+//! element-wise and shaped ops, losses, bias, gradient accumulation and the SGD update), on
 //! synthetic data generated on the device. Each layer pass is bracketed by CUDA events,
 //! and buffers follow the [`Schedule`] the CPU executor uses, tracked by a [`Tracker`]
 //! whose high-water mark (cuDNN workspace included) is the peak device memory reported.
+//!
+//! Every training precision of the model runs ([`ExecPrecision`]): FP32; TF32 (FP32 data,
+//! tensor-core convolutions and GEMMs); and mixed precision, FP16 or BF16: activations and
+//! their gradients in 16 bits (the NVRTC kernels compiled for that storage, cuDNN and
+//! cuBLAS on 16-bit tensors with FP32 accumulation), conv and dense weights used through a
+//! 16-bit copy of an FP32 master, batch-norm, affine and bias parameters FP32, the losses
+//! FP32. Under FP16 the loss gradient is scaled ([`LossScaler`]); the update checks the
+//! gradients for overflow on the device, unscales them into the FP32 masters (skipping
+//! the step on overflow) and rewrites the 16-bit copies.
 //!
 //! Differences from the CPU executor, each where cuDNN or the GPU asks for it: a max
 //! pooling's backward pass recomputes the pooled output cuDNN reads (a temporary); an
 //! unevenly padded convolution or pooling copies its input into the padded tensor cuDNN
 //! takes, forward and again backward; softmax cross-entropy keeps a copy of its input (the
 //! CPU keeps the probabilities, the same size); dropout's mask is a hash of the element
-//! index, so no mask is stored.
+//! index, so no mask is stored; a convolution's bias is added by a kernel after cuDNN.
 //!
 //! Not yet run on a GPU (see the crate docs).
 
@@ -23,22 +32,26 @@ use cudarc::driver::{
     self, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
 };
 use ridgeline_model::graph::Graph;
+use ridgeline_model::precision::Precision;
 
-use super::{CudaBackend, call};
-use crate::backend::{ConvPass, Format};
+use super::{CudaBackend, call, compute_type, data_type};
+use crate::backend::ConvPass;
 use crate::cuda::cudnn::{
     Buffers, CudnnFailure, Handle, Layer as CudnnLayer, OpBuffers, Pass as CudnnPass,
     WORKSPACE_LIMIT,
 };
-use crate::cuda::layers::{Embed, LayerPlan};
+use crate::cuda::layers::{Embed, ExecPrecision, LayerPlan, LossScaler};
 use crate::cuda::plan::{
-    ConvPlan, STREAM_BLOCK, ShapedLaunch, SpatialLaunch, elements, stream_grid,
+    ConvPlan, Element, GemmPlan, STREAM_BLOCK, ShapedLaunch, SpatialLaunch, elements, stream_grid,
 };
 use crate::error::{Error, Result};
 use crate::schedule::{LEARNING_RATE, Schedule, StepTimes, Tracker};
 
 /// Scale of the synthetic input and of the initial weights (times `1 / sqrt(fan-in)`).
 const DATA_SCALE: f32 = 1.0;
+
+/// Device memory of any element type, in bytes.
+type Buf = CudaSlice<u8>;
 
 /// A kernel argument: a device pointer, a float or an integer.
 #[derive(Debug, Clone, Copy)]
@@ -68,16 +81,22 @@ enum Device {
 pub(super) struct GpuExecutor<'g> {
     graph: &'g Graph,
     batch: usize,
+    precision: ExecPrecision,
     schedule: Schedule,
     plans: Vec<LayerPlan>,
     device: Vec<Device>,
+    /// The FP32 master of every parameter (the only copy outside mixed precision).
     params: Vec<Vec<CudaSlice<f32>>>,
-    dparams: Vec<Vec<CudaSlice<f32>>>,
-    /// Batch norm's running mean and variance, saved mean and inverse variance; a loss's
-    /// regression target.
-    state: Vec<Vec<CudaSlice<f32>>>,
-    input: Option<CudaSlice<f32>>,
-    pool: HashMap<usize, Vec<CudaSlice<f32>>>,
+    /// Mixed precision: the 16-bit copy conv and dense weights are used through.
+    copies: Vec<Vec<Option<Buf>>>,
+    /// Every parameter's gradient (16-bit for a weight with a copy, else FP32).
+    dparams: Vec<Vec<Buf>>,
+    /// Batch norm's running mean and variance, saved mean and inverse variance (FP32); a
+    /// loss's regression target (activation storage).
+    state: Vec<Vec<Buf>>,
+    input: Option<Buf>,
+    /// Freed buffers by size in bytes.
+    pool: HashMap<usize, Vec<Buf>>,
     tracker: Tracker,
     workspace: CudaSlice<u8>,
     workspace_bytes: usize,
@@ -85,13 +104,18 @@ pub(super) struct GpuExecutor<'g> {
     events: Vec<[CudaEvent; 4]>,
     /// Step start, update start, step end.
     step_events: [CudaEvent; 3],
+    /// Set on the device when a gradient is not finite (loss scaling); zero otherwise.
+    overflow: CudaSlice<f32>,
+    /// Dynamic loss scaling, under FP16.
+    scaler: Option<LossScaler>,
     stream: Arc<CudaStream>,
     ordinal: usize,
     sms: u32,
-    kernels: HashMap<&'static str, CudaFunction>,
+    /// Kernels with their activation storage and name.
+    kernels: Vec<(Element, &'static str, CudaFunction)>,
 }
 
-fn ptr(s: &CudaSlice<f32>, stream: &Arc<CudaStream>) -> u64 {
+fn ptr<T>(s: &CudaSlice<T>, stream: &Arc<CudaStream>) -> u64 {
     s.device_ptr(stream).0
 }
 
@@ -105,14 +129,20 @@ fn device_error(ordinal: usize, f: CudnnFailure) -> Error {
 }
 
 impl<'g> GpuExecutor<'g> {
-    /// Plans `graph` at `batch` on `backend`'s GPU: parameters initialised on the device,
-    /// cuDNN's algorithms found for every convolution pass, the input batch generated.
+    /// Plans `graph` at `batch` in `precision` on `backend`'s GPU: parameters initialised
+    /// on the device, cuDNN's algorithms found for every convolution pass, the input batch
+    /// generated.
     pub(super) fn new(
         backend: &mut CudaBackend,
         graph: &'g Graph,
         batch: usize,
+        precision: Precision,
     ) -> Result<GpuExecutor<'g>> {
-        let what = format!("workload `{}` at batch {batch}", graph.name());
+        let what = format!(
+            "workload `{}` at batch {batch} in {}",
+            graph.name(),
+            precision.name()
+        );
         let plans = graph
             .layers()
             .iter()
@@ -121,22 +151,40 @@ impl<'g> GpuExecutor<'g> {
                     .map_err(|m| Error::invalid(format!("{what}: layer `{}`", l.name), m))
             })
             .collect::<Result<Vec<_>>>()?;
-        let mut kernels = HashMap::new();
-        for name in crate::cuda::layers::EXEC_KERNELS
-            .iter()
-            .chain(&crate::cuda::plan::OP_KERNELS)
-            .chain(&crate::cuda::plan::SHAPED_KERNELS)
-            .chain(&crate::cuda::plan::SPATIAL_KERNELS)
-        {
-            kernels.insert(*name, backend.kernel(name)?);
+        let exec_precision = ExecPrecision::of(precision);
+        let schedule = Schedule::of(graph);
+        if exec_precision.weight_copies() {
+            // The loss gradient is seeded in FP32 (and scaled): every sink must be a loss.
+            if let Some(i) = schedule.losses().find(|&i| !plans[i].is_loss()) {
+                return Err(Error::invalid(
+                    format!("{what}: layer `{}`", graph.layers()[i].name),
+                    "under mixed precision every output must be a loss (mse or softmax \
+                     cross-entropy); run fp32 or tf32, or end the graph with a loss",
+                ));
+            }
+        }
+        let mut kernels = Vec::new();
+        let mut storages = vec![Element::F32];
+        if exec_precision.storage != Element::F32 {
+            storages.push(exec_precision.storage);
+        }
+        for storage in storages {
+            for name in crate::cuda::layers::EXEC_KERNELS
+                .iter()
+                .chain(&crate::cuda::plan::OP_KERNELS)
+                .chain(&crate::cuda::plan::SHAPED_KERNELS)
+                .chain(&crate::cuda::plan::SPATIAL_KERNELS)
+            {
+                kernels.push((storage, *name, backend.kernel(name, storage)?));
+            }
         }
         backend.cudnn()?;
         backend.blas()?;
         let stream = backend.stream.clone();
-        let schedule = Schedule::of(graph);
         let (free, _) = backend.call("cuMemGetInfo", backend.ctx.mem_get_info())?;
         let workspace_bytes = WORKSPACE_LIMIT.min(free / 4);
         let workspace: CudaSlice<u8> = backend.zeros(workspace_bytes)?;
+        let overflow: CudaSlice<f32> = backend.zeros(1)?;
         let new_event = || {
             backend.call(
                 "cuEventCreate",
@@ -153,10 +201,12 @@ impl<'g> GpuExecutor<'g> {
         let mut exec = GpuExecutor {
             graph,
             batch,
+            precision: exec_precision,
             schedule,
             plans,
             device: Vec::new(),
             params: Vec::new(),
+            copies: Vec::new(),
             dparams: Vec::new(),
             state: Vec::new(),
             input: None,
@@ -166,21 +216,30 @@ impl<'g> GpuExecutor<'g> {
             workspace_bytes,
             events,
             step_events,
+            overflow,
+            scaler: exec_precision.loss_scaling.then(LossScaler::new),
             stream,
             ordinal: backend.ordinal,
             sms: backend.multiprocessors(),
             kernels,
         };
-        let footprint: usize = exec
-            .plans
-            .iter()
-            .map(|p| 8 * p.parameters().iter().sum::<usize>())
+        // Parameters (master, gradient, copy) and the two largest activations.
+        let footprint: usize = (0..exec.plans.len())
+            .map(|i| {
+                exec.plans[i]
+                    .parameters()
+                    .iter()
+                    .enumerate()
+                    .map(|(k, len)| len * exec.param_bytes_per_element(i, k))
+                    .sum::<usize>()
+            })
             .sum::<usize>()
-            + (0..exec.plans.len())
-                .map(|i| 8 * exec.len(i))
+            + 2 * (0..exec.plans.len())
+                .map(|i| exec.bytes(i))
                 .max()
                 .unwrap_or(0);
         backend.check_memory(&what, footprint)?;
+        let storage = exec.precision.storage;
         for i in 0..exec.plans.len() {
             let lens = exec.plans[i].parameters();
             let fan_in = match &exec.plans[i] {
@@ -188,10 +247,10 @@ impl<'g> GpuExecutor<'g> {
                 LayerPlan::Dense { input, .. } => *input,
                 _ => 1,
             };
-            let mut ps = Vec::new();
-            let mut ds = Vec::new();
+            let (mut ps, mut cs, mut ds) = (Vec::new(), Vec::new(), Vec::new());
             for (k, &len) in lens.iter().enumerate() {
-                let mut p = backend.zeros::<f32>(len)?;
+                let p = backend.zeros::<f32>(len)?;
+                let pp = ptr(&p, &exec.stream);
                 // Weights uniform in +-1/sqrt(fan-in); biases and shifts zero; batch-norm
                 // and affine scales one.
                 let scale_param = matches!(
@@ -199,46 +258,61 @@ impl<'g> GpuExecutor<'g> {
                     LayerPlan::BatchNorm { .. } | LayerPlan::Shaped { .. }
                 ) && k == 0;
                 if scale_param {
-                    exec.launch(
-                        "ex_fill",
-                        len,
-                        &[
-                            Arg::Ptr(ptr(&p, &exec.stream)),
-                            Arg::F32(1.0),
-                            Arg::U64(len as u64),
-                        ],
-                    )?;
+                    exec.fill(pp, len, Element::F32, 1.0)?;
                 } else if k == 0 {
                     let s = DATA_SCALE / (fan_in as f32).sqrt();
-                    exec.uniform(&mut p, 0xC0FFEE ^ i as u64, s)?;
+                    exec.uniform(pp, len, Element::F32, 0xC0FFEE ^ i as u64, s)?;
                 }
-                exec.tracker.alloc(8 * len);
+                let grad = exec.param_element(i, k);
+                exec.tracker.alloc(4 * len + grad.bytes() * len);
+                ds.push(backend.zeros::<u8>(grad.bytes() * len)?);
+                cs.push(if grad == Element::F32 {
+                    None
+                } else {
+                    exec.tracker.alloc(grad.bytes() * len);
+                    Some(backend.zeros::<u8>(grad.bytes() * len)?)
+                });
                 ps.push(p);
-                ds.push(backend.zeros::<f32>(len)?);
             }
             exec.params.push(ps);
+            exec.copies.push(cs);
             exec.dparams.push(ds);
             let mut state = Vec::new();
             match &exec.plans[i] {
                 LayerPlan::BatchNorm { dims } => {
                     for _ in 0..4 {
-                        state.push(backend.zeros::<f32>(dims[1] as usize)?);
+                        state.push(backend.zeros::<u8>(4 * dims[1] as usize)?);
                     }
                     exec.tracker.alloc(16 * dims[1] as usize);
                 }
                 LayerPlan::Shaped { forward, .. } if forward.kernel == "op_mse_fwd" => {
                     let n = exec.len(exec.graph.layers()[i].inputs[0]);
-                    let mut t = backend.zeros::<f32>(n)?;
-                    exec.uniform(&mut t, 0x7A5 ^ i as u64, DATA_SCALE)?;
-                    exec.tracker.alloc(4 * n);
+                    let t = backend.zeros::<u8>(n * storage.bytes())?;
+                    exec.uniform(
+                        ptr(&t, &exec.stream),
+                        n,
+                        storage,
+                        0x7A5 ^ i as u64,
+                        DATA_SCALE,
+                    )?;
+                    exec.tracker.alloc(t.len());
                     state.push(t);
                 }
                 _ => {}
             }
             exec.state.push(state);
         }
-        let mut input = backend.zeros::<f32>(exec.len(0))?;
-        exec.uniform(&mut input, 0x5EED, DATA_SCALE)?;
+        // The 16-bit copies from the masters: the update at learning rate 0.
+        for i in 0..exec.plans.len() {
+            for k in 0..exec.params[i].len() {
+                if exec.copies[i][k].is_some() {
+                    exec.update(i, k, 0.0, 1.0)?;
+                }
+            }
+        }
+        let n0 = exec.len(0);
+        let input = backend.zeros::<u8>(n0 * storage.bytes())?;
+        exec.uniform(ptr(&input, &exec.stream), n0, storage, 0x5EED, DATA_SCALE)?;
         exec.input = Some(input);
         exec.find_algorithms(backend)?;
         call(
@@ -259,30 +333,27 @@ impl<'g> GpuExecutor<'g> {
             .as_ref()
             .ok_or_else(|| Error::invalid("cuDNN", "handle missing"))?;
         let needs_grad = self.schedule.needs_grad.clone();
-        let fp32 = ConvPlan::of(Format::Fp32).map_err(|m| Error::invalid("GPU executor", m))?;
+        let conv_plan =
+            ConvPlan::of(self.precision.matrix).map_err(|m| Error::invalid("GPU executor", m))?;
+        let storage = self.precision.storage;
+        let data = conv_plan.data.bytes();
         for i in 0..self.plans.len() {
             let plan = self.plans[i].clone();
             let device = match &plan {
                 LayerPlan::Conv {
                     geometry,
-                    bias,
                     transposed,
                     ..
                 } => {
-                    let x = self.take(elements(&geometry.x))?;
-                    let y = self.take(elements(&geometry.y))?;
-                    let scratch_w = self.take(elements(&geometry.w))?;
-                    let w = ptr(&self.params[i][0], &self.stream);
-                    let bias_ptr = if *bias && self.params[i].len() > 1 {
-                        ptr(&self.params[i][1], &self.stream)
-                    } else {
-                        0
-                    };
+                    let x = self.take(elements(&geometry.x) * data)?;
+                    let y = self.take(elements(&geometry.y) * data)?;
+                    let scratch_w = self.take(elements(&geometry.w) * data)?;
+                    let w = self.param(i, 0);
                     let buffers = |w: u64| Buffers {
                         x: ptr(&x, &self.stream) as *mut c_void,
                         w: w as *mut c_void,
                         y: ptr(&y, &self.stream) as *mut c_void,
-                        bias: bias_ptr as *mut c_void,
+                        bias: std::ptr::null_mut(),
                         workspace: self.workspace.device_ptr(&self.stream).0 as *mut c_void,
                         workspace_bytes: self.workspace_bytes,
                     };
@@ -291,10 +362,16 @@ impl<'g> GpuExecutor<'g> {
                         .first()
                         .is_some_and(|&j| needs_grad[j]);
                     let g = geometry.clone();
-                    let with_bias = bias_ptr != 0 && !*transposed;
-                    let (forward, f_ws, _) =
-                        CudnnPass::find(handle, &g, ConvPass::Forward, with_bias, fp32, buffers(w))
-                            .map_err(&failed)?;
+                    // The bias is added by a kernel (FP32 bias on any activation storage).
+                    let (forward, f_ws, _) = CudnnPass::find(
+                        handle,
+                        &g,
+                        ConvPass::Forward,
+                        false,
+                        conv_plan,
+                        buffers(w),
+                    )
+                    .map_err(&failed)?;
                     // A transposed layer's forward pass is the adjoint's backward-data.
                     let (backward_data, d_ws) = if input_grad || *transposed {
                         let (p, ws, _) = CudnnPass::find(
@@ -302,7 +379,7 @@ impl<'g> GpuExecutor<'g> {
                             &g,
                             ConvPass::BackwardData,
                             false,
-                            fp32,
+                            conv_plan,
                             buffers(w),
                         )
                         .map_err(&failed)?;
@@ -315,8 +392,8 @@ impl<'g> GpuExecutor<'g> {
                         handle,
                         &g,
                         ConvPass::BackwardFilter,
-                        with_bias,
-                        fp32,
+                        false,
+                        conv_plan,
                         buffers(sw),
                     )
                     .map_err(&failed)?;
@@ -331,10 +408,10 @@ impl<'g> GpuExecutor<'g> {
                     })
                 }
                 LayerPlan::Pool { geometry, .. } => {
-                    Device::Cudnn(CudnnLayer::pool(geometry).map_err(&failed)?)
+                    Device::Cudnn(CudnnLayer::pool(geometry, storage).map_err(&failed)?)
                 }
                 LayerPlan::BatchNorm { dims } => {
-                    Device::Cudnn(CudnnLayer::batch_norm(dims).map_err(&failed)?)
+                    Device::Cudnn(CudnnLayer::batch_norm(dims, storage).map_err(&failed)?)
                 }
                 _ => Device::None,
             };
@@ -353,36 +430,81 @@ impl<'g> GpuExecutor<'g> {
         self.graph.layers()[i].output.elements() as usize * self.batch
     }
 
-    /// A device buffer of `len` floats, reused from freed ones of that length when there is
-    /// one (as the frameworks' caching allocators do); contents are stale.
-    fn take(&mut self, len: usize) -> Result<CudaSlice<f32>> {
-        if let Some(b) = self.pool.get_mut(&len).and_then(Vec::pop) {
+    /// The element type of node `i`'s output and its gradient: FP32 for a loss, the
+    /// activation storage otherwise.
+    fn element(&self, i: usize) -> Element {
+        if self.plans[i].is_loss() {
+            Element::F32
+        } else {
+            self.precision.storage
+        }
+    }
+
+    /// Bytes of node `i`'s output (or its gradient) for the batch.
+    fn bytes(&self, i: usize) -> usize {
+        self.len(i) * self.element(i).bytes()
+    }
+
+    /// Bytes of `len` activation elements.
+    fn act(&self, len: usize) -> usize {
+        len * self.precision.storage.bytes()
+    }
+
+    /// The element type of parameter `k` of layer `i`'s gradient and compute copy: 16-bit
+    /// for conv and dense weights under mixed precision, else FP32 (and no copy).
+    fn param_element(&self, i: usize, k: usize) -> Element {
+        if self.precision.weight_copies() && self.plans[i].is_matrix_weight(k) {
+            self.precision.storage
+        } else {
+            Element::F32
+        }
+    }
+
+    /// Device bytes per element of parameter `k` of layer `i`: master, gradient and copy.
+    fn param_bytes_per_element(&self, i: usize, k: usize) -> usize {
+        match self.param_element(i, k) {
+            Element::F32 => 8,
+            e => 4 + 2 * e.bytes(),
+        }
+    }
+
+    /// A device buffer of `bytes`, reused from freed ones of that size when there is one
+    /// (as the frameworks' caching allocators do); contents are stale.
+    fn take(&mut self, bytes: usize) -> Result<Buf> {
+        if let Some(b) = self.pool.get_mut(&bytes).and_then(Vec::pop) {
             return Ok(b);
         }
-        // SAFETY: the buffer is written by a kernel before anything reads it (every
-        // kernel overwrites its outputs; accumulating ones are zeroed first).
+        // SAFETY: the buffer is written by a kernel or library call before anything reads
+        // it (every kernel overwrites its outputs; accumulating ones are zeroed first).
         call(self.ordinal, "cuMemAllocAsync", unsafe {
-            self.stream.alloc::<f32>(len.max(1))
+            self.stream.alloc::<u8>(bytes.max(4))
         })
     }
 
     /// [`Self::take`], counted by the tracker (return it with [`Self::release`]).
-    fn tracked(&mut self, len: usize) -> Result<CudaSlice<f32>> {
-        let b = self.take(len)?;
-        self.tracker.alloc(4 * b.len());
+    fn tracked(&mut self, bytes: usize) -> Result<Buf> {
+        let b = self.take(bytes)?;
+        self.tracker.alloc(b.len());
         Ok(b)
     }
 
-    fn give(&mut self, b: CudaSlice<f32>) {
+    fn give(&mut self, b: Buf) {
         self.pool.entry(b.len()).or_default().push(b);
     }
 
-    /// Launches kernel `name` over `threads` with `args`.
-    fn launch(&self, name: &str, threads: usize, args: &[Arg]) -> Result<()> {
+    /// Launches kernel `name` of activation storage `storage` over `threads` with `args`.
+    fn launch(&self, name: &str, storage: Element, threads: usize, args: &[Arg]) -> Result<()> {
         let f = self
             .kernels
-            .get(name)
-            .ok_or_else(|| Error::invalid("GPU executor", format!("kernel {name} missing")))?;
+            .iter()
+            .find(|(s, k, _)| *s == storage && *k == name)
+            .map(|(_, _, f)| f)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "GPU executor",
+                    format!("kernel {name} ({storage:?}) missing"),
+                )
+            })?;
         let cfg = LaunchConfig {
             grid_dim: (stream_grid(threads.max(1), self.sms), 1, 1),
             block_dim: (STREAM_BLOCK, 1, 1),
@@ -398,17 +520,24 @@ impl<'g> GpuExecutor<'g> {
         // SAFETY: every kernel's parameters are pointers, floats and 64-bit integers in the
         // order `args` gives them (each call site follows the kernel's signature in its
         // source, which the plan's tests check); every pointer is a live device allocation
-        // of at least the elements the kernel indexes for `threads` (the layer's sizes).
+        // of at least the elements the kernel indexes for `threads` (the layer's sizes), of
+        // the element type the kernel's storage `T` (or `float`) says.
         call(self.ordinal, "cuLaunchKernel", unsafe { l.launch(cfg) }).map(drop)
     }
 
-    fn uniform(&self, out: &mut CudaSlice<f32>, seed: u64, scale: f32) -> Result<()> {
-        let n = out.len();
+    /// Launches the activation-storage kernel `name`.
+    fn run(&self, name: &str, threads: usize, args: &[Arg]) -> Result<()> {
+        self.launch(name, self.precision.storage, threads, args)
+    }
+
+    /// Synthetic data: `n` elements of `storage` at `p`, uniform in `[-scale, scale)`.
+    fn uniform(&self, p: u64, n: usize, storage: Element, seed: u64, scale: f32) -> Result<()> {
         self.launch(
             "ex_uniform",
+            storage,
             n,
             &[
-                Arg::Ptr(ptr(out, &self.stream)),
+                Arg::Ptr(p),
                 Arg::U64(seed),
                 Arg::F32(scale),
                 Arg::U64(n as u64),
@@ -416,11 +545,41 @@ impl<'g> GpuExecutor<'g> {
         )
     }
 
-    fn zero(&self, p: u64, n: usize) -> Result<()> {
+    /// Sets `n` elements of `storage` at `p` to `v`.
+    fn fill(&self, p: u64, n: usize, storage: Element, v: f32) -> Result<()> {
         self.launch(
             "ex_fill",
+            storage,
             n,
-            &[Arg::Ptr(p), Arg::F32(0.0), Arg::U64(n as u64)],
+            &[Arg::Ptr(p), Arg::F32(v), Arg::U64(n as u64)],
+        )
+    }
+
+    /// Zeroes `n` FP32 elements (parameter gradients, losses) at `p`.
+    fn zero(&self, p: u64, n: usize) -> Result<()> {
+        self.fill(p, n, Element::F32, 0.0)
+    }
+
+    /// The SGD update of parameter `k` of layer `i` at learning rate `lr`, its gradient
+    /// times `unscale`, skipped where the overflow flag is set; rewrites its copy.
+    fn update(&self, i: usize, k: usize, lr: f32, unscale: f32) -> Result<()> {
+        let n = self.params[i][k].len();
+        let copy = self.copies[i][k]
+            .as_ref()
+            .map_or(0, |c| ptr(c, &self.stream));
+        self.launch(
+            "ex_sgd",
+            self.param_element(i, k),
+            n,
+            &[
+                Arg::Ptr(ptr(&self.params[i][k], &self.stream)),
+                Arg::Ptr(ptr(&self.dparams[i][k], &self.stream)),
+                Arg::Ptr(copy),
+                Arg::Ptr(ptr(&self.overflow, &self.stream)),
+                Arg::F32(lr),
+                Arg::F32(unscale),
+                Arg::U64(n as u64),
+            ],
         )
     }
 
@@ -435,20 +594,50 @@ impl<'g> GpuExecutor<'g> {
 
     /// Copies an unevenly padded input into the tensor cuDNN takes (tracked, freed by the
     /// caller).
-    fn embed(&mut self, e: &Embed, x: u64) -> Result<CudaSlice<f32>> {
-        let padded = self.tracked(e.padded_elements() as usize)?;
+    fn embed(&mut self, e: &Embed, x: u64) -> Result<Buf> {
+        let n = e.padded_elements();
+        let padded = self.tracked(self.act(n as usize))?;
         let p = ptr(&padded, &self.stream);
-        self.launch(
-            "ex_embed",
-            padded.len(),
-            &embed_args(e, x, p, e.padded_elements()),
-        )?;
+        self.run("ex_embed", n as usize, &embed_args(e, x, p, n))?;
         Ok(padded)
     }
 
     /// [`Self::embed`] where the layer pads unevenly.
-    fn embed_opt(&mut self, e: Option<&Embed>, x: u64) -> Result<Option<CudaSlice<f32>>> {
+    fn embed_opt(&mut self, e: Option<&Embed>, x: u64) -> Result<Option<Buf>> {
         e.map(|e| self.embed(e, x)).transpose()
+    }
+
+    /// Adds layer `i`'s FP32 bias over `c` channels to its output `y` of `n` elements.
+    fn bias_add(&self, i: usize, y: u64, c: usize, n: usize) -> Result<()> {
+        self.run(
+            "ex_bias_add",
+            n,
+            &[
+                Arg::Ptr(y),
+                Arg::Ptr(self.param(i, 1)),
+                Arg::U64(c as u64),
+                Arg::U64((n / (self.batch * c)) as u64),
+                Arg::U64(n as u64),
+            ],
+        )
+    }
+
+    /// Layer `i`'s bias gradient over `c` channels from its output gradient `dy` of `n`
+    /// elements.
+    fn bias_grad(&self, i: usize, dy: u64, c: usize, n: usize) -> Result<()> {
+        let db = self.dparam(i, 1);
+        self.zero(db, c)?;
+        self.run(
+            "ex_bias_grad",
+            n,
+            &[
+                Arg::Ptr(dy),
+                Arg::Ptr(db),
+                Arg::U64(c as u64),
+                Arg::U64((n / (self.batch * c)) as u64),
+                Arg::U64(n as u64),
+            ],
+        )
     }
 
     /// Runs one training step: forward, backward, SGD update, and reads back the event
@@ -456,19 +645,18 @@ impl<'g> GpuExecutor<'g> {
     pub(super) fn step(&mut self, handle: &Handle, blas: &cublas::CudaBlas) -> Result<StepTimes> {
         let graph = self.graph;
         let n = self.plans.len();
-        let mut acts: Vec<Option<CudaSlice<f32>>> = (0..n).map(|_| None).collect();
-        let mut aux: Vec<Option<CudaSlice<f32>>> = (0..n).map(|_| None).collect();
+        let mut acts: Vec<Option<Buf>> = (0..n).map(|_| None).collect();
+        let mut aux: Vec<Option<Buf>> = (0..n).map(|_| None).collect();
         self.record(&self.step_events[0])?;
         let input = self
             .input
             .take()
             .ok_or_else(|| Error::invalid("GPU executor", "input missing"))?;
-        self.tracker.alloc(4 * input.len());
+        self.tracker.alloc(input.len());
         acts[0] = Some(input);
         let mut remaining = self.schedule.consumers.clone();
         for i in 1..n {
-            let out = self.take(self.len(i))?;
-            self.tracker.alloc(4 * out.len());
+            let out = self.tracked(self.bytes(i))?;
             self.record(&self.events[i][0])?;
             let saved = self.forward(i, &acts, &out, handle, blas)?;
             self.record(&self.events[i][1])?;
@@ -482,26 +670,19 @@ impl<'g> GpuExecutor<'g> {
                     && !self.schedule.kept[j]
                     && let Some(b) = acts[j].take()
                 {
-                    self.tracker.free(4 * b.len());
-                    self.give(b);
+                    self.release(Some(b));
                 }
             }
         }
-        let mut grads: Vec<Option<CudaSlice<f32>>> = (0..n).map(|_| None).collect();
+        // The loss gradient, 1 / batch (each loss is a mean over the batch), times the loss
+        // scale.
+        let scale = self.scaler.map_or(1.0, |s| s.scale);
+        let mut grads: Vec<Option<Buf>> = (0..n).map(|_| None).collect();
         let losses: Vec<usize> = self.schedule.losses().collect();
         for &i in &losses {
-            let g = self.take(self.len(i))?;
-            self.tracker.alloc(4 * g.len());
+            let g = self.tracked(self.bytes(i))?;
             let p = ptr(&g, &self.stream);
-            self.launch(
-                "ex_fill",
-                g.len(),
-                &[
-                    Arg::Ptr(p),
-                    Arg::F32(1.0 / self.batch as f32),
-                    Arg::U64(g.len() as u64),
-                ],
-            )?;
+            self.fill(p, self.len(i), self.element(i), scale / self.batch as f32)?;
             grads[i] = Some(g);
         }
         // The losses' outputs stay out of the pool until read after the step.
@@ -510,12 +691,10 @@ impl<'g> GpuExecutor<'g> {
         for i in (1..n).rev() {
             if let Some(dy) = grads[i].take() {
                 let inputs = graph.layers()[i].inputs.clone();
-                let mut dx: Vec<Option<CudaSlice<f32>>> = Vec::new();
+                let mut dx: Vec<Option<Buf>> = Vec::new();
                 for &j in &inputs {
                     dx.push(if self.schedule.needs_grad[j] {
-                        let b = self.take(self.len(j))?;
-                        self.tracker.alloc(4 * b.len());
-                        Some(b)
+                        Some(self.tracked(self.bytes(j))?)
                     } else {
                         None
                     });
@@ -527,55 +706,62 @@ impl<'g> GpuExecutor<'g> {
                     match &grads[j] {
                         Some(g) => {
                             let (gp, dp) = (ptr(g, &self.stream), ptr(&d, &self.stream));
+                            let len = self.len(j);
                             self.launch(
                                 "ex_accumulate",
-                                d.len(),
-                                &[Arg::Ptr(gp), Arg::Ptr(dp), Arg::U64(d.len() as u64)],
+                                self.element(j),
+                                len,
+                                &[Arg::Ptr(gp), Arg::Ptr(dp), Arg::U64(len as u64)],
                             )?;
-                            self.tracker.free(4 * d.len());
-                            self.give(d);
+                            self.release(Some(d));
                         }
                         None => grads[j] = Some(d),
                     }
                 }
                 self.record(&self.events[i][3])?;
                 ran_backward[i] = true;
-                self.tracker.free(4 * dy.len());
-                self.give(dy);
+                self.release(Some(dy));
             }
             let release: Vec<usize> = self.schedule.after_backward(i).collect();
             for j in release {
                 if let Some(b) = acts[j].take() {
-                    self.tracker.free(4 * b.len());
                     if losses.contains(&j) {
+                        self.tracker.free(b.len());
                         loss_outputs.push(b);
                     } else {
-                        self.give(b);
+                        self.release(Some(b));
                     }
                 }
             }
-            if let Some(a) = aux[i].take() {
-                self.tracker.free(4 * a.len());
-                self.give(a);
+            let a = aux[i].take();
+            self.release(a);
+        }
+        let g0 = grads[0].take();
+        self.release(g0);
+        self.record(&self.step_events[1])?;
+        if self.scaler.is_some() {
+            // Any infinity or NaN in the scaled gradients skips the update.
+            self.zero(ptr(&self.overflow, &self.stream), 1)?;
+            let overflow = ptr(&self.overflow, &self.stream);
+            for i in 0..n {
+                for (k, d) in self.dparams[i].iter().enumerate() {
+                    let len = self.params[i][k].len();
+                    self.launch(
+                        "ex_check_finite",
+                        self.param_element(i, k),
+                        len,
+                        &[
+                            Arg::Ptr(ptr(d, &self.stream)),
+                            Arg::Ptr(overflow),
+                            Arg::U64(len as u64),
+                        ],
+                    )?;
+                }
             }
         }
-        if let Some(g) = grads[0].take() {
-            self.tracker.free(4 * g.len());
-            self.give(g);
-        }
-        self.record(&self.step_events[1])?;
-        for (ps, ds) in self.params.iter().zip(&self.dparams) {
-            for (p, d) in ps.iter().zip(ds) {
-                self.launch(
-                    "ex_sgd",
-                    p.len(),
-                    &[
-                        Arg::Ptr(ptr(p, &self.stream)),
-                        Arg::Ptr(ptr(d, &self.stream)),
-                        Arg::F32(LEARNING_RATE),
-                        Arg::U64(p.len() as u64),
-                    ],
-                )?;
+        for i in 0..n {
+            for k in 0..self.params[i].len() {
+                self.update(i, k, LEARNING_RATE, 1.0 / scale)?;
             }
         }
         self.record(&self.step_events[2])?;
@@ -585,12 +771,11 @@ impl<'g> GpuExecutor<'g> {
             self.step_events[2].synchronize(),
         )?;
         if let Some(b) = acts[0].take() {
-            self.tracker.free(4 * b.len());
+            self.tracker.free(b.len());
             self.input = Some(b);
         }
         for b in acts.into_iter().flatten() {
-            self.tracker.free(4 * b.len());
-            self.give(b);
+            self.release(Some(b));
         }
         let mut forward = vec![0.0; n];
         let mut backward = vec![None; n];
@@ -603,16 +788,30 @@ impl<'g> GpuExecutor<'g> {
         }
         let mut loss = 0.0;
         for b in loss_outputs {
-            let v = call(self.ordinal, "cuMemcpyDtoH", self.stream.clone_dtoh(&b))?;
-            loss += v.iter().map(|&x| f64::from(x)).sum::<f64>() / self.batch as f64;
+            let bytes = call(self.ordinal, "cuMemcpyDtoH", self.stream.clone_dtoh(&b))?;
+            loss += f32s(&bytes).map(f64::from).sum::<f64>() / self.batch as f64;
             self.give(b);
         }
+        let loss_scale = match &mut self.scaler {
+            Some(s) => {
+                let flag = call(
+                    self.ordinal,
+                    "cuMemcpyDtoH",
+                    self.stream.clone_dtoh(&self.overflow),
+                )?;
+                let overflow = flag.first().is_some_and(|&f| f != 0.0);
+                s.update(overflow);
+                Some((f64::from(scale), overflow))
+            }
+            None => None,
+        };
         Ok(StepTimes {
             forward,
             backward,
             update: self.seconds(&self.step_events[1], &self.step_events[2])?,
             loss,
             total: self.seconds(&self.step_events[0], &self.step_events[2])?,
+            loss_scale,
         })
     }
 
@@ -621,11 +820,11 @@ impl<'g> GpuExecutor<'g> {
     fn forward(
         &mut self,
         i: usize,
-        acts: &[Option<CudaSlice<f32>>],
-        out: &CudaSlice<f32>,
+        acts: &[Option<Buf>],
+        out: &Buf,
         handle: &Handle,
         blas: &cublas::CudaBlas,
-    ) -> Result<Option<CudaSlice<f32>>> {
+    ) -> Result<Option<Buf>> {
         let s = self.stream.clone();
         let inputs: Vec<u64> = self.graph.layers()[i]
             .inputs
@@ -634,7 +833,7 @@ impl<'g> GpuExecutor<'g> {
             .collect();
         let x = inputs.first().copied().unwrap_or(0);
         let y = ptr(out, &s);
-        let n_out = out.len();
+        let n_out = self.len(i);
         let plan = self.plans[i].clone();
         let ordinal = self.ordinal;
         let failed = move |f: CudnnFailure| device_error(ordinal, f);
@@ -643,7 +842,8 @@ impl<'g> GpuExecutor<'g> {
             LayerPlan::Conv {
                 transposed: false,
                 embed,
-                ..
+                geometry,
+                bias,
             } => {
                 let padded = self.embed_opt(embed.as_ref(), x)?;
                 let xp = padded.as_ref().map_or(x, |p| ptr(p, &s));
@@ -651,10 +851,13 @@ impl<'g> GpuExecutor<'g> {
                     return Err(self.missing(i));
                 };
                 self.tracker.alloc(c.workspace[0]);
-                let b = self.buffers(xp, self.param(i, 0), y, self.param(i, 1));
+                let b = self.buffers(xp, self.param(i, 0), y);
                 c.forward.run(handle, b).map_err(failed)?;
                 self.tracker.free(c.workspace[0]);
                 self.release(padded);
+                if *bias {
+                    self.bias_add(i, y, geometry.y[1] as usize, n_out)?;
+                }
             }
             LayerPlan::Conv {
                 transposed: true,
@@ -665,7 +868,7 @@ impl<'g> GpuExecutor<'g> {
                 // The adjoint's backward-data: its dx is this layer's output (padded where
                 // the adjoint pads unevenly), its dy this layer's input.
                 let padded = embed
-                    .map(|e| self.tracked(e.padded_elements() as usize))
+                    .map(|e| self.tracked(self.act(e.padded_elements() as usize)))
                     .transpose()?;
                 let target = padded.as_ref().map_or(y, |p| ptr(p, &s));
                 let Device::Conv(c) = &self.device[i] else {
@@ -676,11 +879,11 @@ impl<'g> GpuExecutor<'g> {
                 let Some(pass) = c.backward_data.as_ref() else {
                     return Err(self.missing(i));
                 };
-                let b = self.buffers(target, self.param(i, 0), x, 0);
+                let b = self.buffers(target, self.param(i, 0), x);
                 pass.run(handle, b).map_err(failed)?;
                 self.tracker.free(ws);
                 if let (Some(e), Some(p)) = (embed, &padded) {
-                    self.launch(
+                    self.run(
                         "ex_crop",
                         n_out,
                         &embed_args(e, ptr(p, &s), y, e.input_elements()),
@@ -688,18 +891,7 @@ impl<'g> GpuExecutor<'g> {
                 }
                 self.release(padded);
                 if *bias {
-                    let c_out = geometry.x[1] as usize;
-                    self.launch(
-                        "ex_bias_add",
-                        n_out,
-                        &[
-                            Arg::Ptr(y),
-                            Arg::Ptr(self.param(i, 1)),
-                            Arg::U64(c_out as u64),
-                            Arg::U64((n_out / (self.batch * c_out)) as u64),
-                            Arg::U64(n_out as u64),
-                        ],
-                    )?;
+                    self.bias_add(i, y, geometry.x[1] as usize, n_out)?;
                 }
             }
             LayerPlan::Dense {
@@ -710,33 +902,16 @@ impl<'g> GpuExecutor<'g> {
             } => {
                 // Row-major y [n x out] = x [n x in] W^T, W [out x in]: column-major
                 // y^T (out x n) = W^T' (out x in) x^T (in x n).
-                gemm(
+                self.gemm(
                     blas,
-                    self.ordinal,
-                    true,
-                    false,
-                    *output,
-                    *n,
-                    *input,
-                    self.param(i, 0),
-                    *input,
-                    x,
-                    *input,
-                    y,
-                    *output,
+                    (true, false),
+                    (*output, *n, *input),
+                    (self.param(i, 0), *input),
+                    (x, *input),
+                    (y, *output),
                 )?;
                 if *bias {
-                    self.launch(
-                        "ex_bias_add",
-                        n_out,
-                        &[
-                            Arg::Ptr(y),
-                            Arg::Ptr(self.param(i, 1)),
-                            Arg::U64(*output as u64),
-                            Arg::U64(1),
-                            Arg::U64(n_out as u64),
-                        ],
-                    )?;
+                    self.bias_add(i, y, *output, n_out)?;
                 }
             }
             LayerPlan::Pool { embed, .. } => {
@@ -758,13 +933,13 @@ impl<'g> GpuExecutor<'g> {
             }
             LayerPlan::Elementwise { forward, param, .. } => {
                 let x2 = inputs.get(1).copied().unwrap_or(0);
-                self.launch(
+                self.run(
                     forward,
                     n_out,
                     &op_args(x, x2, 0, y, 0, *param, seed(i), n_out),
                 )?;
                 for &extra in inputs.iter().skip(2) {
-                    self.launch(
+                    self.run(
                         "ex_accumulate",
                         n_out,
                         &[Arg::Ptr(y), Arg::Ptr(extra), Arg::U64(n_out as u64)],
@@ -780,7 +955,7 @@ impl<'g> GpuExecutor<'g> {
                 if loss {
                     self.zero(y, n_out)?;
                 }
-                self.launch(
+                self.run(
                     forward.kernel,
                     forward.n,
                     &shaped_args(forward, [x, x2, third], [y, 0, 0]),
@@ -791,7 +966,7 @@ impl<'g> GpuExecutor<'g> {
                 let mut offset = 0;
                 for (&xk, &ck) in inputs.iter().zip(channels) {
                     let n = self.batch * ck * vol;
-                    self.launch(
+                    self.run(
                         "ex_concat_fwd",
                         n,
                         &concat_args(xk, y, ck, total, offset, *vol, n),
@@ -800,14 +975,14 @@ impl<'g> GpuExecutor<'g> {
                 }
             }
             LayerPlan::Flatten => {
-                self.launch(
+                self.run(
                     "op_scale_fwd",
                     n_out,
                     &op_args(x, 0, 0, y, 0, 1.0, 0, n_out),
                 )?;
             }
             LayerPlan::Spatial { forward, .. } => {
-                self.launch(
+                self.run(
                     forward.kernel,
                     forward.out_elements,
                     &spatial_args(forward, x, 0, y),
@@ -816,7 +991,7 @@ impl<'g> GpuExecutor<'g> {
             LayerPlan::SoftmaxCe { c, vol } => {
                 self.zero(y, n_out)?;
                 let threads = self.batch * vol;
-                self.launch(
+                self.run(
                     "ex_softmax_ce_fwd",
                     threads,
                     &[
@@ -830,9 +1005,8 @@ impl<'g> GpuExecutor<'g> {
                 )?;
                 // Backward reads the logits; keep a copy (the CPU keeps the probabilities).
                 let n_in = self.batch * c * vol;
-                let keep = self.take(n_in)?;
-                self.tracker.alloc(4 * n_in);
-                self.launch(
+                let keep = self.tracked(self.act(n_in))?;
+                self.run(
                     "op_scale_fwd",
                     n_in,
                     &op_args(x, 0, 0, ptr(&keep, &s), 0, 1.0, 0, n_in),
@@ -849,10 +1023,10 @@ impl<'g> GpuExecutor<'g> {
     fn backward(
         &mut self,
         i: usize,
-        acts: &[Option<CudaSlice<f32>>],
-        aux: Option<&CudaSlice<f32>>,
-        dy: &CudaSlice<f32>,
-        dx: &[Option<CudaSlice<f32>>],
+        acts: &[Option<Buf>],
+        aux: Option<&Buf>,
+        dy: &Buf,
+        dx: &[Option<Buf>],
         handle: &Handle,
         blas: &cublas::CudaBlas,
     ) -> Result<()> {
@@ -866,7 +1040,7 @@ impl<'g> GpuExecutor<'g> {
             .map_or(0, |a| ptr(a, &s));
         let own = acts[i].as_ref().map_or(0, |a| ptr(a, &s));
         let dyp = ptr(dy, &s);
-        let n_out = dy.len();
+        let n_out = self.len(i);
         let dxs: Vec<u64> = dx
             .iter()
             .map(|d| d.as_ref().map_or(0, |d| ptr(d, &s)))
@@ -881,7 +1055,8 @@ impl<'g> GpuExecutor<'g> {
             LayerPlan::Conv {
                 transposed: false,
                 embed,
-                ..
+                geometry,
+                bias,
             } => {
                 let padded = self.embed_opt(embed.as_ref(), x)?;
                 let xp = padded.as_ref().map_or(x, |p| ptr(p, &s));
@@ -895,17 +1070,17 @@ impl<'g> GpuExecutor<'g> {
                 {
                     // dx into the padded tensor, then cropped.
                     let target = padded.as_ref().map_or(dx0, |p| ptr(p, &s));
-                    pass.run(handle, self.buffers(target, self.param(i, 0), dyp, 0))
+                    pass.run(handle, self.buffers(target, self.param(i, 0), dyp))
                         .map_err(failed)?;
                     if let Some(e) = embed {
                         // The padded input's copy was overwritten by dx; crop it.
-                        self.launch(
+                        self.run(
                             "ex_crop",
                             n_in,
                             &embed_args(e, target, dx0, e.input_elements()),
                         )?;
                         // The filter gradient needs the input again.
-                        self.launch(
+                        self.run(
                             "ex_embed",
                             e.padded_elements() as usize,
                             &embed_args(e, x, target, e.padded_elements()),
@@ -913,13 +1088,13 @@ impl<'g> GpuExecutor<'g> {
                     }
                 }
                 c.backward_filter
-                    .run(
-                        handle,
-                        self.buffers(xp, self.dparam(i, 0), dyp, self.dparam(i, 1)),
-                    )
+                    .run(handle, self.buffers(xp, self.dparam(i, 0), dyp))
                     .map_err(failed)?;
                 self.tracker.free(ws);
                 self.release(padded);
+                if *bias {
+                    self.bias_grad(i, dyp, geometry.y[1] as usize, n_out)?;
+                }
             }
             LayerPlan::Conv {
                 transposed: true,
@@ -938,29 +1113,16 @@ impl<'g> GpuExecutor<'g> {
                 self.tracker.alloc(ws);
                 if dx0 != 0 {
                     c.forward
-                        .run(handle, self.buffers(dp, self.param(i, 0), dx0, 0))
+                        .run(handle, self.buffers(dp, self.param(i, 0), dx0))
                         .map_err(failed)?;
                 }
                 c.backward_filter
-                    .run(handle, self.buffers(dp, self.dparam(i, 0), x, 0))
+                    .run(handle, self.buffers(dp, self.dparam(i, 0), x))
                     .map_err(failed)?;
                 self.tracker.free(ws);
                 self.release(padded);
                 if *bias {
-                    let c_out = geometry.x[1] as usize;
-                    let db = self.dparam(i, 1);
-                    self.zero(db, c_out)?;
-                    self.launch(
-                        "ex_bias_grad",
-                        n_out,
-                        &[
-                            Arg::Ptr(dyp),
-                            Arg::Ptr(db),
-                            Arg::U64(c_out as u64),
-                            Arg::U64((n_out / (self.batch * c_out)) as u64),
-                            Arg::U64(n_out as u64),
-                        ],
-                    )?;
+                    self.bias_grad(i, dyp, geometry.x[1] as usize, n_out)?;
                 }
             }
             LayerPlan::Dense {
@@ -971,56 +1133,30 @@ impl<'g> GpuExecutor<'g> {
             } => {
                 if dx0 != 0 {
                     // dx^T (in x n) = W^T (in x out, column-major W) dy^T (out x n).
-                    gemm(
+                    self.gemm(
                         blas,
-                        self.ordinal,
-                        false,
-                        false,
-                        *input,
-                        *n,
-                        *output,
-                        self.param(i, 0),
-                        *input,
-                        dyp,
-                        *output,
-                        dx0,
-                        *input,
+                        (false, false),
+                        (*input, *n, *output),
+                        (self.param(i, 0), *input),
+                        (dyp, *output),
+                        (dx0, *input),
                     )?;
                 }
                 // dW^T (in x out) = x^T (in x n) dy (n x out).
-                gemm(
+                self.gemm(
                     blas,
-                    self.ordinal,
-                    false,
-                    true,
-                    *input,
-                    *output,
-                    *n,
-                    x,
-                    *input,
-                    dyp,
-                    *output,
-                    self.dparam(i, 0),
-                    *input,
+                    (false, true),
+                    (*input, *output, *n),
+                    (x, *input),
+                    (dyp, *output),
+                    (self.dparam(i, 0), *input),
                 )?;
                 if *bias {
-                    let db = self.dparam(i, 1);
-                    self.zero(db, *output)?;
-                    self.launch(
-                        "ex_bias_grad",
-                        n_out,
-                        &[
-                            Arg::Ptr(dyp),
-                            Arg::Ptr(db),
-                            Arg::U64(*output as u64),
-                            Arg::U64(1),
-                            Arg::U64(n_out as u64),
-                        ],
-                    )?;
+                    self.bias_grad(i, dyp, *output, n_out)?;
                 }
             }
             LayerPlan::Pool { embed, geometry } => {
-                let nx = elements(&geometry.x);
+                let nx = self.act(elements(&geometry.x));
                 // cuDNN's input: the (padded) input where the schedule keeps it (max
                 // pooling), else a stand-in of its size (average pooling reads none of it).
                 let padded = match (embed, x != 0) {
@@ -1046,7 +1182,7 @@ impl<'g> GpuExecutor<'g> {
                 let target = grad.as_ref().map_or(dx0, |b| ptr(b, &s));
                 // cuDNN reads the pooled output: recomputed for max pooling (the schedule
                 // keeps the input only, as the frameworks keep max-pool indices).
-                let y = self.tracked(n_out)?;
+                let y = self.tracked(self.act(n_out))?;
                 let yp = ptr(&y, &s);
                 let Device::Cudnn(l) = &self.device[i] else {
                     return Err(self.missing(i));
@@ -1058,7 +1194,7 @@ impl<'g> GpuExecutor<'g> {
                 l.run(handle, false, op_buffers(xp, target, yp, dyp, [0; 8]))
                     .map_err(failed)?;
                 if let (Some(e), true) = (embed, dx0 != 0) {
-                    self.launch(
+                    self.run(
                         "ex_crop",
                         n_in,
                         &embed_args(e, target, dx0, e.input_elements()),
@@ -1069,7 +1205,7 @@ impl<'g> GpuExecutor<'g> {
                 }
             }
             LayerPlan::BatchNorm { .. } => {
-                let scratch = self.scratch_if_null(dx0, n_in)?;
+                let scratch = self.scratch_if_null(dx0, self.act(n_in))?;
                 let target = scratch.as_ref().map_or(dx0, |b| ptr(b, &s));
                 let Device::Cudnn(l) = &self.device[i] else {
                     return Err(self.missing(i));
@@ -1091,18 +1227,18 @@ impl<'g> GpuExecutor<'g> {
                 let reads_output = matches!(*forward, "op_relu_fwd" | "op_tanh_fwd");
                 let (xa, ya) = if reads_output { (own, own) } else { (x, 0) };
                 if *forward == "op_add_fwd" {
-                    let scratch = self.scratch_if_null(dx0, n_out)?;
+                    let scratch = self.scratch_if_null(dx0, self.act(n_out))?;
                     let first = scratch.as_ref().map_or(dx0, |b| ptr(b, &s));
                     let second = dxs.get(1).copied().unwrap_or(0);
-                    let scratch2 = self.scratch_if_null(second, n_out)?;
+                    let scratch2 = self.scratch_if_null(second, self.act(n_out))?;
                     let second = scratch2.as_ref().map_or(second, |b| ptr(b, &s));
-                    self.launch(
+                    self.run(
                         backward,
                         n_out,
                         &op_args(0, 0, dyp, first, second, 0.0, 0, n_out),
                     )?;
                     for &extra in dxs.iter().skip(2).filter(|&&p| p != 0) {
-                        self.launch(
+                        self.run(
                             "op_scale_bwd",
                             n_out,
                             &op_args(0, 0, dyp, extra, 0, 1.0, 0, n_out),
@@ -1111,7 +1247,7 @@ impl<'g> GpuExecutor<'g> {
                     self.release(scratch);
                     self.release(scratch2);
                 } else if dx0 != 0 {
-                    self.launch(
+                    self.run(
                         backward,
                         n_out,
                         &op_args(xa, ya, dyp, dx0, 0, *param, seed(i), n_out),
@@ -1119,11 +1255,11 @@ impl<'g> GpuExecutor<'g> {
                 }
             }
             LayerPlan::Shaped { backward, .. } => {
-                let scratch = self.scratch_if_null(dx0, n_in)?;
+                let scratch = self.scratch_if_null(dx0, self.act(n_in))?;
                 let target = scratch.as_ref().map_or(dx0, |b| ptr(b, &s));
                 if backward.kernel == "op_mse_bwd" {
                     let t = ptr(&self.state[i][0], &s);
-                    self.launch(
+                    self.run(
                         backward.kernel,
                         backward.n,
                         &shaped_args(backward, [x, t, dyp], [target, 0, 0]),
@@ -1132,7 +1268,7 @@ impl<'g> GpuExecutor<'g> {
                     let (ds, db) = (self.dparam(i, 0), self.dparam(i, 1));
                     self.zero(ds, backward.a)?;
                     self.zero(db, backward.a)?;
-                    self.launch(
+                    self.run(
                         backward.kernel,
                         backward.n,
                         &shaped_args(backward, [x, self.param(i, 0), dyp], [target, ds, db]),
@@ -1146,7 +1282,7 @@ impl<'g> GpuExecutor<'g> {
                 for (&dk, &ck) in dxs.iter().zip(channels) {
                     let n = self.batch * ck * vol;
                     if dk != 0 {
-                        self.launch(
+                        self.run(
                             "ex_concat_bwd",
                             n,
                             &concat_args(dyp, dk, ck, total, offset, *vol, n),
@@ -1157,7 +1293,7 @@ impl<'g> GpuExecutor<'g> {
             }
             LayerPlan::Flatten => {
                 if dx0 != 0 {
-                    self.launch(
+                    self.run(
                         "op_scale_bwd",
                         n_out,
                         &op_args(0, 0, dyp, dx0, 0, 1.0, 0, n_out),
@@ -1166,8 +1302,8 @@ impl<'g> GpuExecutor<'g> {
             }
             LayerPlan::Spatial { backward, .. } => {
                 if dx0 != 0 {
-                    self.zero(dx0, n_in)?;
-                    self.launch(
+                    self.fill(dx0, n_in, self.precision.storage, 0.0)?;
+                    self.run(
                         backward.kernel,
                         backward.out_elements,
                         &spatial_args(backward, 0, dyp, dx0),
@@ -1176,10 +1312,10 @@ impl<'g> GpuExecutor<'g> {
             }
             LayerPlan::SoftmaxCe { c, vol } => {
                 let logits = aux.map_or(x, |a| ptr(a, &s));
-                let scratch = self.scratch_if_null(dx0, n_in)?;
+                let scratch = self.scratch_if_null(dx0, self.act(n_in))?;
                 let target = scratch.as_ref().map_or(dx0, |b| ptr(b, &s));
                 let threads = self.batch * vol;
-                self.launch(
+                self.run(
                     "ex_softmax_ce_bwd",
                     threads,
                     &[
@@ -1198,25 +1334,30 @@ impl<'g> GpuExecutor<'g> {
         Ok(())
     }
 
-    /// A tracked scratch buffer of `len` where `p` is null (a gradient nobody needs but the
-    /// kernel writes).
-    fn scratch_if_null(&mut self, p: u64, len: usize) -> Result<Option<CudaSlice<f32>>> {
+    /// A tracked scratch buffer of `bytes` where `p` is null (a gradient nobody needs but
+    /// the kernel writes).
+    fn scratch_if_null(&mut self, p: u64, bytes: usize) -> Result<Option<Buf>> {
         if p != 0 {
             return Ok(None);
         }
-        Ok(Some(self.tracked(len)?))
+        Ok(Some(self.tracked(bytes)?))
     }
 
-    /// Frees a tracked temporary.
-    fn release(&mut self, b: Option<CudaSlice<f32>>) {
+    /// Frees a tracked buffer.
+    fn release(&mut self, b: Option<Buf>) {
         if let Some(b) = b {
-            self.tracker.free(4 * b.len());
+            self.tracker.free(b.len());
             self.give(b);
         }
     }
 
+    /// Parameter `k` of layer `i` as the layer reads it: its 16-bit copy where it has one,
+    /// else the FP32 master.
     fn param(&self, i: usize, k: usize) -> u64 {
-        self.params[i].get(k).map_or(0, |p| ptr(p, &self.stream))
+        match self.copies[i].get(k) {
+            Some(Some(c)) => ptr(c, &self.stream),
+            _ => self.params[i].get(k).map_or(0, |p| ptr(p, &self.stream)),
+        }
     }
 
     fn dparam(&self, i: usize, k: usize) -> u64 {
@@ -1238,12 +1379,12 @@ impl<'g> GpuExecutor<'g> {
         ]
     }
 
-    fn buffers(&self, x: u64, w: u64, y: u64, bias: u64) -> Buffers {
+    fn buffers(&self, x: u64, w: u64, y: u64) -> Buffers {
         Buffers {
             x: x as *mut c_void,
             w: w as *mut c_void,
             y: y as *mut c_void,
-            bias: bias as *mut c_void,
+            bias: std::ptr::null_mut(),
             workspace: self.workspace.device_ptr(&self.stream).0 as *mut c_void,
             workspace_bytes: self.workspace_bytes,
         }
@@ -1255,6 +1396,76 @@ impl<'g> GpuExecutor<'g> {
             "its cuDNN descriptors were not built",
         )
     }
+
+    /// A column-major GEMM `C (m x n) = op(A) op(B)` through `cublasGemmEx` in the
+    /// precision's matrix format: operands of its input and output types, FP32
+    /// accumulation (TF32 tensor cores under tf32). Each operand is `(pointer, leading
+    /// dimension)`.
+    fn gemm(
+        &self,
+        blas: &cublas::CudaBlas,
+        (transpose_a, transpose_b): (bool, bool),
+        (m, n, k): (usize, usize, usize),
+        (a, lda): (u64, usize),
+        (b, ldb): (u64, usize),
+        (c, ldc): (u64, usize),
+    ) -> Result<()> {
+        let plan = GemmPlan::of(self.precision.matrix);
+        let int = |v: usize| {
+            i32::try_from(v).map_err(|_| {
+                Error::invalid(
+                    "dense layer",
+                    format!("{v} is beyond cuBLAS's 32-bit sizes"),
+                )
+            })
+        };
+        let op = |t: bool| {
+            if t {
+                cublas::sys::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                cublas::sys::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        let (one, zero) = (1.0f32, 0.0f32);
+        let (alpha, beta): (*const c_void, *const c_void) =
+            ((&raw const one).cast(), (&raw const zero).cast());
+        // SAFETY: `a`, `b` and `c` are live device allocations of the dense layer's operands
+        // (weights [out x in], activations [n x in], outputs [n x out] and their gradients)
+        // in the plan's element types (the 16-bit copy and gradient of the weights under
+        // mixed precision), each at least `ld * columns` elements for the shapes passed;
+        // alpha and beta point to host floats (FP32 compute) alive for the call.
+        let r = unsafe {
+            cublas::result::gemm_ex(
+                *blas.handle(),
+                op(transpose_a),
+                op(transpose_b),
+                int(m)?,
+                int(n)?,
+                int(k)?,
+                alpha,
+                a as *const c_void,
+                data_type(plan.inputs),
+                int(lda)?,
+                b as *const c_void,
+                data_type(plan.inputs),
+                int(ldb)?,
+                beta,
+                c as *mut c_void,
+                data_type(plan.output),
+                int(ldc)?,
+                compute_type(plan.compute),
+                cublas::sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        };
+        call(self.ordinal, "cublasGemmEx", r)
+    }
+}
+
+/// The FP32 values of bytes read back from the device.
+fn f32s(bytes: &[u8]) -> impl Iterator<Item = f32> + '_ {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
 }
 
 /// The dropout seed of layer `i` (the same forward and backward).
@@ -1357,62 +1568,4 @@ fn embed_args(e: &Embed, x: u64, out: u64, n: u64) -> [Arg; 12] {
         Arg::U64(o2),
         Arg::U64(n),
     ]
-}
-
-/// A column-major FP32 GEMM `C (m x n) = op(A) op(B)` through cuBLAS.
-#[allow(clippy::too_many_arguments)]
-fn gemm(
-    blas: &cublas::CudaBlas,
-    ordinal: usize,
-    transpose_a: bool,
-    transpose_b: bool,
-    m: usize,
-    n: usize,
-    k: usize,
-    a: u64,
-    lda: usize,
-    b: u64,
-    ldb: usize,
-    c: u64,
-    ldc: usize,
-) -> Result<()> {
-    let int = |v: usize| {
-        i32::try_from(v).map_err(|_| {
-            Error::invalid(
-                "dense layer",
-                format!("{v} is beyond cuBLAS's 32-bit sizes"),
-            )
-        })
-    };
-    let op = |t: bool| {
-        if t {
-            cublas::sys::cublasOperation_t::CUBLAS_OP_T
-        } else {
-            cublas::sys::cublasOperation_t::CUBLAS_OP_N
-        }
-    };
-    let (one, zero) = (1.0f32, 0.0f32);
-    // SAFETY: `a`, `b` and `c` are live device allocations of the dense layer's operands
-    // (weights [out x in], activations [n x in], outputs [n x out] and their gradients),
-    // each at least `ld * columns` floats for the shapes passed; alpha and beta point to
-    // host floats alive for the call.
-    let r = unsafe {
-        cublas::result::sgemm(
-            *blas.handle(),
-            op(transpose_a),
-            op(transpose_b),
-            int(m)?,
-            int(n)?,
-            int(k)?,
-            &one,
-            a as *const f32,
-            int(lda)?,
-            b as *const f32,
-            int(ldb)?,
-            &zero,
-            c as *mut f32,
-            int(ldc)?,
-        )
-    };
-    call(ordinal, "cublasSgemm", r)
 }

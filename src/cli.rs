@@ -647,6 +647,10 @@ pub(crate) struct MeasureOpsArgs {
         default_value = "forward,backward"
     )]
     pub(crate) pass: Vec<PassArg>,
+    /// Tensor formats, comma-separated: fp32; on a GPU also fp16 and bf16 (mixed precision's
+    /// 16-bit activations, arithmetic in FP32).
+    #[arg(long, value_delimiter = ',', default_value = "fp32", value_parser = parse_from_str::<ridgeline_measure::Format>)]
+    pub(crate) precision: Vec<ridgeline_measure::Format>,
     #[command(flatten)]
     pub(crate) measure: MeasureArgs,
 }

@@ -724,6 +724,44 @@ mod tests {
         assert!(p.kernel_fit(&k, "fp32").unwrap().op.is_none());
     }
 
+    /// GPU ops on 16-bit activations (the GPU suite's mixed-precision ops) are fitted as
+    /// `fp16`, apart from FP32 ones: the fits `amp-fp16` predictions read.
+    #[test]
+    fn op_records_are_fitted_per_precision() {
+        let mut records = Vec::new();
+        for (precision, per_byte) in [("fp32", 1e-9), ("fp16", 1e-9)] {
+            for mib in [1.0, 4.0, 16.0] {
+                // fp16 moves half the bytes of the same op: the same rate per byte.
+                let bytes = mib * 1048576.0 * if precision == "fp16" { 0.5 } else { 1.0 };
+                let mut r = record(
+                    "op",
+                    json!({"op": {"op": "relu"}, "input": [mib], "batch": 1, "pass": "forward"}),
+                    2e-6 + bytes * per_byte,
+                    bytes / 8.0,
+                    bytes,
+                );
+                r.precision = precision.into();
+                r.id = format!("{}|{precision}", r.id);
+                records.push(r);
+            }
+        }
+        let p = &calibrated("ops.jsonl", "local", records);
+        for precision in ["fp32", "fp16"] {
+            let f = p
+                .fit(KernelClass::Elementwise, KernelPass::Forward, precision)
+                .unwrap_or_else(|| panic!("no {precision} element-wise fit"));
+            assert_eq!(f.points, 3, "{precision}");
+        }
+        let k = vector_kernel("relu", KernelPass::Forward, 1.0, 1048576.0).unwrap();
+        let (fp32, fp16) = (p.time(&k, "fp32").unwrap(), p.time(&k, "fp16").unwrap());
+        assert!(
+            (fp32 / (2e-6 + 1048576.0 * 1e-9) - 1.0).abs() < 1e-3,
+            "{fp32}"
+        );
+        assert!((fp16 / fp32 - 1.0).abs() < 1e-3, "{fp16} vs {fp32}");
+        assert!(p.time(&k, "bf16").is_none(), "no bf16 records, no bf16 fit");
+    }
+
     #[test]
     fn no_micro_kernel_records_is_an_error() {
         let err = calibrate(

@@ -267,6 +267,10 @@ pub struct OpCase {
     pub input: Vec<usize>,
     /// Batch.
     pub batch: usize,
+    /// Number format of the tensors: fp32 on every device; fp16 and bf16 on a GPU, the
+    /// activation storage of mixed precision (arithmetic in FP32, per-channel parameters
+    /// and losses FP32).
+    pub format: Format,
 }
 
 /// Per-layer timings of a full training step, over several steps.

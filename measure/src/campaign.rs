@@ -113,7 +113,7 @@ impl Case {
             Case::Stream(..) => Format::Fp64.name(),
             Case::Copy(..) => "bytes",
             Case::Conv(c, _) => c.format.name(),
-            Case::Op(..) => Format::Fp32.name(),
+            Case::Op(c, _) => c.format.name(),
             Case::Workload(_, _, p) => p.name(),
         }
     }
@@ -251,7 +251,7 @@ impl Case {
             }
             Case::Conv(c, pass) => {
                 let graph = cases::conv_graph(c)?;
-                let cost = cases::layer_cost(&graph, c.batch);
+                let cost = cases::layer_cost(&graph, c.batch, c.format);
                 let (flops, bytes) = conv_counts(&graph, c, *pass, &cost);
                 let samples = backend.conv(c, *pass, protocol)?;
                 let mut record = make(&*backend, "conv", shape, samples, flops, bytes);
@@ -283,7 +283,7 @@ impl Case {
             }
             Case::Op(c, pass) => {
                 let graph = cases::op_graph(c)?;
-                let cost = cases::layer_cost(&graph, c.batch);
+                let cost = cases::layer_cost(&graph, c.batch, c.format);
                 let (flops, bytes) = match pass {
                     Pass::Forward => (cost.flops_fwd.value(), cost.hbm_bytes_fwd.value()),
                     Pass::Backward => (cost.flops_bwd.value(), cost.hbm_bytes_bwd.value()),
@@ -370,7 +370,7 @@ fn conv_counts(
     let out = graph.layers()[graph.last()].output.elements() as f64;
     let input = graph.input_shape().elements() as f64;
     let weights = cost.params as f64;
-    let bytes = 4.0 * ((input + out) * case.batch as f64 + weights);
+    let bytes = case.format.bytes() as f64 * ((input + out) * case.batch as f64 + weights);
     let flops = match pass {
         ConvPass::Forward => cost.flops_fwd.value(),
         ConvPass::BackwardData => cost.flops_bwd_data.value(),
@@ -433,7 +433,7 @@ mod tests {
         assert!(!convs.is_empty());
         for c in &convs {
             let graph = cases::conv_graph(c).unwrap();
-            let cost = cases::layer_cost(&graph, c.batch);
+            let cost = cases::layer_cost(&graph, c.batch, c.format);
             let (flops, bytes) = conv_counts(&graph, c, ConvPass::Forward, &cost);
             assert_eq!(
                 (flops, bytes),
@@ -486,7 +486,22 @@ mod tests {
             op: Op::max_pool(ridgeline_model::graph::Pool::new(&[2, 2])),
             input: vec![3, 8, 8],
             batch: 2,
+            format: Format::Fp32,
         };
+        let fp16 = Case::Op(
+            OpCase {
+                format: Format::Fp16,
+                ..case.clone()
+            },
+            Pass::Backward,
+        );
+        assert_eq!(fp16.precision(), "fp16");
+        // 16-bit records are GPU records: the CPU says so.
+        let e = fp16
+            .run(&mut *cpu(), &Protocol::quick())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("fp16") && e.contains("--device cuda"), "{e}");
         let c = Case::Op(case, Pass::Backward);
         let shape = c.shape().unwrap();
         assert_eq!(shape["op"]["op"], "max-pool");

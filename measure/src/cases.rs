@@ -8,7 +8,7 @@ use ridgeline_model::cost::{self, LayerCost};
 use ridgeline_model::graph::{Conv, Graph, Op, Padding};
 use ridgeline_model::precision::Precision;
 
-use crate::backend::{ConvCase, OpCase};
+use crate::backend::{ConvCase, Format, OpCase};
 use crate::error::{Error, Result};
 
 /// The measured layer's name in case graphs.
@@ -56,9 +56,15 @@ pub(crate) fn op_graph(case: &OpCase) -> Result<Graph> {
     Ok(g)
 }
 
-/// The model's cost of the case's layer at `batch`, in FP32.
-pub(crate) fn layer_cost(graph: &Graph, batch: usize) -> LayerCost<'_> {
-    let c = cost::cost(graph, batch as u64, Precision::Fp32);
+/// The model's cost of the case's layer at `batch` with tensors in `format` (bytes of
+/// 16-bit tensors for fp16 and bf16, of FP32 ones otherwise).
+pub(crate) fn layer_cost(graph: &Graph, batch: usize, format: Format) -> LayerCost<'_> {
+    let precision = match format {
+        Format::Fp16 => Precision::AmpFp16,
+        Format::Bf16 => Precision::AmpBf16,
+        Format::Fp32 | Format::Tf32 | Format::Fp64 => Precision::Fp32,
+    };
+    let c = cost::cost(graph, batch as u64, precision);
     c.layers
         .into_iter()
         .last()
@@ -86,7 +92,7 @@ mod tests {
             format: crate::backend::Format::Fp32,
         };
         let g = conv_graph(&case).unwrap();
-        let c = layer_cost(&g, 2);
+        let c = layer_cost(&g, 2, Format::Fp32);
         assert_eq!(c.flops_bwd_data, c.flops_fwd);
         assert_eq!(c.flops_fwd.value(), 2.0 * 2.0 * 8.0 * 64.0 * 4.0 * 9.0);
     }

@@ -184,6 +184,7 @@ pub fn op_cases(graph: &Graph, batch: usize) -> Vec<OpCase> {
             op: layer.op.clone(),
             input: layers[layer.inputs[0]].output.dims().to_vec(),
             batch,
+            format: Format::Fp32,
         };
         match kinds.iter_mut().find(|(k, _)| *k == layer.op.kind()) {
             Some((_, cases)) => {
@@ -217,11 +218,13 @@ pub fn extra_ops() -> Vec<OpCase> {
             op: Op::avg_pool(Pool::new(&[2, 2])),
             input: vec![64, 56, 56],
             batch: 8,
+            format: Format::Fp32,
         },
         OpCase {
             op: Op::avg_pool(Pool::new(&[2, 2, 2])),
             input: vec![32, 64, 64, 64],
             batch: 1,
+            format: Format::Fp32,
         },
         OpCase {
             op: Op::Upsample {
@@ -229,6 +232,7 @@ pub fn extra_ops() -> Vec<OpCase> {
             },
             input: vec![256, 48, 72],
             batch: 1,
+            format: Format::Fp32,
         },
     ]
 }
@@ -375,7 +379,8 @@ pub fn gpu_stream_sizes(l2: usize) -> Vec<usize> {
 /// The GPU suite in priority order, on one stream (threads 1): GEMM in every format,
 /// convolution at the reference layer shapes in every pass, STREAM from L2 to device
 /// memory, host-device copies, the ops (every one the CUDA backend runs), the convolution
-/// sweep, and last the reference convolutions in FP16 (mixed precision).
+/// sweep, and last mixed precision's kernels: the reference convolutions with FP16 tensors,
+/// then the ops on FP16 activations.
 pub fn standard_gpu(l2: usize) -> Result<Vec<(usize, Case)>> {
     let mut convs = Vec::new();
     let mut ops = Vec::new();
@@ -447,6 +452,17 @@ pub fn standard_gpu(l2: usize) -> Result<Vec<(usize, Case)>> {
                 ConvCase {
                     format: Format::Fp16,
                     ..c.clone()
+                },
+                pass,
+            )
+        }));
+    }
+    for pass in [Pass::Forward, Pass::Backward] {
+        cases.extend(ops.iter().map(|o| {
+            Case::Op(
+                OpCase {
+                    format: Format::Fp16,
+                    ..o.clone()
                 },
                 pass,
             )
@@ -532,7 +548,7 @@ pub fn estimate(case: &Case, threads: usize, rates: &Rates, protocol: &Protocol)
         Case::Copy(c) => (0.0, c.bytes as f64, 1.0),
         Case::Conv(c, _) => {
             let g = crate::cases::conv_graph(c)?;
-            let cost = crate::cases::layer_cost(&g, c.batch);
+            let cost = crate::cases::layer_cost(&g, c.batch, c.format);
             (
                 cost.flops_fwd.value(),
                 cost.hbm_bytes_fwd.value(),
@@ -541,7 +557,7 @@ pub fn estimate(case: &Case, threads: usize, rates: &Rates, protocol: &Protocol)
         }
         Case::Op(c, _) => {
             let g = crate::cases::op_graph(c)?;
-            let cost = crate::cases::layer_cost(&g, c.batch);
+            let cost = crate::cases::layer_cost(&g, c.batch, c.format);
             (cost.flops_fwd.value(), cost.hbm_bytes_fwd.value(), 3.0)
         }
         Case::Workload(g, batch, precision) => {
@@ -788,6 +804,10 @@ mod tests {
                 .count()
         };
         assert_eq!(count(Format::Fp16), count(Format::Fp32));
+        // And every op on FP16 activations as on FP32 ones.
+        let ops_in = |f: Format| ops.iter().filter(|o| o.format == f).count();
+        assert!(ops_in(Format::Fp32) > 0);
+        assert_eq!(ops_in(Format::Fp16), ops_in(Format::Fp32));
         // STREAM runs from inside L2 to well past it.
         let sizes = gpu_stream_sizes(l2);
         assert!(

@@ -609,6 +609,7 @@ pub(crate) fn ops(args: &MeasureOpsArgs) -> Result<()> {
                     op: layer.op.clone(),
                     input: layers[layer.inputs[0]].output.dims().to_vec(),
                     batch,
+                    format: ridgeline_measure::Format::Fp32,
                 });
             }
         }
@@ -644,10 +645,21 @@ pub(crate) fn ops(args: &MeasureOpsArgs) -> Result<()> {
         })
         .collect();
     let cases = for_threads(&backends, |_| {
-        passes
-            .iter()
-            .flat_map(|&p| cases_of.iter().map(move |c| Case::Op(c.clone(), p)))
-            .collect()
+        let mut cases = Vec::new();
+        for &format in &args.precision {
+            for &p in &passes {
+                cases.extend(cases_of.iter().map(|c| {
+                    Case::Op(
+                        OpCase {
+                            format,
+                            ..c.clone()
+                        },
+                        p,
+                    )
+                }));
+            }
+        }
+        cases
     });
     run_and_print(&mut backends, &args.measure, &cases, "Ops", vec![])
 }

@@ -319,6 +319,21 @@ fn mixed_precision_workloads_need_a_gpu() {
     }
     let err = run_err(&["measure", "workload", "cosmoflow", "--precision", "fp8"]);
     assert!(err.contains("amp-fp16"), "{err}");
+    // The ops on 16-bit activations too.
+    let err = run_err(&[
+        "measure",
+        "ops",
+        "--workload",
+        &fixture("tiny.toml"),
+        "--precision",
+        "fp16",
+        "--threads",
+        "1",
+    ]);
+    assert!(
+        err.contains("fp32, not fp16") && err.contains("--device cuda"),
+        "{err}"
+    );
 }
 
 #[test]

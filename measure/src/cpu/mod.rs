@@ -200,6 +200,16 @@ impl Backend for CpuBackend {
     }
 
     fn op(&mut self, case: &OpCase, pass: Pass, protocol: &Protocol) -> Result<Vec<f64>> {
+        if case.format != Format::Fp32 {
+            return Err(Error::invalid(
+                format!("op {} {}", case.op.kind(), case.format.name()),
+                format!(
+                    "the CPU backend runs ops in fp32, not {}; measure other formats on a GPU \
+                     (--device cuda)",
+                    case.format.name()
+                ),
+            ));
+        }
         let graph = cases::op_graph(case)?;
         let (kernel, lens, params) = case_kernel(&graph, case.batch);
         let layer = graph

@@ -37,8 +37,8 @@ use super::layers::{EXEC_KERNELS, EXEC_SOURCE};
 use super::plan::{
     Compute, ConvGeometry, ConvPlan, Element, GemmPlan, OP_KERNELS, OPS_SOURCE, PoolGeometry,
     SHAPED_KERNELS, SHAPED_SOURCE, SPATIAL_KERNELS, SPATIAL_SOURCE, STREAM_BLOCK, STREAM_SOURCE,
-    ShapedLaunch, SpatialLaunch, elements, elementwise_kernel, shaped_kernel, spatial_kernel,
-    stream_function, stream_grid, typed_source,
+    ShapedLaunch, SpatialLaunch, elements, elementwise_kernel, op_storage, shaped_float_pointers,
+    shaped_kernel, spatial_kernel, stream_function, stream_grid, typed_source,
 };
 use crate::backend::{
     Backend, ConvCase, ConvPass, CopyCase, CopyDirection, GemmCase, HostMemory, OpCase, Pass,
@@ -240,18 +240,23 @@ impl CudaBackend {
         let samples = case.batch.max(1);
         let elements = samples * launch.a * launch.b;
         // Room for every role: concat's doubled output and gradient, per-channel and
-        // per-sample vectors.
+        // per-sample vectors; each role FP32 or of the storage, as the kernel declares it.
         let big = 2 * elements;
         let small = elements.max(launch.a).max(samples);
-        self.check_memory(what, 4 * (2 * big + 3 * small + launch.a))?;
-        let f = self.kernel(launch.kernel, Element::F32)?;
+        let storage = op_storage(case.format).map_err(|m| Error::invalid(what, m))?;
+        let float = shaped_float_pointers(launch.kernel);
+        let element = |k: usize| if float[k] { Element::F32 } else { storage };
+        let lens = [small, small, big, big, small, launch.a];
+        let bytes: usize = (0..6).map(|k| lens[k] * element(k).bytes()).sum();
+        self.check_memory(what, bytes)?;
+        let f = self.kernel(launch.kernel, storage)?;
         let stream = self.stream.clone();
-        let x = self.call("cuMemcpyHtoDAsync", stream.clone_htod(&vec![1.0f32; small]))?;
-        let x2 = self.call("cuMemcpyHtoDAsync", stream.clone_htod(&vec![0.5f32; small]))?;
-        let dy = self.call("cuMemcpyHtoDAsync", stream.clone_htod(&vec![1.0f32; big]))?;
-        let mut out: CudaSlice<f32> = self.zeros(big)?;
-        let mut out2: CudaSlice<f32> = self.zeros(small)?;
-        let mut out3: CudaSlice<f32> = self.zeros(launch.a)?;
+        let x = self.filled(element(0), small, 1.0)?;
+        let x2 = self.filled(element(1), small, 0.5)?;
+        let dy = self.filled(element(2), big, 1.0)?;
+        let mut out = self.filled(element(3), big, 0.0)?;
+        let mut out2 = self.filled(element(4), small, 0.0)?;
+        let mut out3 = self.filled(element(5), launch.a, 0.0)?;
         let cfg = LaunchConfig {
             grid_dim: (stream_grid(launch.n, self.multiprocessors()), 1, 1),
             block_dim: (STREAM_BLOCK, 1, 1),
@@ -272,11 +277,12 @@ impl CudaBackend {
                     .arg(&a)
                     .arg(&b)
                     .arg(&n);
-                // SAFETY: every shaped kernel (FP32 build, T = float) takes (const float* x3,
-                // float* x3, and three unsigned long long), matching the arguments pushed; the
-                // buffers are sized for the largest index any of them reaches (2 x the
-                // input's elements for concat, the channels or samples for the per-channel
-                // and per-sample ones).
+                // SAFETY: every shaped kernel takes six pointers (three const) and three
+                // unsigned long long, matching the arguments pushed; each buffer holds
+                // elements of the type the kernel declares for it (`float`, or the storage
+                // `T` it was compiled for, per `shaped_float_pointers`), sized for the
+                // largest index any kernel reaches (2 x the input's elements for concat, the
+                // channels or samples for the per-channel and per-sample ones).
                 call(ordinal, "cuLaunchKernel", unsafe { l.launch(cfg) }).map(drop)
             })
         })?;
@@ -289,16 +295,17 @@ impl CudaBackend {
     fn spatial_op(
         &mut self,
         launch: &SpatialLaunch,
+        storage: Element,
         protocol: &Protocol,
         what: &str,
     ) -> Result<Vec<f64>> {
         let (n_in, n_out) = (launch.in_elements.max(1), launch.out_elements.max(1));
-        self.check_memory(what, 4 * (n_in + 2 * n_out))?;
-        let f = self.kernel(launch.kernel, Element::F32)?;
+        self.check_memory(what, storage.bytes() * (n_in + 2 * n_out))?;
+        let f = self.kernel(launch.kernel, storage)?;
         let stream = self.stream.clone();
-        let x = self.call("cuMemcpyHtoDAsync", stream.clone_htod(&vec![1.0f32; n_in]))?;
-        let dy = self.call("cuMemcpyHtoDAsync", stream.clone_htod(&vec![1.0f32; n_out]))?;
-        let mut out: CudaSlice<f32> = self.zeros(n_out.max(n_in))?;
+        let x = self.filled(storage, n_in, 1.0)?;
+        let dy = self.filled(storage, n_out, 1.0)?;
+        let mut out = self.filled(storage, n_out.max(n_in), 0.0)?;
         let cfg = LaunchConfig {
             grid_dim: (stream_grid(n_out, self.multiprocessors()), 1, 1),
             block_dim: (STREAM_BLOCK, 1, 1),
@@ -320,10 +327,10 @@ impl CudaBackend {
                     .arg(&k1)
                     .arg(&k2)
                     .arg(&n);
-                // SAFETY: the tile and upsample kernels (FP32 build) take (const float*, const float*,
-                // float*, and seven unsigned long long), matching the arguments pushed; `x`
-                // holds the input's elements, `dy` and `out` the output's (the index map
-                // stays below each, as the plan's tests check).
+                // SAFETY: the tile and upsample kernels take (const T*, const T*, T*, and seven
+                // unsigned long long), matching the arguments pushed, `T` the storage the
+                // buffers hold; `x` holds the input's elements, `dy` and `out` the output's
+                // (the index map stays below each, as the plan's tests check).
                 call(ordinal, "cuLaunchKernel", unsafe { l.launch(cfg) }).map(drop)
             })
         })?;
@@ -374,7 +381,8 @@ impl CudaBackend {
             elements(&y_dims),
             x_dims[1].max(1) as usize,
         );
-        self.check_memory(what, 4 * (2 * nx + 2 * ny + 8 * c))?;
+        let storage = op_storage(case.format).map_err(|m| Error::invalid(what, m))?;
+        self.check_memory(what, storage.bytes() * (2 * nx + 2 * ny) + 4 * 8 * c)?;
         self.cudnn()?;
         let ordinal = self.ordinal;
         let failed = |f: CudnnFailure| Error::Device {
@@ -383,16 +391,16 @@ impl CudaBackend {
             message: f.message,
         };
         let layer = match &geometry {
-            Some(g) => CudnnLayer::pool(g, Element::F32),
-            None => CudnnLayer::batch_norm(&x_dims, Element::F32),
+            Some(g) => CudnnLayer::pool(g, storage),
+            None => CudnnLayer::batch_norm(&x_dims, storage),
         }
         .map_err(failed)?;
         let ones = |n: usize| vec![1.0f32; n];
         let stream = self.stream.clone();
-        let mut x = self.call("cuMemcpyHtoDAsync", stream.clone_htod(&ones(nx)))?;
-        let mut dx: CudaSlice<f32> = self.zeros(nx)?;
-        let mut y: CudaSlice<f32> = self.zeros(ny)?;
-        let mut dy = self.call("cuMemcpyHtoDAsync", stream.clone_htod(&ones(ny)))?;
+        let mut x = self.filled(storage, nx, 1.0)?;
+        let mut dx = self.filled(storage, nx, 0.0)?;
+        let mut y = self.filled(storage, ny, 0.0)?;
+        let mut dy = self.filled(storage, ny, 1.0)?;
         let mut channel = Vec::new();
         for _ in 0..8 {
             channel.push(self.call("cuMemcpyHtoDAsync", stream.clone_htod(&ones(c)))?);
@@ -471,6 +479,27 @@ impl CudaBackend {
     }
 
     /// Fails with a clear message when `bytes` exceed the GPU's free memory.
+    /// `n` elements of `storage` set to `v` on the device (zeroed, then `ex_fill` of that
+    /// storage where `v` is not 0).
+    fn filled(&mut self, storage: Element, n: usize, v: f32) -> Result<CudaSlice<u8>> {
+        let buffer: CudaSlice<u8> = self.zeros(n.max(1) * storage.bytes())?;
+        if v != 0.0 {
+            let f = self.kernel("ex_fill", storage)?;
+            let cfg = LaunchConfig {
+                grid_dim: (stream_grid(n.max(1), self.multiprocessors()), 1, 1),
+                block_dim: (STREAM_BLOCK, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let len = n as u64;
+            let mut l = self.stream.launch_builder(&f);
+            l.arg(&buffer).arg(&v).arg(&len);
+            // SAFETY: `ex_fill(T* out, float v, unsigned long long n)` of this storage's
+            // build, and `buffer` holds `n` elements of that storage.
+            self.call("cuLaunchKernel", unsafe { l.launch(cfg) })?;
+        }
+        Ok(buffer)
+    }
+
     fn check_memory(&self, what: &str, bytes: usize) -> Result<()> {
         let (free, _) = self.call("cuMemGetInfo", self.ctx.mem_get_info())?;
         if bytes > free {
@@ -845,13 +874,19 @@ impl Backend for CudaBackend {
     }
 
     fn op(&mut self, case: &OpCase, pass: Pass, protocol: &Protocol) -> Result<Vec<f64>> {
-        let what = format!("op {} {}", case.op.kind(), pass.name());
+        let what = format!(
+            "op {} {} {}",
+            case.op.kind(),
+            pass.name(),
+            case.format.name()
+        );
+        let storage = op_storage(case.format).map_err(|m| Error::invalid(&what, m))?;
         if let Some(launch) = shaped_kernel(&case.op, pass, &case.input, case.batch) {
             return self.shaped_op(launch, case, protocol, &what);
         }
         if let Some(launch) = spatial_kernel(&case.op, pass, &case.input, case.batch) {
             let launch = launch.map_err(|m| Error::invalid(&what, m))?;
-            return self.spatial_op(&launch, protocol, &what);
+            return self.spatial_op(&launch, storage, protocol, &what);
         }
         let Some((name, param)) = elementwise_kernel(&case.op, pass) else {
             return self.cudnn_op(case, pass, protocol, &what);
@@ -860,15 +895,14 @@ impl Backend for CudaBackend {
         if n == 0 {
             return Err(Error::invalid(what, "the input has no elements"));
         }
-        self.check_memory(&what, 6 * 4 * n)?;
-        let f = self.kernel(name, Element::F32)?;
+        self.check_memory(&what, 5 * storage.bytes() * n)?;
+        let f = self.kernel(name, storage)?;
         // Inputs of ones (tanh's backward reads its forward output as `y`).
-        let ones = vec![1.0f32; n];
-        let x = self.call("cuMemcpyHtoDAsync", self.stream.clone_htod(&ones))?;
-        let y = self.call("cuMemcpyHtoDAsync", self.stream.clone_htod(&ones))?;
-        let dy = self.call("cuMemcpyHtoDAsync", self.stream.clone_htod(&ones))?;
-        let mut out: CudaSlice<f32> = self.zeros(n)?;
-        let mut out2: CudaSlice<f32> = self.zeros(n)?;
+        let x = self.filled(storage, n, 1.0)?;
+        let y = self.filled(storage, n, 1.0)?;
+        let dy = self.filled(storage, n, 1.0)?;
+        let mut out = self.filled(storage, n, 0.0)?;
+        let mut out2 = self.filled(storage, n, 0.0)?;
         let sms = self.multiprocessors();
         let cfg = LaunchConfig {
             grid_dim: (stream_grid(n, sms), 1, 1),
@@ -890,10 +924,10 @@ impl Backend for CudaBackend {
                     .arg(&param)
                     .arg(&seed)
                     .arg(&len);
-                // SAFETY: every op kernel (FP32 build) takes (const float*, const float*, const float*,
-                // float*, float*, float, unsigned long long, unsigned long long), matching
-                // the arguments pushed; all five arrays hold `n` floats and the kernels index
-                // below `n`.
+                // SAFETY: every op kernel takes (const T*, const T*, const T*, T*, T*, float,
+                // unsigned long long, unsigned long long), matching the arguments pushed; all
+                // five arrays hold `n` elements of the storage `T` the kernel was compiled
+                // for, and the kernels index below `n`.
                 call(ordinal, "cuLaunchKernel", unsafe { launch.launch(cfg) }).map(drop)
             })
         })?;

@@ -13,9 +13,10 @@
 //! CUDA events under the run protocol, with the device, driver and library versions in
 //! every record, the element-wise ops (relu, leaky relu, tanh, scale, add, dropout), channel
 //! affine, concat, flatten, tile, upsample and the losses (NVRTC kernels), and pooling and
-//! batch norm (cuDNN), and the full-workload executor in fp32, tf32 and mixed precision
-//! (`enabled::exec`, on the layer plans and precision plans of [`layers`]; the kernels
-//! compiled per activation storage, [`plan::typed_source`]). **None of it has been run on a
+//! batch norm (cuDNN), on FP32 or 16-bit (fp16, bf16) activations, and the full-workload
+//! executor in fp32, tf32 and mixed precision (`enabled::exec`, on the layer plans and
+//! precision plans of [`layers`]; the kernels compiled per activation storage,
+//! [`plan::typed_source`]). **None of it has been run on a
 //! GPU yet**: the code is written against the CUDA APIs and checked here only where no GPU
 //! is needed (type choices, every kernel source through NVRTC and ptxas for sm_80 and sm_90
 //! in every storage, their argument lists, launch geometry, every layer's plan of the three

@@ -206,6 +206,32 @@ pub(crate) fn typed_source(source: &str, storage: Element) -> Option<String> {
     Some(format!("{STORAGE_PRELUDE}typedef {t} T;\n{source}"))
 }
 
+/// The activation storage an op case's `format` runs in on the GPU, or why it does not run.
+pub(crate) fn op_storage(format: Format) -> Result<Element, String> {
+    match format {
+        Format::Fp32 => Ok(Element::F32),
+        Format::Fp16 => Ok(Element::F16),
+        Format::Bf16 => Ok(Element::Bf16),
+        Format::Tf32 | Format::Fp64 => Err(format!(
+            "ops run in fp32, fp16 or bf16, not {} (tf32 is a matrix format of FP32 data)",
+            format.name()
+        )),
+    }
+}
+
+/// Which of a shaped kernel's six pointers (`x, x2, dy, out, out2, out3`) are `float`
+/// whatever the activation storage: the affine parameters and their gradients, the losses
+/// and their gradients ([`SHAPED_SOURCE`]); the others are `T`.
+pub(crate) fn shaped_float_pointers(kernel: &str) -> [bool; 6] {
+    match kernel {
+        "op_affine_fwd" => [false, true, true, false, true, true],
+        "op_affine_bwd" => [false, true, false, false, true, true],
+        "op_mse_fwd" | "op_softmax_ce_fwd" => [false, false, false, true, false, false],
+        "op_mse_bwd" | "op_softmax_ce_bwd" => [false, false, true, false, false, false],
+        _ => [false; 6],
+    }
+}
+
 /// The STREAM kernels in CUDA C, compiled at run time with NVRTC: grid-stride loops over
 /// `double` arrays, named `stream_<kernel>`, arguments in the order the backend passes them
 /// (`a`, `b`, `c`, `q`, `n`).
@@ -768,8 +794,9 @@ pub(crate) fn elements(dims: &[i32]) -> usize {
 pub(crate) mod tests {
     use super::*;
 
-    /// The parameter names of kernel `name` in `source`, checking it is defined once.
-    pub(crate) fn parameters<'s>(source: &'s str, name: &str) -> Vec<&'s str> {
+    /// The parameter declarations of kernel `name` in `source` (`const T* x`, `u64 n`),
+    /// checking it is defined once.
+    fn declarations<'s>(source: &'s str, name: &str) -> Vec<&'s str> {
         let decl = format!("__global__ void {name}(");
         assert_eq!(source.matches(&decl).count(), 1, "{name}");
         source
@@ -778,7 +805,15 @@ pub(crate) mod tests {
             .and_then(|s| s.split(')').next())
             .unwrap()
             .split(',')
-            .map(|a| a.trim().rsplit([' ', '*']).next().unwrap())
+            .map(str::trim)
+            .collect()
+    }
+
+    /// The parameter names of kernel `name` in `source`, checking it is defined once.
+    pub(crate) fn parameters<'s>(source: &'s str, name: &str) -> Vec<&'s str> {
+        declarations(source, name)
+            .into_iter()
+            .map(|a| a.rsplit([' ', '*']).next().unwrap())
             .collect()
     }
 
@@ -979,6 +1014,53 @@ pub(crate) mod tests {
         assert!(!g.max);
         assert_eq!((g.window, g.y), (vec![7, 7], vec![4, 2048, 1, 1]));
         assert!(PoolGeometry::of(&Op::Relu, &[1, 2, 2], &[1, 2, 2], 1).is_none());
+    }
+
+    /// The pointer types of kernel `name` in `source`: `float` or `T` (storage).
+    fn pointer_types<'s>(source: &'s str, name: &str) -> Vec<&'s str> {
+        declarations(source, name)
+            .into_iter()
+            .filter(|a| a.contains('*'))
+            .map(|a| {
+                a.trim_start_matches("const ")
+                    .split(['*', ' '])
+                    .next()
+                    .unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn shaped_kernels_say_which_pointers_are_fp32_in_every_storage() {
+        for name in SHAPED_KERNELS {
+            let types = pointer_types(SHAPED_SOURCE, name);
+            let float: Vec<bool> = types.iter().map(|t| *t == "float").collect();
+            assert_eq!(float, shaped_float_pointers(name), "{name}: {types:?}");
+            assert!(
+                types.iter().all(|t| *t == "float" || *t == "T"),
+                "{types:?}"
+            );
+        }
+        for name in OP_KERNELS {
+            assert!(
+                pointer_types(OPS_SOURCE, name).iter().all(|t| *t == "T"),
+                "{name}"
+            );
+        }
+        for name in SPATIAL_KERNELS {
+            assert!(
+                pointer_types(SPATIAL_SOURCE, name)
+                    .iter()
+                    .all(|t| *t == "T"),
+                "{name}"
+            );
+        }
+        assert_eq!(op_storage(Format::Fp16), Ok(Element::F16));
+        assert_eq!(op_storage(Format::Bf16), Ok(Element::Bf16));
+        assert!(op_storage(Format::Tf32).unwrap_err().contains("tf32"));
+        let source = typed_source(OPS_SOURCE, Element::Bf16).unwrap();
+        assert!(source.contains("typedef b16 T;") && source.ends_with(OPS_SOURCE));
+        assert!(typed_source(OPS_SOURCE, Element::F64).is_none());
     }
 
     #[test]

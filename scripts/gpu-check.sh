@@ -30,6 +30,11 @@ fi
 echo "== GEMM (cuBLAS), a first look"
 "$bin" measure gemm --device "$device" --precision fp32,tf32,fp16,bf16 \
     --size 1024,4096,8192 --out "$out/gemm.jsonl"
+echo "== convolution layouts: two of ResNet-50's 3x3 convolutions in fp16, channels-first"
+echo "   (NCHW) and channels-last (NHWC)"
+"$bin" measure conv --device "$device" --workload resnet50 --batch 32 \
+    --layer layer1.0.conv2,layer3.0.conv2 --precision fp16 \
+    --layout channels-first,channels-last --out "$out/conv-layouts.jsonl"
 echo "== the calibration suite: GEMM in every format, cuDNN convolutions, STREAM, copies,"
 echo "   every op"
 "$bin" measure suite --device "$device" --budget "${BUDGET:-3m}" --out "$out/suite.jsonl"
@@ -66,5 +71,6 @@ if [ "$gpus" -ge 2 ]; then
 fi
 
 echo
-echo "records in $out/ (gemm.jsonl, suite.jsonl, workloads.jsonl; nccl.jsonl with two or"
-echo "more GPUs; profile.toml, plots/, validation.txt and report/ with SYSTEM set)."
+echo "records in $out/ (gemm.jsonl, conv-layouts.jsonl, suite.jsonl, workloads.jsonl;"
+echo "nccl.jsonl with two or more GPUs; profile.toml, plots/, validation.txt and report/"
+echo "with SYSTEM set)."

@@ -534,6 +534,10 @@ pub(crate) struct MeasureConvArgs {
     /// convolutions).
     #[arg(long, value_delimiter = ',', default_value = "fp32", value_parser = parse_from_str::<ridgeline_measure::Format>)]
     pub(crate) precision: Vec<ridgeline_measure::Format>,
+    /// Memory layouts, comma-separated: channels-first (NCHW, NCDHW); on a GPU also
+    /// channels-last (NHWC, NDHWC; filters KRSC), what tensor cores read best.
+    #[arg(long, value_delimiter = ',', default_value = "channels-first", value_parser = parse_from_str::<ridgeline_measure::Layout>)]
+    pub(crate) layout: Vec<ridgeline_measure::Layout>,
     #[command(flatten)]
     pub(crate) measure: MeasureArgs,
 }

@@ -65,6 +65,39 @@ impl std::str::FromStr for Format {
     }
 }
 
+/// Where a convolution's channels sit in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Layout {
+    /// Channels first: NCHW, NCDHW (the layer graph's and the CPU's layout).
+    ChannelsFirst,
+    /// Channels last: NHWC, NDHWC (what tensor cores read best; TensorFlow's default, and
+    /// PyTorch's `channels_last` memory format).
+    ChannelsLast,
+}
+
+impl Layout {
+    /// Name in records and on the command line.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Layout::ChannelsFirst => "channels-first",
+            Layout::ChannelsLast => "channels-last",
+        }
+    }
+}
+
+impl std::str::FromStr for Layout {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "channels-first" | "nchw" | "ncdhw" => Ok(Layout::ChannelsFirst),
+            "channels-last" | "nhwc" | "ndhwc" => Ok(Layout::ChannelsLast),
+            _ => Err(format!(
+                "unknown layout `{s}`; valid: channels-first (nchw, ncdhw), channels-last (nhwc, ndhwc)"
+            )),
+        }
+    }
+}
+
 /// A GEMM: `C (m x n) = A (m x k) x B (k x n)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct GemmCase {
@@ -136,6 +169,9 @@ pub struct ConvCase {
     /// Number format: fp32 everywhere; on a GPU also tf32, and fp16 and bf16 with fp32
     /// accumulation (mixed precision's convolutions).
     pub format: Format,
+    /// Memory layout of the input, output and filter: channels first everywhere; channels
+    /// last on a GPU.
+    pub layout: Layout,
 }
 
 /// A STREAM kernel.

@@ -10,7 +10,7 @@ use ridgeline_model::graph::{Graph, Op};
 use ridgeline_model::precision::Precision;
 
 use crate::backend::{
-    Backend, ConvCase, ConvPass, CopyCase, Format, GemmCase, OpCase, Pass, StreamKernel,
+    Backend, ConvCase, ConvPass, CopyCase, Format, GemmCase, Layout, OpCase, Pass, StreamKernel,
 };
 use crate::cases;
 use crate::cpu::CpuBackend;
@@ -76,6 +76,7 @@ pub fn conv_cases(graph: &Graph, batch: usize, source: &str, only: &[String]) ->
             groups: c.groups,
             bias: c.bias,
             format: Format::Fp32,
+            layout: Layout::ChannelsFirst,
         };
         if !out.iter().any(|o| {
             ConvCase {
@@ -122,20 +123,27 @@ impl Case {
     pub fn shape(&self) -> Result<Value> {
         Ok(match self {
             Case::Gemm(g) => json!({ "m": g.m, "n": g.n, "k": g.k }),
-            Case::Conv(c, pass) => json!({
-                "source": c.label,
-                "n": c.batch,
-                "c_in": c.c_in,
-                "c_out": c.c_out,
-                "input": c.input,
-                "kernel": c.kernel,
-                "stride": c.stride,
-                "padding": c.padding,
-                "dilation": c.dilation,
-                "groups": c.groups,
-                "bias": c.bias,
-                "pass": pass.name(),
-            }),
+            Case::Conv(c, pass) => {
+                let mut shape = json!({
+                    "source": c.label,
+                    "n": c.batch,
+                    "c_in": c.c_in,
+                    "c_out": c.c_out,
+                    "input": c.input,
+                    "kernel": c.kernel,
+                    "stride": c.stride,
+                    "padding": c.padding,
+                    "dilation": c.dilation,
+                    "groups": c.groups,
+                    "bias": c.bias,
+                    "pass": pass.name(),
+                });
+                // Channels-first records keep the shape (and id) they always had.
+                if c.layout == Layout::ChannelsLast {
+                    shape["layout"] = json!(c.layout.name());
+                }
+                shape
+            }
             Case::Stream(k, n) => {
                 json!({ "kernel": k.name(), "elements": n, "array_bytes": n * 8 })
             }
@@ -174,9 +182,14 @@ impl Case {
         match self {
             Case::Gemm(g) => format!("gemm {} {}x{}x{}", g.format.name(), g.m, g.n, g.k),
             Case::Conv(c, pass) => format!(
-                "conv {} {} n{} {}->{} {} k{}",
+                "conv {} {}{} n{} {}->{} {} k{}",
                 pass.name(),
                 c.label,
+                if c.layout == Layout::ChannelsLast {
+                    " channels-last"
+                } else {
+                    ""
+                },
                 c.batch,
                 c.c_in,
                 c.c_out,
@@ -478,6 +491,26 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn channels_last_convolutions_are_their_own_records() {
+        let g = workloads::build("cosmoflow", &BuildOptions::default()).unwrap();
+        let first = conv_cases(&g, 1, "cosmoflow", &[])[0].clone();
+        let last = ConvCase {
+            layout: Layout::ChannelsLast,
+            ..first.clone()
+        };
+        let (a, b) = (
+            Case::Conv(first, ConvPass::Forward),
+            Case::Conv(last, ConvPass::Forward),
+        );
+        // Channels-first records keep the shape they had before layouts.
+        assert!(a.shape().unwrap().get("layout").is_none());
+        assert_eq!(b.shape().unwrap()["layout"], "channels-last");
+        let cpu = cpu();
+        assert_ne!(a.id(&*cpu).unwrap(), b.id(&*cpu).unwrap());
+        assert!(b.describe().contains("channels-last"));
     }
 
     #[test]

@@ -90,6 +90,7 @@ mod tests {
             groups: 1,
             bias: false,
             format: crate::backend::Format::Fp32,
+            layout: crate::backend::Layout::ChannelsFirst,
         };
         let g = conv_graph(&case).unwrap();
         let c = layer_cost(&g, 2, Format::Fp32);
@@ -112,6 +113,7 @@ mod tests {
             groups: 1,
             bias: false,
             format: crate::backend::Format::Fp32,
+            layout: crate::backend::Layout::ChannelsFirst,
         };
         let err = conv_graph(&case).unwrap_err().to_string();
         assert!(err.contains("larger than its padded input"), "{err}");

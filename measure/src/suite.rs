@@ -15,8 +15,8 @@ use ridgeline_model::graph::{Graph, Op, Pool};
 use ridgeline_model::workloads::{self, BuildOptions};
 
 use crate::backend::{
-    Backend, ConvCase, ConvPass, CopyCase, CopyDirection, Format, GemmCase, HostMemory, OpCase,
-    Pass, StreamKernel,
+    Backend, ConvCase, ConvPass, CopyCase, CopyDirection, Format, GemmCase, HostMemory, Layout,
+    OpCase, Pass, StreamKernel,
 };
 use crate::campaign::{Case, conv_cases};
 use crate::error::{Error, Result};
@@ -260,6 +260,7 @@ pub fn conv_sweep() -> Vec<ConvCase> {
             groups,
             bias: false,
             format: Format::Fp32,
+            layout: Layout::ChannelsFirst,
         }
     };
     let mut out = Vec::new();

@@ -444,16 +444,19 @@ pub(crate) fn conv(args: &MeasureConvArgs) -> Result<()> {
         .collect();
     let cases = for_threads(&backends, |_| {
         let mut cases = Vec::new();
-        for &format in &args.precision {
-            for &p in &passes {
-                for c in &shapes {
-                    cases.push(Case::Conv(
-                        ConvCase {
-                            format,
-                            ..c.clone()
-                        },
-                        p,
-                    ));
+        for &layout in &args.layout {
+            for &format in &args.precision {
+                for &p in &passes {
+                    for c in &shapes {
+                        cases.push(Case::Conv(
+                            ConvCase {
+                                format,
+                                layout,
+                                ..c.clone()
+                            },
+                            p,
+                        ));
+                    }
                 }
             }
         }

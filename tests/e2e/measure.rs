@@ -191,6 +191,25 @@ fn mixed_precision_convolutions_need_a_gpu() {
     );
     let err = run_err(&["measure", "conv", "--precision", "fp8"]);
     assert!(err.contains("fp16"), "{err}");
+    // Channels-last is a GPU layout.
+    let err = run_err(&[
+        "measure",
+        "conv",
+        "--workload",
+        &fixture("tiny.toml"),
+        "--layout",
+        "ndhwc",
+        "--threads",
+        "1",
+        "--min-time",
+        "0s",
+    ]);
+    assert!(
+        err.contains("channels-first") && err.contains("--device cuda"),
+        "{err}"
+    );
+    let err = run_err(&["measure", "conv", "--layout", "nwhc"]);
+    assert!(err.contains("channels-last"), "{err}");
 }
 
 #[test]
@@ -577,6 +596,22 @@ fn cuda_without_a_gpu_is_a_clear_error() {
     }
     let err = run_err(&["measure", "workload", "resnet50", "--device", "cuda:1"]);
     assert!(err.contains("cuda:1"), "{err}");
+    // Mixed precision, which only a GPU runs, fails on the missing GPU, not the precision.
+    let err = run_err(&[
+        "measure",
+        "workload",
+        "resnet50",
+        "--device",
+        "cuda",
+        "--precision",
+        "amp-fp16",
+    ]);
+    assert!(
+        err.contains("cuda:0") && !err.contains("fp32 only"),
+        "{err}"
+    );
+    let err = run_err(&["measure", "ops", "--device", "cuda", "--precision", "bf16"]);
+    assert!(err.contains("cuda:0"), "{err}");
     let err = run_err(&["measure", "stream", "--device", "tpu"]);
     assert!(err.contains("valid: cpu, cuda"), "{err}");
     // Host-device copies need a device with memory of its own.

@@ -20,7 +20,7 @@ use ridgeline_model::precision::Precision;
 use ridgeline_model::units::Bytes;
 
 use crate::backend::{
-    Backend, ConvCase, ConvPass, Format, GemmCase, OpCase, Pass, StreamKernel, WorkloadRun,
+    Backend, ConvCase, ConvPass, Format, GemmCase, Layout, OpCase, Pass, StreamKernel, WorkloadRun,
 };
 use crate::cases;
 use crate::error::{Error, Result};
@@ -128,6 +128,13 @@ impl Backend for CpuBackend {
     }
 
     fn conv(&mut self, case: &ConvCase, pass: ConvPass, protocol: &Protocol) -> Result<Vec<f64>> {
+        if case.layout != Layout::ChannelsFirst {
+            return Err(Error::invalid(
+                format!("conv case `{}`", case.label),
+                "the CPU backend takes convolutions channels-first (it packs channels-last \
+                 tiles itself); measure channels-last on a GPU (--device cuda)",
+            ));
+        }
         if case.format != Format::Fp32 {
             return Err(Error::invalid(
                 format!("conv case `{}`", case.label),

@@ -96,15 +96,20 @@ impl Tensor {
     }
 
     fn typed(dims: &[i32], element: Element) -> Result<Tensor, CudnnFailure> {
+        Tensor::strided(dims, &packed_strides(dims), element)
+    }
+
+    /// A tensor of `dims` laid out with `strides`.
+    fn strided(dims: &[i32], strides: &[i32], element: Element) -> Result<Tensor, CudnnFailure> {
         let t = Tensor(
             result::create_tensor_descriptor().map_err(|e| CudnnFailure {
                 call: "cudnnCreateTensorDescriptor",
                 message: format!("{e:?}"),
             })?,
         );
-        let strides = packed_strides(dims);
         // SAFETY: the descriptor is live; `dims` and `strides` hold `dims.len()` ints each
-        // and outlive the call (cuDNN copies them).
+        // (the callers derive the strides from the dims) and outlive the call (cuDNN
+        // copies them).
         check("cudnnSetTensorNdDescriptor", unsafe {
             result::set_tensornd_descriptor(
                 t.0,
@@ -125,11 +130,11 @@ impl Drop for Tensor {
     }
 }
 
-/// A filter descriptor (KCRS).
+/// A filter descriptor: dims KCRS, in memory KCRS or (channels last) KRSC.
 struct Filter(sys::cudnnFilterDescriptor_t);
 
 impl Filter {
-    fn new(dims: &[i32], element: Element) -> Result<Filter, CudnnFailure> {
+    fn new(dims: &[i32], element: Element, channels_last: bool) -> Result<Filter, CudnnFailure> {
         let f = Filter(
             result::create_filter_descriptor().map_err(|e| CudnnFailure {
                 call: "cudnnCreateFilterDescriptor",
@@ -141,7 +146,11 @@ impl Filter {
             result::set_filternd_descriptor(
                 f.0,
                 data_type(element),
-                sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW,
+                if channels_last {
+                    sys::cudnnTensorFormat_t::CUDNN_TENSOR_NHWC
+                } else {
+                    sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW
+                },
                 dims.len() as i32,
                 dims.as_ptr(),
             )
@@ -243,9 +252,9 @@ impl Pass {
         b: Buffers,
     ) -> Result<(Pass, usize, Value), CudnnFailure> {
         let mut p = Pass {
-            x: Tensor::typed(&g.x, plan.data)?,
-            w: Filter::new(&g.w, plan.data)?,
-            y: Tensor::typed(&g.y, plan.data)?,
+            x: Tensor::strided(&g.x, &g.strides(&g.x), plan.data)?,
+            w: Filter::new(&g.w, plan.data, g.channels_last)?,
+            y: Tensor::strided(&g.y, &g.strides(&g.y), plan.data)?,
             bias: Tensor::typed(&g.bias, plan.data)?,
             conv: Convolution::new(g, plan)?,
             with_bias,

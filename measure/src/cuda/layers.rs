@@ -368,6 +368,7 @@ impl LayerPlan {
                     groups: c.groups,
                     bias: c.bias && !transposed,
                     format: crate::backend::Format::Fp32,
+                    layout: crate::backend::Layout::ChannelsFirst,
                 };
                 let geometry = ConvGeometry::of(&case)?;
                 let produced: Vec<usize> = geometry.y[2..].iter().map(|&v| v as usize).collect();

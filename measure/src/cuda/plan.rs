@@ -4,7 +4,7 @@
 
 use ridgeline_model::graph::Op;
 
-use crate::backend::{ConvCase, Format, Pass, StreamKernel};
+use crate::backend::{ConvCase, Format, Layout, Pass, StreamKernel};
 
 /// Element type of a GEMM operand in device memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -615,6 +615,9 @@ pub(crate) struct ConvGeometry {
     pub(crate) dilations: Vec<i32>,
     /// Groups.
     pub(crate) groups: i32,
+    /// Whether the tensors and the filter are channels-last (NHWC, NDHWC; filters KRSC)
+    /// rather than packed channels-first.
+    pub(crate) channels_last: bool,
 }
 
 impl ConvGeometry {
@@ -688,7 +691,17 @@ impl ConvGeometry {
             strides,
             dilations,
             groups,
+            channels_last: case.layout == Layout::ChannelsLast,
         })
+    }
+
+    /// Strides of a tensor of `dims` `[n, c, spatial...]` in this geometry's layout.
+    pub(crate) fn strides(&self, dims: &[i32]) -> Vec<i32> {
+        if self.channels_last {
+            channels_last_strides(dims)
+        } else {
+            packed_strides(dims)
+        }
     }
 }
 
@@ -785,6 +798,23 @@ pub(crate) fn packed_strides(dims: &[i32]) -> Vec<i32> {
     strides
 }
 
+/// Strides of a channels-last tensor of logical dims `[n, c, spatial...]` (NHWC, NDHWC):
+/// channels contiguous, then the spatial dimensions, last fastest, then the samples.
+pub(crate) fn channels_last_strides(dims: &[i32]) -> Vec<i32> {
+    let mut strides = vec![1; dims.len()];
+    if dims.len() < 3 {
+        return packed_strides(dims);
+    }
+    let c = dims[1];
+    let mut stride = c;
+    for i in (2..dims.len()).rev() {
+        strides[i] = stride;
+        stride *= dims[i];
+    }
+    strides[0] = stride;
+    strides
+}
+
 /// Elements of a tensor of `dims`.
 pub(crate) fn elements(dims: &[i32]) -> usize {
     dims.iter().map(|&d| d.max(0) as usize).product()
@@ -832,6 +862,7 @@ pub(crate) mod tests {
             groups: 1,
             bias: true,
             format: Format::Fp32,
+            layout: Layout::ChannelsFirst,
         }
     }
 
@@ -1028,6 +1059,45 @@ pub(crate) mod tests {
                     .unwrap()
             })
             .collect()
+    }
+
+    #[test]
+    fn channels_last_strides_put_channels_innermost() {
+        // NHWC: [n=2, c=3, h=4, w=5] lives as n, h, w, c.
+        assert_eq!(channels_last_strides(&[2, 3, 4, 5]), [60, 1, 15, 3]);
+        // NDHWC.
+        assert_eq!(channels_last_strides(&[1, 4, 2, 3, 5]), [120, 1, 60, 20, 4]);
+        assert_eq!(packed_strides(&[2, 3, 4, 5]), [60, 20, 5, 1]);
+        // Every element has one offset, inside the tensor: the strides are a permutation of
+        // a packed layout.
+        let dims = [2, 3, 4, 5];
+        let st = channels_last_strides(&dims);
+        let mut seen = [false; 120];
+        for n in 0..2 {
+            for c in 0..3 {
+                for h in 0..4 {
+                    for w in 0..5 {
+                        let o = (n * st[0] + c * st[1] + h * st[2] + w * st[3]) as usize;
+                        assert!(!seen[o]);
+                        seen[o] = true;
+                    }
+                }
+            }
+        }
+        assert!(seen.iter().all(|&v| v));
+        let mut c = case(vec![8, 8], vec![3, 3], 1, [1, 1]);
+        assert!(!ConvGeometry::of(&c).unwrap().channels_last);
+        c.layout = Layout::ChannelsLast;
+        let g = ConvGeometry::of(&c).unwrap();
+        assert!(g.channels_last);
+        assert_eq!(g.strides(&g.x), channels_last_strides(&g.x));
+        assert_eq!("ndhwc".parse::<Layout>(), Ok(Layout::ChannelsLast));
+        assert!(
+            "nwhc"
+                .parse::<Layout>()
+                .unwrap_err()
+                .contains("channels-last")
+        );
     }
 
     #[test]

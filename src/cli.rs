@@ -420,7 +420,9 @@ pub(crate) enum PairsArg {
 
 #[derive(Debug, Args)]
 pub(crate) struct CommAllreduceArgs {
-    /// Algorithms, comma-separated: mpi (the library's MPI_Allreduce), ring, rhd, rd, tree.
+    /// Algorithms, comma-separated: mpi (the library's MPI_Allreduce), ring, rhd, rd, tree;
+    /// and nccl (ncclAllReduce on one GPU per rank, bootstrapped through MPI; needs the
+    /// cuda feature).
     #[arg(long, value_delimiter = ',', default_value = "mpi,ring,rhd,rd,tree", value_parser = parse_from_str::<ridgeline_measure::comm::AllreduceAlgorithm>)]
     pub(crate) algorithm: Vec<ridgeline_measure::comm::AllreduceAlgorithm>,
     #[command(flatten)]

@@ -132,6 +132,11 @@ fn model_algorithm(r: &Record, name: &str) -> std::result::Result<Algorithm, Str
                 ),
             }
         }
+        "nccl" => Err(
+            "NCCL reduces GPU buffers over the GPUs' own links (NVLink, PCIe, GPUDirect RDMA), \
+             which the LogGP profile, fitted from host MPI messages, does not describe"
+                .into(),
+        ),
         other => Err(format!("unknown algorithm `{other}`")),
     }
 }
@@ -287,6 +292,36 @@ mod tests {
             measured_s: 1.0,
             rel_error: e,
         }
+    }
+
+    #[test]
+    fn measured_algorithms_map_to_the_models_or_say_why_not() {
+        let mut r = Record {
+            schema_version: 1,
+            id: "x".into(),
+            kind: "comm-allreduce".into(),
+            shape: serde_json::json!({}),
+            precision: "fp32".into(),
+            device: "mpi".into(),
+            threads: 1,
+            samples_s: vec![1e-3],
+            flops: 0.0,
+            bytes: 4096.0,
+            env: ridgeline_measure::record::Env::capture(),
+            extra: None,
+        };
+        assert_eq!(model_algorithm(&r, "ring"), Ok(Algorithm::Ring));
+        assert!(
+            model_algorithm(&r, "mpi")
+                .unwrap_err()
+                .contains("coll_tuned")
+        );
+        r.extra =
+            Some(serde_json::json!({"mpi_settings": {"coll_tuned_allreduce_algorithm": "6"}}));
+        assert_eq!(model_algorithm(&r, "mpi"), Ok(Algorithm::Rhd));
+        let why = model_algorithm(&r, "nccl").unwrap_err();
+        assert!(why.contains("GPU") && why.contains("LogGP"), "{why}");
+        assert!(model_algorithm(&r, "hier").unwrap_err().contains("unknown"));
     }
 
     #[test]

@@ -63,8 +63,15 @@ mod under_mpi {
         d
     }
 
+    /// One MPI job at a time: busy-polling ranks of two jobs on two cores would time each
+    /// other, not the messages.
+    static MPI_JOBS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     /// `mpirun -np ranks ridgeline args...` over shared memory; its exit code and stderr.
     fn mpirun(ranks: u32, args: &[&str]) -> (i32, String) {
+        let _one_job = MPI_JOBS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let bin = assert_cmd::cargo::cargo_bin!("ridgeline");
         let out = Command::new("mpirun")
             .args([
@@ -241,6 +248,42 @@ mod under_mpi {
         ]);
         assert!(err.contains("no `network` level"), "{err}");
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// NCCL across ranks (one GPU each, bootstrapped through MPI) needs a GPU: without one,
+    /// every rank agrees to stop before anything is measured and exits 2 with the reason.
+    #[test]
+    fn nccl_across_ranks_without_a_gpu_says_why_on_every_rank() {
+        if std::path::Path::new("/proc/driver/nvidia/version").exists() {
+            eprintln!(
+                "skipping: this machine has an NVIDIA driver (scripts/gpu-check.sh covers it)"
+            );
+            return;
+        }
+        let mut args = vec![
+            "measure",
+            "comm",
+            "allreduce",
+            "--algorithm",
+            "nccl",
+            "--sizes",
+            "4K",
+        ];
+        args.extend(QUICK);
+        let (code, err) = mpirun(2, &args);
+        assert_eq!(code, 2, "{err}");
+        let why = if cfg!(feature = "cuda") {
+            "libcuda.so"
+        } else {
+            "--features cuda"
+        };
+        // Every rank returns the reason; mpirun may end the job before the second prints.
+        assert!(err.contains(why), "{err}");
+        assert!(
+            !err.contains("MPI_ABORT"),
+            "a clean exit, not an abort: {err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
     }
 
     #[test]

@@ -14,6 +14,7 @@ use super::{
 };
 use ridgeline_model::collective::{DoubleTree, TREE_SEGMENT_BYTES, segments as segments_of};
 
+use crate::cuda::NcclRank;
 use crate::error::{Error, Result};
 use crate::protocol::{MIN_RESOLUTIONS, Protocol, timer_resolution};
 use crate::record::{Env, Record, RecordWriter, SCHEMA_VERSION, read_records, record_id};
@@ -131,11 +132,28 @@ pub(super) fn run(plan: &CommPlan, out: Option<&Path>, resume: bool) -> Result<C
         }));
     }
 
+    // NCCL's GPUs and communicator, set up before anything is measured: a failure (no
+    // GPU, no NCCL) is agreed by every rank and returned, not aborted on.
+    let mut nccl = if plan.bench == CommBench::Allreduce
+        && plan.algorithms.contains(&AllreduceAlgorithm::Nccl)
+    {
+        Some(nccl_rank(&world, plan, &job)?)
+    } else {
+        None
+    };
     let floor = timer_resolution().as_secs_f64() * f64::from(MIN_RESOLUTIONS);
     let mut notes = Vec::new();
     let outcome = match plan.bench {
         CommBench::PingPong => pingpong(&world, plan, &job, floor, &mut sink),
-        CommBench::Allreduce => allreduce(&world, plan, &job, floor, &mut sink, &mut notes),
+        CommBench::Allreduce => allreduce(
+            &world,
+            plan,
+            &job,
+            floor,
+            &mut sink,
+            &mut notes,
+            nccl.as_mut(),
+        ),
         CommBench::Alltoall => alltoall(&world, plan, &job, floor, &mut sink),
     };
     if let Err(e) = outcome {
@@ -556,6 +574,7 @@ fn allreduce(
     floor: f64,
     sink: &mut Sink,
     notes: &mut Vec<String>,
+    mut nccl: Option<&mut NcclRank>,
 ) -> Result<()> {
     let p = job.ranks;
     let largest = plan.sizes.iter().copied().max().unwrap_or(4) as usize / 4;
@@ -566,6 +585,13 @@ fn allreduce(
         slots: vec![0.0; 4 * SLOT],
     };
     for &algorithm in &plan.algorithms {
+        if algorithm == AllreduceAlgorithm::Nccl {
+            let gpu = nccl
+                .as_deref_mut()
+                .ok_or_else(|| Error::invalid("allreduce nccl", "the NCCL rank is not set up"))?;
+            nccl_allreduce(world, plan, job, floor, sink, gpu)?;
+            continue;
+        }
         if algorithm.needs_power_of_two() && !p.is_power_of_two() {
             if world.rank() == 0 {
                 notes.push(format!(
@@ -598,6 +624,118 @@ fn allreduce(
         }
     }
     Ok(())
+}
+
+/// `mine` where every rank succeeded; else an error on every rank (its own, or one that
+/// points at the others'), so no rank goes on into a collective the others left.
+fn agree<T>(world: &SimpleCommunicator, what: &str, mine: Result<T>) -> Result<T> {
+    let mut failed = 0u8;
+    world.all_reduce_into(
+        &u8::from(mine.is_err()),
+        &mut failed,
+        SystemOperation::max(),
+    );
+    match mine {
+        Ok(_) if failed != 0 => Err(Error::invalid(
+            what,
+            "another rank failed (its error is printed above)",
+        )),
+        other => other,
+    }
+}
+
+/// This rank's GPU in an NCCL communicator of every rank: each rank opens GPU `i`, `i`
+/// its index among the ranks of its host; rank 0 makes the communicator's unique id and
+/// MPI broadcasts it; every rank joins and reserves buffers for the largest size.
+fn nccl_rank(world: &SimpleCommunicator, plan: &CommPlan, job: &Job) -> Result<NcclRank> {
+    let rank = world.rank() as usize;
+    let local = job.hosts[..rank]
+        .iter()
+        .filter(|h| **h == job.hosts[rank])
+        .count();
+    let mut gpu = agree(world, "nccl", NcclRank::open(local))?;
+    let mut id = [0u8; 128];
+    let made = if rank == 0 {
+        NcclRank::unique_id().map(|v| id = v)
+    } else {
+        Ok(())
+    };
+    agree(world, "nccl", made)?;
+    world.process_at_rank(0).broadcast_into(&mut id[..]);
+    agree(world, "nccl", gpu.join(rank, job.ranks, &id))?;
+    let largest = plan.sizes.iter().copied().max().unwrap_or(4) as usize / 4;
+    agree(world, "nccl", gpu.reserve(largest))?;
+    Ok(gpu)
+}
+
+/// The allreduce through NCCL on every rank's GPU ([`nccl_rank`]): each size is checked
+/// against the exact sum, then timed as the host sees it (the call and a stream
+/// synchronisation; the slowest rank's time).
+fn nccl_allreduce(
+    world: &SimpleCommunicator,
+    plan: &CommPlan,
+    job: &Job,
+    floor: f64,
+    sink: &mut Sink,
+    gpu: &mut NcclRank,
+) -> Result<()> {
+    let rank = world.rank() as usize;
+    let p = job.ranks;
+    let version = agree(world, "nccl", gpu.nccl_version())?;
+    for &bytes in &plan.sizes {
+        let count = bytes as usize / 4;
+        let shape = serde_json::json!({
+            "bytes": bytes,
+            "algorithm": AllreduceAlgorithm::Nccl.name(),
+            "ranks": p,
+        });
+        let id = record_id(KIND_ALLREDUCE, &shape, "fp32", 1, DEVICE);
+        if skip(world, sink, &id) {
+            continue;
+        }
+        // Small integers: every partial sum is exact in FP32.
+        let value = |r: usize, i: usize| (r + 1) as f32 + (i % 3) as f32;
+        let mine: Vec<f32> = (0..count).map(|i| value(rank, i)).collect();
+        let checked = gpu.reduce(&mine).and_then(|sum| {
+            match (0..count).find(|&i| sum[i] != (0..p).map(|r| value(r, i)).sum::<f32>()) {
+                None => Ok(()),
+                Some(i) => Err(Error::invalid(
+                    "allreduce nccl",
+                    format!("wrong sum of {count} elements on {p} ranks (this rank: element {i})"),
+                )),
+            }
+        });
+        agree(world, "allreduce nccl", checked)?;
+        let mut failure = None;
+        let samples = timed(world, &plan.protocol, floor, true, || {
+            if failure.is_none()
+                && let Err(e) = gpu.allreduce(count)
+            {
+                failure = Some(e);
+            }
+        });
+        agree(world, "allreduce nccl", failure.map_or(Ok(()), Err))?;
+        if rank == 0 {
+            let mut extra = job.extra();
+            extra.insert("algorithm".into(), "nccl".into());
+            extra.insert("library".into(), "nccl".into());
+            extra.insert("nccl_version".into(), version.clone().into());
+            extra.insert("nccl_settings".into(), nccl_settings().into());
+            let mut r = record(KIND_ALLREDUCE, shape, "fp32", bytes, samples, extra);
+            r.env.gpu = Some(gpu.gpu());
+            sink.push(r)?;
+        }
+    }
+    Ok(())
+}
+
+/// The `NCCL_*` environment variables of this process (e.g. `NCCL_ALGO`, `NCCL_PROTO`),
+/// which decide how NCCL runs.
+fn nccl_settings() -> serde_json::Map<String, serde_json::Value> {
+    std::env::vars()
+        .filter(|(k, _)| k.starts_with("NCCL_"))
+        .map(|(k, v)| (k, v.into()))
+        .collect()
 }
 
 /// Runs `algorithm` once on known values and checks the sum on every rank; a wrong sum
@@ -660,6 +798,9 @@ fn reduce_all(
         AllreduceAlgorithm::Rhd => rhd(world, &mut buf.data[..count], &mut buf.tmp),
         AllreduceAlgorithm::Rd => rd(world, &mut buf.data[..count], &mut buf.tmp),
         AllreduceAlgorithm::Tree => tree(world, &mut buf.data[..count], &mut buf.slots),
+        AllreduceAlgorithm::Nccl => {
+            unreachable!("NCCL reduces GPU buffers: `allreduce` hands it to `nccl_allreduce`")
+        }
     }
 }
 

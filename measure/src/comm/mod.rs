@@ -23,7 +23,10 @@
 //!   library's `MPI_Allreduce` (its own choice of algorithm; Open MPI's `coll_tuned` MCA
 //!   settings, when given, are recorded) and by ring, recursive halving-doubling,
 //!   recursive doubling and the pipelined double binary tree written here over
-//!   point-to-point messages, so the algorithm is known. Every algorithm's result is checked against the exact sum before it is timed.
+//!   point-to-point messages, so the algorithm is known; and, asked for by name, by NCCL
+//!   on one GPU per rank ([`AllreduceAlgorithm::Nccl`], with the `cuda` feature), the
+//!   communicator bootstrapped through MPI. Every algorithm's result is checked against
+//!   the exact sum before it is timed.
 //! - **all-to-all** ([`CommBench::Alltoall`]): `MPI_Alltoall`, `s` bytes to every rank.
 //!
 //! Timing follows the run protocol ([`crate::protocol`]) across ranks: rank 0 decides the
@@ -130,10 +133,15 @@ pub enum AllreduceAlgorithm {
     /// Pipelined double binary tree: two trees, each reducing and broadcasting half the
     /// vector in segments.
     Tree,
+    /// `ncclAllReduce` on each rank's GPU (its index among its host's ranks), the
+    /// communicator bootstrapped through MPI: GPU buffers over NVLink, PCIe and the network
+    /// (NCCL's choice of ring or tree; `NCCL_ALGO` pins one). Needs the `cuda` feature too.
+    Nccl,
 }
 
 impl AllreduceAlgorithm {
-    /// Every algorithm.
+    /// Every algorithm on host memory (the default set; [`AllreduceAlgorithm::Nccl`] is
+    /// asked for by name).
     pub const ALL: [AllreduceAlgorithm; 5] = [
         AllreduceAlgorithm::Mpi,
         AllreduceAlgorithm::Ring,
@@ -150,6 +158,7 @@ impl AllreduceAlgorithm {
             AllreduceAlgorithm::Rhd => "rhd",
             AllreduceAlgorithm::Rd => "rd",
             AllreduceAlgorithm::Tree => "tree",
+            AllreduceAlgorithm::Nccl => "nccl",
         }
     }
 
@@ -170,9 +179,10 @@ impl FromStr for AllreduceAlgorithm {
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         AllreduceAlgorithm::ALL
             .into_iter()
+            .chain([AllreduceAlgorithm::Nccl])
             .find(|a| a.name() == s)
             .ok_or_else(|| {
-                format!("unknown allreduce algorithm `{s}`; valid: mpi, ring, rhd, rd, tree")
+                format!("unknown allreduce algorithm `{s}`; valid: mpi, ring, rhd, rd, tree, nccl")
             })
     }
 }
@@ -353,6 +363,8 @@ mod tests {
         for a in AllreduceAlgorithm::ALL {
             assert_eq!(a.name().parse::<AllreduceAlgorithm>(), Ok(a));
         }
+        assert_eq!("nccl".parse(), Ok(AllreduceAlgorithm::Nccl));
+        assert!(!AllreduceAlgorithm::ALL.contains(&AllreduceAlgorithm::Nccl));
         assert!("hier".parse::<AllreduceAlgorithm>().is_err());
     }
 }

@@ -5,6 +5,7 @@
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
+use crate::record::GpuEnv;
 
 /// The CUDA backend (not part of this build).
 #[derive(Debug)]
@@ -31,12 +32,56 @@ impl CudaBackend {
 
 /// NCCL needs the CUDA backend.
 pub(super) fn nccl_unavailable() -> Result<()> {
-    Err(Error::BackendUnavailable {
+    Err(no_nccl())
+}
+
+fn no_nccl() -> Error {
+    Error::BackendUnavailable {
         backend: "cuda".into(),
         reason: "this ridgeline was built without the CUDA backend (build with `--features \
                  cuda`); NCCL allreduce needs it and at least two GPUs"
             .into(),
-    })
+    }
+}
+
+/// One MPI rank's GPU in an NCCL allreduce (not part of this build: every constructor
+/// says how to build it).
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+pub(crate) enum NcclRank {}
+
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+impl NcclRank {
+    pub(crate) fn open(_ordinal: usize) -> Result<NcclRank> {
+        Err(no_nccl())
+    }
+
+    pub(crate) fn unique_id() -> Result<[u8; 128]> {
+        Err(no_nccl())
+    }
+
+    pub(crate) fn join(&mut self, _rank: usize, _ranks: usize, _id: &[u8; 128]) -> Result<()> {
+        match *self {}
+    }
+
+    pub(crate) fn reserve(&mut self, _count: usize) -> Result<()> {
+        match *self {}
+    }
+
+    pub(crate) fn reduce(&mut self, _values: &[f32]) -> Result<Vec<f32>> {
+        match *self {}
+    }
+
+    pub(crate) fn allreduce(&mut self, _count: usize) -> Result<()> {
+        match *self {}
+    }
+
+    pub(crate) fn gpu(&self) -> GpuEnv {
+        match *self {}
+    }
+
+    pub(crate) fn nccl_version(&self) -> Result<String> {
+        match *self {}
+    }
 }
 
 #[cfg(test)]

@@ -969,6 +969,179 @@ impl Backend for CudaBackend {
     }
 }
 
+/// Fails, naming the library, when the driver or NCCL cannot be loaded (for GPU `ordinal`).
+fn nccl_present(ordinal: usize) -> Result<()> {
+    // SAFETY: dlopen probes only.
+    if !unsafe { driver::sys::is_culib_present() } {
+        return Err(unavailable(
+            ordinal,
+            "the CUDA driver library (libcuda.so) cannot be loaded: no NVIDIA driver is \
+             installed here",
+        ));
+    }
+    // SAFETY: as above.
+    if !unsafe { cudarc::nccl::sys::is_culib_present() } {
+        return Err(unavailable(
+            ordinal,
+            "NCCL (libnccl.so) cannot be loaded: install NCCL for CUDA 13 (e.g. the \
+             nvidia-nccl-cu13 wheel) and put it, or a libnccl.so link to it, on LD_LIBRARY_PATH",
+        ));
+    }
+    Ok(())
+}
+
+/// NCCL's version, `major.minor.patch` (NCCL loaded).
+fn nccl_version() -> Result<String> {
+    let mut version = 0;
+    // SAFETY: NCCL is loaded (probed by the callers); `version` is one int.
+    let status = unsafe { cudarc::nccl::sys::ncclGetVersion(&mut version) };
+    call(0, "ncclGetVersion", status.result())?;
+    Ok(format!(
+        "{}.{}.{}",
+        version / 10_000,
+        (version / 100) % 100,
+        version % 100
+    ))
+}
+
+/// One MPI rank's GPU in an NCCL allreduce across ranks, and across nodes: the
+/// communicator is bootstrapped through MPI (rank 0's [`NcclRank::unique_id`] broadcast
+/// to every rank, each then [`NcclRank::join`]s), as nccl-tests do under `mpirun`.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+pub(crate) struct NcclRank {
+    ordinal: usize,
+    stream: Arc<CudaStream>,
+    gpu: GpuEnv,
+    comm: Option<cudarc::nccl::Comm>,
+    send: Option<CudaSlice<f32>>,
+    recv: Option<CudaSlice<f32>>,
+}
+
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+impl NcclRank {
+    /// Opens GPU `ordinal` (this rank's index among the ranks of its host) for NCCL.
+    pub(crate) fn open(ordinal: usize) -> Result<NcclRank> {
+        nccl_present(ordinal)?;
+        let count = call(ordinal, "cuDeviceGetCount", CudaContext::device_count())?.max(0);
+        if ordinal >= count as usize {
+            return Err(unavailable(
+                ordinal,
+                format!(
+                    "this rank wants GPU {ordinal} (one GPU per rank on a host), the driver sees \
+                     {count}: launch at most {count} ranks per host"
+                ),
+            ));
+        }
+        let ctx = call(ordinal, "cuCtxCreate", CudaContext::new(ordinal))?;
+        let gpu = gpu_env(ordinal, &ctx)?;
+        let stream = call(ordinal, "cuStreamCreate", ctx.new_stream())?;
+        Ok(NcclRank {
+            ordinal,
+            stream,
+            gpu,
+            comm: None,
+            send: None,
+            recv: None,
+        })
+    }
+
+    /// The unique id of a new NCCL communicator, as bytes to broadcast.
+    pub(crate) fn unique_id() -> Result<[u8; 128]> {
+        nccl_present(0)?;
+        let id = call(0, "ncclGetUniqueId", cudarc::nccl::Id::new())?;
+        Ok(id.internal().map(|c| c as u8))
+    }
+
+    /// Joins the communicator of `id` as `rank` of `ranks` (every rank calls it together).
+    pub(crate) fn join(&mut self, rank: usize, ranks: usize, id: &[u8; 128]) -> Result<()> {
+        let id = cudarc::nccl::Id::uninit(id.map(|b| b as std::ffi::c_char));
+        let comm = call(
+            self.ordinal,
+            "ncclCommInitRank",
+            cudarc::nccl::Comm::from_rank(self.stream.clone(), rank, ranks, id),
+        )?;
+        self.comm = Some(comm);
+        Ok(())
+    }
+
+    /// Device buffers for allreduces of up to `count` floats.
+    pub(crate) fn reserve(&mut self, count: usize) -> Result<()> {
+        let s = &self.stream;
+        self.send = Some(call(
+            self.ordinal,
+            "cuMemAllocAsync",
+            s.alloc_zeros(count.max(1)),
+        )?);
+        self.recv = Some(call(
+            self.ordinal,
+            "cuMemAllocAsync",
+            s.alloc_zeros(count.max(1)),
+        )?);
+        Ok(())
+    }
+
+    /// One allreduce (sum) of `values` across the ranks; returns the result.
+    pub(crate) fn reduce(&mut self, values: &[f32]) -> Result<Vec<f32>> {
+        let n = values.len();
+        let ordinal = self.ordinal;
+        let (Some(send), Some(_)) = (self.send.as_mut(), self.recv.as_ref()) else {
+            return Err(Error::invalid("nccl", "buffers not reserved"));
+        };
+        let mut head = send.slice_mut(..n);
+        call(
+            ordinal,
+            "cuMemcpyHtoDAsync",
+            self.stream.memcpy_htod(values, &mut head),
+        )?;
+        self.allreduce(n)?;
+        let mut back = vec![0.0f32; n];
+        let recv = self
+            .recv
+            .as_ref()
+            .ok_or_else(|| Error::invalid("nccl", "buffers not reserved"))?;
+        call(
+            ordinal,
+            "cuMemcpyDtoHAsync",
+            self.stream.memcpy_dtoh(&recv.slice(..n), &mut back),
+        )?;
+        call(ordinal, "cuStreamSynchronize", self.stream.synchronize())?;
+        Ok(back)
+    }
+
+    /// One allreduce (sum) of the first `count` floats of the buffers, waited for.
+    pub(crate) fn allreduce(&mut self, count: usize) -> Result<()> {
+        let ordinal = self.ordinal;
+        let (Some(comm), Some(send), Some(recv)) =
+            (self.comm.as_ref(), self.send.as_ref(), self.recv.as_mut())
+        else {
+            return Err(Error::invalid(
+                "nccl",
+                "the communicator or buffers are missing",
+            ));
+        };
+        call(
+            ordinal,
+            "ncclAllReduce",
+            comm.all_reduce(
+                &send.slice(..count),
+                &mut recv.slice_mut(..count),
+                &cudarc::nccl::ReduceOp::Sum,
+            ),
+        )?;
+        call(ordinal, "cuStreamSynchronize", self.stream.synchronize())
+    }
+
+    /// The GPU, for records.
+    pub(crate) fn gpu(&self) -> GpuEnv {
+        self.gpu.clone()
+    }
+
+    /// NCCL's version.
+    pub(crate) fn nccl_version(&self) -> Result<String> {
+        nccl_version()
+    }
+}
+
 /// NCCL allreduce across the first GPUs of this machine (see [`super::nccl_allreduce`]).
 pub(super) fn nccl_allreduce(
     cases: &[super::NcclAllreduce],
@@ -981,22 +1154,7 @@ pub(super) fn nccl_allreduce(
     if gpus == 0 {
         return Ok(());
     }
-    // SAFETY: dlopen probes only.
-    if !unsafe { driver::sys::is_culib_present() } {
-        return Err(unavailable(
-            0,
-            "the CUDA driver library (libcuda.so) cannot be loaded: no NVIDIA driver is \
-             installed here",
-        ));
-    }
-    // SAFETY: as above.
-    if !unsafe { cudarc::nccl::sys::is_culib_present() } {
-        return Err(unavailable(
-            0,
-            "NCCL (libnccl.so) cannot be loaded: install NCCL for CUDA 13 (e.g. the \
-             nvidia-nccl-cu13 wheel) and put it, or a libnccl.so link to it, on LD_LIBRARY_PATH",
-        ));
-    }
+    nccl_present(0)?;
     let count = call(0, "cuDeviceGetCount", CudaContext::device_count())?.max(0) as usize;
     if count < gpus {
         return Err(unavailable(
@@ -1012,16 +1170,7 @@ pub(super) fn nccl_allreduce(
         streams.push(call(g, "cuStreamCreate", ctx.new_stream())?);
     }
     let comms = call(0, "ncclCommInitAll", Comm::from_devices(streams.clone()))?;
-    let mut version = 0;
-    // SAFETY: NCCL is loaded (probed above and initialised); `version` is one int.
-    let status = unsafe { cudarc::nccl::sys::ncclGetVersion(&mut version) };
-    call(0, "ncclGetVersion", status.result())?;
-    let nccl_version = format!(
-        "{}.{}.{}",
-        version / 10_000,
-        (version / 100) % 100,
-        version % 100
-    );
+    let nccl_version = nccl_version()?;
     for case in cases.iter().filter(|c| !skip(&c.id())) {
         let comms = &comms[..case.gpus];
         let n = case.bytes / 4;

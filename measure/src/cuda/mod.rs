@@ -135,6 +135,8 @@ mod plan;
 mod disabled;
 #[cfg(not(feature = "cuda"))]
 pub use disabled::CudaBackend;
+#[cfg(all(not(feature = "cuda"), feature = "mpi"))]
+pub(crate) use disabled::NcclRank;
 
 #[cfg(feature = "cuda")]
 mod cudnn;
@@ -142,6 +144,8 @@ mod cudnn;
 mod enabled;
 #[cfg(feature = "cuda")]
 pub use enabled::CudaBackend;
+#[cfg(all(feature = "cuda", feature = "mpi"))]
+pub(crate) use enabled::NcclRank;
 
 #[cfg(test)]
 mod tests {

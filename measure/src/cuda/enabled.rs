@@ -1084,9 +1084,11 @@ impl NcclRank {
     pub(crate) fn reduce(&mut self, values: &[f32]) -> Result<Vec<f32>> {
         let n = values.len();
         let ordinal = self.ordinal;
-        let (Some(send), Some(_)) = (self.send.as_mut(), self.recv.as_ref()) else {
-            return Err(Error::invalid("nccl", "buffers not reserved"));
-        };
+        let send = self
+            .send
+            .as_mut()
+            .filter(|s| s.len() >= n)
+            .ok_or_else(|| Error::invalid("nccl", format!("{n} floats: more than reserved")))?;
         let mut head = send.slice_mut(..n);
         call(
             ordinal,
@@ -1119,6 +1121,12 @@ impl NcclRank {
                 "the communicator or buffers are missing",
             ));
         };
+        if count > send.len().min(recv.len()) {
+            return Err(Error::invalid(
+                "nccl",
+                format!("{count} floats: more than reserved"),
+            ));
+        }
         call(
             ordinal,
             "ncclAllReduce",

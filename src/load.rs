@@ -90,9 +90,7 @@ pub(crate) fn records(path: &Path) -> Result<Vec<ridgeline_measure::Record>> {
 /// A catalog system or device, `local`, or a system file.
 fn datasheet_system(arg: &str) -> Result<System> {
     if arg == catalog::LOCAL_NAME {
-        let cpuinfo = read("/proc/cpuinfo", "CPU information")?;
-        let meminfo = read("/proc/meminfo", "memory information")?;
-        return Ok(catalog::local(&cpuinfo, &meminfo)?);
+        return Ok(catalog::local(&ridgeline_measure::host::facts()?)?);
     }
     if is_file(arg) {
         let text = read(arg, "system")?;

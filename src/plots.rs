@@ -52,7 +52,7 @@ pub(crate) fn datasheet_bandwidth(system: &System) -> Option<f64> {
     let profile = system.calibration.as_ref()?;
     crate::load::system(&profile.system)
         .ok()
-        .map(|s| s.device.memory_bandwidth.value.value())
+        .and_then(|s| s.device.memory_bandwidth.map(|b| b.value.value()))
 }
 
 /// The device memory and last-level cache of `system` as capacity lines.
@@ -138,7 +138,8 @@ pub(crate) fn roofline(
     ceilings: &[(String, f64)],
     datasheet_bandwidth: Option<f64>,
 ) -> Figure {
-    let bw = r.memory_bandwidth.value();
+    // Without a bandwidth (unknown until measured) the roofs are flat: only the peaks bound.
+    let bw = r.memory_bandwidth.map_or(f64::INFINITY, |b| b.value());
     let roof_bw = datasheet_bandwidth.unwrap_or(bw);
     let layers: Vec<_> = r
         .layers
@@ -152,7 +153,10 @@ pub(crate) fn roofline(
             (lo.min(a), hi.max(a))
         });
     let (lo, hi) = if lo.is_finite() {
-        (lo.min(1.0) / 2.0, (hi * 2.0).max(2.0 * r.machine_balance))
+        (
+            lo.min(1.0) / 2.0,
+            (hi * 2.0).max(2.0 * r.machine_balance.unwrap_or(0.0)),
+        )
     } else {
         (0.1, 1000.0)
     };
@@ -167,12 +171,20 @@ pub(crate) fn roofline(
     };
     let matrix = r.matrix_peak.rate.value();
     let mut series = vec![Series::new(
-        format!(
-            "{} peak {:.1} TFLOP/s, {:.0} GB/s",
-            r.matrix_peak.name,
-            matrix / 1e12,
-            roof_bw / 1e9
-        ),
+        if roof_bw.is_finite() {
+            format!(
+                "{} peak {:.1} TFLOP/s, {:.0} GB/s",
+                r.matrix_peak.name,
+                matrix / 1e12,
+                roof_bw / 1e9
+            )
+        } else {
+            format!(
+                "{} peak {:.1} TFLOP/s, bandwidth unknown until measured",
+                r.matrix_peak.name,
+                matrix / 1e12
+            )
+        },
         Mark::Line,
         0,
         ceiling(matrix, roof_bw),

@@ -62,6 +62,7 @@ pub mod comm;
 mod cpu;
 mod cuda;
 mod error;
+pub mod host;
 pub mod protocol;
 pub mod record;
 mod schedule;

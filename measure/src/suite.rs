@@ -114,40 +114,18 @@ impl Caches {
             llc: 32 << 20,
         };
         let mut llc_level = 0;
-        for i in 0..8 {
-            let dir = format!("/sys/devices/system/cpu/cpu0/cache/index{i}");
-            let read = |f: &str| {
-                std::fs::read_to_string(format!("{dir}/{f}")).map(|s| s.trim().to_owned())
-            };
-            let (Ok(level), Ok(kind), Ok(size)) = (read("level"), read("type"), read("size"))
-            else {
-                continue;
-            };
-            let (Ok(level), Some(bytes)) = (level.parse::<u32>(), parse_size(&size)) else {
-                continue;
-            };
-            if level == 1 && kind == "Data" {
+        for c in crate::host::caches(std::path::Path::new("/sys/devices/system/cpu/cpu0/cache")) {
+            let bytes = usize::try_from(c.bytes).unwrap_or(usize::MAX);
+            if c.level == 1 && c.kind == "Data" {
                 caches.l1d = bytes;
             }
-            if kind != "Instruction" && level >= llc_level {
-                llc_level = level;
+            if c.kind != "Instruction" && c.level >= llc_level {
+                llc_level = c.level;
                 caches.llc = bytes;
             }
         }
         caches
     }
-}
-
-fn parse_size(s: &str) -> Option<usize> {
-    let (digits, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: usize = digits.parse().ok()?;
-    Some(match unit {
-        "" => n,
-        "K" => n << 10,
-        "M" => n << 20,
-        "G" => n << 30,
-        _ => return None,
-    })
 }
 
 /// STREAM array lengths (`f64` elements): from a quarter of L1 (three arrays fit) to 8 times
@@ -677,13 +655,6 @@ fn summarise(cases: &[Planned]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("48K"), Some(48 << 10));
-        assert_eq!(parse_size("32M"), Some(32 << 20));
-        assert_eq!(parse_size("x"), None);
-    }
 
     #[test]
     fn stream_sizes_span_l1_to_past_the_llc() {

@@ -289,7 +289,13 @@ impl Fabric {
         } else {
             (None, 0)
         };
-        let gamma = 3.0 / system.device.memory_bandwidth.value.value();
+        // The reduction reads two operands and writes one at the device's memory bandwidth;
+        // where that is unknown until measured, it is not counted.
+        let gamma = system
+            .device
+            .memory_bandwidth
+            .as_ref()
+            .map_or(0.0, |b| 3.0 / b.value.value());
         Ok(Fabric {
             k,
             n: nodes,

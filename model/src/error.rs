@@ -64,7 +64,8 @@ pub enum Error {
     /// The device has no peak for the number format a precision needs.
     #[error(
         "device `{device}` has no {format} peak, so it cannot run precision `{precision}`; \
-         choose another precision or add `peak_tflops_{format}` (or `_tensor`) to its file"
+         choose another precision, or add `tflops_{format} = {{ value = ..., source = \"...\" }}` \
+         (vector units) or `tflops_{format}_tensor` (matrix units) under [peak] in its device file"
     )]
     UnsupportedPrecision {
         /// The device name.

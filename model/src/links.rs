@@ -135,8 +135,14 @@ impl Hierarchy {
                     source: source.to_owned(),
                 }
             };
-        let d = &system.device.memory_bandwidth;
-        let mut links = vec![link(Level::Hbm, d.value, 1, None, &d.source)];
+        // A device whose bandwidth is unknown until measured has no HBM level: nothing is
+        // costed relative to it.
+        let mut links: Vec<Link> = system
+            .device
+            .memory_bandwidth
+            .iter()
+            .map(|d| link(Level::Hbm, d.value, 1, None, &d.source))
+            .collect();
         if let Some(h) = &node.host_memory_bandwidth {
             links.push(link(Level::HostMemory, h.value, k, None, &h.source));
         }

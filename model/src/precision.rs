@@ -95,7 +95,7 @@ impl Precision {
 }
 
 impl NumberFormat {
-    /// Lower-case name, as used in data-file keys (`peak_tflops_<name>`).
+    /// Lower-case name, as used in data-file keys (`tflops_<name>` under `[peak]`).
     pub const fn name(self) -> &'static str {
         match self {
             NumberFormat::Fp64 => "fp64",

@@ -355,7 +355,12 @@ impl DeviceRates {
         Ok(DeviceRates {
             matrix: d.matrix_peak(precision)?.rate.value() * efficiency.compute,
             vector: d.vector_peak(precision)?.rate.value() * efficiency.compute,
-            bandwidth: d.memory_bandwidth.value.value() * efficiency.memory,
+            // Unknown until measured (`local`): memory time is not counted, and the
+            // prediction says so (a lower bound on time).
+            bandwidth: d
+                .memory_bandwidth
+                .as_ref()
+                .map_or(f64::INFINITY, |b| b.value.value() * efficiency.memory),
         })
     }
 }
@@ -640,8 +645,14 @@ impl<'a> Plan<'a> {
                 node.host_memory_bandwidth.as_ref().map(|h| h.value.value()),
                 k,
             ),
-            hbm: 1.0 / system.device.memory_bandwidth.value.value(),
-            nvme: gap(node.nvme_read.as_ref().map(|n| n.value.value()), k),
+            hbm: system
+                .device
+                .memory_bandwidth
+                .as_ref()
+                .map_or(0.0, |b| 1.0 / b.value.value()),
+            // Storage of unknown bandwidth (`local`'s disk) is read at no cost, said so.
+            nvme: gap(node.nvme_read.as_ref().map(|n| n.value.value()), k)
+                .or(node.nvme_read_unknown.then_some(0.0)),
             nvme_write: node.nvme_write.as_ref().map(|n| 1.0 / n.value.value()),
             pfs_total: system
                 .cluster
@@ -1081,10 +1092,11 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
             )
         });
 
-    let mut assumptions = vec![format!(
+    let mut assumptions = system.assumptions.clone();
+    assumptions.push(format!(
         "ideal device efficiency (compute {}, memory {}) unless calibrated",
         scenario.efficiency.compute, scenario.efficiency.memory
-    )];
+    ));
     if outcome.devices > 1 && !fabric.latencies_known {
         assumptions.push(
             "a link latency is not in the system file: those allreduce start-up terms are zero"
@@ -1422,7 +1434,7 @@ mod tests {
                     v.value = v.value * f;
                 }
             };
-            s.device.memory_bandwidth.value = s.device.memory_bandwidth.value * f;
+            bw(&mut s.device.memory_bandwidth);
             bw(&mut s.node.pcie);
             bw(&mut s.node.nvlink);
             bw(&mut s.node.nic_bandwidth);

@@ -459,13 +459,13 @@ impl Profile {
     /// the profile in sources.
     pub fn overlay(self, mut system: System, file: &str) -> System {
         if let Some(bw) = self.dram_bandwidth() {
-            system.device.memory_bandwidth = Sourced {
+            system.device.memory_bandwidth = Some(Sourced {
                 value: ByteRate::new(bw),
                 source: format!(
                     "calibrated profile {file}: sustained STREAM bandwidth beyond the last-level cache ({} threads)",
                     self.threads
                 ),
-            };
+            });
         }
         if let Some(net) = self.comm_level(CommLevelName::Network) {
             let source = format!(
@@ -590,8 +590,9 @@ pub(crate) mod tests {
     fn overlay_sets_the_bandwidth_and_keeps_the_profile() {
         let s = crate::catalog::system("xeon-8480plus").unwrap();
         let o = sample().overlay(s, "p.toml");
-        assert_eq!(o.device.memory_bandwidth.value.value(), 20e9);
-        assert!(o.device.memory_bandwidth.source.contains("p.toml"));
+        let bw = o.device.memory_bandwidth.as_ref().unwrap();
+        assert_eq!(bw.value.value(), 20e9);
+        assert!(bw.source.contains("p.toml"));
         assert!(o.calibration.is_some());
     }
 }

@@ -134,10 +134,12 @@ pub struct Roofline<'g> {
     pub matrix_peak: PeakUse,
     /// Peak for vector ops.
     pub vector_peak: PeakUse,
-    /// Memory bandwidth.
-    pub memory_bandwidth: ByteRate,
-    /// Matrix peak / bandwidth: the intensity above which a matrix op is compute-bound.
-    pub machine_balance: f64,
+    /// Memory bandwidth; `None` where it is unknown until measured (then layers are timed
+    /// at their peak alone).
+    pub memory_bandwidth: Option<ByteRate>,
+    /// Matrix peak / bandwidth: the intensity above which a matrix op is compute-bound
+    /// (`None` without a bandwidth).
+    pub machine_balance: Option<f64>,
     /// Total FLOPs of the step.
     pub flops: Flops,
     /// Total HBM bytes of the step.
@@ -158,6 +160,8 @@ pub struct Roofline<'g> {
     pub calibrated_layers: usize,
     /// Per-layer rows.
     pub layers: Vec<RooflineLayer<'g>>,
+    /// How the system was described (`local`'s reasoning), printed under `assumed:`.
+    pub assumptions: Vec<String>,
 }
 
 /// Places every layer of `cost` (the cost of `graph`) on the roofline of `system`'s device.
@@ -170,10 +174,13 @@ pub fn roofline<'g>(
     let device = &system.device;
     let matrix_peak = device.matrix_peak(cost.precision)?;
     let vector_peak = device.vector_peak(cost.precision)?;
-    let bw = device.memory_bandwidth.value * efficiency.memory;
+    let bw = device
+        .memory_bandwidth
+        .as_ref()
+        .map(|b| b.value * efficiency.memory);
     let pass = |f: Flops, b: Bytes, peak: FlopRate| {
         let compute = f / (peak * efficiency.compute);
-        let memory = b / bw;
+        let memory = bw.map_or(Seconds::ZERO, |bw| b / bw);
         (compute, memory)
     };
     let kernels = system
@@ -244,8 +251,12 @@ pub fn roofline<'g>(
         batch: cost.batch,
         precision: cost.precision,
         efficiency,
-        machine_balance: matrix_peak.rate / device.memory_bandwidth.value,
-        memory_bandwidth: device.memory_bandwidth.value,
+        machine_balance: device
+            .memory_bandwidth
+            .as_ref()
+            .map(|b| matrix_peak.rate / b.value),
+        memory_bandwidth: device.memory_bandwidth.as_ref().map(|b| b.value),
+        assumptions: system.assumptions.clone(),
         flops: cost.flops_train,
         bytes: cost.hbm_bytes_train,
         step_time,
@@ -290,7 +301,9 @@ mod tests {
                     PeakClass::Vector => r.vector_peak.rate,
                 };
                 let tolerance = 1.0 - 1e-12;
-                assert!(l.time.value() >= (l.bytes / r.memory_bandwidth).value() * tolerance);
+                assert!(
+                    l.time.value() >= (l.bytes / r.memory_bandwidth.unwrap()).value() * tolerance
+                );
                 assert!(l.time.value() >= (l.flops / peak).value() * tolerance);
             }
             let sum: f64 = r.layers.iter().map(|l| l.time.value()).sum();

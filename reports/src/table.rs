@@ -95,4 +95,11 @@ impl Document {
         self.notes.push(note.into());
         self
     }
+
+    /// Adds notes, in order.
+    #[must_use]
+    pub fn notes(mut self, notes: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.notes.extend(notes.into_iter().map(Into::into));
+        self
+    }
 }

@@ -139,10 +139,7 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
         }
         let mut doc = doc.table(output::table(&p.data_movement, &cols, style));
         doc = doc.note("Data movement per sample (bytes x gap, [004] Fig. 4); shared levels count their sharing.");
-        for a in &p.assumptions {
-            doc = doc.note(format!("assumed: {a}"));
-        }
-        doc
+        doc.notes(p.assumptions.iter().map(|a| format!("assumed: {a}")))
     })?;
     plots::emit(&args.plot, || plots::across_batches(&job, batch, &p))
 }

@@ -25,8 +25,16 @@ pub(crate) fn run(args: &RooflineArgs) -> Result<()> {
         ))
         .summary("matrix peak", format!("{} ({})", s.flop_rate(r.matrix_peak.rate), r.matrix_peak.name))
         .summary("vector peak", format!("{} ({})", s.flop_rate(r.vector_peak.rate), r.vector_peak.name))
-        .summary("memory bandwidth", s.byte_rate(r.memory_bandwidth))
-        .summary("machine balance", format!("{:.1} FLOP/B", r.machine_balance))
+        .summary(
+            "memory bandwidth",
+            r.memory_bandwidth
+                .map_or_else(|| "unknown until measured".to_owned(), |b| s.byte_rate(b)),
+        )
+        .summary(
+            "machine balance",
+            r.machine_balance
+                .map_or_else(|| "unknown".to_owned(), |m| format!("{m:.1} FLOP/B")),
+        )
         .summary("step FLOPs / HBM bytes", format!("{} / {}", s.flops(r.flops), s.bytes(r.bytes)))
         .summary("step time", s.seconds(r.step_time))
         .summary(
@@ -41,6 +49,7 @@ pub(crate) fn run(args: &RooflineArgs) -> Result<()> {
         .summary("samples per second", format!("{:.1}", r.samples_per_second))
         .table(output::table(&r.layers, &cols, style))
         .note("Ideal efficiency (every peak attained): a lower bound on step time. Layers run one after another.")
+        .notes(r.assumptions.iter().map(|a| format!("assumed: {a}")))
     })?;
     plots::emit(&args.plot, || {
         vec![plots::roofline(

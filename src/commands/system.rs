@@ -153,7 +153,17 @@ fn figures(s: &System) -> Vec<Figure> {
         f.add(field, v.as_ref(), flops);
     }
     f.add("device.memory_capacity", d.memory_capacity.as_ref(), bytes);
-    f.add("device.memory_bandwidth", Some(&d.memory_bandwidth), rate);
+    match &d.memory_bandwidth {
+        Some(bw) => f.add("device.memory_bandwidth", Some(bw), rate),
+        None => f.0.push(Figure {
+            field: "device.memory_bandwidth",
+            human: "unknown until measured".into(),
+            raw: String::new(),
+            source:
+                "calibrate a profile to supply it (ridgeline measure suite; ridgeline calibrate)"
+                    .into(),
+        }),
+    }
     f.add("device.llc", d.llc.as_ref(), bytes);
     f.add("device.tdp_w", d.tdp_w.as_ref(), watts);
     let n = &s.node;
@@ -226,5 +236,6 @@ pub(crate) fn show(args: &SystemShowArgs) -> Result<()> {
             doc = doc.summary("description", d.clone());
         }
         doc.table(output::table(&rows, &cols, style))
+            .notes(system.assumptions.iter().map(|a| format!("assumed: {a}")))
     })
 }

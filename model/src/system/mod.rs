@@ -18,7 +18,9 @@ use crate::error::{Error, Result};
 use crate::precision::{NumberFormat, Precision};
 use crate::units::{ByteRate, Bytes, FlopRate, Seconds};
 
-pub use local::{CpuInfo, local_system, parse_cpuinfo, parse_meminfo};
+pub use local::{
+    Cache, Clock, CpuInfo, Disk, HostFacts, Processor, local_system, parse_cpuinfo, parse_meminfo,
+};
 
 /// A value and the citation it comes from.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -123,8 +125,9 @@ pub struct Device {
     pub peak: Peaks,
     /// Device memory capacity (HBM); `None` for CPUs that use the node's host memory.
     pub memory_capacity: Option<Sourced<Bytes>>,
-    /// Peak memory bandwidth.
-    pub memory_bandwidth: Sourced<ByteRate>,
+    /// Peak memory bandwidth; `None` where it is unknown until measured (`local` on a CPU
+    /// without a catalog entry): a calibrated profile supplies it.
+    pub memory_bandwidth: Option<Sourced<ByteRate>>,
     /// Last-level cache (GPU L2, CPU L3).
     pub llc: Option<Sourced<Bytes>>,
     /// Thermal design power in watts.
@@ -134,11 +137,18 @@ pub struct Device {
 impl Device {
     /// The peak that matrix ops (convolution, dense) run at under `precision`: the matrix
     /// units for the precision's format if the device has them, otherwise its vector units
-    /// for that format (e.g. FP32 GEMM on NVIDIA CUDA cores, FP16 GEMM on AVX512-FP16).
+    /// for that format (e.g. FP32 GEMM on NVIDIA CUDA cores, FP16 GEMM on AVX512-FP16). A
+    /// CPU with neither computes 16-bit formats in FP32 (frameworks convert on the fly), so
+    /// its FP32 vector peak bounds them; a GPU without the format cannot run the precision.
     pub fn matrix_peak(&self, precision: Precision) -> Result<PeakUse> {
         let format = precision.matrix_format();
         self.peak_use(format, true)
             .or_else(|| self.peak_use(format, false))
+            .or_else(|| {
+                (self.kind == DeviceKind::Cpu)
+                    .then(|| self.peak_use(NumberFormat::Fp32, false))
+                    .flatten()
+            })
             .ok_or_else(|| self.unsupported(precision, format))
     }
 
@@ -198,9 +208,10 @@ impl Device {
             value: cores,
             source: why.to_owned(),
         });
-        d.memory_bandwidth
-            .source
-            .push_str("; whole-socket figure, shared by all its cores");
+        if let Some(bw) = d.memory_bandwidth.as_mut() {
+            bw.source
+                .push_str("; whole-socket figure, shared by all its cores");
+        }
         Ok(d)
     }
 }
@@ -258,6 +269,11 @@ pub struct Node {
     pub nvme_capacity: Option<Sourced<Bytes>>,
     /// Node-local NVMe read bandwidth.
     pub nvme_read: Option<Sourced<ByteRate>>,
+    /// Node-local storage is present (`nvme_capacity`) but its read bandwidth is unknown
+    /// until measured (`local`: the file system ridgeline runs in): reads from it are not
+    /// counted, and predictions say so.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub nvme_read_unknown: bool,
     /// Node-local NVMe write bandwidth (staging).
     pub nvme_write: Option<Sourced<ByteRate>>,
     /// Network interfaces per node.
@@ -302,6 +318,10 @@ pub struct System {
     pub node: Node,
     /// The cluster.
     pub cluster: Cluster,
+    /// How the system was described where that took reasoning beyond its file (`local`:
+    /// the cores, clock and vector units the peaks come from); printed under `assumed:`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub assumptions: Vec<String>,
     /// The calibrated profile on top of the datasheet, when one is given
     /// ([`crate::profile::Profile::overlay`]).
     #[serde(skip)]
@@ -326,6 +346,7 @@ impl System {
                 nvlink_loggp: LogGpFigures::default(),
                 nvme_capacity: None,
                 nvme_read: None,
+                nvme_read_unknown: false,
                 nvme_write: None,
                 nics: None,
                 nic_bandwidth: None,
@@ -342,6 +363,7 @@ impl System {
                 price_per_node_hour: None,
             },
             device,
+            assumptions: Vec::new(),
             calibration: None,
         }
     }
@@ -439,6 +461,7 @@ pub fn parse_system(
         },
         nvme_capacity: ctx.opt("node.nvme_capacity_gb", &n.nvme_capacity_gb, Bytes::from_gb)?,
         nvme_read: ctx.opt("node.nvme_read_gbs", &n.nvme_read_gbs, ByteRate::from_gbs)?,
+        nvme_read_unknown: false,
         nvme_write: ctx.opt("node.nvme_write_gbs", &n.nvme_write_gbs, ByteRate::from_gbs)?,
         nics: n
             .nics
@@ -482,6 +505,7 @@ pub fn parse_system(
         device,
         node,
         cluster,
+        assumptions: Vec::new(),
         calibration: None,
     };
     if system.device_memory().is_none() {
@@ -645,11 +669,11 @@ impl Ctx<'_> {
                 .transpose()?,
             peak,
             memory_capacity: self.opt("memory.capacity_gib", &m.capacity_gib, Bytes::from_gib)?,
-            memory_bandwidth: self.number(
+            memory_bandwidth: Some(self.number(
                 "memory.bandwidth_gbs",
                 &m.bandwidth_gbs,
                 ByteRate::from_gbs,
-            )?,
+            )?),
             llc: self.opt("memory.llc_mib", &m.llc_mib, Bytes::from_mib)?,
             tdp_w: raw
                 .power
@@ -697,8 +721,9 @@ bandwidth_gbs = { value = 1000.0, source = "sheet" }
     #[test]
     fn device_sources_resolve_to_citations() {
         let d = parse_device(DEVICE, "toy.toml").unwrap();
-        assert_eq!(d.memory_bandwidth.value, ByteRate::from_gbs(1000.0));
-        assert_eq!(d.memory_bandwidth.source, "Acme Toy 1 datasheet");
+        let bw = d.memory_bandwidth.as_ref().unwrap();
+        assert_eq!(bw.value, ByteRate::from_gbs(1000.0));
+        assert_eq!(bw.source, "Acme Toy 1 datasheet");
         assert_eq!(d.memory_capacity.unwrap().value, Bytes::from_gib(16.0));
     }
 
@@ -788,7 +813,14 @@ bandwidth_gbs = { value = 1000.0, source = "sheet" }
         let d = parse_device(&text, "cpu.toml").unwrap();
         let two = d.with_cores(2, "test").unwrap();
         assert_eq!(two.peak.fp32.unwrap().value, FlopRate::from_tflops(2.5));
-        assert_eq!(two.memory_bandwidth.value, d.memory_bandwidth.value);
+        assert_eq!(
+            two.memory_bandwidth,
+            d.memory_bandwidth.map(|mut b| {
+                b.source
+                    .push_str("; whole-socket figure, shared by all its cores");
+                b
+            })
+        );
     }
 
     /// Fuzzing the system parsers: arbitrary and mutated text never panics.
@@ -826,9 +858,13 @@ bandwidth_gbs = { value = 1000.0, source = "sheet" }
 
             #[test]
             fn mutated_cpuinfo_never_panics(edits in edits()) {
-                let cpuinfo = "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n\
-                               cache size\t: 107520 KB\nphysical id\t: 0\ncore id\t\t: 0\n\n";
-                let _ = catalog::local(&mutate(cpuinfo, &edits), &mutate("MemTotal: 1000 kB\n", &edits));
+                let cpuinfo = mutate(local::tests::CPUINFO, &edits);
+                if let Ok(cpu) = parse_cpuinfo(&cpuinfo) {
+                    let mut facts = local::tests::facts(local::tests::CPUINFO);
+                    facts.cpu = cpu;
+                    let _ = catalog::local(&facts);
+                }
+                let _ = parse_meminfo(&mutate("MemTotal: 1000 kB\n", &edits));
             }
         }
     }

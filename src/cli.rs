@@ -1,6 +1,7 @@
 //! Command-line definitions (clap derive). Parsing only: values are checked here as far as
 //! their type allows, and the library validates the rest.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
@@ -223,7 +224,7 @@ pub(crate) struct ValidateArgs {
     /// Time budget of the self-check: 80 % for the micro-kernel suite (which stops early
     /// when it has measured everything); the workloads, measured before and after it, take
     /// about 3 minutes more.
-    #[arg(long, default_value = "10m", value_parser = parse_duration, requires = "self_check")]
+    #[arg(long, default_value = "10m", value_parser = parse_self_check_budget, requires = "self_check")]
     pub(crate) budget: Duration,
     /// Directory for the self-check's records, profile and validation (created; an
     /// existing one is resumed).
@@ -686,7 +687,7 @@ pub(crate) struct MeasureWorkloadArgs {
 #[derive(Debug, Args)]
 pub(crate) struct MeasureSuiteArgs {
     /// Time budget, e.g. 90s, 5m, 1h.
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, default_value = "5m", value_parser = parse_suite_budget)]
     pub(crate) budget: Duration,
     #[command(flatten)]
     pub(crate) measure: MeasureArgs,
@@ -726,6 +727,32 @@ fn parse_threads(s: &str) -> Result<Threads, String> {
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s.trim())
         .map_err(|e| format!("`{s}` is not a duration ({e}); write e.g. 500ms, 90s, 5m"))
+}
+
+/// The least budget of `measure suite` (a zero budget would plan nothing).
+const MIN_SUITE_BUDGET: Duration = Duration::from_secs(1);
+
+/// The least budget of the self-check: its suite needs a few minutes to cover every kernel
+/// class the reference workloads use (calibration refuses a profile without them).
+const MIN_SELF_CHECK_BUDGET: Duration = Duration::from_secs(120);
+
+fn parse_budget(s: &str, least: Duration) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < least {
+        return Err(format!(
+            "`{s}` is below the least budget of {}; give at least that",
+            humantime::format_duration(least)
+        ));
+    }
+    Ok(d)
+}
+
+fn parse_suite_budget(s: &str) -> Result<Duration, String> {
+    parse_budget(s, MIN_SUITE_BUDGET)
+}
+
+fn parse_self_check_budget(s: &str) -> Result<Duration, String> {
+    parse_budget(s, MIN_SELF_CHECK_BUDGET)
 }
 
 fn parse_gemm_shape(s: &str) -> Result<[usize; 3], String> {
@@ -924,7 +951,7 @@ pub(crate) struct ScenarioArgs {
     /// Overlap of compute, input and allreduce: full (max, the lower bound) or none (sum).
     #[arg(long, default_value = "full", value_parser = parse_from_str::<Overlap>)]
     pub(crate) overlap: Overlap,
-    /// Where each node's share of the data set lives: auto, ddr, nvme or pfs.
+    /// Where each node's share of the data set lives: auto, ddr, nvme, burst-buffer or pfs.
     #[arg(long, default_value = "auto", value_parser = parse_from_str::<DataLocation>)]
     pub(crate) data_location: DataLocation,
     /// Train for this many epochs instead of the convergence curve.
@@ -1176,6 +1203,32 @@ fn parse_u32_list(s: &str) -> Result<Numbers<u32>, String> {
                 .collect(),
         )
     })
+}
+
+/// The command-line arguments, with every value that starts with a hyphen and a digit
+/// (`-3`, `-1..4`, `-2s`) joined to the long flag before it (`--epochs=-3`): clap then hands
+/// it to the flag's parser, whose error names the flag and the valid range, instead of
+/// calling `-3` an unexpected argument.
+pub(crate) fn join_negative_values(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let mut out: Vec<OsString> = Vec::new();
+    for arg in args {
+        let negative = arg
+            .to_str()
+            .and_then(|a| a.strip_prefix('-'))
+            .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit() || c == '.'));
+        if let Some(flag) = out.last_mut().filter(|_| negative)
+            && let Some(name) = flag.to_str()
+            && name.starts_with("--")
+            && !name.contains('=')
+            && name.len() > 2
+        {
+            let joined = format!("{name}={}", arg.to_string_lossy());
+            *flag = joined.into();
+            continue;
+        }
+        out.push(arg);
+    }
+    out
 }
 
 fn parse_from_str<T: FromStr<Err = String>>(s: &str) -> Result<T, String> {

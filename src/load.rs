@@ -62,7 +62,7 @@ pub(crate) fn system(arg: &str) -> Result<System> {
             let base = datasheet_system(&profile.system).with_context(|| {
                 format!("{arg}: field `system`: the profile's datasheet system")
             })?;
-            return Ok(profile.overlay(base, arg));
+            return Ok(profile.overlay(base, arg)?);
         }
         return Ok(catalog::system_from_file(&text, arg)?);
     }

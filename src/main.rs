@@ -19,7 +19,7 @@ use clap::Parser;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = cli::Cli::parse_from(cli::join_negative_values(std::env::args_os()));
     match commands::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

@@ -33,6 +33,8 @@ pub enum Level {
     Network,
     /// Node-local NVMe, shared by the node's devices.
     Nvme,
+    /// The burst buffer: the node's share of its aggregate bandwidth.
+    BurstBuffer,
     /// The parallel file system: the node's share of its aggregate bandwidth.
     Pfs,
 }
@@ -47,6 +49,7 @@ impl Level {
             Level::Nvlink => "nvlink",
             Level::Network => "network",
             Level::Nvme => "nvme",
+            Level::BurstBuffer => "burst-buffer",
             Level::Pfs => "pfs",
         }
     }
@@ -165,20 +168,32 @@ impl Hierarchy {
         if let Some(r) = &node.nvme_read {
             links.push(link(Level::Nvme, r.value, k, None, &r.source));
         }
-        if let Some(p) = &system.cluster.pfs_bandwidth {
-            let share = p.value.value() / f64::from(nodes.max(1));
+        // Shared tiers: the node's share of the aggregate, capped by its network (which
+        // carries it) and, for the PFS, by its client.
+        let share = |total: ByteRate, client: Option<&ByteRate>| {
+            let share = total.value() / f64::from(nodes.max(1));
             let capped = network
                 .as_ref()
                 .map_or(share, |(bw, _)| share.min(bw.value()));
-            let capped = node
-                .pfs_client
-                .as_ref()
-                .map_or(capped, |c| capped.min(c.value.value()));
+            ByteRate::new(client.map_or(capped, |c| capped.min(c.value())))
+        };
+        if let Some(b) = &system.cluster.burst_buffer_bandwidth {
+            let source = format!("{} / {nodes} nodes, capped by the node's network", b.source);
+            links.push(link(
+                Level::BurstBuffer,
+                share(b.value, None),
+                k,
+                None,
+                &source,
+            ));
+        }
+        if let Some(p) = &system.cluster.pfs_bandwidth {
             let source = format!(
                 "{} / {nodes} nodes, capped by the node's network and PFS client",
                 p.source
             );
-            links.push(link(Level::Pfs, ByteRate::new(capped), k, None, &source));
+            let client = node.pfs_client.as_ref().map(|c| &c.value);
+            links.push(link(Level::Pfs, share(p.value, client), k, None, &source));
         }
         Hierarchy { links }
     }

@@ -32,7 +32,7 @@ use crate::memory::{Footprint, Optimizer};
 use crate::precision::Precision;
 use crate::profile::{Profile, precision_name};
 use crate::roofline::Efficiency;
-use crate::system::System;
+use crate::system::{Sourced, System};
 use crate::units::Bytes;
 
 /// How communication and input movement overlap with compute.
@@ -61,12 +61,16 @@ impl FromStr for Overlap {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DataLocation {
-    /// Choose by capacity: host memory if the share fits, else staged NVMe, else the PFS.
+    /// Choose by capacity: host memory if the share fits, else node-local NVMe, else the
+    /// burst buffer, else the PFS.
     Auto,
-    /// Cached in host memory after the first epoch (read from the PFS during it).
+    /// Staged into host memory before training (from the PFS, where there is one).
     Ddr,
     /// Staged to node-local NVMe before training.
     Nvme,
+    /// Staged to the shared burst buffer before training.
+    #[serde(rename = "burst-buffer")]
+    BurstBuffer,
     /// Streamed from the parallel file system every epoch.
     Pfs,
 }
@@ -78,6 +82,7 @@ impl DataLocation {
             DataLocation::Auto => "auto",
             DataLocation::Ddr => "ddr",
             DataLocation::Nvme => "nvme",
+            DataLocation::BurstBuffer => "burst-buffer",
             DataLocation::Pfs => "pfs",
         }
     }
@@ -96,11 +101,14 @@ impl FromStr for DataLocation {
             DataLocation::Auto,
             DataLocation::Ddr,
             DataLocation::Nvme,
+            DataLocation::BurstBuffer,
             DataLocation::Pfs,
         ]
         .into_iter()
         .find(|l| l.name() == s)
-        .ok_or_else(|| format!("unknown data location `{s}`; valid: auto, ddr, nvme, pfs"))
+        .ok_or_else(|| {
+            format!("unknown data location `{s}`; valid: auto, ddr, nvme, burst-buffer, pfs")
+        })
     }
 }
 
@@ -386,6 +394,8 @@ pub struct Plan<'a> {
     pub capacity: Bytes,
     /// Matrix peak of one device (for the fraction of peak).
     pub peak: f64,
+    /// The largest local batch that fits, where this one does not.
+    max_batch: Option<u64>,
     /// Bytes per sample as stored (after compression), scaled to this workload's input.
     stored_sample: f64,
     /// Bytes per sample on the device (the input tensor).
@@ -412,6 +422,9 @@ struct Gaps {
     pfs_client: Option<f64>,
     host_capacity: Option<f64>,
     nvme_capacity: Option<f64>,
+    /// The burst buffer's aggregate bandwidth and capacity.
+    bb_total: Option<f64>,
+    bb_capacity: Option<f64>,
 }
 
 /// The numbers of one configuration.
@@ -451,8 +464,7 @@ pub struct Outcome {
     pub eval_time_s: f64,
     /// Staging time before training.
     pub staging_s: f64,
-    /// Time to solution: staging + epochs x epoch (+ the slower first epoch when the data
-    /// is cached in host memory during it).
+    /// Time to solution: staging + epochs x epoch.
     pub time_to_solution_s: f64,
     /// Achieved FLOP/s of the job.
     pub achieved_flops: f64,
@@ -468,6 +480,55 @@ pub struct Outcome {
     pub energy_j: Option<f64>,
     /// Price to solution, when the system gives a price per node-hour.
     pub cost: Option<f64>,
+}
+
+/// Which storage figures a system gives, for saying which is missing.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StorageKeys {
+    /// `node.host_memory_gib`, bytes.
+    pub host: Option<f64>,
+    /// `node.nvme_capacity_gb`, bytes.
+    pub nvme: Option<f64>,
+    /// Whether `node.nvme_read_gbs` is given (or the NVMe is `local`'s disk).
+    pub nvme_read: bool,
+    /// `cluster.burst_buffer_capacity_tb`, bytes.
+    pub burst_buffer: Option<f64>,
+    /// Whether `cluster.pfs_bandwidth_gbs` is given.
+    pub pfs: bool,
+}
+
+impl StorageKeys {
+    /// What to add to the system file for a share of `share` bytes to have a place.
+    fn missing(&self, share: f64) -> String {
+        let gb = |v: f64| format!("{:.1} GB", v / 1e9);
+        let mut parts = Vec::new();
+        match self.host {
+            Some(h) => parts.push(format!("host memory holds {}", gb(h))),
+            None => parts.push("the system gives no host memory (node.host_memory_gib)".into()),
+        }
+        match (self.nvme, self.nvme_read) {
+            (Some(c), false) if share <= c => parts.push(format!(
+                "the NVMe holds it ({}) but the system gives no NVMe read bandwidth: add \
+                 node.nvme_read_gbs",
+                gb(c)
+            )),
+            (Some(c), _) => parts.push(format!("the NVMe holds {}", gb(c))),
+            (None, _) => parts.push(
+                "the system gives no node-local NVMe (node.nvme_capacity_gb and \
+                 node.nvme_read_gbs)"
+                    .into(),
+            ),
+        }
+        if let Some(b) = self.burst_buffer {
+            parts.push(format!("the burst buffer holds {} for all nodes", gb(b)));
+        }
+        if !self.pfs {
+            parts.push(
+                "the system gives no parallel file system (cluster.pfs_bandwidth_gbs)".into(),
+            );
+        }
+        parts.join("; ")
+    }
 }
 
 /// Why a configuration cannot be evaluated (counted by sweeps, an error for `predict`).
@@ -494,6 +555,20 @@ pub enum Infeasible {
     NoDataLocation {
         /// Where.
         location: DataLocation,
+        /// Bytes of a node's share.
+        share: f64,
+        /// What the system gives: host memory and NVMe capacity (bytes), and whether it
+        /// gives the NVMe's read bandwidth and a parallel file system.
+        storage: StorageKeys,
+    },
+    /// The footprint at this batch does not fit the device's memory.
+    DoesNotFit {
+        /// Bytes one device needs.
+        needed: f64,
+        /// Bytes one device has.
+        capacity: f64,
+        /// The largest local batch that fits (0: not even one sample).
+        max_batch: u64,
     },
     /// No epochs for this global batch.
     Convergence {
@@ -516,6 +591,7 @@ impl Infeasible {
     pub fn option(&self) -> &'static str {
         match self {
             Infeasible::TooManyNodes { .. } => "nodes",
+            Infeasible::DoesNotFit { .. } => "batch",
             Infeasible::DataTooLarge { .. } | Infeasible::NoDataLocation { .. } => "data-location",
             Infeasible::Convergence { .. } => "batch",
             Infeasible::Collective { .. } => "collective",
@@ -526,6 +602,7 @@ impl Infeasible {
     pub fn kind(&self) -> &'static str {
         match self {
             Infeasible::TooManyNodes { .. } => "more nodes than the system has",
+            Infeasible::DoesNotFit { .. } => "does not fit in device memory",
             Infeasible::DataTooLarge { .. } => "data set share too large for its location",
             Infeasible::NoDataLocation { .. } => "data location missing on the system",
             Infeasible::Convergence { .. } => "global batch outside the convergence data",
@@ -538,8 +615,33 @@ impl fmt::Display for Infeasible {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let gb = |v: f64| format!("{:.1} GB", v / 1e9);
         match *self {
-            Infeasible::TooManyNodes { nodes, available } => {
-                write!(f, "the system has {available} nodes, not {nodes}")
+            Infeasible::TooManyNodes { nodes, available } => write!(
+                f,
+                "the system lists {available} nodes, not {nodes}; `ridgeline predict` goes past \
+                 the listed size with a warning, and elsewhere a copy of the system file with a \
+                 larger `cluster.nodes` does"
+            ),
+            Infeasible::DoesNotFit {
+                needed,
+                capacity,
+                max_batch,
+            } => {
+                let gib = |v: f64| format!("{:.2} GiB", v / f64::from(1u32 << 30));
+                write!(
+                    f,
+                    "one device needs {} at this batch but has {}; ",
+                    gib(needed),
+                    gib(capacity)
+                )?;
+                if max_batch == 0 {
+                    f.write_str("not even one sample fits (`ridgeline memory` breaks it down)")
+                } else {
+                    write!(
+                        f,
+                        "the largest batch per device that fits is {max_batch} \
+                         (`ridgeline memory` breaks it down)"
+                    )
+                }
             }
             Infeasible::DataTooLarge {
                 location,
@@ -550,25 +652,37 @@ impl fmt::Display for Infeasible {
                 "a node's share of the data set ({}) exceeds its {} ({}); use more nodes or \
                  another --data-location",
                 gb(share),
-                if location == DataLocation::Ddr {
-                    "host memory"
-                } else {
-                    "NVMe"
+                match location {
+                    DataLocation::Ddr => "host memory",
+                    DataLocation::BurstBuffer => "burst buffer (the whole data set)",
+                    _ => "NVMe",
                 },
                 gb(capacity)
             ),
             Infeasible::NoDataLocation {
                 location: DataLocation::Auto,
-            } => f.write_str(
-                "a node's share of the data set fits neither host memory nor NVMe and the \
-                 system gives no parallel file system (node.host_memory_gib, \
-                 node.nvme_capacity_gb, cluster.pfs_bandwidth_gbs)",
+                share,
+                storage,
+            } => write!(
+                f,
+                "a node's share of the data set ({}) has no place to live: {}",
+                gb(share),
+                storage.missing(share)
             ),
-            Infeasible::NoDataLocation { location } => f.write_str(match location {
+            Infeasible::NoDataLocation {
+                location, storage, ..
+            } => f.write_str(match location {
                 DataLocation::Ddr => "the system gives no host memory (node.host_memory_gib)",
+                DataLocation::Nvme if storage.nvme.is_some() => {
+                    "the system gives no NVMe read bandwidth: add node.nvme_read_gbs"
+                }
                 DataLocation::Nvme => {
-                    "the system gives no node-local NVMe (node.nvme_read_gbs and \
-                     node.nvme_capacity_gb)"
+                    "the system gives no node-local NVMe (node.nvme_capacity_gb and \
+                     node.nvme_read_gbs)"
+                }
+                DataLocation::BurstBuffer => {
+                    "the system gives no burst buffer (cluster.burst_buffer_capacity_tb and \
+                     cluster.burst_buffer_gbs)"
                 }
                 _ => "the system gives no parallel file system (cluster.pfs_bandwidth_gbs)",
             }),
@@ -635,6 +749,7 @@ impl<'a> Plan<'a> {
             )
         })?;
         let memory = model.footprint.at(batch, capacity).total;
+        let max_batch = (memory > capacity).then(|| model.footprint.max_batch(capacity));
         let node = &system.node;
         let k = node.devices.value;
         let gap = |bw: Option<f64>, shared: u32| bw.map(|v| f64::from(shared) / v);
@@ -663,6 +778,16 @@ impl<'a> Plan<'a> {
             pfs_client: node.pfs_client.as_ref().map(|c| c.value.value()),
             host_capacity: node.host_memory.as_ref().map(|h| h.value.value()),
             nvme_capacity: node.nvme_capacity.as_ref().map(|n| n.value.value()),
+            bb_total: system
+                .cluster
+                .burst_buffer_bandwidth
+                .as_ref()
+                .map(|b| b.value.value()),
+            bb_capacity: system
+                .cluster
+                .burst_buffer_capacity
+                .as_ref()
+                .map(|b| b.value.value()),
         };
         let scale = model.input_elements as f64 / reference_input_elements.max(1) as f64;
         let node_power = node
@@ -682,6 +807,7 @@ impl<'a> Plan<'a> {
             memory,
             capacity,
             peak: rates.matrix / scenario.efficiency.compute,
+            max_batch,
             stored_sample: dataset.sample_bytes.value.value() * scale / scenario.compression,
             device_sample: (model.input_elements * model.precision.compute_bytes()) as f64,
             gradient_bytes: (model.params * scenario.gradient_bytes) as f64,
@@ -696,6 +822,18 @@ impl<'a> Plan<'a> {
     fn locate(&self, nodes: u32) -> std::result::Result<(DataLocation, f64), Infeasible> {
         let share = self.stored_sample * self.dataset.train_samples.value as f64 / f64::from(nodes);
         let g = &self.gaps;
+        let storage = StorageKeys {
+            host: g.host_capacity,
+            nvme: g.nvme_capacity,
+            nvme_read: g.nvme.is_some(),
+            burst_buffer: g.bb_capacity,
+            pfs: g.pfs_total.is_some(),
+        };
+        let missing = |location| Infeasible::NoDataLocation {
+            location,
+            share,
+            storage,
+        };
         let fits = |cap: Option<f64>| cap.is_some_and(|c| share <= c);
         let check = |location, capacity: Option<f64>, present: bool| match capacity {
             Some(c) if present && share > c => Err(Infeasible::DataTooLarge {
@@ -704,33 +842,85 @@ impl<'a> Plan<'a> {
                 capacity: c,
             }),
             Some(_) if present => Ok((location, share)),
-            _ => Err(Infeasible::NoDataLocation { location }),
+            _ => Err(missing(location)),
         };
+        // The burst buffer is shared: the whole data set (every node's share) must fit.
+        let whole = share * f64::from(nodes);
+        let bb_fits = g.bb_capacity.is_some_and(|c| whole <= c);
         match self.scenario.location {
             DataLocation::Auto if fits(g.host_capacity) => Ok((DataLocation::Ddr, share)),
             DataLocation::Auto if g.nvme.is_some() && fits(g.nvme_capacity) => {
                 Ok((DataLocation::Nvme, share))
             }
+            DataLocation::Auto if bb_fits => Ok((DataLocation::BurstBuffer, share)),
             DataLocation::Auto if g.pfs_total.is_some() => Ok((DataLocation::Pfs, share)),
-            DataLocation::Auto => Err(Infeasible::NoDataLocation {
-                location: DataLocation::Auto,
-            }),
             DataLocation::Ddr => check(DataLocation::Ddr, g.host_capacity, true),
             DataLocation::Nvme => check(DataLocation::Nvme, g.nvme_capacity, g.nvme.is_some()),
+            DataLocation::BurstBuffer => match g.bb_capacity {
+                Some(c) if whole > c => Err(Infeasible::DataTooLarge {
+                    location: DataLocation::BurstBuffer,
+                    share: whole,
+                    capacity: c,
+                }),
+                Some(_) => Ok((DataLocation::BurstBuffer, share)),
+                None => Err(missing(DataLocation::BurstBuffer)),
+            },
             DataLocation::Pfs if g.pfs_total.is_some() => Ok((DataLocation::Pfs, share)),
-            DataLocation::Pfs => Err(Infeasible::NoDataLocation {
-                location: DataLocation::Pfs,
-            }),
+            location => Err(missing(location)),
         }
+    }
+
+    /// Bytes per second one node reads from the PFS when `nodes` nodes read it at once:
+    /// its share of the aggregate, capped by its network and its PFS client.
+    fn pfs_per_node(&self, nodes: u32) -> Option<f64> {
+        let g = &self.gaps;
+        let per_node = g.pfs_total? / f64::from(nodes);
+        let per_node = g.node_network.map_or(per_node, |n| per_node.min(n));
+        Some(g.pfs_client.map_or(per_node, |c| per_node.min(c)))
     }
 
     /// Seconds per stored byte from the PFS for one device at `nodes` nodes.
     fn pfs_gap(&self, nodes: u32) -> Option<f64> {
+        self.pfs_per_node(nodes)
+            .map(|per_node| f64::from(self.devices_per_node) / per_node)
+    }
+
+    /// Seconds per stored byte from the burst buffer for one device at `nodes` nodes: the
+    /// node's share of its aggregate, capped by the node's network.
+    fn bb_gap(&self, nodes: u32) -> Option<f64> {
         let g = &self.gaps;
-        let per_node = g.pfs_total? / f64::from(nodes);
+        let per_node = g.bb_total? / f64::from(nodes);
         let per_node = g.node_network.map_or(per_node, |n| per_node.min(n));
-        let per_node = g.pfs_client.map_or(per_node, |c| per_node.min(c));
         Some(f64::from(self.devices_per_node) / per_node)
+    }
+
+    /// Seconds to stage the data set before training (\[003\] §3.1.2: MLPerf HPC's timer
+    /// starts when the data set, resting on the parallel file system, is first touched, so
+    /// staging into node-local storage counts). Each of `nodes` nodes copies its `share`
+    /// from the PFS at its share of the PFS (capped by its network and client) into host
+    /// memory, or into NVMe (capped by the NVMe's write bandwidth); the burst buffer takes
+    /// the whole data set at the smaller of the two file systems' aggregates. Without a
+    /// PFS the data set is taken to start where it is read (the prediction says so).
+    fn staging(&self, location: DataLocation, share: f64, nodes: u32) -> f64 {
+        let g = &self.gaps;
+        let seconds = |bytes: f64, rate: f64| if rate.is_finite() { bytes / rate } else { 0.0 };
+        match location {
+            DataLocation::Ddr | DataLocation::Nvme => {
+                let Some(pfs) = self.pfs_per_node(nodes) else {
+                    return 0.0;
+                };
+                let write = match location {
+                    DataLocation::Nvme => g.nvme_write.map_or(f64::INFINITY, |w| 1.0 / w),
+                    _ => f64::INFINITY,
+                };
+                seconds(share, pfs.min(write))
+            }
+            DataLocation::BurstBuffer => match (g.pfs_total, g.bb_total) {
+                (Some(pfs), Some(bb)) => seconds(share * f64::from(nodes), pfs.min(bb)),
+                _ => 0.0,
+            },
+            DataLocation::Pfs | DataLocation::Auto => 0.0,
+        }
     }
 
     /// Input seconds per sample for one device with the data at `location`.
@@ -741,6 +931,7 @@ impl<'a> Plan<'a> {
         let storage = match location {
             DataLocation::Ddr | DataLocation::Auto => self.stored_sample * g.host.unwrap_or(0.0),
             DataLocation::Nvme => self.stored_sample * g.nvme.unwrap_or(0.0),
+            DataLocation::BurstBuffer => self.stored_sample * self.bb_gap(nodes).unwrap_or(0.0),
             DataLocation::Pfs => self.stored_sample * self.pfs_gap(nodes).unwrap_or(0.0),
         };
         let preprocess = self
@@ -774,6 +965,13 @@ impl<'a> Plan<'a> {
             return Err(Infeasible::TooManyNodes {
                 nodes: total_nodes,
                 available,
+            });
+        }
+        if let Some(max_batch) = self.max_batch {
+            return Err(Infeasible::DoesNotFit {
+                needed: self.memory.value(),
+                capacity: self.capacity.value(),
+                max_batch,
             });
         }
         let devices = u64::from(self.devices_per_node) * u64::from(nodes);
@@ -813,34 +1011,8 @@ impl<'a> Plan<'a> {
         let eval_step = combine(&[self.eval_compute, input]);
         let eval_time = (eval / g).ceil() * eval_step;
         let epoch = (train / g).ceil() * step + eval_time;
-        // Host-memory caching: the first epoch reads the data from where it rests, the PFS.
-        let first_epoch_extra = if location == DataLocation::Ddr && self.gaps.pfs_total.is_some() {
-            let cold = b * self.input_per_sample(DataLocation::Pfs, total_nodes);
-            let cold_step = combine(&[self.compute, cold, allreduce]);
-            let cold_eval = combine(&[self.eval_compute, cold]);
-            ((train / g).ceil() * cold_step + (eval / g).ceil() * cold_eval - epoch).max(0.0)
-        } else {
-            0.0
-        };
-        let staging = if location == DataLocation::Nvme {
-            let mut rate = f64::INFINITY;
-            if let Some(total) = self.gaps.pfs_total {
-                rate = rate.min(total / f64::from(total_nodes));
-            }
-            if let Some(n) = self.gaps.node_network {
-                rate = rate.min(n);
-            }
-            if let Some(c) = self.gaps.pfs_client {
-                rate = rate.min(c);
-            }
-            if let Some(w) = self.gaps.nvme_write {
-                rate = rate.min(1.0 / w);
-            }
-            if rate.is_finite() { share / rate } else { 0.0 }
-        } else {
-            0.0
-        };
-        let tts = staging + first_epoch_extra + epochs * epoch;
+        let staging = self.staging(location, share, total_nodes);
+        let tts = staging + epochs * epoch;
         let achieved = self.model.flops_per_sample * g / step;
         let hours = tts / 3600.0;
         Ok(Outcome {
@@ -979,6 +1151,24 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
         dataset,
         reference_input_elements,
     } = inputs;
+    // A scenario may go past the nodes a system file lists (a catalog SuperPOD lists one
+    // scalable unit; real ones have many): the same nodes, network and file system, said.
+    let listed = system.cluster.nodes.value;
+    let grown;
+    let system = if scenario.nodes > listed {
+        let mut s = system.clone();
+        s.cluster.nodes = Sourced {
+            value: scenario.nodes,
+            source: format!(
+                "{} nodes asked for; the system lists {listed} ({})",
+                scenario.nodes, system.cluster.nodes.source
+            ),
+        };
+        grown = s;
+        &grown
+    } else {
+        system
+    };
     let plan = Plan::new(
         model,
         system,
@@ -991,9 +1181,9 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
     let outcome = plan.evaluate(scenario.nodes, &fabric).map_err(|e| {
         let value = match e {
             Infeasible::TooManyNodes { nodes, .. } => nodes.to_string(),
-            Infeasible::DataTooLarge { location, .. } | Infeasible::NoDataLocation { location } => {
-                location.to_string()
-            }
+            Infeasible::DoesNotFit { .. } => batch.to_string(),
+            Infeasible::DataTooLarge { location, .. }
+            | Infeasible::NoDataLocation { location, .. } => location.to_string(),
             Infeasible::Convergence { global_batch, .. } => {
                 format!("{batch} (global {global_batch})")
             }
@@ -1029,6 +1219,7 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
     add("input samples", Level::Pcie, plan.device_sample);
     let storage = match outcome.data_location {
         DataLocation::Nvme => Some(Level::Nvme),
+        DataLocation::BurstBuffer => Some(Level::BurstBuffer),
         DataLocation::Pfs => Some(Level::Pfs),
         DataLocation::Ddr | DataLocation::Auto => system
             .node
@@ -1093,6 +1284,13 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
         });
 
     let mut assumptions = system.assumptions.clone();
+    if scenario.nodes > listed {
+        assumptions.push(format!(
+            "{} nodes, past the {listed} the system lists: more of the same nodes on the same \
+             network, sharing the same parallel file system",
+            scenario.nodes
+        ));
+    }
     assumptions.push(format!(
         "ideal device efficiency (compute {}, memory {}) unless calibrated",
         scenario.efficiency.compute, scenario.efficiency.memory
@@ -1121,10 +1319,12 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
         assumptions
             .push("energy counts the devices' TDP only (no node power in the system file)".into());
     }
-    if outcome.data_location == DataLocation::Ddr && system.cluster.pfs_bandwidth.is_none() {
-        assumptions.push(
-            "the data set starts in host memory (the system has no parallel file system)".into(),
-        );
+    if system.cluster.pfs_bandwidth.is_none() && outcome.data_location != DataLocation::Pfs {
+        assumptions.push(format!(
+            "no staging: the data set starts where it is read ({}), as the system has no \
+             parallel file system to stage it from",
+            outcome.data_location
+        ));
     }
     if scenario.preprocess_rate.is_none() {
         assumptions.push("no CPU preprocessing limit (pass --preprocess-rate)".into());
@@ -1171,6 +1371,7 @@ mod tests {
     use crate::catalog;
     use crate::dataset::WorkloadData;
     use crate::graph::Graph;
+    use crate::units::ByteRate;
     use crate::workloads::{self, BuildOptions};
 
     struct Setup {
@@ -1335,6 +1536,61 @@ mod tests {
         );
     }
 
+    /// Issue 17: staging counts for every location the data set is copied to before
+    /// training ([003] §3.1.2): host memory and NVMe at each node's share of the PFS (the
+    /// NVMe also at its write bandwidth), the burst buffer at the smaller aggregate; the PFS
+    /// itself is read in place.
+    #[test]
+    fn staging_counts_for_every_location() {
+        let s = setup("cosmoflow-v07");
+        let mut cori = catalog::system("cori-gpu").unwrap();
+        let pfs = cori.cluster.pfs_bandwidth.as_ref().unwrap().value.value();
+        let nic = 4.0 * 25e9;
+        let at = |system: &System, location, nodes: u32| {
+            let mut sc = Scenario::new(nodes, Epochs::Fixed(10.0));
+            sc.location = location;
+            run(&s, system, Precision::AmpFp16, &sc, 4).unwrap().outcome
+        };
+        let share = |nodes: u32| 262_144.0 * 16_777_216.0 / f64::from(nodes);
+        let ddr = at(&cori, DataLocation::Ddr, 16);
+        let per_node = (pfs / 16.0).min(nic);
+        assert!(
+            (ddr.staging_s - share(16) / per_node).abs() < 1e-6 * ddr.staging_s,
+            "{ddr:?}"
+        );
+        let nvme = at(&cori, DataLocation::Nvme, 8);
+        assert!(nvme.staging_s > 0.0);
+        assert_eq!(at(&cori, DataLocation::Pfs, 8).staging_s, 0.0);
+        // A burst buffer of 1.7 TB/s and 1.8 PB (Cori's DataWarp, for the test).
+        cori.cluster.burst_buffer_bandwidth = Some(Sourced {
+            value: ByteRate::from_gbs(1700.0),
+            source: "test".into(),
+        });
+        cori.cluster.burst_buffer_capacity = Some(Sourced {
+            value: Bytes::from_tb(1800.0),
+            source: "test".into(),
+        });
+        let bb = at(&cori, DataLocation::BurstBuffer, 4);
+        assert_eq!(bb.data_location, DataLocation::BurstBuffer);
+        let whole = 262_144.0 * 16_777_216.0;
+        assert!(
+            (bb.staging_s - whole / pfs).abs() < 1e-6 * bb.staging_s,
+            "PFS-bound"
+        );
+        // Auto prefers node-local NVMe where the share fits, and the burst buffer over the
+        // PFS where it does not.
+        assert_eq!(
+            at(&cori, DataLocation::Auto, 8).data_location,
+            DataLocation::Nvme
+        );
+        cori.node.nvme_capacity = None;
+        cori.node.nvme_read = None;
+        assert_eq!(
+            at(&cori, DataLocation::Auto, 4).data_location,
+            DataLocation::BurstBuffer
+        );
+    }
+
     #[test]
     fn ddr_caching_gives_the_superlinear_step_of_strong_scaling() {
         // [004] §VI, [003] §4: once a node's share of the data set fits in memory, input
@@ -1371,8 +1627,21 @@ mod tests {
                 .unwrap_err()
                 .to_string()
         };
-        let e = err(&Scenario::new(19, Epochs::Fixed(1.0)), 2);
-        assert!(e.contains("has 18 nodes"), "{e}");
+        // Past the listed 18 nodes: predicted, and said.
+        let grown = run(
+            &s,
+            &cori,
+            Precision::AmpFp16,
+            &Scenario::new(19, Epochs::Fixed(1.0)),
+            2,
+        )
+        .unwrap();
+        assert_eq!(grown.outcome.nodes, 19);
+        assert!(grown.assumptions[0].contains("past the 18 the system lists"));
+        // A batch that does not fit the V100's 16 GiB names the largest that does.
+        let e = err(&Scenario::new(1, Epochs::Fixed(1.0)), 64);
+        assert!(e.contains("one device needs"), "{e}");
+        assert!(e.contains("largest batch per device that fits is 6"), "{e}");
         let mut sc = Scenario::new(2, Epochs::Fixed(1.0));
         sc.location = DataLocation::Ddr;
         assert!(err(&sc, 2).contains("exceeds its host memory"));

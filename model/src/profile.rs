@@ -18,7 +18,7 @@ use crate::collective::{Band, Banded, Fabric, LinkCost};
 use crate::error::{Error, Result};
 use crate::kernels::{FEATURES, Kernel, KernelClass, KernelPass};
 use crate::precision::Precision;
-use crate::system::{Sourced, System};
+use crate::system::{DeviceKind, Sourced, System};
 use crate::units::ByteRate;
 
 /// The profile schema this build reads and writes.
@@ -454,10 +454,58 @@ impl Profile {
             .map(|c| c.tflops * 1e12)
     }
 
+    /// Refuses to put this profile over `system` when its records were measured on another
+    /// device: a CPU's records over a GPU system or the other way round, or one GPU's
+    /// records over another GPU (the system device's model, e.g. `H100` of
+    /// `H100-SXM5-80GB`, must appear in the measured GPU's name).
+    pub fn check_device(&self, system: &System, file: &str) -> Result<()> {
+        let d = &system.device;
+        let measured_gpu = self.device.starts_with("cuda");
+        let kind = |gpu: bool| if gpu { "a GPU" } else { "a CPU" };
+        let family = d
+            .model
+            .split(['-', ' '])
+            .find(|t| t.chars().any(|c| c.is_ascii_digit()))
+            .unwrap_or(&d.model)
+            .to_ascii_uppercase();
+        let same = match (measured_gpu, d.kind) {
+            (true, DeviceKind::Gpu) => self
+                .provenance
+                .device_model
+                .to_ascii_uppercase()
+                .contains(&family),
+            (false, DeviceKind::Cpu) => true,
+            _ => false,
+        };
+        if same {
+            return Ok(());
+        }
+        Err(Error::invalid(
+            file,
+            "device",
+            format!(
+                "the records were measured on `{}` ({}, {}), but system `{}` has device `{}` \
+                 ({}, {} {}): a profile only calibrates the device it was measured on; \
+                 calibrate records of that device for it, or pass the system of the measured \
+                 device (`local` for this machine's CPU)",
+                self.device,
+                self.provenance.device_model,
+                kind(measured_gpu),
+                system.name,
+                d.name,
+                kind(d.kind == DeviceKind::Gpu),
+                d.vendor,
+                d.model
+            ),
+        ))
+    }
+
     /// `system` with this profile on top: the device's memory bandwidth becomes the sustained
     /// DRAM bandwidth, and the system carries the profile for per-layer times. `file` names
-    /// the profile in sources.
-    pub fn overlay(self, mut system: System, file: &str) -> System {
+    /// the profile in sources. A profile of another device is refused
+    /// ([`Profile::check_device`]).
+    pub fn overlay(self, mut system: System, file: &str) -> Result<System> {
+        self.check_device(&system, file)?;
         if let Some(bw) = self.dram_bandwidth() {
             system.device.memory_bandwidth = Some(Sourced {
                 value: ByteRate::new(bw),
@@ -493,7 +541,7 @@ impl Profile {
         }
         system.name = format!("{} (calibrated)", system.name);
         system.calibration = Some(Arc::new(self));
-        system
+        Ok(system)
     }
 }
 
@@ -589,10 +637,33 @@ pub(crate) mod tests {
     #[test]
     fn overlay_sets_the_bandwidth_and_keeps_the_profile() {
         let s = crate::catalog::system("xeon-8480plus").unwrap();
-        let o = sample().overlay(s, "p.toml");
+        let o = sample().overlay(s, "p.toml").unwrap();
         let bw = o.device.memory_bandwidth.as_ref().unwrap();
         assert_eq!(bw.value.value(), 20e9);
         assert!(bw.source.contains("p.toml"));
         assert!(o.calibration.is_some());
+    }
+
+    /// Issue 17: CPU records cannot calibrate a GPU system, nor one GPU's another's.
+    #[test]
+    fn a_profile_of_another_device_is_refused() {
+        let gpu = crate::catalog::system("perlmutter-gpu").unwrap();
+        let err = sample()
+            .overlay(gpu.clone(), "p.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("p.toml: field `device`"), "{err}");
+        assert!(
+            err.contains("`cpu`") && err.contains("`a100-sxm4-40gb`"),
+            "{err}"
+        );
+        let mut h100 = sample();
+        h100.device = "cuda:0".into();
+        h100.provenance.device_model = "NVIDIA H100 80GB HBM3".into();
+        assert!(h100.check_device(&gpu, "p.toml").is_err());
+        let dgx = crate::catalog::system("dgx-h100").unwrap();
+        h100.check_device(&dgx, "p.toml").unwrap();
+        let cpu = crate::catalog::system("xeon-8480plus").unwrap();
+        assert!(h100.check_device(&cpu, "p.toml").is_err());
     }
 }

@@ -12,7 +12,7 @@ use crate::output::{self, Col, num, text};
 
 pub(crate) fn run(args: &CalibrateArgs) -> Result<()> {
     // The datasheet system must exist before anything is fitted against it.
-    load::system(&args.system)?;
+    let system = load::system(&args.system)?;
     let files = args
         .records
         .iter()
@@ -32,6 +32,14 @@ pub(crate) fn run(args: &CalibrateArgs) -> Result<()> {
             comm_level: args.comm_level.choice(),
         },
     )?;
+    let named: Vec<String> = args
+        .records
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    c.profile
+        .check_device(&system, &named.join(", "))
+        .context("--system: the profile would overlay another device")?;
     std::fs::write(&args.out, c.profile.to_toml())
         .with_context(|| format!("cannot write profile `{}`", args.out.display()))?;
     eprintln!("wrote {}", args.out.display());

@@ -232,9 +232,17 @@ fn figure(f: &Figure, x: f64, s: Style) -> String {
 }
 
 fn self_check(args: &ValidateArgs) -> Result<()> {
+    // Fail fast (issue 17): everything the last steps need is checked before the minutes of
+    // measurement start: the system the profile overlays, and a directory to write in.
+    load::system(ridgeline_model::catalog::LOCAL_NAME)
+        .context("the self-check calibrates `local`, this machine")?;
     let dir = &args.dir;
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create directory `{}`", dir.display()))?;
+    let probe = dir.join(".ridgeline-write-check");
+    std::fs::write(&probe, b"")
+        .and_then(|()| std::fs::remove_file(&probe))
+        .with_context(|| format!("cannot write in directory `{}`", dir.display()))?;
     let suite_file = dir.join("suite.jsonl");
     let workload_file = dir.join("workloads.jsonl");
     let measure_args = |out: &PathBuf| MeasureArgs {

@@ -7,6 +7,7 @@
 mod bad_input;
 mod calibrate;
 mod comm;
+mod faults;
 mod measure;
 mod memory;
 mod predict;

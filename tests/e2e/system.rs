@@ -73,5 +73,8 @@ fn local_is_this_machine_whatever_its_cpu() {
         "{assumptions:?}"
     );
     let table = run_ok(&["system", "show", "local"]);
-    assert!(table.contains("assumed: `local` is this machine"), "{table}");
+    assert!(
+        table.contains("assumed: `local` is this machine"),
+        "{table}"
+    );
 }

@@ -301,6 +301,11 @@ pub struct Cluster {
     pub pfs_capacity: Option<Sourced<Bytes>>,
     /// Parallel file system aggregate bandwidth.
     pub pfs_bandwidth: Option<Sourced<ByteRate>>,
+    /// Burst buffer (a shared flash tier between the nodes and the parallel file system,
+    /// such as Cray DataWarp) capacity.
+    pub burst_buffer_capacity: Option<Sourced<Bytes>>,
+    /// Burst buffer aggregate bandwidth.
+    pub burst_buffer_bandwidth: Option<Sourced<ByteRate>>,
     /// Price of one node-hour, in the currency of its source.
     pub price_per_node_hour: Option<Sourced<f64>>,
 }
@@ -360,6 +365,8 @@ impl System {
                 pfs: None,
                 pfs_capacity: None,
                 pfs_bandwidth: None,
+                burst_buffer_capacity: None,
+                burst_buffer_bandwidth: None,
                 price_per_node_hour: None,
             },
             device,
@@ -493,12 +500,28 @@ pub fn parse_system(
             &c.pfs_bandwidth_gbs,
             ByteRate::from_gbs,
         )?,
+        burst_buffer_capacity: ctx.opt(
+            "cluster.burst_buffer_capacity_tb",
+            &c.burst_buffer_capacity_tb,
+            Bytes::from_tb,
+        )?,
+        burst_buffer_bandwidth: ctx.opt(
+            "cluster.burst_buffer_gbs",
+            &c.burst_buffer_gbs,
+            ByteRate::from_gbs,
+        )?,
         price_per_node_hour: ctx.opt(
             "cluster.price_per_node_hour",
             &c.price_per_node_hour,
             |p| p,
         )?,
     };
+    if cluster.burst_buffer_capacity.is_some() != cluster.burst_buffer_bandwidth.is_some() {
+        return Err(ctx.invalid(
+            "cluster.burst_buffer_gbs",
+            "give both `burst_buffer_capacity_tb` and `burst_buffer_gbs`, or neither",
+        ));
+    }
     let system = System {
         name: raw.name.clone(),
         description: raw.description.clone(),

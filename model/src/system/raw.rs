@@ -110,5 +110,7 @@ pub(crate) struct RawCluster {
     pub(crate) pfs: Option<String>,
     pub(crate) pfs_capacity_pb: Option<RawSourced<f64>>,
     pub(crate) pfs_bandwidth_gbs: Option<RawSourced<f64>>,
+    pub(crate) burst_buffer_capacity_tb: Option<RawSourced<f64>>,
+    pub(crate) burst_buffer_gbs: Option<RawSourced<f64>>,
     pub(crate) price_per_node_hour: Option<RawSourced<f64>>,
 }

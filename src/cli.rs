@@ -13,6 +13,7 @@ use ridgeline_model::memory::Optimizer;
 use ridgeline_model::precision::Precision;
 use ridgeline_model::predict::{DataLocation, Overlap, Quality};
 use ridgeline_model::sweep::Objective;
+use ridgeline_model::system::MAX_NODES;
 
 /// Predict how deep-learning training performs on HPC systems.
 ///
@@ -79,7 +80,7 @@ pub(crate) struct ReportWorkloadArgs {
     #[command(flatten)]
     pub(crate) system: SystemArg,
     /// Nodes.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 1, value_parser = nodes_parser())]
     pub(crate) nodes: u32,
     /// Batch size per device.
     #[arg(long, value_parser = batch_parser())]
@@ -999,7 +1000,7 @@ pub(crate) struct PredictArgs {
     #[command(flatten)]
     pub(crate) system: SystemArg,
     /// Nodes.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_parser = nodes_parser())]
     pub(crate) nodes: u32,
     /// Batch size per device.
     #[arg(long, value_parser = batch_parser(), required_unless_present = "global_batch")]
@@ -1051,7 +1052,7 @@ pub(crate) struct ScaleArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) global_batch: Option<u64>,
     /// Nodes per base model (ensemble).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_parser = nodes_parser())]
     pub(crate) nodes_per_model: Option<u32>,
     /// Base-model counts (ensemble), as a list or ranges.
     #[arg(long, value_parser = parse_u32_list)]
@@ -1163,6 +1164,19 @@ fn parse_list_with(
                 "the range is written backwards; write A..B with A <= B",
             ));
         }
+        // Count before expanding: `1..4294967295` must fail here, not allocate.
+        let stride = match step {
+            Some(st) if !st.starts_with('x') => number(st.strip_prefix('+').unwrap_or(st))?,
+            _ => 1,
+        };
+        if step.is_none_or(|st| !st.starts_with('x'))
+            && (b - a) / stride + 1 + out.len() as u64 > MAX_LIST
+        {
+            return Err(bad(
+                part,
+                &format!("expands to more than {MAX_LIST} values"),
+            ));
+        }
         match step {
             None => out.extend(a..=b),
             Some(st) if st.starts_with('x') => {
@@ -1195,8 +1209,13 @@ fn parse_u64_list(s: &str) -> Result<Numbers<u64>, String> {
     parse_list(s, MAX_BATCH).map(Numbers)
 }
 
+/// Node counts: 1 to [`MAX_NODES`].
+fn nodes_parser() -> clap::builder::RangedI64ValueParser<u32> {
+    clap::value_parser!(u32).range(1..=i64::from(MAX_NODES))
+}
+
 fn parse_u32_list(s: &str) -> Result<Numbers<u32>, String> {
-    parse_list(s, u64::from(u32::MAX)).map(|v| {
+    parse_list(s, u64::from(MAX_NODES)).map(|v| {
         Numbers(
             v.into_iter()
                 .map(|x| u32::try_from(x).unwrap_or(u32::MAX))

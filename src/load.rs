@@ -158,8 +158,11 @@ pub(crate) fn training(
         };
     }
     let epochs = match (s.epochs, &s.convergence) {
-        (Some(e), _) if !(e.is_finite() && e > 0.0) => {
-            bail!("--epochs {e}: must be a positive number")
+        (Some(e), _) if !(e > 0.0 && e <= dataset::MAX_EPOCHS) => {
+            bail!(
+                "--epochs {e:?}: must be a positive number, at most {}",
+                dataset::MAX_EPOCHS
+            )
         }
         (Some(e), _) => Epochs::Fixed(e),
         (None, Some(path)) => {
@@ -330,10 +333,10 @@ pub(crate) fn mix_job(
         Some(b) => workloads::build(b.name, &BuildOptions::default())?,
         None => {
             let path = relative(dir, &entry.workload);
-            if !is_file(&path) {
+            if !Path::new(&path).is_file() {
                 bail!(
                     "{file}: field `workload[{i}].name`: `{}` is neither a built-in workload ({}) \
-                     nor a workload file",
+                     nor a workload file (no file `{path}`)",
                     entry.workload,
                     workloads::names().join(", ")
                 );

@@ -21,7 +21,8 @@ pub(crate) enum Style {
 }
 
 impl Style {
-    pub(crate) fn count(self, n: u64) -> String {
+    pub(crate) fn count(self, n: impl Into<u128>) -> String {
+        let n = n.into();
         match self {
             Style::Human => count(n),
             Style::Raw => n.to_string(),
@@ -144,6 +145,10 @@ pub(crate) fn emit(text: &str) -> Result<()> {
     let mut out = io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
-        other => Ok(other?),
+        Err(e) => Err(anyhow::anyhow!(
+            "cannot write the result to standard output: {e}; redirect it to a file system \
+             with room (or use --out where the command has it)"
+        )),
+        Ok(()) => Ok(()),
     }
 }

@@ -81,8 +81,7 @@ pub(crate) fn write(dir: &Path, format: ImageFormat, figures: &[Figure]) -> Resu
         .iter()
         .map(|f| {
             let path = dir.join(format!("{}.{}", f.id, format.extension()));
-            std::fs::write(&path, format.draw(&f.chart)?)
-                .with_context(|| format!("cannot write plot `{}`", path.display()))?;
+            crate::atomic::write(&path, format.draw(&f.chart)?)?;
             Ok(path.display().to_string())
         })
         .collect()

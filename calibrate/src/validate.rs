@@ -240,6 +240,24 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
                 && l.shape["batch"] == step.shape["batch"]
         };
         let measured_layers: Vec<&Record> = records.iter().filter(same_run).collect();
+        // Every layer record must be a layer of the rebuilt workload: a renamed or edited
+        // record would silently drop out of the comparison.
+        if let Some(stray) = measured_layers.iter().find(|m| {
+            !r.layers
+                .iter()
+                .any(|l| m.shape["layer"].as_str() == Some(l.name))
+        }) {
+            return Err(Error::Record {
+                file: file.to_owned(),
+                id: stray.id.clone(),
+                message: format!(
+                    "layer {} is not a layer of `{name}` as ridgeline builds it (`ridgeline \
+                     workload show {name}` lists them); layer records are matched by name, so \
+                     a renamed or edited record cannot be compared",
+                    stray.shape["layer"]
+                ),
+            });
+        }
         for (l, lc) in r.layers.iter().zip(&c.layers) {
             let peak = match l.peak {
                 PeakClass::Matrix => r.matrix_peak.rate.value(),

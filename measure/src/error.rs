@@ -7,12 +7,12 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum Error {
     /// Reading or writing a records file failed.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {cause}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
-        /// What went wrong.
-        source: std::io::Error,
+        /// What went wrong (said in the message, not chained, so it is said once).
+        cause: std::io::Error,
     },
 
     /// A backend cannot run here (not built in, no device, a library missing).

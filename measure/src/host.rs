@@ -25,9 +25,9 @@ use crate::error::{Error, Result};
 pub fn facts() -> Result<HostFacts> {
     let read = |path: &str| std::fs::read_to_string(path).ok();
     let required = |path: &str| {
-        std::fs::read_to_string(path).map_err(|source| Error::Io {
+        std::fs::read_to_string(path).map_err(|cause| Error::Io {
             path: path.into(),
-            source,
+            cause,
         })
     };
     let model = |e: ridgeline_model::Error| Error::invalid("system `local`", e.to_string());

@@ -46,6 +46,137 @@ pub struct Record {
     pub extra: Option<serde_json::Value>,
 }
 
+/// The record kinds this build writes and reads.
+pub const KINDS: &[&str] = &[
+    "gemm",
+    "conv",
+    "stream",
+    "op",
+    "copy",
+    "workload-layer",
+    "workload-step",
+    "comm-prtt",
+    "comm-exchange",
+    "comm-reduce",
+    "comm-allreduce",
+    "comm-alltoall",
+];
+
+/// The precisions records carry: number formats, training precisions, and `bytes` for
+/// communication that moves untyped data.
+pub const PRECISIONS: &[&str] = &[
+    "fp64", "fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16", "bytes",
+];
+
+impl Record {
+    /// Checks what a record claims, field by field: the schema version this build reads,
+    /// a known kind, precision and device, at least one thread, positive finite samples,
+    /// finite non-negative FLOPs and bytes (positive FLOPs for the kinds that compute),
+    /// positive GEMM dimensions, and non-negative memory figures in `extra`. The error
+    /// names the field and what it must be.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        if self.schema_version != SCHEMA_VERSION {
+            return Err(format!(
+                "schema_version {}: this ridgeline reads version {SCHEMA_VERSION} records; \
+                 measure again with this version",
+                self.schema_version
+            ));
+        }
+        if self.id.trim().is_empty() {
+            return Err("id is empty".into());
+        }
+        if !KINDS.contains(&self.kind.as_str()) {
+            return Err(format!(
+                "kind `{}`: must be one of {}",
+                self.kind,
+                KINDS.join(", ")
+            ));
+        }
+        if !PRECISIONS.contains(&self.precision.as_str()) {
+            return Err(format!(
+                "precision `{}`: must be one of {}",
+                self.precision,
+                PRECISIONS.join(", ")
+            ));
+        }
+        let cuda = self
+            .device
+            .strip_prefix("cuda:")
+            .is_some_and(|n| n.parse::<u32>().is_ok());
+        if !(cuda || self.device == "cpu" || self.device == "mpi") {
+            return Err(format!(
+                "device `{}`: must be `cpu`, `cuda:N` or `mpi`",
+                self.device
+            ));
+        }
+        if self.threads == 0 {
+            return Err("threads 0: a measurement runs on at least one thread".into());
+        }
+        if self.samples_s.is_empty() {
+            return Err("samples_s is empty".into());
+        }
+        if let Some(s) = self
+            .samples_s
+            .iter()
+            .find(|s| !(s.is_finite() && **s > 0.0))
+        {
+            return Err(format!(
+                "samples_s holds {s}: every sample is a positive time"
+            ));
+        }
+        if !(self.flops.is_finite() && self.flops >= 0.0) {
+            return Err(format!(
+                "flops {}: must be a finite count, 0 or more",
+                self.flops
+            ));
+        }
+        let computes = matches!(self.kind.as_str(), "gemm" | "conv" | "workload-step");
+        if computes && self.flops <= 0.0 {
+            return Err(format!(
+                "flops {}: a {} record counts the FLOPs it ran, more than 0",
+                self.flops, self.kind
+            ));
+        }
+        if !(self.bytes.is_finite() && self.bytes >= 0.0) {
+            return Err(format!(
+                "bytes {}: must be a finite count, 0 or more",
+                self.bytes
+            ));
+        }
+        if self.kind == "gemm" {
+            for dim in ["m", "n", "k"] {
+                if self.shape[dim].as_u64().is_none_or(|v| v < 1) {
+                    return Err(format!(
+                        "shape.{dim} {}: a GEMM dimension is a whole number, at least 1",
+                        self.shape[dim]
+                    ));
+                }
+            }
+        }
+        if let Some(extra) = &self.extra {
+            for key in ["peak_bytes", "peak_rss_bytes"] {
+                if let Some(v) = extra.get(key)
+                    && !v.is_null()
+                    && v.as_u64().is_none()
+                {
+                    return Err(format!("extra.{key} {v}: must be a whole number of bytes"));
+                }
+            }
+            if let Some(v) = extra.get("update_s")
+                && v.as_array().is_none_or(|a| {
+                    a.iter()
+                        .any(|t| !t.as_f64().is_some_and(|t| t.is_finite() && t >= 0.0))
+                })
+            {
+                return Err(format!(
+                    "extra.update_s {v}: must be a list of times, 0 or more"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The environment a record was measured in.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Env {
@@ -163,18 +294,29 @@ pub struct Resumed {
     pub records: usize,
     /// A torn last line (an interrupted write) that was dropped: its 1-based line number.
     pub torn_line: Option<usize>,
+    /// The records of a measurement cut short (a workload's layers without their step,
+    /// which is written last) that were dropped so the measurement runs again whole: the
+    /// first line and how many.
+    pub partial: Option<(usize, usize)>,
 }
 
 impl RecordWriter {
     /// Opens `path` for a new campaign (it must not exist) or, with `resume`, continues the
-    /// one in it: complete records are kept and their ids skipped, a torn last line is
-    /// reported and cut off.
+    /// one in it: complete records are kept and their ids skipped; a torn last line and the
+    /// records of a measurement cut short are reported and cut off.
     pub fn open(path: &Path, resume: bool) -> Result<(RecordWriter, Resumed)> {
-        let io = |source| Error::Io {
+        let io = |cause| Error::Io {
             path: path.to_owned(),
-            source,
+            cause,
         };
         let exists = path.exists();
+        if exists && !path.is_file() {
+            return Err(Error::invalid(
+                path.display().to_string(),
+                "not a regular file: --out takes a records file (JSON Lines), new or from an \
+                 earlier campaign",
+            ));
+        }
         if exists && !resume {
             return Err(Error::invalid(
                 path.display().to_string(),
@@ -212,8 +354,8 @@ impl RecordWriter {
     }
 
     /// Appends records and flushes them, in one write: the records of one measurement (a
-    /// workload's layers and step) land together or, if the process dies mid-write, as a
-    /// torn tail that the next `--resume` cuts off.
+    /// workload's layers and then its step) land together or, if the process dies
+    /// mid-write, as a tail that the next `--resume` cuts off.
     pub fn write(&mut self, records: &[Record]) -> Result<()> {
         let mut buf = String::new();
         for record in records {
@@ -226,73 +368,124 @@ impl RecordWriter {
         self.file
             .write_all(buf.as_bytes())
             .and_then(|()| self.file.flush())
-            .map_err(|source| Error::Io {
+            .map_err(|cause| Error::Io {
                 path: self.path.clone(),
-                source,
+                cause,
             })?;
         self.done.extend(records.iter().map(|r| r.id.clone()));
         Ok(())
     }
 }
 
-/// Reads every complete record of a file; a torn last line is reported, not fatal.
+/// Reads every complete record of a file; a torn last line is reported, not fatal. A line
+/// that is not a valid record, or an id that appears twice, is an error naming the line.
 pub fn read_records(path: &Path) -> Result<(Vec<Record>, Option<usize>)> {
-    let (records, torn, _) = parse(path)?;
-    Ok((records, torn))
+    let parsed = parse(path)?;
+    Ok((parsed.records, parsed.torn))
 }
 
-/// The ids in `path`, what was found, and the byte length of its complete lines.
+/// The ids in `path` that a resumed campaign keeps, what was found, and the byte length to
+/// keep.
 fn scan(path: &Path) -> Result<(HashSet<String>, Resumed, u64)> {
-    let (records, torn, keep) = parse(path)?;
+    let parsed = parse(path)?;
+    let complete = parsed.records.len() - parsed.partial.map_or(0, |(_, n)| n);
     let resumed = Resumed {
-        records: records.len(),
-        torn_line: torn,
+        records: complete,
+        torn_line: parsed.torn,
+        partial: parsed.partial,
     };
-    Ok((records.into_iter().map(|r| r.id).collect(), resumed, keep))
+    let done = parsed
+        .records
+        .into_iter()
+        .take(complete)
+        .map(|r| r.id)
+        .collect();
+    Ok((done, resumed, parsed.case_end))
 }
 
-fn parse(path: &Path) -> Result<(Vec<Record>, Option<usize>, u64)> {
-    let io = |source| Error::Io {
+/// What a records file holds.
+struct Parsed {
+    records: Vec<Record>,
+    /// A torn last line: its number.
+    torn: Option<usize>,
+    /// Trailing workload-layer records with no step after them: first line and count.
+    partial: Option<(usize, usize)>,
+    /// Bytes up to the end of the last whole measurement.
+    case_end: u64,
+}
+
+fn parse(path: &Path) -> Result<Parsed> {
+    let io = |cause| Error::Io {
         path: path.to_owned(),
-        source,
+        cause,
+    };
+    if !path.is_file() {
+        return Err(Error::invalid(
+            path.display().to_string(),
+            "not a regular file: give a records file (JSON Lines)",
+        ));
+    }
+    let bad = |line: usize, message: String| Error::Record {
+        path: path.to_owned(),
+        line,
+        message,
     };
     let mut reader = BufReader::new(File::open(path).map_err(io)?);
     let mut records = Vec::new();
-    let mut keep = 0u64;
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let (mut keep, mut case_end) = (0u64, 0u64);
+    let mut partial: Option<(usize, usize)> = None;
     let mut line = String::new();
     let mut number = 0;
     loop {
         line.clear();
         let n = reader.read_line(&mut line).map_err(io)?;
         if n == 0 {
-            return Ok((records, None, keep));
+            return Ok(Parsed {
+                records,
+                torn: None,
+                partial,
+                case_end: if partial.is_some() { case_end } else { keep },
+            });
         }
         number += 1;
-        let complete = line.ends_with('\n');
-        match serde_json::from_str::<Record>(line.trim_end()) {
-            Ok(r) if complete => {
-                records.push(r);
-                keep += n as u64;
-            }
-            Ok(_) | Err(_) if line.trim().is_empty() && complete => keep += n as u64,
-            result => {
-                // Anything wrong with the very last line is a torn write; earlier, it is not.
-                let mut rest = String::new();
-                let more = reader.read_line(&mut rest).map_err(io)? > 0;
-                if !more {
-                    return Ok((records, Some(number), keep));
-                }
-                let message = match result {
-                    Err(e) => e.to_string(),
-                    Ok(_) => "line not terminated".into(),
-                };
-                return Err(Error::Record {
-                    path: path.to_owned(),
-                    line: number,
-                    message,
-                });
-            }
+        if !line.ends_with('\n') {
+            // Only an interrupted write leaves a line without its end: the last one.
+            return Ok(Parsed {
+                records,
+                torn: Some(number),
+                partial,
+                case_end: if partial.is_some() { case_end } else { keep },
+            });
         }
+        keep += n as u64;
+        if line.trim().is_empty() {
+            if partial.is_none() {
+                case_end = keep;
+            }
+            continue;
+        }
+        let record = serde_json::from_str::<Record>(line.trim_end())
+            .map_err(|e| bad(number, e.to_string()))?;
+        record.check().map_err(|m| bad(number, m))?;
+        if let Some(first) = seen.insert(record.id.clone(), number) {
+            return Err(bad(
+                number,
+                format!(
+                    "the id `{}` is already on line {first}: a measurement is recorded once; \
+                     delete one of the two lines",
+                    record.id
+                ),
+            ));
+        }
+        if record.kind == "workload-layer" {
+            let (first, count) = partial.unwrap_or((number, 0));
+            partial = Some((first, count + 1));
+        } else {
+            partial = None;
+            case_end = keep;
+        }
+        records.push(record);
     }
 }
 
@@ -354,6 +547,14 @@ mod tests {
     }
 
     #[test]
+    fn a_device_is_not_a_records_file() {
+        let err = RecordWriter::open(Path::new("/dev/null"), true)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not a regular file"), "{err}");
+    }
+
+    #[test]
     fn a_torn_last_line_is_reported_and_cut() {
         let path = temp("torn");
         let (mut w, _) = RecordWriter::open(&path, false).unwrap();
@@ -370,7 +571,8 @@ mod tests {
             found,
             Resumed {
                 records: 1,
-                torn_line: Some(2)
+                torn_line: Some(2),
+                partial: None,
             }
         );
         w.write(&[record(16)]).unwrap();
@@ -387,6 +589,95 @@ mod tests {
         std::fs::write(&path, format!("not json\n{line}\n")).unwrap();
         let err = read_records(&path).unwrap_err().to_string();
         assert!(err.contains("line 1"), "{err}");
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_complete_line_that_is_not_a_record_is_an_error_not_a_torn_write() {
+        let path = temp("complete-garbage");
+        let line = serde_json::to_string(&record(8)).unwrap();
+        std::fs::write(&path, format!("{line}\nnot json\n")).unwrap();
+        let err = read_records(&path).unwrap_err().to_string();
+        assert!(err.contains("line 2"), "{err}");
+        assert!(
+            RecordWriter::open(&path, true).is_err(),
+            "resume keeps the file as it is"
+        );
+        assert!(
+            std::fs::read_to_string(&path)
+                .unwrap()
+                .ends_with("not json\n")
+        );
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn records_that_claim_nonsense_are_refused_naming_the_field() {
+        let path = temp("nonsense");
+        for (edit, field) in [
+            ("\"schema_version\":1", "\"schema_version\":99"),
+            ("\"threads\":1", "\"threads\":0"),
+            ("\"precision\":\"fp32\"", "\"precision\":\"fp7\""),
+            ("\"device\":\"cpu\"", "\"device\":\"quantum\""),
+            ("\"m\":8", "\"m\":0"),
+        ] {
+            let line = serde_json::to_string(&record(8)).unwrap();
+            assert!(line.contains(edit), "{line}");
+            std::fs::write(&path, format!("{}\n", line.replace(edit, field))).unwrap();
+            let err = read_records(&path).unwrap_err().to_string();
+            let key = field.split(':').next().unwrap().trim_matches('"');
+            assert!(
+                err.contains("line 1") && err.contains(key),
+                "{field}: {err}"
+            );
+        }
+        let mut r = record(8);
+        r.flops = -1.0;
+        assert!(r.check().unwrap_err().contains("flops"));
+        r.flops = 0.0;
+        assert!(r.check().unwrap_err().contains("more than 0"));
+        let mut w = record(8);
+        w.extra = Some(serde_json::json!({ "peak_bytes": -41 }));
+        assert!(w.check().unwrap_err().contains("extra.peak_bytes"));
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_duplicate_id_is_an_error() {
+        let path = temp("duplicate");
+        let line = serde_json::to_string(&record(8)).unwrap();
+        std::fs::write(&path, format!("{line}\n{line}\n")).unwrap();
+        let err = read_records(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("line 2") && err.contains("already on line 1"),
+            "{err}"
+        );
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn resume_drops_the_layers_of_a_measurement_cut_short() {
+        let path = temp("partial");
+        let layer = |name: &str| {
+            let mut r = record(8);
+            r.kind = "workload-layer".into();
+            r.shape = serde_json::json!({ "layer": name });
+            r.id = record_id("workload-layer", &r.shape, "fp32", 1, "cpu");
+            r
+        };
+        let mut step = record(8);
+        step.kind = "workload-step".into();
+        step.id = "step".into();
+        let (mut w, _) = RecordWriter::open(&path, false).unwrap();
+        w.write(&[layer("a"), step]).unwrap();
+        w.write(&[layer("b"), layer("c")]).unwrap();
+        drop(w);
+        let (w, found) = RecordWriter::open(&path, true).unwrap();
+        assert_eq!(found.records, 2);
+        assert_eq!(found.partial, Some((3, 2)));
+        assert!(w.has("step") && !w.has(&layer("b").id));
+        let (records, _) = read_records(&path).unwrap();
+        assert_eq!(records.len(), 2, "the partial layers are cut from the file");
         std::fs::remove_file(&path).unwrap();
     }
 

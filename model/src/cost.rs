@@ -92,8 +92,9 @@ pub struct GraphCost<'g> {
     pub input_shape: &'g [usize],
     /// Trainable parameters.
     pub params: u64,
-    /// Forward multiply-accumulates of matrix ops for the batch.
-    pub macs_fwd: u64,
+    /// Forward multiply-accumulates of matrix ops for the batch (128 bits: each layer's
+    /// count fits 64 bits, their sum over a deep graph at a large batch may not).
+    pub macs_fwd: u128,
     /// Forward FLOPs.
     pub flops_fwd: Flops,
     /// Backward FLOPs (data and weight gradients).
@@ -399,7 +400,7 @@ pub fn cost(graph: &Graph, batch: u64, precision: Precision) -> GraphCost<'_> {
         precision,
         input_shape: graph.input_shape().dims(),
         params: rows.iter().map(|r| r.params).sum(),
-        macs_fwd: rows.iter().map(|r| r.macs_fwd).sum(),
+        macs_fwd: rows.iter().map(|r| u128::from(r.macs_fwd)).sum(),
         flops_fwd,
         flops_bwd,
         flops_train: flops_fwd + flops_bwd,
@@ -573,7 +574,7 @@ mod tests {
                 let n = b as f64;
                 prop_assert!(close(many.flops_train.value(), n * one.flops_train.value()));
                 prop_assert!(close(many.activation_bytes.value(), n * one.activation_bytes.value()));
-                prop_assert_eq!(many.macs_fwd, b * one.macs_fwd);
+                prop_assert_eq!(many.macs_fwd, u128::from(b) * one.macs_fwd);
             }
 
             #[test]

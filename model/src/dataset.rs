@@ -47,6 +47,10 @@ impl Dataset {
     }
 }
 
+/// Most epochs a run may train for (real runs train for tens to hundreds): keeps every
+/// time to solution a finite number.
+pub const MAX_EPOCHS: f64 = 1e6;
+
 /// One measured point: epochs to converge at a global batch size.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ConvergencePoint {
@@ -198,11 +202,14 @@ pub fn parse_workload_data(text: &str, file: &str) -> Result<WorkloadData> {
                     "0: must be at least 1",
                 ));
             }
-            if !(p.epochs.value.is_finite() && p.epochs.value > 0.0) {
+            if !(p.epochs.value > 0.0 && p.epochs.value <= MAX_EPOCHS) {
                 return Err(Error::invalid(
                     file,
                     format!("{field}.epochs.value"),
-                    format!("{} epochs: must be a positive number", p.epochs.value),
+                    format!(
+                        "{} epochs: must be a positive number, at most {MAX_EPOCHS}",
+                        p.epochs.value
+                    ),
                 ));
             }
             points.push(ConvergencePoint {

@@ -193,8 +193,13 @@ pub fn parse_workload(text: &str, file: &str, input_size: Option<&[usize]>) -> R
             "the workload has no [[layer]] entries",
         ));
     }
+    // Line numbers for messages, counted as the layers come (in file order): linear in the
+    // file, where counting from the start for each layer was quadratic.
+    let (mut counted_to, mut line) = (0, 1);
     for spanned in &raw.layer {
-        let line = text[..spanned.span().start].matches('\n').count() + 1;
+        let start = spanned.span().start.max(counted_to);
+        line += text[counted_to..start].matches('\n').count();
+        counted_to = start;
         let layer = spanned.get_ref();
         let fail = |message: String| Error::Layer {
             location: format!("{file}, line {line}"),

@@ -579,6 +579,11 @@ pub enum Infeasible {
         /// Largest measured batch.
         hi: u64,
     },
+    /// A figure of the outcome is not a finite number (inputs beyond any real run).
+    NotFinite {
+        /// The outcome field.
+        field: &'static str,
+    },
     /// Recursive halving-doubling at a device count that is not a power of two.
     Collective {
         /// Devices.
@@ -595,6 +600,7 @@ impl Infeasible {
             Infeasible::DataTooLarge { .. } | Infeasible::NoDataLocation { .. } => "data-location",
             Infeasible::Convergence { .. } => "batch",
             Infeasible::Collective { .. } => "collective",
+            Infeasible::NotFinite { .. } => "epochs",
         }
     }
 
@@ -607,6 +613,7 @@ impl Infeasible {
             Infeasible::NoDataLocation { .. } => "data location missing on the system",
             Infeasible::Convergence { .. } => "global batch outside the convergence data",
             Infeasible::Collective { .. } => "collective not applicable",
+            Infeasible::NotFinite { .. } => "a figure is not a finite number",
         }
     }
 }
@@ -696,6 +703,11 @@ impl fmt::Display for Infeasible {
                  ridgeline does not extrapolate: pass --epochs or a --convergence file that \
                  covers it"
             ),
+            Infeasible::NotFinite { field } => write!(
+                f,
+                "the {field} of this configuration is not a finite number: an input (the \
+                 epochs, the data set's size, a system figure) is beyond any real run"
+            ),
             Infeasible::Collective { devices } => write!(
                 f,
                 "recursive halving-doubling needs a power-of-two device count, not {devices}; \
@@ -742,10 +754,23 @@ impl<'a> Plan<'a> {
         let b = batch as f64;
         let (eval_compute, compute) = model.device_times(b, &rates, system.calibration.as_deref());
         let capacity = system.device_memory().map(|m| m.value).ok_or_else(|| {
+            let profile = system.calibration.as_ref().map_or_else(String::new, |p| {
+                format!(
+                    "; the calibrated profile overlays `{}`, a bare device: point the profile's \
+                     `system` field at a system file",
+                    p.system
+                )
+            });
             Error::argument(
                 "system",
                 &system.name,
-                "its device has no memory capacity and the node no host memory",
+                format!(
+                    "nowhere to train: device `{}` has no memory of its own \
+                     (memory.capacity_gib) and the system gives no host memory \
+                     (node.host_memory_gib){profile}; give a system file with \
+                     node.host_memory_gib, or `local` for this machine",
+                    system.device.name
+                ),
             )
         })?;
         let memory = model.footprint.at(batch, capacity).total;
@@ -1013,6 +1038,16 @@ impl<'a> Plan<'a> {
         let epoch = (train / g).ceil() * step + eval_time;
         let staging = self.staging(location, share, total_nodes);
         let tts = staging + epochs * epoch;
+        for (field, v) in [
+            ("step time", step),
+            ("epoch time", epoch),
+            ("staging time", staging),
+            ("time to solution", tts),
+        ] {
+            if !v.is_finite() {
+                return Err(Infeasible::NotFinite { field });
+            }
+        }
         let achieved = self.model.flops_per_sample * g / step;
         let hours = tts / 3600.0;
         Ok(Outcome {
@@ -1188,6 +1223,7 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
                 format!("{batch} (global {global_batch})")
             }
             Infeasible::Collective { .. } => scenario.collective.to_string(),
+            Infeasible::NotFinite { field } => field.to_owned(),
         };
         Error::Argument {
             name: e.option(),

@@ -314,6 +314,26 @@ impl Profile {
                 ),
             ));
         }
+        let cuda = self
+            .device
+            .strip_prefix("cuda:")
+            .is_some_and(|n| n.parse::<u32>().is_ok());
+        if !(cuda || self.device == "cpu" || self.device == "mpi") {
+            return Err(invalid(
+                "device".into(),
+                format!(
+                    "`{}`: a profile is of `cpu`, `cuda:N` or `mpi` records (re-run `ridgeline \
+                     calibrate`)",
+                    self.device
+                ),
+            ));
+        }
+        if self.threads == 0 {
+            return Err(invalid(
+                "threads".into(),
+                "is 0; records run on at least one thread (re-run `ridgeline calibrate`)".into(),
+            ));
+        }
         for (i, b) in self.bandwidth.iter().enumerate() {
             if !(b.bandwidth_gbs.is_finite() && b.bandwidth_gbs > 0.0) {
                 return Err(invalid(

@@ -44,9 +44,9 @@ pub struct LayerCheck {
     /// Trainable parameters, reference.
     pub reference_params: u64,
     /// Forward multiply-accumulates per sample, model.
-    pub macs_fwd: u64,
+    pub macs_fwd: u128,
     /// Forward multiply-accumulates per sample, reference.
-    pub reference_macs_fwd: u64,
+    pub reference_macs_fwd: u128,
 }
 
 /// Graph layers that the reference tables do not list: the input, the loss, and
@@ -86,7 +86,7 @@ pub fn check_layers(workload: &str) -> Result<LayerCheck> {
         params: costs.params,
         reference_params: table.total_params(),
         macs_fwd: costs.macs_fwd,
-        reference_macs_fwd: table.total_macs(),
+        reference_macs_fwd: u128::from(table.total_macs()),
     })
 }
 

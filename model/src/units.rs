@@ -23,6 +23,19 @@ const KIB: f64 = 1024.0;
 const MIB: f64 = 1024.0 * 1024.0;
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
+/// A quantity's value in base SI units, whatever its type: for range checks that apply
+/// to every figure of a file alike.
+pub trait Base {
+    /// The value in base units.
+    fn base(&self) -> f64;
+}
+
+impl Base for f64 {
+    fn base(&self) -> f64 {
+        *self
+    }
+}
+
 macro_rules! quantity {
     ($(#[$doc:meta])* $name:ident, $unit:literal) => {
         $(#[$doc])*
@@ -49,6 +62,12 @@ macro_rules! quantity {
             /// The smaller of two quantities.
             pub fn min(self, other: Self) -> Self {
                 Self(self.0.min(other.0))
+            }
+        }
+
+        impl Base for $name {
+            fn base(&self) -> f64 {
+                self.0
             }
         }
 

@@ -1,8 +1,8 @@
 //! Number formatting shared by the text renderers.
 
 /// An integer with thousands separators: `8907556` -> `8,907,556`.
-pub fn count(n: u64) -> String {
-    let digits = n.to_string();
+pub fn count(n: impl Into<u128>) -> String {
+    let digits = n.into().to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, ch) in digits.chars().enumerate() {
         if i > 0 && (digits.len() - i).is_multiple_of(3) {
@@ -24,10 +24,14 @@ mod tests {
 
     #[test]
     fn thousands_separators() {
-        assert_eq!(count(0), "0");
-        assert_eq!(count(999), "999");
-        assert_eq!(count(1000), "1,000");
-        assert_eq!(count(8_907_556), "8,907,556");
+        assert_eq!(count(0u64), "0");
+        assert_eq!(count(999u64), "999");
+        assert_eq!(count(1000u64), "1,000");
+        assert_eq!(count(8_907_556u64), "8,907,556");
+        assert_eq!(
+            count(u128::from(u64::MAX) * 2),
+            "36,893,488,147,419,103,230"
+        );
     }
 
     #[test]

@@ -40,8 +40,7 @@ pub(crate) fn run(args: &CalibrateArgs) -> Result<()> {
     c.profile
         .check_device(&system, &named.join(", "))
         .context("--system: the profile would overlay another device")?;
-    std::fs::write(&args.out, c.profile.to_toml())
-        .with_context(|| format!("cannot write profile `{}`", args.out.display()))?;
+    crate::atomic::write(&args.out, c.profile.to_toml())?;
     eprintln!("wrote {}", args.out.display());
     print(&c, args.format.format)
 }

@@ -54,6 +54,10 @@ impl Backends {
         for c in counts {
             let n = match c {
                 ThreadCount::All => cores,
+                ThreadCount::N(n) if *n > cores => bail!(
+                    "--threads {n}: this process may use {cores} CPUs (its affinity mask and \
+                     cgroup quota); give at most {cores}, or `all`"
+                ),
                 ThreadCount::N(n) => *n,
             };
             if !open.iter().any(|(t, _)| *t == n) {
@@ -100,6 +104,12 @@ pub(crate) fn writer(args: &MeasureArgs) -> Result<Option<RecordWriter>> {
         if let Some(line) = found.torn_line {
             eprintln!(
                 "warning: {}: line {line} was an interrupted write; it was dropped and its measurement runs again",
+                path.display()
+            );
+        }
+        if let Some((line, n)) = found.partial {
+            eprintln!(
+                "warning: {}: the {n} records from line {line} on are a measurement cut short (layers without their step); they were dropped and it runs again whole",
                 path.display()
             );
         }

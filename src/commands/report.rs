@@ -20,6 +20,7 @@ use ridgeline_reports::{
 use serde::Serialize;
 
 use super::validate;
+use crate::atomic;
 use crate::cli::{
     Format, ProcurementArgs, ReportOutArgs, ReportValidationArgs, ReportWorkloadArgs,
 };
@@ -27,30 +28,50 @@ use crate::load;
 use crate::output::{self, Col, Style, num, text};
 use crate::plots;
 
+/// Extra files of a report directory, made from the paths of the report's own files.
+pub(crate) type Extra<'a> = &'a dyn Fn(&[String]) -> Result<Vec<(String, Vec<u8>)>>;
+
 /// Renders `report` in every format into `out.out`; returns the files written.
 pub(crate) fn write(report: &Report, out: &ReportOutArgs) -> Result<Vec<String>> {
-    write_to(report, &out.out, out.images.format())
+    write_to(report, &out.out, out.images.format(), &|_| Ok(Vec::new()))
 }
 
-/// Renders `report` in every format into `dir` (Markdown figures as `images`); returns the
-/// files written.
-pub(crate) fn write_to(report: &Report, dir: &Path, images: ImageFormat) -> Result<Vec<String>> {
+/// Renders `report` in every format into `dir` (Markdown figures as `images`), with the
+/// files `extra` makes from the report's paths beside it; returns every file's path. The
+/// directory is replaced whole ([`atomic::directory`]).
+pub(crate) fn write_to(
+    report: &Report,
+    dir: &Path,
+    images: ImageFormat,
+    extra: Extra<'_>,
+) -> Result<Vec<String>> {
     let renderers: [&dyn ReportRenderer; 4] = [&Html, &Markdown { images }, &CsvTables, &Json];
-    let mut written = Vec::new();
+    let mut artifacts = Vec::new();
     for r in renderers {
-        for a in r.render(report)? {
-            let path = dir.join(&a.name);
+        artifacts.extend(r.render(report)?.into_iter().map(|a| (a.name, a.bytes)));
+    }
+    let paths: Vec<String> = artifacts
+        .iter()
+        .map(|(name, _)| dir.join(name).display().to_string())
+        .collect();
+    artifacts.extend(extra(&paths)?);
+    atomic::directory(dir, |fresh| {
+        for (name, bytes) in &artifacts {
+            let path = fresh.join(name);
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent).with_context(|| {
                     format!("cannot create report directory `{}`", parent.display())
                 })?;
             }
-            std::fs::write(&path, &a.bytes)
-                .with_context(|| format!("cannot write `{}`", path.display()))?;
-            written.push(path.display().to_string());
+            std::fs::write(&path, bytes)
+                .with_context(|| format!("cannot write `{}`", dir.join(name).display()))?;
         }
-    }
-    Ok(written)
+        Ok(())
+    })?;
+    Ok(artifacts
+        .iter()
+        .map(|(name, _)| dir.join(name).display().to_string())
+        .collect())
 }
 
 /// A report table from one column definition: human cells and raw cells.
@@ -174,18 +195,23 @@ pub(crate) fn procurement(args: &ProcurementArgs) -> Result<()> {
     procurement::rank(&mut candidates, args.objective);
 
     let report = procurement_report(args, &mix, &jobs, &offers, &candidates);
-    let mut files = write(&report, &args.out)?;
-    let typed = args.out.out.join("procurement.json");
-    files.push(typed.display().to_string());
-    let result = ProcurementResult {
+    // procurement.json, written with the report in one directory swap, lists every file,
+    // itself included.
+    let result = |files: Vec<String>| ProcurementResult {
         mix: &mix,
         budget: args.budget,
         objective: args.objective,
         candidates: &candidates,
         files,
     };
-    std::fs::write(&typed, serde_json::to_string_pretty(&result)? + "\n")
-        .with_context(|| format!("cannot write `{}`", typed.display()))?;
+    let typed = "procurement.json";
+    let files = write_to(&report, &args.out.out, args.out.images.format(), &|paths| {
+        let mut files = paths.to_vec();
+        files.push(args.out.out.join(typed).display().to_string());
+        let json = serde_json::to_string_pretty(&result(files))? + "\n";
+        Ok(vec![(typed.to_owned(), json.into_bytes())])
+    })?;
+    let result = result(files);
 
     let cols = ranking_cols();
     output::print(args.out.format.format, &result, |style| {

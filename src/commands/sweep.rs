@@ -1,6 +1,6 @@
 //! `ridgeline sweep`.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -37,6 +37,9 @@ struct Summary<'a> {
 }
 
 pub(crate) fn run(args: &SweepArgs) -> Result<()> {
+    if let Some(path) = &args.out {
+        out_is_json(path)?;
+    }
     let graph = load::workload(&args.workload)?;
     let systems = args
         .systems
@@ -200,29 +203,40 @@ fn fields(system: &str, c: &Candidate) -> [String; 22] {
 }
 
 /// Writes every feasible configuration: JSON if the file ends in `.json`, else CSV.
-fn write_all(path: &std::path::Path, result: &SweepResult) -> Result<()> {
-    let file = std::fs::File::create(path)
-        .with_context(|| format!("cannot create `{}`", path.display()))?;
-    let mut out = std::io::BufWriter::new(file);
-    let context = || format!("cannot write `{}`", path.display());
-    if path.extension().is_some_and(|e| e == "json") {
-        let rows: Vec<Row<'_>> = result
-            .all
-            .iter()
-            .map(|c| Row {
-                system: &result.systems[c.system_index],
-                candidate: c,
-            })
-            .collect();
-        serde_json::to_writer(&mut out, &rows).with_context(context)?;
-    } else {
-        let mut w = csv::Writer::from_writer(&mut out);
-        w.write_record(FIELDS).with_context(context)?;
-        for c in &result.all {
-            w.write_record(fields(&result.systems[c.system_index], c))
-                .with_context(context)?;
-        }
-        w.flush().with_context(context)?;
+/// Whether `--out` names a JSON file (else CSV); another extension is an error, found
+/// before the sweep runs.
+fn out_is_json(path: &std::path::Path) -> Result<bool> {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("json") => Ok(true),
+        Some("csv") => Ok(false),
+        _ => anyhow::bail!(
+            "--out {}: the format follows the extension; name a .csv or a .json file",
+            path.display()
+        ),
     }
-    out.flush().with_context(context)
+}
+
+fn write_all(path: &std::path::Path, result: &SweepResult) -> Result<()> {
+    let json = out_is_json(path)?;
+    crate::atomic::write_with(path, |out| {
+        if json {
+            let rows: Vec<Row<'_>> = result
+                .all
+                .iter()
+                .map(|c| Row {
+                    system: &result.systems[c.system_index],
+                    candidate: c,
+                })
+                .collect();
+            serde_json::to_writer(&mut *out, &rows)?;
+        } else {
+            let mut w = csv::Writer::from_writer(&mut *out);
+            w.write_record(FIELDS)?;
+            for c in &result.all {
+                w.write_record(fields(&result.systems[c.system_index], c))?;
+            }
+            w.flush()?;
+        }
+        Ok(())
+    })
 }

@@ -60,11 +60,10 @@ pub(crate) fn list(args: &FormatArg) -> Result<()> {
         text("kind", "kind", |r, _| r.kind.to_owned()),
         text("device", "device", |r, _| r.device.clone()),
         num("devices/node", "devices_per_node", |r, s| {
-            r.devices_per_node
-                .map_or_else(String::new, |n| s.count(n.into()))
+            r.devices_per_node.map_or_else(String::new, |n| s.count(n))
         }),
         num("nodes", "nodes", |r, s| {
-            r.nodes.map_or_else(String::new, |n| s.count(n.into()))
+            r.nodes.map_or_else(String::new, |n| s.count(n))
         }),
         text("description", "description", |r, _| r.description.clone()),
     ];

@@ -291,8 +291,7 @@ fn self_check(args: &ValidateArgs) -> Result<()> {
         },
     )?;
     let profile_file = dir.join("profile.toml");
-    std::fs::write(&profile_file, calibration.profile.to_toml())
-        .with_context(|| format!("cannot write `{}`", profile_file.display()))?;
+    crate::atomic::write(&profile_file, calibration.profile.to_toml())?;
 
     eprintln!(
         "self-check 4/5: the {runs} workload runs again after the suite -> {}",
@@ -305,8 +304,7 @@ fn self_check(args: &ValidateArgs) -> Result<()> {
         lines.push_str(&serde_json::to_string(r)?);
         lines.push('\n');
     }
-    std::fs::write(&workload_file, lines)
-        .with_context(|| format!("cannot write `{}`", workload_file.display()))?;
+    crate::atomic::write(&workload_file, lines)?;
 
     eprintln!("self-check 5/5: predict and compare");
     let system = load::system(&profile_file.display().to_string())?;
@@ -316,8 +314,7 @@ fn self_check(args: &ValidateArgs) -> Result<()> {
         &workload_file.display().to_string(),
     )?;
     let validation_file = dir.join("validation.json");
-    std::fs::write(&validation_file, serde_json::to_string_pretty(&v)?)
-        .with_context(|| format!("cannot write `{}`", validation_file.display()))?;
+    crate::atomic::write(&validation_file, serde_json::to_string_pretty(&v)?)?;
     let report = super::report::validation_report(
         &v,
         format!(
@@ -326,7 +323,9 @@ fn self_check(args: &ValidateArgs) -> Result<()> {
             dir.display()
         ),
     );
-    super::report::write_to(&report, &dir.join("report"), ImageFormat::Svg)?;
+    super::report::write_to(&report, &dir.join("report"), ImageFormat::Svg, &|_| {
+        Ok(Vec::new())
+    })?;
     print(&v, args, Some(dir))
 }
 

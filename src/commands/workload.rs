@@ -1,6 +1,6 @@
 //! `ridgeline workload list|show|export`.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use ridgeline_model::cost::{self, LayerCost};
 use ridgeline_model::file;
 use ridgeline_model::graph::Shape;
@@ -19,7 +19,7 @@ struct Listed {
     description: &'static str,
     input_shape: Vec<usize>,
     params: u64,
-    macs_fwd: u64,
+    macs_fwd: u128,
 }
 
 pub(crate) fn list(args: &FormatArg) -> Result<()> {
@@ -122,9 +122,7 @@ pub(crate) fn export(args: &ExportArgs) -> Result<()> {
     let description = workloads::find(graph.name()).ok().map(|b| b.description);
     let text = file::export(&graph, description)?;
     match &args.out {
-        Some(path) => {
-            std::fs::write(path, text).with_context(|| format!("cannot write `{}`", path.display()))
-        }
+        Some(path) => crate::atomic::write(path, text),
         None => output::emit(&text),
     }
 }

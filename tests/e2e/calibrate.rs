@@ -17,7 +17,7 @@ fn measure(args: &[&str], out: &str) {
     let mut all = vec!["measure"];
     all.extend_from_slice(args);
     all.extend_from_slice(&QUICK);
-    all.extend_from_slice(&["--threads", "2", "--out", out]);
+    all.extend_from_slice(&["--threads", "all", "--out", out]);
     if std::path::Path::new(out).exists() {
         all.push("--resume");
     }
@@ -58,7 +58,9 @@ fn the_loop_runs_from_micro_kernels_to_validation() {
     let profile = profile.to_str().unwrap();
     let p = run_json(&["calibrate", micro, "--out", profile, "--format", "json"]);
     assert_eq!(p["schema_version"], 1);
-    assert_eq!(p["threads"], 2);
+    // Every CPU this process may use, whatever the host.
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    assert_eq!(p["threads"], cores);
     assert_eq!(p["system"], "local");
     let kernels = p["kernels"].as_array().unwrap();
     let gemm = kernels
@@ -146,7 +148,7 @@ fn the_loop_runs_from_micro_kernels_to_validation() {
         "--steps",
         "2",
         "--threads",
-        "2",
+        "all",
         "--out",
         measured,
     ]);
@@ -337,7 +339,7 @@ fn the_loop_runs_from_micro_kernels_to_validation() {
         "--steps",
         "1",
         "--threads",
-        "2",
+        "all",
         "--out",
         narrow.to_str().unwrap(),
     ]);

@@ -73,6 +73,9 @@ pub const MAX_ELEMENTS: u64 = 1 << 40;
 /// Largest per-sample multiply-accumulate count of one layer (2^43): with batches up to
 /// [`crate::cost::MAX_BATCH`] (2^20) a step's count still fits `u64`.
 pub const MAX_MACS: u64 = 1 << 43;
+/// Most layers of one graph: far beyond any real network (GPT-3 has a few thousand), and
+/// small enough that building and costing one stays well under a second.
+pub const MAX_LAYERS: usize = 100_000;
 
 impl Graph {
     /// A graph whose input sample has `input` shape (channels first, no batch).
@@ -160,6 +163,16 @@ impl Graph {
             layer: name.to_string(),
             message,
         };
+        if name.trim().is_empty() {
+            return Err(fail(
+                "the layer name is empty; give every layer a name".into(),
+            ));
+        }
+        if self.layers.len() >= MAX_LAYERS {
+            return Err(fail(format!(
+                "the workload has more than {MAX_LAYERS} layers, the most ridgeline builds"
+            )));
+        }
         let hash = name_hash(&name);
         if self.find_hashed(&name, hash).is_some() {
             return Err(fail(

@@ -16,11 +16,26 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::precision::{NumberFormat, Precision};
-use crate::units::{ByteRate, Bytes, FlopRate, Seconds};
+use crate::units::{Base, ByteRate, Bytes, FlopRate, Seconds};
 
 pub use local::{
     Cache, Clock, CpuInfo, Disk, HostFacts, Processor, local_system, parse_cpuinfo, parse_meminfo,
 };
+
+/// Most nodes a system or scenario may have (Fugaku, the largest machine in the catalog,
+/// has 158,976): keeps device counts and global batches exact in 64 bits.
+pub const MAX_NODES: u32 = 10_000_000;
+
+/// Most devices (or NICs) per node.
+pub const MAX_PER_NODE: u32 = 4096;
+
+/// Most CPU cores of one device.
+pub const MAX_CORES: u32 = 1 << 20;
+
+/// Largest figure a system file may give, in base SI units after conversion (bytes,
+/// bytes/s, FLOP/s, W, s): far above any machine (a zettabyte, a zettaflop), and small
+/// enough that no product of figures overflows to infinity.
+pub const MAX_FIGURE: f64 = 1e24;
 
 /// A value and the citation it comes from.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -447,7 +462,7 @@ pub fn parse_system(
     };
     let n = &raw.node;
     let node = Node {
-        devices: ctx.count("node.devices", &n.devices)?,
+        devices: ctx.count("node.devices", &n.devices, MAX_PER_NODE)?,
         cpu: n.cpu.clone(),
         host_memory: ctx.opt("node.host_memory_gib", &n.host_memory_gib, Bytes::from_gib)?,
         host_memory_bandwidth: ctx.opt(
@@ -473,7 +488,7 @@ pub fn parse_system(
         nics: n
             .nics
             .as_ref()
-            .map(|c| ctx.count("node.nics", c))
+            .map(|c| ctx.count("node.nics", c, MAX_PER_NODE))
             .transpose()?,
         nic_bandwidth: ctx.opt("node.nic_gbs", &n.nic_gbs, ByteRate::from_gbs)?,
         nic_loggp: LogGpFigures {
@@ -489,7 +504,7 @@ pub fn parse_system(
     }
     let c = &raw.cluster;
     let cluster = Cluster {
-        nodes: ctx.count("cluster.nodes", &c.nodes)?,
+        nodes: ctx.count("cluster.nodes", &c.nodes, MAX_NODES)?,
         network: c.network.clone(),
         pfs: c.pfs.clone(),
         pfs_capacity: ctx.opt("cluster.pfs_capacity_pb", &c.pfs_capacity_pb, |pb| {
@@ -604,7 +619,9 @@ impl Ctx<'_> {
     }
 
     /// A positive, finite number converted with `unit`.
-    fn number<T>(
+    /// A positive, finite number converted with `unit`, at most [`MAX_FIGURE`] in base
+    /// units after the conversion (1e300 GB/s would otherwise become infinite).
+    fn number<T: Base>(
         &self,
         field: &str,
         raw: &raw::RawSourced<f64>,
@@ -619,13 +636,25 @@ impl Ctx<'_> {
                 ),
             ));
         }
+        let value = unit(raw.value);
+        if !value.base().is_finite() || value.base() > MAX_FIGURE {
+            return Err(self.invalid(
+                &format!("{field}.value"),
+                format!(
+                    "{} is {:e} in base units, beyond any machine (at most {MAX_FIGURE:e}); \
+                     check the unit in the key's name",
+                    raw.value,
+                    value.base()
+                ),
+            ));
+        }
         Ok(Sourced {
-            value: unit(raw.value),
+            value,
             source: self.source(field, &raw.source)?,
         })
     }
 
-    fn opt<T>(
+    fn opt<T: Base>(
         &self,
         field: &str,
         raw: &Option<raw::RawSourced<f64>>,
@@ -636,9 +665,12 @@ impl Ctx<'_> {
             .transpose()
     }
 
-    fn count(&self, field: &str, raw: &raw::RawSourced<u32>) -> Result<Sourced<u32>> {
-        if raw.value == 0 {
-            return Err(self.invalid(&format!("{field}.value"), "0: must be at least 1"));
+    fn count(&self, field: &str, raw: &raw::RawSourced<u32>, max: u32) -> Result<Sourced<u32>> {
+        if raw.value == 0 || raw.value > max {
+            return Err(self.invalid(
+                &format!("{field}.value"),
+                format!("{}: must be between 1 and {max}", raw.value),
+            ));
         }
         Ok(Sourced {
             value: raw.value,
@@ -688,7 +720,7 @@ impl Ctx<'_> {
             cores: raw
                 .cores
                 .as_ref()
-                .map(|c| self.count("cores", c))
+                .map(|c| self.count("cores", c, MAX_CORES))
                 .transpose()?,
             peak,
             memory_capacity: self.opt("memory.capacity_gib", &m.capacity_gib, Bytes::from_gib)?,

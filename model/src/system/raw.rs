@@ -3,14 +3,73 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use std::fmt;
+use std::marker::PhantomData;
 
-/// A number with the key of its source in the file's `[sources]` table.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+
+/// A number with the key of its source in the file's `[sources]` table:
+/// `{ value = 8, source = "key" }`. A bare number is refused with a message that shows how
+/// to write it (the derived error would name this internal type).
+#[derive(Debug, Clone)]
 pub(crate) struct RawSourced<T> {
     pub(crate) value: T,
     pub(crate) source: String,
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for RawSourced<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Sourced<T>(PhantomData<T>);
+
+        fn bare<E: de::Error>(what: &str) -> E {
+            E::custom(format!(
+                "{what}: every figure carries its source; write `{{ value = {what}, source = \
+                 \"<a key of the [sources] table>\" }}`"
+            ))
+        }
+
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Sourced<T> {
+            type Value = RawSourced<T>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a sourced figure `{ value = ..., source = \"...\" }`")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let (mut value, mut source) = (None, None);
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "value" => value = Some(map.next_value()?),
+                        "source" => source = Some(map.next_value()?),
+                        other => return Err(de::Error::unknown_field(other, &["value", "source"])),
+                    }
+                }
+                Ok(RawSourced {
+                    value: value.ok_or_else(|| de::Error::missing_field("value"))?,
+                    source: source.ok_or_else(|| de::Error::missing_field("source"))?,
+                })
+            }
+
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                Err(bare(&v.to_string()))
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Err(bare(&v.to_string()))
+            }
+
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+                Err(bare(&v.to_string()))
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Err(bare(&format!("\"{v}\"")))
+            }
+        }
+
+        deserializer.deserialize_any(Sourced(PhantomData))
+    }
 }
 
 /// A device file, or the `[device]` table of a system file.

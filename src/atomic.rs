@@ -1,0 +1,175 @@
+//! Outputs written whole or not at all. A file goes into a temporary file beside it, then
+//! is renamed over it; a report directory is filled beside its target, then exchanged with
+//! it. A kill at any point leaves the old output or the new one, never a torn file or a
+//! directory that mixes the two.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+/// The directory a path lives in (`.` for a bare file name).
+fn parent(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Writes `path` through `fill`, atomically.
+pub(crate) fn write_with(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<()> {
+    let dir = parent(path);
+    let context = || format!("cannot write `{}`", path.display());
+    let mut tmp = tempfile::NamedTempFile::new_in(&dir).with_context(context)?;
+    let mut out = std::io::BufWriter::new(tmp.as_file_mut());
+    fill(&mut out).with_context(context)?;
+    out.flush().with_context(context)?;
+    drop(out);
+    tmp.as_file().sync_all().with_context(context)?;
+    tmp.persist(path)
+        .map_err(|e| e.error)
+        .with_context(context)?;
+    Ok(())
+}
+
+/// Writes `bytes` to `path`, atomically.
+pub(crate) fn write(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
+    write_with(path, |w| w.write_all(bytes.as_ref()))
+}
+
+/// Fills a fresh directory through `fill` and puts it at `path` in one step. An existing
+/// `path` must be empty or an earlier report (it holds `report.json`): it is exchanged with
+/// the new one and removed, so no file of the old report survives beside the new ones, and
+/// no unrelated directory is ever replaced.
+pub(crate) fn directory<T>(path: &Path, fill: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
+    let exists = path.exists();
+    if exists {
+        if !path.is_dir() {
+            bail!("`{}` exists and is not a directory", path.display());
+        }
+        let mut entries = std::fs::read_dir(path)
+            .with_context(|| format!("cannot read directory `{}`", path.display()))?;
+        if entries.next().is_some() && !path.join("report.json").is_file() {
+            bail!(
+                "`{}` is neither empty nor an earlier report (no report.json): choose a new \
+                 or empty directory, so that nothing else in it is replaced",
+                path.display()
+            );
+        }
+    }
+    let dir = parent(path);
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create directory `{}`", dir.display()))?;
+    let name = path
+        .file_name()
+        .map_or_else(|| "report".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .tempdir_in(&dir)
+        .with_context(|| format!("cannot create a directory in `{}`", dir.display()))?;
+    let value = fill(tmp.path())?;
+    let fresh = tmp.keep();
+    let placed = if exists {
+        exchange(&fresh, path)
+    } else {
+        std::fs::rename(&fresh, path)
+    };
+    if let Err(e) = placed {
+        let _ = std::fs::remove_dir_all(&fresh);
+        return Err(e).with_context(|| format!("cannot put the report at `{}`", path.display()));
+    }
+    if exists {
+        // `fresh` now holds the old report.
+        std::fs::remove_dir_all(&fresh).with_context(|| {
+            format!(
+                "cannot remove the earlier report, now at `{}`",
+                fresh.display()
+            )
+        })?;
+    }
+    Ok(value)
+}
+
+/// Swaps two directories in one step (`renameat2` with `RENAME_EXCHANGE`); where the file
+/// system cannot, moves the old one aside first.
+fn exchange(fresh: &Path, path: &Path) -> std::io::Result<()> {
+    use rustix::fs::{CWD, RenameFlags, renameat_with};
+    match renameat_with(CWD, fresh, CWD, path, RenameFlags::EXCHANGE) {
+        Ok(()) => Ok(()),
+        Err(_) => {
+            let aside = fresh.with_extension("old");
+            std::fs::rename(path, &aside)?;
+            std::fs::rename(fresh, path)?;
+            std::fs::rename(&aside, fresh)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("ridgeline-atomic-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_failed_write_leaves_the_old_file() {
+        let dir = scratch("file");
+        let path = dir.join("out.csv");
+        write(&path, "old\n").unwrap();
+        let err = write_with(&path, |w| {
+            w.write_all(b"half")?;
+            Err(std::io::Error::other("killed"))
+        });
+        assert!(err.is_err());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "old\n");
+        write(&path, "new\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new\n");
+        let leftovers = std::fs::read_dir(&dir).unwrap().count();
+        assert_eq!(leftovers, 1, "no temporary file is left");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_report_directory_is_replaced_whole() {
+        let dir = scratch("dir");
+        let out = dir.join("report");
+        directory(&out, |d| {
+            write(&d.join("report.json"), "{}")?;
+            write(&d.join("old-only.csv"), "x")
+        })
+        .unwrap();
+        // A failing fill leaves the old report as it was.
+        let err: Result<()> = directory(&out, |d| {
+            write(&d.join("report.json"), "{\"new\": true}")?;
+            bail!("killed")
+        });
+        assert!(err.is_err());
+        assert!(out.join("old-only.csv").is_file());
+        directory(&out, |d| write(&d.join("report.json"), "{\"new\": true}")).unwrap();
+        assert!(
+            !out.join("old-only.csv").exists(),
+            "nothing of the old report is mixed in"
+        );
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            1,
+            "no temporary directory left"
+        );
+        // A directory that is not a report is never replaced.
+        let other = dir.join("home");
+        std::fs::create_dir_all(&other).unwrap();
+        std::fs::write(other.join("thesis.tex"), "x").unwrap();
+        let err = directory(&other, |_| Ok(())).unwrap_err().to_string();
+        assert!(err.contains("neither empty nor an earlier report"), "{err}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

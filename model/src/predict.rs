@@ -482,6 +482,36 @@ pub struct Outcome {
     pub cost: Option<f64>,
 }
 
+impl Outcome {
+    /// Every figure finite, and the step longer than zero: a non-finite input (an absurd
+    /// figure or fit) must not print as `inf`, `NaN` or a zero step.
+    fn check_finite(&self) -> std::result::Result<(), Infeasible> {
+        let figures = [
+            ("compute time", self.compute_s),
+            ("input time", self.input_s),
+            ("allreduce time", self.allreduce_s),
+            ("step time", self.step_time_s),
+            ("throughput", self.samples_per_s),
+            ("epochs", self.epochs),
+            ("epoch time", self.epoch_time_s),
+            ("evaluation time", self.eval_time_s),
+            ("staging time", self.staging_s),
+            ("time to solution", self.time_to_solution_s),
+            ("achieved FLOP/s", self.achieved_flops),
+            ("fraction of peak", self.fraction_of_peak),
+            ("memory per device", self.memory_per_device_bytes),
+            ("compute budget", self.compute_budget_device_hours),
+            ("energy", self.energy_j.unwrap_or(0.0)),
+            ("cost", self.cost.unwrap_or(0.0)),
+        ];
+        match figures.iter().find(|(_, v)| !v.is_finite()) {
+            Some((field, _)) => Err(Infeasible::NotFinite { field }),
+            None if self.step_time_s <= 0.0 => Err(Infeasible::NotFinite { field: "step time" }),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Which storage figures a system gives, for saying which is missing.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StorageKeys {
@@ -1038,19 +1068,9 @@ impl<'a> Plan<'a> {
         let epoch = (train / g).ceil() * step + eval_time;
         let staging = self.staging(location, share, total_nodes);
         let tts = staging + epochs * epoch;
-        for (field, v) in [
-            ("step time", step),
-            ("epoch time", epoch),
-            ("staging time", staging),
-            ("time to solution", tts),
-        ] {
-            if !v.is_finite() {
-                return Err(Infeasible::NotFinite { field });
-            }
-        }
         let achieved = self.model.flops_per_sample * g / step;
         let hours = tts / 3600.0;
-        Ok(Outcome {
+        let outcome = Outcome {
             nodes,
             devices,
             local_batch: self.batch,
@@ -1076,7 +1096,9 @@ impl<'a> Plan<'a> {
             compute_budget_device_hours: hours * devices as f64,
             energy_j: self.node_power.map(|w| w * f64::from(nodes) * tts),
             cost: self.price.map(|p| p * f64::from(nodes) * hours),
-        })
+        };
+        outcome.check_finite()?;
+        Ok(outcome)
     }
 }
 

@@ -21,6 +21,10 @@ use crate::precision::Precision;
 use crate::system::{DeviceKind, Sourced, System};
 use crate::units::ByteRate;
 
+/// Largest fitted cost per unit of work a profile may hold, seconds: a fixed cost of 1000 s
+/// or a second per FLOP or byte is beyond any real kernel, and larger values overflow.
+pub const MAX_COEFFICIENT: f64 = 1e3;
+
 /// The profile schema this build reads and writes.
 pub const PROFILE_SCHEMA_VERSION: u32 = 1;
 
@@ -355,11 +359,14 @@ impl Profile {
             if let Some(c) = k
                 .coefficients
                 .iter()
-                .find(|c| !(c.is_finite() && **c >= 0.0))
+                .find(|c| !(c.is_finite() && **c >= 0.0 && **c <= MAX_COEFFICIENT))
             {
                 return Err(invalid(
                     field("coefficients"),
-                    format!("contains {c}; a cost per unit of work is finite and not negative"),
+                    format!(
+                        "contains {c}; a cost per unit of work is finite, not negative and at \
+                         most {MAX_COEFFICIENT} s (re-run `ridgeline calibrate`)"
+                    ),
                 ));
             }
             if k.coefficients.iter().all(|c| *c == 0.0) {

@@ -8,6 +8,7 @@ mod bad_input;
 mod calibrate;
 mod comm;
 mod faults;
+mod fuzz;
 mod measure;
 mod memory;
 mod predict;

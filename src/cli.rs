@@ -358,6 +358,12 @@ pub(crate) struct ProtocolArgs {
     /// Least sampling time per measurement, e.g. 500ms.
     #[arg(long, value_name = "TIME", value_parser = parse_duration)]
     pub(crate) min_time: Option<Duration>,
+    /// What the caches hold when each timed run starts (CPU): `step` (as inside a training
+    /// step: the input the previous kernel wrote stays warm, weights and saved tensors
+    /// cycle through copies larger than the last-level cache; the default), `cold` (evicted
+    /// before every run) or `warm` (the previous run's operands).
+    #[arg(long, value_name = "STATE", value_parser = parse_from_str::<ridgeline_measure::protocol::CacheState>)]
+    pub(crate) cache: Option<ridgeline_measure::protocol::CacheState>,
 }
 
 impl ProtocolArgs {
@@ -374,6 +380,9 @@ impl ProtocolArgs {
         if let Some(t) = self.min_time {
             p.min_time = t;
             p.max_time = p.max_time.max(t);
+        }
+        if let Some(c) = self.cache {
+            p.cache = c;
         }
         p
     }

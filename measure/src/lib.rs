@@ -25,7 +25,11 @@
 //!   GPU executors allocate and free buffers on one schedule (what each backward pass reads,
 //!   freed after its last reader).
 //! - [`protocol`]: warm-up, repeated samples until a minimum count and time, timer-resolution
-//!   check; every default a named constant.
+//!   check, and the cache state each run starts in ([`protocol::CacheState`]: by default as
+//!   inside a training step, the cold operands rotated through copies); every default a
+//!   named constant.
+//! - [`host`]: what this machine reports about itself (CPU, affinity, cgroup limits, caches,
+//!   memory, a measured clock) for the `local` system.
 //! - [`Case`]: one measurement, with its record id; [`Case::run`] turns a backend's raw timings
 //!   into [`Record`]s with FLOPs and bytes counted by the model.
 //! - [`suite`]: the standard micro-kernel campaign calibration needs, planned to a time budget.

@@ -42,6 +42,65 @@ pub struct Protocol {
     pub max_samples: usize,
     /// Maximum sampling time past the minimum count.
     pub max_time: Duration,
+    /// What the caches hold when each run starts (CPU kernels; a GPU's are timed as they
+    /// come).
+    pub cache: CacheState,
+}
+
+/// What the caches hold when a timed run starts.
+///
+/// Repeating a kernel on the same buffers leaves all its operands in the caches, so every
+/// run after the first finds them there. Inside a training step only what the previous
+/// kernel just wrote is near (a layer's input forward, its output gradient backward); its
+/// weights, its saved activations and the buffer it writes were last touched long before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CacheState {
+    /// Whatever the previous run left: every operand warm.
+    Warm,
+    /// Nothing: the caches are evicted before every run ([`evict_caches`]), which also
+    /// empties the TLB and the instruction caches and lets the threads idle.
+    Cold,
+    /// As inside a training step: the operand the previous kernel just wrote is one buffer,
+    /// warm; every other operand cycles through enough copies to exceed the last-level
+    /// cache ([`rotations`]), so each run meets them cold, back to back.
+    Step,
+}
+
+/// How many copies of the operands that are cold inside a training step (`bytes` of them
+/// per run) a [`CacheState::Step`] measurement cycles through: enough that one pass over
+/// them reads one and a half last-level caches, at least two, at most
+/// [`MAX_ROTATIONS`]; one for the other states.
+pub fn rotations(cache: CacheState, bytes: usize) -> usize {
+    if cache != CacheState::Step {
+        return 1;
+    }
+    let llc = crate::suite::Caches::detect().llc;
+    (3 * llc / 2 / bytes.max(1) + 1).clamp(2, MAX_ROTATIONS)
+}
+
+/// Most copies a step-state measurement cycles through.
+pub const MAX_ROTATIONS: usize = 4096;
+
+impl CacheState {
+    /// Its name on the command line and in records.
+    pub const fn name(self) -> &'static str {
+        match self {
+            CacheState::Warm => "warm",
+            CacheState::Cold => "cold",
+            CacheState::Step => "step",
+        }
+    }
+}
+
+impl std::str::FromStr for CacheState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        [CacheState::Warm, CacheState::Cold, CacheState::Step]
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| format!("unknown cache state `{s}`; valid: warm, cold, step"))
+    }
 }
 
 impl Default for Protocol {
@@ -52,6 +111,7 @@ impl Default for Protocol {
             min_time: MIN_TIME,
             max_samples: MAX_SAMPLES,
             max_time: MAX_TIME,
+            cache: CacheState::Step,
         }
     }
 }
@@ -65,12 +125,25 @@ impl Protocol {
             min_time: Duration::ZERO,
             max_samples: 3,
             max_time: Duration::from_secs(60),
+            cache: CacheState::Warm,
         }
     }
 
     /// Times `run` by this protocol; returns the seconds of one run, per sample.
     pub fn measure(&self, mut run: impl FnMut()) -> Vec<f64> {
-        let timed = self.measure_timed(timer_resolution(), |batch| {
+        let resolution = timer_resolution();
+        let timed = self.measure_timed(resolution, |batch| {
+            if self.cache == CacheState::Cold {
+                // One run at a time, each after an eviction that is not timed.
+                let mut took = Duration::ZERO;
+                for _ in 0..batch {
+                    evict_caches();
+                    let t = Instant::now();
+                    run();
+                    took += t.elapsed();
+                }
+                return Ok::<_, std::convert::Infallible>(took);
+            }
             let t = Instant::now();
             for _ in 0..batch {
                 run();
@@ -163,6 +236,27 @@ impl Protocol {
         }
         Ok(out)
     }
+}
+
+/// Evicts this machine's caches: every thread of the current rayon pool reads a buffer of
+/// twice the last-level cache (sysfs), line by line, so what the next run touches comes
+/// from memory. Reads, not writes: nothing dirty is left to be written back inside the
+/// next timed run.
+pub fn evict_caches() {
+    static BUFFER: std::sync::OnceLock<Vec<u64>> = std::sync::OnceLock::new();
+    let buffer = BUFFER.get_or_init(|| {
+        let llc = crate::suite::Caches::detect().llc;
+        // Distinct values, so no page is shared with another (zero pages would be).
+        (0..(2 * llc / 8) as u64).collect()
+    });
+    rayon::broadcast(|_| {
+        // One word per 64-byte line.
+        let sum = buffer
+            .iter()
+            .step_by(8)
+            .fold(0u64, |s, v| s.wrapping_add(*v));
+        std::hint::black_box(sum);
+    });
 }
 
 /// The smallest non-zero step of the monotonic clock, measured.
@@ -267,6 +361,44 @@ mod tests {
     }
 
     #[test]
+    fn step_state_rotates_past_the_last_level_cache() {
+        assert_eq!(rotations(CacheState::Warm, 1 << 10), 1);
+        assert_eq!(rotations(CacheState::Cold, 1 << 10), 1);
+        // Operands larger than any cache: two copies, so no run meets the previous one's.
+        assert_eq!(rotations(CacheState::Step, 1 << 40), 2);
+        let llc = crate::suite::Caches::detect().llc;
+        for bytes in [0, 1, 4096, 1 << 20, llc / 3, llc] {
+            let r = rotations(CacheState::Step, bytes);
+            assert!((2..=MAX_ROTATIONS).contains(&r), "{bytes} B: {r}");
+            if r < MAX_ROTATIONS {
+                assert!(r * bytes.max(1) >= 3 * llc / 2, "{bytes} B: {r} copies");
+            }
+        }
+        assert_eq!("step".parse::<CacheState>(), Ok(CacheState::Step));
+        let err = "hot".parse::<CacheState>().unwrap_err();
+        assert!(err.contains("warm, cold, step"), "{err}");
+    }
+
+    #[test]
+    fn cold_runs_are_timed_one_at_a_time_without_the_eviction() {
+        let p = Protocol {
+            min_samples: 3,
+            max_samples: 3,
+            cache: CacheState::Cold,
+            ..Protocol::quick()
+        };
+        let mut calls = 0;
+        let s = p.measure(|| {
+            calls += 1;
+            std::thread::sleep(Duration::from_millis(1));
+        });
+        assert_eq!(s.len(), 3);
+        // Each sample is one run of about a millisecond: the eviction before it is not in it.
+        assert!(s.iter().all(|&x| (0.001..0.5).contains(&x)), "{s:?}");
+        assert!(calls >= 3);
+    }
+
+    #[test]
     fn sampling_stops_at_the_minimum_once_time_is_reached() {
         let p = Protocol {
             warmup: Duration::ZERO,
@@ -274,6 +406,7 @@ mod tests {
             min_time: Duration::ZERO,
             max_samples: 100,
             max_time: Duration::from_secs(10),
+            cache: CacheState::Warm,
         };
         let s = p.measure(|| std::thread::sleep(Duration::from_millis(2)));
         assert_eq!(s.len(), 4);

@@ -33,7 +33,12 @@ pub const PROTOCOL: Protocol = Protocol {
     min_time: Duration::from_millis(200),
     max_samples: 200,
     max_time: Duration::from_secs(1),
+    cache: crate::protocol::CacheState::Step,
 };
+
+/// Most a suite stretches each case's sampling when every case fits its budget with time
+/// to spare.
+pub const MAX_SAMPLING_SCALE: f64 = 4.0;
 
 /// Square GEMM sizes of the suite.
 pub const GEMM_SIZES: [usize; 8] = [64, 128, 256, 512, 768, 1024, 1536, 2048];

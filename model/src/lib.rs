@@ -10,7 +10,10 @@
 //! [`memory::Footprint`] gives the per-device memory breakdown versus batch size and the
 //! largest batch that fits; [`roofline::roofline`] places each layer on a device's roofline.
 //! Systems ([`system::System`]: device, node, cluster) come from sourced TOML files in the
-//! [`catalog`] or from the user, validated once on the way in. Quantities crossing the crate
+//! [`catalog`] or from the user, validated once on the way in; `local` is described from the
+//! facts of the machine it runs on ([`system::HostFacts`], read by `ridgeline-measure`), its
+//! peaks from cores, vector units and clock, with the reasoning in
+//! [`system::System::assumptions`]. Quantities crossing the crate
 //! boundary are typed ([`units`]). [`mod@reference`] holds the reference implementations' layer
 //! tables the built-in workloads match, and [`published`] sets the model's counts beside
 //! them and beside the per-sample figures of \[004\] Table II.

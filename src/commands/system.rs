@@ -39,7 +39,7 @@ pub(crate) fn list(args: &FormatArg) -> Result<()> {
     rows.push(Listed {
         name: catalog::LOCAL_NAME.to_owned(),
         kind: "system",
-        device: "detected from /proc/cpuinfo".to_owned(),
+        device: "described from this machine".to_owned(),
         devices_per_node: Some(1),
         nodes: Some(1),
         description: "this machine (`ridgeline system show local`)".to_owned(),

@@ -24,7 +24,7 @@ use crate::backend::{
 };
 use crate::cases;
 use crate::error::{Error, Result};
-use crate::protocol::Protocol;
+use crate::protocol::{CacheState, Protocol, rotations};
 use crate::record::Env;
 
 use self::gemm::{Element, View, ViewMut, matmul};
@@ -59,20 +59,49 @@ fn data<T: From<f32>>(len: usize, seed: u64) -> Vec<T> {
     (0..len as u64).map(|i| T::from(uniform(seed, i))).collect()
 }
 
+/// `n` buffers of `len` elements each, filled from `seed` on.
+fn copies<T: From<f32>>(n: usize, len: usize, seed: u64) -> Vec<Vec<T>> {
+    (0..n as u64).map(|i| data(len, seed + 1000 * i)).collect()
+}
+
+/// The next copy of a rotation: runs cycle through the copies in order.
+struct Cycle {
+    next: usize,
+    len: usize,
+}
+
+impl Cycle {
+    fn new(len: usize) -> Cycle {
+        Cycle { next: 0, len }
+    }
+
+    fn step(&mut self) -> usize {
+        let i = self.next;
+        self.next = (self.next + 1) % self.len.max(1);
+        i
+    }
+}
+
 fn time_gemm<T: Element + From<f32>>(
     case: &GemmCase,
     threads: usize,
     protocol: &Protocol,
 ) -> Vec<f64> {
     let (m, n, k) = (case.m, case.n, case.k);
+    // In a step A is the activations (or their gradient) the previous kernel just wrote,
+    // and C a buffer of the executor's pool, recently used: one buffer each. B (the
+    // weights) is cold: rotated.
+    let r = rotations(protocol.cache, size_of::<T>() * k * n);
     let a: Vec<T> = data(m * k, 1);
-    let b: Vec<T> = data(k * n, 2);
+    let b: Vec<Vec<T>> = copies(r, k * n, 2);
     let mut c: Vec<T> = vec![T::ZERO; m * n];
+    let mut cycle = Cycle::new(r);
     protocol.measure(|| {
+        let i = cycle.step();
         matmul(
             ViewMut::rows(&mut c, m, n, n),
             View::rows(&a, m, k),
-            View::rows(&b, k, n),
+            View::rows(&b[i], k, n),
             false,
             threads,
         );
@@ -112,7 +141,12 @@ impl Backend for CpuBackend {
     fn gemm(&mut self, case: &GemmCase, protocol: &Protocol) -> Result<Vec<f64>> {
         let threads = self.threads;
         let (m, n, k) = (case.m as f64, case.n as f64, case.k as f64);
-        check_memory("gemm", (m * k + k * n + m * n) * case.format.bytes() as f64)?;
+        let bytes = usize::try_from(case.format.bytes()).unwrap_or(8);
+        let r = rotations(protocol.cache, bytes * case.k * case.n);
+        check_memory(
+            "gemm",
+            (m * k + m * n + r as f64 * k * n) * case.format.bytes() as f64,
+        )?;
         match case.format {
             Format::Fp32 => Ok(self
                 .pool
@@ -152,36 +186,55 @@ impl Backend for CpuBackend {
         };
         let threads = self.threads;
         let out_len = geom.n * geom.c_out * geom.out_vol();
-        let buffers = 2 * lens[0] + 2 * out_len + 2 * geom.weights();
+        // In a step the input (forward) or the output gradient (backward) was just written
+        // by the neighbouring layer, and the buffer written comes from the executor's pool,
+        // recently used: one buffer each. The weights, the saved input (backward-filter)
+        // and the weight gradient (written once a step) are cold: rotated.
+        let (warm_len, cold_len) = match pass {
+            ConvPass::Forward => (lens[0] + out_len, geom.weights()),
+            ConvPass::BackwardData => (out_len + lens[0], geom.weights()),
+            ConvPass::BackwardFilter => (out_len, lens[0] + geom.weights()),
+        };
+        let r = rotations(protocol.cache, 4 * cold_len);
         check_memory(
             &format!("conv case `{}`", case.label),
-            4.0 * buffers as f64 + geom.workspace_bytes() as f64,
+            4.0 * (warm_len + r * cold_len) as f64 + geom.workspace_bytes() as f64,
         )?;
-        let x: Vec<f32> = data(lens[0], 3);
-        let dy: Vec<f32> = data(out_len, 4);
+        let weights: Vec<Vec<Vec<f32>>> = std::iter::once(params)
+            .chain((1..r).map(|i| kernel.init_params(7 + i as u64)))
+            .collect();
+        let mut cycle = Cycle::new(r);
         Ok(self.pool.install(|| match pass {
             ConvPass::Forward => {
+                let x: Vec<f32> = data(lens[0], 3);
                 let mut y = vec![0.0; out_len];
                 protocol.measure(|| {
-                    let b = bias.then(|| params[1].as_slice());
-                    conv::forward(geom, &x, &params[0], b, &mut y, threads);
+                    let i = cycle.step();
+                    let b = bias.then(|| weights[i][1].as_slice());
+                    conv::forward(geom, &x, &weights[i][0], b, &mut y, threads);
                     black_box(&y);
                 })
             }
             ConvPass::BackwardData => {
-                let mut dx = vec![0.0; x.len()];
+                let dy: Vec<f32> = data(out_len, 4);
+                let mut dx = vec![0.0; lens[0]];
                 protocol.measure(|| {
-                    conv::backward_data(geom, &dy, &params[0], &mut dx, threads);
+                    let i = cycle.step();
+                    conv::backward_data(geom, &dy, &weights[i][0], &mut dx, threads);
                     black_box(&dx);
                 })
             }
             ConvPass::BackwardFilter => {
-                let mut dw = vec![0.0; params[0].len()];
+                let dy: Vec<f32> = data(out_len, 4);
+                let x: Vec<Vec<f32>> = copies(r, lens[0], 3);
+                let mut dw: Vec<Vec<f32>> =
+                    (0..r).map(|_| vec![0.0; weights[0][0].len()]).collect();
                 let mut db = vec![0.0; geom.c_out];
                 protocol.measure(|| {
+                    let i = cycle.step();
                     let b = bias.then_some(db.as_mut_slice());
-                    conv::backward_filter(geom, &x, &dy, &mut dw, b, threads);
-                    black_box((&dw, &db));
+                    conv::backward_filter(geom, &x[i], &dy, &mut dw[i], b, threads);
+                    black_box((&dw[i], &db));
                 })
             }
         }))
@@ -201,8 +254,13 @@ impl Backend for CpuBackend {
         }
         check_memory("stream", 24.0 * elements as f64)?;
         Ok(self.pool.install(|| {
+            // STREAM measures each level of the hierarchy by its working set: warm.
+            let warm = Protocol {
+                cache: CacheState::Warm,
+                ..*protocol
+            };
             let mut arrays = stream::Arrays::new(elements);
-            protocol.measure(|| arrays.run(kernel))
+            warm.measure(|| arrays.run(kernel))
         }))
     }
 
@@ -225,41 +283,82 @@ impl Backend for CpuBackend {
             .unwrap_or_else(|| unreachable!("case graphs have a layer"));
         let out_len = layer.output.elements() as usize * case.batch;
         let threads = self.threads;
+        let params_len: usize = params.iter().map(Vec::len).sum();
+        let inputs_len: usize = lens.iter().sum();
+        // In a step the (first) input was just written by the layer before (forward), the
+        // output gradient by the layer after (backward), and the buffers written come from
+        // the executor's pool, recently used: one buffer each. The other inputs, the
+        // parameters and their gradients, and the saved tensors are cold: rotated.
+        let (warm_len, cold_len) = match pass {
+            Pass::Forward => (lens[0] + out_len, inputs_len - lens[0] + params_len),
+            Pass::Backward => (out_len + inputs_len, inputs_len + out_len + 2 * params_len),
+        };
+        let r = rotations(protocol.cache, 4 * cold_len);
         check_memory(
             &format!("op case `{}`", case.op.kind()),
-            4.0 * (2 * lens.iter().sum::<usize>() + 3 * out_len) as f64,
+            4.0 * (warm_len + r * cold_len) as f64,
         )?;
-        let inputs: Vec<Vec<f32>> = lens
-            .iter()
-            .enumerate()
-            .map(|(i, &l)| data(l, 5 + i as u64))
+        let inputs: Vec<Vec<Vec<f32>>> = (0..r)
+            .map(|c| {
+                lens.iter()
+                    .enumerate()
+                    .map(|(i, &l)| match (pass, i, c) {
+                        // Forward reads one first input, whatever the copy.
+                        (Pass::Forward, 0, 1..) => Vec::new(),
+                        _ => data(l, 5 + i as u64 + 1000 * c as u64),
+                    })
+                    .collect()
+            })
             .collect();
+        let views: Vec<Vec<&[f32]>> = inputs
+            .iter()
+            .map(|copy| {
+                copy.iter()
+                    .enumerate()
+                    .map(|(i, v)| match (pass, i) {
+                        (Pass::Forward, 0) => inputs[0][0].as_slice(),
+                        _ => v.as_slice(),
+                    })
+                    .collect()
+            })
+            .collect();
+        let weights: Vec<Vec<Vec<f32>>> = std::iter::once(params)
+            .chain((1..r).map(|c| kernel.init_params(7 + c as u64)))
+            .collect();
+        let mut cycle = Cycle::new(r);
         Ok(self.pool.install(|| {
-            let views: Vec<&[f32]> = inputs.iter().map(Vec::as_slice).collect();
-            let mut out = vec![0.0; out_len];
+            let mut outs: Vec<Vec<f32>> = (0..r).map(|_| vec![0.0; out_len]).collect();
             let mut aux = Aux::default();
-            kernel.forward(&views, &params, &mut out, &mut aux, threads, 11);
+            for c in 0..r {
+                kernel.forward(&views[c], &weights[c], &mut outs[c], &mut aux, threads, 11);
+            }
             match pass {
-                Pass::Forward => protocol.measure(|| {
-                    kernel.forward(&views, &params, &mut out, &mut aux, threads, 11);
-                    black_box(&out);
-                }),
+                Pass::Forward => {
+                    let mut out = vec![0.0; out_len];
+                    protocol.measure(|| {
+                        let c = cycle.step();
+                        kernel.forward(&views[c], &weights[c], &mut out, &mut aux, threads, 11);
+                        black_box(&out);
+                    })
+                }
                 Pass::Backward => {
                     let dy: Vec<f32> = data(out_len, 6);
                     let mut dx: Vec<Vec<f32>> = lens.iter().map(|&l| vec![0.0; l]).collect();
-                    let mut dparams: Vec<Vec<f32>> =
-                        params.iter().map(|p| vec![0.0; p.len()]).collect();
+                    let mut dparams: Vec<Vec<Vec<f32>>> = (0..r)
+                        .map(|_| weights[0].iter().map(|p| vec![0.0; p.len()]).collect())
+                        .collect();
                     protocol.measure(|| {
+                        let c = cycle.step();
                         let mut d: Vec<Option<&mut [f32]>> =
                             dx.iter_mut().map(|v| Some(v.as_mut_slice())).collect();
                         kernel.backward(
-                            &views,
-                            &out,
+                            &views[c],
+                            &outs[c],
                             &dy,
-                            &params,
+                            &weights[c],
                             &aux,
                             &mut d,
-                            &mut dparams,
+                            &mut dparams[c],
                             threads,
                             11,
                         );

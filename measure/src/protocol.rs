@@ -70,13 +70,14 @@ pub enum CacheState {
 /// How many copies of the operands that are cold inside a training step (`bytes` of them
 /// per run) a [`CacheState::Step`] measurement cycles through: enough that one pass over
 /// them reads one and a half last-level caches, at least two, at most
-/// [`MAX_ROTATIONS`]; one for the other states.
+/// [`MAX_ROTATIONS`]; one for the other states, and where no operand is cold.
 pub fn rotations(cache: CacheState, bytes: usize) -> usize {
-    if cache != CacheState::Step {
+    if cache != CacheState::Step || bytes == 0 {
+        // Nothing is cold: nothing to rotate.
         return 1;
     }
     let llc = crate::suite::Caches::detect().llc;
-    (3 * llc / 2 / bytes.max(1) + 1).clamp(2, MAX_ROTATIONS)
+    (3 * llc / 2 / bytes + 1).clamp(2, MAX_ROTATIONS)
 }
 
 /// Most copies a step-state measurement cycles through.
@@ -367,11 +368,16 @@ mod tests {
         // Operands larger than any cache: two copies, so no run meets the previous one's.
         assert_eq!(rotations(CacheState::Step, 1 << 40), 2);
         let llc = crate::suite::Caches::detect().llc;
-        for bytes in [0, 1, 4096, 1 << 20, llc / 3, llc] {
+        assert_eq!(
+            rotations(CacheState::Step, 0),
+            1,
+            "nothing cold, nothing rotated"
+        );
+        for bytes in [1, 4096, 1 << 20, llc / 3, llc] {
             let r = rotations(CacheState::Step, bytes);
             assert!((2..=MAX_ROTATIONS).contains(&r), "{bytes} B: {r}");
             if r < MAX_ROTATIONS {
-                assert!(r * bytes.max(1) >= 3 * llc / 2, "{bytes} B: {r} copies");
+                assert!(r * bytes >= 3 * llc / 2, "{bytes} B: {r} copies");
             }
         }
         assert_eq!("step".parse::<CacheState>(), Ok(CacheState::Step));

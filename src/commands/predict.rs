@@ -137,8 +137,17 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
                 );
             }
         }
-        let mut doc = doc.table(output::table(&p.data_movement, &cols, style));
-        doc = doc.note("Data movement per sample (bytes x gap, [004] Fig. 4); shared levels count their sharing.");
+        let doc = if p.data_movement.is_empty() {
+            // Every level's bandwidth is unknown (an uncalibrated `local`): no table of blanks.
+            doc.note(
+                "Data movement per sample: no level of this system has a known bandwidth \
+                 (calibrate a profile to measure them).",
+            )
+        } else {
+            doc.table(output::table(&p.data_movement, &cols, style)).note(
+                "Data movement per sample (bytes x gap, [004] Fig. 4); shared levels count their sharing.",
+            )
+        };
         doc.notes(p.assumptions.iter().map(|a| format!("assumed: {a}")))
     })?;
     plots::emit(&args.plot, || plots::across_batches(&job, batch, &p))

@@ -78,3 +78,22 @@ fn local_is_this_machine_whatever_its_cpu() {
         "{table}"
     );
 }
+
+/// `predict` on `local` runs to the end on any CPU and carries the machine's reasoning
+/// (issue 17, acceptance): a positive, finite step and the `assumed:` lines.
+#[test]
+fn predict_on_local_runs_whatever_the_cpu() {
+    let args = [
+        "predict", "resnet50", "--system", "local", "--nodes", "1", "--batch", "2", "--epochs",
+        "40",
+    ];
+    let out = run_ok(&args);
+    assert!(out.contains("assumed: `local` is this machine"), "{out}");
+    // Never a table of blanks: either rows with known bandwidths or a sentence saying why not.
+    assert!(out.contains("Data movement per sample"), "{out}");
+    let mut json = args.to_vec();
+    json.extend(["--format", "json"]);
+    let v = run_json(&json);
+    let step = v["step_time_s"].as_f64().unwrap();
+    assert!(step.is_finite() && step > 0.0, "{step}");
+}

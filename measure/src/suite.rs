@@ -40,6 +40,13 @@ pub const PROTOCOL: Protocol = Protocol {
 /// to spare.
 pub const MAX_SAMPLING_SCALE: f64 = 4.0;
 
+/// The passes over the suite that sampling `scale` times longer is split into: the nearest
+/// whole number, at least one, at most [`MAX_SAMPLING_SCALE`]; each pass then samples at
+/// least three quarters of the suite's protocol.
+pub fn passes(scale: f64) -> usize {
+    (scale.round() as usize).clamp(1, MAX_SAMPLING_SCALE as usize)
+}
+
 /// Square GEMM sizes of the suite.
 pub const GEMM_SIZES: [usize; 8] = [64, 128, 256, 512, 768, 1024, 1536, 2048];
 
@@ -660,6 +667,19 @@ fn summarise(cases: &[Planned]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spare_time_is_split_into_whole_passes_of_three_quarters_at_least() {
+        assert_eq!(passes(1.0), 1);
+        assert_eq!(passes(1.4), 1);
+        assert_eq!(passes(1.7), 2);
+        assert_eq!(passes(2.0), 2);
+        assert_eq!(passes(100.0), 4);
+        for tenth in 10..=40 {
+            let scale = f64::from(tenth) / 10.0;
+            assert!(scale / passes(scale) as f64 >= 0.75, "{scale}");
+        }
+    }
 
     #[test]
     fn stream_sizes_span_l1_to_past_the_llc() {

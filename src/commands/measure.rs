@@ -117,23 +117,31 @@ pub(crate) fn writer(args: &MeasureArgs) -> Result<Option<RecordWriter>> {
     Ok(Some(writer))
 }
 
-/// Runs `cases` in order, skipping those already in the file, until `deadline`; returns
-/// the new records and how many cases were skipped and left unrun.
+/// What [`run_cases`] did: the new records, and how many cases were skipped (already in
+/// the file) and left unrun (the deadline came first).
 pub(crate) struct Ran {
     pub(crate) records: Vec<Record>,
     skipped: usize,
     unrun: usize,
 }
 
+/// Measures `cases` in order, skipping those already in the file, writing each case's
+/// records as it completes, and stops before a case that would start past `deadline`. With `passes` above one, every case is
+/// measured once per pass over the whole list and its samples pooled into one record, written
+/// at its last pass: a slow spell of a shared machine then moves every case a little rather
+/// than the cases it happens to hit a lot. Cut short by the deadline, a case keeps the passes
+/// it had.
 pub(crate) fn run_cases(
     backends: &mut Backends,
     writer: &mut Option<RecordWriter>,
     cases: &[(usize, Case)],
     protocol: &Protocol,
+    passes: usize,
     deadline: Option<Instant>,
 ) -> Result<Ran> {
+    let passes = passes.max(1);
     let bar = if std::io::stderr().is_terminal() {
-        ProgressBar::new(cases.len() as u64)
+        ProgressBar::new((cases.len() * passes) as u64)
     } else {
         ProgressBar::hidden()
     };
@@ -146,30 +154,72 @@ pub(crate) fn run_cases(
         skipped: 0,
         unrun: 0,
     };
-    for (i, (threads, case)) in cases.iter().enumerate() {
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            ran.unrun = cases.len() - i;
-            break;
-        }
-        let backend = backends.get(*threads);
-        let id = case.id(backend)?;
-        if writer.as_ref().is_some_and(|w| w.has(&id)) {
-            ran.skipped += 1;
+    // Each case's records from the passes before its last, pooled, until written.
+    let mut pooled: Vec<Option<Vec<Record>>> = vec![None; cases.len()];
+    let mut done = vec![false; cases.len()];
+    'passes: for pass in 1..=passes {
+        for (i, (threads, case)) in cases.iter().enumerate() {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                break 'passes;
+            }
+            let backend = backends.get(*threads);
+            let id = case.id(backend)?;
+            if writer.as_ref().is_some_and(|w| w.has(&id)) {
+                if !done[i] {
+                    done[i] = true;
+                    ran.skipped += 1;
+                }
+                bar.inc(1);
+                continue;
+            }
+            bar.set_message(format!("{} on {threads} thread(s)", case.describe()));
+            let mut records = case
+                .run(backend, protocol)
+                .with_context(|| format!("measuring {}", case.describe()))?;
+            if let Some(before) = pooled[i].take() {
+                pool(&mut records, before);
+            }
+            pooled[i] = Some(records);
             bar.inc(1);
-            continue;
+            if pass == passes {
+                done[i] = true;
+                write_case(writer, &mut ran, pooled[i].take())?;
+            }
         }
-        bar.set_message(format!("{} on {threads} thread(s)", case.describe()));
-        let records = case
-            .run(backend, protocol)
-            .with_context(|| format!("measuring {}", case.describe()))?;
-        if let Some(w) = writer.as_mut() {
-            w.write(&records)?;
-        }
-        ran.records.extend(records);
-        bar.inc(1);
     }
     bar.finish_and_clear();
+    for (i, records) in pooled.into_iter().enumerate() {
+        if records.is_some() {
+            done[i] = true;
+            write_case(writer, &mut ran, records)?;
+        }
+    }
+    ran.unrun = done.iter().filter(|d| !**d).count();
     Ok(ran)
+}
+
+/// Puts `before`'s samples (earlier passes of the same case) ahead of each record's own.
+fn pool(records: &mut [Record], before: Vec<Record>) {
+    for earlier in before {
+        if let Some(r) = records.iter_mut().find(|r| r.id == earlier.id) {
+            let mut samples = earlier.samples_s;
+            samples.append(&mut r.samples_s);
+            r.samples_s = samples;
+        }
+    }
+}
+
+fn write_case(
+    writer: &mut Option<RecordWriter>,
+    ran: &mut Ran,
+    records: Option<Vec<Record>>,
+) -> Result<()> {
+    let records = records.unwrap_or_default();
+    if let Some(w) = writer.as_mut() {
+        w.write(&records)?;
+    }
+    ran.records.extend(records);
+    Ok(())
 }
 
 pub(crate) fn median(samples: &[f64]) -> f64 {
@@ -355,6 +405,7 @@ fn run_and_print(
         &mut w,
         cases,
         &protocol(args, Protocol::default()),
+        1,
         None,
     )?;
     finish(title, args, &ran, extra)
@@ -718,6 +769,7 @@ pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
         &mut w,
         &cases,
         &protocol(&args.measure, base),
+        1,
         None,
     )?;
     if args.measure.format.format == Format::Json {
@@ -920,26 +972,40 @@ pub(crate) fn run_suite(args: &MeasureSuiteArgs, default: &[ThreadCount]) -> Res
             eprintln!("  {line}");
         }
     }
-    // Every case fits with time to spare: sample each longer (a median of more samples
-    // rides out more of a shared machine's slow spells), within the budget.
+    // Every case fits with time to spare: sample each longer, in passes over the whole
+    // suite (pooled), within the budget. A median of more samples rides out more of a
+    // shared machine's slow spells, and samples spread over the run meet a spell of a
+    // minute or two in every case a little rather than in the cases it overlaps wholly.
     let spare = args.budget.as_secs_f64() / plan.estimate_s().max(1e-9);
-    let protocol = if plan.left_out.is_empty() && spare > 1.0 {
+    let (protocol, passes) = if plan.left_out.is_empty() && spare > 1.0 {
         let f = spare.min(suite::MAX_SAMPLING_SCALE);
-        eprintln!("  budget to spare: each case samples {f:.1}x longer");
-        Protocol {
-            min_time: protocol.min_time.mul_f64(f),
-            max_time: protocol.max_time.mul_f64(f),
-            min_samples: (protocol.min_samples as f64 * f).ceil() as usize,
-            max_samples: (protocol.max_samples as f64 * f).ceil() as usize,
+        let passes = suite::passes(f);
+        let each = f / passes as f64;
+        eprintln!(
+            "  budget to spare: each case samples {f:.1}x longer, in {passes} pass(es) over the suite"
+        );
+        let p = Protocol {
+            min_time: protocol.min_time.mul_f64(each),
+            max_time: protocol.max_time.mul_f64(each),
+            min_samples: (protocol.min_samples as f64 * each).ceil() as usize,
+            max_samples: (protocol.max_samples as f64 * each).ceil() as usize,
             ..protocol
-        }
+        };
+        (p, passes)
     } else {
-        protocol
+        (protocol, 1)
     };
     let cases: Vec<(usize, Case)> = plan.run.into_iter().map(|p| (p.threads, p.case)).collect();
     // Past the budget by a quarter, stop: the estimates are rough.
     let deadline = Instant::now() + args.budget + args.budget / 4;
-    let ran = run_cases(&mut backends, &mut w, &cases, &protocol, Some(deadline))?;
+    let ran = run_cases(
+        &mut backends,
+        &mut w,
+        &cases,
+        &protocol,
+        passes,
+        Some(deadline),
+    )?;
     if ran.unrun > 0 {
         eprintln!(
             "stopped at the budget with {} cases not run; --resume with a larger --budget runs them",
@@ -947,4 +1013,93 @@ pub(crate) fn run_suite(args: &MeasureSuiteArgs, default: &[ThreadCount]) -> Res
         );
     }
     Ok(ran)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ridgeline_measure::Format;
+
+    fn gemm(n: usize) -> (usize, Case) {
+        let format = Format::Fp32;
+        (
+            1,
+            Case::Gemm(GemmCase {
+                m: n,
+                n,
+                k: n,
+                format,
+            }),
+        )
+    }
+
+    fn cpu() -> Backends {
+        Backends {
+            device: "cpu".into(),
+            open: vec![(1, open_backend("cpu", 1).unwrap())],
+        }
+    }
+
+    #[test]
+    fn passes_pool_each_case_into_one_record_in_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.jsonl");
+        let mut w = Some(RecordWriter::open(&path, false).unwrap().0);
+        let p = Protocol {
+            min_samples: 2,
+            max_samples: 2,
+            ..Protocol::quick()
+        };
+        let cases = [gemm(16), gemm(32)];
+        let ran = run_cases(&mut cpu(), &mut w, &cases, &p, 3, None).unwrap();
+        assert_eq!((ran.skipped, ran.unrun), (0, 0));
+        assert_eq!(ran.records.len(), 2);
+        assert!(
+            ran.records.iter().all(|r| r.samples_s.len() == 6),
+            "three passes of two"
+        );
+        let lines = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            lines.lines().count(),
+            2,
+            "one record per case, no duplicate id"
+        );
+        // Run again on the same file: both are done.
+        let mut w = Some(RecordWriter::open(&path, true).unwrap().0);
+        let ran = run_cases(&mut cpu(), &mut w, &cases, &p, 3, None).unwrap();
+        assert_eq!((ran.records.len(), ran.skipped, ran.unrun), (0, 2, 0));
+    }
+
+    #[test]
+    fn a_deadline_keeps_the_passes_a_case_had() {
+        let p = Protocol {
+            min_samples: 2,
+            max_samples: 2,
+            ..Protocol::quick()
+        };
+        let cases = [gemm(16), gemm(32)];
+        let ran = run_cases(&mut cpu(), &mut None, &cases, &p, 2, Some(Instant::now())).unwrap();
+        assert_eq!((ran.records.len(), ran.unrun), (0, 2));
+    }
+
+    #[test]
+    fn pooling_puts_earlier_samples_first_by_id() {
+        let p = Protocol {
+            min_samples: 2,
+            max_samples: 2,
+            ..Protocol::quick()
+        };
+        let mut b = cpu();
+        let case = gemm(16).1;
+        let before = case.run(b.get(1), &p).unwrap();
+        let mut after = case.run(b.get(1), &p).unwrap();
+        let expected: Vec<f64> = before[0]
+            .samples_s
+            .iter()
+            .chain(&after[0].samples_s)
+            .copied()
+            .collect();
+        pool(&mut after, before);
+        assert_eq!(after[0].samples_s, expected);
+    }
 }

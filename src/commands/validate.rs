@@ -357,6 +357,7 @@ fn run_workloads(m: &MeasureArgs) -> Result<()> {
         &mut w,
         &cases,
         &measure::steps_protocol(SELF_CHECK_STEPS),
+        1,
         None,
     )?;
     Ok(())

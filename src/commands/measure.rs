@@ -1033,6 +1033,14 @@ mod tests {
         )
     }
 
+    fn two_samples() -> Protocol {
+        Protocol {
+            min_samples: 2,
+            max_samples: 2,
+            ..Protocol::quick()
+        }
+    }
+
     fn cpu() -> Backends {
         Backends {
             device: "cpu".into(),
@@ -1045,11 +1053,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.jsonl");
         let mut w = Some(RecordWriter::open(&path, false).unwrap().0);
-        let p = Protocol {
-            min_samples: 2,
-            max_samples: 2,
-            ..Protocol::quick()
-        };
+        let p = two_samples();
         let cases = [gemm(16), gemm(32)];
         let ran = run_cases(&mut cpu(), &mut w, &cases, &p, 3, None).unwrap();
         assert_eq!((ran.skipped, ran.unrun), (0, 0));
@@ -1072,11 +1076,7 @@ mod tests {
 
     #[test]
     fn a_deadline_keeps_the_passes_a_case_had() {
-        let p = Protocol {
-            min_samples: 2,
-            max_samples: 2,
-            ..Protocol::quick()
-        };
+        let p = two_samples();
         let cases = [gemm(16), gemm(32)];
         let ran = run_cases(&mut cpu(), &mut None, &cases, &p, 2, Some(Instant::now())).unwrap();
         assert_eq!((ran.records.len(), ran.unrun), (0, 2));
@@ -1084,11 +1084,7 @@ mod tests {
 
     #[test]
     fn pooling_puts_earlier_samples_first_by_id() {
-        let p = Protocol {
-            min_samples: 2,
-            max_samples: 2,
-            ..Protocol::quick()
-        };
+        let p = two_samples();
         let mut b = cpu();
         let case = gemm(16).1;
         let before = case.run(b.get(1), &p).unwrap();

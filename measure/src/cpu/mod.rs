@@ -193,15 +193,20 @@ impl Backend for CpuBackend {
         let (warm_len, cold_len) = match pass {
             ConvPass::Forward => (lens[0] + out_len, geom.weights()),
             ConvPass::BackwardData => (out_len + lens[0], geom.weights()),
-            ConvPass::BackwardFilter => (out_len, lens[0] + geom.weights()),
+            ConvPass::BackwardFilter => (out_len + geom.weights(), lens[0] + geom.weights()),
         };
         let r = rotations(protocol.cache, 4 * cold_len);
         check_memory(
             &format!("conv case `{}`", case.label),
             4.0 * (warm_len + r * cold_len) as f64 + geom.workspace_bytes() as f64,
         )?;
+        // Backward-filter reads no weights: it writes their gradient, rotated below.
+        let weight_copies = match pass {
+            ConvPass::BackwardFilter => 1,
+            _ => r,
+        };
         let weights: Vec<Vec<Vec<f32>>> = std::iter::once(params)
-            .chain((1..r).map(|i| kernel.init_params(7 + i as u64)))
+            .chain((1..weight_copies).map(|i| kernel.init_params(7 + i as u64)))
             .collect();
         let mut cycle = Cycle::new(r);
         Ok(self.pool.install(|| match pass {

@@ -7,6 +7,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use ridgeline_app::inputs::{ScenarioSpec, WorkloadSpec};
 use ridgeline_model::collective::Algorithm;
 use ridgeline_model::cost::MAX_BATCH;
 use ridgeline_model::memory::Optimizer;
@@ -880,6 +881,17 @@ pub(crate) struct WorkloadArgs {
     pub(crate) width: Option<f64>,
 }
 
+impl WorkloadArgs {
+    /// The workload these flags name.
+    pub(crate) fn spec(&self) -> WorkloadSpec {
+        WorkloadSpec {
+            name: self.workload.clone(),
+            input_size: self.input_size.as_ref().map(|s| s.0.clone()),
+            width: self.width,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct ShowArgs {
     #[command(flatten)]
@@ -1000,6 +1012,29 @@ pub(crate) struct ScenarioArgs {
     /// Optimizer, for the memory footprint: sgd, sgd-momentum, adam or lamb.
     #[arg(long, default_value = "sgd-momentum", value_parser = parse_optimizer)]
     pub(crate) optimizer: Optimizer,
+}
+
+impl ScenarioArgs {
+    /// The scenario these flags give.
+    pub(crate) fn spec(&self) -> ScenarioSpec {
+        ScenarioSpec {
+            collective: self.collective,
+            overlap: self.overlap,
+            data_location: self.data_location,
+            epochs: self.epochs,
+            convergence: self.convergence.clone(),
+            dataset: self.dataset.clone(),
+            train_samples: self.train_samples,
+            eval_samples: self.eval_samples,
+            gradient_bytes: self.gradient_precision,
+            compute_efficiency: self.compute_efficiency,
+            memory_efficiency: self.memory_efficiency,
+            preprocess_rate: self.preprocess_rate,
+            compression: self.compression,
+            quality: self.quality,
+            optimizer: self.optimizer,
+        }
+    }
 }
 
 #[derive(Debug, Args)]

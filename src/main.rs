@@ -2,12 +2,9 @@
 //! loads what they name, calls one library function and renders the result. Exit codes:
 //! 0 on success, 2 on bad input or any failure (clap's usage errors are 2 as well).
 
-mod atomic;
 mod cli;
 mod commands;
-mod load;
 mod output;
-mod plots;
 
 use std::process::ExitCode;
 

@@ -5,125 +5,13 @@
 use std::io::{self, Write};
 
 use anyhow::Result;
-use ridgeline_model::units::{ByteRate, Bytes, FlopRate, Flops, Seconds};
-use ridgeline_reports::{Align, Csv, Document, Renderer, Table, Text, count};
+pub(crate) use ridgeline_app::columns::{Col, Style, num, table, text};
+use ridgeline_reports::{Csv, Document, Renderer, Text};
 use serde::Serialize;
 
-use crate::cli::Format;
+use ridgeline_reports::chart::Figure;
 
-/// How cells are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Style {
-    /// SI prefixes and units, thousands separators.
-    Human,
-    /// Plain numbers in base units.
-    Raw,
-}
-
-impl Style {
-    pub(crate) fn count(self, n: impl Into<u128>) -> String {
-        let n = n.into();
-        match self {
-            Style::Human => count(n),
-            Style::Raw => n.to_string(),
-        }
-    }
-
-    pub(crate) fn flops(self, v: Flops) -> String {
-        self.quantity(v.value(), || format!("{v:.2}"))
-    }
-
-    pub(crate) fn bytes(self, v: Bytes) -> String {
-        self.quantity(v.value(), || format!("{v:.2}"))
-    }
-
-    pub(crate) fn seconds(self, v: Seconds) -> String {
-        self.quantity(v.value(), || format!("{v:.3}"))
-    }
-
-    pub(crate) fn flop_rate(self, v: FlopRate) -> String {
-        self.quantity(v.value(), || format!("{v:.2}"))
-    }
-
-    pub(crate) fn byte_rate(self, v: ByteRate) -> String {
-        self.quantity(v.value(), || format!("{v:.1}"))
-    }
-
-    pub(crate) fn number(self, v: Option<f64>, decimals: usize) -> String {
-        match (self, v) {
-            (_, None) => String::new(),
-            (Style::Raw, Some(v)) => v.to_string(),
-            (Style::Human, Some(v)) => format!("{v:.decimals$}"),
-        }
-    }
-
-    /// Exact zeros print as `0` in human style, so rows of views and inputs stay quiet.
-    fn quantity(self, raw: f64, human: impl FnOnce() -> String) -> String {
-        match self {
-            Style::Human if raw == 0.0 => "0".to_owned(),
-            Style::Human => human(),
-            Style::Raw => raw.to_string(),
-        }
-    }
-}
-
-/// One column: its text and CSV headers, alignment, and how to write a row's cell.
-pub(crate) struct Col<R> {
-    pub(crate) human: &'static str,
-    pub(crate) raw: &'static str,
-    pub(crate) align: Align,
-    pub(crate) cell: fn(&R, Style) -> String,
-}
-
-/// A column of numbers (right-aligned).
-pub(crate) fn num<R>(
-    human: &'static str,
-    raw: &'static str,
-    cell: fn(&R, Style) -> String,
-) -> Col<R> {
-    Col {
-        human,
-        raw,
-        align: Align::Right,
-        cell,
-    }
-}
-
-/// A column of text (left-aligned).
-pub(crate) fn text<R>(
-    human: &'static str,
-    raw: &'static str,
-    cell: fn(&R, Style) -> String,
-) -> Col<R> {
-    Col {
-        human,
-        raw,
-        align: Align::Left,
-        cell,
-    }
-}
-
-/// Builds a table of `rows` under `cols`.
-pub(crate) fn table<'a, R: 'a>(
-    rows: impl IntoIterator<Item = &'a R>,
-    cols: &[Col<R>],
-    style: Style,
-) -> Table {
-    let mut t = Table::new(cols.iter().map(|c| {
-        (
-            if style == Style::Human {
-                c.human
-            } else {
-                c.raw
-            },
-            c.align,
-        )
-    }));
-    for r in rows {
-        t.push(cols.iter().map(|c| (c.cell)(r, style)));
-    }
-    t
-}
+use crate::cli::{Format, PlotArgs};
 
 /// Prints `value` as JSON, or the document `doc` builds (given the cell style) as a table
 /// or CSV.
@@ -151,4 +39,29 @@ pub(crate) fn emit(text: &str) -> Result<()> {
         )),
         Ok(()) => Ok(()),
     }
+}
+
+/// The records of a JSON Lines file; a torn last line (an interrupted write) is said on
+/// standard error and skipped.
+pub(crate) fn records(path: &std::path::Path) -> Result<Vec<ridgeline_measure::Record>> {
+    let (records, torn) = ridgeline_measure::read_records(path)?;
+    if let Some(line) = torn {
+        eprintln!(
+            "warning: {}: line {line} is an interrupted write and is ignored",
+            path.display()
+        );
+    }
+    Ok(records)
+}
+
+/// Writes a command's figures where `--plot` asks, and says so on standard error (standard
+/// output stays the command's result).
+pub(crate) fn plots(args: &PlotArgs, figures: impl FnOnce() -> Result<Vec<Figure>>) -> Result<()> {
+    let Some(dir) = &args.plot else {
+        return Ok(());
+    };
+    for path in ridgeline_app::figures::write(dir, args.plot_format.format(), &figures()?)? {
+        eprintln!("plot written: {path}");
+    }
+    Ok(())
 }

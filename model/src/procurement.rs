@@ -20,11 +20,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::Dataset;
 use crate::error::{Error, Result};
 use crate::memory::Optimizer;
 use crate::precision::Precision;
-use crate::predict::{self, Inputs, Prediction, Scenario, StepBound, StepModel};
+use crate::predict::{self, Inputs, Prediction, Scenario, StepBound};
 use crate::sweep::Objective;
 use crate::system::{RawSourced, Sourced, System, parse_toml};
 use crate::units::ByteRate;
@@ -348,21 +347,6 @@ impl Offer {
     }
 }
 
-/// One workload of the mix, loaded and ready to predict.
-#[derive(Debug, Clone)]
-pub struct Job<'a> {
-    /// The mix entry.
-    pub entry: &'a MixEntry,
-    /// Its step model at the entry's precision.
-    pub model: &'a StepModel,
-    /// Its data set.
-    pub dataset: &'a Dataset,
-    /// Input elements the data set's sample size refers to.
-    pub reference_input_elements: u64,
-    /// Scenario (epochs or convergence; its node count is replaced).
-    pub scenario: &'a Scenario,
-}
-
 /// The best configuration at one node count.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct ScalePoint {
@@ -411,24 +395,20 @@ pub fn node_counts(max: u32) -> Vec<u32> {
     v
 }
 
-/// Evaluates one workload on one (offer-applied) system.
-pub fn evaluate(system: &System, job: &Job<'_>) -> WorkloadOutcome {
-    let inputs = Inputs {
-        model: job.model,
-        system,
-        dataset: job.dataset,
-        reference_input_elements: job.reference_input_elements,
-    };
+/// Evaluates mix entry `entry` (its batches, weight and name) on the (offer-applied)
+/// system of `inputs`, at every node count up to the whole machine, in `scenario`.
+pub fn evaluate(inputs: Inputs<'_>, scenario: &Scenario, entry: &MixEntry) -> WorkloadOutcome {
+    let system = inputs.system;
     let mut best: Option<Prediction> = None;
     let mut last_error: Option<String> = None;
     let mut scaling = Vec::new();
     for nodes in node_counts(system.cluster.nodes.value) {
         let scenario = Scenario {
             nodes,
-            ..job.scenario.clone()
+            ..scenario.clone()
         };
         let mut at_nodes: Option<ScalePoint> = None;
-        for &batch in &job.entry.batches {
+        for &batch in &entry.batches {
             match predict::predict(inputs, &scenario, batch) {
                 Ok(p) if p.outcome.fits => {
                     let t = p.outcome.time_to_solution_s;
@@ -461,7 +441,7 @@ pub fn evaluate(system: &System, job: &Job<'_>) -> WorkloadOutcome {
     }
     let largest_batch = system
         .device_memory()
-        .map_or(0, |c| job.model.footprint.max_batch(c.value));
+        .map_or(0, |c| inputs.model.footprint.max_batch(c.value));
     let node_net = system
         .node
         .nic_bandwidth
@@ -477,15 +457,15 @@ pub fn evaluate(system: &System, job: &Job<'_>) -> WorkloadOutcome {
                 .map(|m| m.bytes_per_sample);
             let storage = sample.map(|s| s * o.global_batch as f64 / o.compute_s);
             let n = f64::from(o.nodes);
-            let gradients = job.model.params as f64 * job.scenario.gradient_bytes as f64;
+            let gradients = inputs.model.params as f64 * scenario.gradient_bytes as f64;
             let network = (o.nodes > 1).then(|| 2.0 * (n - 1.0) / n * gradients / o.compute_s);
             (storage, network)
         }
         None => (None, None),
     };
     WorkloadOutcome {
-        workload: job.entry.workload.clone(),
-        weight: job.entry.weight,
+        workload: entry.workload.clone(),
+        weight: entry.weight,
         infeasible: best
             .is_none()
             .then(|| last_error.unwrap_or_else(|| "no configuration was evaluated".to_owned())),
@@ -578,6 +558,38 @@ impl CandidateResult {
             Objective::Energy => self.energy_per_mix_j,
         }
     }
+}
+
+/// Candidates compared on a mix: each offer at the nodes `budget` buys (its own node count
+/// without one), every workload evaluated on it by `evaluate`, ranked by `objective`.
+pub fn compare(
+    offers: Vec<(Offer, System)>,
+    budget: Option<f64>,
+    objective: Objective,
+    evaluate: impl Fn(&System) -> Vec<WorkloadOutcome>,
+) -> Result<Comparison> {
+    let mut applied = Vec::with_capacity(offers.len());
+    let mut candidates = Vec::with_capacity(offers.len());
+    for (offer, base) in offers {
+        let nodes = offer.nodes_for(budget)?;
+        let system = offer.apply(base, nodes);
+        candidates.push(CandidateResult::new(&offer, &system, evaluate(&system)));
+        applied.push((offer, system));
+    }
+    rank(&mut candidates, objective);
+    Ok(Comparison {
+        offers: applied,
+        candidates,
+    })
+}
+
+/// Candidates compared on a mix ([`compare`]).
+#[derive(Debug, Clone)]
+pub struct Comparison {
+    /// Each offer with its system at the nodes it was compared at, in the offers' order.
+    pub offers: Vec<(Offer, System)>,
+    /// The candidates' results, ranked.
+    pub candidates: Vec<CandidateResult>,
 }
 
 /// Orders candidates by `objective` per mix (best first; candidates that cannot run the
@@ -718,7 +730,7 @@ pub fn rank(candidates: &mut [CandidateResult], objective: Objective) {
 mod tests {
     use super::*;
     use crate::catalog;
-    use crate::predict::Epochs;
+    use crate::predict::{Epochs, StepModel};
     use crate::workloads::{self, BuildOptions};
 
     const OFFER: &str = r#"
@@ -806,17 +818,16 @@ q = "test quote"
             epochs: None,
             data: None,
         };
-        let job = Job {
-            entry: &entry,
+        let inputs = |system| Inputs {
             model: &model,
+            system,
             dataset: &dataset,
             reference_input_elements: graph.input_shape().elements(),
-            scenario: &scenario,
         };
         let offer = parse_offer(OFFER, "o.toml").unwrap();
         let big = offer.apply(catalog::system("dgx-h100").unwrap(), 16);
         let small = offer.apply(catalog::system("dgx-h100").unwrap(), 2);
-        let w = evaluate(&big, &job);
+        let w = evaluate(inputs(&big), &scenario, &entry);
         let best = w.best.clone().expect("deepcam runs on 16 DGX H100");
         assert!(best.outcome.fits);
         for s in &w.scaling {
@@ -841,7 +852,11 @@ q = "test quote"
         assert!((needed * o.compute_s - step_bytes).abs() / step_bytes < 1e-9);
 
         let mut ranked = vec![
-            CandidateResult::new(&offer, &small, vec![evaluate(&small, &job)]),
+            CandidateResult::new(
+                &offer,
+                &small,
+                vec![evaluate(inputs(&small), &scenario, &entry)],
+            ),
             CandidateResult::new(&offer, &big, vec![w]),
         ];
         ranked[0].name = "small".into();
@@ -860,5 +875,50 @@ q = "test quote"
             ranked[1].reasons
         );
         assert!(ranked[1].mix_time_s.unwrap() > t);
+
+        // `compare` buys each offer's nodes with the budget and ranks: a budget of two
+        // nodes' price runs the mix on two nodes, slower than the offer's sixteen.
+        let base = || catalog::system("dgx-h100").unwrap();
+        let mut cheap = offer.clone();
+        cheap.name = "budget".into();
+        let price = offer.price_per_node.as_ref().unwrap().value;
+        let c = compare(
+            vec![(offer.clone(), base()), (cheap, base())],
+            None,
+            Objective::Time,
+            |system| {
+                let inputs = Inputs {
+                    model: &model,
+                    system,
+                    dataset: &dataset,
+                    reference_input_elements: graph.input_shape().elements(),
+                };
+                vec![evaluate(inputs, &scenario, &entry)]
+            },
+        )
+        .unwrap();
+        assert_eq!(c.candidates[0].nodes, 16);
+        assert_eq!(
+            c.offers[1].1.cluster.nodes.value, 16,
+            "offers keep their order"
+        );
+        let c = compare(
+            vec![(offer.clone(), base())],
+            Some(2.0 * price),
+            Objective::Time,
+            |system| {
+                let inputs = Inputs {
+                    model: &model,
+                    system,
+                    dataset: &dataset,
+                    reference_input_elements: graph.input_shape().elements(),
+                };
+                vec![evaluate(inputs, &scenario, &entry)]
+            },
+        )
+        .unwrap();
+        assert_eq!(c.candidates[0].nodes, 2);
+        assert_eq!(c.offers[0].1.cluster.nodes.value, 2);
+        assert!(c.candidates[0].mix_time_s.unwrap() > t);
     }
 }

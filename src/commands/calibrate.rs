@@ -3,23 +3,23 @@
 use std::time::SystemTime;
 
 use anyhow::{Context, Result};
+use ridgeline_app::inputs;
 use ridgeline_calibrate::profile::{self, ClassFit, Options, RecordFile};
 use ridgeline_reports::Document;
 
 use crate::cli::CalibrateArgs;
-use crate::load;
 use crate::output::{self, Col, num, text};
 
 pub(crate) fn run(args: &CalibrateArgs) -> Result<()> {
     // The datasheet system must exist before anything is fitted against it.
-    let system = load::system(&args.system)?;
+    let system = inputs::system(&args.system)?;
     let files = args
         .records
         .iter()
         .map(|p| {
             Ok(RecordFile {
                 path: p.display().to_string(),
-                records: load::records(p)?,
+                records: output::records(p)?,
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -40,7 +40,7 @@ pub(crate) fn run(args: &CalibrateArgs) -> Result<()> {
     c.profile
         .check_device(&system, &named.join(", "))
         .context("--system: the profile would overlay another device")?;
-    crate::atomic::write(&args.out, c.profile.to_toml())?;
+    ridgeline_app::atomic::write(&args.out, c.profile.to_toml())?;
     eprintln!("wrote {}", args.out.display());
     print(&c, args.format.format)
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
+use ridgeline_app::inputs::{self, WorkloadSpec};
 use ridgeline_measure::suite::{self, Caches, SOURCES};
 use ridgeline_measure::{
     Backend, Case, ConvCase, ConvPass, CopyCase, CopyDirection, GemmCase, HostMemory,
@@ -24,9 +25,8 @@ use crate::cli::{
     ConvPassArg, CopyDirectionArg, Format, FormatArg, HostMemoryArg, MeasureArgs, MeasureConvArgs,
     MeasureCopyArgs, MeasureGemmArgs, MeasureNcclArgs, MeasureOpsArgs, MeasureStreamArgs,
     MeasureSuiteArgs, MeasureWorkloadArgs, PassArg, ProtocolArgs, ShapesFrom, StreamArg,
-    ThreadCount, WorkloadArgs,
+    ThreadCount,
 };
-use crate::load;
 use crate::output::{self, Col, Style, num, text};
 
 /// Backends by thread count, opened up front so a device error comes before any work.
@@ -449,12 +449,11 @@ fn for_threads(backends: &Backends, cases: impl Fn(usize) -> Vec<Case>) -> Vec<(
 /// The graphs and batches shapes come from: `--workload`, or the reference workloads.
 fn sources(shapes: &ShapesFrom) -> Result<Vec<(Graph, usize)>> {
     if let Some(name) = &shapes.workload {
-        let args = WorkloadArgs {
-            workload: name.clone(),
-            input_size: shapes.input_size.clone(),
+        let graph = inputs::workload(&WorkloadSpec {
+            name: name.clone(),
+            input_size: shapes.input_size.as_ref().map(|s| s.0.clone()),
             width: shapes.width,
-        };
-        let graph = load::workload(&args)?;
+        })?;
         if let Some(missing) = shapes.layer.iter().find(|l| graph.find(l).is_none()) {
             bail!(
                 "--layer `{missing}`: `{}` has no such layer (see `ridgeline workload show {name}`)",
@@ -752,7 +751,7 @@ pub(crate) fn steps_protocol(steps: usize) -> Protocol {
 }
 
 pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
-    let graph = load::workload(&args.workload)?;
+    let graph = inputs::workload(&args.workload.spec())?;
     let batch = usize::try_from(args.batch)?;
     let mut backends = Backends::new(&args.measure, &[ThreadCount::All])?;
     let base = steps_protocol(usize::try_from(args.steps)?);

@@ -1,17 +1,18 @@
 //! `ridgeline memory`.
 
 use anyhow::Result;
-use ridgeline_model::memory::{self, BatchSweep, MemoryRow};
+use ridgeline_app::figures;
+use ridgeline_app::inputs;
+use ridgeline_app::tables;
+use ridgeline_model::memory::{self, BatchSweep};
 use ridgeline_reports::Document;
 
 use crate::cli::MemoryArgs;
-use crate::load;
-use crate::output::{self, Col, Style, num};
-use crate::plots;
+use crate::output::{self, Style};
 
 pub(crate) fn run(args: &MemoryArgs) -> Result<()> {
-    let graph = load::workload(&args.workload)?;
-    let system = load::system(&args.system.system)?;
+    let graph = inputs::workload(&args.workload.spec())?;
+    let system = inputs::system(&args.system.system)?;
     let sweep = args.batch_range.map(|(from, to)| match args.batch_step {
         Some(step) => BatchSweep::Linear { from, to, step },
         None => BatchSweep::Doubling { from, to },
@@ -26,7 +27,7 @@ pub(crate) fn run(args: &MemoryArgs) -> Result<()> {
         args.optimizer,
         sweep,
     )?;
-    let cols = cols();
+    let cols = tables::memory_cols();
     output::print(args.format.format, &r, |style| {
         let s = Style::Human;
         let llc = r
@@ -58,35 +59,12 @@ pub(crate) fn run(args: &MemoryArgs) -> Result<()> {
         )
         .table(output::table(&r.rows, &cols, style))
     })?;
-    plots::emit(&args.plot, || {
-        vec![plots::memory(
+    output::plots(&args.plot, || {
+        Ok(vec![figures::memory(
             "memory",
             &r.workload,
             &r.rows,
-            plots::capacities(&system),
-        )]
+            figures::capacities(&system),
+        )])
     })
-}
-
-/// The table's columns (also used by `report`).
-pub(crate) fn cols() -> [Col<MemoryRow>; 11] {
-    [
-        num("batch", "batch", |r, s| s.count(r.batch)),
-        num("params", "parameters", |r, s| s.bytes(r.parameters)),
-        num("grads", "gradients", |r, s| s.bytes(r.gradients)),
-        num("optimizer", "optimizer_state", |r, s| {
-            s.bytes(r.optimizer_state)
-        }),
-        num("buffers", "buffers", |r, s| s.bytes(r.buffers)),
-        num("workspace", "workspace", |r, s| s.bytes(r.workspace)),
-        num("input", "input", |r, s| s.bytes(r.input)),
-        num("activations", "activations", |r, s| s.bytes(r.activations)),
-        num("act. grads", "activation_gradients", |r, s| {
-            s.bytes(r.activation_gradients)
-        }),
-        num("total", "total", |r, s| s.bytes(r.total)),
-        num("fits", "fits", |r, _| {
-            if r.fits { "yes" } else { "no" }.to_owned()
-        }),
-    ]
 }

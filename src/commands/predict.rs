@@ -1,24 +1,24 @@
 //! `ridgeline predict`.
 
 use anyhow::Result;
-use ridgeline_model::predict::{self, Movement};
+use ridgeline_app::figures;
+use ridgeline_app::inputs;
+use ridgeline_app::tables;
+use ridgeline_model::predict::{self};
 use ridgeline_model::units::{Bytes, FlopRate, Seconds};
 use ridgeline_reports::Document;
 
 use crate::cli::PredictArgs;
-use crate::load;
-use crate::output::{self, Col, Style, num, text};
-use crate::plots;
+use crate::output::{self, Style};
 
 pub(crate) fn run(args: &PredictArgs) -> Result<()> {
-    let job = load::Job::load(
-        &args.workload,
-        &args.system.system,
-        &args.scenario,
+    let job = inputs::Job::from_flags(
+        &args.workload.spec(),
+        &args.scenario.spec(),
         args.precision.precision,
         args.nodes,
     )?;
-    let system = &job.system;
+    let system = &inputs::system(&args.system.system)?;
     let batch = match (args.batch, args.global_batch) {
         (Some(b), _) => b,
         (None, Some(g)) => {
@@ -35,8 +35,8 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
         }
         (None, None) => anyhow::bail!("give --batch or --global-batch"),
     };
-    let p = predict::predict(job.inputs(), &job.training.scenario, batch)?;
-    let cols = movement_cols();
+    let p = predict::predict(job.inputs(system), &job.scenario, batch)?;
+    let cols = tables::movement_cols();
     output::print(args.format.format, &p, |style| {
         let s = Style::Human;
         let o = &p.outcome;
@@ -150,25 +150,12 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
         };
         doc.notes(p.assumptions.iter().map(|a| format!("assumed: {a}")))
     })?;
-    plots::emit(&args.plot, || plots::across_batches(&job, batch, &p))
-}
-
-/// The table's columns (also used by `report`).
-pub(crate) fn movement_cols() -> [Col<Movement>; 6] {
-    [
-        text("source", "source", |r, _| r.source.to_owned()),
-        text("level", "level", |r, _| r.level.to_string()),
-        num("bytes/sample", "bytes_per_sample", |r, s| {
-            s.bytes(Bytes::new(r.bytes_per_sample))
-        }),
-        num("gap (s/B)", "gap_s_per_byte", |r, _| {
-            format!("{:.3e}", r.gap_s_per_byte)
-        }),
-        num("rel. cost", "relative_cost", |r, s| {
-            s.number(Some(r.relative_cost), 1)
-        }),
-        num("cost/sample", "cost_per_sample_s", |r, s| {
-            s.seconds(Seconds::new(r.cost_per_sample_s))
-        }),
-    ]
+    output::plots(&args.plot, || {
+        Ok(figures::across_batches(
+            job.inputs(system),
+            &job.scenario,
+            batch,
+            &p,
+        ))
+    })
 }

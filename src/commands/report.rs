@@ -1,88 +1,19 @@
-//! `ridgeline report`: reports written to a directory in every format.
+//! `ridgeline report`: reports written to a directory in every format. The content comes
+//! from `ridgeline_app::report`; this module turns flags into requests and says what it
+//! wrote.
 
-use std::collections::BTreeSet;
-use std::path::Path;
-
-use anyhow::{Context, Result, bail};
-use ridgeline_calibrate::validate::{LayerPoint, Validation};
-use ridgeline_model::memory::{self, MemoryRow};
-use ridgeline_model::predict;
-use ridgeline_model::procurement::{self, CandidateResult, Mix, WorkloadOutcome};
-use ridgeline_model::roofline::Efficiency;
+use anyhow::Result;
+use ridgeline_app::report::{self, ProcurementRequest, WorkloadReportRequest};
+use ridgeline_model::procurement::{CandidateResult, Mix};
 use ridgeline_model::sweep::Objective;
-use ridgeline_model::units::{Bytes, Seconds};
-use ridgeline_model::{cost, roofline, scale};
-use ridgeline_reports::chart::{Axis, BarChart, BarSeries, Chart, Figure, Level};
-use ridgeline_reports::{
-    CsvTables, Document, Html, ImageFormat, Json, Markdown, Report, ReportRenderer, ReportTable,
-    Section,
-};
+use ridgeline_reports::{Document, Report};
 use serde::Serialize;
 
 use super::validate;
-use crate::atomic;
 use crate::cli::{
     Format, ProcurementArgs, ReportOutArgs, ReportValidationArgs, ReportWorkloadArgs,
 };
-use crate::load;
-use crate::output::{self, Col, Style, num, text};
-use crate::plots;
-
-/// Extra files of a report directory, made from the paths of the report's own files.
-pub(crate) type Extra<'a> = &'a dyn Fn(&[String]) -> Result<Vec<(String, Vec<u8>)>>;
-
-/// Renders `report` in every format into `out.out`; returns the files written.
-pub(crate) fn write(report: &Report, out: &ReportOutArgs) -> Result<Vec<String>> {
-    write_to(report, &out.out, out.images.format(), &|_| Ok(Vec::new()))
-}
-
-/// Renders `report` in every format into `dir` (Markdown figures as `images`), with the
-/// files `extra` makes from the report's paths beside it; returns every file's path. The
-/// directory is replaced whole ([`atomic::directory`]).
-pub(crate) fn write_to(
-    report: &Report,
-    dir: &Path,
-    images: ImageFormat,
-    extra: Extra<'_>,
-) -> Result<Vec<String>> {
-    let renderers: [&dyn ReportRenderer; 4] = [&Html, &Markdown { images }, &CsvTables, &Json];
-    let mut artifacts = Vec::new();
-    for r in renderers {
-        artifacts.extend(r.render(report)?.into_iter().map(|a| (a.name, a.bytes)));
-    }
-    let paths: Vec<String> = artifacts
-        .iter()
-        .map(|(name, _)| dir.join(name).display().to_string())
-        .collect();
-    artifacts.extend(extra(&paths)?);
-    atomic::directory(dir, |fresh| {
-        for (name, bytes) in &artifacts {
-            let path = fresh.join(name);
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent).with_context(|| {
-                    format!("cannot create report directory `{}`", parent.display())
-                })?;
-            }
-            std::fs::write(&path, bytes)
-                .with_context(|| format!("cannot write `{}`", dir.join(name).display()))?;
-        }
-        Ok(())
-    })?;
-    Ok(artifacts
-        .iter()
-        .map(|(name, _)| dir.join(name).display().to_string())
-        .collect())
-}
-
-/// A report table from one column definition: human cells and raw cells.
-fn table<R>(id: &str, caption: &str, rows: &[R], cols: &[Col<R>]) -> ReportTable {
-    ReportTable {
-        id: id.to_owned(),
-        caption: caption.to_owned(),
-        human: output::table(rows, cols, Style::Human),
-        raw: output::table(rows, cols, Style::Raw),
-    }
-}
+use crate::output;
 
 /// What `report procurement --format json` prints (and writes as `procurement.json`).
 #[derive(Debug, Serialize)]
@@ -94,130 +25,67 @@ struct ProcurementResult<'a> {
     files: Vec<String>,
 }
 
-/// One row per (workload, candidate).
-struct Row<'a> {
-    candidate: &'a CandidateResult,
-    w: &'a WorkloadOutcome,
-}
-
-fn opt_num(v: Option<f64>, s: Style, decimals: usize) -> String {
-    match (v, s) {
-        (None, Style::Human) => "-".into(),
-        (v, s) => s.number(v, decimals),
-    }
-}
-
-/// An amount of money: whole units with thousands separators.
-fn money(v: Option<f64>, s: Style) -> String {
-    match (v, s) {
-        (Some(v), Style::Human) if v >= 0.0 => s.count(v.round() as u64),
-        (v, s) => opt_num(v, s, 0),
-    }
-}
-
-/// A unit for times around `max` seconds: its name and its length in seconds.
-fn time_unit(max: f64) -> (&'static str, f64) {
-    match max {
-        m if m >= 2.0 * 86_400.0 => ("days", 86_400.0),
-        m if m >= 2.0 * 3600.0 => ("hours", 3600.0),
-        m if m >= 120.0 => ("minutes", 60.0),
-        _ => ("seconds", 1.0),
-    }
-}
-
-fn opt_seconds(v: Option<f64>, s: Style) -> String {
-    v.map_or_else(
-        || {
-            if s == Style::Human {
-                "-".into()
-            } else {
-                String::new()
-            }
-        },
-        |v| s.seconds(Seconds::new(v)),
-    )
-}
-
-fn gbs(v: Option<f64>, s: Style) -> String {
-    match s {
-        Style::Human => v.map_or_else(|| "-".into(), |v| format!("{:.1}", v / 1e9)),
-        Style::Raw => s.number(v, 0),
-    }
+/// Renders `report` in every format into `out.out`; returns the files written.
+fn write(report: &Report, out: &ReportOutArgs) -> Result<Vec<String>> {
+    report::write_to(report, &out.out, out.images.format(), &|_| Ok(Vec::new()))
 }
 
 pub(crate) fn procurement(args: &ProcurementArgs) -> Result<()> {
-    let (mix, dir) = load::mix(&args.mix)?;
-    let mix_file = if dir.is_some() {
-        args.mix.clone()
+    let ideal = args.compute_efficiency >= 1.0 && args.memory_efficiency >= 1.0;
+    let provenance = format!(
+        "ridgeline {} report procurement --systems {} --mix {}{} --objective {}",
+        env!("CARGO_PKG_VERSION"),
+        args.systems.join(","),
+        args.mix,
+        args.budget
+            .map(|b| format!(" --budget {b}"))
+            .unwrap_or_default(),
+        args.objective
+    ) + &if ideal {
+        String::new()
     } else {
-        format!("data/mixes/{}.toml", args.mix)
+        format!(
+            " --compute-efficiency {} --memory-efficiency {}",
+            args.compute_efficiency, args.memory_efficiency
+        )
     };
-    let efficiency = Efficiency::new(args.compute_efficiency, args.memory_efficiency)?;
-    let mut jobs = mix
-        .workloads
-        .iter()
-        .enumerate()
-        .map(|(i, e)| load::mix_job(e, i, &mix_file, dir.as_deref()))
-        .collect::<Result<Vec<_>>>()?;
-    for j in &mut jobs {
-        j.scenario.efficiency = efficiency;
-    }
-    let mut names = BTreeSet::new();
-    let mut candidates = Vec::new();
-    let mut offers = Vec::new();
-    for arg in &args.systems {
-        let (offer, base) = load::offer(arg)?;
-        if !names.insert(offer.name.clone()) {
-            bail!("--systems: candidate `{}` is given twice", offer.name);
-        }
-        let nodes = offer.nodes_for(args.budget)?;
-        let system = offer.apply(base, nodes);
-        let outcomes = mix
-            .workloads
-            .iter()
-            .zip(&jobs)
-            .map(|(entry, j)| {
-                procurement::evaluate(
-                    &system,
-                    &procurement::Job {
-                        entry,
-                        model: &j.model,
-                        dataset: &j.dataset,
-                        reference_input_elements: j.reference_input_elements,
-                        scenario: &j.scenario,
-                    },
-                )
-            })
-            .collect();
-        candidates.push(CandidateResult::new(&offer, &system, outcomes));
-        offers.push((offer, system));
-    }
-    procurement::rank(&mut candidates, args.objective);
-
-    let report = procurement_report(args, &mix, &jobs, &offers, &candidates);
+    let p = report::procurement(&ProcurementRequest {
+        mix: args.mix.clone(),
+        systems: args.systems.clone(),
+        budget: args.budget,
+        objective: args.objective,
+        compute_efficiency: args.compute_efficiency,
+        memory_efficiency: args.memory_efficiency,
+        provenance,
+    })?;
     // procurement.json, written with the report in one directory swap, lists every file,
     // itself included.
     let result = |files: Vec<String>| ProcurementResult {
-        mix: &mix,
+        mix: &p.mix,
         budget: args.budget,
         objective: args.objective,
-        candidates: &candidates,
+        candidates: &p.candidates,
         files,
     };
     let typed = "procurement.json";
-    let files = write_to(&report, &args.out.out, args.out.images.format(), &|paths| {
-        let mut files = paths.to_vec();
-        files.push(args.out.out.join(typed).display().to_string());
-        let json = serde_json::to_string_pretty(&result(files))? + "\n";
-        Ok(vec![(typed.to_owned(), json.into_bytes())])
-    })?;
+    let files = report::write_to(
+        &p.report,
+        &args.out.out,
+        args.out.images.format(),
+        &|paths| {
+            let mut files = paths.to_vec();
+            files.push(args.out.out.join(typed).display().to_string());
+            let json = serde_json::to_string_pretty(&result(files))? + "\n";
+            Ok(vec![(typed.to_owned(), json.into_bytes())])
+        },
+    )?;
     let result = result(files);
 
-    let cols = ranking_cols();
+    let cols = report::ranking_cols();
     output::print(args.out.format.format, &result, |style| {
         let mut doc =
-            Document::new(report.title.clone()).table(output::table(&candidates, &cols, style));
-        for c in &candidates {
+            Document::new(p.report.title.clone()).table(output::table(&p.candidates, &cols, style));
+        for c in &p.candidates {
             for r in &c.reasons {
                 doc = doc.note(format!("{}: {r}", c.name));
             }
@@ -232,487 +100,6 @@ pub(crate) fn procurement(args: &ProcurementArgs) -> Result<()> {
     })
 }
 
-fn ranking_cols() -> [Col<CandidateResult>; 11] {
-    [
-        num("rank", "rank", |c, s| {
-            c.rank.map_or_else(|| "-".into(), |r| s.count(r as u64))
-        }),
-        text("candidate", "candidate", |c, _| c.name.clone()),
-        text("device", "device", |c, _| c.device.clone()),
-        num("nodes", "nodes", |c, s| s.count(u64::from(c.nodes))),
-        num("devices", "devices", |c, s| s.count(c.devices)),
-        num("price", "purchase_price", |c, s| money(c.purchase_price, s)),
-        num("power (kW)", "power_w", |c, s| match s {
-            Style::Human => opt_num(c.power_w.map(|w| w / 1e3), s, 1),
-            Style::Raw => s.number(c.power_w, 0),
-        }),
-        num("mixes/day", "mixes_per_day", |c, s| {
-            opt_num(c.mixes_per_day, s, 2)
-        }),
-        num("time/mix", "mix_time_s", |c, s| {
-            opt_seconds(c.mix_time_s, s)
-        }),
-        num("cost/mix", "cost_per_mix", |c, s| money(c.cost_per_mix, s)),
-        num("energy/mix (kWh)", "energy_per_mix_j", |c, s| match s {
-            Style::Human => opt_num(c.energy_per_mix_j.map(|j| j / 3.6e6), s, 0),
-            Style::Raw => s.number(c.energy_per_mix_j, 0),
-        }),
-    ]
-}
-
-fn workload_cols<'a>() -> [Col<Row<'a>>; 13] {
-    [
-        text("workload", "workload", |r, _| r.w.workload.clone()),
-        text("candidate", "candidate", |r, _| r.candidate.name.clone()),
-        num("nodes", "nodes", |r, s| {
-            r.w.best
-                .as_ref()
-                .map_or_else(|| "-".into(), |p| s.count(u64::from(p.outcome.nodes)))
-        }),
-        num("batch", "local_batch", |r, s| {
-            r.w.best
-                .as_ref()
-                .map_or_else(|| "-".into(), |p| s.count(p.outcome.local_batch))
-        }),
-        num("global", "global_batch", |r, s| {
-            r.w.best
-                .as_ref()
-                .map_or_else(|| "-".into(), |p| s.count(p.outcome.global_batch))
-        }),
-        num("step", "step_time_s", |r, s| {
-            opt_seconds(r.w.best.as_ref().map(|p| p.outcome.step_time_s), s)
-        }),
-        text("bound", "bound", |r, _| {
-            r.w.best
-                .as_ref()
-                .map_or("does not run", |p| p.outcome.bound.name())
-                .to_owned()
-        }),
-        num("epochs", "epochs", |r, s| {
-            opt_num(r.w.best.as_ref().map(|p| p.outcome.epochs), s, 1)
-        }),
-        num("time to solution", "time_to_solution_s", |r, s| {
-            opt_seconds(r.w.best.as_ref().map(|p| p.outcome.time_to_solution_s), s)
-        }),
-        num("samples/s", "samples_per_s", |r, s| {
-            opt_num(r.w.best.as_ref().map(|p| p.outcome.samples_per_s), s, 0)
-        }),
-        num("cost", "cost", |r, s| {
-            money(r.w.best.as_ref().and_then(|p| p.outcome.cost), s)
-        }),
-        num("energy (kWh)", "energy_j", |r, s| match s {
-            Style::Human => opt_num(
-                r.w.best
-                    .as_ref()
-                    .and_then(|p| p.outcome.energy_j)
-                    .map(|j| j / 3.6e6),
-                s,
-                0,
-            ),
-            Style::Raw => s.number(r.w.best.as_ref().and_then(|p| p.outcome.energy_j), 0),
-        }),
-        num("largest batch", "largest_batch", |r, s| {
-            s.count(r.w.largest_batch)
-        }),
-    ]
-}
-
-fn bandwidth_cols<'a>() -> [Col<Row<'a>>; 7] {
-    [
-        text("workload", "workload", |r, _| r.w.workload.clone()),
-        text("candidate", "candidate", |r, _| r.candidate.name.clone()),
-        text("data from", "data_location", |r, _| {
-            r.w.best
-                .as_ref()
-                .map_or_else(|| "-".into(), |p| p.outcome.data_location.to_string())
-        }),
-        num(
-            "input needed (GB/s)",
-            "storage_needed_bytes_per_s",
-            |r, s| gbs(r.w.storage_needed_bytes_per_s, s),
-        ),
-        num(
-            "file system (GB/s)",
-            "storage_available_bytes_per_s",
-            |r, s| gbs(r.w.storage_available_bytes_per_s, s),
-        ),
-        num(
-            "network needed/node (GB/s)",
-            "network_needed_bytes_per_s",
-            |r, s| gbs(r.w.network_needed_bytes_per_s, s),
-        ),
-        num(
-            "node network (GB/s)",
-            "network_available_bytes_per_s",
-            |r, s| gbs(r.w.network_available_bytes_per_s, s),
-        ),
-    ]
-}
-
-/// Cuts a name to the identifier alphabet (lowercase letters, digits, `-`).
-fn slug(name: &str) -> String {
-    let s: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    let s = s.trim_matches('-').to_owned();
-    if s.is_empty() { "x".into() } else { s }
-}
-
-fn procurement_report(
-    args: &ProcurementArgs,
-    mix: &Mix,
-    jobs: &[load::MixJob],
-    offers: &[(procurement::Offer, ridgeline_model::system::System)],
-    candidates: &[CandidateResult],
-) -> Report {
-    let names: Vec<&str> = candidates.iter().map(|c| c.name.as_str()).collect();
-    let objective = match args.objective {
-        Objective::Time => "time per mix",
-        Objective::Cost => "cost per mix",
-        Objective::Energy => "energy per mix",
-    };
-    let mut intro = vec![format!(
-        "Workload mix `{}`{}: {}.",
-        mix.name,
-        mix.description
-            .as_deref()
-            .map(|d| format!(" ({d})"))
-            .unwrap_or_default(),
-        mix.workloads
-            .iter()
-            .map(|w| format!("{} x{} ({})", w.workload, w.weight, w.precision))
-            .collect::<Vec<_>>()
-            .join(", ")
-    )];
-    intro.push(format!(
-        "Each workload runs at its fastest configuration on each candidate: every batch size \
-         the mix allows, on every power-of-two node count up to the whole machine. A mix runs \
-         its workloads one after another, each as many times as its weight. Candidates are \
-         ranked by {objective}{}.",
-        args.budget
-            .map(|b| format!(
-                ", each at the nodes a budget of {} buys",
-                ridgeline_reports::count(b.round() as u64)
-            ))
-            .unwrap_or_default()
-    ));
-    let ideal = args.compute_efficiency >= 1.0 && args.memory_efficiency >= 1.0;
-    intro.push(format!(
-        "Predictions use the systems' datasheet peaks at {} unless a candidate's system is a \
-         calibrated profile{}; compare candidates by their ratios. Cost is the total cost of \
-         ownership: the purchase price spread over the lifetime plus electricity at the node's \
-         power. Prices, power and site figures are the candidate files' own, each with its \
-         source (see the inputs below and procurement.json).",
-        if ideal {
-            "ideal efficiency".to_owned()
-        } else {
-            format!(
-                "{:.0} % compute and {:.0} % memory efficiency",
-                100.0 * args.compute_efficiency,
-                100.0 * args.memory_efficiency
-            )
-        },
-        if ideal {
-            ", so absolute times are lower bounds"
-        } else {
-            ""
-        }
-    ));
-
-    // Ranking.
-    let mut ranking = Section::new("Ranking").table(table(
-        "ranking",
-        &format!("Candidates ranked by {objective}"),
-        candidates,
-        &ranking_cols(),
-    ));
-    for c in candidates {
-        let place = c
-            .rank
-            .map_or_else(|| "not ranked".into(), |r| format!("#{r}"));
-        ranking = ranking.paragraph(format!("{place} {}: {}.", c.name, c.reasons.join("; ")));
-    }
-    let ranked: Vec<&CandidateResult> = candidates
-        .iter()
-        .filter(|c| c.mix_time_s.is_some())
-        .collect();
-    if !ranked.is_empty() {
-        let longest = ranked
-            .iter()
-            .filter_map(|c| c.mix_time_s)
-            .fold(0.0, f64::max);
-        let (unit, length) = time_unit(longest);
-        ranking = ranking.figure(Figure {
-            id: "mix-time".into(),
-            chart: Chart::Bar(BarChart {
-                title: format!("Time per mix `{}`, by workload", mix.name),
-                x_label: "candidate".into(),
-                y: Axis::linear(format!("time per mix ({unit})")),
-                categories: ranked.iter().map(|c| c.name.clone()).collect(),
-                series: mix
-                    .workloads
-                    .iter()
-                    .enumerate()
-                    .map(|(i, w)| BarSeries {
-                        name: format!("{} x{}", w.workload, w.weight),
-                        values: ranked
-                            .iter()
-                            .map(|c| {
-                                c.workloads[i].best.as_ref().map_or(0.0, |p| {
-                                    p.outcome.time_to_solution_s * w.weight / length
-                                })
-                            })
-                            .collect(),
-                    })
-                    .collect(),
-                stacked: true,
-                levels: Vec::new(),
-            }),
-            caption: "Weighted time to solution of each workload at its best configuration, \
-                      stacked: the mix's time on each candidate."
-                .into(),
-        });
-    }
-
-    // Per workload.
-    let rows: Vec<Row<'_>> = (0..mix.workloads.len())
-        .flat_map(|i| {
-            candidates.iter().map(move |c| Row {
-                candidate: c,
-                w: &c.workloads[i],
-            })
-        })
-        .collect();
-    let mut per_workload = Section::new("Time to solution per workload").table(table(
-        "workloads",
-        "Best configuration of each workload on each candidate",
-        &rows,
-        &workload_cols(),
-    ));
-    let mut bandwidth = Section::new("Bottlenecks and the bandwidth each workload needs")
-        .paragraph(
-            "To stay compute-bound a workload must read its input samples as fast as its \
-             devices consume them (input bytes per step over the step's compute time, all \
-             nodes together) and, across nodes, move its gradients within the compute time \
-             (a ring allreduce sends 2(n-1)/n of the gradient bytes per node per step). Where \
-             the needed figure exceeds what the system has, the workload is input- or \
-             allreduce-bound.",
-        )
-        .table(table(
-            "bandwidth",
-            "Bandwidth needed at the best configuration against what the system has",
-            &rows,
-            &bandwidth_cols(),
-        ));
-    let mut memory = Section::new("Memory: the largest batch per device");
-    for (i, w) in mix.workloads.iter().enumerate() {
-        for c in candidates {
-            if let Some(why) = &c.workloads[i].infeasible {
-                bandwidth = bandwidth
-                    .paragraph(format!("{} on {}: does not run: {why}", w.workload, c.name));
-            }
-        }
-        let longest = candidates
-            .iter()
-            .flat_map(|c| c.workloads[i].scaling.iter().map(|p| p.time_to_solution_s))
-            .fold(0.0, f64::max);
-        let (unit, length) = time_unit(longest);
-        let curves: Vec<(String, Vec<(f64, f64)>)> = candidates
-            .iter()
-            .map(|c| {
-                (
-                    c.name.clone(),
-                    c.workloads[i]
-                        .scaling
-                        .iter()
-                        .map(|p| (f64::from(p.nodes), p.time_to_solution_s / length))
-                        .collect(),
-                )
-            })
-            .filter(|(_, p): &(String, Vec<(f64, f64)>)| !p.is_empty())
-            .collect();
-        let id = slug(&w.workload);
-        if !curves.is_empty() {
-            let mut f = plots::scaling(
-                &format!("{id}-scaling"),
-                format!("Time to solution: {} ({})", w.workload, w.precision),
-                "nodes",
-                &format!("time to solution ({unit})"),
-                curves,
-                None,
-            );
-            f.caption = "Fastest time to solution at each node count (over the mix's batch \
-                         sizes); it stops falling where the convergence curve makes larger \
-                         global batches cost more epochs than the nodes save."
-                .into();
-            per_workload = per_workload.figure(f);
-        }
-        let best: Vec<(String, ridgeline_model::predict::Outcome)> = candidates
-            .iter()
-            .filter_map(|c| {
-                c.workloads[i]
-                    .best
-                    .as_ref()
-                    .map(|p| (c.name.clone(), p.outcome))
-            })
-            .collect();
-        if !best.is_empty() {
-            let mut f = plots::breakdown(
-                format!("Step time at the best configuration: {}", w.workload),
-                "candidate",
-                &best,
-            );
-            f.id = format!("{id}-breakdown");
-            per_workload = per_workload.figure(f);
-        }
-        // Memory against batch with every candidate device's capacity.
-        let job = &jobs[i];
-        let mut devices = BTreeSet::new();
-        let mut levels = Vec::new();
-        for (_, sys) in offers {
-            if let Some(m) = sys.device_memory()
-                && devices.insert(sys.device.name.clone())
-            {
-                // Devices of the same capacity share one line.
-                let value = m.value.value();
-                match levels.iter_mut().find(|l: &&mut Level| l.value == value) {
-                    Some(l) => {
-                        l.name = l
-                            .name
-                            .replace(" memory", &format!(", {} memory", sys.device.name))
-                    }
-                    None => levels.push(Level {
-                        name: format!("{} memory", sys.device.name),
-                        value,
-                    }),
-                }
-            }
-        }
-        let largest = candidates
-            .iter()
-            .map(|c| c.workloads[i].largest_batch)
-            .max()
-            .unwrap_or(1);
-        let batches: Vec<u64> = std::iter::successors(Some(1u64), |b| b.checked_mul(2))
-            .take_while(|&b| b <= largest.max(1) * 2)
-            .collect();
-        let rows: Vec<MemoryRow> = batches
-            .iter()
-            .map(|&b| job.model.footprint.at(b, Bytes::new(f64::INFINITY)))
-            .collect();
-        let mut f = plots::memory(&format!("{id}-memory"), &w.workload, &rows, levels);
-        f.caption = format!(
-            "{} ({}): per-device footprint by component against batch size, with each \
-             candidate device's memory. Largest batch: {}.",
-            w.workload,
-            job.graph.name(),
-            candidates
-                .iter()
-                .map(|c| format!("{} {}", c.name, c.workloads[i].largest_batch))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        memory = memory.figure(f);
-    }
-
-    // Inputs and their sources.
-    let inputs_cols: [Col<(procurement::Offer, ridgeline_model::system::System)>; 8] = [
-        text("candidate", "candidate", |(o, _), _| o.name.clone()),
-        text("system", "system", |(o, _), _| o.system.clone()),
-        num("nodes", "nodes", |(_, s), st| {
-            st.count(u64::from(s.cluster.nodes.value))
-        }),
-        num("price/node", "price_per_node", |(o, _), s| {
-            money(o.price_per_node.as_ref().map(|p| p.value), s)
-        }),
-        num("node power (W)", "node_power_w", |(o, sys), s| {
-            opt_num(o.node_power(sys), s, 0)
-        }),
-        num("lifetime (years)", "lifetime_years", |(o, _), s| {
-            opt_num(o.lifetime_years.as_ref().map(|p| p.value), s, 1)
-        }),
-        num("electricity/kWh", "electricity_per_kwh", |(o, _), s| {
-            opt_num(o.electricity_per_kwh.as_ref().map(|p| p.value), s, 2)
-        }),
-        text("sources", "sources", |(o, _), _| {
-            let mut v: Vec<String> = [
-                Some(format!("nodes: {}", o.nodes.source)),
-                o.price_per_node
-                    .as_ref()
-                    .map(|p| format!("price: {}", p.source)),
-                o.node_power_w
-                    .as_ref()
-                    .map(|p| format!("power: {}", p.source)),
-                o.lifetime_years
-                    .as_ref()
-                    .map(|p| format!("lifetime, electricity: {}", p.source)),
-                o.pfs_bandwidth
-                    .as_ref()
-                    .map(|p| format!("file system: {}", p.source)),
-            ]
-            .into_iter()
-            .flatten()
-            .collect();
-            v.dedup();
-            v.join("; ")
-        }),
-    ];
-    let workloads_cols: [Col<procurement::MixEntry>; 5] = [
-        text("workload", "workload", |w, _| w.workload.clone()),
-        num("weight", "weight", |w, s| s.number(Some(w.weight), 1)),
-        text("precision", "precision", |w, _| w.precision.to_string()),
-        text("batches", "batches", |w, _| {
-            w.batches
-                .iter()
-                .map(u64::to_string)
-                .collect::<Vec<_>>()
-                .join(" ")
-        }),
-        text("epochs", "epochs", |w, _| match &w.epochs {
-            Some(e) => format!("{} ({})", e.value, e.source),
-            None => "convergence curve (ridgeline's data set file)".into(),
-        }),
-    ];
-    let inputs = Section::new("Inputs")
-        .table(table("candidates", "Candidates", offers, &inputs_cols))
-        .table(table(
-            "mix",
-            "Workload mix",
-            &mix.workloads,
-            &workloads_cols,
-        ));
-
-    Report {
-        title: format!("Procurement: mix `{}` on {}", mix.name, names.join(", ")),
-        intro,
-        sections: vec![ranking, per_workload, bandwidth, memory, inputs],
-        provenance: format!(
-            "ridgeline {} report procurement --systems {} --mix {}{} --objective {}",
-            env!("CARGO_PKG_VERSION"),
-            args.systems.join(","),
-            args.mix,
-            args.budget
-                .map(|b| format!(" --budget {b}"))
-                .unwrap_or_default(),
-            args.objective
-        ) + &if ideal {
-            String::new()
-        } else {
-            format!(
-                " --compute-efficiency {} --memory-efficiency {}",
-                args.compute_efficiency, args.memory_efficiency
-            )
-        },
-    }
-}
-
 /// `report validation`: the validation of measured steps against a calibrated profile.
 pub(crate) fn validation(args: &ReportValidationArgs) -> Result<()> {
     let v = validate::validation(&args.profile, &args.measured)?;
@@ -722,9 +109,31 @@ pub(crate) fn validation(args: &ReportValidationArgs) -> Result<()> {
         args.profile.display(),
         args.measured.display()
     );
-    let report = validation_report(&v, provenance);
+    let report = report::validation_report(&v, provenance);
     let files = write(&report, &args.out)?;
     print_files(&report, &v, &files, args.out.format.format)
+}
+
+/// `report workload`: one workload on one system.
+pub(crate) fn workload(args: &ReportWorkloadArgs) -> Result<()> {
+    let (report, p) = report::workload(&WorkloadReportRequest {
+        workload: args.workload.spec(),
+        system: args.system.system.clone(),
+        scenario: args.scenario.spec(),
+        precision: args.precision.precision,
+        nodes: args.nodes,
+        batch: args.batch,
+        provenance: format!(
+            "ridgeline {} report workload {} --system {} --nodes {} --batch {}",
+            env!("CARGO_PKG_VERSION"),
+            args.workload.workload,
+            args.system.system,
+            args.nodes,
+            args.batch
+        ),
+    })?;
+    let files = write(&report, &args.out)?;
+    print_files(&report, &p, &files, args.out.format.format)
 }
 
 /// Prints a written report: the JSON result (with the files), or the title and files.
@@ -755,271 +164,4 @@ fn print_files<T: Serialize>(
             doc
         },
     )
-}
-
-/// The validation report: summary, steps, layers, hardware efficiency.
-pub(crate) fn validation_report(v: &Validation, provenance: String) -> Report {
-    let mut summary = Section::new("Summary").paragraph(
-        "Predictions come from the calibrated profile alone (micro-kernel records); the \
-         workload measurements are never fitted. Error = (predicted - measured) / measured.",
-    );
-    for (k, val) in validate::summary_lines(v) {
-        summary = summary.fact(k, val);
-    }
-    let steps = Section::new("Training steps").table(table(
-        "steps",
-        "Predicted and measured step time and peak memory",
-        &v.steps,
-        &validate::step_cols(),
-    ));
-    let worst = &v.worst_layers[..v.worst_layers.len().min(20)];
-    let layers = Section::new("Layers")
-        .figure(plots::predicted_vs_measured(
-            format!("Predicted vs measured layer time on {}", v.system),
-            &v.layers,
-            0.25,
-        ))
-        .figure(plots::error_distribution(&v.layers))
-        .table(table(
-            "worst-layers",
-            "Layer passes furthest off, in seconds",
-            worst,
-            &validate::layer_cols(),
-        ));
-    // Hardware efficiency per workload at its largest measured batch.
-    let mut efficiency = Section::new("Kernel hardware efficiency").paragraph(
-        "Measured per-layer FLOP/s over the device's peak for the layer's op class (matrix or \
-         vector) on the profile's datasheet system; [004] Fig. 3.",
-    );
-    let mut workloads: Vec<(&str, usize)> = Vec::new();
-    for s in &v.steps {
-        match workloads.iter_mut().find(|(w, _)| *w == s.workload) {
-            Some((_, b)) => *b = (*b).max(s.batch),
-            None => workloads.push((&s.workload, s.batch)),
-        }
-    }
-    for (w, b) in workloads {
-        let of: Vec<LayerPoint> = v
-            .layers
-            .iter()
-            .filter(|l| l.workload == w && l.batch == b)
-            .cloned()
-            .collect();
-        if of.iter().any(|l| l.flops > 0.0) {
-            efficiency = efficiency.figure(plots::efficiency_histogram(
-                &format!("efficiency-{}", slug(w)),
-                format!("Hardware efficiency: {w}, batch {b}"),
-                &of,
-            ));
-        }
-    }
-    Report {
-        title: format!("Validation on {}", v.system),
-        intro: vec![format!(
-            "{} measured training steps and {} layer passes compared with ridgeline's \
-             predictions.",
-            v.steps.len(),
-            v.layers.len()
-        )],
-        sections: vec![summary, steps, layers, efficiency],
-        provenance,
-    }
-}
-
-/// `report workload`: one workload on one system.
-pub(crate) fn workload(args: &ReportWorkloadArgs) -> Result<()> {
-    let job = load::Job::load(
-        &args.workload,
-        &args.system.system,
-        &args.scenario,
-        args.precision.precision,
-        args.nodes,
-    )?;
-    let graph = load::workload(&args.workload)?;
-    let system = &job.system;
-    let sc = &job.training.scenario;
-    let p = predict::predict(job.inputs(), sc, args.batch)?;
-    let o = &p.outcome;
-    let s = Style::Human;
-    let secs = |v: f64| s.seconds(Seconds::new(v));
-
-    let mut prediction = Section::new("Prediction")
-        .fact(
-            "configuration",
-            format!(
-                "{} nodes x {} devices ({}), batch {} per device ({} global), {}",
-                o.nodes,
-                system.node.devices.value,
-                p.device,
-                o.local_batch,
-                o.global_batch,
-                p.precision
-            ),
-        )
-        .fact(
-            "step time",
-            format!(
-                "{} ({}-bound): compute {}, input {}, allreduce {}",
-                secs(o.step_time_s),
-                o.bound.name(),
-                secs(o.compute_s),
-                secs(o.input_s),
-                secs(o.allreduce_s)
-            ),
-        )
-        .fact("throughput", format!("{:.1} samples/s", o.samples_per_s))
-        .fact("epochs", format!("{:.2}", o.epochs))
-        .fact("time to solution", secs(o.time_to_solution_s))
-        .fact(
-            "memory per device",
-            format!(
-                "{} of {}",
-                s.bytes(Bytes::new(o.memory_per_device_bytes)),
-                s.bytes(Bytes::new(p.device_memory_bytes))
-            ),
-        );
-    if let Some(e) = o.energy_j {
-        prediction = prediction.fact("energy", format!("{:.1} kWh", e / 3.6e6));
-    }
-    for a in &p.assumptions {
-        prediction = prediction.paragraph(format!("Assumed: {a}."));
-    }
-    let prediction = prediction.table(table(
-        "data-movement",
-        "Data movement per sample ([004] Fig. 4): bytes x gap of the level each source crosses",
-        &p.data_movement,
-        &super::predict::movement_cols(),
-    ));
-
-    // Across batch sizes: data movement and the step's parts.
-    let mut batch_section = Section::new("Across batch sizes");
-    for f in plots::across_batches(&job, args.batch, &p) {
-        batch_section = batch_section.figure(f);
-    }
-
-    // Memory.
-    let mem = memory::report(
-        &graph,
-        system,
-        args.precision.precision,
-        args.scenario.optimizer,
-        None,
-    )?;
-    let memory_section = Section::new("Memory")
-        .fact("largest batch per device", s.count(mem.max_batch))
-        .figure(plots::memory(
-            "memory",
-            &mem.workload,
-            &mem.rows,
-            plots::capacities(system),
-        ))
-        .table(table(
-            "memory",
-            "Memory per device by component",
-            &mem.rows,
-            &super::memory::cols(),
-        ));
-
-    // Roofline.
-    let c = cost::cost(&graph, args.batch, args.precision.precision);
-    let r = roofline::roofline(&graph, &c, system, sc.efficiency)?;
-    let mut longest: Vec<roofline::RooflineLayer<'_>> = r.layers.clone();
-    longest.sort_by(|a, b| b.time.value().total_cmp(&a.time.value()));
-    longest.truncate(15);
-    let roofline_section = Section::new("Roofline")
-        .fact(
-            "step on one device",
-            format!(
-                "{} ({:.1} % of peak); compute-bound layers {}, memory-bound {}",
-                secs(r.step_time.value()),
-                100.0 * r.fraction_of_peak,
-                secs(r.compute_bound_time.value()),
-                secs(r.memory_bound_time.value())
-            ),
-        )
-        .figure(plots::roofline(
-            &r,
-            &plots::ceilings(system, args.precision.precision),
-            plots::datasheet_bandwidth(system),
-        ))
-        .table(table(
-            "roofline",
-            "The 15 longest layers",
-            &longest,
-            &super::roofline::cols(),
-        ));
-
-    // Scaling: weak (fixed local batch) over powers of two up to the machine.
-    let nodes = procurement::node_counts(system.cluster.nodes.value);
-    let weak = scale::weak(job.inputs(), sc, args.batch, &nodes)?;
-    let points: Vec<(f64, f64)> = weak
-        .rows
-        .iter()
-        .filter_map(|r| Some((f64::from(r.nodes), r.throughput?)))
-        .filter(|&(_, t)| t > 0.0)
-        .collect();
-    let mut scaling_section = Section::new("Scaling").table(table(
-        "weak-scaling",
-        &format!("Weak scaling at batch {} per device", args.batch),
-        &weak.rows,
-        &super::scale::cols(),
-    ));
-    if !points.is_empty() {
-        scaling_section = scaling_section.figure(plots::scaling(
-            "weak-scaling",
-            format!(
-                "Weak scaling: {} on {}, batch {}",
-                p.workload, p.system, args.batch
-            ),
-            "nodes",
-            "samples per second",
-            vec![("predicted".into(), points)],
-            Some(1.0),
-        ));
-    }
-    for r in weak.rows.iter().filter(|r| r.infeasible.is_some()) {
-        scaling_section = scaling_section.paragraph(format!(
-            "{} nodes: {}",
-            r.nodes,
-            r.infeasible.as_deref().unwrap_or_default()
-        ));
-    }
-
-    let report = Report {
-        title: format!("Workload report: {} on {}", p.workload, p.system),
-        intro: vec![format!(
-            "{} ({} parameters) on {} ({}), {}. Predicted with {}.",
-            p.workload,
-            s.count(job.model.params),
-            p.system,
-            p.device,
-            p.precision,
-            if system.calibration.is_some() {
-                "the calibrated profile's kernel models".to_owned()
-            } else {
-                format!(
-                    "the datasheet peaks at {:.0} % compute and {:.0} % memory efficiency",
-                    100.0 * sc.efficiency.compute,
-                    100.0 * sc.efficiency.memory
-                )
-            }
-        )],
-        sections: vec![
-            prediction,
-            memory_section,
-            roofline_section,
-            batch_section,
-            scaling_section,
-        ],
-        provenance: format!(
-            "ridgeline {} report workload {} --system {} --nodes {} --batch {}",
-            env!("CARGO_PKG_VERSION"),
-            args.workload.workload,
-            args.system.system,
-            args.nodes,
-            args.batch
-        ),
-    };
-    let files = write(&report, &args.out)?;
-    print_files(&report, &p, &files, args.out.format.format)
 }

@@ -1,21 +1,22 @@
 //! `ridgeline roofline`.
 
 use anyhow::Result;
+use ridgeline_app::figures;
+use ridgeline_app::inputs;
+use ridgeline_app::tables;
 use ridgeline_model::cost;
-use ridgeline_model::roofline::{self, Bound, Efficiency, PeakClass, RooflineLayer};
+use ridgeline_model::roofline::{self, Efficiency};
 use ridgeline_reports::Document;
 
 use crate::cli::RooflineArgs;
-use crate::load;
-use crate::output::{self, Col, Style, num, text};
-use crate::plots;
+use crate::output::{self, Style};
 
 pub(crate) fn run(args: &RooflineArgs) -> Result<()> {
-    let graph = load::workload(&args.workload)?;
-    let system = load::system(&args.system.system)?;
+    let graph = inputs::workload(&args.workload.spec())?;
+    let system = inputs::system(&args.system.system)?;
     let c = cost::cost(&graph, args.batch, args.precision.precision);
     let r = roofline::roofline(&graph, &c, &system, Efficiency::IDEAL)?;
-    let cols = cols();
+    let cols = tables::roofline_cols();
     output::print(args.format.format, &r, |style| {
         let s = Style::Human;
         let share = |t: ridgeline_model::units::Seconds| 100.0 * t.value() / r.step_time.value();
@@ -51,38 +52,11 @@ pub(crate) fn run(args: &RooflineArgs) -> Result<()> {
         .note("Ideal efficiency (every peak attained): a lower bound on step time. Layers run one after another.")
         .notes(r.assumptions.iter().map(|a| format!("assumed: {a}")))
     })?;
-    plots::emit(&args.plot, || {
-        vec![plots::roofline(
+    output::plots(&args.plot, || {
+        Ok(vec![figures::roofline(
             &r,
-            &plots::ceilings(&system, args.precision.precision),
-            plots::datasheet_bandwidth(&system),
-        )]
+            &figures::ceilings(&system, args.precision.precision),
+            figures::datasheet_bandwidth(&system)?,
+        )])
     })
-}
-
-/// The table's columns (also used by `report`).
-pub(crate) fn cols<'g>() -> [Col<RooflineLayer<'g>>; 9] {
-    [
-        text("layer", "name", |r, _| r.name.to_owned()),
-        text("op", "op", |r, _| r.op.to_owned()),
-        text("peak", "peak", |r, _| match r.peak {
-            PeakClass::Matrix => "matrix".to_owned(),
-            PeakClass::Vector => "vector".to_owned(),
-        }),
-        num("FLOP", "flops", |r, s| s.flops(r.flops)),
-        num("HBM bytes", "bytes", |r, s| s.bytes(r.bytes)),
-        num("FLOP/B", "arithmetic_intensity", |r, s| {
-            s.number(r.arithmetic_intensity, 1)
-        }),
-        num("time", "time", |r, s| s.seconds(r.time)),
-        text("bound", "bound", |r, _| {
-            match r.bound {
-                Bound::Compute => "compute",
-                Bound::Memory => "memory",
-                Bound::None => "-",
-            }
-            .to_owned()
-        }),
-        num("attained", "attained", |r, s| s.flop_rate(r.attained)),
-    ]
 }

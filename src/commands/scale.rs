@@ -1,31 +1,31 @@
 //! `ridgeline scale`.
 
 use anyhow::{Context, Result, bail};
+use ridgeline_app::figures;
+use ridgeline_app::inputs;
+use ridgeline_app::tables;
 use ridgeline_model::graph::Shape;
 use ridgeline_model::predict::Outcome;
 use ridgeline_model::scale::{self, ScaleRow, ScaleSeries};
-use ridgeline_model::units::Seconds;
 use ridgeline_model::workloads::{self, BuildOptions};
 use ridgeline_reports::Document;
 use ridgeline_reports::chart::Figure;
 
 use crate::cli::{ScaleArgs, ScaleMode};
-use crate::load;
-use crate::output::{self, Col, num, text};
-use crate::plots;
+use crate::output::{self};
 
 pub(crate) fn run(args: &ScaleArgs) -> Result<()> {
     let nodes = args.nodes.as_ref().map(|n| n.0.clone());
     let first_nodes = nodes.as_ref().and_then(|n| n.first().copied()).unwrap_or(1);
-    let job = load::Job::load(
-        &args.workload,
-        &args.system.system,
-        &args.scenario,
+    let job = inputs::Job::from_flags(
+        &args.workload.spec(),
+        &args.scenario.spec(),
         args.precision.precision,
         first_nodes,
     )?;
-    let inputs = job.inputs();
-    let sc = &job.training.scenario;
+    let system = &inputs::system(&args.system.system)?;
+    let inputs = job.inputs(system);
+    let sc = &job.scenario;
     let need = |what: &str, mode: &str| format!("--mode {mode} needs {what}");
     let series = match args.mode {
         ScaleMode::Strong => {
@@ -94,7 +94,7 @@ pub(crate) fn run(args: &ScaleArgs) -> Result<()> {
             )?
         }
     };
-    let cols = cols();
+    let cols = tables::scale_cols();
     output::print(args.format.format, &series, |style| {
         let mut doc = Document::new(format!(
             "{} scaling: {} on {}, {}",
@@ -112,7 +112,7 @@ pub(crate) fn run(args: &ScaleArgs) -> Result<()> {
         }
         doc
     })?;
-    plots::emit(&args.plot, || scale_figures(&series, args))
+    output::plots(&args.plot, || Ok(scale_figures(&series, args)))
 }
 
 /// Where a row goes on the scaling plot.
@@ -175,7 +175,7 @@ fn scale_figures(series: &ScaleSeries, args: &ScaleArgs) -> Vec<Figure> {
     );
     let mut figures = Vec::new();
     if !points.is_empty() {
-        figures.push(plots::scaling(
+        figures.push(figures::scaling(
             "scaling",
             title.clone(),
             x_label,
@@ -191,42 +191,7 @@ fn scale_figures(series: &ScaleSeries, args: &ScaleArgs) -> Vec<Figure> {
             "ensemble" => "models x nodes per model",
             _ => "nodes",
         };
-        figures.push(plots::breakdown(format!("Step time, {title}"), x, &steps));
+        figures.push(figures::breakdown(format!("Step time, {title}"), x, &steps));
     }
     figures
-}
-
-/// The table's columns (also used by `report`).
-pub(crate) fn cols() -> [Col<ScaleRow>; 12] {
-    [
-        num("nodes", "nodes", |r, s| s.count(u64::from(r.nodes))),
-        num("models", "models", |r, s| s.count(u64::from(r.models))),
-        num("batch", "local_batch", |r, s| s.count(r.local_batch)),
-        text("input", "input_size", |r, _| {
-            r.input_size
-                .as_ref()
-                .map_or_else(String::new, |d| Shape::new(d).to_string())
-        }),
-        num("width", "width", |r, s| s.number(r.width, 2)),
-        num("global", "global_batch", |r, s| {
-            r.outcome
-                .map_or_else(String::new, |o| s.count(o.global_batch))
-        }),
-        num("step", "step_time_s", |r, s| {
-            r.outcome
-                .map_or_else(String::new, |o| s.seconds(Seconds::new(o.step_time_s)))
-        }),
-        text("bound", "bound", |r, _| {
-            r.outcome
-                .map_or_else(String::new, |o| o.bound.name().to_owned())
-        }),
-        num("samples/s", "throughput", |r, s| s.number(r.throughput, 1)),
-        num("time to solution", "time_to_solution_s", |r, s| {
-            r.outcome.map_or_else(String::new, |o| {
-                s.seconds(Seconds::new(o.time_to_solution_s))
-            })
-        }),
-        num("speedup", "speedup", |r, s| s.number(r.speedup, 2)),
-        num("efficiency", "efficiency", |r, s| s.number(r.efficiency, 2)),
-    ]
 }

@@ -4,6 +4,7 @@ use std::io::IsTerminal;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
+use ridgeline_app::inputs;
 use ridgeline_model::predict::{Outcome, StepModel};
 use ridgeline_model::sweep::{self, Candidate, SweepResult, SweepSpec};
 use ridgeline_model::units::Seconds;
@@ -11,7 +12,6 @@ use ridgeline_reports::Document;
 use serde::Serialize;
 
 use crate::cli::SweepArgs;
-use crate::load;
 use crate::output::{self, Col, Style, num, text};
 
 /// A configuration as printed: the system by name, then the `predict` fields.
@@ -40,24 +40,31 @@ pub(crate) fn run(args: &SweepArgs) -> Result<()> {
     if let Some(path) = &args.out {
         out_is_json(path)?;
     }
-    let graph = load::workload(&args.workload)?;
+    let job = inputs::Job::from_flags(
+        &args.workload.spec(),
+        &args.scenario.spec(),
+        *args
+            .precisions
+            .first()
+            .context("--precisions: give at least one precision")?,
+        1,
+    )?;
     let systems = args
         .systems
         .iter()
-        .map(|s| load::system(s))
+        .map(|s| inputs::system(s))
         .collect::<Result<Vec<_>>>()?;
-    let training = load::training(&args.workload, &graph, &args.scenario, 1)?;
     let models: Vec<StepModel> = args
         .precisions
         .iter()
-        .map(|&p| StepModel::new(&graph, p, args.scenario.optimizer))
+        .map(|&p| StepModel::new(&job.graph, p, args.scenario.optimizer))
         .collect();
     let spec = SweepSpec {
         systems: &systems,
         models: &models,
-        dataset: &training.dataset,
-        reference_input_elements: training.reference_input_elements,
-        scenario: &training.scenario,
+        dataset: &job.dataset,
+        reference_input_elements: job.reference_input_elements,
+        scenario: &job.scenario,
         nodes: &args.nodes.0,
         batches: &args.batch.0,
         objective: args.objective,
@@ -88,7 +95,7 @@ pub(crate) fn run(args: &SweepArgs) -> Result<()> {
         })
         .collect();
     let summary = Summary {
-        workload: graph.name(),
+        workload: job.graph.name(),
         evaluated: result.evaluated,
         feasible: result.feasible,
         infeasible: result.infeasible,
@@ -218,7 +225,7 @@ fn out_is_json(path: &std::path::Path) -> Result<bool> {
 
 fn write_all(path: &std::path::Path, result: &SweepResult) -> Result<()> {
     let json = out_is_json(path)?;
-    crate::atomic::write_with(path, |out| {
+    ridgeline_app::atomic::write_with(path, |out| {
         if json {
             let rows: Vec<Row<'_>> = result
                 .all

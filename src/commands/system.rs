@@ -1,6 +1,7 @@
 //! `ridgeline system list|show`.
 
 use anyhow::Result;
+use ridgeline_app::inputs;
 use ridgeline_model::catalog;
 use ridgeline_model::system::{DeviceKind, Sourced, System};
 use ridgeline_model::units::{ByteRate, Bytes, FlopRate, Seconds};
@@ -8,7 +9,6 @@ use ridgeline_reports::Document;
 use serde::Serialize;
 
 use crate::cli::{FormatArg, SystemShowArgs};
-use crate::load;
 use crate::output::{self, Col, Style, num, text};
 
 /// One row of `system list`.
@@ -216,7 +216,7 @@ fn figures(s: &System) -> Vec<Figure> {
 }
 
 pub(crate) fn show(args: &SystemShowArgs) -> Result<()> {
-    let system = load::system(&args.system)?;
+    let system = inputs::system(&args.system)?;
     let rows = figures(&system);
     let cols: [Col<Figure>; 3] = [
         text("field", "field", |r, _| r.field.to_owned()),

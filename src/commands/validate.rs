@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use anyhow::{Context, Result, bail};
+use ridgeline_app::inputs;
+use ridgeline_app::tables;
 use ridgeline_calibrate::comm::{CommPoint, validate_comm};
 use ridgeline_calibrate::profile::{self, Options, RecordFile};
 use ridgeline_calibrate::validate::{self, LayerPoint, StepPoint, Summary, Validation};
@@ -21,7 +23,6 @@ use crate::cli::{
     Format, FormatArg, MeasureArgs, MeasureSuiteArgs, ProtocolArgs, ThreadCount, ValidateArgs,
     ValidateCommArgs, ValidateCommand,
 };
-use crate::load;
 use crate::output::{self, Col, Style, num, text};
 
 /// The self-check's workloads: the three reference workloads at three batch sizes each,
@@ -69,14 +70,14 @@ pub(crate) fn run(args: &ValidateArgs) -> Result<()> {
 
 /// The validation of the steps in `measured` against the calibrated `profile`.
 pub(crate) fn validation(profile: &Path, measured: &Path) -> Result<Validation> {
-    let system = load::system(&profile.display().to_string())?;
+    let system = inputs::system(&profile.display().to_string())?;
     if system.calibration.is_none() {
         bail!(
             "{}: not a calibrated profile (no [provenance]); make one with `ridgeline calibrate`",
             profile.display()
         );
     }
-    let records = load::records(measured)?;
+    let records = output::records(measured)?;
     Ok(validate::validate(
         &system,
         &records,
@@ -87,7 +88,7 @@ pub(crate) fn validation(profile: &Path, measured: &Path) -> Result<Validation> 
 /// `ridgeline validate comm`: the collective model against measured allreduce.
 fn comm(args: &ValidateCommArgs) -> Result<()> {
     let path = args.profile.display().to_string();
-    let system = load::system(&path)?;
+    let system = inputs::system(&path)?;
     let Some(profile) = system.calibration.as_deref() else {
         bail!(
             "{path}: not a calibrated profile (no [provenance]); make one with `ridgeline calibrate`"
@@ -99,7 +100,7 @@ fn comm(args: &ValidateCommArgs) -> Result<()> {
              records (`mpirun -np 2 ridgeline measure comm pingpong --out FILE`)"
         );
     }
-    let records = load::records(&args.measured)?;
+    let records = output::records(&args.measured)?;
     let v = validate_comm(
         profile,
         &records,
@@ -119,7 +120,9 @@ fn comm(args: &ValidateCommArgs) -> Result<()> {
         num("measured", "measured_s", |p, s| {
             s.seconds(Seconds::new(p.measured_s))
         }),
-        num("error", "rel_error", |p, s| signed_percent(p.rel_error, s)),
+        num("error", "rel_error", |p, s| {
+            tables::signed_percent(p.rel_error, s)
+        }),
     ];
     output::print(args.format.format, &v.points, |style| {
         let pct = |x: f64| format!("{:.1}%", 100.0 * x);
@@ -236,7 +239,7 @@ fn figure(f: &Figure, x: f64, s: Style) -> String {
 fn self_check(args: &ValidateArgs) -> Result<()> {
     // Fail fast (issue 17): everything the last steps need is checked before the minutes of
     // measurement start: the system the profile overlays, and a directory to write in.
-    load::system(ridgeline_model::catalog::LOCAL_NAME)
+    inputs::system(ridgeline_model::catalog::LOCAL_NAME)
         .context("the self-check calibrates `local`, this machine")?;
     let dir = &args.dir;
     std::fs::create_dir_all(dir)
@@ -283,7 +286,7 @@ fn self_check(args: &ValidateArgs) -> Result<()> {
     let calibration = profile::calibrate(
         &[RecordFile {
             path: suite_file.display().to_string(),
-            records: load::records(&suite_file)?,
+            records: output::records(&suite_file)?,
         }],
         &Options {
             system: "local".into(),
@@ -293,31 +296,34 @@ fn self_check(args: &ValidateArgs) -> Result<()> {
         },
     )?;
     let profile_file = dir.join("profile.toml");
-    crate::atomic::write(&profile_file, calibration.profile.to_toml())?;
+    ridgeline_app::atomic::write(&profile_file, calibration.profile.to_toml())?;
 
     eprintln!(
         "self-check 4/5: the {runs} workload runs again after the suite -> {}",
         after_file.display()
     );
     run_workloads(&measure_args(&after_file))?;
-    let pooled = pool_runs(load::records(&before_file)?, load::records(&after_file)?);
+    let pooled = pool_runs(
+        output::records(&before_file)?,
+        output::records(&after_file)?,
+    );
     let mut lines = String::new();
     for r in &pooled {
         lines.push_str(&serde_json::to_string(r)?);
         lines.push('\n');
     }
-    crate::atomic::write(&workload_file, lines)?;
+    ridgeline_app::atomic::write(&workload_file, lines)?;
 
     eprintln!("self-check 5/5: predict and compare");
-    let system = load::system(&profile_file.display().to_string())?;
+    let system = inputs::system(&profile_file.display().to_string())?;
     let v = validate::validate(
         &system,
-        &load::records(&workload_file)?,
+        &output::records(&workload_file)?,
         &workload_file.display().to_string(),
     )?;
     let validation_file = dir.join("validation.json");
-    crate::atomic::write(&validation_file, serde_json::to_string_pretty(&v)?)?;
-    let report = super::report::validation_report(
+    ridgeline_app::atomic::write(&validation_file, serde_json::to_string_pretty(&v)?)?;
+    let report = ridgeline_app::report::validation_report(
         &v,
         format!(
             "ridgeline {} validate --self-check --dir {}",
@@ -325,7 +331,7 @@ fn self_check(args: &ValidateArgs) -> Result<()> {
             dir.display()
         ),
     );
-    super::report::write_to(&report, &dir.join("report"), ImageFormat::Svg, &|_| {
+    ridgeline_app::report::write_to(&report, &dir.join("report"), ImageFormat::Svg, &|_| {
         Ok(Vec::new())
     })?;
     print(&v, args, Some(dir))
@@ -412,14 +418,14 @@ fn print(v: &Validation, args: &ValidateArgs, artifacts: Option<&Path>) -> Resul
         worst_layers: worst,
         artifacts,
     };
-    let step_cols = step_cols();
-    let layer_cols = layer_cols();
+    let step_cols = tables::step_cols();
+    let layer_cols = tables::layer_cols();
     output::print(args.format.format, &report, |style| {
         let mut d = Document::new(format!(
             "Validation: predicted vs measured training steps on {}",
             v.system
         ));
-        for (k, val) in summary_lines(v) {
+        for (k, val) in tables::summary_lines(v) {
             d = d.summary(k, val);
         }
         if let Some(dir) = artifacts {
@@ -445,109 +451,6 @@ fn print(v: &Validation, args: &ValidateArgs, artifacts: Option<&Path>) -> Resul
         })?;
     }
     Ok(())
-}
-
-/// Columns of the step table (also used by `report validation`).
-pub(crate) fn step_cols() -> [Col<StepPoint>; 9] {
-    [
-        text("workload", "workload", |r, _| {
-            if r.precision == Precision::Fp32.name() {
-                r.workload.clone()
-            } else {
-                format!("{} {}", r.workload, r.precision)
-            }
-        }),
-        text("input", "input", |r, _| {
-            r.input
-                .iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join("x")
-        }),
-        num("batch", "batch", |r, _| r.batch.to_string()),
-        num("predicted", "predicted_s", |r, s| {
-            s.seconds(Seconds::new(r.predicted_s))
-        }),
-        num("measured", "measured_s", |r, s| {
-            s.seconds(Seconds::new(r.measured_s))
-        }),
-        num("error", "rel_error", |r, s| signed_percent(r.rel_error, s)),
-        num("memory (model)", "predicted_memory_bytes", |r, s| {
-            s.bytes(Bytes::new(r.predicted_memory_bytes))
-        }),
-        num("memory (measured)", "measured_memory_bytes", |r, s| {
-            s.bytes(Bytes::new(r.measured_memory_bytes))
-        }),
-        num("memory error", "memory_rel_error", |r, s| {
-            signed_percent(r.memory_rel_error, s)
-        }),
-    ]
-}
-
-/// Columns of the layer table (also used by `report validation`).
-pub(crate) fn layer_cols() -> [Col<LayerPoint>; 7] {
-    [
-        text("workload", "workload", |r, _| {
-            format!("{} b{}", r.workload, r.batch)
-        }),
-        text("layer", "layer", |r, _| r.layer.clone()),
-        text("op", "op", |r, _| r.op.clone()),
-        text("pass", "pass", |r, _| r.pass.clone()),
-        num("predicted", "predicted_s", |r, s| {
-            s.seconds(Seconds::new(r.predicted_s))
-        }),
-        num("measured", "measured_s", |r, s| {
-            s.seconds(Seconds::new(r.measured_s))
-        }),
-        num("error", "rel_error", |r, s| signed_percent(r.rel_error, s)),
-    ]
-}
-
-/// The summary lines of a validation: step, layer and memory error statistics.
-pub(crate) fn summary_lines(v: &Validation) -> Vec<(String, String)> {
-    let s = &v.summary;
-    let pct = |x: f64| signed_percent(x, Style::Human);
-    vec![
-        (
-            "step time |error|".into(),
-            format!(
-                "median {:.1}%, mean {:.1}%, 90th percentile {:.1}%, max {:.1}% over {} steps (bias {})",
-                100.0 * s.steps.median_abs_rel_error,
-                100.0 * s.steps.mean_abs_rel_error,
-                100.0 * s.steps.p90_abs_rel_error,
-                100.0 * s.steps.max_abs_rel_error,
-                s.steps.n,
-                pct(s.steps.bias)
-            ),
-        ),
-        (
-            "layer time |error|".into(),
-            format!(
-                "median {:.1}%, 90th percentile {:.1}% over {} layer passes (bias {})",
-                100.0 * s.layers.median_abs_rel_error,
-                100.0 * s.layers.p90_abs_rel_error,
-                s.layers.n,
-                pct(s.layers.bias)
-            ),
-        ),
-        (
-            "peak memory |error|".into(),
-            format!(
-                "median {:.1}%, max {:.1}% (bias {})",
-                100.0 * s.memory.median_abs_rel_error,
-                100.0 * s.memory.max_abs_rel_error,
-                pct(s.memory.bias)
-            ),
-        ),
-    ]
-}
-
-/// A relative error as a signed percentage (raw: the fraction).
-fn signed_percent(x: f64, style: Style) -> String {
-    match style {
-        Style::Human => format!("{:+.1}%", 100.0 * x),
-        Style::Raw => x.to_string(),
-    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! `ridgeline workload list|show|export`.
 
 use anyhow::Result;
+use ridgeline_app::inputs;
 use ridgeline_model::cost::{self, LayerCost};
 use ridgeline_model::file;
 use ridgeline_model::graph::Shape;
@@ -9,7 +10,6 @@ use ridgeline_reports::Document;
 use serde::Serialize;
 
 use crate::cli::{ExportArgs, FormatArg, ShowArgs};
-use crate::load;
 use crate::output::{self, Col, Style, num, text};
 
 /// One row of `workload list`.
@@ -57,7 +57,7 @@ pub(crate) fn list(args: &FormatArg) -> Result<()> {
 }
 
 pub(crate) fn show(args: &ShowArgs) -> Result<()> {
-    let graph = load::workload(&args.workload)?;
+    let graph = inputs::workload(&args.workload.spec())?;
     let c = cost::cost(&graph, args.batch, args.precision.precision);
     let cols: [Col<LayerCost>; 11] = [
         text("layer", "name", |r, _| r.name.to_owned()),
@@ -118,11 +118,11 @@ pub(crate) fn show(args: &ShowArgs) -> Result<()> {
 }
 
 pub(crate) fn export(args: &ExportArgs) -> Result<()> {
-    let graph = load::workload(&args.workload)?;
+    let graph = inputs::workload(&args.workload.spec())?;
     let description = workloads::find(graph.name()).ok().map(|b| b.description);
     let text = file::export(&graph, description)?;
     match &args.out {
-        Some(path) => crate::atomic::write(path, text),
+        Some(path) => ridgeline_app::atomic::write(path, text),
         None => output::emit(&text),
     }
 }

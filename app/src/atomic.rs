@@ -17,7 +17,7 @@ fn parent(path: &Path) -> PathBuf {
 }
 
 /// Writes `path` through `fill`, atomically.
-pub(crate) fn write_with(
+pub fn write_with(
     path: &Path,
     fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> Result<()> {
@@ -36,7 +36,7 @@ pub(crate) fn write_with(
 }
 
 /// Writes `bytes` to `path`, atomically.
-pub(crate) fn write(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
+pub fn write(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
     write_with(path, |w| w.write_all(bytes.as_ref()))
 }
 
@@ -44,7 +44,7 @@ pub(crate) fn write(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
 /// `path` must be empty or an earlier report (it holds `report.json`): it is exchanged with
 /// the new one and removed, so no file of the old report survives beside the new ones, and
 /// no unrelated directory is ever replaced.
-pub(crate) fn directory<T>(path: &Path, fill: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
+pub fn directory<T>(path: &Path, fill: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
     let exists = path.exists();
     if exists {
         if !path.is_dir() {

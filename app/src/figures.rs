@@ -1,6 +1,6 @@
 //! The plots ridgeline draws, built from the model's and calibration's results as
-//! [`Figure`]s (what to draw; `ridgeline-reports` draws them), and the `--plot DIR` option
-//! that writes them next to a command's output.
+//! [`Figure`]s (what to draw; `ridgeline-reports` draws them), and [`write()`], which puts
+//! them in a directory.
 
 use std::path::Path;
 
@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use ridgeline_calibrate::validate::LayerPoint;
 use ridgeline_model::memory::MemoryRow;
 use ridgeline_model::precision::Precision;
-use ridgeline_model::predict::{self, Movement, Outcome, Prediction};
+use ridgeline_model::predict::{self, Inputs, Movement, Outcome, Prediction, Scenario};
 use ridgeline_model::profile::precision_name;
 use ridgeline_model::roofline::Roofline;
 use ridgeline_model::system::System;
@@ -17,22 +17,8 @@ use ridgeline_reports::chart::{
     Axis, BarChart, BarSeries, Chart, Figure, Level, Mark, Series, XyChart,
 };
 
-use crate::cli::PlotArgs;
-
-/// Writes a command's figures where `--plot` asks, and says so on standard error (standard
-/// output stays the command's result).
-pub(crate) fn emit(args: &PlotArgs, figures: impl FnOnce() -> Vec<Figure>) -> Result<()> {
-    let Some(dir) = &args.plot else {
-        return Ok(());
-    };
-    for path in write(dir, args.plot_format.format(), &figures())? {
-        eprintln!("plot written: {path}");
-    }
-    Ok(())
-}
-
 /// The measured compute ceilings of a calibrated system at `precision`, FLOP/s.
-pub(crate) fn ceilings(system: &System, precision: Precision) -> Vec<(String, f64)> {
+pub fn ceilings(system: &System, precision: Precision) -> Vec<(String, f64)> {
     system
         .calibration
         .as_ref()
@@ -47,16 +33,19 @@ pub(crate) fn ceilings(system: &System, precision: Precision) -> Vec<(String, f6
 }
 
 /// The datasheet memory bandwidth behind a calibrated system, bytes/s (`None` for a
-/// datasheet system).
-pub(crate) fn datasheet_bandwidth(system: &System) -> Option<f64> {
-    let profile = system.calibration.as_ref()?;
-    crate::load::system(&profile.system)
-        .ok()
-        .and_then(|s| s.device.memory_bandwidth.map(|b| b.value.value()))
+/// datasheet system, or one whose bandwidth is unknown). The profile's datasheet system
+/// loaded when the profile was; an error loading it now is said, not dropped.
+pub fn datasheet_bandwidth(system: &System) -> Result<Option<f64>> {
+    let Some(profile) = system.calibration.as_ref() else {
+        return Ok(None);
+    };
+    let base = crate::inputs::system(&profile.system)
+        .with_context(|| format!("the datasheet system `{}` of a profile", profile.system))?;
+    Ok(base.device.memory_bandwidth.map(|b| b.value.value()))
 }
 
 /// The device memory and last-level cache of `system` as capacity lines.
-pub(crate) fn capacities(system: &System) -> Vec<Level> {
+pub fn capacities(system: &System) -> Vec<Level> {
     let mut levels = Vec::new();
     if let Some(m) = system.device_memory() {
         levels.push(Level {
@@ -74,7 +63,7 @@ pub(crate) fn capacities(system: &System) -> Vec<Level> {
 }
 
 /// Writes figures into `dir` (created if missing) as `<id>.svg|png`; returns the paths.
-pub(crate) fn write(dir: &Path, format: ImageFormat, figures: &[Figure]) -> Result<Vec<String>> {
+pub fn write(dir: &Path, format: ImageFormat, figures: &[Figure]) -> Result<Vec<String>> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create plot directory `{}`", dir.display()))?;
     figures
@@ -89,12 +78,7 @@ pub(crate) fn write(dir: &Path, format: ImageFormat, figures: &[Figure]) -> Resu
 
 /// Memory per device against batch size, stacked by component, with capacity lines
 /// (\[004\] Fig. 1).
-pub(crate) fn memory(
-    id: &str,
-    workload: &str,
-    rows: &[MemoryRow],
-    capacities: Vec<Level>,
-) -> Figure {
+pub fn memory(id: &str, workload: &str, rows: &[MemoryRow], capacities: Vec<Level>) -> Figure {
     let component = |name: &str, f: fn(&MemoryRow) -> f64| BarSeries {
         name: name.to_owned(),
         values: rows.iter().map(f).collect(),
@@ -132,7 +116,7 @@ pub(crate) fn memory(
 ///
 /// With a calibrated profile, `datasheet_bandwidth` is the datasheet's memory bandwidth:
 /// the datasheet roof is drawn with it and the measured bandwidth as a dashed roof.
-pub(crate) fn roofline(
+pub fn roofline(
     r: &Roofline<'_>,
     ceilings: &[(String, f64)],
     datasheet_bandwidth: Option<f64>,
@@ -306,18 +290,19 @@ fn movement_chart(workload: &str, system: &str, rows: &[(u64, Vec<Movement>)]) -
 
 /// Data movement per sample and the step-time breakdown of `p`'s configuration across
 /// batch sizes 1, 2, 4, ... up to `batch` (the sizes that cannot run are left out).
-pub(crate) fn across_batches(job: &crate::load::Job, batch: u64, p: &Prediction) -> Vec<Figure> {
+pub fn across_batches(
+    inputs: Inputs<'_>,
+    scenario: &Scenario,
+    batch: u64,
+    p: &Prediction,
+) -> Vec<Figure> {
     let mut batches: Vec<u64> = std::iter::successors(Some(1u64), |b| b.checked_mul(2))
         .take_while(|&b| b < batch)
         .collect();
     batches.push(batch);
     let runs: Vec<(u64, Prediction)> = batches
         .iter()
-        .filter_map(|&b| {
-            predict::predict(job.inputs(), &job.training.scenario, b)
-                .ok()
-                .map(|q| (b, q))
-        })
+        .filter_map(|&b| predict::predict(inputs, scenario, b).ok().map(|q| (b, q)))
         .collect();
     let movement: Vec<(u64, Vec<Movement>)> = runs
         .iter()
@@ -341,7 +326,7 @@ pub(crate) fn across_batches(job: &crate::load::Job, batch: u64, p: &Prediction)
 }
 
 /// Step-time breakdown (compute / input / allreduce, and the step) per configuration.
-pub(crate) fn breakdown(title: String, x_label: &str, rows: &[(String, Outcome)]) -> Figure {
+pub fn breakdown(title: String, x_label: &str, rows: &[(String, Outcome)]) -> Figure {
     let part = |name: &str, f: fn(&Outcome) -> f64| BarSeries {
         name: name.to_owned(),
         values: rows.iter().map(|(_, o)| f(o)).collect(),
@@ -370,7 +355,7 @@ pub(crate) fn breakdown(title: String, x_label: &str, rows: &[(String, Outcome)]
 
 /// Curves against node counts on log-log axes, each with its ideal line (dashed) from its
 /// first point: `ideal_exponent` -1 for time under strong scaling, 1 for throughput.
-pub(crate) fn scaling(
+pub fn scaling(
     id: &str,
     title: String,
     x_label: &str,
@@ -409,7 +394,7 @@ pub(crate) fn scaling(
 
 /// Per-layer prediction against measurement, log-log, with y = x and a ±`band` error band
 /// (dashed), one colour per op kind.
-pub(crate) fn predicted_vs_measured(title: String, layers: &[LayerPoint], band: f64) -> Figure {
+pub fn predicted_vs_measured(title: String, layers: &[LayerPoint], band: f64) -> Figure {
     let points: Vec<&LayerPoint> = layers
         .iter()
         .filter(|l| l.predicted_s > 0.0 && l.measured_s > 0.0)
@@ -477,7 +462,7 @@ const ERROR_BINS: [f64; 9] = [-1.0, -0.5, -0.25, -0.1, 0.0, 0.1, 0.25, 0.5, 1.0]
 
 /// The distribution of signed per-layer errors: share of layer passes and of measured time
 /// per bin.
-pub(crate) fn error_distribution(layers: &[LayerPoint]) -> Figure {
+pub fn error_distribution(layers: &[LayerPoint]) -> Figure {
     let n = ERROR_BINS.len();
     let bin = |e: f64| {
         ERROR_BINS[1..n - 1]
@@ -538,7 +523,7 @@ pub(crate) fn error_distribution(layers: &[LayerPoint]) -> Figure {
 
 /// Kernel hardware efficiency (\[004\] Fig. 3): measured run time per efficiency bin, and
 /// the time the same work would take at full efficiency.
-pub(crate) fn efficiency_histogram(id: &str, title: String, layers: &[LayerPoint]) -> Figure {
+pub fn efficiency_histogram(id: &str, title: String, layers: &[LayerPoint]) -> Figure {
     const BINS: usize = 10;
     let mut time = [0.0; BINS];
     let mut ideal = [0.0; BINS];

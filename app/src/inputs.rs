@@ -1,0 +1,595 @@
+//! Resolving names to workloads, systems, mixes and candidates (built-in and catalog names,
+//! `local`, or files) and loading a [`Job`]: one workload with everything a prediction on
+//! it needs besides the system. The command line and mix files go through the same
+//! resolver ([`Job::load`] with a [`WorkloadSource`]); only their messages differ, each
+//! naming what to fix where the user wrote it. This is the only place that reads input files.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use ridgeline_model::dataset::{self, Dataset};
+use ridgeline_model::graph::Graph;
+use ridgeline_model::precision::Precision;
+use ridgeline_model::predict::{
+    DataLocation, Epochs, Inputs, Overlap, Quality, Scenario, StepModel,
+};
+use ridgeline_model::procurement::{self, Mix, Offer};
+use ridgeline_model::profile::Profile;
+use ridgeline_model::roofline::Efficiency;
+use ridgeline_model::system::Sourced;
+use ridgeline_model::workloads::{self, BuildOptions};
+use ridgeline_model::{Error, catalog, file, system::System};
+
+use ridgeline_model::collective::Algorithm;
+use ridgeline_model::memory::Optimizer;
+
+/// What names a workload: a built-in name or the path of a workload file, with the scaling
+/// options of the command line.
+#[derive(Debug, Clone, Default)]
+pub struct WorkloadSpec {
+    /// A built-in workload name or the path of a workload TOML file.
+    pub name: String,
+    /// Input spatial size: one value for every dimension or one per dimension.
+    pub input_size: Option<Vec<usize>>,
+    /// Multiplier on inner channel counts (built-in workloads only).
+    pub width: Option<f64>,
+}
+
+/// What a prediction assumes besides workload, system, nodes and batch, as the command
+/// line gives it.
+#[derive(Debug, Clone)]
+pub struct ScenarioSpec {
+    /// Allreduce algorithm.
+    pub collective: Algorithm,
+    /// Overlap of compute, input and allreduce.
+    pub overlap: Overlap,
+    /// Where each node's share of the data set lives.
+    pub data_location: DataLocation,
+    /// Epochs instead of the convergence curve.
+    pub epochs: Option<f64>,
+    /// A convergence curve file.
+    pub convergence: Option<String>,
+    /// A data set file.
+    pub dataset: Option<String>,
+    /// Training samples per epoch instead of the whole data set.
+    pub train_samples: Option<u64>,
+    /// Evaluation samples per epoch instead of the whole evaluation set.
+    pub eval_samples: Option<u64>,
+    /// Gradient bytes per parameter on the wire.
+    pub gradient_bytes: u64,
+    /// Attained fraction of peak FLOP/s.
+    pub compute_efficiency: f64,
+    /// Attained fraction of memory bandwidth.
+    pub memory_efficiency: f64,
+    /// CPU preprocessing throughput per node, samples per second.
+    pub preprocess_rate: Option<f64>,
+    /// Raw / stored size of the data set.
+    pub compression: f64,
+    /// Achieved quality, target quality and exponent for Valid FLOPS.
+    pub quality: Option<Quality>,
+    /// Optimizer, for the memory footprint.
+    pub optimizer: Optimizer,
+}
+
+/// Whether a command-line argument names a file rather than a catalog entry.
+fn is_file(arg: &str) -> bool {
+    arg.ends_with(".toml") || arg.contains('/') || Path::new(arg).is_file()
+}
+
+fn read(path: &str, what: &str) -> Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("cannot read {what} file `{path}`"))
+}
+
+/// The workload a command names, built or parsed with its scaling options.
+pub fn workload(args: &WorkloadSpec) -> Result<Graph> {
+    let name = args.name.as_str();
+    if workloads::find(name).is_ok() || !is_file(name) {
+        let options = BuildOptions {
+            input_size: args.input_size.clone(),
+            width: args.width.unwrap_or(1.0),
+        };
+        return workloads::build(name, &options).map_err(|e| match e {
+            Error::UnknownName { .. } => {
+                anyhow::anyhow!("{e} (or give the path of a workload TOML file)")
+            }
+            other => other.into(),
+        });
+    }
+    if args.width.is_some() {
+        bail!("--width applies to built-in workloads only; edit the channel counts in `{name}`");
+    }
+    let text = read(name, "workload")?;
+    Ok(file::parse_workload(
+        &text,
+        name,
+        args.input_size.as_deref(),
+    )?)
+}
+
+/// The system a command names: a catalog system or device, `local`, a system file, or a
+/// calibrated profile (which names its datasheet system and overlays it).
+pub fn system(arg: &str) -> Result<System> {
+    if is_file(arg) {
+        let text = read(arg, "system")?;
+        if is_profile(&text) {
+            let profile = Profile::parse(&text, arg)?;
+            let base = datasheet_system(&profile.system).with_context(|| {
+                format!("{arg}: field `system`: the profile's datasheet system")
+            })?;
+            return Ok(profile.overlay(base, arg)?);
+        }
+        return Ok(catalog::system_from_file(&text, arg)?);
+    }
+    datasheet_system(arg)
+}
+
+/// Whether a TOML text is a calibrated profile rather than a system or device file.
+fn is_profile(text: &str) -> bool {
+    text.parse::<toml::Table>()
+        .is_ok_and(|t| t.contains_key("provenance") && t.contains_key("schema_version"))
+}
+
+/// A catalog system or device, `local`, or a system file.
+fn datasheet_system(arg: &str) -> Result<System> {
+    if arg == catalog::LOCAL_NAME {
+        return Ok(catalog::local(&ridgeline_measure::host::facts()?)?);
+    }
+    if is_file(arg) {
+        let text = read(arg, "system")?;
+        return Ok(catalog::system_from_file(&text, arg)?);
+    }
+    catalog::system(arg).map_err(|e| match e {
+        Error::UnknownName { .. } => {
+            anyhow::anyhow!("{e} (or give the path of a system TOML file)")
+        }
+        other => other.into(),
+    })
+}
+
+/// Where a workload and its data come from: the command line or an entry of a mix file.
+/// Only the messages differ: each names what to fix where the user wrote it.
+#[derive(Debug, Clone, Copy)]
+pub enum Origin<'a> {
+    /// Command-line flags (`--dataset`, `--epochs`, `--convergence`).
+    Flags,
+    /// Entry `index` of mix file `file`, its relative paths from `dir`.
+    Mix {
+        /// The mix file, as named.
+        file: &'a str,
+        /// The entry's index.
+        index: usize,
+        /// The directory relative paths start from.
+        dir: Option<&'a Path>,
+    },
+}
+
+impl Origin<'_> {
+    /// `path` as the user means it: relative to a mix file's directory.
+    fn path(&self, path: &str) -> String {
+        match self {
+            Origin::Flags => path.to_owned(),
+            Origin::Mix { dir, .. } => relative(*dir, path),
+        }
+    }
+
+    fn field(&self, f: &str) -> String {
+        match self {
+            Origin::Flags => String::new(),
+            Origin::Mix { file, index, .. } => format!("{file}: field `workload[{index}].{f}`: "),
+        }
+    }
+}
+
+/// A workload to load: what names it and its data, and where the names come from.
+#[derive(Debug, Clone)]
+pub struct WorkloadSource<'a> {
+    /// The workload.
+    pub workload: WorkloadSpec,
+    /// A data set file replacing a built-in's (required for workload files).
+    pub dataset: Option<String>,
+    /// A convergence file (epochs versus global batch).
+    pub convergence: Option<String>,
+    /// Epochs instead of the convergence curve.
+    pub epochs: Option<f64>,
+    /// Where these names come from.
+    pub origin: Origin<'a>,
+}
+
+/// A workload loaded with everything a prediction on it needs besides the system: its
+/// graph, step model, data set and scenario. Commands with one workload and every entry of
+/// a mix load the same `Job`.
+#[derive(Debug, Clone)]
+pub struct Job {
+    /// The workload's layer graph.
+    pub graph: Graph,
+    /// Its step model at the job's precision.
+    pub model: StepModel,
+    /// The data set it trains on.
+    pub dataset: Dataset,
+    /// The scenario (nodes, epochs or convergence, and the rest).
+    pub scenario: Scenario,
+    /// Input elements of the workload the data set's sample size refers to.
+    pub reference_input_elements: u64,
+}
+
+impl Job {
+    /// Loads the workload `source` names, its data set and convergence, at `precision`
+    /// with `optimizer`, on `nodes` nodes with the scenario's defaults.
+    pub fn load(
+        source: &WorkloadSource<'_>,
+        precision: Precision,
+        optimizer: Optimizer,
+        nodes: u32,
+    ) -> Result<Job> {
+        let name = source.workload.name.as_str();
+        let builtin = workloads::find(name).ok();
+        let graph = match (source.origin, builtin) {
+            (Origin::Flags, _) => workload(&source.workload)?,
+            (Origin::Mix { .. }, Some(b)) => workloads::build(b.name, &BuildOptions::default())?,
+            (origin @ Origin::Mix { .. }, None) => {
+                let path = origin.path(name);
+                if !Path::new(&path).is_file() {
+                    bail!(
+                        "{}`{name}` is neither a built-in workload ({}) nor a workload file (no \
+                         file `{path}`)",
+                        origin.field("name"),
+                        workloads::names().join(", ")
+                    );
+                }
+                file::parse_workload(&read(&path, "workload")?, &path, None)?
+            }
+        };
+        let user_data = source
+            .dataset
+            .as_deref()
+            .map(|p| {
+                let path = source.origin.path(p);
+                Ok::<_, anyhow::Error>(dataset::parse_workload_data(
+                    &read(&path, "data set")?,
+                    &path,
+                )?)
+            })
+            .transpose()?;
+        let shipped = match builtin {
+            Some(b) => catalog::workload_data(b.name)?,
+            None => None,
+        };
+        let data = user_data.as_ref().or(shipped.as_ref());
+        let dataset = match (source.origin, data) {
+            (Origin::Flags, Some(d)) => {
+                d.dataset.clone().with_context(|| match &source.dataset {
+                    Some(path) => format!("data set file `{path}` has no [dataset] table"),
+                    None => format!("no data set for `{name}`"),
+                })?
+            }
+            (Origin::Flags, None) => bail!(
+                "workload `{name}` has no data set: pass --dataset FILE (format: README.md, 'Data \
+                 sets and convergence')"
+            ),
+            (origin @ Origin::Mix { .. }, d) => {
+                d.and_then(|d| d.dataset.clone()).with_context(|| {
+                    format!(
+                        "{}`{name}` has no data set; give a data set file",
+                        origin.field("data")
+                    )
+                })?
+            }
+        };
+        let epochs = match (source.epochs, &source.convergence) {
+            (Some(e), _) if !(e > 0.0 && e <= dataset::MAX_EPOCHS) => match source.origin {
+                Origin::Flags => bail!(
+                    "--epochs {e:?}: must be a positive number, at most {}",
+                    dataset::MAX_EPOCHS
+                ),
+                origin => bail!(
+                    "{}{e:?}: must be a positive number, at most {}",
+                    origin.field("epochs"),
+                    dataset::MAX_EPOCHS
+                ),
+            },
+            (Some(e), _) => Epochs::Fixed(e),
+            (None, Some(p)) => {
+                let path = source.origin.path(p);
+                let data = dataset::parse_workload_data(&read(&path, "convergence")?, &path)?;
+                Epochs::Curve(data.convergence.with_context(|| {
+                    format!("convergence file `{path}` has no [[convergence]] points")
+                })?)
+            }
+            // The data file's curve, else the built-in's.
+            (None, None) => match (
+                [&user_data, &shipped]
+                    .into_iter()
+                    .find_map(|d| d.as_ref().and_then(|d| d.convergence.clone())),
+                source.origin,
+            ) {
+                (Some(c), _) => Epochs::Curve(c),
+                (None, Origin::Flags) => bail!(
+                    "no convergence data for `{name}` in ridgeline's sources: pass --epochs E or \
+                     --convergence FILE"
+                ),
+                (None, origin) => bail!(
+                    "{}`{name}` has no convergence curve in ridgeline's sources; give epochs = \
+                     {{ value = E, source = \"...\" }} or a data file with [[convergence]] points",
+                    origin.field("epochs")
+                ),
+            },
+        };
+        let reference_input_elements = match builtin {
+            Some(b) if user_data.is_none() => b.input.iter().map(|&d| d as u64).product(),
+            _ => graph.input_shape().elements(),
+        };
+        let model = StepModel::new(&graph, precision, optimizer);
+        Ok(Job {
+            graph,
+            model,
+            dataset,
+            scenario: Scenario::new(nodes, epochs),
+            reference_input_elements,
+        })
+    }
+
+    /// Loads the workload and the scenario the command line gives.
+    pub fn from_flags(
+        workload: &WorkloadSpec,
+        s: &ScenarioSpec,
+        precision: Precision,
+        nodes: u32,
+    ) -> Result<Job> {
+        let source = WorkloadSource {
+            workload: workload.clone(),
+            dataset: s.dataset.clone(),
+            convergence: s.convergence.clone(),
+            epochs: s.epochs,
+            origin: Origin::Flags,
+        };
+        let mut job = Job::load(&source, precision, s.optimizer, nodes)?;
+        if let Some(n) = s.train_samples {
+            job.dataset.train_samples = Sourced {
+                value: n,
+                source: "--train-samples".into(),
+            };
+        }
+        if let Some(n) = s.eval_samples {
+            job.dataset.eval_samples = Sourced {
+                value: n,
+                source: "--eval-samples".into(),
+            };
+        }
+        job.scenario = Scenario {
+            collective: s.collective,
+            overlap: s.overlap,
+            location: s.data_location,
+            gradient_bytes: s.gradient_bytes,
+            efficiency: Efficiency::new(s.compute_efficiency, s.memory_efficiency)?,
+            preprocess_rate: s.preprocess_rate,
+            compression: s.compression,
+            quality: s.quality,
+            ..job.scenario
+        };
+        Ok(job)
+    }
+
+    /// The borrowed view predictions on `system` take.
+    pub fn inputs<'a>(&'a self, system: &'a System) -> Inputs<'a> {
+        Inputs {
+            model: &self.model,
+            system,
+            dataset: &self.dataset,
+            reference_input_elements: self.reference_input_elements,
+        }
+    }
+}
+
+/// A workload mix: a shipped name or a mix file, with the directory its relative paths
+/// start from.
+pub fn mix(arg: &str) -> Result<(Mix, Option<PathBuf>)> {
+    if is_file(arg) {
+        let text = read(arg, "mix")?;
+        let dir = Path::new(arg).parent().map(Path::to_path_buf);
+        return Ok((procurement::parse_mix(&text, arg)?, dir));
+    }
+    catalog::mix(arg).map(|m| (m, None)).map_err(|e| match e {
+        Error::UnknownName { .. } => anyhow::anyhow!("{e} (or give the path of a mix TOML file)"),
+        other => other.into(),
+    })
+}
+
+/// `path` as written, or relative to `dir` when it is relative and a directory is given.
+fn relative(dir: Option<&Path>, path: &str) -> String {
+    match dir {
+        Some(d) if Path::new(path).is_relative() => d.join(path).display().to_string(),
+        _ => path.to_owned(),
+    }
+}
+
+/// A candidate: a shipped candidate, a candidate file, or any system (at its own node
+/// count, without price). Returns the offer and its datasheet system.
+pub fn offer(arg: &str) -> Result<(Offer, System)> {
+    let (offer, dir) = if let Some(o) = catalog::candidate(arg)? {
+        (Some(o), None)
+    } else if is_file(arg) {
+        let text = read(arg, "candidate")?;
+        let is_offer = text.parse::<toml::Table>().is_ok_and(|t| {
+            t.get("system").is_some_and(toml::Value::is_str) && t.contains_key("nodes")
+        });
+        if is_offer {
+            let dir = Path::new(arg).parent().map(Path::to_path_buf);
+            (Some(procurement::parse_offer(&text, arg)?), dir)
+        } else {
+            (None, None)
+        }
+    } else {
+        (None, None)
+    };
+    match offer {
+        Some(o) => {
+            let path = if is_file(&o.system) {
+                relative(dir.as_deref(), &o.system)
+            } else {
+                o.system.clone()
+            };
+            let sys =
+                system(&path).with_context(|| format!("candidate `{}`: field `system`", o.name))?;
+            Ok((o, sys))
+        }
+        None => {
+            let sys = system(arg)?;
+            let o = Offer {
+                name: sys.name.clone(),
+                description: sys.description.clone(),
+                system: arg.to_owned(),
+                nodes: sys.cluster.nodes.clone(),
+                price_per_node: None,
+                node_power_w: None,
+                lifetime_years: None,
+                electricity_per_kwh: None,
+                pfs_bandwidth: None,
+            };
+            Ok((o, sys))
+        }
+    }
+}
+
+/// Every workload of `mix` loaded: the same resolver as the command line's, relative paths
+/// from `dir`, errors naming the entry's field in `file`.
+pub fn mix_jobs(mix: &Mix, file: &str, dir: Option<&Path>) -> Result<Vec<Job>> {
+    mix.workloads
+        .iter()
+        .enumerate()
+        .map(|(index, entry)| {
+            let source = WorkloadSource {
+                workload: WorkloadSpec {
+                    name: entry.workload.clone(),
+                    ..WorkloadSpec::default()
+                },
+                dataset: entry.data.clone(),
+                convergence: None,
+                epochs: entry.epochs.as_ref().map(|e| e.value),
+                origin: Origin::Mix { file, index, dir },
+            };
+            Job::load(&source, entry.precision, entry.optimizer, 1)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The command line's defaults (`ridgeline predict --help`), with `epochs`.
+    fn flags(epochs: Option<f64>) -> ScenarioSpec {
+        ScenarioSpec {
+            collective: Algorithm::Best,
+            overlap: Overlap::Full,
+            data_location: DataLocation::Auto,
+            epochs,
+            convergence: None,
+            dataset: None,
+            train_samples: None,
+            eval_samples: None,
+            gradient_bytes: 4,
+            compute_efficiency: 1.0,
+            memory_efficiency: 1.0,
+            preprocess_rate: None,
+            compression: 1.0,
+            quality: None,
+            optimizer: Optimizer::SgdMomentum,
+        }
+    }
+
+    fn named(name: &str) -> WorkloadSpec {
+        WorkloadSpec {
+            name: name.into(),
+            ..WorkloadSpec::default()
+        }
+    }
+
+    #[test]
+    fn sample_counts_from_flags_replace_the_data_sets() {
+        let mut s = flags(None);
+        s.train_samples = Some(1000);
+        s.eval_samples = Some(100);
+        let job = Job::from_flags(&named("deepcam"), &s, Precision::Fp32, 2).unwrap();
+        assert_eq!(job.dataset.train_samples.value, 1000);
+        assert_eq!(job.dataset.eval_samples.value, 100);
+        assert_eq!(job.dataset.eval_samples.source, "--eval-samples");
+        assert_eq!(job.scenario.nodes, 2);
+        let full = Job::from_flags(&named("deepcam"), &flags(None), Precision::Fp32, 2).unwrap();
+        assert!(full.dataset.eval_samples.value > 100);
+    }
+
+    #[test]
+    fn a_mix_entry_and_the_flags_load_the_same_job() {
+        let mix = catalog::mix("mlperf-hpc").unwrap();
+        let jobs = mix_jobs(&mix, "mlperf-hpc.toml", None).unwrap();
+        for (entry, job) in mix.workloads.iter().zip(&jobs) {
+            let mut s = flags(entry.epochs.as_ref().map(|e| e.value));
+            s.optimizer = entry.optimizer;
+            let flagged = Job::from_flags(&named(&entry.workload), &s, entry.precision, 1).unwrap();
+            assert_eq!(job.model.params, flagged.model.params, "{}", entry.workload);
+            assert_eq!(job.dataset, flagged.dataset, "{}", entry.workload);
+            assert_eq!(job.scenario.epochs, flagged.scenario.epochs);
+            assert_eq!(
+                job.reference_input_elements,
+                flagged.reference_input_elements
+            );
+        }
+    }
+
+    #[test]
+    fn a_missing_curve_names_the_flag_or_the_mix_field() {
+        let err = Job::from_flags(&named("resnet50"), &flags(None), Precision::Fp32, 1)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("pass --epochs E or --convergence FILE"),
+            "{err}"
+        );
+        let source = WorkloadSource {
+            workload: named("resnet50"),
+            dataset: None,
+            convergence: None,
+            epochs: None,
+            origin: Origin::Mix {
+                file: "m.toml",
+                index: 3,
+                dir: None,
+            },
+        };
+        let err = Job::load(&source, Precision::Fp32, Optimizer::SgdMomentum, 1)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("m.toml: field `workload[3].epochs`"),
+            "{err}"
+        );
+        let err = Job::from_flags(&named("resnet50"), &flags(Some(-1.0)), Precision::Fp32, 1)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("--epochs -1.0"), "{err}");
+    }
+
+    #[test]
+    fn a_data_file_brings_its_own_curve_else_the_builtins() {
+        let dir = tempfile::tempdir().unwrap();
+        let shipped = catalog::workload_data("deepcam").unwrap().unwrap();
+        let set = shipped.dataset.clone().unwrap();
+        let data = format!(
+            "[sources]\nt = \"test\"\n[dataset]\ntrain_samples = {{ value = {}, source = \"t\" }}\n\
+             eval_samples = {{ value = 10, source = \"t\" }}\n\
+             sample_bytes = {{ value = {}, source = \"t\" }}\n",
+            set.train_samples.value,
+            set.sample_bytes.value.value()
+        );
+        let path = dir.path().join("data.toml");
+        std::fs::write(&path, &data).unwrap();
+        let mut s = flags(None);
+        s.dataset = Some(path.display().to_string());
+        let job = Job::from_flags(&named("deepcam"), &s, Precision::Fp32, 1).unwrap();
+        assert_eq!(job.dataset.eval_samples.value, 10);
+        assert_eq!(
+            job.scenario.epochs,
+            Epochs::Curve(shipped.convergence.unwrap())
+        );
+    }
+}

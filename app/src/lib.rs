@@ -1,0 +1,25 @@
+//! # ridgeline-app
+//!
+//! ridgeline's use cases, between the command line and the library crates: what spans
+//! crates lives here, with no command-line parsing and no printing, so that every use case
+//! can be tested in process. The map of the crates is `docs/ARCHITECTURE.md`.
+//!
+//! - [`inputs`]: names resolved to workloads, systems, mixes and candidates, and one
+//!   [`inputs::Job`] (a workload with its data set and scenario) from the command line or a
+//!   mix entry, through one resolver.
+//! - [`columns`] and [`tables`]: table columns written from one definition in a human and a
+//!   raw style, and the column sets that commands print and reports carry.
+//! - [`figures`]: the plots, as [`ridgeline_reports::chart::Figure`] models.
+//! - [`report`]: the procurement, workload and validation reports' content, and
+//!   [`report::write_to`], which renders one into a directory.
+//! - [`atomic`]: outputs written whole or not at all.
+//!
+//! Errors are [`anyhow::Error`]s carrying the library crates' typed errors with context
+//! (which file, which field, which flag): this layer reports to a user, it does not recover.
+
+pub mod atomic;
+pub mod columns;
+pub mod figures;
+pub mod inputs;
+pub mod report;
+pub mod tables;

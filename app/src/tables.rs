@@ -1,0 +1,221 @@
+//! The column sets commands print and reports carry: one definition per table, so that a
+//! command's output and the report built from the same result never disagree.
+
+use ridgeline_calibrate::validate::{LayerPoint, StepPoint, Validation};
+use ridgeline_model::graph::Shape;
+use ridgeline_model::memory::MemoryRow;
+use ridgeline_model::precision::Precision;
+use ridgeline_model::predict::Movement;
+use ridgeline_model::roofline::{Bound, PeakClass, RooflineLayer};
+use ridgeline_model::scale::ScaleRow;
+use ridgeline_model::units::{Bytes, Seconds};
+
+use crate::columns::{Col, Style, num, text};
+
+/// Data movement per sample: each source, the level it crosses, bytes and cost (\[004\] Fig. 4).
+pub fn movement_cols() -> [Col<Movement>; 6] {
+    [
+        text("source", "source", |r, _| r.source.to_owned()),
+        text("level", "level", |r, _| r.level.to_string()),
+        num("bytes/sample", "bytes_per_sample", |r, s| {
+            s.bytes(Bytes::new(r.bytes_per_sample))
+        }),
+        num("gap (s/B)", "gap_s_per_byte", |r, _| {
+            format!("{:.3e}", r.gap_s_per_byte)
+        }),
+        num("rel. cost", "relative_cost", |r, s| {
+            s.number(Some(r.relative_cost), 1)
+        }),
+        num("cost/sample", "cost_per_sample_s", |r, s| {
+            s.seconds(Seconds::new(r.cost_per_sample_s))
+        }),
+    ]
+}
+
+/// Memory per device by component, one row per batch size.
+pub fn memory_cols() -> [Col<MemoryRow>; 11] {
+    [
+        num("batch", "batch", |r, s| s.count(r.batch)),
+        num("params", "parameters", |r, s| s.bytes(r.parameters)),
+        num("grads", "gradients", |r, s| s.bytes(r.gradients)),
+        num("optimizer", "optimizer_state", |r, s| {
+            s.bytes(r.optimizer_state)
+        }),
+        num("buffers", "buffers", |r, s| s.bytes(r.buffers)),
+        num("workspace", "workspace", |r, s| s.bytes(r.workspace)),
+        num("input", "input", |r, s| s.bytes(r.input)),
+        num("activations", "activations", |r, s| s.bytes(r.activations)),
+        num("act. grads", "activation_gradients", |r, s| {
+            s.bytes(r.activation_gradients)
+        }),
+        num("total", "total", |r, s| s.bytes(r.total)),
+        num("fits", "fits", |r, _| {
+            if r.fits { "yes" } else { "no" }.to_owned()
+        }),
+    ]
+}
+
+/// A roofline's layers: FLOPs, bytes, intensity, time and bound.
+pub fn roofline_cols<'g>() -> [Col<RooflineLayer<'g>>; 9] {
+    [
+        text("layer", "name", |r, _| r.name.to_owned()),
+        text("op", "op", |r, _| r.op.to_owned()),
+        text("peak", "peak", |r, _| match r.peak {
+            PeakClass::Matrix => "matrix".to_owned(),
+            PeakClass::Vector => "vector".to_owned(),
+        }),
+        num("FLOP", "flops", |r, s| s.flops(r.flops)),
+        num("HBM bytes", "bytes", |r, s| s.bytes(r.bytes)),
+        num("FLOP/B", "arithmetic_intensity", |r, s| {
+            s.number(r.arithmetic_intensity, 1)
+        }),
+        num("time", "time", |r, s| s.seconds(r.time)),
+        text("bound", "bound", |r, _| {
+            match r.bound {
+                Bound::Compute => "compute",
+                Bound::Memory => "memory",
+                Bound::None => "-",
+            }
+            .to_owned()
+        }),
+        num("attained", "attained", |r, s| s.flop_rate(r.attained)),
+    ]
+}
+
+/// A scaling series: one row per node count.
+pub fn scale_cols() -> [Col<ScaleRow>; 12] {
+    [
+        num("nodes", "nodes", |r, s| s.count(u64::from(r.nodes))),
+        num("models", "models", |r, s| s.count(u64::from(r.models))),
+        num("batch", "local_batch", |r, s| s.count(r.local_batch)),
+        text("input", "input_size", |r, _| {
+            r.input_size
+                .as_ref()
+                .map_or_else(String::new, |d| Shape::new(d).to_string())
+        }),
+        num("width", "width", |r, s| s.number(r.width, 2)),
+        num("global", "global_batch", |r, s| {
+            r.outcome
+                .map_or_else(String::new, |o| s.count(o.global_batch))
+        }),
+        num("step", "step_time_s", |r, s| {
+            r.outcome
+                .map_or_else(String::new, |o| s.seconds(Seconds::new(o.step_time_s)))
+        }),
+        text("bound", "bound", |r, _| {
+            r.outcome
+                .map_or_else(String::new, |o| o.bound.name().to_owned())
+        }),
+        num("samples/s", "throughput", |r, s| s.number(r.throughput, 1)),
+        num("time to solution", "time_to_solution_s", |r, s| {
+            r.outcome.map_or_else(String::new, |o| {
+                s.seconds(Seconds::new(o.time_to_solution_s))
+            })
+        }),
+        num("speedup", "speedup", |r, s| s.number(r.speedup, 2)),
+        num("efficiency", "efficiency", |r, s| s.number(r.efficiency, 2)),
+    ]
+}
+
+/// Predicted against measured training steps: time and peak memory.
+pub fn step_cols() -> [Col<StepPoint>; 9] {
+    [
+        text("workload", "workload", |r, _| {
+            if r.precision == Precision::Fp32.name() {
+                r.workload.clone()
+            } else {
+                format!("{} {}", r.workload, r.precision)
+            }
+        }),
+        text("input", "input", |r, _| {
+            r.input
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join("x")
+        }),
+        num("batch", "batch", |r, _| r.batch.to_string()),
+        num("predicted", "predicted_s", |r, s| {
+            s.seconds(Seconds::new(r.predicted_s))
+        }),
+        num("measured", "measured_s", |r, s| {
+            s.seconds(Seconds::new(r.measured_s))
+        }),
+        num("error", "rel_error", |r, s| signed_percent(r.rel_error, s)),
+        num("memory (model)", "predicted_memory_bytes", |r, s| {
+            s.bytes(Bytes::new(r.predicted_memory_bytes))
+        }),
+        num("memory (measured)", "measured_memory_bytes", |r, s| {
+            s.bytes(Bytes::new(r.measured_memory_bytes))
+        }),
+        num("memory error", "memory_rel_error", |r, s| {
+            signed_percent(r.memory_rel_error, s)
+        }),
+    ]
+}
+
+/// Predicted against measured layer passes.
+pub fn layer_cols() -> [Col<LayerPoint>; 7] {
+    [
+        text("workload", "workload", |r, _| {
+            format!("{} b{}", r.workload, r.batch)
+        }),
+        text("layer", "layer", |r, _| r.layer.clone()),
+        text("op", "op", |r, _| r.op.clone()),
+        text("pass", "pass", |r, _| r.pass.clone()),
+        num("predicted", "predicted_s", |r, s| {
+            s.seconds(Seconds::new(r.predicted_s))
+        }),
+        num("measured", "measured_s", |r, s| {
+            s.seconds(Seconds::new(r.measured_s))
+        }),
+        num("error", "rel_error", |r, s| signed_percent(r.rel_error, s)),
+    ]
+}
+
+/// The summary lines of a validation: step, layer and memory error statistics.
+pub fn summary_lines(v: &Validation) -> Vec<(String, String)> {
+    let s = &v.summary;
+    let pct = |x: f64| signed_percent(x, Style::Human);
+    vec![
+        (
+            "step time |error|".into(),
+            format!(
+                "median {:.1}%, mean {:.1}%, 90th percentile {:.1}%, max {:.1}% over {} steps (bias {})",
+                100.0 * s.steps.median_abs_rel_error,
+                100.0 * s.steps.mean_abs_rel_error,
+                100.0 * s.steps.p90_abs_rel_error,
+                100.0 * s.steps.max_abs_rel_error,
+                s.steps.n,
+                pct(s.steps.bias)
+            ),
+        ),
+        (
+            "layer time |error|".into(),
+            format!(
+                "median {:.1}%, 90th percentile {:.1}% over {} layer passes (bias {})",
+                100.0 * s.layers.median_abs_rel_error,
+                100.0 * s.layers.p90_abs_rel_error,
+                s.layers.n,
+                pct(s.layers.bias)
+            ),
+        ),
+        (
+            "peak memory |error|".into(),
+            format!(
+                "median {:.1}%, max {:.1}% (bias {})",
+                100.0 * s.memory.median_abs_rel_error,
+                100.0 * s.memory.max_abs_rel_error,
+                pct(s.memory.bias)
+            ),
+        ),
+    ]
+}
+
+/// A relative error as a signed percentage (raw: the fraction).
+pub fn signed_percent(x: f64, style: Style) -> String {
+    match style {
+        Style::Human => format!("{:+.1}%", 100.0 * x),
+        Style::Raw => x.to_string(),
+    }
+}

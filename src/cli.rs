@@ -7,6 +7,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use ridgeline_app::campaign::{CampaignSpec, ProtocolOverrides, ThreadCount};
 use ridgeline_app::inputs::{ScenarioSpec, WorkloadSpec};
 use ridgeline_model::collective::Algorithm;
 use ridgeline_model::cost::MAX_BATCH;
@@ -368,24 +369,16 @@ pub(crate) struct ProtocolArgs {
 }
 
 impl ProtocolArgs {
-    /// `base` with the overrides given.
-    pub(crate) fn apply(&self, base: ridgeline_measure::Protocol) -> ridgeline_measure::Protocol {
-        let mut p = base;
-        if let Some(w) = self.warmup {
-            p.warmup = w;
+    /// The overrides given.
+    pub(crate) fn overrides(&self) -> ProtocolOverrides {
+        ProtocolOverrides {
+            warmup: self.warmup,
+            min_samples: self
+                .min_samples
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            min_time: self.min_time,
+            cache: self.cache,
         }
-        if let Some(n) = self.min_samples {
-            p.min_samples = usize::try_from(n).unwrap_or(usize::MAX);
-            p.max_samples = p.max_samples.max(p.min_samples);
-        }
-        if let Some(t) = self.min_time {
-            p.min_time = t;
-            p.max_time = p.max_time.max(t);
-        }
-        if let Some(c) = self.cache {
-            p.cache = c;
-        }
-        p
     }
 }
 
@@ -468,6 +461,19 @@ pub(crate) struct MeasureArgs {
     pub(crate) protocol: ProtocolArgs,
     #[command(flatten)]
     pub(crate) format: FormatArg,
+}
+
+impl MeasureArgs {
+    /// The campaign these flags describe.
+    pub(crate) fn spec(&self) -> CampaignSpec {
+        CampaignSpec {
+            device: self.device.clone(),
+            threads: self.threads.as_ref().map(|t| t.0.clone()),
+            out: self.out.clone(),
+            resume: self.resume,
+            protocol: self.protocol.overrides(),
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -702,15 +708,6 @@ pub(crate) struct MeasureSuiteArgs {
     pub(crate) budget: Duration,
     #[command(flatten)]
     pub(crate) measure: MeasureArgs,
-}
-
-/// A thread count: a number or every core.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ThreadCount {
-    /// Every core available to the process.
-    All,
-    /// This many.
-    N(usize),
 }
 
 /// Thread counts. (A newtype, so clap takes it as one value.)

@@ -2,9 +2,11 @@
 //! `ridgeline-reports`. Table cells are human-readable in `table` format and raw base-unit
 //! numbers under machine-friendly headers in `csv` format, from one column definition.
 
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
 
 use anyhow::Result;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use ridgeline_app::campaign::Observer;
 pub(crate) use ridgeline_app::columns::{Col, Style, num, table, text};
 use ridgeline_reports::{Csv, Document, Renderer, Text};
 use serde::Serialize;
@@ -64,4 +66,49 @@ pub(crate) fn plots(args: &PlotArgs, figures: impl FnOnce() -> Result<Vec<Figure
         eprintln!("plot written: {path}");
     }
     Ok(())
+}
+
+/// A campaign's progress on standard error: a bar on a terminal (nothing otherwise), and
+/// its notices as lines.
+pub(crate) struct Progress {
+    bar: ProgressBar,
+}
+
+impl Progress {
+    pub(crate) fn new() -> Progress {
+        Progress {
+            bar: ProgressBar::hidden(),
+        }
+    }
+}
+
+impl Observer for Progress {
+    fn notice(&self, line: &str) {
+        self.bar.suspend(|| eprintln!("{line}"));
+    }
+
+    fn begin(&self, total: u64) {
+        if std::io::stderr().is_terminal() {
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+        }
+        self.bar.set_length(total);
+        self.bar.set_position(0);
+        self.bar.set_style(
+            ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed_precise} < {eta}] {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+    }
+
+    fn step(&self, what: &str) {
+        self.bar.set_message(what.to_owned());
+    }
+
+    fn advance(&self) {
+        self.bar.inc(1);
+    }
+
+    fn end(&self) {
+        self.bar.finish_and_clear();
+        self.bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
 }

@@ -18,8 +18,10 @@
 //! (which file, which field, which flag): this layer reports to a user, it does not recover.
 
 pub mod atomic;
+pub mod campaign;
 pub mod columns;
 pub mod figures;
 pub mod inputs;
 pub mod report;
 pub mod tables;
+pub mod validation;

@@ -1,14 +1,17 @@
 //! The column sets commands print and reports carry: one definition per table, so that a
 //! command's output and the report built from the same result never disagree.
 
+use ridgeline_calibrate::stats::median;
 use ridgeline_calibrate::validate::{LayerPoint, StepPoint, Validation};
+use ridgeline_measure::Record;
 use ridgeline_model::graph::Shape;
 use ridgeline_model::memory::MemoryRow;
 use ridgeline_model::precision::Precision;
 use ridgeline_model::predict::Movement;
 use ridgeline_model::roofline::{Bound, PeakClass, RooflineLayer};
 use ridgeline_model::scale::ScaleRow;
-use ridgeline_model::units::{Bytes, Seconds};
+use ridgeline_model::units::{ByteRate, Bytes, FlopRate, Seconds};
+use serde::Serialize;
 
 use crate::columns::{Col, Style, num, text};
 
@@ -218,4 +221,132 @@ pub fn signed_percent(x: f64, style: Style) -> String {
         Style::Human => format!("{:+.1}%", 100.0 * x),
         Style::Raw => x.to_string(),
     }
+}
+
+/// A measurement record as printed: its case described, the median of its samples and
+/// the rates.
+#[derive(Debug, Serialize)]
+pub struct RecordRow {
+    kind: String,
+    case: String,
+    precision: String,
+    threads: usize,
+    samples: usize,
+    median_s: f64,
+    flop_rate: f64,
+    byte_rate: f64,
+}
+
+fn describe(r: &Record) -> String {
+    let s = &r.shape;
+    let list = |v: &serde_json::Value| {
+        v.as_array().map_or_else(String::new, |a| {
+            a.iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join("x")
+        })
+    };
+    match r.kind.as_str() {
+        "gemm" => format!("{}x{}x{}", s["m"], s["n"], s["k"]),
+        "conv" => format!(
+            "{} {} n{} {}->{} {} k{}{}{}",
+            s["pass"].as_str().unwrap_or_default(),
+            s["source"].as_str().unwrap_or_default(),
+            s["n"],
+            s["c_in"],
+            s["c_out"],
+            list(&s["input"]),
+            list(&s["kernel"]),
+            if s["groups"] == 1 {
+                String::new()
+            } else {
+                format!(" g{}", s["groups"])
+            },
+            if s["dilation"]
+                .as_array()
+                .is_some_and(|d| d.iter().any(|v| v != 1))
+            {
+                format!(" d{}", list(&s["dilation"]))
+            } else {
+                String::new()
+            },
+        ),
+        "stream" => format!(
+            "{} {} KiB",
+            s["kernel"].as_str().unwrap_or_default(),
+            s["array_bytes"].as_u64().unwrap_or(0) / 1024
+        ),
+        "op" => format!(
+            "{} {} n{} {}",
+            s["op"]["op"].as_str().unwrap_or_default(),
+            s["pass"].as_str().unwrap_or_default(),
+            s["batch"],
+            list(&s["input"])
+        ),
+        "comm-prtt" => format!(
+            "PRTT(n={}{}) {} B, ranks {}",
+            s["messages"],
+            if s["delayed"] == true {
+                ", delayed"
+            } else {
+                ""
+            },
+            s["bytes"],
+            list(&s["pair"]).replace('x', "-"),
+        ),
+        "comm-exchange" => format!(
+            "exchange {} B, ranks {}",
+            s["bytes"],
+            list(&s["pair"]).replace('x', "-")
+        ),
+        "comm-reduce" => format!("a += b, {} B", s["bytes"]),
+        "comm-allreduce" => format!(
+            "{} {} B, {} ranks",
+            s["algorithm"].as_str().unwrap_or_default(),
+            s["bytes"],
+            s["ranks"]
+        ),
+        "comm-alltoall" => format!("{} B per pair, {} ranks", s["bytes"], s["ranks"]),
+        _ => format!("{}", s),
+    }
+}
+
+/// One row per record.
+pub fn record_rows(records: &[Record]) -> Vec<RecordRow> {
+    records
+        .iter()
+        .map(|r| {
+            let t = median(&r.samples_s);
+            RecordRow {
+                kind: r.kind.clone(),
+                case: describe(r),
+                precision: r.precision.clone(),
+                threads: r.threads,
+                samples: r.samples_s.len(),
+                median_s: t,
+                flop_rate: r.flops / t,
+                byte_rate: r.bytes / t,
+            }
+        })
+        .collect()
+}
+
+/// The columns of measured records.
+pub fn record_cols() -> [Col<RecordRow>; 7] {
+    [
+        text("kind", "kind", |r, _| r.kind.clone()),
+        text("case", "case", |r, _| r.case.clone()),
+        text("precision", "precision", |r, _| r.precision.clone()),
+        num("threads", "threads", |r, s| s.count(r.threads as u64)),
+        num("median", "median_s", |r, s| {
+            s.seconds(Seconds::new(r.median_s))
+        }),
+        num("FLOP/s", "flop_rate", |r, s| {
+            s.flop_rate(FlopRate::new(r.flop_rate))
+        }),
+        num("bytes/s", "byte_rate", |r, s| {
+            s.byte_rate(ByteRate::new(r.byte_rate))
+        }),
+    ]
 }

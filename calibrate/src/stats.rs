@@ -15,6 +15,15 @@ use statrs::statistics::{Data, OrderStatistics, Statistics};
 
 use crate::error::{Error, Result};
 
+/// The median of `values` (statrs's; NaN for none): the one median for timings that are
+/// not yet checked [`Samples`] (a record's samples as printed or compared).
+pub fn median(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    Data::new(values.to_vec()).median()
+}
+
 /// Tukey's inner-fence factor: beyond `k x IQR` outside the quartiles a sample is a mild
 /// outlier.
 pub const TUKEY_INNER: f64 = 1.5;
@@ -238,6 +247,13 @@ impl Samples {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_median_of_raw_values_takes_the_middle_or_the_mean_of_two() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(median(&[]).is_nan());
+    }
 
     #[test]
     fn invariants_are_checked() {

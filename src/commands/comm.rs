@@ -2,12 +2,12 @@
 //! rank 0 writes and prints), and the Slurm script that runs them on a cluster.
 
 use anyhow::{Result, bail};
+use ridgeline_app::tables;
 use ridgeline_measure::Protocol;
 use ridgeline_measure::comm::{self, CommBench, CommPlan, Pairs};
 use ridgeline_reports::Document;
 
 use crate::cli::{CommArgs, CommBenchCommand, Format, MeasureCommArgs, PairsArg};
-use crate::commands::measure::{row_cols, rows};
 use crate::output;
 
 pub(crate) fn run(args: &MeasureCommArgs) -> Result<()> {
@@ -48,8 +48,8 @@ pub(crate) fn run(args: &MeasureCommArgs) -> Result<()> {
             serde_json::to_string_pretty(&ran.records)?
         ));
     }
-    let table_rows = rows(&ran.records);
-    let cols = row_cols();
+    let table_rows = tables::record_rows(&ran.records);
+    let cols = tables::record_cols();
     output::print(common.format.format, &ran.records, |style| {
         let mut doc = Document::new(format!("MPI {}", plan.bench.name()));
         if let Some(r) = ran.records.first()
@@ -97,7 +97,7 @@ fn with_common(mut plan: CommPlan, common: &CommArgs) -> CommPlan {
     if let Some(sizes) = &common.sizes {
         plan.sizes.clone_from(&sizes.0);
     }
-    plan.protocol = common.protocol.apply(Protocol::default());
+    plan.protocol = common.protocol.overrides().apply(Protocol::default());
     plan
 }
 

@@ -2,371 +2,48 @@
 //! what was measured (the median of each case's samples, for reading; the records keep every
 //! sample).
 
-use std::io::IsTerminal;
-use std::time::{Duration, Instant};
+use std::path::Path;
 
-use anyhow::{Context, Result, bail};
-use indicatif::{ProgressBar, ProgressStyle};
+use anyhow::{Result, bail};
+use ridgeline_app::campaign::{self, Backends, Ran, Records, Runner, ThreadCount};
 use ridgeline_app::inputs::{self, WorkloadSpec};
+use ridgeline_app::tables;
+use ridgeline_calibrate::stats;
 use ridgeline_measure::suite::{self, Caches, SOURCES};
 use ridgeline_measure::{
-    Backend, Case, ConvCase, ConvPass, CopyCase, CopyDirection, GemmCase, HostMemory,
-    NcclAllreduce, OpCase, Pass, Protocol, Record, RecordWriter, StreamKernel, conv_cases,
-    nccl_allreduce, open_backend,
+    Case, ConvCase, ConvPass, CopyCase, CopyDirection, GemmCase, HostMemory, NcclAllreduce, OpCase,
+    Pass, Protocol, Record, StreamKernel, conv_cases, nccl_allreduce,
 };
 use ridgeline_model::graph::Graph;
 use ridgeline_model::memory::{Footprint, Optimizer};
-use ridgeline_model::units::{ByteRate, Bytes, FlopRate, Seconds};
+use ridgeline_model::units::{Bytes, FlopRate, Seconds};
 use ridgeline_model::workloads::{self, BuildOptions};
 use ridgeline_reports::Document;
 use serde::Serialize;
 
 use crate::cli::{
-    ConvPassArg, CopyDirectionArg, Format, FormatArg, HostMemoryArg, MeasureArgs, MeasureConvArgs,
+    ConvPassArg, CopyDirectionArg, Format, HostMemoryArg, MeasureArgs, MeasureConvArgs,
     MeasureCopyArgs, MeasureGemmArgs, MeasureNcclArgs, MeasureOpsArgs, MeasureStreamArgs,
-    MeasureSuiteArgs, MeasureWorkloadArgs, PassArg, ProtocolArgs, ShapesFrom, StreamArg,
-    ThreadCount,
+    MeasureSuiteArgs, MeasureWorkloadArgs, PassArg, ShapesFrom, StreamArg,
 };
-use crate::output::{self, Col, Style, num, text};
+use crate::output::{self, Col, Progress, Style, num, text};
 
-/// Backends by thread count, opened up front so a device error comes before any work.
-pub(crate) struct Backends {
-    device: String,
-    open: Vec<(usize, Box<dyn Backend>)>,
-}
-
-impl Backends {
-    pub(crate) fn new(args: &MeasureArgs, default: &[ThreadCount]) -> Result<Backends> {
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        if args.device.starts_with("cuda") {
-            // A GPU runs on one stream: thread counts do not apply.
-            if args.threads.is_some() {
-                bail!("--threads applies to --device cpu; a GPU runs each kernel on one stream");
-            }
-            let backend = open_backend(&args.device, 1)?;
-            return Ok(Backends {
-                device: args.device.clone(),
-                open: vec![(backend.threads(), backend)],
-            });
-        }
-        let counts = args.threads.as_ref().map_or(default, |t| t.0.as_slice());
-        let mut open: Vec<(usize, Box<dyn Backend>)> = Vec::new();
-        for c in counts {
-            let n = match c {
-                ThreadCount::All => cores,
-                ThreadCount::N(n) if *n > cores => bail!(
-                    "--threads {n}: this process may use {cores} CPUs (its affinity mask and \
-                     cgroup quota); give at most {cores}, or `all`"
-                ),
-                ThreadCount::N(n) => *n,
-            };
-            if !open.iter().any(|(t, _)| *t == n) {
-                open.push((n, open_backend(&args.device, n)?));
-            }
-        }
-        Ok(Backends {
-            device: args.device.clone(),
-            open,
-        })
-    }
-
-    pub(crate) fn threads(&self) -> Vec<usize> {
-        self.open.iter().map(|(t, _)| *t).collect()
-    }
-
-    fn get(&mut self, threads: usize) -> &mut dyn Backend {
-        let i = self
-            .open
-            .iter()
-            .position(|(t, _)| *t == threads)
-            .unwrap_or(0);
-        &mut *self.open[i].1
-    }
-}
-
-/// The protocol: `base` with the command line's overrides.
-fn protocol(args: &MeasureArgs, base: Protocol) -> Protocol {
-    args.protocol.apply(base)
-}
-
-/// The records file, if any, opened for a new or resumed campaign.
-pub(crate) fn writer(args: &MeasureArgs) -> Result<Option<RecordWriter>> {
-    let Some(path) = &args.out else {
-        return Ok(None);
-    };
-    let (writer, found) = RecordWriter::open(path, args.resume)?;
-    if args.resume {
-        eprintln!(
-            "resuming {}: {} records kept",
-            path.display(),
-            found.records
-        );
-        if let Some(line) = found.torn_line {
-            eprintln!(
-                "warning: {}: line {line} was an interrupted write; it was dropped and its measurement runs again",
-                path.display()
-            );
-        }
-        if let Some((line, n)) = found.partial {
-            eprintln!(
-                "warning: {}: the {n} records from line {line} on are a measurement cut short (layers without their step); they were dropped and it runs again whole",
-                path.display()
-            );
-        }
-    }
-    Ok(Some(writer))
-}
-
-/// What [`run_cases`] did: the new records, and how many cases were skipped (already in
-/// the file) and left unrun (the deadline came first).
-pub(crate) struct Ran {
-    pub(crate) records: Vec<Record>,
-    skipped: usize,
-    unrun: usize,
-}
-
-/// Measures `cases` in order, skipping those already in the file, writing each case's
-/// records as it completes, and stops before a case that would start past `deadline`. With `passes` above one, every case is
-/// measured once per pass over the whole list and its samples pooled into one record, written
-/// at its last pass: a slow spell of a shared machine then moves every case a little rather
-/// than the cases it happens to hit a lot. Cut short by the deadline, a case keeps the passes
-/// it had.
-pub(crate) fn run_cases(
-    backends: &mut Backends,
-    writer: &mut Option<RecordWriter>,
-    cases: &[(usize, Case)],
-    protocol: &Protocol,
-    passes: usize,
-    deadline: Option<Instant>,
-) -> Result<Ran> {
-    let passes = passes.max(1);
-    let bar = if std::io::stderr().is_terminal() {
-        ProgressBar::new((cases.len() * passes) as u64)
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed_precise} < {eta}] {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    let mut ran = Ran {
-        records: Vec::new(),
-        skipped: 0,
-        unrun: 0,
-    };
-    // Each case's records from the passes before its last, pooled, until written.
-    let mut pooled: Vec<Option<Vec<Record>>> = vec![None; cases.len()];
-    let mut done = vec![false; cases.len()];
-    'passes: for pass in 1..=passes {
-        for (i, (threads, case)) in cases.iter().enumerate() {
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                break 'passes;
-            }
-            let backend = backends.get(*threads);
-            let id = case.id(backend)?;
-            if writer.as_ref().is_some_and(|w| w.has(&id)) {
-                if !done[i] {
-                    done[i] = true;
-                    ran.skipped += 1;
-                }
-                bar.inc(1);
-                continue;
-            }
-            bar.set_message(format!("{} on {threads} thread(s)", case.describe()));
-            let mut records = case
-                .run(backend, protocol)
-                .with_context(|| format!("measuring {}", case.describe()))?;
-            if let Some(before) = pooled[i].take() {
-                pool(&mut records, before);
-            }
-            pooled[i] = Some(records);
-            bar.inc(1);
-            if pass == passes {
-                done[i] = true;
-                write_case(writer, &mut ran, pooled[i].take())?;
-            }
-        }
-    }
-    bar.finish_and_clear();
-    for (i, records) in pooled.into_iter().enumerate() {
-        if records.is_some() {
-            done[i] = true;
-            write_case(writer, &mut ran, records)?;
-        }
-    }
-    ran.unrun = done.iter().filter(|d| !**d).count();
-    Ok(ran)
-}
-
-/// Puts `before`'s samples (earlier passes of the same case) ahead of each record's own.
-fn pool(records: &mut [Record], before: Vec<Record>) {
-    for earlier in before {
-        if let Some(r) = records.iter_mut().find(|r| r.id == earlier.id) {
-            let mut samples = earlier.samples_s;
-            samples.append(&mut r.samples_s);
-            r.samples_s = samples;
-        }
-    }
-}
-
-fn write_case(
-    writer: &mut Option<RecordWriter>,
-    ran: &mut Ran,
-    records: Option<Vec<Record>>,
+fn finish(
+    title: &str,
+    format: Format,
+    out: Option<&Path>,
+    ran: &Ran,
+    extra: Vec<(String, String)>,
 ) -> Result<()> {
-    let records = records.unwrap_or_default();
-    if let Some(w) = writer.as_mut() {
-        w.write(&records)?;
-    }
-    ran.records.extend(records);
-    Ok(())
-}
-
-pub(crate) fn median(samples: &[f64]) -> f64 {
-    let mut s = samples.to_vec();
-    s.sort_by(f64::total_cmp);
-    match s.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => s[n / 2],
-        n => 0.5 * (s[n / 2 - 1] + s[n / 2]),
-    }
-}
-
-/// One printed row per record.
-#[derive(Debug, Serialize)]
-pub(crate) struct Row {
-    kind: String,
-    case: String,
-    precision: String,
-    threads: usize,
-    samples: usize,
-    median_s: f64,
-    flop_rate: f64,
-    byte_rate: f64,
-}
-
-fn describe(r: &Record) -> String {
-    let s = &r.shape;
-    let list = |v: &serde_json::Value| {
-        v.as_array().map_or_else(String::new, |a| {
-            a.iter()
-                .map(|x| x.to_string())
-                .collect::<Vec<_>>()
-                .join("x")
-        })
-    };
-    match r.kind.as_str() {
-        "gemm" => format!("{}x{}x{}", s["m"], s["n"], s["k"]),
-        "conv" => format!(
-            "{} {} n{} {}->{} {} k{}{}{}",
-            s["pass"].as_str().unwrap_or_default(),
-            s["source"].as_str().unwrap_or_default(),
-            s["n"],
-            s["c_in"],
-            s["c_out"],
-            list(&s["input"]),
-            list(&s["kernel"]),
-            if s["groups"] == 1 {
-                String::new()
-            } else {
-                format!(" g{}", s["groups"])
-            },
-            if s["dilation"]
-                .as_array()
-                .is_some_and(|d| d.iter().any(|v| v != 1))
-            {
-                format!(" d{}", list(&s["dilation"]))
-            } else {
-                String::new()
-            },
-        ),
-        "stream" => format!(
-            "{} {} KiB",
-            s["kernel"].as_str().unwrap_or_default(),
-            s["array_bytes"].as_u64().unwrap_or(0) / 1024
-        ),
-        "op" => format!(
-            "{} {} n{} {}",
-            s["op"]["op"].as_str().unwrap_or_default(),
-            s["pass"].as_str().unwrap_or_default(),
-            s["batch"],
-            list(&s["input"])
-        ),
-        "comm-prtt" => format!(
-            "PRTT(n={}{}) {} B, ranks {}",
-            s["messages"],
-            if s["delayed"] == true {
-                ", delayed"
-            } else {
-                ""
-            },
-            s["bytes"],
-            list(&s["pair"]).replace('x', "-"),
-        ),
-        "comm-exchange" => format!(
-            "exchange {} B, ranks {}",
-            s["bytes"],
-            list(&s["pair"]).replace('x', "-")
-        ),
-        "comm-reduce" => format!("a += b, {} B", s["bytes"]),
-        "comm-allreduce" => format!(
-            "{} {} B, {} ranks",
-            s["algorithm"].as_str().unwrap_or_default(),
-            s["bytes"],
-            s["ranks"]
-        ),
-        "comm-alltoall" => format!("{} B per pair, {} ranks", s["bytes"], s["ranks"]),
-        _ => format!("{}", s),
-    }
-}
-
-pub(crate) fn rows(records: &[Record]) -> Vec<Row> {
-    records
-        .iter()
-        .map(|r| {
-            let t = median(&r.samples_s);
-            Row {
-                kind: r.kind.clone(),
-                case: describe(r),
-                precision: r.precision.clone(),
-                threads: r.threads,
-                samples: r.samples_s.len(),
-                median_s: t,
-                flop_rate: r.flops / t,
-                byte_rate: r.bytes / t,
-            }
-        })
-        .collect()
-}
-
-pub(crate) fn row_cols() -> [Col<Row>; 7] {
-    [
-        text("kind", "kind", |r, _| r.kind.clone()),
-        text("case", "case", |r, _| r.case.clone()),
-        text("precision", "precision", |r, _| r.precision.clone()),
-        num("threads", "threads", |r, s| s.count(r.threads as u64)),
-        num("median", "median_s", |r, s| {
-            s.seconds(Seconds::new(r.median_s))
-        }),
-        num("FLOP/s", "flop_rate", |r, s| {
-            s.flop_rate(FlopRate::new(r.flop_rate))
-        }),
-        num("bytes/s", "byte_rate", |r, s| {
-            s.byte_rate(ByteRate::new(r.byte_rate))
-        }),
-    ]
-}
-
-fn finish(title: &str, args: &MeasureArgs, ran: &Ran, extra: Vec<(String, String)>) -> Result<()> {
-    if args.format.format == Format::Json {
+    if format == Format::Json {
         return output::emit(&format!(
             "{}\n",
             serde_json::to_string_pretty(&ran.records)?
         ));
     }
-    let table_rows = rows(&ran.records);
-    let cols = row_cols();
-    output::print(args.format.format, &ran.records, |style| {
+    let table_rows = tables::record_rows(&ran.records);
+    let cols = tables::record_cols();
+    output::print(format, &ran.records, |style| {
         let mut doc = Document::new(title.to_owned());
         if let Some(r) = ran.records.first() {
             doc = doc.summary(
@@ -377,7 +54,7 @@ fn finish(title: &str, args: &MeasureArgs, ran: &Ran, extra: Vec<(String, String
         for (k, v) in extra {
             doc = doc.summary(k, v);
         }
-        if let Some(out) = &args.out {
+        if let Some(out) = out {
             doc = doc.summary(
                 "records",
                 format!("{} new in {}", ran.records.len(), out.display()),
@@ -393,26 +70,41 @@ fn finish(title: &str, args: &MeasureArgs, ran: &Ran, extra: Vec<(String, String
 
 /// Runs `cases` by the default protocol (with the command line's overrides) and prints them.
 fn run_and_print(
-    backends: &mut Backends,
+    backends: Backends,
     args: &MeasureArgs,
     cases: &[(usize, Case)],
     title: &str,
     extra: Vec<(String, String)>,
 ) -> Result<()> {
-    let mut w = writer(args)?;
-    let ran = run_cases(
-        backends,
-        &mut w,
+    let ran = run(backends, args, cases, Protocol::default())?;
+    finish(title, args.format.format, args.out.as_deref(), &ran, extra)
+}
+
+/// Opens the records file of `args` and runs `cases` by `base` with the command line's
+/// overrides, with a progress bar.
+fn run(
+    backends: Backends,
+    args: &MeasureArgs,
+    cases: &[(usize, Case)],
+    base: Protocol,
+) -> Result<Ran> {
+    let progress = Progress::new();
+    let records = Records::open(args.out.as_deref(), args.resume, &progress)?;
+    Runner::new(backends, records, &progress).run(
         cases,
-        &protocol(args, Protocol::default()),
+        &args.protocol.overrides().apply(base),
         1,
         None,
-    )?;
-    finish(title, args, &ran, extra)
+    )
+}
+
+/// The backends `args` asks for (`default` thread counts unless --threads).
+fn backends(args: &MeasureArgs, default: &[ThreadCount]) -> Result<Backends> {
+    Backends::new(&args.spec(), default)
 }
 
 pub(crate) fn gemm(args: &MeasureGemmArgs) -> Result<()> {
-    let mut backends = Backends::new(&args.measure, &[ThreadCount::All])?;
+    let backends = backends(&args.measure, &[ThreadCount::All])?;
     let shapes: Vec<[usize; 3]> = if !args.shape.is_empty() {
         args.shape.clone()
     } else if let Some(sizes) = &args.size {
@@ -434,7 +126,7 @@ pub(crate) fn gemm(args: &MeasureGemmArgs) -> Result<()> {
             })
             .collect()
     });
-    run_and_print(&mut backends, &args.measure, &cases, "GEMM", vec![])
+    run_and_print(backends, &args.measure, &cases, "GEMM", vec![])
 }
 
 /// `cases` for every thread count, largest first.
@@ -478,7 +170,7 @@ fn sources(shapes: &ShapesFrom) -> Result<Vec<(Graph, usize)>> {
 }
 
 pub(crate) fn conv(args: &MeasureConvArgs) -> Result<()> {
-    let mut backends = Backends::new(&args.measure, &[ThreadCount::All])?;
+    let backends = backends(&args.measure, &[ThreadCount::All])?;
     let shapes = if args.sweep {
         suite::conv_sweep()
     } else {
@@ -522,7 +214,7 @@ pub(crate) fn conv(args: &MeasureConvArgs) -> Result<()> {
         }
         cases
     });
-    run_and_print(&mut backends, &args.measure, &cases, "Convolution", vec![])
+    run_and_print(backends, &args.measure, &cases, "Convolution", vec![])
 }
 
 /// `ridgeline measure nccl`.
@@ -539,45 +231,29 @@ pub(crate) fn nccl(args: &MeasureNcclArgs) -> Result<()> {
     for c in &cases {
         c.check()?;
     }
-    let mut writer = match &args.out {
-        Some(path) => Some(RecordWriter::open(path, args.resume)?.0),
-        None => None,
-    };
-    let protocol = args.protocol.apply(Protocol::default());
-    let mut records = Vec::new();
-    {
-        let done: Vec<String> = cases
-            .iter()
-            .map(NcclAllreduce::id)
-            .filter(|id| writer.as_ref().is_some_and(|w| w.has(id)))
-            .collect();
-        let skip = |id: &str| done.iter().any(|d| d == id);
-        nccl_allreduce(&cases, &protocol, &skip, &mut |r| {
-            if let Some(w) = &mut writer {
-                w.write(std::slice::from_ref(&r))?;
-            }
-            records.push(r);
-            Ok(())
-        })?;
-    }
-    let ran = Ran {
-        records,
-        skipped: 0,
+    let progress = Progress::new();
+    let mut file = Records::open(args.out.as_deref(), args.resume, &progress)?;
+    let protocol = args.protocol.overrides().apply(Protocol::default());
+    let done: Vec<String> = cases
+        .iter()
+        .map(NcclAllreduce::id)
+        .filter(|id| file.has(id))
+        .collect();
+    let skip = |id: &str| done.iter().any(|d| d == id);
+    let mut ran = Ran {
+        records: Vec::new(),
+        skipped: done.len(),
         unrun: 0,
     };
-    let m = MeasureArgs {
-        device: "cuda".into(),
-        threads: None,
-        out: args.out.clone(),
-        resume: args.resume,
-        protocol: ProtocolArgs::default(),
-        format: FormatArg {
-            format: args.format.format,
-        },
-    };
+    nccl_allreduce(&cases, &protocol, &skip, &mut |r| {
+        file.write(std::slice::from_ref(&r))?;
+        ran.records.push(r);
+        Ok(())
+    })?;
     finish(
         &format!("NCCL allreduce across {} GPUs", args.gpus),
-        &m,
+        args.format.format,
+        args.out.as_deref(),
         &ran,
         vec![],
     )
@@ -585,7 +261,7 @@ pub(crate) fn nccl(args: &MeasureNcclArgs) -> Result<()> {
 
 /// `ridgeline measure copy`.
 pub(crate) fn copy(args: &MeasureCopyArgs) -> Result<()> {
-    let mut backends = Backends::new(&args.measure, &[ThreadCount::All])?;
+    let backends = backends(&args.measure, &[ThreadCount::All])?;
     let mut cases = Vec::new();
     for &d in &args.direction {
         for &m in &args.memory {
@@ -608,7 +284,7 @@ pub(crate) fn copy(args: &MeasureCopyArgs) -> Result<()> {
         cases.iter().map(|&c| Case::Copy(c)).collect()
     });
     run_and_print(
-        &mut backends,
+        backends,
         &args.measure,
         &cases,
         "Host-device copies",
@@ -617,7 +293,7 @@ pub(crate) fn copy(args: &MeasureCopyArgs) -> Result<()> {
 }
 
 pub(crate) fn stream(args: &MeasureStreamArgs) -> Result<()> {
-    let mut backends = Backends::new(&args.measure, &[ThreadCount::All])?;
+    let backends = backends(&args.measure, &[ThreadCount::All])?;
     let caches = Caches::detect();
     let sizes: Vec<usize> = if args.size.is_empty() {
         suite::stream_sizes(caches)
@@ -650,7 +326,7 @@ pub(crate) fn stream(args: &MeasureStreamArgs) -> Result<()> {
         ),
     )];
     run_and_print(
-        &mut backends,
+        backends,
         &args.measure,
         &cases,
         "STREAM memory bandwidth",
@@ -659,7 +335,7 @@ pub(crate) fn stream(args: &MeasureStreamArgs) -> Result<()> {
 }
 
 pub(crate) fn ops(args: &MeasureOpsArgs) -> Result<()> {
-    let mut backends = Backends::new(&args.measure, &[ThreadCount::All])?;
+    let backends = backends(&args.measure, &[ThreadCount::All])?;
     let mut cases_of: Vec<OpCase> = Vec::new();
     for (graph, batch) in sources(&args.shapes)? {
         let layers = graph.layers();
@@ -724,7 +400,7 @@ pub(crate) fn ops(args: &MeasureOpsArgs) -> Result<()> {
         }
         cases
     });
-    run_and_print(&mut backends, &args.measure, &cases, "Ops", vec![])
+    run_and_print(backends, &args.measure, &cases, "Ops", vec![])
 }
 
 /// One layer's row of a workload run.
@@ -738,23 +414,11 @@ struct LayerRow {
     flop_rate: f64,
 }
 
-/// The protocol of full training steps: `steps` of them after the executor's warm-up step.
-pub(crate) fn steps_protocol(steps: usize) -> Protocol {
-    Protocol {
-        warmup: Duration::ZERO,
-        min_samples: steps,
-        min_time: Duration::ZERO,
-        max_samples: steps,
-        max_time: Duration::MAX,
-        cache: ridgeline_measure::protocol::CacheState::Warm,
-    }
-}
-
 pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
     let graph = inputs::workload(&args.workload.spec())?;
     let batch = usize::try_from(args.batch)?;
-    let mut backends = Backends::new(&args.measure, &[ThreadCount::All])?;
-    let base = steps_protocol(usize::try_from(args.steps)?);
+    let backends = backends(&args.measure, &[ThreadCount::All])?;
+    let base = campaign::steps_protocol(usize::try_from(args.steps)?);
     let cases = for_threads(&backends, |_| {
         vec![Case::Workload(
             Box::new(graph.clone()),
@@ -762,15 +426,8 @@ pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
             args.precision,
         )]
     });
-    let mut w = writer(&args.measure)?;
-    let ran = run_cases(
-        &mut backends,
-        &mut w,
-        &cases,
-        &protocol(&args.measure, base),
-        1,
-        None,
-    )?;
+    let device = backends.device().to_owned();
+    let ran = run(backends, &args.measure, &cases, base)?;
     if args.measure.format.format == Format::Json {
         return output::emit(&format!(
             "{}\n",
@@ -786,7 +443,7 @@ pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
             .iter()
             .filter(|r| r.kind == "workload-layer" && r.threads == step.threads)
             .collect();
-        let step_s = median(&step.samples_s);
+        let step_s = stats::median(&step.samples_s);
         let mut rows: Vec<LayerRow> = Vec::new();
         for l in graph.layers().iter().skip(1) {
             let pick = |pass: &str| {
@@ -796,7 +453,7 @@ pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
                     .copied()
             };
             let (f, b) = (pick("forward"), pick("backward"));
-            let t = |r: Option<&Record>| r.map_or(0.0, |r| median(&r.samples_s));
+            let t = |r: Option<&Record>| r.map_or(0.0, |r| stats::median(&r.samples_s));
             let flops = f.map_or(0.0, |r| r.flops) + b.map_or(0.0, |r| r.flops);
             let time = t(f) + t(b);
             rows.push(LayerRow {
@@ -818,7 +475,7 @@ pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
         let s = Style::Human;
         let peak = extra["peak_bytes"].as_f64().unwrap_or(0.0);
         let update = extra["update_s"].as_array().map_or(0.0, |v| {
-            median(
+            stats::median(
                 &v.iter()
                     .filter_map(serde_json::Value::as_f64)
                     .collect::<Vec<_>>(),
@@ -846,7 +503,7 @@ pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
             graph.name(),
             graph.input_shape().dims(),
             step.precision,
-            backends.device,
+            device,
             step.threads
         ))
         .summary(
@@ -910,191 +567,18 @@ pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
 }
 
 pub(crate) fn suite(args: &MeasureSuiteArgs) -> Result<()> {
-    let ran = run_suite(args, &[ThreadCount::All, ThreadCount::N(1)])?;
-    finish("Measurement suite", &args.measure, &ran, vec![])
-}
-
-/// Plans the suite to the budget on `default` thread counts (unless --threads), prints the
-/// plan to stderr and runs it.
-pub(crate) fn run_suite(args: &MeasureSuiteArgs, default: &[ThreadCount]) -> Result<Ran> {
-    let m = &args.measure;
-    if m.out.is_none() {
-        bail!(
-            "measure suite writes a campaign of records: give --out FILE (and --resume to continue one)"
-        );
-    }
-    let mut backends = Backends::new(m, default)?;
-    let protocol = protocol(m, suite::PROTOCOL);
-    let threads = backends.threads();
-    let mut w = writer(m)?;
-    let rates = suite::probe(backends.get(threads[0]))?;
-    let gpu = backends.get(threads[0]).env().gpu;
-    let candidates = match &gpu {
-        Some(g) => {
-            eprintln!("measure suite: {} ({})", g.name, m.device);
-            suite::standard_gpu(g.l2_bytes.unwrap_or(0) as usize)?
-        }
-        None => suite::standard(&threads)?,
-    };
-    let plan = {
-        let backends = &backends;
-        let w = &w;
-        suite::plan(candidates, &rates, &protocol, args.budget, |t, case| {
-            let Some((_, backend)) = backends.open.iter().find(|(n, _)| *n == t) else {
-                return Ok(false);
-            };
-            Ok(w.as_ref()
-                .is_some_and(|w| case.id(&**backend).is_ok_and(|id| w.has(&id))))
-        })?
-    };
-    let s = Style::Human;
-    eprintln!(
-        "measure suite: {} cases in about {} of the {} budget (probe: {} FP32 GEMM, {} triad on {} threads)",
-        plan.run.len(),
-        humantime::format_duration(Duration::from_secs(plan.estimate_s().ceil() as u64)),
-        humantime::format_duration(args.budget),
-        s.flop_rate(FlopRate::new(rates.flops)),
-        s.byte_rate(ByteRate::new(rates.bytes)),
-        rates.cores
-    );
-    for line in plan.summary() {
-        eprintln!("  {line}");
-    }
-    if plan.already > 0 {
-        eprintln!("  already recorded: {} cases", plan.already);
-    }
-    if !plan.left_out.is_empty() {
-        eprintln!(
-            "left out for lack of time (raise --budget, or --resume later with a larger one):"
-        );
-        for line in plan.left_out_summary() {
-            eprintln!("  {line}");
-        }
-    }
-    // Every case fits with time to spare: sample each longer, in passes over the whole
-    // suite (pooled), within the budget. A median of more samples rides out more of a
-    // shared machine's slow spells, and samples spread over the run meet a spell of a
-    // minute or two in every case a little rather than in the cases it overlaps wholly.
-    let spare = args.budget.as_secs_f64() / plan.estimate_s().max(1e-9);
-    let (protocol, passes) = if plan.left_out.is_empty() && spare > 1.0 {
-        let f = spare.min(suite::MAX_SAMPLING_SCALE);
-        let passes = suite::passes(f);
-        let each = f / passes as f64;
-        eprintln!(
-            "  budget to spare: each case samples {f:.1}x longer, in {passes} pass(es) over the suite"
-        );
-        let p = Protocol {
-            min_time: protocol.min_time.mul_f64(each),
-            max_time: protocol.max_time.mul_f64(each),
-            min_samples: (protocol.min_samples as f64 * each).ceil() as usize,
-            max_samples: (protocol.max_samples as f64 * each).ceil() as usize,
-            ..protocol
-        };
-        (p, passes)
-    } else {
-        (protocol, 1)
-    };
-    let cases: Vec<(usize, Case)> = plan.run.into_iter().map(|p| (p.threads, p.case)).collect();
-    // Past the budget by a quarter, stop: the estimates are rough.
-    let deadline = Instant::now() + args.budget + args.budget / 4;
-    let ran = run_cases(
-        &mut backends,
-        &mut w,
-        &cases,
-        &protocol,
-        passes,
-        Some(deadline),
+    let progress = Progress::new();
+    let ran = campaign::suite(
+        &args.measure.spec(),
+        args.budget,
+        &[ThreadCount::All, ThreadCount::N(1)],
+        &progress,
     )?;
-    if ran.unrun > 0 {
-        eprintln!(
-            "stopped at the budget with {} cases not run; --resume with a larger --budget runs them",
-            ran.unrun
-        );
-    }
-    Ok(ran)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use ridgeline_measure::Format;
-
-    fn gemm(n: usize) -> (usize, Case) {
-        let format = Format::Fp32;
-        (
-            1,
-            Case::Gemm(GemmCase {
-                m: n,
-                n,
-                k: n,
-                format,
-            }),
-        )
-    }
-
-    fn two_samples() -> Protocol {
-        Protocol {
-            min_samples: 2,
-            max_samples: 2,
-            ..Protocol::quick()
-        }
-    }
-
-    fn cpu() -> Backends {
-        Backends {
-            device: "cpu".into(),
-            open: vec![(1, open_backend("cpu", 1).unwrap())],
-        }
-    }
-
-    #[test]
-    fn passes_pool_each_case_into_one_record_in_the_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("r.jsonl");
-        let mut w = Some(RecordWriter::open(&path, false).unwrap().0);
-        let p = two_samples();
-        let cases = [gemm(16), gemm(32)];
-        let ran = run_cases(&mut cpu(), &mut w, &cases, &p, 3, None).unwrap();
-        assert_eq!((ran.skipped, ran.unrun), (0, 0));
-        assert_eq!(ran.records.len(), 2);
-        assert!(
-            ran.records.iter().all(|r| r.samples_s.len() == 6),
-            "three passes of two"
-        );
-        let lines = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(
-            lines.lines().count(),
-            2,
-            "one record per case, no duplicate id"
-        );
-        // Run again on the same file: both are done.
-        let mut w = Some(RecordWriter::open(&path, true).unwrap().0);
-        let ran = run_cases(&mut cpu(), &mut w, &cases, &p, 3, None).unwrap();
-        assert_eq!((ran.records.len(), ran.skipped, ran.unrun), (0, 2, 0));
-    }
-
-    #[test]
-    fn a_deadline_keeps_the_passes_a_case_had() {
-        let p = two_samples();
-        let cases = [gemm(16), gemm(32)];
-        let ran = run_cases(&mut cpu(), &mut None, &cases, &p, 2, Some(Instant::now())).unwrap();
-        assert_eq!((ran.records.len(), ran.unrun), (0, 2));
-    }
-
-    #[test]
-    fn pooling_puts_earlier_samples_first_by_id() {
-        let p = two_samples();
-        let mut b = cpu();
-        let case = gemm(16).1;
-        let before = case.run(b.get(1), &p).unwrap();
-        let mut after = case.run(b.get(1), &p).unwrap();
-        let expected: Vec<f64> = before[0]
-            .samples_s
-            .iter()
-            .chain(&after[0].samples_s)
-            .copied()
-            .collect();
-        pool(&mut after, before);
-        assert_eq!(after[0].samples_s, expected);
-    }
+    finish(
+        "Measurement suite",
+        args.measure.format.format,
+        args.measure.out.as_deref(),
+        &ran,
+        vec![],
+    )
 }

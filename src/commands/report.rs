@@ -9,11 +9,10 @@ use ridgeline_model::sweep::Objective;
 use ridgeline_reports::{Document, Report};
 use serde::Serialize;
 
-use super::validate;
 use crate::cli::{
     Format, ProcurementArgs, ReportOutArgs, ReportValidationArgs, ReportWorkloadArgs,
 };
-use crate::output;
+use crate::output::{self, Progress};
 
 /// What `report procurement --format json` prints (and writes as `procurement.json`).
 #[derive(Debug, Serialize)]
@@ -102,7 +101,7 @@ pub(crate) fn procurement(args: &ProcurementArgs) -> Result<()> {
 
 /// `report validation`: the validation of measured steps against a calibrated profile.
 pub(crate) fn validation(args: &ReportValidationArgs) -> Result<()> {
-    let v = validate::validation(&args.profile, &args.measured)?;
+    let v = ridgeline_app::validation::validation(&args.profile, &args.measured, &Progress::new())?;
     let provenance = format!(
         "ridgeline {} report validation --profile {} --measured {}",
         env!("CARGO_PKG_VERSION"),

@@ -1,46 +1,20 @@
 //! `ridgeline validate`: predictions against measured training steps, and the self-check
 //! that runs the whole loop on this machine.
 
-use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::path::Path;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use ridgeline_app::inputs;
-use ridgeline_app::tables;
+use ridgeline_app::{tables, validation};
 use ridgeline_calibrate::comm::{CommPoint, validate_comm};
-use ridgeline_calibrate::profile::{self, Options, RecordFile};
-use ridgeline_calibrate::validate::{self, LayerPoint, StepPoint, Summary, Validation};
-use ridgeline_measure::Case;
-use ridgeline_model::precision::Precision;
+use ridgeline_calibrate::validate::{LayerPoint, StepPoint, Summary, Validation};
 use ridgeline_model::published::{Figure, LayerCheck, check_layers, table2};
 use ridgeline_model::units::{Bytes, Seconds};
-use ridgeline_model::workloads::{self, BuildOptions};
-use ridgeline_reports::{Document, ImageFormat};
+use ridgeline_reports::Document;
 use serde::Serialize;
 
-use super::measure::{self, Backends};
-use crate::cli::{
-    Format, FormatArg, MeasureArgs, MeasureSuiteArgs, ProtocolArgs, ThreadCount, ValidateArgs,
-    ValidateCommArgs, ValidateCommand,
-};
-use crate::output::{self, Col, Style, num, text};
-
-/// The self-check's workloads: the three reference workloads at three batch sizes each,
-/// with inputs reduced so that a step takes about a second on a 2-core machine (CosmoFlow at
-/// 64^3 of 128^3, DeepCAM at 96x144 of 768x1152, ResNet-50 at its full 224x224).
-pub(crate) const SELF_CHECK_RUNS: [(&str, &[usize], [usize; 3]); 3] = [
-    ("cosmoflow", &[64], [1, 2, 4]),
-    ("deepcam", &[96, 144], [1, 2, 4]),
-    ("resnet50", &[224], [1, 2, 4]),
-];
-
-/// Measured steps per workload run (before and after the suite each), after the executor's
-/// warm-up step: ten, so that the median of the pooled twenty rides out a shared machine's
-/// slow spells.
-pub(crate) const SELF_CHECK_STEPS: usize = 10;
-
-/// Share of the self-check's budget the micro-kernel suite gets; the workloads take the rest.
-pub(crate) const SUITE_SHARE: f64 = 0.8;
+use crate::cli::{Format, ValidateArgs, ValidateCommArgs, ValidateCommand};
+use crate::output::{self, Col, Progress, Style, num, text};
 
 /// What `--format json` prints.
 #[derive(Serialize)]
@@ -60,29 +34,17 @@ pub(crate) fn run(args: &ValidateArgs) -> Result<()> {
         None => {}
     }
     if args.self_check {
-        return self_check(args);
+        let v = validation::self_check(&args.dir, args.budget, &Progress::new())?;
+        return print(&v, args, Some(&args.dir));
     }
     let (Some(profile), Some(measured)) = (&args.profile, &args.measured) else {
         bail!("give --profile FILE and --measured FILE, or --self-check");
     };
-    print(&validation(profile, measured)?, args, None)
-}
-
-/// The validation of the steps in `measured` against the calibrated `profile`.
-pub(crate) fn validation(profile: &Path, measured: &Path) -> Result<Validation> {
-    let system = inputs::system(&profile.display().to_string())?;
-    if system.calibration.is_none() {
-        bail!(
-            "{}: not a calibrated profile (no [provenance]); make one with `ridgeline calibrate`",
-            profile.display()
-        );
-    }
-    let records = output::records(measured)?;
-    Ok(validate::validate(
-        &system,
-        &records,
-        &measured.display().to_string(),
-    )?)
+    print(
+        &validation::validation(profile, measured, &Progress::new())?,
+        args,
+        None,
+    )
 }
 
 /// `ridgeline validate comm`: the collective model against measured allreduce.
@@ -100,7 +62,7 @@ fn comm(args: &ValidateCommArgs) -> Result<()> {
              records (`mpirun -np 2 ridgeline measure comm pingpong --out FILE`)"
         );
     }
-    let records = output::records(&args.measured)?;
+    let records = validation::records(&args.measured, &Progress::new())?;
     let v = validate_comm(
         profile,
         &records,
@@ -236,179 +198,6 @@ fn figure(f: &Figure, x: f64, s: Style) -> String {
     }
 }
 
-fn self_check(args: &ValidateArgs) -> Result<()> {
-    // Fail fast (issue 17): everything the last steps need is checked before the minutes of
-    // measurement start: the system the profile overlays, and a directory to write in.
-    inputs::system(ridgeline_model::catalog::LOCAL_NAME)
-        .context("the self-check calibrates `local`, this machine")?;
-    let dir = &args.dir;
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("cannot create directory `{}`", dir.display()))?;
-    let probe = dir.join(".ridgeline-write-check");
-    std::fs::write(&probe, b"")
-        .and_then(|()| std::fs::remove_file(&probe))
-        .with_context(|| format!("cannot write in directory `{}`", dir.display()))?;
-    let suite_file = dir.join("suite.jsonl");
-    let workload_file = dir.join("workloads.jsonl");
-    let measure_args = |out: &PathBuf| MeasureArgs {
-        device: "cpu".into(),
-        threads: None,
-        out: Some(out.clone()),
-        resume: out.exists(),
-        protocol: ProtocolArgs::default(),
-        format: FormatArg {
-            format: Format::Table,
-        },
-    };
-
-    let before_file = dir.join("workloads-before.jsonl");
-    let after_file = dir.join("workloads-after.jsonl");
-    let runs = SELF_CHECK_RUNS.iter().map(|r| r.2.len()).sum::<usize>();
-    eprintln!(
-        "self-check 1/5: {runs} workload runs before the suite -> {}",
-        before_file.display()
-    );
-    run_workloads(&measure_args(&before_file))?;
-
-    eprintln!(
-        "self-check 2/5: micro-kernel suite -> {}",
-        suite_file.display()
-    );
-    measure::run_suite(
-        &MeasureSuiteArgs {
-            budget: args.budget.mul_f64(SUITE_SHARE),
-            measure: measure_args(&suite_file),
-        },
-        &[ThreadCount::All],
-    )?;
-
-    eprintln!("self-check 3/5: calibration from the suite alone");
-    let calibration = profile::calibrate(
-        &[RecordFile {
-            path: suite_file.display().to_string(),
-            records: output::records(&suite_file)?,
-        }],
-        &Options {
-            system: "local".into(),
-            threads: None,
-            created: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
-            comm_level: ridgeline_calibrate::loggp::LevelChoice::Auto,
-        },
-    )?;
-    let profile_file = dir.join("profile.toml");
-    ridgeline_app::atomic::write(&profile_file, calibration.profile.to_toml())?;
-
-    eprintln!(
-        "self-check 4/5: the {runs} workload runs again after the suite -> {}",
-        after_file.display()
-    );
-    run_workloads(&measure_args(&after_file))?;
-    let pooled = pool_runs(
-        output::records(&before_file)?,
-        output::records(&after_file)?,
-    );
-    let mut lines = String::new();
-    for r in &pooled {
-        lines.push_str(&serde_json::to_string(r)?);
-        lines.push('\n');
-    }
-    ridgeline_app::atomic::write(&workload_file, lines)?;
-
-    eprintln!("self-check 5/5: predict and compare");
-    let system = inputs::system(&profile_file.display().to_string())?;
-    let v = validate::validate(
-        &system,
-        &output::records(&workload_file)?,
-        &workload_file.display().to_string(),
-    )?;
-    let validation_file = dir.join("validation.json");
-    ridgeline_app::atomic::write(&validation_file, serde_json::to_string_pretty(&v)?)?;
-    let report = ridgeline_app::report::validation_report(
-        &v,
-        format!(
-            "ridgeline {} validate --self-check --dir {}",
-            env!("CARGO_PKG_VERSION"),
-            dir.display()
-        ),
-    );
-    ridgeline_app::report::write_to(&report, &dir.join("report"), ImageFormat::Svg, &|_| {
-        Ok(Vec::new())
-    })?;
-    print(&v, args, Some(dir))
-}
-
-/// Measures the self-check's workload runs into the file of `m`.
-fn run_workloads(m: &MeasureArgs) -> Result<()> {
-    let mut backends = Backends::new(m, &[ThreadCount::All])?;
-    let threads = backends.threads()[0];
-    let mut cases = Vec::new();
-    for (name, input, batches) in SELF_CHECK_RUNS {
-        let graph = workloads::build(
-            name,
-            &BuildOptions {
-                input_size: Some(input.to_vec()),
-                width: 1.0,
-            },
-        )?;
-        for b in batches {
-            cases.push((
-                threads,
-                Case::Workload(Box::new(graph.clone()), b, Precision::Fp32),
-            ));
-        }
-    }
-    let mut w = measure::writer(m)?;
-    measure::run_cases(
-        &mut backends,
-        &mut w,
-        &cases,
-        &measure::steps_protocol(SELF_CHECK_STEPS),
-        1,
-        None,
-    )?;
-    Ok(())
-}
-
-/// The workload runs measured before and after the suite as one measurement each: the
-/// samples (and per-step update times) of the records with the same id pooled, so the exam
-/// brackets the calibration in time, as `scripts/bench-cpu` brackets each measurement with
-/// its reference. A slow spell of the machine during one half moves the pooled median by
-/// less than it moves that half. Records only one run has are kept as they are.
-fn pool_runs(
-    before: Vec<ridgeline_measure::Record>,
-    after: Vec<ridgeline_measure::Record>,
-) -> Vec<ridgeline_measure::Record> {
-    let mut pooled = before;
-    for r in after {
-        match pooled.iter_mut().find(|p| p.id == r.id) {
-            Some(p) => {
-                p.samples_s.extend(&r.samples_s);
-                let updates = |x: &Option<serde_json::Value>| {
-                    x.as_ref()
-                        .and_then(|e| e.get("update_s"))
-                        .and_then(|u| u.as_array())
-                        .cloned()
-                };
-                if let (Some(mut a), Some(b), Some(extra)) =
-                    (updates(&p.extra), updates(&r.extra), p.extra.as_mut())
-                {
-                    a.extend(b);
-                    extra["update_s"] = serde_json::Value::Array(a);
-                }
-                if let (Some(a), Some(b)) = (
-                    p.extra.as_mut().and_then(|e| e.get_mut("peak_bytes")),
-                    r.extra.as_ref().and_then(|e| e.get("peak_bytes")),
-                ) && b.as_u64() > a.as_u64()
-                {
-                    *a = b.clone();
-                }
-            }
-            None => pooled.push(r),
-        }
-    }
-    pooled
-}
-
 fn print(v: &Validation, args: &ValidateArgs, artifacts: Option<&Path>) -> Result<()> {
     let worst = &v.worst_layers[..args.top.min(v.worst_layers.len())];
     let report = Report {
@@ -451,50 +240,4 @@ fn print(v: &Validation, args: &ValidateArgs, artifacts: Option<&Path>) -> Resul
         })?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use ridgeline_measure::{Env, Record, SCHEMA_VERSION};
-    use serde_json::json;
-
-    use super::*;
-
-    fn record(id: &str, samples: &[f64], updates: &[f64], peak: u64) -> Record {
-        Record {
-            schema_version: SCHEMA_VERSION,
-            id: id.into(),
-            kind: "workload-step".into(),
-            shape: json!({}),
-            precision: "fp32".into(),
-            device: "cpu".into(),
-            threads: 2,
-            samples_s: samples.to_vec(),
-            flops: 1.0,
-            bytes: 1.0,
-            env: Env::capture(),
-            extra: Some(json!({ "update_s": updates, "peak_bytes": peak })),
-        }
-    }
-
-    #[test]
-    fn bracketing_runs_pool_their_samples_per_record() {
-        let before = vec![
-            record("a", &[1.0, 1.1], &[0.1, 0.1], 100),
-            record("b", &[2.0], &[0.2], 200),
-        ];
-        let after = vec![
-            record("b", &[3.0, 3.5], &[0.3, 0.3], 150),
-            record("c", &[4.0], &[0.4], 10),
-        ];
-        let pooled = pool_runs(before, after);
-        let ids: Vec<&str> = pooled.iter().map(|r| r.id.as_str()).collect();
-        assert_eq!(ids, ["a", "b", "c"]);
-        assert_eq!(pooled[0].samples_s, [1.0, 1.1]);
-        assert_eq!(pooled[1].samples_s, [2.0, 3.0, 3.5]);
-        let extra = pooled[1].extra.as_ref().unwrap();
-        assert_eq!(extra["update_s"], json!([0.2, 0.3, 0.3]));
-        assert_eq!(extra["peak_bytes"], json!(200), "the larger peak stays");
-        assert_eq!(pooled[2].samples_s, [4.0]);
-    }
 }

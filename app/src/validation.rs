@@ -1,0 +1,274 @@
+//! Validation: predictions from a calibrated profile against measured training steps, and
+//! the self-check pipeline that runs the whole loop (measure, calibrate, measure again,
+//! validate, report) on this machine.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, Result, bail};
+use ridgeline_calibrate::profile::{self, Options, RecordFile};
+use ridgeline_calibrate::validate::{self, Validation};
+use ridgeline_measure::{Case, Record};
+use ridgeline_model::precision::Precision;
+use ridgeline_model::workloads::{self, BuildOptions};
+use ridgeline_reports::ImageFormat;
+
+use crate::campaign::{self, Backends, CampaignSpec, Observer, Records, Runner, ThreadCount};
+use crate::{atomic, inputs, report};
+
+/// The self-check's workloads: the three reference workloads at three batch sizes each,
+/// with inputs reduced so that a step takes about a second on a 2-core machine (CosmoFlow at
+/// 64^3 of 128^3, DeepCAM at 96x144 of 768x1152, ResNet-50 at its full 224x224).
+pub const SELF_CHECK_RUNS: [(&str, &[usize], [usize; 3]); 3] = [
+    ("cosmoflow", &[64], [1, 2, 4]),
+    ("deepcam", &[96, 144], [1, 2, 4]),
+    ("resnet50", &[224], [1, 2, 4]),
+];
+
+/// Measured steps per workload run (before and after the suite each), after the executor's
+/// warm-up step: ten, so that the median of the pooled twenty rides out a shared machine's
+/// slow spells.
+pub const SELF_CHECK_STEPS: usize = 10;
+
+/// Share of the self-check's budget the micro-kernel suite gets; the workloads take the rest.
+pub const SUITE_SHARE: f64 = 0.8;
+
+/// The validation of the steps in `measured` against the calibrated `profile`.
+pub fn validation(profile: &Path, measured: &Path, observer: &dyn Observer) -> Result<Validation> {
+    let system = inputs::system(&profile.display().to_string())?;
+    if system.calibration.is_none() {
+        bail!(
+            "{}: not a calibrated profile (no [provenance]); make one with `ridgeline calibrate`",
+            profile.display()
+        );
+    }
+    let records = records(measured, observer)?;
+    Ok(validate::validate(
+        &system,
+        &records,
+        &measured.display().to_string(),
+    )?)
+}
+
+/// The whole loop on this machine, in `dir`: the workload runs, the micro-kernel suite
+/// (on every core, [`SUITE_SHARE`] of `budget`), calibration from the suite alone, the
+/// workload runs again, and the validation of the pooled runs against the profile. Each
+/// stage is announced to `observer`; the report goes to `dir/report`.
+pub fn self_check(dir: &Path, budget: Duration, observer: &dyn Observer) -> Result<Validation> {
+    // Fail fast (issue 17): everything the last steps need is checked before the minutes of
+    // measurement start: the system the profile overlays, and a directory to write in.
+    inputs::system(ridgeline_model::catalog::LOCAL_NAME)
+        .context("the self-check calibrates `local`, this machine")?;
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create directory `{}`", dir.display()))?;
+    let probe = dir.join(".ridgeline-write-check");
+    std::fs::write(&probe, b"")
+        .and_then(|()| std::fs::remove_file(&probe))
+        .with_context(|| format!("cannot write in directory `{}`", dir.display()))?;
+    let suite_file = dir.join("suite.jsonl");
+    let workload_file = dir.join("workloads.jsonl");
+    let campaign = |out: &PathBuf| CampaignSpec {
+        resume: out.exists(),
+        ..CampaignSpec::new("cpu", Some(out.clone()))
+    };
+
+    let before_file = dir.join("workloads-before.jsonl");
+    let after_file = dir.join("workloads-after.jsonl");
+    let runs = SELF_CHECK_RUNS.iter().map(|r| r.2.len()).sum::<usize>();
+    observer.notice(&format!(
+        "self-check 1/5: {runs} workload runs before the suite -> {}",
+        before_file.display()
+    ));
+    run_workloads(&campaign(&before_file), observer)?;
+
+    observer.notice(&format!(
+        "self-check 2/5: micro-kernel suite -> {}",
+        suite_file.display()
+    ));
+    campaign::suite(
+        &campaign(&suite_file),
+        budget.mul_f64(SUITE_SHARE),
+        &[ThreadCount::All],
+        observer,
+    )?;
+
+    observer.notice("self-check 3/5: calibration from the suite alone");
+    let calibration = profile::calibrate(
+        &[RecordFile {
+            path: suite_file.display().to_string(),
+            records: records(&suite_file, observer)?,
+        }],
+        &Options {
+            system: "local".into(),
+            threads: None,
+            created: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+            comm_level: ridgeline_calibrate::loggp::LevelChoice::Auto,
+        },
+    )?;
+    let profile_file = dir.join("profile.toml");
+    atomic::write(&profile_file, calibration.profile.to_toml())?;
+
+    observer.notice(&format!(
+        "self-check 4/5: the {runs} workload runs again after the suite -> {}",
+        after_file.display()
+    ));
+    run_workloads(&campaign(&after_file), observer)?;
+    let pooled = pool_runs(
+        records(&before_file, observer)?,
+        records(&after_file, observer)?,
+    );
+    let mut lines = String::new();
+    for r in &pooled {
+        lines.push_str(&serde_json::to_string(r)?);
+        lines.push('\n');
+    }
+    atomic::write(&workload_file, lines)?;
+
+    observer.notice("self-check 5/5: predict and compare");
+    let system = inputs::system(&profile_file.display().to_string())?;
+    let v = validate::validate(
+        &system,
+        &records(&workload_file, observer)?,
+        &workload_file.display().to_string(),
+    )?;
+    let validation_file = dir.join("validation.json");
+    atomic::write(&validation_file, serde_json::to_string_pretty(&v)?)?;
+    let report = report::validation_report(
+        &v,
+        format!(
+            "ridgeline {} validate --self-check --dir {}",
+            env!("CARGO_PKG_VERSION"),
+            dir.display()
+        ),
+    );
+    report::write_to(&report, &dir.join("report"), ImageFormat::Svg, &|_| {
+        Ok(Vec::new())
+    })?;
+    Ok(v)
+}
+
+/// Measures the self-check's workload runs into the file of `m`.
+fn run_workloads(spec: &CampaignSpec, observer: &dyn Observer) -> Result<()> {
+    let backends = Backends::new(spec, &[ThreadCount::All])?;
+    let threads = backends.threads()[0];
+    let mut cases = Vec::new();
+    for (name, input, batches) in SELF_CHECK_RUNS {
+        let graph = workloads::build(
+            name,
+            &BuildOptions {
+                input_size: Some(input.to_vec()),
+                width: 1.0,
+            },
+        )?;
+        for b in batches {
+            cases.push((
+                threads,
+                Case::Workload(Box::new(graph.clone()), b, Precision::Fp32),
+            ));
+        }
+    }
+    let records = Records::open(spec.out.as_deref(), spec.resume, observer)?;
+    Runner::new(backends, records, observer).run(
+        &cases,
+        &campaign::steps_protocol(SELF_CHECK_STEPS),
+        1,
+        None,
+    )?;
+    Ok(())
+}
+
+/// The workload runs measured before and after the suite as one measurement each: the
+/// samples (and per-step update times) of the records with the same id pooled, so the exam
+/// brackets the calibration in time, as `scripts/bench-cpu` brackets each measurement with
+/// its reference. A slow spell of the machine during one half moves the pooled median by
+/// less than it moves that half. Records only one run has are kept as they are.
+fn pool_runs(before: Vec<Record>, after: Vec<Record>) -> Vec<Record> {
+    let mut pooled = before;
+    for r in after {
+        match pooled.iter_mut().find(|p| p.id == r.id) {
+            Some(p) => {
+                p.samples_s.extend(&r.samples_s);
+                let updates = |x: &Option<serde_json::Value>| {
+                    x.as_ref()
+                        .and_then(|e| e.get("update_s"))
+                        .and_then(|u| u.as_array())
+                        .cloned()
+                };
+                if let (Some(mut a), Some(b), Some(extra)) =
+                    (updates(&p.extra), updates(&r.extra), p.extra.as_mut())
+                {
+                    a.extend(b);
+                    extra["update_s"] = serde_json::Value::Array(a);
+                }
+                if let (Some(a), Some(b)) = (
+                    p.extra.as_mut().and_then(|e| e.get_mut("peak_bytes")),
+                    r.extra.as_ref().and_then(|e| e.get("peak_bytes")),
+                ) && b.as_u64() > a.as_u64()
+                {
+                    *a = b.clone();
+                }
+            }
+            None => pooled.push(r),
+        }
+    }
+    pooled
+}
+
+/// The records of a JSON Lines file; a torn last line (an interrupted write) is said to
+/// `observer` and skipped.
+pub fn records(path: &Path, observer: &dyn Observer) -> Result<Vec<Record>> {
+    let (records, torn) = ridgeline_measure::read_records(path)?;
+    if let Some(line) = torn {
+        observer.notice(&format!(
+            "warning: {}: line {line} is an interrupted write and is ignored",
+            path.display()
+        ));
+    }
+    Ok(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use ridgeline_measure::{Env, SCHEMA_VERSION};
+    use serde_json::json;
+
+    use super::*;
+
+    fn record(id: &str, samples: &[f64], updates: &[f64], peak: u64) -> Record {
+        Record {
+            schema_version: SCHEMA_VERSION,
+            id: id.into(),
+            kind: "workload-step".into(),
+            shape: json!({}),
+            precision: "fp32".into(),
+            device: "cpu".into(),
+            threads: 2,
+            samples_s: samples.to_vec(),
+            flops: 1.0,
+            bytes: 1.0,
+            env: Env::capture(),
+            extra: Some(json!({ "update_s": updates, "peak_bytes": peak })),
+        }
+    }
+
+    #[test]
+    fn bracketing_runs_pool_their_samples_per_record() {
+        let before = vec![
+            record("a", &[1.0, 1.1], &[0.1, 0.1], 100),
+            record("b", &[2.0], &[0.2], 200),
+        ];
+        let after = vec![
+            record("b", &[3.0, 3.5], &[0.3, 0.3], 150),
+            record("c", &[4.0], &[0.4], 10),
+        ];
+        let pooled = pool_runs(before, after);
+        let ids: Vec<&str> = pooled.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["a", "b", "c"]);
+        assert_eq!(pooled[0].samples_s, [1.0, 1.1]);
+        assert_eq!(pooled[1].samples_s, [2.0, 3.0, 3.5]);
+        let extra = pooled[1].extra.as_ref().unwrap();
+        assert_eq!(extra["update_s"], json!([0.2, 0.3, 0.3]));
+        assert_eq!(extra["peak_bytes"], json!(200), "the larger peak stays");
+        assert_eq!(pooled[2].samples_s, [4.0]);
+    }
+}

@@ -1,0 +1,204 @@
+//! The model commands' flags: workload, system, memory, roofline, predict, scale and sweep.
+
+use super::*;
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum WorkloadCommand {
+    /// List the built-in workloads.
+    List(FormatArg),
+    /// Per-layer parameters, FLOPs, HBM bytes and activations of one training step.
+    Show(ShowArgs),
+    /// Write a workload as a TOML layer file that `ridgeline` reads back.
+    Export(ExportArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum SystemCommand {
+    /// List the catalog systems and devices.
+    List(FormatArg),
+    /// Show every figure of a system, with its source.
+    Show(SystemShowArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ShowArgs {
+    #[command(flatten)]
+    pub(crate) workload: WorkloadArgs,
+    /// Batch size per device.
+    #[arg(long, default_value_t = 1, value_parser = batch_parser())]
+    pub(crate) batch: u64,
+    #[command(flatten)]
+    pub(crate) precision: PrecisionArg,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ExportArgs {
+    #[command(flatten)]
+    pub(crate) workload: WorkloadArgs,
+    /// Write to this file instead of standard output.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct MemoryArgs {
+    #[command(flatten)]
+    pub(crate) workload: WorkloadArgs,
+    #[command(flatten)]
+    pub(crate) system: SystemArg,
+    /// Batch sizes `A..B` (inclusive): A, 2A, 4A, ... and B; with --batch-step, every
+    /// step-th batch. Default: 1 up to the first power of two above the largest batch that
+    /// fits.
+    #[arg(long, value_name = "A..B", value_parser = parse_range)]
+    pub(crate) batch_range: Option<(u64, u64)>,
+    /// Linear step through --batch-range instead of doubling.
+    #[arg(long, value_name = "N", value_parser = batch_parser())]
+    pub(crate) batch_step: Option<u64>,
+    #[command(flatten)]
+    pub(crate) precision: PrecisionArg,
+    /// Optimizer: sgd, sgd-momentum, adam or lamb.
+    #[arg(long, default_value = "sgd-momentum", value_parser = parse_optimizer)]
+    pub(crate) optimizer: Optimizer,
+    #[command(flatten)]
+    pub(crate) plot: PlotArgs,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RooflineArgs {
+    #[command(flatten)]
+    pub(crate) workload: WorkloadArgs,
+    #[command(flatten)]
+    pub(crate) system: SystemArg,
+    /// Batch size per device.
+    #[arg(long, value_parser = batch_parser())]
+    pub(crate) batch: u64,
+    #[command(flatten)]
+    pub(crate) precision: PrecisionArg,
+    #[command(flatten)]
+    pub(crate) plot: PlotArgs,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SystemShowArgs {
+    /// A system name, device name, `local`, or system/device TOML file.
+    pub(crate) system: String,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct PredictArgs {
+    #[command(flatten)]
+    pub(crate) workload: WorkloadArgs,
+    #[command(flatten)]
+    pub(crate) system: SystemArg,
+    /// Nodes.
+    #[arg(long, value_parser = nodes_parser())]
+    pub(crate) nodes: u32,
+    /// Batch size per device.
+    #[arg(long, value_parser = batch_parser(), required_unless_present = "global_batch")]
+    pub(crate) batch: Option<u64>,
+    /// Global batch size, split evenly over the devices (instead of --batch).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "batch")]
+    pub(crate) global_batch: Option<u64>,
+    #[command(flatten)]
+    pub(crate) precision: PrecisionArg,
+    #[command(flatten)]
+    pub(crate) scenario: ScenarioArgs,
+    #[command(flatten)]
+    pub(crate) plot: PlotArgs,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
+}
+
+/// A scaling series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ScaleMode {
+    /// Fixed global batch over more nodes (--global-batch, --nodes).
+    Strong,
+    /// Fixed local batch over more nodes (--batch, --nodes).
+    Weak,
+    /// M independent base models of P nodes each (--batch, --nodes-per-model, --models).
+    Ensemble,
+    /// The workload rebuilt over input sizes and widths (--batch, --nodes, --input-sizes,
+    /// --widths).
+    ProblemSize,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScaleArgs {
+    #[command(flatten)]
+    pub(crate) workload: WorkloadArgs,
+    #[command(flatten)]
+    pub(crate) system: SystemArg,
+    /// The series.
+    #[arg(long, value_enum)]
+    pub(crate) mode: ScaleMode,
+    /// Node counts: a list (1,2,4) and ranges (1..64 every value, 1..64:x2 doubling,
+    /// 8..64:+8 in steps). Problem-size series use the first.
+    #[arg(long, value_parser = parse_u32_list)]
+    pub(crate) nodes: Option<Numbers<u32>>,
+    /// Batch per device (weak, ensemble, problem-size).
+    #[arg(long, value_parser = batch_parser())]
+    pub(crate) batch: Option<u64>,
+    /// Global batch (strong).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) global_batch: Option<u64>,
+    /// Nodes per base model (ensemble).
+    #[arg(long, value_parser = nodes_parser())]
+    pub(crate) nodes_per_model: Option<u32>,
+    /// Base-model counts (ensemble), as a list or ranges.
+    #[arg(long, value_parser = parse_u32_list)]
+    pub(crate) models: Option<Numbers<u32>>,
+    /// Input sizes (problem-size): `64,96,128` or `384x576,768x1152`.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    pub(crate) input_sizes: Vec<InputSize>,
+    /// Width multipliers (problem-size): `0.5,1,2`.
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) widths: Vec<f64>,
+    #[command(flatten)]
+    pub(crate) precision: PrecisionArg,
+    #[command(flatten)]
+    pub(crate) scenario: ScenarioArgs,
+    #[command(flatten)]
+    pub(crate) plot: PlotArgs,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SweepArgs {
+    #[command(flatten)]
+    pub(crate) workload: WorkloadArgs,
+    /// Candidate systems, comma-separated (names or files).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub(crate) systems: Vec<String>,
+    /// Node counts: a list and ranges (1..1024 is every value; 1..1024:x2 doubles).
+    #[arg(long, value_parser = parse_u32_list)]
+    pub(crate) nodes: Numbers<u32>,
+    /// Batch sizes per device, as a list and ranges.
+    #[arg(long, value_parser = parse_u64_list)]
+    pub(crate) batch: Numbers<u64>,
+    /// Precisions to try, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "fp32", value_parser = parse_precision)]
+    pub(crate) precisions: Vec<Precision>,
+    /// How many of the best to print.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) top: usize,
+    /// Rank by time to solution, cost or energy.
+    #[arg(long, default_value = "time", value_parser = parse_from_str::<Objective>)]
+    pub(crate) objective: Objective,
+    /// Write every feasible configuration to this file (.csv or .json).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) scenario: ScenarioArgs,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
+}

@@ -1,0 +1,90 @@
+//! `ridgeline report ...`: the procurement, workload and validation reports' flags.
+
+use super::*;
+
+/// `ridgeline report ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum ReportCommand {
+    /// Compare candidate systems on a workload mix: time to solution, throughput, cost and
+    /// energy per solution, largest batch, bottlenecks, bandwidth needed, and a ranking.
+    Procurement(ProcurementArgs),
+    /// One workload on one system: prediction, memory, roofline, data movement, step-time
+    /// breakdown and scaling.
+    Workload(Box<ReportWorkloadArgs>),
+    /// Predictions against measured training steps: error tables, prediction-vs-measurement
+    /// and error-distribution plots, and kernel hardware efficiency.
+    Validation(ReportValidationArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ReportWorkloadArgs {
+    #[command(flatten)]
+    pub(crate) workload: WorkloadArgs,
+    #[command(flatten)]
+    pub(crate) system: SystemArg,
+    /// Nodes.
+    #[arg(long, default_value_t = 1, value_parser = nodes_parser())]
+    pub(crate) nodes: u32,
+    /// Batch size per device.
+    #[arg(long, value_parser = batch_parser())]
+    pub(crate) batch: u64,
+    #[command(flatten)]
+    pub(crate) precision: PrecisionArg,
+    #[command(flatten)]
+    pub(crate) scenario: ScenarioArgs,
+    #[command(flatten)]
+    pub(crate) out: ReportOutArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ReportValidationArgs {
+    /// The calibrated profile (from `ridgeline calibrate`).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) profile: PathBuf,
+    /// Measured workload steps (from `ridgeline measure workload`).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) measured: PathBuf,
+    #[command(flatten)]
+    pub(crate) out: ReportOutArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ProcurementArgs {
+    /// Candidate systems, comma-separated: shipped candidates (dgx-a100, dgx-h100,
+    /// dgx-h200), candidate files, or any system (at its node count, without a price).
+    #[arg(long, value_delimiter = ',', required = true, value_name = "A,B,...")]
+    pub(crate) systems: Vec<String>,
+    /// The workload mix: a shipped mix (mlperf-hpc) or a mix file.
+    #[arg(long, default_value = "mlperf-hpc", value_name = "MIX")]
+    pub(crate) mix: String,
+    /// Compare what this purchase budget buys of each candidate (the currency of their
+    /// prices) instead of their offered node counts.
+    #[arg(long, value_parser = parse_positive)]
+    pub(crate) budget: Option<f64>,
+    /// Rank by time, cost or energy per mix.
+    #[arg(long, default_value = "time", value_parser = parse_from_str::<Objective>)]
+    pub(crate) objective: Objective,
+    /// Fraction of the devices' peak FLOP/s the layers attain, for every candidate alike
+    /// (1 = ideal: times are lower bounds).
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) compute_efficiency: f64,
+    /// Fraction of the devices' memory bandwidth the layers attain.
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) memory_efficiency: f64,
+    #[command(flatten)]
+    pub(crate) out: ReportOutArgs,
+}
+
+/// Where and how a report is written.
+#[derive(Debug, Args)]
+pub(crate) struct ReportOutArgs {
+    /// Directory for the report (created if missing): report.html, report.md with
+    /// figures/, tables/*.csv and report.json.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) out: PathBuf,
+    /// Image format of the Markdown report's figure files.
+    #[arg(long, value_enum, default_value_t = ImageArg::Svg)]
+    pub(crate) images: ImageArg,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
+}

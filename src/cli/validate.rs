@@ -1,0 +1,123 @@
+//! `ridgeline calibrate` and `ridgeline validate ...` flags.
+
+use super::*;
+
+#[derive(Debug, Args)]
+pub(crate) struct CalibrateArgs {
+    /// Record files (JSON Lines) from `ridgeline measure suite` or the micro-kernel commands.
+    #[arg(required = true, value_name = "RECORDS")]
+    pub(crate) records: Vec<PathBuf>,
+    /// The datasheet system the profile overlays (a name, `local`, or a system file).
+    #[arg(long, default_value = "local")]
+    pub(crate) system: String,
+    /// Which level MPI ping-pong records describe: by the hosts of each pair (auto), or
+    /// all one level (e.g. `network` for TCP over loopback standing in for a network).
+    #[arg(long, value_enum, default_value_t = CommLevelArg::Auto)]
+    pub(crate) comm_level: CommLevelArg,
+    /// Take the records measured on this many threads (default: the most in the files).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub(crate) threads: Option<u64>,
+    /// Write the profile (TOML) here.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: PathBuf,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub(crate) struct ValidateArgs {
+    #[command(subcommand)]
+    pub(crate) what: Option<ValidateCommand>,
+    /// The calibrated profile (from `ridgeline calibrate`).
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "self_check",
+        conflicts_with = "self_check"
+    )]
+    pub(crate) profile: Option<PathBuf>,
+    /// Workload records (from `ridgeline measure workload --out`).
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "self_check",
+        conflicts_with = "self_check"
+    )]
+    pub(crate) measured: Option<PathBuf>,
+    /// Measure the suite, calibrate, measure the three reference workloads at three batch
+    /// sizes each, predict and compare — all on this machine.
+    #[arg(long)]
+    pub(crate) self_check: bool,
+    /// Time budget of the self-check: 80 % for the micro-kernel suite (which stops early
+    /// when it has measured everything); the workloads, measured before and after it, take
+    /// about 3 minutes more.
+    #[arg(long, default_value = "10m", value_parser = parse_self_check_budget, requires = "self_check")]
+    pub(crate) budget: Duration,
+    /// Directory for the self-check's records, profile and validation (created; an
+    /// existing one is resumed).
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "ridgeline-self-check",
+        requires = "self_check"
+    )]
+    pub(crate) dir: PathBuf,
+    /// Show this many of the worst layers.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) top: usize,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
+}
+
+/// What else `validate` checks.
+#[derive(Debug, Subcommand)]
+pub(crate) enum ValidateCommand {
+    /// The collective model against measured MPI allreduce: each measured size and rank
+    /// count predicted from a profile's LogGP (`ridgeline calibrate` of ping-pong records).
+    Comm(ValidateCommArgs),
+    /// The model's counts against published figures: every built-in workload against its
+    /// reference implementation's layer table (`data/reference/`), and the per-sample
+    /// figures of Table II of Ibrahim et al., PMBS 2021 (seed 004; V100, mixed precision) beside the model's.
+    Published(FormatArg),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ValidateCommArgs {
+    /// The calibrated profile with communication levels.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) profile: PathBuf,
+    /// Allreduce records (from `ridgeline measure comm allreduce --out`).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) measured: PathBuf,
+    /// Which level the ranks talked over: by their hosts (auto), or all over one level
+    /// (e.g. `network` for TCP over loopback standing in for a network).
+    #[arg(long, value_enum, default_value_t = CommLevelArg::Auto)]
+    pub(crate) level: CommLevelArg,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
+}
+
+/// A communication level, or by the hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum CommLevelArg {
+    /// One host: node; several: network between them, node within.
+    Auto,
+    /// Between ranks of one node.
+    Node,
+    /// Between nodes.
+    Network,
+}
+
+impl CommLevelArg {
+    /// The calibration crate's choice.
+    pub(crate) fn choice(self) -> ridgeline_calibrate::loggp::LevelChoice {
+        use ridgeline_calibrate::loggp::LevelChoice;
+        use ridgeline_model::profile::CommLevelName;
+        match self {
+            CommLevelArg::Auto => LevelChoice::Auto,
+            CommLevelArg::Node => LevelChoice::Fixed(CommLevelName::Node),
+            CommLevelArg::Network => LevelChoice::Fixed(CommLevelName::Network),
+        }
+    }
+}

@@ -1,6 +1,7 @@
-//! `ridgeline`: the thin command-line front end. Each subcommand parses its arguments,
-//! loads what they name, calls one library function and renders the result. Exit codes:
-//! 0 on success, 2 on bad input or any failure (clap's usage errors are 2 as well).
+//! `ridgeline`: the thin command-line front end. Each subcommand turns its flags into a
+//! request, calls `ridgeline-app` (or a library crate) and renders the result; the map is
+//! `docs/ARCHITECTURE.md`. Exit codes: 0 on success, 2 on bad input or any failure (clap's
+//! usage errors are 2 as well).
 
 mod cli;
 mod commands;

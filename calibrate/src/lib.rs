@@ -1,6 +1,6 @@
 //! # ridgeline-calibrate
 //!
-//! Calibration and validation (DESIGN.md "Calibration and validation"):
+//! Calibration and validation (docs/ARCHITECTURE.md "Calibration and validation"):
 //!
 //! - [`stats`]: robust statistics on raw timing samples — median, MAD, interquartile range,
 //!   Tukey outlier labels, bootstrap intervals of the median (statrs, rand).

@@ -1,7 +1,7 @@
 //! # ridgeline-measure
 //!
-//! Measurement of the same work the model predicts, on real hardware (DESIGN.md
-//! "Measurement"):
+//! Measurement of the same work the model predicts, on real hardware
+//! (docs/ARCHITECTURE.md "Measurement"):
 //!
 //! - [`Backend`]: the trait every device implements. [`CpuBackend`] is real and the default:
 //!   GEMM through the `gemm` crate (f32 and f64), N-d convolution forward / backward-data /

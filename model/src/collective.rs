@@ -1,4 +1,4 @@
-//! Gradient allreduce under LogGP (DESIGN.md "Formulas"; Thakur, Rabenseifner and Gropp,
+//! Gradient allreduce under LogGP (docs/ARCHITECTURE.md "Formulas"; Thakur, Rabenseifner and Gropp,
 //! *Optimization of Collective Communication Operations in MPICH*, IJHPCA 2005; Sanders,
 //! Speck and Träff, *Two-tree algorithms for full bandwidth broadcast, reduction and scan*,
 //! Parallel Computing 2009).

@@ -3,7 +3,7 @@
 //! the activation bytes kept for backward.
 //!
 //! # Counting rules
-//! - **FLOPs** [002, Table 3; DESIGN.md "Per-layer cost"]: convolution
+//! - **FLOPs** [002, Table 3; docs/ARCHITECTURE.md "Per-layer cost"]: convolution
 //!   `2 N C_out prod(out_spatial) (C_in / groups) prod(kernel)`; transposed convolution the
 //!   same for its adjoint, `2 N C_in prod(in_spatial) (C_out / groups) prod(kernel)`; dense
 //!   `2 N in out`. Bias additions are not counted (as in the reference MAC counts). Pooling,
@@ -24,7 +24,7 @@
 //!   tensors saved for backward and (for a data gradient) the weights, and writes the input
 //!   gradients and the weight gradient. Flatten is a view and moves nothing; dropout also
 //!   writes (forward) and reads (backward) a one-byte mask per element.
-//! - **Activations kept for backward** (DESIGN.md "Memory per device"): conv, transposed
+//! - **Activations kept for backward** (docs/ARCHITECTURE.md "Memory per device"): conv, transposed
 //!   conv and dense keep their input; ReLU and tanh their output; LeakyReLU, batch norm,
 //!   channel affine, max pooling and MSE their input; dropout a one-byte mask; softmax
 //!   cross-entropy its probabilities; add, scale, concat, flatten, tile, upsample, average

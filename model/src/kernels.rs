@@ -1,5 +1,5 @@
 //! The kernels a training step runs, by class, with the features a calibrated time model
-//! is a linear function of (DESIGN.md "Calibration and validation").
+//! is a linear function of (docs/ARCHITECTURE.md "Calibration and validation").
 //!
 //! # Classes
 //! A layer's passes run kernels of a few classes, and one class shares one time model:

@@ -7,7 +7,7 @@
 //! figure is modelled with `L + 2o = 0` and the prediction says so. A level that the k
 //! devices of a node share (host memory, NVMe, the NICs, the node's share of the parallel
 //! file system, capped by the node's network and its `pfs_client_gbs`) gives each device
-//! `G x k` — DESIGN.md "Formulas"; this is how \[004\] Fig. 4
+//! `G x k` — docs/ARCHITECTURE.md "Formulas"; this is how \[004\] Fig. 4
 //! prices a byte on Cori GPU (HBM 1 : InfiniBand 72 : PCIe gen3 56 : NVMe 2250).
 
 use std::fmt;

@@ -1,5 +1,5 @@
 //! Memory footprint per device versus batch size, and the largest batch that fits
-//! (\[004\] §IV, DESIGN.md "Memory per device").
+//! (\[004\] §IV, docs/ARCHITECTURE.md "Memory per device").
 //!
 //! Components, in bytes:
 //! - fixed: **parameters** (compute-precision copy, plus an FP32 master copy under mixed

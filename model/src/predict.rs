@@ -1,5 +1,6 @@
-//! Step, epoch and time-to-solution prediction for a workload on a system (DESIGN.md "Node
-//! and cluster prediction"; \[004\] §V-C, §VI; \[003\] Eq. 1-2; \[001\] §6).
+//! Step, epoch and time-to-solution prediction for a workload on a system
+//! (docs/ARCHITECTURE.md "Node and cluster prediction"; \[004\] §V-C, §VI; \[003\] Eq.
+//! 1-2; \[001\] §6).
 //!
 //! The work is split by what it depends on, so sweeps evaluate millions of configurations:
 //! - [`StepModel`]: workload x precision. Per-layer FLOPs and HBM bytes as affine functions

@@ -1,5 +1,5 @@
 //! The calibrated profile: what measurements say a machine attains, overlaid on its
-//! datasheet system (DESIGN.md "Calibration and validation").
+//! datasheet system (docs/ARCHITECTURE.md "Calibration and validation").
 //!
 //! A profile holds, for one device at one thread count, fitted time models of each kernel
 //! class and pass ([`crate::kernels`]), the sustained bandwidth of each memory level, the

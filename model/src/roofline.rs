@@ -1,4 +1,4 @@
-//! Per-layer device roofline (DESIGN.md "Device roofline"; Williams, Waterman and Patterson,
+//! Per-layer device roofline (docs/ARCHITECTURE.md "Device roofline"; Williams, Waterman and Patterson,
 //! *Roofline*, CACM 2009; \[004\] §V-A).
 //!
 //! Each pass of each layer takes `max(F / (peak x eff_compute), B / (BW x eff_memory))`,

@@ -1,4 +1,4 @@
-//! Communication benchmarks under MPI (DESIGN.md "Measurement"; Hoefler, Lichei and Rehm,
+//! Communication benchmarks under MPI (docs/ARCHITECTURE.md "Measurement"; Hoefler, Lichei and Rehm,
 //! *Low-Overhead LogGP Parameter Assessment for Modern Interconnection Networks*, IPDPS 2007
 //! — the Netgauge method).
 //!

@@ -882,19 +882,20 @@ q = "test quote"
         let mut cheap = offer.clone();
         cheap.name = "budget".into();
         let price = offer.price_per_node.as_ref().unwrap().value;
+        let evaluated = |system: &System| {
+            let inputs = Inputs {
+                model: &model,
+                system,
+                dataset: &dataset,
+                reference_input_elements: graph.input_shape().elements(),
+            };
+            vec![evaluate(inputs, &scenario, &entry)]
+        };
         let c = compare(
             vec![(offer.clone(), base()), (cheap, base())],
             None,
             Objective::Time,
-            |system| {
-                let inputs = Inputs {
-                    model: &model,
-                    system,
-                    dataset: &dataset,
-                    reference_input_elements: graph.input_shape().elements(),
-                };
-                vec![evaluate(inputs, &scenario, &entry)]
-            },
+            evaluated,
         )
         .unwrap();
         assert_eq!(c.candidates[0].nodes, 16);
@@ -906,15 +907,7 @@ q = "test quote"
             vec![(offer.clone(), base())],
             Some(2.0 * price),
             Objective::Time,
-            |system| {
-                let inputs = Inputs {
-                    model: &model,
-                    system,
-                    dataset: &dataset,
-                    reference_input_elements: graph.input_shape().elements(),
-                };
-                vec![evaluate(inputs, &scenario, &entry)]
-            },
+            evaluated,
         )
         .unwrap();
         assert_eq!(c.candidates[0].nodes, 2);

@@ -1,0 +1,335 @@
+//! What a person reads beside the outcome: data movement per sample by source, the HPC-AI
+//! roofline, the assumptions made; [`predict`] runs every stage.
+
+use serde::Serialize;
+
+use crate::collective::Fabric;
+use crate::dataset::Dataset;
+use crate::error::{Error, Result};
+use crate::links::{Hierarchy, Level, node_network};
+use crate::precision::Precision;
+use crate::profile::precision_name;
+use crate::system::{Sourced, System};
+
+use super::*;
+
+/// One source of data movement per sample, priced as bytes x gap (\[004\] Fig. 4).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Movement {
+    /// `model+activations`, `input samples` or `gradients`.
+    pub source: &'static str,
+    /// The level that limits it.
+    pub level: Level,
+    /// Bytes per sample across that level.
+    pub bytes_per_sample: f64,
+    /// Seconds per byte for one device (shared levels count their sharing).
+    pub gap_s_per_byte: f64,
+    /// The gap relative to device memory's.
+    pub relative_cost: f64,
+    /// bytes x gap: seconds per sample.
+    pub cost_per_sample_s: f64,
+}
+
+/// One side of the HPC-AI roofline (\[001\] §6).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CommRoofline {
+    /// Aggregate peak FLOP/s.
+    pub peak_flops: f64,
+    /// Communication bandwidth ceiling, bytes/s.
+    pub bandwidth: f64,
+    /// FLOPs per byte communicated.
+    pub coi: f64,
+    /// min(peak, bandwidth x COI).
+    pub attainable_flops: f64,
+    /// `compute` or `communication`.
+    pub bound: &'static str,
+}
+
+/// The HPC-AI roofline of a step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HpcAiRoofline {
+    /// One node: its devices' peak against the on-node fabric.
+    pub single_node: Option<CommRoofline>,
+    /// The job: all devices' peak against the network.
+    pub distributed: Option<CommRoofline>,
+    /// Measured ceilings of one device at the step's precision, from a calibrated profile
+    /// (GEMM and convolution): lower horizontal lines under the datasheet peak.
+    pub measured_ceilings: Vec<MeasuredCeiling>,
+}
+
+/// A measured compute ceiling of one device.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MeasuredCeiling {
+    /// `gemm` or `conv`.
+    pub kind: String,
+    /// FLOP/s of one device.
+    pub flops: f64,
+    /// Fraction of the device's datasheet matrix peak.
+    pub fraction_of_peak: f64,
+}
+
+/// A full prediction: the numbers and their explanation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Prediction {
+    /// Workload.
+    pub workload: String,
+    /// System.
+    pub system: String,
+    /// Device.
+    pub device: String,
+    /// Precision.
+    pub precision: Precision,
+    /// Overlap model.
+    pub overlap: Overlap,
+    /// The numbers.
+    #[serde(flatten)]
+    pub outcome: Outcome,
+    /// Memory one device has.
+    pub device_memory_bytes: f64,
+    /// Valid FLOPS, when a quality was given.
+    pub valid_flops: Option<f64>,
+    /// Data movement per sample by source.
+    pub data_movement: Vec<Movement>,
+    /// The HPC-AI roofline.
+    pub hpc_ai_roofline: HpcAiRoofline,
+    /// What the prediction assumed.
+    pub assumptions: Vec<String>,
+}
+
+/// Everything a prediction needs besides the scenario.
+#[derive(Debug, Clone, Copy)]
+pub struct Inputs<'a> {
+    /// The workload's step model.
+    pub model: &'a StepModel,
+    /// The system.
+    pub system: &'a System,
+    /// The data set.
+    pub dataset: &'a Dataset,
+    /// Input elements of the workload the data set describes (to scale sample bytes when
+    /// the input size changes).
+    pub reference_input_elements: u64,
+}
+
+/// Predicts one configuration at local batch `batch`. Anything that makes it impossible is
+/// an error naming the cause.
+pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Prediction> {
+    let Inputs {
+        model,
+        system,
+        dataset,
+        reference_input_elements,
+    } = inputs;
+    // A scenario may go past the nodes a system file lists (a catalog SuperPOD lists one
+    // scalable unit; real ones have many): the same nodes, network and file system, said.
+    let listed = system.cluster.nodes.value;
+    let grown;
+    let system = if scenario.nodes > listed {
+        let mut s = system.clone();
+        s.cluster.nodes = Sourced {
+            value: scenario.nodes,
+            source: format!(
+                "{} nodes asked for; the system lists {listed} ({})",
+                scenario.nodes, system.cluster.nodes.source
+            ),
+        };
+        grown = s;
+        &grown
+    } else {
+        system
+    };
+    let plan = Plan::new(
+        model,
+        system,
+        dataset,
+        reference_input_elements,
+        scenario,
+        batch,
+    )?;
+    let fabric = Fabric::of(system, scenario.nodes)?;
+    let outcome = plan.evaluate(scenario.nodes, &fabric).map_err(|e| {
+        let value = match e {
+            Infeasible::TooManyNodes { nodes, .. } => nodes.to_string(),
+            Infeasible::DoesNotFit { .. } => batch.to_string(),
+            Infeasible::DataTooLarge { location, .. }
+            | Infeasible::NoDataLocation { location, .. } => location.to_string(),
+            Infeasible::Convergence { global_batch, .. } => {
+                format!("{batch} (global {global_batch})")
+            }
+            Infeasible::Collective { .. } => scenario.collective.to_string(),
+            Infeasible::NotFinite { field } => field.to_owned(),
+        };
+        Error::Argument {
+            name: e.option(),
+            value,
+            message: format!("system `{}`: {e}", system.name),
+        }
+    })?;
+    let h = Hierarchy::of(system, scenario.nodes);
+    let b = batch as f64;
+    let mut movement = Vec::new();
+    let mut add = |source, level: Level, bytes: f64| {
+        if let (Some(link), Some(rel)) = (h.get(level), h.relative_cost(level)) {
+            let gap = link.gap();
+            movement.push(Movement {
+                source,
+                level,
+                bytes_per_sample: bytes,
+                gap_s_per_byte: gap,
+                relative_cost: rel,
+                cost_per_sample_s: bytes * gap,
+            });
+        }
+    };
+    add(
+        "model+activations",
+        Level::Hbm,
+        model.hbm_per_sample + model.hbm_fixed / b,
+    );
+    add("input samples", Level::Pcie, plan.device_sample);
+    let storage = match outcome.data_location {
+        DataLocation::Nvme => Some(Level::Nvme),
+        DataLocation::BurstBuffer => Some(Level::BurstBuffer),
+        DataLocation::Pfs => Some(Level::Pfs),
+        DataLocation::Ddr | DataLocation::Auto => system
+            .node
+            .host_memory_bandwidth
+            .as_ref()
+            .map(|_| Level::HostMemory),
+    };
+    if let Some(level) = storage {
+        add("input samples", level, plan.stored_sample);
+    }
+    let p = outcome.devices as f64;
+    let ring_traffic = 2.0 * (p - 1.0) / p * plan.gradient_bytes;
+    if outcome.devices > 1 {
+        let level = if scenario.nodes > 1 {
+            Level::Network
+        } else {
+            Level::Nvlink
+        };
+        add("gradients", level, ring_traffic / b);
+    }
+
+    let flops_node = model.flops_per_sample * b * f64::from(plan.devices_per_node);
+    let k = f64::from(plan.devices_per_node);
+    let comm = |peak: f64, bandwidth: f64, flops: f64, bytes: f64| {
+        let coi = flops / bytes;
+        let attainable = peak.min(bandwidth * coi);
+        CommRoofline {
+            peak_flops: peak,
+            bandwidth,
+            coi,
+            attainable_flops: attainable,
+            bound: if attainable < peak {
+                "communication"
+            } else {
+                "compute"
+            },
+        }
+    };
+    let single_node = system
+        .node
+        .nvlink
+        .as_ref()
+        .filter(|_| plan.devices_per_node > 1)
+        .map(|l| {
+            comm(
+                plan.peak * k,
+                l.value.value() * k,
+                flops_node,
+                k * 2.0 * (k - 1.0) / k * plan.gradient_bytes,
+            )
+        });
+    let n = f64::from(scenario.nodes);
+    let distributed = node_network(system)
+        .filter(|_| scenario.nodes > 1)
+        .map(|(bw, _)| {
+            comm(
+                plan.peak * p,
+                bw.value() * n,
+                flops_node * n,
+                n * 2.0 * (n - 1.0) / n * plan.gradient_bytes,
+            )
+        });
+
+    let mut assumptions = system.assumptions.clone();
+    if scenario.nodes > listed {
+        assumptions.push(format!(
+            "{} nodes, past the {listed} the system lists: more of the same nodes on the same \
+             network, sharing the same parallel file system",
+            scenario.nodes
+        ));
+    }
+    assumptions.push(format!(
+        "ideal device efficiency (compute {}, memory {}) unless calibrated",
+        scenario.efficiency.compute, scenario.efficiency.memory
+    ));
+    if outcome.devices > 1 && !fabric.latencies_known {
+        assumptions.push(
+            "a link latency is not in the system file: those allreduce start-up terms are zero"
+                .into(),
+        );
+    }
+    if let Epochs::Curve(c) = &scenario.epochs
+        && !c
+            .points
+            .iter()
+            .any(|pt| pt.global_batch == outcome.global_batch)
+    {
+        assumptions.push(format!(
+            "epochs interpolated (power law) between measured batches {:?}",
+            c.points
+                .iter()
+                .map(|pt| pt.global_batch)
+                .collect::<Vec<_>>()
+        ));
+    }
+    if system.node.power_w.is_none() && outcome.energy_j.is_some() {
+        assumptions
+            .push("energy counts the devices' TDP only (no node power in the system file)".into());
+    }
+    if system.cluster.pfs_bandwidth.is_none() && outcome.data_location != DataLocation::Pfs {
+        assumptions.push(format!(
+            "no staging: the data set starts where it is read ({}), as the system has no \
+             parallel file system to stage it from",
+            outcome.data_location
+        ));
+    }
+    if scenario.preprocess_rate.is_none() {
+        assumptions.push("no CPU preprocessing limit (pass --preprocess-rate)".into());
+    }
+    let valid_flops = scenario
+        .quality
+        .map(|q| outcome.achieved_flops * (q.achieved / q.target).powf(q.exponent));
+    Ok(Prediction {
+        workload: model.workload.clone(),
+        system: system.name.clone(),
+        device: system.device.name.clone(),
+        precision: model.precision,
+        overlap: scenario.overlap,
+        device_memory_bytes: plan.capacity.value(),
+        valid_flops,
+        data_movement: movement,
+        hpc_ai_roofline: HpcAiRoofline {
+            single_node,
+            distributed,
+            measured_ceilings: system
+                .calibration
+                .as_ref()
+                .map(|p| {
+                    p.ceilings
+                        .iter()
+                        .filter(|c| c.precision == precision_name(model.precision))
+                        .map(|c| MeasuredCeiling {
+                            kind: c.kind.clone(),
+                            flops: c.tflops * 1e12,
+                            fraction_of_peak: c.tflops * 1e12 / plan.peak,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+        },
+        assumptions,
+        outcome,
+    })
+}

@@ -3,7 +3,7 @@
 
 use ridgeline_calibrate::stats::median;
 use ridgeline_calibrate::validate::{LayerPoint, StepPoint, Validation};
-use ridgeline_measure::Record;
+use ridgeline_measure::{Record, RecordKind};
 use ridgeline_model::graph::Shape;
 use ridgeline_model::memory::MemoryRow;
 use ridgeline_model::precision::Precision;
@@ -247,9 +247,9 @@ fn describe(r: &Record) -> String {
                 .join("x")
         })
     };
-    match r.kind.as_str() {
-        "gemm" => format!("{}x{}x{}", s["m"], s["n"], s["k"]),
-        "conv" => format!(
+    match r.kind {
+        RecordKind::Gemm => format!("{}x{}x{}", s["m"], s["n"], s["k"]),
+        RecordKind::Conv => format!(
             "{} {} n{} {}->{} {} k{}{}{}",
             s["pass"].as_str().unwrap_or_default(),
             s["source"].as_str().unwrap_or_default(),
@@ -272,19 +272,19 @@ fn describe(r: &Record) -> String {
                 String::new()
             },
         ),
-        "stream" => format!(
+        RecordKind::Stream => format!(
             "{} {} KiB",
             s["kernel"].as_str().unwrap_or_default(),
             s["array_bytes"].as_u64().unwrap_or(0) / 1024
         ),
-        "op" => format!(
+        RecordKind::Op => format!(
             "{} {} n{} {}",
             s["op"]["op"].as_str().unwrap_or_default(),
             s["pass"].as_str().unwrap_or_default(),
             s["batch"],
             list(&s["input"])
         ),
-        "comm-prtt" => format!(
+        RecordKind::CommPrtt => format!(
             "PRTT(n={}{}) {} B, ranks {}",
             s["messages"],
             if s["delayed"] == true {
@@ -295,20 +295,22 @@ fn describe(r: &Record) -> String {
             s["bytes"],
             list(&s["pair"]).replace('x', "-"),
         ),
-        "comm-exchange" => format!(
+        RecordKind::CommExchange => format!(
             "exchange {} B, ranks {}",
             s["bytes"],
             list(&s["pair"]).replace('x', "-")
         ),
-        "comm-reduce" => format!("a += b, {} B", s["bytes"]),
-        "comm-allreduce" => format!(
+        RecordKind::CommReduce => format!("a += b, {} B", s["bytes"]),
+        RecordKind::CommAllreduce => format!(
             "{} {} B, {} ranks",
             s["algorithm"].as_str().unwrap_or_default(),
             s["bytes"],
             s["ranks"]
         ),
-        "comm-alltoall" => format!("{} B per pair, {} ranks", s["bytes"], s["ranks"]),
-        _ => format!("{}", s),
+        RecordKind::CommAlltoall => format!("{} B per pair, {} ranks", s["bytes"], s["ranks"]),
+        RecordKind::Copy | RecordKind::WorkloadLayer | RecordKind::WorkloadStep => {
+            format!("{}", s)
+        }
     }
 }
 
@@ -319,7 +321,7 @@ pub fn record_rows(records: &[Record]) -> Vec<RecordRow> {
         .map(|r| {
             let t = median(&r.samples_s);
             RecordRow {
-                kind: r.kind.clone(),
+                kind: r.kind.name().to_owned(),
                 case: describe(r),
                 precision: r.precision.clone(),
                 threads: r.threads,

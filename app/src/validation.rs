@@ -238,7 +238,7 @@ mod tests {
         Record {
             schema_version: SCHEMA_VERSION,
             id: id.into(),
-            kind: "workload-step".into(),
+            kind: ridgeline_measure::RecordKind::WorkloadStep,
             shape: json!({}),
             precision: "fp32".into(),
             device: "cpu".into(),

@@ -299,7 +299,7 @@ mod tests {
         let mut r = Record {
             schema_version: 1,
             id: "x".into(),
-            kind: "comm-allreduce".into(),
+            kind: ridgeline_measure::RecordKind::CommAllreduce,
             shape: serde_json::json!({}),
             precision: "fp32".into(),
             device: "mpi".into(),

@@ -68,7 +68,7 @@ pub fn comm_levels(files: &[RecordFile], choice: LevelChoice) -> Result<Vec<Comm
     let mut reduction = Vec::new();
     for f in files {
         for r in &f.records {
-            let kind = r.kind.as_str();
+            let kind = r.kind;
             if ![KIND_PRTT, KIND_EXCHANGE, KIND_REDUCE].contains(&kind) {
                 continue;
             }

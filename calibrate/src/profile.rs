@@ -21,8 +21,8 @@
 
 use std::collections::BTreeMap;
 
-use ridgeline_measure::Record;
 use ridgeline_measure::suite::Caches;
+use ridgeline_measure::{Record, RecordKind};
 use ridgeline_model::kernels::{
     ConvShape, Kernel, KernelClass, KernelPass, gemm_kernel, vector_kernel,
 };
@@ -193,7 +193,7 @@ type FitKey = (KernelClass, KernelPass, String, Option<&'static str>);
 
 /// Fits a profile from `files` (micro-kernel records; workload records are ignored).
 pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration> {
-    let micro = |r: &&Record| matches!(r.kind.as_str(), "gemm" | "conv" | "op" | "stream");
+    let micro = |r: &&Record| r.kind.is_micro_kernel();
     let all: Vec<(&str, &Record)> = files
         .iter()
         .flat_map(|f| f.records.iter().filter(micro).map(|r| (f.path.as_str(), r)))
@@ -204,7 +204,7 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
         .flat_map(|f| {
             f.records
                 .iter()
-                .filter(|r| r.kind.starts_with("comm-"))
+                .filter(|r| r.kind.is_comm())
                 .map(|r| (f.path.as_str(), r))
         })
         .collect();
@@ -270,8 +270,8 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
         let t = Samples::new(r.samples_s.clone())
             .map_err(|e| record_error(file, r, e.to_string()))?
             .median();
-        let kernels: Vec<Kernel> = match r.kind.as_str() {
-            "gemm" => {
+        let kernels: Vec<Kernel> = match r.kind {
+            RecordKind::Gemm => {
                 let k = gemm_record(file, r)?;
                 // A GEMM micro-kernel calibrates every pass of dense layers.
                 [
@@ -288,17 +288,17 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
                 })
                 .collect()
             }
-            "conv" => vec![conv_kernel(file, r)?],
-            "op" => op_kernel(file, r)?.into_iter().collect(),
+            RecordKind::Conv => vec![conv_kernel(file, r)?],
+            RecordKind::Op => op_kernel(file, r)?.into_iter().collect(),
             _ => {
                 stream.push((r.bytes, t));
                 continue;
             }
         };
-        if matches!(r.kind.as_str(), "gemm" | "conv") && r.flops > 0.0 {
+        if matches!(r.kind, RecordKind::Gemm | RecordKind::Conv) && r.flops > 0.0 {
             let rate = r.flops / t;
             let entry = ceilings
-                .entry((r.kind.clone(), r.precision.clone()))
+                .entry((r.kind.name().to_owned(), r.precision.clone()))
                 .or_insert((0.0, String::new()));
             if rate > entry.0 {
                 *entry = (rate, format!("{file}: record `{}`", r.id));
@@ -475,7 +475,7 @@ mod tests {
         Record {
             schema_version: 1,
             id: format!("{kind}|{shape}"),
-            kind: kind.into(),
+            kind: kind.parse().unwrap(),
             shape,
             precision: "fp32".into(),
             device: "cpu".into(),

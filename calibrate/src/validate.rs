@@ -8,7 +8,7 @@
 //! footprint with plain SGD (what the executor runs). Each is compared with the median of
 //! the measured samples and with the executor's peak memory.
 
-use ridgeline_measure::Record;
+use ridgeline_measure::{Record, StepRun};
 use ridgeline_model::cost;
 use ridgeline_model::memory::{Footprint, Optimizer};
 use ridgeline_model::precision::Precision;
@@ -172,18 +172,19 @@ fn median(file: &str, r: &Record) -> Result<f64> {
 /// Compares the `workload-step` and `workload-layer` records of `file` with predictions on
 /// `system` (a calibrated system; without a profile it validates the datasheet model).
 pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Validation> {
-    let steps: Vec<&Record> = records
-        .iter()
-        .filter(|r| r.kind == "workload-step")
-        .collect();
-    if steps.is_empty() {
+    let runs = StepRun::from_records(records);
+    if runs.is_empty() {
         return Err(Error::Input(format!(
             "{file}: no workload-step records; run `ridgeline measure workload W --out {file}`"
         )));
     }
     let mut out_steps = Vec::new();
     let mut out_layers = Vec::new();
-    for step in steps {
+    for StepRun {
+        step,
+        layers: measured_layers,
+    } in runs
+    {
         let bad = |message: String| Error::Record {
             file: file.to_owned(),
             id: step.id.clone(),
@@ -230,16 +231,6 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
             &DeviceRates::of(system, precision, Efficiency::IDEAL)?,
             system.calibration.as_deref(),
         );
-        let same_run = |l: &&Record| {
-            l.kind == "workload-layer"
-                && l.threads == step.threads
-                && l.device == step.device
-                && l.precision == step.precision
-                && l.shape["workload"] == step.shape["workload"]
-                && l.shape["input"] == step.shape["input"]
-                && l.shape["batch"] == step.shape["batch"]
-        };
-        let measured_layers: Vec<&Record> = records.iter().filter(same_run).collect();
         // Every layer record must be a layer of the rebuilt workload: a renamed or edited
         // record would silently drop out of the comparison.
         if let Some(stray) = measured_layers.iter().find(|m| {

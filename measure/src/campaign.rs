@@ -17,7 +17,7 @@ use crate::cpu::CpuBackend;
 use crate::cuda::CudaBackend;
 use crate::error::{Error, Result};
 use crate::protocol::Protocol;
-use crate::record::{Record, SCHEMA_VERSION, record_id};
+use crate::record::{Record, RecordKind, SCHEMA_VERSION, record_id};
 
 /// One measurement.
 #[derive(Debug, Clone)]
@@ -96,14 +96,14 @@ fn dims(v: &[usize]) -> String {
 
 impl Case {
     /// The record kind.
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> RecordKind {
         match self {
-            Case::Gemm(_) => "gemm",
-            Case::Conv(..) => "conv",
-            Case::Stream(..) => "stream",
-            Case::Op(..) => "op",
-            Case::Workload(..) => "workload-step",
-            Case::Copy(..) => "copy",
+            Case::Gemm(_) => RecordKind::Gemm,
+            Case::Conv(..) => RecordKind::Conv,
+            Case::Stream(..) => RecordKind::Stream,
+            Case::Op(..) => RecordKind::Op,
+            Case::Workload(..) => RecordKind::WorkloadStep,
+            Case::Copy(..) => RecordKind::Copy,
         }
     }
 
@@ -223,7 +223,7 @@ impl Case {
     /// per layer and pass, then its step record).
     pub fn run(&self, backend: &mut dyn Backend, protocol: &Protocol) -> Result<Vec<Record>> {
         let make = |backend: &dyn Backend,
-                    kind: &str,
+                    kind: RecordKind,
                     shape: Value,
                     samples: Vec<f64>,
                     flops: f64,
@@ -236,7 +236,7 @@ impl Case {
                 backend.threads(),
                 &backend.device(),
             ),
-            kind: kind.to_owned(),
+            kind,
             shape,
             precision: self.precision().to_owned(),
             device: backend.device(),
@@ -255,7 +255,7 @@ impl Case {
                 let bytes = (m * k + k * n + m * n) * g.format.bytes() as f64;
                 Ok(vec![make(
                     &*backend,
-                    "gemm",
+                    RecordKind::Gemm,
                     shape,
                     samples,
                     2.0 * m * n * k,
@@ -267,7 +267,7 @@ impl Case {
                 let cost = cases::layer_cost(&graph, c.batch, c.format);
                 let (flops, bytes) = conv_counts(&graph, c, *pass, &cost);
                 let samples = backend.conv(c, *pass, protocol)?;
-                let mut record = make(&*backend, "conv", shape, samples, flops, bytes);
+                let mut record = make(&*backend, RecordKind::Conv, shape, samples, flops, bytes);
                 record.extra = backend.take_notes();
                 Ok(vec![record])
             }
@@ -275,7 +275,7 @@ impl Case {
                 let samples = backend.copy(c, protocol)?;
                 Ok(vec![make(
                     &*backend,
-                    "copy",
+                    RecordKind::Copy,
                     shape,
                     samples,
                     0.0,
@@ -287,7 +287,7 @@ impl Case {
                 let n = *n as f64;
                 Ok(vec![make(
                     &*backend,
-                    "stream",
+                    RecordKind::Stream,
                     shape,
                     samples,
                     k.flops() as f64 * n,
@@ -302,7 +302,14 @@ impl Case {
                     Pass::Backward => (cost.flops_bwd.value(), cost.hbm_bytes_bwd.value()),
                 };
                 let samples = backend.op(c, *pass, protocol)?;
-                Ok(vec![make(&*backend, "op", shape, samples, flops, bytes)])
+                Ok(vec![make(
+                    &*backend,
+                    RecordKind::Op,
+                    shape,
+                    samples,
+                    flops,
+                    bytes,
+                )])
             }
             Case::Workload(graph, batch, precision) => {
                 let run = backend.workload(graph, *batch, *precision, protocol)?;
@@ -334,7 +341,7 @@ impl Case {
                         shape["pass"] = json!(pass.name());
                         records.push(make(
                             &*backend,
-                            "workload-layer",
+                            RecordKind::WorkloadLayer,
                             shape,
                             samples.clone(),
                             flops,
@@ -344,7 +351,7 @@ impl Case {
                 }
                 let mut step = make(
                     &*backend,
-                    "workload-step",
+                    RecordKind::WorkloadStep,
                     shape,
                     run.step_s.clone(),
                     cost.flops_train.value(),
@@ -540,7 +547,7 @@ mod tests {
         assert_eq!(shape["op"]["op"], "max-pool");
         assert_eq!(shape["op"]["kernel"], json!([2, 2]));
         let r = c.run(&mut *cpu(), &Protocol::quick()).unwrap();
-        assert!(r[0].bytes > 0.0 && r[0].kind == "op");
+        assert!(r[0].bytes > 0.0 && r[0].kind == RecordKind::Op);
     }
 
     #[test]
@@ -561,7 +568,7 @@ mod tests {
         };
         let records = case.run(&mut *cpu(), &p).unwrap();
         let step = records.last().unwrap();
-        assert_eq!(step.kind, "workload-step");
+        assert_eq!(step.kind, RecordKind::WorkloadStep);
         assert_eq!(step.id, case.id(&*cpu()).unwrap());
         assert!(step.extra.as_ref().unwrap()["peak_bytes"].as_u64().unwrap() > 0);
         let cost = cost::cost(&g, 1, Precision::Fp32);
@@ -576,7 +583,7 @@ mod tests {
         );
         let sum: f64 = records
             .iter()
-            .filter(|r| r.kind == "workload-layer")
+            .filter(|r| r.kind == RecordKind::WorkloadLayer)
             .map(|r| r.flops)
             .sum();
         assert!((sum - cost.flops_train.value()).abs() <= 1e-9 * sum);

@@ -81,4 +81,6 @@ pub use cpu::CpuBackend;
 pub use cuda::{CudaBackend, NcclAllreduce, nccl_allreduce};
 pub use error::{Error, Result};
 pub use protocol::Protocol;
-pub use record::{Env, GpuEnv, Record, RecordWriter, Resumed, SCHEMA_VERSION, read_records};
+pub use record::{
+    Env, GpuEnv, Record, RecordKind, RecordWriter, Resumed, SCHEMA_VERSION, StepRun, read_records,
+};

@@ -24,7 +24,7 @@ pub struct Record {
     /// Unique key of the measurement.
     pub id: String,
     /// What was measured.
-    pub kind: String,
+    pub kind: RecordKind,
     /// The case, as an object.
     pub shape: serde_json::Value,
     /// Number format.
@@ -46,21 +46,134 @@ pub struct Record {
     pub extra: Option<serde_json::Value>,
 }
 
-/// The record kinds this build writes and reads.
-pub const KINDS: &[&str] = &[
-    "gemm",
-    "conv",
-    "stream",
-    "op",
-    "copy",
-    "workload-layer",
-    "workload-step",
-    "comm-prtt",
-    "comm-exchange",
-    "comm-reduce",
-    "comm-allreduce",
-    "comm-alltoall",
-];
+/// What a record measured: the record kinds this build writes and reads, each named once
+/// (its name is the `kind` field of the JSON line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "&'static str")]
+pub enum RecordKind {
+    /// A GEMM micro-kernel.
+    Gemm,
+    /// One pass of a convolution.
+    Conv,
+    /// A STREAM kernel.
+    Stream,
+    /// One pass of a non-GEMM op.
+    Op,
+    /// A host-device copy.
+    Copy,
+    /// One layer pass of a measured training step (written before its step).
+    WorkloadLayer,
+    /// A whole training step.
+    WorkloadStep,
+    /// A parametrised round trip between two ranks (MPI).
+    CommPrtt,
+    /// A simultaneous exchange between two ranks (MPI).
+    CommExchange,
+    /// The local reduction kernel of a collective.
+    CommReduce,
+    /// An allreduce (MPI or NCCL).
+    CommAllreduce,
+    /// An all-to-all (MPI).
+    CommAlltoall,
+}
+
+impl RecordKind {
+    /// Every kind.
+    pub const ALL: [RecordKind; 12] = [
+        RecordKind::Gemm,
+        RecordKind::Conv,
+        RecordKind::Stream,
+        RecordKind::Op,
+        RecordKind::Copy,
+        RecordKind::WorkloadLayer,
+        RecordKind::WorkloadStep,
+        RecordKind::CommPrtt,
+        RecordKind::CommExchange,
+        RecordKind::CommReduce,
+        RecordKind::CommAllreduce,
+        RecordKind::CommAlltoall,
+    ];
+
+    /// The name records carry.
+    pub const fn name(self) -> &'static str {
+        match self {
+            RecordKind::Gemm => "gemm",
+            RecordKind::Conv => "conv",
+            RecordKind::Stream => "stream",
+            RecordKind::Op => "op",
+            RecordKind::Copy => "copy",
+            RecordKind::WorkloadLayer => "workload-layer",
+            RecordKind::WorkloadStep => "workload-step",
+            RecordKind::CommPrtt => "comm-prtt",
+            RecordKind::CommExchange => "comm-exchange",
+            RecordKind::CommReduce => "comm-reduce",
+            RecordKind::CommAllreduce => "comm-allreduce",
+            RecordKind::CommAlltoall => "comm-alltoall",
+        }
+    }
+
+    /// Whether a record of this kind counts the FLOPs it ran (more than 0).
+    pub const fn computes(self) -> bool {
+        matches!(
+            self,
+            RecordKind::Gemm | RecordKind::Conv | RecordKind::WorkloadStep
+        )
+    }
+
+    /// A micro-kernel that calibration fits a device from.
+    pub const fn is_micro_kernel(self) -> bool {
+        matches!(
+            self,
+            RecordKind::Gemm | RecordKind::Conv | RecordKind::Op | RecordKind::Stream
+        )
+    }
+
+    /// A communication measurement.
+    pub const fn is_comm(self) -> bool {
+        matches!(
+            self,
+            RecordKind::CommPrtt
+                | RecordKind::CommExchange
+                | RecordKind::CommReduce
+                | RecordKind::CommAllreduce
+                | RecordKind::CommAlltoall
+        )
+    }
+}
+
+impl std::fmt::Display for RecordKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for RecordKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        RecordKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = RecordKind::ALL.iter().map(|k| k.name()).collect();
+                format!("kind `{s}`: must be one of {}", names.join(", "))
+            })
+    }
+}
+
+impl TryFrom<String> for RecordKind {
+    type Error = String;
+
+    fn try_from(s: String) -> std::result::Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl From<RecordKind> for &'static str {
+    fn from(k: RecordKind) -> &'static str {
+        k.name()
+    }
+}
 
 /// The precisions records carry: number formats, training precisions, and `bytes` for
 /// communication that moves untyped data.
@@ -84,13 +197,6 @@ impl Record {
         }
         if self.id.trim().is_empty() {
             return Err("id is empty".into());
-        }
-        if !KINDS.contains(&self.kind.as_str()) {
-            return Err(format!(
-                "kind `{}`: must be one of {}",
-                self.kind,
-                KINDS.join(", ")
-            ));
         }
         if !PRECISIONS.contains(&self.precision.as_str()) {
             return Err(format!(
@@ -130,8 +236,7 @@ impl Record {
                 self.flops
             ));
         }
-        let computes = matches!(self.kind.as_str(), "gemm" | "conv" | "workload-step");
-        if computes && self.flops <= 0.0 {
+        if self.kind.computes() && self.flops <= 0.0 {
             return Err(format!(
                 "flops {}: a {} record counts the FLOPs it ran, more than 0",
                 self.flops, self.kind
@@ -143,7 +248,7 @@ impl Record {
                 self.bytes
             ));
         }
-        if self.kind == "gemm" {
+        if self.kind == RecordKind::Gemm {
             for dim in ["m", "n", "k"] {
                 if self.shape[dim].as_u64().is_none_or(|v| v < 1) {
                     return Err(format!(
@@ -478,7 +583,7 @@ fn parse(path: &Path) -> Result<Parsed> {
                 ),
             ));
         }
-        if record.kind == "workload-layer" {
+        if record.kind == RecordKind::WorkloadLayer {
             let (first, count) = partial.unwrap_or((number, 0));
             partial = Some((first, count + 1));
         } else {
@@ -489,9 +594,47 @@ fn parse(path: &Path) -> Result<Parsed> {
     }
 }
 
+/// One measured training run: a `workload-step` record and the `workload-layer` records of
+/// the same run (the same workload, input, batch, precision, device and threads). The one
+/// place layer records are matched to their step.
+#[derive(Debug, Clone)]
+pub struct StepRun<'a> {
+    /// The step record.
+    pub step: &'a Record,
+    /// Its layers' records, in the file's order.
+    pub layers: Vec<&'a Record>,
+}
+
+impl<'a> StepRun<'a> {
+    /// Every step of `records` with its layers, in the file's order.
+    pub fn from_records(records: &'a [Record]) -> Vec<StepRun<'a>> {
+        records
+            .iter()
+            .filter(|r| r.kind == RecordKind::WorkloadStep)
+            .map(|step| StepRun {
+                step,
+                layers: records
+                    .iter()
+                    .filter(|l| l.kind == RecordKind::WorkloadLayer && same_run(l, step))
+                    .collect(),
+            })
+            .collect()
+    }
+}
+
+/// Whether a layer record belongs to the run of `step`.
+fn same_run(layer: &Record, step: &Record) -> bool {
+    layer.threads == step.threads
+        && layer.device == step.device
+        && layer.precision == step.precision
+        && ["workload", "input", "batch"]
+            .iter()
+            .all(|k| layer.shape[k] == step.shape[k])
+}
+
 /// The id of a measurement: its kind, shape, precision, threads and device.
 pub fn record_id(
-    kind: &str,
+    kind: RecordKind,
     shape: &serde_json::Value,
     precision: &str,
     threads: usize,
@@ -508,8 +651,8 @@ mod tests {
         let shape = serde_json::json!({ "m": n, "n": n, "k": n });
         Record {
             schema_version: SCHEMA_VERSION,
-            id: record_id("gemm", &shape, "fp32", 1, "cpu"),
-            kind: "gemm".into(),
+            id: record_id(RecordKind::Gemm, &shape, "fp32", 1, "cpu"),
+            kind: RecordKind::Gemm,
             shape,
             precision: "fp32".into(),
             device: "cpu".into(),
@@ -544,6 +687,64 @@ mod tests {
         assert_eq!(records, written);
         assert_eq!(torn, None);
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_kind_reads_and_writes_its_one_name() {
+        for k in RecordKind::ALL {
+            let json = serde_json::to_string(&k).unwrap();
+            assert_eq!(json, format!("\"{}\"", k.name()));
+            assert_eq!(serde_json::from_str::<RecordKind>(&json).unwrap(), k);
+        }
+        let err = serde_json::from_str::<RecordKind>("\"gemv\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("kind `gemv`: must be one of gemm, conv"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_step_takes_the_layers_of_its_own_run_only() {
+        let run = |batch: usize, threads: usize, layers: &[&str]| {
+            let shape = |layer: Option<&str>| {
+                let mut s = serde_json::json!({ "workload": "w", "input": [1, 8], "batch": batch });
+                if let Some(l) = layer {
+                    s["layer"] = serde_json::json!(l);
+                }
+                s
+            };
+            let mut out: Vec<Record> = layers
+                .iter()
+                .map(|l| {
+                    let mut r = record(8);
+                    r.kind = RecordKind::WorkloadLayer;
+                    r.shape = shape(Some(l));
+                    r.threads = threads;
+                    r
+                })
+                .collect();
+            let mut step = record(8);
+            step.kind = RecordKind::WorkloadStep;
+            step.shape = shape(None);
+            step.threads = threads;
+            out.push(step);
+            out
+        };
+        let records: Vec<Record> =
+            [run(1, 1, &["a", "b"]), run(2, 1, &["a"]), run(1, 2, &["c"])].concat();
+        let runs = StepRun::from_records(&records);
+        let layers: Vec<Vec<&str>> = runs
+            .iter()
+            .map(|r| {
+                r.layers
+                    .iter()
+                    .map(|l| l.shape["layer"].as_str().unwrap())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(layers, [vec!["a", "b"], vec!["a"], vec!["c"]]);
     }
 
     #[test]
@@ -660,13 +861,13 @@ mod tests {
         let path = temp("partial");
         let layer = |name: &str| {
             let mut r = record(8);
-            r.kind = "workload-layer".into();
+            r.kind = RecordKind::WorkloadLayer;
             r.shape = serde_json::json!({ "layer": name });
-            r.id = record_id("workload-layer", &r.shape, "fp32", 1, "cpu");
+            r.id = record_id(RecordKind::WorkloadLayer, &r.shape, "fp32", 1, "cpu");
             r
         };
         let mut step = record(8);
-        step.kind = "workload-step".into();
+        step.kind = RecordKind::WorkloadStep;
         step.id = "step".into();
         let (mut w, _) = RecordWriter::open(&path, false).unwrap();
         w.write(&[layer("a"), step]).unwrap();

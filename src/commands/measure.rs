@@ -12,7 +12,7 @@ use ridgeline_calibrate::stats;
 use ridgeline_measure::suite::{self, Caches, SOURCES};
 use ridgeline_measure::{
     Case, ConvCase, ConvPass, CopyCase, CopyDirection, GemmCase, HostMemory, NcclAllreduce, OpCase,
-    Pass, Protocol, Record, StreamKernel, conv_cases, nccl_allreduce,
+    Pass, Protocol, Record, StepRun, StreamKernel, conv_cases, nccl_allreduce,
 };
 use ridgeline_model::graph::Graph;
 use ridgeline_model::memory::{Footprint, Optimizer};
@@ -437,12 +437,7 @@ pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
     let footprint = Footprint::of(&graph, args.precision, Optimizer::Sgd)
         .at(args.batch, Bytes::new(f64::INFINITY));
     let mut text_out = String::new();
-    for step in ran.records.iter().filter(|r| r.kind == "workload-step") {
-        let layers: Vec<&Record> = ran
-            .records
-            .iter()
-            .filter(|r| r.kind == "workload-layer" && r.threads == step.threads)
-            .collect();
+    for StepRun { step, layers } in StepRun::from_records(&ran.records) {
         let step_s = stats::median(&step.samples_s);
         let mut rows: Vec<LayerRow> = Vec::new();
         for l in graph.layers().iter().skip(1) {

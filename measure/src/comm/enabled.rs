@@ -17,7 +17,9 @@ use ridgeline_model::collective::{DoubleTree, TREE_SEGMENT_BYTES, segments as se
 use crate::cuda::NcclRank;
 use crate::error::{Error, Result};
 use crate::protocol::{MIN_RESOLUTIONS, Protocol, timer_resolution};
-use crate::record::{Env, Record, RecordWriter, SCHEMA_VERSION, read_records, record_id};
+use crate::record::{
+    Env, Record, RecordKind, RecordWriter, SCHEMA_VERSION, read_records, record_id,
+};
 
 /// Longest host name exchanged between ranks.
 const HOST_BYTES: usize = 256;
@@ -278,7 +280,7 @@ fn median(samples: &[f64]) -> f64 {
 }
 
 fn record(
-    kind: &str,
+    kind: RecordKind,
     shape: serde_json::Value,
     precision: &str,
     bytes: u64,
@@ -288,7 +290,7 @@ fn record(
     Record {
         schema_version: SCHEMA_VERSION,
         id: record_id(kind, &shape, precision, 1, DEVICE),
-        kind: kind.into(),
+        kind,
         shape,
         precision: precision.into(),
         device: DEVICE.into(),

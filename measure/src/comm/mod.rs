@@ -44,7 +44,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::protocol::Protocol;
-use crate::record::Record;
+use crate::record::{Record, RecordKind};
 
 #[cfg(feature = "mpi")]
 mod enabled;
@@ -63,15 +63,15 @@ pub const MIN_ALLREDUCE_BYTES: u64 = 4;
 /// Messages in a train, by default (Netgauge's `n`).
 pub const DEFAULT_TRAIN: usize = 8;
 /// Record kind of a parametrised round trip.
-pub const KIND_PRTT: &str = "comm-prtt";
+pub const KIND_PRTT: RecordKind = RecordKind::CommPrtt;
 /// Record kind of a simultaneous exchange between a pair (both send and receive).
-pub const KIND_EXCHANGE: &str = "comm-exchange";
+pub const KIND_EXCHANGE: RecordKind = RecordKind::CommExchange;
 /// Record kind of the local reduction kernel.
-pub const KIND_REDUCE: &str = "comm-reduce";
+pub const KIND_REDUCE: RecordKind = RecordKind::CommReduce;
 /// Record kind of an allreduce.
-pub const KIND_ALLREDUCE: &str = "comm-allreduce";
+pub const KIND_ALLREDUCE: RecordKind = RecordKind::CommAllreduce;
 /// Record kind of an all-to-all.
-pub const KIND_ALLTOALL: &str = "comm-alltoall";
+pub const KIND_ALLTOALL: RecordKind = RecordKind::CommAlltoall;
 /// The `device` of every communication record.
 pub const DEVICE: &str = "mpi";
 

@@ -25,7 +25,7 @@
 use serde_json::json;
 
 use crate::protocol::Protocol;
-use crate::record::{Env, Record, SCHEMA_VERSION, record_id};
+use crate::record::{Env, Record, RecordKind, SCHEMA_VERSION, record_id};
 
 /// Whether the CUDA backend runs `op`: the element-wise ops of [`plan::OPS_SOURCE`], the
 /// shaped ones of [`plan::SHAPED_SOURCE`], tile and upsample ([`plan::SPATIAL_SOURCE`]),
@@ -60,7 +60,7 @@ impl NcclAllreduce {
 
     /// The record's id.
     pub fn id(&self) -> String {
-        record_id("comm-allreduce", &self.shape(), "fp32", 1, "cuda")
+        record_id(RecordKind::CommAllreduce, &self.shape(), "fp32", 1, "cuda")
     }
 
     /// The record of a measurement: samples are the slowest GPU's seconds per allreduce.
@@ -68,7 +68,7 @@ impl NcclAllreduce {
         Record {
             schema_version: SCHEMA_VERSION,
             id: self.id(),
-            kind: "comm-allreduce".into(),
+            kind: RecordKind::CommAllreduce,
             shape: self.shape(),
             precision: "fp32".into(),
             device: "cuda".into(),
@@ -169,7 +169,7 @@ mod tests {
             .to_string();
         assert!(e.contains("multiple of 4"), "{e}");
         let r = ok.record(vec![1e-3], Env::capture(), "2.27.3");
-        assert_eq!(r.kind, "comm-allreduce");
+        assert_eq!(r.kind, RecordKind::CommAllreduce);
         assert_eq!(r.bytes, 1_048_576.0);
         assert_eq!(r.extra.as_ref().unwrap()["ranks"], 4);
         assert_eq!(r.id, ok.id());

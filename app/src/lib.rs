@@ -7,6 +7,11 @@
 //! - [`inputs`]: names resolved to workloads, systems, mixes and candidates, and one
 //!   [`inputs::Job`] (a workload with its data set and scenario) from the command line or a
 //!   mix entry, through one resolver.
+//! - [`cases`]: what each measurement command measures, from the shapes a user names.
+//! - [`campaign`]: the runner of measurement campaigns (resume, passes, deadline), the
+//!   micro-kernel suite, and an [`campaign::Observer`] for progress.
+//! - [`validation`]: validating measured steps against a profile, and the self-check
+//!   pipeline.
 //! - [`columns`] and [`tables`]: table columns written from one definition in a human and a
 //!   raw style, and the column sets that commands print and reports carry.
 //! - [`figures`]: the plots, as [`ridgeline_reports::chart::Figure`] models.
@@ -19,6 +24,7 @@
 
 pub mod atomic;
 pub mod campaign;
+pub mod cases;
 pub mod columns;
 pub mod figures;
 pub mod inputs;

@@ -3,8 +3,8 @@
 
 use ridgeline_calibrate::stats::median;
 use ridgeline_calibrate::validate::{LayerPoint, StepPoint, Validation};
-use ridgeline_measure::{Record, RecordKind};
-use ridgeline_model::graph::Shape;
+use ridgeline_measure::{Record, RecordKind, StepRun};
+use ridgeline_model::graph::{Graph, Shape};
 use ridgeline_model::memory::MemoryRow;
 use ridgeline_model::precision::Precision;
 use ridgeline_model::predict::Movement;
@@ -349,6 +349,75 @@ pub fn record_cols() -> [Col<RecordRow>; 7] {
         }),
         num("bytes/s", "byte_rate", |r, s| {
             s.byte_rate(ByteRate::new(r.byte_rate))
+        }),
+    ]
+}
+
+/// One layer's row of a measured training step: its forward and backward medians, its
+/// share of the step and its FLOP rate.
+#[derive(Debug, Serialize)]
+pub struct LayerRow {
+    layer: String,
+    op: String,
+    forward_s: f64,
+    backward_s: f64,
+    share: f64,
+    flop_rate: f64,
+}
+
+/// The layers of `graph` as `run` measured them, in order; with `top` above 0, only the
+/// `top` slowest, slowest first.
+pub fn step_layer_rows(graph: &Graph, run: &StepRun<'_>, top: usize) -> Vec<LayerRow> {
+    let step_s = median(&run.step.samples_s);
+    let mut rows: Vec<LayerRow> = graph
+        .layers()
+        .iter()
+        .skip(1)
+        .map(|l| {
+            let pick = |pass: &str| {
+                run.layers
+                    .iter()
+                    .find(|r| r.shape["layer"] == l.name.as_str() && r.shape["pass"] == pass)
+                    .copied()
+            };
+            let (f, b) = (pick("forward"), pick("backward"));
+            let t = |r: Option<&Record>| r.map_or(0.0, |r| median(&r.samples_s));
+            let flops = f.map_or(0.0, |r| r.flops) + b.map_or(0.0, |r| r.flops);
+            let time = t(f) + t(b);
+            LayerRow {
+                layer: l.name.to_string(),
+                op: l.op.kind().to_owned(),
+                forward_s: t(f),
+                backward_s: t(b),
+                share: time / step_s,
+                flop_rate: if time > 0.0 { flops / time } else { 0.0 },
+            }
+        })
+        .collect();
+    if top > 0 {
+        rows.sort_by(|a, b| (b.forward_s + b.backward_s).total_cmp(&(a.forward_s + a.backward_s)));
+        rows.truncate(top);
+    }
+    rows
+}
+
+/// The columns of a measured step's layers.
+pub fn step_layer_cols() -> [Col<LayerRow>; 6] {
+    [
+        text("layer", "layer", |r, _| r.layer.clone()),
+        text("op", "op", |r, _| r.op.clone()),
+        num("forward", "forward_s", |r, s| {
+            s.seconds(Seconds::new(r.forward_s))
+        }),
+        num("backward", "backward_s", |r, s| {
+            s.seconds(Seconds::new(r.backward_s))
+        }),
+        num("share", "share", |r, s| match s {
+            Style::Human => format!("{:.1}%", 100.0 * r.share),
+            Style::Raw => r.share.to_string(),
+        }),
+        num("FLOP/s", "flop_rate", |r, s| {
+            s.flop_rate(FlopRate::new(r.flop_rate))
         }),
     ]
 }

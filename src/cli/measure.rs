@@ -431,3 +431,66 @@ pub(crate) struct MeasureSuiteArgs {
 /// Thread counts. (A newtype, so clap takes it as one value.)
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Threads(pub(crate) Vec<ThreadCount>);
+
+impl ShapesFrom {
+    /// Where these flags take shapes from.
+    pub(crate) fn shapes(&self) -> ridgeline_app::cases::Shapes {
+        ridgeline_app::cases::Shapes {
+            workload: self.workload.as_ref().map(|name| WorkloadSpec {
+                name: name.clone(),
+                input_size: self.input_size.as_ref().map(|s| s.0.clone()),
+                width: self.width,
+            }),
+            batch: self.batch,
+            layers: self.layer.clone(),
+        }
+    }
+}
+
+impl From<ConvPassArg> for ridgeline_measure::ConvPass {
+    fn from(p: ConvPassArg) -> Self {
+        match p {
+            ConvPassArg::Forward => Self::Forward,
+            ConvPassArg::BackwardData => Self::BackwardData,
+            ConvPassArg::BackwardFilter => Self::BackwardFilter,
+        }
+    }
+}
+
+impl From<PassArg> for ridgeline_measure::Pass {
+    fn from(p: PassArg) -> Self {
+        match p {
+            PassArg::Forward => Self::Forward,
+            PassArg::Backward => Self::Backward,
+        }
+    }
+}
+
+impl From<StreamArg> for ridgeline_measure::StreamKernel {
+    fn from(k: StreamArg) -> Self {
+        match k {
+            StreamArg::Copy => Self::Copy,
+            StreamArg::Scale => Self::Scale,
+            StreamArg::Add => Self::Add,
+            StreamArg::Triad => Self::Triad,
+        }
+    }
+}
+
+impl From<CopyDirectionArg> for ridgeline_measure::CopyDirection {
+    fn from(d: CopyDirectionArg) -> Self {
+        match d {
+            CopyDirectionArg::H2d => Self::HostToDevice,
+            CopyDirectionArg::D2h => Self::DeviceToHost,
+        }
+    }
+}
+
+impl From<HostMemoryArg> for ridgeline_measure::HostMemory {
+    fn from(m: HostMemoryArg) -> Self {
+        match m {
+            HostMemoryArg::Pinned => Self::Pinned,
+            HostMemoryArg::Pageable => Self::Pageable,
+        }
+    }
+}

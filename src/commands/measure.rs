@@ -4,29 +4,23 @@
 
 use std::path::Path;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use ridgeline_app::campaign::{self, Backends, Ran, Records, Runner, ThreadCount};
-use ridgeline_app::inputs::{self, WorkloadSpec};
+use ridgeline_app::cases;
+use ridgeline_app::inputs::{self};
 use ridgeline_app::tables;
 use ridgeline_calibrate::stats;
-use ridgeline_measure::suite::{self, Caches, SOURCES};
-use ridgeline_measure::{
-    Case, ConvCase, ConvPass, CopyCase, CopyDirection, GemmCase, HostMemory, NcclAllreduce, OpCase,
-    Pass, Protocol, Record, StepRun, StreamKernel, conv_cases, nccl_allreduce,
-};
-use ridgeline_model::graph::Graph;
+use ridgeline_measure::suite::Caches;
+use ridgeline_measure::{Case, NcclAllreduce, Protocol, StepRun, nccl_allreduce};
 use ridgeline_model::memory::{Footprint, Optimizer};
 use ridgeline_model::units::{Bytes, FlopRate, Seconds};
-use ridgeline_model::workloads::{self, BuildOptions};
 use ridgeline_reports::Document;
-use serde::Serialize;
 
 use crate::cli::{
-    ConvPassArg, CopyDirectionArg, Format, HostMemoryArg, MeasureArgs, MeasureConvArgs,
-    MeasureCopyArgs, MeasureGemmArgs, MeasureNcclArgs, MeasureOpsArgs, MeasureStreamArgs,
-    MeasureSuiteArgs, MeasureWorkloadArgs, PassArg, ShapesFrom, StreamArg,
+    Format, MeasureArgs, MeasureConvArgs, MeasureCopyArgs, MeasureGemmArgs, MeasureNcclArgs,
+    MeasureOpsArgs, MeasureStreamArgs, MeasureSuiteArgs, MeasureWorkloadArgs,
 };
-use crate::output::{self, Col, Progress, Style, num, text};
+use crate::output::{self, Progress, Style};
 
 fn finish(
     title: &str,
@@ -103,117 +97,40 @@ fn backends(args: &MeasureArgs, default: &[ThreadCount]) -> Result<Backends> {
     Backends::new(&args.spec(), default)
 }
 
+/// Converts each flag value.
+fn all<A: Copy, B: From<A>>(values: &[A]) -> Vec<B> {
+    values.iter().map(|&v| B::from(v)).collect()
+}
+
 pub(crate) fn gemm(args: &MeasureGemmArgs) -> Result<()> {
     let backends = backends(&args.measure, &[ThreadCount::All])?;
-    let shapes: Vec<[usize; 3]> = if !args.shape.is_empty() {
-        args.shape.clone()
+    let shapes: Option<Vec<[usize; 3]>> = if !args.shape.is_empty() {
+        Some(args.shape.clone())
     } else if let Some(sizes) = &args.size {
-        sizes
-            .0
-            .iter()
-            .map(|&n| usize::try_from(n).map(|n| [n; 3]))
-            .collect::<Result<_, _>>()?
+        Some(
+            sizes
+                .0
+                .iter()
+                .map(|&n| usize::try_from(n).map(|n| [n; 3]))
+                .collect::<Result<_, _>>()?,
+        )
     } else {
-        suite::GEMM_SIZES.iter().map(|&n| [n; 3]).collect()
+        None
     };
-    let cases = for_threads(&backends, |_| {
-        args.precision
-            .iter()
-            .flat_map(|&format| {
-                shapes
-                    .iter()
-                    .map(move |&[m, n, k]| Case::Gemm(GemmCase { m, n, k, format }))
-            })
-            .collect()
-    });
+    let cases = cases::for_threads(&backends.threads(), &cases::gemm(shapes, &args.precision));
     run_and_print(backends, &args.measure, &cases, "GEMM", vec![])
-}
-
-/// `cases` for every thread count, largest first.
-fn for_threads(backends: &Backends, cases: impl Fn(usize) -> Vec<Case>) -> Vec<(usize, Case)> {
-    backends
-        .threads()
-        .into_iter()
-        .flat_map(|t| cases(t).into_iter().map(move |c| (t, c)))
-        .collect()
-}
-
-/// The graphs and batches shapes come from: `--workload`, or the reference workloads.
-fn sources(shapes: &ShapesFrom) -> Result<Vec<(Graph, usize)>> {
-    if let Some(name) = &shapes.workload {
-        let graph = inputs::workload(&WorkloadSpec {
-            name: name.clone(),
-            input_size: shapes.input_size.as_ref().map(|s| s.0.clone()),
-            width: shapes.width,
-        })?;
-        if let Some(missing) = shapes.layer.iter().find(|l| graph.find(l).is_none()) {
-            bail!(
-                "--layer `{missing}`: `{}` has no such layer (see `ridgeline workload show {name}`)",
-                graph.name()
-            );
-        }
-        return Ok(vec![(graph, usize::try_from(shapes.batch)?)]);
-    }
-    SOURCES
-        .iter()
-        .map(|s| {
-            let g = workloads::build(
-                s.workload,
-                &BuildOptions {
-                    input_size: Some(s.input.to_vec()),
-                    width: 1.0,
-                },
-            )?;
-            Ok((g, s.batch))
-        })
-        .collect()
 }
 
 pub(crate) fn conv(args: &MeasureConvArgs) -> Result<()> {
     let backends = backends(&args.measure, &[ThreadCount::All])?;
-    let shapes = if args.sweep {
-        suite::conv_sweep()
-    } else {
-        let mut all = Vec::new();
-        for (graph, batch) in sources(&args.shapes)? {
-            all.extend(conv_cases(&graph, batch, graph.name(), &args.shapes.layer));
-        }
-        if all.is_empty() {
-            bail!(
-                "no convolution layers to measure (transposed convolutions are measured as backward-data)"
-            );
-        }
-        all
-    };
-    let passes: Vec<ConvPass> = args
-        .pass
-        .iter()
-        .map(|p| match p {
-            ConvPassArg::Forward => ConvPass::Forward,
-            ConvPassArg::BackwardData => ConvPass::BackwardData,
-            ConvPassArg::BackwardFilter => ConvPass::BackwardFilter,
-        })
-        .collect();
-    let cases = for_threads(&backends, |_| {
-        let mut cases = Vec::new();
-        for &layout in &args.layout {
-            for &format in &args.precision {
-                for &p in &passes {
-                    for c in &shapes {
-                        cases.push(Case::Conv(
-                            ConvCase {
-                                format,
-                                layout,
-                                ..c.clone()
-                            },
-                            p,
-                        ));
-                    }
-                }
-            }
-        }
-        cases
-    });
+    let convs = cases::conv(
+        args.sweep,
+        &args.shapes.shapes(),
+        &args.layout,
+        &args.precision,
+        &all(&args.pass),
+    )?;
+    let cases = cases::for_threads(&backends.threads(), &convs);
     run_and_print(backends, &args.measure, &cases, "Convolution", vec![])
 }
 
@@ -262,60 +179,22 @@ pub(crate) fn nccl(args: &MeasureNcclArgs) -> Result<()> {
 /// `ridgeline measure copy`.
 pub(crate) fn copy(args: &MeasureCopyArgs) -> Result<()> {
     let backends = backends(&args.measure, &[ThreadCount::All])?;
-    let mut cases = Vec::new();
-    for &d in &args.direction {
-        for &m in &args.memory {
-            for &bytes in &args.size {
-                cases.push(CopyCase {
-                    direction: match d {
-                        CopyDirectionArg::H2d => CopyDirection::HostToDevice,
-                        CopyDirectionArg::D2h => CopyDirection::DeviceToHost,
-                    },
-                    memory: match m {
-                        HostMemoryArg::Pinned => HostMemory::Pinned,
-                        HostMemoryArg::Pageable => HostMemory::Pageable,
-                    },
-                    bytes,
-                });
-            }
-        }
-    }
-    let cases = for_threads(&backends, |_| {
-        cases.iter().map(|&c| Case::Copy(c)).collect()
-    });
+    let copies = cases::copies(&all(&args.direction), &all(&args.memory), &args.size);
+    let cases = cases::for_threads(&backends.threads(), &copies);
     run_and_print(
         backends,
         &args.measure,
         &cases,
         "Host-device copies",
-        Vec::new(),
+        vec![],
     )
 }
 
 pub(crate) fn stream(args: &MeasureStreamArgs) -> Result<()> {
     let backends = backends(&args.measure, &[ThreadCount::All])?;
     let caches = Caches::detect();
-    let sizes: Vec<usize> = if args.size.is_empty() {
-        suite::stream_sizes(caches)
-    } else {
-        args.size.iter().map(|b| b / 8).collect()
-    };
-    let kernels: Vec<StreamKernel> = args
-        .kernel
-        .iter()
-        .map(|k| match k {
-            StreamArg::Copy => StreamKernel::Copy,
-            StreamArg::Scale => StreamKernel::Scale,
-            StreamArg::Add => StreamKernel::Add,
-            StreamArg::Triad => StreamKernel::Triad,
-        })
-        .collect();
-    let cases = for_threads(&backends, |_| {
-        kernels
-            .iter()
-            .flat_map(|&k| sizes.iter().map(move |&n| Case::Stream(k, n)))
-            .collect()
-    });
+    let kernels = cases::stream(&all(&args.kernel), &args.size, caches);
+    let cases = cases::for_threads(&backends.threads(), &kernels);
     let s = Style::Human;
     let caches = vec![(
         "caches".to_owned(),
@@ -336,82 +215,14 @@ pub(crate) fn stream(args: &MeasureStreamArgs) -> Result<()> {
 
 pub(crate) fn ops(args: &MeasureOpsArgs) -> Result<()> {
     let backends = backends(&args.measure, &[ThreadCount::All])?;
-    let mut cases_of: Vec<OpCase> = Vec::new();
-    for (graph, batch) in sources(&args.shapes)? {
-        let layers = graph.layers();
-        if args.shapes.layer.is_empty() {
-            cases_of.extend(suite::op_cases(&graph, batch));
-        } else {
-            for name in &args.shapes.layer {
-                let layer = &layers[graph.find(name).unwrap_or_default()];
-                cases_of.push(OpCase {
-                    op: layer.op.clone(),
-                    input: layers[layer.inputs[0]].output.dims().to_vec(),
-                    batch,
-                    format: ridgeline_measure::Format::Fp32,
-                });
-            }
-        }
-    }
-    if args.shapes.workload.is_none() {
-        cases_of.extend(suite::extra_ops());
-    }
-    if let Some(bad) = args
-        .op
-        .iter()
-        .find(|k| ridgeline_model::file::op_kinds().all(|op| op != k.as_str()))
-    {
-        bail!(
-            "--op `{bad}`: unknown op kind; see `ridgeline workload show` for the kinds a workload uses"
-        );
-    }
-    cases_of.retain(|c| {
-        !c.op.is_matrix()
-            && !matches!(c.op.kind(), "input" | "flatten")
-            && (args.op.is_empty() || args.op.iter().any(|k| k == c.op.kind()))
-    });
-    if cases_of.is_empty() {
-        bail!(
-            "no ops to measure: the workload has none of the kinds asked for (convolutions and dense layers: `measure conv`, `measure gemm`)"
-        );
-    }
-    let passes: Vec<Pass> = args
-        .pass
-        .iter()
-        .map(|p| match p {
-            PassArg::Forward => Pass::Forward,
-            PassArg::Backward => Pass::Backward,
-        })
-        .collect();
-    let cases = for_threads(&backends, |_| {
-        let mut cases = Vec::new();
-        for &format in &args.precision {
-            for &p in &passes {
-                cases.extend(cases_of.iter().map(|c| {
-                    Case::Op(
-                        OpCase {
-                            format,
-                            ..c.clone()
-                        },
-                        p,
-                    )
-                }));
-            }
-        }
-        cases
-    });
+    let ops = cases::ops(
+        &args.shapes.shapes(),
+        &args.op,
+        &args.precision,
+        &all(&args.pass),
+    )?;
+    let cases = cases::for_threads(&backends.threads(), &ops);
     run_and_print(backends, &args.measure, &cases, "Ops", vec![])
-}
-
-/// One layer's row of a workload run.
-#[derive(Debug, Serialize)]
-struct LayerRow {
-    layer: String,
-    op: String,
-    forward_s: f64,
-    backward_s: f64,
-    share: f64,
-    flop_rate: f64,
 }
 
 pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
@@ -419,13 +230,14 @@ pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
     let batch = usize::try_from(args.batch)?;
     let backends = backends(&args.measure, &[ThreadCount::All])?;
     let base = campaign::steps_protocol(usize::try_from(args.steps)?);
-    let cases = for_threads(&backends, |_| {
-        vec![Case::Workload(
+    let cases = cases::for_threads(
+        &backends.threads(),
+        &[Case::Workload(
             Box::new(graph.clone()),
             batch,
             args.precision,
-        )]
-    });
+        )],
+    );
     let device = backends.device().to_owned();
     let ran = run(backends, &args.measure, &cases, base)?;
     if args.measure.format.format == Format::Json {
@@ -437,35 +249,10 @@ pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
     let footprint = Footprint::of(&graph, args.precision, Optimizer::Sgd)
         .at(args.batch, Bytes::new(f64::INFINITY));
     let mut text_out = String::new();
-    for StepRun { step, layers } in StepRun::from_records(&ran.records) {
+    for run in StepRun::from_records(&ran.records) {
+        let step = run.step;
         let step_s = stats::median(&step.samples_s);
-        let mut rows: Vec<LayerRow> = Vec::new();
-        for l in graph.layers().iter().skip(1) {
-            let pick = |pass: &str| {
-                layers
-                    .iter()
-                    .find(|r| r.shape["layer"] == l.name.as_str() && r.shape["pass"] == pass)
-                    .copied()
-            };
-            let (f, b) = (pick("forward"), pick("backward"));
-            let t = |r: Option<&Record>| r.map_or(0.0, |r| stats::median(&r.samples_s));
-            let flops = f.map_or(0.0, |r| r.flops) + b.map_or(0.0, |r| r.flops);
-            let time = t(f) + t(b);
-            rows.push(LayerRow {
-                layer: l.name.to_string(),
-                op: l.op.kind().to_owned(),
-                forward_s: t(f),
-                backward_s: t(b),
-                share: time / step_s,
-                flop_rate: if time > 0.0 { flops / time } else { 0.0 },
-            });
-        }
-        if args.top > 0 {
-            rows.sort_by(|a, b| {
-                (b.forward_s + b.backward_s).total_cmp(&(a.forward_s + a.backward_s))
-            });
-            rows.truncate(args.top);
-        }
+        let rows = tables::step_layer_rows(&graph, &run, args.top);
         let extra = step.extra.clone().unwrap_or_default();
         let s = Style::Human;
         let peak = extra["peak_bytes"].as_f64().unwrap_or(0.0);
@@ -476,23 +263,7 @@ pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
                     .collect::<Vec<_>>(),
             )
         });
-        let cols: [Col<LayerRow>; 6] = [
-            text("layer", "layer", |r, _| r.layer.clone()),
-            text("op", "op", |r, _| r.op.clone()),
-            num("forward", "forward_s", |r, s| {
-                s.seconds(Seconds::new(r.forward_s))
-            }),
-            num("backward", "backward_s", |r, s| {
-                s.seconds(Seconds::new(r.backward_s))
-            }),
-            num("share", "share", |r, s| match s {
-                Style::Human => format!("{:.1}%", 100.0 * r.share),
-                Style::Raw => r.share.to_string(),
-            }),
-            num("FLOP/s", "flop_rate", |r, s| {
-                s.flop_rate(FlopRate::new(r.flop_rate))
-            }),
-        ];
+        let cols = tables::step_layer_cols();
         let mut doc = Document::new(format!(
             "Measured training step: {} batch {batch}, input {:?}, {} on {} ({} threads)",
             graph.name(),

@@ -38,7 +38,13 @@ pub struct CampaignSpec {
     pub resume: bool,
     /// The run protocol's settings given in place of the campaign's.
     pub protocol: ProtocolOverrides,
+    /// Opens the backend of a device at a thread count: [`open_backend`], or a stand-in in
+    /// tests.
+    pub open: Opener,
 }
+
+/// Opens the backend of a device (`cpu`, `cuda:N`) at a thread count.
+pub type Opener = fn(&str, usize) -> ridgeline_measure::Result<Box<dyn Backend>>;
 
 impl CampaignSpec {
     /// A campaign on `device` with its defaults, writing `out`.
@@ -49,6 +55,7 @@ impl CampaignSpec {
             out,
             resume: false,
             protocol: ProtocolOverrides::default(),
+            open: open_backend,
         }
     }
 }
@@ -123,7 +130,7 @@ impl Backends {
             if spec.threads.is_some() {
                 bail!("--threads applies to --device cpu; a GPU runs each kernel on one stream");
             }
-            let backend = open_backend(&spec.device, 1)?;
+            let backend = (spec.open)(&spec.device, 1)?;
             return Ok(Backends {
                 device: spec.device.clone(),
                 open: vec![(backend.threads(), backend)],
@@ -141,7 +148,7 @@ impl Backends {
                 ThreadCount::N(n) => *n,
             };
             if !open.iter().any(|(t, _)| *t == n) {
-                open.push((n, open_backend(&spec.device, n)?));
+                open.push((n, (spec.open)(&spec.device, n)?));
             }
         }
         Ok(Backends {

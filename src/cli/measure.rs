@@ -190,6 +190,7 @@ impl MeasureArgs {
             out: self.out.clone(),
             resume: self.resume,
             protocol: self.protocol.overrides(),
+            open: ridgeline_measure::open_backend,
         }
     }
 }

@@ -424,8 +424,8 @@ mod tests {
                     .all(|r| r.samples_s.len() == 2 * SELF_CHECK_STEPS)
         );
         // Calibrated from its micro-kernels alone, the model predicts this machine's steps
-        // within a quarter (18.5 % median, 24 % max when written; the stand-in's ops and
-        // update are not shaped like the kernel models' features, so the fit is not exact).
+        // within a quarter (18.5 % median, 24 % max when written; the stand-in was not
+        // built to match the kernel models' features, so the fit need not be exact).
         for s in &v.steps {
             assert!(s.rel_error.is_finite() && s.rel_error.abs() < 0.5, "{s:?}");
         }

@@ -7,6 +7,7 @@
 //! - [`inputs`]: names resolved to workloads, systems, mixes and candidates, and one
 //!   [`inputs::Job`] (a workload with its data set and scenario) from the command line or a
 //!   mix entry, through one resolver.
+//! - [`catalog`]: the shipped systems and devices as commands list them.
 //! - [`cases`]: what each measurement command measures, from the shapes a user names.
 //! - [`campaign`]: the runner of measurement campaigns (resume, passes, deadline), the
 //!   micro-kernel suite, and an [`campaign::Observer`] for progress.
@@ -17,6 +18,7 @@
 //! - [`figures`]: the plots, as [`ridgeline_reports::chart::Figure`] models.
 //! - [`report`]: the procurement, workload and validation reports' content, and
 //!   [`report::write_to`], which renders one into a directory.
+//! - [`sweep`]: a sweep's rows, columns and files.
 //! - [`atomic`]: outputs written whole or not at all.
 //!
 //! Errors are [`anyhow::Error`]s carrying the library crates' typed errors with context
@@ -25,9 +27,11 @@
 pub mod atomic;
 pub mod campaign;
 pub mod cases;
+pub mod catalog;
 pub mod columns;
 pub mod figures;
 pub mod inputs;
 pub mod report;
+pub mod sweep;
 pub mod tables;
 pub mod validation;

@@ -1,234 +1,25 @@
 //! `ridgeline system list|show`.
 
 use anyhow::Result;
-use ridgeline_app::inputs;
-use ridgeline_model::catalog;
-use ridgeline_model::system::{DeviceKind, Sourced, System};
-use ridgeline_model::units::{ByteRate, Bytes, FlopRate, Seconds};
+use ridgeline_app::{catalog, inputs};
 use ridgeline_reports::Document;
-use serde::Serialize;
 
 use crate::cli::{FormatArg, SystemShowArgs};
-use crate::output::{self, Col, Style, num, text};
-
-/// One row of `system list`.
-#[derive(Debug, Serialize)]
-struct Listed {
-    name: String,
-    /// `system` or `device`.
-    kind: &'static str,
-    device: String,
-    devices_per_node: Option<u32>,
-    nodes: Option<u32>,
-    description: String,
-}
+use crate::output;
 
 pub(crate) fn list(args: &FormatArg) -> Result<()> {
-    let mut rows = Vec::new();
-    for entry in catalog::SYSTEMS {
-        let s = catalog::system(entry.name)?;
-        rows.push(Listed {
-            name: s.name,
-            kind: "system",
-            device: s.device.name,
-            devices_per_node: Some(s.node.devices.value),
-            nodes: Some(s.cluster.nodes.value),
-            description: s.description.unwrap_or_default(),
-        });
-    }
-    rows.push(Listed {
-        name: catalog::LOCAL_NAME.to_owned(),
-        kind: "system",
-        device: "described from this machine".to_owned(),
-        devices_per_node: Some(1),
-        nodes: Some(1),
-        description: "this machine (`ridgeline system show local`)".to_owned(),
-    });
-    for entry in catalog::DEVICES {
-        let d = catalog::device(entry.name)?;
-        rows.push(Listed {
-            name: d.name.clone(),
-            kind: "device",
-            device: d.name,
-            devices_per_node: None,
-            nodes: None,
-            description: d.description.unwrap_or(d.model),
-        });
-    }
-    let cols: [Col<Listed>; 6] = [
-        text("name", "name", |r, _| r.name.clone()),
-        text("kind", "kind", |r, _| r.kind.to_owned()),
-        text("device", "device", |r, _| r.device.clone()),
-        num("devices/node", "devices_per_node", |r, s| {
-            r.devices_per_node.map_or_else(String::new, |n| s.count(n))
-        }),
-        num("nodes", "nodes", |r, s| {
-            r.nodes.map_or_else(String::new, |n| s.count(n))
-        }),
-        text("description", "description", |r, _| r.description.clone()),
-    ];
+    let rows = catalog::listing()?;
+    let cols = catalog::listing_cols();
     output::print(args.format, &rows, |style| {
         Document::new("Systems and devices (any device name also works as a one-device system)")
             .table(output::table(&rows, &cols, style))
     })
 }
 
-/// One figure of `system show`.
-#[derive(Debug)]
-struct Figure {
-    field: &'static str,
-    human: String,
-    raw: String,
-    source: String,
-}
-
-struct Figures(Vec<Figure>);
-
-impl Figures {
-    fn add<T>(
-        &mut self,
-        field: &'static str,
-        v: Option<&Sourced<T>>,
-        fmt: impl Fn(&T, Style) -> String,
-    ) {
-        if let Some(v) = v {
-            self.0.push(Figure {
-                field,
-                human: fmt(&v.value, Style::Human),
-                raw: fmt(&v.value, Style::Raw),
-                source: v.source.clone(),
-            });
-        }
-    }
-
-    fn text(&mut self, field: &'static str, v: Option<&str>) {
-        if let Some(v) = v {
-            self.0.push(Figure {
-                field,
-                human: v.to_owned(),
-                raw: v.to_owned(),
-                source: String::new(),
-            });
-        }
-    }
-}
-
-fn figures(s: &System) -> Vec<Figure> {
-    let flops = |v: &FlopRate, st: Style| st.flop_rate(*v);
-    let bytes = |v: &Bytes, st: Style| st.bytes(*v);
-    let rate = |v: &ByteRate, st: Style| st.byte_rate(*v);
-    let count = |v: &u32, st: Style| st.count(u64::from(*v));
-    let watts = |v: &f64, st: Style| match st {
-        Style::Human => format!("{v:.0} W"),
-        Style::Raw => v.to_string(),
-    };
-    let secs = |v: &Seconds, st: Style| st.seconds(*v);
-    let plain = |v: &f64, st: Style| st.number(Some(*v), 2);
-    let d = &s.device;
-    let mut f = Figures(Vec::new());
-    f.text("device.name", Some(&d.name));
-    f.text(
-        "device.kind",
-        Some(if d.kind == DeviceKind::Gpu {
-            "gpu"
-        } else {
-            "cpu"
-        }),
-    );
-    f.text("device.model", Some(&format!("{} {}", d.vendor, d.model)));
-    f.add("device.cores", d.cores.as_ref(), count);
-    let p = &d.peak;
-    for (field, v) in [
-        ("device.peak.fp64", &p.fp64),
-        ("device.peak.fp32", &p.fp32),
-        ("device.peak.fp16", &p.fp16),
-        ("device.peak.bf16", &p.bf16),
-        ("device.peak.fp64_tensor", &p.fp64_tensor),
-        ("device.peak.fp32_tensor", &p.fp32_tensor),
-        ("device.peak.tf32_tensor", &p.tf32_tensor),
-        ("device.peak.fp16_tensor", &p.fp16_tensor),
-        ("device.peak.bf16_tensor", &p.bf16_tensor),
-    ] {
-        f.add(field, v.as_ref(), flops);
-    }
-    f.add("device.memory_capacity", d.memory_capacity.as_ref(), bytes);
-    match &d.memory_bandwidth {
-        Some(bw) => f.add("device.memory_bandwidth", Some(bw), rate),
-        None => f.0.push(Figure {
-            field: "device.memory_bandwidth",
-            human: "unknown until measured".into(),
-            raw: String::new(),
-            source:
-                "calibrate a profile to supply it (ridgeline measure suite; ridgeline calibrate)"
-                    .into(),
-        }),
-    }
-    f.add("device.llc", d.llc.as_ref(), bytes);
-    f.add("device.tdp_w", d.tdp_w.as_ref(), watts);
-    let n = &s.node;
-    f.add("node.devices", Some(&n.devices), count);
-    f.text("node.cpu", n.cpu.as_deref());
-    f.add("node.host_memory", n.host_memory.as_ref(), bytes);
-    f.add(
-        "node.host_memory_bandwidth",
-        n.host_memory_bandwidth.as_ref(),
-        rate,
-    );
-    f.add("node.pcie", n.pcie.as_ref(), rate);
-    f.add("node.nvlink", n.nvlink.as_ref(), rate);
-    f.add("node.nvlink_latency", n.nvlink_loggp.latency.as_ref(), secs);
-    f.add(
-        "node.nvlink_overhead",
-        n.nvlink_loggp.overhead.as_ref(),
-        secs,
-    );
-    f.add(
-        "node.nvlink_message_gap",
-        n.nvlink_loggp.message_gap.as_ref(),
-        secs,
-    );
-    f.add("node.nvme_capacity", n.nvme_capacity.as_ref(), bytes);
-    f.add("node.nvme_read", n.nvme_read.as_ref(), rate);
-    f.add("node.nvme_write", n.nvme_write.as_ref(), rate);
-    f.add("node.nics", n.nics.as_ref(), count);
-    f.add("node.nic_bandwidth", n.nic_bandwidth.as_ref(), rate);
-    f.add("node.nic_latency", n.nic_loggp.latency.as_ref(), secs);
-    f.add("node.nic_overhead", n.nic_loggp.overhead.as_ref(), secs);
-    f.add(
-        "node.nic_message_gap",
-        n.nic_loggp.message_gap.as_ref(),
-        secs,
-    );
-    f.add("node.pfs_client", n.pfs_client.as_ref(), rate);
-    f.add("node.power_w", n.power_w.as_ref(), watts);
-    let c = &s.cluster;
-    f.add("cluster.nodes", Some(&c.nodes), count);
-    f.text("cluster.network", c.network.as_deref());
-    f.text("cluster.pfs", c.pfs.as_deref());
-    f.add("cluster.pfs_capacity", c.pfs_capacity.as_ref(), bytes);
-    f.add("cluster.pfs_bandwidth", c.pfs_bandwidth.as_ref(), rate);
-    f.add(
-        "cluster.price_per_node_hour",
-        c.price_per_node_hour.as_ref(),
-        plain,
-    );
-    f.0
-}
-
 pub(crate) fn show(args: &SystemShowArgs) -> Result<()> {
     let system = inputs::system(&args.system)?;
-    let rows = figures(&system);
-    let cols: [Col<Figure>; 3] = [
-        text("field", "field", |r, _| r.field.to_owned()),
-        text("value", "value", |r, s| {
-            if s == Style::Human {
-                r.human.clone()
-            } else {
-                r.raw.clone()
-            }
-        }),
-        text("source", "source", |r, _| r.source.clone()),
-    ];
+    let rows = catalog::figures(&system);
+    let cols = catalog::figure_cols();
     output::print(args.format.format, &system, |style| {
         let mut doc = Document::new(format!("System {}", system.name));
         if let Some(d) = &system.description {

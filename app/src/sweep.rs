@@ -1,0 +1,161 @@
+//! A sweep's results as written and printed: the best configurations' rows and columns,
+//! and every feasible configuration written to a CSV or JSON file.
+
+use std::path::Path;
+
+use anyhow::Result;
+use ridgeline_model::predict::Outcome;
+use ridgeline_model::sweep::{Candidate, SweepResult};
+use ridgeline_model::units::Seconds;
+use serde::Serialize;
+
+use crate::atomic;
+use crate::columns::{Col, num, text};
+
+/// A configuration as printed: the system by name, then the `predict` fields.
+#[derive(Debug, Serialize)]
+pub struct SweepRow<'a> {
+    /// The system.
+    pub system: &'a str,
+    #[serde(flatten)]
+    /// The configuration and its outcome.
+    pub candidate: &'a Candidate,
+}
+
+/// The sweep's rows: a configuration per candidate, its system named.
+pub fn rows<'a>(result: &'a SweepResult, candidates: &'a [Candidate]) -> Vec<SweepRow<'a>> {
+    candidates
+        .iter()
+        .map(|c| SweepRow {
+            system: &result.systems[c.system_index],
+            candidate: c,
+        })
+        .collect()
+}
+
+/// The columns of the best configurations.
+pub fn cols<'a>() -> [Col<SweepRow<'a>>; 10] {
+    [
+        text("system", "system", |r, _| r.system.to_owned()),
+        text("precision", "precision", |r, _| {
+            r.candidate.precision.to_string()
+        }),
+        num("nodes", "nodes", |r, s| {
+            s.count(u64::from(r.candidate.outcome.nodes))
+        }),
+        num("batch", "local_batch", |r, s| {
+            s.count(r.candidate.outcome.local_batch)
+        }),
+        num("global", "global_batch", |r, s| {
+            s.count(r.candidate.outcome.global_batch)
+        }),
+        num("step", "step_time_s", |r, s| {
+            s.seconds(Seconds::new(r.candidate.outcome.step_time_s))
+        }),
+        text("bound", "bound", |r, _| {
+            r.candidate.outcome.bound.name().to_owned()
+        }),
+        num("time to solution", "time_to_solution_s", |r, s| {
+            s.seconds(Seconds::new(r.candidate.outcome.time_to_solution_s))
+        }),
+        num("energy kWh", "energy_j", |r, s| {
+            s.number(r.candidate.outcome.energy_j.map(|e| e / 3.6e6), 1)
+        }),
+        num("cost", "cost", |r, s| s.number(r.candidate.outcome.cost, 2)),
+    ]
+}
+
+/// The fields of every written row, in order.
+const FIELDS: [&str; 22] = [
+    "system",
+    "precision",
+    "nodes",
+    "devices",
+    "local_batch",
+    "global_batch",
+    "data_location",
+    "compute_s",
+    "input_s",
+    "allreduce_s",
+    "collective",
+    "step_time_s",
+    "bound",
+    "samples_per_s",
+    "epochs",
+    "epoch_time_s",
+    "staging_s",
+    "time_to_solution_s",
+    "achieved_flops",
+    "memory_per_device_bytes",
+    "energy_j",
+    "cost",
+];
+
+fn fields(system: &str, c: &Candidate) -> [String; 22] {
+    let o: &Outcome = &c.outcome;
+    let opt = |v: Option<f64>| v.map_or_else(String::new, |x| x.to_string());
+    [
+        system.to_owned(),
+        c.precision.to_string(),
+        o.nodes.to_string(),
+        o.devices.to_string(),
+        o.local_batch.to_string(),
+        o.global_batch.to_string(),
+        o.data_location.to_string(),
+        o.compute_s.to_string(),
+        o.input_s.to_string(),
+        o.allreduce_s.to_string(),
+        o.collective.to_string(),
+        o.step_time_s.to_string(),
+        o.bound.name().to_owned(),
+        o.samples_per_s.to_string(),
+        o.epochs.to_string(),
+        o.epoch_time_s.to_string(),
+        o.staging_s.to_string(),
+        o.time_to_solution_s.to_string(),
+        o.achieved_flops.to_string(),
+        o.memory_per_device_bytes.to_string(),
+        opt(o.energy_j),
+        opt(o.cost),
+    ]
+}
+
+/// Whether `--out` names a JSON file (else CSV); another extension is an error, found
+/// before the sweep runs.
+pub fn out_is_json(path: &Path) -> Result<bool> {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("json") => Ok(true),
+        Some("csv") => Ok(false),
+        _ => anyhow::bail!(
+            "--out {}: the format follows the extension; name a .csv or a .json file",
+            path.display()
+        ),
+    }
+}
+
+/// Writes every feasible configuration of `result` to `path`, whole or not at all: JSON if
+/// it ends in `.json`, CSV if in `.csv`.
+pub fn write_all(path: &Path, result: &SweepResult) -> Result<()> {
+    let json = out_is_json(path)?;
+    atomic::write_with(path, |out| {
+        if json {
+            let rows: Vec<SweepRow<'_>> = result
+                .all
+                .iter()
+                .map(|c| SweepRow {
+                    system: &result.systems[c.system_index],
+                    candidate: c,
+                })
+                .collect();
+            serde_json::to_writer(&mut *out, &rows)?;
+        } else {
+            let mut w = csv::Writer::from_writer(&mut *out);
+            w.write_record(FIELDS)?;
+            for c in &result.all {
+                w.write_record(fields(&result.systems[c.system_index], c))?;
+            }
+            w.flush()?;
+        }
+        Ok(())
+    })
+}

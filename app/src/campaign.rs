@@ -446,6 +446,65 @@ pub fn suite(
     Ok(ran)
 }
 
+/// A Slurm job's shape for the communication campaign.
+#[derive(Debug, Clone)]
+pub struct SlurmJob {
+    /// Nodes.
+    pub nodes: u32,
+    /// MPI ranks per node.
+    pub ranks_per_node: u32,
+    /// Wall-time limit, as Slurm writes it.
+    pub time: String,
+    /// Partition, if any.
+    pub partition: Option<String>,
+    /// Account, if any.
+    pub account: Option<String>,
+}
+
+/// A Slurm batch script that runs the campaign on `job.nodes` nodes, calibrates LogGP
+/// from the ping-pong and validates the allreduce model against the measured allreduce.
+pub fn slurm_script(job: &SlurmJob) -> String {
+    let mut s = String::from("#!/bin/bash\n");
+    s += "#SBATCH --job-name=ridgeline-comm\n";
+    s += &format!("#SBATCH --nodes={}\n", job.nodes);
+    s += &format!("#SBATCH --ntasks-per-node={}\n", job.ranks_per_node);
+    s += &format!("#SBATCH --time={}\n", job.time);
+    if let Some(p) = &job.partition {
+        s += &format!("#SBATCH --partition={p}\n");
+    }
+    if let Some(a) = &job.account {
+        s += &format!("#SBATCH --account={a}\n");
+    }
+    s += "#SBATCH --exclusive\n";
+    s += "#SBATCH --output=ridgeline-comm-%j.out\n";
+    s += &format!(
+        "#\n# ridgeline {} communication campaign: {} node(s) x {} rank(s).\n",
+        env!("CARGO_PKG_VERSION"),
+        job.nodes,
+        job.ranks_per_node
+    );
+    s += "# 1. ping-pong between rank 0 and one rank per level (same node, other node):\n";
+    s += "#    the Netgauge round trips LogGP is fitted from, and the local reduction kernel;\n";
+    s += "# 2. allreduce (MPI_Allreduce, ring, rhd, rd) and all-to-all over every rank;\n";
+    s += "# 3. calibrate LogGP from the ping-pong alone, and validate the allreduce model.\n";
+    s += "# Submit with `sbatch`. Re-submitting resumes: measured sizes are skipped.\n";
+    s += "# RIDGELINE must be a build with `--features mpi` against this cluster's MPI; if\n";
+    s += "# your site's srun needs a PMI flag (e.g. --mpi=pmix), add it to SRUN.\n";
+    s += "set -euo pipefail\n";
+    s += "RIDGELINE=${RIDGELINE:-ridgeline}\n";
+    s += "SRUN=${SRUN:-srun}\n";
+    s += "DIR=${RIDGELINE_COMM_DIR:-ridgeline-comm-${SLURM_JOB_ID}}\n";
+    s += "mkdir -p \"$DIR\"\n";
+    for bench in ["pingpong", "allreduce", "alltoall"] {
+        s += &format!(
+            "$SRUN \"$RIDGELINE\" measure comm {bench} --out \"$DIR/{bench}.jsonl\" --resume\n"
+        );
+    }
+    s += "\"$RIDGELINE\" calibrate \"$DIR/pingpong.jsonl\" --out \"$DIR/profile.toml\"\n";
+    s += "\"$RIDGELINE\" validate comm --profile \"$DIR/profile.toml\" --measured \"$DIR/allreduce.jsonl\" | tee \"$DIR/validation.txt\"\n";
+    s
+}
+
 /// The protocol of full training steps: `steps` of them after the executor's warm-up step.
 pub fn steps_protocol(steps: usize) -> Protocol {
     Protocol {

@@ -1,6 +1,7 @@
 //! The column sets commands print and reports carry: one definition per table, so that a
 //! command's output and the report built from the same result never disagree.
 
+use ridgeline_calibrate::comm::CommPoint;
 use ridgeline_calibrate::stats::median;
 use ridgeline_calibrate::validate::{LayerPoint, StepPoint, Validation};
 use ridgeline_measure::{Record, RecordKind, StepRun};
@@ -8,6 +9,7 @@ use ridgeline_model::graph::{Graph, Shape};
 use ridgeline_model::memory::MemoryRow;
 use ridgeline_model::precision::Precision;
 use ridgeline_model::predict::Movement;
+use ridgeline_model::published::Figure as PublishedFigure;
 use ridgeline_model::roofline::{Bound, PeakClass, RooflineLayer};
 use ridgeline_model::scale::ScaleRow;
 use ridgeline_model::units::{ByteRate, Bytes, FlopRate, Seconds};
@@ -420,4 +422,51 @@ pub fn step_layer_cols() -> [Col<LayerRow>; 6] {
             s.flop_rate(FlopRate::new(r.flop_rate))
         }),
     ]
+}
+
+/// Predicted against measured allreduce.
+pub fn comm_cols() -> [Col<CommPoint>; 6] {
+    [
+        text("algorithm", "algorithm", |p, _| p.algorithm.clone()),
+        num("ranks", "ranks", |p, s| s.count(u64::from(p.ranks))),
+        num("bytes", "bytes", |p, s| s.bytes(Bytes::new(p.bytes as f64))),
+        num("predicted", "predicted_s", |p, s| {
+            s.seconds(Seconds::new(p.predicted_s))
+        }),
+        num("measured", "measured_s", |p, s| {
+            s.seconds(Seconds::new(p.measured_s))
+        }),
+        num("error", "rel_error", |p, s| signed_percent(p.rel_error, s)),
+    ]
+}
+
+/// The model's counts beside published figures.
+pub fn published_cols() -> [Col<PublishedFigure>; 6] {
+    [
+        text("workload", "workload", |f, _| {
+            if f.paper_workload.eq_ignore_ascii_case(&f.workload) {
+                f.workload.clone()
+            } else {
+                format!("{} ({})", f.workload, f.paper_workload)
+            }
+        }),
+        text("quantity", "quantity", |f, _| f.quantity.to_owned()),
+        num("published", "published", |f, s| figure(f, f.published, s)),
+        num("model", "model", |f, s| figure(f, f.model, s)),
+        num("model / published", "ratio", |f, s| match s {
+            Style::Raw => f.ratio.to_string(),
+            Style::Human => format!("{:.2}", f.ratio),
+        }),
+        text("unit", "unit", |f, _| f.unit.to_owned()),
+    ]
+}
+
+/// A published or modelled figure in its unit.
+fn figure(f: &PublishedFigure, x: f64, s: Style) -> String {
+    match (f.unit, s) {
+        (_, Style::Raw) => x.to_string(),
+        ("bytes", _) => s.bytes(Bytes::new(x)),
+        ("FLOP", _) => format!("{:.1} GFLOP", x / 1e9),
+        _ => format!("{x:.0}"),
+    }
 }

@@ -6,12 +6,17 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result, bail};
+use ridgeline_calibrate::comm::{CommValidation, validate_comm};
+use ridgeline_calibrate::loggp::LevelChoice;
 use ridgeline_calibrate::profile::{self, Options, RecordFile};
 use ridgeline_calibrate::validate::{self, Validation};
 use ridgeline_measure::{Case, Record};
 use ridgeline_model::precision::Precision;
+use ridgeline_model::profile::Profile;
+use ridgeline_model::published::{Figure as PublishedFigure, LayerCheck, check_layers, table2};
 use ridgeline_model::workloads::{self, BuildOptions};
 use ridgeline_reports::ImageFormat;
+use serde::Serialize;
 
 use crate::campaign::{
     self, Backends, CampaignSpec, Observer, Opener, Records, Runner, ThreadCount,
@@ -50,6 +55,53 @@ pub fn validation(profile: &Path, measured: &Path, observer: &dyn Observer) -> R
         &records,
         &measured.display().to_string(),
     )?)
+}
+
+/// The collective model of the calibrated profile at `profile` against the allreduce
+/// records in `measured`, over the levels `level` chooses; returns it with the profile.
+pub fn comm(
+    profile: &Path,
+    measured: &Path,
+    level: LevelChoice,
+    observer: &dyn Observer,
+) -> Result<(CommValidation, Profile)> {
+    let path = profile.display().to_string();
+    let system = inputs::system(&path)?;
+    let Some(profile) = system.calibration.as_deref() else {
+        bail!(
+            "{path}: not a calibrated profile (no [provenance]); make one with `ridgeline calibrate`"
+        );
+    };
+    if profile.comm.is_empty() {
+        bail!(
+            "{path}: the profile has no communication levels; calibrate it from ping-pong \
+             records (`mpirun -np 2 ridgeline measure comm pingpong --out FILE`)"
+        );
+    }
+    let records = records(measured, observer)?;
+    let v = validate_comm(profile, &records, &measured.display().to_string(), level)?;
+    Ok((v, profile.clone()))
+}
+
+/// The model's counts against the reference layer tables and \[004\] Table II.
+#[derive(Debug, Serialize)]
+pub struct Published {
+    /// Each built-in workload against its reference layer table.
+    pub layers: Vec<LayerCheck>,
+    /// \[004\] Table II's figures beside the model's.
+    pub table2: Vec<PublishedFigure>,
+}
+
+/// Checks every built-in workload against its reference table and \[004\] Table II.
+pub fn published() -> Result<Published> {
+    let layers = ridgeline_model::reference::workloads()
+        .into_iter()
+        .map(check_layers)
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(Published {
+        layers,
+        table2: table2()?,
+    })
 }
 
 /// The whole loop on this machine, in `dir`: the workload runs, the micro-kernel suite

@@ -2,6 +2,7 @@
 //! rank 0 writes and prints), and the Slurm script that runs them on a cluster.
 
 use anyhow::{Result, bail};
+use ridgeline_app::campaign::{self, SlurmJob};
 use ridgeline_app::tables;
 use ridgeline_measure::Protocol;
 use ridgeline_measure::comm::{self, CommBench, CommPlan, Pairs};
@@ -12,7 +13,7 @@ use crate::output;
 
 pub(crate) fn run(args: &MeasureCommArgs) -> Result<()> {
     if args.emit_slurm {
-        return output::emit(&slurm_script(args));
+        return output::emit(&campaign::slurm_script(&slurm_job(args)));
     }
     let Some(bench) = &args.bench else {
         bail!(
@@ -92,6 +93,17 @@ pub(crate) fn run(args: &MeasureCommArgs) -> Result<()> {
     })
 }
 
+/// The Slurm job the flags describe.
+fn slurm_job(args: &MeasureCommArgs) -> SlurmJob {
+    SlurmJob {
+        nodes: args.nodes,
+        ranks_per_node: args.ranks_per_node,
+        time: args.time.clone(),
+        partition: args.partition.clone(),
+        account: args.account.clone(),
+    }
+}
+
 /// The plan with the sizes and protocol the command line gives.
 fn with_common(mut plan: CommPlan, common: &CommArgs) -> CommPlan {
     if let Some(sizes) = &common.sizes {
@@ -99,50 +111,6 @@ fn with_common(mut plan: CommPlan, common: &CommArgs) -> CommPlan {
     }
     plan.protocol = common.protocol.overrides().apply(Protocol::default());
     plan
-}
-
-/// A Slurm batch script that runs the campaign on `args.nodes` nodes, calibrates LogGP
-/// from the ping-pong and validates the allreduce model against the measured allreduce.
-fn slurm_script(args: &MeasureCommArgs) -> String {
-    let mut s = String::from("#!/bin/bash\n");
-    s += "#SBATCH --job-name=ridgeline-comm\n";
-    s += &format!("#SBATCH --nodes={}\n", args.nodes);
-    s += &format!("#SBATCH --ntasks-per-node={}\n", args.ranks_per_node);
-    s += &format!("#SBATCH --time={}\n", args.time);
-    if let Some(p) = &args.partition {
-        s += &format!("#SBATCH --partition={p}\n");
-    }
-    if let Some(a) = &args.account {
-        s += &format!("#SBATCH --account={a}\n");
-    }
-    s += "#SBATCH --exclusive\n";
-    s += "#SBATCH --output=ridgeline-comm-%j.out\n";
-    s += &format!(
-        "#\n# ridgeline {} communication campaign: {} node(s) x {} rank(s).\n",
-        env!("CARGO_PKG_VERSION"),
-        args.nodes,
-        args.ranks_per_node
-    );
-    s += "# 1. ping-pong between rank 0 and one rank per level (same node, other node):\n";
-    s += "#    the Netgauge round trips LogGP is fitted from, and the local reduction kernel;\n";
-    s += "# 2. allreduce (MPI_Allreduce, ring, rhd, rd) and all-to-all over every rank;\n";
-    s += "# 3. calibrate LogGP from the ping-pong alone, and validate the allreduce model.\n";
-    s += "# Submit with `sbatch`. Re-submitting resumes: measured sizes are skipped.\n";
-    s += "# RIDGELINE must be a build with `--features mpi` against this cluster's MPI; if\n";
-    s += "# your site's srun needs a PMI flag (e.g. --mpi=pmix), add it to SRUN.\n";
-    s += "set -euo pipefail\n";
-    s += "RIDGELINE=${RIDGELINE:-ridgeline}\n";
-    s += "SRUN=${SRUN:-srun}\n";
-    s += "DIR=${RIDGELINE_COMM_DIR:-ridgeline-comm-${SLURM_JOB_ID}}\n";
-    s += "mkdir -p \"$DIR\"\n";
-    for bench in ["pingpong", "allreduce", "alltoall"] {
-        s += &format!(
-            "$SRUN \"$RIDGELINE\" measure comm {bench} --out \"$DIR/{bench}.jsonl\" --resume\n"
-        );
-    }
-    s += "\"$RIDGELINE\" calibrate \"$DIR/pingpong.jsonl\" --out \"$DIR/profile.toml\"\n";
-    s += "\"$RIDGELINE\" validate comm --profile \"$DIR/profile.toml\" --measured \"$DIR/allreduce.jsonl\" | tee \"$DIR/validation.txt\"\n";
-    s
 }
 
 #[cfg(test)]
@@ -169,7 +137,7 @@ mod tests {
         else {
             panic!("not measure comm");
         };
-        let s = slurm_script(&args);
+        let s = campaign::slurm_script(&slurm_job(&args));
         assert!(s.starts_with("#!/bin/bash\n"));
         for line in [
             "#SBATCH --nodes=4",

@@ -4,12 +4,9 @@ use anyhow::{Context, Result, bail};
 use ridgeline_app::figures;
 use ridgeline_app::inputs;
 use ridgeline_app::tables;
-use ridgeline_model::graph::Shape;
-use ridgeline_model::predict::Outcome;
-use ridgeline_model::scale::{self, ScaleRow, ScaleSeries};
+use ridgeline_model::scale::{self};
 use ridgeline_model::workloads::{self, BuildOptions};
 use ridgeline_reports::Document;
-use ridgeline_reports::chart::Figure;
 
 use crate::cli::{ScaleArgs, ScaleMode};
 use crate::output::{self};
@@ -112,86 +109,7 @@ pub(crate) fn run(args: &ScaleArgs) -> Result<()> {
         }
         doc
     })?;
-    output::plots(&args.plot, || Ok(scale_figures(&series, args)))
-}
-
-/// Where a row goes on the scaling plot.
-type Point = fn(&ScaleRow, &Outcome) -> (f64, f64);
-
-/// The scaling curve (with its ideal line) and the step-time breakdown of each row.
-fn scale_figures(series: &ScaleSeries, args: &ScaleArgs) -> Vec<Figure> {
-    let runs: Vec<(&ScaleRow, Outcome)> = series
-        .rows
-        .iter()
-        .filter_map(|r| r.outcome.map(|o| (r, o)))
-        .collect();
-    let label = |r: &ScaleRow| match series.mode {
-        "problem-size" => {
-            let size = r
-                .input_size
-                .as_ref()
-                .map_or_else(String::new, |d| Shape::new(d).to_string());
-            match r.width {
-                Some(w) if (w - 1.0).abs() > 1e-12 => format!("{size} w{w}"),
-                _ => size,
-            }
-        }
-        "ensemble" => format!("{}x{}", r.models, r.nodes),
-        _ => r.nodes.to_string(),
-    };
-    let (x_label, y_label, ideal, point): (&str, &str, Option<f64>, Point) = match series.mode {
-        "strong" => ("nodes", "time to solution (s)", Some(-1.0), |r, o| {
-            (f64::from(r.nodes), o.time_to_solution_s)
-        }),
-        "problem-size" => (
-            "training FLOPs per sample",
-            "step time (s)",
-            None,
-            |r, o| (r.flops_per_sample.unwrap_or(1.0), o.step_time_s),
-        ),
-        "ensemble" => (
-            "nodes (all models)",
-            "samples per second",
-            Some(1.0),
-            |r, _| {
-                (
-                    f64::from(r.nodes) * f64::from(r.models),
-                    r.throughput.unwrap_or(0.0),
-                )
-            },
-        ),
-        _ => ("nodes", "samples per second", Some(1.0), |r, _| {
-            (f64::from(r.nodes), r.throughput.unwrap_or(0.0))
-        }),
-    };
-    let points: Vec<(f64, f64)> = runs
-        .iter()
-        .map(|(r, o)| point(r, o))
-        .filter(|&(x, y)| x > 0.0 && y > 0.0)
-        .collect();
-    let title = format!(
-        "{} scaling: {} on {}, {}",
-        series.mode, series.workload, series.system, args.precision.precision
-    );
-    let mut figures = Vec::new();
-    if !points.is_empty() {
-        figures.push(figures::scaling(
-            "scaling",
-            title.clone(),
-            x_label,
-            y_label,
-            vec![("predicted".into(), points)],
-            ideal,
-        ));
-    }
-    if !runs.is_empty() {
-        let steps: Vec<(String, Outcome)> = runs.iter().map(|(r, o)| (label(r), *o)).collect();
-        let x = match series.mode {
-            "problem-size" => "input size and width",
-            "ensemble" => "models x nodes per model",
-            _ => "nodes",
-        };
-        figures.push(figures::breakdown(format!("Step time, {title}"), x, &steps));
-    }
-    figures
+    output::plots(&args.plot, || {
+        Ok(figures::scale(&series, args.precision.precision))
+    })
 }

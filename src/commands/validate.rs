@@ -4,17 +4,13 @@
 use std::path::Path;
 
 use anyhow::{Result, bail};
-use ridgeline_app::inputs;
 use ridgeline_app::{tables, validation};
-use ridgeline_calibrate::comm::{CommPoint, validate_comm};
 use ridgeline_calibrate::validate::{LayerPoint, StepPoint, Summary, Validation};
-use ridgeline_model::published::{Figure, LayerCheck, check_layers, table2};
-use ridgeline_model::units::{Bytes, Seconds};
 use ridgeline_reports::Document;
 use serde::Serialize;
 
 use crate::cli::{Format, ValidateArgs, ValidateCommArgs, ValidateCommand};
-use crate::output::{self, Col, Progress, Style, num, text};
+use crate::output::{self, Progress};
 
 /// What `--format json` prints.
 #[derive(Serialize)]
@@ -50,42 +46,16 @@ pub(crate) fn run(args: &ValidateArgs) -> Result<()> {
 /// `ridgeline validate comm`: the collective model against measured allreduce.
 fn comm(args: &ValidateCommArgs) -> Result<()> {
     let path = args.profile.display().to_string();
-    let system = inputs::system(&path)?;
-    let Some(profile) = system.calibration.as_deref() else {
-        bail!(
-            "{path}: not a calibrated profile (no [provenance]); make one with `ridgeline calibrate`"
-        );
-    };
-    if profile.comm.is_empty() {
-        bail!(
-            "{path}: the profile has no communication levels; calibrate it from ping-pong \
-             records (`mpirun -np 2 ridgeline measure comm pingpong --out FILE`)"
-        );
-    }
-    let records = validation::records(&args.measured, &Progress::new())?;
-    let v = validate_comm(
-        profile,
-        &records,
-        &args.measured.display().to_string(),
+    let (v, profile) = validation::comm(
+        &args.profile,
+        &args.measured,
         args.level.choice(),
+        &Progress::new(),
     )?;
     if args.format.format == Format::Json {
         return output::emit(&format!("{}\n", serde_json::to_string_pretty(&v)?));
     }
-    let cols: [Col<CommPoint>; 6] = [
-        text("algorithm", "algorithm", |p, _| p.algorithm.clone()),
-        num("ranks", "ranks", |p, s| s.count(u64::from(p.ranks))),
-        num("bytes", "bytes", |p, s| s.bytes(Bytes::new(p.bytes as f64))),
-        num("predicted", "predicted_s", |p, s| {
-            s.seconds(Seconds::new(p.predicted_s))
-        }),
-        num("measured", "measured_s", |p, s| {
-            s.seconds(Seconds::new(p.measured_s))
-        }),
-        num("error", "rel_error", |p, s| {
-            tables::signed_percent(p.rel_error, s)
-        }),
-    ];
+    let cols = tables::comm_cols();
     output::print(args.format.format, &v.points, |style| {
         let pct = |x: f64| format!("{:.1}%", 100.0 * x);
         let mut d = Document::new("Allreduce: predicted from LogGP vs measured")
@@ -129,36 +99,8 @@ fn comm(args: &ValidateCommArgs) -> Result<()> {
 /// `validate published`: the model's counts against the reference layer tables and \[004\]
 /// Table II.
 fn published(format: Format) -> Result<()> {
-    #[derive(Serialize)]
-    struct Published {
-        layers: Vec<LayerCheck>,
-        table2: Vec<Figure>,
-    }
-    let layers = ridgeline_model::reference::workloads()
-        .into_iter()
-        .map(check_layers)
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    let v = Published {
-        layers,
-        table2: table2()?,
-    };
-    let cols: [Col<Figure>; 6] = [
-        text("workload", "workload", |f, _| {
-            if f.paper_workload.eq_ignore_ascii_case(&f.workload) {
-                f.workload.clone()
-            } else {
-                format!("{} ({})", f.workload, f.paper_workload)
-            }
-        }),
-        text("quantity", "quantity", |f, _| f.quantity.to_owned()),
-        num("published", "published", |f, s| figure(f, f.published, s)),
-        num("model", "model", |f, s| figure(f, f.model, s)),
-        num("model / published", "ratio", |f, s| match s {
-            Style::Raw => f.ratio.to_string(),
-            Style::Human => format!("{:.2}", f.ratio),
-        }),
-        text("unit", "unit", |f, _| f.unit.to_owned()),
-    ];
+    let v = validation::published()?;
+    let cols = tables::published_cols();
     output::print(format, &v, |style| {
         let mut d = Document::new("The model against published figures");
         for c in &v.layers {
@@ -186,16 +128,6 @@ fn published(format: Format) -> Result<()> {
         }
         d
     })
-}
-
-/// A published or modelled figure in its unit.
-fn figure(f: &Figure, x: f64, s: Style) -> String {
-    match (f.unit, s) {
-        (_, Style::Raw) => x.to_string(),
-        ("bytes", _) => s.bytes(Bytes::new(x)),
-        ("FLOP", _) => format!("{:.1} GFLOP", x / 1e9),
-        _ => format!("{x:.0}"),
-    }
 }
 
 fn print(v: &Validation, args: &ValidateArgs, artifacts: Option<&Path>) -> Result<()> {

@@ -100,14 +100,11 @@ impl ProtocolArgs {
     }
 }
 
-/// What every communication benchmark shares.
+/// Where a campaign writes, how it samples, and how it prints: what every measurement
+/// command shares.
 #[derive(Debug, Args)]
-pub(crate) struct CommArgs {
-    /// Sizes in bytes, as a list and ranges with K, M, G suffixes (binary):
-    /// `1K,64K,1M`, `4..256M:x4`. Default: powers of 4 over the benchmark's range.
-    #[arg(long, value_parser = parse_byte_list)]
-    pub(crate) sizes: Option<Numbers<u64>>,
-    /// Append records to this JSON Lines file (rank 0 writes it).
+pub(crate) struct CampaignArgs {
+    /// Append records to this JSON Lines file (under MPI, rank 0 writes it).
     #[arg(long, value_name = "FILE")]
     pub(crate) out: Option<PathBuf>,
     /// Continue the campaign in --out: keep its records and skip what they cover.
@@ -117,6 +114,17 @@ pub(crate) struct CommArgs {
     pub(crate) protocol: ProtocolArgs,
     #[command(flatten)]
     pub(crate) format: FormatArg,
+}
+
+/// What every communication benchmark shares.
+#[derive(Debug, Args)]
+pub(crate) struct CommArgs {
+    /// Sizes in bytes, as a list and ranges with K, M, G suffixes (binary):
+    /// `1K,64K,1M`, `4..256M:x4`. Default: powers of 4 over the benchmark's range.
+    #[arg(long, value_parser = parse_byte_list)]
+    pub(crate) sizes: Option<Numbers<u64>>,
+    #[command(flatten)]
+    pub(crate) campaign: CampaignArgs,
 }
 
 #[derive(Debug, Args)]
@@ -169,16 +177,8 @@ pub(crate) struct MeasureArgs {
     /// (suite: all,1).
     #[arg(long, value_name = "LIST", value_parser = parse_threads)]
     pub(crate) threads: Option<Threads>,
-    /// Append records to this JSON Lines file.
-    #[arg(long, value_name = "FILE")]
-    pub(crate) out: Option<PathBuf>,
-    /// Continue the campaign in --out: keep its records and skip what they cover.
-    #[arg(long, requires = "out")]
-    pub(crate) resume: bool,
     #[command(flatten)]
-    pub(crate) protocol: ProtocolArgs,
-    #[command(flatten)]
-    pub(crate) format: FormatArg,
+    pub(crate) campaign: CampaignArgs,
 }
 
 impl MeasureArgs {
@@ -187,9 +187,9 @@ impl MeasureArgs {
         CampaignSpec {
             device: self.device.clone(),
             threads: self.threads.as_ref().map(|t| t.0.clone()),
-            out: self.out.clone(),
-            resume: self.resume,
-            protocol: self.protocol.overrides(),
+            out: self.campaign.out.clone(),
+            resume: self.campaign.resume,
+            protocol: self.campaign.protocol.overrides(),
             open: ridgeline_measure::open_backend,
         }
     }
@@ -338,16 +338,8 @@ pub(crate) struct MeasureNcclArgs {
     /// Sizes in bytes (multiples of 4), as a list and ranges with K, M, G suffixes.
     #[arg(long, value_parser = parse_byte_list, default_value = "4..256M:x4")]
     pub(crate) sizes: Numbers<u64>,
-    /// Append records to this JSON Lines file.
-    #[arg(long, value_name = "FILE")]
-    pub(crate) out: Option<PathBuf>,
-    /// Continue the campaign in --out: keep its records and skip what they cover.
-    #[arg(long, requires = "out")]
-    pub(crate) resume: bool,
     #[command(flatten)]
-    pub(crate) protocol: ProtocolArgs,
-    #[command(flatten)]
-    pub(crate) format: FormatArg,
+    pub(crate) campaign: CampaignArgs,
 }
 
 #[derive(Debug, Args)]

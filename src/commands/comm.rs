@@ -39,11 +39,15 @@ pub(crate) fn run(args: &MeasureCommArgs) -> Result<()> {
         CommBenchCommand::Alltoall(a) => (CommPlan::new(CommBench::Alltoall), &a.comm),
     };
     let plan = with_common(plan, common);
-    let ran = comm::run(&plan, common.out.as_deref(), common.resume)?;
+    let ran = comm::run(
+        &plan,
+        common.campaign.out.as_deref(),
+        common.campaign.resume,
+    )?;
     if !ran.is_root() {
         return Ok(());
     }
-    if common.format.format == Format::Json {
+    if common.campaign.format.format == Format::Json {
         return output::emit(&format!(
             "{}\n",
             serde_json::to_string_pretty(&ran.records)?
@@ -51,7 +55,7 @@ pub(crate) fn run(args: &MeasureCommArgs) -> Result<()> {
     }
     let table_rows = tables::record_rows(&ran.records);
     let cols = tables::record_cols();
-    output::print(common.format.format, &ran.records, |style| {
+    output::print(common.campaign.format.format, &ran.records, |style| {
         let mut doc = Document::new(format!("MPI {}", plan.bench.name()));
         if let Some(r) = ran.records.first()
             && let Some(extra) = &r.extra
@@ -75,7 +79,7 @@ pub(crate) fn run(args: &MeasureCommArgs) -> Result<()> {
                 doc = doc.summary("settings", list.join(" "));
             }
         }
-        if let Some(out) = &common.out {
+        if let Some(out) = &common.campaign.out {
             doc = doc.summary(
                 "records",
                 format!("{} new in {}", ran.records.len(), out.display()),
@@ -109,7 +113,11 @@ fn with_common(mut plan: CommPlan, common: &CommArgs) -> CommPlan {
     if let Some(sizes) = &common.sizes {
         plan.sizes.clone_from(&sizes.0);
     }
-    plan.protocol = common.protocol.overrides().apply(Protocol::default());
+    plan.protocol = common
+        .campaign
+        .protocol
+        .overrides()
+        .apply(Protocol::default());
     plan
 }
 

@@ -71,7 +71,13 @@ fn run_and_print(
     extra: Vec<(String, String)>,
 ) -> Result<()> {
     let ran = run(backends, args, cases, Protocol::default())?;
-    finish(title, args.format.format, args.out.as_deref(), &ran, extra)
+    finish(
+        title,
+        args.campaign.format.format,
+        args.campaign.out.as_deref(),
+        &ran,
+        extra,
+    )
 }
 
 /// Opens the records file of `args` and runs `cases` by `base` with the command line's
@@ -83,10 +89,14 @@ fn run(
     base: Protocol,
 ) -> Result<Ran> {
     let progress = Progress::new();
-    let records = Records::open(args.out.as_deref(), args.resume, &progress)?;
+    let records = Records::open(
+        args.campaign.out.as_deref(),
+        args.campaign.resume,
+        &progress,
+    )?;
     Runner::new(backends, records, &progress).run(
         cases,
-        &args.protocol.overrides().apply(base),
+        &args.campaign.protocol.overrides().apply(base),
         1,
         None,
     )
@@ -149,8 +159,16 @@ pub(crate) fn nccl(args: &MeasureNcclArgs) -> Result<()> {
         c.check()?;
     }
     let progress = Progress::new();
-    let mut file = Records::open(args.out.as_deref(), args.resume, &progress)?;
-    let protocol = args.protocol.overrides().apply(Protocol::default());
+    let mut file = Records::open(
+        args.campaign.out.as_deref(),
+        args.campaign.resume,
+        &progress,
+    )?;
+    let protocol = args
+        .campaign
+        .protocol
+        .overrides()
+        .apply(Protocol::default());
     let done: Vec<String> = cases
         .iter()
         .map(NcclAllreduce::id)
@@ -169,8 +187,8 @@ pub(crate) fn nccl(args: &MeasureNcclArgs) -> Result<()> {
     })?;
     finish(
         &format!("NCCL allreduce across {} GPUs", args.gpus),
-        args.format.format,
-        args.out.as_deref(),
+        args.campaign.format.format,
+        args.campaign.out.as_deref(),
         &ran,
         vec![],
     )
@@ -240,7 +258,7 @@ pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
     );
     let device = backends.device().to_owned();
     let ran = run(backends, &args.measure, &cases, base)?;
-    if args.measure.format.format == Format::Json {
+    if args.measure.campaign.format.format == Format::Json {
         return output::emit(&format!(
             "{}\n",
             serde_json::to_string_pretty(&ran.records)?
@@ -323,7 +341,7 @@ pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
                 "every layer in order".to_owned()
             })
             .note("the model's footprint counts a padded copy of one sample's input as convolution workspace; the executor's convolutions may lower several small samples together");
-        let rendered = match args.measure.format.format {
+        let rendered = match args.measure.campaign.format.format {
             Format::Csv => ridgeline_reports::Renderer::render(&ridgeline_reports::Csv, &doc)?,
             _ => ridgeline_reports::Renderer::render(&ridgeline_reports::Text, &doc)?,
         };
@@ -342,8 +360,8 @@ pub(crate) fn suite(args: &MeasureSuiteArgs) -> Result<()> {
     )?;
     finish(
         "Measurement suite",
-        args.measure.format.format,
-        args.measure.out.as_deref(),
+        args.measure.campaign.format.format,
+        args.measure.campaign.out.as_deref(),
         &ran,
         vec![],
     )

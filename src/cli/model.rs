@@ -45,9 +45,7 @@ pub(crate) struct ExportArgs {
 #[derive(Debug, Args)]
 pub(crate) struct MemoryArgs {
     #[command(flatten)]
-    pub(crate) workload: WorkloadArgs,
-    #[command(flatten)]
-    pub(crate) system: SystemArg,
+    pub(crate) target: TargetArgs,
     /// Batch sizes `A..B` (inclusive): A, 2A, 4A, ... and B; with --batch-step, every
     /// step-th batch. Default: 1 up to the first power of two above the largest batch that
     /// fits.
@@ -62,26 +60,20 @@ pub(crate) struct MemoryArgs {
     #[arg(long, default_value = "sgd-momentum", value_parser = parse_optimizer)]
     pub(crate) optimizer: Optimizer,
     #[command(flatten)]
-    pub(crate) plot: PlotArgs,
-    #[command(flatten)]
-    pub(crate) format: FormatArg,
+    pub(crate) output: OutputArgs,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct RooflineArgs {
     #[command(flatten)]
-    pub(crate) workload: WorkloadArgs,
-    #[command(flatten)]
-    pub(crate) system: SystemArg,
+    pub(crate) target: TargetArgs,
     /// Batch size per device.
     #[arg(long, value_parser = batch_parser())]
     pub(crate) batch: u64,
     #[command(flatten)]
     pub(crate) precision: PrecisionArg,
     #[command(flatten)]
-    pub(crate) plot: PlotArgs,
-    #[command(flatten)]
-    pub(crate) format: FormatArg,
+    pub(crate) output: OutputArgs,
 }
 
 #[derive(Debug, Args)]
@@ -95,9 +87,7 @@ pub(crate) struct SystemShowArgs {
 #[derive(Debug, Args)]
 pub(crate) struct PredictArgs {
     #[command(flatten)]
-    pub(crate) workload: WorkloadArgs,
-    #[command(flatten)]
-    pub(crate) system: SystemArg,
+    pub(crate) target: TargetArgs,
     /// Nodes.
     #[arg(long, value_parser = nodes_parser())]
     pub(crate) nodes: u32,
@@ -112,9 +102,7 @@ pub(crate) struct PredictArgs {
     #[command(flatten)]
     pub(crate) scenario: ScenarioArgs,
     #[command(flatten)]
-    pub(crate) plot: PlotArgs,
-    #[command(flatten)]
-    pub(crate) format: FormatArg,
+    pub(crate) output: OutputArgs,
 }
 
 /// A scaling series.
@@ -134,9 +122,7 @@ pub(crate) enum ScaleMode {
 #[derive(Debug, Args)]
 pub(crate) struct ScaleArgs {
     #[command(flatten)]
-    pub(crate) workload: WorkloadArgs,
-    #[command(flatten)]
-    pub(crate) system: SystemArg,
+    pub(crate) target: TargetArgs,
     /// The series.
     #[arg(long, value_enum)]
     pub(crate) mode: ScaleMode,
@@ -167,9 +153,7 @@ pub(crate) struct ScaleArgs {
     #[command(flatten)]
     pub(crate) scenario: ScenarioArgs,
     #[command(flatten)]
-    pub(crate) plot: PlotArgs,
-    #[command(flatten)]
-    pub(crate) format: FormatArg,
+    pub(crate) output: OutputArgs,
 }
 
 #[derive(Debug, Args)]
@@ -199,6 +183,24 @@ pub(crate) struct SweepArgs {
     pub(crate) out: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) scenario: ScenarioArgs,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
+}
+
+/// The workload and the system a model command runs on.
+#[derive(Debug, Args)]
+pub(crate) struct TargetArgs {
+    #[command(flatten)]
+    pub(crate) workload: WorkloadArgs,
+    #[command(flatten)]
+    pub(crate) system: SystemArg,
+}
+
+/// How a model command prints, and where it draws its plots.
+#[derive(Debug, Args)]
+pub(crate) struct OutputArgs {
+    #[command(flatten)]
+    pub(crate) plot: PlotArgs,
     #[command(flatten)]
     pub(crate) format: FormatArg,
 }

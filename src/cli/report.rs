@@ -19,9 +19,7 @@ pub(crate) enum ReportCommand {
 #[derive(Debug, Args)]
 pub(crate) struct ReportWorkloadArgs {
     #[command(flatten)]
-    pub(crate) workload: WorkloadArgs,
-    #[command(flatten)]
-    pub(crate) system: SystemArg,
+    pub(crate) target: TargetArgs,
     /// Nodes.
     #[arg(long, default_value_t = 1, value_parser = nodes_parser())]
     pub(crate) nodes: u32,

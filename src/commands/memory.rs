@@ -11,8 +11,8 @@ use crate::cli::MemoryArgs;
 use crate::output::{self, Style};
 
 pub(crate) fn run(args: &MemoryArgs) -> Result<()> {
-    let graph = inputs::workload(&args.workload.spec())?;
-    let system = inputs::system(&args.system.system)?;
+    let graph = inputs::workload(&args.target.workload.spec())?;
+    let system = inputs::system(&args.target.system.system)?;
     let sweep = args.batch_range.map(|(from, to)| match args.batch_step {
         Some(step) => BatchSweep::Linear { from, to, step },
         None => BatchSweep::Doubling { from, to },
@@ -28,7 +28,7 @@ pub(crate) fn run(args: &MemoryArgs) -> Result<()> {
         sweep,
     )?;
     let cols = tables::memory_cols();
-    output::print(args.format.format, &r, |style| {
+    output::print(args.output.format.format, &r, |style| {
         let s = Style::Human;
         let llc = r
             .llc
@@ -59,7 +59,7 @@ pub(crate) fn run(args: &MemoryArgs) -> Result<()> {
         )
         .table(output::table(&r.rows, &cols, style))
     })?;
-    output::plots(&args.plot, || {
+    output::plots(&args.output.plot, || {
         Ok(vec![figures::memory(
             "memory",
             &r.workload,

@@ -13,12 +13,12 @@ use crate::output::{self, Style};
 
 pub(crate) fn run(args: &PredictArgs) -> Result<()> {
     let job = inputs::Job::from_flags(
-        &args.workload.spec(),
+        &args.target.workload.spec(),
         &args.scenario.spec(),
         args.precision.precision,
         args.nodes,
     )?;
-    let system = &inputs::system(&args.system.system)?;
+    let system = &inputs::system(&args.target.system.system)?;
     let batch = match (args.batch, args.global_batch) {
         (Some(b), _) => b,
         (None, Some(g)) => {
@@ -37,7 +37,7 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
     };
     let p = predict::predict(job.inputs(system), &job.scenario, batch)?;
     let cols = tables::movement_cols();
-    output::print(args.format.format, &p, |style| {
+    output::print(args.output.format.format, &p, |style| {
         let s = Style::Human;
         let o = &p.outcome;
         let secs = |v: f64| s.seconds(Seconds::new(v));
@@ -150,7 +150,7 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
         };
         doc.notes(p.assumptions.iter().map(|a| format!("assumed: {a}")))
     })?;
-    output::plots(&args.plot, || {
+    output::plots(&args.output.plot, || {
         Ok(figures::across_batches(
             job.inputs(system),
             &job.scenario,

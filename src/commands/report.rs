@@ -116,8 +116,8 @@ pub(crate) fn validation(args: &ReportValidationArgs) -> Result<()> {
 /// `report workload`: one workload on one system.
 pub(crate) fn workload(args: &ReportWorkloadArgs) -> Result<()> {
     let (report, p) = report::workload(&WorkloadReportRequest {
-        workload: args.workload.spec(),
-        system: args.system.system.clone(),
+        workload: args.target.workload.spec(),
+        system: args.target.system.system.clone(),
         scenario: args.scenario.spec(),
         precision: args.precision.precision,
         nodes: args.nodes,
@@ -125,8 +125,8 @@ pub(crate) fn workload(args: &ReportWorkloadArgs) -> Result<()> {
         provenance: format!(
             "ridgeline {} report workload {} --system {} --nodes {} --batch {}",
             env!("CARGO_PKG_VERSION"),
-            args.workload.workload,
-            args.system.system,
+            args.target.workload.workload,
+            args.target.system.system,
             args.nodes,
             args.batch
         ),

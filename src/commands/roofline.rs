@@ -12,12 +12,12 @@ use crate::cli::RooflineArgs;
 use crate::output::{self, Style};
 
 pub(crate) fn run(args: &RooflineArgs) -> Result<()> {
-    let graph = inputs::workload(&args.workload.spec())?;
-    let system = inputs::system(&args.system.system)?;
+    let graph = inputs::workload(&args.target.workload.spec())?;
+    let system = inputs::system(&args.target.system.system)?;
     let c = cost::cost(&graph, args.batch, args.precision.precision);
     let r = roofline::roofline(&graph, &c, &system, Efficiency::IDEAL)?;
     let cols = tables::roofline_cols();
-    output::print(args.format.format, &r, |style| {
+    output::print(args.output.format.format, &r, |style| {
         let s = Style::Human;
         let share = |t: ridgeline_model::units::Seconds| 100.0 * t.value() / r.step_time.value();
         Document::new(format!(
@@ -52,7 +52,7 @@ pub(crate) fn run(args: &RooflineArgs) -> Result<()> {
         .note("Ideal efficiency (every peak attained): a lower bound on step time. Layers run one after another.")
         .notes(r.assumptions.iter().map(|a| format!("assumed: {a}")))
     })?;
-    output::plots(&args.plot, || {
+    output::plots(&args.output.plot, || {
         Ok(vec![figures::roofline(
             &r,
             &figures::ceilings(&system, args.precision.precision),

@@ -15,12 +15,12 @@ pub(crate) fn run(args: &ScaleArgs) -> Result<()> {
     let nodes = args.nodes.as_ref().map(|n| n.0.clone());
     let first_nodes = nodes.as_ref().and_then(|n| n.first().copied()).unwrap_or(1);
     let job = inputs::Job::from_flags(
-        &args.workload.spec(),
+        &args.target.workload.spec(),
         &args.scenario.spec(),
         args.precision.precision,
         first_nodes,
     )?;
-    let system = &inputs::system(&args.system.system)?;
+    let system = &inputs::system(&args.target.system.system)?;
     let inputs = job.inputs(system);
     let sc = &job.scenario;
     let need = |what: &str, mode: &str| format!("--mode {mode} needs {what}");
@@ -60,22 +60,28 @@ pub(crate) fn run(args: &ScaleArgs) -> Result<()> {
             let b = args
                 .batch
                 .with_context(|| need("--batch B", "problem-size"))?;
-            let builtin = workloads::find(&args.workload.workload).map_err(|_| {
+            let builtin = workloads::find(&args.target.workload.workload).map_err(|_| {
                 anyhow::anyhow!(
                     "--mode problem-size rebuilds a built-in workload; `{}` is not one",
-                    args.workload.workload
+                    args.target.workload.workload
                 )
             })?;
             if args.input_sizes.is_empty() && args.widths.is_empty() {
                 bail!("--mode problem-size needs --input-sizes and/or --widths");
             }
             let sizes: Vec<Option<Vec<usize>>> = if args.input_sizes.is_empty() {
-                vec![args.workload.input_size.as_ref().map(|s| s.0.clone())]
+                vec![
+                    args.target
+                        .workload
+                        .input_size
+                        .as_ref()
+                        .map(|s| s.0.clone()),
+                ]
             } else {
                 args.input_sizes.iter().map(|s| Some(s.0.clone())).collect()
             };
             let widths = if args.widths.is_empty() {
-                vec![args.workload.width.unwrap_or(1.0)]
+                vec![args.target.workload.width.unwrap_or(1.0)]
             } else {
                 args.widths.clone()
             };
@@ -92,7 +98,7 @@ pub(crate) fn run(args: &ScaleArgs) -> Result<()> {
         }
     };
     let cols = tables::scale_cols();
-    output::print(args.format.format, &series, |style| {
+    output::print(args.output.format.format, &series, |style| {
         let mut doc = Document::new(format!(
             "{} scaling: {} on {}, {}",
             series.mode, series.workload, series.system, args.precision.precision
@@ -109,7 +115,7 @@ pub(crate) fn run(args: &ScaleArgs) -> Result<()> {
         }
         doc
     })?;
-    output::plots(&args.plot, || {
+    output::plots(&args.output.plot, || {
         Ok(figures::scale(&series, args.precision.precision))
     })
 }

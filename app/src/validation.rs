@@ -324,8 +324,8 @@ mod tests {
     }
 
     impl Backend for Roofline {
-        fn device(&self) -> String {
-            "cpu".into()
+        fn device(&self) -> ridgeline_measure::Device {
+            ridgeline_measure::Device::Cpu
         }
 
         fn threads(&self) -> usize {
@@ -491,7 +491,7 @@ mod tests {
             kind: ridgeline_measure::RecordKind::WorkloadStep,
             shape: json!({}),
             precision: "fp32".into(),
-            device: "cpu".into(),
+            device: ridgeline_measure::Device::Cpu,
             threads: 2,
             samples_s: samples.to_vec(),
             flops: 1.0,

@@ -302,7 +302,7 @@ mod tests {
             kind: ridgeline_measure::RecordKind::CommAllreduce,
             shape: serde_json::json!({}),
             precision: "fp32".into(),
-            device: "mpi".into(),
+            device: ridgeline_measure::Device::Mpi,
             threads: 1,
             samples_s: vec![1e-3],
             flops: 0.0,

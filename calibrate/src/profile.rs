@@ -213,7 +213,7 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
         let profile = Profile {
             schema_version: PROFILE_SCHEMA_VERSION,
             system: options.system.clone(),
-            device: comm_used[0].1.device.clone(),
+            device: comm_used[0].1.device.to_string(),
             threads: 1,
             provenance: provenance(files, &comm_used, options),
             bandwidth: Vec::new(),
@@ -238,7 +238,7 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
                 .join(", ")
         )));
     }
-    let device = all[0].1.device.clone();
+    let device = all[0].1.device;
     if let Some((file, r)) = all.iter().find(|(_, r)| r.device != device) {
         return Err(record_error(
             file,
@@ -358,7 +358,7 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
     let profile = Profile {
         schema_version: PROFILE_SCHEMA_VERSION,
         system: options.system.clone(),
-        device,
+        device: device.to_string(),
         threads,
         provenance: provenance(files, &used, options),
         comm,
@@ -478,7 +478,7 @@ mod tests {
             kind: kind.parse().unwrap(),
             shape,
             precision: "fp32".into(),
-            device: "cpu".into(),
+            device: ridgeline_measure::Device::Cpu,
             threads: 2,
             samples_s: vec![t * 1.01, t, t * 0.99, t, t * 1.2],
             flops,
@@ -593,7 +593,7 @@ mod tests {
             libraries: BTreeMap::new(),
         };
         let on_gpu = |mut r: Record, precision: &str| {
-            r.device = "cuda:0".into();
+            r.device = ridgeline_measure::Device::Cuda(0);
             r.threads = 1;
             r.precision = precision.into();
             r.id = format!("{}|{precision}", r.id);

@@ -9,7 +9,7 @@ use ridgeline_model::graph::Op;
 
 use crate::error::Result;
 use crate::protocol::Protocol;
-use crate::record::Env;
+use crate::record::{Device, Env};
 
 /// Number formats a micro-kernel can run in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -343,7 +343,7 @@ pub struct LayerTimes {
 /// A device that runs kernels (STYLE.md rule 6).
 pub trait Backend {
     /// The device name in records: `cpu`, `cuda:0`.
-    fn device(&self) -> String;
+    fn device(&self) -> Device;
 
     /// Threads (CPU) or streams the kernels use.
     fn threads(&self) -> usize;

@@ -173,7 +173,7 @@ impl Case {
             &self.shape()?,
             self.precision(),
             backend.threads(),
-            &backend.device(),
+            backend.device(),
         ))
     }
 
@@ -234,7 +234,7 @@ impl Case {
                 &shape,
                 self.precision(),
                 backend.threads(),
-                &backend.device(),
+                backend.device(),
             ),
             kind,
             shape,

@@ -30,7 +30,7 @@ pub struct Record {
     /// Number format.
     pub precision: String,
     /// Device.
-    pub device: String,
+    pub device: Device,
     /// Threads.
     pub threads: usize,
     /// Raw samples, seconds per run.
@@ -175,6 +175,64 @@ impl From<RecordKind> for &'static str {
     }
 }
 
+/// Where a record was measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum Device {
+    /// The CPU backend (`cpu`).
+    Cpu,
+    /// One GPU by ordinal (`cuda:N`).
+    Cuda(u32),
+    /// Every GPU of the node together, as NCCL runs a collective (`cuda`).
+    Gpus,
+    /// Ranks of an MPI job (`mpi`).
+    Mpi,
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Device::Cpu => f.write_str("cpu"),
+            Device::Cuda(n) => write!(f, "cuda:{n}"),
+            Device::Gpus => f.write_str("cuda"),
+            Device::Mpi => f.write_str("mpi"),
+        }
+    }
+}
+
+impl std::str::FromStr for Device {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "cpu" => Ok(Device::Cpu),
+            "cuda" => Ok(Device::Gpus),
+            "mpi" => Ok(Device::Mpi),
+            other => other
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(Device::Cuda)
+                .ok_or_else(|| {
+                    format!("device `{other}`: must be `cpu`, `cuda:N`, `cuda` (NCCL) or `mpi`")
+                }),
+        }
+    }
+}
+
+impl TryFrom<String> for Device {
+    type Error = String;
+
+    fn try_from(s: String) -> std::result::Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl From<Device> for String {
+    fn from(d: Device) -> String {
+        d.to_string()
+    }
+}
+
 /// The precisions records carry: number formats, training precisions, and `bytes` for
 /// communication that moves untyped data.
 pub const PRECISIONS: &[&str] = &[
@@ -203,16 +261,6 @@ impl Record {
                 "precision `{}`: must be one of {}",
                 self.precision,
                 PRECISIONS.join(", ")
-            ));
-        }
-        let cuda = self
-            .device
-            .strip_prefix("cuda:")
-            .is_some_and(|n| n.parse::<u32>().is_ok());
-        if !(cuda || self.device == "cpu" || self.device == "mpi") {
-            return Err(format!(
-                "device `{}`: must be `cpu`, `cuda:N` or `mpi`",
-                self.device
             ));
         }
         if self.threads == 0 {
@@ -638,7 +686,7 @@ pub fn record_id(
     shape: &serde_json::Value,
     precision: &str,
     threads: usize,
-    device: &str,
+    device: Device,
 ) -> String {
     format!("{kind}|{shape}|{precision}|{threads}|{device}")
 }
@@ -651,11 +699,11 @@ mod tests {
         let shape = serde_json::json!({ "m": n, "n": n, "k": n });
         Record {
             schema_version: SCHEMA_VERSION,
-            id: record_id(RecordKind::Gemm, &shape, "fp32", 1, "cpu"),
+            id: record_id(RecordKind::Gemm, &shape, "fp32", 1, Device::Cpu),
             kind: RecordKind::Gemm,
             shape,
             precision: "fp32".into(),
-            device: "cpu".into(),
+            device: Device::Cpu,
             threads: 1,
             samples_s: vec![0.1, 0.2],
             flops: 2.0 * (n * n * n) as f64,
@@ -703,6 +751,26 @@ mod tests {
             err.contains("kind `gemv`: must be one of gemm, conv"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_device_reads_and_writes_its_name() {
+        for (name, d) in [
+            ("cpu", Device::Cpu),
+            ("cuda:3", Device::Cuda(3)),
+            ("cuda", Device::Gpus),
+            ("mpi", Device::Mpi),
+        ] {
+            assert_eq!(serde_json::to_string(&d).unwrap(), format!("\"{name}\""));
+            assert_eq!(
+                serde_json::from_str::<Device>(&format!("\"{name}\"")).unwrap(),
+                d
+            );
+        }
+        for bad in ["gpu", "cuda:", "cuda:x", "CPU"] {
+            let err = bad.parse::<Device>().unwrap_err();
+            assert!(err.contains("must be `cpu`, `cuda:N`"), "{err}");
+        }
     }
 
     #[test]
@@ -863,7 +931,7 @@ mod tests {
             let mut r = record(8);
             r.kind = RecordKind::WorkloadLayer;
             r.shape = serde_json::json!({ "layer": name });
-            r.id = record_id(RecordKind::WorkloadLayer, &r.shape, "fp32", 1, "cpu");
+            r.id = record_id(RecordKind::WorkloadLayer, &r.shape, "fp32", 1, Device::Cpu);
             r
         };
         let mut step = record(8);

@@ -293,7 +293,7 @@ fn record(
         kind,
         shape,
         precision: precision.into(),
-        device: DEVICE.into(),
+        device: DEVICE,
         threads: 1,
         samples_s: samples,
         flops: 0.0,

@@ -44,7 +44,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::protocol::Protocol;
-use crate::record::{Record, RecordKind};
+use crate::record::{Device, Record, RecordKind};
 
 #[cfg(feature = "mpi")]
 mod enabled;
@@ -73,7 +73,7 @@ pub const KIND_ALLREDUCE: RecordKind = RecordKind::CommAllreduce;
 /// Record kind of an all-to-all.
 pub const KIND_ALLTOALL: RecordKind = RecordKind::CommAlltoall;
 /// The `device` of every communication record.
-pub const DEVICE: &str = "mpi";
+pub const DEVICE: Device = Device::Mpi;
 
 /// A communication benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -25,7 +25,7 @@ use crate::backend::{
 use crate::cases;
 use crate::error::{Error, Result};
 use crate::protocol::{CacheState, Protocol, rotations};
-use crate::record::Env;
+use crate::record::{Device, Env};
 
 use self::gemm::{Element, View, ViewMut, matmul};
 use self::ops::{Aux, Kernel, uniform};
@@ -126,8 +126,8 @@ fn case_kernel(graph: &Graph, batch: usize) -> (Kernel, Vec<usize>, Vec<Vec<f32>
 }
 
 impl Backend for CpuBackend {
-    fn device(&self) -> String {
-        "cpu".into()
+    fn device(&self) -> Device {
+        Device::Cpu
     }
 
     fn threads(&self) -> usize {

@@ -632,8 +632,8 @@ fn compute_type(c: Compute) -> cublas::sys::cublasComputeType_t {
 }
 
 impl Backend for CudaBackend {
-    fn device(&self) -> String {
-        format!("cuda:{}", self.ordinal)
+    fn device(&self) -> crate::record::Device {
+        crate::record::Device::Cuda(self.ordinal as u32)
     }
 
     fn threads(&self) -> usize {

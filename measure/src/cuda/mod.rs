@@ -25,7 +25,7 @@
 use serde_json::json;
 
 use crate::protocol::Protocol;
-use crate::record::{Env, Record, RecordKind, SCHEMA_VERSION, record_id};
+use crate::record::{Device, Env, Record, RecordKind, SCHEMA_VERSION, record_id};
 
 /// Whether the CUDA backend runs `op`: the element-wise ops of [`plan::OPS_SOURCE`], the
 /// shaped ones of [`plan::SHAPED_SOURCE`], tile and upsample ([`plan::SPATIAL_SOURCE`]),
@@ -60,7 +60,13 @@ impl NcclAllreduce {
 
     /// The record's id.
     pub fn id(&self) -> String {
-        record_id(RecordKind::CommAllreduce, &self.shape(), "fp32", 1, "cuda")
+        record_id(
+            RecordKind::CommAllreduce,
+            &self.shape(),
+            "fp32",
+            1,
+            Device::Gpus,
+        )
     }
 
     /// The record of a measurement: samples are the slowest GPU's seconds per allreduce.
@@ -71,7 +77,7 @@ impl NcclAllreduce {
             kind: RecordKind::CommAllreduce,
             shape: self.shape(),
             precision: "fp32".into(),
-            device: "cuda".into(),
+            device: Device::Gpus,
             threads: 1,
             samples_s: samples,
             flops: 0.0,
@@ -173,6 +179,7 @@ mod tests {
         assert_eq!(r.bytes, 1_048_576.0);
         assert_eq!(r.extra.as_ref().unwrap()["ranks"], 4);
         assert_eq!(r.id, ok.id());
+        r.check().expect("an NCCL record reads back");
         assert_ne!(ok.id(), NcclAllreduce { gpus: 2, ..ok }.id());
     }
 

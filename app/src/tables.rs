@@ -325,7 +325,7 @@ pub fn record_rows(records: &[Record]) -> Vec<RecordRow> {
             RecordRow {
                 kind: r.kind.name().to_owned(),
                 case: describe(r),
-                precision: r.precision.clone(),
+                precision: r.precision.to_string(),
                 threads: r.threads,
                 samples: r.samples_s.len(),
                 median_s: t,

@@ -490,7 +490,7 @@ mod tests {
             id: id.into(),
             kind: ridgeline_measure::RecordKind::WorkloadStep,
             shape: json!({}),
-            precision: "fp32".into(),
+            precision: ridgeline_measure::RecordPrecision::Fp32,
             device: ridgeline_measure::Device::Cpu,
             threads: 2,
             samples_s: samples.to_vec(),

@@ -301,7 +301,7 @@ mod tests {
             id: "x".into(),
             kind: ridgeline_measure::RecordKind::CommAllreduce,
             shape: serde_json::json!({}),
-            precision: "fp32".into(),
+            precision: ridgeline_measure::RecordPrecision::Fp32,
             device: ridgeline_measure::Device::Mpi,
             threads: 1,
             samples_s: vec![1e-3],

@@ -298,7 +298,7 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
         if matches!(r.kind, RecordKind::Gemm | RecordKind::Conv) && r.flops > 0.0 {
             let rate = r.flops / t;
             let entry = ceilings
-                .entry((r.kind.name().to_owned(), r.precision.clone()))
+                .entry((r.kind.name().to_owned(), r.precision.to_string()))
                 .or_insert((0.0, String::new()));
             if rate > entry.0 {
                 *entry = (rate, format!("{file}: record `{}`", r.id));
@@ -307,7 +307,7 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
         for k in kernels {
             for op in std::iter::once(None).chain(k.op.map(Some)) {
                 let e = points
-                    .entry((k.class, k.pass, r.precision.clone(), op))
+                    .entry((k.class, k.pass, r.precision.to_string(), op))
                     .or_default();
                 e.0.push(k.x.to_vec());
                 e.1.push(t);
@@ -477,7 +477,7 @@ mod tests {
             id: format!("{kind}|{shape}"),
             kind: kind.parse().unwrap(),
             shape,
-            precision: "fp32".into(),
+            precision: ridgeline_measure::RecordPrecision::Fp32,
             device: ridgeline_measure::Device::Cpu,
             threads: 2,
             samples_s: vec![t * 1.01, t, t * 0.99, t, t * 1.2],
@@ -595,7 +595,7 @@ mod tests {
         let on_gpu = |mut r: Record, precision: &str| {
             r.device = ridgeline_measure::Device::Cuda(0);
             r.threads = 1;
-            r.precision = precision.into();
+            r.precision = precision.parse().unwrap();
             r.id = format!("{}|{precision}", r.id);
             r.env.gpu = Some(gpu.clone());
             r
@@ -670,7 +670,7 @@ mod tests {
                 });
                 let f = 2.0 * 9.0 * f64::from(n) * f64::from(c * c) * f64::from(size * size);
                 let mut r = record("conv", shape, 4e-6 + f / rate, f, 0.0);
-                r.precision = precision.into();
+                r.precision = precision.parse().unwrap();
                 r.id = format!("{}|{precision}", r.id);
                 records.push(r);
             }
@@ -740,7 +740,7 @@ mod tests {
                     bytes / 8.0,
                     bytes,
                 );
-                r.precision = precision.into();
+                r.precision = precision.parse().unwrap();
                 r.id = format!("{}|{precision}", r.id);
                 records.push(r);
             }

@@ -212,9 +212,11 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
             },
         )
         .map_err(|e| bad(format!("{e} (validation rebuilds built-in workloads only)")))?;
-        let precision: Precision = step.precision.parse().map_err(|e| {
+        let precision: Precision = step.precision.training().ok_or_else(|| {
             bad(format!(
-                "precision: {e}; workload records are written by `ridgeline measure workload`"
+                "precision: `{}` is not a training precision (fp32, tf32, amp-fp16, \
+                 amp-bf16); workload records are written by `ridgeline measure workload`",
+                step.precision
             ))
         })?;
         let c = cost::cost(&graph, batch as u64, precision);

@@ -17,7 +17,7 @@ use crate::cpu::CpuBackend;
 use crate::cuda::CudaBackend;
 use crate::error::{Error, Result};
 use crate::protocol::Protocol;
-use crate::record::{Record, RecordKind, SCHEMA_VERSION, record_id};
+use crate::record::{Record, RecordKind, RecordPrecision, SCHEMA_VERSION, record_id};
 
 /// One measurement.
 #[derive(Debug, Clone)]
@@ -108,14 +108,14 @@ impl Case {
     }
 
     /// The number format.
-    pub fn precision(&self) -> &'static str {
+    pub fn precision(&self) -> RecordPrecision {
         match self {
-            Case::Gemm(g) => g.format.name(),
-            Case::Stream(..) => Format::Fp64.name(),
-            Case::Copy(..) => "bytes",
-            Case::Conv(c, _) => c.format.name(),
-            Case::Op(c, _) => c.format.name(),
-            Case::Workload(_, _, p) => p.name(),
+            Case::Gemm(g) => g.format.into(),
+            Case::Stream(..) => RecordPrecision::Fp64,
+            Case::Copy(..) => RecordPrecision::Bytes,
+            Case::Conv(c, _) => c.format.into(),
+            Case::Op(c, _) => c.format.into(),
+            Case::Workload(_, _, p) => (*p).into(),
         }
     }
 
@@ -238,7 +238,7 @@ impl Case {
             ),
             kind,
             shape,
-            precision: self.precision().to_owned(),
+            precision: self.precision(),
             device: backend.device(),
             threads: backend.threads(),
             samples_s: samples,
@@ -535,7 +535,7 @@ mod tests {
             },
             Pass::Backward,
         );
-        assert_eq!(fp16.precision(), "fp16");
+        assert_eq!(fp16.precision(), RecordPrecision::Fp16);
         // 16-bit records are GPU records: the CPU says so.
         let e = fp16
             .run(&mut *cpu(), &Protocol::quick())

@@ -82,6 +82,6 @@ pub use cuda::{CudaBackend, NcclAllreduce, nccl_allreduce};
 pub use error::{Error, Result};
 pub use protocol::Protocol;
 pub use record::{
-    Device, Env, GpuEnv, Record, RecordKind, RecordWriter, Resumed, SCHEMA_VERSION, StepRun,
-    read_records,
+    Device, Env, GpuEnv, Record, RecordKind, RecordPrecision, RecordWriter, Resumed,
+    SCHEMA_VERSION, StepRun, read_records,
 };

@@ -27,8 +27,8 @@ pub struct Record {
     pub kind: RecordKind,
     /// The case, as an object.
     pub shape: serde_json::Value,
-    /// Number format.
-    pub precision: String,
+    /// Number format or training precision.
+    pub precision: RecordPrecision,
     /// Device.
     pub device: Device,
     /// Threads.
@@ -233,11 +233,127 @@ impl From<Device> for String {
     }
 }
 
-/// The precisions records carry: number formats, training precisions, and `bytes` for
-/// communication that moves untyped data.
-pub const PRECISIONS: &[&str] = &[
-    "fp64", "fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16", "bytes",
-];
+/// The precision a record was measured in: a number format of a kernel, a training
+/// precision of a workload step, or `bytes` for communication that moves untyped data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "&'static str")]
+pub enum RecordPrecision {
+    /// IEEE double.
+    Fp64,
+    /// IEEE single (kernels, and FP32 training).
+    Fp32,
+    /// TensorFloat-32 (kernels, and TF32 training).
+    Tf32,
+    /// IEEE half (kernels).
+    Fp16,
+    /// bfloat16 (kernels).
+    Bf16,
+    /// Mixed-precision training with FP16 activations.
+    AmpFp16,
+    /// Mixed-precision training with BF16 activations.
+    AmpBf16,
+    /// Untyped bytes (communication).
+    Bytes,
+}
+
+impl RecordPrecision {
+    /// Every precision.
+    pub const ALL: [RecordPrecision; 8] = [
+        RecordPrecision::Fp64,
+        RecordPrecision::Fp32,
+        RecordPrecision::Tf32,
+        RecordPrecision::Fp16,
+        RecordPrecision::Bf16,
+        RecordPrecision::AmpFp16,
+        RecordPrecision::AmpBf16,
+        RecordPrecision::Bytes,
+    ];
+
+    /// The name records carry.
+    pub const fn name(self) -> &'static str {
+        match self {
+            RecordPrecision::Fp64 => "fp64",
+            RecordPrecision::Fp32 => "fp32",
+            RecordPrecision::Tf32 => "tf32",
+            RecordPrecision::Fp16 => "fp16",
+            RecordPrecision::Bf16 => "bf16",
+            RecordPrecision::AmpFp16 => "amp-fp16",
+            RecordPrecision::AmpBf16 => "amp-bf16",
+            RecordPrecision::Bytes => "bytes",
+        }
+    }
+
+    /// The training precision of a workload record, if this is one.
+    pub const fn training(self) -> Option<ridgeline_model::precision::Precision> {
+        use ridgeline_model::precision::Precision;
+        match self {
+            RecordPrecision::Fp32 => Some(Precision::Fp32),
+            RecordPrecision::Tf32 => Some(Precision::Tf32),
+            RecordPrecision::AmpFp16 => Some(Precision::AmpFp16),
+            RecordPrecision::AmpBf16 => Some(Precision::AmpBf16),
+            _ => None,
+        }
+    }
+}
+
+impl From<crate::backend::Format> for RecordPrecision {
+    fn from(f: crate::backend::Format) -> Self {
+        use crate::backend::Format;
+        match f {
+            Format::Fp64 => RecordPrecision::Fp64,
+            Format::Fp32 => RecordPrecision::Fp32,
+            Format::Tf32 => RecordPrecision::Tf32,
+            Format::Fp16 => RecordPrecision::Fp16,
+            Format::Bf16 => RecordPrecision::Bf16,
+        }
+    }
+}
+
+impl From<ridgeline_model::precision::Precision> for RecordPrecision {
+    fn from(p: ridgeline_model::precision::Precision) -> Self {
+        use ridgeline_model::precision::Precision;
+        match p {
+            Precision::Fp32 => RecordPrecision::Fp32,
+            Precision::Tf32 => RecordPrecision::Tf32,
+            Precision::AmpFp16 => RecordPrecision::AmpFp16,
+            Precision::AmpBf16 => RecordPrecision::AmpBf16,
+        }
+    }
+}
+
+impl std::fmt::Display for RecordPrecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for RecordPrecision {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        RecordPrecision::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = RecordPrecision::ALL.iter().map(|p| p.name()).collect();
+                format!("precision `{s}`: must be one of {}", names.join(", "))
+            })
+    }
+}
+
+impl TryFrom<String> for RecordPrecision {
+    type Error = String;
+
+    fn try_from(s: String) -> std::result::Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl From<RecordPrecision> for &'static str {
+    fn from(p: RecordPrecision) -> &'static str {
+        p.name()
+    }
+}
 
 impl Record {
     /// Checks what a record claims, field by field: the schema version this build reads,
@@ -255,13 +371,6 @@ impl Record {
         }
         if self.id.trim().is_empty() {
             return Err("id is empty".into());
-        }
-        if !PRECISIONS.contains(&self.precision.as_str()) {
-            return Err(format!(
-                "precision `{}`: must be one of {}",
-                self.precision,
-                PRECISIONS.join(", ")
-            ));
         }
         if self.threads == 0 {
             return Err("threads 0: a measurement runs on at least one thread".into());
@@ -684,7 +793,7 @@ fn same_run(layer: &Record, step: &Record) -> bool {
 pub fn record_id(
     kind: RecordKind,
     shape: &serde_json::Value,
-    precision: &str,
+    precision: RecordPrecision,
     threads: usize,
     device: Device,
 ) -> String {
@@ -699,10 +808,16 @@ mod tests {
         let shape = serde_json::json!({ "m": n, "n": n, "k": n });
         Record {
             schema_version: SCHEMA_VERSION,
-            id: record_id(RecordKind::Gemm, &shape, "fp32", 1, Device::Cpu),
+            id: record_id(
+                RecordKind::Gemm,
+                &shape,
+                RecordPrecision::Fp32,
+                1,
+                Device::Cpu,
+            ),
             kind: RecordKind::Gemm,
             shape,
-            precision: "fp32".into(),
+            precision: RecordPrecision::Fp32,
             device: Device::Cpu,
             threads: 1,
             samples_s: vec![0.1, 0.2],
@@ -749,6 +864,36 @@ mod tests {
             .to_string();
         assert!(
             err.contains("kind `gemv`: must be one of gemm, conv"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_precision_reads_and_writes_its_name_and_knows_training_ones() {
+        use ridgeline_model::precision::Precision;
+        for p in RecordPrecision::ALL {
+            let json = serde_json::to_string(&p).unwrap();
+            assert_eq!(json, format!("\"{}\"", p.name()));
+            assert_eq!(serde_json::from_str::<RecordPrecision>(&json).unwrap(), p);
+        }
+        for t in [
+            Precision::Fp32,
+            Precision::Tf32,
+            Precision::AmpFp16,
+            Precision::AmpBf16,
+        ] {
+            assert_eq!(RecordPrecision::from(t).training(), Some(t));
+            assert_eq!(RecordPrecision::from(t).name(), t.name());
+        }
+        assert_eq!(RecordPrecision::Bytes.training(), None);
+        assert_eq!(
+            RecordPrecision::Fp16.training(),
+            None,
+            "a kernel format, not a training one"
+        );
+        let err = "fp7".parse::<RecordPrecision>().unwrap_err();
+        assert!(
+            err.starts_with("precision `fp7`: must be one of fp64, fp32"),
             "{err}"
         );
     }
@@ -931,7 +1076,13 @@ mod tests {
             let mut r = record(8);
             r.kind = RecordKind::WorkloadLayer;
             r.shape = serde_json::json!({ "layer": name });
-            r.id = record_id(RecordKind::WorkloadLayer, &r.shape, "fp32", 1, Device::Cpu);
+            r.id = record_id(
+                RecordKind::WorkloadLayer,
+                &r.shape,
+                RecordPrecision::Fp32,
+                1,
+                Device::Cpu,
+            );
             r
         };
         let mut step = record(8);

@@ -18,7 +18,7 @@ use crate::cuda::NcclRank;
 use crate::error::{Error, Result};
 use crate::protocol::{MIN_RESOLUTIONS, Protocol, timer_resolution};
 use crate::record::{
-    Env, Record, RecordKind, RecordWriter, SCHEMA_VERSION, read_records, record_id,
+    Env, Record, RecordKind, RecordPrecision, RecordWriter, SCHEMA_VERSION, read_records, record_id,
 };
 
 /// Longest host name exchanged between ranks.
@@ -282,7 +282,7 @@ fn median(samples: &[f64]) -> f64 {
 fn record(
     kind: RecordKind,
     shape: serde_json::Value,
-    precision: &str,
+    precision: RecordPrecision,
     bytes: u64,
     samples: Vec<f64>,
     extra: serde_json::Map<String, serde_json::Value>,
@@ -292,7 +292,7 @@ fn record(
         id: record_id(kind, &shape, precision, 1, DEVICE),
         kind,
         shape,
-        precision: precision.into(),
+        precision,
         device: DEVICE,
         threads: 1,
         samples_s: samples,
@@ -439,7 +439,7 @@ fn pingpong(
         let b = vec![0.0f32; largest];
         for n in elements {
             let shape = serde_json::json!({ "bytes": n * 4, "ranks": job.ranks });
-            let id = record_id(KIND_REDUCE, &shape, "fp32", 1, DEVICE);
+            let id = record_id(KIND_REDUCE, &shape, RecordPrecision::Fp32, 1, DEVICE);
             if sink.has(&id) {
                 sink.skipped += 1;
                 continue;
@@ -448,7 +448,7 @@ fn pingpong(
             sink.push(record(
                 KIND_REDUCE,
                 shape,
-                "fp32",
+                RecordPrecision::Fp32,
                 n as u64 * 4,
                 samples,
                 job.extra(),
@@ -479,7 +479,7 @@ fn round_trips(
         let mut pingpong_s = 0.0;
         for (messages, delayed) in [(1, false), (n, false), (n, true)] {
             let shape = prtt_shape(bytes, messages, delayed, [0, partner]);
-            let id = record_id(KIND_PRTT, &shape, "bytes", 1, DEVICE);
+            let id = record_id(KIND_PRTT, &shape, RecordPrecision::Bytes, 1, DEVICE);
             if skip(pair, sink, &id) {
                 if messages == 1 {
                     pingpong_s = sink.resumed.get(&id).copied().unwrap_or(0.0);
@@ -509,12 +509,19 @@ fn round_trips(
                 }
                 let mut extra = extra.clone();
                 extra.insert("delay_s".into(), delay.into());
-                sink.push(record(KIND_PRTT, shape, "bytes", bytes, samples, extra))?;
+                sink.push(record(
+                    KIND_PRTT,
+                    shape,
+                    RecordPrecision::Bytes,
+                    bytes,
+                    samples,
+                    extra,
+                ))?;
             }
         }
         // Both ranks send and receive at once: the step of every allreduce algorithm.
         let shape = serde_json::json!({ "bytes": bytes, "pair": [0, partner] });
-        let id = record_id(KIND_EXCHANGE, &shape, "bytes", 1, DEVICE);
+        let id = record_id(KIND_EXCHANGE, &shape, RecordPrecision::Bytes, 1, DEVICE);
         if skip(pair, sink, &id) {
             continue;
         }
@@ -529,7 +536,7 @@ fn round_trips(
             sink.push(record(
                 KIND_EXCHANGE,
                 shape,
-                "bytes",
+                RecordPrecision::Bytes,
                 bytes,
                 samples,
                 extra.clone(),
@@ -609,7 +616,7 @@ fn allreduce(
                 "algorithm": algorithm.name(),
                 "ranks": p,
             });
-            let id = record_id(KIND_ALLREDUCE, &shape, "fp32", 1, DEVICE);
+            let id = record_id(KIND_ALLREDUCE, &shape, RecordPrecision::Fp32, 1, DEVICE);
             if skip(world, sink, &id) {
                 continue;
             }
@@ -621,7 +628,14 @@ fn allreduce(
             if world.rank() == 0 {
                 let mut extra = job.extra();
                 extra.insert("algorithm".into(), algorithm.name().into());
-                sink.push(record(KIND_ALLREDUCE, shape, "fp32", bytes, samples, extra))?;
+                sink.push(record(
+                    KIND_ALLREDUCE,
+                    shape,
+                    RecordPrecision::Fp32,
+                    bytes,
+                    samples,
+                    extra,
+                ))?;
             }
         }
     }
@@ -691,7 +705,7 @@ fn nccl_allreduce(
             "algorithm": AllreduceAlgorithm::Nccl.name(),
             "ranks": p,
         });
-        let id = record_id(KIND_ALLREDUCE, &shape, "fp32", 1, DEVICE);
+        let id = record_id(KIND_ALLREDUCE, &shape, RecordPrecision::Fp32, 1, DEVICE);
         if skip(world, sink, &id) {
             continue;
         }
@@ -723,7 +737,14 @@ fn nccl_allreduce(
             extra.insert("library".into(), "nccl".into());
             extra.insert("nccl_version".into(), version.clone().into());
             extra.insert("nccl_settings".into(), nccl_settings().into());
-            let mut r = record(KIND_ALLREDUCE, shape, "fp32", bytes, samples, extra);
+            let mut r = record(
+                KIND_ALLREDUCE,
+                shape,
+                RecordPrecision::Fp32,
+                bytes,
+                samples,
+                extra,
+            );
             r.env.gpu = Some(gpu.gpu());
             sink.push(r)?;
         }
@@ -1035,7 +1056,7 @@ fn alltoall(
     for &bytes in &plan.sizes {
         let total = bytes as usize * p;
         let shape = serde_json::json!({ "bytes": bytes, "ranks": p });
-        let id = record_id(KIND_ALLTOALL, &shape, "bytes", 1, DEVICE);
+        let id = record_id(KIND_ALLTOALL, &shape, RecordPrecision::Bytes, 1, DEVICE);
         if skip(world, sink, &id) {
             continue;
         }
@@ -1046,7 +1067,7 @@ fn alltoall(
             sink.push(record(
                 KIND_ALLTOALL,
                 shape,
-                "bytes",
+                RecordPrecision::Bytes,
                 bytes,
                 samples,
                 job.extra(),

@@ -25,7 +25,7 @@
 use serde_json::json;
 
 use crate::protocol::Protocol;
-use crate::record::{Device, Env, Record, RecordKind, SCHEMA_VERSION, record_id};
+use crate::record::{Device, Env, Record, RecordKind, RecordPrecision, SCHEMA_VERSION, record_id};
 
 /// Whether the CUDA backend runs `op`: the element-wise ops of [`plan::OPS_SOURCE`], the
 /// shaped ones of [`plan::SHAPED_SOURCE`], tile and upsample ([`plan::SPATIAL_SOURCE`]),
@@ -63,7 +63,7 @@ impl NcclAllreduce {
         record_id(
             RecordKind::CommAllreduce,
             &self.shape(),
-            "fp32",
+            RecordPrecision::Fp32,
             1,
             Device::Gpus,
         )
@@ -76,7 +76,7 @@ impl NcclAllreduce {
             id: self.id(),
             kind: RecordKind::CommAllreduce,
             shape: self.shape(),
-            precision: "fp32".into(),
+            precision: RecordPrecision::Fp32,
             device: Device::Gpus,
             threads: 1,
             samples_s: samples,

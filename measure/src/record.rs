@@ -868,6 +868,46 @@ mod tests {
         );
     }
 
+    /// `tests/fixtures/records-v1.jsonl` was written by ridgeline at e5d66e8, before the
+    /// record's kind, precision and device were typed: `measure gemm --size 16`, `measure
+    /// stream --size 64K --kernel triad`, `measure conv` and `measure ops --op relu` on
+    /// `--workload tests/fixtures/tiny.toml`, and `measure workload tests/fixtures/tiny.toml
+    /// --steps 2`, each with `--out` (and `--resume`).
+    #[test]
+    fn a_committed_version_1_file_reads_and_writes_back_the_same() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/records-v1.jsonl");
+        let (records, torn) = read_records(&path).unwrap();
+        assert_eq!((records.len(), torn), (24, None));
+        let kinds: HashSet<RecordKind> = records.iter().map(|r| r.kind).collect();
+        for k in [
+            RecordKind::Gemm,
+            RecordKind::Stream,
+            RecordKind::Conv,
+            RecordKind::Op,
+            RecordKind::WorkloadLayer,
+            RecordKind::WorkloadStep,
+        ] {
+            assert!(kinds.contains(&k), "{k}");
+        }
+        let runs = StepRun::from_records(&records);
+        assert_eq!(runs.len(), 1);
+        assert!(!runs[0].layers.is_empty());
+        // Every field written back as read (samples to the last bit serde_json's float
+        // parsing keeps).
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (line, r) in text.lines().zip(&records) {
+            let mut read: serde_json::Value = serde_json::from_str(line).unwrap();
+            let mut written = serde_json::to_value(r).unwrap();
+            let samples = |v: &mut serde_json::Value| -> Vec<f64> {
+                serde_json::from_value(v["samples_s"].take()).unwrap()
+            };
+            for (a, b) in samples(&mut read).iter().zip(samples(&mut written)) {
+                assert!((a - b).abs() <= 1e-15 * a.abs(), "{a} {b}");
+            }
+            assert_eq!(read, written, "written back as read");
+        }
+    }
+
     #[test]
     fn a_precision_reads_and_writes_its_name_and_knows_training_ones() {
         use ridgeline_model::precision::Precision;

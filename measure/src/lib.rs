@@ -48,10 +48,10 @@
 //! |---|---|
 //! | `schema_version` | 1 |
 //! | `id` | unique key of the measurement (kind, shape, precision, threads, device); `--resume` skips ids already recorded |
-//! | `kind` | `gemm`, `conv`, `stream`, `op`, `workload-layer`, `workload-step`, `copy` (host-device, GPU only); under MPI `comm-prtt`, `comm-exchange`, `comm-reduce`, `comm-allreduce`, `comm-alltoall` |
+//! | `kind` | ([`RecordKind`]) `gemm`, `conv`, `stream`, `op`, `workload-layer`, `workload-step`, `copy` (host-device, GPU only); under MPI `comm-prtt`, `comm-exchange`, `comm-reduce`, `comm-allreduce`, `comm-alltoall` |
 //! | `shape` | an object: GEMM `m`, `n`, `k`; conv `source`, `n`, `c_in`, `c_out`, `input`, `kernel`, `stride`, `padding` (`[before, after]` per dimension), `dilation`, `groups`, `bias`, `pass`, and `layout` = `channels-last` where it is (GPU; channels-first records have none); STREAM `kernel`, `elements`, `array_bytes`; copy `direction` (`h2d`, `d2h`), `memory` (`pinned`, `pageable`), `bytes`; op `op` (the layer as a workload file writes it), `input`, `batch`, `pass`; workload `workload`, `input`, `batch`, and for layers `layer`, `op`, `pass` |
-//! | `precision` | `fp32`, `fp64`; on a GPU also `tf32`, `fp16`, `bf16`; workload records the training precision, `fp32` (on a GPU also `tf32`, `amp-fp16`, `amp-bf16`) |
-//! | `device` | `cpu`, `cuda:N`; `mpi` for communication |
+//! | `precision` | ([`RecordPrecision`]) `fp32`, `fp64`; on a GPU also `tf32`, `fp16`, `bf16`; workload records the training precision, `fp32` (on a GPU also `tf32`, `amp-fp16`, `amp-bf16`); `bytes` for untyped communication |
+//! | `device` | ([`Device`]) `cpu`, `cuda:N`; `cuda` for NCCL across a node's GPUs; `mpi` for communication |
 //! | `threads` | threads the kernel ran on |
 //! | `samples_s` | every raw sample: seconds of one run (of one training step for workloads) |
 //! | `flops` | FLOPs of one run, as the model counts them |

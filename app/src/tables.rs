@@ -6,7 +6,7 @@ use ridgeline_calibrate::stats::median;
 use ridgeline_calibrate::validate::{LayerPoint, StepPoint, Validation};
 use ridgeline_measure::{Record, RecordKind, StepRun};
 use ridgeline_model::graph::{Graph, Shape};
-use ridgeline_model::memory::MemoryRow;
+use ridgeline_model::memory::{Footprint, MemoryRow, Optimizer};
 use ridgeline_model::precision::Precision;
 use ridgeline_model::predict::Movement;
 use ridgeline_model::published::Figure as PublishedFigure;
@@ -469,4 +469,81 @@ fn figure(f: &PublishedFigure, x: f64, s: Style) -> String {
         ("FLOP", _) => format!("{:.1} GFLOP", x / 1e9),
         _ => format!("{x:.0}"),
     }
+}
+
+/// What a measured step says beside its layers: the device, the step's median, FLOP rate
+/// and update, samples per second, peak memory (the executor's and the process's), dynamic
+/// loss scaling, and the model's footprint at `precision` for comparison.
+pub fn step_summary(
+    graph: &Graph,
+    run: &StepRun<'_>,
+    batch: usize,
+    precision: Precision,
+) -> Vec<(String, String)> {
+    let step = run.step;
+    let s = Style::Human;
+    let step_s = median(&step.samples_s);
+    let extra = step.extra.clone().unwrap_or_default();
+    let peak = extra["peak_bytes"].as_f64().unwrap_or(0.0);
+    let update = extra["update_s"].as_array().map_or(0.0, |v| {
+        median(
+            &v.iter()
+                .filter_map(serde_json::Value::as_f64)
+                .collect::<Vec<_>>(),
+        )
+    });
+    let mut lines = vec![
+        (
+            "device".to_owned(),
+            match &step.env.gpu {
+                Some(g) => format!("{} (compute capability {})", g.name, g.compute_capability),
+                None => format!("{} ({} cores)", step.env.cpu_model, step.env.cores),
+            },
+        ),
+        (
+            "step".to_owned(),
+            format!(
+                "{} median of {} steps ({}), SGD update {}",
+                s.seconds(Seconds::new(step_s)),
+                step.samples_s.len(),
+                s.flop_rate(FlopRate::new(step.flops / step_s)),
+                s.seconds(Seconds::new(update))
+            ),
+        ),
+        (
+            "samples per second".to_owned(),
+            format!("{:.2}", batch as f64 / step_s),
+        ),
+        (
+            "peak memory (executor)".to_owned(),
+            s.bytes(Bytes::new(peak)),
+        ),
+    ];
+    if let Some(rss) = extra["peak_rss_bytes"].as_f64() {
+        lines.push((
+            "peak resident set (process)".to_owned(),
+            s.bytes(Bytes::new(rss)),
+        ));
+    }
+    if let Some(scales) = extra["loss_scale"].as_array() {
+        let last = scales
+            .last()
+            .and_then(serde_json::Value::as_f64)
+            .unwrap_or(0.0);
+        lines.push((
+            "loss scale (dynamic)".to_owned(),
+            format!(
+                "{last} at the last step; {} of {} updates skipped on overflow",
+                extra["skipped_updates"].as_u64().unwrap_or(0),
+                scales.len()
+            ),
+        ));
+    }
+    let footprint =
+        Footprint::of(graph, precision, Optimizer::Sgd).at(batch as u64, Bytes::new(f64::INFINITY));
+    lines.push((
+        format!("model footprint (SGD, {})", precision.name()),
+        s.bytes(footprint.total),
+    ));
+    lines
 }

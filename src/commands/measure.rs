@@ -9,11 +9,9 @@ use ridgeline_app::campaign::{self, Backends, Ran, Records, Runner, ThreadCount}
 use ridgeline_app::cases;
 use ridgeline_app::inputs::{self};
 use ridgeline_app::tables;
-use ridgeline_calibrate::stats;
 use ridgeline_measure::suite::Caches;
 use ridgeline_measure::{Case, NcclAllreduce, Protocol, StepRun, nccl_allreduce};
-use ridgeline_model::memory::{Footprint, Optimizer};
-use ridgeline_model::units::{Bytes, FlopRate, Seconds};
+use ridgeline_model::units::Bytes;
 use ridgeline_reports::Document;
 
 use crate::cli::{
@@ -264,77 +262,22 @@ pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
             serde_json::to_string_pretty(&ran.records)?
         ));
     }
-    let footprint = Footprint::of(&graph, args.precision, Optimizer::Sgd)
-        .at(args.batch, Bytes::new(f64::INFINITY));
     let mut text_out = String::new();
     for run in StepRun::from_records(&ran.records) {
-        let step = run.step;
-        let step_s = stats::median(&step.samples_s);
         let rows = tables::step_layer_rows(&graph, &run, args.top);
-        let extra = step.extra.clone().unwrap_or_default();
-        let s = Style::Human;
-        let peak = extra["peak_bytes"].as_f64().unwrap_or(0.0);
-        let update = extra["update_s"].as_array().map_or(0.0, |v| {
-            stats::median(
-                &v.iter()
-                    .filter_map(serde_json::Value::as_f64)
-                    .collect::<Vec<_>>(),
-            )
-        });
-        let cols = tables::step_layer_cols();
         let mut doc = Document::new(format!(
             "Measured training step: {} batch {batch}, input {:?}, {} on {} ({} threads)",
             graph.name(),
             graph.input_shape().dims(),
-            step.precision,
+            run.step.precision,
             device,
-            step.threads
-        ))
-        .summary(
-            "device",
-            match &step.env.gpu {
-                Some(g) => format!("{} (compute capability {})", g.name, g.compute_capability),
-                None => format!("{} ({} cores)", step.env.cpu_model, step.env.cores),
-            },
-        )
-        .summary(
-            "step",
-            format!(
-                "{} median of {} steps ({}), SGD update {}",
-                s.seconds(Seconds::new(step_s)),
-                step.samples_s.len(),
-                s.flop_rate(FlopRate::new(step.flops / step_s)),
-                s.seconds(Seconds::new(update))
-            ),
-        )
-        .summary(
-            "samples per second",
-            format!("{:.2}", batch as f64 / step_s),
-        )
-        .summary("peak memory (executor)", s.bytes(Bytes::new(peak)));
-        if let Some(rss) = extra["peak_rss_bytes"].as_f64() {
-            doc = doc.summary("peak resident set (process)", s.bytes(Bytes::new(rss)));
-        }
-        if let Some(scales) = extra["loss_scale"].as_array() {
-            let last = scales
-                .last()
-                .and_then(serde_json::Value::as_f64)
-                .unwrap_or(0.0);
-            doc = doc.summary(
-                "loss scale (dynamic)",
-                format!(
-                    "{last} at the last step; {} of {} updates skipped on overflow",
-                    extra["skipped_updates"].as_u64().unwrap_or(0),
-                    scales.len()
-                ),
-            );
+            run.step.threads
+        ));
+        for (k, v) in tables::step_summary(&graph, &run, batch, args.precision) {
+            doc = doc.summary(k, v);
         }
         doc = doc
-            .summary(
-                format!("model footprint (SGD, {})", args.precision.name()),
-                s.bytes(footprint.total),
-            )
-            .table(output::table(&rows, &cols, Style::Human))
+            .table(output::table(&rows, &tables::step_layer_cols(), Style::Human))
             .note(if args.top > 0 {
                 format!("the {} slowest layers; --top 0 lists every layer in order", rows.len())
             } else {

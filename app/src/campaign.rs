@@ -3,7 +3,7 @@
 //! record id is in the file is done and skipped ([`RecordWriter`] keeps the ids, drops a torn
 //! last line and a measurement cut short). [`Runner`] runs micro-kernel and workload cases
 //! on the CPU and CUDA backends; [`Records`] is the same file and rule for paths that run
-//! their own measurements (NCCL). [`suite`] plans the micro-kernel suite to a budget and
+//! their own measurements (NCCL). [`suite()`] plans the micro-kernel suite to a budget and
 //! runs it; [`slurm_script`] writes the batch script of the MPI communication campaign (whose
 //! runner is still `ridgeline_measure::comm`). Progress goes to an [`Observer`]: the command
 //! line draws bars, tests and pipelines stay silent.

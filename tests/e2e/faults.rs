@@ -38,6 +38,27 @@ const QUICK: [&str; 8] = [
     "1",
 ];
 
+/// `measure workload` of CosmoFlow at 32^3, one step, into `out` (resumed or not), by the
+/// quick protocol.
+fn tiny_workload_args(out: &str, resume: bool) -> Vec<&str> {
+    let mut args = vec![
+        "measure",
+        "workload",
+        "cosmoflow",
+        "--input-size",
+        "32",
+        "--steps",
+        "1",
+        "--out",
+        out,
+    ];
+    if resume {
+        args.push("--resume");
+    }
+    args.extend(QUICK);
+    args
+}
+
 #[test]
 fn issue17_a_cpu_profile_is_refused_for_a_gpu_system() {
     let dir = scratch("cpu-profile");
@@ -467,18 +488,7 @@ fn tiny_workload_records() -> Vec<serde_json::Value> {
             let out = scratch("tiny-workload").join("w.jsonl");
             let _ = std::fs::remove_file(&out);
             let o = out.to_str().unwrap();
-            let mut args = vec![
-                "measure",
-                "workload",
-                "cosmoflow",
-                "--input-size",
-                "32",
-                "--steps",
-                "1",
-                "--out",
-                o,
-            ];
-            args.extend(QUICK);
+            let args = tiny_workload_args(o, false);
             run_ok(&args);
             std::fs::read_to_string(out)
                 .unwrap()
@@ -545,19 +555,7 @@ fn issue17_records_that_claim_nonsense_are_refused() {
             "{name}: names the file: {err}"
         );
         // Resuming such a file refuses it too: nothing counts as done.
-        let mut args = vec![
-            "measure",
-            "workload",
-            "cosmoflow",
-            "--input-size",
-            "32",
-            "--steps",
-            "1",
-            "--out",
-            &path,
-            "--resume",
-        ];
-        args.extend(QUICK);
+        let args = tiny_workload_args(&path, true);
         let err = run_err(&args);
         assert!(err.contains(expected), "{name} on resume: {err}");
     }
@@ -762,19 +760,7 @@ fn issue17_resume_after_a_kill_mid_measurement_duplicates_nothing() {
         .cloned()
         .collect();
     let path = jsonl("killed.jsonl", &cut);
-    let mut args = vec![
-        "measure",
-        "workload",
-        "cosmoflow",
-        "--input-size",
-        "32",
-        "--steps",
-        "1",
-        "--out",
-        &path,
-        "--resume",
-    ];
-    args.extend(QUICK);
+    let args = tiny_workload_args(&path, true);
     let out = crate::ridgeline().args(&args).output().unwrap();
     assert!(out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -879,19 +865,7 @@ fn issue17_messages_name_the_file_and_the_fix() {
     let mut text: String = records.iter().map(|r| format!("{r}\n")).collect();
     text.push_str("this is not a record\n");
     let path = write("garbage-last.jsonl", &text);
-    let mut args = vec![
-        "measure",
-        "workload",
-        "cosmoflow",
-        "--input-size",
-        "32",
-        "--steps",
-        "1",
-        "--out",
-        &path,
-        "--resume",
-    ];
-    args.extend(QUICK);
+    let args = tiny_workload_args(&path, true);
     let err = run_err(&args);
     assert!(
         err.contains(&format!("line {}", records.len() + 1)),

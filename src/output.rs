@@ -43,19 +43,6 @@ pub(crate) fn emit(text: &str) -> Result<()> {
     }
 }
 
-/// The records of a JSON Lines file; a torn last line (an interrupted write) is said on
-/// standard error and skipped.
-pub(crate) fn records(path: &std::path::Path) -> Result<Vec<ridgeline_measure::Record>> {
-    let (records, torn) = ridgeline_measure::read_records(path)?;
-    if let Some(line) = torn {
-        eprintln!(
-            "warning: {}: line {line} is an interrupted write and is ignored",
-            path.display()
-        );
-    }
-    Ok(records)
-}
-
 /// Writes a command's figures where `--plot` asks, and says so on standard error (standard
 /// output stays the command's result).
 pub(crate) fn plots(args: &PlotArgs, figures: impl FnOnce() -> Result<Vec<Figure>>) -> Result<()> {

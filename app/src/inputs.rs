@@ -23,6 +23,8 @@ use ridgeline_model::{Error, catalog, file, system::System};
 use ridgeline_model::collective::Algorithm;
 use ridgeline_model::memory::Optimizer;
 
+use crate::campaign::Observer;
+
 /// What names a workload: a built-in name or the path of a workload file, with the scaling
 /// options of the command line.
 #[derive(Debug, Clone, Default)]
@@ -470,6 +472,19 @@ pub fn mix_jobs(mix: &Mix, file: &str, dir: Option<&Path>) -> Result<Vec<Job>> {
             Job::load(&source, entry.precision, entry.optimizer, 1)
         })
         .collect()
+}
+
+/// The records of a JSON Lines file; a torn last line (an interrupted write) is said to
+/// `observer` and skipped.
+pub fn records(path: &Path, observer: &dyn Observer) -> Result<Vec<ridgeline_measure::Record>> {
+    let (records, torn) = ridgeline_measure::read_records(path)?;
+    if let Some(line) = torn {
+        observer.notice(&format!(
+            "warning: {}: line {line} is an interrupted write and is ignored",
+            path.display()
+        ));
+    }
+    Ok(records)
 }
 
 #[cfg(test)]

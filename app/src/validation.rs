@@ -49,7 +49,7 @@ pub fn validation(profile: &Path, measured: &Path, observer: &dyn Observer) -> R
             profile.display()
         );
     }
-    let records = records(measured, observer)?;
+    let records = inputs::records(measured, observer)?;
     Ok(validate::validate(
         &system,
         &records,
@@ -78,7 +78,7 @@ pub fn comm(
              records (`mpirun -np 2 ridgeline measure comm pingpong --out FILE`)"
         );
     }
-    let records = records(measured, observer)?;
+    let records = inputs::records(measured, observer)?;
     let v = validate_comm(profile, &records, &measured.display().to_string(), level)?;
     Ok((v, profile.clone()))
 }
@@ -161,7 +161,7 @@ pub fn self_check_on(
     let calibration = profile::calibrate(
         &[RecordFile {
             path: suite_file.display().to_string(),
-            records: records(&suite_file, observer)?,
+            records: inputs::records(&suite_file, observer)?,
         }],
         &Options {
             system: "local".into(),
@@ -179,8 +179,8 @@ pub fn self_check_on(
     ));
     run_workloads(&campaign(&after_file), observer)?;
     let pooled = pool_runs(
-        records(&before_file, observer)?,
-        records(&after_file, observer)?,
+        inputs::records(&before_file, observer)?,
+        inputs::records(&after_file, observer)?,
     );
     let mut lines = String::new();
     for r in &pooled {
@@ -193,7 +193,7 @@ pub fn self_check_on(
     let system = inputs::system(&profile_file.display().to_string())?;
     let v = validate::validate(
         &system,
-        &records(&workload_file, observer)?,
+        &inputs::records(&workload_file, observer)?,
         &workload_file.display().to_string(),
     )?;
     let validation_file = dir.join("validation.json");
@@ -277,19 +277,6 @@ fn pool_runs(before: Vec<Record>, after: Vec<Record>) -> Vec<Record> {
         }
     }
     pooled
-}
-
-/// The records of a JSON Lines file; a torn last line (an interrupted write) is said to
-/// `observer` and skipped.
-pub fn records(path: &Path, observer: &dyn Observer) -> Result<Vec<Record>> {
-    let (records, torn) = ridgeline_measure::read_records(path)?;
-    if let Some(line) = torn {
-        observer.notice(&format!(
-            "warning: {}: line {line} is an interrupted write and is ignored",
-            path.display()
-        ));
-    }
-    Ok(records)
 }
 
 #[cfg(test)]
@@ -461,7 +448,7 @@ mod tests {
         }
         // Nine runs, each pooled from the runs before and after the suite.
         assert_eq!(v.steps.len(), 9);
-        let pooled = records(
+        let pooled = inputs::records(
             &dir.path().join("workloads.jsonl"),
             &crate::campaign::Silent,
         )

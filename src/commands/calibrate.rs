@@ -19,7 +19,7 @@ pub(crate) fn run(args: &CalibrateArgs) -> Result<()> {
         .map(|p| {
             Ok(RecordFile {
                 path: p.display().to_string(),
-                records: output::records(p)?,
+                records: ridgeline_app::inputs::records(p, &output::Progress::new())?,
             })
         })
         .collect::<Result<Vec<_>>>()?;

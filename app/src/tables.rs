@@ -4,7 +4,7 @@
 use ridgeline_calibrate::comm::CommPoint;
 use ridgeline_calibrate::stats::median;
 use ridgeline_calibrate::validate::{LayerPoint, StepPoint, Validation};
-use ridgeline_measure::{Record, RecordKind, StepRun};
+use ridgeline_measure::{Measured, Pass, Record, StepRun};
 use ridgeline_model::graph::{Graph, Shape};
 use ridgeline_model::memory::{Footprint, MemoryRow, Optimizer};
 use ridgeline_model::precision::Precision;
@@ -240,78 +240,62 @@ pub struct RecordRow {
 }
 
 fn describe(r: &Record) -> String {
-    let s = &r.shape;
-    let list = |v: &serde_json::Value| {
-        v.as_array().map_or_else(String::new, |a| {
-            a.iter()
-                .map(|x| x.to_string())
-                .collect::<Vec<_>>()
-                .join("x")
-        })
-    };
-    match r.kind {
-        RecordKind::Gemm => format!("{}x{}x{}", s["m"], s["n"], s["k"]),
-        RecordKind::Conv => format!(
+    let list = |v: &[usize]| v.iter().map(usize::to_string).collect::<Vec<_>>().join("x");
+    match &r.measured {
+        Measured::Gemm(g) => format!("{}x{}x{}", g.m, g.n, g.k),
+        Measured::Conv(c) => format!(
             "{} {} n{} {}->{} {} k{}{}{}",
-            s["pass"].as_str().unwrap_or_default(),
-            s["source"].as_str().unwrap_or_default(),
-            s["n"],
-            s["c_in"],
-            s["c_out"],
-            list(&s["input"]),
-            list(&s["kernel"]),
-            if s["groups"] == 1 {
+            c.pass.name(),
+            c.source,
+            c.n,
+            c.c_in,
+            c.c_out,
+            list(&c.input),
+            list(&c.kernel),
+            if c.groups == 1 {
                 String::new()
             } else {
-                format!(" g{}", s["groups"])
+                format!(" g{}", c.groups)
             },
-            if s["dilation"]
-                .as_array()
-                .is_some_and(|d| d.iter().any(|v| v != 1))
-            {
-                format!(" d{}", list(&s["dilation"]))
+            if c.dilation.iter().any(|&d| d != 1) {
+                format!(" d{}", list(&c.dilation))
             } else {
                 String::new()
             },
         ),
-        RecordKind::Stream => format!(
-            "{} {} KiB",
-            s["kernel"].as_str().unwrap_or_default(),
-            s["array_bytes"].as_u64().unwrap_or(0) / 1024
-        ),
-        RecordKind::Op => format!(
+        Measured::Stream(k) => format!("{} {} KiB", k.kernel.name(), k.array_bytes / 1024),
+        Measured::Op(o) => format!(
             "{} {} n{} {}",
-            s["op"]["op"].as_str().unwrap_or_default(),
-            s["pass"].as_str().unwrap_or_default(),
-            s["batch"],
-            list(&s["input"])
+            o.op.op,
+            o.pass.name(),
+            o.batch,
+            list(&o.input)
         ),
-        RecordKind::CommPrtt => format!(
-            "PRTT(n={}{}) {} B, ranks {}",
-            s["messages"],
-            if s["delayed"] == true {
-                ", delayed"
-            } else {
-                ""
-            },
-            s["bytes"],
-            list(&s["pair"]).replace('x', "-"),
+        Measured::CommPrtt(p) => format!(
+            "PRTT(n={}{}) {} B, ranks {}-{}",
+            p.messages,
+            if p.delayed { ", delayed" } else { "" },
+            p.bytes,
+            p.pair[0],
+            p.pair[1],
         ),
-        RecordKind::CommExchange => format!(
-            "exchange {} B, ranks {}",
-            s["bytes"],
-            list(&s["pair"]).replace('x', "-")
+        Measured::CommExchange(e) => {
+            format!("exchange {} B, ranks {}-{}", e.bytes, e.pair[0], e.pair[1])
+        }
+        Measured::CommReduce(c) => format!("a += b, {} B", c.bytes),
+        Measured::CommAllreduce(a) => format!(
+            "{} {} B, {}",
+            a.algorithm,
+            a.bytes,
+            match (a.ranks, a.gpus) {
+                (Some(n), _) => format!("{n} ranks"),
+                (None, Some(n)) => format!("{n} GPUs"),
+                (None, None) => "ranks not recorded".to_owned(),
+            }
         ),
-        RecordKind::CommReduce => format!("a += b, {} B", s["bytes"]),
-        RecordKind::CommAllreduce => format!(
-            "{} {} B, {} ranks",
-            s["algorithm"].as_str().unwrap_or_default(),
-            s["bytes"],
-            s["ranks"]
-        ),
-        RecordKind::CommAlltoall => format!("{} B per pair, {} ranks", s["bytes"], s["ranks"]),
-        RecordKind::Copy | RecordKind::WorkloadLayer | RecordKind::WorkloadStep => {
-            format!("{}", s)
+        Measured::CommAlltoall(a) => format!("{} B per pair, {} ranks", a.bytes, a.ranks),
+        Measured::Copy(_) | Measured::WorkloadLayer(_) | Measured::WorkloadStep(_) => {
+            r.measured.shape_json().to_string()
         }
     }
 }
@@ -323,7 +307,7 @@ pub fn record_rows(records: &[Record]) -> Vec<RecordRow> {
         .map(|r| {
             let t = median(&r.samples_s);
             RecordRow {
-                kind: r.kind.name().to_owned(),
+                kind: r.kind().name().to_owned(),
                 case: describe(r),
                 precision: r.precision.to_string(),
                 threads: r.threads,
@@ -376,13 +360,10 @@ pub fn step_layer_rows(graph: &Graph, run: &StepRun<'_>, top: usize) -> Vec<Laye
         .iter()
         .skip(1)
         .map(|l| {
-            let pick = |pass: &str| {
-                run.layers
-                    .iter()
-                    .find(|r| r.shape["layer"] == l.name.as_str() && r.shape["pass"] == pass)
-                    .copied()
-            };
-            let (f, b) = (pick("forward"), pick("backward"));
+            let (f, b) = (
+                run.layer(&l.name, Pass::Forward),
+                run.layer(&l.name, Pass::Backward),
+            );
             let t = |r: Option<&Record>| r.map_or(0.0, |r| median(&r.samples_s));
             let flops = f.map_or(0.0, |r| r.flops) + b.map_or(0.0, |r| r.flops);
             let time = t(f) + t(b);
@@ -483,15 +464,13 @@ pub fn step_summary(
     let step = run.step;
     let s = Style::Human;
     let step_s = median(&step.samples_s);
-    let extra = step.extra.clone().unwrap_or_default();
-    let peak = extra["peak_bytes"].as_f64().unwrap_or(0.0);
-    let update = extra["update_s"].as_array().map_or(0.0, |v| {
-        median(
-            &v.iter()
-                .filter_map(serde_json::Value::as_f64)
-                .collect::<Vec<_>>(),
-        )
-    });
+    let extra = &step.extra;
+    let peak = extra.peak_bytes.unwrap_or(0) as f64;
+    let update = if extra.update_s.is_empty() {
+        0.0
+    } else {
+        median(&extra.update_s)
+    };
     let mut lines = vec![
         (
             "device".to_owned(),
@@ -519,22 +498,19 @@ pub fn step_summary(
             s.bytes(Bytes::new(peak)),
         ),
     ];
-    if let Some(rss) = extra["peak_rss_bytes"].as_f64() {
+    if let Some(rss) = extra.peak_rss_bytes {
         lines.push((
             "peak resident set (process)".to_owned(),
-            s.bytes(Bytes::new(rss)),
+            s.bytes(Bytes::new(rss as f64)),
         ));
     }
-    if let Some(scales) = extra["loss_scale"].as_array() {
-        let last = scales
-            .last()
-            .and_then(serde_json::Value::as_f64)
-            .unwrap_or(0.0);
+    if let Some(&last) = extra.loss_scale.last() {
+        let scales = &extra.loss_scale;
         lines.push((
             "loss scale (dynamic)".to_owned(),
             format!(
                 "{last} at the last step; {} of {} updates skipped on overflow",
-                extra["skipped_updates"].as_u64().unwrap_or(0),
+                extra.skipped_updates.unwrap_or(0),
                 scales.len()
             ),
         ));

@@ -253,24 +253,11 @@ fn pool_runs(before: Vec<Record>, after: Vec<Record>) -> Vec<Record> {
         match pooled.iter_mut().find(|p| p.id == r.id) {
             Some(p) => {
                 p.samples_s.extend(&r.samples_s);
-                let updates = |x: &Option<serde_json::Value>| {
-                    x.as_ref()
-                        .and_then(|e| e.get("update_s"))
-                        .and_then(|u| u.as_array())
-                        .cloned()
-                };
-                if let (Some(mut a), Some(b), Some(extra)) =
-                    (updates(&p.extra), updates(&r.extra), p.extra.as_mut())
-                {
-                    a.extend(b);
-                    extra["update_s"] = serde_json::Value::Array(a);
+                if !p.extra.update_s.is_empty() {
+                    p.extra.update_s.extend(&r.extra.update_s);
                 }
-                if let (Some(a), Some(b)) = (
-                    p.extra.as_mut().and_then(|e| e.get_mut("peak_bytes")),
-                    r.extra.as_ref().and_then(|e| e.get("peak_bytes")),
-                ) && b.as_u64() > a.as_u64()
-                {
-                    *a = b.clone();
+                if let (Some(a), Some(b)) = (p.extra.peak_bytes, r.extra.peak_bytes) {
+                    p.extra.peak_bytes = Some(a.max(b));
                 }
             }
             None => pooled.push(r),
@@ -281,8 +268,8 @@ fn pool_runs(before: Vec<Record>, after: Vec<Record>) -> Vec<Record> {
 
 #[cfg(test)]
 mod tests {
-    use ridgeline_measure::{Env, SCHEMA_VERSION};
-    use serde_json::json;
+    use ridgeline_measure::Env;
+    use ridgeline_measure::record::{Extra, Measured, StepShape};
 
     use super::*;
     use std::cell::RefCell;
@@ -455,7 +442,7 @@ mod tests {
         .unwrap();
         let steps = pooled
             .iter()
-            .filter(|r| r.kind == ridgeline_measure::RecordKind::WorkloadStep);
+            .filter(|r| r.kind() == ridgeline_measure::RecordKind::WorkloadStep);
         assert!(
             steps.clone().count() == 9
                 && steps
@@ -472,20 +459,27 @@ mod tests {
     }
 
     fn record(id: &str, samples: &[f64], updates: &[f64], peak: u64) -> Record {
-        Record {
-            schema_version: SCHEMA_VERSION,
-            id: id.into(),
-            kind: ridgeline_measure::RecordKind::WorkloadStep,
-            shape: json!({}),
-            precision: ridgeline_measure::RecordPrecision::Fp32,
-            device: ridgeline_measure::Device::Cpu,
-            threads: 2,
-            samples_s: samples.to_vec(),
-            flops: 1.0,
-            bytes: 1.0,
-            env: Env::capture(),
-            extra: Some(json!({ "update_s": updates, "peak_bytes": peak })),
-        }
+        let mut r = Record::new(
+            Measured::WorkloadStep(StepShape {
+                workload: "w".into(),
+                input: vec![1],
+                batch: 1,
+            }),
+            ridgeline_measure::RecordPrecision::Fp32,
+            ridgeline_measure::Device::Cpu,
+            2,
+            samples.to_vec(),
+            1.0,
+            1.0,
+            Env::capture(),
+        );
+        r.id = id.into();
+        r.extra = Extra {
+            update_s: updates.to_vec(),
+            peak_bytes: Some(peak),
+            ..Extra::default()
+        };
+        r
     }
 
     #[test]
@@ -503,9 +497,9 @@ mod tests {
         assert_eq!(ids, ["a", "b", "c"]);
         assert_eq!(pooled[0].samples_s, [1.0, 1.1]);
         assert_eq!(pooled[1].samples_s, [2.0, 3.0, 3.5]);
-        let extra = pooled[1].extra.as_ref().unwrap();
-        assert_eq!(extra["update_s"], json!([0.2, 0.3, 0.3]));
-        assert_eq!(extra["peak_bytes"], json!(200), "the larger peak stays");
+        let extra = &pooled[1].extra;
+        assert_eq!(extra.update_s, [0.2, 0.3, 0.3]);
+        assert_eq!(extra.peak_bytes, Some(200), "the larger peak stays");
         assert_eq!(pooled[2].samples_s, [4.0]);
     }
 }

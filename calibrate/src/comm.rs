@@ -10,7 +10,7 @@
 //! not predicted.
 
 use ridgeline_measure::Record;
-use ridgeline_measure::comm::KIND_ALLREDUCE;
+use ridgeline_measure::record::{AllreduceShape, Measured};
 use ridgeline_model::collective::{self, Algorithm, Fabric};
 use ridgeline_model::profile::{CommLevelName, Profile};
 use serde::Serialize;
@@ -113,10 +113,9 @@ fn model_algorithm(r: &Record, name: &str) -> std::result::Result<Algorithm, Str
         "mpi" => {
             let chosen = r
                 .extra
-                .as_ref()
-                .and_then(|e| e.get("mpi_settings"))
-                .and_then(|s| s.get("coll_tuned_allreduce_algorithm"))
-                .and_then(|v| v.as_str());
+                .mpi_settings
+                .get("coll_tuned_allreduce_algorithm")
+                .map(String::as_str);
             match chosen {
                 Some("3") => Ok(Algorithm::Rd),
                 Some("4" | "5") => Ok(Algorithm::Ring),
@@ -181,24 +180,29 @@ pub fn validate_comm(
 ) -> Result<CommValidation> {
     let mut points = Vec::new();
     let mut not_predicted = Vec::new();
-    for r in records.iter().filter(|r| r.kind == KIND_ALLREDUCE) {
+    for r in records {
+        let Measured::CommAllreduce(AllreduceShape {
+            bytes,
+            algorithm: name,
+            ranks,
+            ..
+        }) = &r.measured
+        else {
+            continue;
+        };
         let bad = |m: &str| record_error(file, r, m.to_owned());
-        let get = |v: Option<&serde_json::Value>, name: &str| {
-            v.and_then(|e| e.get(name))
-                .and_then(serde_json::Value::as_u64)
+        let need = |v: Option<usize>, name: &str| {
+            v.map(|v| v as u64)
                 .ok_or_else(|| bad(&format!("has no whole-number `{name}`")))
         };
-        let bytes = get(Some(&r.shape), "bytes")?;
-        let ranks = get(Some(&r.shape), "ranks")?;
-        let extra = r.extra.as_ref();
-        let per_node = get(extra, "ranks_per_node")?;
-        let nodes = get(extra, "nodes")?;
-        let hosts = extra
-            .and_then(|e| e.get("hosts"))
-            .and_then(|h| h.as_array())
-            .map_or(0, Vec::len) as u64;
+        let (bytes, name) = (*bytes, name.as_str());
+        let ranks = need(*ranks, "ranks")?;
+        let extra = &r.extra;
+        let per_node = need(extra.ranks_per_node, "ranks_per_node")?;
+        let nodes = need(extra.nodes, "nodes")?;
+        let hosts = extra.hosts.len() as u64;
         if ranks < 2
-            || extra.and_then(|e| e.get("ranks")).and_then(|v| v.as_u64()) != Some(ranks)
+            || extra.ranks.map(|v| v as u64) != Some(ranks)
             || hosts != ranks
             || per_node * nodes < ranks
         {
@@ -207,11 +211,6 @@ pub fn validate_comm(
                  per node) disagrees: the file mixes jobs or was edited; measure it again"
             )));
         }
-        let name = r
-            .shape
-            .get("algorithm")
-            .and_then(|v| v.as_str())
-            .unwrap_or("");
         let algorithm = match model_algorithm(r, name) {
             Ok(a) => a,
             Err(why) => {
@@ -296,28 +295,30 @@ mod tests {
 
     #[test]
     fn measured_algorithms_map_to_the_models_or_say_why_not() {
-        let mut r = Record {
-            schema_version: 1,
-            id: "x".into(),
-            kind: ridgeline_measure::RecordKind::CommAllreduce,
-            shape: serde_json::json!({}),
-            precision: ridgeline_measure::RecordPrecision::Fp32,
-            device: ridgeline_measure::Device::Mpi,
-            threads: 1,
-            samples_s: vec![1e-3],
-            flops: 0.0,
-            bytes: 4096.0,
-            env: ridgeline_measure::record::Env::capture(),
-            extra: None,
-        };
+        let mut r = Record::new(
+            Measured::CommAllreduce(AllreduceShape {
+                bytes: 4096,
+                algorithm: "mpi".into(),
+                ranks: Some(2),
+                gpus: None,
+            }),
+            ridgeline_measure::RecordPrecision::Fp32,
+            ridgeline_measure::Device::Mpi,
+            1,
+            vec![1e-3],
+            0.0,
+            4096.0,
+            ridgeline_measure::record::Env::capture(),
+        );
         assert_eq!(model_algorithm(&r, "ring"), Ok(Algorithm::Ring));
         assert!(
             model_algorithm(&r, "mpi")
                 .unwrap_err()
                 .contains("coll_tuned")
         );
-        r.extra =
-            Some(serde_json::json!({"mpi_settings": {"coll_tuned_allreduce_algorithm": "6"}}));
+        r.extra
+            .mpi_settings
+            .insert("coll_tuned_allreduce_algorithm".into(), "6".into());
         assert_eq!(model_algorithm(&r, "mpi"), Ok(Algorithm::Rhd));
         let why = model_algorithm(&r, "nccl").unwrap_err();
         assert!(why.contains("GPU") && why.contains("LogGP"), "{why}");

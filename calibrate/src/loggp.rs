@@ -26,8 +26,7 @@
 
 use std::collections::BTreeMap;
 
-use ridgeline_measure::Record;
-use ridgeline_measure::comm::{KIND_EXCHANGE, KIND_PRTT, KIND_REDUCE};
+use ridgeline_measure::record::{ExchangeShape, Extra, Measured, PrttShape, ReduceShape};
 use ridgeline_model::collective::MAX_BANDS;
 use ridgeline_model::profile::{BandFit, CommLevel, CommLevelName};
 
@@ -68,22 +67,23 @@ pub fn comm_levels(files: &[RecordFile], choice: LevelChoice) -> Result<Vec<Comm
     let mut reduction = Vec::new();
     for f in files {
         for r in &f.records {
-            let kind = r.kind;
-            if ![KIND_PRTT, KIND_EXCHANGE, KIND_REDUCE].contains(&kind) {
-                continue;
-            }
+            let bytes = match &r.measured {
+                Measured::CommPrtt(PrttShape { bytes, .. })
+                | Measured::CommExchange(ExchangeShape { bytes, .. })
+                | Measured::CommReduce(ReduceShape { bytes, .. }) => *bytes,
+                _ => continue,
+            };
             let t = Samples::new(r.samples_s.clone())
                 .map_err(|e| record_error(&f.path, r, e.to_string()))?
                 .median();
-            let bytes = field(&f.path, r, &r.shape, "bytes")?;
-            if kind == KIND_REDUCE {
+            if let Measured::CommReduce(_) = r.measured {
                 reduction.push((bytes as f64, t));
                 continue;
             }
-            let extra = r.extra.clone().unwrap_or_default();
+            let extra = &r.extra;
             let level = match choice {
                 LevelChoice::Fixed(l) => l,
-                LevelChoice::Auto => match extra.get("same_host").and_then(|v| v.as_bool()) {
+                LevelChoice::Auto => match extra.same_host {
                     Some(true) => CommLevelName::Node,
                     Some(false) => CommLevelName::Network,
                     None => {
@@ -100,18 +100,18 @@ pub fn comm_levels(files: &[RecordFile], choice: LevelChoice) -> Result<Vec<Comm
                 .entry(level.name())
                 .or_insert_with(|| (level, LevelPoints::default()));
             if points.transport.is_empty() {
-                points.transport = transport(&extra);
-                points.hosts = extra
-                    .get("pair_hosts")
-                    .and_then(|v| serde_json::from_value(v.clone()).ok())
-                    .unwrap_or_default();
+                points.transport = transport(extra);
+                points.hosts = extra.pair_hosts.clone();
             }
-            if kind == KIND_EXCHANGE {
+            let Measured::CommPrtt(PrttShape {
+                messages: n,
+                delayed,
+                ..
+            }) = r.measured
+            else {
                 points.exchange.push((bytes as f64, t));
                 continue;
-            }
-            let n = field(&f.path, r, &r.shape, "messages")? as usize;
-            let delayed = r.shape.get("delayed").and_then(|v| v.as_bool()) == Some(true);
+            };
             match (n, delayed) {
                 (1, _) => {
                     points.pingpong.insert(bytes, t);
@@ -120,7 +120,7 @@ pub fn comm_levels(files: &[RecordFile], choice: LevelChoice) -> Result<Vec<Comm
                     points.train.insert(bytes, (t, n));
                 }
                 (_, true) => {
-                    let d = extra.get("delay_s").and_then(|v| v.as_f64()).unwrap_or(0.0);
+                    let d = extra.delay_s.unwrap_or(0.0);
                     points.delayed.insert(bytes, (t, n, d));
                 }
             }
@@ -132,27 +132,14 @@ pub fn comm_levels(files: &[RecordFile], choice: LevelChoice) -> Result<Vec<Comm
         .collect()
 }
 
-fn field(file: &str, r: &Record, v: &serde_json::Value, name: &str) -> Result<u64> {
-    v.get(name)
-        .and_then(serde_json::Value::as_u64)
-        .ok_or_else(|| record_error(file, r, format!("shape has no whole-number `{name}`")))
-}
-
 /// "library; key=value ..." from a record's extra.
-fn transport(extra: &serde_json::Value) -> String {
-    let library = extra
-        .get("mpi_library")
-        .and_then(|v| v.as_str())
-        .unwrap_or("unknown MPI");
+fn transport(extra: &Extra) -> String {
+    let library = extra.mpi_library.as_deref().unwrap_or("unknown MPI");
     let settings: Vec<String> = extra
-        .get("mpi_settings")
-        .and_then(|v| v.as_object())
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                .collect()
-        })
-        .unwrap_or_default();
+        .mpi_settings
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
     if settings.is_empty() {
         library.to_owned()
     } else {

@@ -21,15 +21,15 @@
 
 use std::collections::BTreeMap;
 
+use ridgeline_measure::record::{self, Measured};
 use ridgeline_measure::suite::Caches;
-use ridgeline_measure::{Record, RecordKind};
+use ridgeline_measure::{ConvPass, Pass, Record, RecordKind};
 use ridgeline_model::kernels::{
     ConvShape, Kernel, KernelClass, KernelPass, gemm_kernel, vector_kernel,
 };
 use ridgeline_model::profile::{
     Ceiling, KernelFit, LevelBandwidth, PROFILE_SCHEMA_VERSION, Profile, Provenance, SourceFile,
 };
-use serde::Deserialize;
 
 use crate::error::{Error, Result};
 use crate::fit::{Fit, fit_relative};
@@ -83,21 +83,6 @@ pub struct Calibration {
     pub skipped: Vec<String>,
 }
 
-/// The `shape` of a conv record.
-#[derive(Debug, Deserialize)]
-struct ConvRecordShape {
-    n: usize,
-    c_in: usize,
-    c_out: usize,
-    input: Vec<usize>,
-    kernel: Vec<usize>,
-    stride: Vec<usize>,
-    padding: Vec<[usize; 2]>,
-    dilation: Vec<usize>,
-    groups: usize,
-    pass: String,
-}
-
 pub(crate) fn record_error(file: &str, r: &Record, message: impl Into<String>) -> Error {
     Error::Record {
         file: file.to_owned(),
@@ -106,9 +91,7 @@ pub(crate) fn record_error(file: &str, r: &Record, message: impl Into<String>) -
     }
 }
 
-fn conv_kernel(file: &str, r: &Record) -> Result<Kernel> {
-    let s: ConvRecordShape = serde_json::from_value(r.shape.clone())
-        .map_err(|e| record_error(file, r, format!("conv shape: {e}")))?;
+fn conv_kernel(file: &str, r: &Record, s: &record::ConvShape) -> Result<Kernel> {
     let rank = s.input.len();
     if [
         s.kernel.len(),
@@ -139,50 +122,31 @@ fn conv_kernel(file: &str, r: &Record) -> Result<Kernel> {
         }
         output.push((padded - span) / s.stride[d] + 1);
     }
-    let pass = KernelPass::parse(&s.pass)
-        .filter(|p| *p != KernelPass::Backward)
-        .ok_or_else(|| record_error(file, r, format!("conv pass `{}`", s.pass)))?;
+    let pass = match s.pass {
+        ConvPass::Forward => KernelPass::Forward,
+        ConvPass::BackwardData => KernelPass::BackwardData,
+        ConvPass::BackwardFilter => KernelPass::BackwardFilter,
+    };
     Ok(ConvShape {
         batch: s.n,
         c_in: s.c_in,
         c_out: s.c_out,
-        input: s.input,
+        input: s.input.clone(),
         output,
-        kernel: s.kernel,
-        stride: s.stride,
+        kernel: s.kernel.clone(),
+        stride: s.stride.clone(),
         padded: s.padding.iter().any(|p| p[0] > 0 || p[1] > 0),
         groups: s.groups,
     }
     .kernel(pass))
 }
 
-fn gemm_record(file: &str, r: &Record) -> Result<Kernel> {
-    let dim = |k: &str| {
-        r.shape[k]
-            .as_u64()
-            .map(|v| v as f64)
-            .ok_or_else(|| record_error(file, r, format!("gemm shape has no `{k}`")))
+fn op_kernel(r: &Record, s: &record::OpShape) -> Option<Kernel> {
+    let pass = match s.pass {
+        Pass::Forward => KernelPass::Forward,
+        Pass::Backward => KernelPass::Backward,
     };
-    Ok(gemm_kernel(
-        KernelClass::Gemm,
-        KernelPass::Forward,
-        dim("m")?,
-        dim("n")?,
-        dim("k")?,
-        1.0,
-    ))
-}
-
-fn op_kernel(file: &str, r: &Record) -> Result<Option<Kernel>> {
-    let kind = r.shape["op"]["op"]
-        .as_str()
-        .ok_or_else(|| record_error(file, r, "op shape has no `op.op`"))?;
-    let pass = match r.shape["pass"].as_str() {
-        Some("forward") => KernelPass::Forward,
-        Some("backward") => KernelPass::Backward,
-        other => return Err(record_error(file, r, format!("op pass {other:?}"))),
-    };
-    Ok(vector_kernel(kind, pass, r.flops, r.bytes))
+    vector_kernel(&s.op.op, pass, r.flops, r.bytes)
 }
 
 /// Feature rows and measured times of one fit.
@@ -193,7 +157,7 @@ type FitKey = (KernelClass, KernelPass, String, Option<&'static str>);
 
 /// Fits a profile from `files` (micro-kernel records; workload records are ignored).
 pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration> {
-    let micro = |r: &&Record| r.kind.is_micro_kernel();
+    let micro = |r: &&Record| r.kind().is_micro_kernel();
     let all: Vec<(&str, &Record)> = files
         .iter()
         .flat_map(|f| f.records.iter().filter(micro).map(|r| (f.path.as_str(), r)))
@@ -204,7 +168,7 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
         .flat_map(|f| {
             f.records
                 .iter()
-                .filter(|r| r.kind.is_comm())
+                .filter(|r| r.kind().is_comm())
                 .map(|r| (f.path.as_str(), r))
         })
         .collect();
@@ -270,9 +234,16 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
         let t = Samples::new(r.samples_s.clone())
             .map_err(|e| record_error(file, r, e.to_string()))?
             .median();
-        let kernels: Vec<Kernel> = match r.kind {
-            RecordKind::Gemm => {
-                let k = gemm_record(file, r)?;
+        let kernels: Vec<Kernel> = match &r.measured {
+            Measured::Gemm(g) => {
+                let k = gemm_kernel(
+                    KernelClass::Gemm,
+                    KernelPass::Forward,
+                    g.m as f64,
+                    g.n as f64,
+                    g.k as f64,
+                    1.0,
+                );
                 // A GEMM micro-kernel calibrates every pass of dense layers.
                 [
                     KernelPass::Forward,
@@ -288,17 +259,17 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
                 })
                 .collect()
             }
-            RecordKind::Conv => vec![conv_kernel(file, r)?],
-            RecordKind::Op => op_kernel(file, r)?.into_iter().collect(),
+            Measured::Conv(c) => vec![conv_kernel(file, r, c)?],
+            Measured::Op(o) => op_kernel(r, o).into_iter().collect(),
             _ => {
                 stream.push((r.bytes, t));
                 continue;
             }
         };
-        if matches!(r.kind, RecordKind::Gemm | RecordKind::Conv) && r.flops > 0.0 {
+        if matches!(r.kind(), RecordKind::Gemm | RecordKind::Conv) && r.flops > 0.0 {
             let rate = r.flops / t;
             let entry = ceilings
-                .entry((r.kind.name().to_owned(), r.precision.to_string()))
+                .entry((r.kind().name().to_owned(), r.precision.to_string()))
                 .or_insert((0.0, String::new()));
             if rate > entry.0 {
                 *entry = (rate, format!("{file}: record `{}`", r.id));
@@ -472,20 +443,22 @@ mod tests {
     use super::*;
 
     fn record(kind: &str, shape: serde_json::Value, t: f64, flops: f64, bytes: f64) -> Record {
-        Record {
-            schema_version: 1,
-            id: format!("{kind}|{shape}"),
-            kind: kind.parse().unwrap(),
-            shape,
-            precision: ridgeline_measure::RecordPrecision::Fp32,
-            device: ridgeline_measure::Device::Cpu,
-            threads: 2,
-            samples_s: vec![t * 1.01, t, t * 0.99, t, t * 1.2],
+        Record::new(
+            serde_json::from_value(json!({ "kind": kind, "shape": shape })).unwrap(),
+            ridgeline_measure::RecordPrecision::Fp32,
+            ridgeline_measure::Device::Cpu,
+            2,
+            vec![t * 1.01, t, t * 0.99, t, t * 1.2],
             flops,
             bytes,
-            env: Env::capture(),
-            extra: None,
-        }
+            Env::capture(),
+        )
+    }
+
+    /// A triad over three arrays of `bytes` in all.
+    fn triad(bytes: f64) -> serde_json::Value {
+        let elements = (bytes / 24.0) as u64;
+        json!({ "kernel": "triad", "elements": elements, "array_bytes": elements * 8 })
     }
 
     /// The profile `calibrate` fits from `records` (one file) over `system`.
@@ -544,7 +517,7 @@ mod tests {
             let bytes = caches.llc as f64 * mult;
             records.push(record(
                 "stream",
-                json!({"kernel": "triad", "elements": bytes / 24.0}),
+                triad(bytes),
                 1e-5 + bytes / 20e9,
                 0.0,
                 bytes,
@@ -620,7 +593,7 @@ mod tests {
             (4e8, 3e12),
             (8e8, 3e12),
         ] {
-            let shape = json!({"kernel": "triad", "elements": bytes / 24.0});
+            let shape = triad(bytes);
             records.push(on_gpu(
                 record("stream", shape, 2e-6 + bytes / bw, 0.0, bytes),
                 "fp64",
@@ -698,7 +671,7 @@ mod tests {
                 let bytes = mib * 1048576.0;
                 records.push(record(
                     "op",
-                    json!({"op": {"op": kind}, "input": [mib], "batch": 1, "pass": "backward"}),
+                    json!({"op": {"op": kind}, "input": [mib as usize], "batch": 1, "pass": "backward"}),
                     2e-6 + bytes * per_byte,
                     bytes / 8.0,
                     bytes,
@@ -735,7 +708,7 @@ mod tests {
                 let bytes = mib * 1048576.0 * if precision == "fp16" { 0.5 } else { 1.0 };
                 let mut r = record(
                     "op",
-                    json!({"op": {"op": "relu"}, "input": [mib], "batch": 1, "pass": "forward"}),
+                    json!({"op": {"op": "relu"}, "input": [mib as usize], "batch": 1, "pass": "forward"}),
                     2e-6 + bytes * per_byte,
                     bytes / 8.0,
                     bytes,

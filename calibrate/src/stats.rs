@@ -15,14 +15,9 @@ use statrs::statistics::{Data, OrderStatistics, Statistics};
 
 use crate::error::{Error, Result};
 
-/// The median of `values` (statrs's; NaN for none): the one median for timings that are
-/// not yet checked [`Samples`] (a record's samples as printed or compared).
-pub fn median(values: &[f64]) -> f64 {
-    if values.is_empty() {
-        return f64::NAN;
-    }
-    Data::new(values.to_vec()).median()
-}
+/// The median of timings that are not yet checked [`Samples`] (a record's samples as
+/// printed or compared): the one median, defined where samples are taken.
+pub use ridgeline_measure::protocol::median;
 
 /// Tukey's inner-fence factor: beyond `k x IQR` outside the quartiles a sample is a mild
 /// outlier.
@@ -133,7 +128,7 @@ impl Samples {
 
     /// The median.
     pub fn median(&self) -> f64 {
-        self.data().median()
+        median(&self.values)
     }
 
     /// The smallest sample.

@@ -8,7 +8,7 @@
 //! footprint with plain SGD (what the executor runs). Each is compared with the median of
 //! the measured samples and with the executor's peak memory.
 
-use ridgeline_measure::{Record, StepRun};
+use ridgeline_measure::{Pass, Record, StepRun};
 use ridgeline_model::cost;
 use ridgeline_model::memory::{Footprint, Optimizer};
 use ridgeline_model::precision::Precision;
@@ -180,11 +180,8 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
     }
     let mut out_steps = Vec::new();
     let mut out_layers = Vec::new();
-    for StepRun {
-        step,
-        layers: measured_layers,
-    } in runs
-    {
+    for measured_run in runs {
+        let (step, shape) = (measured_run.step, measured_run.run);
         let bad = |message: String| Error::Record {
             file: file.to_owned(),
             id: step.id.clone(),
@@ -198,12 +195,7 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
                 step.threads, p.threads
             )));
         }
-        let name = step.shape["workload"].as_str().unwrap_or_default();
-        let input: Vec<usize> = serde_json::from_value(step.shape["input"].clone())
-            .map_err(|e| bad(format!("shape.input: {e}")))?;
-        let batch = step.shape["batch"]
-            .as_u64()
-            .ok_or_else(|| bad("shape.batch is missing".into()))? as usize;
+        let (name, input, batch) = (shape.workload.as_str(), shape.input.clone(), shape.batch);
         let graph = workloads::build(
             name,
             &BuildOptions {
@@ -235,19 +227,19 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
         );
         // Every layer record must be a layer of the rebuilt workload: a renamed or edited
         // record would silently drop out of the comparison.
-        if let Some(stray) = measured_layers.iter().find(|m| {
-            !r.layers
-                .iter()
-                .any(|l| m.shape["layer"].as_str() == Some(l.name))
-        }) {
+        if let Some((stray, layer)) = measured_run
+            .layers
+            .iter()
+            .find(|(_, m)| !r.layers.iter().any(|l| m.layer == l.name))
+        {
             return Err(Error::Record {
                 file: file.to_owned(),
                 id: stray.id.clone(),
                 message: format!(
-                    "layer {} is not a layer of `{name}` as ridgeline builds it (`ridgeline \
+                    "layer `{}` is not a layer of `{name}` as ridgeline builds it (`ridgeline \
                      workload show {name}` lists them); layer records are matched by name, so \
                      a renamed or edited record cannot be compared",
-                    stray.shape["layer"]
+                    layer.layer
                 ),
             });
         }
@@ -257,13 +249,10 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
                 PeakClass::Vector => r.vector_peak.rate.value(),
             };
             for (pass, predicted, flops) in [
-                ("forward", l.time_fwd, lc.flops_fwd.value()),
-                ("backward", l.time_bwd, lc.flops_bwd.value()),
+                (Pass::Forward, l.time_fwd, lc.flops_fwd.value()),
+                (Pass::Backward, l.time_bwd, lc.flops_bwd.value()),
             ] {
-                let Some(m) = measured_layers
-                    .iter()
-                    .find(|m| m.shape["layer"] == l.name && m.shape["pass"] == pass)
-                else {
+                let Some(m) = measured_run.layer(l.name, pass) else {
                     continue;
                 };
                 let measured = median(file, m)?;
@@ -272,7 +261,7 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
                     batch,
                     layer: l.name.to_owned(),
                     op: l.op.to_owned(),
-                    pass: pass.to_owned(),
+                    pass: pass.name().to_owned(),
                     predicted_s: predicted.value(),
                     measured_s: measured,
                     rel_error: (predicted.value() - measured) / measured,
@@ -287,11 +276,10 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
             .at(batch as u64, Bytes::new(f64::INFINITY))
             .total
             .value();
-        let measured_memory = step
-            .extra
-            .as_ref()
-            .and_then(|e| e["peak_bytes"].as_f64())
-            .ok_or_else(|| bad("extra.peak_bytes is missing".into()))?;
+        let measured_memory =
+            step.extra
+                .peak_bytes
+                .ok_or_else(|| bad("extra.peak_bytes is missing".into()))? as f64;
         out_steps.push(StepPoint {
             workload: name.to_owned(),
             precision: precision.name().to_owned(),

@@ -3,7 +3,7 @@
 //! A backend runs kernels and returns raw timings; turning them into records (with FLOPs and
 //! bytes as the model counts them) is [`crate::campaign`]'s job, shared by every backend.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use ridgeline_model::graph::Op;
 
@@ -66,9 +66,11 @@ impl std::str::FromStr for Format {
 }
 
 /// Where a convolution's channels sit in memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Layout {
     /// Channels first: NCHW, NCDHW (the layer graph's and the CPU's layout).
+    #[default]
     ChannelsFirst,
     /// Channels last: NHWC, NDHWC (what tensor cores read best; TensorFlow's default, and
     /// PyTorch's `channels_last` memory format).
@@ -112,7 +114,7 @@ pub struct GemmCase {
 }
 
 /// Which pass of a convolution.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ConvPass {
     /// `y = conv(x, w)`.
@@ -175,7 +177,7 @@ pub struct ConvCase {
 }
 
 /// A STREAM kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StreamKernel {
     /// `c = a`.
@@ -226,11 +228,13 @@ impl StreamKernel {
 }
 
 /// Which way a host-device copy goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum CopyDirection {
     /// Host to device.
+    #[serde(rename = "h2d")]
     HostToDevice,
     /// Device to host.
+    #[serde(rename = "d2h")]
     DeviceToHost,
 }
 
@@ -245,7 +249,8 @@ impl CopyDirection {
 }
 
 /// The host side of a host-device copy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum HostMemory {
     /// Page-locked memory: the copy engine reads or writes it directly (DMA).
     Pinned,
@@ -275,7 +280,7 @@ pub struct CopyCase {
 }
 
 /// Forward or backward.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Pass {
     /// Forward.
@@ -383,8 +388,8 @@ pub trait Backend {
 
     /// What the backend chose for the last measurement, for the record's `extra` (e.g.
     /// cuDNN's algorithm); taken, so it is reported once.
-    fn take_notes(&mut self) -> Option<serde_json::Value> {
-        None
+    fn take_notes(&mut self) -> std::collections::BTreeMap<String, serde_json::Value> {
+        std::collections::BTreeMap::new()
     }
 
     /// Runs a full training step of `graph` at `batch` in `precision` repeatedly, timing

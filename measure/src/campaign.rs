@@ -2,8 +2,6 @@
 //! runs), runs on any [`Backend`], and turns the raw timings into [`Record`]s with FLOPs and
 //! bytes counted exactly as the model counts them.
 
-use serde_json::{Value, json};
-
 use ridgeline_model::cost;
 use ridgeline_model::file::layer_spec;
 use ridgeline_model::graph::{Graph, Op};
@@ -17,7 +15,10 @@ use crate::cpu::CpuBackend;
 use crate::cuda::CudaBackend;
 use crate::error::{Error, Result};
 use crate::protocol::Protocol;
-use crate::record::{Record, RecordKind, RecordPrecision, SCHEMA_VERSION, record_id};
+use crate::record::{
+    ConvShape, CopyShape, Extra, GemmShape, LayerShape, Measured, OpShape, OpSpec, Record,
+    RecordKind, RecordPrecision, StepShape, StreamShape, record_id,
+};
 
 /// One measurement.
 #[derive(Debug, Clone)]
@@ -119,49 +120,54 @@ impl Case {
         }
     }
 
-    /// The record's `shape` object.
-    pub fn shape(&self) -> Result<Value> {
+    /// What the case's record measured: its kind and shape (of its step record, for a
+    /// workload).
+    pub fn measured(&self) -> Result<Measured> {
         Ok(match self {
-            Case::Gemm(g) => json!({ "m": g.m, "n": g.n, "k": g.k }),
-            Case::Conv(c, pass) => {
-                let mut shape = json!({
-                    "source": c.label,
-                    "n": c.batch,
-                    "c_in": c.c_in,
-                    "c_out": c.c_out,
-                    "input": c.input,
-                    "kernel": c.kernel,
-                    "stride": c.stride,
-                    "padding": c.padding,
-                    "dilation": c.dilation,
-                    "groups": c.groups,
-                    "bias": c.bias,
-                    "pass": pass.name(),
-                });
-                // Channels-first records keep the shape (and id) they always had.
-                if c.layout == Layout::ChannelsLast {
-                    shape["layout"] = json!(c.layout.name());
-                }
-                shape
-            }
-            Case::Stream(k, n) => {
-                json!({ "kernel": k.name(), "elements": n, "array_bytes": n * 8 })
-            }
+            Case::Gemm(g) => Measured::Gemm(GemmShape {
+                m: g.m as u64,
+                n: g.n as u64,
+                k: g.k as u64,
+            }),
+            Case::Conv(c, pass) => Measured::Conv(ConvShape {
+                source: c.label.clone(),
+                n: c.batch,
+                c_in: c.c_in,
+                c_out: c.c_out,
+                input: c.input.clone(),
+                kernel: c.kernel.clone(),
+                stride: c.stride.clone(),
+                padding: c.padding.clone(),
+                dilation: c.dilation.clone(),
+                groups: c.groups,
+                bias: c.bias,
+                pass: *pass,
+                layout: c.layout,
+            }),
+            Case::Stream(k, n) => Measured::Stream(StreamShape {
+                kernel: *k,
+                elements: *n as u64,
+                array_bytes: *n as u64 * 8,
+            }),
             Case::Op(c, pass) => {
                 let graph = cases::op_graph(c)?;
-                let mut op = serde_json::to_value(layer_spec(&graph, graph.last()))
+                let mut op: OpSpec = serde_json::to_value(layer_spec(&graph, graph.last()))
+                    .and_then(serde_json::from_value)
                     .map_err(|e| Error::invalid("op", e.to_string()))?;
-                if let Some(map) = op.as_object_mut() {
-                    map.remove("name");
-                    map.remove("inputs");
-                }
-                json!({ "op": op, "input": c.input, "batch": c.batch, "pass": pass.name() })
+                op.params.remove("name");
+                op.params.remove("inputs");
+                Measured::Op(OpShape {
+                    op,
+                    input: c.input.clone(),
+                    batch: c.batch,
+                    pass: *pass,
+                })
             }
-            Case::Workload(g, batch, _) => workload_shape(g, *batch),
-            Case::Copy(c) => json!({
-                "direction": c.direction.name(),
-                "memory": c.memory.name(),
-                "bytes": c.bytes,
+            Case::Workload(g, batch, _) => Measured::WorkloadStep(run_shape(g, *batch)),
+            Case::Copy(c) => Measured::Copy(CopyShape {
+                direction: c.direction,
+                memory: c.memory,
+                bytes: c.bytes as u64,
             }),
         })
     }
@@ -169,8 +175,7 @@ impl Case {
     /// The id of this case's record (of its step record, for a workload) on `backend`.
     pub fn id(&self, backend: &dyn Backend) -> Result<String> {
         Ok(record_id(
-            self.kind(),
-            &self.shape()?,
+            &self.measured()?,
             self.precision(),
             backend.threads(),
             backend.device(),
@@ -223,31 +228,22 @@ impl Case {
     /// per layer and pass, then its step record).
     pub fn run(&self, backend: &mut dyn Backend, protocol: &Protocol) -> Result<Vec<Record>> {
         let make = |backend: &dyn Backend,
-                    kind: RecordKind,
-                    shape: Value,
+                    measured: Measured,
                     samples: Vec<f64>,
                     flops: f64,
-                    bytes: f64| Record {
-            schema_version: SCHEMA_VERSION,
-            id: record_id(
-                kind,
-                &shape,
+                    bytes: f64| {
+            Record::new(
+                measured,
                 self.precision(),
-                backend.threads(),
                 backend.device(),
-            ),
-            kind,
-            shape,
-            precision: self.precision(),
-            device: backend.device(),
-            threads: backend.threads(),
-            samples_s: samples,
-            flops,
-            bytes,
-            env: backend.env(),
-            extra: None,
+                backend.threads(),
+                samples,
+                flops,
+                bytes,
+                backend.env(),
+            )
         };
-        let shape = self.shape()?;
+        let shape = self.measured()?;
         match self {
             Case::Gemm(g) => {
                 let samples = backend.gemm(g, protocol)?;
@@ -255,7 +251,6 @@ impl Case {
                 let bytes = (m * k + k * n + m * n) * g.format.bytes() as f64;
                 Ok(vec![make(
                     &*backend,
-                    RecordKind::Gemm,
                     shape,
                     samples,
                     2.0 * m * n * k,
@@ -267,27 +262,19 @@ impl Case {
                 let cost = cases::layer_cost(&graph, c.batch, c.format);
                 let (flops, bytes) = conv_counts(&graph, c, *pass, &cost);
                 let samples = backend.conv(c, *pass, protocol)?;
-                let mut record = make(&*backend, RecordKind::Conv, shape, samples, flops, bytes);
-                record.extra = backend.take_notes();
+                let mut record = make(&*backend, shape, samples, flops, bytes);
+                record.extra.notes = backend.take_notes();
                 Ok(vec![record])
             }
             Case::Copy(c) => {
                 let samples = backend.copy(c, protocol)?;
-                Ok(vec![make(
-                    &*backend,
-                    RecordKind::Copy,
-                    shape,
-                    samples,
-                    0.0,
-                    c.bytes as f64,
-                )])
+                Ok(vec![make(&*backend, shape, samples, 0.0, c.bytes as f64)])
             }
             Case::Stream(k, n) => {
                 let samples = backend.stream(*k, *n, protocol)?;
                 let n = *n as f64;
                 Ok(vec![make(
                     &*backend,
-                    RecordKind::Stream,
                     shape,
                     samples,
                     k.flops() as f64 * n,
@@ -302,14 +289,7 @@ impl Case {
                     Pass::Backward => (cost.flops_bwd.value(), cost.hbm_bytes_bwd.value()),
                 };
                 let samples = backend.op(c, *pass, protocol)?;
-                Ok(vec![make(
-                    &*backend,
-                    RecordKind::Op,
-                    shape,
-                    samples,
-                    flops,
-                    bytes,
-                )])
+                Ok(vec![make(&*backend, shape, samples, flops, bytes)])
             }
             Case::Workload(graph, batch, precision) => {
                 let run = backend.workload(graph, *batch, *precision, protocol)?;
@@ -335,38 +315,31 @@ impl Case {
                         if samples.is_empty() || matches!(layer.op, Op::Input) {
                             continue;
                         }
-                        let mut shape = workload_shape(graph, *batch);
-                        shape["layer"] = json!(layer.name.as_str());
-                        shape["op"] = json!(layer.op.kind());
-                        shape["pass"] = json!(pass.name());
-                        records.push(make(
-                            &*backend,
-                            RecordKind::WorkloadLayer,
-                            shape,
-                            samples.clone(),
-                            flops,
-                            bytes,
-                        ));
+                        let shape = Measured::WorkloadLayer(LayerShape {
+                            run: run_shape(graph, *batch),
+                            layer: layer.name.to_string(),
+                            op: layer.op.kind().to_owned(),
+                            pass,
+                        });
+                        records.push(make(&*backend, shape, samples.clone(), flops, bytes));
                     }
                 }
                 let mut step = make(
                     &*backend,
-                    RecordKind::WorkloadStep,
                     shape,
                     run.step_s.clone(),
                     cost.flops_train.value(),
                     cost.hbm_bytes_train.value(),
                 );
-                let mut extra = json!({
-                    "peak_bytes": run.peak_bytes,
-                    "peak_rss_bytes": run.peak_rss_bytes,
-                    "update_s": run.update_s,
-                });
-                if !run.loss_scale.is_empty() {
-                    extra["loss_scale"] = json!(run.loss_scale);
-                    extra["skipped_updates"] = json!(run.skipped_updates);
-                }
-                step.extra = Some(extra);
+                step.extra = Extra {
+                    peak_bytes: Some(run.peak_bytes),
+                    peak_rss_bytes: run.peak_rss_bytes,
+                    update_s: run.update_s.clone(),
+                    loss_scale: run.loss_scale.clone(),
+                    skipped_updates: (!run.loss_scale.is_empty())
+                        .then_some(run.skipped_updates as u64),
+                    ..Extra::default()
+                };
                 records.push(step);
                 Ok(records)
             }
@@ -374,8 +347,12 @@ impl Case {
     }
 }
 
-fn workload_shape(graph: &Graph, batch: usize) -> Value {
-    json!({ "workload": graph.name(), "input": graph.input_shape().dims(), "batch": batch })
+fn run_shape(graph: &Graph, batch: usize) -> StepShape {
+    StepShape {
+        workload: graph.name().to_owned(),
+        input: graph.input_shape().dims().to_vec(),
+        batch,
+    }
 }
 
 /// FLOPs and bytes of one pass of a conv case. Forward FLOPs and bytes, and backward FLOPs,
@@ -435,7 +412,10 @@ mod tests {
             (2.0 * 32.0 * 16.0 * 8.0, 8.0 * (256.0 + 128.0 + 512.0))
         );
         assert_eq!(r[0].id, case.id(&*b).unwrap());
-        assert_eq!(r[0].shape, json!({ "m": 32, "n": 16, "k": 8 }));
+        assert_eq!(
+            r[0].measured,
+            Measured::Gemm(GemmShape { m: 32, n: 16, k: 8 })
+        );
         assert_eq!(r[0].samples_s.len(), 3);
     }
 
@@ -513,8 +493,11 @@ mod tests {
             Case::Conv(last, ConvPass::Forward),
         );
         // Channels-first records keep the shape they had before layouts.
-        assert!(a.shape().unwrap().get("layout").is_none());
-        assert_eq!(b.shape().unwrap()["layout"], "channels-last");
+        assert!(a.measured().unwrap().shape_json().get("layout").is_none());
+        assert_eq!(
+            b.measured().unwrap().shape_json()["layout"],
+            "channels-last"
+        );
         let cpu = cpu();
         assert_ne!(a.id(&*cpu).unwrap(), b.id(&*cpu).unwrap());
         assert!(b.describe().contains("channels-last"));
@@ -543,11 +526,13 @@ mod tests {
             .to_string();
         assert!(e.contains("fp16") && e.contains("--device cuda"), "{e}");
         let c = Case::Op(case, Pass::Backward);
-        let shape = c.shape().unwrap();
-        assert_eq!(shape["op"]["op"], "max-pool");
-        assert_eq!(shape["op"]["kernel"], json!([2, 2]));
+        let Measured::Op(shape) = c.measured().unwrap() else {
+            panic!("an op case measures an op")
+        };
+        assert_eq!(shape.op.op, "max-pool");
+        assert_eq!(shape.op.params["kernel"], serde_json::json!([2, 2]));
         let r = c.run(&mut *cpu(), &Protocol::quick()).unwrap();
-        assert!(r[0].bytes > 0.0 && r[0].kind == RecordKind::Op);
+        assert!(r[0].bytes > 0.0 && r[0].kind() == RecordKind::Op);
     }
 
     #[test]
@@ -568,13 +553,16 @@ mod tests {
         };
         let records = case.run(&mut *cpu(), &p).unwrap();
         let step = records.last().unwrap();
-        assert_eq!(step.kind, RecordKind::WorkloadStep);
+        assert_eq!(step.kind(), RecordKind::WorkloadStep);
         assert_eq!(step.id, case.id(&*cpu()).unwrap());
-        assert!(step.extra.as_ref().unwrap()["peak_bytes"].as_u64().unwrap() > 0);
+        assert!(step.extra.peak_bytes.unwrap() > 0);
         let cost = cost::cost(&g, 1, Precision::Fp32);
-        let forward: Vec<&Record> = records
+        let forward: Vec<&LayerShape> = records
             .iter()
-            .filter(|r| r.shape["pass"] == "forward")
+            .filter_map(|r| match &r.measured {
+                Measured::WorkloadLayer(l) if l.pass == Pass::Forward => Some(l),
+                _ => None,
+            })
             .collect();
         assert_eq!(
             forward.len(),
@@ -583,12 +571,12 @@ mod tests {
         );
         let sum: f64 = records
             .iter()
-            .filter(|r| r.kind == RecordKind::WorkloadLayer)
+            .filter(|r| r.kind() == RecordKind::WorkloadLayer)
             .map(|r| r.flops)
             .sum();
         assert!((sum - cost.flops_train.value()).abs() <= 1e-9 * sum);
         for r in &forward {
-            assert!(g.find(r.shape["layer"].as_str().unwrap()).is_some());
+            assert!(g.find(&r.layer).is_some());
         }
         let ids: std::collections::HashSet<&str> = records.iter().map(|r| r.id.as_str()).collect();
         assert_eq!(ids.len(), records.len(), "ids are unique");

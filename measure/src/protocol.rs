@@ -15,6 +15,7 @@
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use statrs::statistics::{Data, OrderStatistics};
 
 /// Default warm-up time.
 pub const WARMUP_TIME: Duration = Duration::from_millis(200);
@@ -272,6 +273,15 @@ pub fn timer_resolution() -> Duration {
         best = best.min(b - a);
     }
     best
+}
+
+/// The median of timing samples (statrs's; NaN for none): the one median of raw samples,
+/// here where they are taken and re-exported as `ridgeline_calibrate::stats::median`.
+pub fn median(samples: &[f64]) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    Data::new(samples.to_vec()).median()
 }
 
 #[cfg(test)]

@@ -57,24 +57,22 @@ pub(crate) fn run(args: &MeasureCommArgs) -> Result<()> {
     let cols = tables::record_cols();
     output::print(common.campaign.format.format, &ran.records, |style| {
         let mut doc = Document::new(format!("MPI {}", plan.bench.name()));
-        if let Some(r) = ran.records.first()
-            && let Some(extra) = &r.extra
-        {
+        if let Some(r) = ran.records.first() {
+            let extra = &r.extra;
             doc = doc.summary(
                 "job",
                 format!(
                     "{} ranks on {} node(s), {}",
                     ran.ranks,
-                    extra["nodes"],
-                    extra["mpi_library"].as_str().unwrap_or("unknown MPI")
+                    extra.nodes.map_or("?".to_owned(), |n| n.to_string()),
+                    extra.mpi_library.as_deref().unwrap_or("unknown MPI")
                 ),
             );
-            if let Some(settings) = extra["mpi_settings"].as_object()
-                && !settings.is_empty()
-            {
-                let list: Vec<String> = settings
+            if !extra.mpi_settings.is_empty() {
+                let list: Vec<String> = extra
+                    .mpi_settings
                     .iter()
-                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                    .map(|(k, v)| format!("{k}={v}"))
                     .collect();
                 doc = doc.summary("settings", list.join(" "));
             }

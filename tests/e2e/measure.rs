@@ -80,7 +80,7 @@ fn gemm_records_have_the_schema_and_count_flops() {
         ] {
             assert!(r.get(field).is_some(), "{field} missing in {r}");
         }
-        assert_eq!(r["schema_version"], 1);
+        assert_eq!(r["schema_version"], 2);
         assert_eq!(r["kind"], "gemm");
         assert_eq!(r["device"], "cpu");
         assert_eq!(r["shape"], serde_json::json!({ "m": 64, "n": 48, "k": 32 }));

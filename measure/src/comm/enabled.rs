@@ -8,17 +8,15 @@ use mpi::collective::SystemOperation;
 use mpi::topology::{Color, SimpleCommunicator};
 use mpi::traits::{Communicator, CommunicatorCollectives, Destination, Root, Source};
 
-use super::{
-    AllreduceAlgorithm, CommBench, CommPlan, CommRun, DEVICE, KIND_ALLREDUCE, KIND_ALLTOALL,
-    KIND_EXCHANGE, KIND_PRTT, KIND_REDUCE, Pairs, prtt_shape,
-};
+use super::{AllreduceAlgorithm, CommBench, CommPlan, CommRun, DEVICE, Pairs};
 use ridgeline_model::collective::{DoubleTree, TREE_SEGMENT_BYTES, segments as segments_of};
 
 use crate::cuda::NcclRank;
 use crate::error::{Error, Result};
-use crate::protocol::{MIN_RESOLUTIONS, Protocol, timer_resolution};
+use crate::protocol::{MIN_RESOLUTIONS, Protocol, median, timer_resolution};
 use crate::record::{
-    Env, Record, RecordKind, RecordPrecision, RecordWriter, SCHEMA_VERSION, read_records, record_id,
+    AllreduceShape, AlltoallShape, Env, ExchangeShape, Extra, Measured, PrttShape, Record,
+    RecordPrecision, RecordWriter, ReduceShape, read_records, record_id,
 };
 
 /// Longest host name exchanged between ranks.
@@ -35,18 +33,16 @@ struct Job {
 }
 
 impl Job {
-    fn extra(&self) -> serde_json::Map<String, serde_json::Value> {
-        let mut m = serde_json::Map::new();
-        m.insert("ranks".into(), self.ranks.into());
-        m.insert("ranks_per_node".into(), self.ranks_per_node.into());
-        m.insert("nodes".into(), self.nodes.into());
-        m.insert("hosts".into(), self.hosts.clone().into());
-        m.insert("mpi_library".into(), self.library.clone().into());
-        m.insert(
-            "mpi_settings".into(),
-            serde_json::to_value(&self.settings).unwrap_or_default(),
-        );
-        m
+    fn extra(&self) -> Extra {
+        Extra {
+            ranks: Some(self.ranks),
+            ranks_per_node: Some(self.ranks_per_node),
+            nodes: Some(self.nodes),
+            hosts: self.hosts.clone(),
+            mpi_library: Some(self.library.clone()),
+            mpi_settings: self.settings.clone(),
+            ..Extra::default()
+        }
     }
 }
 
@@ -245,12 +241,8 @@ fn open(out: Option<&Path>, resume: bool, ranks: usize) -> Result<Opened> {
     if resume && path.exists() {
         let (records, _) = read_records(path)?;
         for r in records.iter().filter(|r| r.device == DEVICE) {
-            let theirs = r
-                .extra
-                .as_ref()
-                .and_then(|e| e.get("ranks"))
-                .and_then(serde_json::Value::as_u64);
-            if theirs != Some(ranks as u64) {
+            let theirs = r.extra.ranks;
+            if theirs != Some(ranks) {
                 return Err(Error::invalid(
                     path.display().to_string(),
                     format!(
@@ -269,38 +261,35 @@ fn open(out: Option<&Path>, resume: bool, ranks: usize) -> Result<Opened> {
     Ok((Some(writer), resumed))
 }
 
-fn median(samples: &[f64]) -> f64 {
-    let mut s = samples.to_vec();
-    s.sort_by(f64::total_cmp);
-    match s.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => s[n / 2],
-        n => 0.5 * (s[n / 2 - 1] + s[n / 2]),
-    }
-}
-
 fn record(
-    kind: RecordKind,
-    shape: serde_json::Value,
+    measured: Measured,
     precision: RecordPrecision,
     bytes: u64,
     samples: Vec<f64>,
-    extra: serde_json::Map<String, serde_json::Value>,
+    extra: Extra,
 ) -> Record {
-    Record {
-        schema_version: SCHEMA_VERSION,
-        id: record_id(kind, &shape, precision, 1, DEVICE),
-        kind,
-        shape,
+    let mut r = Record::new(
+        measured,
         precision,
-        device: DEVICE,
-        threads: 1,
-        samples_s: samples,
-        flops: 0.0,
-        bytes: bytes as f64,
-        env: Env::capture(),
-        extra: Some(serde_json::Value::Object(extra)),
-    }
+        DEVICE,
+        1,
+        samples,
+        0.0,
+        bytes as f64,
+        Env::capture(),
+    );
+    r.extra = extra;
+    r
+}
+
+/// The shape of an allreduce of `bytes` over `ranks` MPI ranks.
+fn allreduce_shape(bytes: u64, algorithm: AllreduceAlgorithm, ranks: usize) -> Measured {
+    Measured::CommAllreduce(AllreduceShape {
+        bytes,
+        algorithm: algorithm.name().into(),
+        ranks: Some(ranks),
+        gpus: None,
+    })
 }
 
 /// Whether rank 0 of `comm` already has `id`: decided there and broadcast.
@@ -413,15 +402,11 @@ fn pingpong(
             Color::undefined()
         };
         if let Some(pair) = world.split_by_color(color) {
-            let mut extra = job.extra();
-            extra.insert(
-                "same_host".into(),
-                (job.hosts[0] == job.hosts[partner]).into(),
-            );
-            extra.insert(
-                "pair_hosts".into(),
-                vec![job.hosts[0].clone(), job.hosts[partner].clone()].into(),
-            );
+            let extra = Extra {
+                same_host: Some(job.hosts[0] == job.hosts[partner]),
+                pair_hosts: vec![job.hosts[0].clone(), job.hosts[partner].clone()],
+                ..job.extra()
+            };
             round_trips(&pair, plan, floor, sink, partner, &extra, &send, &mut recv)?;
         }
         world.barrier();
@@ -438,15 +423,17 @@ fn pingpong(
         let mut a = vec![0.0f32; largest];
         let b = vec![0.0f32; largest];
         for n in elements {
-            let shape = serde_json::json!({ "bytes": n * 4, "ranks": job.ranks });
-            let id = record_id(KIND_REDUCE, &shape, RecordPrecision::Fp32, 1, DEVICE);
+            let shape = Measured::CommReduce(ReduceShape {
+                bytes: n as u64 * 4,
+                ranks: job.ranks,
+            });
+            let id = record_id(&shape, RecordPrecision::Fp32, 1, DEVICE);
             if sink.has(&id) {
                 sink.skipped += 1;
                 continue;
             }
             let samples = plan.protocol.measure(|| add(&mut a[..n], &b[..n]));
             sink.push(record(
-                KIND_REDUCE,
                 shape,
                 RecordPrecision::Fp32,
                 n as u64 * 4,
@@ -467,7 +454,7 @@ fn round_trips(
     floor: f64,
     sink: &mut Sink,
     partner: usize,
-    extra: &serde_json::Map<String, serde_json::Value>,
+    extra: &Extra,
     send: &[u8],
     recv: &mut [u8],
 ) -> Result<()> {
@@ -478,8 +465,13 @@ fn round_trips(
         let s = bytes as usize;
         let mut pingpong_s = 0.0;
         for (messages, delayed) in [(1, false), (n, false), (n, true)] {
-            let shape = prtt_shape(bytes, messages, delayed, [0, partner]);
-            let id = record_id(KIND_PRTT, &shape, RecordPrecision::Bytes, 1, DEVICE);
+            let shape = Measured::CommPrtt(PrttShape {
+                bytes,
+                messages,
+                delayed,
+                pair: [0, partner],
+            });
+            let id = record_id(&shape, RecordPrecision::Bytes, 1, DEVICE);
             if skip(pair, sink, &id) {
                 if messages == 1 {
                     pingpong_s = sink.resumed.get(&id).copied().unwrap_or(0.0);
@@ -507,21 +499,19 @@ fn round_trips(
                 if messages == 1 {
                     pingpong_s = median(&samples);
                 }
-                let mut extra = extra.clone();
-                extra.insert("delay_s".into(), delay.into());
-                sink.push(record(
-                    KIND_PRTT,
-                    shape,
-                    RecordPrecision::Bytes,
-                    bytes,
-                    samples,
-                    extra,
-                ))?;
+                let extra = Extra {
+                    delay_s: Some(delay),
+                    ..extra.clone()
+                };
+                sink.push(record(shape, RecordPrecision::Bytes, bytes, samples, extra))?;
             }
         }
         // Both ranks send and receive at once: the step of every allreduce algorithm.
-        let shape = serde_json::json!({ "bytes": bytes, "pair": [0, partner] });
-        let id = record_id(KIND_EXCHANGE, &shape, RecordPrecision::Bytes, 1, DEVICE);
+        let shape = Measured::CommExchange(ExchangeShape {
+            bytes,
+            pair: [0, partner],
+        });
+        let id = record_id(&shape, RecordPrecision::Bytes, 1, DEVICE);
         if skip(pair, sink, &id) {
             continue;
         }
@@ -534,7 +524,6 @@ fn round_trips(
         });
         if client {
             sink.push(record(
-                KIND_EXCHANGE,
                 shape,
                 RecordPrecision::Bytes,
                 bytes,
@@ -611,12 +600,8 @@ fn allreduce(
         }
         for &bytes in &plan.sizes {
             let count = bytes as usize / 4;
-            let shape = serde_json::json!({
-                "bytes": bytes,
-                "algorithm": algorithm.name(),
-                "ranks": p,
-            });
-            let id = record_id(KIND_ALLREDUCE, &shape, RecordPrecision::Fp32, 1, DEVICE);
+            let shape = allreduce_shape(bytes, algorithm, p);
+            let id = record_id(&shape, RecordPrecision::Fp32, 1, DEVICE);
             if skip(world, sink, &id) {
                 continue;
             }
@@ -626,16 +611,11 @@ fn allreduce(
                 reduce_all(world, algorithm, count, &mut buf);
             });
             if world.rank() == 0 {
-                let mut extra = job.extra();
-                extra.insert("algorithm".into(), algorithm.name().into());
-                sink.push(record(
-                    KIND_ALLREDUCE,
-                    shape,
-                    RecordPrecision::Fp32,
-                    bytes,
-                    samples,
-                    extra,
-                ))?;
+                let extra = Extra {
+                    algorithm: Some(algorithm.name().into()),
+                    ..job.extra()
+                };
+                sink.push(record(shape, RecordPrecision::Fp32, bytes, samples, extra))?;
             }
         }
     }
@@ -700,12 +680,8 @@ fn nccl_allreduce(
     let version = agree(world, "nccl", gpu.nccl_version())?;
     for &bytes in &plan.sizes {
         let count = bytes as usize / 4;
-        let shape = serde_json::json!({
-            "bytes": bytes,
-            "algorithm": AllreduceAlgorithm::Nccl.name(),
-            "ranks": p,
-        });
-        let id = record_id(KIND_ALLREDUCE, &shape, RecordPrecision::Fp32, 1, DEVICE);
+        let shape = allreduce_shape(bytes, AllreduceAlgorithm::Nccl, p);
+        let id = record_id(&shape, RecordPrecision::Fp32, 1, DEVICE);
         if skip(world, sink, &id) {
             continue;
         }
@@ -732,19 +708,14 @@ fn nccl_allreduce(
         });
         agree(world, "allreduce nccl", failure.map_or(Ok(()), Err))?;
         if rank == 0 {
-            let mut extra = job.extra();
-            extra.insert("algorithm".into(), "nccl".into());
-            extra.insert("library".into(), "nccl".into());
-            extra.insert("nccl_version".into(), version.clone().into());
-            extra.insert("nccl_settings".into(), nccl_settings().into());
-            let mut r = record(
-                KIND_ALLREDUCE,
-                shape,
-                RecordPrecision::Fp32,
-                bytes,
-                samples,
-                extra,
-            );
+            let extra = Extra {
+                algorithm: Some("nccl".into()),
+                library: Some("nccl".into()),
+                nccl_version: Some(version.clone()),
+                nccl_settings: nccl_settings(),
+                ..job.extra()
+            };
+            let mut r = record(shape, RecordPrecision::Fp32, bytes, samples, extra);
             r.env.gpu = Some(gpu.gpu());
             sink.push(r)?;
         }
@@ -754,10 +725,9 @@ fn nccl_allreduce(
 
 /// The `NCCL_*` environment variables of this process (e.g. `NCCL_ALGO`, `NCCL_PROTO`),
 /// which decide how NCCL runs.
-fn nccl_settings() -> serde_json::Map<String, serde_json::Value> {
+fn nccl_settings() -> BTreeMap<String, String> {
     std::env::vars()
         .filter(|(k, _)| k.starts_with("NCCL_"))
-        .map(|(k, v)| (k, v.into()))
         .collect()
 }
 
@@ -1055,8 +1025,8 @@ fn alltoall(
     let mut recv = vec![0u8; largest];
     for &bytes in &plan.sizes {
         let total = bytes as usize * p;
-        let shape = serde_json::json!({ "bytes": bytes, "ranks": p });
-        let id = record_id(KIND_ALLTOALL, &shape, RecordPrecision::Bytes, 1, DEVICE);
+        let shape = Measured::CommAlltoall(AlltoallShape { bytes, ranks: p });
+        let id = record_id(&shape, RecordPrecision::Bytes, 1, DEVICE);
         if skip(world, sink, &id) {
             continue;
         }
@@ -1065,7 +1035,6 @@ fn alltoall(
         });
         if world.rank() == 0 {
             sink.push(record(
-                KIND_ALLTOALL,
                 shape,
                 RecordPrecision::Bytes,
                 bytes,

@@ -44,7 +44,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::protocol::Protocol;
-use crate::record::{Device, Record, RecordKind};
+use crate::record::{Device, Record};
 
 #[cfg(feature = "mpi")]
 mod enabled;
@@ -62,16 +62,6 @@ pub const MAX_MESSAGE_BYTES: u64 = 256 << 20;
 pub const MIN_ALLREDUCE_BYTES: u64 = 4;
 /// Messages in a train, by default (Netgauge's `n`).
 pub const DEFAULT_TRAIN: usize = 8;
-/// Record kind of a parametrised round trip.
-pub const KIND_PRTT: RecordKind = RecordKind::CommPrtt;
-/// Record kind of a simultaneous exchange between a pair (both send and receive).
-pub const KIND_EXCHANGE: RecordKind = RecordKind::CommExchange;
-/// Record kind of the local reduction kernel.
-pub const KIND_REDUCE: RecordKind = RecordKind::CommReduce;
-/// Record kind of an allreduce.
-pub const KIND_ALLREDUCE: RecordKind = RecordKind::CommAllreduce;
-/// Record kind of an all-to-all.
-pub const KIND_ALLTOALL: RecordKind = RecordKind::CommAlltoall;
 /// The `device` of every communication record.
 pub const DEVICE: Device = Device::Mpi;
 
@@ -308,21 +298,6 @@ pub const ENABLED: bool = cfg!(feature = "mpi");
 pub const HOW_TO_BUILD: &str = "build ridgeline with MPI: install Open MPI (Debian: apt-get install \
      libopenmpi-dev openmpi-bin libclang-dev), then `cargo build --release --features mpi`, and \
      launch it with `mpirun -np 2 target/release/ridgeline measure comm ...`";
-
-/// The shape of a parametrised round trip's record.
-pub fn prtt_shape(
-    bytes: u64,
-    messages: usize,
-    delayed: bool,
-    pair: [usize; 2],
-) -> serde_json::Value {
-    serde_json::json!({
-        "bytes": bytes,
-        "messages": messages,
-        "delayed": delayed,
-        "pair": pair,
-    })
-}
 
 #[cfg(test)]
 mod tests {

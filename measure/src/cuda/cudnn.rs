@@ -250,7 +250,7 @@ impl Pass {
         with_bias: bool,
         plan: ConvPlan,
         b: Buffers,
-    ) -> Result<(Pass, usize, Value), CudnnFailure> {
+    ) -> Result<(Pass, usize, std::collections::BTreeMap<String, Value>), CudnnFailure> {
         let mut p = Pass {
             x: Tensor::strided(&g.x, &g.strides(&g.x), plan.data)?,
             w: Filter::new(&g.w, plan.data, g.channels_last)?,
@@ -393,16 +393,19 @@ impl Pass {
         })?;
         let (name, _, time, memory, algo) = &ranked[chosen];
         p.algo = *algo;
-        let notes = json!({
-            "cudnn_algorithm": name,
-            "cudnn_find_time_s": f64::from(*time) / 1e3,
-            "cudnn_workspace_bytes": memory,
-            "cudnn_math": plan.math.name(),
-            "cudnn_candidates": ranked
-                .iter()
-                .map(|(n, ok, t, m, _)| json!({"algorithm": n, "ok": ok, "time_s": f64::from(*t) / 1e3, "workspace_bytes": m}))
-                .collect::<Vec<_>>(),
-        });
+        let notes = std::collections::BTreeMap::from([
+            ("cudnn_algorithm".to_owned(), json!(name)),
+            ("cudnn_find_time_s".to_owned(), json!(f64::from(*time) / 1e3)),
+            ("cudnn_workspace_bytes".to_owned(), json!(memory)),
+            ("cudnn_math".to_owned(), json!(plan.math.name())),
+            (
+                "cudnn_candidates".to_owned(),
+                ranked
+                    .iter()
+                    .map(|(n, ok, t, m, _)| json!({"algorithm": n, "ok": ok, "time_s": f64::from(*t) / 1e3, "workspace_bytes": m}))
+                    .collect(),
+            ),
+        ]);
         Ok((p, *memory, notes))
     }
 

@@ -63,7 +63,7 @@ pub struct CudaBackend {
     cudnn: Option<Handle>,
     blas: Option<CudaBlas>,
     kernels: Vec<(Element, &'static str, CudaFunction)>,
-    notes: Option<Value>,
+    notes: std::collections::BTreeMap<String, Value>,
     stream: Arc<CudaStream>,
     ctx: Arc<CudaContext>,
 }
@@ -131,7 +131,7 @@ impl CudaBackend {
             cudnn: None,
             blas: None,
             kernels: Vec::new(),
-            notes: None,
+            notes: std::collections::BTreeMap::new(),
             stream,
             ctx,
         }))
@@ -780,12 +780,12 @@ impl Backend for CudaBackend {
         // The buffers stay alive until every launch above has completed.
         call(ordinal, "cuStreamSynchronize", stream.synchronize())?;
         drop((x, w, y, bias, workspace));
-        self.notes = Some(notes);
+        self.notes = notes;
         Ok(samples)
     }
 
-    fn take_notes(&mut self) -> Option<Value> {
-        self.notes.take()
+    fn take_notes(&mut self) -> std::collections::BTreeMap<String, Value> {
+        std::mem::take(&mut self.notes)
     }
 
     fn stream(

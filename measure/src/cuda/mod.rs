@@ -22,10 +22,10 @@
 //! in every storage, their argument lists, launch geometry, every layer's plan of the three
 //! workloads, the padding index maps, loss scaling, the errors without a driver).
 
-use serde_json::json;
-
 use crate::protocol::Protocol;
-use crate::record::{Device, Env, Record, RecordKind, RecordPrecision, SCHEMA_VERSION, record_id};
+use crate::record::{
+    AllreduceShape, Device, Env, Extra, Measured, Record, RecordPrecision, record_id,
+};
 
 /// Whether the CUDA backend runs `op`: the element-wise ops of [`plan::OPS_SOURCE`], the
 /// shaped ones of [`plan::SHAPED_SOURCE`], tile and upsample ([`plan::SPATIAL_SOURCE`]),
@@ -53,44 +53,42 @@ pub struct NcclAllreduce {
 }
 
 impl NcclAllreduce {
-    /// The record's `shape`.
-    pub fn shape(&self) -> serde_json::Value {
-        json!({ "bytes": self.bytes, "algorithm": "nccl", "gpus": self.gpus })
+    /// What the record measured.
+    pub fn measured(&self) -> Measured {
+        Measured::CommAllreduce(AllreduceShape {
+            bytes: self.bytes as u64,
+            algorithm: "nccl".into(),
+            ranks: None,
+            gpus: Some(self.gpus),
+        })
     }
 
     /// The record's id.
     pub fn id(&self) -> String {
-        record_id(
-            RecordKind::CommAllreduce,
-            &self.shape(),
-            RecordPrecision::Fp32,
-            1,
-            Device::Gpus,
-        )
+        record_id(&self.measured(), RecordPrecision::Fp32, 1, Device::Gpus)
     }
 
     /// The record of a measurement: samples are the slowest GPU's seconds per allreduce.
     pub fn record(&self, samples: Vec<f64>, env: Env, nccl_version: &str) -> Record {
-        Record {
-            schema_version: SCHEMA_VERSION,
-            id: self.id(),
-            kind: RecordKind::CommAllreduce,
-            shape: self.shape(),
-            precision: RecordPrecision::Fp32,
-            device: Device::Gpus,
-            threads: 1,
-            samples_s: samples,
-            flops: 0.0,
-            bytes: self.bytes as f64,
+        let mut record = Record::new(
+            self.measured(),
+            RecordPrecision::Fp32,
+            Device::Gpus,
+            1,
+            samples,
+            0.0,
+            self.bytes as f64,
             env,
-            extra: Some(json!({
-                "ranks": self.gpus,
-                "ranks_per_node": self.gpus,
-                "nodes": 1,
-                "library": "nccl",
-                "nccl_version": nccl_version,
-            })),
-        }
+        );
+        record.extra = Extra {
+            ranks: Some(self.gpus),
+            ranks_per_node: Some(self.gpus),
+            nodes: Some(1),
+            library: Some("nccl".into()),
+            nccl_version: Some(nccl_version.into()),
+            ..Extra::default()
+        };
+        record
     }
 
     /// Checks the case: at least 2 GPUs, a positive multiple of 4 bytes.
@@ -175,9 +173,10 @@ mod tests {
             .to_string();
         assert!(e.contains("multiple of 4"), "{e}");
         let r = ok.record(vec![1e-3], Env::capture(), "2.27.3");
-        assert_eq!(r.kind, RecordKind::CommAllreduce);
+        assert_eq!(r.kind(), crate::record::RecordKind::CommAllreduce);
         assert_eq!(r.bytes, 1_048_576.0);
-        assert_eq!(r.extra.as_ref().unwrap()["ranks"], 4);
+        assert_eq!(r.extra.ranks, Some(4));
+        assert!(r.id.contains(r#"{"algorithm":"nccl","bytes":1048576,"gpus":4}"#));
         assert_eq!(r.id, ok.id());
         r.check().expect("an NCCL record reads back");
         assert_ne!(ok.id(), NcclAllreduce { gpus: 2, ..ok }.id());

@@ -1,7 +1,7 @@
 //! Measurement records: one JSON object per line (JSON Lines), appended and flushed one at a
 //! time, so a campaign interrupted at any point loses no completed record.
 //!
-//! The schema (version 1) is documented in the crate docs.
+//! The schema (version 2) is documented in the crate docs and in `docs/ARCHITECTURE.md`.
 
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
@@ -13,8 +13,21 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
-/// The version of the record schema written by this build.
-pub const SCHEMA_VERSION: u32 = 1;
+mod measured;
+
+pub use measured::{
+    AllreduceShape, AlltoallShape, ConvShape, CopyShape, ExchangeShape, Extra, GemmShape,
+    LayerShape, Measured, OpShape, OpSpec, PrttShape, ReduceShape, StepShape, StreamShape,
+};
+
+/// The version of the record schema written by this build. Version 2 types each kind's
+/// shape and the `extra` fields: it writes what version 1 wrote (shape fields in each
+/// kind's order rather than sorted, empty `extra` fields left out), and a record whose
+/// shape lacks a field its kind needs is refused on reading.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// The versions this build reads: version 1 files are read as written.
+pub const READS_SCHEMA_VERSIONS: [u32; 2] = [1, 2];
 
 /// One measurement.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -23,10 +36,9 @@ pub struct Record {
     pub schema_version: u32,
     /// Unique key of the measurement.
     pub id: String,
-    /// What was measured.
-    pub kind: RecordKind,
-    /// The case, as an object.
-    pub shape: serde_json::Value,
+    /// What was measured, and its case: the `kind` and `shape` fields.
+    #[serde(flatten)]
+    pub measured: Measured,
     /// Number format or training precision.
     pub precision: RecordPrecision,
     /// Device.
@@ -42,8 +54,8 @@ pub struct Record {
     /// Where and when.
     pub env: Env,
     /// Kind-specific data.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub extra: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Extra::is_empty")]
+    pub extra: Extra,
 }
 
 /// What a record measured: the record kinds this build writes and reads, each named once
@@ -356,16 +368,49 @@ impl From<RecordPrecision> for &'static str {
 }
 
 impl Record {
-    /// Checks what a record claims, field by field: the schema version this build reads,
-    /// a known kind, precision and device, at least one thread, positive finite samples,
-    /// finite non-negative FLOPs and bytes (positive FLOPs for the kinds that compute),
-    /// positive GEMM dimensions, and non-negative memory figures in `extra`. The error
-    /// names the field and what it must be.
+    /// A new record of this build's schema, its id made from what was measured.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        measured: Measured,
+        precision: RecordPrecision,
+        device: Device,
+        threads: usize,
+        samples_s: Vec<f64>,
+        flops: f64,
+        bytes: f64,
+        env: Env,
+    ) -> Record {
+        Record {
+            schema_version: SCHEMA_VERSION,
+            id: record_id(&measured, precision, threads, device),
+            measured,
+            precision,
+            device,
+            threads,
+            samples_s,
+            flops,
+            bytes,
+            env,
+            extra: Extra::default(),
+        }
+    }
+
+    /// What was measured.
+    pub fn kind(&self) -> RecordKind {
+        self.measured.kind()
+    }
+
+    /// Checks what a record claims, field by field: a schema version this build reads,
+    /// at least one thread, positive finite samples, finite non-negative FLOPs and bytes
+    /// (positive FLOPs for the kinds that compute), positive GEMM dimensions, an allreduce
+    /// over ranks or GPUs, and non-negative update times. (The kind, precision, device and
+    /// the shape's fields are checked as the record is read.) The error names the field
+    /// and what it must be.
     pub fn check(&self) -> std::result::Result<(), String> {
-        if self.schema_version != SCHEMA_VERSION {
+        if !READS_SCHEMA_VERSIONS.contains(&self.schema_version) {
             return Err(format!(
-                "schema_version {}: this ridgeline reads version {SCHEMA_VERSION} records; \
-                 measure again with this version",
+                "schema_version {}: this ridgeline reads version 1 and {SCHEMA_VERSION} \
+                 records; measure again with this version",
                 self.schema_version
             ));
         }
@@ -393,10 +438,11 @@ impl Record {
                 self.flops
             ));
         }
-        if self.kind.computes() && self.flops <= 0.0 {
+        if self.kind().computes() && self.flops <= 0.0 {
             return Err(format!(
                 "flops {}: a {} record counts the FLOPs it ran, more than 0",
-                self.flops, self.kind
+                self.flops,
+                self.kind()
             ));
         }
         if !(self.bytes.is_finite() && self.bytes >= 0.0) {
@@ -405,35 +451,34 @@ impl Record {
                 self.bytes
             ));
         }
-        if self.kind == RecordKind::Gemm {
-            for dim in ["m", "n", "k"] {
-                if self.shape[dim].as_u64().is_none_or(|v| v < 1) {
-                    return Err(format!(
-                        "shape.{dim} {}: a GEMM dimension is a whole number, at least 1",
-                        self.shape[dim]
-                    ));
+        match &self.measured {
+            Measured::Gemm(g) => {
+                for (dim, v) in [("m", g.m), ("n", g.n), ("k", g.k)] {
+                    if v < 1 {
+                        return Err(format!(
+                            "shape.{dim} {v}: a GEMM dimension is a whole number, at least 1"
+                        ));
+                    }
                 }
             }
+            Measured::CommAllreduce(a) if a.ranks.is_some() == a.gpus.is_some() => {
+                return Err(
+                    "shape: an allreduce names its MPI `ranks` or its node's `gpus`, one of \
+                     the two"
+                        .into(),
+                );
+            }
+            _ => {}
         }
-        if let Some(extra) = &self.extra {
-            for key in ["peak_bytes", "peak_rss_bytes"] {
-                if let Some(v) = extra.get(key)
-                    && !v.is_null()
-                    && v.as_u64().is_none()
-                {
-                    return Err(format!("extra.{key} {v}: must be a whole number of bytes"));
-                }
-            }
-            if let Some(v) = extra.get("update_s")
-                && v.as_array().is_none_or(|a| {
-                    a.iter()
-                        .any(|t| !t.as_f64().is_some_and(|t| t.is_finite() && t >= 0.0))
-                })
-            {
-                return Err(format!(
-                    "extra.update_s {v}: must be a list of times, 0 or more"
-                ));
-            }
+        if let Some(t) = self
+            .extra
+            .update_s
+            .iter()
+            .find(|t| !(t.is_finite() && **t >= 0.0))
+        {
+            return Err(format!(
+                "extra.update_s holds {t}: must be a list of times, 0 or more"
+            ));
         }
         Ok(())
     }
@@ -727,8 +772,7 @@ fn parse(path: &Path) -> Result<Parsed> {
             }
             continue;
         }
-        let record = serde_json::from_str::<Record>(line.trim_end())
-            .map_err(|e| bad(number, e.to_string()))?;
+        let record = parse_record(line.trim_end()).map_err(|m| bad(number, m))?;
         record.check().map_err(|m| bad(number, m))?;
         if let Some(first) = seen.insert(record.id.clone(), number) {
             return Err(bad(
@@ -740,7 +784,7 @@ fn parse(path: &Path) -> Result<Parsed> {
                 ),
             ));
         }
-        if record.kind == RecordKind::WorkloadLayer {
+        if record.kind() == RecordKind::WorkloadLayer {
             let (first, count) = partial.unwrap_or((number, 0));
             partial = Some((first, count + 1));
         } else {
@@ -758,8 +802,10 @@ fn parse(path: &Path) -> Result<Parsed> {
 pub struct StepRun<'a> {
     /// The step record.
     pub step: &'a Record,
-    /// Its layers' records, in the file's order.
-    pub layers: Vec<&'a Record>,
+    /// The run: workload, input and batch.
+    pub run: &'a StepShape,
+    /// Its layers' records with their shapes, in the file's order.
+    pub layers: Vec<(&'a Record, &'a LayerShape)>,
 }
 
 impl<'a> StepRun<'a> {
@@ -767,37 +813,74 @@ impl<'a> StepRun<'a> {
     pub fn from_records(records: &'a [Record]) -> Vec<StepRun<'a>> {
         records
             .iter()
-            .filter(|r| r.kind == RecordKind::WorkloadStep)
-            .map(|step| StepRun {
-                step,
-                layers: records
-                    .iter()
-                    .filter(|l| l.kind == RecordKind::WorkloadLayer && same_run(l, step))
-                    .collect(),
+            .filter_map(|step| match &step.measured {
+                Measured::WorkloadStep(run) => Some(StepRun {
+                    step,
+                    run,
+                    layers: records
+                        .iter()
+                        .filter_map(|l| match &l.measured {
+                            Measured::WorkloadLayer(layer)
+                                if layer.run == *run
+                                    && l.threads == step.threads
+                                    && l.device == step.device
+                                    && l.precision == step.precision =>
+                            {
+                                Some((l, layer))
+                            }
+                            _ => None,
+                        })
+                        .collect(),
+                }),
+                _ => None,
             })
             .collect()
     }
-}
 
-/// Whether a layer record belongs to the run of `step`.
-fn same_run(layer: &Record, step: &Record) -> bool {
-    layer.threads == step.threads
-        && layer.device == step.device
-        && layer.precision == step.precision
-        && ["workload", "input", "batch"]
+    /// The record of `layer`'s `pass`, if it was measured.
+    pub fn layer(&self, layer: &str, pass: crate::backend::Pass) -> Option<&'a Record> {
+        self.layers
             .iter()
-            .all(|k| layer.shape[k] == step.shape[k])
+            .find(|(_, s)| s.layer == layer && s.pass == pass)
+            .map(|(r, _)| *r)
+    }
 }
 
-/// The id of a measurement: its kind, shape, precision, threads and device.
+/// Reads one record from its JSON line; the error names the field that is wrong.
+fn parse_record(line: &str) -> std::result::Result<Record, String> {
+    let de = &mut serde_json::Deserializer::from_str(line);
+    match serde_path_to_error::deserialize::<_, Record>(de) {
+        Ok(r) => Ok(r),
+        Err(e) => {
+            let path = e.path().to_string();
+            if path != "." {
+                return Err(format!("{path}: {}", e.inner()));
+            }
+            // The kind and shape are read together (a flattened enum), which hides the
+            // path: read them alone to name the shape's field.
+            let de = &mut serde_json::Deserializer::from_str(line);
+            match serde_path_to_error::deserialize::<_, Measured>(de) {
+                Err(m) if m.path().to_string() != "." => {
+                    Err(format!("{}: {}", m.path(), m.inner()))
+                }
+                _ => Err(e.inner().to_string()),
+            }
+        }
+    }
+}
+
+/// The id of a measurement: its kind, shape (keys sorted), precision, threads and device.
 pub fn record_id(
-    kind: RecordKind,
-    shape: &serde_json::Value,
+    measured: &Measured,
     precision: RecordPrecision,
     threads: usize,
     device: Device,
 ) -> String {
-    format!("{kind}|{shape}|{precision}|{threads}|{device}")
+    format!(
+        "{}|{}|{precision}|{threads}|{device}",
+        measured.kind(),
+        measured.shape_json()
+    )
 }
 
 #[cfg(test)]
@@ -805,27 +888,34 @@ mod tests {
     use super::*;
 
     fn record(n: usize) -> Record {
-        let shape = serde_json::json!({ "m": n, "n": n, "k": n });
-        Record {
-            schema_version: SCHEMA_VERSION,
-            id: record_id(
-                RecordKind::Gemm,
-                &shape,
-                RecordPrecision::Fp32,
-                1,
-                Device::Cpu,
-            ),
-            kind: RecordKind::Gemm,
-            shape,
-            precision: RecordPrecision::Fp32,
-            device: Device::Cpu,
-            threads: 1,
-            samples_s: vec![0.1, 0.2],
-            flops: 2.0 * (n * n * n) as f64,
-            bytes: 12.0 * (n * n) as f64,
-            env: Env::capture(),
-            extra: None,
-        }
+        let (m, b) = (n as u64, n as f64);
+        with(Measured::Gemm(GemmShape { m, n: m, k: m }), 2.0 * b * b * b)
+    }
+
+    fn with(measured: Measured, flops: f64) -> Record {
+        Record::new(
+            measured,
+            RecordPrecision::Fp32,
+            Device::Cpu,
+            1,
+            vec![0.1, 0.2],
+            flops,
+            1024.0,
+            Env::capture(),
+        )
+    }
+
+    fn layer(workload: &str, batch: usize, name: &str) -> Measured {
+        Measured::WorkloadLayer(LayerShape {
+            run: StepShape {
+                workload: workload.into(),
+                input: vec![1, 8],
+                batch,
+            },
+            layer: name.into(),
+            op: "relu".into(),
+            pass: crate::backend::Pass::Forward,
+        })
     }
 
     fn temp(name: &str) -> PathBuf {
@@ -878,7 +968,7 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/records-v1.jsonl");
         let (records, torn) = read_records(&path).unwrap();
         assert_eq!((records.len(), torn), (24, None));
-        let kinds: HashSet<RecordKind> = records.iter().map(|r| r.kind).collect();
+        let kinds: HashSet<RecordKind> = records.iter().map(Record::kind).collect();
         for k in [
             RecordKind::Gemm,
             RecordKind::Stream,
@@ -892,6 +982,14 @@ mod tests {
         let runs = StepRun::from_records(&records);
         assert_eq!(runs.len(), 1);
         assert!(!runs[0].layers.is_empty());
+        // Version 2 makes the same ids, so a version 1 campaign resumes.
+        for r in &records {
+            assert_eq!(r.schema_version, 1);
+            assert_eq!(
+                record_id(&r.measured, r.precision, r.threads, r.device),
+                r.id
+            );
+        }
         // Every field written back as read (samples to the last bit serde_json's float
         // parsing keeps).
         let text = std::fs::read_to_string(&path).unwrap();
@@ -961,28 +1059,20 @@ mod tests {
     #[test]
     fn a_step_takes_the_layers_of_its_own_run_only() {
         let run = |batch: usize, threads: usize, layers: &[&str]| {
-            let shape = |layer: Option<&str>| {
-                let mut s = serde_json::json!({ "workload": "w", "input": [1, 8], "batch": batch });
-                if let Some(l) = layer {
-                    s["layer"] = serde_json::json!(l);
-                }
-                s
-            };
             let mut out: Vec<Record> = layers
                 .iter()
-                .map(|l| {
-                    let mut r = record(8);
-                    r.kind = RecordKind::WorkloadLayer;
-                    r.shape = shape(Some(l));
-                    r.threads = threads;
-                    r
+                .map(|l| Record {
+                    threads,
+                    ..with(layer("w", batch, l), 0.0)
                 })
                 .collect();
-            let mut step = record(8);
-            step.kind = RecordKind::WorkloadStep;
-            step.shape = shape(None);
-            step.threads = threads;
-            out.push(step);
+            let Measured::WorkloadLayer(l) = layer("w", batch, "") else {
+                unreachable!()
+            };
+            out.push(Record {
+                threads,
+                ..with(Measured::WorkloadStep(l.run), 1.0)
+            });
             out
         };
         let records: Vec<Record> =
@@ -990,12 +1080,7 @@ mod tests {
         let runs = StepRun::from_records(&records);
         let layers: Vec<Vec<&str>> = runs
             .iter()
-            .map(|r| {
-                r.layers
-                    .iter()
-                    .map(|l| l.shape["layer"].as_str().unwrap())
-                    .collect()
-            })
+            .map(|r| r.layers.iter().map(|(_, l)| l.layer.as_str()).collect())
             .collect();
         assert_eq!(layers, [vec!["a", "b"], vec!["a"], vec!["c"]]);
     }
@@ -1069,17 +1154,30 @@ mod tests {
     fn records_that_claim_nonsense_are_refused_naming_the_field() {
         let path = temp("nonsense");
         for (edit, field) in [
-            ("\"schema_version\":1", "\"schema_version\":99"),
+            ("\"schema_version\":2", "\"schema_version\":99"),
             ("\"threads\":1", "\"threads\":0"),
             ("\"precision\":\"fp32\"", "\"precision\":\"fp7\""),
             ("\"device\":\"cpu\"", "\"device\":\"quantum\""),
             ("\"m\":8", "\"m\":0"),
+            ("\"m\":8", "\"m\":-8"),
+            ("\"m\":8,", ""),
+            ("\"kind\":\"gemm\"", "\"kind\":\"gemv\""),
+            ("\"samples_s\":[", "\"samples_s\":[\"x\","),
+            (
+                "\"bytes\":1024.0",
+                "\"bytes\":1024.0,\"extra\":{\"peak_bytes\":-41}",
+            ),
         ] {
             let line = serde_json::to_string(&record(8)).unwrap();
             assert!(line.contains(edit), "{line}");
             std::fs::write(&path, format!("{}\n", line.replace(edit, field))).unwrap();
             let err = read_records(&path).unwrap_err().to_string();
-            let key = field.split(':').next().unwrap().trim_matches('"');
+            let key = match field {
+                "" => "shape: missing field `m`",
+                f if f.contains("peak_bytes") => "extra.peak_bytes",
+                f if f.contains("gemv") => "unknown variant `gemv`",
+                f => f.split(':').next().unwrap().trim_matches('"'),
+            };
             assert!(
                 err.contains("line 1") && err.contains(key),
                 "{field}: {err}"
@@ -1091,8 +1189,8 @@ mod tests {
         r.flops = 0.0;
         assert!(r.check().unwrap_err().contains("more than 0"));
         let mut w = record(8);
-        w.extra = Some(serde_json::json!({ "peak_bytes": -41 }));
-        assert!(w.check().unwrap_err().contains("extra.peak_bytes"));
+        w.extra.update_s = vec![1.0, -1.0];
+        assert!(w.check().unwrap_err().contains("extra.update_s holds -1"));
         std::fs::remove_file(&path).unwrap();
     }
 
@@ -1112,22 +1210,10 @@ mod tests {
     #[test]
     fn resume_drops_the_layers_of_a_measurement_cut_short() {
         let path = temp("partial");
-        let layer = |name: &str| {
-            let mut r = record(8);
-            r.kind = RecordKind::WorkloadLayer;
-            r.shape = serde_json::json!({ "layer": name });
-            r.id = record_id(
-                RecordKind::WorkloadLayer,
-                &r.shape,
-                RecordPrecision::Fp32,
-                1,
-                Device::Cpu,
-            );
-            r
-        };
-        let mut step = record(8);
-        step.kind = RecordKind::WorkloadStep;
+        let mut step = with(layer("w", 1, "step"), 1.0);
+        step.measured = Measured::WorkloadStep(step.measured.run().unwrap().clone());
         step.id = "step".into();
+        let layer = |name: &str| with(layer("w", 1, name), 0.0);
         let (mut w, _) = RecordWriter::open(&path, false).unwrap();
         w.write(&[layer("a"), step]).unwrap();
         w.write(&[layer("b"), layer("c")]).unwrap();

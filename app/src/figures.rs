@@ -341,10 +341,10 @@ pub fn breakdown(title: String, x_label: &str, rows: &[(String, Outcome)]) -> Fi
             y: Axis::linear("time per step (s)"),
             categories: rows.iter().map(|(c, _)| c.clone()).collect(),
             series: vec![
-                part("compute", |o| o.compute_s),
-                part("input", |o| o.input_s),
-                part("allreduce", |o| o.allreduce_s),
-                part("step", |o| o.step_time_s),
+                part("compute", |o| o.compute_s.value()),
+                part("input", |o| o.input_s.value()),
+                part("allreduce", |o| o.allreduce_s.value()),
+                part("step", |o| o.step_time_s.value()),
             ],
             stacked: false,
             levels: Vec::new(),
@@ -592,13 +592,13 @@ pub fn scale(series: &ScaleSeries, precision: Precision) -> Vec<Figure> {
     };
     let (x_label, y_label, ideal, point): (&str, &str, Option<f64>, Point) = match series.mode {
         "strong" => ("nodes", "time to solution (s)", Some(-1.0), |r, o| {
-            (f64::from(r.nodes), o.time_to_solution_s)
+            (f64::from(r.nodes), o.time_to_solution_s.value())
         }),
         "problem-size" => (
             "training FLOPs per sample",
             "step time (s)",
             None,
-            |r, o| (r.flops_per_sample.unwrap_or(1.0), o.step_time_s),
+            |r, o| (r.flops_per_sample.unwrap_or(1.0), o.step_time_s.value()),
         ),
         "ensemble" => (
             "nodes (all models)",

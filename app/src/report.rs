@@ -15,7 +15,7 @@ use ridgeline_model::procurement::{self, CandidateResult, Mix, Offer, WorkloadOu
 use ridgeline_model::roofline::Efficiency;
 use ridgeline_model::sweep::Objective;
 use ridgeline_model::system::System;
-use ridgeline_model::units::{Bytes, Seconds};
+use ridgeline_model::units::{Bytes, Joules, Seconds};
 use ridgeline_model::{cost, roofline, scale};
 use ridgeline_reports::chart::{Axis, BarChart, BarSeries, Chart, Figure, Level};
 use ridgeline_reports::{
@@ -247,7 +247,7 @@ fn workload_cols<'a>() -> [Col<Row<'a>>; 13] {
                 .map_or_else(|| "-".into(), |p| s.count(p.outcome.global_batch))
         }),
         num("step", "step_time_s", |r, s| {
-            opt_seconds(r.w.best.as_ref().map(|p| p.outcome.step_time_s), s)
+            opt_seconds(r.w.best.as_ref().map(|p| p.outcome.step_time_s.value()), s)
         }),
         text("bound", "bound", |r, _| {
             r.w.best
@@ -259,10 +259,19 @@ fn workload_cols<'a>() -> [Col<Row<'a>>; 13] {
             opt_num(r.w.best.as_ref().map(|p| p.outcome.epochs), s, 1)
         }),
         num("time to solution", "time_to_solution_s", |r, s| {
-            opt_seconds(r.w.best.as_ref().map(|p| p.outcome.time_to_solution_s), s)
+            opt_seconds(
+                r.w.best
+                    .as_ref()
+                    .map(|p| p.outcome.time_to_solution_s.value()),
+                s,
+            )
         }),
         num("samples/s", "samples_per_s", |r, s| {
-            opt_num(r.w.best.as_ref().map(|p| p.outcome.samples_per_s), s, 0)
+            opt_num(
+                r.w.best.as_ref().map(|p| p.outcome.samples_per_s.value()),
+                s,
+                0,
+            )
         }),
         num("cost", "cost", |r, s| {
             money(r.w.best.as_ref().and_then(|p| p.outcome.cost), s)
@@ -272,11 +281,17 @@ fn workload_cols<'a>() -> [Col<Row<'a>>; 13] {
                 r.w.best
                     .as_ref()
                     .and_then(|p| p.outcome.energy_j)
-                    .map(|j| j / 3.6e6),
+                    .map(Joules::as_kwh),
                 s,
                 0,
             ),
-            Style::Raw => s.number(r.w.best.as_ref().and_then(|p| p.outcome.energy_j), 0),
+            Style::Raw => s.number(
+                r.w.best
+                    .as_ref()
+                    .and_then(|p| p.outcome.energy_j)
+                    .map(Joules::value),
+                0,
+            ),
         }),
         num("largest batch", "largest_batch", |r, s| {
             s.count(r.w.largest_batch)
@@ -433,7 +448,7 @@ fn procurement_report(
                             .iter()
                             .map(|c| {
                                 c.workloads[i].best.as_ref().map_or(0.0, |p| {
-                                    p.outcome.time_to_solution_s * w.weight / length
+                                    p.outcome.time_to_solution_s.value() * w.weight / length
                                 })
                             })
                             .collect(),
@@ -762,7 +777,7 @@ pub fn workload(args: &WorkloadReportRequest) -> Result<(Report, Prediction)> {
     let p = predict::predict(job.inputs(system), sc, args.batch)?;
     let o = &p.outcome;
     let s = Style::Human;
-    let secs = |v: f64| s.seconds(Seconds::new(v));
+    let secs = |v: Seconds| s.seconds(v);
 
     let mut prediction = Section::new("Prediction")
         .fact(
@@ -788,19 +803,22 @@ pub fn workload(args: &WorkloadReportRequest) -> Result<(Report, Prediction)> {
                 secs(o.allreduce_s)
             ),
         )
-        .fact("throughput", format!("{:.1} samples/s", o.samples_per_s))
+        .fact(
+            "throughput",
+            format!("{:.1} samples/s", o.samples_per_s.value()),
+        )
         .fact("epochs", format!("{:.2}", o.epochs))
         .fact("time to solution", secs(o.time_to_solution_s))
         .fact(
             "memory per device",
             format!(
                 "{} of {}",
-                s.bytes(Bytes::new(o.memory_per_device_bytes)),
+                s.bytes(o.memory_per_device_bytes),
                 s.bytes(Bytes::new(p.device_memory_bytes))
             ),
         );
     if let Some(e) = o.energy_j {
-        prediction = prediction.fact("energy", format!("{:.1} kWh", e / 3.6e6));
+        prediction = prediction.fact("energy", format!("{:.1} kWh", e.as_kwh()));
     }
     for a in &p.assumptions {
         prediction = prediction.paragraph(format!("Assumed: {a}."));
@@ -846,10 +864,10 @@ pub fn workload(args: &WorkloadReportRequest) -> Result<(Report, Prediction)> {
             "step on one device",
             format!(
                 "{} ({:.1} % of peak); compute-bound layers {}, memory-bound {}",
-                secs(r.step_time.value()),
+                secs(r.step_time),
                 100.0 * r.fraction_of_peak,
-                secs(r.compute_bound_time.value()),
-                secs(r.memory_bound_time.value())
+                secs(r.compute_bound_time),
+                secs(r.memory_bound_time)
             ),
         )
         .figure(figures::roofline(

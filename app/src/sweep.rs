@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::Result;
 use ridgeline_model::predict::Outcome;
 use ridgeline_model::sweep::{Candidate, SweepResult};
-use ridgeline_model::units::Seconds;
+use ridgeline_model::units::Joules;
 use serde::Serialize;
 
 use crate::atomic;
@@ -50,16 +50,16 @@ pub fn cols<'a>() -> [Col<SweepRow<'a>>; 10] {
             s.count(r.candidate.outcome.global_batch)
         }),
         num("step", "step_time_s", |r, s| {
-            s.seconds(Seconds::new(r.candidate.outcome.step_time_s))
+            s.seconds(r.candidate.outcome.step_time_s)
         }),
         text("bound", "bound", |r, _| {
             r.candidate.outcome.bound.name().to_owned()
         }),
         num("time to solution", "time_to_solution_s", |r, s| {
-            s.seconds(Seconds::new(r.candidate.outcome.time_to_solution_s))
+            s.seconds(r.candidate.outcome.time_to_solution_s)
         }),
         num("energy kWh", "energy_j", |r, s| {
-            s.number(r.candidate.outcome.energy_j.map(|e| e / 3.6e6), 1)
+            s.number(r.candidate.outcome.energy_j.map(Joules::as_kwh), 1)
         }),
         num("cost", "cost", |r, s| s.number(r.candidate.outcome.cost, 2)),
     ]
@@ -108,14 +108,14 @@ fn fields(system: &str, c: &Candidate) -> [String; 22] {
         o.collective.to_string(),
         o.step_time_s.to_string(),
         o.bound.name().to_owned(),
-        o.samples_per_s.to_string(),
+        o.samples_per_s.value().to_string(),
         o.epochs.to_string(),
         o.epoch_time_s.to_string(),
         o.staging_s.to_string(),
         o.time_to_solution_s.to_string(),
         o.achieved_flops.to_string(),
         o.memory_per_device_bytes.to_string(),
-        opt(o.energy_j),
+        opt(o.energy_j.map(Joules::value)),
         opt(o.cost),
     ]
 }

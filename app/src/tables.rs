@@ -105,7 +105,7 @@ pub fn scale_cols() -> [Col<ScaleRow>; 12] {
         }),
         num("step", "step_time_s", |r, s| {
             r.outcome
-                .map_or_else(String::new, |o| s.seconds(Seconds::new(o.step_time_s)))
+                .map_or_else(String::new, |o| s.seconds(o.step_time_s))
         }),
         text("bound", "bound", |r, _| {
             r.outcome
@@ -113,9 +113,8 @@ pub fn scale_cols() -> [Col<ScaleRow>; 12] {
         }),
         num("samples/s", "throughput", |r, s| s.number(r.throughput, 1)),
         num("time to solution", "time_to_solution_s", |r, s| {
-            r.outcome.map_or_else(String::new, |o| {
-                s.seconds(Seconds::new(o.time_to_solution_s))
-            })
+            r.outcome
+                .map_or_else(String::new, |o| s.seconds(o.time_to_solution_s))
         }),
         num("speedup", "speedup", |r, s| s.number(r.speedup, 2)),
         num("efficiency", "efficiency", |r, s| s.number(r.efficiency, 2)),

@@ -29,6 +29,7 @@ use ridgeline_model::kernels::{
 };
 use ridgeline_model::profile::{
     Ceiling, KernelFit, LevelBandwidth, PROFILE_SCHEMA_VERSION, Profile, Provenance, SourceFile,
+    Term,
 };
 
 use crate::error::{Error, Result};
@@ -57,28 +58,20 @@ pub struct Options {
     pub comm_level: crate::loggp::LevelChoice,
 }
 
-/// One fitted class, with its points, for reports.
-#[derive(Debug, Clone)]
-pub struct ClassFit {
-    /// Class.
-    pub class: KernelClass,
-    /// Pass.
-    pub pass: KernelPass,
-    /// A single op kind of a vector class, or the whole class.
-    pub op: Option<String>,
-    /// Precision.
-    pub precision: String,
-    /// The fit.
-    pub fit: Fit,
+/// One fitted class, before it becomes a profile's [`KernelFit`].
+struct ClassFit {
+    class: KernelClass,
+    pass: KernelPass,
+    op: Option<String>,
+    precision: String,
+    fit: Fit,
 }
 
 /// A profile and what went into it.
 #[derive(Debug, Clone)]
 pub struct Calibration {
-    /// The profile.
+    /// The profile: its `kernels` are the fits, each feature's term named.
     pub profile: Profile,
-    /// Every kernel fit.
-    pub fits: Vec<ClassFit>,
     /// Classes with too few points to fit, and why.
     pub skipped: Vec<String>,
 }
@@ -188,7 +181,6 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
         profile.check("calibrated profile")?;
         return Ok(Calibration {
             profile,
-            fits: Vec::new(),
             skipped: Vec::new(),
         });
     }
@@ -350,9 +342,7 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
                 pass: f.pass,
                 op: f.op.clone(),
                 precision: f.precision.clone(),
-                features: f.class.features().iter().map(|s| (*s).to_owned()).collect(),
-                coefficients: f.fit.coefficients.clone(),
-                std_errors: f.fit.std_errors.clone(),
+                terms: Term::for_class(f.class, &f.fit.coefficients, &f.fit.std_errors),
                 r_squared: f.fit.r_squared,
                 rms_rel_error: f.fit.rms_rel_error,
                 max_abs_rel_error: f.fit.max_abs_rel_error,
@@ -361,11 +351,7 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
             .collect(),
     };
     profile.check("calibrated profile")?;
-    Ok(Calibration {
-        profile,
-        fits,
-        skipped,
-    })
+    Ok(Calibration { profile, skipped })
 }
 
 /// Where the `used` records of `files` come from.
@@ -540,7 +526,8 @@ mod tests {
             .profile
             .fit(KernelClass::Gemm, KernelPass::BackwardFilter, "fp32")
             .unwrap();
-        for (got, want) in gemm.coefficients.iter().zip(&truth) {
+        for (term, want) in gemm.terms.iter().zip(&truth) {
+            let got = term.seconds_per_unit.value();
             assert!((got / want - 1.0).abs() < 1e-6, "{got} vs {want}");
         }
         let dram = c.profile.dram_bandwidth().unwrap();
@@ -653,7 +640,7 @@ mod tests {
             let f = p
                 .fit(KernelClass::ConvSpatial, KernelPass::Forward, precision)
                 .unwrap_or_else(|| panic!("no {precision} conv fit"));
-            1.0 / f.coefficients[1]
+            f.asymptotic_flop_rate().unwrap().value()
         };
         let (fp32, fp16) = (rate("fp32"), rate("fp16"));
         assert!((fp32 / 40e12 - 1.0).abs() < 0.05, "{fp32}");

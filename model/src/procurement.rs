@@ -26,7 +26,7 @@ use crate::precision::Precision;
 use crate::predict::{self, Inputs, Prediction, Scenario, StepBound};
 use crate::sweep::Objective;
 use crate::system::{RawSourced, Sourced, System, parse_toml};
-use crate::units::ByteRate;
+use crate::units::{ByteRate, Joules};
 
 /// Hours in a year (365.25 days).
 pub const HOURS_PER_YEAR: f64 = 8766.0;
@@ -412,11 +412,11 @@ pub fn evaluate(inputs: Inputs<'_>, scenario: &Scenario, entry: &MixEntry) -> Wo
             match predict::predict(inputs, &scenario, batch) {
                 Ok(p) if p.outcome.fits => {
                     let t = p.outcome.time_to_solution_s;
-                    if at_nodes.is_none_or(|a| t < a.time_to_solution_s) {
+                    if at_nodes.is_none_or(|a| t.value() < a.time_to_solution_s) {
                         at_nodes = Some(ScalePoint {
                             nodes,
                             local_batch: batch,
-                            time_to_solution_s: t,
+                            time_to_solution_s: t.value(),
                         });
                     }
                     if best
@@ -430,7 +430,7 @@ pub fn evaluate(inputs: Inputs<'_>, scenario: &Scenario, entry: &MixEntry) -> Wo
                     last_error = Some(format!(
                         "on {nodes} nodes, batch {batch} needs {:.1} GB per device, which has \
                          {:.1} GB",
-                        p.outcome.memory_per_device_bytes / 1e9,
+                        p.outcome.memory_per_device_bytes.value() / 1e9,
                         p.device_memory_bytes / 1e9
                     ));
                 }
@@ -455,10 +455,11 @@ pub fn evaluate(inputs: Inputs<'_>, scenario: &Scenario, entry: &MixEntry) -> Wo
                 .iter()
                 .find(|m| m.source == "input samples")
                 .map(|m| m.bytes_per_sample);
-            let storage = sample.map(|s| s * o.global_batch as f64 / o.compute_s);
+            let storage = sample.map(|s| s * o.global_batch as f64 / o.compute_s.value());
             let n = f64::from(o.nodes);
             let gradients = inputs.model.params as f64 * scenario.gradient_bytes as f64;
-            let network = (o.nodes > 1).then(|| 2.0 * (n - 1.0) / n * gradients / o.compute_s);
+            let network =
+                (o.nodes > 1).then(|| 2.0 * (n - 1.0) / n * gradients / o.compute_s.value());
             (storage, network)
         }
         None => (None, None),
@@ -528,7 +529,7 @@ impl CandidateResult {
                 .map(|w| w.best.as_ref().and_then(f).map(|v| v * w.weight))
                 .sum::<Option<f64>>()
         };
-        let mix_time = weighted(&|p| Some(p.outcome.time_to_solution_s));
+        let mix_time = weighted(&|p| Some(p.outcome.time_to_solution_s.value()));
         CandidateResult {
             name: offer.name.clone(),
             system: offer.system.clone(),
@@ -544,7 +545,7 @@ impl CandidateResult {
             mix_time_s: mix_time,
             mixes_per_day: mix_time.map(|t| 86_400.0 / t),
             cost_per_mix: weighted(&|p| p.outcome.cost),
-            energy_per_mix_j: weighted(&|p| p.outcome.energy_j),
+            energy_per_mix_j: weighted(&|p| p.outcome.energy_j.map(Joules::value)),
             workloads,
             rank: None,
             reasons: Vec::new(),
@@ -831,7 +832,7 @@ q = "test quote"
         let best = w.best.clone().expect("deepcam runs on 16 DGX H100");
         assert!(best.outcome.fits);
         for s in &w.scaling {
-            assert!(best.outcome.time_to_solution_s <= s.time_to_solution_s + 1e-9);
+            assert!(best.outcome.time_to_solution_s.value() <= s.time_to_solution_s + 1e-9);
         }
         // One node (8 devices x at most batch 8) is below the convergence curve's smallest
         // global batch (128), so it is not in the scaling series.
@@ -849,7 +850,7 @@ q = "test quote"
             .find(|m| m.source == "input samples")
             .unwrap();
         let step_bytes = sample.bytes_per_sample * o.global_batch as f64;
-        assert!((needed * o.compute_s - step_bytes).abs() / step_bytes < 1e-9);
+        assert!((needed * o.compute_s.value() - step_bytes).abs() / step_bytes < 1e-9);
 
         let mut ranked = vec![
             CandidateResult::new(
@@ -865,7 +866,7 @@ q = "test quote"
         assert_eq!(ranked[0].rank, Some(1));
         let t = ranked[0].mix_time_s.unwrap();
         assert!(
-            (t - 2.0 * o.time_to_solution_s).abs() < 1e-6 * t,
+            (t - 2.0 * o.time_to_solution_s.value()).abs() < 1e-6 * t,
             "weight 2 counts twice"
         );
         assert!(

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::kernels::{FEATURES, Kernel, KernelClass, KernelPass};
 use crate::precision::Precision;
 use crate::system::{DeviceKind, Sourced, System};
-use crate::units::ByteRate;
+use crate::units::{ByteRate, FlopRate, Seconds};
 
 /// Largest fitted cost per unit of work a profile may hold, seconds: a fixed cost of 1000 s
 /// or a second per FLOP or byte is beyond any real kernel, and larger values overflow.
@@ -244,9 +244,11 @@ pub struct Ceiling {
     pub source: String,
 }
 
-/// A fitted time model of one kernel class and pass at one precision.
+/// A fitted time model of one kernel class and pass at one precision: one named term per
+/// feature of the class. In the file the terms are three lists in the class's feature order
+/// (`features`, `coefficients`, `std_errors`), as they have always been written.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "KernelFitFile", into = "KernelFitFile")]
 pub struct KernelFit {
     /// Class.
     pub class: KernelClass,
@@ -254,16 +256,11 @@ pub struct KernelFit {
     pub pass: KernelPass,
     /// A single op kind of a vector class (`max-pool`), fitted on its own; absent for the
     /// fit of the whole class.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub op: Option<String>,
     /// Number format.
     pub precision: String,
-    /// Feature names ([`KernelClass::features`]).
-    pub features: Vec<String>,
-    /// Seconds per unit of each feature; zero for features the fit dropped.
-    pub coefficients: Vec<f64>,
-    /// Standard error of each coefficient.
-    pub std_errors: Vec<f64>,
+    /// One term per feature of the class, in [`KernelClass::features`] order.
+    pub terms: Vec<Term>,
     /// Coefficient of determination on the times.
     pub r_squared: f64,
     /// Root-mean-square relative error of the fitted times.
@@ -274,10 +271,135 @@ pub struct KernelFit {
     pub points: usize,
 }
 
+/// One term of a kernel fit: what a unit of a feature costs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Term {
+    /// The feature (`1`, `flops`, `bytes`, ...; [`KernelClass::features`]).
+    pub feature: String,
+    /// Seconds per unit of the feature; zero where the fit dropped it.
+    pub seconds_per_unit: Seconds,
+    /// Standard error of `seconds_per_unit`.
+    pub std_error: Seconds,
+}
+
+impl Term {
+    /// The terms of a fit of `class`: its features named, with the fitted seconds per unit
+    /// and their standard errors in the class's feature order.
+    pub fn for_class(class: KernelClass, coefficients: &[f64], std_errors: &[f64]) -> Vec<Term> {
+        class
+            .features()
+            .iter()
+            .zip(coefficients.iter().zip(std_errors))
+            .map(|(f, (c, se))| Term {
+                feature: (*f).to_owned(),
+                seconds_per_unit: Seconds::new(*c),
+                std_error: Seconds::new(*se),
+            })
+            .collect()
+    }
+}
+
 impl KernelFit {
-    /// The model's time for features `x`.
+    /// The model's time for features `x` (in the class's feature order).
     pub fn time(&self, x: &[f64; FEATURES]) -> f64 {
-        self.coefficients.iter().zip(x).map(|(c, v)| c * v).sum()
+        self.terms
+            .iter()
+            .zip(x)
+            .map(|(t, v)| t.seconds_per_unit.value() * v)
+            .sum()
+    }
+
+    /// The term of `feature`, if the class has it.
+    pub fn term(&self, feature: &str) -> Option<&Term> {
+        self.terms.iter().find(|t| t.feature == feature)
+    }
+
+    /// The fixed cost of a launch: the `1` term.
+    pub fn fixed(&self) -> Seconds {
+        self.term("1")
+            .map_or(Seconds::new(0.0), |t| t.seconds_per_unit)
+    }
+
+    /// The rate the `flops` term tends to for large kernels; `None` where the fit dropped it.
+    pub fn asymptotic_flop_rate(&self) -> Option<FlopRate> {
+        self.term("flops")
+            .map(|t| t.seconds_per_unit.value())
+            .filter(|c| *c > 0.0)
+            .map(|c| FlopRate::new(1.0 / c))
+    }
+}
+
+/// A kernel fit as the profile file writes it.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KernelFitFile {
+    class: KernelClass,
+    pass: KernelPass,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    op: Option<String>,
+    precision: String,
+    features: Vec<String>,
+    coefficients: Vec<f64>,
+    std_errors: Vec<f64>,
+    r_squared: f64,
+    rms_rel_error: f64,
+    max_abs_rel_error: f64,
+    points: usize,
+}
+
+impl TryFrom<KernelFitFile> for KernelFit {
+    type Error = String;
+
+    fn try_from(f: KernelFitFile) -> std::result::Result<Self, String> {
+        let n = f.features.len();
+        if f.coefficients.len() != n || f.std_errors.len() != n {
+            return Err(format!(
+                "a kernel fit has one coefficient and one std_error per feature: {n} features, \
+                 {} coefficients, {} std_errors (re-run `ridgeline calibrate`)",
+                f.coefficients.len(),
+                f.std_errors.len()
+            ));
+        }
+        let terms = f
+            .features
+            .into_iter()
+            .zip(f.coefficients)
+            .zip(f.std_errors)
+            .map(|((feature, c), se)| Term {
+                feature,
+                seconds_per_unit: Seconds::new(c),
+                std_error: Seconds::new(se),
+            })
+            .collect();
+        Ok(KernelFit {
+            class: f.class,
+            pass: f.pass,
+            op: f.op,
+            precision: f.precision,
+            terms,
+            r_squared: f.r_squared,
+            rms_rel_error: f.rms_rel_error,
+            max_abs_rel_error: f.max_abs_rel_error,
+            points: f.points,
+        })
+    }
+}
+
+impl From<KernelFit> for KernelFitFile {
+    fn from(k: KernelFit) -> Self {
+        KernelFitFile {
+            class: k.class,
+            pass: k.pass,
+            op: k.op,
+            precision: k.precision,
+            features: k.terms.iter().map(|t| t.feature.clone()).collect(),
+            coefficients: k.terms.iter().map(|t| t.seconds_per_unit.value()).collect(),
+            std_errors: k.terms.iter().map(|t| t.std_error.value()).collect(),
+            r_squared: k.r_squared,
+            rms_rel_error: k.rms_rel_error,
+            max_abs_rel_error: k.max_abs_rel_error,
+            points: k.points,
+        }
     }
 }
 
@@ -348,18 +470,23 @@ impl Profile {
         }
         for (i, k) in self.kernels.iter().enumerate() {
             let field = |f: &str| format!("kernels[{i}].{f}");
-            if k.coefficients.len() != FEATURES || k.std_errors.len() != FEATURES {
+            let names: Vec<&str> = k.terms.iter().map(|t| t.feature.as_str()).collect();
+            if names != k.class.features() {
                 return Err(invalid(
-                    field("coefficients"),
+                    field("features"),
                     format!(
-                        "needs {FEATURES} coefficients and {FEATURES} std_errors, one per feature"
+                        "are {names:?}; a {} fit has the features {:?}, in that order (re-run \
+                         `ridgeline calibrate`)",
+                        k.class.name(),
+                        k.class.features()
                     ),
                 ));
             }
             if let Some(c) = k
-                .coefficients
+                .terms
                 .iter()
-                .find(|c| !(c.is_finite() && **c >= 0.0 && **c <= MAX_COEFFICIENT))
+                .map(|t| t.seconds_per_unit.value())
+                .find(|c| !(c.is_finite() && *c >= 0.0 && *c <= MAX_COEFFICIENT))
             {
                 return Err(invalid(
                     field("coefficients"),
@@ -369,7 +496,7 @@ impl Profile {
                     ),
                 ));
             }
-            if k.coefficients.iter().all(|c| *c == 0.0) {
+            if k.terms.iter().all(|t| t.seconds_per_unit.value() == 0.0) {
                 return Err(invalid(
                     field("coefficients"),
                     "are all zero: the model would predict no time".into(),
@@ -613,13 +740,11 @@ pub(crate) mod tests {
                 pass: KernelPass::Forward,
                 op: None,
                 precision: "fp32".into(),
-                features: KernelClass::ConvSpatial
-                    .features()
-                    .iter()
-                    .map(|s| (*s).to_owned())
-                    .collect(),
-                coefficients: vec![1e-4, 1e-11, 1e-10, 0.0, 1e-10],
-                std_errors: vec![1e-5, 1e-12, 1e-11, 0.0, 1e-11],
+                terms: Term::for_class(
+                    KernelClass::ConvSpatial,
+                    &[1e-4, 1e-11, 1e-10, 0.0, 1e-10],
+                    &[1e-5, 1e-12, 1e-11, 0.0, 1e-11],
+                ),
                 r_squared: 0.99,
                 rms_rel_error: 0.1,
                 max_abs_rel_error: 0.2,
@@ -638,7 +763,7 @@ pub(crate) mod tests {
     #[test]
     fn bad_profiles_name_the_field() {
         let mut p = sample();
-        p.kernels[0].coefficients[1] = -1.0;
+        p.kernels[0].terms[1].seconds_per_unit = Seconds::new(-1.0);
         let err = Profile::parse(&p.to_toml(), "p.toml")
             .unwrap_err()
             .to_string();
@@ -659,6 +784,20 @@ pub(crate) mod tests {
             err.contains("p.toml") && err.contains("missing field"),
             "{err}"
         );
+        // Terms are named: a file whose features are out of the class's order is refused,
+        // and so is one whose lists differ in length.
+        let mut p = sample();
+        p.kernels[0].terms.swap(1, 2);
+        let err = Profile::parse(&p.to_toml(), "p.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("kernels[0].features"), "{err}");
+        let text = sample()
+            .to_toml()
+            .replace("std_errors = [0.00001, ", "std_errors = [");
+        assert!(text.contains("std_errors = [0.000000000001"), "{text}");
+        let err = Profile::parse(&text, "p.toml").unwrap_err().to_string();
+        assert!(err.contains("5 coefficients, 4 std_errors"), "{err}");
     }
 
     #[test]

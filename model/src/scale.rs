@@ -152,7 +152,7 @@ pub fn strong(
         } else {
             match run(inputs, scenario, n, n, global_batch / devices)? {
                 Ok(o) => {
-                    r.throughput = Some(o.samples_per_s);
+                    r.throughput = Some(o.samples_per_s.value());
                     r.outcome = Some(o);
                 }
                 Err(e) => r.infeasible = Some(e),
@@ -162,7 +162,7 @@ pub fn strong(
     }
     relate(
         &mut rows,
-        |r| r.outcome.map(|o| 1.0 / o.time_to_solution_s),
+        |r| r.outcome.map(|o| 1.0 / o.time_to_solution_s.value()),
         |r| f64::from(r.nodes),
     );
     Ok(ScaleSeries {
@@ -187,7 +187,7 @@ pub fn weak(
         let mut r = row(n, 1, local_batch);
         match run(inputs, scenario, n, n, local_batch)? {
             Ok(o) => {
-                r.throughput = Some(o.samples_per_s);
+                r.throughput = Some(o.samples_per_s.value());
                 r.outcome = Some(o);
             }
             Err(e) => r.infeasible = Some(e),
@@ -226,7 +226,7 @@ pub fn ensemble(
         let total = nodes_per_model.saturating_mul(m);
         match run(inputs, scenario, nodes_per_model, total, local_batch)? {
             Ok(o) => {
-                r.throughput = Some(o.samples_per_s * f64::from(m));
+                r.throughput = Some(o.samples_per_s.value() * f64::from(m));
                 r.outcome = Some(o);
             }
             Err(e) => r.infeasible = Some(e),
@@ -280,7 +280,7 @@ pub fn problem_size(
                 local_batch,
             )? {
                 Ok(o) => {
-                    r.throughput = Some(o.samples_per_s);
+                    r.throughput = Some(o.samples_per_s.value());
                     r.outcome = Some(o);
                 }
                 Err(e) => r.infeasible = Some(e),

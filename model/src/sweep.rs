@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::precision::Precision;
 use crate::predict::{Outcome, Plan, Scenario, StepModel};
 use crate::system::System;
+use crate::units::Joules;
 
 /// What a sweep ranks by (smaller is better).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -61,9 +62,9 @@ impl Objective {
     /// The value to minimise, if the outcome has it.
     pub fn value(self, o: &Outcome) -> Option<f64> {
         match self {
-            Objective::Time => Some(o.time_to_solution_s),
+            Objective::Time => Some(o.time_to_solution_s.value()),
             Objective::Cost => o.cost,
-            Objective::Energy => o.energy_j,
+            Objective::Energy => o.energy_j.map(Joules::value),
         }
     }
 }

@@ -133,6 +133,55 @@ quantity!(
     "bytes/s"
 );
 
+quantity!(
+    /// Energy in joules.
+    Joules,
+    "J"
+);
+quantity!(
+    /// Power in watts.
+    Watts,
+    "W"
+);
+quantity!(
+    /// A training or inference throughput in samples per second.
+    SampleRate,
+    "samples/s"
+);
+
+impl Joules {
+    /// From joules.
+    pub const fn new(joules: f64) -> Self {
+        Self(joules)
+    }
+
+    /// In kilowatt-hours.
+    pub fn as_kwh(self) -> f64 {
+        self.0 / 3.6e6
+    }
+}
+
+impl Watts {
+    /// From watts.
+    pub const fn new(watts: f64) -> Self {
+        Self(watts)
+    }
+}
+
+impl SampleRate {
+    /// From samples per second.
+    pub const fn new(rate: f64) -> Self {
+        Self(rate)
+    }
+}
+
+impl Mul<Seconds> for Watts {
+    type Output = Joules;
+    fn mul(self, time: Seconds) -> Joules {
+        Joules(self.0 * time.0)
+    }
+}
+
 impl Flops {
     /// From a raw FLOP count.
     pub const fn new(flops: f64) -> Self {

@@ -4,7 +4,8 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result};
 use ridgeline_app::inputs;
-use ridgeline_calibrate::profile::{self, ClassFit, Options, RecordFile};
+use ridgeline_calibrate::profile::{self, Options, RecordFile};
+use ridgeline_model::profile::KernelFit;
 use ridgeline_reports::Document;
 
 use crate::cli::CalibrateArgs;
@@ -48,30 +49,22 @@ pub(crate) fn run(args: &CalibrateArgs) -> Result<()> {
 /// Prints a calibration: the fits, bandwidths and ceilings.
 pub(crate) fn print(c: &profile::Calibration, format: crate::cli::Format) -> Result<()> {
     let p = &c.profile;
-    let cols: [Col<ClassFit>; 8] = [
+    let cols: [Col<KernelFit>; 8] = [
         text("class", "class", |f, _| match &f.op {
             Some(op) => format!("{} ({op})", f.class.name()),
             None => f.class.name().to_owned(),
         }),
         text("pass", "pass", |f, _| f.pass.name().to_owned()),
         text("precision", "precision", |f, _| f.precision.clone()),
-        num("points", "points", |f, _| f.fit.points.to_string()),
+        num("points", "points", |f, _| f.points.to_string()),
         num("asymptote", "asymptote_flops", |f, s| {
-            let c = f.fit.coefficients[1];
-            if c > 0.0 {
-                s.flop_rate(ridgeline_model::units::FlopRate::new(1.0 / c))
-            } else {
-                "-".into()
-            }
+            f.asymptotic_flop_rate()
+                .map_or_else(|| "-".into(), |r| s.flop_rate(r))
         }),
-        num("fixed", "fixed_s", |f, s| {
-            s.seconds(ridgeline_model::units::Seconds::new(f.fit.coefficients[0]))
-        }),
-        num("R²", "r_squared", |f, s| {
-            s.number(Some(f.fit.r_squared), 3)
-        }),
+        num("fixed", "fixed_s", |f, s| s.seconds(f.fixed())),
+        num("R²", "r_squared", |f, s| s.number(Some(f.r_squared), 3)),
         num("rms error", "rms_rel_error", |f, s| {
-            s.number(Some(100.0 * f.fit.rms_rel_error), 1)
+            s.number(Some(100.0 * f.rms_rel_error), 1)
         }),
     ];
     output::print(format, p, |style| {
@@ -135,11 +128,11 @@ pub(crate) fn print(c: &profile::Calibration, format: crate::cli::Format) -> Res
                 ),
             );
         }
-        if c.fits.is_empty() {
+        if p.kernels.is_empty() {
             return d.note("LogGP by the Netgauge method (L, o, g, G from round trips and message trains, with standard errors in the profile); the exchange step and reduction kernel as lines per size band.");
         }
         let mut d = d
-            .table(output::table(&c.fits, &cols, style))
+            .table(output::table(&p.kernels, &cols, style))
             .note("Each class and pass: t = c0 + c1 F + c2 |A| + c3 |B| + c4 |C| (matrix) or c0 + c1 F + c2 bytes (vector), least squares on error relative to the fitted time with c >= 0; asymptote = 1 / c1, fixed = c0; rms error in %.");
         for s in &c.skipped {
             d = d.note(format!("not fitted: {s}"));

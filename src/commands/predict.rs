@@ -40,7 +40,7 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
     output::print(args.output.format.format, &p, |style| {
         let s = Style::Human;
         let o = &p.outcome;
-        let secs = |v: f64| s.seconds(Seconds::new(v));
+        let secs = |v: Seconds| s.seconds(v);
         let bound = o.bound.name();
         let mut doc = Document::new(format!(
             "Prediction: {} on {} x {} nodes ({} x {}), batch {} per device ({} global), {}",
@@ -75,7 +75,8 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
             "throughput",
             format!(
                 "{:.1} samples/s ({:.2} per device)",
-                o.samples_per_s, o.samples_per_s_per_device
+                o.samples_per_s.value(),
+                o.samples_per_s_per_device.value()
             ),
         )
         .summary("data location", o.data_location.to_string())
@@ -94,7 +95,7 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
             "achieved",
             format!(
                 "{} ({:.1}% of peak)",
-                s.flop_rate(FlopRate::new(o.achieved_flops)),
+                s.flop_rate(o.achieved_flops),
                 100.0 * o.fraction_of_peak
             ),
         )
@@ -102,7 +103,7 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
             "memory per device",
             format!(
                 "{} of {} ({})",
-                s.bytes(Bytes::new(o.memory_per_device_bytes)),
+                s.bytes(o.memory_per_device_bytes),
                 s.bytes(Bytes::new(p.device_memory_bytes)),
                 if o.fits { "fits" } else { "does NOT fit" }
             ),
@@ -112,10 +113,10 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
             format!("{:.1} device-hours", o.compute_budget_device_hours),
         );
         if let Some(v) = p.valid_flops {
-            doc = doc.summary("valid FLOPS", s.flop_rate(FlopRate::new(v)));
+            doc = doc.summary("valid FLOPS", s.flop_rate(v));
         }
         if let Some(e) = o.energy_j {
-            doc = doc.summary("energy", format!("{:.3} kWh", e / 3.6e6));
+            doc = doc.summary("energy", format!("{:.3} kWh", e.as_kwh()));
         }
         if let Some(c) = o.cost {
             doc = doc.summary("cost", format!("{c:.2}"));

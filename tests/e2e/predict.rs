@@ -413,3 +413,38 @@ fn bad_sweep_input_is_refused() {
     ]);
     assert!(err.contains("--global-batch"), "{err}");
 }
+
+/// Golden snapshots of `predict --format json`: every quantity as a base-SI number, energy
+/// and price where the system gives power and a price. Taken with the bare-`f64` outcome
+/// before issue 19 typed it, so they prove the typed one writes the same JSON.
+#[test]
+fn predict_json_golden_snapshots() {
+    for (name, args) in [
+        (
+            "cosmoflow_v07_cori",
+            &[
+                "cosmoflow-v07",
+                "--system",
+                "cori-gpu",
+                "--nodes",
+                "8",
+                "--batch",
+                "8",
+                "--precision",
+                "amp-fp16",
+            ][..],
+        ),
+        (
+            "resnet50_dgx_a100",
+            &[
+                "resnet50", "--system", "dgx-a100", "--nodes", "4", "--batch", "64", "--epochs",
+                "40",
+            ][..],
+        ),
+    ] {
+        let mut all = vec!["predict"];
+        all.extend(args);
+        all.extend(["--format", "json"]);
+        insta::assert_snapshot!(format!("predict_{name}"), run_ok(&all));
+    }
+}

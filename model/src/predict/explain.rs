@@ -10,6 +10,7 @@ use crate::links::{Hierarchy, Level, node_network};
 use crate::precision::Precision;
 use crate::profile::precision_name;
 use crate::system::{Sourced, System};
+use crate::units::FlopRate;
 
 use super::*;
 
@@ -87,7 +88,7 @@ pub struct Prediction {
     /// Memory one device has.
     pub device_memory_bytes: f64,
     /// Valid FLOPS, when a quality was given.
-    pub valid_flops: Option<f64>,
+    pub valid_flops: Option<FlopRate>,
     /// Data movement per sample by source.
     pub data_movement: Vec<Movement>,
     /// The HPC-AI roofline.
@@ -185,7 +186,7 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
         Level::Hbm,
         model.hbm_per_sample + model.hbm_fixed / b,
     );
-    add("input samples", Level::Pcie, plan.device_sample);
+    add("input samples", Level::Pcie, plan.device_sample.value());
     let storage = match outcome.data_location {
         DataLocation::Nvme => Some(Level::Nvme),
         DataLocation::BurstBuffer => Some(Level::BurstBuffer),
@@ -197,10 +198,10 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
             .map(|_| Level::HostMemory),
     };
     if let Some(level) = storage {
-        add("input samples", level, plan.stored_sample);
+        add("input samples", level, plan.stored_sample.value());
     }
     let p = outcome.devices as f64;
-    let ring_traffic = 2.0 * (p - 1.0) / p * plan.gradient_bytes;
+    let ring_traffic = 2.0 * (p - 1.0) / p * plan.gradient_bytes.value();
     if outcome.devices > 1 {
         let level = if scenario.nodes > 1 {
             Level::Network
@@ -234,10 +235,10 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
         .filter(|_| plan.devices_per_node > 1)
         .map(|l| {
             comm(
-                plan.peak * k,
+                plan.peak.value() * k,
                 l.value.value() * k,
                 flops_node,
-                k * 2.0 * (k - 1.0) / k * plan.gradient_bytes,
+                k * 2.0 * (k - 1.0) / k * plan.gradient_bytes.value(),
             )
         });
     let n = f64::from(scenario.nodes);
@@ -245,10 +246,10 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
         .filter(|_| scenario.nodes > 1)
         .map(|(bw, _)| {
             comm(
-                plan.peak * p,
+                plan.peak.value() * p,
                 bw.value() * n,
                 flops_node * n,
-                n * 2.0 * (n - 1.0) / n * plan.gradient_bytes,
+                n * 2.0 * (n - 1.0) / n * plan.gradient_bytes.value(),
             )
         });
 
@@ -323,7 +324,7 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
                         .map(|c| MeasuredCeiling {
                             kind: c.kind.clone(),
                             flops: c.tflops * 1e12,
-                            fraction_of_peak: c.tflops * 1e12 / plan.peak,
+                            fraction_of_peak: c.tflops * 1e12 / plan.peak.value(),
                         })
                         .collect()
                 })

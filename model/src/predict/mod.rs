@@ -226,12 +226,12 @@ mod tests {
         let ddr = at(&cori, DataLocation::Ddr, 16);
         let per_node = (pfs / 16.0).min(nic);
         assert!(
-            (ddr.staging_s - share(16) / per_node).abs() < 1e-6 * ddr.staging_s,
+            (ddr.staging_s.value() - share(16) / per_node).abs() < 1e-6 * ddr.staging_s.value(),
             "{ddr:?}"
         );
         let nvme = at(&cori, DataLocation::Nvme, 8);
-        assert!(nvme.staging_s > 0.0);
-        assert_eq!(at(&cori, DataLocation::Pfs, 8).staging_s, 0.0);
+        assert!(nvme.staging_s.value() > 0.0);
+        assert_eq!(at(&cori, DataLocation::Pfs, 8).staging_s.value(), 0.0);
         // A burst buffer of 1.7 TB/s and 1.8 PB (Cori's DataWarp, for the test).
         cori.cluster.burst_buffer_bandwidth = Some(Sourced {
             value: ByteRate::from_gbs(1700.0),
@@ -245,7 +245,7 @@ mod tests {
         assert_eq!(bb.data_location, DataLocation::BurstBuffer);
         let whole = 262_144.0 * 16_777_216.0;
         assert!(
-            (bb.staging_s - whole / pfs).abs() < 1e-6 * bb.staging_s,
+            (bb.staging_s.value() - whole / pfs).abs() < 1e-6 * bb.staging_s.value(),
             "PFS-bound"
         );
         // Auto prefers node-local NVMe where the share fits, and the burst buffer over the
@@ -348,16 +348,26 @@ mod tests {
         let o = p.outcome;
         assert_eq!(o.devices, 256);
         assert_eq!(o.global_batch, 512);
-        assert!((o.samples_per_s - 512.0 / o.step_time_s).abs() < 1e-6 * o.samples_per_s);
+        assert!(
+            (o.samples_per_s.value() - 512.0 / o.step_time_s.value()).abs()
+                < 1e-6 * o.samples_per_s.value()
+        );
         let steps = (121_266.0f64 / 512.0).ceil();
-        assert!((o.epoch_time_s - steps * o.step_time_s - o.eval_time_s).abs() < 1e-9);
-        assert!((o.time_to_solution_s - o.staging_s - 20.0 * o.epoch_time_s).abs() < 1e-6);
+        assert!(
+            (o.epoch_time_s.value() - steps * o.step_time_s.value() - o.eval_time_s.value()).abs()
+                < 1e-9
+        );
+        assert!(
+            (o.time_to_solution_s.value() - o.staging_s.value() - 20.0 * o.epoch_time_s.value())
+                .abs()
+                < 1e-6
+        );
         assert!(o.fraction_of_peak > 0.0 && o.fraction_of_peak <= 1.0);
         assert!(o.fits);
         // A100 TDP 400 W x 4 per node, 64 nodes.
         assert!(
-            (o.energy_j.unwrap() - 1600.0 * 64.0 * o.time_to_solution_s).abs()
-                < 1e-6 * o.energy_j.unwrap()
+            (o.energy_j.unwrap().value() - 1600.0 * 64.0 * o.time_to_solution_s.value()).abs()
+                < 1e-6 * o.energy_j.unwrap().value()
         );
     }
 
@@ -448,8 +458,8 @@ mod tests {
                 ) else { return Ok(()) };
                 prop_assert!(a.outcome.step_time_s <= b.outcome.step_time_s);
                 prop_assert!(a.outcome.time_to_solution_s <= b.outcome.time_to_solution_s);
-                let sum = b.outcome.compute_s + b.outcome.input_s + b.outcome.allreduce_s;
-                prop_assert!((b.outcome.step_time_s - sum).abs() <= 1e-12 * sum);
+                let sum = (b.outcome.compute_s + b.outcome.input_s + b.outcome.allreduce_s).value();
+                prop_assert!((b.outcome.step_time_s.value() - sum).abs() <= 1e-12 * sum);
             }
 
             #[test]
@@ -466,11 +476,11 @@ mod tests {
                 let Ok(p) = run(&s, &system, Precision::AmpFp16, &Scenario::new(nodes, Epochs::Fixed(5.0)), batch)
                 else { return Ok(()) };
                 let o = p.outcome;
-                let (energy, cost) = (o.energy_j.unwrap(), o.cost.unwrap());
+                let (energy, cost) = (o.energy_j.unwrap().value(), o.cost.unwrap());
                 prop_assert!(energy > 0.0 && cost > 0.0);
                 let n = f64::from(nodes);
-                prop_assert!((energy / o.time_to_solution_s - 300.0 * 8.0 * n).abs() < 1e-6 * energy);
-                prop_assert!((cost / (o.time_to_solution_s / 3600.0) - price * n).abs() < 1e-9 * cost.max(1.0));
+                prop_assert!((energy / o.time_to_solution_s.value() - 300.0 * 8.0 * n).abs() < 1e-6 * energy);
+                prop_assert!((cost / (o.time_to_solution_s.value() / 3600.0) - price * n).abs() < 1e-9 * cost.max(1.0));
             }
 
             /// Strong scaling: while the step stays compute-bound, more nodes never take

@@ -10,7 +10,7 @@ use crate::dataset::Dataset;
 use crate::error::{Error, Result};
 use crate::links::node_network;
 use crate::system::System;
-use crate::units::Bytes;
+use crate::units::{Bytes, FlopRate, Joules, SampleRate, Seconds, Watts};
 
 use super::*;
 
@@ -49,24 +49,25 @@ pub struct Plan<'a> {
     /// Devices per node.
     pub devices_per_node: u32,
     /// Compute time of a training step on one device.
-    pub compute: f64,
+    pub compute: Seconds,
     /// Forward time of one evaluation step on one device.
-    pub eval_compute: f64,
+    pub eval_compute: Seconds,
     /// Memory one device needs.
     pub memory: Bytes,
     /// Memory one device has.
     pub capacity: Bytes,
     /// Matrix peak of one device (for the fraction of peak).
-    pub peak: f64,
+    pub peak: FlopRate,
     /// The largest local batch that fits, where this one does not.
     pub(super) max_batch: Option<u64>,
     /// Bytes per sample as stored (after compression), scaled to this workload's input.
-    pub(super) stored_sample: f64,
+    pub(super) stored_sample: Bytes,
     /// Bytes per sample on the device (the input tensor).
-    pub(super) device_sample: f64,
-    pub(super) gradient_bytes: f64,
-    /// Watts of one node (its own figure, else its devices' TDP).
-    pub(super) node_power: Option<f64>,
+    pub(super) device_sample: Bytes,
+    /// Bytes of the gradients one step reduces.
+    pub(super) gradient_bytes: Bytes,
+    /// Power of one node (its own figure, else its devices' TDP).
+    pub(super) node_power: Option<Watts>,
     pub(super) price: Option<f64>,
     pub(super) gaps: Gaps,
 }
@@ -105,43 +106,43 @@ pub struct Outcome {
     /// Where the data lives.
     pub data_location: DataLocation,
     /// Compute time of a step.
-    pub compute_s: f64,
+    pub compute_s: Seconds,
     /// Input movement (and preprocessing) time of a step.
-    pub input_s: f64,
+    pub input_s: Seconds,
     /// Allreduce time of a step.
-    pub allreduce_s: f64,
+    pub allreduce_s: Seconds,
     /// The allreduce algorithm used.
     pub collective: Algorithm,
     /// Step time.
-    pub step_time_s: f64,
+    pub step_time_s: Seconds,
     /// What bounds the step.
     pub bound: StepBound,
     /// Global samples per second.
-    pub samples_per_s: f64,
+    pub samples_per_s: SampleRate,
     /// Samples per second per device.
-    pub samples_per_s_per_device: f64,
+    pub samples_per_s_per_device: SampleRate,
     /// Epochs to solution.
     pub epochs: f64,
     /// Time of one epoch (training and evaluation) with the data at its steady location.
-    pub epoch_time_s: f64,
+    pub epoch_time_s: Seconds,
     /// Evaluation time per epoch.
-    pub eval_time_s: f64,
+    pub eval_time_s: Seconds,
     /// Staging time before training.
-    pub staging_s: f64,
+    pub staging_s: Seconds,
     /// Time to solution: staging + epochs x epoch.
-    pub time_to_solution_s: f64,
+    pub time_to_solution_s: Seconds,
     /// Achieved FLOP/s of the job.
-    pub achieved_flops: f64,
+    pub achieved_flops: FlopRate,
     /// Achieved / aggregate matrix peak.
     pub fraction_of_peak: f64,
     /// Memory one device needs.
-    pub memory_per_device_bytes: f64,
+    pub memory_per_device_bytes: Bytes,
     /// Whether it fits the device.
     pub fits: bool,
     /// Device-hours to solution (the compute budget of \[003\] Table 6).
     pub compute_budget_device_hours: f64,
-    /// Joules to solution, when the system gives power.
-    pub energy_j: Option<f64>,
+    /// Energy to solution, when the system gives power.
+    pub energy_j: Option<Joules>,
     /// Price to solution, when the system gives a price per node-hour.
     pub cost: Option<f64>,
 }
@@ -151,26 +152,28 @@ impl Outcome {
     /// figure or fit) must not print as `inf`, `NaN` or a zero step.
     fn check_finite(&self) -> std::result::Result<(), Infeasible> {
         let figures = [
-            ("compute time", self.compute_s),
-            ("input time", self.input_s),
-            ("allreduce time", self.allreduce_s),
-            ("step time", self.step_time_s),
-            ("throughput", self.samples_per_s),
+            ("compute time", self.compute_s.value()),
+            ("input time", self.input_s.value()),
+            ("allreduce time", self.allreduce_s.value()),
+            ("step time", self.step_time_s.value()),
+            ("throughput", self.samples_per_s.value()),
             ("epochs", self.epochs),
-            ("epoch time", self.epoch_time_s),
-            ("evaluation time", self.eval_time_s),
-            ("staging time", self.staging_s),
-            ("time to solution", self.time_to_solution_s),
-            ("achieved FLOP/s", self.achieved_flops),
+            ("epoch time", self.epoch_time_s.value()),
+            ("evaluation time", self.eval_time_s.value()),
+            ("staging time", self.staging_s.value()),
+            ("time to solution", self.time_to_solution_s.value()),
+            ("achieved FLOP/s", self.achieved_flops.value()),
             ("fraction of peak", self.fraction_of_peak),
-            ("memory per device", self.memory_per_device_bytes),
+            ("memory per device", self.memory_per_device_bytes.value()),
             ("compute budget", self.compute_budget_device_hours),
-            ("energy", self.energy_j.unwrap_or(0.0)),
+            ("energy", self.energy_j.map_or(0.0, Joules::value)),
             ("cost", self.cost.unwrap_or(0.0)),
         ];
         match figures.iter().find(|(_, v)| !v.is_finite()) {
             Some((field, _)) => Err(Infeasible::NotFinite { field }),
-            None if self.step_time_s <= 0.0 => Err(Infeasible::NotFinite { field: "step time" }),
+            None if self.step_time_s.value() <= 0.0 => {
+                Err(Infeasible::NotFinite { field: "step time" })
+            }
             None => Ok(()),
         }
     }
@@ -513,7 +516,8 @@ impl<'a> Plan<'a> {
             .power_w
             .as_ref()
             .map(|p| p.value)
-            .or_else(|| system.device.tdp_w.as_ref().map(|t| t.value * f64::from(k)));
+            .or_else(|| system.device.tdp_w.as_ref().map(|t| t.value * f64::from(k)))
+            .map(Watts::new);
         Ok(Plan {
             model,
             system,
@@ -521,15 +525,19 @@ impl<'a> Plan<'a> {
             scenario,
             batch,
             devices_per_node: k,
-            compute,
-            eval_compute,
+            compute: Seconds::new(compute),
+            eval_compute: Seconds::new(eval_compute),
             memory,
             capacity,
-            peak: rates.matrix / scenario.efficiency.compute,
+            peak: FlopRate::new(rates.matrix / scenario.efficiency.compute),
             max_batch,
-            stored_sample: dataset.sample_bytes.value.value() * scale / scenario.compression,
-            device_sample: (model.input_elements * model.precision.compute_bytes()) as f64,
-            gradient_bytes: (model.params * scenario.gradient_bytes) as f64,
+            stored_sample: Bytes::new(
+                dataset.sample_bytes.value.value() * scale / scenario.compression,
+            ),
+            device_sample: Bytes::from_count(
+                model.input_elements * model.precision.compute_bytes(),
+            ),
+            gradient_bytes: Bytes::from_count(model.params * scenario.gradient_bytes),
             node_power,
             price: system.cluster.price_per_node_hour.as_ref().map(|p| p.value),
             gaps,
@@ -539,7 +547,8 @@ impl<'a> Plan<'a> {
     /// Where the data lives at `nodes` nodes, and the bytes of a node's share.
     #[allow(clippy::cast_precision_loss)]
     fn locate(&self, nodes: u32) -> std::result::Result<(DataLocation, f64), Infeasible> {
-        let share = self.stored_sample * self.dataset.train_samples.value as f64 / f64::from(nodes);
+        let share =
+            self.stored_sample.value() * self.dataset.train_samples.value as f64 / f64::from(nodes);
         let g = &self.gaps;
         let storage = StorageKeys {
             host: g.host_capacity,
@@ -646,12 +655,13 @@ impl<'a> Plan<'a> {
     fn input_per_sample(&self, location: DataLocation, nodes: u32) -> f64 {
         let g = &self.gaps;
         // Host to device: the PCIe link, or for a device without one (a CPU) its memory.
-        let host_link = self.device_sample * g.pcie.unwrap_or(g.hbm);
+        let host_link = self.device_sample.value() * g.pcie.unwrap_or(g.hbm);
+        let stored = self.stored_sample.value();
         let storage = match location {
-            DataLocation::Ddr | DataLocation::Auto => self.stored_sample * g.host.unwrap_or(0.0),
-            DataLocation::Nvme => self.stored_sample * g.nvme.unwrap_or(0.0),
-            DataLocation::BurstBuffer => self.stored_sample * self.bb_gap(nodes).unwrap_or(0.0),
-            DataLocation::Pfs => self.stored_sample * self.pfs_gap(nodes).unwrap_or(0.0),
+            DataLocation::Ddr | DataLocation::Auto => stored * g.host.unwrap_or(0.0),
+            DataLocation::Nvme => stored * g.nvme.unwrap_or(0.0),
+            DataLocation::BurstBuffer => stored * self.bb_gap(nodes).unwrap_or(0.0),
+            DataLocation::Pfs => stored * self.pfs_gap(nodes).unwrap_or(0.0),
         };
         let preprocess = self
             .scenario
@@ -709,15 +719,20 @@ impl<'a> Plan<'a> {
         let (location, share) = self.locate(nodes)?;
         let b = self.batch as f64;
         let input = b * self.input_per_sample(location, total_nodes);
-        let ar = collective::allreduce_time(fabric, self.gradient_bytes, self.scenario.collective)
-            .ok_or(Infeasible::Collective { devices })?;
+        let ar = collective::allreduce_time(
+            fabric,
+            self.gradient_bytes.value(),
+            self.scenario.collective,
+        )
+        .ok_or(Infeasible::Collective { devices })?;
         let allreduce = ar.time.value();
         let combine = |parts: &[f64]| match self.scenario.overlap {
             Overlap::Full => parts.iter().copied().fold(0.0, f64::max),
             Overlap::None => parts.iter().sum(),
         };
-        let step = combine(&[self.compute, input, allreduce]);
-        let bound = if self.compute >= input && self.compute >= allreduce {
+        let compute = self.compute.value();
+        let step = combine(&[compute, input, allreduce]);
+        let bound = if compute >= input && compute >= allreduce {
             StepBound::Compute
         } else if input >= allreduce {
             StepBound::Input
@@ -727,12 +742,13 @@ impl<'a> Plan<'a> {
         let train = self.dataset.train_samples.value as f64;
         let eval = self.dataset.eval_samples.value as f64;
         let g = global as f64;
-        let eval_step = combine(&[self.eval_compute, input]);
+        let eval_step = combine(&[self.eval_compute.value(), input]);
         let eval_time = (eval / g).ceil() * eval_step;
         let epoch = (train / g).ceil() * step + eval_time;
         let staging = self.staging(location, share, total_nodes);
         let tts = staging + epochs * epoch;
-        let achieved = self.model.flops_per_sample * g / step;
+        let achieved = FlopRate::new(self.model.flops_per_sample * g / step);
+        let tts_s = Seconds::new(tts);
         let hours = tts / 3600.0;
         let outcome = Outcome {
             nodes,
@@ -741,24 +757,24 @@ impl<'a> Plan<'a> {
             global_batch: global,
             data_location: location,
             compute_s: self.compute,
-            input_s: input,
-            allreduce_s: allreduce,
+            input_s: Seconds::new(input),
+            allreduce_s: Seconds::new(allreduce),
             collective: ar.algorithm,
-            step_time_s: step,
+            step_time_s: Seconds::new(step),
             bound,
-            samples_per_s: g / step,
-            samples_per_s_per_device: b / step,
+            samples_per_s: SampleRate::new(g / step),
+            samples_per_s_per_device: SampleRate::new(b / step),
             epochs,
-            epoch_time_s: epoch,
-            eval_time_s: eval_time,
-            staging_s: staging,
-            time_to_solution_s: tts,
+            epoch_time_s: Seconds::new(epoch),
+            eval_time_s: Seconds::new(eval_time),
+            staging_s: Seconds::new(staging),
+            time_to_solution_s: tts_s,
             achieved_flops: achieved,
             fraction_of_peak: achieved / (self.peak * devices as f64),
-            memory_per_device_bytes: self.memory.value(),
+            memory_per_device_bytes: self.memory,
             fits: self.memory <= self.capacity,
             compute_budget_device_hours: hours * devices as f64,
-            energy_j: self.node_power.map(|w| w * f64::from(nodes) * tts),
+            energy_j: self.node_power.map(|w| w * f64::from(nodes) * tts_s),
             cost: self.price.map(|p| p * f64::from(nodes) * hours),
         };
         outcome.check_finite()?;

@@ -2,18 +2,25 @@
 //! file as each case completes, and a campaign resumed by one rule everywhere: a case whose
 //! record id is in the file is done and skipped ([`RecordWriter`] keeps the ids, drops a torn
 //! last line and a measurement cut short). [`Runner`] runs micro-kernel and workload cases
-//! on the CPU and CUDA backends; [`Records`] is the same file and rule for paths that run
-//! their own measurements (NCCL). [`suite()`] plans the micro-kernel suite to a budget and
-//! runs it; [`slurm_script`] writes the batch script of the MPI communication campaign (whose
-//! runner is still `ridgeline_measure::comm`). Progress goes to an [`Observer`]: the command
-//! line draws bars, tests and pipelines stay silent.
+//! on the CPU and CUDA backends; [`Records`] is the same file and rule for the paths that
+//! cannot run case by case on one backend: [`nccl`] across a node's GPUs, and [`comm()`], the
+//! MPI campaign, whose ranks measure together while rank 0 writes through a [`Records`]
+//! handed to `ridgeline_measure::comm` as a `record::Sink`. [`suite()`] plans the
+//! micro-kernel suite to a budget and runs it; [`slurm_script`] writes the batch script of
+//! the MPI campaign. Progress goes to an [`Observer`]: the command line draws bars, tests and
+//! pipelines stay silent.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use ridgeline_measure::comm::{self, CommPlan, CommRun};
 use ridgeline_measure::protocol::CacheState;
-use ridgeline_measure::{Backend, Case, Protocol, Record, RecordWriter, open_backend, suite};
+use ridgeline_measure::record::Sink;
+use ridgeline_measure::{
+    Backend, Case, NcclAllreduce, Protocol, Record, RecordWriter, nccl_allreduce, open_backend,
+    suite,
+};
 use ridgeline_model::units::{ByteRate, FlopRate};
 
 use crate::columns::Style;
@@ -200,7 +207,11 @@ pub struct Records {
 impl Records {
     /// Opens `out` for a new or resumed campaign (nothing to open without a file); what a
     /// resume keeps and drops goes to `observer`.
-    pub fn open(out: Option<&Path>, resume: bool, observer: &dyn Observer) -> Result<Records> {
+    pub fn open(
+        out: Option<&Path>,
+        resume: bool,
+        observer: &dyn Observer,
+    ) -> ridgeline_measure::Result<Records> {
         let Some(path) = out else {
             return Ok(Records { writer: None });
         };
@@ -246,6 +257,57 @@ impl Records {
             None => Ok(()),
         }
     }
+
+    /// The file, for runners that take a [`Sink`] (none without a file).
+    pub fn into_sink<'a>(self) -> Option<Box<dyn Sink + 'a>> {
+        self.writer.map(|w| Box::new(w) as Box<dyn Sink>)
+    }
+}
+
+/// Runs the MPI communication campaign `plan` (every rank calls this): rank 0 opens `out`
+/// by the one resume rule, telling `observer` what a resume keeps and drops, and writes the
+/// records as they are measured.
+pub fn comm(
+    plan: &CommPlan,
+    out: Option<&Path>,
+    resume: bool,
+    observer: &dyn Observer,
+) -> Result<CommRun> {
+    Ok(comm::run(plan, &mut || {
+        Ok(Records::open(out, resume, observer)?.into_sink())
+    })?)
+}
+
+/// Runs NCCL allreduce `cases` across the node's GPUs by `protocol` into `out` (opened by
+/// the one resume rule), skipping the sizes it already holds.
+pub fn nccl(
+    cases: &[NcclAllreduce],
+    out: Option<&Path>,
+    resume: bool,
+    protocol: &Protocol,
+    observer: &dyn Observer,
+) -> Result<Ran> {
+    for c in cases {
+        c.check()?;
+    }
+    let mut file = Records::open(out, resume, observer)?;
+    let done: Vec<String> = cases
+        .iter()
+        .map(NcclAllreduce::id)
+        .filter(|id| file.has(id))
+        .collect();
+    let skip = |id: &str| done.iter().any(|d| d == id);
+    let mut ran = Ran {
+        records: Vec::new(),
+        skipped: done.len(),
+        unrun: 0,
+    };
+    nccl_allreduce(cases, protocol, &skip, &mut |r| {
+        file.write(std::slice::from_ref(&r))?;
+        ran.records.push(r);
+        Ok(())
+    })?;
+    Ok(ran)
 }
 
 /// Micro-kernel and workload cases run on backends into a records file.

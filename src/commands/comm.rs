@@ -5,11 +5,11 @@ use anyhow::{Result, bail};
 use ridgeline_app::campaign::{self, SlurmJob};
 use ridgeline_app::tables;
 use ridgeline_measure::Protocol;
-use ridgeline_measure::comm::{self, CommBench, CommPlan, Pairs};
+use ridgeline_measure::comm::{CommBench, CommPlan, Pairs};
 use ridgeline_reports::Document;
 
 use crate::cli::{CommArgs, CommBenchCommand, Format, MeasureCommArgs, PairsArg};
-use crate::output;
+use crate::output::{self, Progress};
 
 pub(crate) fn run(args: &MeasureCommArgs) -> Result<()> {
     if args.emit_slurm {
@@ -39,10 +39,11 @@ pub(crate) fn run(args: &MeasureCommArgs) -> Result<()> {
         CommBenchCommand::Alltoall(a) => (CommPlan::new(CommBench::Alltoall), &a.comm),
     };
     let plan = with_common(plan, common);
-    let ran = comm::run(
+    let ran = campaign::comm(
         &plan,
         common.campaign.out.as_deref(),
         common.campaign.resume,
+        &Progress::new(),
     )?;
     if !ran.is_root() {
         return Ok(());

@@ -10,7 +10,7 @@ use ridgeline_app::cases;
 use ridgeline_app::inputs::{self};
 use ridgeline_app::tables;
 use ridgeline_measure::suite::Caches;
-use ridgeline_measure::{Case, NcclAllreduce, Protocol, StepRun, nccl_allreduce};
+use ridgeline_measure::{Case, NcclAllreduce, Protocol, StepRun};
 use ridgeline_model::units::Bytes;
 use ridgeline_reports::Document;
 
@@ -153,36 +153,18 @@ pub(crate) fn nccl(args: &MeasureNcclArgs) -> Result<()> {
             bytes: b as usize,
         })
         .collect();
-    for c in &cases {
-        c.check()?;
-    }
-    let progress = Progress::new();
-    let mut file = Records::open(
-        args.campaign.out.as_deref(),
-        args.campaign.resume,
-        &progress,
-    )?;
     let protocol = args
         .campaign
         .protocol
         .overrides()
         .apply(Protocol::default());
-    let done: Vec<String> = cases
-        .iter()
-        .map(NcclAllreduce::id)
-        .filter(|id| file.has(id))
-        .collect();
-    let skip = |id: &str| done.iter().any(|d| d == id);
-    let mut ran = Ran {
-        records: Vec::new(),
-        skipped: done.len(),
-        unrun: 0,
-    };
-    nccl_allreduce(&cases, &protocol, &skip, &mut |r| {
-        file.write(std::slice::from_ref(&r))?;
-        ran.records.push(r);
-        Ok(())
-    })?;
+    let ran = campaign::nccl(
+        &cases,
+        args.campaign.out.as_deref(),
+        args.campaign.resume,
+        &protocol,
+        &Progress::new(),
+    )?;
     finish(
         &format!("NCCL allreduce across {} GPUs", args.gpus),
         args.campaign.format.format,

@@ -1,12 +1,10 @@
 //! The disabled twin: this build has no MPI, so every campaign is an error that says how
 //! to build with it.
 
-use std::path::Path;
-
-use super::{CommPlan, CommRun, HOW_TO_BUILD};
+use super::{CommPlan, CommRun, HOW_TO_BUILD, Opener};
 use crate::error::{Error, Result};
 
-pub(super) fn run(_plan: &CommPlan, _out: Option<&Path>, _resume: bool) -> Result<CommRun> {
+pub(super) fn run(_plan: &CommPlan, _open: &mut Opener<'_>) -> Result<CommRun> {
     Err(Error::BackendUnavailable {
         backend: "mpi".into(),
         reason: format!("this ridgeline was built without the `mpi` feature; {HOW_TO_BUILD}"),

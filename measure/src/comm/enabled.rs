@@ -1,14 +1,13 @@
 //! The MPI implementation, through rsmpi over the system's MPI library.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 use std::time::Instant;
 
 use mpi::collective::SystemOperation;
 use mpi::topology::{Color, SimpleCommunicator};
 use mpi::traits::{Communicator, CommunicatorCollectives, Destination, Root, Source};
 
-use super::{AllreduceAlgorithm, CommBench, CommPlan, CommRun, DEVICE, Pairs};
+use super::{AllreduceAlgorithm, CommBench, CommPlan, CommRun, DEVICE, Opener, Pairs};
 use ridgeline_model::collective::{DoubleTree, TREE_SEGMENT_BYTES, segments as segments_of};
 
 use crate::cuda::NcclRank;
@@ -16,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::protocol::{MIN_RESOLUTIONS, Protocol, median, timer_resolution};
 use crate::record::{
     AllreduceShape, AlltoallShape, Env, ExchangeShape, Extra, Measured, PrttShape, Record,
-    RecordPrecision, RecordWriter, ReduceShape, read_records, record_id,
+    RecordPrecision, ReduceShape, Sink as RecordSink, record_id,
 };
 
 /// Longest host name exchanged between ranks.
@@ -47,29 +46,29 @@ impl Job {
 }
 
 /// Rank 0's records file and what resuming it found.
-struct Sink {
-    writer: Option<RecordWriter>,
+struct Sink<'a> {
+    file: Option<Box<dyn RecordSink + 'a>>,
     /// Median sample of each resumed record, by id (a delayed train needs its ping-pong).
     resumed: HashMap<String, f64>,
     records: Vec<Record>,
     skipped: usize,
 }
 
-impl Sink {
+impl Sink<'_> {
     fn has(&self, id: &str) -> bool {
-        self.writer.as_ref().is_some_and(|w| w.has(id))
+        self.file.as_ref().is_some_and(|f| f.has(id))
     }
 
     fn push(&mut self, record: Record) -> Result<()> {
-        if let Some(w) = &mut self.writer {
-            w.write(std::slice::from_ref(&record))?;
+        if let Some(f) = &mut self.file {
+            f.write(std::slice::from_ref(&record))?;
         }
         self.records.push(record);
         Ok(())
     }
 }
 
-pub(super) fn run(plan: &CommPlan, out: Option<&Path>, resume: bool) -> Result<CommRun> {
+pub(super) fn run<'a>(plan: &CommPlan, open: &mut Opener<'a>) -> Result<CommRun> {
     let universe = mpi::initialize().ok_or_else(|| Error::BackendUnavailable {
         backend: "mpi".into(),
         reason: "MPI is already initialised in this process".into(),
@@ -95,15 +94,15 @@ pub(super) fn run(plan: &CommPlan, out: Option<&Path>, resume: bool) -> Result<C
     // Rank 0 opens the records file; every rank learns whether that worked.
     let mut failure = None;
     let mut sink = Sink {
-        writer: None,
+        file: None,
         resumed: HashMap::new(),
         records: Vec::new(),
         skipped: 0,
     };
     if rank == 0 {
-        match open(out, resume, ranks) {
-            Ok((writer, resumed)) => {
-                sink.writer = writer;
+        match open().and_then(|file| resumed(file.as_deref(), ranks).map(|r| (file, r))) {
+            Ok((file, resumed)) => {
+                sink.file = file;
                 sink.resumed = resumed;
             }
             Err(e) => failure = Some(e),
@@ -229,36 +228,30 @@ fn settings() -> BTreeMap<String, String> {
         .collect()
 }
 
-type Opened = (Option<RecordWriter>, HashMap<String, f64>);
-
-/// Opens the records file on rank 0: a file being resumed must come from a job of the
-/// same size.
-fn open(out: Option<&Path>, resume: bool, ranks: usize) -> Result<Opened> {
-    let Some(path) = out else {
-        return Ok((None, HashMap::new()));
-    };
+/// What rank 0's file already holds: the median of each record, by id. A file being
+/// resumed must come from a job of the same size.
+fn resumed(file: Option<&(dyn RecordSink + '_)>, ranks: usize) -> Result<HashMap<String, f64>> {
     let mut resumed = HashMap::new();
-    if resume && path.exists() {
-        let (records, _) = read_records(path)?;
-        for r in records.iter().filter(|r| r.device == DEVICE) {
-            let theirs = r.extra.ranks;
-            if theirs != Some(ranks) {
-                return Err(Error::invalid(
-                    path.display().to_string(),
-                    format!(
-                        "its record `{}` was measured by a job of {} ranks, and this job has \
-                         {ranks}: resume it with the same number of ranks, or write to another \
-                         --out",
-                        r.id,
-                        theirs.map_or_else(|| "an unknown number of".into(), |p| p.to_string())
-                    ),
-                ));
-            }
-            resumed.insert(r.id.clone(), median(&r.samples_s));
+    let Some(file) = file else {
+        return Ok(resumed);
+    };
+    for r in file.kept().iter().filter(|r| r.device == DEVICE) {
+        let theirs = r.extra.ranks;
+        if theirs != Some(ranks) {
+            return Err(Error::invalid(
+                file.path().display().to_string(),
+                format!(
+                    "its record `{}` was measured by a job of {} ranks, and this job has \
+                     {ranks}: resume it with the same number of ranks, or write to another \
+                     --out",
+                    r.id,
+                    theirs.map_or_else(|| "an unknown number of".into(), |p| p.to_string())
+                ),
+            ));
         }
+        resumed.insert(r.id.clone(), median(&r.samples_s));
     }
-    let (writer, _) = RecordWriter::open(path, resume)?;
-    Ok((Some(writer), resumed))
+    Ok(resumed)
 }
 
 fn record(

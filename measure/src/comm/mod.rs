@@ -37,7 +37,6 @@
 //! with MPI (STYLE.md rule 6).
 
 use std::fmt;
-use std::path::Path;
 use std::str::FromStr;
 
 use serde::Serialize;
@@ -286,10 +285,14 @@ impl CommRun {
 /// Runs `plan` in an MPI job: every rank calls this; rank 0 appends records to `out`
 /// (resuming it with `resume`). Errors before any measurement (one rank, a records file
 /// from a job of another size) are returned on every rank.
-pub fn run(plan: &CommPlan, out: Option<&Path>, resume: bool) -> Result<CommRun> {
+pub fn run(plan: &CommPlan, open: &mut Opener<'_>) -> Result<CommRun> {
     plan.check()?;
-    imp::run(plan, out, resume)
+    imp::run(plan, open)
 }
+
+/// Opens the records file on rank 0 (`None`: no file, records are only returned): the
+/// campaign's one resume rule, from whoever runs the campaign.
+pub type Opener<'a> = dyn FnMut() -> Result<Option<Box<dyn crate::record::Sink + 'a>>> + 'a;
 
 /// Whether this build can run communication benchmarks.
 pub const ENABLED: bool = cfg!(feature = "mpi");

@@ -592,6 +592,40 @@ pub struct RecordWriter {
     path: PathBuf,
     file: File,
     done: HashSet<String>,
+    /// The complete records a resumed file already held.
+    kept: Vec<Record>,
+}
+
+/// Where a campaign's records go: a file opened by [`RecordWriter::open`]'s one resume rule
+/// (and what wraps it to report that rule's findings). Runners that cannot be written
+/// against one backend, as the MPI campaign across ranks, take this.
+pub trait Sink {
+    /// The file.
+    fn path(&self) -> &Path;
+    /// Whether the file already holds the record `id`.
+    fn has(&self, id: &str) -> bool;
+    /// The complete records the file held when it was opened (none for a new one).
+    fn kept(&self) -> &[Record];
+    /// Appends one measurement's records, all of them or none.
+    fn write(&mut self, records: &[Record]) -> Result<()>;
+}
+
+impl Sink for RecordWriter {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn has(&self, id: &str) -> bool {
+        RecordWriter::has(self, id)
+    }
+
+    fn kept(&self) -> &[Record] {
+        &self.kept
+    }
+
+    fn write(&mut self, records: &[Record]) -> Result<()> {
+        RecordWriter::write(self, records)
+    }
 }
 
 /// What opening a file for resumption found.
@@ -631,11 +665,12 @@ impl RecordWriter {
                  --out",
             ));
         }
-        let (done, resumed, keep) = if exists {
+        let (kept, resumed, keep) = if exists {
             scan(path)?
         } else {
-            (HashSet::new(), Resumed::default(), 0)
+            (Vec::new(), Resumed::default(), 0)
         };
+        let done = kept.iter().map(|r| r.id.clone()).collect();
         let file = OpenOptions::new()
             .create(true)
             .append(true)
@@ -650,6 +685,7 @@ impl RecordWriter {
                 path: path.to_owned(),
                 file,
                 done,
+                kept,
             },
             resumed,
         ))
@@ -691,9 +727,9 @@ pub fn read_records(path: &Path) -> Result<(Vec<Record>, Option<usize>)> {
     Ok((parsed.records, parsed.torn))
 }
 
-/// The ids in `path` that a resumed campaign keeps, what was found, and the byte length to
-/// keep.
-fn scan(path: &Path) -> Result<(HashSet<String>, Resumed, u64)> {
+/// The records of `path` that a resumed campaign keeps, what was found, and the byte length
+/// to keep.
+fn scan(path: &Path) -> Result<(Vec<Record>, Resumed, u64)> {
     let parsed = parse(path)?;
     let complete = parsed.records.len() - parsed.partial.map_or(0, |(_, n)| n);
     let resumed = Resumed {
@@ -701,13 +737,9 @@ fn scan(path: &Path) -> Result<(HashSet<String>, Resumed, u64)> {
         torn_line: parsed.torn,
         partial: parsed.partial,
     };
-    let done = parsed
-        .records
-        .into_iter()
-        .take(complete)
-        .map(|r| r.id)
-        .collect();
-    Ok((done, resumed, parsed.case_end))
+    let mut kept = parsed.records;
+    kept.truncate(complete);
+    Ok((kept, resumed, parsed.case_end))
 }
 
 /// What a records file holds.

@@ -1,7 +1,7 @@
 //! The column sets commands print and reports carry: one definition per table, so that a
 //! command's output and the report built from the same result never disagree.
 
-use ridgeline_calibrate::comm::CommPoint;
+use ridgeline_calibrate::comm::{CommPoint, CommValidation};
 use ridgeline_calibrate::stats::median;
 use ridgeline_calibrate::validate::{LayerPoint, StepPoint, Validation};
 use ridgeline_measure::{Measured, Pass, Record, StepRun};
@@ -9,6 +9,7 @@ use ridgeline_model::graph::{Graph, Shape};
 use ridgeline_model::memory::{Footprint, MemoryRow, Optimizer};
 use ridgeline_model::precision::Precision;
 use ridgeline_model::predict::Movement;
+use ridgeline_model::profile::Profile;
 use ridgeline_model::published::Figure as PublishedFigure;
 use ridgeline_model::roofline::{Bound, PeakClass, RooflineLayer};
 use ridgeline_model::scale::ScaleRow;
@@ -16,6 +17,7 @@ use ridgeline_model::units::{ByteRate, Bytes, FlopRate, Seconds};
 use serde::Serialize;
 
 use crate::columns::{Col, Style, num, text};
+use crate::validation::Published;
 
 /// Data movement per sample: each source, the level it crosses, bytes and cost (\[004\] Fig. 4).
 pub fn movement_cols() -> [Col<Movement>; 6] {
@@ -175,6 +177,60 @@ pub fn layer_cols() -> [Col<LayerPoint>; 7] {
         }),
         num("error", "rel_error", |r, s| signed_percent(r.rel_error, s)),
     ]
+}
+
+/// The summary lines of a collective validation: all points, then each algorithm, then
+/// the transport of each LogGP level of `profile`.
+pub fn comm_summary_lines(v: &CommValidation, profile: &Profile) -> Vec<(String, String)> {
+    let pct = |x: f64| format!("{:.1}%", 100.0 * x);
+    let mut lines = vec![(
+        "all".to_owned(),
+        format!(
+            "geometric mean |error| {}, median {}, max {}, bias {:+.1}% over {} points",
+            pct(v.summary.geomean_abs_rel_error),
+            pct(v.summary.median_abs_rel_error),
+            pct(v.summary.max_abs_rel_error),
+            100.0 * v.summary.bias,
+            v.summary.points
+        ),
+    )];
+    for a in &v.algorithms {
+        lines.push((
+            a.algorithm.clone(),
+            format!(
+                "geometric mean |error| {}, max {} over {} points",
+                pct(a.summary.geomean_abs_rel_error),
+                pct(a.summary.max_abs_rel_error),
+                a.summary.points
+            ),
+        ));
+    }
+    for l in &profile.comm {
+        lines.push((format!("level {}", l.level.name()), l.transport.clone()));
+    }
+    lines
+}
+
+/// One summary line per built-in workload checked against its reference layer table.
+pub fn published_summary_lines(v: &Published, style: Style) -> Vec<(String, String)> {
+    v.layers
+        .iter()
+        .map(|c| {
+            (
+                c.workload.clone(),
+                format!(
+                    "{} of {} layers as data/reference/ lists them ({} mismatched); {} parameters (reference {}), {:.3} GMAC/sample (reference {:.3})",
+                    c.layers - c.mismatches.len().min(c.layers),
+                    c.reference_layers,
+                    c.mismatches.len(),
+                    style.count(c.params),
+                    style.count(c.reference_params),
+                    c.macs_fwd as f64 / 1e9,
+                    c.reference_macs_fwd as f64 / 1e9
+                ),
+            )
+        })
+        .collect()
 }
 
 /// The summary lines of a validation: step, layer and memory error statistics.

@@ -57,34 +57,11 @@ fn comm(args: &ValidateCommArgs) -> Result<()> {
     }
     let cols = tables::comm_cols();
     output::print(args.format.format, &v.points, |style| {
-        let pct = |x: f64| format!("{:.1}%", 100.0 * x);
         let mut d = Document::new("Allreduce: predicted from LogGP vs measured")
             .summary("profile", path.clone())
-            .summary("measured", args.measured.display().to_string())
-            .summary(
-                "all",
-                format!(
-                    "geometric mean |error| {}, median {}, max {}, bias {:+.1}% over {} points",
-                    pct(v.summary.geomean_abs_rel_error),
-                    pct(v.summary.median_abs_rel_error),
-                    pct(v.summary.max_abs_rel_error),
-                    100.0 * v.summary.bias,
-                    v.summary.points
-                ),
-            );
-        for a in &v.algorithms {
-            d = d.summary(
-                a.algorithm.clone(),
-                format!(
-                    "geometric mean |error| {}, max {} over {} points",
-                    pct(a.summary.geomean_abs_rel_error),
-                    pct(a.summary.max_abs_rel_error),
-                    a.summary.points
-                ),
-            );
-        }
-        for l in &profile.comm {
-            d = d.summary(format!("level {}", l.level.name()), l.transport.clone());
+            .summary("measured", args.measured.display().to_string());
+        for (k, val) in tables::comm_summary_lines(&v, &profile) {
+            d = d.summary(k, val);
         }
         let mut d = d.table(output::table(&v.points, &cols, style)).note(
             "error = (predicted - measured) / measured; measured = median of the samples, each the slowest rank's time",
@@ -103,20 +80,8 @@ fn published(format: Format) -> Result<()> {
     let cols = tables::published_cols();
     output::print(format, &v, |style| {
         let mut d = Document::new("The model against published figures");
-        for c in &v.layers {
-            d = d.summary(
-                c.workload.clone(),
-                format!(
-                    "{} of {} layers as data/reference/ lists them ({} mismatched); {} parameters (reference {}), {:.3} GMAC/sample (reference {:.3})",
-                    c.layers - c.mismatches.len().min(c.layers),
-                    c.reference_layers,
-                    c.mismatches.len(),
-                    style.count(c.params),
-                    style.count(c.reference_params),
-                    c.macs_fwd as f64 / 1e9,
-                    c.reference_macs_fwd as f64 / 1e9
-                ),
-            );
+        for (k, val) in tables::published_summary_lines(&v, style) {
+            d = d.summary(k, val);
         }
         let mut d = d.table(output::table(&v.table2, &cols, style)).note(
             "Published: [004] Table II and §IV-A, measured on V100 with TensorFlow 2.5 and automatic mixed precision (data/reference/ibrahim2021-table2.toml). Model: 16-bit activations, one sample; the published FLOPs and HBM bytes are profiler measurements, which count what the framework and cuDNN add to the layers' own work.",

@@ -3,15 +3,13 @@
 
 use std::path::PathBuf;
 
-use crate::{run_err, run_json, run_ok};
+use crate::{QUICK, run_err, run_json, run_ok};
 
 fn temp_dir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ridgeline-calibrate-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
-
-const QUICK: [&str; 6] = ["--warmup", "0s", "--min-time", "0s", "--min-samples", "3"];
 
 fn measure(args: &[&str], out: &str) {
     let mut all = vec!["measure"];

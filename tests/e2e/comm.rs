@@ -54,7 +54,7 @@ mod under_mpi {
     use super::super::{run_err, run_json, run_ok};
 
     /// A quick protocol: this is a functional check.
-    const QUICK: [&str; 6] = ["--warmup", "1ms", "--min-samples", "3", "--min-time", "1ms"];
+    use crate::QUICK;
 
     fn dir(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("ridgeline-comm-{}-{name}", std::process::id()));

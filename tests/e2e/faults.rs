@@ -15,6 +15,18 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// A fresh GEMM records file `dir/name` of the given sizes, measured quickly on one
+/// thread; its path.
+fn measured_gemm(dir: &std::path::Path, name: &str, sizes: &str) -> String {
+    let out = dir.join(name);
+    let o = out.to_str().unwrap().to_owned();
+    let _ = std::fs::remove_file(&out);
+    let mut args = vec!["measure", "gemm", "--size", sizes, "--out", &o];
+    args.extend(QUICK);
+    run_ok(&args);
+    o
+}
+
 /// Writes `text` to `name` in a scratch directory and returns the path.
 fn write(name: &str, text: &str) -> String {
     let path = scratch("files").join(name);
@@ -27,16 +39,11 @@ fn data(path: &str) -> String {
     std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap()
 }
 
-const QUICK: [&str; 8] = [
-    "--warmup",
-    "0s",
-    "--min-time",
-    "0s",
-    "--min-samples",
-    "3",
-    "--threads",
-    "1",
-];
+/// The quick protocol, on one thread.
+const QUICK: [&str; 8] = {
+    let q = crate::QUICK;
+    [q[0], q[1], q[2], q[3], q[4], q[5], "--threads", "1"]
+};
 
 /// `measure workload` of CosmoFlow at 32^3, one step, into `out` (resumed or not), by the
 /// quick protocol.
@@ -62,12 +69,8 @@ fn tiny_workload_args(out: &str, resume: bool) -> Vec<&str> {
 #[test]
 fn issue17_a_cpu_profile_is_refused_for_a_gpu_system() {
     let dir = scratch("cpu-profile");
-    let records = dir.join("cpu-suite.jsonl");
-    let r = records.to_str().unwrap();
-    let _ = std::fs::remove_file(r);
-    let mut args = vec!["measure", "gemm", "--size", "32,48,64,96,128", "--out", r];
-    args.extend(QUICK);
-    run_ok(&args);
+    let records = measured_gemm(&dir, "cpu-suite.jsonl", "32,48,64,96,128");
+    let r = records.as_str();
     let profile = dir.join("p.toml");
     let err = run_err(&[
         "calibrate",
@@ -564,12 +567,8 @@ fn issue17_records_that_claim_nonsense_are_refused() {
 #[test]
 fn issue17_renamed_layers_are_refused_by_validate() {
     let dir = scratch("renamed");
-    let micro = dir.join("gemm.jsonl");
-    let m = micro.to_str().unwrap();
-    let _ = std::fs::remove_file(m);
-    let mut args = vec!["measure", "gemm", "--size", "32,64,128", "--out", m];
-    args.extend(QUICK);
-    run_ok(&args);
+    let micro = measured_gemm(&dir, "gemm.jsonl", "32,64,128");
+    let m = micro.as_str();
     let profile = dir.join("p.toml");
     let p = profile.to_str().unwrap();
     run_ok(&["calibrate", m, "--threads", "1", "--out", p]);
@@ -595,12 +594,8 @@ fn issue17_renamed_layers_are_refused_by_validate() {
 #[test]
 fn issue17_gemm_records_with_a_zero_dimension_are_refused() {
     let dir = scratch("gemm-zero");
-    let micro = dir.join("gemm.jsonl");
-    let m = micro.to_str().unwrap();
-    let _ = std::fs::remove_file(m);
-    let mut args = vec!["measure", "gemm", "--size", "32,64", "--out", m];
-    args.extend(QUICK);
-    run_ok(&args);
+    let micro = measured_gemm(&dir, "gemm.jsonl", "32,64");
+    let m = micro.as_str();
     let text = std::fs::read_to_string(m)
         .unwrap()
         .replacen("\"m\":32", "\"m\":0", 1);
@@ -641,12 +636,8 @@ fn issue17_scale_marks_configurations_that_do_not_fit_as_infeasible() {
 #[test]
 fn issue17_a_profile_of_an_unknown_device_and_an_empty_layer_name_are_refused() {
     let dir = scratch("quantum");
-    let micro = dir.join("gemm.jsonl");
-    let m = micro.to_str().unwrap();
-    let _ = std::fs::remove_file(m);
-    let mut args = vec!["measure", "gemm", "--size", "32,64,128", "--out", m];
-    args.extend(QUICK);
-    run_ok(&args);
+    let micro = measured_gemm(&dir, "gemm.jsonl", "32,64,128");
+    let m = micro.as_str();
     let profile = dir.join("p.toml");
     run_ok(&[
         "calibrate",
@@ -897,22 +888,11 @@ fn issue17_messages_name_the_file_and_the_fix() {
         "{err}"
     );
     // A profile over a bare CPU device: predict names the profile's system and the fix.
-    let records = dir.join("cpu.jsonl");
-    let _ = std::fs::remove_file(&records);
-    let mut args = vec![
-        "measure",
-        "gemm",
-        "--size",
-        "32,64,128",
-        "--out",
-        records.to_str().unwrap(),
-    ];
-    args.extend(QUICK);
-    run_ok(&args);
+    let records = measured_gemm(&dir, "cpu.jsonl", "32,64,128");
     let profile = dir.join("p.toml");
     run_ok(&[
         "calibrate",
-        records.to_str().unwrap(),
+        &records,
         "--system",
         "xeon-8480plus",
         "--threads",

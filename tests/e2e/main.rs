@@ -20,6 +20,10 @@ mod workload;
 use assert_cmd::Command;
 use serde_json::Value;
 
+/// A measurement protocol short enough for tests: no warm-up, no minimum time, three
+/// samples.
+const QUICK: [&str; 6] = ["--warmup", "0s", "--min-time", "0s", "--min-samples", "3"];
+
 /// The `ridgeline` binary under test.
 fn ridgeline() -> Command {
     assert_cmd::cargo::cargo_bin_cmd!("ridgeline")

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::{fixture, run_err, run_json, run_ok};
+use crate::{QUICK, fixture, run_err, run_json, run_ok};
 
 /// A fresh path in a per-test temporary directory (nothing there yet).
 fn temp_path(name: &str) -> PathBuf {
@@ -28,9 +28,6 @@ fn records(path: &PathBuf) -> Vec<Value> {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
-
-/// A protocol short enough for tests.
-const QUICK: [&str; 6] = ["--warmup", "0s", "--min-time", "0s", "--min-samples", "2"];
 
 fn measure(args: &[&str]) -> String {
     let mut all = vec!["measure"];

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use ridgeline_model::dataset::{self, Dataset};
 use ridgeline_model::graph::Graph;
-use ridgeline_model::precision::Precision;
+use ridgeline_model::precision::{GradientPrecision, Precision};
 use ridgeline_model::predict::{
     DataLocation, Epochs, Inputs, Overlap, Quality, Scenario, StepModel,
 };
@@ -57,8 +57,8 @@ pub struct ScenarioSpec {
     pub train_samples: Option<u64>,
     /// Evaluation samples per epoch instead of the whole evaluation set.
     pub eval_samples: Option<u64>,
-    /// Gradient bytes per parameter on the wire.
-    pub gradient_bytes: u64,
+    /// The format gradients travel in.
+    pub gradient_precision: GradientPrecision,
     /// Attained fraction of peak FLOP/s.
     pub compute_efficiency: f64,
     /// Attained fraction of memory bandwidth.
@@ -71,6 +71,31 @@ pub struct ScenarioSpec {
     pub quality: Option<Quality>,
     /// Optimizer, for the memory footprint.
     pub optimizer: Optimizer,
+}
+
+impl Default for ScenarioSpec {
+    /// The command line's defaults: the best collective, full overlap, the data where it
+    /// fits, the shipped convergence data, FP32 gradients, the datasheet's rates, no
+    /// compression, SGD with momentum.
+    fn default() -> Self {
+        ScenarioSpec {
+            collective: Algorithm::Best,
+            overlap: Overlap::Full,
+            data_location: DataLocation::Auto,
+            epochs: None,
+            convergence: None,
+            dataset: None,
+            train_samples: None,
+            eval_samples: None,
+            gradient_precision: GradientPrecision::Fp32,
+            compute_efficiency: 1.0,
+            memory_efficiency: 1.0,
+            preprocess_rate: None,
+            compression: 1.0,
+            quality: None,
+            optimizer: Optimizer::SgdMomentum,
+        }
+    }
 }
 
 /// Whether a command-line argument names a file rather than a catalog entry.
@@ -361,7 +386,7 @@ impl Job {
             collective: s.collective,
             overlap: s.overlap,
             location: s.data_location,
-            gradient_bytes: s.gradient_bytes,
+            gradient_bytes: s.gradient_precision.bytes(),
             efficiency: Efficiency::new(s.compute_efficiency, s.memory_efficiency)?,
             preprocess_rate: s.preprocess_rate,
             compression: s.compression,
@@ -494,21 +519,8 @@ mod tests {
     /// The command line's defaults (`ridgeline predict --help`), with `epochs`.
     fn flags(epochs: Option<f64>) -> ScenarioSpec {
         ScenarioSpec {
-            collective: Algorithm::Best,
-            overlap: Overlap::Full,
-            data_location: DataLocation::Auto,
             epochs,
-            convergence: None,
-            dataset: None,
-            train_samples: None,
-            eval_samples: None,
-            gradient_bytes: 4,
-            compute_efficiency: 1.0,
-            memory_efficiency: 1.0,
-            preprocess_rate: None,
-            compression: 1.0,
-            quality: None,
-            optimizer: Optimizer::SgdMomentum,
+            ..ScenarioSpec::default()
         }
     }
 

@@ -953,9 +953,6 @@ pub fn workload(args: &WorkloadReportRequest) -> Result<(Report, Prediction)> {
 mod tests {
     use super::*;
     use crate::inputs::ScenarioSpec;
-    use ridgeline_model::collective::Algorithm;
-    use ridgeline_model::memory::Optimizer;
-    use ridgeline_model::predict::{DataLocation, Overlap};
 
     /// What a report says, without its numbers: headings, fact labels, tables (id,
     /// caption, raw headers, row count) and figures (id).
@@ -1037,21 +1034,9 @@ mod tests {
             },
             system: "dgx-a100".into(),
             scenario: ScenarioSpec {
-                collective: Algorithm::Best,
-                overlap: Overlap::Full,
-                data_location: DataLocation::Auto,
-                epochs: None,
-                convergence: None,
-                dataset: None,
-                train_samples: None,
-                eval_samples: None,
-                gradient_bytes: 4,
                 compute_efficiency: 0.5,
                 memory_efficiency: 0.5,
-                preprocess_rate: None,
-                compression: 1.0,
-                quality: None,
-                optimizer: Optimizer::SgdMomentum,
+                ..ScenarioSpec::default()
             },
             precision: Precision::AmpFp16,
             nodes: 4,

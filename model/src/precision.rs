@@ -147,9 +147,61 @@ impl FromStr for Precision {
     }
 }
 
+/// The number format gradients travel in during the allreduce: FP32, or FP16 (gradient
+/// compression).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GradientPrecision {
+    /// 4 bytes per parameter.
+    Fp32,
+    /// 2 bytes per parameter.
+    Fp16,
+}
+
+impl GradientPrecision {
+    /// Bytes per parameter on the wire.
+    pub const fn bytes(self) -> u64 {
+        match self {
+            GradientPrecision::Fp32 => 4,
+            GradientPrecision::Fp16 => 2,
+        }
+    }
+}
+
+impl FromStr for GradientPrecision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "fp32" => Ok(GradientPrecision::Fp32),
+            "fp16" => Ok(GradientPrecision::Fp16),
+            _ => Err(format!(
+                "unknown gradient precision `{s}`; valid: fp32, fp16"
+            )),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gradient_precisions_have_their_width() {
+        assert_eq!(
+            "fp32".parse::<GradientPrecision>().map(|g| g.bytes()),
+            Ok(4)
+        );
+        assert_eq!(
+            "fp16".parse::<GradientPrecision>().map(|g| g.bytes()),
+            Ok(2)
+        );
+        assert!(
+            "bf8"
+                .parse::<GradientPrecision>()
+                .unwrap_err()
+                .contains("fp32, fp16")
+        );
+    }
 
     #[test]
     fn names_round_trip() {

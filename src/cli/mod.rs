@@ -14,7 +14,7 @@ use ridgeline_app::inputs::{ScenarioSpec, WorkloadSpec};
 use ridgeline_model::collective::Algorithm;
 use ridgeline_model::cost::MAX_BATCH;
 use ridgeline_model::memory::Optimizer;
-use ridgeline_model::precision::Precision;
+use ridgeline_model::precision::{GradientPrecision, Precision};
 use ridgeline_model::predict::{DataLocation, Overlap, Quality};
 use ridgeline_model::sweep::Objective;
 use ridgeline_model::system::MAX_NODES;
@@ -295,8 +295,8 @@ pub(crate) struct ScenarioArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) eval_samples: Option<u64>,
     /// Gradient precision on the wire: fp32, or fp16 (compression).
-    #[arg(long, default_value = "fp32", value_parser = parse_gradient)]
-    pub(crate) gradient_precision: u64,
+    #[arg(long, default_value = "fp32", value_parser = parse_from_str::<GradientPrecision>)]
+    pub(crate) gradient_precision: GradientPrecision,
     /// Attained fraction of peak FLOP/s, in (0, 1].
     #[arg(long, default_value_t = 1.0, value_name = "F")]
     pub(crate) compute_efficiency: f64,
@@ -329,7 +329,7 @@ impl ScenarioArgs {
             dataset: self.dataset.clone(),
             train_samples: self.train_samples,
             eval_samples: self.eval_samples,
-            gradient_bytes: self.gradient_precision,
+            gradient_precision: self.gradient_precision,
             compute_efficiency: self.compute_efficiency,
             memory_efficiency: self.memory_efficiency,
             preprocess_rate: self.preprocess_rate,
@@ -501,16 +501,6 @@ fn parse_slurm_word(s: &str) -> Result<String, String> {
         Ok(s.to_owned())
     } else {
         Err(format!("`{s}`: use letters, digits, `_`, `-` and `.` only"))
-    }
-}
-
-fn parse_gradient(s: &str) -> Result<u64, String> {
-    match s {
-        "fp32" => Ok(4),
-        "fp16" => Ok(2),
-        _ => Err(format!(
-            "unknown gradient precision `{s}`; valid: fp32, fp16"
-        )),
     }
 }
 

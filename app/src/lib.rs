@@ -30,6 +30,7 @@ pub mod cases;
 pub mod catalog;
 pub mod columns;
 pub mod figures;
+pub mod import;
 pub mod inputs;
 pub mod report;
 pub mod sweep;

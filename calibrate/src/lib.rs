@@ -20,15 +20,19 @@
 //!   step by step, and reports the errors, each layer pass's measured hardware efficiency and
 //!   the memory footprint against the measured peak.
 //!
+//! - [`dataset`]: measured GPU kernels from other machines (GEMM, convolution, vector ops),
+//!   stored compact with their source; [`neusight`] converts NeuSight's public measurements.
 //! - [`comm`]: predicts measured MPI allreduce with a profile's LogGP levels and reports
 //!   the error per size, per algorithm and overall (geometric mean).
 //!
 //! It runs no kernels and renders nothing.
 
 pub mod comm;
+pub mod dataset;
 pub mod error;
 pub mod fit;
 pub mod loggp;
+pub mod neusight;
 pub mod profile;
 pub mod stats;
 pub mod validate;

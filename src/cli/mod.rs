@@ -71,6 +71,30 @@ pub(crate) enum Command {
     /// Write reports (self-contained HTML, Markdown, CSV and JSON, with plots).
     #[command(subcommand)]
     Report(ReportCommand),
+    /// Convert public kernel measurements into a ridgeline kernel set.
+    #[command(subcommand)]
+    Import(ImportCommand),
+}
+
+/// `ridgeline import ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum ImportCommand {
+    /// NeuSight's measured GPU kernels (github.com/trsharm25/NeuSight, MIT licence).
+    Neusight(ImportNeusightArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ImportNeusightArgs {
+    /// A checkout of the NeuSight repository.
+    pub(crate) dir: PathBuf,
+    /// The NeuSight commit the files come from (read from the checkout when omitted).
+    #[arg(long)]
+    pub(crate) commit: Option<String>,
+    /// Where to write the kernel set.
+    #[arg(long, value_name = "DIR", default_value = "data/kernels/neusight")]
+    pub(crate) out: PathBuf,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
 }
 
 /// Image format of plot files.

@@ -2,6 +2,7 @@
 
 mod calibrate;
 mod comm;
+mod import;
 mod measure;
 mod memory;
 mod predict;
@@ -15,7 +16,9 @@ mod workload;
 
 use anyhow::Result;
 
-use crate::cli::{Cli, Command, MeasureCommand, ReportCommand, SystemCommand, WorkloadCommand};
+use crate::cli::{
+    Cli, Command, ImportCommand, MeasureCommand, ReportCommand, SystemCommand, WorkloadCommand,
+};
 
 /// Runs the parsed command line.
 pub(crate) fn run(cli: Cli) -> Result<()> {
@@ -44,5 +47,6 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Report(ReportCommand::Procurement(args)) => report::procurement(&args),
         Command::Report(ReportCommand::Workload(args)) => report::workload(&args),
         Command::Report(ReportCommand::Validation(args)) => report::validation(&args),
+        Command::Import(ImportCommand::Neusight(args)) => import::neusight(&args),
     }
 }

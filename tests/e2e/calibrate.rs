@@ -408,3 +408,30 @@ fn validate_published_sets_the_models_counts_beside_the_papers() {
     assert!(table.contains("319 of 319 layers"), "{table}");
     assert!(table.contains("[004] Table II"), "{table}");
 }
+
+#[test]
+fn import_neusight_writes_a_kernel_set_and_refuses_what_it_cannot_source() {
+    let out = std::env::temp_dir().join(format!("ridgeline-import-{}", std::process::id()));
+    let o = out.to_str().unwrap();
+    let dir = crate::fixture("neusight");
+    let text = run_ok(&[
+        "import", "neusight", &dir, "--commit", "db1fdc9", "--out", o,
+    ]);
+    assert!(
+        text.contains("gemm on t4") && text.contains("3 kernels"),
+        "{text}"
+    );
+    for file in ["gemm.csv.gz", "conv.csv.gz", "vector.csv.gz", "SOURCE.toml"] {
+        assert!(out.join(file).is_file(), "{file}");
+    }
+    let source = std::fs::read_to_string(out.join("SOURCE.toml")).unwrap();
+    assert!(source.contains("commit = \"db1fdc9\"") && source.contains("MIT"));
+    // The fixture sits inside ridgeline's repository: its commit is not NeuSight's.
+    let err = run_err(&["import", "neusight", &dir, "--out", o]);
+    assert!(err.contains("--commit"), "{err}");
+    let err = run_err(&["import", "neusight", &dir, "--commit", "main", "--out", o]);
+    assert!(err.contains("hexadecimal"), "{err}");
+    let err = run_err(&["import", "neusight", "/nonexistent", "--commit", "db1fdc9"]);
+    assert!(err.contains("NeuSight checkout"), "{err}");
+    std::fs::remove_dir_all(&out).unwrap();
+}

@@ -1,0 +1,93 @@
+//! Importing public kernel measurements as a ridgeline kernel set
+//! (`ridgeline_calibrate::dataset`).
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use ridgeline_calibrate::dataset::KernelSet;
+use ridgeline_calibrate::neusight;
+
+/// What an import wrote.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Imported {
+    /// The directory written.
+    pub out: String,
+    /// The commit converted.
+    pub commit: String,
+    /// Kernels per family and device: (family, device, count).
+    pub counts: Vec<(String, String, usize)>,
+}
+
+/// Converts NeuSight's measured kernels in the checkout `dir` into a kernel set in `out`.
+/// The commit is `commit`, else the checkout's own (`git rev-parse HEAD`).
+pub fn neusight(dir: &Path, commit: Option<&str>, out: &Path) -> Result<Imported> {
+    let commit = match commit {
+        Some(c) => c.to_owned(),
+        None => head_commit(dir).with_context(|| {
+            format!(
+                "{}: not a git checkout whose commit can be read; pass --commit SHA (the \
+                 NeuSight commit the files come from)",
+                dir.display()
+            )
+        })?,
+    };
+    if commit.len() < 7 || !commit.chars().all(|c| c.is_ascii_hexdigit()) {
+        bail!("--commit `{commit}`: a git commit is 7 to 40 hexadecimal digits");
+    }
+    let set = neusight::convert(dir, &commit)?;
+    set.write(out)?;
+    Ok(Imported {
+        out: out.display().to_string(),
+        commit,
+        counts: counts(&set),
+    })
+}
+
+/// The commit of the checkout `dir`: only where `dir` is the top of its own repository (a
+/// directory inside another repository is not a NeuSight checkout).
+fn head_commit(dir: &Path) -> Result<String> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["rev-parse", "--show-toplevel", "HEAD"])
+        .output()?;
+    if !out.status.success() {
+        bail!("git rev-parse failed");
+    }
+    let text = String::from_utf8(out.stdout)?;
+    let mut lines = text.lines();
+    let (Some(top), Some(head)) = (lines.next(), lines.next()) else {
+        bail!("git rev-parse gave no commit");
+    };
+    if Path::new(top).canonicalize()? != dir.canonicalize()? {
+        bail!("the directory is inside the repository at {top}, not a checkout of its own");
+    }
+    Ok(head.trim().to_owned())
+}
+
+/// Kernels per family and device.
+pub fn counts(set: &KernelSet) -> Vec<(String, String, usize)> {
+    let mut out = Vec::new();
+    for device in set.devices() {
+        for (family, n) in [
+            (
+                "gemm",
+                set.gemm.iter().filter(|s| s.device == device).count(),
+            ),
+            (
+                "conv",
+                set.conv.iter().filter(|s| s.device == device).count(),
+            ),
+            (
+                "vector",
+                set.vector.iter().filter(|s| s.device == device).count(),
+            ),
+        ] {
+            if n > 0 {
+                out.push((family.to_owned(), device.to_owned(), n));
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,262 @@
+//! Measured GPU kernels from other machines, the data a device-transferable kernel model is
+//! fitted on (docs/ARCHITECTURE.md "Kernel data sets").
+//!
+//! A [`KernelSet`] is three tables, one per family of kernel, each row one kernel's shape,
+//! the device it ran on (a ridgeline device name) and its time: GEMMs (batched and linear
+//! layers), 2-D convolutions, and vector ops (element-wise, softmax, layer norm). On disk a
+//! set is a directory of gzip-compressed CSV files (`gemm.csv.gz`, `conv.csv.gz`,
+//! `vector.csv.gz`) and `SOURCE.toml`, which says where the measurements come from (the
+//! repository, commit, paths and licence). Only what a model needs is kept: no kernel names,
+//! launch grids or library versions beyond what `SOURCE.toml` records for the whole set.
+
+use std::io::{Read, Write};
+use std::path::Path;
+
+use flate2::Compression;
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// A GEMM: `batch` products of `m x k` by `k x n` (a linear layer is one product, its batch
+/// folded into `m` by the source).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GemmSample {
+    /// The ridgeline device name it ran on.
+    pub device: String,
+    /// The operator measured (`bmm`, `linear`).
+    pub op: String,
+    /// Independent products.
+    pub batch: u64,
+    /// Rows of the output.
+    pub m: u64,
+    /// Columns of the output.
+    pub n: u64,
+    /// Inner dimension.
+    pub k: u64,
+    /// Seconds (written to 6 significant digits).
+    #[serde(serialize_with = "six_digits")]
+    pub latency_s: f64,
+}
+
+/// A 2-D convolution forward pass on square `size x size` inputs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConvSample {
+    /// The ridgeline device name it ran on.
+    pub device: String,
+    /// The operator measured (`conv`).
+    pub op: String,
+    /// Batch.
+    pub batch: u64,
+    /// Input channels.
+    pub c_in: u64,
+    /// Output channels.
+    pub c_out: u64,
+    /// Input height and width.
+    pub size: u64,
+    /// Kernel height and width.
+    pub kernel: u64,
+    /// Stride.
+    pub stride: u64,
+    /// Padding on each side.
+    pub padding: u64,
+    /// Seconds (written to 6 significant digits).
+    #[serde(serialize_with = "six_digits")]
+    pub latency_s: f64,
+}
+
+/// A vector op over `batch x h` elements.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VectorSample {
+    /// The ridgeline device name it ran on.
+    pub device: String,
+    /// The operator measured (`add`, `relu`, `softmax`, `ln`, ...).
+    pub op: String,
+    /// Rows.
+    pub batch: u64,
+    /// Elements per row.
+    pub h: u64,
+    /// Seconds (written to 6 significant digits).
+    #[serde(serialize_with = "six_digits")]
+    pub latency_s: f64,
+}
+
+/// Where a kernel set comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Source {
+    /// What the set is, in a sentence.
+    pub description: String,
+    /// The repository it was converted from.
+    pub repository: String,
+    /// The commit.
+    pub commit: String,
+    /// The files, as a pattern.
+    pub paths: String,
+    /// The licence the data is used under.
+    pub licence: String,
+    /// The copyright line of that licence.
+    pub copyright: String,
+    /// How the measurements were taken, as the source says.
+    pub measured_with: String,
+    /// The command that converted it.
+    pub converted_by: String,
+    /// Each source device name and the ridgeline device it is.
+    pub devices: std::collections::BTreeMap<String, String>,
+}
+
+/// Measured kernels of several devices, with their source.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelSet {
+    /// Where they come from.
+    pub source: Source,
+    /// GEMMs.
+    pub gemm: Vec<GemmSample>,
+    /// Convolutions.
+    pub conv: Vec<ConvSample>,
+    /// Vector ops.
+    pub vector: Vec<VectorSample>,
+}
+
+const GEMM: &str = "gemm.csv.gz";
+const CONV: &str = "conv.csv.gz";
+const VECTOR: &str = "vector.csv.gz";
+const SOURCE: &str = "SOURCE.toml";
+
+impl KernelSet {
+    /// Writes the set into `dir` (created if missing), replacing its files.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        let io = |p: &Path, e: std::io::Error| Error::Input(format!("{}: {e}", p.display()));
+        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+        write_table(&dir.join(GEMM), &self.gemm)?;
+        write_table(&dir.join(CONV), &self.conv)?;
+        write_table(&dir.join(VECTOR), &self.vector)?;
+        let source =
+            toml::to_string(&self.source).map_err(|e| Error::Input(format!("{SOURCE}: {e}")))?;
+        let path = dir.join(SOURCE);
+        std::fs::write(&path, source).map_err(|e| io(&path, e))
+    }
+
+    /// Reads the set in `dir`; an error names the file, the line and the field.
+    pub fn read(dir: &Path) -> Result<KernelSet> {
+        let path = dir.join(SOURCE);
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            Error::Input(format!(
+                "{}: {e}; a kernel set is a directory written by `ridgeline import`",
+                path.display()
+            ))
+        })?;
+        let source: Source =
+            toml::from_str(&text).map_err(|e| Error::Input(format!("{}: {e}", path.display())))?;
+        let set = KernelSet {
+            gemm: read_table(&dir.join(GEMM))?,
+            conv: read_table(&dir.join(CONV))?,
+            vector: read_table(&dir.join(VECTOR))?,
+            source,
+        };
+        set.check(dir)?;
+        Ok(set)
+    }
+
+    /// Every time positive and finite, every dimension at least 1, every device one the
+    /// source maps.
+    fn check(&self, dir: &Path) -> Result<()> {
+        let known = |d: &str| self.source.devices.values().any(|v| v == d);
+        let bad = |file: &str, row: usize, what: String| {
+            Err(Error::Input(format!(
+                "{}: row {}: {what}",
+                dir.join(file).display(),
+                row + 1
+            )))
+        };
+        let rows = self
+            .gemm
+            .iter()
+            .map(|s| {
+                (
+                    GEMM,
+                    &s.device,
+                    s.latency_s,
+                    [s.batch, s.m, s.n, s.k].to_vec(),
+                )
+            })
+            .chain(self.conv.iter().map(|s| {
+                (
+                    CONV,
+                    &s.device,
+                    s.latency_s,
+                    vec![s.batch, s.c_in, s.c_out, s.size, s.kernel, s.stride],
+                )
+            }))
+            .chain(
+                self.vector
+                    .iter()
+                    .map(|s| (VECTOR, &s.device, s.latency_s, vec![s.batch, s.h])),
+            );
+        let mut last = ("", 0);
+        for (file, device, t, dims) in rows {
+            let row = if last.0 == file { last.1 + 1 } else { 0 };
+            last = (file, row);
+            if !(t.is_finite() && t > 0.0) {
+                return bad(file, row, format!("latency_s {t}: a time is positive"));
+            }
+            if dims.contains(&0) {
+                return bad(
+                    file,
+                    row,
+                    "a dimension is 0: every one is at least 1".into(),
+                );
+            }
+            if !known(device) {
+                return bad(
+                    file,
+                    row,
+                    format!("device `{device}` is not one SOURCE.toml's `devices` maps"),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The ridgeline devices the set holds kernels of.
+    pub fn devices(&self) -> Vec<&str> {
+        let mut d: Vec<&str> = self.source.devices.values().map(String::as_str).collect();
+        d.sort_unstable();
+        d.dedup();
+        d
+    }
+}
+
+/// Six significant digits: far below the run-to-run spread of a kernel's time.
+fn six_digits<S: serde::Serializer>(v: &f64, s: S) -> std::result::Result<S::Ok, S::Error> {
+    let text = format!("{v:.5e}");
+    s.serialize_f64(text.parse().unwrap_or(*v))
+}
+
+fn write_table<T: Serialize>(path: &Path, rows: &[T]) -> Result<()> {
+    let err = |e: String| Error::Input(format!("{}: {e}", path.display()));
+    let file = std::fs::File::create(path).map_err(|e| err(e.to_string()))?;
+    let mut w = csv::Writer::from_writer(GzEncoder::new(file, Compression::best()));
+    for r in rows {
+        w.serialize(r).map_err(|e| err(e.to_string()))?;
+    }
+    let gz = w.into_inner().map_err(|e| err(e.to_string()))?;
+    gz.finish()
+        .and_then(|mut f| f.flush())
+        .map_err(|e| err(e.to_string()))
+}
+
+fn read_table<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
+    let err = |e: String| Error::Input(format!("{}: {e}", path.display()));
+    let file = std::fs::File::open(path).map_err(|e| err(e.to_string()))?;
+    let mut text = String::new();
+    GzDecoder::new(file)
+        .read_to_string(&mut text)
+        .map_err(|e| err(format!("{e} (a gzip-compressed CSV file)")))?;
+    csv::Reader::from_reader(text.as_bytes())
+        .deserialize()
+        .collect::<std::result::Result<Vec<T>, _>>()
+        .map_err(|e| err(e.to_string()))
+}

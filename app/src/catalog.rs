@@ -153,6 +153,12 @@ pub fn figures(s: &System) -> Vec<SystemFigure> {
     ] {
         f.add(field, v.as_ref(), flops);
     }
+    f.add("device.sms", d.sms.as_ref(), count);
+    let mhz = |v: &f64, st: Style| match st {
+        Style::Human => format!("{:.0} MHz", v / 1e6),
+        Style::Raw => v.to_string(),
+    };
+    f.add("device.boost_clock", d.boost_clock_hz.as_ref(), mhz);
     f.add("device.memory_capacity", d.memory_capacity.as_ref(), bytes);
     match &d.memory_bandwidth {
         Some(bw) => f.add("device.memory_bandwidth", Some(bw), rate),

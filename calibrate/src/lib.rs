@@ -35,6 +35,7 @@ pub mod loggp;
 pub mod neusight;
 pub mod profile;
 pub mod stats;
+pub mod transfer;
 pub mod validate;
 
 pub use error::{Error, Result};

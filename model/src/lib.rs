@@ -60,6 +60,7 @@ pub mod roofline;
 pub mod scale;
 pub mod sweep;
 pub mod system;
+pub mod transfer;
 pub mod units;
 pub mod workloads;
 

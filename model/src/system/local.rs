@@ -602,6 +602,8 @@ fn derived_device(
             source: cores_why.to_owned(),
         }),
         peak,
+        sms: None,
+        boost_clock_hz: None,
         memory_capacity: None,
         memory_bandwidth: None,
         llc,

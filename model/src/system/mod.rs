@@ -31,6 +31,8 @@ pub const MAX_PER_NODE: u32 = 4096;
 
 /// Most CPU cores of one device.
 pub const MAX_CORES: u32 = 1 << 20;
+/// The most streaming multiprocessors (compute units) a GPU file may give.
+pub const MAX_SMS: u32 = 1 << 16;
 
 /// Largest figure a system file may give, in base SI units after conversion (bytes,
 /// bytes/s, FLOP/s, W, s): far above any machine (a zettabyte, a zettaflop), and small
@@ -138,6 +140,10 @@ pub struct Device {
     pub cores: Option<Sourced<u32>>,
     /// Peak throughput per number format.
     pub peak: Peaks,
+    /// Streaming multiprocessors (NVIDIA) or compute units (AMD) of a GPU.
+    pub sms: Option<Sourced<u32>>,
+    /// The clock a GPU's peaks are computed at (its boost clock), Hz.
+    pub boost_clock_hz: Option<Sourced<f64>>,
     /// Device memory capacity (HBM); `None` for CPUs that use the node's host memory.
     pub memory_capacity: Option<Sourced<Bytes>>,
     /// Peak memory bandwidth; `None` where it is unknown until measured (`local` on a CPU
@@ -723,6 +729,17 @@ impl Ctx<'_> {
                 .map(|c| self.count("cores", c, MAX_CORES))
                 .transpose()?,
             peak,
+            sms: raw
+                .compute
+                .as_ref()
+                .and_then(|c| c.sms.as_ref())
+                .map(|c| self.count("compute.sms", c, MAX_SMS))
+                .transpose()?,
+            boost_clock_hz: self.opt(
+                "compute.boost_clock_mhz",
+                &raw.compute.as_ref().and_then(|c| c.boost_clock_mhz.clone()),
+                |mhz| mhz * 1e6,
+            )?,
             memory_capacity: self.opt("memory.capacity_gib", &m.capacity_gib, Bytes::from_gib)?,
             memory_bandwidth: Some(self.number(
                 "memory.bandwidth_gbs",
@@ -794,6 +811,27 @@ bandwidth_gbs = { value = 1000.0, source = "sheet" }
         assert_eq!(d.vector_peak(Precision::AmpFp16).unwrap().name, "fp32");
         let err = d.matrix_peak(Precision::Tf32).unwrap_err().to_string();
         assert!(err.contains("no tf32 peak"), "{err}");
+    }
+
+    #[test]
+    fn compute_units_and_the_boost_clock_are_read_and_checked() {
+        let with = |sms: &str| {
+            DEVICE.replace(
+                "[memory]",
+                &format!(
+                    "[compute]\nsms = {{ value = {sms}, source = \"sheet\" }}\n\
+                     boost_clock_mhz = {{ value = 1410.0, source = \"sheet\" }}\n[memory]"
+                ),
+            )
+        };
+        let d = parse_device(&with("108"), "toy.toml").unwrap();
+        assert_eq!(d.sms.unwrap().value, 108);
+        assert_eq!(d.boost_clock_hz.unwrap().value, 1.41e9);
+        let err = parse_device(&with("0"), "toy.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("compute.sms.value"), "{err}");
+        assert!(parse_device(DEVICE, "toy.toml").unwrap().sms.is_none());
     }
 
     #[test]

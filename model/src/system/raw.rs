@@ -85,8 +85,18 @@ pub(crate) struct RawDevice {
     pub(crate) sources: BTreeMap<String, String>,
     pub(crate) cores: Option<RawSourced<u32>>,
     pub(crate) peak: RawPeak,
+    pub(crate) compute: Option<RawCompute>,
     pub(crate) memory: RawMemory,
     pub(crate) power: Option<RawPower>,
+}
+
+/// `[compute]` of a GPU: its streaming multiprocessors (compute units) and the clock its
+/// peaks are computed at.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCompute {
+    pub(crate) sms: Option<RawSourced<u32>>,
+    pub(crate) boost_clock_mhz: Option<RawSourced<f64>>,
 }
 
 /// `[peak]`: TFLOP/s per number format, vector units and matrix (tensor) units.

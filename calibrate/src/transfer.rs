@@ -1,0 +1,297 @@
+//! Fitting and validating the device-transferable kernel model
+//! ([`ridgeline_model::transfer`]) on measured kernels of several GPUs.
+//!
+//! One linear model per kernel class (an operator of the data: `bmm`, `linear`, `conv`,
+//! each vector op), non-negative coefficients fitted on errors relative to the time
+//! ([`crate::fit::fit_relative`]) over every kernel of every device given. Because each
+//! feature is a time on its device, the coefficients are shared by all devices, and a device
+//! outside the fit is timed from its file alone.
+//!
+//! [`leave_one_out`] holds out each device in turn: fit on the others, predict the held-out
+//! one. Its 90 % intervals are split-conformal across devices: the 5th and 95th percentiles
+//! of the log ratio predicted / measured that the training devices show when each of them is
+//! in turn held out of a fit on the rest (nested, so the held-out device never informs its
+//! own interval).
+
+use std::collections::BTreeMap;
+
+use ridgeline_model::transfer::{self, DeviceSpec};
+use serde::Serialize;
+use statrs::statistics::{Data, OrderStatistics};
+
+use crate::dataset::KernelSet;
+use crate::error::{Error, Result};
+use crate::fit::fit_relative;
+
+/// One measured kernel as the fit sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Point {
+    /// The kernel class (its operator).
+    pub class: String,
+    /// The device it ran on.
+    pub device: String,
+    /// Its features on that device.
+    pub x: Vec<f64>,
+    /// Its measured time, seconds.
+    pub y: f64,
+}
+
+/// The points of `set` on the devices `specs` describes (FP32, as the data is).
+pub fn points(set: &KernelSet, specs: &BTreeMap<String, DeviceSpec>) -> Result<Vec<Point>> {
+    let spec = |device: &str| {
+        specs.get(device).ok_or_else(|| {
+            Error::Input(format!(
+                "device `{device}` of the kernel set has no device file with SMs, boost \
+                 clock, FP32 peak, bandwidth and L2"
+            ))
+        })
+    };
+    let mut out = Vec::with_capacity(set.gemm.len() + set.conv.len() + set.vector.len());
+    for s in &set.gemm {
+        let d = spec(&s.device)?;
+        // A linear layer is one product of batch x m rows.
+        let (b, m) = if s.op == "linear" {
+            (1, s.batch * s.m)
+        } else {
+            (s.batch, s.m)
+        };
+        out.push(Point {
+            class: s.op.clone(),
+            device: s.device.clone(),
+            x: transfer::gemm(b, m, s.n, s.k, 4, d).to_vec(),
+            y: s.latency_s,
+        });
+    }
+    for s in &set.conv {
+        let d = spec(&s.device)?;
+        out.push(Point {
+            class: s.op.clone(),
+            device: s.device.clone(),
+            x: transfer::conv(
+                s.batch,
+                s.c_in,
+                s.c_out,
+                &[s.size, s.size],
+                &[s.kernel, s.kernel],
+                &[s.stride, s.stride],
+                &[s.padding, s.padding],
+                4,
+                d,
+            )
+            .to_vec(),
+            y: s.latency_s,
+        });
+    }
+    for s in &set.vector {
+        let d = spec(&s.device)?;
+        out.push(Point {
+            class: s.op.clone(),
+            device: s.device.clone(),
+            x: transfer::vector(s.batch * s.h, transfer::vector_arrays(&s.op), 4, d).to_vec(),
+            y: s.latency_s,
+        });
+    }
+    Ok(out)
+}
+
+/// A fitted class.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClassModel {
+    /// The class.
+    pub class: String,
+    /// One coefficient per feature (the launch term in seconds, the others inverse
+    /// efficiencies).
+    pub coefficients: Vec<f64>,
+    /// Kernels fitted.
+    pub points: usize,
+}
+
+impl ClassModel {
+    /// The predicted time for features `x`.
+    pub fn predict(&self, x: &[f64]) -> f64 {
+        self.coefficients.iter().zip(x).map(|(c, v)| c * v).sum()
+    }
+}
+
+/// Fits one model per class on `points`.
+pub fn fit(points: &[&Point]) -> Result<Vec<ClassModel>> {
+    let mut by_class: BTreeMap<&str, (Vec<Vec<f64>>, Vec<f64>)> = BTreeMap::new();
+    for p in points {
+        let e = by_class.entry(p.class.as_str()).or_default();
+        e.0.push(p.x.clone());
+        e.1.push(p.y);
+    }
+    by_class
+        .into_iter()
+        .map(|(class, (x, y))| {
+            let f =
+                fit_relative(&x, &y).map_err(|e| Error::Fit(format!("class `{class}`: {e}")))?;
+            Ok(ClassModel {
+                class: class.to_owned(),
+                coefficients: f.coefficients,
+                points: y.len(),
+            })
+        })
+        .collect()
+}
+
+/// How the model did on one held-out device and class.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Holdout {
+    /// The device held out.
+    pub device: String,
+    /// The class.
+    pub class: String,
+    /// Kernels predicted.
+    pub points: usize,
+    /// Median |predicted - measured| / measured.
+    pub median_abs_rel_error: f64,
+    /// Its 90th percentile.
+    pub p90_abs_rel_error: f64,
+    /// Median (predicted - measured) / measured.
+    pub bias: f64,
+    /// Share of measured times inside the 90 % interval.
+    pub coverage_90: f64,
+}
+
+/// Relative errors of `models` on `points`, by class.
+fn errors<'a>(models: &[ClassModel], points: &[&'a Point]) -> BTreeMap<&'a str, Vec<f64>> {
+    let mut out: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for p in points {
+        if let Some(m) = models.iter().find(|m| m.class == p.class) {
+            out.entry(p.class.as_str())
+                .or_default()
+                .push(m.predict(&p.x) / p.y - 1.0);
+        }
+    }
+    out
+}
+
+fn quantile(values: &[f64], tau: f64) -> f64 {
+    Data::new(values.to_vec()).quantile(tau)
+}
+
+/// Leave one device out: for each device, fit on the others and predict it.
+pub fn leave_one_out(points: &[Point]) -> Result<Vec<Holdout>> {
+    let mut devices: Vec<&str> = points.iter().map(|p| p.device.as_str()).collect();
+    devices.sort_unstable();
+    devices.dedup();
+    if devices.len() < 3 {
+        return Err(Error::Input(format!(
+            "leaving one device out needs kernels of at least 3 devices, not {}",
+            devices.len()
+        )));
+    }
+    let on = |keep: &dyn Fn(&str) -> bool| -> Vec<&Point> {
+        points.iter().filter(|p| keep(&p.device)).collect()
+    };
+    let mut out = Vec::new();
+    for held in &devices {
+        let train = on(&|d| d != *held);
+        let models = fit(&train)?;
+        // Nested: the log ratios the training devices show when each is held out in turn.
+        let mut calibration: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        for inner in devices.iter().filter(|d| *d != held) {
+            let fit_on = on(&|d| d != *held && d != *inner);
+            let inner_models = fit(&fit_on)?;
+            for (class, e) in errors(&inner_models, &on(&|d| d == *inner)) {
+                calibration
+                    .entry(class.to_owned())
+                    .or_default()
+                    .extend(e.iter().map(|r| (1.0 + r).max(1e-9).ln()));
+            }
+        }
+        for (class, e) in errors(&models, &on(&|d| d == *held)) {
+            let abs: Vec<f64> = e.iter().map(|r| r.abs()).collect();
+            let coverage = match calibration.get(class) {
+                Some(c) if !c.is_empty() => {
+                    let (lo, hi) = (quantile(c, 0.05), quantile(c, 0.95));
+                    e.iter()
+                        .filter(|r| {
+                            let l = (1.0 + **r).max(1e-9).ln();
+                            // measured inside [pred / e^hi, pred / e^lo]
+                            l >= lo && l <= hi
+                        })
+                        .count() as f64
+                        / e.len() as f64
+                }
+                _ => f64::NAN,
+            };
+            out.push(Holdout {
+                device: (*held).to_owned(),
+                class: class.to_owned(),
+                points: e.len(),
+                median_abs_rel_error: quantile(&abs, 0.5),
+                p90_abs_rel_error: quantile(&abs, 0.9),
+                bias: quantile(&e, 0.5),
+                coverage_90: coverage,
+            });
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Four synthetic devices whose kernels follow known coefficients exactly: every
+    /// held-out device is predicted within rounding, by the coefficients of the others.
+    #[test]
+    fn a_device_left_out_is_predicted_from_the_others() {
+        let spec = |sms: f64, ghz: f64, tflops: f64, tbs: f64, l2_mib: f64| DeviceSpec {
+            sms,
+            clock_hz: ghz * 1e9,
+            peak_flops: tflops * 1e12,
+            bandwidth: tbs * 1e12,
+            l2_bytes: l2_mib * 1048576.0,
+        };
+        let devices = [
+            ("a", spec(40.0, 1.5, 8.0, 0.3, 4.0)),
+            ("b", spec(80.0, 1.4, 14.0, 0.9, 6.0)),
+            ("c", spec(108.0, 1.4, 19.5, 1.6, 40.0)),
+            ("d", spec(132.0, 1.9, 60.0, 3.3, 50.0)),
+        ];
+        let truth = [8e-6, 1.3, 2e-5 * 1e9, 0.5, 1.1];
+        let mut pts = Vec::new();
+        for (name, d) in &devices {
+            for &(m, n, k) in &[
+                (64u64, 64u64, 64u64),
+                (512, 512, 512),
+                (2048, 1024, 4096),
+                (27, 29, 15),
+                (4096, 4096, 256),
+                (128 * 109, 128, 512),
+                (1000, 3000, 200),
+            ] {
+                for batch in [1u64, 8] {
+                    let x = transfer::gemm(batch, m, n, k, 4, d).to_vec();
+                    let y = x.iter().zip(&truth).map(|(a, b)| a * b).sum();
+                    pts.push(Point {
+                        class: "bmm".into(),
+                        device: (*name).into(),
+                        x,
+                        y,
+                    });
+                }
+            }
+        }
+        let held = leave_one_out(&pts).unwrap();
+        assert_eq!(held.len(), 4);
+        for h in &held {
+            assert!(h.median_abs_rel_error < 1e-6, "{h:?}");
+            assert!(h.p90_abs_rel_error < 1e-6, "{h:?}");
+            assert_eq!(h.points, 14);
+        }
+        let few: Vec<Point> = pts
+            .into_iter()
+            .filter(|p| p.device != "d" && p.device != "c")
+            .collect();
+        assert!(
+            leave_one_out(&few)
+                .unwrap_err()
+                .to_string()
+                .contains("at least 3")
+        );
+    }
+}

@@ -1,0 +1,223 @@
+//! The features of a kernel model that transfers across GPUs: what a kernel's time depends
+//! on, computed from its shape and the device file alone (docs/ARCHITECTURE.md "A kernel
+//! model for GPUs you don't have").
+//!
+//! The features follow what is physically there, after the analytical GPU models that
+//! NeuSight (Lee et al., ASPLOS 2025) and the roofline literature build on:
+//! - **launch**: a constant per kernel (`1`);
+//! - **tiling and wave quantization**: a GEMM runs as output tiles, one thread block each,
+//!   in waves over the SMs; a wave takes as long as its fullest SM, so the time is the
+//!   number of waves times one SM's share of a wave's work at the device's peak
+//!   ([`gemm`]). The tile is the one a library picks for the shape (128 rows or columns,
+//!   down to 32 for smaller matrices), and small tiles run several to an SM;
+//! - **per-wave cost**: each wave loads and stores its tiles and synchronises, a fixed number
+//!   of cycles: waves over the clock;
+//! - **a roofline over L2 and HBM**: the bytes a kernel must move at the HBM bandwidth, split
+//!   by whether its working set fits the L2 (then it streams at the L2's much higher rate,
+//!   which device files do not give: its coefficient is fitted);
+//! - convolutions as implicit GEMM (`M = N*out`, `K = C_in*kernel`, `N = C_out`);
+//! - vector ops: bytes over bandwidth by the same split, and elements per SM-cycle for the
+//!   arithmetic (`pow`, `gelu`, `tanh`).
+//!
+//! Each feature is a time in seconds on the device, so a fitted coefficient is a
+//! dimensionless inverse efficiency (the launch term is seconds), shared by every device:
+//! that is what lets the model time a device it was not fitted on.
+
+use serde::Serialize;
+
+use crate::system::{Device, DeviceKind};
+
+/// What the features need of a device.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct DeviceSpec {
+    /// Streaming multiprocessors.
+    pub sms: f64,
+    /// Boost clock, Hz.
+    pub clock_hz: f64,
+    /// Peak FLOP/s of the format the kernels run in.
+    pub peak_flops: f64,
+    /// HBM bandwidth, bytes/s.
+    pub bandwidth: f64,
+    /// L2 cache, bytes.
+    pub l2_bytes: f64,
+}
+
+impl DeviceSpec {
+    /// The FP32 spec of a GPU device file; `None` where the file lacks a figure it needs
+    /// (SMs, boost clock, FP32 peak, bandwidth, L2), or the device is not a GPU.
+    pub fn fp32(device: &Device) -> Option<DeviceSpec> {
+        if device.kind != DeviceKind::Gpu {
+            return None;
+        }
+        Some(DeviceSpec {
+            sms: f64::from(device.sms.as_ref()?.value),
+            clock_hz: device.boost_clock_hz.as_ref()?.value,
+            peak_flops: device.peak.fp32.as_ref()?.value.value(),
+            bandwidth: device.memory_bandwidth.as_ref()?.value.value(),
+            l2_bytes: device.llc.as_ref()?.value.value(),
+        })
+    }
+
+    /// The figures missing from `device` for a spec, by field name.
+    pub fn missing(device: &Device) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if device.sms.is_none() {
+            out.push("compute.sms");
+        }
+        if device.boost_clock_hz.is_none() {
+            out.push("compute.boost_clock_mhz");
+        }
+        if device.peak.fp32.is_none() {
+            out.push("peak.tflops_fp32");
+        }
+        if device.memory_bandwidth.is_none() {
+            out.push("memory.bandwidth_gbs");
+        }
+        if device.llc.is_none() {
+            out.push("memory.llc_mib");
+        }
+        out
+    }
+}
+
+/// The features of a GEMM-like kernel, in order.
+pub const GEMM_FEATURES: [&str; 5] = ["launch", "tiled", "waves", "l2", "hbm"];
+
+/// The features of a vector kernel, in order.
+pub const VECTOR_FEATURES: [&str; 4] = ["launch", "l2", "hbm", "elements"];
+
+/// The largest output tile a GEMM runs in, rows or columns.
+const TILE_MAX: u64 = 128;
+/// The smallest.
+const TILE_MIN: u64 = 32;
+
+/// The tile side for a dimension: 128, or the power of two at or above a smaller one (at
+/// least 32).
+fn tile(d: u64) -> u64 {
+    d.next_power_of_two().clamp(TILE_MIN, TILE_MAX)
+}
+
+/// The bytes a kernel moves, as an L2 or an HBM feature: the working set streamed at the
+/// HBM bandwidth, in the L2 column when it fits the L2 and in the HBM column when not.
+fn memory(bytes: f64, d: &DeviceSpec) -> (f64, f64) {
+    let t = bytes / d.bandwidth;
+    if bytes <= d.l2_bytes {
+        (t, 0.0)
+    } else {
+        (0.0, t)
+    }
+}
+
+/// The features of `batch` products of `m x k` by `k x n` with `elem` bytes per element.
+pub fn gemm(batch: u64, m: u64, n: u64, k: u64, elem: u64, d: &DeviceSpec) -> [f64; 5] {
+    let (tm, tn) = (tile(m), tile(n));
+    // Small tiles run several to an SM, up to the work of one 128 x 128 tile.
+    let per_sm = ((TILE_MAX * TILE_MAX) / (tm * tn)).clamp(1, 8) as f64;
+    let tiles = (batch * m.div_ceil(tm) * n.div_ceil(tn)) as f64;
+    let waves = (tiles / (d.sms * per_sm)).ceil();
+    // One wave: each SM computes `per_sm` tiles of 2 tm tn k FLOPs at its share of the peak.
+    let wave_s = per_sm * 2.0 * (tm * tn * k) as f64 / (d.peak_flops / d.sms);
+    let bytes = (elem * batch * (m * k + k * n + m * n)) as f64;
+    let (l2, hbm) = memory(bytes, d);
+    [1.0, waves * wave_s, waves / d.clock_hz, l2, hbm]
+}
+
+/// The features of a 2-D or 3-D convolution forward pass as an implicit GEMM: `batch`
+/// inputs of `c_in` channels and `input` spatial size, `c_out` filters of `kernel`, at
+/// `stride` with `padding` each side.
+#[allow(clippy::too_many_arguments)]
+pub fn conv(
+    batch: u64,
+    c_in: u64,
+    c_out: u64,
+    input: &[u64],
+    kernel: &[u64],
+    stride: &[u64],
+    padding: &[u64],
+    elem: u64,
+    d: &DeviceSpec,
+) -> [f64; 5] {
+    let out: u64 = input
+        .iter()
+        .zip(kernel)
+        .zip(stride.iter().zip(padding))
+        .map(|((&i, &k), (&s, &p))| ((i + 2 * p).saturating_sub(k)) / s.max(1) + 1)
+        .product();
+    let m = batch * out;
+    let k = c_in * kernel.iter().product::<u64>();
+    let mut f = gemm(1, m, c_out, k, elem, d);
+    // The input, filters and output are what moves (not the unrolled input).
+    let spatial: u64 = input.iter().product();
+    let bytes = (elem * (batch * c_in * spatial + c_out * k + m * c_out)) as f64;
+    let (l2, hbm) = memory(bytes, d);
+    f[3] = l2;
+    f[4] = hbm;
+    f
+}
+
+/// The features of a vector op over `elements` elements that reads and writes `arrays`
+/// arrays of `elem` bytes each.
+pub fn vector(elements: u64, arrays: u64, elem: u64, d: &DeviceSpec) -> [f64; 4] {
+    let bytes = (elements * arrays * elem) as f64;
+    let (l2, hbm) = memory(bytes, d);
+    [1.0, l2, hbm, elements as f64 / (d.sms * d.clock_hz)]
+}
+
+/// Arrays a vector op reads and writes: a binary op reads two and writes one; a unary op,
+/// a scalar form (`addu`: `x + c`), softmax and layer norm read one and write one.
+pub fn vector_arrays(op: &str) -> u64 {
+    match op {
+        "add" | "mul" | "div" | "pow" | "sub" => 3,
+        _ => 2,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A100: DeviceSpec = DeviceSpec {
+        sms: 108.0,
+        clock_hz: 1.41e9,
+        peak_flops: 19.5e12,
+        bandwidth: 1.555e12,
+        l2_bytes: 40.0 * 1024.0 * 1024.0,
+    };
+
+    #[test]
+    fn large_gemms_tend_to_the_peak_and_small_ones_to_one_wave() {
+        let big = gemm(1, 8192, 8192, 8192, 4, &A100);
+        let ideal = 2.0 * 8192f64.powi(3) / A100.peak_flops;
+        // 4096 tiles in 38 waves of 108: within 1 % of the ideal.
+        assert!(
+            big[1] / ideal > 1.0 && big[1] / ideal < 1.01,
+            "{}",
+            big[1] / ideal
+        );
+        let small = gemm(1, 27, 29, 15, 4, &A100);
+        assert_eq!(small[2], 1.0 / A100.clock_hz, "one wave");
+        // A 32 x 32 tile: one SM's share of one wave, far above the ideal time.
+        assert!(small[1] > 100.0 * 2.0 * 27.0 * 29.0 * 15.0 / A100.peak_flops);
+    }
+
+    #[test]
+    fn wave_quantization_steps_at_a_multiple_of_the_sms() {
+        // 108 tiles fill one wave; 109 need two.
+        let one = gemm(1, 128 * 108, 128, 512, 4, &A100);
+        let two = gemm(1, 128 * 109, 128, 512, 4, &A100);
+        assert!((two[1] / one[1] - 2.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_convolution_is_its_implicit_gemm_and_memory_splits_at_the_l2() {
+        let c = conv(8, 64, 128, &[56, 56], &[3, 3], &[1, 1], &[1, 1], 4, &A100);
+        let g = gemm(1, 8 * 56 * 56, 128, 64 * 9, 4, &A100);
+        assert_eq!(c[1], g[1]);
+        let v_small = vector(1 << 20, 3, 4, &A100);
+        let v_big = vector(1 << 26, 3, 4, &A100);
+        assert!(v_small[1] > 0.0 && v_small[2] == 0.0);
+        assert!(v_big[1] == 0.0 && v_big[2] > 0.0);
+        assert_eq!(vector_arrays("add"), 3);
+        assert_eq!(vector_arrays("relu"), 2);
+    }
+}

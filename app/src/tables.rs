@@ -3,6 +3,7 @@
 
 use ridgeline_calibrate::comm::{CommPoint, CommValidation};
 use ridgeline_calibrate::stats::median;
+use ridgeline_calibrate::transfer::Holdout;
 use ridgeline_calibrate::validate::{LayerPoint, StepPoint, Validation};
 use ridgeline_measure::{Measured, Pass, Record, StepRun};
 use ridgeline_model::graph::{Graph, Shape};
@@ -473,6 +474,31 @@ pub fn comm_cols() -> [Col<CommPoint>; 6] {
             s.seconds(Seconds::new(p.measured_s))
         }),
         num("error", "rel_error", |p, s| signed_percent(p.rel_error, s)),
+    ]
+}
+
+/// Leave-one-GPU-out errors of the transferable kernel model.
+pub fn holdout_cols() -> [Col<Holdout>; 7] {
+    fn pct(v: f64, s: Style) -> String {
+        match s {
+            Style::Raw => v.to_string(),
+            Style::Human => format!("{:.1}%", 100.0 * v),
+        }
+    }
+    [
+        text("class", "class", |h, _| h.class.clone()),
+        text("held out", "device", |h, _| h.device.clone()),
+        num("kernels", "points", |h, s| s.count(h.points as u64)),
+        num("median |error|", "median_abs_rel_error", |h, s| {
+            pct(h.median_abs_rel_error, s)
+        }),
+        num("90th pct", "p90_abs_rel_error", |h, s| {
+            pct(h.p90_abs_rel_error, s)
+        }),
+        num("bias", "bias", |h, s| signed_percent(h.bias, s)),
+        num("90% interval coverage", "coverage_90", |h, s| {
+            pct(h.coverage_90, s)
+        }),
     ]
 }
 

@@ -2,18 +2,22 @@
 //! the self-check pipeline that runs the whole loop (measure, calibrate, measure again,
 //! validate, report) on this machine.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result, bail};
 use ridgeline_calibrate::comm::{CommValidation, validate_comm};
+use ridgeline_calibrate::dataset::KernelSet;
 use ridgeline_calibrate::loggp::LevelChoice;
 use ridgeline_calibrate::profile::{self, Options, RecordFile};
+use ridgeline_calibrate::transfer::{self, Transfer};
 use ridgeline_calibrate::validate::{self, Validation};
 use ridgeline_measure::{Case, Record};
 use ridgeline_model::precision::Precision;
 use ridgeline_model::profile::Profile;
 use ridgeline_model::published::{Figure as PublishedFigure, LayerCheck, check_layers, table2};
+use ridgeline_model::transfer::DeviceSpec;
 use ridgeline_model::workloads::{self, BuildOptions};
 use ridgeline_reports::ImageFormat;
 use serde::Serialize;
@@ -90,6 +94,28 @@ pub struct Published {
     pub layers: Vec<LayerCheck>,
     /// \[004\] Table II's figures beside the model's.
     pub table2: Vec<PublishedFigure>,
+}
+
+/// Leaves each GPU of the kernel set in `kernels` out in turn: the transferable kernel model
+/// fitted on the others predicts it (`ridgeline_calibrate::transfer`). Each device's
+/// figures come from its catalog file.
+pub fn transfer(kernels: &Path) -> Result<(KernelSet, Transfer)> {
+    let set = KernelSet::read(kernels)?;
+    let mut specs = BTreeMap::new();
+    for name in set.devices() {
+        let device = ridgeline_model::catalog::device(name)
+            .with_context(|| format!("{}: device `{name}`", kernels.display()))?;
+        let spec = DeviceSpec::fp32(&device).with_context(|| {
+            format!(
+                "device `{name}` lacks {} in its file: the transferable model needs them",
+                DeviceSpec::missing(&device).join(", ")
+            )
+        })?;
+        specs.insert(name.to_owned(), spec);
+    }
+    let points = transfer::points(&set, &specs)?;
+    let t = transfer::leave_one_out(&points)?;
+    Ok((set, t))
 }
 
 /// Checks every built-in workload against its reference table and \[004\] Table II.
@@ -501,5 +527,77 @@ mod tests {
         assert_eq!(extra.update_s, [0.2, 0.3, 0.3]);
         assert_eq!(extra.peak_bytes, Some(200), "the larger peak stays");
         assert_eq!(pooled[2].samples_s, [4.0]);
+    }
+
+    /// A kernel set on three catalog GPUs whose times follow one model exactly: leaving
+    /// each GPU out, the model fitted on the other two predicts it from its device file.
+    #[test]
+    fn transfer_leaves_each_gpu_out_and_predicts_it_from_its_file() {
+        use ridgeline_calibrate::dataset::{GemmSample, Source, VectorSample};
+        use ridgeline_model::transfer;
+        let devices = ["t4", "v100-pcie-32gb", "a100-pcie-40gb"];
+        let mut set = KernelSet {
+            source: Source {
+                description: "synthetic".into(),
+                repository: "none".into(),
+                commit: "0000000".into(),
+                paths: "none".into(),
+                licence: "none".into(),
+                copyright: "none".into(),
+                measured_with: "a formula".into(),
+                converted_by: "a test".into(),
+                devices: devices
+                    .iter()
+                    .map(|d| (d.to_string(), d.to_string()))
+                    .collect(),
+            },
+            gemm: Vec::new(),
+            conv: Vec::new(),
+            vector: Vec::new(),
+        };
+        for name in devices {
+            let d = ridgeline_model::catalog::device(name).unwrap();
+            let spec = DeviceSpec::fp32(&d).unwrap();
+            for (m, n, k) in [
+                (64, 64, 64),
+                (512, 512, 512),
+                (4096, 1024, 256),
+                (27, 29, 15),
+                (2048, 2048, 2048),
+                (128 * 41, 128, 512),
+                (1000, 3000, 200),
+                (8192, 64, 64),
+            ] {
+                let x = transfer::gemm(2, m, n, k, 4, &spec);
+                let t = 1e-5 + 1.3 * x[1] + 2e3 * x[2] + 1.1 * x[4];
+                set.gemm.push(GemmSample {
+                    device: name.into(),
+                    op: "bmm".into(),
+                    batch: 2,
+                    m,
+                    n,
+                    k,
+                    latency_s: t,
+                });
+            }
+            for e in [1u64 << 10, 1 << 16, 1 << 20, 1 << 22, 1 << 24, 1 << 26] {
+                let x = transfer::vector(e, 2, 4, &spec);
+                set.vector.push(VectorSample {
+                    device: name.into(),
+                    op: "relu".into(),
+                    batch: 1,
+                    h: e,
+                    latency_s: 1e-5 + 1.2 * x[1] + 1.05 * x[2],
+                });
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("ridgeline-transfer-{}", std::process::id()));
+        set.write(&dir).unwrap();
+        let (_, t) = transfer(&dir).unwrap();
+        assert_eq!(t.classes.len(), 2);
+        for h in &t.holdouts {
+            assert!(h.median_abs_rel_error < 1e-3, "{h:?}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

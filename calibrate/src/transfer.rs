@@ -171,8 +171,45 @@ fn quantile(values: &[f64], tau: f64) -> f64 {
     Data::new(values.to_vec()).quantile(tau)
 }
 
+/// Errors and interval hits of held-out kernels, pooled.
+#[derive(Default)]
+struct Pool {
+    errors: Vec<f64>,
+    inside: usize,
+    judged: usize,
+}
+
+impl Pool {
+    fn holdout(&self, device: &str, class: &str) -> Holdout {
+        let abs: Vec<f64> = self.errors.iter().map(|r| r.abs()).collect();
+        Holdout {
+            device: device.to_owned(),
+            class: class.to_owned(),
+            points: self.errors.len(),
+            median_abs_rel_error: quantile(&abs, 0.5),
+            p90_abs_rel_error: quantile(&abs, 0.9),
+            bias: quantile(&self.errors, 0.5),
+            coverage_90: if self.judged > 0 {
+                self.inside as f64 / self.judged as f64
+            } else {
+                f64::NAN
+            },
+        }
+    }
+}
+
+/// What leaving each device out gave: per held-out device and class, and per class over
+/// every held-out device (device `all`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Transfer {
+    /// Per held-out device and class.
+    pub holdouts: Vec<Holdout>,
+    /// Per class, every held-out kernel pooled.
+    pub classes: Vec<Holdout>,
+}
+
 /// Leave one device out: for each device, fit on the others and predict it.
-pub fn leave_one_out(points: &[Point]) -> Result<Vec<Holdout>> {
+pub fn leave_one_out(points: &[Point]) -> Result<Transfer> {
     let mut devices: Vec<&str> = points.iter().map(|p| p.device.as_str()).collect();
     devices.sort_unstable();
     devices.dedup();
@@ -185,7 +222,8 @@ pub fn leave_one_out(points: &[Point]) -> Result<Vec<Holdout>> {
     let on = |keep: &dyn Fn(&str) -> bool| -> Vec<&Point> {
         points.iter().filter(|p| keep(&p.device)).collect()
     };
-    let mut out = Vec::new();
+    let mut holdouts = Vec::new();
+    let mut pooled: BTreeMap<String, Pool> = BTreeMap::new();
     for held in &devices {
         let train = on(&|d| d != *held);
         let models = fit(&train)?;
@@ -198,37 +236,39 @@ pub fn leave_one_out(points: &[Point]) -> Result<Vec<Holdout>> {
                 calibration
                     .entry(class.to_owned())
                     .or_default()
-                    .extend(e.iter().map(|r| (1.0 + r).max(1e-9).ln()));
+                    .extend(e.iter().map(|r| log_ratio(*r)));
             }
         }
         for (class, e) in errors(&models, &on(&|d| d == *held)) {
-            let abs: Vec<f64> = e.iter().map(|r| r.abs()).collect();
-            let coverage = match calibration.get(class) {
-                Some(c) if !c.is_empty() => {
-                    let (lo, hi) = (quantile(c, 0.05), quantile(c, 0.95));
-                    e.iter()
-                        .filter(|r| {
-                            let l = (1.0 + **r).max(1e-9).ln();
-                            // measured inside [pred / e^hi, pred / e^lo]
-                            l >= lo && l <= hi
-                        })
-                        .count() as f64
-                        / e.len() as f64
-                }
-                _ => f64::NAN,
+            let mut pool = Pool {
+                errors: e.clone(),
+                ..Pool::default()
             };
-            out.push(Holdout {
-                device: (*held).to_owned(),
-                class: class.to_owned(),
-                points: e.len(),
-                median_abs_rel_error: quantile(&abs, 0.5),
-                p90_abs_rel_error: quantile(&abs, 0.9),
-                bias: quantile(&e, 0.5),
-                coverage_90: coverage,
-            });
+            if let Some(c) = calibration.get(class).filter(|c| !c.is_empty()) {
+                let (lo, hi) = (quantile(c, 0.05), quantile(c, 0.95));
+                pool.judged = e.len();
+                pool.inside = e
+                    .iter()
+                    .filter(|r| (lo..=hi).contains(&log_ratio(**r)))
+                    .count();
+            }
+            holdouts.push(pool.holdout(held, class));
+            let all = pooled.entry(class.to_owned()).or_default();
+            all.errors.extend(&pool.errors);
+            all.inside += pool.inside;
+            all.judged += pool.judged;
         }
     }
-    Ok(out)
+    let classes = pooled
+        .iter()
+        .map(|(class, pool)| pool.holdout("all", class))
+        .collect();
+    Ok(Transfer { holdouts, classes })
+}
+
+/// `ln(predicted / measured)` of a relative error.
+fn log_ratio(r: f64) -> f64 {
+    (1.0 + r).max(1e-9).ln()
 }
 
 #[cfg(test)]
@@ -277,8 +317,10 @@ mod tests {
             }
         }
         let held = leave_one_out(&pts).unwrap();
-        assert_eq!(held.len(), 4);
-        for h in &held {
+        assert_eq!(held.holdouts.len(), 4);
+        assert_eq!(held.classes.len(), 1);
+        assert_eq!(held.classes[0].points, 56);
+        for h in &held.holdouts {
             assert!(h.median_abs_rel_error < 1e-6, "{h:?}");
             assert!(h.p90_abs_rel_error < 1e-6, "{h:?}");
             assert_eq!(h.points, 14);

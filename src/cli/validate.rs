@@ -80,6 +80,18 @@ pub(crate) enum ValidateCommand {
     /// reference implementation's layer table (`data/reference/`), and the per-sample
     /// figures of Table II of Ibrahim et al., PMBS 2021 (seed 004; V100, mixed precision) beside the model's.
     Published(FormatArg),
+    /// The transferable kernel model, one GPU left out at a time: fitted on the kernels of
+    /// the others, it predicts the held-out one from its device file alone.
+    Transfer(ValidateTransferArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ValidateTransferArgs {
+    /// A kernel set (`ridgeline import`).
+    #[arg(long, value_name = "DIR", default_value = "data/kernels/neusight")]
+    pub(crate) kernels: PathBuf,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
 }
 
 #[derive(Debug, Args)]

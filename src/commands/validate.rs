@@ -9,7 +9,7 @@ use ridgeline_calibrate::validate::{LayerPoint, StepPoint, Summary, Validation};
 use ridgeline_reports::Document;
 use serde::Serialize;
 
-use crate::cli::{Format, ValidateArgs, ValidateCommArgs, ValidateCommand};
+use crate::cli::{Format, ValidateArgs, ValidateCommArgs, ValidateCommand, ValidateTransferArgs};
 use crate::output::{self, Progress};
 
 /// What `--format json` prints.
@@ -27,6 +27,7 @@ pub(crate) fn run(args: &ValidateArgs) -> Result<()> {
     match &args.what {
         Some(ValidateCommand::Comm(a)) => return comm(a),
         Some(ValidateCommand::Published(f)) => return published(f.format),
+        Some(ValidateCommand::Transfer(a)) => return transfer(a),
         None => {}
     }
     if args.self_check {
@@ -70,6 +71,25 @@ fn comm(args: &ValidateCommArgs) -> Result<()> {
             d = d.note(format!("not predicted: {n}"));
         }
         d
+    })
+}
+
+/// `validate transfer`: the transferable kernel model, leaving one GPU out at a time.
+fn transfer(args: &ValidateTransferArgs) -> Result<()> {
+    let (set, t) = validation::transfer(&args.kernels)?;
+    let cols = tables::holdout_cols();
+    // Each class over every held-out GPU (`all`) first, then each GPU.
+    let rows: Vec<_> = t.classes.iter().chain(&t.holdouts).cloned().collect();
+    output::print(args.format.format, &t, |style| {
+        Document::new("Transferable kernel model: each GPU predicted by a fit on the others")
+            .summary("kernels", args.kernels.display().to_string())
+            .summary(
+                "source",
+                format!("{} at {}", set.source.repository, set.source.commit),
+            )
+            .summary("devices", set.devices().join(", "))
+            .table(output::table(&rows, &cols, style))
+            .note("error = (predicted - measured) / measured; each held-out GPU's 90 % interval from the log ratios the other GPUs show when each is held out of a fit on the rest (split-conformal across devices). Fitted on kernel measurements only.")
     })
 }
 

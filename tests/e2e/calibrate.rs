@@ -435,3 +435,22 @@ fn import_neusight_writes_a_kernel_set_and_refuses_what_it_cannot_source() {
     assert!(err.contains("NeuSight checkout"), "{err}");
     std::fs::remove_dir_all(&out).unwrap();
 }
+
+#[test]
+fn validate_transfer_names_what_it_cannot_do() {
+    // One GPU's kernels (the converter's fixture): nothing to leave out.
+    let out = std::env::temp_dir().join(format!("ridgeline-one-gpu-{}", std::process::id()));
+    let o = out.to_str().unwrap();
+    let dir = crate::fixture("neusight");
+    run_ok(&[
+        "import", "neusight", &dir, "--commit", "db1fdc9", "--out", o,
+    ]);
+    let err = run_err(&["validate", "transfer", "--kernels", o]);
+    assert!(err.contains("at least 3 devices"), "{err}");
+    let err = run_err(&["validate", "transfer", "--kernels", "/nonexistent"]);
+    assert!(
+        err.contains("SOURCE.toml") && err.contains("ridgeline import"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&out).unwrap();
+}

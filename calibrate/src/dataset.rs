@@ -163,59 +163,44 @@ impl KernelSet {
     /// Every time positive and finite, every dimension at least 1, every device one the
     /// source maps.
     fn check(&self, dir: &Path) -> Result<()> {
-        let known = |d: &str| self.source.devices.values().any(|v| v == d);
-        let bad = |file: &str, row: usize, what: String| {
-            Err(Error::Input(format!(
-                "{}: row {}: {what}",
-                dir.join(file).display(),
-                row + 1
-            )))
-        };
-        let rows = self
+        let gemm = self
             .gemm
             .iter()
-            .map(|s| {
-                (
-                    GEMM,
-                    &s.device,
-                    s.latency_s,
-                    [s.batch, s.m, s.n, s.k].to_vec(),
-                )
-            })
-            .chain(self.conv.iter().map(|s| {
-                (
-                    CONV,
-                    &s.device,
-                    s.latency_s,
-                    vec![s.batch, s.c_in, s.c_out, s.size, s.kernel, s.stride],
-                )
-            }))
-            .chain(
-                self.vector
-                    .iter()
-                    .map(|s| (VECTOR, &s.device, s.latency_s, vec![s.batch, s.h])),
-            );
-        let mut last = ("", 0);
-        for (file, device, t, dims) in rows {
-            let row = if last.0 == file { last.1 + 1 } else { 0 };
-            last = (file, row);
-            if !(t.is_finite() && t > 0.0) {
-                return bad(file, row, format!("latency_s {t}: a time is positive"));
-            }
-            if dims.contains(&0) {
-                return bad(
-                    file,
-                    row,
-                    "a dimension is 0: every one is at least 1".into(),
-                );
-            }
-            if !known(device) {
-                return bad(
-                    file,
-                    row,
-                    format!("device `{device}` is not one SOURCE.toml's `devices` maps"),
-                );
-            }
+            .map(|s| (&s.device, s.latency_s, vec![s.batch, s.m, s.n, s.k]));
+        let conv = self.conv.iter().map(|s| {
+            let dims = vec![s.batch, s.c_in, s.c_out, s.size, s.kernel, s.stride];
+            (&s.device, s.latency_s, dims)
+        });
+        let vector = self
+            .vector
+            .iter()
+            .map(|s| (&s.device, s.latency_s, vec![s.batch, s.h]));
+        self.check_rows(&dir.join(GEMM), gemm)?;
+        self.check_rows(&dir.join(CONV), conv)?;
+        self.check_rows(&dir.join(VECTOR), vector)
+    }
+
+    /// Checks one table's rows: (device, seconds, dimensions).
+    fn check_rows<'a>(
+        &self,
+        path: &Path,
+        rows: impl Iterator<Item = (&'a String, f64, Vec<u64>)>,
+    ) -> Result<()> {
+        for (i, (device, t, dims)) in rows.enumerate() {
+            let what = if !(t.is_finite() && t > 0.0) {
+                format!("latency_s {t}: a time is positive")
+            } else if dims.contains(&0) {
+                "a dimension is 0: every one is at least 1".to_owned()
+            } else if !self.source.devices.values().any(|v| v == device) {
+                format!("device `{device}` is not one SOURCE.toml's `devices` maps")
+            } else {
+                continue;
+            };
+            return Err(Error::Input(format!(
+                "{}: row {}: {what}; convert the set again with `ridgeline import`",
+                path.display(),
+                i + 1
+            )));
         }
         Ok(())
     }

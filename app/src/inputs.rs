@@ -11,7 +11,7 @@ use ridgeline_model::dataset::{self, Dataset};
 use ridgeline_model::graph::Graph;
 use ridgeline_model::precision::{GradientPrecision, Precision};
 use ridgeline_model::predict::{
-    DataLocation, Epochs, Inputs, Overlap, Quality, Scenario, StepModel,
+    DataLocation, Epochs, Inputs, KernelModel, Overlap, Quality, Scenario, StepModel,
 };
 use ridgeline_model::procurement::{self, Mix, Offer};
 use ridgeline_model::profile::Profile;
@@ -59,6 +59,8 @@ pub struct ScenarioSpec {
     pub eval_samples: Option<u64>,
     /// The format gradients travel in.
     pub gradient_precision: GradientPrecision,
+    /// What times a GPU's layers without a calibrated profile.
+    pub kernel_model: KernelModel,
     /// Attained fraction of peak FLOP/s.
     pub compute_efficiency: f64,
     /// Attained fraction of memory bandwidth.
@@ -88,6 +90,7 @@ impl Default for ScenarioSpec {
             train_samples: None,
             eval_samples: None,
             gradient_precision: GradientPrecision::Fp32,
+            kernel_model: KernelModel::Transfer,
             compute_efficiency: 1.0,
             memory_efficiency: 1.0,
             preprocess_rate: None,
@@ -388,6 +391,7 @@ impl Job {
             location: s.data_location,
             gradient_bytes: s.gradient_precision.bytes(),
             efficiency: Efficiency::new(s.compute_efficiency, s.memory_efficiency)?,
+            kernel_model: s.kernel_model,
             preprocess_rate: s.preprocess_rate,
             compression: s.compression,
             quality: s.quality,

@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 use ridgeline_calibrate::validate::{LayerPoint, Validation};
 use ridgeline_model::memory::{self, MemoryRow};
 use ridgeline_model::precision::Precision;
-use ridgeline_model::predict::{self, Prediction};
+use ridgeline_model::predict::{self, KernelModel, Prediction};
 use ridgeline_model::procurement::{self, CandidateResult, Mix, Offer, WorkloadOutcome};
 use ridgeline_model::roofline::Efficiency;
 use ridgeline_model::sweep::Objective;
@@ -141,6 +141,8 @@ pub struct ProcurementRequest {
     pub budget: Option<f64>,
     /// What the ranking minimises.
     pub objective: Objective,
+    /// What times the candidates' GPU layers.
+    pub kernel_model: KernelModel,
     /// Attained fraction of peak FLOP/s.
     pub compute_efficiency: f64,
     /// Attained fraction of memory bandwidth.
@@ -173,6 +175,7 @@ pub fn procurement(req: &ProcurementRequest) -> Result<Procurement> {
     let mut jobs = inputs::mix_jobs(&mix, &mix_file, dir.as_deref())?;
     for j in &mut jobs {
         j.scenario.efficiency = efficiency;
+        j.scenario.kernel_model = req.kernel_model;
     }
     let mut names = BTreeSet::new();
     let mut offers = Vec::new();
@@ -386,26 +389,42 @@ fn procurement_report(
             .unwrap_or_default()
     ));
     let ideal = args.compute_efficiency >= 1.0 && args.memory_efficiency >= 1.0;
+    let at = if ideal {
+        "ideal efficiency".to_owned()
+    } else {
+        format!(
+            "{:.0} % compute and {:.0} % memory efficiency",
+            100.0 * args.compute_efficiency,
+            100.0 * args.memory_efficiency
+        )
+    };
+    let timing = match args.kernel_model {
+        KernelModel::Transfer => format!(
+            "Layers on GPUs are timed by the transferred kernel model: fitted on measured FP32 \
+             kernels of other GPUs ({}), it times each candidate from its device file alone, \
+             never faster than the datasheet peaks at {at}. A calibrated profile overrides it, \
+             and devices without its figures run at the datasheet peaks (each candidate's \
+             `compute_timed_by` in procurement.json says which).",
+            ridgeline_model::transfer::Model::builtin()
+                .source
+                .devices
+                .join(", ")
+        ),
+        KernelModel::Ideal => format!(
+            "Layers are timed at the systems' datasheet peaks at {at} (--efficiency ideal) \
+             unless a candidate's system is a calibrated profile{}.",
+            if ideal {
+                ", so absolute times are lower bounds"
+            } else {
+                ""
+            }
+        ),
+    };
     intro.push(format!(
-        "Predictions use the systems' datasheet peaks at {} unless a candidate's system is a \
-         calibrated profile{}; compare candidates by their ratios. Cost is the total cost of \
+        "{timing} Compare candidates by their ratios. Cost is the total cost of \
          ownership: the purchase price spread over the lifetime plus electricity at the node's \
          power. Prices, power and site figures are the candidate files' own, each with its \
-         source (see the inputs below and procurement.json).",
-        if ideal {
-            "ideal efficiency".to_owned()
-        } else {
-            format!(
-                "{:.0} % compute and {:.0} % memory efficiency",
-                100.0 * args.compute_efficiency,
-                100.0 * args.memory_efficiency
-            )
-        },
-        if ideal {
-            ", so absolute times are lower bounds"
-        } else {
-            ""
-        }
+         source (see the inputs below and procurement.json)."
     ));
 
     // Ranking.
@@ -927,14 +946,36 @@ pub fn workload(args: &WorkloadReportRequest) -> Result<(Report, Prediction)> {
             p.system,
             p.device,
             p.precision,
-            if system.calibration.is_some() {
-                "the calibrated profile's kernel models".to_owned()
-            } else {
-                format!(
+            {
+                let t = p.outcome.compute_timed_by;
+                let ideal = format!(
                     "the datasheet peaks at {:.0} % compute and {:.0} % memory efficiency",
                     100.0 * sc.efficiency.compute,
                     100.0 * sc.efficiency.memory
+                );
+                format!(
+                    "{}{}{}",
+                    if t.profile > 0 {
+                        format!("the calibrated profile's kernel models ({} layers) ", t.profile)
+                    } else {
+                        String::new()
+                    },
+                    if t.transfer > 0 {
+                        format!(
+                            "the transferred kernel model, fitted on measured GPU kernels of other devices ({} layers) ",
+                            t.transfer
+                        )
+                    } else {
+                        String::new()
+                    },
+                    if t.ideal > 0 {
+                        format!("{ideal} ({} layers)", t.ideal)
+                    } else {
+                        String::new()
+                    }
                 )
+                .trim_end()
+                .to_owned()
             }
         )],
         sections: vec![
@@ -987,6 +1028,7 @@ mod tests {
             systems: vec!["dgx-a100".into(), "dgx-h100".into()],
             budget: None,
             objective: Objective::Time,
+            kernel_model: KernelModel::Transfer,
             compute_efficiency: 1.0,
             memory_efficiency: 1.0,
             provenance: "test".into(),
@@ -1016,6 +1058,7 @@ mod tests {
             systems: vec!["dgx-a100".into(), "dgx-a100".into()],
             budget: None,
             objective: Objective::Time,
+            kernel_model: KernelModel::Ideal,
             compute_efficiency: 1.0,
             memory_efficiency: 1.0,
             provenance: "test".into(),
@@ -1034,6 +1077,7 @@ mod tests {
             },
             system: "dgx-a100".into(),
             scenario: ScenarioSpec {
+                kernel_model: KernelModel::Ideal,
                 compute_efficiency: 0.5,
                 memory_efficiency: 0.5,
                 ..ScenarioSpec::default()

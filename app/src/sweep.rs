@@ -34,7 +34,7 @@ pub fn rows<'a>(result: &'a SweepResult, candidates: &'a [Candidate]) -> Vec<Swe
 }
 
 /// The columns of the best configurations.
-pub fn cols<'a>() -> [Col<SweepRow<'a>>; 10] {
+pub fn cols<'a>() -> [Col<SweepRow<'a>>; 11] {
     [
         text("system", "system", |r, _| r.system.to_owned()),
         text("precision", "precision", |r, _| {
@@ -55,6 +55,9 @@ pub fn cols<'a>() -> [Col<SweepRow<'a>>; 10] {
         text("bound", "bound", |r, _| {
             r.candidate.outcome.bound.name().to_owned()
         }),
+        text("timed by", "compute_timed_by", |r, _| {
+            r.candidate.outcome.compute_timed_by.short()
+        }),
         num("time to solution", "time_to_solution_s", |r, s| {
             s.seconds(r.candidate.outcome.time_to_solution_s)
         }),
@@ -66,7 +69,7 @@ pub fn cols<'a>() -> [Col<SweepRow<'a>>; 10] {
 }
 
 /// The fields of every written row, in order.
-const FIELDS: [&str; 22] = [
+const FIELDS: [&str; 23] = [
     "system",
     "precision",
     "nodes",
@@ -75,6 +78,7 @@ const FIELDS: [&str; 22] = [
     "global_batch",
     "data_location",
     "compute_s",
+    "compute_timed_by",
     "input_s",
     "allreduce_s",
     "collective",
@@ -91,7 +95,7 @@ const FIELDS: [&str; 22] = [
     "cost",
 ];
 
-fn fields(system: &str, c: &Candidate) -> [String; 22] {
+fn fields(system: &str, c: &Candidate) -> [String; 23] {
     let o: &Outcome = &c.outcome;
     let opt = |v: Option<f64>| v.map_or_else(String::new, |x| x.to_string());
     [
@@ -103,6 +107,7 @@ fn fields(system: &str, c: &Candidate) -> [String; 22] {
         o.global_batch.to_string(),
         o.data_location.to_string(),
         o.compute_s.to_string(),
+        o.compute_timed_by.short(),
         o.input_s.to_string(),
         o.allreduce_s.to_string(),
         o.collective.to_string(),

@@ -64,7 +64,7 @@ pub fn memory_cols() -> [Col<MemoryRow>; 11] {
 }
 
 /// A roofline's layers: FLOPs, bytes, intensity, time and bound.
-pub fn roofline_cols<'g>() -> [Col<RooflineLayer<'g>>; 9] {
+pub fn roofline_cols<'g>() -> [Col<RooflineLayer<'g>>; 10] {
     [
         text("layer", "name", |r, _| r.name.to_owned()),
         text("op", "op", |r, _| r.op.to_owned()),
@@ -87,11 +87,14 @@ pub fn roofline_cols<'g>() -> [Col<RooflineLayer<'g>>; 9] {
             .to_owned()
         }),
         num("attained", "attained", |r, s| s.flop_rate(r.attained)),
+        num("transfer model", "transferred", |r, s| {
+            r.transferred.map_or_else(String::new, |t| s.seconds(t))
+        }),
     ]
 }
 
 /// A scaling series: one row per node count.
-pub fn scale_cols() -> [Col<ScaleRow>; 12] {
+pub fn scale_cols() -> [Col<ScaleRow>; 13] {
     [
         num("nodes", "nodes", |r, s| s.count(u64::from(r.nodes))),
         num("models", "models", |r, s| s.count(u64::from(r.models))),
@@ -113,6 +116,10 @@ pub fn scale_cols() -> [Col<ScaleRow>; 12] {
         text("bound", "bound", |r, _| {
             r.outcome
                 .map_or_else(String::new, |o| o.bound.name().to_owned())
+        }),
+        text("timed by", "compute_timed_by", |r, _| {
+            r.outcome
+                .map_or_else(String::new, |o| o.compute_timed_by.short())
         }),
         num("samples/s", "throughput", |r, s| s.number(r.throughput, 1)),
         num("time to solution", "time_to_solution_s", |r, s| {

@@ -99,7 +99,7 @@ pub struct Published {
 /// Leaves each GPU of the kernel set in `kernels` out in turn: the transferable kernel model
 /// fitted on the others predicts it (`ridgeline_calibrate::transfer`). Each device's
 /// figures come from its catalog file.
-pub fn transfer(kernels: &Path) -> Result<(KernelSet, Transfer)> {
+pub fn transfer(kernels: &Path) -> Result<(KernelSet, Transfer, Vec<transfer::Point>)> {
     let set = KernelSet::read(kernels)?;
     let mut specs = BTreeMap::new();
     for name in set.devices() {
@@ -115,7 +115,43 @@ pub fn transfer(kernels: &Path) -> Result<(KernelSet, Transfer)> {
     }
     let points = transfer::points(&set, &specs)?;
     let t = transfer::leave_one_out(&points)?;
-    Ok((set, t))
+    Ok((set, t, points))
+}
+
+/// The kernel model fitted on every device of the kernel set in `kernels`, with the
+/// leave-one-device-out figures of `held`, as the TOML of `data/kernels/transfer.toml`.
+pub fn transfer_model(
+    kernels: &Path,
+    set: &KernelSet,
+    points: &[transfer::Point],
+    held: &Transfer,
+) -> Result<String> {
+    let s = &set.source;
+    let data = format!(
+        "{} ({}, {} at {}, {}; {}), converted into {}",
+        s.description,
+        s.paths,
+        s.repository,
+        s.commit,
+        s.licence,
+        s.copyright,
+        kernels.display()
+    );
+    let m = transfer::model(
+        points,
+        held,
+        &data,
+        &format!(
+            "ridgeline validate transfer --kernels {} --write-model",
+            kernels.display()
+        ),
+    )?;
+    let body = toml::to_string(&m).context("writing the kernel model as TOML")?;
+    Ok(format!(
+        "# The device-transferable kernel model ridgeline times GPU layers with by default\n\
+         # (docs/ARCHITECTURE.md \"A kernel model for GPUs you don't have\"). Written by the\n\
+         # command under [source]; fitted on kernel measurements only. Do not edit: fit again.\n\n{body}"
+    ))
 }
 
 /// Checks every built-in workload against its reference table and \[004\] Table II.
@@ -593,11 +629,41 @@ mod tests {
         }
         let dir = std::env::temp_dir().join(format!("ridgeline-transfer-{}", std::process::id()));
         set.write(&dir).unwrap();
-        let (_, t) = transfer(&dir).unwrap();
+        let (_, t, _) = transfer(&dir).unwrap();
         assert_eq!(t.classes.len(), 2);
         for h in &t.holdouts {
             assert!(h.median_abs_rel_error < 1e-3, "{h:?}");
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The coefficients ridgeline ships are what fitting the shipped kernel set gives
+    /// (`ridgeline validate transfer --write-model data/kernels/transfer.toml`).
+    #[test]
+    fn the_shipped_kernel_model_is_the_fit_of_the_shipped_kernels() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/neusight");
+        let set = KernelSet::read(&dir).unwrap();
+        let mut specs = BTreeMap::new();
+        for name in set.devices() {
+            let d = ridgeline_model::catalog::device(name).unwrap();
+            specs.insert(name.to_owned(), DeviceSpec::fp32(&d).unwrap());
+        }
+        let points = transfer::points(&set, &specs).unwrap();
+        let all: Vec<&transfer::Point> = points.iter().collect();
+        let fitted = transfer::fit(&all).unwrap();
+        let shipped = ridgeline_model::transfer::Model::builtin();
+        assert_eq!(shipped.classes.len(), fitted.len());
+        for f in &fitted {
+            let c = shipped.class(&f.class).unwrap();
+            assert_eq!(c.points, f.points, "{}", f.class);
+            for (a, b) in c.coefficients.iter().zip(&f.coefficients) {
+                assert!(
+                    (a - b).abs() <= 1e-9 * b.abs().max(1e-12),
+                    "{}: shipped {a} fitted {b}: fit the model again",
+                    f.class
+                );
+            }
+        }
+        assert_eq!(shipped.source.devices, set.devices());
     }
 }

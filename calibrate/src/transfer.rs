@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use ridgeline_model::transfer::{self, DeviceSpec};
+use ridgeline_model::transfer::{self, ClassCoefficients, DeviceSpec, Model, ModelSource};
 use serde::Serialize;
 use statrs::statistics::{Data, OrderStatistics};
 
@@ -264,6 +264,42 @@ pub fn leave_one_out(points: &[Point]) -> Result<Transfer> {
         .map(|(class, pool)| pool.holdout("all", class))
         .collect();
     Ok(Transfer { holdouts, classes })
+}
+
+/// The model ridgeline ships: every class fitted on every device of `points`, with the
+/// pooled leave-one-device-out figures of `held` beside its coefficients.
+pub fn model(points: &[Point], held: &Transfer, data: &str, fitted_by: &str) -> Result<Model> {
+    let all: Vec<&Point> = points.iter().collect();
+    let mut devices: Vec<String> = points.iter().map(|p| p.device.clone()).collect();
+    devices.sort_unstable();
+    devices.dedup();
+    let classes = fit(&all)?
+        .into_iter()
+        .map(|c| {
+            let pooled = held.classes.iter().find(|h| h.class == c.class);
+            let features = if c.coefficients.len() == transfer::GEMM_FEATURES.len() {
+                &transfer::GEMM_FEATURES[..]
+            } else {
+                &transfer::VECTOR_FEATURES[..]
+            };
+            ClassCoefficients {
+                name: c.class,
+                features: features.iter().map(|f| (*f).to_owned()).collect(),
+                coefficients: c.coefficients,
+                points: c.points,
+                holdout_median_abs_error: pooled.map_or(f64::NAN, |h| h.median_abs_rel_error),
+                holdout_bias: pooled.map_or(f64::NAN, |h| h.bias),
+            }
+        })
+        .collect();
+    Ok(Model {
+        source: ModelSource {
+            data: data.to_owned(),
+            devices,
+            fitted_by: fitted_by.to_owned(),
+        },
+        classes,
+    })
 }
 
 /// `ln(predicted / measured)` of a relative error.

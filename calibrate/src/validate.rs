@@ -12,9 +12,10 @@ use ridgeline_measure::{Pass, Record, StepRun};
 use ridgeline_model::cost;
 use ridgeline_model::memory::{Footprint, Optimizer};
 use ridgeline_model::precision::Precision;
-use ridgeline_model::predict::{DeviceRates, StepModel};
+use ridgeline_model::predict::{DeviceRates, StepModel, Timing};
 use ridgeline_model::roofline::{self, Efficiency, PeakClass};
 use ridgeline_model::system::System;
+use ridgeline_model::transfer::{DeviceSpec, Model as TransferModel};
 use ridgeline_model::units::Bytes;
 use ridgeline_model::workloads::{self, BuildOptions};
 use serde::Serialize;
@@ -220,11 +221,16 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
         }
         let r = roofline::roofline(&graph, &c, system, Efficiency::IDEAL)?;
         // The step as `predict` times it: the same per-layer models plus the update.
-        let (_, predicted) = StepModel::new(&graph, precision, Optimizer::Sgd).device_times(
+        let predicted = StepModel::new(&graph, precision, Optimizer::Sgd).device_times(
             batch as f64,
             &DeviceRates::of(system, precision, Efficiency::IDEAL)?,
-            system.calibration.as_deref(),
+            &Timing {
+                profile: system.calibration.as_deref(),
+                transfer: DeviceSpec::of(&system.device, precision)
+                    .map(|spec| (TransferModel::builtin(), spec)),
+            },
         );
+        let predicted = predicted.step;
         // Every layer record must be a layer of the rebuilt workload: a renamed or edited
         // record would silently drop out of the comparison.
         if let Some((stray, layer)) = measured_run

@@ -113,6 +113,11 @@ pub struct RooflineLayer<'g> {
     pub attained: FlopRate,
     /// Whether the times come from a calibrated profile's fitted kernel models.
     pub calibrated: bool,
+    /// The layer's forward plus backward time by the transferred kernel model
+    /// ([`crate::transfer::Model::builtin`], never below this roofline's time), where the
+    /// device file gives its figures and no calibrated profile timed the layer: what
+    /// `predict` counts for it.
+    pub transferred: Option<Seconds>,
 }
 
 /// A workload's training step on one device's roofline.
@@ -183,10 +188,10 @@ pub fn roofline<'g>(
         let memory = bw.map_or(Seconds::ZERO, |bw| b / bw);
         (compute, memory)
     };
-    let kernels = system
-        .calibration
-        .as_ref()
-        .map(|p| (p, step_kernels(graph, cost)));
+    let spec = crate::transfer::DeviceSpec::of(device, cost.precision);
+    let all_kernels =
+        (system.calibration.is_some() || spec.is_some()).then(|| step_kernels(graph, cost));
+    let kernels = system.calibration.as_ref().zip(all_kernels.as_ref());
     let mut layers = Vec::with_capacity(cost.layers.len());
     for (i, l) in cost.layers.iter().enumerate() {
         let (class, peak) = if l.matrix {
@@ -206,6 +211,23 @@ pub fn roofline<'g>(
             None => (cf.max(mf), cb.max(mb)),
         };
         let time = time_fwd + time_bwd;
+        let transferred = match (&spec, &all_kernels) {
+            (Some(spec), Some(ks)) if fitted.is_none() && !ks[i].is_empty() => {
+                let model = crate::transfer::Model::builtin();
+                let elem = cost.precision.compute_bytes();
+                let (mut f, mut b) = (0.0, 0.0);
+                let mut all = true;
+                for k in &ks[i] {
+                    match model.time(k, elem, spec) {
+                        Some(t) if k.pass.is_backward() => b += t,
+                        Some(t) => f += t,
+                        None => all = false,
+                    }
+                }
+                all.then(|| Seconds::new(f).max(time_fwd) + Seconds::new(b).max(time_bwd))
+            }
+            _ => None,
+        };
         let (compute, memory) = (cf + cb, mf + mb);
         let bound = if time.value() == 0.0 {
             Bound::None
@@ -233,6 +255,7 @@ pub fn roofline<'g>(
                 FlopRate::ZERO
             },
             calibrated: fitted.is_some(),
+            transferred,
         });
     }
     let sum_time = |b: Option<Bound>| {

@@ -25,8 +25,13 @@
 //! dimensionless inverse efficiency (the launch term is seconds), shared by every device:
 //! that is what lets the model time a device it was not fitted on.
 
-use serde::Serialize;
+use std::sync::OnceLock;
 
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::kernels::{Kernel, KernelClass};
+use crate::precision::Precision;
 use crate::system::{Device, DeviceKind};
 
 /// What the features need of a device.
@@ -46,17 +51,27 @@ pub struct DeviceSpec {
 
 impl DeviceSpec {
     /// The FP32 spec of a GPU device file; `None` where the file lacks a figure it needs
-    /// (SMs, boost clock, FP32 peak, bandwidth, L2), or the device is not a GPU.
+    /// (SMs, boost clock, FP32 peak, bandwidth), or the device is not a GPU. Without an L2
+    /// size (`memory.llc_mib`) every kernel's bytes count as HBM traffic.
     pub fn fp32(device: &Device) -> Option<DeviceSpec> {
+        Self::of(device, Precision::Fp32)
+    }
+
+    /// The spec of a GPU device file for kernels at `precision`: its matrix peak is the
+    /// device's peak for that precision's matrix format (the tensor-core peak where the
+    /// file gives one, [`Device::matrix_peak`]); `None` where a figure is missing.
+    pub fn of(device: &Device, precision: Precision) -> Option<DeviceSpec> {
         if device.kind != DeviceKind::Gpu {
             return None;
         }
         Some(DeviceSpec {
             sms: f64::from(device.sms.as_ref()?.value),
             clock_hz: device.boost_clock_hz.as_ref()?.value,
-            peak_flops: device.peak.fp32.as_ref()?.value.value(),
+            peak_flops: device.matrix_peak(precision).ok()?.rate.value(),
             bandwidth: device.memory_bandwidth.as_ref()?.value.value(),
-            l2_bytes: device.llc.as_ref()?.value.value(),
+            // Without an L2 size every working set is timed as HBM traffic (`predict`
+            // says so).
+            l2_bytes: device.llc.as_ref().map_or(0.0, |l| l.value.value()),
         })
     }
 
@@ -74,9 +89,6 @@ impl DeviceSpec {
         }
         if device.memory_bandwidth.is_none() {
             out.push("memory.bandwidth_gbs");
-        }
-        if device.llc.is_none() {
-            out.push("memory.llc_mib");
         }
         out
     }
@@ -218,6 +230,171 @@ pub fn vector_arrays(op: &str) -> u64 {
     }
 }
 
+/// A vector op over `elements` elements that moves `bytes` in all: [`vector`] when the
+/// bytes are known rather than the arrays.
+pub fn vector_bytes(elements: f64, bytes: f64, d: &DeviceSpec) -> [f64; 4] {
+    let (l2, hbm) = memory(bytes, d);
+    [1.0, l2, hbm, elements / (d.sms * d.clock_hz)]
+}
+
+/// The kernel class of the data a ridgeline kernel is timed as: dense layers as `linear`,
+/// convolutions as `conv`, and each vector op as the measured op that does the same work
+/// per element: unary ops that read one array and write one as `relu` (pooling, dropout,
+/// copies too), `tanh`, `add`, a scale as `mulu`, normalisations as `ln`, a loss over
+/// classes as `softmax`, a squared error as `mul`.
+pub fn class_of(kernel: &Kernel) -> &'static str {
+    match kernel.class {
+        KernelClass::Gemm => "linear",
+        KernelClass::ConvPointwise | KernelClass::ConvSpatial | KernelClass::ConvDepthwise => {
+            "conv"
+        }
+        KernelClass::Norm => "ln",
+        KernelClass::Pooling => "relu",
+        KernelClass::Elementwise => match kernel.op.unwrap_or("relu") {
+            "tanh" => "tanh",
+            "add" => "add",
+            "scale" => "mulu",
+            "softmax-cross-entropy" => "softmax",
+            "mse-loss" => "mul",
+            _ => "relu",
+        },
+    }
+}
+
+/// The GEMM a matrix kernel's features describe: `calls` products of `m x k` by `k x n`,
+/// recovered from `F = 2 m n k calls`, `|A| = m k calls`, `|B| = k n calls`,
+/// `|C| = m n calls` ([`crate::kernels`]).
+fn gemm_shape(x: &[f64; crate::kernels::FEATURES]) -> (u64, u64, u64, u64) {
+    let half = x[1] / 2.0;
+    let (a, b, c) = (x[2], x[3], x[4]);
+    if half <= 0.0 || a <= 0.0 || b <= 0.0 || c <= 0.0 {
+        return (1, 1, 1, 1);
+    }
+    let calls = (a * b * c / (half * half)).round().max(1.0);
+    let int = |v: f64| v.round().max(1.0) as u64;
+    (int(calls), int(half / b), int(half / a), int(half / c))
+}
+
+/// The features of a ridgeline kernel on a device, for its class ([`class_of`]), with
+/// `elem` bytes per element.
+pub fn features(kernel: &Kernel, elem: u64, d: &DeviceSpec) -> Vec<f64> {
+    if kernel.class.is_matrix() {
+        let (calls, m, n, k) = gemm_shape(&kernel.x);
+        // A convolution of one group lowers every call (one per sample for a pointwise
+        // convolution) into one implicit GEMM, as cuDNN does.
+        if kernel.class != KernelClass::Gemm
+            && calls > 1
+            && kernel.class != KernelClass::ConvDepthwise
+        {
+            return gemm(1, m * calls, n, k, elem, d).to_vec();
+        }
+        gemm(calls, m, n, k, elem, d).to_vec()
+    } else {
+        let bytes = kernel.x[2];
+        let arrays = vector_arrays(class_of(kernel)) as f64;
+        vector_bytes(bytes / (arrays * elem as f64), bytes, d).to_vec()
+    }
+}
+
+/// The fitted kernel model: one coefficient per feature for each class of the data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Model {
+    /// What it was fitted on and how, for the reports.
+    pub source: ModelSource,
+    /// Per class.
+    #[serde(rename = "class")]
+    pub classes: Vec<ClassCoefficients>,
+}
+
+/// What a fitted kernel model came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSource {
+    /// The kernel set's provenance (repository, commit, licence).
+    pub data: String,
+    /// The devices fitted on.
+    pub devices: Vec<String>,
+    /// The command that fitted it.
+    pub fitted_by: String,
+}
+
+/// One class's coefficients and how they did when each device was held out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassCoefficients {
+    /// The class (an operator of the data: `bmm`, `linear`, `conv`, `relu`, ...).
+    pub name: String,
+    /// Feature names, in order ([`GEMM_FEATURES`] or [`VECTOR_FEATURES`]).
+    pub features: Vec<String>,
+    /// One per feature: the launch term in seconds, the others dimensionless.
+    pub coefficients: Vec<f64>,
+    /// Kernels fitted.
+    pub points: usize,
+    /// Leave one device out, pooled: median |predicted - measured| / measured.
+    pub holdout_median_abs_error: f64,
+    /// Leave one device out, pooled: median (predicted - measured) / measured.
+    pub holdout_bias: f64,
+}
+
+/// The fitted model ridgeline ships (`data/kernels/transfer.toml`).
+const BUILTIN: &str = include_str!("../../data/kernels/transfer.toml");
+
+impl Model {
+    /// Reads a model file's text; `file` names it in errors.
+    pub fn parse(text: &str, file: &str) -> Result<Model> {
+        let m: Model = toml::from_str(text).map_err(|e| Error::Parse {
+            file: file.to_owned(),
+            message: e.to_string(),
+        })?;
+        for c in &m.classes {
+            let expected: &[&str] = if c.features.len() == GEMM_FEATURES.len() {
+                &GEMM_FEATURES
+            } else {
+                &VECTOR_FEATURES
+            };
+            if c.features != expected || c.coefficients.len() != expected.len() {
+                return Err(Error::invalid(
+                    file,
+                    format!("class.{}.features", c.name),
+                    format!("must be {expected:?}, with one coefficient each"),
+                ));
+            }
+            if c.coefficients.iter().any(|v| !(v.is_finite() && *v >= 0.0)) {
+                return Err(Error::invalid(
+                    file,
+                    format!("class.{}.coefficients", c.name),
+                    "must be finite and not negative: fit the model again",
+                ));
+            }
+        }
+        Ok(m)
+    }
+
+    /// The model ridgeline ships, fitted on the kernel set under `data/kernels/`.
+    pub fn builtin() -> &'static Model {
+        static MODEL: OnceLock<Model> = OnceLock::new();
+        MODEL.get_or_init(|| {
+            Model::parse(BUILTIN, "data/kernels/transfer.toml").unwrap_or_else(|e| {
+                unreachable!("the built-in kernel model is checked by a test: {e}")
+            })
+        })
+    }
+
+    /// The coefficients of `class`.
+    pub fn class(&self, class: &str) -> Option<&ClassCoefficients> {
+        self.classes.iter().find(|c| c.name == class)
+    }
+
+    /// The predicted time of `kernel` on `d` with `elem` bytes per element, seconds; `None`
+    /// when the model has no class for it.
+    pub fn time(&self, kernel: &Kernel, elem: u64, d: &DeviceSpec) -> Option<f64> {
+        let c = self.class(class_of(kernel))?;
+        let x = features(kernel, elem, d);
+        Some(c.coefficients.iter().zip(&x).map(|(c, v)| c * v).sum())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,5 +446,83 @@ mod tests {
         assert!(v_big[1] == 0.0 && v_big[2] > 0.0);
         assert_eq!(vector_arrays("add"), 3);
         assert_eq!(vector_arrays("relu"), 2);
+    }
+
+    #[test]
+    fn a_kernel_s_gemm_is_recovered_from_its_features() {
+        use crate::kernels::{KernelPass, gemm_kernel};
+        let k = gemm_kernel(
+            KernelClass::ConvDepthwise,
+            KernelPass::Forward,
+            3136.0,
+            1.0,
+            9.0,
+            64.0,
+        );
+        assert_eq!(gemm_shape(&k.x), (64, 3136, 1, 9));
+        let d = gemm_kernel(
+            KernelClass::Gemm,
+            KernelPass::BackwardFilter,
+            2048.0,
+            1000.0,
+            256.0,
+            1.0,
+        );
+        assert_eq!(gemm_shape(&d.x), (1, 2048, 1000, 256));
+        // A pointwise convolution's calls (one per sample) lower into one implicit GEMM.
+        let p = gemm_kernel(
+            KernelClass::ConvPointwise,
+            KernelPass::Forward,
+            784.0,
+            256.0,
+            64.0,
+            32.0,
+        );
+        assert_eq!(
+            features(&p, 4, &A100),
+            gemm(1, 784 * 32, 256, 64, 4, &A100).to_vec()
+        );
+    }
+
+    #[test]
+    fn the_shipped_model_parses_and_covers_every_class_ridgeline_times() {
+        let m = Model::builtin();
+        assert!(m.source.devices.len() >= 5, "{:?}", m.source.devices);
+        for op in crate::file::op_kinds() {
+            if let Some(k) =
+                crate::kernels::vector_kernel(op, crate::kernels::KernelPass::Forward, 1e6, 8e6)
+            {
+                let t = m
+                    .time(&k, 4, &A100)
+                    .unwrap_or_else(|| panic!("no class for `{op}`"));
+                assert!(t > 0.0 && t.is_finite(), "{op}: {t}");
+            }
+        }
+        for class in ["linear", "conv"] {
+            let c = m.class(class).unwrap();
+            assert_eq!(c.features, GEMM_FEATURES);
+            assert!(
+                c.holdout_median_abs_error > 0.0,
+                "{class}: the figures of the fit are kept"
+            );
+        }
+    }
+
+    #[test]
+    fn a_model_file_that_is_off_names_the_field() {
+        let good = include_str!("../../data/kernels/transfer.toml");
+        assert!(Model::parse(good, "m.toml").is_ok());
+        let unknown = good.replacen("points =", "pionts =", 1);
+        let e = Model::parse(&unknown, "m.toml").unwrap_err().to_string();
+        assert!(e.starts_with("m.toml") && e.contains("pionts"), "{e}");
+        let negative = good.replacen("coefficients = [", "coefficients = [-", 1);
+        let e = Model::parse(&negative, "m.toml").unwrap_err().to_string();
+        assert!(
+            e.contains(".coefficients") && e.contains("not negative"),
+            "{e}"
+        );
+        let short = good.replacen("\"launch\", ", "", 1);
+        let e = Model::parse(&short, "m.toml").unwrap_err().to_string();
+        assert!(e.contains(".features"), "{e}");
     }
 }

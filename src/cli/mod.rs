@@ -15,7 +15,7 @@ use ridgeline_model::collective::Algorithm;
 use ridgeline_model::cost::MAX_BATCH;
 use ridgeline_model::memory::Optimizer;
 use ridgeline_model::precision::{GradientPrecision, Precision};
-use ridgeline_model::predict::{DataLocation, Overlap, Quality};
+use ridgeline_model::predict::{DataLocation, KernelModel, Overlap, Quality};
 use ridgeline_model::sweep::Objective;
 use ridgeline_model::system::MAX_NODES;
 
@@ -321,7 +321,12 @@ pub(crate) struct ScenarioArgs {
     /// Gradient precision on the wire: fp32, or fp16 (compression).
     #[arg(long, default_value = "fp32", value_parser = parse_from_str::<GradientPrecision>)]
     pub(crate) gradient_precision: GradientPrecision,
-    /// Attained fraction of peak FLOP/s, in (0, 1].
+    /// What times a GPU's layers without a calibrated profile: `transfer`, the kernel model
+    /// fitted on measured GPU kernels (from the device file; never faster than the ideal
+    /// bound), or `ideal`, every layer at the datasheet peak and bandwidth (an upper bound).
+    #[arg(long, default_value = "transfer", value_name = "MODEL", value_parser = parse_from_str::<KernelModel>)]
+    pub(crate) efficiency: KernelModel,
+    /// Attained fraction of peak FLOP/s for the ideal bound, in (0, 1].
     #[arg(long, default_value_t = 1.0, value_name = "F")]
     pub(crate) compute_efficiency: f64,
     /// Attained fraction of memory bandwidth, in (0, 1].
@@ -354,6 +359,7 @@ impl ScenarioArgs {
             train_samples: self.train_samples,
             eval_samples: self.eval_samples,
             gradient_precision: self.gradient_precision,
+            kernel_model: self.efficiency,
             compute_efficiency: self.compute_efficiency,
             memory_efficiency: self.memory_efficiency,
             preprocess_rate: self.preprocess_rate,
@@ -499,6 +505,11 @@ pub(crate) fn join_negative_values(args: impl IntoIterator<Item = OsString>) -> 
 }
 
 fn parse_from_str<T: FromStr<Err = String>>(s: &str) -> Result<T, String> {
+    s.parse()
+}
+
+/// `--efficiency`.
+pub(crate) fn parse_kernel_model(s: &str) -> Result<KernelModel, String> {
     s.parse()
 }
 

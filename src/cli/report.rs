@@ -62,8 +62,12 @@ pub(crate) struct ProcurementArgs {
     /// Rank by time, cost or energy per mix.
     #[arg(long, default_value = "time", value_parser = parse_from_str::<Objective>)]
     pub(crate) objective: Objective,
-    /// Fraction of the devices' peak FLOP/s the layers attain, for every candidate alike
-    /// (1 = ideal: times are lower bounds).
+    /// What times the candidates' GPU layers: `transfer`, the kernel model fitted on
+    /// measured GPU kernels, from each device file; or `ideal`, the datasheet peak.
+    #[arg(long, default_value = "transfer", value_name = "MODEL", value_parser = crate::cli::parse_kernel_model)]
+    pub(crate) efficiency: KernelModel,
+    /// Fraction of the devices' peak FLOP/s the layers attain in the ideal bound, for every
+    /// candidate alike (1 = ideal: times are lower bounds).
     #[arg(long, default_value_t = 1.0)]
     pub(crate) compute_efficiency: f64,
     /// Fraction of the devices' memory bandwidth the layers attain.

@@ -90,6 +90,10 @@ pub(crate) struct ValidateTransferArgs {
     /// A kernel set (`ridgeline import`).
     #[arg(long, value_name = "DIR", default_value = "data/kernels/neusight")]
     pub(crate) kernels: PathBuf,
+    /// Also fit the model on every GPU of the set and write it, with these figures, to FILE
+    /// (`data/kernels/transfer.toml` is the one ridgeline ships).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) write_model: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) format: FormatArg,
 }

@@ -71,6 +71,7 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
                 }
             ),
         )
+        .summary("  compute timed by", o.compute_timed_by.describe())
         .summary(
             "throughput",
             format!(

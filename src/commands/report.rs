@@ -4,6 +4,7 @@
 
 use anyhow::Result;
 use ridgeline_app::report::{self, ProcurementRequest, WorkloadReportRequest};
+use ridgeline_model::predict::KernelModel;
 use ridgeline_model::procurement::{CandidateResult, Mix};
 use ridgeline_model::sweep::Objective;
 use ridgeline_reports::{Document, Report};
@@ -40,7 +41,11 @@ pub(crate) fn procurement(args: &ProcurementArgs) -> Result<()> {
             .map(|b| format!(" --budget {b}"))
             .unwrap_or_default(),
         args.objective
-    ) + &if ideal {
+    ) + if args.efficiency == KernelModel::Ideal {
+        " --efficiency ideal"
+    } else {
+        ""
+    } + &if ideal {
         String::new()
     } else {
         format!(
@@ -53,6 +58,7 @@ pub(crate) fn procurement(args: &ProcurementArgs) -> Result<()> {
         systems: args.systems.clone(),
         budget: args.budget,
         objective: args.objective,
+        kernel_model: args.efficiency,
         compute_efficiency: args.compute_efficiency,
         memory_efficiency: args.memory_efficiency,
         provenance,

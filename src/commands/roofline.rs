@@ -48,8 +48,23 @@ pub(crate) fn run(args: &RooflineArgs) -> Result<()> {
         )
         .summary("attained", format!("{} ({:.1}% of matrix peak)", s.flop_rate(r.attained), 100.0 * r.fraction_of_peak))
         .summary("samples per second", format!("{:.1}", r.samples_per_second))
+        .summary(
+            "transferred kernel model",
+            if r.layers.iter().any(|l| l.transferred.is_some()) {
+                let t: ridgeline_model::units::Seconds =
+                    r.layers.iter().map(|l| l.transferred.unwrap_or(l.time)).sum();
+                format!(
+                    "{} a step ({} of its layers; what `predict` counts), {:.1}x the roofline",
+                    s.seconds(t),
+                    r.layers.iter().filter(|l| l.transferred.is_some()).count(),
+                    t.value() / r.step_time.value()
+                )
+            } else {
+                "none: the device is not a GPU with [compute] sms and boost clock, a peak for this precision and a memory bandwidth in its file".to_owned()
+            },
+        )
         .table(output::table(&r.layers, &cols, style))
-        .note("Ideal efficiency (every peak attained): a lower bound on step time. Layers run one after another.")
+        .note("Ideal efficiency (every peak attained): a lower bound on step time. Layers run one after another. The `transfer model` column times each layer by the kernel model fitted on measured GPU kernels (never below the roofline), as `predict` does.")
         .notes(r.assumptions.iter().map(|a| format!("assumed: {a}")))
     })?;
     output::plots(&args.output.plot, || {

@@ -76,7 +76,12 @@ fn comm(args: &ValidateCommArgs) -> Result<()> {
 
 /// `validate transfer`: the transferable kernel model, leaving one GPU out at a time.
 fn transfer(args: &ValidateTransferArgs) -> Result<()> {
-    let (set, t) = validation::transfer(&args.kernels)?;
+    let (set, t, points) = validation::transfer(&args.kernels)?;
+    if let Some(out) = &args.write_model {
+        let text = validation::transfer_model(&args.kernels, &set, &points, &t)?;
+        ridgeline_app::atomic::write(out, text.as_bytes())?;
+        eprintln!("wrote the kernel model to {}", out.display());
+    }
     let cols = tables::holdout_cols();
     // Each class over every held-out GPU (`all`) first, then each GPU.
     let rows: Vec<_> = t.classes.iter().chain(&t.holdouts).cloned().collect();

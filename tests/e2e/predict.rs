@@ -118,6 +118,9 @@ fn scale_strong_marks_batches_that_do_not_divide() {
         "amp-fp16",
         "--epochs",
         "20",
+        // The datasheet bound: compute-bound steps that halve with the batch.
+        "--efficiency",
+        "ideal",
         "--format",
         "json",
     ]);
@@ -447,4 +450,105 @@ fn predict_json_golden_snapshots() {
         all.extend(["--format", "json"]);
         insta::assert_snapshot!(format!("predict_{name}"), run_ok(&all));
     }
+}
+
+/// Without a profile a catalog GPU is timed by the transferred kernel model, says so, and
+/// is never faster than `--efficiency ideal`; a GPU file without the model's figures gets no
+/// transferred times; a wrong model name is refused.
+#[test]
+fn predict_times_gpus_by_the_transferred_model_unless_told_or_unable() {
+    let args = |extra: &[&str]| -> Vec<String> {
+        [
+            "predict",
+            "deepcam",
+            "--system",
+            "perlmutter-gpu",
+            "--nodes",
+            "1",
+            "--batch",
+            "2",
+            "--epochs",
+            "1",
+            "--format",
+            "json",
+        ]
+        .iter()
+        .chain(extra)
+        .map(|s| (*s).to_owned())
+        .collect()
+    };
+    let json = |a: Vec<String>| run_json(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let transfer = json(args(&[]));
+    let ideal = json(args(&["--efficiency", "ideal"]));
+    let layers = transfer["layers"].as_array().unwrap();
+    assert!(!layers.is_empty());
+    assert!(layers.iter().all(|l| l["timed_by"] == "transfer"));
+    assert_eq!(transfer["compute_timed_by"]["transfer"], layers.len());
+    assert_eq!(ideal["compute_timed_by"]["ideal"], layers.len());
+    let (t, i) = (
+        transfer["compute_s"].as_f64().unwrap(),
+        ideal["compute_s"].as_f64().unwrap(),
+    );
+    assert!(t > i, "transfer {t} against the ideal bound {i}");
+    let said = |v: &serde_json::Value, what: &str| {
+        v["assumptions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a.as_str().unwrap().contains(what))
+    };
+    assert!(said(&transfer, "transferred kernel model"));
+    assert!(said(&ideal, "--efficiency ideal"));
+
+    // Perlmutter's GPU without its SMs and clock: the roofline's layers get no
+    // transferred time, and the summary says why.
+    let dir = std::env::temp_dir().join(format!("ridgeline-e2e-bare-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = std::fs::read_to_string(format!(
+        "{}/data/systems/devices/a100-sxm4-40gb.toml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let bare: String = text
+        .lines()
+        .filter(|l| !l.starts_with("sms") && !l.starts_with("boost_clock_mhz") && *l != "[compute]")
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let file = dir.join("bare.toml");
+    std::fs::write(&file, bare).unwrap();
+    let file = file.to_str().unwrap();
+    let roofline = |system: &str| {
+        run_json(&[
+            "roofline", "deepcam", "--system", system, "--batch", "2", "--format", "json",
+        ])
+    };
+    let timed = |v: &serde_json::Value| {
+        v["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| !l["transferred"].is_null())
+            .count()
+    };
+    assert!(timed(&roofline("a100-sxm4-40gb")) > 0);
+    assert_eq!(timed(&roofline(file)), 0);
+    let table = run_ok(&["roofline", "deepcam", "--system", file, "--batch", "2"]);
+    assert!(
+        table.contains("none: the device is not a GPU with [compute]"),
+        "{table}"
+    );
+
+    let err = run_err(&[
+        "predict",
+        "deepcam",
+        "--system",
+        "perlmutter-gpu",
+        "--nodes",
+        "1",
+        "--batch",
+        "2",
+        "--efficiency",
+        "fast",
+    ]);
+    assert!(err.contains("valid: transfer, ideal"), "{err}");
 }

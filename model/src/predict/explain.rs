@@ -93,8 +93,88 @@ pub struct Prediction {
     pub data_movement: Vec<Movement>,
     /// The HPC-AI roofline.
     pub hpc_ai_roofline: HpcAiRoofline,
+    /// Each layer's time on one device and the model that timed it.
+    pub layers: Vec<LayerTime>,
     /// What the prediction assumed.
     pub assumptions: Vec<String>,
+}
+
+/// What the timing of the layers assumed, in words.
+fn timing_assumptions(
+    plan: &Plan<'_>,
+    system: &System,
+    precision: Precision,
+    scenario: &Scenario,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let t = plan.timed_by;
+    if t.profile > 0 {
+        out.push(format!(
+            "{} layers timed by the calibrated profile's fitted kernel times",
+            t.profile
+        ));
+    }
+    if t.transfer > 0 {
+        let m = crate::transfer::Model::builtin();
+        let err = |class: &str| {
+            m.class(class).map_or_else(
+                || "-".to_owned(),
+                |c| format!("{:.0}%", 100.0 * c.holdout_median_abs_error),
+            )
+        };
+        out.push(format!(
+            "{} layers timed by the transferred kernel model from the device file (fitted on \
+             measured FP32 kernels of {}; a GPU left out of the fit is predicted within a \
+             median {} for dense layers, {} for convolutions), never faster than the ideal \
+             bound",
+            t.transfer,
+            m.source.devices.join(", "),
+            err("linear"),
+            err("conv"),
+        ));
+        if system.device.llc.is_none() {
+            out.push(
+                "the device file gives no L2 size (memory.llc_mib): the transferred model \
+                 times every kernel's bytes as HBM traffic"
+                    .to_owned(),
+            );
+        }
+        if precision != Precision::Fp32 {
+            out.push(format!(
+                "{precision}: the transferred model's matrix terms run at the device's {} \
+                 peak; its coefficients were fitted on FP32 kernels, and no tensor-core \
+                 kernel records correct them yet",
+                system
+                    .device
+                    .matrix_peak(precision)
+                    .map_or_else(|_| "matrix".to_owned(), |p| p.name)
+            ));
+        }
+    }
+    if t.ideal > 0 {
+        let why = match scenario.kernel_model {
+            KernelModel::Ideal => "as asked (--efficiency ideal)".to_owned(),
+            KernelModel::Transfer => {
+                let missing = crate::transfer::DeviceSpec::missing(&system.device);
+                if system.device.kind != crate::system::DeviceKind::Gpu {
+                    "the transferred kernel model is for GPUs".to_owned()
+                } else if !missing.is_empty() {
+                    format!(
+                        "the device file lacks {} for the transferred kernel model",
+                        missing.join(", ")
+                    )
+                } else {
+                    "the transferred kernel model has no class for them".to_owned()
+                }
+            }
+        };
+        out.push(format!(
+            "{} layers at the ideal bound, device efficiency compute {} and memory {} ({why}): \
+             an upper bound on speed",
+            t.ideal, scenario.efficiency.compute, scenario.efficiency.memory
+        ));
+    }
+    out
 }
 
 /// Everything a prediction needs besides the scenario.
@@ -261,10 +341,7 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
             scenario.nodes
         ));
     }
-    assumptions.push(format!(
-        "ideal device efficiency (compute {}, memory {}) unless calibrated",
-        scenario.efficiency.compute, scenario.efficiency.memory
-    ));
+    assumptions.extend(timing_assumptions(&plan, system, model.precision, scenario));
     if outcome.devices > 1 && !fabric.latencies_known {
         assumptions.push(
             "a link latency is not in the system file: those allreduce start-up terms are zero"
@@ -330,6 +407,7 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
                 })
                 .unwrap_or_default(),
         },
+        layers: plan.layer_times()?,
         assumptions,
         outcome,
     })

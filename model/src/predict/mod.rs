@@ -102,6 +102,10 @@ mod tests {
         for (location, nodes) in [(DataLocation::Nvme, 8), (DataLocation::Pfs, 18)] {
             let mut sc = Scenario::new(nodes, Epochs::Fixed(50.0));
             sc.location = location;
+            // [004]'s analysis times compute at the datasheet rates. (The transferred
+            // kernel model times this step at 46 ms against 28 ms of input at 18 nodes
+            // from the PFS: compute-bound there.)
+            sc.kernel_model = KernelModel::Ideal;
             let p = run(&s, &cori, Precision::AmpFp16, &sc, 8).unwrap();
             assert_eq!(p.outcome.bound, StepBound::Input, "{location}");
             let (source, level) = dominant(&p);
@@ -114,6 +118,57 @@ mod tests {
                     Level::Pfs
                 }
             );
+        }
+    }
+
+    /// The default: every catalog GPU with the transferred model's figures is timed by it,
+    /// layer by layer, and never faster than the ideal bound; `KernelModel::Ideal` gives
+    /// that bound back.
+    #[test]
+    fn the_transferred_model_times_every_catalog_gpu_and_never_beats_the_ideal_bound() {
+        for workload in ["cosmoflow", "resnet50"] {
+            let s = setup(workload);
+            for name in catalog::device_names() {
+                let device = catalog::device(&name).unwrap();
+                if device.kind != crate::system::DeviceKind::Gpu {
+                    continue;
+                }
+                assert!(
+                    crate::transfer::DeviceSpec::fp32(&device).is_some(),
+                    "{name} lacks {:?}",
+                    crate::transfer::DeviceSpec::missing(&device)
+                );
+                let system = catalog::system(&name).unwrap();
+                for p in [Precision::Fp32, Precision::AmpFp16] {
+                    let mut sc = Scenario::new(1, Epochs::Fixed(1.0));
+                    let Ok(transfer) = run(&s, &system, p, &sc, 4) else {
+                        continue;
+                    };
+                    sc.kernel_model = KernelModel::Ideal;
+                    let ideal = run(&s, &system, p, &sc, 4).unwrap();
+                    let t = transfer.outcome.compute_timed_by;
+                    assert_eq!((t.profile, t.ideal), (0, 0), "{name} {p}");
+                    assert_eq!(t.transfer, transfer.layers.len());
+                    assert_eq!(ideal.outcome.compute_timed_by.transfer, 0);
+                    for (a, b) in transfer.layers.iter().zip(&ideal.layers) {
+                        assert!(
+                            a.forward_s >= b.forward_s && a.backward_s >= b.backward_s,
+                            "{name} {p} {}: {a:?} below {b:?}",
+                            a.layer
+                        );
+                    }
+                    let (ct, ci) = (transfer.outcome.compute_s, ideal.outcome.compute_s);
+                    assert!(ct > ci, "{name} {p}: {ct:?} vs {ci:?}");
+                    assert!(
+                        transfer
+                            .assumptions
+                            .iter()
+                            .any(|a| a.contains("transferred kernel model")),
+                        "{:?}",
+                        transfer.assumptions
+                    );
+                }
+            }
         }
     }
 

@@ -10,6 +10,7 @@ use crate::dataset::Dataset;
 use crate::error::{Error, Result};
 use crate::links::node_network;
 use crate::system::System;
+use crate::transfer::{DeviceSpec, Model as TransferModel};
 use crate::units::{Bytes, FlopRate, Joules, SampleRate, Seconds, Watts};
 
 use super::*;
@@ -52,6 +53,8 @@ pub struct Plan<'a> {
     pub compute: Seconds,
     /// Forward time of one evaluation step on one device.
     pub eval_compute: Seconds,
+    /// How many layers each model timed.
+    pub timed_by: TimedBy,
     /// Memory one device needs.
     pub memory: Bytes,
     /// Memory one device has.
@@ -107,6 +110,9 @@ pub struct Outcome {
     pub data_location: DataLocation,
     /// Compute time of a step.
     pub compute_s: Seconds,
+    /// How many layers each model timed (calibrated profile, transferred kernel model,
+    /// ideal bound).
+    pub compute_timed_by: TimedBy,
     /// Input movement (and preprocessing) time of a step.
     pub input_s: Seconds,
     /// Allreduce time of a step.
@@ -449,7 +455,8 @@ impl<'a> Plan<'a> {
         }
         let rates = DeviceRates::of(system, model.precision, scenario.efficiency)?;
         let b = batch as f64;
-        let (eval_compute, compute) = model.device_times(b, &rates, system.calibration.as_deref());
+        let times = model.device_times(b, &rates, &timing(system, model, scenario));
+        let (eval_compute, compute) = (times.forward, times.step);
         let capacity = system.device_memory().map(|m| m.value).ok_or_else(|| {
             let profile = system.calibration.as_ref().map_or_else(String::new, |p| {
                 format!(
@@ -526,6 +533,7 @@ impl<'a> Plan<'a> {
             batch,
             devices_per_node: k,
             compute: Seconds::new(compute),
+            timed_by: times.timed_by,
             eval_compute: Seconds::new(eval_compute),
             memory,
             capacity,
@@ -542,6 +550,16 @@ impl<'a> Plan<'a> {
             price: system.cluster.price_per_node_hour.as_ref().map(|p| p.value),
             gaps,
         })
+    }
+
+    /// Each layer's time on one device, and the model that timed it.
+    pub fn layer_times(&self) -> Result<Vec<LayerTime>> {
+        let rates = DeviceRates::of(self.system, self.model.precision, self.scenario.efficiency)?;
+        Ok(self.model.layer_times(
+            self.batch as f64,
+            &rates,
+            &timing(self.system, self.model, self.scenario),
+        ))
     }
 
     /// Where the data lives at `nodes` nodes, and the bytes of a node's share.
@@ -757,6 +775,7 @@ impl<'a> Plan<'a> {
             global_batch: global,
             data_location: location,
             compute_s: self.compute,
+            compute_timed_by: self.timed_by,
             input_s: Seconds::new(input),
             allreduce_s: Seconds::new(allreduce),
             collective: ar.algorithm,
@@ -779,5 +798,17 @@ impl<'a> Plan<'a> {
         };
         outcome.check_finite()?;
         Ok(outcome)
+    }
+}
+
+/// What times `model`'s layers on `system` under `scenario`.
+fn timing<'a>(system: &'a System, model: &StepModel, scenario: &Scenario) -> Timing<'a> {
+    Timing {
+        profile: system.calibration.as_deref(),
+        transfer: match scenario.kernel_model {
+            KernelModel::Transfer => DeviceSpec::of(&system.device, model.precision)
+                .map(|spec| (TransferModel::builtin(), spec)),
+            KernelModel::Ideal => None,
+        },
     }
 }

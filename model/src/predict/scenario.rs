@@ -107,6 +107,33 @@ pub struct Quality {
     pub exponent: f64,
 }
 
+/// What times a device's layers where no calibrated profile does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KernelModel {
+    /// The device-transferable kernel model fitted on measured GPU kernels
+    /// ([`crate::transfer::Model::builtin`]), for GPUs whose device file gives its figures;
+    /// the ideal bound for other devices. Never faster than the ideal bound.
+    #[default]
+    Transfer,
+    /// The ideal bound: every layer at the datasheet peak and bandwidth (times the
+    /// efficiencies), an upper bound on speed.
+    Ideal,
+}
+
+impl FromStr for KernelModel {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "transfer" => Ok(KernelModel::Transfer),
+            "ideal" => Ok(KernelModel::Ideal),
+            _ => Err(format!(
+                "unknown kernel model `{s}`; valid: transfer, ideal"
+            )),
+        }
+    }
+}
+
 /// The configuration of one prediction.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scenario {
@@ -121,8 +148,10 @@ pub struct Scenario {
     /// Bytes per gradient element on the wire: 4 (FP32, default) or 2 (FP16 compression,
     /// \[001\] §7.5).
     pub gradient_bytes: u64,
-    /// Attained fractions of peak.
+    /// Attained fractions of peak, for the ideal bound.
     pub efficiency: Efficiency,
+    /// What times a GPU's layers where no calibrated profile does.
+    pub kernel_model: KernelModel,
     /// CPU preprocessing throughput per node, samples per second.
     pub preprocess_rate: Option<f64>,
     /// Raw / stored size of the data set (1 = uncompressed).
@@ -135,7 +164,8 @@ pub struct Scenario {
 
 impl Scenario {
     /// A scenario on `nodes` nodes with the defaults: best collective, full overlap,
-    /// automatic data location, FP32 gradients, ideal efficiency, no preprocessing limit,
+    /// automatic data location, FP32 gradients, the transferred kernel model over the ideal
+    /// bound at full efficiency, no preprocessing limit,
     /// uncompressed data.
     pub fn new(nodes: u32, epochs: Epochs) -> Scenario {
         Scenario {
@@ -145,6 +175,7 @@ impl Scenario {
             location: DataLocation::Auto,
             gradient_bytes: 4,
             efficiency: Efficiency::IDEAL,
+            kernel_model: KernelModel::Transfer,
             preprocess_rate: None,
             compression: 1.0,
             epochs,

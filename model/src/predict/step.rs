@@ -12,6 +12,7 @@ use crate::precision::Precision;
 use crate::profile::{Profile, precision_name};
 use crate::roofline::Efficiency;
 use crate::system::System;
+use crate::transfer::{DeviceSpec, Model as TransferModel};
 
 /// Per-layer costs of a workload at a precision as affine functions of the batch size:
 /// FLOPs `f x b`, bytes `a x b + w`. Flat arrays, one entry per layer that does any work.
@@ -20,6 +21,8 @@ pub struct StepModel {
     pub(super) workload: String,
     pub(super) precision: Precision,
     pub(super) matrix: Vec<bool>,
+    /// Each layer's name.
+    pub(super) names: Vec<String>,
     pub(super) flops_fwd: Vec<f64>,
     pub(super) flops_bwd: Vec<f64>,
     pub(super) act_fwd: Vec<f64>,
@@ -64,6 +67,7 @@ impl StepModel {
             workload: graph.name().to_owned(),
             precision: one.precision,
             matrix: Vec::new(),
+            names: Vec::new(),
             flops_fwd: Vec::new(),
             flops_bwd: Vec::new(),
             act_fwd: Vec::new(),
@@ -87,7 +91,14 @@ impl StepModel {
         };
         m.update_bytes = 3.0 * fp32 + compute_copy + 2.0 * m.footprint.optimizer_state.value();
         let (k1, k2) = (step_kernels(graph, one), step_kernels(graph, two));
-        for (((a, b), k1), k2) in one.layers.iter().zip(&two.layers).zip(k1).zip(k2) {
+        for ((((a, b), k1), k2), layer) in one
+            .layers
+            .iter()
+            .zip(&two.layers)
+            .zip(k1)
+            .zip(k2)
+            .zip(graph.layers())
+        {
             let work = a.flops_fwd.value() + a.flops_bwd.value();
             let bytes = a.hbm_bytes_fwd.value() + a.hbm_bytes_bwd.value();
             if work == 0.0 && bytes == 0.0 {
@@ -97,6 +108,7 @@ impl StepModel {
             let (f1, f2) = (a.hbm_bytes_fwd.value(), b.hbm_bytes_fwd.value());
             let (g1, g2) = (a.hbm_bytes_bwd.value(), b.hbm_bytes_bwd.value());
             m.matrix.push(a.matrix);
+            m.names.push(layer.name.to_string());
             m.kernels.push([k1, k2]);
             m.flops_fwd.push(a.flops_fwd.value());
             m.flops_bwd.push(a.flops_bwd.value());
@@ -118,43 +130,199 @@ impl StepModel {
         &self.workload
     }
 
-    /// Forward time and training-step time of one device at local batch `b`: the sum over
-    /// layers and passes of `max(F / (peak x eff), B / (BW x eff))` — or, for layers a
-    /// calibrated `profile` has fits for, their fitted kernel times — plus the optimizer
-    /// update at the memory bandwidth.
-    pub fn device_times(
-        &self,
-        b: f64,
-        rates: &DeviceRates,
-        profile: Option<&Profile>,
-    ) -> (f64, f64) {
-        let mut fwd = 0.0;
-        let mut bwd = self.update_bytes / rates.bandwidth;
-        let precision = precision_name(self.precision);
-        for i in 0..self.matrix.len() {
-            if let Some(p) = profile {
-                let [k1, k2] = &self.kernels[i];
-                let fitted = (!k1.is_empty())
-                    .then(|| Some((p.layer_times(k1, precision)?, p.layer_times(k2, precision)?)))
-                    .flatten();
-                if let Some(((f1, b1), (f2, b2))) = fitted {
-                    fwd += f1 + (f2 - f1) * (b - 1.0);
-                    bwd += b1 + (b2 - b1) * (b - 1.0);
-                    continue;
-                }
-            }
-            let peak = if self.matrix[i] {
-                rates.matrix
-            } else {
-                rates.vector
-            };
-            fwd += (b * self.flops_fwd[i] / peak)
-                .max((b * self.act_fwd[i] + self.weights_fwd[i]) / rates.bandwidth);
-            bwd += (b * self.flops_bwd[i] / peak)
-                .max((b * self.act_bwd[i] + self.weights_bwd[i]) / rates.bandwidth);
+    /// Forward time and training-step time of one device at local batch `b` (see
+    /// [`StepModel::layer_times`]), plus the optimizer update at the memory bandwidth, and
+    /// how many layers each model timed.
+    pub fn device_times(&self, b: f64, rates: &DeviceRates, timing: &Timing<'_>) -> StepTimes {
+        let mut out = StepTimes {
+            forward: 0.0,
+            step: self.update_bytes / rates.bandwidth,
+            timed_by: TimedBy::default(),
+        };
+        for l in self.layer_times(b, rates, timing) {
+            out.forward += l.forward_s;
+            out.step += l.forward_s + l.backward_s;
+            out.timed_by.count(l.timed_by);
         }
-        (fwd, fwd + bwd)
+        out
     }
+
+    /// Each layer's forward and backward time on one device at local batch `b`, and the
+    /// model that timed it: the fitted kernel times of a calibrated `profile` where it has
+    /// fits for the layer's kernels; else the transferred kernel model
+    /// ([`crate::transfer::Model`]) where the device has the figures it needs, never below
+    /// the ideal bound; else the ideal bound `max(F / (peak x eff), B / (BW x eff))`.
+    pub fn layer_times(&self, b: f64, rates: &DeviceRates, timing: &Timing<'_>) -> Vec<LayerTime> {
+        let precision = precision_name(self.precision);
+        let elem = self.precision.compute_bytes();
+        (0..self.matrix.len())
+            .map(|i| {
+                let peak = if self.matrix[i] {
+                    rates.matrix
+                } else {
+                    rates.vector
+                };
+                let ideal_fwd = (b * self.flops_fwd[i] / peak)
+                    .max((b * self.act_fwd[i] + self.weights_fwd[i]) / rates.bandwidth);
+                let ideal_bwd = (b * self.flops_bwd[i] / peak)
+                    .max((b * self.act_bwd[i] + self.weights_bwd[i]) / rates.bandwidth);
+                let [k1, k2] = &self.kernels[i];
+                let at = |t1: f64, t2: f64| t1 + (t2 - t1) * (b - 1.0);
+                let layer = |timed_by, forward_s, backward_s| LayerTime {
+                    layer: self.names[i].clone(),
+                    timed_by,
+                    forward_s,
+                    backward_s,
+                };
+                if let Some(p) = timing.profile
+                    && !k1.is_empty()
+                    && let (Some((f1, b1)), Some((f2, b2))) =
+                        (p.layer_times(k1, precision), p.layer_times(k2, precision))
+                {
+                    return layer(TimedByModel::Profile, at(f1, f2), at(b1, b2));
+                }
+                if let Some((model, spec)) = &timing.transfer
+                    && !k1.is_empty()
+                {
+                    let mut fwd = 0.0;
+                    let mut bwd = 0.0;
+                    for (a, c) in k1.iter().zip(k2) {
+                        let mut kernel = *a;
+                        for (x, (x1, x2)) in kernel.x.iter_mut().zip(a.x.iter().zip(&c.x)) {
+                            *x = at(*x1, *x2);
+                        }
+                        let Some(t) = model.time(&kernel, elem, spec) else {
+                            return layer(TimedByModel::Ideal, ideal_fwd, ideal_bwd);
+                        };
+                        if a.pass.is_backward() {
+                            bwd += t;
+                        } else {
+                            fwd += t;
+                        }
+                    }
+                    return layer(
+                        TimedByModel::Transfer,
+                        fwd.max(ideal_fwd),
+                        bwd.max(ideal_bwd),
+                    );
+                }
+                layer(TimedByModel::Ideal, ideal_fwd, ideal_bwd)
+            })
+            .collect()
+    }
+}
+
+/// What times a step's layers: a calibrated profile where it covers them, else the
+/// transferred kernel model where given, else the ideal bound.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Timing<'a> {
+    /// A calibrated profile of the device.
+    pub profile: Option<&'a Profile>,
+    /// The transferred kernel model and the device's figures for it.
+    pub transfer: Option<(&'a TransferModel, DeviceSpec)>,
+}
+
+/// The model that timed a layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TimedByModel {
+    /// Fitted kernel times of a calibrated profile of the device.
+    Profile,
+    /// The device-transferable kernel model, from the device file.
+    Transfer,
+    /// The ideal bound: datasheet peak and bandwidth times the efficiencies.
+    Ideal,
+}
+
+impl TimedByModel {
+    /// Its name in outputs.
+    pub fn name(self) -> &'static str {
+        match self {
+            TimedByModel::Profile => "profile",
+            TimedByModel::Transfer => "transfer",
+            TimedByModel::Ideal => "ideal",
+        }
+    }
+}
+
+/// How many layers each model timed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TimedBy {
+    /// By a calibrated profile.
+    pub profile: usize,
+    /// By the transferred kernel model.
+    pub transfer: usize,
+    /// By the ideal bound.
+    pub ideal: usize,
+}
+
+impl TimedBy {
+    fn count(&mut self, m: TimedByModel) {
+        match m {
+            TimedByModel::Profile => self.profile += 1,
+            TimedByModel::Transfer => self.transfer += 1,
+            TimedByModel::Ideal => self.ideal += 1,
+        }
+    }
+
+    /// In one word where one model timed every layer (`transfer`), else each with its
+    /// count (`transfer 24, ideal 2`), for table columns.
+    pub fn short(&self) -> String {
+        let parts: Vec<(&str, usize)> = [
+            ("profile", self.profile),
+            ("transfer", self.transfer),
+            ("ideal", self.ideal),
+        ]
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .collect();
+        match parts.as_slice() {
+            [(m, _)] => (*m).to_owned(),
+            _ => parts
+                .iter()
+                .map(|(m, n)| format!("{m} {n}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+
+    /// In words: `transferred kernel model (24 layers), ideal bound (2 layers)`.
+    pub fn describe(&self) -> String {
+        let parts: Vec<String> = [
+            ("calibrated profile", self.profile),
+            ("transferred kernel model", self.transfer),
+            ("ideal bound", self.ideal),
+        ]
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(m, n)| format!("{m} ({n} layer{})", if *n == 1 { "" } else { "s" }))
+        .collect();
+        parts.join(", ")
+    }
+}
+
+/// One device's times of a step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepTimes {
+    /// Forward pass, seconds.
+    pub forward: f64,
+    /// Training step (forward, backward, update), seconds.
+    pub step: f64,
+    /// How many layers each model timed.
+    pub timed_by: TimedBy,
+}
+
+/// One layer's times on one device.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LayerTime {
+    /// The layer's name.
+    pub layer: String,
+    /// The model that timed it.
+    pub timed_by: TimedByModel,
+    /// Forward pass, seconds.
+    pub forward_s: f64,
+    /// Backward pass, seconds.
+    pub backward_s: f64,
 }
 
 /// A device's attained rates: matrix and vector FLOP/s and memory bytes/s.

@@ -8,6 +8,10 @@ use anyhow::{Context, Result, bail};
 use ridgeline_calibrate::dataset::KernelSet;
 use ridgeline_calibrate::neusight;
 
+/// The subdirectory of a NeuSight kernel set that holds its per-operator labels of whole
+/// training steps ([`ridgeline_calibrate::dataset::LabelSet`]).
+pub const LABELS: &str = "labels";
+
 /// What an import wrote.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Imported {
@@ -37,10 +41,19 @@ pub fn neusight(dir: &Path, commit: Option<&str>, out: &Path) -> Result<Imported
     }
     let set = neusight::convert(dir, &commit)?;
     set.write(out)?;
+    let mut counts = counts(&set);
+    // The per-operator labels of GPUs outside the set, for validation only.
+    if let Some(labels) = neusight::convert_labels(dir, &commit)? {
+        labels.write(&out.join(LABELS))?;
+        for device in labels.devices() {
+            let n = labels.ops.iter().filter(|o| o.device == device).count();
+            counts.push(("labels".into(), device.to_owned(), n));
+        }
+    }
     Ok(Imported {
         out: out.display().to_string(),
         commit,
-        counts: counts(&set),
+        counts,
     })
 }
 

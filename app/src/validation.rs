@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result, bail};
 use ridgeline_calibrate::comm::{CommValidation, validate_comm};
-use ridgeline_calibrate::dataset::KernelSet;
+use ridgeline_calibrate::dataset::{KernelSet, LabelSet};
 use ridgeline_calibrate::loggp::LevelChoice;
 use ridgeline_calibrate::profile::{self, Options, RecordFile};
 use ridgeline_calibrate::transfer::{self, Transfer};
@@ -96,26 +96,72 @@ pub struct Published {
     pub table2: Vec<PublishedFigure>,
 }
 
+/// What `ridgeline validate transfer` found.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TransferCheck {
+    /// The kernel set.
+    #[serde(skip)]
+    pub set: KernelSet,
+    /// Its kernels as the fit sees them.
+    #[serde(skip)]
+    pub points: Vec<transfer::Point>,
+    /// Each GPU of the set left out in turn.
+    #[serde(flatten)]
+    pub held: Transfer,
+    /// The model fitted on every GPU of the set against the per-operator labels of whole
+    /// training steps on GPUs outside it, where the set has them (`labels/`).
+    pub labels: Vec<transfer::Holdout>,
+    /// The devices of those labels.
+    pub label_devices: Vec<String>,
+}
+
+/// The figures a device needs for the transferred model, from its catalog file.
+fn spec(name: &str, kernels: &Path) -> Result<DeviceSpec> {
+    let device = ridgeline_model::catalog::device(name)
+        .with_context(|| format!("{}: device `{name}`", kernels.display()))?;
+    DeviceSpec::fp32(&device).with_context(|| {
+        format!(
+            "device `{name}` lacks {} in its file: the transferable model needs them",
+            DeviceSpec::missing(&device).join(", ")
+        )
+    })
+}
+
 /// Leaves each GPU of the kernel set in `kernels` out in turn: the transferable kernel model
-/// fitted on the others predicts it (`ridgeline_calibrate::transfer`). Each device's
-/// figures come from its catalog file.
-pub fn transfer(kernels: &Path) -> Result<(KernelSet, Transfer, Vec<transfer::Point>)> {
+/// fitted on the others predicts it (`ridgeline_calibrate::transfer`); and predicts the
+/// per-operator labels of GPUs outside the set (`kernels/labels`, where present) by the
+/// model fitted on all of it. Each device's figures come from its catalog file.
+pub fn transfer(kernels: &Path) -> Result<TransferCheck> {
     let set = KernelSet::read(kernels)?;
     let mut specs = BTreeMap::new();
     for name in set.devices() {
-        let device = ridgeline_model::catalog::device(name)
-            .with_context(|| format!("{}: device `{name}`", kernels.display()))?;
-        let spec = DeviceSpec::fp32(&device).with_context(|| {
-            format!(
-                "device `{name}` lacks {} in its file: the transferable model needs them",
-                DeviceSpec::missing(&device).join(", ")
-            )
-        })?;
-        specs.insert(name.to_owned(), spec);
+        specs.insert(name.to_owned(), spec(name, kernels)?);
     }
     let points = transfer::points(&set, &specs)?;
-    let t = transfer::leave_one_out(&points)?;
-    Ok((set, t, points))
+    let held = transfer::leave_one_out(&points)?;
+    let dir = kernels.join(crate::import::LABELS);
+    let (labels, label_devices) = if dir.is_dir() {
+        let l = LabelSet::read(&dir)?;
+        let mut specs = BTreeMap::new();
+        for name in l.devices() {
+            specs.insert(name.to_owned(), spec(name, &dir)?);
+        }
+        let all: Vec<&transfer::Point> = points.iter().collect();
+        let models = transfer::fit(&all)?;
+        (
+            transfer::labels(&models, &held, &l, &specs)?,
+            l.devices().iter().map(|d| (*d).to_owned()).collect(),
+        )
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    Ok(TransferCheck {
+        set,
+        points,
+        held,
+        labels,
+        label_devices,
+    })
 }
 
 /// The kernel model fitted on every device of the kernel set in `kernels`, with the
@@ -629,7 +675,7 @@ mod tests {
         }
         let dir = std::env::temp_dir().join(format!("ridgeline-transfer-{}", std::process::id()));
         set.write(&dir).unwrap();
-        let (_, t, _) = transfer(&dir).unwrap();
+        let t = transfer(&dir).unwrap().held;
         assert_eq!(t.classes.len(), 2);
         for h in &t.holdouts {
             assert!(h.median_abs_rel_error < 1e-3, "{h:?}");

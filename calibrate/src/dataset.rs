@@ -83,6 +83,112 @@ pub struct VectorSample {
     pub latency_s: f64,
 }
 
+/// One operator of a whole training step, measured in place: what it computes and its
+/// forward and backward times (NeuSight's per-operator labels).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LabelOp {
+    /// The ridgeline device name it ran on.
+    pub device: String,
+    /// The step it is part of (`bert_large-train-512-8`: model, phase, sequence, batch).
+    pub step: String,
+    /// The operator's node in the traced graph.
+    pub node: String,
+    /// Its class in the kernel set's terms: `linear`, `bmm` (then `batch`, `m`, `n`, `k`
+    /// describe its product), or a vector op (`softmax`, `ln`, `gelu`, `add`, `mulu`, ...;
+    /// then `m` is its elements and the rest 1).
+    pub op: String,
+    /// Independent products.
+    pub batch: u64,
+    /// Rows of the output (a vector op: its elements).
+    pub m: u64,
+    /// Columns of the output.
+    pub n: u64,
+    /// Inner dimension.
+    pub k: u64,
+    /// Forward time, seconds (6 significant digits).
+    #[serde(serialize_with = "six_digits")]
+    pub forward_s: f64,
+    /// Backward time, seconds (0 where the operator has no backward kernels).
+    #[serde(serialize_with = "six_digits")]
+    pub backward_s: f64,
+}
+
+/// Per-operator measurements of whole training steps on devices, with their source.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LabelSet {
+    /// Where they come from.
+    pub source: Source,
+    /// The operators.
+    pub ops: Vec<LabelOp>,
+}
+
+const OPS: &str = "ops.csv.gz";
+
+impl LabelSet {
+    /// Writes the set into `dir` (created if missing), replacing its files.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        let io = |p: &Path, e: std::io::Error| Error::Input(format!("{}: {e}", p.display()));
+        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+        write_table(&dir.join(OPS), &self.ops)?;
+        let source =
+            toml::to_string(&self.source).map_err(|e| Error::Input(format!("{SOURCE}: {e}")))?;
+        let path = dir.join(SOURCE);
+        std::fs::write(&path, source).map_err(|e| io(&path, e))
+    }
+
+    /// Reads the set in `dir`; an error names the file, the row and the field.
+    pub fn read(dir: &Path) -> Result<LabelSet> {
+        let source = read_source(dir)?;
+        let set = LabelSet {
+            ops: read_table(&dir.join(OPS))?,
+            source,
+        };
+        let path = dir.join(OPS);
+        for (i, o) in set.ops.iter().enumerate() {
+            let what = if !(o.forward_s.is_finite() && o.forward_s > 0.0) {
+                format!("forward_s {}: a time is positive", o.forward_s)
+            } else if !(o.backward_s.is_finite() && o.backward_s >= 0.0) {
+                format!("backward_s {}: a time is not negative", o.backward_s)
+            } else if [o.batch, o.m, o.n, o.k].contains(&0) {
+                "a dimension is 0: every one is at least 1".to_owned()
+            } else if !set.source.devices.values().any(|v| *v == o.device) {
+                format!(
+                    "device `{}` is not one SOURCE.toml's `devices` maps",
+                    o.device
+                )
+            } else {
+                continue;
+            };
+            return Err(Error::Input(format!(
+                "{}: row {}: {what}; convert the set again with `ridgeline import`",
+                path.display(),
+                i + 1
+            )));
+        }
+        Ok(set)
+    }
+
+    /// The ridgeline devices the set holds operators of.
+    pub fn devices(&self) -> Vec<&str> {
+        let mut d: Vec<&str> = self.ops.iter().map(|o| o.device.as_str()).collect();
+        d.sort_unstable();
+        d.dedup();
+        d
+    }
+}
+
+/// Reads `SOURCE.toml` of the set in `dir`.
+fn read_source(dir: &Path) -> Result<Source> {
+    let path = dir.join(SOURCE);
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        Error::Input(format!(
+            "{}: {e}; a kernel set is a directory written by `ridgeline import`",
+            path.display()
+        ))
+    })?;
+    toml::from_str(&text).map_err(|e| Error::Input(format!("{}: {e}", path.display())))
+}
+
 /// Where a kernel set comes from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -141,15 +247,7 @@ impl KernelSet {
 
     /// Reads the set in `dir`; an error names the file, the line and the field.
     pub fn read(dir: &Path) -> Result<KernelSet> {
-        let path = dir.join(SOURCE);
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            Error::Input(format!(
-                "{}: {e}; a kernel set is a directory written by `ridgeline import`",
-                path.display()
-            ))
-        })?;
-        let source: Source =
-            toml::from_str(&text).map_err(|e| Error::Input(format!("{}: {e}", path.display())))?;
+        let source = read_source(dir)?;
         let set = KernelSet {
             gemm: read_table(&dir.join(GEMM))?,
             conv: read_table(&dir.join(CONV))?,

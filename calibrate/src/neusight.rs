@@ -19,7 +19,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::dataset::{ConvSample, GemmSample, KernelSet, Source, VectorSample};
+use crate::dataset::{ConvSample, GemmSample, KernelSet, LabelOp, LabelSet, Source, VectorSample};
 use crate::error::{Error, Result};
 
 /// Where the kernels are in a checkout of the repository.
@@ -37,6 +37,186 @@ pub const DEVICES: [(&str, &str); 6] = [
     ("NVIDIA A100-PCIE-40GB", "a100-pcie-40gb"),
     ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"),
 ];
+
+/// Where the per-operator measurements of whole training steps are in a checkout.
+pub const LABELS: &str = "scripts/asplos/label";
+
+/// NeuSight's label directories of GPUs whose kernels the set was not measured on, and the
+/// ridgeline devices they are. (The MI250's labels are of one of its two GCDs, which no
+/// device file describes; the PCIe A100 and V100 labels are of GPUs the model is fitted on.)
+pub const LABEL_DEVICES: [(&str, &str); 5] = [
+    ("NVIDIA_H100_80GB_HBM3", "h100-sxm5-80gb"),
+    ("NVIDIA_L4", "l4"),
+    ("NVIDIA_A100-SXM4-40GB", "a100-sxm4-40gb"),
+    ("AMD_Instinct_MI100", "mi100"),
+    ("AMD_Instinct_MI210", "mi210"),
+];
+
+#[derive(Deserialize)]
+struct LabelRow {
+    op: String,
+    target: String,
+    meta: String,
+    input_shapes: String,
+    output_shape: String,
+    fw_latency: Option<f64>,
+    bw_latency: Option<f64>,
+    #[serde(rename = "Name")]
+    name: String,
+}
+
+/// A shape as the labels write it: `[[4, 1024], [1]]` (a list of shapes) or `(4, 1024)`.
+fn shapes(text: &str) -> Option<Vec<Vec<u64>>> {
+    let json = text.replace('(', "[").replace(')', "]").replace(",]", "]");
+    let v: serde_json::Value = serde_json::from_str(&json).ok()?;
+    let one = |v: &serde_json::Value| -> Option<Vec<u64>> {
+        v.as_array()?
+            .iter()
+            .map(serde_json::Value::as_u64)
+            .collect()
+    };
+    match v.as_array()?.first() {
+        Some(serde_json::Value::Array(_)) => v.as_array()?.iter().map(one).collect(),
+        _ => Some(vec![one(&v)?]),
+    }
+}
+
+/// What a label row computes, in the kernel set's terms: `(op, batch, m, n, k)`; `None`
+/// for the rows that run no kernel of a class the set has (views, sizes, copies,
+/// embeddings).
+fn label_op(r: &LabelRow) -> Option<(String, u64, u64, u64, u64)> {
+    let module = if r.op == "call_module" {
+        r.meta.rsplit("<class '").next()?.split('\'').next()?
+    } else {
+        ""
+    };
+    let ins = shapes(&r.input_shapes)?;
+    let out = shapes(&r.output_shape)?.into_iter().next()?;
+    let elements: u64 = out.iter().product();
+    let vector = |op: &str| Some((op.to_owned(), 1, elements, 1, 1));
+    let big = |s: &Vec<u64>| s.iter().product::<u64>() == elements;
+    // A binary op between two tensors of the output's size, or with a scalar.
+    let binary = |two: &str, one: &str| {
+        let full = ins.iter().filter(|s| big(s)).count();
+        vector(if full >= 2 { two } else { one })
+    };
+    let target = r.target.as_str();
+    match (r.op.as_str(), module) {
+        (_, "torch.nn.modules.linear.Linear") => {
+            let k = *ins.first()?.last()?;
+            let n = *out.last()?;
+            Some(("linear".into(), 1, elements / n, n, k))
+        }
+        (_, "torch.nn.modules.normalization.LayerNorm") => vector("ln"),
+        (_, "torch.nn.modules.dropout.Dropout") => vector("relu"),
+        (_, "torch.nn.modules.activation.ReLU") => vector("relu"),
+        (_, "torch.nn.modules.activation.Tanh") => vector("tanh"),
+        ("call_module", _) => None,
+        ("call_function", _) if elements < 2 => None,
+        ("call_function", _) if target.contains("addmm") => {
+            let (a, b) = (ins.get(1)?, ins.get(2)?);
+            Some(("linear".into(), 1, a[0], b[1], a[1]))
+        }
+        ("call_function", _) if target.contains("matmul") || target.contains("bmm") => {
+            let (a, b) = (ins.first()?, ins.get(1)?);
+            let (m, k, n) = (a[a.len() - 2], a[a.len() - 1], b[b.len() - 1]);
+            let batch: u64 = a[..a.len() - 2].iter().product();
+            Some(("bmm".into(), batch.max(1), m, n, k))
+        }
+        ("call_function", _) if target.contains("softmax") => vector("softmax"),
+        ("call_function", _) if target.contains("layer_norm") => vector("ln"),
+        ("call_function", _) if target.contains("gelu") => vector("gelu"),
+        ("call_function", _) if target.contains("tanh") => vector("tanh"),
+        ("call_function", _) if target.contains("dropout") => vector("relu"),
+        ("call_function", _) if target.contains("pow") => vector("powu"),
+        ("call_function", _) if target.contains("where") => vector("add"),
+        ("call_function", _) if target.ends_with("function add>") => binary("add", "addu"),
+        ("call_function", _) if target.ends_with("function sub>") => binary("add", "addu"),
+        ("call_function", _) if target.ends_with("function mul>") => binary("mul", "mulu"),
+        ("call_function", _) if target.ends_with("function truediv>") => binary("div", "divu"),
+        _ => None,
+    }
+}
+
+/// Converts NeuSight's per-operator measurements of training steps under `dir` (a checkout
+/// at `commit`) on the GPUs of [`LABEL_DEVICES`]; `None` when the checkout has none.
+pub fn convert_labels(dir: &Path, commit: &str) -> Result<Option<LabelSet>> {
+    let root = dir.join(LABELS);
+    if !root.is_dir() {
+        return Ok(None);
+    }
+    let mut set = LabelSet {
+        source: Source {
+            description: "per-operator forward and backward times of whole FP32 training \
+                          steps (BERT, GPT-2, GPT-3, OPT, Switch) measured by NeuSight on \
+                          GPUs outside the kernel set"
+                .into(),
+            repository: "https://github.com/trsharm25/NeuSight".into(),
+            commit: commit.to_owned(),
+            paths: format!("{LABELS}/<GPU>/<model>-train-<sequence>-<batch>.csv"),
+            licence: "MIT".into(),
+            copyright: "Copyright (c) 2025 Georgia Institute of Technology and Microsoft \
+                        Corporation"
+                .into(),
+            measured_with: "PyTorch, FP32; each operator of a torch.fx trace timed in place \
+                            with CUDA events, forward and backward (fw_latency, bw_latency, \
+                            milliseconds converted to seconds); rows that run no kernel of a \
+                            class the kernel set has (views, copies, embeddings) are left out"
+                .into(),
+            converted_by: format!("ridgeline import neusight DIR --commit {commit}"),
+            devices: BTreeMap::new(),
+        },
+        ops: Vec::new(),
+    };
+    for (gpu, device) in LABEL_DEVICES {
+        let Ok(entries) = std::fs::read_dir(root.join(gpu)) else {
+            continue;
+        };
+        let mut files: Vec<_> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.extension().is_some_and(|x| x == "csv")
+                    && p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().contains("-train-"))
+            })
+            .collect();
+        files.sort();
+        for path in files {
+            let step = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let mut reader = csv::Reader::from_path(&path)
+                .map_err(|e| Error::Input(format!("{}: {e}", path.display())))?;
+            for (i, row) in reader.deserialize::<LabelRow>().enumerate() {
+                let r = row.map_err(|e| {
+                    Error::Input(format!("{}: line {}: {e}", path.display(), i + 2))
+                })?;
+                let forward_s = r.fw_latency.unwrap_or(0.0) * 1e-3;
+                let Some((op, batch, m, n, k)) = label_op(&r) else {
+                    continue;
+                };
+                if forward_s.is_nan() || forward_s <= 0.0 || [batch, m, n, k].contains(&0) {
+                    continue;
+                }
+                set.source.devices.insert(gpu.to_owned(), device.to_owned());
+                set.ops.push(LabelOp {
+                    device: device.to_owned(),
+                    step: step.clone(),
+                    node: r.name,
+                    op,
+                    batch,
+                    m,
+                    n,
+                    k,
+                    forward_s,
+                    backward_s: r.bw_latency.unwrap_or(0.0).max(0.0) * 1e-3,
+                });
+            }
+        }
+    }
+    Ok(Some(set))
+}
 
 #[derive(Deserialize)]
 struct Row {
@@ -286,6 +466,57 @@ mod tests {
         std::fs::remove_dir_all(&out).unwrap();
     }
 
+    #[test]
+    fn labels_convert_to_products_and_vector_ops_and_skip_what_runs_no_kernel() {
+        let set = convert_labels(&fixture(), "db1fdc9").unwrap().unwrap();
+        let ops: Vec<(&str, u64, u64, u64, u64)> = set
+            .ops
+            .iter()
+            .map(|o| (o.op.as_str(), o.batch, o.m, o.n, o.k))
+            .collect();
+        // addmm of 4096 x 1280 by 1280 x 3840; matmul of 4 x 20 products 1024 x 64 by
+        // 64 x 1024; softmax over 4 x 20 x 1024 x 1024; 0.5 * x; Linear(1280, 50257) on
+        // 4 x 1024 rows. The `size` call runs no kernel.
+        assert_eq!(
+            ops,
+            [
+                ("linear", 1, 4096, 3840, 1280),
+                ("bmm", 80, 1024, 1024, 64),
+                ("softmax", 1, 4 * 20 * 1024 * 1024, 1, 1),
+                ("mulu", 1, 4 * 1024 * 5120, 1, 1),
+                ("linear", 1, 4096, 50257, 1280),
+            ]
+        );
+        let first = &set.ops[0];
+        assert_eq!(first.device, "h100-sxm5-80gb");
+        assert_eq!(first.step, "gpt2_large-train-1024-4");
+        assert!((first.forward_s - 0.8972607970237731e-3).abs() < 1e-12);
+        assert!((first.backward_s - 1.7588672161102294e-3).abs() < 1e-12);
+        assert_eq!(
+            set.source.devices["NVIDIA_H100_80GB_HBM3"],
+            "h100-sxm5-80gb"
+        );
+        // Written and read back; a bad row is refused naming the row and field.
+        let dir = temp("labels");
+        set.write(&dir).unwrap();
+        assert_eq!(LabelSet::read(&dir).unwrap().ops.len(), 5);
+        let mut bad = set.clone();
+        bad.ops[2].backward_s = -1.0;
+        bad.write(&dir).unwrap();
+        let e = LabelSet::read(&dir).unwrap_err().to_string();
+        assert!(
+            e.contains("ops.csv.gz: row 3") && e.contains("backward_s"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+        // A checkout without labels has none.
+        assert!(
+            convert_labels(&fixture().join("scripts"), "db1fdc9")
+                .unwrap()
+                .is_none()
+        );
+    }
+
     /// The checked-in set (data/kernels/neusight) reads and holds what the README says.
     #[test]
     fn the_checked_in_set_reads() {
@@ -304,5 +535,9 @@ mod tests {
         );
         assert!(set.gemm.len() > 100_000 && set.conv.len() > 20_000 && set.vector.len() > 100_000);
         assert_eq!(set.source.licence, "MIT");
+        let labels = LabelSet::read(&dir.join("labels")).unwrap();
+        assert_eq!(labels.devices(), ["h100-sxm5-80gb", "l4", "mi100", "mi210"]);
+        // Never a device the kernels were measured on.
+        assert!(labels.devices().iter().all(|d| !set.devices().contains(d)));
     }
 }

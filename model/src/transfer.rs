@@ -237,14 +237,16 @@ pub fn vector_bytes(elements: f64, bytes: f64, d: &DeviceSpec) -> [f64; 4] {
     [1.0, l2, hbm, elements / (d.sms * d.clock_hz)]
 }
 
-/// The kernel class of the data a ridgeline kernel is timed as: dense layers as `linear`,
+/// The kernel class of the data a ridgeline kernel is timed as: dense layers as `bmm` (one
+/// model for every GEMM: it predicts held-out GPUs' linear layers better than a model fitted
+/// on them, `calibrate::transfer::TIMED_BY`),
 /// convolutions as `conv`, and each vector op as the measured op that does the same work
 /// per element: unary ops that read one array and write one as `relu` (pooling, dropout,
 /// copies too), `tanh`, `add`, a scale as `mulu`, normalisations as `ln`, a loss over
 /// classes as `softmax`, a squared error as `mul`.
 pub fn class_of(kernel: &Kernel) -> &'static str {
     match kernel.class {
-        KernelClass::Gemm => "linear",
+        KernelClass::Gemm => "bmm",
         KernelClass::ConvPointwise | KernelClass::ConvSpatial | KernelClass::ConvDepthwise => {
             "conv"
         }
@@ -337,6 +339,31 @@ pub struct ClassCoefficients {
     pub holdout_bias: f64,
 }
 
+impl ClassCoefficients {
+    /// The time of a kernel with features `x` measured on its own, as the kernel set was:
+    /// the launch term plus the work, seconds.
+    pub fn alone(&self, x: &[f64]) -> f64 {
+        self.coefficients.iter().zip(x).map(|(c, v)| c * v).sum()
+    }
+
+    /// The time of a kernel with features `x` inside a training step, seconds: the larger of
+    /// the launch term and the work. Measured on its own, a kernel's time is its launch and
+    /// synchronisation plus its work; in a step the framework launches the next kernel
+    /// while the device runs this one, so a kernel costs its work, or the host's time per
+    /// launch where the work is shorter.
+    pub fn in_step(&self, x: &[f64]) -> f64 {
+        let launch = self.coefficients.first().copied().unwrap_or(0.0);
+        let work: f64 = self
+            .coefficients
+            .iter()
+            .zip(x)
+            .skip(1)
+            .map(|(c, v)| c * v)
+            .sum();
+        launch.max(work)
+    }
+}
+
 /// The fitted model ridgeline ships (`data/kernels/transfer.toml`).
 const BUILTIN: &str = include_str!("../../data/kernels/transfer.toml");
 
@@ -386,12 +413,11 @@ impl Model {
         self.classes.iter().find(|c| c.name == class)
     }
 
-    /// The predicted time of `kernel` on `d` with `elem` bytes per element, seconds; `None`
-    /// when the model has no class for it.
+    /// The time of `kernel` on `d` with `elem` bytes per element inside a training step,
+    /// seconds ([`ClassCoefficients::in_step`]); `None` when the model has no class for it.
     pub fn time(&self, kernel: &Kernel, elem: u64, d: &DeviceSpec) -> Option<f64> {
         let c = self.class(class_of(kernel))?;
-        let x = features(kernel, elem, d);
-        Some(c.coefficients.iter().zip(&x).map(|(c, v)| c * v).sum())
+        Some(c.in_step(&features(kernel, elem, d)))
     }
 }
 
@@ -498,7 +524,8 @@ mod tests {
                 assert!(t > 0.0 && t.is_finite(), "{op}: {t}");
             }
         }
-        for class in ["linear", "conv"] {
+        assert!(m.class("linear").is_none(), "GEMMs are timed by `bmm`");
+        for class in ["bmm", "conv"] {
             let c = m.class(class).unwrap();
             assert_eq!(c.features, GEMM_FEATURES);
             assert!(

@@ -14,7 +14,12 @@ pub(crate) fn neusight(args: &ImportNeusightArgs) -> Result<()> {
             .summary("written", done.out.clone())
             .summary("commit", done.commit.clone());
         for (family, device, n) in &done.counts {
-            d = d.summary(format!("{family} on {device}"), format!("{n} kernels"));
+            let what = if family == "labels" {
+                "operators of training steps (validation only)"
+            } else {
+                "kernels"
+            };
+            d = d.summary(format!("{family} on {device}"), format!("{n} {what}"));
         }
         d.note("FP32, PyTorch 2.1, cuDNN 8.9; MIT licence; provenance in SOURCE.toml")
     })

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use anyhow::{Result, bail};
 use ridgeline_app::{tables, validation};
+use ridgeline_calibrate::transfer::Holdout;
 use ridgeline_calibrate::validate::{LayerPoint, StepPoint, Summary, Validation};
 use ridgeline_reports::Document;
 use serde::Serialize;
@@ -76,25 +77,47 @@ fn comm(args: &ValidateCommArgs) -> Result<()> {
 
 /// `validate transfer`: the transferable kernel model, leaving one GPU out at a time.
 fn transfer(args: &ValidateTransferArgs) -> Result<()> {
-    let (set, t, points) = validation::transfer(&args.kernels)?;
+    let check = validation::transfer(&args.kernels)?;
     if let Some(out) = &args.write_model {
-        let text = validation::transfer_model(&args.kernels, &set, &points, &t)?;
+        let text =
+            validation::transfer_model(&args.kernels, &check.set, &check.points, &check.held)?;
         ridgeline_app::atomic::write(out, text.as_bytes())?;
         eprintln!("wrote the kernel model to {}", out.display());
     }
+    let (set, t) = (&check.set, &check.held);
     let cols = tables::holdout_cols();
-    // Each class over every held-out GPU (`all`) first, then each GPU.
-    let rows: Vec<_> = t.classes.iter().chain(&t.holdouts).cloned().collect();
-    output::print(args.format.format, &t, |style| {
-        Document::new("Transferable kernel model: each GPU predicted by a fit on the others")
-            .summary("kernels", args.kernels.display().to_string())
-            .summary(
-                "source",
-                format!("{} at {}", set.source.repository, set.source.commit),
-            )
-            .summary("devices", set.devices().join(", "))
-            .table(output::table(&rows, &cols, style))
-            .note("error = (predicted - measured) / measured; each held-out GPU's 90 % interval from the log ratios the other GPUs show when each is held out of a fit on the rest (split-conformal across devices). Fitted on kernel measurements only.")
+    // Each class over every held-out GPU (`all`) first, then each GPU, then the labels of
+    // GPUs outside the set.
+    let rows: Vec<_> = t
+        .classes
+        .iter()
+        .chain(&t.holdouts)
+        .cloned()
+        .chain(check.labels.iter().map(|h| Holdout {
+            class: format!("step {}", h.class),
+            ..h.clone()
+        }))
+        .collect();
+    output::print(args.format.format, &check, |style| {
+        let mut d =
+            Document::new("Transferable kernel model: each GPU predicted by a fit on the others")
+                .summary("kernels", args.kernels.display().to_string())
+                .summary(
+                    "source",
+                    format!("{} at {}", set.source.repository, set.source.commit),
+                )
+                .summary("devices", set.devices().join(", "))
+                .table(output::table(&rows, &cols, style))
+                .note("error = (predicted - measured) / measured; each held-out GPU's 90 % interval from the log ratios the other GPUs show when each is held out of a fit on the rest (split-conformal across devices). Fitted on kernel measurements only.");
+        if !check.labels.is_empty() {
+            d = d
+                .summary(
+                    "step labels of",
+                    format!("{} (never fitted on)", check.label_devices.join(", ")),
+                )
+                .note("`step` rows: the model fitted on every GPU above predicts each operator of whole FP32 training steps (BERT, GPT-2, GPT-3, OPT) measured in place on GPUs outside the fit (NeuSight's per-operator labels), forward and backward; gemm = linear layers and batched products, vector = softmax, layer norm, GELU, dropout and element-wise ops; all = every operator and pass. Intervals: each class's 90 % interval from leaving one GPU out above.");
+        }
+        d
     })
 }
 

@@ -125,11 +125,11 @@ fn timing_assumptions(
         out.push(format!(
             "{} layers timed by the transferred kernel model from the device file (fitted on \
              measured FP32 kernels of {}; a GPU left out of the fit is predicted within a \
-             median {} for dense layers, {} for convolutions), never faster than the ideal \
+             median {} for GEMMs, {} for convolutions), never faster than the ideal \
              bound",
             t.transfer,
             m.source.devices.join(", "),
-            err("linear"),
+            err("bmm"),
             err("conv"),
         ));
         if system.device.llc.is_none() {

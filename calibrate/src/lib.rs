@@ -21,7 +21,10 @@
 //!   the memory footprint against the measured peak.
 //!
 //! - [`dataset`]: measured GPU kernels from other machines (GEMM, convolution, vector ops),
-//!   stored compact with their source; [`neusight`] converts NeuSight's public measurements.
+//!   stored compact with their source, and per-operator labels of whole training steps;
+//!   [`neusight`] converts NeuSight's public measurements.
+//! - [`transfer`]: fits the device-transferable kernel model on several GPUs' kernels,
+//!   leaves each GPU out to validate it, and predicts the labels of GPUs outside the fit.
 //! - [`comm`]: predicts measured MPI allreduce with a profile's LogGP levels and reports
 //!   the error per size, per algorithm and overall (geometric mean).
 //!

@@ -9,6 +9,9 @@
 //! and weight gradients), HBM bytes (the lower bound of \[004\] §V-A) and activation bytes.
 //! [`memory::Footprint`] gives the per-device memory breakdown versus batch size and the
 //! largest batch that fits; [`roofline::roofline`] places each layer on a device's roofline.
+//! [`transfer`] times a GPU's kernels from its device file alone with a model fitted on
+//! other GPUs' measured kernels ([`transfer::Model::builtin`]): by default [`predict`] times
+//! GPU layers with it, never below the ideal roofline bound.
 //! Systems ([`system::System`]: device, node, cluster) come from sourced TOML files in the
 //! [`catalog`] or from the user, validated once on the way in; `local` is described from the
 //! facts of the machine it runs on ([`system::HostFacts`], read by `ridgeline-measure`), its

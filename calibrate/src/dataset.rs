@@ -127,13 +127,8 @@ const OPS: &str = "ops.csv.gz";
 impl LabelSet {
     /// Writes the set into `dir` (created if missing), replacing its files.
     pub fn write(&self, dir: &Path) -> Result<()> {
-        let io = |p: &Path, e: std::io::Error| Error::Input(format!("{}: {e}", p.display()));
-        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
-        write_table(&dir.join(OPS), &self.ops)?;
-        let source =
-            toml::to_string(&self.source).map_err(|e| Error::Input(format!("{SOURCE}: {e}")))?;
-        let path = dir.join(SOURCE);
-        std::fs::write(&path, source).map_err(|e| io(&path, e))
+        write_source(dir, &self.source)?;
+        write_table(&dir.join(OPS), &self.ops)
     }
 
     /// Reads the set in `dir`; an error names the file, the row and the field.
@@ -175,6 +170,15 @@ impl LabelSet {
         d.dedup();
         d
     }
+}
+
+/// Creates `dir` (if missing) and writes `source` as its `SOURCE.toml`.
+fn write_source(dir: &Path, source: &Source) -> Result<()> {
+    let io = |p: &Path, e: std::io::Error| Error::Input(format!("{}: {e}", p.display()));
+    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    let text = toml::to_string(source).map_err(|e| Error::Input(format!("{SOURCE}: {e}")))?;
+    let path = dir.join(SOURCE);
+    std::fs::write(&path, text).map_err(|e| io(&path, e))
 }
 
 /// Reads `SOURCE.toml` of the set in `dir`.
@@ -234,15 +238,10 @@ const SOURCE: &str = "SOURCE.toml";
 impl KernelSet {
     /// Writes the set into `dir` (created if missing), replacing its files.
     pub fn write(&self, dir: &Path) -> Result<()> {
-        let io = |p: &Path, e: std::io::Error| Error::Input(format!("{}: {e}", p.display()));
-        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+        write_source(dir, &self.source)?;
         write_table(&dir.join(GEMM), &self.gemm)?;
         write_table(&dir.join(CONV), &self.conv)?;
-        write_table(&dir.join(VECTOR), &self.vector)?;
-        let source =
-            toml::to_string(&self.source).map_err(|e| Error::Input(format!("{SOURCE}: {e}")))?;
-        let path = dir.join(SOURCE);
-        std::fs::write(&path, source).map_err(|e| io(&path, e))
+        write_table(&dir.join(VECTOR), &self.vector)
     }
 
     /// Reads the set in `dir`; an error names the file, the line and the field.

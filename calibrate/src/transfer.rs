@@ -130,14 +130,7 @@ impl ClassModel {
     /// The predicted time for features `x` of a kernel inside a training step: the larger
     /// of launch and work ([`ridgeline_model::transfer::ClassCoefficients::in_step`]).
     pub fn in_step(&self, x: &[f64]) -> f64 {
-        let work: f64 = self
-            .coefficients
-            .iter()
-            .zip(x)
-            .skip(1)
-            .map(|(c, v)| c * v)
-            .sum();
-        self.coefficients.first().copied().unwrap_or(0.0).max(work)
+        transfer::in_step(&self.coefficients, x)
     }
 }
 

@@ -352,16 +352,16 @@ impl ClassCoefficients {
     /// while the device runs this one, so a kernel costs its work, or the host's time per
     /// launch where the work is shorter.
     pub fn in_step(&self, x: &[f64]) -> f64 {
-        let launch = self.coefficients.first().copied().unwrap_or(0.0);
-        let work: f64 = self
-            .coefficients
-            .iter()
-            .zip(x)
-            .skip(1)
-            .map(|(c, v)| c * v)
-            .sum();
-        launch.max(work)
+        in_step(&self.coefficients, x)
     }
+}
+
+/// A kernel's time inside a training step by `coefficients` (launch first) for features
+/// `x`: the larger of the launch term and the work ([`ClassCoefficients::in_step`]).
+pub fn in_step(coefficients: &[f64], x: &[f64]) -> f64 {
+    let launch = coefficients.first().copied().unwrap_or(0.0);
+    let work: f64 = coefficients.iter().zip(x).skip(1).map(|(c, v)| c * v).sum();
+    launch.max(work)
 }
 
 /// The fitted model ridgeline ships (`data/kernels/transfer.toml`).

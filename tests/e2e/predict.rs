@@ -538,17 +538,7 @@ fn predict_times_gpus_by_the_transferred_model_unless_told_or_unable() {
         "{table}"
     );
 
-    let err = run_err(&[
-        "predict",
-        "deepcam",
-        "--system",
-        "perlmutter-gpu",
-        "--nodes",
-        "1",
-        "--batch",
-        "2",
-        "--efficiency",
-        "fast",
-    ]);
+    let bad = args(&["--efficiency", "fast"]);
+    let err = run_err(&bad.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(err.contains("valid: transfer, ideal"), "{err}");
 }

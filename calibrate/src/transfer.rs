@@ -316,6 +316,10 @@ pub fn model(points: &[Point], held: &Transfer, data: &str, fitted_by: &str) -> 
         .into_iter()
         .map(|c| {
             let pooled = held.classes.iter().find(|h| h.class == c.class);
+            let interval = held
+                .intervals
+                .get(&c.class)
+                .map_or([f64::NAN; 2], |(lo, hi)| [(-hi).exp(), (-lo).exp()]);
             let features = if c.coefficients.len() == transfer::GEMM_FEATURES.len() {
                 &transfer::GEMM_FEATURES[..]
             } else {
@@ -328,6 +332,7 @@ pub fn model(points: &[Point], held: &Transfer, data: &str, fitted_by: &str) -> 
                 points: c.points,
                 holdout_median_abs_error: pooled.map_or(f64::NAN, |h| h.median_abs_rel_error),
                 holdout_bias: pooled.map_or(f64::NAN, |h| h.bias),
+                holdout_interval_90: interval,
             }
         })
         .collect();

@@ -337,6 +337,10 @@ pub struct ClassCoefficients {
     pub holdout_median_abs_error: f64,
     /// Leave one device out, pooled: median (predicted - measured) / measured.
     pub holdout_bias: f64,
+    /// Leave one device out, pooled: the 5th and 95th percentiles of measured / predicted,
+    /// so a kernel of a device outside the fit takes between these multiples of its
+    /// prediction 90 % of the time.
+    pub holdout_interval_90: [f64; 2],
 }
 
 impl ClassCoefficients {
@@ -387,6 +391,14 @@ impl Model {
                     format!("must be {expected:?}, with one coefficient each"),
                 ));
             }
+            let [lo, hi] = c.holdout_interval_90;
+            if !(lo > 0.0 && lo <= 1.0 && hi >= 1.0 && hi.is_finite()) {
+                return Err(Error::invalid(
+                    file,
+                    format!("class.{}.holdout_interval_90", c.name),
+                    "must be [lo, hi] with 0 < lo <= 1 <= hi: fit the model again",
+                ));
+            }
             if c.coefficients.iter().any(|v| !(v.is_finite() && *v >= 0.0)) {
                 return Err(Error::invalid(
                     file,
@@ -416,8 +428,14 @@ impl Model {
     /// The time of `kernel` on `d` with `elem` bytes per element inside a training step,
     /// seconds ([`ClassCoefficients::in_step`]); `None` when the model has no class for it.
     pub fn time(&self, kernel: &Kernel, elem: u64, d: &DeviceSpec) -> Option<f64> {
+        self.timed(kernel, elem, d).map(|(t, _)| t)
+    }
+
+    /// [`Model::time`] with its class's 90 % interval as multiples of it
+    /// ([`ClassCoefficients::holdout_interval_90`]).
+    pub fn timed(&self, kernel: &Kernel, elem: u64, d: &DeviceSpec) -> Option<(f64, [f64; 2])> {
         let c = self.class(class_of(kernel))?;
-        Some(c.in_step(&features(kernel, elem, d)))
+        Some((c.in_step(&features(kernel, elem, d)), c.holdout_interval_90))
     }
 }
 
@@ -542,6 +560,18 @@ mod tests {
         let unknown = good.replacen("points =", "pionts =", 1);
         let e = Model::parse(&unknown, "m.toml").unwrap_err().to_string();
         assert!(e.starts_with("m.toml") && e.contains("pionts"), "{e}");
+        let interval: String = good
+            .lines()
+            .map(|l| {
+                if l.starts_with("holdout_interval_90") {
+                    "holdout_interval_90 = [2.0, 3.0]\n".to_owned()
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        let e = Model::parse(&interval, "m.toml").unwrap_err().to_string();
+        assert!(e.contains(".holdout_interval_90"), "{e}");
         let negative = good.replacen("coefficients = [", "coefficients = [-", 1);
         let e = Model::parse(&negative, "m.toml").unwrap_err().to_string();
         assert!(

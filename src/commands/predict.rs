@@ -73,6 +73,17 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
         )
         .summary("  compute timed by", o.compute_timed_by.describe())
         .summary(
+            "  compute, 90 % interval",
+            match o.compute_interval_90_s {
+                [lo, hi] if lo != hi => format!(
+                    "{} to {} (each class's held-out interval)",
+                    secs(lo),
+                    secs(hi)
+                ),
+                _ => "none: no layer timed by the transferred model".to_owned(),
+            },
+        )
+        .summary(
             "throughput",
             format!(
                 "{:.1} samples/s ({:.2} per device)",

@@ -490,6 +490,13 @@ fn predict_times_gpus_by_the_transferred_model_unless_told_or_unable() {
         ideal["compute_s"].as_f64().unwrap(),
     );
     assert!(t > i, "transfer {t} against the ideal bound {i}");
+    let interval = |v: &serde_json::Value| {
+        let a = v["compute_interval_90_s"].as_array().unwrap().clone();
+        (a[0].as_f64().unwrap(), a[1].as_f64().unwrap())
+    };
+    let (lo, hi) = interval(&transfer);
+    assert!(i <= lo && lo < t && t < hi, "{lo} {t} {hi}");
+    assert_eq!(interval(&ideal), (i, i));
     let said = |v: &serde_json::Value, what: &str| {
         v["assumptions"]
             .as_array()

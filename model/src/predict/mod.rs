@@ -159,6 +159,18 @@ mod tests {
                     }
                     let (ct, ci) = (transfer.outcome.compute_s, ideal.outcome.compute_s);
                     assert!(ct > ci, "{name} {p}: {ct:?} vs {ci:?}");
+                    // The interval holds the prediction and never goes below the bound.
+                    let [lo, hi] = transfer.outcome.compute_interval_90_s;
+                    assert!(
+                        lo <= ct && ct < hi && lo >= ci,
+                        "{name} {p}: {lo:?} {ct:?} {hi:?}"
+                    );
+                    assert_eq!(ideal.outcome.compute_interval_90_s, [ci, ci]);
+                    for l in &transfer.layers {
+                        let [a, b] = l.interval_90_s.unwrap();
+                        let t = l.forward_s + l.backward_s;
+                        assert!(a <= t * (1.0 + 1e-12) && t <= b * (1.0 + 1e-12), "{l:?}");
+                    }
                     assert!(
                         transfer
                             .assumptions

@@ -55,6 +55,8 @@ pub struct Plan<'a> {
     pub eval_compute: Seconds,
     /// How many layers each model timed.
     pub timed_by: TimedBy,
+    /// The compute time's 90 % interval, seconds.
+    pub(super) compute_interval: [f64; 2],
     /// Memory one device needs.
     pub memory: Bytes,
     /// Memory one device has.
@@ -113,6 +115,9 @@ pub struct Outcome {
     /// How many layers each model timed (calibrated profile, transferred kernel model,
     /// ideal bound).
     pub compute_timed_by: TimedBy,
+    /// The 90 % interval of the compute time, seconds: equal ends where no layer was timed
+    /// by the transferred model ([`StepTimes::interval_90`]).
+    pub compute_interval_90_s: [Seconds; 2],
     /// Input movement (and preprocessing) time of a step.
     pub input_s: Seconds,
     /// Allreduce time of a step.
@@ -534,6 +539,7 @@ impl<'a> Plan<'a> {
             devices_per_node: k,
             compute: Seconds::new(compute),
             timed_by: times.timed_by,
+            compute_interval: times.interval_90,
             eval_compute: Seconds::new(eval_compute),
             memory,
             capacity,
@@ -776,6 +782,7 @@ impl<'a> Plan<'a> {
             data_location: location,
             compute_s: self.compute,
             compute_timed_by: self.timed_by,
+            compute_interval_90_s: self.compute_interval.map(Seconds::new),
             input_s: Seconds::new(input),
             allreduce_s: Seconds::new(allreduce),
             collective: ar.algorithm,

@@ -134,15 +134,21 @@ impl StepModel {
     /// [`StepModel::layer_times`]), plus the optimizer update at the memory bandwidth, and
     /// how many layers each model timed.
     pub fn device_times(&self, b: f64, rates: &DeviceRates, timing: &Timing<'_>) -> StepTimes {
+        let update = self.update_bytes / rates.bandwidth;
         let mut out = StepTimes {
             forward: 0.0,
-            step: self.update_bytes / rates.bandwidth,
+            step: update,
             timed_by: TimedBy::default(),
+            interval_90: [update; 2],
         };
         for l in self.layer_times(b, rates, timing) {
+            let t = l.forward_s + l.backward_s;
             out.forward += l.forward_s;
-            out.step += l.forward_s + l.backward_s;
+            out.step += t;
             out.timed_by.count(l.timed_by);
+            let [lo, hi] = l.interval_90_s.unwrap_or([t; 2]);
+            out.interval_90[0] += lo;
+            out.interval_90[1] += hi;
         }
         out
     }
@@ -173,6 +179,7 @@ impl StepModel {
                     timed_by,
                     forward_s,
                     backward_s,
+                    interval_90_s: None,
                 };
                 if let Some(p) = timing.profile
                     && !k1.is_empty()
@@ -184,27 +191,34 @@ impl StepModel {
                 if let Some((model, spec)) = &timing.transfer
                     && !k1.is_empty()
                 {
-                    let mut fwd = 0.0;
-                    let mut bwd = 0.0;
+                    // Per pass: the time and its interval's ends.
+                    let mut fwd = [0.0; 3];
+                    let mut bwd = [0.0; 3];
                     for (a, c) in k1.iter().zip(k2) {
                         let mut kernel = *a;
                         for (x, (x1, x2)) in kernel.x.iter_mut().zip(a.x.iter().zip(&c.x)) {
                             *x = at(*x1, *x2);
                         }
-                        let Some(t) = model.time(&kernel, elem, spec) else {
+                        let Some((t, [lo, hi])) = model.timed(&kernel, elem, spec) else {
                             return layer(TimedByModel::Ideal, ideal_fwd, ideal_bwd);
                         };
-                        if a.pass.is_backward() {
-                            bwd += t;
+                        let pass = if a.pass.is_backward() {
+                            &mut bwd
                         } else {
-                            fwd += t;
-                        }
+                            &mut fwd
+                        };
+                        pass[0] += t;
+                        pass[1] += t * lo;
+                        pass[2] += t * hi;
                     }
-                    return layer(
-                        TimedByModel::Transfer,
-                        fwd.max(ideal_fwd),
-                        bwd.max(ideal_bwd),
-                    );
+                    // Never below the ideal bound, the interval's ends included. The
+                    // interval takes one device's kernels as off together (a device's
+                    // error is mostly its own bias), so the ends add.
+                    let floor = |p: [f64; 3], ideal: f64| p.map(|v| v.max(ideal));
+                    let (f, b) = (floor(fwd, ideal_fwd), floor(bwd, ideal_bwd));
+                    let mut l = layer(TimedByModel::Transfer, f[0], b[0]);
+                    l.interval_90_s = Some([f[1] + b[1], f[2] + b[2]]);
+                    return l;
                 }
                 layer(TimedByModel::Ideal, ideal_fwd, ideal_bwd)
             })
@@ -310,6 +324,9 @@ pub struct StepTimes {
     pub step: f64,
     /// How many layers each model timed.
     pub timed_by: TimedBy,
+    /// The step's 90 % interval, seconds: the transferred layers at their classes' held-out
+    /// 90 % intervals (all at their low ends, all at their high ends), the others as timed.
+    pub interval_90: [f64; 2],
 }
 
 /// One layer's times on one device.
@@ -323,6 +340,9 @@ pub struct LayerTime {
     pub forward_s: f64,
     /// Backward pass, seconds.
     pub backward_s: f64,
+    /// Where the transferred model timed it, the 90 % interval of forward plus backward,
+    /// seconds, from its kernels' classes' held-out intervals (never below the ideal bound).
+    pub interval_90_s: Option<[f64; 2]>,
 }
 
 /// A device's attained rates: matrix and vector FLOP/s and memory bytes/s.

@@ -141,11 +141,12 @@ impl StepModel {
             timed_by: TimedBy::default(),
             interval_90: [update; 2],
         };
-        for l in self.layer_times(b, rates, timing) {
+        for i in 0..self.matrix.len() {
+            let l = self.time_layer(i, b, rates, timing);
             let t = l.forward_s + l.backward_s;
             out.forward += l.forward_s;
             out.step += t;
-            out.timed_by.count(l.timed_by);
+            out.timed_by.count(l.by);
             let [lo, hi] = l.interval_90_s.unwrap_or([t; 2]);
             out.interval_90[0] += lo;
             out.interval_90[1] += hi;
@@ -159,71 +160,90 @@ impl StepModel {
     /// ([`crate::transfer::Model`]) where the device has the figures it needs, never below
     /// the ideal bound; else the ideal bound `max(F / (peak x eff), B / (BW x eff))`.
     pub fn layer_times(&self, b: f64, rates: &DeviceRates, timing: &Timing<'_>) -> Vec<LayerTime> {
-        let precision = precision_name(self.precision);
-        let elem = self.precision.compute_bytes();
         (0..self.matrix.len())
             .map(|i| {
-                let peak = if self.matrix[i] {
-                    rates.matrix
-                } else {
-                    rates.vector
-                };
-                let ideal_fwd = (b * self.flops_fwd[i] / peak)
-                    .max((b * self.act_fwd[i] + self.weights_fwd[i]) / rates.bandwidth);
-                let ideal_bwd = (b * self.flops_bwd[i] / peak)
-                    .max((b * self.act_bwd[i] + self.weights_bwd[i]) / rates.bandwidth);
-                let [k1, k2] = &self.kernels[i];
-                let at = |t1: f64, t2: f64| t1 + (t2 - t1) * (b - 1.0);
-                let layer = |timed_by, forward_s, backward_s| LayerTime {
+                let l = self.time_layer(i, b, rates, timing);
+                LayerTime {
                     layer: self.names[i].clone(),
-                    timed_by,
-                    forward_s,
-                    backward_s,
-                    interval_90_s: None,
-                };
-                if let Some(p) = timing.profile
-                    && !k1.is_empty()
-                    && let (Some((f1, b1)), Some((f2, b2))) =
-                        (p.layer_times(k1, precision), p.layer_times(k2, precision))
-                {
-                    return layer(TimedByModel::Profile, at(f1, f2), at(b1, b2));
+                    timed_by: l.by,
+                    forward_s: l.forward_s,
+                    backward_s: l.backward_s,
+                    interval_90_s: l.interval_90_s,
                 }
-                if let Some((model, spec)) = &timing.transfer
-                    && !k1.is_empty()
-                {
-                    // Per pass: the time and its interval's ends.
-                    let mut fwd = [0.0; 3];
-                    let mut bwd = [0.0; 3];
-                    for (a, c) in k1.iter().zip(k2) {
-                        let mut kernel = *a;
-                        for (x, (x1, x2)) in kernel.x.iter_mut().zip(a.x.iter().zip(&c.x)) {
-                            *x = at(*x1, *x2);
-                        }
-                        let Some((t, [lo, hi])) = model.timed(&kernel, elem, spec) else {
-                            return layer(TimedByModel::Ideal, ideal_fwd, ideal_bwd);
-                        };
-                        let pass = if a.pass.is_backward() {
-                            &mut bwd
-                        } else {
-                            &mut fwd
-                        };
-                        pass[0] += t;
-                        pass[1] += t * lo;
-                        pass[2] += t * hi;
-                    }
-                    // Never below the ideal bound, the interval's ends included. The
-                    // interval takes one device's kernels as off together (a device's
-                    // error is mostly its own bias), so the ends add.
-                    let floor = |p: [f64; 3], ideal: f64| p.map(|v| v.max(ideal));
-                    let (f, b) = (floor(fwd, ideal_fwd), floor(bwd, ideal_bwd));
-                    let mut l = layer(TimedByModel::Transfer, f[0], b[0]);
-                    l.interval_90_s = Some([f[1] + b[1], f[2] + b[2]]);
-                    return l;
-                }
-                layer(TimedByModel::Ideal, ideal_fwd, ideal_bwd)
             })
             .collect()
     }
+
+    /// Layer `i`'s times ([`StepModel::layer_times`]), without its name: the sweep's path.
+    fn time_layer(&self, i: usize, b: f64, rates: &DeviceRates, timing: &Timing<'_>) -> Timed {
+        let precision = precision_name(self.precision);
+        let elem = self.precision.compute_bytes();
+        let peak = if self.matrix[i] {
+            rates.matrix
+        } else {
+            rates.vector
+        };
+        let ideal_fwd = (b * self.flops_fwd[i] / peak)
+            .max((b * self.act_fwd[i] + self.weights_fwd[i]) / rates.bandwidth);
+        let ideal_bwd = (b * self.flops_bwd[i] / peak)
+            .max((b * self.act_bwd[i] + self.weights_bwd[i]) / rates.bandwidth);
+        let [k1, k2] = &self.kernels[i];
+        let at = |t1: f64, t2: f64| t1 + (t2 - t1) * (b - 1.0);
+        let layer = |by, forward_s, backward_s| Timed {
+            by,
+            forward_s,
+            backward_s,
+            interval_90_s: None,
+        };
+        if let Some(p) = timing.profile
+            && !k1.is_empty()
+            && let (Some((f1, b1)), Some((f2, b2))) =
+                (p.layer_times(k1, precision), p.layer_times(k2, precision))
+        {
+            return layer(TimedByModel::Profile, at(f1, f2), at(b1, b2));
+        }
+        if let Some((model, spec)) = &timing.transfer
+            && !k1.is_empty()
+        {
+            // Per pass: the time and its interval's ends.
+            let mut fwd = [0.0; 3];
+            let mut bwd = [0.0; 3];
+            for (a, c) in k1.iter().zip(k2) {
+                let mut kernel = *a;
+                for (x, (x1, x2)) in kernel.x.iter_mut().zip(a.x.iter().zip(&c.x)) {
+                    *x = at(*x1, *x2);
+                }
+                let Some((t, [lo, hi])) = model.timed(&kernel, elem, spec) else {
+                    return layer(TimedByModel::Ideal, ideal_fwd, ideal_bwd);
+                };
+                let pass = if a.pass.is_backward() {
+                    &mut bwd
+                } else {
+                    &mut fwd
+                };
+                pass[0] += t;
+                pass[1] += t * lo;
+                pass[2] += t * hi;
+            }
+            // Never below the ideal bound, the interval's ends included. The interval takes
+            // one device's kernels as off together (a device's error is mostly its own
+            // bias), so the ends add.
+            let floor = |p: [f64; 3], ideal: f64| p.map(|v| v.max(ideal));
+            let (f, b) = (floor(fwd, ideal_fwd), floor(bwd, ideal_bwd));
+            let mut l = layer(TimedByModel::Transfer, f[0], b[0]);
+            l.interval_90_s = Some([f[1] + b[1], f[2] + b[2]]);
+            return l;
+        }
+        layer(TimedByModel::Ideal, ideal_fwd, ideal_bwd)
+    }
+}
+
+/// A layer's times, as [`LayerTime`] without its name.
+struct Timed {
+    by: TimedByModel,
+    forward_s: f64,
+    backward_s: f64,
+    interval_90_s: Option<[f64; 2]>,
 }
 
 /// What times a step's layers: a calibrated profile where it covers them, else the

@@ -462,24 +462,21 @@ fn log_ratio(r: f64) -> f64 {
 mod tests {
     use super::*;
 
-    /// Each device's host has its own floor: the shared coefficients are recovered exactly,
-    /// and the model's launch term is the median floor.
-    #[test]
-    fn each_device_has_its_own_launch_term_and_the_model_the_median() {
-        let spec = |sms: f64, ghz: f64, tflops: f64, tbs: f64, l2_mib: f64| DeviceSpec {
+    fn spec(sms: f64, ghz: f64, tflops: f64, tbs: f64, l2_mib: f64) -> DeviceSpec {
+        DeviceSpec {
             sms,
             clock_hz: ghz * 1e9,
             peak_flops: tflops * 1e12,
             bandwidth: tbs * 1e12,
             l2_bytes: l2_mib * 1048576.0,
-        };
-        let slopes = [0.9, 2e-5 * 1e9, 1.2, 1.1];
+        }
+    }
+
+    /// `bmm` kernels of 14 shapes on each `(device, spec, floor)`, each measured as its
+    /// device's floor plus the work `slopes` give its features after the launch.
+    fn synthetic(devices: &[(&str, DeviceSpec, f64)], slopes: &[f64]) -> Vec<Point> {
         let mut pts = Vec::new();
-        for (device, floor, d) in [
-            ("a", 10e-6, spec(40.0, 1.5, 8.0, 0.3, 4.0)),
-            ("b", 20e-6, spec(80.0, 1.4, 14.0, 0.9, 6.0)),
-            ("c", 40e-6, spec(108.0, 1.4, 19.5, 1.6, 40.0)),
-        ] {
+        for (device, d, floor) in devices {
             for &(m, n, k) in &[
                 (64u64, 64u64, 64u64),
                 (512, 512, 512),
@@ -490,17 +487,33 @@ mod tests {
                 (1000, 3000, 200),
             ] {
                 for batch in [1u64, 8] {
-                    let x = transfer::gemm(batch, m, n, k, 4, &d).to_vec();
-                    let work: f64 = x[1..].iter().zip(&slopes).map(|(a, b)| a * b).sum();
+                    let x = transfer::gemm(batch, m, n, k, 4, d).to_vec();
+                    let work: f64 = x[1..].iter().zip(slopes).map(|(a, b)| a * b).sum();
                     pts.push(Point {
                         class: "bmm".into(),
-                        device: device.into(),
+                        device: (*device).into(),
                         x,
                         y: floor + work,
                     });
                 }
             }
         }
+        pts
+    }
+
+    /// Each device's host has its own floor: the shared coefficients are recovered exactly,
+    /// and the model's launch term is the median floor.
+    #[test]
+    fn each_device_has_its_own_launch_term_and_the_model_the_median() {
+        let slopes = [0.9, 2e-5 * 1e9, 1.2, 1.1];
+        let pts = synthetic(
+            &[
+                ("a", spec(40.0, 1.5, 8.0, 0.3, 4.0), 10e-6),
+                ("b", spec(80.0, 1.4, 14.0, 0.9, 6.0), 20e-6),
+                ("c", spec(108.0, 1.4, 19.5, 1.6, 40.0), 40e-6),
+            ],
+            &slopes,
+        );
         let all: Vec<&Point> = pts.iter().collect();
         let m = &fit(&all).unwrap()[0];
         assert!(
@@ -517,43 +530,17 @@ mod tests {
     /// held-out device is predicted within rounding, by the coefficients of the others.
     #[test]
     fn a_device_left_out_is_predicted_from_the_others() {
-        let spec = |sms: f64, ghz: f64, tflops: f64, tbs: f64, l2_mib: f64| DeviceSpec {
-            sms,
-            clock_hz: ghz * 1e9,
-            peak_flops: tflops * 1e12,
-            bandwidth: tbs * 1e12,
-            l2_bytes: l2_mib * 1048576.0,
-        };
-        let devices = [
-            ("a", spec(40.0, 1.5, 8.0, 0.3, 4.0)),
-            ("b", spec(80.0, 1.4, 14.0, 0.9, 6.0)),
-            ("c", spec(108.0, 1.4, 19.5, 1.6, 40.0)),
-            ("d", spec(132.0, 1.9, 60.0, 3.3, 50.0)),
-        ];
         let truth = [8e-6, 1.3, 2e-5 * 1e9, 0.5, 1.1];
-        let mut pts = Vec::new();
-        for (name, d) in &devices {
-            for &(m, n, k) in &[
-                (64u64, 64u64, 64u64),
-                (512, 512, 512),
-                (2048, 1024, 4096),
-                (27, 29, 15),
-                (4096, 4096, 256),
-                (128 * 109, 128, 512),
-                (1000, 3000, 200),
-            ] {
-                for batch in [1u64, 8] {
-                    let x = transfer::gemm(batch, m, n, k, 4, d).to_vec();
-                    let y = x.iter().zip(&truth).map(|(a, b)| a * b).sum();
-                    pts.push(Point {
-                        class: "bmm".into(),
-                        device: (*name).into(),
-                        x,
-                        y,
-                    });
-                }
-            }
-        }
+        let e = spec(60.0, 1.6, 30.0, 2.0, 32.0);
+        let pts = synthetic(
+            &[
+                ("a", spec(40.0, 1.5, 8.0, 0.3, 4.0), truth[0]),
+                ("b", spec(80.0, 1.4, 14.0, 0.9, 6.0), truth[0]),
+                ("c", spec(108.0, 1.4, 19.5, 1.6, 40.0), truth[0]),
+                ("d", spec(132.0, 1.9, 60.0, 3.3, 50.0), truth[0]),
+            ],
+            &truth[1..],
+        );
         let held = leave_one_out(&pts).unwrap();
         assert_eq!(held.holdouts.len(), 4);
         assert_eq!(held.classes.len(), 1);
@@ -566,7 +553,6 @@ mod tests {
         // Operators of a step on a fifth device, timed in place as the truth's in-step
         // times: a product's forward and its two backward products, a scaling's one
         // kernel, a sum's none (not compared). Linear layers are timed by `bmm`.
-        let e = spec(60.0, 1.6, 30.0, 2.0, 32.0);
         let truth_in_step = |x: &[f64]| {
             let work: f64 = x.iter().zip(&truth).skip(1).map(|(a, b)| a * b).sum();
             work.max(truth[0])

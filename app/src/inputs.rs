@@ -125,6 +125,9 @@ pub fn workload(args: &WorkloadSpec) -> Result<Graph> {
             other => other.into(),
         });
     }
+    if name.ends_with(".json") {
+        return config_json(name, args);
+    }
     if args.width.is_some() {
         bail!("--width applies to built-in workloads only; edit the channel counts in `{name}`");
     }
@@ -134,6 +137,34 @@ pub fn workload(args: &WorkloadSpec) -> Result<Graph> {
         name,
         args.input_size.as_deref(),
     )?)
+}
+
+/// A transformer from a Hugging Face `config.json`, for sequences of `--seq-len` tokens
+/// (the model's positions by default).
+fn config_json(name: &str, args: &WorkloadSpec) -> Result<Graph> {
+    let text = read(name, "model configuration")?;
+    let config = workloads::transformer::Config::from_json(&text, name)?;
+    let seq = match args.input_size.as_deref() {
+        None => config.max_position_embeddings,
+        Some([s]) if *s > 0 && *s <= config.max_position_embeddings => *s,
+        Some(s) => bail!(
+            "--seq-len {s:?}: `{name}` takes one sequence length from 1 to its {} positions",
+            config.max_position_embeddings
+        ),
+    };
+    let width = args.width.unwrap_or(1.0);
+    if !(width > 0.0 && width <= workloads::MAX_WIDTH) {
+        bail!(
+            "--width {width}: the width multiplier must be greater than 0 and at most {}",
+            workloads::MAX_WIDTH
+        );
+    }
+    let stem = Path::new(name)
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("model");
+    workloads::transformer::build(stem, &config, seq, width)
+        .map_err(|e| anyhow::anyhow!("{name}: layer `{}`: {}", e.layer, e.message))
 }
 
 /// The system a command names: a catalog system or device, `local`, a system file, or a

@@ -141,7 +141,11 @@ impl Schedule {
             for &j in &l.inputs {
                 consumers[j] += 1;
             }
-            if backward && k.input {
+            if backward && k.inputs {
+                for &j in &l.inputs {
+                    read(j);
+                }
+            } else if backward && k.input {
                 read(l.inputs[0]);
             }
         }

@@ -37,7 +37,7 @@
 use serde::Serialize;
 use smallvec::SmallVec;
 
-use crate::graph::{Graph, Layer, NodeId, Op, Shape};
+use crate::graph::{Attention, AttentionShape, Graph, Layer, NodeId, Op, Shape};
 use crate::precision::Precision;
 use crate::units::{Bytes, Flops};
 
@@ -120,6 +120,8 @@ pub struct GraphCost<'g> {
 enum Saved {
     /// Input `k` of the layer.
     Input(usize),
+    /// Every input of the layer.
+    Inputs,
     /// The layer's own output.
     Output,
     /// A private tensor of the input's element count, in compute precision (softmax
@@ -127,6 +129,13 @@ enum Saved {
     PrivateLikeInput,
     /// A one-byte-per-element mask of the output's size.
     Mask,
+    /// Attention's weights, `heads x S x S_kv` in compute precision.
+    Scores,
+    /// A one-byte mask per attention weight (dropout on the weights).
+    ScoresMask,
+    /// FP32 statistics per row ([`stats_elements`]): a norm's mean and inverse deviation
+    /// per position, fused attention's log-sum-exp per head and query.
+    Stats,
 }
 
 /// Largest per-device batch size (2^20); see [`crate::graph::MAX_MACS`].
@@ -143,6 +152,9 @@ pub(crate) struct Counts {
     pub(crate) flops_bwd_data: u64,
     /// Weight-gradient FLOPs.
     pub(crate) flops_bwd_weight: u64,
+    /// Weights the layer reads and whose gradient it adds to but does not own (a tied
+    /// head's).
+    pub(crate) shared: u64,
 }
 
 /// Exact per-sample counts of one layer.
@@ -158,22 +170,22 @@ pub(crate) fn counts(graph: &Graph, layer: &Layer) -> Counts {
     match &layer.op {
         Op::Input => Counts::default(),
         Op::Conv(c) | Op::ConvTranspose(c) => {
-            let (weights, macs) = matrix_size(&layer.op, in_shape(0), out);
+            let (weights, macs) = matrix_size(graph, layer);
             matrix_counts(
                 weights + if c.bias { c.out_channels as u64 } else { 0 },
                 macs,
             )
         }
         Op::Dense { out_features, bias } => {
-            let (weights, macs) = matrix_size(&layer.op, in_shape(0), out);
+            let (weights, macs) = matrix_size(graph, layer);
             matrix_counts(weights + if *bias { *out_features as u64 } else { 0 }, macs)
         }
         Op::BatchNorm | Op::ChannelAffine => Counts {
             params: 2 * in_shape(0).channels() as u64,
-            macs: 0,
             flops_fwd: in_elems,
             flops_bwd_data: in_elems,
             flops_bwd_weight: in_elems,
+            ..Counts::default()
         },
         Op::MaxPool(_) | Op::AvgPool(_) | Op::GlobalAvgPool => vector_counts(in_elems),
         Op::Relu | Op::LeakyRelu { .. } | Op::Tanh | Op::Scale { .. } | Op::Dropout { .. } => {
@@ -189,12 +201,197 @@ pub(crate) fn counts(graph: &Graph, layer: &Layer) -> Counts {
             ..Counts::default()
         },
         Op::Concat | Op::Flatten => Counts::default(),
+        Op::Linear {
+            out_features,
+            bias,
+            tied,
+        } => {
+            let (weights, macs) = matrix_size(graph, layer);
+            let bias = if *bias { *out_features as u64 } else { 0 };
+            if *tied {
+                Counts {
+                    shared: weights,
+                    ..matrix_counts(bias, macs)
+                }
+            } else {
+                matrix_counts(weights + bias, macs)
+            }
+        }
+        // Both inputs' gradients; `cost` keeps those an input needs.
+        Op::MatMul => {
+            let (_, macs) = matrix_size(graph, layer);
+            Counts {
+                macs,
+                flops_fwd: 2 * macs,
+                flops_bwd_data: 4 * macs,
+                ..Counts::default()
+            }
+        }
+        // A lookup: no arithmetic; backward adds each looked-up row's gradient into the
+        // table's.
+        Op::Embedding {
+            num_embeddings,
+            embedding_dim,
+        } => Counts {
+            params: (*num_embeddings as u64) * (*embedding_dim as u64),
+            flops_bwd_weight: out_elems,
+            ..Counts::default()
+        },
+        Op::LayerNorm | Op::RmsNorm => Counts {
+            params: norm_params(&layer.op, in_shape(0)),
+            flops_fwd: in_elems,
+            flops_bwd_data: in_elems,
+            flops_bwd_weight: in_elems,
+            ..Counts::default()
+        },
+        Op::Softmax | Op::Gelu | Op::Silu => vector_counts(out_elems),
+        Op::Attention(a) => attention_counts(a, &attention_shape(graph, layer, a)),
+        // Backward scatters the gradient rows back: one add per row element.
+        Op::Gather { .. } => Counts {
+            flops_bwd_data: out_elems,
+            ..Counts::default()
+        },
+        // One add per input element; backward gathers the gradient rows.
+        Op::ScatterAdd { .. } | Op::SegmentSum { .. } => Counts {
+            flops_fwd: in_elems,
+            ..Counts::default()
+        },
     }
 }
 
-/// Weights and MACs of a matrix op; [`Graph::push`] has checked they fit.
-fn matrix_size(op: &Op, input: &Shape, output: &Shape) -> (u64, u64) {
-    op.matrix_size(input.dims(), output.dims())
+/// Trainable parameters of a norm over `input`'s channels: a scale and a shift per
+/// channel (layer norm), a scale (RMS norm).
+fn norm_params(op: &Op, input: &Shape) -> u64 {
+    let c = input.channels() as u64;
+    if matches!(op, Op::RmsNorm) { c } else { 2 * c }
+}
+
+/// The sizes attention layer `layer` works on.
+fn attention_shape(graph: &Graph, layer: &Layer, a: &Attention) -> AttentionShape {
+    let inputs: SmallVec<[&[usize]; 3]> = layer
+        .inputs
+        .iter()
+        .map(|&i| graph.layers()[i].output.dims())
+        .collect();
+    // Checked when the layer was added.
+    AttentionShape::of(a, &inputs).unwrap_or(AttentionShape {
+        hidden: 0,
+        seq: 0,
+        seq_kv: 0,
+        heads: 1,
+        pairs: 0,
+        scores: 0,
+    })
+}
+
+/// Vector kernels of attention's weights, forward, per weight: scale and softmax, the
+/// causal mask where an unfused attention applies it to the full matrix, and dropout.
+fn attention_vector_ops(a: &Attention) -> u64 {
+    2 + u64::from(a.causal && !a.fused) + u64::from(a.dropout > 0.0)
+}
+
+/// Attention's counts per sample. Products: `QK^T` and `AV`, `2 x pairs x H` FLOPs each
+/// forward (pairs per head, `H` channels over all heads); backward `dV = P^T dO`,
+/// `dP = dO V^T`, `dS K` and `dS^T Q`, twice forward, and fused attention also recomputes
+/// `QK^T`. Vector ops: one FLOP per weight for each of [`attention_vector_ops`], forward
+/// and again backward.
+fn attention_counts(a: &Attention, s: &AttentionShape) -> Counts {
+    let macs = 2 * s.pairs * s.hidden;
+    let weights = if a.fused { s.pairs } else { s.scores };
+    let vector = s.heads * weights * attention_vector_ops(a);
+    let recompute = if a.fused { s.pairs * s.hidden } else { 0 };
+    Counts {
+        macs,
+        flops_fwd: 2 * macs + vector,
+        flops_bwd_data: 4 * macs + 2 * recompute + vector,
+        ..Counts::default()
+    }
+}
+
+/// FP32 values per sample of a layer's [`Saved::Stats`]: two per position of a layer norm
+/// (mean and inverse deviation), one of an RMS norm, one per head and query of fused
+/// attention (the log-sum-exp).
+fn stats_elements(graph: &Graph, layer: &Layer) -> u64 {
+    let positions = |s: &Shape| s.spatial_elements();
+    match &layer.op {
+        Op::LayerNorm => 2 * positions(&layer.output),
+        Op::RmsNorm => positions(&layer.output),
+        Op::Attention(a) => {
+            let s = attention_shape(graph, layer, a);
+            s.heads * s.seq
+        }
+        _ => 0,
+    }
+}
+
+/// Per-sample bytes a layer moves beyond reading its inputs and writing its output, forward
+/// and backward (when backward runs), at `act` bytes per element:
+/// - an embedding reads its looked-up rows (and not its whole table, [`reads_weights`]),
+///   and its ids are 8-byte integers; backward reads and writes the rows of the table's
+///   gradient it adds into;
+/// - gather and scatter-add read an 8-byte index entry per row, segment sum an offset per
+///   segment and one more;
+/// - unfused attention writes and reads its weights between its kernels: `QK^T` writes
+///   them, scale, mask, softmax and dropout each read and write them (dropout also writes
+///   its one-byte mask), `AV` reads them; backward mirrors it (the weights' gradient is
+///   written by `dP = dO V^T` and read by dropout's, softmax's, the mask's and the scale's
+///   backward, then by `dS K` and `dS^T Q`; the saved weights and mask are counted as
+///   saved tensors);
+/// - fused attention writes its log-sum-exp per row, and backward writes and reads
+///   `rowsum(dO o O)` per row (FP32).
+fn extra_bytes(graph: &Graph, layer: &Layer, act: f64) -> (f64, f64) {
+    const INDEX: f64 = 8.0;
+    match &layer.op {
+        Op::Embedding { embedding_dim, .. } => {
+            let ids = graph.layers()[layer.inputs[0]].output.elements() as f64;
+            let rows = ids * *embedding_dim as f64 * act;
+            (rows + ids * (INDEX - act), 2.0 * rows + ids * (INDEX - act))
+        }
+        Op::Gather { edges } => (INDEX * *edges as f64, INDEX * *edges as f64),
+        Op::ScatterAdd { .. } => {
+            let rows = graph.layers()[layer.inputs[0]].output.dims()[1] as f64;
+            (INDEX * rows, INDEX * rows)
+        }
+        Op::SegmentSum { segments } => {
+            let offsets = INDEX * (*segments as f64 + 1.0);
+            (offsets, offsets)
+        }
+        Op::Attention(a) => {
+            let s = attention_shape(graph, layer, a);
+            if a.fused {
+                let rows = (4 * s.heads * s.seq) as f64;
+                (rows, 2.0 * rows)
+            } else {
+                let weights = (s.heads * s.scores) as f64;
+                let (c, d) = (
+                    f64::from(u8::from(a.causal)),
+                    f64::from(u8::from(a.dropout > 0.0)),
+                );
+                let fwd = weights * act * (4.0 + 2.0 * c + 2.0 * d) + weights * d;
+                let bwd = weights * act * (6.0 + 2.0 * c + 2.0 * d);
+                (fwd, bwd)
+            }
+        }
+        _ => (0.0, 0.0),
+    }
+}
+
+/// Whether a layer reads all its weights in each pass: all do but an embedding, which
+/// reads only the rows it looks up ([`extra_bytes`]).
+fn reads_weights(op: &Op) -> bool {
+    !matches!(op, Op::Embedding { .. })
+}
+
+/// Weights and MACs of a matrix layer; [`Graph::push`] has checked they fit.
+fn matrix_size(graph: &Graph, layer: &Layer) -> (u64, u64) {
+    let inputs: SmallVec<[&[usize]; 3]> = layer
+        .inputs
+        .iter()
+        .map(|&i| graph.layers()[i].output.dims())
+        .collect();
+    layer
+        .op
+        .matrix_size(&inputs, layer.output.dims())
         .unwrap_or((u64::MAX, u64::MAX))
 }
 
@@ -205,16 +402,15 @@ fn matrix_counts(params: u64, macs: u64) -> Counts {
         flops_fwd: 2 * macs,
         flops_bwd_data: 2 * macs,
         flops_bwd_weight: 2 * macs,
+        shared: 0,
     }
 }
 
 fn vector_counts(flops: u64) -> Counts {
     Counts {
-        params: 0,
-        macs: 0,
         flops_fwd: flops,
         flops_bwd_data: flops,
-        flops_bwd_weight: 0,
+        ..Counts::default()
     }
 }
 
@@ -223,6 +419,8 @@ fn vector_counts(flops: u64) -> Counts {
 pub struct Keeps {
     /// Its first input.
     pub input: bool,
+    /// Every input (a product of activations, attention).
+    pub inputs: bool,
     /// Its output.
     pub output: bool,
     /// A one-byte mask per output element.
@@ -235,10 +433,13 @@ pub struct Keeps {
 pub fn keeps(op: &Op) -> Keeps {
     let s = saved(op);
     Keeps {
-        input: s.contains(&Saved::Input(0)),
+        input: s.contains(&Saved::Input(0)) || s.contains(&Saved::Inputs),
+        inputs: s.contains(&Saved::Inputs),
         output: s.contains(&Saved::Output),
-        mask: s.contains(&Saved::Mask),
-        private: s.contains(&Saved::PrivateLikeInput),
+        mask: s.contains(&Saved::Mask) || s.contains(&Saved::ScoresMask),
+        private: s.contains(&Saved::PrivateLikeInput)
+            || s.contains(&Saved::Scores)
+            || s.contains(&Saved::Stats),
     }
 }
 
@@ -264,9 +465,21 @@ fn saved(op: &Op) -> &'static [Saved] {
         | Op::ChannelAffine
         | Op::MaxPool(_)
         | Op::MseLoss => &[Saved::Input(0)],
-        Op::Relu | Op::Tanh => &[Saved::Output],
+        Op::Relu | Op::Tanh | Op::Softmax => &[Saved::Output],
         Op::Dropout { .. } => &[Saved::Mask],
         Op::SoftmaxCrossEntropy => &[Saved::PrivateLikeInput],
+        Op::Linear { .. } | Op::Embedding { .. } | Op::Gelu | Op::Silu => &[Saved::Input(0)],
+        Op::LayerNorm | Op::RmsNorm => &[Saved::Input(0), Saved::Stats],
+        Op::MatMul => &[Saved::Inputs],
+        // Unfused: the weights after softmax, and after dropout with its mask.
+        Op::Attention(a) if !a.fused && a.dropout > 0.0 => &[
+            Saved::Inputs,
+            Saved::Scores,
+            Saved::Scores,
+            Saved::ScoresMask,
+        ],
+        Op::Attention(a) if !a.fused => &[Saved::Inputs, Saved::Scores],
+        Op::Attention(_) => &[Saved::Inputs, Saved::Output, Saved::Stats],
         Op::Input
         | Op::AvgPool(_)
         | Op::GlobalAvgPool
@@ -275,7 +488,10 @@ fn saved(op: &Op) -> &'static [Saved] {
         | Op::Concat
         | Op::Tile { .. }
         | Op::Upsample { .. }
-        | Op::Flatten => &[],
+        | Op::Flatten
+        | Op::Gather { .. }
+        | Op::ScatterAdd { .. }
+        | Op::SegmentSum { .. } => &[],
     }
 }
 
@@ -302,7 +518,13 @@ pub fn cost(graph: &Graph, batch: u64, precision: Precision) -> GraphCost<'_> {
         let view = matches!(layer.op, Op::Input | Op::Flatten);
         let data_grad = layer.inputs.iter().any(|&j| needs[j]);
         let backward = needs[i] && !view;
-        let weights = Bytes::from_count(c.params * precision.compute_bytes());
+        let weights = Bytes::from_count((c.params + c.shared) * precision.compute_bytes());
+        let weights_read = if reads_weights(&layer.op) {
+            weights
+        } else {
+            Bytes::ZERO
+        };
+        let (extra_fwd, extra_bwd) = extra_bytes(graph, layer, act.value());
         let in_elems: f64 = layer.inputs.iter().map(|&j| elems(j)).sum();
         let out_elems = elems(i);
         let mask = matches!(layer.op, Op::Dropout { .. });
@@ -315,20 +537,47 @@ pub fn cost(graph: &Graph, batch: u64, precision: Precision) -> GraphCost<'_> {
         let hbm_fwd = if view {
             Bytes::ZERO
         } else {
-            act * ((in_elems + out_elems) * b) + weights + mask_bytes
+            act * ((in_elems + out_elems) * b)
+                + weights_read
+                + mask_bytes
+                + Bytes::new(extra_fwd * b)
         };
 
         let mut hbm_bwd = Bytes::ZERO;
         let mut activation = Bytes::ZERO;
         if backward {
             hbm_bwd += act * (out_elems * b); // output gradient
+            hbm_bwd += Bytes::new(extra_bwd * b);
+            let weights_of_attention = match &layer.op {
+                Op::Attention(a) => {
+                    let s = attention_shape(graph, layer, a);
+                    (s.heads * s.scores) as f64
+                }
+                _ => 0.0,
+            };
+            let mut tensors: SmallVec<[(Bytes, Option<NodeId>); 4]> = SmallVec::new();
             for s in saved(&layer.op) {
-                let (bytes, node) = match *s {
-                    Saved::Input(k) => (act * (elems(layer.inputs[k]) * b), Some(layer.inputs[k])),
-                    Saved::Output => (act * (out_elems * b), Some(i)),
-                    Saved::PrivateLikeInput => (act * (in_elems * b), None),
-                    Saved::Mask => (mask_bytes, None),
-                };
+                match *s {
+                    Saved::Input(k) => {
+                        tensors.push((act * (elems(layer.inputs[k]) * b), Some(layer.inputs[k])))
+                    }
+                    Saved::Inputs => {
+                        for &j in &layer.inputs {
+                            tensors.push((act * (elems(j) * b), Some(j)));
+                        }
+                    }
+                    Saved::Output => tensors.push((act * (out_elems * b), Some(i))),
+                    Saved::PrivateLikeInput => tensors.push((act * (in_elems * b), None)),
+                    Saved::Mask => tensors.push((mask_bytes, None)),
+                    Saved::Scores => tensors.push((act * (weights_of_attention * b), None)),
+                    Saved::ScoresMask => tensors.push((Bytes::new(weights_of_attention * b), None)),
+                    Saved::Stats => tensors.push((
+                        Bytes::new(4.0 * stats_elements(graph, layer) as f64 * b),
+                        None,
+                    )),
+                }
+            }
+            for (bytes, node) in tensors {
                 hbm_bwd += bytes;
                 match node {
                     Some(n) if kept[n] => {}
@@ -340,7 +589,7 @@ pub fn cost(graph: &Graph, batch: u64, precision: Precision) -> GraphCost<'_> {
                 }
             }
             if data_grad {
-                hbm_bwd += weights;
+                hbm_bwd += weights_read;
                 let grads: f64 = layer
                     .inputs
                     .iter()
@@ -354,7 +603,14 @@ pub fn cost(graph: &Graph, batch: u64, precision: Precision) -> GraphCost<'_> {
 
         let flops_fwd = Flops::from_count(c.flops_fwd) * b;
         let flops_bwd_data = if backward && data_grad {
-            Flops::from_count(c.flops_bwd_data) * b
+            // A product of activations computes the gradient of each input that needs one.
+            let share = if matches!(layer.op, Op::MatMul) {
+                let n = layer.inputs.iter().filter(|&&j| needs[j]).count();
+                n as f64 / layer.inputs.len() as f64
+            } else {
+                1.0
+            };
+            Flops::from_count(c.flops_bwd_data) * b * share
         } else {
             Flops::ZERO
         };
@@ -525,6 +781,169 @@ mod tests {
         let amp = cost(&g, 8, Precision::AmpFp16);
         assert_eq!(fp32.flops_train, amp.flops_train);
         assert!((amp.activation_bytes.value() * 2.0 - fp32.activation_bytes.value()).abs() < 1.0);
+    }
+
+    #[test]
+    fn linear_matmul_and_embedding_by_hand() {
+        // ids [5] -> embedding 7 x 8 -> [8, 5] -> linear 8 -> 4 at 5 positions.
+        let mut g = Graph::new("t", vec![5]).unwrap();
+        g.then(
+            "e",
+            Op::Embedding {
+                num_embeddings: 7,
+                embedding_dim: 8,
+            },
+        )
+        .unwrap();
+        g.then(
+            "l",
+            Op::Linear {
+                out_features: 4,
+                bias: true,
+                tied: false,
+            },
+        )
+        .unwrap();
+        let c = cost(&g, 2, Precision::Fp32);
+        let e = row(&c, "e");
+        assert_eq!(e.params, 56);
+        assert_eq!(e.flops_fwd, Flops::ZERO);
+        // Backward adds each looked-up row: 8 x 5 per sample.
+        assert_eq!(e.flops_bwd_weight.value(), 2.0 * 40.0);
+        assert_eq!(e.flops_bwd_data, Flops::ZERO);
+        // Forward: 8-byte ids, the 5 rows read and the output written (4-byte floats); not
+        // the whole table.
+        assert_eq!(
+            e.hbm_bytes_fwd.value(),
+            2.0 * (8.0 * 5.0 + 4.0 * 40.0 * 2.0)
+        );
+        let l = row(&c, "l");
+        assert_eq!(l.params, 8 * 4 + 4);
+        assert_eq!(l.flops_fwd.value(), 2.0 * 2.0 * 8.0 * 4.0 * 5.0);
+        assert_eq!(l.flops_bwd.value(), 2.0 * l.flops_fwd.value());
+        assert_eq!(l.macs_fwd, 2 * 8 * 4 * 5);
+
+        // A tied head owns none of its weights but reads them; products must connect.
+        let mut g = Graph::new("t", vec![2, 3, 4]).unwrap();
+        let r = g.then("r", Op::Relu).unwrap();
+        let err = g.push("bad", Op::MatMul, &[0, r]).unwrap_err();
+        assert!(err.message.contains("do not connect"), "{}", err.message);
+        let tied = g
+            .then(
+                "head",
+                Op::Linear {
+                    out_features: 6,
+                    bias: false,
+                    tied: true,
+                },
+            )
+            .unwrap();
+        let c = cost(&g, 1, Precision::Fp32);
+        let h = &c.layers[tied];
+        assert_eq!(h.params, 0);
+        assert_eq!(h.flops_fwd.value(), 2.0 * 2.0 * 6.0 * 12.0);
+        // Reads input and weights, writes output.
+        assert_eq!(h.hbm_bytes_fwd.value(), 4.0 * (24.0 + 12.0 + 72.0));
+    }
+
+    #[test]
+    fn a_product_of_activations_and_its_gradients() {
+        let mut g = Graph::new("t", vec![2, 4, 4]).unwrap();
+        let a = g.then("a", Op::ChannelAffine).unwrap();
+        g.push("both", Op::MatMul, &[a, a]).unwrap();
+        g.push("one", Op::MatMul, &[a, 0]).unwrap();
+        let c = cost(&g, 1, Precision::Fp32);
+        let macs = 2.0 * 4.0 * 4.0 * 4.0;
+        assert_eq!(row(&c, "both").flops_fwd.value(), 2.0 * macs);
+        assert_eq!(row(&c, "both").flops_bwd.value(), 4.0 * macs);
+        // The input sample needs no gradient: one product backward.
+        assert_eq!(row(&c, "one").flops_bwd.value(), 2.0 * macs);
+    }
+
+    #[test]
+    fn attention_by_hand() {
+        use crate::graph::Attention;
+        // Stacked [3 x 8, 4]: H = 8 in 2 heads of 4, S = 4.
+        let build = |causal, dropout, fused| {
+            let mut g = Graph::new("t", vec![24, 4]).unwrap();
+            g.then("affine", Op::ChannelAffine).unwrap();
+            g.then(
+                "a",
+                Op::Attention(Attention {
+                    heads: 2,
+                    causal,
+                    dropout,
+                    fused,
+                }),
+            )
+            .unwrap();
+            g
+        };
+        let g = build(true, 0.5, false);
+        let c = cost(&g, 1, Precision::Fp32);
+        let a = row(&c, "a");
+        assert_eq!(a.output_shape, &[8, 4]);
+        // QK^T and AV: 4 x 4 x 8 multiply-accumulates each.
+        assert_eq!(a.macs_fwd, 256);
+        // 512 product FLOPs; scale, mask, softmax and dropout on 2 x 16 weights.
+        assert_eq!(a.flops_fwd.value(), 512.0 + 4.0 * 32.0);
+        assert_eq!(a.flops_bwd.value(), 1024.0 + 4.0 * 32.0);
+        // Kept: softmax's and dropout's weights (2 x 32 floats) and the one-byte mask; the
+        // input is the affine layer's output, kept by neither (affine keeps its input).
+        assert_eq!(
+            a.activation_bytes.value(),
+            4.0 * 96.0 + 2.0 * 4.0 * 32.0 + 32.0
+        );
+
+        // Fused and causal: 10 of the 16 pairs per head; backward recomputes QK^T; it keeps
+        // its output and a log-sum-exp per head and query, not the weights.
+        let g = build(true, 0.0, true);
+        let c = cost(&g, 1, Precision::Fp32);
+        let a = row(&c, "a");
+        assert_eq!(a.macs_fwd, 2 * 10 * 8);
+        assert_eq!(a.flops_fwd.value(), 320.0 + 2.0 * 2.0 * 10.0);
+        assert_eq!(a.flops_bwd.value(), 640.0 + 160.0 + 2.0 * 2.0 * 10.0);
+        assert_eq!(
+            a.activation_bytes.value(),
+            4.0 * 96.0 + 4.0 * 32.0 + 4.0 * 8.0
+        );
+        // Fused attention never writes the weights: fewer bytes than unfused.
+        let unfused_graph = build(true, 0.0, false);
+        let unfused = cost(&unfused_graph, 1, Precision::Fp32);
+        assert!(a.hbm_bytes_fwd < row(&unfused, "a").hbm_bytes_fwd);
+    }
+
+    #[test]
+    fn norms_and_row_ops_by_hand() {
+        let mut g = Graph::new("t", vec![6, 10]).unwrap();
+        g.then("ln", Op::LayerNorm).unwrap();
+        g.then("rms", Op::RmsNorm).unwrap();
+        g.then("g", Op::Gather { edges: 30 }).unwrap();
+        g.then("s", Op::ScatterAdd { nodes: 10 }).unwrap();
+        g.then("seg", Op::SegmentSum { segments: 2 }).unwrap();
+        let c = cost(&g, 1, Precision::Fp32);
+        assert_eq!(row(&c, "ln").params, 12);
+        assert_eq!(row(&c, "rms").params, 6);
+        // Layer norm keeps mean and inverse deviation per position (FP32): its input is
+        // the sample.
+        assert_eq!(row(&c, "ln").activation_bytes.value(), 4.0 * 2.0 * 10.0);
+        let gather = row(&c, "g");
+        assert_eq!(gather.output_shape, &[6, 30]);
+        assert_eq!(gather.flops_fwd, Flops::ZERO);
+        assert_eq!(gather.flops_bwd.value(), 180.0);
+        // Reads the input and an 8-byte index per edge, writes the edges' rows.
+        assert_eq!(
+            gather.hbm_bytes_fwd.value(),
+            4.0 * (60.0 + 180.0) + 8.0 * 30.0
+        );
+        let scatter = row(&c, "s");
+        assert_eq!(scatter.output_shape, &[6, 10]);
+        assert_eq!(scatter.flops_fwd.value(), 180.0);
+        assert_eq!(row(&c, "seg").output_shape, &[6, 2]);
+        assert_eq!(row(&c, "seg").flops_fwd.value(), 60.0);
+        let mut g = Graph::new("t", vec![6, 10]).unwrap();
+        let err = g.then("seg", Op::SegmentSum { segments: 11 }).unwrap_err();
+        assert!(err.message.contains("segments = 11"), "{}", err.message);
     }
 
     mod properties {

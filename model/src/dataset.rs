@@ -158,8 +158,9 @@ pub fn parse_workload_data(text: &str, file: &str) -> Result<WorkloadData> {
     let dataset = match &raw.dataset {
         None => None,
         Some(d) => {
+            // An evaluation set may be empty (language-model pre-training evaluates none).
             let count = |field: &str, v: &RawSourced<u64>| {
-                if v.value == 0 {
+                if v.value == 0 && field != "dataset.eval_samples" {
                     return Err(Error::invalid(
                         file,
                         format!("{field}.value"),

@@ -28,8 +28,15 @@
 //! `conv-transpose`); `dense` (`out_features*`, `bias` = true); `max-pool` and `avg-pool`
 //! (`kernel*`, `stride` = kernel, `padding` = "valid"); `leaky-relu` (`alpha*`); `scale`
 //! (`factor*`); `dropout` (`rate*`); `tile` (`repeats*`); `upsample` (`scale_factor*`);
-//! and without fields `global-avg-pool`, `batch-norm`, `channel-affine`, `relu`, `tanh`,
-//! `add`, `concat`, `flatten`, `softmax-cross-entropy`, `mse-loss`.
+//! `linear` (`out_features*`, `bias` = true, `tied` = false: a linear layer at every
+//! position of a sequence `[hidden, seq]`; `tied` for weights shared with an embedding); `embedding` (`num_embeddings*`, `embedding_dim*`: ids `[seq]` to
+//! `[embedding_dim, seq]`); `attention` (`heads*`, `causal` = false, `rate` = 0 (dropout on
+//! the weights), `fused` = false; one input `[3 H, S]` or three: queries, keys, values);
+//! `gather` (`edges*`), `scatter-add` (`nodes*`) and `segment-sum` (`segments*`) on rows of
+//! `[F, rows]`; and without fields `global-avg-pool`, `batch-norm`, `channel-affine`,
+//! `relu`, `tanh`, `add`, `concat`, `flatten`, `softmax-cross-entropy`, `mse-loss`,
+//! `matmul` (two inputs `[..., m, k]` and `[..., k, n]`), `layer-norm`, `rms-norm`,
+//! `softmax` (over channels), `gelu` and `silu`.
 
 use serde::{Deserialize, Serialize};
 use toml::{Spanned, Value};
@@ -38,7 +45,8 @@ use crate::error::{Error, Result};
 use smallvec::smallvec;
 
 use crate::graph::{
-    Conv, Dims, Graph, INPUT_NAME, Layer, LayerError, NodeId, Op, PadPairs, Padding, Pool,
+    Attention, Conv, Dims, Graph, INPUT_NAME, Layer, LayerError, NodeId, Op, PadPairs, Padding,
+    Pool,
 };
 use crate::system::parse_toml;
 
@@ -88,6 +96,24 @@ struct RawLayer {
     repeats: Option<Vec<usize>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     scale_factor: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    num_embeddings: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    embedding_dim: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    heads: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    causal: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fused: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    edges: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nodes: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    segments: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tied: Option<bool>,
 }
 
 /// Op names and the fields each takes; required fields end in `*`.
@@ -135,6 +161,18 @@ const OPS: &[(&str, &[&str])] = &[
     ("flatten", &[]),
     ("softmax-cross-entropy", &[]),
     ("mse-loss", &[]),
+    ("linear", &["out_features*", "bias", "tied"]),
+    ("matmul", &[]),
+    ("embedding", &["num_embeddings*", "embedding_dim*"]),
+    ("layer-norm", &[]),
+    ("rms-norm", &[]),
+    ("softmax", &[]),
+    ("gelu", &[]),
+    ("silu", &[]),
+    ("attention", &["heads*", "causal", "rate", "fused"]),
+    ("gather", &["edges*"]),
+    ("scatter-add", &["nodes*"]),
+    ("segment-sum", &["segments*"]),
 ];
 
 impl RawLayer {
@@ -155,6 +193,15 @@ impl RawLayer {
             ("rate", self.rate.is_some()),
             ("repeats", self.repeats.is_some()),
             ("scale_factor", self.scale_factor.is_some()),
+            ("num_embeddings", self.num_embeddings.is_some()),
+            ("embedding_dim", self.embedding_dim.is_some()),
+            ("heads", self.heads.is_some()),
+            ("causal", self.causal.is_some()),
+            ("fused", self.fused.is_some()),
+            ("edges", self.edges.is_some()),
+            ("nodes", self.nodes.is_some()),
+            ("segments", self.segments.is_some()),
+            ("tied", self.tied.is_some()),
         ]
         .into_iter()
         .filter_map(|(f, set)| set.then_some(f))
@@ -324,6 +371,36 @@ fn to_op(l: &RawLayer, rank: usize) -> Result<Op, String> {
         "flatten" => Op::Flatten,
         "softmax-cross-entropy" => Op::SoftmaxCrossEntropy,
         "mse-loss" => Op::MseLoss,
+        "linear" => Op::Linear {
+            out_features: l.out_features.unwrap_or(0),
+            bias: l.bias.unwrap_or(true),
+            tied: l.tied.unwrap_or(false),
+        },
+        "matmul" => Op::MatMul,
+        "embedding" => Op::Embedding {
+            num_embeddings: l.num_embeddings.unwrap_or(0),
+            embedding_dim: l.embedding_dim.unwrap_or(0),
+        },
+        "layer-norm" => Op::LayerNorm,
+        "rms-norm" => Op::RmsNorm,
+        "softmax" => Op::Softmax,
+        "gelu" => Op::Gelu,
+        "silu" => Op::Silu,
+        "attention" => Op::Attention(Attention {
+            heads: l.heads.unwrap_or(0),
+            causal: l.causal.unwrap_or(false),
+            dropout: l.rate.unwrap_or(0.0),
+            fused: l.fused.unwrap_or(false),
+        }),
+        "gather" => Op::Gather {
+            edges: l.edges.unwrap_or(0),
+        },
+        "scatter-add" => Op::ScatterAdd {
+            nodes: l.nodes.unwrap_or(0),
+        },
+        "segment-sum" => Op::SegmentSum {
+            segments: l.segments.unwrap_or(0),
+        },
         other => return Err(format!("op `{other}` has no builder")),
     })
 }
@@ -413,6 +490,31 @@ fn export_layer(graph: &Graph, id: NodeId, layer: &Layer) -> RawLayer {
             raw.out_features = Some(*out_features);
             raw.bias = Some(*bias);
         }
+        Op::Linear {
+            out_features,
+            bias,
+            tied,
+        } => {
+            raw.out_features = Some(*out_features);
+            raw.bias = Some(*bias);
+            raw.tied = Some(*tied);
+        }
+        Op::Embedding {
+            num_embeddings,
+            embedding_dim,
+        } => {
+            raw.num_embeddings = Some(*num_embeddings);
+            raw.embedding_dim = Some(*embedding_dim);
+        }
+        Op::Attention(a) => {
+            raw.heads = Some(a.heads);
+            raw.causal = Some(a.causal);
+            raw.rate = Some(a.dropout);
+            raw.fused = Some(a.fused);
+        }
+        Op::Gather { edges } => raw.edges = Some(*edges),
+        Op::ScatterAdd { nodes } => raw.nodes = Some(*nodes),
+        Op::SegmentSum { segments } => raw.segments = Some(*segments),
         Op::MaxPool(p) | Op::AvgPool(p) => {
             raw.kernel = Some(ints(&p.kernel));
             raw.stride = Some(ints(&p.stride));
@@ -433,7 +535,13 @@ fn export_layer(graph: &Graph, id: NodeId, layer: &Layer) -> RawLayer {
         | Op::Concat
         | Op::Flatten
         | Op::SoftmaxCrossEntropy
-        | Op::MseLoss => {}
+        | Op::MseLoss
+        | Op::MatMul
+        | Op::LayerNorm
+        | Op::RmsNorm
+        | Op::Softmax
+        | Op::Gelu
+        | Op::Silu => {}
     }
     raw
 }
@@ -595,8 +703,8 @@ op = "softmax-cross-entropy"
             err.contains("line 12") && err.contains("missing field `op`"),
             "{err}"
         );
-        let err = error_of(&TINY.replace("op = \"relu\"", "op = \"gelu\""));
-        assert!(err.contains("unknown op `gelu`"), "{err}");
+        let err = error_of(&TINY.replace("op = \"relu\"", "op = \"swish\""));
+        assert!(err.contains("unknown op `swish`"), "{err}");
         let err = error_of(&TINY.replace("op = \"relu\"", "op = \"relu\"\nalpha = 0.1"));
         assert!(
             err.contains("field `alpha` does not apply to op `relu`"),

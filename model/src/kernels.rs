@@ -43,7 +43,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cost::{GraphCost, requires_grad};
-use crate::graph::{Graph, Layer, Op};
+use crate::graph::{Attention, AttentionShape, Graph, Layer, Op};
 
 /// Number of features of every kernel (the constant first).
 pub const FEATURES: usize = 5;
@@ -123,8 +123,9 @@ impl KernelClass {
     pub fn of_vector_op(kind: &str) -> Option<KernelClass> {
         match kind {
             "max-pool" | "avg-pool" | "global-avg-pool" => Some(KernelClass::Pooling),
-            "batch-norm" | "channel-affine" => Some(KernelClass::Norm),
-            "input" | "flatten" | "conv" | "conv-transpose" | "dense" => None,
+            "batch-norm" | "channel-affine" | "layer-norm" | "rms-norm" => Some(KernelClass::Norm),
+            "input" | "flatten" | "conv" | "conv-transpose" | "dense" | "linear" | "matmul"
+            | "attention" => None,
             _ => Some(KernelClass::Elementwise),
         }
     }
@@ -282,6 +283,79 @@ pub fn vector_kernel(op: &str, pass: KernelPass, flops: f64, bytes: f64) -> Opti
     })
 }
 
+/// The kernels of an attention layer at `batch` with `act` bytes per element, forward
+/// and, if `backward`, backward; batched GEMMs run one product per sample and head.
+///
+/// Unfused (as eager frameworks run it): forward `QK^T`, scale, the causal mask, softmax,
+/// dropout and `AV`; backward `dV = P^T dO`, `dP = dO V^T`, dropout's, softmax's, the
+/// mask's and the scale's backward, `dQ = dS K` and `dK = dS^T Q`. Each vector kernel reads
+/// and writes the weights (softmax's backward also reads its output, dropout its mask).
+///
+/// Fused (flash attention): one kernel each way, timed as the batched GEMM of its
+/// products: `S x pairs/S x 2d` forward (`QK^T` and `AV`), `S x pairs/S x 5d` backward (the
+/// four products and the recomputed `QK^T`). Its scale and softmax run inside it: their
+/// FLOPs are in the layer's count ([`crate::cost`]) but add no kernel.
+pub fn attention_kernels(
+    a: &Attention,
+    s: &AttentionShape,
+    batch: f64,
+    act: f64,
+    backward: bool,
+) -> Vec<Kernel> {
+    let calls = batch * s.heads as f64;
+    let (q, kv, d) = (s.seq as f64, s.seq_kv as f64, s.head_dim() as f64);
+    let gemm = KernelClass::Gemm;
+    let mut out = Vec::new();
+    if a.fused {
+        let n = s.pairs as f64 / q.max(1.0);
+        out.push(gemm_kernel(gemm, KernelPass::Forward, q, n, 2.0 * d, calls));
+        if backward {
+            out.push(gemm_kernel(
+                gemm,
+                KernelPass::BackwardData,
+                q,
+                n,
+                5.0 * d,
+                calls,
+            ));
+        }
+        return out;
+    }
+    let weights = calls * q * kv;
+    let vector = |op: &str, pass, arrays: f64, mask: bool| {
+        let bytes = weights * act * arrays + if mask { weights } else { 0.0 };
+        vector_kernel(op, pass, weights, bytes)
+    };
+    let masked = a.causal;
+    let dropped = a.dropout > 0.0;
+    out.push(gemm_kernel(gemm, KernelPass::Forward, q, kv, d, calls));
+    out.extend(vector("scale", KernelPass::Forward, 2.0, false));
+    if masked {
+        out.extend(vector("scale", KernelPass::Forward, 2.0, false));
+    }
+    out.extend(vector("softmax", KernelPass::Forward, 2.0, false));
+    if dropped {
+        out.extend(vector("dropout", KernelPass::Forward, 2.0, true));
+    }
+    out.push(gemm_kernel(gemm, KernelPass::Forward, q, d, kv, calls));
+    if backward {
+        let data = KernelPass::BackwardData;
+        out.push(gemm_kernel(gemm, data, kv, d, q, calls));
+        out.push(gemm_kernel(gemm, data, q, kv, d, calls));
+        if dropped {
+            out.extend(vector("dropout", KernelPass::Backward, 2.0, true));
+        }
+        out.extend(vector("softmax", KernelPass::Backward, 3.0, false));
+        if masked {
+            out.extend(vector("scale", KernelPass::Backward, 2.0, false));
+        }
+        out.extend(vector("scale", KernelPass::Backward, 2.0, false));
+        out.push(gemm_kernel(gemm, data, q, d, kv, calls));
+        out.push(gemm_kernel(gemm, data, kv, d, q, calls));
+    }
+    out
+}
+
 fn conv_shape(graph: &Graph, layer: &Layer, batch: u64) -> Option<ConvShape> {
     let input = graph.layers()[*layer.inputs.first()?].output.dims();
     let output = layer.output.dims();
@@ -366,6 +440,53 @@ pub fn step_kernels(graph: &Graph, cost: &GraphCost<'_>) -> Vec<Vec<Kernel>> {
                             b,
                             1.0,
                         ));
+                    }
+                }
+                Op::Linear { out_features, .. } => {
+                    let input = graph.layers()[layer.inputs[0]].output.dims();
+                    let positions: f64 = input[1..].iter().map(|&d| d as f64).product();
+                    let (m, c, o) = (
+                        cost.batch as f64 * positions,
+                        input[0] as f64,
+                        *out_features as f64,
+                    );
+                    let gemm = KernelClass::Gemm;
+                    out.push(gemm_kernel(gemm, KernelPass::Forward, m, o, c, 1.0));
+                    if lc.flops_bwd_data.value() > 0.0 {
+                        out.push(gemm_kernel(gemm, KernelPass::BackwardData, m, c, o, 1.0));
+                    }
+                    if lc.flops_bwd_weight.value() > 0.0 {
+                        out.push(gemm_kernel(gemm, KernelPass::BackwardFilter, c, o, m, 1.0));
+                    }
+                }
+                Op::MatMul => {
+                    let a = graph.layers()[layer.inputs[0]].output.dims();
+                    let r = a.len();
+                    let leading: f64 = a[..r - 2].iter().map(|&d| d as f64).product();
+                    let calls = cost.batch as f64 * leading;
+                    let (m, k, n) = (
+                        a[r - 2] as f64,
+                        a[r - 1] as f64,
+                        *layer.output.dims().last().unwrap_or(&1) as f64,
+                    );
+                    let gemm = KernelClass::Gemm;
+                    out.push(gemm_kernel(gemm, KernelPass::Forward, m, n, k, calls));
+                    if backward && needs[layer.inputs[0]] {
+                        out.push(gemm_kernel(gemm, KernelPass::BackwardData, m, k, n, calls));
+                    }
+                    if backward && needs[layer.inputs[1]] {
+                        out.push(gemm_kernel(gemm, KernelPass::BackwardData, k, n, m, calls));
+                    }
+                }
+                Op::Attention(a) => {
+                    let inputs: Vec<&[usize]> = layer
+                        .inputs
+                        .iter()
+                        .map(|&j| graph.layers()[j].output.dims())
+                        .collect();
+                    if let Some(s) = AttentionShape::of(a, &inputs) {
+                        let act = cost.precision.compute_bytes() as f64;
+                        out.extend(attention_kernels(a, &s, cost.batch as f64, act, backward));
                     }
                 }
                 op => {

@@ -3,8 +3,11 @@
 //! ridgeline's analytical model of deep-learning training on HPC systems.
 //!
 //! Data flow: a workload is a [`graph::Graph`] (a layer DAG with concrete per-sample
-//! shapes), either built in ([`workloads`]: CosmoFlow, DeepCAM, ResNet-50, scalable in input
-//! size and width) or read from a TOML layer list ([`mod@file`]). [`cost::cost`] turns the graph,
+//! shapes), either built in ([`workloads`]: CosmoFlow, DeepCAM, ResNet-50, the transformers
+//! BERT-Large, GPT-2 Large, GPT-3 XL and 2.7B and OPT-1.3B from their Hugging Face
+//! configurations ([`workloads::transformer`], which also reads a user's `config.json`), and a
+//! graph network, scalable in input size or sequence length and width) or read from a TOML
+//! layer list ([`mod@file`]). [`cost::cost`] turns the graph,
 //! a batch size and a [`precision::Precision`] into per-layer FLOPs (forward, backward data
 //! and weight gradients), HBM bytes (the lower bound of \[004\] §V-A) and activation bytes.
 //! [`memory::Footprint`] gives the per-device memory breakdown versus batch size and the

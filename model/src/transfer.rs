@@ -242,8 +242,9 @@ pub fn vector_bytes(elements: f64, bytes: f64, d: &DeviceSpec) -> [f64; 4] {
 /// on them, `calibrate::transfer::TIMED_BY`),
 /// convolutions as `conv`, and each vector op as the measured op that does the same work
 /// per element: unary ops that read one array and write one as `relu` (pooling, dropout,
-/// copies too), `tanh`, `add`, a scale as `mulu`, normalisations as `ln`, a loss over
-/// classes as `softmax`, a squared error as `mul`.
+/// copies, an embedding's and a gather's row copies too), `tanh`, `add` (scatter-add and
+/// segment sum too), a scale as `mulu`, normalisations as `ln`, softmax and a loss over
+/// classes as `softmax`, `gelu` and `silu` as `gelu`, a squared error as `mul`.
 pub fn class_of(kernel: &Kernel) -> &'static str {
     match kernel.class {
         KernelClass::Gemm => "bmm",
@@ -254,9 +255,10 @@ pub fn class_of(kernel: &Kernel) -> &'static str {
         KernelClass::Pooling => "relu",
         KernelClass::Elementwise => match kernel.op.unwrap_or("relu") {
             "tanh" => "tanh",
-            "add" => "add",
+            "add" | "scatter-add" | "segment-sum" => "add",
             "scale" => "mulu",
-            "softmax-cross-entropy" => "softmax",
+            "softmax-cross-entropy" | "softmax" => "softmax",
+            "gelu" | "silu" => "gelu",
             "mse-loss" => "mul",
             _ => "relu",
         },

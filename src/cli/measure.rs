@@ -238,8 +238,8 @@ pub(crate) struct ShapesFrom {
     /// and 128x192 batch 2, resnet50 224 batch 8 and 160 batch 2).
     #[arg(long)]
     pub(crate) workload: Option<String>,
-    /// Input spatial size of --workload.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "workload")]
+    /// Input spatial size of --workload (a transformer's sequence length: `--seq-len`).
+    #[arg(long, visible_alias = "seq-len", value_name = "SIZE", value_parser = parse_size, requires = "workload")]
     pub(crate) input_size: Option<InputSize>,
     /// Width multiplier of --workload (built-in workloads only).
     #[arg(long, value_name = "W", requires = "workload")]

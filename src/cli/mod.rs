@@ -272,8 +272,8 @@ pub(crate) struct WorkloadArgs {
     /// A built-in workload name or the path of a workload TOML file.
     pub(crate) workload: String,
     /// Input spatial size: one value for every dimension (`64`) or one per dimension
-    /// (`384x576`).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    /// (`384x576`); for a transformer, the sequence length (`--seq-len`).
+    #[arg(long, visible_alias = "seq-len", value_name = "SIZE", value_parser = parse_size)]
     pub(crate) input_size: Option<InputSize>,
     /// Multiplier on inner channel counts (built-in workloads only).
     #[arg(long, value_name = "W")]

@@ -668,8 +668,8 @@ fn measure_bad_input_is_refused_with_a_fix() {
     assert!(err.contains("GiB is available"), "{err}");
     let err = run_err(&["measure", "stream", "--size", "3T"]);
     assert!(err.contains("unknown unit"), "{err}");
-    let err = run_err(&["measure", "ops", "--op", "softmax"]);
-    assert!(err.contains("--op `softmax`"), "{err}");
+    let err = run_err(&["measure", "ops", "--op", "swish"]);
+    assert!(err.contains("--op `swish`"), "{err}");
     let err = run_err(&[
         "measure",
         "conv",

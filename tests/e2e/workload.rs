@@ -1,7 +1,7 @@
 use crate::{fixture, run_json, run_ok};
 
 #[test]
-fn list_shows_the_four_workloads_with_reference_parameter_counts() {
+fn list_shows_the_workloads_with_reference_parameter_counts() {
     let v = run_json(&["workload", "list", "--format", "json"]);
     let params: Vec<(String, u64)> = v
         .as_array()
@@ -21,6 +21,12 @@ fn list_shows_the_four_workloads_with_reference_parameter_counts() {
             ("cosmoflow-v07".to_owned(), 5_597_604),
             ("deepcam".to_owned(), 56_454_720),
             ("resnet50".to_owned(), 25_557_032),
+            ("bert-large".to_owned(), 336_226_108),
+            ("gpt2-large".to_owned(), 774_030_080),
+            ("gpt3-xl".to_owned(), 1_315_723_264),
+            ("gpt3-2.7b".to_owned(), 2_651_553_280),
+            ("opt-1.3b".to_owned(), 1_315_758_080),
+            ("gin".to_owned(), 908_401),
         ]
     );
     let table = run_ok(&["workload", "list"]);
@@ -140,4 +146,57 @@ fn hand_written_workload_file() {
         v["params"].as_u64(),
         Some(8 * 3 * 9 + 8 + 2 * 8 + 8 * 16 * 10 + 10)
     );
+}
+
+#[test]
+fn a_hugging_face_config_is_a_workload_and_bad_ones_exit_2() {
+    let config = fixture("hf/gpt2.json");
+    let v = run_json(&[
+        "workload",
+        "show",
+        &config,
+        "--seq-len",
+        "128",
+        "--format",
+        "json",
+    ]);
+    // GPT-2 (124M) as Hugging Face counts it.
+    assert_eq!(v["params"].as_u64(), Some(124_439_808));
+    assert_eq!(v["input_shape"], serde_json::json!([128]));
+    let dir = std::env::temp_dir().join(format!("ridgeline-hf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        crate::run_err(&["workload", "show", path.to_str().unwrap()])
+    };
+    let text = std::fs::read_to_string(&config).unwrap();
+    let e = bad("t5.json", &text.replace("\"gpt2\"", "\"t5\""));
+    assert!(e.contains("t5.json") && e.contains("model_type"), "{e}");
+    let e = bad(
+        "heads.json",
+        &text.replace("\"n_head\": 12", "\"n_head\": 7"),
+    );
+    assert!(
+        e.contains("heads.json") && e.contains("num_attention_heads"),
+        "{e}"
+    );
+    let e = bad("cut.json", &text[..text.len() / 2]);
+    assert!(e.contains("cut.json"), "{e}");
+    let e = crate::run_err(&["workload", "show", &config, "--seq-len", "4096"]);
+    assert!(e.contains("1024 positions"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn predict_times_a_transformer_by_the_transferred_model() {
+    let v = run_json(&[
+        "predict", "gpt3-xl", "--system", "dgx-h100", "--nodes", "64", "--batch", "1", "--format",
+        "json",
+    ]);
+    // 512 sequences of 2048 tokens: the GPT-3 paper's batch, one pass of 300 billion tokens.
+    assert_eq!(v["global_batch"].as_u64(), Some(512));
+    assert_eq!(v["epochs"].as_f64(), Some(1.0));
+    let by = &v["compute_timed_by"];
+    assert!(by["transfer"].as_u64().unwrap() > 250, "{by}");
 }

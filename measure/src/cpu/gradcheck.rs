@@ -27,6 +27,8 @@ fn grid(len: usize, seed: u64) -> Vec<f32> {
 struct Check {
     graph: Graph,
     batch: usize,
+    /// Whether the input gradients are checked (not for an embedding's ids).
+    inputs: bool,
 }
 
 impl Check {
@@ -39,7 +41,20 @@ impl Check {
                 graph.then(*name, op.clone()).unwrap();
             }
         }
-        Check { graph, batch }
+        Check {
+            graph,
+            batch,
+            inputs: true,
+        }
+    }
+
+    /// The last layer of `graph`, whatever it reads.
+    fn graph(graph: Graph, batch: usize) -> Check {
+        Check {
+            graph,
+            batch,
+            inputs: true,
+        }
     }
 
     fn run(self) {
@@ -62,12 +77,14 @@ impl Check {
                     .collect()
             })
             .collect();
-        let len = self.graph.input_shape().elements() as usize * self.batch;
         let mut inputs: Vec<Vec<f32>> = layer
             .inputs
             .iter()
             .enumerate()
-            .map(|(k, _)| grid(len, 10 + k as u64))
+            .map(|(k, &j)| {
+                let len = self.graph.layers()[j].output.elements() as usize * self.batch;
+                grid(len, 10 + k as u64)
+            })
             .collect();
         let out_len = layer.output.elements() as usize * self.batch;
         let r: Vec<f32> = (0..out_len as u64).map(|i| uniform(99, i)).collect();
@@ -101,7 +118,7 @@ impl Check {
             );
         };
         let mut checked = 0;
-        for k in 0..inputs.len() {
+        for k in (0..inputs.len()).filter(|_| self.inputs) {
             for i in 0..inputs[k].len() {
                 let v = inputs[k][i];
                 inputs[k][i] = v + H;
@@ -334,6 +351,81 @@ fn losses() {
     Check::new(&[4, 3, 3], &[("ce", Op::SoftmaxCrossEntropy)], 2).run();
     Check::new(&[5], &[("ce", Op::SoftmaxCrossEntropy)], 3).run();
     Check::new(&[3, 4], &[("mse", Op::MseLoss)], 2).run();
+}
+
+#[test]
+fn linear_and_products() {
+    let linear = |bias| Op::Linear {
+        out_features: 3,
+        bias,
+        tied: false,
+    };
+    Check::new(&[4, 5], &[("l", linear(true))], 2).run();
+    Check::new(&[2, 3, 2], &[("l", linear(false))], 1).run();
+    Check::new(&[4], &[("l", linear(true))], 3).run();
+    // [4 x 3] by [3 x 3]: m, k and n not all equal.
+    let mut g = Graph::new("check", vec![4, 3]).unwrap();
+    let b = g.then("b", linear(false)).unwrap();
+    g.push("mm", Op::MatMul, &[0, b]).unwrap();
+    Check::graph(g, 2).run();
+    let mut g = Graph::new("check", vec![2, 3, 3]).unwrap();
+    g.push("mm", Op::MatMul, &[0, 0]).unwrap();
+    Check::graph(g, 1).run();
+}
+
+#[test]
+fn embedding_table_gradient() {
+    let op = Op::Embedding {
+        num_embeddings: 7,
+        embedding_dim: 3,
+    };
+    let mut c = Check::new(&[5], &[("e", op)], 2);
+    c.inputs = false;
+    c.run();
+}
+
+#[test]
+fn sequence_element_wise_and_norms() {
+    for op in [Op::LayerNorm, Op::RmsNorm, Op::Softmax, Op::Gelu, Op::Silu] {
+        Check::new(&[4, 3], &[("e", op)], 2).run();
+    }
+}
+
+#[test]
+fn attention_every_form() {
+    use ridgeline_model::graph::Attention;
+    let attention = |causal, dropout, fused| {
+        Op::Attention(Attention {
+            heads: 2,
+            causal,
+            dropout,
+            fused,
+        })
+    };
+    for (causal, dropout, fused) in [
+        (false, 0.0, false),
+        (true, 0.0, false),
+        (true, 0.3, false),
+        (false, 0.0, true),
+        (true, 0.3, true),
+    ] {
+        Check::new(&[12, 4], &[("a", attention(causal, dropout, fused))], 2).run();
+    }
+    // Queries of 5 positions against 3 keys and values.
+    for fused in [false, true] {
+        let mut g = Graph::new("check", vec![4, 5]).unwrap();
+        let kv = g.then("kv", Op::Gather { edges: 3 }).unwrap();
+        g.push("a", attention(true, 0.0, fused), &[0, kv, kv])
+            .unwrap();
+        Check::graph(g, 2).run();
+    }
+}
+
+#[test]
+fn graph_row_ops() {
+    Check::new(&[3, 5], &[("g", Op::Gather { edges: 8 })], 2).run();
+    Check::new(&[3, 8], &[("s", Op::ScatterAdd { nodes: 5 })], 2).run();
+    Check::new(&[3, 8], &[("s", Op::SegmentSum { segments: 3 })], 2).run();
 }
 
 #[test]

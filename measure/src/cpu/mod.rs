@@ -10,6 +10,7 @@ mod gemm;
 #[cfg(test)]
 mod gradcheck;
 pub(crate) mod ops;
+mod seq;
 mod stream;
 
 use std::hint::black_box;

@@ -5,13 +5,16 @@
 //! `forward` and `backward` on plain slices. Backward reads only what the model says the op
 //! keeps for backward (`ridgeline_model::cost`): conv, dense, LeakyReLU, batch norm,
 //! channel affine, max pooling and MSE their input; ReLU and tanh their output; dropout its
-//! mask; softmax cross-entropy its probabilities.
+//! mask; softmax cross-entropy its probabilities. The sequence and graph ops (linear,
+//! matmul, embedding, norms, softmax, GELU, SiLU, attention, gather, scatter-add, segment
+//! sum) run in [`super::seq`].
 
 use rayon::prelude::*;
 use ridgeline_model::graph::{Graph, Layer, Op, Pool};
 
 use super::conv::{self, ConvGeom, add_channel_bias, channel_sums, three};
 use super::gemm::{View, ViewMut, matmul};
+use super::seq;
 
 /// Batch-norm epsilon (PyTorch's and Keras' default order of magnitude).
 pub(crate) const BN_EPS: f32 = 1e-5;
@@ -243,6 +246,24 @@ pub(crate) enum Kernel {
     SoftmaxCrossEntropy { n: usize, c: usize, vol: usize },
     /// Mean squared error against a synthetic target, mean per sample.
     Mse { n: usize, elems: usize },
+    /// A linear layer at every position.
+    Linear { geom: seq::Linear, bias: bool },
+    /// Products of two activations.
+    MatMul(seq::Products),
+    /// An embedding lookup.
+    Embedding(seq::Embedding),
+    /// Layer or RMS norm.
+    Norm(seq::Norm),
+    /// Softmax over channels.
+    Softmax(seq::Softmax),
+    /// GELU (tanh approximation).
+    Gelu,
+    /// SiLU.
+    Silu,
+    /// Multi-head attention.
+    Attention(seq::Attention),
+    /// Gather, scatter-add or segment sum.
+    Rows(seq::Rows),
 }
 
 /// State a forward pass leaves for backward besides the retained tensors.
@@ -365,6 +386,89 @@ impl Kernel {
                 n,
                 elems: input(0).iter().product(),
             },
+            // On a feature vector, a dense layer.
+            // A tied layer keeps its own copy of the weights here (the same work).
+            Op::Linear {
+                out_features, bias, ..
+            } if input(0).len() == 1 => Kernel::Dense {
+                n,
+                input: input(0)[0],
+                output: *out_features,
+                bias: *bias,
+            },
+            Op::Linear {
+                out_features, bias, ..
+            } => Kernel::Linear {
+                geom: seq::Linear {
+                    n,
+                    c: input(0)[0],
+                    out: *out_features,
+                    vol: vol(input(0)),
+                },
+                bias: *bias,
+            },
+            Op::MatMul => {
+                let a = input(0);
+                let r = a.len();
+                Kernel::MatMul(seq::Products {
+                    calls: n * a[..r - 2].iter().product::<usize>(),
+                    m: a[r - 2],
+                    k: a[r - 1],
+                    p: out[r - 1],
+                })
+            }
+            Op::Embedding {
+                num_embeddings,
+                embedding_dim,
+            } => Kernel::Embedding(seq::Embedding {
+                n,
+                positions: input(0).iter().product(),
+                vocab: *num_embeddings,
+                dim: *embedding_dim,
+            }),
+            Op::LayerNorm | Op::RmsNorm => Kernel::Norm(seq::Norm {
+                n,
+                c: input(0)[0],
+                vol: vol(input(0)),
+                rms: matches!(layer.op, Op::RmsNorm),
+            }),
+            Op::Softmax => Kernel::Softmax(seq::Softmax {
+                c: input(0)[0],
+                vol: vol(input(0)),
+            }),
+            Op::Gelu => Kernel::Gelu,
+            Op::Silu => Kernel::Silu,
+            Op::Attention(a) => {
+                let stacked = layer.inputs.len() == 1;
+                let (q, k) = (input(0), input(if stacked { 0 } else { 1 }));
+                #[allow(clippy::cast_possible_truncation)]
+                Kernel::Attention(seq::Attention {
+                    n,
+                    heads: a.heads,
+                    hidden: out[0],
+                    seq: q[1],
+                    seq_kv: k[1],
+                    causal: a.causal,
+                    dropout: a.dropout as f32,
+                    fused: a.fused,
+                    stacked,
+                })
+            }
+            Op::Gather { edges } => Kernel::Rows(seq::Rows::Gather {
+                f: out[0],
+                nodes: input(0)[1],
+                edges: *edges,
+            }),
+            Op::ScatterAdd { nodes } => Kernel::Rows(seq::Rows::ScatterAdd {
+                f: out[0],
+                edges: input(0)[1],
+                nodes: *nodes,
+            }),
+            Op::SegmentSum { segments } => Kernel::Rows(seq::Rows::SegmentSum {
+                f: out[0],
+                rows: input(0)[1],
+                segments: *segments,
+            }),
         }
     }
 
@@ -403,6 +507,16 @@ impl Kernel {
                 v
             }
             Kernel::BatchNorm { c, .. } | Kernel::ChannelAffine { c, .. } => vec![*c, *c],
+            Kernel::Linear { geom, bias } => {
+                let mut v = vec![geom.c * geom.out];
+                if *bias {
+                    v.push(geom.out);
+                }
+                v
+            }
+            Kernel::Embedding(e) => vec![e.vocab * e.dim],
+            Kernel::Norm(g) if g.rms => vec![g.c],
+            Kernel::Norm(g) => vec![g.c, g.c],
             _ => vec![],
         }
     }
@@ -415,6 +529,7 @@ impl Kernel {
             Kernel::Conv { geom, .. } => geom.k_rows(),
             Kernel::ConvTranspose { geom, .. } => geom.cout_g() * geom.kvol(),
             Kernel::Dense { input, .. } => *input,
+            Kernel::Linear { geom, .. } => geom.c,
             _ => 1,
         } as f32;
         let scale = (3.0 / fan_in).sqrt();
@@ -422,7 +537,9 @@ impl Kernel {
             .into_iter()
             .enumerate()
             .map(|(i, len)| match (self, i) {
-                (Kernel::BatchNorm { .. } | Kernel::ChannelAffine { .. }, 0) => vec![1.0; len],
+                (Kernel::BatchNorm { .. } | Kernel::ChannelAffine { .. } | Kernel::Norm(_), 0) => {
+                    vec![1.0; len]
+                }
                 (_, 0) => (0..len as u64).map(|j| scale * uniform(seed, j)).collect(),
                 _ => vec![0.0; len],
             })
@@ -649,6 +766,20 @@ impl Kernel {
                     out[b] = loss;
                 }
             }
+            Kernel::Linear { geom, bias } => {
+                geom.forward(x, &params[0], out, threads);
+                if *bias {
+                    add_channel_bias(out, &params[1], geom.out, geom.vol);
+                }
+            }
+            Kernel::MatMul(p) => p.forward(x, inputs[1], out, threads),
+            Kernel::Embedding(e) => e.forward(x, &params[0], out),
+            Kernel::Norm(g) => g.forward(x, params, out, aux),
+            Kernel::Softmax(g) => g.forward(x, out),
+            Kernel::Gelu => map(out, x, seq::gelu),
+            Kernel::Silu => map(out, x, seq::silu),
+            Kernel::Attention(a) => a.forward(inputs, out, aux, threads, seed),
+            Kernel::Rows(r) => r.forward(x, out),
             Kernel::Mse { n, elems } => {
                 for b in 0..*n {
                     let xi = &x[b * elems..][..*elems];
@@ -933,6 +1064,45 @@ impl Kernel {
                             di[k * vol + pos] = scale * (p[k * vol + pos] - onehot);
                         }
                     }
+                }
+            }
+            Kernel::Linear { geom, bias } => {
+                let (dw, rest) = dparams.split_at_mut(1);
+                geom.backward(x, &params[0], dy, &mut dw[0], dx[0].as_deref_mut(), threads);
+                if *bias {
+                    channel_sums(dy, &mut rest[0], geom.out, geom.vol);
+                }
+            }
+            Kernel::MatMul(p) => {
+                let (da, db) = dx.split_at_mut(1);
+                p.backward(
+                    x,
+                    inputs[1],
+                    dy,
+                    da[0].as_deref_mut(),
+                    db[0].as_deref_mut(),
+                    threads,
+                );
+            }
+            Kernel::Embedding(e) => {
+                e.backward(x, dy, &mut dparams[0]);
+                // Ids have no gradient.
+                if let Some(d) = dx[0].as_deref_mut() {
+                    d.fill(0.0);
+                }
+            }
+            Kernel::Norm(g) => g.backward(x, dy, params, aux, dx[0].as_deref_mut(), dparams),
+            Kernel::Softmax(g) => {
+                if let Some(d) = dx[0].as_deref_mut() {
+                    g.backward(out, dy, d);
+                }
+            }
+            Kernel::Gelu => zip_map(dx, dy, x, |g, v| g * seq::gelu_grad(v)),
+            Kernel::Silu => zip_map(dx, dy, x, |g, v| g * seq::silu_grad(v)),
+            Kernel::Attention(a) => a.backward(inputs, dy, aux, dx, threads, seed),
+            Kernel::Rows(r) => {
+                if let Some(d) = dx[0].as_deref_mut() {
+                    r.backward(dy, d);
                 }
             }
             Kernel::Mse { n, elems } => {

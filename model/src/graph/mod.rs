@@ -12,11 +12,10 @@ mod shape;
 use std::hash::BuildHasher;
 
 use compact_str::CompactString;
+pub use op::{Attention, AttentionShape, Conv, MAX_WINDOW, Op, PadPairs, Padding, Pool};
 use rustc_hash::{FxBuildHasher, FxHashMap};
-use smallvec::SmallVec;
-
-pub use op::{Conv, MAX_WINDOW, Op, PadPairs, Padding, Pool};
 pub use shape::{Dims, Shape};
+use smallvec::SmallVec;
 
 /// Index of a layer in its graph.
 pub type NodeId = usize;
@@ -211,7 +210,7 @@ impl Graph {
         }
         if op.is_matrix()
             && op
-                .matrix_size(shapes[0], &output)
+                .matrix_size(&shapes, &output)
                 .is_none_or(|(_, m)| m > MAX_MACS)
         {
             return Err(fail(

@@ -208,6 +208,133 @@ pub enum Op {
     SoftmaxCrossEntropy,
     /// Mean squared error against a target of the input's shape.
     MseLoss,
+    /// A linear layer applied at every position: `[C, P...] -> [out_features, P...]` (a
+    /// transformer's projections over a sequence `[hidden, seq]`; on a feature vector, a
+    /// dense layer).
+    Linear {
+        /// Output features.
+        out_features: usize,
+        /// Whether the layer has a bias vector.
+        bias: bool,
+        /// Whether its weights are another layer's (a language model's head tied to its
+        /// token embeddings): it reads them and adds to their gradient, but owns none.
+        tied: bool,
+    },
+    /// Batched product of two activations: `[B..., m, k] x [B..., k, n] -> [B..., m, n]`,
+    /// with the same leading dimensions (no broadcasting).
+    MatMul,
+    /// A table of `num_embeddings` rows of `embedding_dim` looked up by index:
+    /// `[P...]` ids -> `[embedding_dim, P...]`. Its gradient is sparse: the looked-up rows,
+    /// accumulated into the table's gradient.
+    Embedding {
+        /// Rows of the table (the vocabulary).
+        num_embeddings: usize,
+        /// Features per row.
+        embedding_dim: usize,
+    },
+    /// Layer normalisation over the channels at every position, with a trainable scale
+    /// and shift per channel.
+    LayerNorm,
+    /// Root-mean-square normalisation over the channels at every position, with a
+    /// trainable scale per channel.
+    RmsNorm,
+    /// Softmax over the channels at every position.
+    Softmax,
+    /// Gaussian error linear unit.
+    Gelu,
+    /// Sigmoid linear unit (swish).
+    Silu,
+    /// Multi-head scaled dot-product attention over sequences: one input `[3 H, S]` (the
+    /// query, key and value projections stacked on channels) or three, `[H, S]`,
+    /// `[H, S_kv]`, `[H, S_kv]`; output `[H, S]`. `H` splits into `heads` of `H / heads`.
+    Attention(Attention),
+    /// Rows of the input picked by an index of `edges` entries: node features `[F, N]` to
+    /// edge features `[F, E]` (a graph network's messages from their source nodes).
+    Gather {
+        /// Entries of the index (edges).
+        edges: usize,
+    },
+    /// Rows summed into `nodes` destinations by an index: edge features `[F, E]` to node
+    /// features `[F, N]`.
+    ScatterAdd {
+        /// Rows of the output (nodes).
+        nodes: usize,
+    },
+    /// Sums of `segments` contiguous runs of rows (a sorted index): `[F, E] -> [F, S]` (a
+    /// graph network's readout per graph).
+    SegmentSum {
+        /// Runs (segments).
+        segments: usize,
+    },
+}
+
+/// The parameters of an attention layer ([`Op::Attention`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Attention {
+    /// Heads.
+    pub heads: usize,
+    /// Whether each query attends only to keys at or before its position.
+    pub causal: bool,
+    /// Dropout probability on the attention weights, in [0, 1).
+    pub dropout: f64,
+    /// Fused (flash) attention: one kernel that never writes the score matrix, saves only
+    /// the output and a log-sum-exp per row, and recomputes the scores in backward.
+    /// Unfused: `QK^T`, scale, mask, softmax, dropout and `AV` as separate kernels, as
+    /// frameworks' eager attention runs them.
+    pub fused: bool,
+}
+
+/// The sizes an attention layer works on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttentionShape {
+    /// Channels of queries, keys and values (`heads x head_dim`).
+    pub hidden: u64,
+    /// Query positions.
+    pub seq: u64,
+    /// Key and value positions.
+    pub seq_kv: u64,
+    /// Heads.
+    pub heads: u64,
+    /// Query-key pairs whose score is computed, per head: all `seq x seq_kv` unless the
+    /// attention is fused and causal, which skips the pairs a query may not see.
+    pub pairs: u64,
+    /// Query-key pairs of the whole score matrix, per head (`seq x seq_kv`).
+    pub scores: u64,
+}
+
+impl AttentionShape {
+    /// The sizes of attention `a` reading `inputs` (their per-sample dims); `None` if the
+    /// inputs are not those of an attention layer (checked when the layer was added).
+    pub fn of(a: &Attention, inputs: &[&[usize]]) -> Option<AttentionShape> {
+        let (hidden, seq, seq_kv) = match inputs {
+            [qkv] if qkv.len() == 2 => (qkv[0] / 3, qkv[1], qkv[1]),
+            [q, k, _] if q.len() == 2 && k.len() == 2 => (q[0], q[1], k[1]),
+            _ => return None,
+        };
+        let (seq, seq_kv) = (seq as u64, seq_kv as u64);
+        let scores = seq * seq_kv;
+        // A causal query i (of seq) sees the keys up to i + (seq_kv - seq).
+        let pairs = if a.causal && a.fused {
+            (0..seq)
+                .map(|i| (i + 1 + seq_kv.saturating_sub(seq)).min(seq_kv))
+                .sum()
+        } else {
+            scores
+        };
+        Some(AttentionShape {
+            hidden: hidden as u64,
+            seq,
+            seq_kv,
+            heads: a.heads as u64,
+            pairs,
+            scores,
+        })
+    }
+
+    /// Channels per head.
+    pub fn head_dim(&self) -> u64 {
+        self.hidden / self.heads.max(1)
+    }
 }
 
 impl Op {
@@ -255,12 +382,33 @@ impl Op {
             Op::Flatten => "flatten",
             Op::SoftmaxCrossEntropy => "softmax-cross-entropy",
             Op::MseLoss => "mse-loss",
+            Op::Linear { .. } => "linear",
+            Op::MatMul => "matmul",
+            Op::Embedding { .. } => "embedding",
+            Op::LayerNorm => "layer-norm",
+            Op::RmsNorm => "rms-norm",
+            Op::Softmax => "softmax",
+            Op::Gelu => "gelu",
+            Op::Silu => "silu",
+            Op::Attention(_) => "attention",
+            Op::Gather { .. } => "gather",
+            Op::ScatterAdd { .. } => "scatter-add",
+            Op::SegmentSum { .. } => "segment-sum",
         }
     }
 
     /// Whether the op is a matrix op (runs on GEMM / tensor units) rather than a vector op.
+    /// Attention counts as one: its products are nearly all its FLOPs.
     pub fn is_matrix(&self) -> bool {
-        matches!(self, Op::Conv(_) | Op::ConvTranspose(_) | Op::Dense { .. })
+        matches!(
+            self,
+            Op::Conv(_)
+                | Op::ConvTranspose(_)
+                | Op::Dense { .. }
+                | Op::Linear { .. }
+                | Op::MatMul
+                | Op::Attention(_)
+        )
     }
 
     /// Whether the op is a loss.
@@ -269,13 +417,17 @@ impl Op {
     }
 
     /// Weights (without bias) and multiply-accumulates per sample of a matrix op reading
-    /// `input` and producing `output`; `None` for other ops or if a count overflows `u64`.
+    /// `inputs` and producing `output`; `None` for other ops or if a count overflows `u64`.
     ///
     /// A convolution applies its `C_out (C_in / g) prod(k)` weights at every output
     /// position; a transposed convolution its `C_in (C_out / g) prod(k)` weights at every
-    /// input position (its adjoint); a dense layer its `in x out` weights once.
-    pub fn matrix_size(&self, input: &[usize], output: &[usize]) -> Option<(u64, u64)> {
+    /// input position (its adjoint); a dense layer its `in x out` weights once; a linear
+    /// layer its `C x out` weights at every position; a product of activations has no
+    /// weights and `prod(a) x n` multiply-accumulates; attention `2 x S x S_kv x H` (`QK^T`
+    /// and `AV`, whether or not a fused kernel skips the pairs a causal mask hides).
+    pub fn matrix_size(&self, inputs: &[&[usize]], output: &[usize]) -> Option<(u64, u64)> {
         let product = |d: &[usize]| d.iter().try_fold(1u64, |acc, &x| acc.checked_mul(x as u64));
+        let input = *inputs.first()?;
         let (weights, positions) = match self {
             Op::Conv(c) => {
                 let per_out = (input[0] / c.groups) as u64;
@@ -294,6 +446,17 @@ impl Op {
             Op::Dense { out_features, .. } => {
                 (product(input)?.checked_mul(*out_features as u64)?, 1)
             }
+            Op::Linear { out_features, .. } => (
+                (input[0] as u64).checked_mul(*out_features as u64)?,
+                product(&input[1..])?,
+            ),
+            Op::MatMul => {
+                return Some((0, product(input)?.checked_mul(*output.last()? as u64)?));
+            }
+            Op::Attention(a) => {
+                let s = AttentionShape::of(a, inputs)?;
+                return Some((0, s.scores.checked_mul(s.hidden)?.checked_mul(2)?));
+            }
             _ => return None,
         };
         Some((weights, weights.checked_mul(positions)?))
@@ -305,6 +468,8 @@ impl Op {
         let arity = match self {
             Op::Input => return Err(INPUT_IS_IMPLICIT.into()),
             Op::Add | Op::Concat => None,
+            Op::MatMul => Some(2),
+            Op::Attention(_) if inputs.len() == 3 => Some(3),
             _ => Some(1),
         };
         match arity {
@@ -399,8 +564,129 @@ impl Op {
             Op::Tile { repeats } => scale_spatial("repeats", repeats, x),
             Op::Upsample { factor } => scale_spatial("factor", factor, x),
             Op::Flatten => Ok(smallvec![x.iter().product()]),
+            Op::Linear { out_features, .. } => {
+                positive("out_features", *out_features)?;
+                let mut out = Dims::from_slice(x);
+                out[0] = *out_features;
+                Ok(out)
+            }
+            Op::MatMul => matmul_output(x, inputs[1]),
+            Op::Embedding {
+                num_embeddings,
+                embedding_dim,
+            } => {
+                positive("num_embeddings", *num_embeddings)?;
+                positive("embedding_dim", *embedding_dim)?;
+                let mut out: Dims = smallvec![*embedding_dim];
+                out.extend_from_slice(x);
+                Ok(out)
+            }
+            Op::LayerNorm | Op::RmsNorm | Op::Softmax | Op::Gelu | Op::Silu => {
+                Ok(Dims::from_slice(x))
+            }
+            Op::Attention(a) => attention_output(a, inputs),
+            Op::Gather { edges } => rows("gather", "edges", *edges, x),
+            Op::ScatterAdd { nodes } => rows("scatter-add", "nodes", *nodes, x),
+            Op::SegmentSum { segments } => {
+                let out = rows("segment-sum", "segments", *segments, x)?;
+                if *segments > x[1] {
+                    return Err(format!(
+                        "segments = {segments} is more than the {} rows it sums; use at most \
+                         {}",
+                        x[1], x[1]
+                    ));
+                }
+                Ok(out)
+            }
         }
     }
+}
+
+/// `[B..., m, k] x [B..., k, n] -> [B..., m, n]`.
+fn matmul_output(a: &[usize], b: &[usize]) -> Result<Dims, String> {
+    if a.len() < 2 || a.len() != b.len() {
+        return Err(format!(
+            "`matmul` multiplies [..., m, k] by [..., k, n] with the same leading dimensions \
+             and at least two dimensions each; its inputs are {} and {}",
+            fmt_dims(a),
+            fmt_dims(b)
+        ));
+    }
+    let r = a.len();
+    if a[..r - 2] != b[..r - 2] || a[r - 1] != b[r - 2] {
+        return Err(format!(
+            "inputs do not connect: `matmul` needs [..., m, k] x [..., k, n] with the same \
+             leading dimensions, got {} and {}",
+            fmt_dims(a),
+            fmt_dims(b)
+        ));
+    }
+    let mut out = Dims::from_slice(a);
+    out[r - 1] = b[r - 1];
+    Ok(out)
+}
+
+/// Attention's output `[H, S]`, after checking its inputs and heads.
+fn attention_output(a: &Attention, inputs: &[&[usize]]) -> Result<Dims, String> {
+    if !(0.0..1.0).contains(&a.dropout) {
+        return Err(format!("dropout = {}: must be in [0, 1)", a.dropout));
+    }
+    positive("heads", a.heads)?;
+    if let Some(bad) = inputs.iter().find(|d| d.len() != 2) {
+        return Err(format!(
+            "`attention` reads sequences [channels, positions], but an input is {}",
+            fmt_dims(bad)
+        ));
+    }
+    let (hidden, seq) = match inputs {
+        [qkv] => {
+            if !qkv[0].is_multiple_of(3) {
+                return Err(format!(
+                    "one input holds queries, keys and values stacked on channels, so its {} \
+                     channels must be a multiple of 3; or give three inputs",
+                    qkv[0]
+                ));
+            }
+            (qkv[0] / 3, qkv[1])
+        }
+        [q, k, v] => {
+            if k != v || q[0] != k[0] {
+                return Err(format!(
+                    "inputs do not connect: `attention` needs queries [H, S], keys and values \
+                     [H, S_kv], got {}, {} and {}",
+                    fmt_dims(q),
+                    fmt_dims(k),
+                    fmt_dims(v)
+                ));
+            }
+            (q[0], q[1])
+        }
+        _ => {
+            return Err(format!(
+                "op `attention` takes 1 input (queries, keys and values stacked) or 3, got {}",
+                inputs.len()
+            ));
+        }
+    };
+    if !hidden.is_multiple_of(a.heads) {
+        return Err(format!(
+            "heads = {} does not divide the {hidden} channels of the queries; use a divisor",
+            a.heads
+        ));
+    }
+    Ok(smallvec![hidden, seq])
+}
+
+/// A row op's output `[F, rows]` from its input `[F, R]`.
+fn rows(op: &str, field: &str, rows: usize, x: &[usize]) -> Result<Dims, String> {
+    positive(field, rows)?;
+    if x.len() != 2 {
+        return Err(format!(
+            "`{op}` reads rows of features [F, rows], but its input is {}",
+            fmt_dims(x)
+        ));
+    }
+    Ok(smallvec![x[0], rows])
 }
 
 const INPUT_IS_IMPLICIT: &str = "`input` is implicit: it is node 0 of every graph";

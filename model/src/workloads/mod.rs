@@ -1,6 +1,9 @@
 //! Built-in workloads: CosmoFlow (`cosmoflow`, v1.0+ with kernel 3; `cosmoflow-v07`, kernel
 //! 2), DeepCAM (`deepcam`) and ResNet-50 v1.5 (`resnet50`), each parametric in input
-//! spatial size and a width multiplier so that problem size can be scaled \[000\].
+//! spatial size and a width multiplier so that problem size can be scaled \[000\]; the
+//! transformers `bert-large`, `gpt2-large`, `gpt3-xl`, `gpt3-2.7b` and `opt-1.3b`
+//! ([`transformer`], from their configurations, parametric in sequence length and width); and
+//! a graph network, `gin` (nodes and width).
 //!
 //! Layer names, shapes, parameter and MAC counts match the reference tables in
 //! `data/reference/` (checked by this module's tests). Builders add what the tables leave
@@ -9,7 +12,9 @@
 
 mod cosmoflow;
 mod deepcam;
+mod gnn;
 mod resnet;
+pub mod transformer;
 
 use compact_str::CompactString;
 
@@ -49,10 +54,73 @@ pub struct Builtin {
     pub description: &'static str,
     /// Reference input shape, channels first.
     pub input: &'static [usize],
+    /// Whether the input is a sequence of token ids `[seq]` (the input size is its length)
+    /// rather than a feature map `[C, spatial...]` (the input size is its spatial extent).
+    pub sequence: bool,
     build: fn(&[usize], &Scale) -> Result<Graph, LayerError>,
-    /// Extra constraint on the input spatial size, checked before building.
+    /// Extra constraint on the input size, checked before building.
     check_input: fn(&[usize]) -> Result<(), String>,
 }
+
+/// A built-in transformer: its configuration's file, and the builder's and input check's
+/// functions.
+macro_rules! transformer {
+    ($name:literal, $file:literal, $seq:literal, $description:literal) => {{
+        fn config() -> transformer::Config {
+            let (_, text) = TRANSFORMER_CONFIGS
+                .iter()
+                .find(|(name, _)| *name == $name)
+                .unwrap_or_else(|| unreachable!("every built-in transformer has a file"));
+            transformer::Config::from_toml(text, concat!("data/workloads/transformers/", $file))
+                .unwrap_or_else(|e| unreachable!("built-in configurations are tested: {e}"))
+        }
+        fn build(seq: &[usize], w: &Scale) -> Result<Graph, LayerError> {
+            transformer::build($name, &config(), seq[0], w.0)
+        }
+        fn check(seq: &[usize]) -> Result<(), String> {
+            let max = config().max_position_embeddings;
+            if seq[0] > max {
+                return Err(format!(
+                    "sequences of {} tokens exceed the model's {max} positions",
+                    seq[0]
+                ));
+            }
+            Ok(())
+        }
+        Builtin {
+            name: $name,
+            description: $description,
+            input: &[$seq],
+            sequence: true,
+            build,
+            check_input: check,
+        }
+    }};
+}
+
+/// The built-in transformers' configuration files (`data/workloads/transformers/`).
+const TRANSFORMER_CONFIGS: [(&str, &str); 5] = [
+    (
+        "bert-large",
+        include_str!("../../../data/workloads/transformers/bert-large.toml"),
+    ),
+    (
+        "gpt2-large",
+        include_str!("../../../data/workloads/transformers/gpt2-large.toml"),
+    ),
+    (
+        "gpt3-xl",
+        include_str!("../../../data/workloads/transformers/gpt3-xl.toml"),
+    ),
+    (
+        "gpt3-2.7b",
+        include_str!("../../../data/workloads/transformers/gpt3-2.7b.toml"),
+    ),
+    (
+        "opt-1.3b",
+        include_str!("../../../data/workloads/transformers/opt-1.3b.toml"),
+    ),
+];
 
 /// Every built-in workload.
 pub const BUILTINS: &[Builtin] = &[
@@ -60,6 +128,7 @@ pub const BUILTINS: &[Builtin] = &[
         name: "cosmoflow",
         description: "CosmoFlow v1.0+ (MLPerf HPC reference): 3-D CNN, kernel 3, 4x128^3 input",
         input: &[4, 128, 128, 128],
+        sequence: false,
         build: cosmoflow::build_v1,
         check_input: cosmoflow::check_input,
     },
@@ -67,6 +136,7 @@ pub const BUILTINS: &[Builtin] = &[
         name: "cosmoflow-v07",
         description: "CosmoFlow v0.7 (MLPerf HPC v0.7 reference): 3-D CNN, kernel 2, 4x128^3 input",
         input: &[4, 128, 128, 128],
+        sequence: false,
         build: cosmoflow::build_v07,
         check_input: cosmoflow::check_input,
     },
@@ -74,6 +144,7 @@ pub const BUILTINS: &[Builtin] = &[
         name: "deepcam",
         description: "DeepCAM (MLPerf HPC reference): DeepLabv3+ with Xception, 16x768x1152 input",
         input: &[16, 768, 1152],
+        sequence: false,
         build: deepcam::build,
         check_input: deepcam::check_input,
     },
@@ -81,8 +152,47 @@ pub const BUILTINS: &[Builtin] = &[
         name: "resnet50",
         description: "ResNet-50 v1.5 (torchvision layout), 3x224x224 input, 1000 classes",
         input: &[3, 224, 224],
+        sequence: false,
         build: resnet::build,
         check_input: resnet::check_input,
+    },
+    transformer!(
+        "bert-large",
+        "bert-large.toml",
+        512,
+        "BERT-Large (Hugging Face BertForPreTraining): 24 layers, hidden 1024, 336M parameters, 512 tokens"
+    ),
+    transformer!(
+        "gpt2-large",
+        "gpt2-large.toml",
+        1024,
+        "GPT-2 Large (Hugging Face GPT2LMHeadModel): 36 layers, hidden 1280, 774M parameters, 1024 tokens"
+    ),
+    transformer!(
+        "gpt3-xl",
+        "gpt3-xl.toml",
+        2048,
+        "GPT-3 XL (Brown et al. 2020) as GPT-2: 24 layers, hidden 2048, 1.3B parameters, 2048 tokens"
+    ),
+    transformer!(
+        "gpt3-2.7b",
+        "gpt3-2.7b.toml",
+        2048,
+        "GPT-3 2.7B (Brown et al. 2020) as GPT-2: 32 layers, hidden 2560, 2.7B parameters, 2048 tokens"
+    ),
+    transformer!(
+        "opt-1.3b",
+        "opt-1.3b.toml",
+        2048,
+        "OPT-1.3B (Hugging Face OPTForCausalLM): 24 layers, hidden 2048, 1.3B parameters, 2048 tokens"
+    ),
+    Builtin {
+        name: "gin",
+        description: "A graph isomorphism network (Xu et al. 2019): 5 layers of 300, 16 features on 64 nodes of degree 8",
+        input: &[16, 64],
+        sequence: false,
+        build: gnn::build,
+        check_input: gnn::check_input,
     },
 ];
 
@@ -119,9 +229,14 @@ impl Builtin {
                 format!("the width multiplier must be greater than 0 and at most {MAX_WIDTH}"),
             ));
         }
-        let rank = self.input.len() - 1;
+        let sized = if self.sequence {
+            self.input
+        } else {
+            &self.input[1..]
+        };
+        let rank = sized.len();
         let spatial = match &options.input_size {
-            None => self.input[1..].to_vec(),
+            None => sized.to_vec(),
             Some(s) if s.len() == 1 => vec![s[0]; rank],
             Some(s) if s.len() == rank => s.clone(),
             Some(s) => {
@@ -149,6 +264,16 @@ impl Builtin {
             layer: e.layer,
             message: e.message,
         })
+    }
+}
+
+impl Builtin {
+    /// The configuration of a built-in transformer; `None` for the others.
+    pub fn transformer_config(&self) -> Option<transformer::Config> {
+        TRANSFORMER_CONFIGS
+            .iter()
+            .find(|(name, _)| *name == self.name)
+            .and_then(|(name, text)| transformer::Config::from_toml(text, name).ok())
     }
 }
 
@@ -322,11 +447,12 @@ mod tests {
     /// scales by `w`; layers at the fixed input or output scale by `w`.
     #[test]
     fn width_scales_inner_conv_flops_quadratically() {
-        for name in names() {
-            let base = build(&name, &BuildOptions::default()).unwrap();
+        let cnns = ["cosmoflow", "cosmoflow-v07", "deepcam", "resnet50"];
+        for name in cnns {
+            let base = build(name, &BuildOptions::default()).unwrap();
             for w in [0.5, 2.0, 3.0] {
                 let wide = build(
-                    &name,
+                    name,
                     &BuildOptions {
                         input_size: None,
                         width: w,

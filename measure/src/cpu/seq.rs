@@ -1,0 +1,759 @@
+//! CPU kernels of the sequence and graph ops: linear layers over positions, products of
+//! activations, embeddings, layer and RMS norms, softmax, GELU and SiLU, attention, and
+//! gather, scatter-add and segment sum. Tensors are batch first and channels first
+//! (`[N][C][positions]`), as everywhere in the executor ([`super::ops`]).
+
+use rayon::prelude::*;
+
+use super::gemm::{View, ViewMut, matmul};
+use super::ops::{Aux, splitmix};
+
+/// Norm epsilon (PyTorch's `LayerNorm` default).
+pub(crate) const NORM_EPS: f32 = 1e-5;
+
+/// `sqrt(2 / pi)`, of GELU's tanh approximation.
+const GELU_C: f32 = 0.797_884_6;
+
+/// GELU, tanh approximation (GPT-2's `gelu_new`; within 1e-3 of the exact form).
+pub(crate) fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + (GELU_C * (x + 0.044_715 * x * x * x)).tanh())
+}
+
+/// The derivative of [`gelu`].
+pub(crate) fn gelu_grad(x: f32) -> f32 {
+    let t = (GELU_C * (x + 0.044_715 * x * x * x)).tanh();
+    0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_C * (1.0 + 3.0 * 0.044_715 * x * x)
+}
+
+/// SiLU, `x sigma(x)`.
+pub(crate) fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// The derivative of [`silu`].
+pub(crate) fn silu_grad(x: f32) -> f32 {
+    let s = 1.0 / (1.0 + (-x).exp());
+    s * (1.0 + x * (1.0 - s))
+}
+
+/// Products `[m x k] x [k x p]`, `calls` of them back to back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Products {
+    pub(crate) calls: usize,
+    pub(crate) m: usize,
+    pub(crate) k: usize,
+    pub(crate) p: usize,
+}
+
+impl Products {
+    pub(crate) fn forward(&self, a: &[f32], b: &[f32], c: &mut [f32], threads: usize) {
+        let Products { m, k, p, .. } = *self;
+        for i in 0..self.calls {
+            matmul(
+                ViewMut::rows(&mut c[i * m * p..][..m * p], m, p, p),
+                View::rows(&a[i * m * k..][..m * k], m, k),
+                View::rows(&b[i * k * p..][..k * p], k, p),
+                false,
+                threads,
+            );
+        }
+    }
+
+    /// `dA = dC B^T`, `dB = A^T dC`, for the inputs asked for.
+    pub(crate) fn backward(
+        &self,
+        a: &[f32],
+        b: &[f32],
+        dc: &[f32],
+        da: Option<&mut [f32]>,
+        db: Option<&mut [f32]>,
+        threads: usize,
+    ) {
+        let Products { m, k, p, .. } = *self;
+        if let Some(da) = da {
+            for i in 0..self.calls {
+                matmul(
+                    ViewMut::rows(&mut da[i * m * k..][..m * k], m, k, k),
+                    View::rows(&dc[i * m * p..][..m * p], m, p),
+                    View::rows(&b[i * k * p..][..k * p], k, p).t(),
+                    false,
+                    threads,
+                );
+            }
+        }
+        if let Some(db) = db {
+            for i in 0..self.calls {
+                matmul(
+                    ViewMut::rows(&mut db[i * k * p..][..k * p], k, p, p),
+                    View::rows(&a[i * m * k..][..m * k], m, k).t(),
+                    View::rows(&dc[i * m * p..][..m * p], m, p),
+                    false,
+                    threads,
+                );
+            }
+        }
+    }
+}
+
+/// A linear layer at every position: `Y_b [out x vol] = W [out x c] X_b [c x vol]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Linear {
+    pub(crate) n: usize,
+    pub(crate) c: usize,
+    pub(crate) out: usize,
+    pub(crate) vol: usize,
+}
+
+impl Linear {
+    pub(crate) fn forward(&self, x: &[f32], w: &[f32], y: &mut [f32], threads: usize) {
+        let Linear { c, out, vol, .. } = *self;
+        for b in 0..self.n {
+            matmul(
+                ViewMut::rows(&mut y[b * out * vol..][..out * vol], out, vol, vol),
+                View::rows(w, out, c),
+                View::rows(&x[b * c * vol..][..c * vol], c, vol),
+                false,
+                threads,
+            );
+        }
+    }
+
+    /// The weight gradient (overwritten) and, if asked, the input gradient.
+    pub(crate) fn backward(
+        &self,
+        x: &[f32],
+        w: &[f32],
+        dy: &[f32],
+        dw: &mut [f32],
+        dx: Option<&mut [f32]>,
+        threads: usize,
+    ) {
+        let Linear { c, out, vol, .. } = *self;
+        for b in 0..self.n {
+            matmul(
+                ViewMut::rows(dw, out, c, c),
+                View::rows(&dy[b * out * vol..][..out * vol], out, vol),
+                View::rows(&x[b * c * vol..][..c * vol], c, vol).t(),
+                b > 0,
+                threads,
+            );
+        }
+        if let Some(dx) = dx {
+            for b in 0..self.n {
+                matmul(
+                    ViewMut::rows(&mut dx[b * c * vol..][..c * vol], c, vol, vol),
+                    View::rows(w, out, c).t(),
+                    View::rows(&dy[b * out * vol..][..out * vol], out, vol),
+                    false,
+                    threads,
+                );
+            }
+        }
+    }
+}
+
+/// An embedding table of `vocab` rows of `dim`, looked up at `positions` ids per sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Embedding {
+    pub(crate) n: usize,
+    pub(crate) positions: usize,
+    pub(crate) vocab: usize,
+    pub(crate) dim: usize,
+}
+
+impl Embedding {
+    /// The id a value of the (synthetic, uniform in [-1, 1)) input stands for.
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    fn id(&self, v: f32) -> usize {
+        let u = ((v + 1.0) * 0.5).clamp(0.0, 1.0);
+        ((u * self.vocab as f32) as usize).min(self.vocab - 1)
+    }
+
+    pub(crate) fn forward(&self, ids: &[f32], table: &[f32], y: &mut [f32]) {
+        let Embedding { positions, dim, .. } = *self;
+        y.par_chunks_mut(dim * positions)
+            .zip(ids.par_chunks(positions))
+            .for_each(|(yb, xb)| {
+                for (p, &v) in xb.iter().enumerate() {
+                    let row = &table[self.id(v) * dim..][..dim];
+                    for (d, &t) in row.iter().enumerate() {
+                        yb[d * positions + p] = t;
+                    }
+                }
+            });
+    }
+
+    /// The table's gradient (overwritten): each looked-up row's output gradient added in.
+    pub(crate) fn backward(&self, ids: &[f32], dy: &[f32], dtable: &mut [f32]) {
+        let Embedding { positions, dim, .. } = *self;
+        dtable.fill(0.0);
+        for b in 0..self.n {
+            let (xb, gb) = (
+                &ids[b * positions..][..positions],
+                &dy[b * dim * positions..][..dim * positions],
+            );
+            for (p, &v) in xb.iter().enumerate() {
+                let row = &mut dtable[self.id(v) * dim..][..dim];
+                for (d, r) in row.iter_mut().enumerate() {
+                    *r += gb[d * positions + p];
+                }
+            }
+        }
+    }
+}
+
+/// Layer or RMS normalisation over `c` channels at each of `vol` positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Norm {
+    pub(crate) n: usize,
+    pub(crate) c: usize,
+    pub(crate) vol: usize,
+    /// RMS norm (no mean, no shift) rather than layer norm.
+    pub(crate) rms: bool,
+}
+
+impl Norm {
+    /// `y = (x - mean) / std * gamma + beta` per position (RMS: `x / rms * gamma`); the
+    /// mean and inverse deviation of every position go to `aux.stats`.
+    #[allow(clippy::cast_precision_loss)]
+    pub(crate) fn forward(&self, x: &[f32], params: &[Vec<f32>], y: &mut [f32], aux: &mut Aux) {
+        let Norm { n, c, vol, rms } = *self;
+        aux.stats.resize(2 * n * vol, 0.0);
+        let (means, invs) = aux.stats.split_at_mut(n * vol);
+        let cf = c as f32;
+        for b in 0..n {
+            let xb = &x[b * c * vol..][..c * vol];
+            for p in 0..vol {
+                let mean = if rms {
+                    0.0
+                } else {
+                    (0..c).map(|k| xb[k * vol + p]).sum::<f32>() / cf
+                };
+                let var = (0..c)
+                    .map(|k| (xb[k * vol + p] - mean).powi(2))
+                    .sum::<f32>()
+                    / cf;
+                means[b * vol + p] = mean;
+                invs[b * vol + p] = 1.0 / (var + NORM_EPS).sqrt();
+            }
+        }
+        let gamma = &params[0];
+        y.par_chunks_mut(c * vol)
+            .zip(x.par_chunks(c * vol))
+            .enumerate()
+            .for_each(|(b, (yb, xb))| {
+                for k in 0..c {
+                    let shift = if rms { 0.0 } else { params[1][k] };
+                    for p in 0..vol {
+                        let i = k * vol + p;
+                        let xhat = (xb[i] - means[b * vol + p]) * invs[b * vol + p];
+                        yb[i] = xhat * gamma[k] + shift;
+                    }
+                }
+            });
+    }
+
+    #[allow(clippy::cast_precision_loss)]
+    pub(crate) fn backward(
+        &self,
+        x: &[f32],
+        dy: &[f32],
+        params: &[Vec<f32>],
+        aux: &Aux,
+        dx: Option<&mut [f32]>,
+        dparams: &mut [Vec<f32>],
+    ) {
+        let Norm { n, c, vol, rms } = *self;
+        let (means, invs) = aux.stats.split_at(n * vol);
+        let gamma = &params[0];
+        let xhat = |b: usize, i: usize, p: usize| {
+            (x[b * c * vol + i] - means[b * vol + p]) * invs[b * vol + p]
+        };
+        for d in dparams.iter_mut() {
+            d.fill(0.0);
+        }
+        let (scale, shift) = dparams.split_at_mut(1);
+        for b in 0..n {
+            for (k, ds) in scale[0].iter_mut().enumerate() {
+                for p in 0..vol {
+                    let i = k * vol + p;
+                    let g = dy[b * c * vol + i];
+                    *ds += g * xhat(b, i, p);
+                    if !rms {
+                        shift[0][k] += g;
+                    }
+                }
+            }
+        }
+        let Some(dx) = dx else { return };
+        let cf = c as f32;
+        for b in 0..n {
+            for p in 0..vol {
+                let (mut mean_g, mut mean_gx) = (0.0f32, 0.0f32);
+                for (k, gk) in gamma.iter().enumerate() {
+                    let i = k * vol + p;
+                    let g = dy[b * c * vol + i] * gk;
+                    mean_g += g;
+                    mean_gx += g * xhat(b, i, p);
+                }
+                mean_g /= cf;
+                mean_gx /= cf;
+                if rms {
+                    mean_g = 0.0;
+                }
+                for (k, gk) in gamma.iter().enumerate() {
+                    let i = k * vol + p;
+                    let g = dy[b * c * vol + i] * gk;
+                    dx[b * c * vol + i] =
+                        invs[b * vol + p] * (g - mean_g - xhat(b, i, p) * mean_gx);
+                }
+            }
+        }
+    }
+}
+
+/// Softmax over `c` channels at each of `vol` positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Softmax {
+    pub(crate) c: usize,
+    pub(crate) vol: usize,
+}
+
+impl Softmax {
+    pub(crate) fn forward(&self, x: &[f32], y: &mut [f32]) {
+        let Softmax { c, vol } = *self;
+        y.par_chunks_mut(c * vol)
+            .zip(x.par_chunks(c * vol))
+            .for_each(|(yb, xb)| {
+                for p in 0..vol {
+                    let max = (0..c)
+                        .map(|k| xb[k * vol + p])
+                        .fold(f32::NEG_INFINITY, f32::max);
+                    let mut sum = 0.0;
+                    for k in 0..c {
+                        let e = (xb[k * vol + p] - max).exp();
+                        yb[k * vol + p] = e;
+                        sum += e;
+                    }
+                    for k in 0..c {
+                        yb[k * vol + p] /= sum;
+                    }
+                }
+            });
+    }
+
+    /// `dx = y (dy - sum(y dy))` per position, from the saved output `y`.
+    pub(crate) fn backward(&self, y: &[f32], dy: &[f32], dx: &mut [f32]) {
+        let Softmax { c, vol } = *self;
+        dx.par_chunks_mut(c * vol)
+            .zip(y.par_chunks(c * vol).zip(dy.par_chunks(c * vol)))
+            .for_each(|(db, (yb, gb))| {
+                for p in 0..vol {
+                    let dot: f32 = (0..c).map(|k| yb[k * vol + p] * gb[k * vol + p]).sum();
+                    for k in 0..c {
+                        let i = k * vol + p;
+                        db[i] = yb[i] * (gb[i] - dot);
+                    }
+                }
+            });
+    }
+}
+
+/// Multi-head attention of `heads` over `hidden` channels, `seq` queries and `seq_kv` keys.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Attention {
+    pub(crate) n: usize,
+    pub(crate) heads: usize,
+    pub(crate) hidden: usize,
+    pub(crate) seq: usize,
+    pub(crate) seq_kv: usize,
+    pub(crate) causal: bool,
+    pub(crate) dropout: f32,
+    /// Keep only the output and a log-sum-exp per row, and recompute the weights in
+    /// backward (flash attention's memory behaviour; on the CPU the same arithmetic).
+    pub(crate) fused: bool,
+    /// One input holds queries, keys and values stacked on channels.
+    pub(crate) stacked: bool,
+}
+
+/// The query, key and value of one sample and head, as `[d x positions]` row blocks.
+struct Head<'a> {
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+}
+
+impl Attention {
+    fn head_dim(&self) -> usize {
+        self.hidden / self.heads
+    }
+
+    fn weights(&self) -> usize {
+        self.seq * self.seq_kv
+    }
+
+    /// Sample `b`'s head `h` of `inputs`.
+    fn head<'a>(&self, inputs: &[&'a [f32]], b: usize, h: usize) -> Head<'a> {
+        let d = self.head_dim();
+        let (hs, hk) = (self.hidden * self.seq, self.hidden * self.seq_kv);
+        let (q, k, v) = if self.stacked {
+            let x = &inputs[0][b * 3 * hs..][..3 * hs];
+            (&x[..hs], &x[hs..2 * hs], &x[2 * hs..])
+        } else {
+            (
+                &inputs[0][b * hs..][..hs],
+                &inputs[1][b * hk..][..hk],
+                &inputs[2][b * hk..][..hk],
+            )
+        };
+        Head {
+            q: &q[h * d * self.seq..][..d * self.seq],
+            k: &k[h * d * self.seq_kv..][..d * self.seq_kv],
+            v: &v[h * d * self.seq_kv..][..d * self.seq_kv],
+        }
+    }
+
+    /// Whether query `s` may see key `t`.
+    fn visible(&self, s: usize, t: usize) -> bool {
+        !self.causal || t <= s + (self.seq_kv.saturating_sub(self.seq))
+    }
+
+    /// The scaled, masked scores `QK^T / sqrt(d)` of one head, `[seq x seq_kv]`.
+    #[allow(clippy::cast_precision_loss)]
+    fn scores(&self, head: &Head<'_>, out: &mut [f32], threads: usize) {
+        let d = self.head_dim();
+        matmul(
+            ViewMut::rows(out, self.seq, self.seq_kv, self.seq_kv),
+            View::rows(head.q, d, self.seq).t(),
+            View::rows(head.k, d, self.seq_kv),
+            false,
+            threads,
+        );
+        let scale = 1.0 / (d as f32).sqrt();
+        for s in 0..self.seq {
+            for t in 0..self.seq_kv {
+                let v = &mut out[s * self.seq_kv + t];
+                *v = if self.visible(s, t) {
+                    *v * scale
+                } else {
+                    f32::NEG_INFINITY
+                };
+            }
+        }
+    }
+
+    /// Whether weight `i` of head `bh` survives dropout (deterministic in `seed`).
+    fn kept(&self, seed: u64, bh: usize, i: usize) -> bool {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let threshold = (f64::from(self.dropout) * f64::from(u32::MAX)) as u32;
+        #[allow(clippy::cast_possible_truncation)]
+        let r = (splitmix(seed ^ 0xA77E, (bh * self.weights() + i) as u64) >> 32) as u32;
+        r >= threshold
+    }
+
+    /// The weights after dropout, `P'`, from `P`.
+    fn dropped(&self, p: &[f32], seed: u64, bh: usize) -> Vec<f32> {
+        let keep = 1.0 / (1.0 - self.dropout);
+        p.iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                if self.kept(seed, bh, i) {
+                    v * keep
+                } else {
+                    0.0
+                }
+            })
+            .collect()
+    }
+
+    pub(crate) fn forward(
+        &self,
+        inputs: &[&[f32]],
+        out: &mut [f32],
+        aux: &mut Aux,
+        threads: usize,
+        seed: u64,
+    ) {
+        let (d, w) = (self.head_dim(), self.weights());
+        let heads = self.n * self.heads;
+        if self.fused {
+            aux.stats.resize(heads * self.seq, 0.0);
+        } else {
+            aux.probs.resize(heads * w, 0.0);
+            if self.dropout > 0.0 {
+                aux.mask.resize(heads * w, 0);
+            }
+        }
+        let mut p = vec![0.0f32; w];
+        for b in 0..self.n {
+            for h in 0..self.heads {
+                let bh = b * self.heads + h;
+                let head = self.head(inputs, b, h);
+                self.scores(&head, &mut p, threads);
+                for s in 0..self.seq {
+                    let row = &mut p[s * self.seq_kv..][..self.seq_kv];
+                    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    let sum: f32 = row.iter().map(|v| (v - max).exp()).sum();
+                    for v in row.iter_mut() {
+                        *v = (*v - max).exp() / sum;
+                    }
+                    if self.fused {
+                        aux.stats[bh * self.seq + s] = max + sum.ln();
+                    }
+                }
+                if !self.fused {
+                    aux.probs[bh * w..][..w].copy_from_slice(&p);
+                    if self.dropout > 0.0 {
+                        for (i, m) in aux.mask[bh * w..][..w].iter_mut().enumerate() {
+                            *m = u8::from(self.kept(seed, bh, i));
+                        }
+                    }
+                }
+                let pd = if self.dropout > 0.0 {
+                    self.dropped(&p, seed, bh)
+                } else {
+                    p.clone()
+                };
+                // O^T [d x seq] = V^T [d x seq_kv] P'^T [seq_kv x seq].
+                let o = &mut out[(b * self.hidden + h * d) * self.seq..][..d * self.seq];
+                matmul(
+                    ViewMut::rows(o, d, self.seq, self.seq),
+                    View::rows(head.v, d, self.seq_kv),
+                    View::rows(&pd, self.seq, self.seq_kv).t(),
+                    false,
+                    threads,
+                );
+            }
+        }
+    }
+
+    /// The input gradients asked for in `dx` (one stacked input, or queries, keys and
+    /// values).
+    #[allow(clippy::too_many_arguments, clippy::cast_precision_loss)]
+    pub(crate) fn backward(
+        &self,
+        inputs: &[&[f32]],
+        dy: &[f32],
+        aux: &Aux,
+        dx: &mut [Option<&mut [f32]>],
+        threads: usize,
+        seed: u64,
+    ) {
+        let (d, w) = (self.head_dim(), self.weights());
+        let (hs, hk) = (self.hidden * self.seq, self.hidden * self.seq_kv);
+        let scale = 1.0 / (d as f32).sqrt();
+        let mut p = vec![0.0f32; w];
+        let (mut dq, mut dk, mut dv) = (
+            vec![0.0f32; d * self.seq],
+            vec![0.0f32; d * self.seq_kv],
+            vec![0.0f32; d * self.seq_kv],
+        );
+        let mut ds = vec![0.0f32; w];
+        for b in 0..self.n {
+            for h in 0..self.heads {
+                let bh = b * self.heads + h;
+                let head = self.head(inputs, b, h);
+                if self.fused {
+                    // Recompute the weights from the scores and the saved log-sum-exp.
+                    self.scores(&head, &mut p, threads);
+                    for s in 0..self.seq {
+                        let lse = aux.stats[bh * self.seq + s];
+                        for v in &mut p[s * self.seq_kv..][..self.seq_kv] {
+                            *v = (*v - lse).exp();
+                        }
+                    }
+                } else {
+                    p.copy_from_slice(&aux.probs[bh * w..][..w]);
+                }
+                let pd = if self.dropout > 0.0 {
+                    self.dropped(&p, seed, bh)
+                } else {
+                    p.clone()
+                };
+                let go = &dy[(b * self.hidden + h * d) * self.seq..][..d * self.seq];
+                // dV^T [d x seq_kv] = dO^T [d x seq] P' [seq x seq_kv].
+                matmul(
+                    ViewMut::rows(&mut dv, d, self.seq_kv, self.seq_kv),
+                    View::rows(go, d, self.seq),
+                    View::rows(&pd, self.seq, self.seq_kv),
+                    false,
+                    threads,
+                );
+                // dP' [seq x seq_kv] = dO [seq x d] V^T [d x seq_kv].
+                matmul(
+                    ViewMut::rows(&mut ds, self.seq, self.seq_kv, self.seq_kv),
+                    View::rows(go, d, self.seq).t(),
+                    View::rows(head.v, d, self.seq_kv),
+                    false,
+                    threads,
+                );
+                if self.dropout > 0.0 {
+                    let keep = 1.0 / (1.0 - self.dropout);
+                    for (i, g) in ds.iter_mut().enumerate() {
+                        *g = if self.kept(seed, bh, i) {
+                            *g * keep
+                        } else {
+                            0.0
+                        };
+                    }
+                }
+                // Softmax's backward, then the scale (masked weights are zero).
+                for s in 0..self.seq {
+                    let (pr, gr) = (
+                        &p[s * self.seq_kv..][..self.seq_kv],
+                        &mut ds[s * self.seq_kv..][..self.seq_kv],
+                    );
+                    let dot: f32 = pr.iter().zip(gr.iter()).map(|(a, b)| a * b).sum();
+                    for (g, &pv) in gr.iter_mut().zip(pr) {
+                        *g = pv * (*g - dot) * scale;
+                    }
+                }
+                // dQ^T [d x seq] = K^T [d x seq_kv] dS^T; dK^T [d x seq_kv] = Q^T dS.
+                matmul(
+                    ViewMut::rows(&mut dq, d, self.seq, self.seq),
+                    View::rows(head.k, d, self.seq_kv),
+                    View::rows(&ds, self.seq, self.seq_kv).t(),
+                    false,
+                    threads,
+                );
+                matmul(
+                    ViewMut::rows(&mut dk, d, self.seq_kv, self.seq_kv),
+                    View::rows(head.q, d, self.seq),
+                    View::rows(&ds, self.seq, self.seq_kv),
+                    false,
+                    threads,
+                );
+                let place = |dst: &mut Option<&mut [f32]>, offset: usize, g: &[f32]| {
+                    if let Some(t) = dst.as_deref_mut() {
+                        t[offset..][..g.len()].copy_from_slice(g);
+                    }
+                };
+                if self.stacked {
+                    let base = b * 3 * hs;
+                    place(&mut dx[0], base + h * d * self.seq, &dq);
+                    place(&mut dx[0], base + hs + h * d * self.seq_kv, &dk);
+                    place(&mut dx[0], base + 2 * hs + h * d * self.seq_kv, &dv);
+                } else {
+                    place(&mut dx[0], b * hs + h * d * self.seq, &dq);
+                    place(&mut dx[1], b * hk + h * d * self.seq_kv, &dk);
+                    place(&mut dx[2], b * hk + h * d * self.seq_kv, &dv);
+                }
+            }
+        }
+    }
+}
+
+/// The row an index entry points at: a fixed pseudo-random graph (the index is the graph's
+/// structure, the same every step), `salt` telling the ops' indices apart.
+#[allow(clippy::cast_possible_truncation)]
+fn index(salt: u64, rows: usize, entry: usize) -> usize {
+    (splitmix(salt ^ rows as u64, entry as u64) % rows as u64) as usize
+}
+
+/// Row ops on `[f x rows]` features per sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rows {
+    /// `out[:, e] = x[:, src(e)]`, `edges` entries over `nodes` rows.
+    Gather {
+        f: usize,
+        nodes: usize,
+        edges: usize,
+    },
+    /// `out[:, dst(e)] += x[:, e]`.
+    ScatterAdd {
+        f: usize,
+        edges: usize,
+        nodes: usize,
+    },
+    /// `out[:, s] = sum of x[:, r]` over the rows `r` of segment `s` (contiguous, as even
+    /// as can be).
+    SegmentSum {
+        f: usize,
+        rows: usize,
+        segments: usize,
+    },
+}
+
+const GATHER_SALT: u64 = 0x6A7E_5EED;
+const SCATTER_SALT: u64 = 0x5CA7_7E12;
+
+impl Rows {
+    /// `(input rows, output rows)` and, for each input row, the output row it feeds
+    /// (gather: for each output row, the input row it copies).
+    fn map(&self) -> (usize, usize, Vec<usize>) {
+        match *self {
+            Rows::Gather { nodes, edges, .. } => (
+                nodes,
+                edges,
+                (0..edges).map(|e| index(GATHER_SALT, nodes, e)).collect(),
+            ),
+            Rows::ScatterAdd { edges, nodes, .. } => (
+                edges,
+                nodes,
+                (0..edges).map(|e| index(SCATTER_SALT, nodes, e)).collect(),
+            ),
+            Rows::SegmentSum { rows, segments, .. } => (
+                rows,
+                segments,
+                (0..rows).map(|r| r * segments / rows).collect(),
+            ),
+        }
+    }
+
+    fn features(&self) -> usize {
+        match *self {
+            Rows::Gather { f, .. } | Rows::ScatterAdd { f, .. } | Rows::SegmentSum { f, .. } => f,
+        }
+    }
+
+    pub(crate) fn forward(&self, x: &[f32], out: &mut [f32]) {
+        let (rin, rout, map) = self.map();
+        let f = self.features();
+        out.par_chunks_mut(f * rout)
+            .zip(x.par_chunks(f * rin))
+            .for_each(|(ob, xb)| {
+                if matches!(self, Rows::Gather { .. }) {
+                    for (e, &src) in map.iter().enumerate() {
+                        for k in 0..f {
+                            ob[k * rout + e] = xb[k * rin + src];
+                        }
+                    }
+                } else {
+                    ob.fill(0.0);
+                    for (r, &dst) in map.iter().enumerate() {
+                        for k in 0..f {
+                            ob[k * rout + dst] += xb[k * rin + r];
+                        }
+                    }
+                }
+            });
+    }
+
+    /// The adjoint: gather's gradient scatters, the sums' gradients gather.
+    pub(crate) fn backward(&self, dy: &[f32], dx: &mut [f32]) {
+        let (rin, rout, map) = self.map();
+        let f = self.features();
+        dx.par_chunks_mut(f * rin)
+            .zip(dy.par_chunks(f * rout))
+            .for_each(|(db, gb)| {
+                if matches!(self, Rows::Gather { .. }) {
+                    db.fill(0.0);
+                    for (e, &src) in map.iter().enumerate() {
+                        for k in 0..f {
+                            db[k * rin + src] += gb[k * rout + e];
+                        }
+                    }
+                } else {
+                    for (r, &dst) in map.iter().enumerate() {
+                        for k in 0..f {
+                            db[k * rin + r] = gb[k * rout + dst];
+                        }
+                    }
+                }
+            });
+    }
+}

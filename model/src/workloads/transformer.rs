@@ -1,0 +1,664 @@
+//! Transformer language models from Hugging Face-style configurations: BERT (`bert`, trained
+//! as `BertForPreTraining`), GPT-2 and GPT-3 (`gpt2`, `GPT2LMHeadModel`) and OPT (`opt`,
+//! `OPTForCausalLM`), built layer by layer as the Hugging Face modules run them, with their
+//! module names (`h.0.attn.c_attn`, `encoder.layer.0.attention.self.query`, ...).
+//!
+//! A sample is one sequence of token ids, `[seq]`; activations are `[hidden, seq]`
+//! (channels first, as every ridgeline tensor). Attention is the eager (unfused) form the
+//! Hugging Face models run by default; position embeddings are looked up like the token
+//! embeddings (the same cost); the language-model head shares the token embeddings'
+//! weights (`tied`), and its loss is softmax cross-entropy at every position. Built-in
+//! configurations are under `data/workloads/transformers/`, each with its source; a user's
+//! `config.json` is read by [`Config::from_json`].
+
+use serde::Deserialize;
+
+use super::dotted;
+use crate::error::{Error, Result};
+use crate::graph::{Attention, Graph, LayerError, NodeId, Op};
+
+/// The families of models this module builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// BERT (post-norm encoder, masked-LM and next-sentence heads).
+    Bert,
+    /// GPT-2 and GPT-3 (pre-norm decoder).
+    Gpt2,
+    /// OPT (pre-norm decoder, ReLU).
+    Opt,
+}
+
+/// A model's configuration, with Hugging Face's field names (and their aliases across
+/// families).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Config {
+    /// `bert`, `gpt2` or `opt`.
+    pub model_type: String,
+    /// Where the figures come from (built-in configurations).
+    #[serde(default)]
+    pub source: Option<String>,
+    /// Vocabulary.
+    pub vocab_size: usize,
+    /// Hidden size (`n_embd` in GPT-2).
+    #[serde(alias = "n_embd")]
+    pub hidden_size: usize,
+    /// Layers (`n_layer`).
+    #[serde(alias = "n_layer")]
+    pub num_hidden_layers: usize,
+    /// Heads (`n_head`).
+    #[serde(alias = "n_head")]
+    pub num_attention_heads: usize,
+    /// Feed-forward inner size (`n_inner`, `ffn_dim`); 4 x hidden when absent.
+    #[serde(default, alias = "n_inner", alias = "ffn_dim")]
+    pub intermediate_size: Option<usize>,
+    /// Positions (`n_positions`).
+    #[serde(alias = "n_positions")]
+    pub max_position_embeddings: usize,
+    /// Token types (BERT).
+    #[serde(default)]
+    pub type_vocab_size: Option<usize>,
+    /// The activation (`activation_function`): `gelu`, `gelu_new` or `relu`.
+    #[serde(default, alias = "activation_function")]
+    pub hidden_act: Option<String>,
+    /// GPT-2's dropouts.
+    #[serde(default)]
+    pub attn_pdrop: Option<f64>,
+    /// GPT-2's embedding dropout.
+    #[serde(default)]
+    pub embd_pdrop: Option<f64>,
+    /// GPT-2's residual dropout.
+    #[serde(default)]
+    pub resid_pdrop: Option<f64>,
+    /// BERT's hidden dropout.
+    #[serde(default)]
+    pub hidden_dropout_prob: Option<f64>,
+    /// BERT's attention dropout.
+    #[serde(default)]
+    pub attention_probs_dropout_prob: Option<f64>,
+    /// OPT's dropout.
+    #[serde(default)]
+    pub dropout: Option<f64>,
+    /// OPT's attention dropout.
+    #[serde(default)]
+    pub attention_dropout: Option<f64>,
+    /// OPT: `false` for post-norm layers, which this module does not build.
+    #[serde(default)]
+    pub do_layer_norm_before: Option<bool>,
+    /// OPT: the embeddings' width when it differs from the hidden size (not built).
+    #[serde(default)]
+    pub word_embed_proj_dim: Option<usize>,
+    /// Whether the LM head shares the token embeddings' weights (Hugging Face's default).
+    #[serde(default)]
+    pub tie_word_embeddings: Option<bool>,
+}
+
+fn family(model_type: &str) -> Option<Family> {
+    match model_type {
+        "bert" => Some(Family::Bert),
+        "gpt2" => Some(Family::Gpt2),
+        "opt" => Some(Family::Opt),
+        _ => None,
+    }
+}
+
+fn unbuilt(file: &str, model_type: &str) -> Error {
+    Error::invalid(
+        file,
+        "model_type",
+        format!(
+            "`{model_type}` is not a family ridgeline builds; use bert, gpt2 or opt, or write \
+             the layers in a workload TOML file"
+        ),
+    )
+}
+
+/// Largest vocabulary, hidden size, layer count or sequence a configuration may give.
+const MAX_DIM: usize = 1 << 22;
+
+impl Config {
+    /// A built-in configuration's TOML text; `file` names it in errors.
+    pub fn from_toml(text: &str, file: &str) -> Result<Config> {
+        let c: Config = toml::from_str(text).map_err(|e| Error::Parse {
+            file: file.to_owned(),
+            message: e.to_string(),
+        })?;
+        c.check(file)?;
+        Ok(c)
+    }
+
+    /// A Hugging Face `config.json`; `file` names it in errors.
+    pub fn from_json(text: &str, file: &str) -> Result<Config> {
+        let parse = |e: serde_json::Error| Error::Parse {
+            file: file.to_owned(),
+            message: e.to_string(),
+        };
+        // The family first: another family's fields would be reported missing otherwise.
+        #[derive(Deserialize)]
+        struct Kind {
+            model_type: String,
+        }
+        let kind: Kind = serde_json::from_str(text).map_err(parse)?;
+        if family(&kind.model_type).is_none() {
+            return Err(unbuilt(file, &kind.model_type));
+        }
+        let c: Config = serde_json::from_str(text).map_err(parse)?;
+        c.check(file)?;
+        Ok(c)
+    }
+
+    /// The family of `model_type`.
+    pub fn family(&self) -> Option<Family> {
+        family(&self.model_type)
+    }
+
+    fn check(&self, file: &str) -> Result<()> {
+        let bad = |field: &str, message: String| Err(Error::invalid(file, field, message));
+        if self.family().is_none() {
+            return Err(unbuilt(file, &self.model_type));
+        }
+        for (field, v) in [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("max_position_embeddings", self.max_position_embeddings),
+            ("intermediate_size", self.ffn()),
+        ] {
+            if v == 0 || v > MAX_DIM {
+                return bad(field, format!("{v}: must be between 1 and {MAX_DIM}"));
+            }
+        }
+        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
+            return bad(
+                "num_attention_heads",
+                format!(
+                    "{} heads do not divide the hidden size {}",
+                    self.num_attention_heads, self.hidden_size
+                ),
+            );
+        }
+        if let Some(act) = &self.hidden_act
+            && !matches!(
+                act.as_str(),
+                "gelu" | "gelu_new" | "gelu_pytorch_tanh" | "relu"
+            )
+        {
+            return bad(
+                "hidden_act",
+                format!("`{act}` is not built; use gelu, gelu_new or relu"),
+            );
+        }
+        if self.do_layer_norm_before == Some(false) {
+            return bad(
+                "do_layer_norm_before",
+                "post-norm OPT models are not built; only `true`".into(),
+            );
+        }
+        if let Some(p) = self.word_embed_proj_dim
+            && p != self.hidden_size
+        {
+            return bad(
+                "word_embed_proj_dim",
+                format!(
+                    "{p} differs from the hidden size {}: the projections it implies are not \
+                     built",
+                    self.hidden_size
+                ),
+            );
+        }
+        for (field, p) in [
+            ("attn_pdrop", self.attn_pdrop),
+            ("embd_pdrop", self.embd_pdrop),
+            ("resid_pdrop", self.resid_pdrop),
+            ("hidden_dropout_prob", self.hidden_dropout_prob),
+            (
+                "attention_probs_dropout_prob",
+                self.attention_probs_dropout_prob,
+            ),
+            ("dropout", self.dropout),
+            ("attention_dropout", self.attention_dropout),
+        ] {
+            if let Some(p) = p
+                && !(0.0..1.0).contains(&p)
+            {
+                return bad(field, format!("{p}: must be in [0, 1)"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The feed-forward inner size.
+    pub fn ffn(&self) -> usize {
+        self.intermediate_size.unwrap_or(4 * self.hidden_size)
+    }
+
+    /// Trainable parameters of the model as Hugging Face counts them.
+    pub fn params(&self) -> u64 {
+        let (v, h, l, f, p) = (
+            self.vocab_size as u64,
+            self.hidden_size as u64,
+            self.num_hidden_layers as u64,
+            self.ffn() as u64,
+            self.max_position_embeddings as u64,
+        );
+        // q, k, v and the output projection; the feed-forward; with biases.
+        let attention = 4 * (h * h + h);
+        let mlp = h * f + f + f * h + h;
+        match self.family() {
+            Some(Family::Bert) => {
+                let t = self.type_vocab_size.unwrap_or(2) as u64;
+                let embeddings = v * h + p * h + t * h + 2 * h;
+                let layer = attention + mlp + 4 * h;
+                // Pooler, next-sentence head, masked-LM transform and its norm, decoder bias.
+                let heads = (h * h + h) + (2 * h + 2) + (h * h + h) + 2 * h + v;
+                embeddings + l * layer + heads
+            }
+            Some(Family::Gpt2) => v * h + p * h + l * (attention + mlp + 4 * h) + 2 * h,
+            Some(Family::Opt) => v * h + (p + 2) * h + l * (attention + mlp + 4 * h) + 2 * h,
+            None => 0,
+        }
+    }
+}
+
+/// Builds `config` for sequences of `seq` tokens, hidden sizes scaled by `width` (rounded
+/// to a multiple of the heads).
+pub fn build(name: &str, config: &Config, seq: usize, width: f64) -> Result<Graph, LayerError> {
+    let family = config.family().ok_or_else(|| LayerError {
+        layer: "input".into(),
+        message: format!("model_type `{}` is not built", config.model_type),
+    })?;
+    let heads = config.num_attention_heads;
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let scale =
+        |v: usize, unit: usize| (((v as f64 * width) / unit as f64).round() as usize).max(1) * unit;
+    let m = Dims {
+        vocab: config.vocab_size,
+        hidden: scale(config.hidden_size, heads),
+        ffn: scale(config.ffn(), 1),
+        heads,
+        positions: config.max_position_embeddings,
+    };
+    let layers = config.num_hidden_layers;
+    let mut g = Graph::with_capacity(name, vec![seq], 20 * layers + 20)?;
+    match family {
+        Family::Gpt2 => {
+            let drop = |p: Option<f64>| p.unwrap_or(0.1);
+            let gelu = !matches!(config.hidden_act.as_deref(), Some("relu"));
+            let mut x = embed(&mut g, &m, &["wte", "wpe"], m.positions)?;
+            x = dropout(&mut g, "drop", x, drop(config.embd_pdrop))?;
+            for i in 0..layers {
+                let p = format!("h.{i}");
+                let n = g.push(dotted(&p, "ln_1"), Op::LayerNorm, &[x])?;
+                let qkv = g.push(dotted(&p, "attn.c_attn"), linear(3 * m.hidden), &[n])?;
+                let a = g.push(
+                    dotted(&p, "attn.attention"),
+                    attention(heads, true, drop(config.attn_pdrop)),
+                    &[qkv],
+                )?;
+                let o = g.push(dotted(&p, "attn.c_proj"), linear(m.hidden), &[a])?;
+                let o = dropout(
+                    &mut g,
+                    &dotted(&p, "attn.resid_dropout"),
+                    o,
+                    drop(config.resid_pdrop),
+                )?;
+                x = g.push(dotted(&p, "attn.residual"), Op::Add, &[x, o])?;
+                let n = g.push(dotted(&p, "ln_2"), Op::LayerNorm, &[x])?;
+                let h = g.push(dotted(&p, "mlp.c_fc"), linear(m.ffn), &[n])?;
+                let h = g.push(dotted(&p, "mlp.act"), activation(gelu), &[h])?;
+                let h = g.push(dotted(&p, "mlp.c_proj"), linear(m.hidden), &[h])?;
+                let h = dropout(
+                    &mut g,
+                    &dotted(&p, "mlp.dropout"),
+                    h,
+                    drop(config.resid_pdrop),
+                )?;
+                x = g.push(dotted(&p, "mlp.residual"), Op::Add, &[x, h])?;
+            }
+            let n = g.push("ln_f", Op::LayerNorm, &[x])?;
+            lm_head(&mut g, "lm_head", n, &m, false)?;
+        }
+        Family::Opt => {
+            let drop = config.dropout.unwrap_or(0.1);
+            let attn_drop = config.attention_dropout.unwrap_or(0.0);
+            let gelu = matches!(
+                config.hidden_act.as_deref(),
+                Some("gelu" | "gelu_new" | "gelu_pytorch_tanh")
+            );
+            // OPT's learned positions are offset by 2: a table of positions + 2 rows.
+            let mut x = embed(
+                &mut g,
+                &m,
+                &[
+                    "model.decoder.embed_tokens",
+                    "model.decoder.embed_positions",
+                ],
+                m.positions + 2,
+            )?;
+            for i in 0..layers {
+                let p = format!("model.decoder.layers.{i}");
+                let n = g.push(dotted(&p, "self_attn_layer_norm"), Op::LayerNorm, &[x])?;
+                let a = self_attention(&mut g, &p, "self_attn", n, &m, true, attn_drop)?;
+                let o = g.push(dotted(&p, "self_attn.out_proj"), linear(m.hidden), &[a])?;
+                let o = dropout(&mut g, &dotted(&p, "dropout"), o, drop)?;
+                x = g.push(dotted(&p, "self_attn.residual"), Op::Add, &[x, o])?;
+                let n = g.push(dotted(&p, "final_layer_norm"), Op::LayerNorm, &[x])?;
+                let h = g.push(dotted(&p, "fc1"), linear(m.ffn), &[n])?;
+                let h = g.push(dotted(&p, "activation_fn"), activation(gelu), &[h])?;
+                let h = g.push(dotted(&p, "fc2"), linear(m.hidden), &[h])?;
+                let h = dropout(&mut g, &dotted(&p, "fc2.dropout"), h, drop)?;
+                x = g.push(dotted(&p, "residual"), Op::Add, &[x, h])?;
+            }
+            let n = g.push("model.decoder.final_layer_norm", Op::LayerNorm, &[x])?;
+            lm_head(&mut g, "lm_head", n, &m, false)?;
+        }
+        Family::Bert => {
+            let drop = config.hidden_dropout_prob.unwrap_or(0.1);
+            let attn_drop = config.attention_probs_dropout_prob.unwrap_or(0.1);
+            let gelu = !matches!(config.hidden_act.as_deref(), Some("relu"));
+            let types = config.type_vocab_size.unwrap_or(2);
+            let words = g.push(
+                "embeddings.word_embeddings",
+                embedding(m.vocab, m.hidden),
+                &[0],
+            )?;
+            let positions = g.push(
+                "embeddings.position_embeddings",
+                embedding(m.positions, m.hidden),
+                &[0],
+            )?;
+            let token_types = g.push(
+                "embeddings.token_type_embeddings",
+                embedding(types, m.hidden),
+                &[0],
+            )?;
+            let sum = g.push("embeddings.sum", Op::Add, &[words, positions, token_types])?;
+            let n = g.push("embeddings.LayerNorm", Op::LayerNorm, &[sum])?;
+            let mut x = dropout(&mut g, "embeddings.dropout", n, drop)?;
+            for i in 0..layers {
+                let p = format!("encoder.layer.{i}");
+                let a = self_attention(&mut g, &p, "attention.self", x, &m, false, attn_drop)?;
+                let o = g.push(dotted(&p, "attention.output.dense"), linear(m.hidden), &[a])?;
+                let o = dropout(&mut g, &dotted(&p, "attention.output.dropout"), o, drop)?;
+                let o = g.push(dotted(&p, "attention.output.residual"), Op::Add, &[o, x])?;
+                let a = g.push(
+                    dotted(&p, "attention.output.LayerNorm"),
+                    Op::LayerNorm,
+                    &[o],
+                )?;
+                let h = g.push(dotted(&p, "intermediate.dense"), linear(m.ffn), &[a])?;
+                let h = g.push(dotted(&p, "intermediate.act"), activation(gelu), &[h])?;
+                let h = g.push(dotted(&p, "output.dense"), linear(m.hidden), &[h])?;
+                let h = dropout(&mut g, &dotted(&p, "output.dropout"), h, drop)?;
+                let h = g.push(dotted(&p, "output.residual"), Op::Add, &[h, a])?;
+                x = g.push(dotted(&p, "output.LayerNorm"), Op::LayerNorm, &[h])?;
+            }
+            // Next-sentence head on the first token's state.
+            let first = g.push("pooler.first_token", Op::Gather { edges: 1 }, &[x])?;
+            let pooled = g.push("pooler.dense", linear(m.hidden), &[first])?;
+            let pooled = g.push("pooler.activation", Op::Tanh, &[pooled])?;
+            g.push("cls.seq_relationship", linear(2), &[pooled])?;
+            g.then("nsp_loss", Op::SoftmaxCrossEntropy)?;
+            // Masked-LM head at every position.
+            let t = g.push("cls.predictions.transform.dense", linear(m.hidden), &[x])?;
+            let t = g.push("cls.predictions.transform.act", activation(gelu), &[t])?;
+            let t = g.push("cls.predictions.transform.LayerNorm", Op::LayerNorm, &[t])?;
+            lm_head(&mut g, "cls.predictions.decoder", t, &m, true)?;
+        }
+    }
+    Ok(g)
+}
+
+/// The sizes a model is built with.
+struct Dims {
+    vocab: usize,
+    hidden: usize,
+    ffn: usize,
+    heads: usize,
+    positions: usize,
+}
+
+fn linear(out_features: usize) -> Op {
+    Op::Linear {
+        out_features,
+        bias: true,
+        tied: false,
+    }
+}
+
+fn embedding(num_embeddings: usize, embedding_dim: usize) -> Op {
+    Op::Embedding {
+        num_embeddings,
+        embedding_dim,
+    }
+}
+
+fn activation(gelu: bool) -> Op {
+    if gelu { Op::Gelu } else { Op::Relu }
+}
+
+fn attention(heads: usize, causal: bool, dropout: f64) -> Op {
+    Op::Attention(Attention {
+        heads,
+        causal,
+        dropout,
+        fused: false,
+    })
+}
+
+/// Dropout, unless `p` is 0.
+fn dropout(g: &mut Graph, name: &str, x: NodeId, p: f64) -> Result<NodeId, LayerError> {
+    if p > 0.0 {
+        g.push(name, Op::Dropout { rate: p }, &[x])
+    } else {
+        Ok(x)
+    }
+}
+
+/// Token and position embeddings of the input ids, summed.
+fn embed(
+    g: &mut Graph,
+    m: &Dims,
+    names: &[&str; 2],
+    positions: usize,
+) -> Result<NodeId, LayerError> {
+    let tokens = g.push(names[0], embedding(m.vocab, m.hidden), &[0])?;
+    let positions = g.push(names[1], embedding(positions, m.hidden), &[0])?;
+    g.push("embeddings.sum", Op::Add, &[tokens, positions])
+}
+
+/// Separate query, key and value projections of `x`, and attention over them.
+fn self_attention(
+    g: &mut Graph,
+    prefix: &str,
+    module: &str,
+    x: NodeId,
+    m: &Dims,
+    causal: bool,
+    dropout: f64,
+) -> Result<NodeId, LayerError> {
+    let p = dotted(prefix, module);
+    let names = if module == "attention.self" {
+        ["query", "key", "value"]
+    } else {
+        ["q_proj", "k_proj", "v_proj"]
+    };
+    let q = g.push(dotted(&p, names[0]), linear(m.hidden), &[x])?;
+    let k = g.push(dotted(&p, names[1]), linear(m.hidden), &[x])?;
+    let v = g.push(dotted(&p, names[2]), linear(m.hidden), &[x])?;
+    g.push(
+        dotted(&p, "attention"),
+        attention(m.heads, causal, dropout),
+        &[q, k, v],
+    )
+}
+
+/// The language-model head, its weights the token embeddings' (with an output bias of its
+/// own where `bias`), and the loss at every position.
+fn lm_head(
+    g: &mut Graph,
+    name: &str,
+    x: NodeId,
+    m: &Dims,
+    bias: bool,
+) -> Result<NodeId, LayerError> {
+    g.push(
+        name,
+        Op::Linear {
+            out_features: m.vocab,
+            bias,
+            tied: true,
+        },
+        &[x],
+    )?;
+    g.then("lm_loss", Op::SoftmaxCrossEntropy)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::cost;
+    use crate::precision::Precision;
+    use crate::workloads::{BuildOptions, build as builtin};
+
+    /// The Hugging Face parameter counts of the five models (`Config::params` and the
+    /// graph's own count): `BertForPreTraining` 336,226,108; `GPT2LMHeadModel` 774,030,080;
+    /// GPT-3 XL and 2.7B as GPT-2 1,315,723,264 and 2,651,553,280; `OPTForCausalLM`
+    /// 1,315,758,080.
+    #[test]
+    fn parameters_are_hugging_face_s() {
+        for (name, params) in [
+            ("bert-large", 336_226_108),
+            ("gpt2-large", 774_030_080),
+            ("gpt3-xl", 1_315_723_264),
+            ("gpt3-2.7b", 2_651_553_280),
+            ("opt-1.3b", 1_315_758_080),
+        ] {
+            let g = builtin(name, &BuildOptions::default()).unwrap();
+            assert_eq!(cost(&g, 1, Precision::Fp32).params, params, "{name}");
+        }
+    }
+
+    /// The analytic count: `6 T (L (4 H^2 + 2 H F) + V H)` for the projections, the
+    /// feed-forward and the head over `T` tokens, and BERT's masked-LM transform at every
+    /// token and pooler and next-sentence head at one per sequence; `12 L S H T` for
+    /// `QK^T` and `AV` (forward, and backward twice that) and `2 k L heads S T` for the `k`
+    /// vector ops on the attention weights (scale, softmax; dropout where the model has it
+    /// (OPT: none); the mask of causal models), one FLOP per weight each way. The graph's FLOPs, vector ops
+    /// included, are within 0.1 % of it; its linear layers' FLOPs equal its first term.
+    #[test]
+    fn training_flops_are_the_analytic_count() {
+        for name in [
+            "bert-large",
+            "gpt2-large",
+            "gpt3-xl",
+            "gpt3-2.7b",
+            "opt-1.3b",
+        ] {
+            for (seq, batch) in [(None, 1u64), (Some(128), 3)] {
+                let options = BuildOptions {
+                    input_size: seq.map(|s| vec![s]),
+                    width: 1.0,
+                };
+                let g = builtin(name, &options).unwrap();
+                let b = crate::workloads::find(name).unwrap();
+                let c = cost(&g, batch, Precision::Fp32);
+                let config = b.transformer_config().unwrap();
+                let (v, h, f, l) = (
+                    config.vocab_size as f64,
+                    config.hidden_size as f64,
+                    config.ffn() as f64,
+                    config.num_hidden_layers as f64,
+                );
+                let s = g.input_shape().dims()[0] as f64;
+                let t = s * batch as f64;
+                let mut weights = 6.0 * t * (l * (4.0 * h * h + 2.0 * h * f) + v * h);
+                if config.family() == Some(Family::Bert) {
+                    weights += 6.0 * t * h * h + 6.0 * batch as f64 * (h * h + 2.0 * h);
+                }
+                // Scale, softmax, dropout and (causal models) the mask on each head's
+                // weights, forward and backward.
+                let ops = match config.family() {
+                    Some(Family::Bert) => 3.0,
+                    _ if name == "opt-1.3b" => 3.0,
+                    _ => 4.0,
+                };
+                let heads = config.num_attention_heads as f64;
+                let analytic = weights + 12.0 * l * s * h * t + 2.0 * ops * l * heads * s * t;
+                let linear: f64 = c
+                    .layers
+                    .iter()
+                    .filter(|r| r.op == "linear")
+                    .map(|r| (r.flops_fwd + r.flops_bwd).value())
+                    .sum();
+                assert!(
+                    (linear / weights - 1.0).abs() < 1e-12,
+                    "{name} {seq:?}: linear layers {linear}, analytic {weights}"
+                );
+                let total = c.flops_train.value();
+                assert!(
+                    (total / analytic - 1.0).abs() < 1e-3,
+                    "{name} {seq:?}: {total} vs {analytic}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn sequence_length_and_width_rescale() {
+        let g = builtin(
+            "gpt2-large",
+            &BuildOptions {
+                input_size: Some(vec![256]),
+                width: 0.5,
+            },
+        )
+        .unwrap();
+        assert_eq!(g.input_shape().dims(), &[256]);
+        let qkv = &g.layers()[g.find("h.0.attn.c_attn").unwrap()];
+        assert_eq!(qkv.output.dims(), &[3 * 640, 256]);
+        let err = builtin(
+            "bert-large",
+            &BuildOptions {
+                input_size: Some(vec![1024]),
+                width: 1.0,
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("exceed the model's 512 positions"), "{err}");
+    }
+
+    #[test]
+    fn a_config_json_builds_and_bad_fields_are_named() {
+        let json = r#"{"model_type": "gpt2", "vocab_size": 50257, "n_embd": 768,
+            "n_layer": 12, "n_head": 12, "n_positions": 1024, "n_ctx": 1024,
+            "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"]}"#;
+        let c = Config::from_json(json, "config.json").unwrap();
+        // GPT-2 small: 124,439,808 parameters.
+        assert_eq!(c.params(), 124_439_808);
+        let g = build("gpt2", &c, 64, 1.0).unwrap();
+        assert_eq!(cost(&g, 1, Precision::Fp32).params, 124_439_808);
+        let e = Config::from_json(&json.replace("\"gpt2\"", "\"llama\""), "config.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("config.json") && e.contains("model_type"), "{e}");
+        let e = Config::from_json(&json.replace("\"n_head\": 12", "\"n_head\": 7"), "c.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("num_attention_heads") && e.contains("divide"),
+            "{e}"
+        );
+        let e = Config::from_json(&json.replace("\"n_embd\": 768,", ""), "c.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("c.json") && e.contains("hidden_size"), "{e}");
+        let e = Config::from_json("{", "c.json").unwrap_err().to_string();
+        assert!(e.contains("c.json"), "{e}");
+    }
+}

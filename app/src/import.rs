@@ -49,6 +49,12 @@ pub fn neusight(dir: &Path, commit: Option<&str>, out: &Path) -> Result<Imported
             let n = labels.ops.iter().filter(|o| o.device == device).count();
             counts.push(("labels".into(), device.to_owned(), n));
         }
+        let mut step_devices: Vec<&str> = labels.steps.iter().map(|s| s.device.as_str()).collect();
+        step_devices.dedup();
+        for device in step_devices {
+            let n = labels.steps.iter().filter(|s| s.device == device).count();
+            counts.push(("steps".into(), device.to_owned(), n));
+        }
     }
     Ok(Imported {
         out: out.display().to_string(),

@@ -509,6 +509,31 @@ pub fn holdout_cols() -> [Col<Holdout>; 7] {
     ]
 }
 
+/// Whole training steps of GPUs outside the kernel model's fit, measured and predicted.
+pub fn step_label_cols() -> [Col<crate::validation::StepCheck>; 8] {
+    [
+        text("GPU", "device", |c, _| c.device.clone()),
+        text("model", "model", |c, _| c.model.clone()),
+        num("batch", "batch", |c, s| s.count(c.batch)),
+        num("tokens", "seq", |c, s| s.count(c.seq)),
+        num("measured", "measured_s", |c, s| {
+            s.seconds(Seconds::new(c.measured_s))
+        }),
+        num("predicted", "predicted_s", |c, s| {
+            s.seconds(Seconds::new(c.predicted_s))
+        }),
+        num("forward meas. / pred.", "forward_s", |c, s| match s {
+            Style::Raw => format!("{}/{}", c.forward_s[0], c.forward_s[1]),
+            Style::Human => format!(
+                "{} / {}",
+                s.seconds(Seconds::new(c.forward_s[0])),
+                s.seconds(Seconds::new(c.forward_s[1]))
+            ),
+        }),
+        num("error", "error", |c, s| signed_percent(c.error, s)),
+    ]
+}
+
 /// The model's counts beside published figures.
 pub fn published_cols() -> [Col<PublishedFigure>; 6] {
     [

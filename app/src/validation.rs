@@ -113,6 +113,50 @@ pub struct TransferCheck {
     pub labels: Vec<transfer::Holdout>,
     /// The devices of those labels.
     pub label_devices: Vec<String>,
+    /// Whole training steps of those GPUs predicted as `predict` times them (the
+    /// transferred model fitted on every GPU of the set), one GPU each.
+    pub steps: Vec<StepCheck>,
+    /// Per label GPU and over all of them (`all`): median |error| and bias of `steps`.
+    pub step_summary: Vec<StepSummary>,
+    /// Labels not predicted, and why (a model family ridgeline does not build, a split over
+    /// several GPUs).
+    pub steps_skipped: Vec<String>,
+}
+
+/// One measured training step against its prediction.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StepCheck {
+    /// The GPU.
+    pub device: String,
+    /// The model.
+    pub model: String,
+    /// Sequences per step.
+    pub batch: u64,
+    /// Tokens per sequence.
+    pub seq: u64,
+    /// Measured forward plus backward, seconds.
+    pub measured_s: f64,
+    /// Predicted forward plus backward, seconds.
+    pub predicted_s: f64,
+    /// Measured and predicted forward, seconds.
+    pub forward_s: [f64; 2],
+    /// Measured and predicted backward, seconds.
+    pub backward_s: [f64; 2],
+    /// (predicted - measured) / measured.
+    pub error: f64,
+}
+
+/// How the step predictions of one GPU (or all) did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StepSummary {
+    /// The GPU, or `all`.
+    pub device: String,
+    /// Steps predicted.
+    pub steps: usize,
+    /// Median |predicted - measured| / measured.
+    pub median_abs_rel_error: f64,
+    /// Median (predicted - measured) / measured.
+    pub bias: f64,
 }
 
 /// The figures a device needs for the transferred model, from its catalog file.
@@ -140,28 +184,127 @@ pub fn transfer(kernels: &Path) -> Result<TransferCheck> {
     let points = transfer::points(&set, &specs)?;
     let held = transfer::leave_one_out(&points)?;
     let dir = kernels.join(crate::import::LABELS);
-    let (labels, label_devices) = if dir.is_dir() {
+    let mut check = TransferCheck {
+        labels: Vec::new(),
+        label_devices: Vec::new(),
+        steps: Vec::new(),
+        step_summary: Vec::new(),
+        steps_skipped: Vec::new(),
+        set,
+        points,
+        held,
+    };
+    if dir.is_dir() {
         let l = LabelSet::read(&dir)?;
         let mut specs = BTreeMap::new();
         for name in l.devices() {
             specs.insert(name.to_owned(), spec(name, &dir)?);
         }
-        let all: Vec<&transfer::Point> = points.iter().collect();
+        let all: Vec<&transfer::Point> = check.points.iter().collect();
         let models = transfer::fit(&all)?;
-        (
-            transfer::labels(&models, &held, &l, &specs)?,
-            l.devices().iter().map(|d| (*d).to_owned()).collect(),
-        )
-    } else {
-        (Vec::new(), Vec::new())
+        check.labels = transfer::labels(&models, &check.held, &l, &specs)?;
+        check.label_devices = l.devices().iter().map(|d| (*d).to_owned()).collect();
+        let model = transfer::model(&check.points, &check.held, "", "")?;
+        let (steps, skipped) = steps(&model, &l, &dir)?;
+        check.step_summary = step_summary(&steps);
+        check.steps = steps;
+        check.steps_skipped = skipped;
+    }
+    Ok(check)
+}
+
+/// The single-GPU training steps of `labels` (in `dir`) predicted with `model` as `predict`
+/// times a step's compute (FP32, every layer by the transferred kernel model, never below
+/// the ideal bound), forward and backward without the optimizer update (the labels time
+/// none); and the labels left out, with why.
+fn steps(
+    model: &ridgeline_model::transfer::Model,
+    labels: &LabelSet,
+    dir: &Path,
+) -> Result<(Vec<StepCheck>, Vec<String>)> {
+    use ridgeline_model::memory::Optimizer;
+    use ridgeline_model::predict::{DeviceRates, StepModel, Timing};
+    use ridgeline_model::roofline::Efficiency;
+    use ridgeline_model::workloads::transformer::{self, Config};
+    let mut out = Vec::new();
+    let mut skipped = Vec::new();
+    for s in &labels.steps {
+        let what = format!("{} {} batch {} on {}", s.model, s.seq, s.batch, s.device);
+        if !s.parallel.is_empty() {
+            skipped.push(format!(
+                "{what}, {}: a split over several GPUs (not yet predicted)",
+                s.parallel
+            ));
+            continue;
+        }
+        let file = dir.join("models").join(format!("{}.json", s.model));
+        let text = labels
+            .models
+            .get(&s.model)
+            .with_context(|| format!("{}: missing", file.display()))?;
+        let config = match Config::from_json(text, &file.display().to_string()) {
+            Ok(c) => c,
+            Err(e) => {
+                skipped.push(format!("{what}: {e}"));
+                continue;
+            }
+        };
+        let seq = usize::try_from(s.seq)?;
+        let graph = transformer::build(&s.model, &config, seq, 1.0)
+            .map_err(|e| anyhow::anyhow!("{what}: layer `{}`: {}", e.layer, e.message))?;
+        let system = ridgeline_model::catalog::system(&s.device)?;
+        let spec = DeviceSpec::fp32(&system.device).with_context(|| {
+            format!(
+                "device `{}` lacks {}",
+                s.device,
+                DeviceSpec::missing(&system.device).join(", ")
+            )
+        })?;
+        let step = StepModel::new(&graph, Precision::Fp32, Optimizer::Sgd);
+        let rates = DeviceRates::of(&system, Precision::Fp32, Efficiency::IDEAL)?;
+        let timing = Timing {
+            profile: None,
+            transfer: Some((model, spec)),
+        };
+        let layers = step.layer_times(s.batch as f64, &rates, &timing);
+        let forward: f64 = layers.iter().map(|l| l.forward_s).sum();
+        let backward: f64 = layers.iter().map(|l| l.backward_s).sum();
+        let predicted = forward + backward;
+        out.push(StepCheck {
+            device: s.device.clone(),
+            model: s.model.clone(),
+            batch: s.batch,
+            seq: s.seq,
+            measured_s: s.step_s,
+            predicted_s: predicted,
+            forward_s: [s.forward_s, forward],
+            backward_s: [s.backward_s, backward],
+            error: predicted / s.step_s - 1.0,
+        });
+    }
+    Ok((out, skipped))
+}
+
+/// Median |error| and bias of `steps` per GPU, then over all of them.
+fn step_summary(steps: &[StepCheck]) -> Vec<StepSummary> {
+    let median = |v: Vec<f64>| ridgeline_calibrate::stats::median(&v);
+    let summary = |device: &str, rows: Vec<&StepCheck>| StepSummary {
+        device: device.to_owned(),
+        steps: rows.len(),
+        median_abs_rel_error: median(rows.iter().map(|r| r.error.abs()).collect()),
+        bias: median(rows.iter().map(|r| r.error).collect()),
     };
-    Ok(TransferCheck {
-        set,
-        points,
-        held,
-        labels,
-        label_devices,
-    })
+    let mut devices: Vec<&str> = steps.iter().map(|s| s.device.as_str()).collect();
+    devices.sort_unstable();
+    devices.dedup();
+    let mut out: Vec<StepSummary> = devices
+        .iter()
+        .map(|d| summary(d, steps.iter().filter(|s| s.device == *d).collect()))
+        .collect();
+    if !steps.is_empty() {
+        out.push(summary("all", steps.iter().collect()));
+    }
+    out
 }
 
 /// The kernel model fitted on every device of the kernel set in `kernels`, with the
@@ -681,6 +824,38 @@ mod tests {
             assert!(h.median_abs_rel_error < 1e-3, "{h:?}");
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// NeuSight's single-GPU training steps of the models ridgeline builds are predicted;
+    /// the splits over four GPUs and the Switch Transformer are listed as not predicted.
+    #[test]
+    fn whole_step_labels_are_predicted_or_named() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/neusight/labels");
+        let labels = LabelSet::read(&dir).unwrap();
+        let model = ridgeline_model::transfer::Model::builtin();
+        let (checks, skipped) = steps(model, &labels, &dir).unwrap();
+        assert_eq!(checks.len(), 20);
+        assert_eq!(skipped.len(), labels.steps.len() - 20);
+        assert!(skipped.iter().any(|s| s.contains("switch_transformers")));
+        assert!(skipped.iter().any(|s| s.contains("tp4")));
+        for c in &checks {
+            assert!(c.predicted_s > 0.0 && c.predicted_s.is_finite(), "{c:?}");
+            assert!((c.forward_s[1] + c.backward_s[1] - c.predicted_s).abs() < 1e-12);
+            assert!((c.error - (c.predicted_s / c.measured_s - 1.0)).abs() < 1e-12);
+        }
+        // Twice the batch, about twice the time.
+        let gpt2 = |b| {
+            checks
+                .iter()
+                .find(|c| c.device == "h100-sxm5-80gb" && c.model == "gpt2_large" && c.batch == b)
+                .unwrap()
+                .predicted_s
+        };
+        let r = gpt2(4) / gpt2(1);
+        assert!((3.0..4.2).contains(&r), "{r}");
+        let summary = step_summary(&checks);
+        assert_eq!(summary.last().unwrap().device, "all");
+        assert_eq!(summary.last().unwrap().steps, 20);
     }
 
     /// The coefficients ridgeline ships are what fitting the shipped kernel set gives

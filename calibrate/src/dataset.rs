@@ -113,29 +113,111 @@ pub struct LabelOp {
     pub backward_s: f64,
 }
 
-/// Per-operator measurements of whole training steps on devices, with their source.
+/// One whole training step measured on one or more devices (NeuSight's step labels).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepLabel {
+    /// The ridgeline device name it ran on.
+    pub device: String,
+    /// The model (a configuration under `models/`: `bert_large`, `gpt2_large`, ...).
+    pub model: String,
+    /// Sequences per step (over every device of a data-parallel run).
+    pub batch: u64,
+    /// Tokens per sequence.
+    pub seq: u64,
+    /// How the step was split over devices: empty on one device, else `dp4`, `tp4` or
+    /// `pp4_1` (4 devices; pipeline with 1 micro-batch).
+    pub parallel: String,
+    /// Forward time, seconds (0 where the run timed only the whole step).
+    #[serde(serialize_with = "six_digits")]
+    pub forward_s: f64,
+    /// Backward time, seconds (0 where the run timed only the whole step).
+    #[serde(serialize_with = "six_digits")]
+    pub backward_s: f64,
+    /// The step, seconds.
+    #[serde(serialize_with = "six_digits")]
+    pub step_s: f64,
+}
+
+/// Per-operator measurements of whole training steps on devices, the steps' own times and
+/// the configurations of their models, with their source.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LabelSet {
     /// Where they come from.
     pub source: Source,
     /// The operators.
     pub ops: Vec<LabelOp>,
+    /// The whole steps.
+    pub steps: Vec<StepLabel>,
+    /// The models' configurations (Hugging Face `config.json` text), by model name.
+    pub models: std::collections::BTreeMap<String, String>,
 }
 
 const OPS: &str = "ops.csv.gz";
+const STEPS: &str = "steps.csv.gz";
+const MODELS: &str = "models";
 
 impl LabelSet {
     /// Writes the set into `dir` (created if missing), replacing its files.
     pub fn write(&self, dir: &Path) -> Result<()> {
         write_source(dir, &self.source)?;
-        write_table(&dir.join(OPS), &self.ops)
+        write_table(&dir.join(OPS), &self.ops)?;
+        write_table(&dir.join(STEPS), &self.steps)?;
+        let models = dir.join(MODELS);
+        let io = |p: &Path, e: std::io::Error| Error::Input(format!("{}: {e}", p.display()));
+        std::fs::create_dir_all(&models).map_err(|e| io(&models, e))?;
+        for (name, text) in &self.models {
+            let path = models.join(format!("{name}.json"));
+            std::fs::write(&path, text).map_err(|e| io(&path, e))?;
+        }
+        Ok(())
     }
 
-    /// Reads the set in `dir`; an error names the file, the row and the field.
+    /// Reads the set in `dir`; an error names the file, the row and the field. A set
+    /// without steps (`steps.csv.gz`) or models (`models/`) has none.
     pub fn read(dir: &Path) -> Result<LabelSet> {
         let source = read_source(dir)?;
+        let steps_path = dir.join(STEPS);
+        let steps: Vec<StepLabel> = if steps_path.is_file() {
+            read_table(&steps_path)?
+        } else {
+            Vec::new()
+        };
+        for (i, s) in steps.iter().enumerate() {
+            let times = [s.forward_s, s.backward_s];
+            let what = if !(s.step_s.is_finite() && s.step_s > 0.0) {
+                format!("step_s {}: a time is positive", s.step_s)
+            } else if times.iter().any(|t| !(t.is_finite() && *t >= 0.0)) {
+                "forward_s and backward_s are not negative".to_owned()
+            } else if s.batch == 0 || s.seq == 0 {
+                "batch and seq are at least 1".to_owned()
+            } else if !matches!(s.parallel.as_str(), "" | "dp4" | "tp4" | "pp4_1") {
+                format!("parallel `{}`: one of \"\", dp4, tp4, pp4_1", s.parallel)
+            } else {
+                continue;
+            };
+            return Err(Error::Input(format!(
+                "{}: row {}: {what}; convert the set again with `ridgeline import`",
+                steps_path.display(),
+                i + 1
+            )));
+        }
+        let mut models = std::collections::BTreeMap::new();
+        if let Ok(entries) = std::fs::read_dir(dir.join(MODELS)) {
+            for e in entries.flatten() {
+                let path = e.path();
+                if path.extension().is_some_and(|x| x == "json")
+                    && let Some(name) = path.file_stem().and_then(|n| n.to_str())
+                {
+                    let text = std::fs::read_to_string(&path)
+                        .map_err(|e| Error::Input(format!("{}: {e}", path.display())))?;
+                    models.insert(name.to_owned(), text);
+                }
+            }
+        }
         let set = LabelSet {
             ops: read_table(&dir.join(OPS))?,
+            steps,
+            models,
             source,
         };
         let path = dir.join(OPS);

@@ -19,7 +19,9 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::dataset::{ConvSample, GemmSample, KernelSet, LabelOp, LabelSet, Source, VectorSample};
+use crate::dataset::{
+    ConvSample, GemmSample, KernelSet, LabelOp, LabelSet, Source, StepLabel, VectorSample,
+};
 use crate::error::{Error, Result};
 
 /// Where the kernels are in a checkout of the repository.
@@ -153,21 +155,44 @@ pub fn convert_labels(dir: &Path, commit: &str) -> Result<Option<LabelSet>> {
                 .into(),
             repository: "https://github.com/trsharm25/NeuSight".into(),
             commit: commit.to_owned(),
-            paths: format!("{LABELS}/<GPU>/<model>-train-<sequence>-<batch>.csv"),
+            paths: format!(
+                "{LABELS}/<GPU>/<model>-train-<sequence>-<batch>.csv (operators) and \
+                 <model>-train-<sequence>-<batch>[-<split>].json (steps); \
+                 {MODEL_CONFIGS}/<model>.json (models)"
+            ),
             licence: "MIT".into(),
             copyright: "Copyright (c) 2025 Georgia Institute of Technology and Microsoft \
                         Corporation"
                 .into(),
-            measured_with: "PyTorch, FP32; each operator of a torch.fx trace timed in place \
-                            with CUDA events, forward and backward (fw_latency, bw_latency, \
-                            milliseconds converted to seconds); rows that run no kernel of a \
-                            class the kernel set has (views, copies, embeddings) are left out"
+            measured_with: "PyTorch 2.1, Hugging Face transformers 4.38.1, FP32 (TF32 off), \
+                            eager attention, dropout on; each operator of a torch.fx trace \
+                            timed in place with CUDA events, forward and backward \
+                            (fw_latency, bw_latency, milliseconds converted to seconds); rows \
+                            that run no kernel of a class the kernel set has (views, copies, \
+                            embeddings) are left out. Steps: forward and backward of the whole \
+                            model (no optimizer step) on one GPU, the mean of the 5 fastest of \
+                            25 iterations; on 4 GPUs (Megatron-LM, dp4, tp4, pp4 with one \
+                            micro-batch) the whole training step with Adam"
                 .into(),
             converted_by: format!("ridgeline import neusight DIR --commit {commit}"),
             devices: BTreeMap::new(),
         },
         ops: Vec::new(),
+        steps: Vec::new(),
+        models: BTreeMap::new(),
     };
+    for (gpu, device) in LABEL_DEVICES {
+        for step in step_labels(&root.join(gpu), device)? {
+            set.source.devices.insert(gpu.to_owned(), device.to_owned());
+            if !set.models.contains_key(&step.model) {
+                let path = dir.join(MODEL_CONFIGS).join(format!("{}.json", step.model));
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| Error::Input(format!("{}: {e}", path.display())))?;
+                set.models.insert(step.model.clone(), text);
+            }
+            set.steps.push(step);
+        }
+    }
     for (gpu, device) in LABEL_DEVICES {
         let Ok(entries) = std::fs::read_dir(root.join(gpu)) else {
             continue;
@@ -216,6 +241,68 @@ pub fn convert_labels(dir: &Path, commit: &str) -> Result<Option<LabelSet>> {
         }
     }
     Ok(Some(set))
+}
+
+/// Where the models' configurations are in a checkout.
+pub const MODEL_CONFIGS: &str = "scripts/asplos/data/DLmodel_configs";
+
+/// A whole step's times as NeuSight writes them (milliseconds).
+#[derive(Deserialize)]
+struct StepJson {
+    e2e_latency: f64,
+    #[serde(default)]
+    fw_latency: Option<f64>,
+    #[serde(default)]
+    bwall_latency: Option<f64>,
+}
+
+/// The training steps measured in `dir` (one GPU's label directory) as `device`: files
+/// `<model>-train-<seq>-<batch>[-<split>].json`.
+fn step_labels(dir: &Path, device: &str) -> Result<Vec<StepLabel>> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(Vec::new());
+    };
+    let mut files: Vec<_> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for path in files {
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let parts: Vec<&str> = stem.split('-').collect();
+        let (model, phase, seq, batch, parallel) = match parts.as_slice() {
+            [m, p, s, b] => (*m, *p, *s, *b, ""),
+            [m, p, s, b, x] => (*m, *p, *s, *b, *x),
+            _ => continue,
+        };
+        if phase != "train" {
+            continue;
+        }
+        let bad = |what: &str| Error::Input(format!("{}: {what}", path.display()));
+        let (Ok(seq), Ok(batch)) = (seq.parse::<u64>(), batch.parse::<u64>()) else {
+            return Err(bad(
+                "the name is not <model>-train-<seq>-<batch>[-<split>].json",
+            ));
+        };
+        let text = std::fs::read_to_string(&path).map_err(|e| bad(&e.to_string()))?;
+        let j: StepJson = serde_json::from_str(&text).map_err(|e| bad(&e.to_string()))?;
+        let ms = |v: Option<f64>| v.unwrap_or(0.0).max(0.0) * 1e-3;
+        out.push(StepLabel {
+            device: device.to_owned(),
+            model: model.to_owned(),
+            batch,
+            seq,
+            parallel: parallel.to_owned(),
+            forward_s: ms(j.fw_latency),
+            backward_s: ms(j.bwall_latency),
+            step_s: j.e2e_latency * 1e-3,
+        });
+    }
+    Ok(out)
 }
 
 #[derive(Deserialize)]

@@ -582,6 +582,8 @@ mod tests {
                 converted_by: String::new(),
                 devices: [("E".to_owned(), "e".to_owned())].into(),
             },
+            steps: Vec::new(),
+            models: BTreeMap::new(),
             ops: vec![
                 op(
                     "linear",

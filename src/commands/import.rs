@@ -14,10 +14,10 @@ pub(crate) fn neusight(args: &ImportNeusightArgs) -> Result<()> {
             .summary("written", done.out.clone())
             .summary("commit", done.commit.clone());
         for (family, device, n) in &done.counts {
-            let what = if family == "labels" {
-                "operators of training steps (validation only)"
-            } else {
-                "kernels"
+            let what = match family.as_str() {
+                "labels" => "operators of training steps (validation only)",
+                "steps" => "training steps (validation only)",
+                _ => "kernels",
             };
             d = d.summary(format!("{family} on {device}"), format!("{n} {what}"));
         }

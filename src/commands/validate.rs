@@ -117,6 +117,28 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
                 )
                 .note("`step` rows: the model fitted on every GPU above predicts each operator of whole FP32 training steps (BERT, GPT-2, GPT-3, OPT) measured in place on GPUs outside the fit (NeuSight's per-operator labels), forward and backward; gemm = linear layers and batched products, vector = softmax, layer norm, GELU, dropout and element-wise ops; all = every operator and pass. Intervals: each class's 90 % interval from leaving one GPU out above.");
         }
+        if !check.steps.is_empty() {
+            d = d.table(output::table(
+                &check.steps,
+                &tables::step_label_cols(),
+                style,
+            ));
+            for s in &check.step_summary {
+                d = d.summary(
+                    format!("whole steps, {}", s.device),
+                    format!(
+                        "{} steps, median |error| {:.1}%, bias {:+.1}%",
+                        s.steps,
+                        100.0 * s.median_abs_rel_error,
+                        100.0 * s.bias
+                    ),
+                );
+            }
+            d = d.note("Whole steps: each single-GPU FP32 training step NeuSight measured on a GPU outside the fit (forward and backward, no optimizer step), built from the model's own configuration (labels/models) as `workload show` builds a transformer and timed as `predict` times its compute: the transferred kernel model fitted on every GPU above, never below the ideal bound.");
+            for s in &check.steps_skipped {
+                d = d.note(format!("not predicted: {s}"));
+            }
+        }
         d
     })
 }

@@ -426,6 +426,15 @@ fn import_neusight_writes_a_kernel_set_and_refuses_what_it_cannot_source() {
     }
     let source = std::fs::read_to_string(out.join("SOURCE.toml")).unwrap();
     assert!(source.contains("commit = \"db1fdc9\"") && source.contains("MIT"));
+    // The whole-step labels (one GPU, and tensor-parallel over four) and their model.
+    let labels = out.join("labels");
+    assert!(labels.join("steps.csv.gz").is_file());
+    let config = std::fs::read_to_string(labels.join("models/gpt2_large.json")).unwrap();
+    assert!(config.contains("\"n_embd\": 1280"), "{config}");
+    assert!(
+        text.contains("2 training steps"),
+        "the import names the steps it converted: {text}"
+    );
     // The fixture sits inside ridgeline's repository: its commit is not NeuSight's.
     let err = run_err(&["import", "neusight", &dir, "--out", o]);
     assert!(err.contains("--commit"), "{err}");

@@ -139,6 +139,46 @@ pub fn workload(args: &WorkloadSpec) -> Result<Graph> {
     )?)
 }
 
+/// A transformer a command names, for splitting it over devices
+/// ([`ridgeline_model::parallel`]): its name, configuration and sequence length (a built-in
+/// transformer's reference length, or the model's positions, unless `--seq-len`).
+pub fn transformer(args: &WorkloadSpec) -> Result<(String, workloads::transformer::Config, usize)> {
+    let name = args.name.as_str();
+    let config = if name.ends_with(".json") {
+        workloads::transformer::Config::from_json(&read(name, "model configuration")?, name)?
+    } else {
+        let b = workloads::find(name)?;
+        b.transformer_config().with_context(|| {
+            format!(
+                "`{name}` is not a transformer: tensor and pipeline parallelism split the \
+                 built-in transformers (bert-large, gpt2-large, gpt3-xl, gpt3-2.7b, opt-1.3b) \
+                 or a Hugging Face config.json"
+            )
+        })?
+    };
+    if args.width.is_some_and(|w| w != 1.0) {
+        bail!("--width does not apply to a split model; give a config.json of the size");
+    }
+    let reference = workloads::find(name).map_or(config.max_position_embeddings, |b| b.input[0]);
+    let seq = match args.input_size.as_deref() {
+        None => reference,
+        Some([s]) if *s > 0 && *s <= config.max_position_embeddings => *s,
+        Some(s) => bail!(
+            "--seq-len {s:?}: `{name}` takes one sequence length from 1 to its {} positions",
+            config.max_position_embeddings
+        ),
+    };
+    let stem = if name.ends_with(".json") {
+        Path::new(name)
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or(name)
+    } else {
+        name
+    };
+    Ok((stem.to_owned(), config, seq))
+}
+
 /// A transformer from a Hugging Face `config.json`, for sequences of `--seq-len` tokens
 /// (the model's positions by default).
 fn config_json(name: &str, args: &WorkloadSpec) -> Result<Graph> {

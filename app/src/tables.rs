@@ -509,11 +509,39 @@ pub fn holdout_cols() -> [Col<Holdout>; 7] {
     ]
 }
 
+/// A pipeline's stages, one micro-batch each ([`ridgeline_model::parallel::Stage`]).
+pub fn stage_cols() -> [Col<ridgeline_model::parallel::Stage>; 7] {
+    fn t(v: f64, s: Style) -> String {
+        s.seconds(Seconds::new(v))
+    }
+    [
+        text("transformer layers", "layers", |st, _| {
+            format!("{}..{}", st.layers[0], st.layers[1])
+        }),
+        num("forward", "forward_s", |st, s| t(st.forward_s, s)),
+        num("backward", "backward_s", |st, s| t(st.backward_s, s)),
+        num("tensor allreduce", "tensor_allreduce_s", |st, s| {
+            t(st.tensor_allreduce_s, s)
+        }),
+        num("point to point", "p2p_s", |st, s| t(st.p2p_s, s)),
+        num("params", "params", |st, s| s.count(st.params)),
+        num("memory", "memory_bytes", |st, s| {
+            s.bytes(ridgeline_model::units::Bytes::new(st.memory_bytes))
+        }),
+    ]
+}
+
 /// Whole training steps of GPUs outside the kernel model's fit, measured and predicted.
 pub fn step_label_cols() -> [Col<crate::validation::StepCheck>; 8] {
     [
         text("GPU", "device", |c, _| c.device.clone()),
-        text("model", "model", |c, _| c.model.clone()),
+        text("model", "model", |c, _| {
+            if c.parallel.is_empty() {
+                c.model.clone()
+            } else {
+                format!("{} {}", c.model, c.parallel)
+            }
+        }),
         num("batch", "batch", |c, s| s.count(c.batch)),
         num("tokens", "seq", |c, s| s.count(c.seq)),
         num("measured", "measured_s", |c, s| {

@@ -144,6 +144,8 @@ pub struct StepCheck {
     pub backward_s: [f64; 2],
     /// (predicted - measured) / measured.
     pub error: f64,
+    /// The split over several GPUs (`dp4`, `tp4`, `pp4_1`), empty on one GPU.
+    pub parallel: String,
 }
 
 /// How the step predictions of one GPU (or all) did.
@@ -230,13 +232,6 @@ fn steps(
     let mut skipped = Vec::new();
     for s in &labels.steps {
         let what = format!("{} {} batch {} on {}", s.model, s.seq, s.batch, s.device);
-        if !s.parallel.is_empty() {
-            skipped.push(format!(
-                "{what}, {}: a split over several GPUs (not yet predicted)",
-                s.parallel
-            ));
-            continue;
-        }
         let file = dir.join("models").join(format!("{}.json", s.model));
         let text = labels
             .models
@@ -250,6 +245,10 @@ fn steps(
             }
         };
         let seq = usize::try_from(s.seq)?;
+        if !s.parallel.is_empty() {
+            out.push(split_step(model, s, &config, seq)?);
+            continue;
+        }
         let graph = transformer::build(&s.model, &config, seq, 1.0)
             .map_err(|e| anyhow::anyhow!("{what}: layer `{}`: {}", e.layer, e.message))?;
         let system = ridgeline_model::catalog::system(&s.device)?;
@@ -280,9 +279,77 @@ fn steps(
             forward_s: [s.forward_s, forward],
             backward_s: [s.backward_s, backward],
             error: predicted / s.step_s - 1.0,
+            parallel: String::new(),
         });
     }
     Ok((out, skipped))
+}
+
+/// A step label split over four GPUs (`dp4`, `tp4`, `pp4_1`), predicted as
+/// [`ridgeline_model::parallel::step`] times it: the whole training step with Adam (as
+/// Megatron-LM ran it), on four GPUs of a node of NVLink (a DGX H100's; a DGX A100's with the
+/// 40 GB A100, whose NVLink is the same).
+fn split_step(
+    model: &ridgeline_model::transfer::Model,
+    s: &ridgeline_calibrate::dataset::StepLabel,
+    config: &ridgeline_model::workloads::transformer::Config,
+    seq: usize,
+) -> Result<StepCheck> {
+    use ridgeline_model::memory::Optimizer;
+    use ridgeline_model::parallel::{self, Split};
+    use ridgeline_model::predict::Timing;
+    let one = Split {
+        tensor: 1,
+        pipeline: 1,
+        data: 1,
+        micro_batches: 1,
+    };
+    let split = match s.parallel.as_str() {
+        "dp4" => Split { data: 4, ..one },
+        "tp4" => Split { tensor: 4, ..one },
+        "pp4_1" => Split { pipeline: 4, ..one },
+        other => bail!("split `{other}` is not one of dp4, tp4, pp4_1"),
+    };
+    let mut system = match s.device.as_str() {
+        "h100-sxm5-80gb" => ridgeline_model::catalog::system("dgx-h100")?,
+        "a100-sxm4-40gb" => ridgeline_model::catalog::system("dgx-a100")?,
+        other => bail!("no catalog node with NVLink holds `{other}`"),
+    };
+    system.device = ridgeline_model::catalog::device(&s.device)?;
+    let spec = DeviceSpec::fp32(&system.device)
+        .with_context(|| format!("device `{}` lacks the kernel model's figures", s.device))?;
+    let timing = Timing {
+        profile: None,
+        transfer: Some((model, spec)),
+    };
+    let step = parallel::step(
+        &s.model,
+        config,
+        seq,
+        s.batch,
+        split,
+        &system,
+        Precision::Fp32,
+        Optimizer::Adam,
+        &timing,
+    )?;
+    let slowest = step
+        .stages
+        .iter()
+        .max_by(|a, b| (a.forward_s + a.backward_s).total_cmp(&(b.forward_s + b.backward_s)));
+    let (f, b) = slowest.map_or((0.0, 0.0), |st| (st.forward_s, st.backward_s));
+    Ok(StepCheck {
+        device: s.device.clone(),
+        model: s.model.clone(),
+        batch: s.batch,
+        seq: s.seq,
+        measured_s: s.step_s,
+        predicted_s: step.step_s,
+        forward_s: [s.forward_s, f],
+        backward_s: [s.backward_s, b],
+        error: step.step_s / s.step_s - 1.0,
+        parallel: s.parallel.clone(),
+    })
 }
 
 /// Median |error| and bias of `steps` per GPU, then over all of them.
@@ -294,15 +361,25 @@ fn step_summary(steps: &[StepCheck]) -> Vec<StepSummary> {
         median_abs_rel_error: median(rows.iter().map(|r| r.error.abs()).collect()),
         bias: median(rows.iter().map(|r| r.error).collect()),
     };
-    let mut devices: Vec<&str> = steps.iter().map(|s| s.device.as_str()).collect();
+    let single: Vec<&StepCheck> = steps.iter().filter(|s| s.parallel.is_empty()).collect();
+    let mut devices: Vec<&str> = single.iter().map(|s| s.device.as_str()).collect();
     devices.sort_unstable();
     devices.dedup();
     let mut out: Vec<StepSummary> = devices
         .iter()
-        .map(|d| summary(d, steps.iter().filter(|s| s.device == *d).collect()))
+        .map(|d| {
+            summary(
+                d,
+                single.iter().filter(|s| s.device == *d).copied().collect(),
+            )
+        })
         .collect();
-    if !steps.is_empty() {
-        out.push(summary("all", steps.iter().collect()));
+    if !single.is_empty() {
+        out.push(summary("all", single));
+    }
+    let split: Vec<&StepCheck> = steps.iter().filter(|s| !s.parallel.is_empty()).collect();
+    if !split.is_empty() {
+        out.push(summary("4 GPUs (dp4, tp4, pp4)", split));
     }
     out
 }
@@ -834,28 +911,37 @@ mod tests {
         let labels = LabelSet::read(&dir).unwrap();
         let model = ridgeline_model::transfer::Model::builtin();
         let (checks, skipped) = steps(model, &labels, &dir).unwrap();
-        assert_eq!(checks.len(), 20);
-        assert_eq!(skipped.len(), labels.steps.len() - 20);
-        assert!(skipped.iter().any(|s| s.contains("switch_transformers")));
-        assert!(skipped.iter().any(|s| s.contains("tp4")));
+        // 20 on one GPU, 11 over four; the Switch Transformer's two are not built.
+        assert_eq!(checks.len(), 31);
+        assert_eq!(skipped.len(), 2);
+        assert!(skipped.iter().all(|s| s.contains("switch_transformers")));
+        assert_eq!(checks.iter().filter(|c| !c.parallel.is_empty()).count(), 11);
         for c in &checks {
             assert!(c.predicted_s > 0.0 && c.predicted_s.is_finite(), "{c:?}");
-            assert!((c.forward_s[1] + c.backward_s[1] - c.predicted_s).abs() < 1e-12);
+            if c.parallel.is_empty() {
+                assert!((c.forward_s[1] + c.backward_s[1] - c.predicted_s).abs() < 1e-12);
+            }
             assert!((c.error - (c.predicted_s / c.measured_s - 1.0)).abs() < 1e-12);
         }
         // Twice the batch, about twice the time.
         let gpt2 = |b| {
             checks
                 .iter()
-                .find(|c| c.device == "h100-sxm5-80gb" && c.model == "gpt2_large" && c.batch == b)
+                .find(|c| {
+                    c.device == "h100-sxm5-80gb"
+                        && c.model == "gpt2_large"
+                        && c.batch == b
+                        && c.parallel.is_empty()
+                })
                 .unwrap()
                 .predicted_s
         };
         let r = gpt2(4) / gpt2(1);
         assert!((3.0..4.2).contains(&r), "{r}");
         let summary = step_summary(&checks);
-        assert_eq!(summary.last().unwrap().device, "all");
-        assert_eq!(summary.last().unwrap().steps, 20);
+        let all = summary.iter().find(|s| s.device == "all").unwrap();
+        assert_eq!(all.steps, 20);
+        assert_eq!(summary.last().unwrap().steps, 11);
     }
 
     /// The coefficients ridgeline ships are what fitting the shipped kernel set gives

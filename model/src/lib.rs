@@ -29,6 +29,7 @@
 //! curves, and [`predict`] combines them into step, epoch and time-to-solution predictions
 //! ([`predict::StepModel`] -> [`predict::Plan`] -> [`predict::Plan::evaluate`], split by what
 //! each depends on so that [`sweep`] evaluates millions of configurations per second);
+//! [`parallel`] splits a transformer over tensor, pipeline and data parallelism;
 //! [`scale`] builds strong, weak, ensemble and problem-size series, and [`procurement`]
 //! compares candidate systems (offers with price and power) on a weighted workload mix. This crate does no I/O
 //! beyond parsing text handed to it, and never prints.
@@ -56,6 +57,7 @@ pub mod graph;
 pub mod kernels;
 pub mod links;
 pub mod memory;
+pub mod parallel;
 pub mod precision;
 pub mod predict;
 pub mod procurement;

@@ -97,6 +97,17 @@ pub(crate) struct PredictArgs {
     /// Global batch size, split evenly over the devices (instead of --batch).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "batch")]
     pub(crate) global_batch: Option<u64>,
+    /// Tensor-parallel ranks of each model replica, inside a node (transformers; Megatron's
+    /// split). With --tensor-parallel or --pipeline-parallel, --batch is per data-parallel
+    /// replica.
+    #[arg(long, value_name = "T", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) tensor_parallel: Option<u32>,
+    /// Pipeline stages of each model replica (transformers; the 1F1B schedule).
+    #[arg(long, value_name = "P", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) pipeline_parallel: Option<u32>,
+    /// Micro-batches each replica's batch is cut into (default: the pipeline stages).
+    #[arg(long, value_name = "M", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) micro_batches: Option<u32>,
     #[command(flatten)]
     pub(crate) precision: PrecisionArg,
     #[command(flatten)]

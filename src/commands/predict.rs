@@ -12,6 +12,12 @@ use crate::cli::PredictArgs;
 use crate::output::{self, Style};
 
 pub(crate) fn run(args: &PredictArgs) -> Result<()> {
+    if args.tensor_parallel.is_some()
+        || args.pipeline_parallel.is_some()
+        || args.micro_batches.is_some()
+    {
+        return split(args);
+    }
     let job = inputs::Job::from_flags(
         &args.target.workload.spec(),
         &args.scenario.spec(),
@@ -170,5 +176,102 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
             batch,
             &p,
         ))
+    })
+}
+
+/// `predict` of a transformer split by tensor, pipeline and data parallelism.
+fn split(args: &PredictArgs) -> Result<()> {
+    use ridgeline_model::parallel::{self, Split};
+    use ridgeline_model::predict::{KernelModel, Timing};
+    use ridgeline_model::transfer::{DeviceSpec, Model};
+    let (name, config, seq) = inputs::transformer(&args.target.workload.spec())?;
+    let system = &inputs::system(&args.target.system.system)?;
+    let scenario = args.scenario.spec();
+    let precision = args.precision.precision;
+    let (tensor, pipeline) = (
+        args.tensor_parallel.unwrap_or(1),
+        args.pipeline_parallel.unwrap_or(1),
+    );
+    let devices = u64::from(system.node.devices.value) * u64::from(args.nodes);
+    let per_replica = u64::from(tensor) * u64::from(pipeline);
+    if devices % per_replica != 0 {
+        anyhow::bail!(
+            "--tensor-parallel {tensor} x --pipeline-parallel {pipeline} = {per_replica} devices \
+             a replica: {devices} devices ({} nodes of {}) do not split into replicas of {per_replica}",
+            args.nodes,
+            system.node.devices.value
+        );
+    }
+    let data = u32::try_from(devices / per_replica)?;
+    let global = match (args.batch, args.global_batch) {
+        (Some(b), _) => b * u64::from(data),
+        (None, Some(g)) => g,
+        (None, None) => anyhow::bail!("give --batch (per replica) or --global-batch"),
+    };
+    let split = Split {
+        tensor,
+        pipeline,
+        data,
+        micro_batches: args.micro_batches.unwrap_or(pipeline),
+    };
+    let transfer = (scenario.kernel_model == KernelModel::Transfer)
+        .then(|| DeviceSpec::of(&system.device, precision))
+        .flatten()
+        .map(|spec| (Model::builtin(), spec));
+    let timing = Timing {
+        profile: system.calibration.as_deref(),
+        transfer,
+    };
+    let step = parallel::step(
+        &name,
+        &config,
+        seq,
+        global,
+        split,
+        system,
+        precision,
+        scenario.optimizer,
+        &timing,
+    )?;
+    let capacity = system
+        .device
+        .memory_capacity
+        .as_ref()
+        .map(|m| m.value.value());
+    output::print(args.output.format.format, &step, |style| {
+        let s = Style::Human;
+        let secs = |v: f64| s.seconds(Seconds::new(v));
+        let fits = match capacity {
+            Some(c) if step.memory_per_device_bytes <= c => {
+                format!("of {} (fits)", s.bytes(Bytes::new(c)))
+            }
+            Some(c) => format!("of {} (does NOT fit)", s.bytes(Bytes::new(c))),
+            None => String::new(),
+        };
+        let mut doc = Document::new(format!(
+            "Prediction: {name} ({seq} tokens) on {} x {} nodes, tensor {tensor} x pipeline {pipeline} x data {data}, {global} sequences a step in {} micro-batches of {}, {precision}",
+            system.name, args.nodes, split.micro_batches, step.micro_batch
+        ))
+        .summary("step time", secs(step.step_s))
+        .summary(
+            "  pipeline / data allreduce / update",
+            format!(
+                "{} / {} / {}",
+                secs(step.pipeline_s),
+                secs(step.data_allreduce_s),
+                secs(step.update_s)
+            ),
+        )
+        .summary("  pipeline bubble", format!("{:.1}%", 100.0 * step.bubble))
+        .summary(
+            "throughput",
+            format!("{:.1} sequences/s", global as f64 / step.step_s),
+        )
+        .summary(
+            "memory per device",
+            format!("{} {fits}", s.bytes(Bytes::new(step.memory_per_device_bytes))),
+        );
+        doc = doc.table(output::table(&step.stages, &tables::stage_cols(), style));
+        doc.note("Each stage's times are one micro-batch on one of its tensor-parallel ranks: forward and backward of its layers (timed as predict times layers), its tensor-parallel allreduces (four per transformer layer) and its point-to-point sends; the step is (micro-batches + stages - 1) x the slowest stage, then the data-parallel gradient allreduce and the optimizer update.")
     })
 }

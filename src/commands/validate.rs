@@ -134,7 +134,7 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
                     ),
                 );
             }
-            d = d.note("Whole steps: each single-GPU FP32 training step NeuSight measured on a GPU outside the fit (forward and backward, no optimizer step), built from the model's own configuration (labels/models) as `workload show` builds a transformer and timed as `predict` times its compute: the transferred kernel model fitted on every GPU above, never below the ideal bound.");
+            d = d.note("Whole steps: each single-GPU FP32 training step NeuSight measured on a GPU outside the fit (forward and backward, no optimizer step), built from the model's own configuration (labels/models) as `workload show` builds a transformer and timed as `predict` times its compute: the transferred kernel model fitted on every GPU above, never below the ideal bound. dp4, tp4, pp4_1: the whole step with Adam on four GPUs of an NVLink node split by data, tensor or pipeline parallelism (one micro-batch), as `predict --tensor-parallel/--pipeline-parallel` times it; its forward column is the slowest stage's, one micro-batch.");
             for s in &check.steps_skipped {
                 d = d.note(format!("not predicted: {s}"));
             }

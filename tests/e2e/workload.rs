@@ -200,3 +200,78 @@ fn predict_times_a_transformer_by_the_transferred_model() {
     let by = &v["compute_timed_by"];
     assert!(by["transfer"].as_u64().unwrap() > 250, "{by}");
 }
+
+#[test]
+fn predict_splits_a_transformer_over_tensor_pipeline_and_data() {
+    let v = run_json(&[
+        "predict",
+        "gpt3-2.7b",
+        "--system",
+        "dgx-h100",
+        "--nodes",
+        "2",
+        "--tensor-parallel",
+        "4",
+        "--pipeline-parallel",
+        "2",
+        "--micro-batches",
+        "8",
+        "--global-batch",
+        "64",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(v["split"]["data"].as_u64(), Some(2));
+    assert_eq!(v["micro_batch"].as_u64(), Some(4));
+    // 1F1B: a bubble of (p - 1) / (m + p - 1).
+    assert!((v["bubble"].as_f64().unwrap() - 1.0 / 9.0).abs() < 1e-12);
+    let stages = v["stages"].as_array().unwrap();
+    assert_eq!(stages.len(), 2);
+    assert_eq!(stages[1]["layers"], serde_json::json!([16, 32]));
+    let step = v["step_s"].as_f64().unwrap();
+    let parts = v["pipeline_s"].as_f64().unwrap()
+        + v["data_allreduce_s"].as_f64().unwrap()
+        + v["update_s"].as_f64().unwrap();
+    assert!((step - parts).abs() < 1e-12 * step, "{step} vs {parts}");
+    let e = crate::run_err(&[
+        "predict",
+        "gpt3-2.7b",
+        "--system",
+        "dgx-h100",
+        "--nodes",
+        "1",
+        "--tensor-parallel",
+        "3",
+        "--batch",
+        "1",
+    ]);
+    assert!(e.contains("replicas of 3"), "{e}");
+    let e = crate::run_err(&[
+        "predict",
+        "resnet50",
+        "--system",
+        "dgx-h100",
+        "--nodes",
+        "1",
+        "--tensor-parallel",
+        "2",
+        "--batch",
+        "1",
+    ]);
+    assert!(e.contains("not a transformer"), "{e}");
+    let e = crate::run_err(&[
+        "predict",
+        "gpt3-2.7b",
+        "--system",
+        "dgx-h100",
+        "--nodes",
+        "1",
+        "--tensor-parallel",
+        "8",
+        "--global-batch",
+        "3",
+        "--micro-batches",
+        "2",
+    ]);
+    assert!(e.contains("multiple of 2"), "{e}");
+}

@@ -263,11 +263,40 @@ impl Config {
 /// Builds `config` for sequences of `seq` tokens, hidden sizes scaled by `width` (rounded
 /// to a multiple of the heads).
 pub fn build(name: &str, config: &Config, seq: usize, width: f64) -> Result<Graph, LayerError> {
+    build_split(name, config, seq, width, 1)
+}
+
+/// The graph one of `tensor` tensor-parallel ranks runs (Megatron-LM's split, Shoeybi et al.
+/// 2019, section 3): the query, key and value projections and the first feed-forward layer
+/// split by columns (`1 / tensor` of their outputs each), the attention by heads, the
+/// output projection and the second feed-forward layer by rows (their full output from a
+/// `1 / tensor` share of the input, summed over the ranks by an allreduce the graph does not
+/// hold); the token embeddings and the tied head split by vocabulary; norms, dropout,
+/// residuals, position embeddings and BERT's pooler and masked-LM transform whole on every
+/// rank. `tensor = 1` is [`build`].
+pub fn build_split(
+    name: &str,
+    config: &Config,
+    seq: usize,
+    width: f64,
+    tensor: usize,
+) -> Result<Graph, LayerError> {
     let family = config.family().ok_or_else(|| LayerError {
         layer: "input".into(),
         message: format!("model_type `{}` is not built", config.model_type),
     })?;
     let heads = config.num_attention_heads;
+    let t = tensor.max(1);
+    if !heads.is_multiple_of(t) || !config.ffn().is_multiple_of(t) {
+        return Err(LayerError {
+            layer: "input".into(),
+            message: format!(
+                "a tensor-parallel split of {t} must divide the {heads} heads and the \
+                 feed-forward size {}",
+                config.ffn()
+            ),
+        });
+    }
     #[allow(
         clippy::cast_possible_truncation,
         clippy::cast_sign_loss,
@@ -275,11 +304,13 @@ pub fn build(name: &str, config: &Config, seq: usize, width: f64) -> Result<Grap
     )]
     let scale =
         |v: usize, unit: usize| (((v as f64 * width) / unit as f64).round() as usize).max(1) * unit;
+    let hidden = scale(config.hidden_size, heads);
     let m = Dims {
-        vocab: config.vocab_size,
-        hidden: scale(config.hidden_size, heads),
-        ffn: scale(config.ffn(), 1),
-        heads,
+        vocab: config.vocab_size.div_ceil(t),
+        hidden,
+        shard: hidden / t,
+        ffn: scale(config.ffn(), t) / t,
+        heads: heads / t,
         positions: config.max_position_embeddings,
     };
     let layers = config.num_hidden_layers;
@@ -293,10 +324,10 @@ pub fn build(name: &str, config: &Config, seq: usize, width: f64) -> Result<Grap
             for i in 0..layers {
                 let p = format!("h.{i}");
                 let n = g.push(dotted(&p, "ln_1"), Op::LayerNorm, &[x])?;
-                let qkv = g.push(dotted(&p, "attn.c_attn"), linear(3 * m.hidden), &[n])?;
+                let qkv = g.push(dotted(&p, "attn.c_attn"), linear(3 * m.shard), &[n])?;
                 let a = g.push(
                     dotted(&p, "attn.attention"),
-                    attention(heads, true, drop(config.attn_pdrop)),
+                    attention(m.heads, true, drop(config.attn_pdrop)),
                     &[qkv],
                 )?;
                 let o = g.push(dotted(&p, "attn.c_proj"), linear(m.hidden), &[a])?;
@@ -413,11 +444,16 @@ pub fn build(name: &str, config: &Config, seq: usize, width: f64) -> Result<Grap
     Ok(g)
 }
 
-/// The sizes a model is built with.
+/// The sizes a model (one tensor-parallel rank of it) is built with.
 struct Dims {
+    /// The rank's share of the vocabulary.
     vocab: usize,
     hidden: usize,
+    /// The rank's share of the hidden channels (query, key and value projections).
+    shard: usize,
+    /// The rank's share of the feed-forward size.
     ffn: usize,
+    /// The rank's heads.
     heads: usize,
     positions: usize,
 }
@@ -487,9 +523,9 @@ fn self_attention(
     } else {
         ["q_proj", "k_proj", "v_proj"]
     };
-    let q = g.push(dotted(&p, names[0]), linear(m.hidden), &[x])?;
-    let k = g.push(dotted(&p, names[1]), linear(m.hidden), &[x])?;
-    let v = g.push(dotted(&p, names[2]), linear(m.hidden), &[x])?;
+    let q = g.push(dotted(&p, names[0]), linear(m.shard), &[x])?;
+    let k = g.push(dotted(&p, names[1]), linear(m.shard), &[x])?;
+    let v = g.push(dotted(&p, names[2]), linear(m.shard), &[x])?;
     g.push(
         dotted(&p, "attention"),
         attention(m.heads, causal, dropout),

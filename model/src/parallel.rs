@@ -1,0 +1,443 @@
+//! Model parallelism for transformers: tensor parallel (Megatron-LM's split; Shoeybi et al.,
+//! arXiv:1909.08053), pipeline parallel (the 1F1B schedule of PipeDream-Flush; Narayanan et
+//! al., SC 2021, section 2.2) and data parallel, combined.
+//!
+//! A step of a global batch `B` on `tensor x pipeline x data` devices, in `micro_batches`
+//! micro-batches of `b = B / (data x micro_batches)` sequences:
+//! - each device runs one tensor-parallel rank of one pipeline stage
+//!   ([`crate::workloads::transformer::build_split`], the layers of its stage): its layers
+//!   timed as `predict` times layers (a calibrated profile, else the transferred kernel model,
+//!   else the ideal bound);
+//! - tensor parallelism adds, per micro-batch, two allreduces of the `b x S x H` activations
+//!   per transformer layer forward (after the attention's and the feed-forward's row-split
+//!   layers) and two backward (at their column-split inputs), one after the vocabulary-split
+//!   embeddings and one at the head's input gradient, among the `tensor` devices of a node;
+//! - the pipeline splits the transformer layers evenly over its stages (the embeddings on the
+//!   first, the head and loss on the last); each micro-batch sends its `b x S x H` activations
+//!   to the next stage and their gradients back (point to point); 1F1B takes
+//!   `(m + p - 1)` times the slowest stage's forward and backward of one micro-batch, a bubble
+//!   of `(p - 1) / (m + p - 1)`;
+//! - data parallelism allreduces each device's gradients among its `data` replicas, after
+//!   the pipeline (no overlap), then every device updates its parameters.
+//!
+//! Memory per device: its stage's share of the parameters, gradients and optimizer state, and
+//! the activations of the micro-batches in flight (1F1B: at most `p` on the first stage).
+
+use serde::Serialize;
+
+use crate::collective::{self, Algorithm, Fabric};
+use crate::cost::{self, GraphCost};
+use crate::error::{Error, Result};
+use crate::graph::Graph;
+use crate::memory::{Footprint, Optimizer};
+use crate::precision::Precision;
+use crate::predict::{DeviceRates, StepModel, Timing};
+use crate::roofline::Efficiency;
+use crate::system::System;
+use crate::workloads::transformer::{self, Config};
+
+/// How a step is split over devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Split {
+    /// Tensor-parallel ranks (inside a node).
+    pub tensor: u32,
+    /// Pipeline stages.
+    pub pipeline: u32,
+    /// Data-parallel replicas.
+    pub data: u32,
+    /// Micro-batches a replica's batch is cut into.
+    pub micro_batches: u32,
+}
+
+impl Split {
+    /// Devices the split takes.
+    pub fn devices(&self) -> u64 {
+        u64::from(self.tensor) * u64::from(self.pipeline) * u64::from(self.data)
+    }
+}
+
+/// One stage of the pipeline, as its slowest (every) tensor-parallel rank runs it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Stage {
+    /// Transformer layers `[first, last)` of the stage.
+    pub layers: [usize; 2],
+    /// Forward of one micro-batch, seconds.
+    pub forward_s: f64,
+    /// Backward of one micro-batch, seconds.
+    pub backward_s: f64,
+    /// Its tensor-parallel allreduces for one micro-batch, forward and backward, seconds.
+    pub tensor_allreduce_s: f64,
+    /// Sending one micro-batch's activations on and receiving their gradients, seconds.
+    pub p2p_s: f64,
+    /// Trainable parameters of one rank of the stage.
+    pub params: u64,
+    /// Memory one device of the stage needs, bytes.
+    pub memory_bytes: f64,
+}
+
+/// A training step split over devices.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SplitStep {
+    /// The split.
+    pub split: Split,
+    /// Sequences per micro-batch.
+    pub micro_batch: u64,
+    /// The pipeline's stages.
+    pub stages: Vec<Stage>,
+    /// The pipeline's idle share, `(p - 1) / (m + p - 1)`.
+    pub bubble: f64,
+    /// The pipeline, every micro-batch forward and backward, seconds.
+    pub pipeline_s: f64,
+    /// The data-parallel gradient allreduce, seconds.
+    pub data_allreduce_s: f64,
+    /// The optimizer update of the largest stage, seconds.
+    pub update_s: f64,
+    /// The step, seconds.
+    pub step_s: f64,
+    /// The most memory a device needs, bytes.
+    pub memory_per_device_bytes: f64,
+}
+
+/// Which transformer layer a graph layer belongs to, by its name (`h.3.`, `encoder.layer.3.`,
+/// `model.decoder.layers.3.`); `None` for the embeddings and the head.
+fn block_of(name: &str) -> Option<usize> {
+    for prefix in ["h.", "encoder.layer.", "model.decoder.layers."] {
+        if let Some(rest) = name.strip_prefix(prefix) {
+            return rest.split('.').next()?.parse().ok();
+        }
+    }
+    None
+}
+
+/// The stage of each layer of `graph` (in order) over `stages` stages of `blocks`
+/// transformer layers: embeddings first, head last.
+fn stage_of(graph: &Graph, blocks: usize, stages: usize) -> Vec<usize> {
+    let mut seen_block = false;
+    graph
+        .layers()
+        .iter()
+        .map(|l| match block_of(&l.name) {
+            Some(i) => {
+                seen_block = true;
+                (i * stages / blocks.max(1)).min(stages - 1)
+            }
+            None if seen_block => stages - 1,
+            None => 0,
+        })
+        .collect()
+}
+
+/// A step of `config` (model `name`) at `seq` tokens and `global_batch` sequences, split by
+/// `split` over devices of `system` at `precision`, timed by `timing`.
+#[allow(clippy::too_many_arguments)]
+pub fn step(
+    name: &str,
+    config: &Config,
+    seq: usize,
+    global_batch: u64,
+    split: Split,
+    system: &System,
+    precision: Precision,
+    optimizer: Optimizer,
+    timing: &Timing<'_>,
+) -> Result<SplitStep> {
+    let Split {
+        tensor,
+        pipeline,
+        data,
+        micro_batches,
+    } = split;
+    let bad = |field: &'static str, message: String| Error::argument(field, global_batch, message);
+    if tensor == 0 || pipeline == 0 || data == 0 || micro_batches == 0 {
+        return Err(bad(
+            "split",
+            "tensor, pipeline, data and micro-batches are each at least 1".into(),
+        ));
+    }
+    let per_step = u64::from(data) * u64::from(micro_batches);
+    if global_batch == 0 || !global_batch.is_multiple_of(per_step) {
+        return Err(bad(
+            "global-batch",
+            format!(
+                "{global_batch} sequences do not split into {data} replicas of {micro_batches} \
+                 micro-batches; give a multiple of {per_step}"
+            ),
+        ));
+    }
+    let blocks = config.num_hidden_layers;
+    if pipeline as usize > blocks {
+        return Err(bad(
+            "pipeline",
+            format!("{pipeline} stages for {blocks} transformer layers: at most one stage each"),
+        ));
+    }
+    let node = system.node.devices.value;
+    if tensor > node {
+        return Err(bad(
+            "tensor",
+            format!("{tensor} tensor-parallel ranks do not fit a node of {node} devices"),
+        ));
+    }
+    let micro = global_batch / per_step;
+    let graph = transformer::build_split(name, config, seq, 1.0, tensor as usize).map_err(|e| {
+        Error::argument(
+            "tensor",
+            tensor,
+            format!("layer `{}`: {}", e.layer, e.message),
+        )
+    })?;
+    let model = StepModel::new(&graph, precision, optimizer);
+    let rates = DeviceRates::of(system, precision, Efficiency::IDEAL)?;
+    let times = model.layer_times(micro as f64, &rates, timing);
+    let one: GraphCost<'_> = cost::cost(&graph, 1, precision);
+    let stages = pipeline as usize;
+    let of = stage_of(&graph, blocks, stages);
+
+    // Collectives among the tensor-parallel ranks of a node, and point to point between
+    // stages, on the node's device link.
+    let act = precision.compute_bytes() as f64;
+    let activations = micro as f64 * seq as f64 * config.hidden_size as f64 * act;
+    let mut fabric = Fabric::of(system, 1)?;
+    let tensor_allreduce = if tensor > 1 {
+        fabric.k = tensor;
+        collective::allreduce_time(&fabric, activations, Algorithm::Ring)
+            .map_or(0.0, |a| a.time.value())
+    } else {
+        0.0
+    };
+    let p2p = if pipeline > 1 {
+        let link = Fabric::of(system, 1)?.intra;
+        link.map_or(0.0, |l| 2.0 * (l.alpha + activations * l.beta))
+    } else {
+        0.0
+    };
+
+    let footprint = Footprint::from_cost(&graph, &one, optimizer);
+    let total_params = one.params.max(1) as f64;
+    let total_act: f64 = one.layers.iter().map(|l| l.activation_bytes.value()).sum();
+    let mut out = Vec::with_capacity(stages);
+    for s in 0..stages {
+        let first = (0..blocks)
+            .find(|i| (i * stages / blocks) == s)
+            .unwrap_or(0);
+        let last = (0..blocks)
+            .rev()
+            .find(|i| (i * stages / blocks) == s)
+            .map_or(first, |i| i + 1);
+        let in_stage = |name: &str| {
+            graph
+                .find(name)
+                .is_some_and(|id| of.get(id).copied() == Some(s))
+        };
+        let (mut forward, mut backward) = (0.0, 0.0);
+        for t in times.iter().filter(|t| in_stage(&t.layer)) {
+            forward += t.forward_s;
+            backward += t.backward_s;
+        }
+        let params: u64 = one
+            .layers
+            .iter()
+            .zip(&of)
+            .filter(|(_, st)| **st == s)
+            .map(|(l, _)| l.params)
+            .sum();
+        let act_share: f64 = one
+            .layers
+            .iter()
+            .zip(&of)
+            .filter(|(_, st)| **st == s)
+            .map(|(l, _)| l.activation_bytes.value())
+            .sum::<f64>()
+            / total_act.max(1.0);
+        // Collectives of the stage: four per transformer layer, one after the embeddings
+        // (first stage) and one at the head (last).
+        let mut collectives = 4 * (last - first);
+        if tensor > 1 {
+            collectives += usize::from(s == 0) + usize::from(s == stages - 1);
+        }
+        let in_flight = (stages - s).min(micro_batches as usize) as f64;
+        let share = params as f64 / total_params;
+        let memory = (footprint.parameters.value()
+            + footprint.gradients.value()
+            + footprint.optimizer_state.value())
+            * share
+            + micro as f64
+                * in_flight
+                * (footprint.activations_per_sample.value() * act_share
+                    + footprint.activation_gradients_per_sample.value() * act_share)
+            + footprint.workspace.value();
+        out.push(Stage {
+            layers: [first, last],
+            forward_s: forward,
+            backward_s: backward,
+            tensor_allreduce_s: collectives as f64 * tensor_allreduce,
+            p2p_s: if stages > 1 { p2p } else { 0.0 },
+            params,
+            memory_bytes: memory,
+        });
+    }
+    let slowest = out
+        .iter()
+        .map(|s| s.forward_s + s.backward_s + s.tensor_allreduce_s + s.p2p_s)
+        .fold(0.0, f64::max);
+    let (m, p) = (f64::from(micro_batches), f64::from(pipeline));
+    let pipeline_s = (m + p - 1.0) * slowest;
+    let largest = out.iter().map(|s| s.params).max().unwrap_or(0);
+    let gradient_bytes = largest as f64 * act;
+    let data_allreduce = if data > 1 {
+        let nodes = u32::try_from(split.devices().div_ceil(u64::from(node))).unwrap_or(u32::MAX);
+        let mut f = Fabric::of(system, nodes.max(1))?;
+        // One replica's rank per group of tensor x pipeline devices.
+        f.k = (node / (tensor * pipeline)).max(1).min(data);
+        f.n = data.div_ceil(f.k);
+        collective::allreduce_time(&f, gradient_bytes, Algorithm::Ring)
+            .map_or(0.0, |a| a.time.value())
+    } else {
+        0.0
+    };
+    let update = model.update_bytes * largest as f64 / total_params / rates.bandwidth;
+    let memory = out.iter().map(|s| s.memory_bytes).fold(0.0, f64::max);
+    Ok(SplitStep {
+        split,
+        micro_batch: micro,
+        bubble: (p - 1.0) / (m + p - 1.0),
+        step_s: pipeline_s + data_allreduce + update,
+        stages: out,
+        pipeline_s,
+        data_allreduce_s: data_allreduce,
+        update_s: update,
+        memory_per_device_bytes: memory,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog;
+    use crate::transfer::{DeviceSpec, Model as TransferModel};
+    use crate::workloads;
+
+    fn gpt2() -> Config {
+        workloads::find("gpt2-large")
+            .unwrap()
+            .transformer_config()
+            .unwrap()
+    }
+
+    fn run(split: Split, batch: u64) -> SplitStep {
+        let system = catalog::system("dgx-h100").unwrap();
+        let spec = DeviceSpec::fp32(&system.device).unwrap();
+        let timing = Timing {
+            profile: None,
+            transfer: Some((TransferModel::builtin(), spec)),
+        };
+        step(
+            "gpt2-large",
+            &gpt2(),
+            1024,
+            batch,
+            split,
+            &system,
+            Precision::Fp32,
+            Optimizer::Adam,
+            &timing,
+        )
+        .unwrap()
+    }
+
+    const ONE: Split = Split {
+        tensor: 1,
+        pipeline: 1,
+        data: 1,
+        micro_batches: 1,
+    };
+
+    /// Unsplit, the step is `predict`'s compute on one device plus the update.
+    #[test]
+    fn unsplit_is_the_single_device_step() {
+        let s = run(ONE, 4);
+        let system = catalog::system("dgx-h100").unwrap();
+        let g = workloads::build("gpt2-large", &workloads::BuildOptions::default()).unwrap();
+        let model = StepModel::new(&g, Precision::Fp32, Optimizer::Adam);
+        let rates = DeviceRates::of(&system, Precision::Fp32, Efficiency::IDEAL).unwrap();
+        let spec = DeviceSpec::fp32(&system.device).unwrap();
+        let timing = Timing {
+            profile: None,
+            transfer: Some((TransferModel::builtin(), spec)),
+        };
+        let whole = model.device_times(4.0, &rates, &timing).step;
+        assert!(
+            (s.step_s / whole - 1.0).abs() < 1e-9,
+            "{} vs {whole}",
+            s.step_s
+        );
+        assert_eq!(s.bubble, 0.0);
+        assert_eq!(s.stages.len(), 1);
+        assert_eq!(s.stages[0].params, 774_030_080);
+    }
+
+    #[test]
+    fn the_pipeline_bubble_and_the_tensor_split() {
+        let pp = run(
+            Split {
+                pipeline: 4,
+                micro_batches: 8,
+                ..ONE
+            },
+            16,
+        );
+        assert!((pp.bubble - 3.0 / 11.0).abs() < 1e-12);
+        assert_eq!(pp.stages.len(), 4);
+        assert_eq!(pp.stages[0].layers, [0, 9]);
+        assert_eq!(pp.stages[3].layers, [27, 36]);
+        // Every parameter is on one stage.
+        let params: u64 = pp.stages.iter().map(|s| s.params).sum();
+        assert_eq!(params, 774_030_080);
+        assert!(pp.stages.iter().all(|s| s.p2p_s > 0.0));
+        // Four tensor-parallel ranks: a quarter of the projections' work each, plus the
+        // allreduces; faster than one device, slower than a quarter of it.
+        let one = run(ONE, 4);
+        let tp = run(Split { tensor: 4, ..ONE }, 4);
+        assert!(tp.stages[0].tensor_allreduce_s > 0.0);
+        assert!(tp.step_s < one.step_s && tp.step_s > one.step_s / 4.0);
+        assert!(tp.memory_per_device_bytes < one.memory_per_device_bytes);
+        // Data parallel: each replica a quarter of the batch, and a gradient allreduce.
+        let dp = run(Split { data: 4, ..ONE }, 16);
+        assert_eq!(dp.micro_batch, 4);
+        assert!(dp.data_allreduce_s > 0.0);
+    }
+
+    #[test]
+    fn splits_that_do_not_divide_are_refused() {
+        let system = catalog::system("dgx-h100").unwrap();
+        let timing = Timing::default();
+        let err = |split, batch| {
+            step(
+                "gpt2-large",
+                &gpt2(),
+                1024,
+                batch,
+                split,
+                &system,
+                Precision::Fp32,
+                Optimizer::Adam,
+                &timing,
+            )
+            .unwrap_err()
+            .to_string()
+        };
+        assert!(err(Split { data: 3, ..ONE }, 4).contains("multiple of 3"));
+        assert!(err(Split { tensor: 16, ..ONE }, 4).contains("node of 8"));
+        assert!(err(Split { tensor: 3, ..ONE }, 4).contains("divide the 20 heads"));
+        assert!(
+            err(
+                Split {
+                    pipeline: 40,
+                    ..ONE
+                },
+                4
+            )
+            .contains("36 transformer layers")
+        );
+    }
+}

@@ -128,6 +128,18 @@ pub fn workload(args: &WorkloadSpec) -> Result<Graph> {
     if name.ends_with(".json") {
         return config_json(name, args);
     }
+    if name.ends_with(".onnx") {
+        if args.input_size.is_some() || args.width.is_some() {
+            bail!("--input-size and --width do not apply to an ONNX model: its shapes are its own");
+        }
+        let bytes =
+            std::fs::read(name).with_context(|| format!("cannot read ONNX model `{name}`"))?;
+        let stem = Path::new(name)
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("model");
+        return Ok(ridgeline_model::onnx::import(&bytes, name, stem)?);
+    }
     if args.width.is_some() {
         bail!("--width applies to built-in workloads only; edit the channel counts in `{name}`");
     }

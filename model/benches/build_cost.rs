@@ -34,5 +34,17 @@ fn build_and_cost(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, build_and_cost);
+/// Imports DenseNet-121 from ONNX (1,746 nodes, 548 layers). Target: under 1 s (issue 21).
+fn onnx_import(c: &mut Criterion) {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/onnx/light_densenet121.onnx"
+    );
+    let bytes = std::fs::read(path).expect("the ONNX fixture is checked in");
+    c.bench_function("onnx_import_densenet121", |b| {
+        b.iter(|| ridgeline_model::onnx::import(black_box(&bytes), path, "densenet121"));
+    });
+}
+
+criterion_group!(benches, build_and_cost, onnx_import);
 criterion_main!(benches);

@@ -10,6 +10,18 @@ pub(crate) enum WorkloadCommand {
     Show(ShowArgs),
     /// Write a workload as a TOML layer file that `ridgeline` reads back.
     Export(ExportArgs),
+    /// Import an ONNX model as a TOML layer file (shapes inferred; an op the IR lacks is
+    /// refused with its node).
+    Import(ImportArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ImportArgs {
+    /// The ONNX model (`.onnx`; weights are not read and may be absent).
+    pub(crate) model: PathBuf,
+    /// Write to this file instead of standard output (written whole, or not at all).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -26,6 +26,7 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Workload(WorkloadCommand::List(args)) => workload::list(&args),
         Command::Workload(WorkloadCommand::Show(args)) => workload::show(&args),
         Command::Workload(WorkloadCommand::Export(args)) => workload::export(&args),
+        Command::Workload(WorkloadCommand::Import(args)) => workload::import(&args),
         Command::Memory(args) => memory::run(&args),
         Command::Roofline(args) => roofline::run(&args),
         Command::System(SystemCommand::List(args)) => system::list(&args),

@@ -9,7 +9,7 @@ use ridgeline_model::workloads::{self, BUILTINS, BuildOptions};
 use ridgeline_reports::Document;
 use serde::Serialize;
 
-use crate::cli::{ExportArgs, FormatArg, ShowArgs};
+use crate::cli::{ExportArgs, FormatArg, ImportArgs, ShowArgs};
 use crate::output::{self, Col, Style, num, text};
 
 /// One row of `workload list`.
@@ -123,6 +123,23 @@ pub(crate) fn export(args: &ExportArgs) -> Result<()> {
     let text = file::export(&graph, description)?;
     match &args.out {
         Some(path) => ridgeline_app::atomic::write(path, text),
+        None => output::emit(&text),
+    }
+}
+
+pub(crate) fn import(args: &ImportArgs) -> Result<()> {
+    let path = args.model.display().to_string();
+    if !path.ends_with(".onnx") {
+        anyhow::bail!("`{path}` is not an ONNX model (.onnx)");
+    }
+    let graph = inputs::workload(&ridgeline_app::inputs::WorkloadSpec {
+        name: path.clone(),
+        input_size: None,
+        width: None,
+    })?;
+    let text = file::export(&graph, Some(&format!("imported from {path}")))?;
+    match &args.out {
+        Some(out) => ridgeline_app::atomic::write(out, text),
         None => output::emit(&text),
     }
 }

@@ -275,3 +275,45 @@ fn predict_splits_a_transformer_over_tensor_pipeline_and_data() {
     ]);
     assert!(e.contains("multiple of 2"), "{e}");
 }
+
+#[test]
+fn workload_import_turns_an_onnx_model_into_a_layer_file_or_refuses_it_whole() {
+    let dir = std::env::temp_dir().join(format!("ridgeline-onnx-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("resnet50.toml");
+    run_ok(&[
+        "workload",
+        "import",
+        &fixture("onnx/light_resnet50.onnx"),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let v = run_json(&[
+        "workload",
+        "show",
+        out.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(v["params"].as_u64(), Some(25_557_032));
+    // An ONNX model is a workload as it is, too.
+    let direct = run_json(&[
+        "workload",
+        "show",
+        &fixture("onnx/light_resnet50.onnx"),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(direct["flops_train"], v["flops_train"]);
+    let refused = dir.join("alexnet.toml");
+    let e = crate::run_err(&[
+        "workload",
+        "import",
+        &fixture("onnx/light_bvlc_alexnet.onnx"),
+        "--out",
+        refused.to_str().unwrap(),
+    ]);
+    assert!(e.contains("LRN") && e.contains("node 18"), "{e}");
+    assert!(!refused.exists(), "no partial file");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -1,0 +1,629 @@
+//! ONNX models into the layer-graph IR: the protobuf decoded by prost with ONNX's own schema
+//! (`onnx/proto.rs`, generated from `onnx.proto`), shapes inferred by the IR's rules as each
+//! layer is added.
+//!
+//! A model's one data input (the graph input that no initializer fills) is the sample; its
+//! first dimension is the batch. Weights are initializers or computed from them
+//! (`ConstantOfShape`, `Constant`, `Unsqueeze`, `Squeeze`, `Reshape`, `Identity` of
+//! constants, as weight-less graphs hold them): only their shapes are read. Each operator on
+//! activations becomes a layer, named after its node:
+//! `Conv`, `ConvTranspose` (`auto_pad` `NOTSET`, `VALID` or `SAME_UPPER`), `Gemm` and a
+//! `MatMul` of a feature vector by a weight (dense), `MaxPool` and `AveragePool`
+//! (`ceil_mode` 0), `GlobalAveragePool`, `BatchNormalization`, a `Mul` by a per-channel
+//! constant and the `Add` of a per-channel constant after it (channel affine), `Relu`,
+//! `LeakyRelu`, `Tanh`, `Gelu`, `Softmax` over channels (a graph output's becomes the
+//! training loss, softmax cross-entropy), `Add` and `Sum` of activations, `Concat` on
+//! channels, `Dropout`, `Flatten` and a `Reshape` to a feature vector. Anything else is
+//! refused with the node and its operator: nothing is guessed.
+
+#[allow(
+    missing_docs,
+    unreachable_pub,
+    clippy::all,
+    clippy::pedantic,
+    rustdoc::all
+)]
+mod proto;
+
+use std::collections::HashMap;
+
+use prost::Message;
+use smallvec::smallvec;
+
+use crate::error::{Error, Result};
+use crate::graph::{Conv, Dims, Graph, NodeId, Op, PadPairs, Padding, Pool};
+use proto::tensor_shape_proto::dimension::Value as Dim;
+use proto::type_proto::Value as TypeValue;
+use proto::{AttributeProto, ModelProto, NodeProto, TensorProto};
+
+/// A value of the graph: a layer's output, or a constant of known shape (and, for
+/// integer tensors, known values).
+#[derive(Debug, Clone)]
+enum Value {
+    /// The output of layer `NodeId`.
+    Layer(NodeId),
+    /// A constant.
+    Constant {
+        dims: Vec<i64>,
+        ints: Option<Vec<i64>>,
+    },
+}
+
+/// ONNX's data type of 64-bit integers.
+const INT64: i32 = 7;
+
+fn constant(t: &TensorProto) -> Value {
+    let ints = (t.data_type == Some(INT64)).then(|| {
+        if t.int64_data.is_empty() {
+            t.raw_data
+                .as_deref()
+                .unwrap_or_default()
+                .chunks_exact(8)
+                .map(|b| i64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+                .collect()
+        } else {
+            t.int64_data.clone()
+        }
+    });
+    Value::Constant {
+        dims: t.dims.clone(),
+        ints,
+    }
+}
+
+fn attr<'a>(node: &'a NodeProto, name: &str) -> Option<&'a AttributeProto> {
+    node.attribute
+        .iter()
+        .find(|a| a.name.as_deref() == Some(name))
+}
+
+fn ints(node: &NodeProto, name: &str) -> Option<Vec<i64>> {
+    attr(node, name).map(|a| a.ints.clone())
+}
+
+fn int(node: &NodeProto, name: &str) -> Option<i64> {
+    attr(node, name).and_then(|a| a.i)
+}
+
+fn float(node: &NodeProto, name: &str) -> Option<f32> {
+    attr(node, name).and_then(|a| a.f)
+}
+
+fn text(node: &NodeProto, name: &str) -> Option<String> {
+    attr(node, name).and_then(|a| {
+        a.s.as_ref()
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+    })
+}
+
+fn usizes(v: &[i64]) -> Option<Dims> {
+    v.iter().map(|&x| usize::try_from(x).ok()).collect()
+}
+
+/// Reads an ONNX model (`bytes` of the file `file`) into a graph named `name`.
+pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
+    let model = ModelProto::decode(bytes).map_err(|e| Error::Parse {
+        file: file.to_owned(),
+        message: format!("not an ONNX model: {e}"),
+    })?;
+    let graph = model.graph.ok_or_else(|| Error::Parse {
+        file: file.to_owned(),
+        message: "the model has no graph".into(),
+    })?;
+    let mut values: HashMap<String, Value> = HashMap::new();
+    for t in &graph.initializer {
+        values.insert(t.name.clone().unwrap_or_default(), constant(t));
+    }
+    let data: Vec<_> = graph
+        .input
+        .iter()
+        .filter(|i| !values.contains_key(i.name.as_deref().unwrap_or_default()))
+        .collect();
+    let [input] = data.as_slice() else {
+        let names: Vec<&str> = data
+            .iter()
+            .map(|i| i.name.as_deref().unwrap_or("?"))
+            .collect();
+        return Err(Error::invalid(
+            file,
+            "graph.input",
+            format!(
+                "ridgeline takes one input sample, and the graph has {} data inputs ({})",
+                names.len(),
+                names.join(", ")
+            ),
+        ));
+    };
+    let input_name = input.name.clone().unwrap_or_default();
+    let dims = match input.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+        Some(TypeValue::TensorType(t)) => t
+            .shape
+            .as_ref()
+            .map(|s| s.dim.iter().map(|d| d.value.clone()).collect::<Vec<_>>())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    // The first dimension is the batch (named or not); the others must be numbers.
+    let sample: Option<Vec<usize>> = dims
+        .iter()
+        .skip(1)
+        .map(|d| match d {
+            Some(Dim::DimValue(v)) => usize::try_from(*v).ok().filter(|v| *v > 0),
+            _ => None,
+        })
+        .collect();
+    let sample = match sample {
+        Some(s) if !s.is_empty() => s,
+        _ => {
+            return Err(Error::invalid(
+                file,
+                format!("graph.input `{input_name}`"),
+                "its shape must be [batch, ...] with every dimension after the batch a number",
+            ));
+        }
+    };
+    let mut g = Graph::with_capacity(name, sample, graph.node.len())
+        .map_err(|e| Error::invalid(file, format!("graph.input `{input_name}`"), e.message))?;
+    values.insert(input_name, Value::Layer(0));
+    let outputs: Vec<String> = graph.output.iter().filter_map(|o| o.name.clone()).collect();
+    let mut names: HashMap<String, usize> = HashMap::new();
+    for (index, node) in graph.node.iter().enumerate() {
+        let op = node.op_type.clone().unwrap_or_default();
+        let label = node
+            .name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .or_else(|| node.output.first().cloned())
+            .unwrap_or_else(|| format!("node{index}"));
+        let fail = |message: String| Error::Layer {
+            location: format!("{file}, node {index}"),
+            layer: label.clone(),
+            message: format!("op `{op}`: {message}"),
+        };
+        let get = |i: usize| -> Result<&Value> {
+            let name = node.input.get(i).map(String::as_str).unwrap_or_default();
+            values
+                .get(name)
+                .ok_or_else(|| fail(format!("input `{name}` is not produced before this node")))
+        };
+        let layer = |v: &Value| match v {
+            Value::Layer(id) => Some(*id),
+            Value::Constant { .. } => None,
+        };
+        let dims_of = |v: &Value| match v {
+            Value::Constant { dims, .. } => Some(dims.clone()),
+            Value::Layer(_) => None,
+        };
+        // Constants stay constants (shapes only).
+        let all_constant = node
+            .input
+            .iter()
+            .filter(|n| !n.is_empty())
+            .all(|n| matches!(values.get(n), Some(Value::Constant { .. })));
+        if all_constant {
+            let out = match op.as_str() {
+                "Constant" => attr(node, "value").and_then(|a| a.t.as_ref()).map(constant),
+                "ConstantOfShape" => match get(0)? {
+                    Value::Constant {
+                        ints: Some(shape), ..
+                    } => Some(Value::Constant {
+                        dims: shape.clone(),
+                        ints: None,
+                    }),
+                    _ => None,
+                },
+                "Identity" | "Cast" => Some(get(0)?.clone()),
+                "Unsqueeze" | "Squeeze" | "Reshape" | "Flatten" => {
+                    let dims = dims_of(get(0)?).unwrap_or_default();
+                    Some(Value::Constant {
+                        dims: reshape_constant(
+                            node,
+                            &op,
+                            &dims,
+                            node.input.get(1).and_then(|n| values.get(n)),
+                        ),
+                        ints: None,
+                    })
+                }
+                _ => None,
+            };
+            let Some(out) = out else {
+                return Err(fail(
+                    "computes a constant ridgeline cannot follow (only the shapes of weights are \
+                     read: Constant, ConstantOfShape, Identity, Cast, Unsqueeze, Squeeze, \
+                     Reshape, Flatten)"
+                        .into(),
+                ));
+            };
+            for o in &node.output {
+                values.insert(o.clone(), out.clone());
+            }
+            continue;
+        }
+        let x = get(0)?.clone();
+        let Some(xid) = layer(&x) else {
+            return Err(fail(
+                "its first input is a constant, not an activation".into(),
+            ));
+        };
+        let rank = g.layers()[xid].output.spatial().len();
+        let pads = |node: &NodeProto| -> Padding {
+            match text(node, "auto_pad").as_deref() {
+                Some("SAME_UPPER") => Padding::Same,
+                Some("VALID") => Padding::Valid,
+                _ => {
+                    let p = ints(node, "pads").unwrap_or_default();
+                    if p.len() == 2 * rank {
+                        let pairs: PadPairs = (0..rank)
+                            .map(|i| [p[i].max(0) as usize, p[i + rank].max(0) as usize])
+                            .collect();
+                        Padding::Explicit(pairs)
+                    } else {
+                        Padding::Explicit(smallvec![[0, 0]; rank])
+                    }
+                }
+            }
+        };
+        let per_dim = |node: &NodeProto, name: &str, default: usize| -> Dims {
+            ints(node, name)
+                .and_then(|v| usizes(&v))
+                .filter(|v| v.len() == rank)
+                .unwrap_or_else(|| smallvec![default; rank])
+        };
+        if text(node, "auto_pad").as_deref() == Some("SAME_LOWER") {
+            return Err(fail(
+                "auto_pad SAME_LOWER is not modelled; give explicit pads".into(),
+            ));
+        }
+        let mut inputs = vec![xid];
+        let new_op = match op.as_str() {
+            "Conv" | "ConvTranspose" => {
+                let w =
+                    dims_of(get(1)?).ok_or_else(|| fail("its weight is not a constant".into()))?;
+                let w = usizes(&w).filter(|w| w.len() == rank + 2).ok_or_else(|| {
+                    fail(format!(
+                        "its weight shape {w:?} is not [out, in / groups, kernel...]"
+                    ))
+                })?;
+                let groups = int(node, "group").unwrap_or(1).max(1) as usize;
+                let transposed = op == "ConvTranspose";
+                let out_channels = if transposed { w[1] * groups } else { w[0] };
+                let mut c = Conv::new(out_channels, &w[2..])
+                    .padding(pads(node))
+                    .groups(groups)
+                    .bias(node.input.get(2).is_some_and(|n| !n.is_empty()));
+                c.stride = per_dim(node, "strides", 1);
+                c.dilation = per_dim(node, "dilations", 1);
+                if transposed {
+                    c.output_padding = per_dim(node, "output_padding", 0);
+                    Op::conv_transpose(c)
+                } else {
+                    Op::conv(c)
+                }
+            }
+            "Gemm" | "MatMul" => {
+                let w = dims_of(get(1)?).ok_or_else(|| {
+                    fail(
+                        "multiplies two activations; only a product by a weight is imported".into(),
+                    )
+                })?;
+                if g.layers()[xid].output.rank() != 1 || w.len() != 2 {
+                    return Err(fail(
+                        "only a product of a feature vector [batch, features] by a matrix is \
+                         imported (sequence layouts are not yet)"
+                            .into(),
+                    ));
+                }
+                let trans_b = op == "Gemm" && int(node, "transB").unwrap_or(0) != 0;
+                if op == "Gemm" && int(node, "transA").unwrap_or(0) != 0 {
+                    return Err(fail("transA is not imported".into()));
+                }
+                let out = if trans_b { w[0] } else { w[1] };
+                Op::Dense {
+                    out_features: usize::try_from(out)
+                        .map_err(|_| fail(format!("{out} outputs")))?,
+                    bias: op == "Gemm" && node.input.get(2).is_some_and(|n| !n.is_empty()),
+                }
+            }
+            "MaxPool" | "AveragePool" => {
+                if int(node, "ceil_mode").unwrap_or(0) != 0 {
+                    return Err(fail("ceil_mode 1 is not modelled".into()));
+                }
+                let kernel = per_dim(node, "kernel_shape", 1);
+                let mut p = Pool::new(&kernel);
+                p.stride = per_dim(node, "strides", 1);
+                p.padding = pads(node);
+                if op == "MaxPool" {
+                    Op::max_pool(p)
+                } else {
+                    Op::avg_pool(p)
+                }
+            }
+            "GlobalAveragePool" => Op::GlobalAvgPool,
+            "BatchNormalization" => Op::BatchNorm,
+            "Relu" => Op::Relu,
+            "LeakyRelu" => Op::LeakyRelu {
+                alpha: f64::from(float(node, "alpha").unwrap_or(0.01)),
+            },
+            "Tanh" => Op::Tanh,
+            "Gelu" => Op::Gelu,
+            "Dropout" => Op::Dropout {
+                rate: f64::from(float(node, "ratio").unwrap_or(0.5)),
+            },
+            "Softmax" => {
+                let axis = int(node, "axis").unwrap_or(1);
+                let r = g.layers()[xid].output.rank() as i64 + 1;
+                if axis != 1 && axis != 1 - r {
+                    return Err(fail(format!(
+                        "axis {axis}: only the channel axis (1) is imported"
+                    )));
+                }
+                if node.output.iter().any(|o| outputs.contains(o)) {
+                    Op::SoftmaxCrossEntropy
+                } else {
+                    Op::Softmax
+                }
+            }
+            "Flatten" => {
+                if int(node, "axis").unwrap_or(1) != 1 {
+                    return Err(fail(
+                        "only axis 1 (a feature vector per sample) is imported".into(),
+                    ));
+                }
+                Op::Flatten
+            }
+            "Reshape" => {
+                let shape = match get(1)? {
+                    Value::Constant { ints: Some(s), .. } => s.clone(),
+                    _ => return Err(fail("its shape is not a constant".into())),
+                };
+                let elements = g.layers()[xid].output.elements() as i64;
+                let here: Vec<i64> = g.layers()[xid]
+                    .output
+                    .dims()
+                    .iter()
+                    .map(|&d| d as i64)
+                    .collect();
+                if shape.len() == 2 && (shape[1] == -1 || shape[1] == elements) {
+                    Op::Flatten
+                } else if shape.len() == here.len() + 1 && shape[1..] == here[..] {
+                    // A reshape to the shape it has: nothing to do.
+                    for o in &node.output {
+                        values.insert(o.clone(), Value::Layer(xid));
+                    }
+                    continue;
+                } else {
+                    return Err(fail(format!(
+                        "to {shape:?}: only a reshape to a feature vector per sample is imported"
+                    )));
+                }
+            }
+            "Mul" => {
+                let c = dims_of(get(1)?).ok_or_else(|| {
+                    fail("multiplies two activations, which the IR has no op for".into())
+                })?;
+                if !per_channel(&c, g.layers()[xid].output.dims()) {
+                    return Err(fail(format!(
+                        "multiplies by a constant of shape {c:?}; only a per-channel scale is \
+                         imported"
+                    )));
+                }
+                Op::ChannelAffine
+            }
+            "Add" | "Sum" => {
+                let mut layers = Vec::new();
+                for i in 0..node.input.len() {
+                    match get(i)? {
+                        Value::Layer(id) => layers.push(*id),
+                        Value::Constant { dims, .. } => {
+                            // The shift of a channel affine (a per-channel Mul before it).
+                            let after_affine = matches!(g.layers()[xid].op, Op::ChannelAffine)
+                                && node.input.len() == 2;
+                            if after_affine && per_channel(dims, g.layers()[xid].output.dims()) {
+                                continue;
+                            }
+                            return Err(fail(format!(
+                                "adds a constant of shape {dims:?}; only the per-channel shift \
+                                 after a per-channel Mul is imported"
+                            )));
+                        }
+                    }
+                }
+                if layers.len() == 1 {
+                    // Folded into the channel affine before it.
+                    for o in &node.output {
+                        values.insert(o.clone(), Value::Layer(layers[0]));
+                    }
+                    continue;
+                }
+                inputs = layers;
+                Op::Add
+            }
+            "Concat" => {
+                let axis = int(node, "axis").unwrap_or(1);
+                if axis != 1 {
+                    return Err(fail(format!("axis {axis}: only channels (1) are joined")));
+                }
+                inputs = (0..node.input.len())
+                    .map(|i| get(i).map(&layer))
+                    .collect::<Result<Option<Vec<_>>>>()?
+                    .ok_or_else(|| fail("joins a constant".into()))?;
+                Op::Concat
+            }
+            _ => {
+                return Err(fail(format!(
+                    "ridgeline's IR has no `{op}`: write the workload as a TOML layer list, or \
+                     open an issue for the op"
+                )));
+            }
+        };
+        let mut name = label.clone();
+        let n = names.entry(label.clone()).or_insert(0);
+        if *n > 0 || g.find(&name).is_some() {
+            name = format!("{label}#{n}");
+        }
+        *n += 1;
+        let id = g.push(name, new_op, &inputs).map_err(|e| fail(e.message))?;
+        for o in &node.output {
+            values.insert(o.clone(), Value::Layer(id));
+        }
+        // Only the first output of a node carries data (Dropout's mask, BatchNormalization's
+        // training statistics are not layers).
+    }
+    Ok(g)
+}
+
+/// Whether a constant of shape `c` holds one value per channel of an activation of
+/// per-sample shape `x` (`[C, 1, ...]` or `[1, C, 1, ...]`, as broadcasting reads it).
+fn per_channel(c: &[i64], x: &[usize]) -> bool {
+    let channels = x.first().copied().unwrap_or(0) as i64;
+    let trimmed: Vec<i64> = c
+        .iter()
+        .copied()
+        .skip_while(|&d| d == 1 && c.len() > x.len())
+        .collect();
+    match trimmed.as_slice() {
+        [first, rest @ ..] => {
+            *first == channels && rest.iter().all(|&d| d == 1) && rest.len() < x.len()
+        }
+        [] => false,
+    }
+}
+
+/// The dims of a shape operation on a constant of `dims`.
+fn reshape_constant(node: &NodeProto, op: &str, dims: &[i64], second: Option<&Value>) -> Vec<i64> {
+    let axes = ints(node, "axes").or_else(|| match second {
+        Some(Value::Constant { ints: Some(a), .. }) => Some(a.clone()),
+        _ => None,
+    });
+    match op {
+        "Unsqueeze" => {
+            let mut out = dims.to_vec();
+            let mut axes = axes.unwrap_or_default();
+            let rank = (dims.len() + axes.len()) as i64;
+            for a in &mut axes {
+                if *a < 0 {
+                    *a += rank;
+                }
+            }
+            axes.sort_unstable();
+            for a in axes {
+                let at = usize::try_from(a).unwrap_or(0).min(out.len());
+                out.insert(at, 1);
+            }
+            out
+        }
+        "Squeeze" => dims.iter().copied().filter(|&d| d != 1).collect(),
+        "Flatten" => vec![dims.iter().product()],
+        // Reshape: the target shape where it is known.
+        _ => match second {
+            Some(Value::Constant { ints: Some(s), .. }) => {
+                let total: i64 = dims.iter().product();
+                let known: i64 = s.iter().filter(|&&d| d > 0).product();
+                s.iter()
+                    .map(|&d| if d == -1 { total / known.max(1) } else { d })
+                    .collect()
+            }
+            _ => dims.to_vec(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::cost;
+    use crate::precision::Precision;
+    use crate::workloads::{self, BuildOptions};
+
+    /// A model of the ONNX backend tests' weight-less zoo (`tests/fixtures/onnx/`).
+    fn load(name: &str) -> Result<Graph> {
+        let path = format!(
+            "{}/../tests/fixtures/onnx/light_{name}.onnx",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        import(&bytes, &format!("light_{name}.onnx"), name)
+    }
+
+    fn counts(g: &Graph) -> (u64, u128) {
+        let c = cost(g, 1, Precision::Fp32);
+        (c.params, c.macs_fwd)
+    }
+
+    /// ResNet-50 as ONNX has the built-in ResNet-50's parameters and multiply-accumulates.
+    #[test]
+    fn resnet50_is_the_built_in_one() {
+        let g = load("resnet50").unwrap();
+        let builtin = workloads::build("resnet50", &BuildOptions::default()).unwrap();
+        assert_eq!(counts(&g), counts(&builtin));
+        assert_eq!(g.input_shape().dims(), &[3, 224, 224]);
+        assert!(matches!(
+            g.layers().last().unwrap().op,
+            Op::SoftmaxCrossEntropy
+        ));
+    }
+
+    /// VGG-19: 143,667,240 parameters (Simonyan and Zisserman 2015, Table 2: 144M;
+    /// torchvision's `vgg19` to the unit) and 19.6 billion multiply-adds (He et al. 2016,
+    /// section 3.3: "VGG-19 (19.6 billion FLOPs)", FLOPs there being multiply-adds);
+    /// SqueezeNet 1.1: 1,235,496
+    /// parameters and 0.35 GFLOPs (torchvision's model table, multiply-adds).
+    #[test]
+    fn vgg19_and_squeezenet_match_published_counts() {
+        let (params, macs) = counts(&load("vgg19").unwrap());
+        assert_eq!(params, 143_667_240);
+        assert!((macs as f64 / 19.6e9 - 1.0).abs() < 0.005, "{macs}");
+        let (params, macs) = counts(&load("squeezenet").unwrap());
+        assert_eq!(params, 1_235_496);
+        assert!((macs as f64 / 0.35e9 - 1.0).abs() < 0.01, "{macs}");
+    }
+
+    /// DenseNet-121's 1,746 nodes (its batch norms followed by a per-channel scale and shift,
+    /// as Caffe2 wrote it) import.
+    #[test]
+    fn a_graph_of_1746_nodes_imports() {
+        let g = load("densenet121").unwrap();
+        assert_eq!(g.layers().len(), 548);
+        let affine = g
+            .layers()
+            .iter()
+            .filter(|l| matches!(l.op, Op::ChannelAffine))
+            .count();
+        assert_eq!(affine, 121);
+    }
+
+    #[test]
+    fn an_op_the_ir_lacks_is_refused_with_its_node() {
+        let e = load("bvlc_alexnet").unwrap_err().to_string();
+        assert!(
+            e.contains("light_bvlc_alexnet.onnx, node 18") && e.contains("op `LRN`"),
+            "{e}"
+        );
+        let e = load("shufflenet").unwrap_err().to_string();
+        assert!(
+            e.contains("op `Reshape`") && e.contains("feature vector"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bytes_that_are_not_a_model_name_the_file() {
+        let path = format!(
+            "{}/../tests/fixtures/onnx/light_vgg19.onnx",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let bytes = std::fs::read(path).unwrap();
+        let e = import(&bytes[..bytes.len() / 3], "cut.onnx", "cut")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("cut.onnx") && e.contains("not an ONNX model"),
+            "{e}"
+        );
+        let e = import(b"not a model at all", "text.onnx", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("text.onnx"), "{e}");
+    }
+}

@@ -164,3 +164,185 @@ pub fn write_all(path: &Path, result: &SweepResult) -> Result<()> {
         Ok(())
     })
 }
+
+/// A split of a transformer over devices, evaluated ([`splits`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct SplitRow {
+    /// The system.
+    pub system: String,
+    /// Nodes.
+    pub nodes: u32,
+    /// The precision.
+    pub precision: ridgeline_model::precision::Precision,
+    /// Sequences a step.
+    pub global_batch: u64,
+    /// Sequences per second.
+    pub sequences_per_s: f64,
+    /// The step, split.
+    #[serde(flatten)]
+    pub step: ridgeline_model::parallel::SplitStep,
+}
+
+/// What a split search covers: every combination of these is tried.
+#[derive(Debug, Clone)]
+pub struct SplitSearch<'a> {
+    /// The model's name, configuration and sequence length.
+    pub model: (
+        &'a str,
+        &'a ridgeline_model::workloads::transformer::Config,
+        usize,
+    ),
+    /// Systems.
+    pub systems: &'a [ridgeline_model::system::System],
+    /// Node counts.
+    pub nodes: &'a [u32],
+    /// Sequences per data-parallel replica.
+    pub batches: &'a [u64],
+    /// Tensor-parallel degrees.
+    pub tensor: &'a [u32],
+    /// Pipeline depths.
+    pub pipeline: &'a [u32],
+    /// Micro-batch counts; empty: the pipeline depth, twice and four times it.
+    pub micro_batches: &'a [u32],
+    /// Precisions.
+    pub precisions: &'a [ridgeline_model::precision::Precision],
+    /// The optimizer.
+    pub optimizer: ridgeline_model::memory::Optimizer,
+    /// Whether GPUs are timed by the transferred kernel model (else the ideal bound).
+    pub transfer: bool,
+}
+
+/// Every split of `search` that fits its devices' memory, fastest per sequence first, and
+/// how many were left out, by reason.
+pub fn splits(
+    search: &SplitSearch<'_>,
+) -> (Vec<SplitRow>, std::collections::BTreeMap<String, u64>) {
+    use ridgeline_model::parallel::{self, Split};
+    use ridgeline_model::predict::Timing;
+    use ridgeline_model::transfer::{DeviceSpec, Model};
+    let (name, config, seq) = search.model;
+    let mut rows = Vec::new();
+    let mut rejected: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    let mut reject = |why: &str| *rejected.entry(why.to_owned()).or_default() += 1;
+    for system in search.systems {
+        let per_node = u64::from(system.node.devices.value);
+        for &precision in search.precisions {
+            let transfer = search
+                .transfer
+                .then(|| DeviceSpec::of(&system.device, precision))
+                .flatten()
+                .map(|spec| (Model::builtin(), spec));
+            let timing = Timing {
+                profile: system.calibration.as_deref(),
+                transfer,
+            };
+            for &nodes in search.nodes {
+                let devices = per_node * u64::from(nodes);
+                for &tensor in search.tensor {
+                    for &pipeline in search.pipeline {
+                        let replica = u64::from(tensor) * u64::from(pipeline);
+                        if devices % replica != 0 {
+                            reject("devices do not split into replicas");
+                            continue;
+                        }
+                        let Ok(data) = u32::try_from(devices / replica) else {
+                            reject("devices do not split into replicas");
+                            continue;
+                        };
+                        let defaults = [pipeline, 2 * pipeline, 4 * pipeline];
+                        let micros = if search.micro_batches.is_empty() {
+                            &defaults[..]
+                        } else {
+                            search.micro_batches
+                        };
+                        for &micro_batches in micros {
+                            for &batch in search.batches {
+                                let split = Split {
+                                    tensor,
+                                    pipeline,
+                                    data,
+                                    micro_batches,
+                                };
+                                let global = batch * u64::from(data);
+                                match parallel::step(
+                                    name,
+                                    config,
+                                    seq,
+                                    global,
+                                    split,
+                                    system,
+                                    precision,
+                                    search.optimizer,
+                                    &timing,
+                                ) {
+                                    Ok(step) => {
+                                        let capacity = system
+                                            .device
+                                            .memory_capacity
+                                            .as_ref()
+                                            .map_or(f64::INFINITY, |m| m.value.value());
+                                        if step.memory_per_device_bytes > capacity {
+                                            reject("does not fit a device's memory");
+                                            continue;
+                                        }
+                                        rows.push(SplitRow {
+                                            system: system.name.clone(),
+                                            nodes,
+                                            precision,
+                                            global_batch: global,
+                                            sequences_per_s: global as f64 / step.step_s,
+                                            step,
+                                        });
+                                    }
+                                    Err(e) => {
+                                        let why = match &e {
+                                            ridgeline_model::error::Error::Argument {
+                                                name,
+                                                ..
+                                            } => format!("invalid {name}"),
+                                            _ => "invalid".to_owned(),
+                                        };
+                                        reject(&why);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    rows.sort_by(|a, b| b.sequences_per_s.total_cmp(&a.sequences_per_s));
+    (rows, rejected)
+}
+
+/// The columns of the best splits.
+pub fn split_cols() -> [Col<SplitRow>; 11] {
+    [
+        text("system", "system", |r, _| r.system.clone()),
+        text("precision", "precision", |r, _| r.precision.to_string()),
+        num("nodes", "nodes", |r, s| s.count(u64::from(r.nodes))),
+        num("tensor", "tensor", |r, s| {
+            s.count(u64::from(r.step.split.tensor))
+        }),
+        num("pipeline", "pipeline", |r, s| {
+            s.count(u64::from(r.step.split.pipeline))
+        }),
+        num("data", "data", |r, s| s.count(u64::from(r.step.split.data))),
+        num("micro-batches", "micro_batches", |r, s| {
+            s.count(u64::from(r.step.split.micro_batches))
+        }),
+        num("global", "global_batch", |r, s| s.count(r.global_batch)),
+        num("step", "step_s", |r, s| {
+            s.seconds(ridgeline_model::units::Seconds::new(r.step.step_s))
+        }),
+        num("sequences/s", "sequences_per_s", |r, s| {
+            s.number(Some(r.sequences_per_s), 1)
+        }),
+        num("memory/device", "memory_per_device_bytes", |r, s| {
+            s.bytes(ridgeline_model::units::Bytes::new(
+                r.step.memory_per_device_bytes,
+            ))
+        }),
+    ]
+}

@@ -197,10 +197,18 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
             )));
         }
         let (name, input, batch) = (shape.workload.as_str(), shape.input.clone(), shape.batch);
+        // A sequence's input size is its whole shape (`[seq]`), a feature map's its spatial
+        // extent.
+        let sequence = workloads::find(name).is_ok_and(|b| b.sequence);
+        let size = if sequence {
+            input.clone()
+        } else {
+            input.get(1..).unwrap_or_default().to_vec()
+        };
         let graph = workloads::build(
             name,
             &BuildOptions {
-                input_size: Some(input.get(1..).unwrap_or_default().to_vec()),
+                input_size: Some(size),
                 width: 1.0,
             },
         )

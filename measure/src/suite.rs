@@ -75,8 +75,9 @@ pub struct Source {
 /// ResNet-50 at 224 batch 8 (the executor's sizes, so micro-kernels and full runs compare);
 /// then each at a smaller problem — CosmoFlow 96^3 batch 2, DeepCAM 128x192 batch 2,
 /// ResNet-50 160 batch 2 — so that calibration sees every layer shape at two sizes and can
-/// tell how efficiency falls on small problems.
-pub const SOURCES: [Source; 6] = [
+/// tell how efficiency falls on small problems; and GPT-2 (124M) at 32 tokens batch 2 and 16
+/// tokens batch 1, for the sequence ops (layer norm, GELU, softmax, embeddings).
+pub const SOURCES: [Source; 8] = [
     Source {
         workload: "cosmoflow",
         input: &[128],
@@ -106,6 +107,16 @@ pub const SOURCES: [Source; 6] = [
         workload: "resnet50",
         input: &[160],
         batch: 2,
+    },
+    Source {
+        workload: "gpt2",
+        input: &[32],
+        batch: 2,
+    },
+    Source {
+        workload: "gpt2",
+        input: &[16],
+        batch: 1,
     },
 ];
 

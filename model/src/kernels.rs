@@ -442,21 +442,32 @@ pub fn step_kernels(graph: &Graph, cost: &GraphCost<'_>) -> Vec<Vec<Kernel>> {
                         ));
                     }
                 }
+                // One product per sample of its positions, as on channels-first activations
+                // (a sample's `[C, positions]` is a matrix already; as a pointwise
+                // convolution runs).
                 Op::Linear { out_features, .. } => {
                     let input = graph.layers()[layer.inputs[0]].output.dims();
                     let positions: f64 = input[1..].iter().map(|&d| d as f64).product();
-                    let (m, c, o) = (
-                        cost.batch as f64 * positions,
+                    let (m, c, o, calls) = (
+                        positions,
                         input[0] as f64,
                         *out_features as f64,
+                        cost.batch as f64,
                     );
                     let gemm = KernelClass::Gemm;
-                    out.push(gemm_kernel(gemm, KernelPass::Forward, m, o, c, 1.0));
+                    out.push(gemm_kernel(gemm, KernelPass::Forward, m, o, c, calls));
                     if lc.flops_bwd_data.value() > 0.0 {
-                        out.push(gemm_kernel(gemm, KernelPass::BackwardData, m, c, o, 1.0));
+                        out.push(gemm_kernel(gemm, KernelPass::BackwardData, m, c, o, calls));
                     }
                     if lc.flops_bwd_weight.value() > 0.0 {
-                        out.push(gemm_kernel(gemm, KernelPass::BackwardFilter, c, o, m, 1.0));
+                        out.push(gemm_kernel(
+                            gemm,
+                            KernelPass::BackwardFilter,
+                            c,
+                            o,
+                            m,
+                            calls,
+                        ));
                     }
                 }
                 Op::MatMul => {

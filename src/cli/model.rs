@@ -204,6 +204,17 @@ pub(crate) struct SweepArgs {
     /// Write every feasible configuration to this file (.csv or .json).
     #[arg(long, value_name = "FILE")]
     pub(crate) out: Option<PathBuf>,
+    /// Search splits of a transformer: tensor-parallel degrees, as a list and ranges
+    /// (1,2,4,8). With --tensor-parallel or --pipeline-parallel, --batch is per data-parallel
+    /// replica and every split is tried.
+    #[arg(long, value_parser = parse_u32_list)]
+    pub(crate) tensor_parallel: Option<Numbers<u32>>,
+    /// Search splits of a transformer: pipeline depths, as a list and ranges.
+    #[arg(long, value_parser = parse_u32_list)]
+    pub(crate) pipeline_parallel: Option<Numbers<u32>>,
+    /// Micro-batch counts to try with each pipeline depth P (default: P, 2P and 4P).
+    #[arg(long, value_parser = parse_u32_list)]
+    pub(crate) micro_batches: Option<Numbers<u32>>,
     #[command(flatten)]
     pub(crate) scenario: ScenarioArgs,
     #[command(flatten)]

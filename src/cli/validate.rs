@@ -45,8 +45,9 @@ pub(crate) struct ValidateArgs {
         conflicts_with = "self_check"
     )]
     pub(crate) measured: Option<PathBuf>,
-    /// Measure the suite, calibrate, measure the three reference workloads at three batch
-    /// sizes each, predict and compare — all on this machine.
+    /// Measure the suite, calibrate, measure the three reference workloads and a small
+    /// transformer (GPT-2 at 32 tokens) at three batch sizes each, predict and compare — all
+    /// on this machine.
     #[arg(long)]
     pub(crate) self_check: bool,
     /// Time budget of the self-check: 80 % for the micro-kernel suite (which stops early

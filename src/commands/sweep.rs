@@ -30,6 +30,9 @@ struct Summary<'a> {
 }
 
 pub(crate) fn run(args: &SweepArgs) -> Result<()> {
+    if args.tensor_parallel.is_some() || args.pipeline_parallel.is_some() {
+        return splits(args);
+    }
     if let Some(path) = &args.out {
         ridgeline_app::sweep::out_is_json(path)?;
     }
@@ -110,5 +113,76 @@ pub(crate) fn run(args: &SweepArgs) -> Result<()> {
                 format!("{:.0}", summary.evaluations_per_s),
             )
             .table(output::table(&summary.top, &cols, style))
+    })
+}
+
+/// `sweep` over splits of a transformer: tensor, pipeline and data parallelism and
+/// micro-batches.
+fn splits(args: &SweepArgs) -> Result<()> {
+    use ridgeline_app::sweep::{SplitSearch, split_cols, splits};
+    use ridgeline_model::predict::KernelModel;
+    if args.out.is_some() {
+        anyhow::bail!("--out is not written for a split search; use --format json");
+    }
+    let (name, config, seq) = inputs::transformer(&args.workload.spec())?;
+    let systems = args
+        .systems
+        .iter()
+        .map(|s| inputs::system(s))
+        .collect::<Result<Vec<_>>>()?;
+    let scenario = args.scenario.spec();
+    let list =
+        |n: &Option<crate::cli::Numbers<u32>>| n.as_ref().map_or_else(|| vec![1], |v| v.0.clone());
+    let (tensor, pipeline) = (list(&args.tensor_parallel), list(&args.pipeline_parallel));
+    let micro = args
+        .micro_batches
+        .as_ref()
+        .map(|m| m.0.clone())
+        .unwrap_or_default();
+    let start = std::time::Instant::now();
+    let search = SplitSearch {
+        model: (&name, &config, seq),
+        systems: &systems,
+        nodes: &args.nodes.0,
+        batches: &args.batch.0,
+        tensor: &tensor,
+        pipeline: &pipeline,
+        micro_batches: &micro,
+        precisions: &args.precisions,
+        optimizer: scenario.optimizer,
+        transfer: scenario.kernel_model == KernelModel::Transfer,
+    };
+    let (rows, rejected) = splits(&search);
+    let elapsed = start.elapsed().as_secs_f64();
+    let top: Vec<_> = rows.iter().take(args.top).cloned().collect();
+    #[derive(Serialize)]
+    struct Splits<'a> {
+        workload: &'a str,
+        seq: usize,
+        feasible: usize,
+        rejected: &'a std::collections::BTreeMap<String, u64>,
+        elapsed_s: f64,
+        top: &'a [ridgeline_app::sweep::SplitRow],
+    }
+    let summary = Splits {
+        workload: &name,
+        seq,
+        feasible: rows.len(),
+        rejected: &rejected,
+        elapsed_s: elapsed,
+        top: &top,
+    };
+    output::print(args.format.format, &summary, |style| {
+        let mut d = Document::new(format!(
+            "Splits of {name} ({seq} tokens): the {} fastest per sequence of {} that fit",
+            top.len(),
+            rows.len()
+        ))
+        .summary("searched in", Style::Human.seconds(Seconds::new(elapsed)))
+        .table(output::table(&top, &split_cols(), style));
+        for (why, n) in &rejected {
+            d = d.note(format!("left out: {n} ({why})"));
+        }
+        d.note("--batch is per data-parallel replica; each split timed as predict --tensor-parallel/--pipeline-parallel times it.")
     })
 }

@@ -22,6 +22,7 @@ fn list_shows_the_workloads_with_reference_parameter_counts() {
             ("deepcam".to_owned(), 56_454_720),
             ("resnet50".to_owned(), 25_557_032),
             ("bert-large".to_owned(), 336_226_108),
+            ("gpt2".to_owned(), 124_439_808),
             ("gpt2-large".to_owned(), 774_030_080),
             ("gpt3-xl".to_owned(), 1_315_723_264),
             ("gpt3-2.7b".to_owned(), 2_651_553_280),
@@ -316,4 +317,45 @@ fn workload_import_turns_an_onnx_model_into_a_layer_file_or_refuses_it_whole() {
     assert!(e.contains("LRN") && e.contains("node 18"), "{e}");
     assert!(!refused.exists(), "no partial file");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn sweep_searches_the_splits_of_a_transformer() {
+    let v = run_json(&[
+        "sweep",
+        "gpt2-large",
+        "--systems",
+        "dgx-h100",
+        "--nodes",
+        "1",
+        "--batch",
+        "4",
+        "--tensor-parallel",
+        "1,2,4",
+        "--pipeline-parallel",
+        "1,2",
+        "--top",
+        "3",
+        "--format",
+        "json",
+    ]);
+    let top = v["top"].as_array().unwrap();
+    assert_eq!(top.len(), 3);
+    // Fastest per sequence first.
+    let rate = |i: usize| top[i]["sequences_per_s"].as_f64().unwrap();
+    assert!(rate(0) >= rate(1) && rate(1) >= rate(2));
+    assert!(v["feasible"].as_u64().unwrap() >= 3);
+    let e = crate::run_err(&[
+        "sweep",
+        "resnet50",
+        "--systems",
+        "dgx-h100",
+        "--nodes",
+        "1",
+        "--batch",
+        "4",
+        "--tensor-parallel",
+        "2",
+    ]);
+    assert!(e.contains("not a transformer"), "{e}");
 }

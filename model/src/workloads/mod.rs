@@ -99,7 +99,11 @@ macro_rules! transformer {
 }
 
 /// The built-in transformers' configuration files (`data/workloads/transformers/`).
-const TRANSFORMER_CONFIGS: [(&str, &str); 5] = [
+const TRANSFORMER_CONFIGS: [(&str, &str); 6] = [
+    (
+        "gpt2",
+        include_str!("../../../data/workloads/transformers/gpt2.toml"),
+    ),
     (
         "bert-large",
         include_str!("../../../data/workloads/transformers/bert-large.toml"),
@@ -161,6 +165,12 @@ pub const BUILTINS: &[Builtin] = &[
         "bert-large.toml",
         512,
         "BERT-Large (Hugging Face BertForPreTraining): 24 layers, hidden 1024, 336M parameters, 512 tokens"
+    ),
+    transformer!(
+        "gpt2",
+        "gpt2.toml",
+        1024,
+        "GPT-2 (Hugging Face GPT2LMHeadModel): 12 layers, hidden 768, 124M parameters, 1024 tokens"
     ),
     transformer!(
         "gpt2-large",

@@ -568,6 +568,7 @@ mod tests {
     #[test]
     fn parameters_are_hugging_face_s() {
         for (name, params) in [
+            ("gpt2", 124_439_808),
             ("bert-large", 336_226_108),
             ("gpt2-large", 774_030_080),
             ("gpt3-xl", 1_315_723_264),

@@ -208,8 +208,8 @@ pub struct SplitSearch<'a> {
     pub precisions: &'a [ridgeline_model::precision::Precision],
     /// The optimizer.
     pub optimizer: ridgeline_model::memory::Optimizer,
-    /// Whether GPUs are timed by the transferred kernel model (else the ideal bound).
-    pub transfer: bool,
+    /// What times a GPU's layers without a calibrated profile.
+    pub kernel_model: ridgeline_model::predict::KernelModel,
 }
 
 /// Every split of `search` that fits its devices' memory, fastest per sequence first, and
@@ -219,7 +219,6 @@ pub fn splits(
 ) -> (Vec<SplitRow>, std::collections::BTreeMap<String, u64>) {
     use ridgeline_model::parallel::{self, Split};
     use ridgeline_model::predict::Timing;
-    use ridgeline_model::transfer::{DeviceSpec, Model};
     let (name, config, seq) = search.model;
     let mut rows = Vec::new();
     let mut rejected: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
@@ -227,15 +226,7 @@ pub fn splits(
     for system in search.systems {
         let per_node = u64::from(system.node.devices.value);
         for &precision in search.precisions {
-            let transfer = search
-                .transfer
-                .then(|| DeviceSpec::of(&system.device, precision))
-                .flatten()
-                .map(|spec| (Model::builtin(), spec));
-            let timing = Timing {
-                profile: system.calibration.as_deref(),
-                transfer,
-            };
+            let timing = Timing::of(system, precision, search.kernel_model);
             for &nodes in search.nodes {
                 let devices = per_node * u64::from(nodes);
                 for &tensor in search.tensor {

@@ -324,13 +324,9 @@ mod tests {
             .unwrap()
     }
 
-    fn run(split: Split, batch: u64) -> SplitStep {
+    /// GPT-2 Large at 1,024 tokens on a DGX H100, FP32 with Adam.
+    fn call(split: Split, batch: u64, timing: &Timing<'_>) -> Result<SplitStep> {
         let system = catalog::system("dgx-h100").unwrap();
-        let spec = DeviceSpec::fp32(&system.device).unwrap();
-        let timing = Timing {
-            profile: None,
-            transfer: Some((TransferModel::builtin(), spec)),
-        };
         step(
             "gpt2-large",
             &gpt2(),
@@ -340,9 +336,18 @@ mod tests {
             &system,
             Precision::Fp32,
             Optimizer::Adam,
-            &timing,
+            timing,
         )
-        .unwrap()
+    }
+
+    fn run(split: Split, batch: u64) -> SplitStep {
+        let system = catalog::system("dgx-h100").unwrap();
+        let spec = DeviceSpec::fp32(&system.device).unwrap();
+        let timing = Timing {
+            profile: None,
+            transfer: Some((TransferModel::builtin(), spec)),
+        };
+        call(split, batch, &timing).unwrap()
     }
 
     const ONE: Split = Split {
@@ -409,22 +414,10 @@ mod tests {
 
     #[test]
     fn splits_that_do_not_divide_are_refused() {
-        let system = catalog::system("dgx-h100").unwrap();
-        let timing = Timing::default();
         let err = |split, batch| {
-            step(
-                "gpt2-large",
-                &gpt2(),
-                1024,
-                batch,
-                split,
-                &system,
-                Precision::Fp32,
-                Optimizer::Adam,
-                &timing,
-            )
-            .unwrap_err()
-            .to_string()
+            call(split, batch, &Timing::default())
+                .unwrap_err()
+                .to_string()
         };
         assert!(err(Split { data: 3, ..ONE }, 4).contains("multiple of 3"));
         assert!(err(Split { tensor: 16, ..ONE }, 4).contains("node of 8"));

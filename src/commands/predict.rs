@@ -182,8 +182,7 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
 /// `predict` of a transformer split by tensor, pipeline and data parallelism.
 fn split(args: &PredictArgs) -> Result<()> {
     use ridgeline_model::parallel::{self, Split};
-    use ridgeline_model::predict::{KernelModel, Timing};
-    use ridgeline_model::transfer::{DeviceSpec, Model};
+    use ridgeline_model::predict::Timing;
     let (name, config, seq) = inputs::transformer(&args.target.workload.spec())?;
     let system = &inputs::system(&args.target.system.system)?;
     let scenario = args.scenario.spec();
@@ -214,14 +213,7 @@ fn split(args: &PredictArgs) -> Result<()> {
         data,
         micro_batches: args.micro_batches.unwrap_or(pipeline),
     };
-    let transfer = (scenario.kernel_model == KernelModel::Transfer)
-        .then(|| DeviceSpec::of(&system.device, precision))
-        .flatten()
-        .map(|spec| (Model::builtin(), spec));
-    let timing = Timing {
-        profile: system.calibration.as_deref(),
-        transfer,
-    };
+    let timing = Timing::of(system, precision, scenario.kernel_model);
     let step = parallel::step(
         &name,
         &config,

@@ -120,7 +120,6 @@ pub(crate) fn run(args: &SweepArgs) -> Result<()> {
 /// micro-batches.
 fn splits(args: &SweepArgs) -> Result<()> {
     use ridgeline_app::sweep::{SplitSearch, split_cols, splits};
-    use ridgeline_model::predict::KernelModel;
     if args.out.is_some() {
         anyhow::bail!("--out is not written for a split search; use --format json");
     }
@@ -150,7 +149,7 @@ fn splits(args: &SweepArgs) -> Result<()> {
         micro_batches: &micro,
         precisions: &args.precisions,
         optimizer: scenario.optimizer,
-        transfer: scenario.kernel_model == KernelModel::Transfer,
+        kernel_model: scenario.kernel_model,
     };
     let (rows, rejected) = splits(&search);
     let elapsed = start.elapsed().as_secs_f64();

@@ -10,7 +10,6 @@ use crate::dataset::Dataset;
 use crate::error::{Error, Result};
 use crate::links::node_network;
 use crate::system::System;
-use crate::transfer::{DeviceSpec, Model as TransferModel};
 use crate::units::{Bytes, FlopRate, Joules, SampleRate, Seconds, Watts};
 
 use super::*;
@@ -810,12 +809,5 @@ impl<'a> Plan<'a> {
 
 /// What times `model`'s layers on `system` under `scenario`.
 fn timing<'a>(system: &'a System, model: &StepModel, scenario: &Scenario) -> Timing<'a> {
-    Timing {
-        profile: system.calibration.as_deref(),
-        transfer: match scenario.kernel_model {
-            KernelModel::Transfer => DeviceSpec::of(&system.device, model.precision)
-                .map(|spec| (TransferModel::builtin(), spec)),
-            KernelModel::Ideal => None,
-        },
-    }
+    Timing::of(system, model.precision, scenario.kernel_model)
 }

@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use super::KernelModel;
 use crate::cost::{self, GraphCost};
 use crate::error::Result;
 use crate::graph::Graph;
@@ -254,6 +255,22 @@ pub struct Timing<'a> {
     pub profile: Option<&'a Profile>,
     /// The transferred kernel model and the device's figures for it.
     pub transfer: Option<(&'a TransferModel, DeviceSpec)>,
+}
+
+impl<'a> Timing<'a> {
+    /// What times layers on `system` at `precision`: its calibrated profile where it has
+    /// one, and the transferred kernel model (where `kernel_model` asks for it and the
+    /// device file gives its figures).
+    pub fn of(system: &'a System, precision: Precision, kernel_model: KernelModel) -> Timing<'a> {
+        Timing {
+            profile: system.calibration.as_deref(),
+            transfer: match kernel_model {
+                KernelModel::Transfer => DeviceSpec::of(&system.device, precision)
+                    .map(|spec| (TransferModel::builtin(), spec)),
+                KernelModel::Ideal => None,
+            },
+        }
+    }
 }
 
 /// The model that timed a layer.

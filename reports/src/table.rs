@@ -62,7 +62,9 @@ pub struct Document {
     pub summary: Vec<(String, String)>,
     /// The table.
     pub table: Table,
-    /// Notes shown under the table (text only).
+    /// Further tables shown under it (text only; CSV writes the first).
+    pub more: Vec<Table>,
+    /// Notes shown under the tables (text only).
     pub notes: Vec<String>,
 }
 
@@ -86,6 +88,13 @@ impl Document {
     #[must_use]
     pub fn table(mut self, table: Table) -> Self {
         self.table = table;
+        self
+    }
+
+    /// Adds a table under the first one (text only).
+    #[must_use]
+    pub fn then_table(mut self, table: Table) -> Self {
+        self.more.push(table);
         self
     }
 

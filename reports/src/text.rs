@@ -23,8 +23,10 @@ impl Renderer for Text {
         for (key, value) in &doc.summary {
             out.push_str(&format!("  {key:<key_width$}  {value}\n"));
         }
-        let table = &doc.table;
-        if !table.columns.is_empty() {
+        for table in std::iter::once(&doc.table).chain(&doc.more) {
+            if table.columns.is_empty() {
+                continue;
+            }
             if !out.is_empty() {
                 out.push('\n');
             }
@@ -98,5 +100,18 @@ mod tests {
 
         note
         ");
+    }
+
+    #[test]
+    fn further_tables_follow_the_first() {
+        let mut t = Table::new([("step", Align::Left)]);
+        t.push(["second"]);
+        let text = Text.render(&doc().then_table(t)).unwrap();
+        let (first, second) = (text.find("longer").unwrap(), text.find("second").unwrap());
+        assert!(
+            first < second && second < text.find("note").unwrap(),
+            "{text}"
+        );
+        assert!(text.contains("step\n----"), "{text}");
     }
 }

@@ -118,7 +118,7 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
                 .note("`step` rows: the model fitted on every GPU above predicts each operator of whole FP32 training steps (BERT, GPT-2, GPT-3, OPT) measured in place on GPUs outside the fit (NeuSight's per-operator labels), forward and backward; gemm = linear layers and batched products, vector = softmax, layer norm, GELU, dropout and element-wise ops; all = every operator and pass. Intervals: each class's 90 % interval from leaving one GPU out above.");
         }
         if !check.steps.is_empty() {
-            d = d.table(output::table(
+            d = d.then_table(output::table(
                 &check.steps,
                 &tables::step_label_cols(),
                 style,

@@ -197,19 +197,20 @@ pub fn step(
     // stages, on the node's device link.
     let act = precision.compute_bytes() as f64;
     let activations = micro as f64 * seq as f64 * config.hidden_size as f64 * act;
-    let mut fabric = Fabric::of(system, 1)?;
+    let node_fabric = Fabric::of(system, 1)?;
     let tensor_allreduce = if tensor > 1 {
-        fabric.k = tensor;
-        collective::allreduce_time(&fabric, activations, Algorithm::Ring)
+        let ranks = Fabric {
+            k: tensor,
+            ..node_fabric
+        };
+        collective::allreduce_time(&ranks, activations, Algorithm::Ring)
             .map_or(0.0, |a| a.time.value())
     } else {
         0.0
     };
-    let p2p = if pipeline > 1 {
-        let link = Fabric::of(system, 1)?.intra;
-        link.map_or(0.0, |l| 2.0 * (l.alpha + activations * l.beta))
-    } else {
-        0.0
+    let p2p = match node_fabric.intra {
+        Some(l) if pipeline > 1 => 2.0 * (l.alpha + activations * l.beta),
+        _ => 0.0,
     };
 
     let footprint = Footprint::from_cost(&graph, &one, optimizer);

@@ -42,11 +42,11 @@ pub(crate) fn conv_graph(case: &ConvCase) -> Result<Graph> {
     Ok(g)
 }
 
-/// `input -> pre -> op` (`add` and `concat` read `pre` twice).
+/// `input -> pre -> op` (`add`, `mul` and `concat` read `pre` twice).
 pub(crate) fn op_graph(case: &OpCase) -> Result<Graph> {
     let mut g = base(case.input.clone())?;
     let pre = g.last();
-    let inputs: &[usize] = if matches!(case.op, Op::Add | Op::Concat) {
+    let inputs: &[usize] = if matches!(case.op, Op::Add | Op::Mul | Op::Concat) {
         &[pre, pre]
     } else {
         &[pre]

@@ -37,7 +37,7 @@
 use serde::Serialize;
 use smallvec::SmallVec;
 
-use crate::graph::{Attention, AttentionShape, Graph, Layer, NodeId, Op, Shape};
+use crate::graph::{Attention, AttentionShape, Graph, Layer, NodeId, Op, ScoreMask, Shape};
 use crate::precision::Precision;
 use crate::units::{Bytes, Flops};
 
@@ -188,9 +188,20 @@ pub(crate) fn counts(graph: &Graph, layer: &Layer) -> Counts {
             ..Counts::default()
         },
         Op::MaxPool(_) | Op::AvgPool(_) | Op::GlobalAvgPool => vector_counts(in_elems),
-        Op::Relu | Op::LeakyRelu { .. } | Op::Tanh | Op::Scale { .. } | Op::Dropout { .. } => {
-            vector_counts(out_elems)
-        }
+        Op::Relu
+        | Op::LeakyRelu { .. }
+        | Op::Tanh
+        | Op::Scale { .. }
+        | Op::Shift { .. }
+        | Op::Pow { .. }
+        | Op::Dropout { .. } => vector_counts(out_elems),
+        // One product forward; backward one per input (each input's gradient is the other
+        // input times the output gradient).
+        Op::Mul => Counts {
+            flops_fwd: out_elems,
+            flops_bwd_data: 2 * out_elems,
+            ..Counts::default()
+        },
         Op::SoftmaxCrossEntropy | Op::MseLoss => vector_counts(in_elems),
         Op::Add => Counts {
             flops_fwd: (layer.inputs.len() as u64 - 1) * out_elems,
@@ -284,26 +295,104 @@ fn attention_shape(graph: &Graph, layer: &Layer, a: &Attention) -> AttentionShap
     })
 }
 
-/// Vector kernels of attention's weights, forward, per weight: scale and softmax, the
-/// causal mask where an unfused attention applies it to the full matrix, and dropout.
-fn attention_vector_ops(a: &Attention) -> u64 {
-    2 + u64::from(a.causal && !a.fused) + u64::from(a.dropout > 0.0)
+/// One element-wise kernel of unfused attention over its weights (`heads x S x S_kv` per
+/// sample): the op it is timed as ([`crate::kernels::vector_kernel`]), and the arrays of
+/// the weights' size (in compute precision) and one-byte arrays (masks, comparisons) it
+/// reads and writes. Each does one FLOP per weight.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScorePass {
+    /// The op kind it is timed as.
+    pub op: &'static str,
+    /// Arrays of the weights' size it reads and writes.
+    pub arrays: f64,
+    /// One-byte arrays of the weights' size it reads and writes.
+    pub byte_arrays: f64,
+}
+
+/// The element-wise kernels unfused attention `a` runs over its weights, forward or
+/// backward, in order, as eager PyTorch runs them:
+/// - forward: the scale (unless the queries carry it), the mask ([`ScoreMask`]), the clamp,
+///   softmax and dropout;
+/// - backward: dropout's, softmax's (reading its output and the gradient), the clamp's (the
+///   gradient of `torch.maximum` against a constant: `where(x == c, g / 2, g)`, then the
+///   entries below `c` zeroed, five kernels: `eq`, the halving, `where`, `lt` and
+///   `masked_fill_`; PyTorch's `derivatives.yaml`), the select mask's (an additive mask
+///   passes the gradient through), and the scale's.
+///
+/// Fused attention runs none: its scale, mask and softmax are inside its kernel.
+pub fn score_passes(a: &Attention, backward: bool) -> Vec<ScorePass> {
+    let pass = |op, arrays, byte_arrays| ScorePass {
+        op,
+        arrays,
+        byte_arrays,
+    };
+    let mut out = Vec::new();
+    if a.fused {
+        return out;
+    }
+    let scale = !a.scale_queries;
+    let dropout = a.dropout > 0.0;
+    if backward {
+        if dropout {
+            out.push(pass("dropout", 2.0, 1.0));
+        }
+        out.push(pass("softmax", 3.0, 0.0));
+        if a.clamp {
+            out.extend([
+                pass("relu", 1.0, 1.0),
+                pass("scale", 2.0, 0.0),
+                pass("relu", 3.0, 1.0),
+                pass("relu", 1.0, 1.0),
+                pass("relu", 2.0, 1.0),
+            ]);
+        }
+        if a.mask == ScoreMask::Select {
+            out.push(pass("scale", 2.0, 0.0));
+        }
+        if scale {
+            out.push(pass("scale", 2.0, 0.0));
+        }
+    } else {
+        if scale {
+            out.push(pass("scale", 2.0, 0.0));
+        }
+        match a.mask {
+            ScoreMask::None => {}
+            ScoreMask::Select => out.push(pass("scale", 2.0, 0.0)),
+            ScoreMask::Add => out.push(pass("add", 2.0, 0.0)),
+        }
+        if a.clamp {
+            out.push(pass("relu", 2.0, 0.0));
+        }
+        out.push(pass("softmax", 2.0, 0.0));
+        if dropout {
+            out.push(pass("dropout", 2.0, 1.0));
+        }
+    }
+    out
 }
 
 /// Attention's counts per sample. Products: `QK^T` and `AV`, `2 x pairs x H` FLOPs each
 /// forward (pairs per head, `H` channels over all heads); backward `dV = P^T dO`,
 /// `dP = dO V^T`, `dS K` and `dS^T Q`, twice forward, and fused attention also recomputes
-/// `QK^T`. Vector ops: one FLOP per weight for each of [`attention_vector_ops`], forward
-/// and again backward.
+/// `QK^T`. Vector ops: unfused, one FLOP per weight for each of [`score_passes`] and one
+/// per query channel where the queries carry the scale; fused, scale and softmax on each
+/// pair it computes, and dropout, each way.
 fn attention_counts(a: &Attention, s: &AttentionShape) -> Counts {
     let macs = 2 * s.pairs * s.hidden;
-    let weights = if a.fused { s.pairs } else { s.scores };
-    let vector = s.heads * weights * attention_vector_ops(a);
+    let (fwd, bwd) = if a.fused {
+        let v = s.heads * s.pairs * (2 + u64::from(a.dropout > 0.0));
+        (v, v)
+    } else {
+        let per = |backward| s.heads * s.scores * score_passes(a, backward).len() as u64;
+        let queries = if a.scale_queries { s.hidden * s.seq } else { 0 };
+        (per(false) + queries, per(true) + queries)
+    };
     let recompute = if a.fused { s.pairs * s.hidden } else { 0 };
     Counts {
         macs,
-        flops_fwd: 2 * macs + vector,
-        flops_bwd_data: 4 * macs + 2 * recompute + vector,
+        flops_fwd: 2 * macs + fwd,
+        flops_bwd_data: 4 * macs + 2 * recompute + bwd,
         ..Counts::default()
     }
 }
@@ -331,12 +420,11 @@ fn stats_elements(graph: &Graph, layer: &Layer) -> u64 {
 ///   gradient it adds into;
 /// - gather and scatter-add read an 8-byte index entry per row, segment sum an offset per
 ///   segment and one more;
-/// - unfused attention writes and reads its weights between its kernels: `QK^T` writes
-///   them, scale, mask, softmax and dropout each read and write them (dropout also writes
-///   its one-byte mask), `AV` reads them; backward mirrors it (the weights' gradient is
-///   written by `dP = dO V^T` and read by dropout's, softmax's, the mask's and the scale's
-///   backward, then by `dS K` and `dS^T Q`; the saved weights and mask are counted as
-///   saved tensors);
+/// - unfused attention's element-wise kernels each read and write its weights or their
+///   gradient ([`score_passes`]: scale, mask, clamp, softmax, dropout and its one-byte mask,
+///   and their backward), and where the queries carry the scale, that kernel reads and
+///   writes the queries each way (the products' reads and writes of the weights are their
+///   GEMMs' operands, and the saved weights and mask are counted as saved tensors);
 /// - fused attention writes its log-sum-exp per row, and backward writes and reads
 ///   `rowsum(dO o O)` per row (FP32).
 fn extra_bytes(graph: &Graph, layer: &Layer, act: f64) -> (f64, f64) {
@@ -363,13 +451,18 @@ fn extra_bytes(graph: &Graph, layer: &Layer, act: f64) -> (f64, f64) {
                 (rows, 2.0 * rows)
             } else {
                 let weights = (s.heads * s.scores) as f64;
-                let (c, d) = (
-                    f64::from(u8::from(a.causal)),
-                    f64::from(u8::from(a.dropout > 0.0)),
-                );
-                let fwd = weights * act * (4.0 + 2.0 * c + 2.0 * d) + weights * d;
-                let bwd = weights * act * (6.0 + 2.0 * c + 2.0 * d);
-                (fwd, bwd)
+                let traffic = |backward| {
+                    score_passes(a, backward)
+                        .iter()
+                        .map(|p| weights * (act * p.arrays + p.byte_arrays))
+                        .sum::<f64>()
+                };
+                let queries = if a.scale_queries {
+                    2.0 * act * (s.hidden * s.seq) as f64
+                } else {
+                    0.0
+                };
+                (traffic(false) + queries, traffic(true) + queries)
             }
         }
         _ => (0.0, 0.0),
@@ -464,13 +557,14 @@ fn saved(op: &Op) -> &'static [Saved] {
         | Op::BatchNorm
         | Op::ChannelAffine
         | Op::MaxPool(_)
-        | Op::MseLoss => &[Saved::Input(0)],
+        | Op::MseLoss
+        | Op::Pow { .. } => &[Saved::Input(0)],
         Op::Relu | Op::Tanh | Op::Softmax => &[Saved::Output],
         Op::Dropout { .. } => &[Saved::Mask],
         Op::SoftmaxCrossEntropy => &[Saved::PrivateLikeInput],
         Op::Linear { .. } | Op::Embedding { .. } | Op::Gelu | Op::Silu => &[Saved::Input(0)],
         Op::LayerNorm | Op::RmsNorm => &[Saved::Input(0), Saved::Stats],
-        Op::MatMul => &[Saved::Inputs],
+        Op::MatMul | Op::Mul => &[Saved::Inputs],
         // Unfused: the weights after softmax, and after dropout with its mask.
         Op::Attention(a) if !a.fused && a.dropout > 0.0 => &[
             Saved::Inputs,
@@ -485,6 +579,7 @@ fn saved(op: &Op) -> &'static [Saved] {
         | Op::GlobalAvgPool
         | Op::Add
         | Op::Scale { .. }
+        | Op::Shift { .. }
         | Op::Concat
         | Op::Tile { .. }
         | Op::Upsample { .. }
@@ -604,7 +699,7 @@ pub fn cost(graph: &Graph, batch: u64, precision: Precision) -> GraphCost<'_> {
         let flops_fwd = Flops::from_count(c.flops_fwd) * b;
         let flops_bwd_data = if backward && data_grad {
             // A product of activations computes the gradient of each input that needs one.
-            let share = if matches!(layer.op, Op::MatMul) {
+            let share = if matches!(layer.op, Op::MatMul | Op::Mul) {
                 let n = layer.inputs.iter().filter(|&&j| needs[j]).count();
                 n as f64 / layer.inputs.len() as f64
             } else {
@@ -869,12 +964,7 @@ mod tests {
             g.then("affine", Op::ChannelAffine).unwrap();
             g.then(
                 "a",
-                Op::Attention(Attention {
-                    heads: 2,
-                    causal,
-                    dropout,
-                    fused,
-                }),
+                Op::Attention(Attention::new(2, causal, dropout, fused)),
             )
             .unwrap();
             g

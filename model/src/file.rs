@@ -27,14 +27,19 @@
 //! `dilation` = 1, `groups` = 1, `bias` = true, and `output_padding` = 0 for
 //! `conv-transpose`); `dense` (`out_features*`, `bias` = true); `max-pool` and `avg-pool`
 //! (`kernel*`, `stride` = kernel, `padding` = "valid"); `leaky-relu` (`alpha*`); `scale`
-//! (`factor*`); `dropout` (`rate*`); `tile` (`repeats*`); `upsample` (`scale_factor*`);
+//! (`factor*`: times a constant); `shift` (`offset*`: plus a constant); `pow` (`exponent*`);
+//! `dropout` (`rate*`); `tile` (`repeats*`); `upsample` (`scale_factor*`);
 //! `linear` (`out_features*`, `bias` = true, `tied` = false: a linear layer at every
 //! position of a sequence `[hidden, seq]`; `tied` for weights shared with an embedding); `embedding` (`num_embeddings*`, `embedding_dim*`: ids `[seq]` to
 //! `[embedding_dim, seq]`); `attention` (`heads*`, `causal` = false, `rate` = 0 (dropout on
-//! the weights), `fused` = false; one input `[3 H, S]` or three: queries, keys, values);
+//! the weights), `fused` = false, and for unfused attention's kernels `mask` = "select"
+//! where causal, else "none" ("none", "select": `where`, "add": an additive mask),
+//! `clamp` = false (scores clamped at the type's minimum) and `scale_queries` = false (the
+//! scale on the queries rather than the scores); one input `[3 H, S]` or three: queries,
+//! keys, values);
 //! `gather` (`edges*`), `scatter-add` (`nodes*`) and `segment-sum` (`segments*`) on rows of
 //! `[F, rows]`; and without fields `global-avg-pool`, `batch-norm`, `channel-affine`,
-//! `relu`, `tanh`, `add`, `concat`, `flatten`, `softmax-cross-entropy`, `mse-loss`,
+//! `relu`, `tanh`, `add`, `mul` (two inputs of one shape, element by element), `concat`, `flatten`, `softmax-cross-entropy`, `mse-loss`,
 //! `matmul` (two inputs `[..., m, k]` and `[..., k, n]`), `layer-norm`, `rms-norm`,
 //! `softmax` (over channels), `gelu` and `silu`.
 
@@ -46,7 +51,7 @@ use smallvec::smallvec;
 
 use crate::graph::{
     Attention, Conv, Dims, Graph, INPUT_NAME, Layer, LayerError, NodeId, Op, PadPairs, Padding,
-    Pool,
+    Pool, ScoreMask,
 };
 use crate::system::parse_toml;
 
@@ -91,6 +96,10 @@ struct RawLayer {
     #[serde(skip_serializing_if = "Option::is_none")]
     factor: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    offset: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    exponent: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     rate: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     repeats: Option<Vec<usize>>,
@@ -106,6 +115,12 @@ struct RawLayer {
     causal: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     fused: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mask: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    clamp: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scale_queries: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     edges: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -154,6 +169,9 @@ const OPS: &[(&str, &[&str])] = &[
     ("tanh", &[]),
     ("add", &[]),
     ("scale", &["factor*"]),
+    ("shift", &["offset*"]),
+    ("mul", &[]),
+    ("pow", &["exponent*"]),
     ("concat", &[]),
     ("tile", &["repeats*"]),
     ("upsample", &["scale_factor*"]),
@@ -169,7 +187,18 @@ const OPS: &[(&str, &[&str])] = &[
     ("softmax", &[]),
     ("gelu", &[]),
     ("silu", &[]),
-    ("attention", &["heads*", "causal", "rate", "fused"]),
+    (
+        "attention",
+        &[
+            "heads*",
+            "causal",
+            "rate",
+            "fused",
+            "mask",
+            "clamp",
+            "scale_queries",
+        ],
+    ),
     ("gather", &["edges*"]),
     ("scatter-add", &["nodes*"]),
     ("segment-sum", &["segments*"]),
@@ -190,6 +219,8 @@ impl RawLayer {
             ("output_padding", self.output_padding.is_some()),
             ("alpha", self.alpha.is_some()),
             ("factor", self.factor.is_some()),
+            ("offset", self.offset.is_some()),
+            ("exponent", self.exponent.is_some()),
             ("rate", self.rate.is_some()),
             ("repeats", self.repeats.is_some()),
             ("scale_factor", self.scale_factor.is_some()),
@@ -198,6 +229,9 @@ impl RawLayer {
             ("heads", self.heads.is_some()),
             ("causal", self.causal.is_some()),
             ("fused", self.fused.is_some()),
+            ("mask", self.mask.is_some()),
+            ("clamp", self.clamp.is_some()),
+            ("scale_queries", self.scale_queries.is_some()),
             ("edges", self.edges.is_some()),
             ("nodes", self.nodes.is_some()),
             ("segments", self.segments.is_some()),
@@ -356,6 +390,13 @@ fn to_op(l: &RawLayer, rank: usize) -> Result<Op, String> {
         "scale" => Op::Scale {
             factor: num(l.factor),
         },
+        "shift" => Op::Shift {
+            offset: num(l.offset),
+        },
+        "mul" => Op::Mul,
+        "pow" => Op::Pow {
+            exponent: num(l.exponent),
+        },
         "concat" => Op::Concat,
         "tile" => Op::Tile {
             repeats: l
@@ -386,12 +427,30 @@ fn to_op(l: &RawLayer, rank: usize) -> Result<Op, String> {
         "softmax" => Op::Softmax,
         "gelu" => Op::Gelu,
         "silu" => Op::Silu,
-        "attention" => Op::Attention(Attention {
-            heads: l.heads.unwrap_or(0),
-            causal: l.causal.unwrap_or(false),
-            dropout: l.rate.unwrap_or(0.0),
-            fused: l.fused.unwrap_or(false),
-        }),
+        "attention" => {
+            let causal = l.causal.unwrap_or(false);
+            let mask = match l.mask.as_deref() {
+                None => ScoreMask::default_for(causal),
+                Some(m) => ScoreMask::ALL
+                    .into_iter()
+                    .find(|f| f.name() == m)
+                    .ok_or_else(|| {
+                        format!(
+                            "mask = \"{m}\" is not a mask form; use {}",
+                            ScoreMask::ALL.map(ScoreMask::name).join(", ")
+                        )
+                    })?,
+            };
+            Op::Attention(Attention {
+                heads: l.heads.unwrap_or(0),
+                causal,
+                dropout: l.rate.unwrap_or(0.0),
+                fused: l.fused.unwrap_or(false),
+                mask,
+                clamp: l.clamp.unwrap_or(false),
+                scale_queries: l.scale_queries.unwrap_or(false),
+            })
+        }
         "gather" => Op::Gather {
             edges: l.edges.unwrap_or(0),
         },
@@ -511,6 +570,10 @@ fn export_layer(graph: &Graph, id: NodeId, layer: &Layer) -> RawLayer {
             raw.causal = Some(a.causal);
             raw.rate = Some(a.dropout);
             raw.fused = Some(a.fused);
+            // The unfused kernels' forms only where they are not the defaults.
+            raw.mask = (a.mask != ScoreMask::default_for(a.causal)).then(|| a.mask.name().into());
+            raw.clamp = a.clamp.then_some(true);
+            raw.scale_queries = a.scale_queries.then_some(true);
         }
         Op::Gather { edges } => raw.edges = Some(*edges),
         Op::ScatterAdd { nodes } => raw.nodes = Some(*nodes),
@@ -522,6 +585,8 @@ fn export_layer(graph: &Graph, id: NodeId, layer: &Layer) -> RawLayer {
         }
         Op::LeakyRelu { alpha } => raw.alpha = Some(*alpha),
         Op::Scale { factor } => raw.factor = Some(*factor),
+        Op::Shift { offset } => raw.offset = Some(*offset),
+        Op::Pow { exponent } => raw.exponent = Some(*exponent),
         Op::Dropout { rate } => raw.rate = Some(*rate),
         Op::Tile { repeats } => raw.repeats = Some(repeats.to_vec()),
         Op::Upsample { factor } => raw.scale_factor = Some(ints(factor)),
@@ -532,6 +597,7 @@ fn export_layer(graph: &Graph, id: NodeId, layer: &Layer) -> RawLayer {
         | Op::Relu
         | Op::Tanh
         | Op::Add
+        | Op::Mul
         | Op::Concat
         | Op::Flatten
         | Op::SoftmaxCrossEntropy
@@ -668,6 +734,48 @@ op = "softmax-cross-entropy"
         parse_workload(text, "bad.toml", None)
             .unwrap_err()
             .to_string()
+    }
+
+    /// Attention's unfused kernels: the mask form defaults from `causal`, a form is written
+    /// only where it differs, and an unknown one is named with the forms there are.
+    #[test]
+    fn attention_mask_forms_parse_export_and_refuse_unknown_ones() {
+        let text = |fields: &str| {
+            format!(
+                "name = \"a\"\ninput = [24, 6]\n\n[[layer]]\nname = \"a\"\nop = \"attention\"\n\
+                 heads = 2\n{fields}"
+            )
+        };
+        let attention = |fields: &str| {
+            let g = parse_workload(&text(fields), "a.toml", None).unwrap();
+            match g.layers()[1].op {
+                Op::Attention(a) => (g.clone(), a),
+                ref op => panic!("{op:?}"),
+            }
+        };
+        assert_eq!(attention("causal = true\n").1.mask, ScoreMask::Select);
+        assert_eq!(attention("").1.mask, ScoreMask::None);
+        let (g, a) =
+            attention("causal = true\nmask = \"add\"\nclamp = true\nscale_queries = true\n");
+        assert_eq!(
+            (a.mask, a.clamp, a.scale_queries),
+            (ScoreMask::Add, true, true)
+        );
+        let exported = export(&g, None).unwrap();
+        assert!(exported.contains("mask = \"add\""), "{exported}");
+        assert_eq!(parse_workload(&exported, "e.toml", None).unwrap(), g);
+        let plain = export(&attention("causal = true\n").0, None).unwrap();
+        assert!(
+            !plain.contains("mask") && !plain.contains("clamp"),
+            "{plain}"
+        );
+        let err = error_of(&text("mask = \"causal\"\n"));
+        assert!(
+            err.contains("layer `a`")
+                && err.contains("mask = \"causal\"")
+                && err.contains("none, select, add"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -821,6 +929,8 @@ op = "softmax-cross-entropy"
                 "output_padding",
                 "alpha",
                 "factor",
+                "offset",
+                "exponent",
                 "rate",
                 "repeats",
                 "scale_factor",

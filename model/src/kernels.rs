@@ -42,7 +42,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::cost::{GraphCost, requires_grad};
+use crate::cost::{GraphCost, requires_grad, score_passes};
 use crate::graph::{Attention, AttentionShape, Graph, Layer, Op};
 
 /// Number of features of every kernel (the constant first).
@@ -286,10 +286,10 @@ pub fn vector_kernel(op: &str, pass: KernelPass, flops: f64, bytes: f64) -> Opti
 /// The kernels of an attention layer at `batch` with `act` bytes per element, forward
 /// and, if `backward`, backward; batched GEMMs run one product per sample and head.
 ///
-/// Unfused (as eager frameworks run it): forward `QK^T`, scale, the causal mask, softmax,
-/// dropout and `AV`; backward `dV = P^T dO`, `dP = dO V^T`, dropout's, softmax's, the
-/// mask's and the scale's backward, `dQ = dS K` and `dK = dS^T Q`. Each vector kernel reads
-/// and writes the weights (softmax's backward also reads its output, dropout its mask).
+/// Unfused (as eager frameworks run it): forward `QK^T`, the element-wise kernels of
+/// [`score_passes`] (scale, mask, clamp, softmax, dropout) and `AV`; backward
+/// `dV = P^T dO`, `dP = dO V^T`, their backward kernels, `dQ = dS K` and `dK = dS^T Q`;
+/// where the queries carry the scale, a kernel over them before `QK^T` and after `dQ`.
 ///
 /// Fused (flash attention): one kernel each way, timed as the batched GEMM of its
 /// products: `S x pairs/S x 2d` forward (`QK^T` and `AV`), `S x pairs/S x 5d` backward (the
@@ -322,36 +322,31 @@ pub fn attention_kernels(
         return out;
     }
     let weights = calls * q * kv;
-    let vector = |op: &str, pass, arrays: f64, mask: bool| {
-        let bytes = weights * act * arrays + if mask { weights } else { 0.0 };
-        vector_kernel(op, pass, weights, bytes)
+    let passes = |pass: KernelPass| {
+        score_passes(a, pass.is_backward())
+            .into_iter()
+            .filter_map(move |p| {
+                let bytes = weights * (act * p.arrays + p.byte_arrays);
+                vector_kernel(p.op, pass, weights, bytes)
+            })
     };
-    let masked = a.causal;
-    let dropped = a.dropout > 0.0;
+    // The scale on the queries (`batch x H x S` elements), where they carry it.
+    let queries = batch * (s.hidden * s.seq) as f64;
+    let query_scale = |pass| {
+        vector_kernel("scale", pass, queries, 2.0 * act * queries).filter(|_| a.scale_queries)
+    };
+    out.extend(query_scale(KernelPass::Forward));
     out.push(gemm_kernel(gemm, KernelPass::Forward, q, kv, d, calls));
-    out.extend(vector("scale", KernelPass::Forward, 2.0, false));
-    if masked {
-        out.extend(vector("scale", KernelPass::Forward, 2.0, false));
-    }
-    out.extend(vector("softmax", KernelPass::Forward, 2.0, false));
-    if dropped {
-        out.extend(vector("dropout", KernelPass::Forward, 2.0, true));
-    }
+    out.extend(passes(KernelPass::Forward));
     out.push(gemm_kernel(gemm, KernelPass::Forward, q, d, kv, calls));
     if backward {
         let data = KernelPass::BackwardData;
         out.push(gemm_kernel(gemm, data, kv, d, q, calls));
         out.push(gemm_kernel(gemm, data, q, kv, d, calls));
-        if dropped {
-            out.extend(vector("dropout", KernelPass::Backward, 2.0, true));
-        }
-        out.extend(vector("softmax", KernelPass::Backward, 3.0, false));
-        if masked {
-            out.extend(vector("scale", KernelPass::Backward, 2.0, false));
-        }
-        out.extend(vector("scale", KernelPass::Backward, 2.0, false));
+        out.extend(passes(KernelPass::Backward));
         out.push(gemm_kernel(gemm, data, q, d, kv, calls));
         out.push(gemm_kernel(gemm, data, kv, d, q, calls));
+        out.extend(query_scale(KernelPass::Backward));
     }
     out
 }
@@ -532,8 +527,23 @@ mod tests {
 
     #[test]
     fn matrix_kernel_flops_are_the_models() {
-        for name in ["cosmoflow", "deepcam", "resnet50"] {
-            let g = workloads::build(name, &BuildOptions::default()).unwrap();
+        for name in [
+            "cosmoflow",
+            "deepcam",
+            "resnet50",
+            "gpt2",
+            "bert-large",
+            "opt-1.3b",
+            "gin",
+        ] {
+            let options = BuildOptions {
+                input_size: workloads::find(name)
+                    .ok()
+                    .filter(|b| b.sequence)
+                    .map(|_| vec![64]),
+                width: 1.0,
+            };
+            let g = workloads::build(name, &options).unwrap();
             let c = cost(&g, 2, Precision::Fp32);
             let kernels = step_kernels(&g, &c);
             for (ks, lc) in kernels.iter().zip(&c.layers) {

@@ -10,7 +10,8 @@
 //! `Conv`, `ConvTranspose` (`auto_pad` `NOTSET`, `VALID` or `SAME_UPPER`), `Gemm` and a
 //! `MatMul` of a feature vector by a weight (dense), `MaxPool` and `AveragePool`
 //! (`ceil_mode` 0), `GlobalAveragePool`, `BatchNormalization`, a `Mul` by a per-channel
-//! constant and the `Add` of a per-channel constant after it (channel affine), `Relu`,
+//! constant and the `Add` of a per-channel constant after it (channel affine), a `Mul` of
+//! two activations, `Relu`,
 //! `LeakyRelu`, `Tanh`, `Gelu`, `Softmax` over channels (a graph output's becomes the
 //! training loss, softmax cross-entropy), `Add` and `Sum` of activations, `Concat` on
 //! channels, `Dropout`, `Flatten` and a `Reshape` to a feature vector. Anything else is
@@ -398,10 +399,12 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                     )));
                 }
             }
+            "Mul" if matches!(get(1)?, Value::Layer(_)) => {
+                inputs = vec![xid, layer(get(1)?).ok_or_else(|| fail("no input".into()))?];
+                Op::Mul
+            }
             "Mul" => {
-                let c = dims_of(get(1)?).ok_or_else(|| {
-                    fail("multiplies two activations, which the IR has no op for".into())
-                })?;
+                let c = dims_of(get(1)?).ok_or_else(|| fail("multiplies by no constant".into()))?;
                 if !per_channel(&c, g.layers()[xid].output.dims()) {
                     return Err(fail(format!(
                         "multiplies by a constant of shape {c:?}; only a per-channel scale is \

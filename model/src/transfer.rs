@@ -243,7 +243,8 @@ pub fn vector_bytes(elements: f64, bytes: f64, d: &DeviceSpec) -> [f64; 4] {
 /// convolutions as `conv`, and each vector op as the measured op that does the same work
 /// per element: unary ops that read one array and write one as `relu` (pooling, dropout,
 /// copies, an embedding's and a gather's row copies too), `tanh`, `add` (scatter-add and
-/// segment sum too), a scale as `mulu`, normalisations as `ln`, softmax and a loss over
+/// segment sum too), a scale as `mulu`, a shift as `addu`, a product as `mul`, a power as
+/// `powu`, normalisations as `ln`, softmax and a loss over
 /// classes as `softmax`, `gelu` and `silu` as `gelu`, a squared error as `mul`.
 pub fn class_of(kernel: &Kernel) -> &'static str {
     match kernel.class {
@@ -257,6 +258,9 @@ pub fn class_of(kernel: &Kernel) -> &'static str {
             "tanh" => "tanh",
             "add" | "scatter-add" | "segment-sum" => "add",
             "scale" => "mulu",
+            "shift" => "addu",
+            "mul" => "mul",
+            "pow" => "powu",
             "softmax-cross-entropy" | "softmax" => "softmax",
             "gelu" | "silu" => "gelu",
             "mse-loss" => "mul",

@@ -310,6 +310,22 @@ fn element_wise() {
 }
 
 #[test]
+fn shifts_powers_and_products() {
+    for op in [
+        Op::Shift { offset: 0.7 },
+        Op::Pow { exponent: 3.0 },
+        Op::Pow { exponent: 2.0 },
+    ] {
+        Check::new(&[3, 4, 4], &[("e", op)], 2).run();
+    }
+    // A product of two different activations: each input's gradient is the other input.
+    let mut g = Graph::new("check", vec![3, 4]).unwrap();
+    let t = g.then("t", Op::Tanh).unwrap();
+    g.push("m", Op::Mul, &[0, t]).unwrap();
+    Check::graph(g, 2).run();
+}
+
+#[test]
 fn reshaping() {
     Check::new(
         &[2, 2, 3],
@@ -394,14 +410,8 @@ fn sequence_element_wise_and_norms() {
 #[test]
 fn attention_every_form() {
     use ridgeline_model::graph::Attention;
-    let attention = |causal, dropout, fused| {
-        Op::Attention(Attention {
-            heads: 2,
-            causal,
-            dropout,
-            fused,
-        })
-    };
+    let attention =
+        |causal, dropout, fused| Op::Attention(Attention::new(2, causal, dropout, fused));
     for (causal, dropout, fused) in [
         (false, 0.0, false),
         (true, 0.0, false),

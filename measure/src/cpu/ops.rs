@@ -222,6 +222,12 @@ pub(crate) enum Kernel {
     Add,
     /// Multiplication by a constant.
     Scale(f32),
+    /// Addition of a constant.
+    Shift(f32),
+    /// Element-wise product of two inputs.
+    Mul,
+    /// Power with a constant exponent.
+    Pow(f32),
     /// Concatenation along channels: channel counts of the inputs, and the volume.
     Concat {
         n: usize,
@@ -357,6 +363,11 @@ impl Kernel {
             Op::Add => Kernel::Add,
             #[allow(clippy::cast_possible_truncation)]
             Op::Scale { factor } => Kernel::Scale(*factor as f32),
+            #[allow(clippy::cast_possible_truncation)]
+            Op::Shift { offset } => Kernel::Shift(*offset as f32),
+            Op::Mul => Kernel::Mul,
+            #[allow(clippy::cast_possible_truncation)]
+            Op::Pow { exponent } => Kernel::Pow(*exponent as f32),
             Op::Concat => Kernel::Concat {
                 n,
                 channels: layer
@@ -670,6 +681,19 @@ impl Kernel {
             Kernel::LeakyRelu(a) => map(out, x, |v| v.max(0.0) + a * v.min(0.0)),
             Kernel::Tanh => map(out, x, f32::tanh),
             Kernel::Scale(f) => map(out, x, |v| f * v),
+            Kernel::Shift(c) => map(out, x, |v| v + c),
+            Kernel::Pow(e) => map(out, x, |v| v.powf(*e)),
+            Kernel::Mul => {
+                out.par_chunks_mut(CHUNK)
+                    .zip(x.par_chunks(CHUNK))
+                    .zip(inputs[1].par_chunks(CHUNK))
+                    .for_each(|((o, a), b)| {
+                        o.iter_mut()
+                            .zip(a)
+                            .zip(b)
+                            .for_each(|((o, a), b)| *o = a * b);
+                    });
+            }
             Kernel::Add => {
                 out.copy_from_slice(x);
                 for other in &inputs[1..] {
@@ -978,6 +1002,14 @@ impl Kernel {
             }
             Kernel::Tanh => zip_map(dx, dy, out, |g, y| g * (1.0 - y * y)),
             Kernel::Scale(f) => zip_map(dx, dy, dy, |g, _| f * g),
+            Kernel::Shift(_) => zip_map(dx, dy, dy, |g, _| g),
+            Kernel::Pow(e) => zip_map(dx, dy, x, |g, v| g * e * v.powf(e - 1.0)),
+            Kernel::Mul => {
+                // Each input's gradient is the output gradient times the other input.
+                let (da, db) = dx.split_at_mut(1);
+                zip_map(da, dy, inputs[1], |g, b| g * b);
+                zip_map(db, dy, x, |g, a| g * a);
+            }
             Kernel::Add => {
                 for d in dx.iter_mut().flatten() {
                     d.copy_from_slice(dy);

@@ -12,7 +12,7 @@ mod shape;
 use std::hash::BuildHasher;
 
 use compact_str::CompactString;
-pub use op::{Attention, AttentionShape, Conv, MAX_WINDOW, Op, PadPairs, Padding, Pool};
+pub use op::{Attention, AttentionShape, Conv, MAX_WINDOW, Op, PadPairs, Padding, Pool, ScoreMask};
 use rustc_hash::{FxBuildHasher, FxHashMap};
 pub use shape::{Dims, Shape};
 use smallvec::SmallVec;
@@ -284,7 +284,10 @@ pub(crate) mod arbitrary {
             Just((Op::Tanh, 0)),
             Just((Op::Dropout { rate: 0.5 }, 0)),
             Just((Op::Scale { factor: 2.0 }, 0)),
+            Just((Op::Shift { offset: -0.5 }, 0)),
+            Just((Op::Pow { exponent: 3.0 }, 0)),
             (1usize..6).prop_map(|back| (Op::Add, back)),
+            (1usize..6).prop_map(|back| (Op::Mul, back)),
             (1usize..6).prop_map(|back| (Op::Concat, back)),
             Just((
                 Op::Upsample {
@@ -308,7 +311,7 @@ pub(crate) mod arbitrary {
                     conv.groups = ch;
                 }
                 let inputs = match op {
-                    Op::Add | Op::Concat => vec![last, last.saturating_sub(back)],
+                    Op::Add | Op::Mul | Op::Concat => vec![last, last.saturating_sub(back)],
                     _ => vec![last],
                 };
                 // Invalid combinations are simply not added.

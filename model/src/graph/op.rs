@@ -185,6 +185,18 @@ pub enum Op {
         /// The constant.
         factor: f64,
     },
+    /// Addition of a constant.
+    Shift {
+        /// The constant.
+        offset: f64,
+    },
+    /// Element-wise product of two inputs of the same shape.
+    Mul,
+    /// Element-wise power with a constant exponent.
+    Pow {
+        /// The exponent.
+        exponent: f64,
+    },
     /// Concatenation of two or more inputs along channels.
     Concat,
     /// Repetition of the input along each spatial dimension.
@@ -282,6 +294,69 @@ pub struct Attention {
     /// Unfused: `QK^T`, scale, mask, softmax, dropout and `AV` as separate kernels, as
     /// frameworks' eager attention runs them.
     pub fused: bool,
+    /// How unfused attention masks its scores (a kernel over the whole score matrix each);
+    /// fused attention masks inside its kernel.
+    pub mask: ScoreMask,
+    /// Whether unfused attention clamps its masked scores at the type's minimum
+    /// (`torch.max(scores, finfo.min)`, as Hugging Face's OPT does), a kernel forward and
+    /// the five of `maximum`'s gradient backward.
+    pub clamp: bool,
+    /// Whether the `1 / sqrt(d)` scale multiplies the queries before `QK^T` (OPT) rather
+    /// than the scores after it: a kernel over the queries, not over the score matrix.
+    pub scale_queries: bool,
+}
+
+/// How unfused attention applies its mask to the scores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScoreMask {
+    /// No mask kernel (a model without padding or causal mask).
+    None,
+    /// A select against a boolean mask (`torch.where(mask, scores, min)`, GPT-2's causal
+    /// mask): a kernel forward and one backward.
+    Select,
+    /// The sum with an additive mask of zeros and the type's minimum, broadcast over heads
+    /// (BERT's padding mask, OPT's causal mask): a kernel forward; backward passes the
+    /// gradient through.
+    Add,
+}
+
+impl ScoreMask {
+    /// Every form, in the order its file spellings are listed.
+    pub const ALL: [ScoreMask; 3] = [ScoreMask::None, ScoreMask::Select, ScoreMask::Add];
+
+    /// Its spelling in workload files.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScoreMask::None => "none",
+            ScoreMask::Select => "select",
+            ScoreMask::Add => "add",
+        }
+    }
+
+    /// The form a causal or non-causal attention has unless a file says otherwise.
+    pub fn default_for(causal: bool) -> ScoreMask {
+        if causal {
+            ScoreMask::Select
+        } else {
+            ScoreMask::None
+        }
+    }
+}
+
+impl Attention {
+    /// Attention with the mask its causality implies (a select where causal), no clamp,
+    /// and the scale on the scores.
+    pub fn new(heads: usize, causal: bool, dropout: f64, fused: bool) -> Attention {
+        Attention {
+            heads,
+            causal,
+            dropout,
+            fused,
+            mask: ScoreMask::default_for(causal),
+            clamp: false,
+            scale_queries: false,
+        }
+    }
 }
 
 /// The sizes an attention layer works on.
@@ -375,6 +450,9 @@ impl Op {
             Op::Tanh => "tanh",
             Op::Add => "add",
             Op::Scale { .. } => "scale",
+            Op::Shift { .. } => "shift",
+            Op::Mul => "mul",
+            Op::Pow { .. } => "pow",
             Op::Concat => "concat",
             Op::Tile { .. } => "tile",
             Op::Upsample { .. } => "upsample",
@@ -468,7 +546,7 @@ impl Op {
         let arity = match self {
             Op::Input => return Err(INPUT_IS_IMPLICIT.into()),
             Op::Add | Op::Concat => None,
-            Op::MatMul => Some(2),
+            Op::MatMul | Op::Mul => Some(2),
             Op::Attention(_) if inputs.len() == 3 => Some(3),
             _ => Some(1),
         };
@@ -523,6 +601,25 @@ impl Op {
             }
             Op::Scale { factor } => {
                 finite("factor", *factor)?;
+                Ok(Dims::from_slice(x))
+            }
+            Op::Shift { offset } => {
+                finite("offset", *offset)?;
+                Ok(Dims::from_slice(x))
+            }
+            Op::Pow { exponent } => {
+                finite("exponent", *exponent)?;
+                Ok(Dims::from_slice(x))
+            }
+            Op::Mul => {
+                if inputs[1] != x {
+                    return Err(format!(
+                        "inputs do not connect: `mul` needs equal shapes, input 0 is {} but \
+                         input 1 is {}",
+                        fmt_dims(x),
+                        fmt_dims(inputs[1])
+                    ));
+                }
                 Ok(Dims::from_slice(x))
             }
             Op::Dropout { rate } => {

@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 use super::dotted;
 use crate::error::{Error, Result};
-use crate::graph::{Attention, Graph, LayerError, NodeId, Op};
+use crate::graph::{Attention, Graph, LayerError, NodeId, Op, ScoreMask};
 
 /// The families of models this module builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -318,7 +318,7 @@ pub fn build_split(
     match family {
         Family::Gpt2 => {
             let drop = |p: Option<f64>| p.unwrap_or(0.1);
-            let gelu = !matches!(config.hidden_act.as_deref(), Some("relu"));
+            let act = Activation::of(config.hidden_act.as_deref(), Activation::GeluNew);
             let mut x = embed(&mut g, &m, &["wte", "wpe"], m.positions)?;
             x = dropout(&mut g, "drop", x, drop(config.embd_pdrop))?;
             for i in 0..layers {
@@ -340,7 +340,7 @@ pub fn build_split(
                 x = g.push(dotted(&p, "attn.residual"), Op::Add, &[x, o])?;
                 let n = g.push(dotted(&p, "ln_2"), Op::LayerNorm, &[x])?;
                 let h = g.push(dotted(&p, "mlp.c_fc"), linear(m.ffn), &[n])?;
-                let h = g.push(dotted(&p, "mlp.act"), activation(gelu), &[h])?;
+                let h = activation(&mut g, &dotted(&p, "mlp.act"), h, act)?;
                 let h = g.push(dotted(&p, "mlp.c_proj"), linear(m.hidden), &[h])?;
                 let h = dropout(
                     &mut g,
@@ -356,10 +356,15 @@ pub fn build_split(
         Family::Opt => {
             let drop = config.dropout.unwrap_or(0.1);
             let attn_drop = config.attention_dropout.unwrap_or(0.0);
-            let gelu = matches!(
-                config.hidden_act.as_deref(),
-                Some("gelu" | "gelu_new" | "gelu_pytorch_tanh")
-            );
+            let act = Activation::of(config.hidden_act.as_deref(), Activation::Relu);
+            // `OPTAttention`: the queries scaled, the causal mask added, the scores clamped
+            // at the type's minimum (transformers 4.38, `modeling_opt.py`).
+            let opt_attention = Attention {
+                mask: ScoreMask::Add,
+                clamp: true,
+                scale_queries: true,
+                ..Attention::new(m.heads, true, attn_drop, false)
+            };
             // OPT's learned positions are offset by 2: a table of positions + 2 rows.
             let mut x = embed(
                 &mut g,
@@ -373,13 +378,13 @@ pub fn build_split(
             for i in 0..layers {
                 let p = format!("model.decoder.layers.{i}");
                 let n = g.push(dotted(&p, "self_attn_layer_norm"), Op::LayerNorm, &[x])?;
-                let a = self_attention(&mut g, &p, "self_attn", n, &m, true, attn_drop)?;
+                let a = self_attention(&mut g, &p, "self_attn", n, &m, opt_attention)?;
                 let o = g.push(dotted(&p, "self_attn.out_proj"), linear(m.hidden), &[a])?;
                 let o = dropout(&mut g, &dotted(&p, "dropout"), o, drop)?;
                 x = g.push(dotted(&p, "self_attn.residual"), Op::Add, &[x, o])?;
                 let n = g.push(dotted(&p, "final_layer_norm"), Op::LayerNorm, &[x])?;
                 let h = g.push(dotted(&p, "fc1"), linear(m.ffn), &[n])?;
-                let h = g.push(dotted(&p, "activation_fn"), activation(gelu), &[h])?;
+                let h = activation(&mut g, &dotted(&p, "activation_fn"), h, act)?;
                 let h = g.push(dotted(&p, "fc2"), linear(m.hidden), &[h])?;
                 let h = dropout(&mut g, &dotted(&p, "fc2.dropout"), h, drop)?;
                 x = g.push(dotted(&p, "residual"), Op::Add, &[x, h])?;
@@ -390,7 +395,13 @@ pub fn build_split(
         Family::Bert => {
             let drop = config.hidden_dropout_prob.unwrap_or(0.1);
             let attn_drop = config.attention_probs_dropout_prob.unwrap_or(0.1);
-            let gelu = !matches!(config.hidden_act.as_deref(), Some("relu"));
+            let act = Activation::of(config.hidden_act.as_deref(), Activation::Gelu);
+            // `BertSelfAttention`: the scores scaled, then the padding mask added
+            // (transformers 4.38, `modeling_bert.py`, eager attention).
+            let bert_attention = Attention {
+                mask: ScoreMask::Add,
+                ..Attention::new(m.heads, false, attn_drop, false)
+            };
             let types = config.type_vocab_size.unwrap_or(2);
             let words = g.push(
                 "embeddings.word_embeddings",
@@ -412,7 +423,7 @@ pub fn build_split(
             let mut x = dropout(&mut g, "embeddings.dropout", n, drop)?;
             for i in 0..layers {
                 let p = format!("encoder.layer.{i}");
-                let a = self_attention(&mut g, &p, "attention.self", x, &m, false, attn_drop)?;
+                let a = self_attention(&mut g, &p, "attention.self", x, &m, bert_attention)?;
                 let o = g.push(dotted(&p, "attention.output.dense"), linear(m.hidden), &[a])?;
                 let o = dropout(&mut g, &dotted(&p, "attention.output.dropout"), o, drop)?;
                 let o = g.push(dotted(&p, "attention.output.residual"), Op::Add, &[o, x])?;
@@ -422,7 +433,7 @@ pub fn build_split(
                     &[o],
                 )?;
                 let h = g.push(dotted(&p, "intermediate.dense"), linear(m.ffn), &[a])?;
-                let h = g.push(dotted(&p, "intermediate.act"), activation(gelu), &[h])?;
+                let h = activation(&mut g, &dotted(&p, "intermediate.act"), h, act)?;
                 let h = g.push(dotted(&p, "output.dense"), linear(m.hidden), &[h])?;
                 let h = dropout(&mut g, &dotted(&p, "output.dropout"), h, drop)?;
                 let h = g.push(dotted(&p, "output.residual"), Op::Add, &[h, a])?;
@@ -436,7 +447,7 @@ pub fn build_split(
             g.then("nsp_loss", Op::SoftmaxCrossEntropy)?;
             // Masked-LM head at every position.
             let t = g.push("cls.predictions.transform.dense", linear(m.hidden), &[x])?;
-            let t = g.push("cls.predictions.transform.act", activation(gelu), &[t])?;
+            let t = activation(&mut g, "cls.predictions.transform.act", t, act)?;
             let t = g.push("cls.predictions.transform.LayerNorm", Op::LayerNorm, &[t])?;
             lm_head(&mut g, "cls.predictions.decoder", t, &m, true)?;
         }
@@ -473,17 +484,64 @@ fn embedding(num_embeddings: usize, embedding_dim: usize) -> Op {
     }
 }
 
-fn activation(gelu: bool) -> Op {
-    if gelu { Op::Gelu } else { Op::Relu }
+/// A feed-forward activation, as Hugging Face's models compute it in eager PyTorch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Activation {
+    Relu,
+    /// One GELU kernel: `gelu` (the erf form) and `gelu_pytorch_tanh` (PyTorch's fused tanh
+    /// approximation).
+    Gelu,
+    /// `gelu_new` (`NewGELUActivation`): the tanh approximation written out in Python,
+    /// `0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))`, which eager PyTorch runs as
+    /// eight element-wise kernels forward, each saving what autograd saves (the input, the
+    /// tanh's output and both factors of the last product).
+    GeluNew,
+}
+
+impl Activation {
+    /// The activation a configuration names (`hidden_act`, checked in
+    /// [`Config::check`]), or the family's default.
+    fn of(name: Option<&str>, default: Activation) -> Activation {
+        match name {
+            Some("relu") => Activation::Relu,
+            Some("gelu" | "gelu_pytorch_tanh") => Activation::Gelu,
+            Some("gelu_new") => Activation::GeluNew,
+            _ => default,
+        }
+    }
+}
+
+/// The activation `act` of `x`; its last layer is named `name`.
+fn activation(g: &mut Graph, name: &str, x: NodeId, act: Activation) -> Result<NodeId, LayerError> {
+    match act {
+        Activation::Relu => g.push(name, Op::Relu, &[x]),
+        Activation::Gelu => g.push(name, Op::Gelu, &[x]),
+        Activation::GeluNew => {
+            // Python evaluates `0.5 * x` first, then the bracket inside out.
+            let half = g.push(dotted(name, "half"), Op::Scale { factor: 0.5 }, &[x])?;
+            let cube = g.push(dotted(name, "cube"), Op::Pow { exponent: 3.0 }, &[x])?;
+            let cube = g.push(
+                dotted(name, "cube_scaled"),
+                Op::Scale { factor: 0.044_715 },
+                &[cube],
+            )?;
+            let inner = g.push(dotted(name, "inner"), Op::Add, &[x, cube])?;
+            let arg = g.push(
+                dotted(name, "tanh_arg"),
+                Op::Scale {
+                    factor: (2.0 / std::f64::consts::PI).sqrt(),
+                },
+                &[inner],
+            )?;
+            let t = g.push(dotted(name, "tanh"), Op::Tanh, &[arg])?;
+            let t = g.push(dotted(name, "one_plus"), Op::Shift { offset: 1.0 }, &[t])?;
+            g.push(name, Op::Mul, &[half, t])
+        }
+    }
 }
 
 fn attention(heads: usize, causal: bool, dropout: f64) -> Op {
-    Op::Attention(Attention {
-        heads,
-        causal,
-        dropout,
-        fused: false,
-    })
+    Op::Attention(Attention::new(heads, causal, dropout, false))
 }
 
 /// Dropout, unless `p` is 0.
@@ -507,15 +565,14 @@ fn embed(
     g.push("embeddings.sum", Op::Add, &[tokens, positions])
 }
 
-/// Separate query, key and value projections of `x`, and attention over them.
+/// Separate query, key and value projections of `x`, and attention `a` over them.
 fn self_attention(
     g: &mut Graph,
     prefix: &str,
     module: &str,
     x: NodeId,
     m: &Dims,
-    causal: bool,
-    dropout: f64,
+    a: Attention,
 ) -> Result<NodeId, LayerError> {
     let p = dotted(prefix, module);
     let names = if module == "attention.self" {
@@ -526,11 +583,7 @@ fn self_attention(
     let q = g.push(dotted(&p, names[0]), linear(m.shard), &[x])?;
     let k = g.push(dotted(&p, names[1]), linear(m.shard), &[x])?;
     let v = g.push(dotted(&p, names[2]), linear(m.shard), &[x])?;
-    g.push(
-        dotted(&p, "attention"),
-        attention(m.heads, causal, dropout),
-        &[q, k, v],
-    )
+    g.push(dotted(&p, "attention"), Op::Attention(a), &[q, k, v])
 }
 
 /// The language-model head, its weights the token embeddings' (with an output bias of its
@@ -583,10 +636,11 @@ mod tests {
     /// The analytic count: `6 T (L (4 H^2 + 2 H F) + V H)` for the projections, the
     /// feed-forward and the head over `T` tokens, and BERT's masked-LM transform at every
     /// token and pooler and next-sentence head at one per sequence; `12 L S H T` for
-    /// `QK^T` and `AV` (forward, and backward twice that) and `2 k L heads S T` for the `k`
-    /// vector ops on the attention weights (scale, softmax; dropout where the model has it
-    /// (OPT: none); the mask of causal models), one FLOP per weight each way. The graph's FLOPs, vector ops
-    /// included, are within 0.1 % of it; its linear layers' FLOPs equal its first term.
+    /// `QK^T` and `AV` (forward, and backward twice that) and `k L heads S T` for the `k`
+    /// element-wise kernels over the attention weights forward and backward, one FLOP per
+    /// weight each (listed below, as each model's eager attention runs them). The graph's
+    /// FLOPs, vector ops included, are within 0.1 % of it; its linear layers' FLOPs equal
+    /// its first term.
     #[test]
     fn training_flops_are_the_analytic_count() {
         for name in [
@@ -617,15 +671,18 @@ mod tests {
                 if config.family() == Some(Family::Bert) {
                     weights += 6.0 * t * h * h + 6.0 * batch as f64 * (h * h + 2.0 * h);
                 }
-                // Scale, softmax, dropout and (causal models) the mask on each head's
-                // weights, forward and backward.
-                let ops = match config.family() {
-                    Some(Family::Bert) => 3.0,
-                    _ if name == "opt-1.3b" => 3.0,
-                    _ => 4.0,
+                // The element-wise kernels on each head's weights, forward + backward:
+                // BERT scale, mask add, softmax, dropout + dropout's, softmax's, the scale's;
+                // GPT-2 scale, select, softmax, dropout and each one's backward; OPT mask
+                // add, clamp, softmax (no dropout) + softmax's and the clamp's five, and
+                // the scale on the queries each way.
+                let (ops, queries) = match config.family() {
+                    Some(Family::Bert) => (4.0 + 3.0, 0.0),
+                    Some(Family::Opt) => (3.0 + 6.0, 2.0 * l * h * t),
+                    _ => (4.0 + 4.0, 0.0),
                 };
                 let heads = config.num_attention_heads as f64;
-                let analytic = weights + 12.0 * l * s * h * t + 2.0 * ops * l * heads * s * t;
+                let analytic = weights + 12.0 * l * s * h * t + ops * l * heads * s * t + queries;
                 let linear: f64 = c
                     .layers
                     .iter()
@@ -643,6 +700,57 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// GPT-2's `gelu_new` is the eight layers of its Python formula, which compute the tanh
+    /// form of GELU; `gelu` is one layer, and a configuration's `activation_function` picks.
+    #[test]
+    fn gelu_new_is_its_formula_written_out() {
+        let g = builtin("gpt2", &BuildOptions::default()).unwrap();
+        let act = g.find("h.0.mlp.act").unwrap();
+        assert_eq!(g.layers()[act].op, Op::Mul);
+        // Evaluate the layers between the first feed-forward projection and the activation
+        // on scalars.
+        let first = g.find("h.0.mlp.c_fc").unwrap();
+        let gelu = |x: f64| {
+            0.5 * x
+                * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044_715 * x.powi(3))).tanh())
+        };
+        for x in [-2.5, -0.3, 0.0, 0.7, 3.1] {
+            let mut v = vec![f64::NAN; act + 1];
+            v[first] = x;
+            for i in first + 1..=act {
+                let l = &g.layers()[i];
+                let a = |k: usize| v[l.inputs[k]];
+                v[i] = match l.op {
+                    Op::Scale { factor } => factor * a(0),
+                    Op::Shift { offset } => offset + a(0),
+                    Op::Pow { exponent } => a(0).powf(exponent),
+                    Op::Tanh => a(0).tanh(),
+                    Op::Add => a(0) + a(1),
+                    Op::Mul => a(0) * a(1),
+                    ref op => panic!("{} in gelu_new", op.kind()),
+                };
+            }
+            assert!((v[act] - gelu(x)).abs() < 1e-12, "{x}: {}", v[act]);
+        }
+        assert_eq!(act - first, 8, "eight kernels forward");
+        // BERT's `gelu` is one layer; OPT's `relu` too.
+        let bert = builtin("bert-large", &BuildOptions::default()).unwrap();
+        let i = bert.find("encoder.layer.0.intermediate.act").unwrap();
+        assert_eq!(bert.layers()[i].op, Op::Gelu);
+        let opt = builtin("opt-1.3b", &BuildOptions::default()).unwrap();
+        let i = opt.find("model.decoder.layers.0.activation_fn").unwrap();
+        assert_eq!(opt.layers()[i].op, Op::Relu);
+        // Autograd saves the input, the tanh's output and both factors of the product:
+        // four tensors of the feed-forward size where one GELU kernel saves one.
+        let c = cost(&g, 1, Precision::Fp32);
+        let saved: f64 = c.layers[first + 1..=act]
+            .iter()
+            .map(|r| r.activation_bytes.value())
+            .sum();
+        let ffn = g.layers()[first].output.elements() as f64;
+        assert_eq!(saved, 4.0 * 4.0 * ffn);
     }
 
     #[test]

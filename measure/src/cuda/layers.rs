@@ -4,7 +4,7 @@
 //! gradient accumulation, the SGD update). Plain data, checked in every build; the
 //! executor that runs it is `exec` (feature `cuda`).
 
-use ridgeline_model::graph::{Graph, Layer, Op};
+use ridgeline_model::graph::{Attention, AttentionShape, Graph, Layer, Op};
 
 use ridgeline_model::precision::Precision;
 
@@ -36,7 +36,28 @@ use crate::backend::{ConvCase, Format, Pass};
 /// - `ex_softmax_ce_fwd(x, out, c, vol, seed, n)`: softmax over `c` channels at each of
 ///   `vol` positions, cross-entropy against a hashed label, the mean over positions added
 ///   into `out[sample]`, `n` = samples x positions; `ex_softmax_ce_bwd(x, dy, dx, c, vol,
-///   seed, n)` its gradient.
+///   seed, n)` its gradient;
+/// - `ex_softmax_fwd(x, out, c, vol, n)` and `ex_softmax_bwd(y, dy, dx, c, vol, n)`: softmax
+///   over `c` channels at each position of `[samples, c, vol]`, a thread per position
+///   (neighbouring threads read neighbouring positions); `ex_softmax_rows_fwd(x, out, c,
+///   rows)` and `ex_softmax_rows_bwd(y, dy, dx, c, rows)` over contiguous rows of `c` (the
+///   attention weights), a warp per row with shuffle reductions;
+/// - `ex_norm_fwd(x, out, gamma, beta, stats, c, vol, rms, n)`: layer norm (`rms` = 0) or RMS
+///   norm over the `c` channels at each position, FP32 scale and shift (`beta` null for RMS),
+///   the mean and inverse deviation per position into `stats`; `ex_norm_bwd(x, dy, dx,
+///   gamma, stats, c, vol, rms, n)` the input's gradient; `ex_norm_param_grad(x, dy, stats,
+///   dgamma, dbeta, c, vol, samples)` the parameters' (a block per channel, a shared-memory
+///   reduction over samples and positions);
+/// - `ex_lookup_fwd(ids, table, out, vocab, dim, positions, n)`: an embedding of an FP32
+///   table `[vocab, dim]` into `[samples, dim, positions]`, each id read from the synthetic
+///   input in `[-1, 1)` as the CPU executor reads it; `ex_lookup_bwd(ids, dy, dtable, ...)`
+///   adds the rows' gradients into the table's (atomics);
+/// - `ex_gather(x, out, f, rx, rout, hashed, salt, n)`: `out[s, k, e] = x[s, k, row(e)]` and
+///   `ex_scatter(...)`: `out[s, k, row(r)] += x[s, k, r]` (atomics), the row a hash of the
+///   index and `salt` modulo the rows (`hashed`), or contiguous segments;
+/// - `ex_attn_mask(x, seq, seq_kv, causal, n)`: attention's mask on its weights, in place
+///   (the type's lowest value where a causal query may not see a key); `ex_clamp_min(x, lo,
+///   n)`: `x = max(x, lo)`, in place.
 pub(crate) const EXEC_SOURCE: &str = r#"
 typedef unsigned long long u64;
 #define LOOP for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
@@ -93,10 +114,143 @@ extern "C" __global__ void ex_softmax_ce_bwd(const T* x, const float* dy, T* dx,
         for (u64 k = 0; k < c; k++) dx[s * c * vol + k * vol + pos] = g * (expf(v[k * vol] - m) / sum - (k == label ? 1.0f : 0.0f));
     }
 }
+#define LOWEST -3.402823466e38f
+extern "C" __global__ void ex_softmax_fwd(const T* x, T* out, u64 c, u64 vol, u64 n) {
+    LOOP {
+        u64 base = (i / vol) * c * vol + i % vol;
+        float m = LOWEST;
+        for (u64 k = 0; k < c; k++) m = fmaxf(m, (float)x[base + k * vol]);
+        float sum = 0.0f;
+        for (u64 k = 0; k < c; k++) sum += expf((float)x[base + k * vol] - m);
+        for (u64 k = 0; k < c; k++) out[base + k * vol] = expf((float)x[base + k * vol] - m) / sum;
+    }
+}
+extern "C" __global__ void ex_softmax_bwd(const T* y, const T* dy, T* dx, u64 c, u64 vol, u64 n) {
+    LOOP {
+        u64 base = (i / vol) * c * vol + i % vol;
+        float dot = 0.0f;
+        for (u64 k = 0; k < c; k++) dot += (float)y[base + k * vol] * (float)dy[base + k * vol];
+        for (u64 k = 0; k < c; k++) dx[base + k * vol] = (float)y[base + k * vol] * ((float)dy[base + k * vol] - dot);
+    }
+}
+__device__ __forceinline__ float warp_max(float v) { for (int s = 16; s > 0; s >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, s)); return v; }
+__device__ __forceinline__ float warp_sum(float v) { for (int s = 16; s > 0; s >>= 1) v += __shfl_xor_sync(0xffffffffu, v, s); return v; }
+#define ROWS for (u64 r = (blockIdx.x * (u64)blockDim.x + threadIdx.x) / 32; r < rows; r += (u64)gridDim.x * blockDim.x / 32)
+extern "C" __global__ void ex_softmax_rows_fwd(const T* x, T* out, u64 c, u64 rows) {
+    unsigned lane = threadIdx.x % 32;
+    ROWS {
+        const T* v = x + r * c;
+        T* o = out + r * c;
+        float m = LOWEST;
+        for (u64 k = lane; k < c; k += 32) m = fmaxf(m, (float)v[k]);
+        m = warp_max(m);
+        float sum = 0.0f;
+        for (u64 k = lane; k < c; k += 32) sum += expf((float)v[k] - m);
+        sum = warp_sum(sum);
+        for (u64 k = lane; k < c; k += 32) o[k] = expf((float)v[k] - m) / sum;
+    }
+}
+extern "C" __global__ void ex_softmax_rows_bwd(const T* y, const T* dy, T* dx, u64 c, u64 rows) {
+    unsigned lane = threadIdx.x % 32;
+    ROWS {
+        float dot = 0.0f;
+        for (u64 k = lane; k < c; k += 32) dot += (float)y[r * c + k] * (float)dy[r * c + k];
+        dot = warp_sum(dot);
+        for (u64 k = lane; k < c; k += 32) dx[r * c + k] = (float)y[r * c + k] * ((float)dy[r * c + k] - dot);
+    }
+}
+extern "C" __global__ void ex_norm_fwd(const T* x, T* out, const float* gamma, const float* beta, float* stats, u64 c, u64 vol, u64 rms, u64 n) {
+    LOOP {
+        u64 base = (i / vol) * c * vol + i % vol;
+        float mean = 0.0f;
+        if (!rms) { for (u64 k = 0; k < c; k++) mean += (float)x[base + k * vol]; mean /= (float)c; }
+        float var = 0.0f;
+        for (u64 k = 0; k < c; k++) { float d = (float)x[base + k * vol] - mean; var += d * d; }
+        float r = rsqrtf(var / (float)c + 1e-5f);
+        stats[2 * i] = mean;
+        stats[2 * i + 1] = r;
+        for (u64 k = 0; k < c; k++) out[base + k * vol] = gamma[k] * ((float)x[base + k * vol] - mean) * r + (beta ? beta[k] : 0.0f);
+    }
+}
+extern "C" __global__ void ex_norm_bwd(const T* x, const T* dy, T* dx, const float* gamma, const float* stats, u64 c, u64 vol, u64 rms, u64 n) {
+    LOOP {
+        u64 base = (i / vol) * c * vol + i % vol;
+        float mean = stats[2 * i], r = stats[2 * i + 1];
+        float sg = 0.0f, sgx = 0.0f;
+        for (u64 k = 0; k < c; k++) {
+            float g = (float)dy[base + k * vol] * gamma[k];
+            sg += g;
+            sgx += g * ((float)x[base + k * vol] - mean) * r;
+        }
+        float mg = rms ? 0.0f : sg / (float)c;
+        for (u64 k = 0; k < c; k++) {
+            float xh = ((float)x[base + k * vol] - mean) * r;
+            dx[base + k * vol] = r * ((float)dy[base + k * vol] * gamma[k] - mg - xh * sgx / (float)c);
+        }
+    }
+}
+extern "C" __global__ void ex_norm_param_grad(const T* x, const T* dy, const float* stats, float* dgamma, float* dbeta, u64 c, u64 vol, u64 samples) {
+    __shared__ float a[256], b[256];
+    for (u64 ch = blockIdx.x; ch < c; ch += gridDim.x) {
+        float sg = 0.0f, sb = 0.0f;
+        for (u64 j = threadIdx.x; j < samples * vol; j += blockDim.x) {
+            u64 s = j / vol, p = j % vol, idx = (s * c + ch) * vol + p;
+            sg += (float)dy[idx] * ((float)x[idx] - stats[2 * j]) * stats[2 * j + 1];
+            sb += (float)dy[idx];
+        }
+        a[threadIdx.x] = sg;
+        b[threadIdx.x] = sb;
+        __syncthreads();
+        for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+            if (threadIdx.x < s) { a[threadIdx.x] += a[threadIdx.x + s]; b[threadIdx.x] += b[threadIdx.x + s]; }
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) { dgamma[ch] = a[0]; if (dbeta) dbeta[ch] = b[0]; }
+        __syncthreads();
+    }
+}
+__device__ __forceinline__ u64 lookup_id(float v, u64 vocab) {
+    float u = fminf(fmaxf((v + 1.0f) * 0.5f, 0.0f), 1.0f);
+    u64 k = (u64)(u * (float)vocab);
+    return k < vocab ? k : vocab - 1;
+}
+extern "C" __global__ void ex_lookup_fwd(const T* ids, const float* table, T* out, u64 vocab, u64 dim, u64 positions, u64 n) {
+    LOOP {
+        u64 p = i % positions, d = (i / positions) % dim, s = i / (positions * dim);
+        out[i] = table[lookup_id((float)ids[s * positions + p], vocab) * dim + d];
+    }
+}
+extern "C" __global__ void ex_lookup_bwd(const T* ids, const T* dy, float* dtable, u64 vocab, u64 dim, u64 positions, u64 n) {
+    LOOP {
+        u64 p = i % positions, d = (i / positions) % dim, s = i / (positions * dim);
+        atomicAdd(&dtable[lookup_id((float)ids[s * positions + p], vocab) * dim + d], (float)dy[i]);
+    }
+}
+__device__ __forceinline__ u64 row_of(u64 e, u64 from, u64 to, u64 hashed, u64 salt) { return hashed ? mix(e ^ salt) % to : e * to / from; }
+extern "C" __global__ void ex_gather(const T* x, T* out, u64 f, u64 rx, u64 rout, u64 hashed, u64 salt, u64 n) {
+    LOOP {
+        u64 e = i % rout, k = (i / rout) % f, s = i / (rout * f);
+        out[i] = x[(s * f + k) * rx + row_of(e, rout, rx, hashed, salt)];
+    }
+}
+extern "C" __global__ void ex_scatter(const T* x, T* out, u64 f, u64 rx, u64 rout, u64 hashed, u64 salt, u64 n) {
+    LOOP {
+        u64 r = i % rx, k = (i / rx) % f, s = i / (rx * f);
+        acc(&out[(s * f + k) * rout + row_of(r, rx, rout, hashed, salt)], (float)x[i]);
+    }
+}
+extern "C" __global__ void ex_attn_mask(T* x, u64 seq, u64 seq_kv, u64 causal, u64 n) {
+    LOOP {
+        u64 t = i % seq_kv, q = (i / seq_kv) % seq;
+        bool hidden = causal && t > q + (seq_kv > seq ? seq_kv - seq : 0);
+        x[i] = hidden ? LOWEST : (float)x[i] + 0.0f;
+    }
+}
+extern "C" __global__ void ex_clamp_min(T* x, float lo, u64 n) { LOOP { x[i] = fmaxf((float)x[i], lo); } }
 "#;
 
 /// Every kernel name of [`EXEC_SOURCE`].
-pub(crate) const EXEC_KERNELS: [&str; 13] = [
+pub(crate) const EXEC_KERNELS: [&str; 26] = [
     "ex_fill",
     "ex_uniform",
     "ex_accumulate",
@@ -110,6 +264,19 @@ pub(crate) const EXEC_KERNELS: [&str; 13] = [
     "ex_crop",
     "ex_softmax_ce_fwd",
     "ex_softmax_ce_bwd",
+    "ex_softmax_fwd",
+    "ex_softmax_bwd",
+    "ex_softmax_rows_fwd",
+    "ex_softmax_rows_bwd",
+    "ex_norm_fwd",
+    "ex_norm_bwd",
+    "ex_norm_param_grad",
+    "ex_lookup_fwd",
+    "ex_lookup_bwd",
+    "ex_gather",
+    "ex_scatter",
+    "ex_attn_mask",
+    "ex_clamp_min",
 ];
 
 /// How the executor runs a training precision (the recipe of Micikevicius et al., *Mixed
@@ -328,7 +495,132 @@ pub(crate) enum LayerPlan {
         /// Positions per sample.
         vol: usize,
     },
+    /// A linear layer at every position through cuBLAS: per sample `y [out x vol] =
+    /// W [out x c] x [c x vol]`, weights row-major (one strided batched GEMM over samples).
+    Linear {
+        /// Samples.
+        n: usize,
+        /// Input channels.
+        c: usize,
+        /// Output channels.
+        out: usize,
+        /// Positions per sample.
+        vol: usize,
+        /// Whether the layer has a bias.
+        bias: bool,
+    },
+    /// `calls` products `[m x k] x [k x p]` of two activations (one strided batched GEMM).
+    MatMul {
+        /// Products (samples x leading dimensions).
+        calls: usize,
+        /// Rows of the first.
+        m: usize,
+        /// The inner dimension.
+        k: usize,
+        /// Columns of the second.
+        p: usize,
+    },
+    /// An embedding lookup of `positions` ids per sample in an FP32 table.
+    Embedding {
+        /// Rows of the table.
+        vocab: usize,
+        /// Features per row.
+        dim: usize,
+        /// Ids per sample.
+        positions: usize,
+    },
+    /// Layer norm (`rms` false) or RMS norm over `c` channels at each of `vol` positions.
+    Norm {
+        /// Channels.
+        c: usize,
+        /// Positions per sample.
+        vol: usize,
+        /// RMS norm: no mean, no shift.
+        rms: bool,
+    },
+    /// Softmax over `c` channels at each of `vol` positions.
+    Softmax {
+        /// Channels.
+        c: usize,
+        /// Positions per sample.
+        vol: usize,
+    },
+    /// Multi-head attention ([`AttentionPlan`]).
+    Attention(AttentionPlan),
+    /// Gather, scatter-add or segment sum over rows of `[f, rows]` per sample.
+    Rows {
+        /// Features per row.
+        f: usize,
+        /// Input rows.
+        rows_in: usize,
+        /// Output rows.
+        rows_out: usize,
+        /// Whether the index is a hash (gather, scatter-add) or contiguous segments.
+        hashed: bool,
+        /// The hash's salt.
+        salt: u64,
+        /// Gather (forward reads rows) rather than scatter-add or segment sum (forward adds
+        /// into rows).
+        gather: bool,
+    },
 }
+
+/// Attention as the executor runs it: per sample, the heads' products as one strided
+/// batched GEMM each, the element-wise kernels over the weights `[heads, seq, seq_kv]`, and
+/// the weights kept for backward (recomputed there where the layer is fused).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct AttentionPlan {
+    /// Samples.
+    pub(crate) n: usize,
+    /// Heads.
+    pub(crate) heads: usize,
+    /// Channels per head.
+    pub(crate) d: usize,
+    /// Query positions.
+    pub(crate) seq: usize,
+    /// Key and value positions.
+    pub(crate) seq_kv: usize,
+    /// Queries, keys and values stacked in one input `[3 H, S]`.
+    pub(crate) stacked: bool,
+    /// The layer's form.
+    pub(crate) form: Attention,
+}
+
+impl AttentionPlan {
+    /// Channels of queries (and of keys and values).
+    pub(crate) fn hidden(&self) -> usize {
+        self.heads * self.d
+    }
+
+    /// Weights per sample.
+    pub(crate) fn weights(&self) -> usize {
+        self.heads * self.seq * self.seq_kv
+    }
+
+    /// Element offsets of one sample's queries, keys and values in their inputs (one
+    /// stacked input, or three), and each input's sample stride.
+    pub(crate) fn offsets(&self, b: usize) -> [usize; 3] {
+        let (h, s, t) = (self.hidden(), self.seq, self.seq_kv);
+        if self.stacked {
+            let base = b * 3 * h * s;
+            [base, base + h * s, base + 2 * h * s]
+        } else {
+            [b * h * s, b * h * t, b * h * t]
+        }
+    }
+
+    /// Arrays of the weights' size the executor computes: the weights after softmax and,
+    /// with dropout, after it (kept for backward unless the layer is fused, whose backward
+    /// recomputes them).
+    pub(crate) fn weight_arrays(&self) -> usize {
+        if self.form.dropout > 0.0 { 2 } else { 1 }
+    }
+}
+
+/// The hash salts of gather and scatter-add's synthetic indices.
+pub(crate) const GATHER_SALT: u64 = 0x6A7E_5EED;
+/// See [`GATHER_SALT`].
+pub(crate) const SCATTER_SALT: u64 = 0x5CA7_7E12;
 
 impl LayerPlan {
     /// The plan of `layer` of `graph` at `batch`, or why the GPU cannot run it.
@@ -391,6 +683,89 @@ impl LayerPlan {
                 input: input(0).iter().product(),
                 output: *out_features,
                 bias: *bias,
+            },
+            // On a feature vector, a dense layer. A tied layer keeps its own copy of the
+            // weights here, as on the CPU (the same work).
+            Op::Linear {
+                out_features, bias, ..
+            } if input(0).len() == 1 => LayerPlan::Dense {
+                n,
+                input: input(0)[0],
+                output: *out_features,
+                bias: *bias,
+            },
+            Op::Linear {
+                out_features, bias, ..
+            } => LayerPlan::Linear {
+                n,
+                c: input(0)[0],
+                out: *out_features,
+                vol: vol(input(0)),
+                bias: *bias,
+            },
+            Op::MatMul => {
+                let a = input(0);
+                let r = a.len();
+                LayerPlan::MatMul {
+                    calls: n * a[..r - 2].iter().product::<usize>(),
+                    m: a[r - 2],
+                    k: a[r - 1],
+                    p: out[r - 1],
+                }
+            }
+            Op::Embedding {
+                num_embeddings,
+                embedding_dim,
+            } => LayerPlan::Embedding {
+                vocab: *num_embeddings,
+                dim: *embedding_dim,
+                positions: input(0).iter().product(),
+            },
+            Op::LayerNorm | Op::RmsNorm => LayerPlan::Norm {
+                c: input(0)[0],
+                vol: vol(input(0)).max(1),
+                rms: matches!(layer.op, Op::RmsNorm),
+            },
+            Op::Softmax => LayerPlan::Softmax {
+                c: input(0)[0],
+                vol: vol(input(0)).max(1),
+            },
+            Op::Attention(a) => {
+                let dims: Vec<&[usize]> = (0..layer.inputs.len()).map(input).collect();
+                let s = AttentionShape::of(a, &dims).ok_or("not an attention's inputs")?;
+                LayerPlan::Attention(AttentionPlan {
+                    n,
+                    heads: a.heads,
+                    d: (s.hidden / s.heads) as usize,
+                    seq: s.seq as usize,
+                    seq_kv: s.seq_kv as usize,
+                    stacked: layer.inputs.len() == 1,
+                    form: *a,
+                })
+            }
+            Op::Gather { edges } => LayerPlan::Rows {
+                f: input(0)[0],
+                rows_in: input(0)[1],
+                rows_out: *edges,
+                hashed: true,
+                salt: GATHER_SALT,
+                gather: true,
+            },
+            Op::ScatterAdd { nodes } => LayerPlan::Rows {
+                f: input(0)[0],
+                rows_in: input(0)[1],
+                rows_out: *nodes,
+                hashed: true,
+                salt: SCATTER_SALT,
+                gather: false,
+            },
+            Op::SegmentSum { segments } => LayerPlan::Rows {
+                f: input(0)[0],
+                rows_in: input(0)[1],
+                rows_out: *segments,
+                hashed: false,
+                salt: 0,
+                gather: false,
             },
             Op::MaxPool(_) | Op::AvgPool(_) | Op::GlobalAvgPool => {
                 let geometry = PoolGeometry::of(&layer.op, input(0), out, n)
@@ -478,7 +853,11 @@ impl LayerPlan {
     /// FP32 master, and a 16-bit gradient. Biases, batch-norm and affine parameters are read
     /// as FP32 by the kernels and cuDNN's batch norm.
     pub(crate) fn is_matrix_weight(&self, k: usize) -> bool {
-        k == 0 && matches!(self, LayerPlan::Conv { .. } | LayerPlan::Dense { .. })
+        k == 0
+            && matches!(
+                self,
+                LayerPlan::Conv { .. } | LayerPlan::Dense { .. } | LayerPlan::Linear { .. }
+            )
     }
 
     /// Elements of each trainable parameter tensor, in the order the CPU executor keeps
@@ -512,6 +891,15 @@ impl LayerPlan {
                 }
                 p
             }
+            LayerPlan::Linear { c, out, bias, .. } => {
+                let mut p = vec![c * out];
+                if *bias {
+                    p.push(*out);
+                }
+                p
+            }
+            LayerPlan::Embedding { vocab, dim, .. } => vec![vocab * dim],
+            LayerPlan::Norm { c, rms, .. } => vec![*c; if *rms { 1 } else { 2 }],
             LayerPlan::BatchNorm { dims } => vec![dims[1] as usize; 2],
             LayerPlan::Shaped { forward, .. } if forward.kernel == "op_affine_fwd" => {
                 vec![forward.a; 2]
@@ -624,6 +1012,79 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Every layer of the transformers and the graph network has a GPU plan with the
+    /// model's parameters (a tied head keeps its own copy of the weights, as on the CPU),
+    /// and attention's plan finds each sample's queries, keys and values.
+    #[test]
+    fn sequence_and_graph_workloads_have_gpu_plans() {
+        for (name, size) in [
+            ("gpt2", Some(vec![16])),
+            ("bert-large", Some(vec![8])),
+            ("opt-1.3b", Some(vec![8])),
+            ("gin", None),
+        ] {
+            let g = workloads::build(
+                name,
+                &BuildOptions {
+                    input_size: size,
+                    width: 1.0,
+                },
+            )
+            .unwrap();
+            let counts =
+                ridgeline_model::cost::cost(&g, 2, ridgeline_model::precision::Precision::Fp32);
+            for (layer, cost) in g.layers().iter().zip(&counts.layers) {
+                let plan = LayerPlan::of(&g, layer, 2)
+                    .unwrap_or_else(|e| panic!("{name} {}: {e}", layer.name));
+                let own = match layer.op {
+                    Op::Linear {
+                        tied: true,
+                        out_features,
+                        ..
+                    } => (g.layers()[layer.inputs[0]].output.dims()[0] * out_features) as u64,
+                    _ => 0,
+                };
+                assert_eq!(
+                    plan.parameters().iter().sum::<usize>() as u64,
+                    cost.params + own,
+                    "{name} {}",
+                    layer.name
+                );
+            }
+        }
+        let g = workloads::build(
+            "gpt2",
+            &BuildOptions {
+                input_size: Some(vec![16]),
+                width: 1.0,
+            },
+        )
+        .unwrap();
+        let i = g.find("h.0.attn.attention").unwrap();
+        let LayerPlan::Attention(a) = LayerPlan::of(&g, &g.layers()[i], 3).unwrap() else {
+            panic!()
+        };
+        assert!(a.stacked && a.form.causal && a.weight_arrays() == 2);
+        assert_eq!((a.heads, a.d, a.seq, a.seq_kv), (12, 64, 16, 16));
+        // Sample 2 of a stacked [3 x 768, 16] input: its queries, keys and values.
+        let h = 768 * 16;
+        assert_eq!(a.offsets(2), [6 * h, 7 * h, 8 * h]);
+        let g = workloads::build(
+            "bert-large",
+            &BuildOptions {
+                input_size: Some(vec![8]),
+                width: 1.0,
+            },
+        )
+        .unwrap();
+        let i = g.find("encoder.layer.0.attention.self.attention").unwrap();
+        let LayerPlan::Attention(a) = LayerPlan::of(&g, &g.layers()[i], 3).unwrap() else {
+            panic!()
+        };
+        assert!(!a.stacked);
+        assert_eq!(a.offsets(2), [2 * 1024 * 8; 3]);
     }
 
     #[test]
@@ -754,6 +1215,40 @@ mod tests {
                 "ex_softmax_ce_bwd",
                 &["x", "dy", "dx", "c", "vol", "seed", "n"],
             ),
+            ("ex_softmax_fwd", &["x", "out", "c", "vol", "n"]),
+            ("ex_softmax_bwd", &["y", "dy", "dx", "c", "vol", "n"]),
+            ("ex_softmax_rows_fwd", &["x", "out", "c", "rows"]),
+            ("ex_softmax_rows_bwd", &["y", "dy", "dx", "c", "rows"]),
+            (
+                "ex_norm_fwd",
+                &["x", "out", "gamma", "beta", "stats", "c", "vol", "rms", "n"],
+            ),
+            (
+                "ex_norm_bwd",
+                &["x", "dy", "dx", "gamma", "stats", "c", "vol", "rms", "n"],
+            ),
+            (
+                "ex_norm_param_grad",
+                &["x", "dy", "stats", "dgamma", "dbeta", "c", "vol", "samples"],
+            ),
+            (
+                "ex_lookup_fwd",
+                &["ids", "table", "out", "vocab", "dim", "positions", "n"],
+            ),
+            (
+                "ex_lookup_bwd",
+                &["ids", "dy", "dtable", "vocab", "dim", "positions", "n"],
+            ),
+            (
+                "ex_gather",
+                &["x", "out", "f", "rx", "rout", "hashed", "salt", "n"],
+            ),
+            (
+                "ex_scatter",
+                &["x", "out", "f", "rx", "rout", "hashed", "salt", "n"],
+            ),
+            ("ex_attn_mask", &["x", "seq", "seq_kv", "causal", "n"]),
+            ("ex_clamp_min", &["x", "lo", "n"]),
         ] {
             assert!(EXEC_KERNELS.contains(&name), "{name}");
             assert_eq!(parameters(EXEC_SOURCE, name), args, "{name}");

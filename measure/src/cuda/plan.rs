@@ -276,8 +276,10 @@ pub(crate) const fn stream_function(kernel: StreamKernel) -> &'static str {
 /// tensor of activation storage `T`), forward and backward, every one with
 /// the same parameters `(x, y, dy, out, out2, p, seed, n)`: inputs `x` (and a second input
 /// or the forward output `y`), the output gradient `dy`, outputs `out` (and `out2`, the
-/// second input's gradient of `add`), the op's parameter `p` and, for dropout, a `seed` for
-/// the mask (a hash of the element index: no mask tensor). Grid-stride loops over `n`.
+/// second input's gradient of `add` and `mul`), the op's parameter `p` (leaky ReLU's slope,
+/// the scale, the shift, the exponent, dropout's rate) and, for dropout, a `seed` for the
+/// mask (a hash of the element index: no mask tensor). GELU is its tanh form, as the CPU
+/// executor computes it. Grid-stride loops over `n`.
 pub(crate) const OPS_SOURCE: &str = r#"
 typedef unsigned long long u64;
 #define LOOP for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
@@ -298,6 +300,23 @@ extern "C" __global__ void op_add_fwd(const T* x, const T* y, const T* dy, T* ou
 extern "C" __global__ void op_add_bwd(const T* x, const T* y, const T* dy, T* out, T* out2, float p, u64 seed, u64 n) { LOOP { out[i] = dy[i]; out2[i] = dy[i]; } }
 extern "C" __global__ void op_dropout_fwd(const T* x, const T* y, const T* dy, T* out, T* out2, float p, u64 seed, u64 n) { LOOP { out[i] = x[i] * keep(i, seed, p); } }
 extern "C" __global__ void op_dropout_bwd(const T* x, const T* y, const T* dy, T* out, T* out2, float p, u64 seed, u64 n) { LOOP { out[i] = dy[i] * keep(i, seed, p); } }
+#define GELU_C 0.7978845608f
+extern "C" __global__ void op_gelu_fwd(const T* x, const T* y, const T* dy, T* out, T* out2, float p, u64 seed, u64 n) { LOOP { float v = (float)x[i]; out[i] = 0.5f * v * (1.0f + tanhf(GELU_C * (v + 0.044715f * v * v * v))); } }
+extern "C" __global__ void op_gelu_bwd(const T* x, const T* y, const T* dy, T* out, T* out2, float p, u64 seed, u64 n) {
+    LOOP {
+        float v = (float)x[i];
+        float t = tanhf(GELU_C * (v + 0.044715f * v * v * v));
+        out[i] = (float)dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_C * (1.0f + 3.0f * 0.044715f * v * v));
+    }
+}
+extern "C" __global__ void op_silu_fwd(const T* x, const T* y, const T* dy, T* out, T* out2, float p, u64 seed, u64 n) { LOOP { float v = (float)x[i]; out[i] = v / (1.0f + expf(-v)); } }
+extern "C" __global__ void op_silu_bwd(const T* x, const T* y, const T* dy, T* out, T* out2, float p, u64 seed, u64 n) { LOOP { float v = (float)x[i]; float s = 1.0f / (1.0f + expf(-v)); out[i] = (float)dy[i] * s * (1.0f + v * (1.0f - s)); } }
+extern "C" __global__ void op_shift_fwd(const T* x, const T* y, const T* dy, T* out, T* out2, float p, u64 seed, u64 n) { LOOP { out[i] = (float)x[i] + p; } }
+extern "C" __global__ void op_shift_bwd(const T* x, const T* y, const T* dy, T* out, T* out2, float p, u64 seed, u64 n) { LOOP { out[i] = dy[i]; } }
+extern "C" __global__ void op_pow_fwd(const T* x, const T* y, const T* dy, T* out, T* out2, float p, u64 seed, u64 n) { LOOP { out[i] = powf((float)x[i], p); } }
+extern "C" __global__ void op_pow_bwd(const T* x, const T* y, const T* dy, T* out, T* out2, float p, u64 seed, u64 n) { LOOP { out[i] = (float)dy[i] * p * powf((float)x[i], p - 1.0f); } }
+extern "C" __global__ void op_mul_fwd(const T* x, const T* y, const T* dy, T* out, T* out2, float p, u64 seed, u64 n) { LOOP { out[i] = (float)x[i] * (float)y[i]; } }
+extern "C" __global__ void op_mul_bwd(const T* x, const T* y, const T* dy, T* out, T* out2, float p, u64 seed, u64 n) { LOOP { out[i] = (float)dy[i] * (float)y[i]; out2[i] = (float)dy[i] * (float)x[i]; } }
 "#;
 
 /// The shaped ops' kernels in CUDA C (NVRTC, through [`typed_source`]: activations and
@@ -541,6 +560,11 @@ pub(crate) fn elementwise_kernel(op: &Op, pass: Pass) -> Option<(&'static str, f
         Op::Scale { factor } => ("scale", *factor as f32),
         Op::Add => ("add", 0.0),
         Op::Dropout { rate } => ("dropout", *rate as f32),
+        Op::Gelu => ("gelu", 0.0),
+        Op::Silu => ("silu", 0.0),
+        Op::Shift { offset } => ("shift", *offset as f32),
+        Op::Pow { exponent } => ("pow", *exponent as f32),
+        Op::Mul => ("mul", 0.0),
         _ => return None,
     };
     let f = match (name, pass) {
@@ -555,13 +579,23 @@ pub(crate) fn elementwise_kernel(op: &Op, pass: Pass) -> Option<(&'static str, f
         ("add", Pass::Forward) => "op_add_fwd",
         ("add", Pass::Backward) => "op_add_bwd",
         ("dropout", Pass::Forward) => "op_dropout_fwd",
-        _ => "op_dropout_bwd",
+        ("dropout", Pass::Backward) => "op_dropout_bwd",
+        ("gelu", Pass::Forward) => "op_gelu_fwd",
+        ("gelu", Pass::Backward) => "op_gelu_bwd",
+        ("silu", Pass::Forward) => "op_silu_fwd",
+        ("silu", Pass::Backward) => "op_silu_bwd",
+        ("shift", Pass::Forward) => "op_shift_fwd",
+        ("shift", Pass::Backward) => "op_shift_bwd",
+        ("pow", Pass::Forward) => "op_pow_fwd",
+        ("pow", Pass::Backward) => "op_pow_bwd",
+        ("mul", Pass::Forward) => "op_mul_fwd",
+        _ => "op_mul_bwd",
     };
     Some((f, p))
 }
 
 /// Every kernel name of [`OPS_SOURCE`].
-pub(crate) const OP_KERNELS: [&str; 12] = [
+pub(crate) const OP_KERNELS: [&str; 22] = [
     "op_relu_fwd",
     "op_relu_bwd",
     "op_leaky_relu_fwd",
@@ -574,6 +608,16 @@ pub(crate) const OP_KERNELS: [&str; 12] = [
     "op_add_bwd",
     "op_dropout_fwd",
     "op_dropout_bwd",
+    "op_gelu_fwd",
+    "op_gelu_bwd",
+    "op_silu_fwd",
+    "op_silu_bwd",
+    "op_shift_fwd",
+    "op_shift_bwd",
+    "op_pow_fwd",
+    "op_pow_bwd",
+    "op_mul_fwd",
+    "op_mul_bwd",
 ];
 
 /// Threads per block of the STREAM kernels.
@@ -1001,6 +1045,11 @@ pub(crate) mod tests {
             Op::Scale { factor: 2.0 },
             Op::Add,
             Op::Dropout { rate: 0.5 },
+            Op::Gelu,
+            Op::Silu,
+            Op::Shift { offset: 1.0 },
+            Op::Pow { exponent: 3.0 },
+            Op::Mul,
         ] {
             for pass in [Pass::Forward, Pass::Backward] {
                 let (f, _) = elementwise_kernel(&op, pass).unwrap();

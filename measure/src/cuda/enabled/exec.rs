@@ -31,7 +31,7 @@ use cudarc::cublas;
 use cudarc::driver::{
     self, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
 };
-use ridgeline_model::graph::Graph;
+use ridgeline_model::graph::{Graph, ScoreMask};
 use ridgeline_model::precision::Precision;
 
 use super::{CudaBackend, call, compute_type, data_type};
@@ -40,7 +40,7 @@ use crate::cuda::cudnn::{
     Buffers, CudnnFailure, Handle, Layer as CudnnLayer, OpBuffers, Pass as CudnnPass,
     WORKSPACE_LIMIT,
 };
-use crate::cuda::layers::{Embed, ExecPrecision, LayerPlan, LossScaler};
+use crate::cuda::layers::{AttentionPlan, Embed, ExecPrecision, LayerPlan, LossScaler};
 use crate::cuda::plan::{
     ConvPlan, Element, GemmPlan, STREAM_BLOCK, ShapedLaunch, SpatialLaunch, elements, stream_grid,
 };
@@ -245,6 +245,7 @@ impl<'g> GpuExecutor<'g> {
             let fan_in = match &exec.plans[i] {
                 LayerPlan::Conv { geometry, .. } => elements(&geometry.w[1..]),
                 LayerPlan::Dense { input, .. } => *input,
+                LayerPlan::Linear { c, .. } => *c,
                 _ => 1,
             };
             let (mut ps, mut cs, mut ds) = (Vec::new(), Vec::new(), Vec::new());
@@ -255,7 +256,7 @@ impl<'g> GpuExecutor<'g> {
                 // and affine scales one.
                 let scale_param = matches!(
                     exec.plans[i],
-                    LayerPlan::BatchNorm { .. } | LayerPlan::Shaped { .. }
+                    LayerPlan::BatchNorm { .. } | LayerPlan::Shaped { .. } | LayerPlan::Norm { .. }
                 ) && k == 0;
                 if scale_param {
                     exec.fill(pp, len, Element::F32, 1.0)?;
@@ -284,6 +285,12 @@ impl<'g> GpuExecutor<'g> {
                         state.push(backend.zeros::<u8>(4 * dims[1] as usize)?);
                     }
                     exec.tracker.alloc(16 * dims[1] as usize);
+                }
+                LayerPlan::Norm { vol, .. } => {
+                    // The mean and inverse deviation per position (FP32).
+                    let bytes = 8 * exec.batch * vol;
+                    state.push(backend.zeros::<u8>(bytes)?);
+                    exec.tracker.alloc(bytes);
                 }
                 LayerPlan::Shaped { forward, .. } if forward.kernel == "op_mse_fwd" => {
                     let n = exec.len(exec.graph.layers()[i].inputs[0]);
@@ -988,6 +995,111 @@ impl<'g> GpuExecutor<'g> {
                     &spatial_args(forward, x, 0, y),
                 )?;
             }
+            LayerPlan::Linear {
+                n,
+                c,
+                out,
+                vol,
+                bias,
+            } => {
+                // y [out x vol] = W [out x c] x [c x vol], per sample.
+                self.gemm_rows(
+                    blas,
+                    (false, false),
+                    (*out, *vol, *c),
+                    Mat::new(self.param(i, 0), *c, 0),
+                    Mat::new(x, *vol, c * vol),
+                    Mat::new(y, *vol, out * vol),
+                    *n,
+                    false,
+                )?;
+                if *bias {
+                    self.bias_add(i, y, *out, n_out)?;
+                }
+            }
+            LayerPlan::MatMul { calls, m, k, p } => {
+                let x2 = inputs.get(1).copied().unwrap_or(0);
+                self.gemm_rows(
+                    blas,
+                    (false, false),
+                    (*m, *p, *k),
+                    Mat::new(x, *k, m * k),
+                    Mat::new(x2, *p, k * p),
+                    Mat::new(y, *p, m * p),
+                    *calls,
+                    false,
+                )?;
+            }
+            LayerPlan::Embedding {
+                vocab,
+                dim,
+                positions,
+            } => {
+                self.run(
+                    "ex_lookup_fwd",
+                    n_out,
+                    &[
+                        Arg::Ptr(x),
+                        Arg::Ptr(self.param(i, 0)),
+                        Arg::Ptr(y),
+                        Arg::U64(*vocab as u64),
+                        Arg::U64(*dim as u64),
+                        Arg::U64(*positions as u64),
+                        Arg::U64(n_out as u64),
+                    ],
+                )?;
+            }
+            LayerPlan::Norm { c, vol, rms } => {
+                let rows = self.batch * vol;
+                let beta = if *rms { 0 } else { self.param(i, 1) };
+                self.run(
+                    "ex_norm_fwd",
+                    rows,
+                    &[
+                        Arg::Ptr(x),
+                        Arg::Ptr(y),
+                        Arg::Ptr(self.param(i, 0)),
+                        Arg::Ptr(beta),
+                        Arg::Ptr(ptr(&self.state[i][0], &s)),
+                        Arg::U64(*c as u64),
+                        Arg::U64(*vol as u64),
+                        Arg::U64(u64::from(*rms)),
+                        Arg::U64(rows as u64),
+                    ],
+                )?;
+            }
+            LayerPlan::Softmax { c, vol } => {
+                let rows = self.batch * vol;
+                self.run(
+                    "ex_softmax_fwd",
+                    rows,
+                    &[
+                        Arg::Ptr(x),
+                        Arg::Ptr(y),
+                        Arg::U64(*c as u64),
+                        Arg::U64(*vol as u64),
+                        Arg::U64(rows as u64),
+                    ],
+                )?;
+            }
+            LayerPlan::Rows {
+                f,
+                rows_in,
+                rows_out,
+                hashed,
+                salt,
+                gather,
+            } => {
+                let index = (*f, *rows_in, *rows_out, *hashed, *salt);
+                if *gather {
+                    self.run("ex_gather", n_out, &rows_args(x, y, index, n_out))?;
+                } else {
+                    self.fill(y, n_out, self.precision.storage, 0.0)?;
+                    let n_in = self.batch * f * rows_in;
+                    self.run("ex_scatter", n_in, &rows_args(x, y, index, n_in))?;
+                }
+            }
+            LayerPlan::Attention(a) => return self.attention_forward(i, a, &inputs, y, blas),
             LayerPlan::SoftmaxCe { c, vol } => {
                 self.zero(y, n_out)?;
                 let threads = self.batch * vol;
@@ -1226,16 +1338,22 @@ impl<'g> GpuExecutor<'g> {
                 // relu and tanh read their output; the others their input.
                 let reads_output = matches!(*forward, "op_relu_fwd" | "op_tanh_fwd");
                 let (xa, ya) = if reads_output { (own, own) } else { (x, 0) };
-                if *forward == "op_add_fwd" {
+                if matches!(*forward, "op_add_fwd" | "op_mul_fwd") {
                     let scratch = self.scratch_if_null(dx0, self.act(n_out))?;
                     let first = scratch.as_ref().map_or(dx0, |b| ptr(b, &s));
                     let second = dxs.get(1).copied().unwrap_or(0);
                     let scratch2 = self.scratch_if_null(second, self.act(n_out))?;
                     let second = scratch2.as_ref().map_or(second, |b| ptr(b, &s));
+                    // A product's gradients read both inputs (kept by the schedule).
+                    let x2 = layer
+                        .inputs
+                        .get(1)
+                        .and_then(|&j| acts[j].as_ref())
+                        .map_or(0, |a| ptr(a, &s));
                     self.run(
                         backward,
                         n_out,
-                        &op_args(0, 0, dyp, first, second, 0.0, 0, n_out),
+                        &op_args(x, x2, dyp, first, second, 0.0, 0, n_out),
                     )?;
                     for &extra in dxs.iter().skip(2).filter(|&&p| p != 0) {
                         self.run(
@@ -1310,6 +1428,184 @@ impl<'g> GpuExecutor<'g> {
                     )?;
                 }
             }
+            LayerPlan::Linear {
+                n,
+                c,
+                out,
+                vol,
+                bias,
+            } => {
+                let w = self.param(i, 0);
+                if dx0 != 0 {
+                    // dx [c x vol] = W^T dy, per sample.
+                    self.gemm_rows(
+                        blas,
+                        (true, false),
+                        (*c, *vol, *out),
+                        Mat::new(w, *c, 0),
+                        Mat::new(dyp, *vol, out * vol),
+                        Mat::new(dx0, *vol, c * vol),
+                        *n,
+                        false,
+                    )?;
+                }
+                // dW [out x c] = sum over samples of dy x^T.
+                let dw = self.dparam(i, 0);
+                for b in 0..*n {
+                    self.gemm_rows(
+                        blas,
+                        (false, true),
+                        (*out, *c, *vol),
+                        Mat::new(self.at(dyp, b * out * vol), *vol, 0),
+                        Mat::new(self.at(x, b * c * vol), *vol, 0),
+                        Mat::new(dw, *c, 0),
+                        1,
+                        b > 0,
+                    )?;
+                }
+                if *bias {
+                    self.bias_grad(i, dyp, *out, n_out)?;
+                }
+            }
+            LayerPlan::MatMul { calls, m, k, p } => {
+                let x2 = layer
+                    .inputs
+                    .get(1)
+                    .and_then(|&j| acts[j].as_ref())
+                    .map_or(0, |a| ptr(a, &s));
+                if dx0 != 0 {
+                    // dA [m x k] = dC B^T.
+                    self.gemm_rows(
+                        blas,
+                        (false, true),
+                        (*m, *k, *p),
+                        Mat::new(dyp, *p, m * p),
+                        Mat::new(x2, *p, k * p),
+                        Mat::new(dx0, *k, m * k),
+                        *calls,
+                        false,
+                    )?;
+                }
+                if let Some(&db) = dxs.get(1).filter(|&&d| d != 0) {
+                    // dB [k x p] = A^T dC.
+                    self.gemm_rows(
+                        blas,
+                        (true, false),
+                        (*k, *p, *m),
+                        Mat::new(x, *k, m * k),
+                        Mat::new(dyp, *p, m * p),
+                        Mat::new(db, *p, k * p),
+                        *calls,
+                        false,
+                    )?;
+                }
+            }
+            LayerPlan::Embedding {
+                vocab,
+                dim,
+                positions,
+            } => {
+                let table = self.dparam(i, 0);
+                self.zero(table, vocab * dim)?;
+                self.run(
+                    "ex_lookup_bwd",
+                    n_out,
+                    &[
+                        Arg::Ptr(x),
+                        Arg::Ptr(dyp),
+                        Arg::Ptr(table),
+                        Arg::U64(*vocab as u64),
+                        Arg::U64(*dim as u64),
+                        Arg::U64(*positions as u64),
+                        Arg::U64(n_out as u64),
+                    ],
+                )?;
+                // Ids have no gradient.
+                if dx0 != 0 {
+                    self.fill(dx0, n_in, self.precision.storage, 0.0)?;
+                }
+            }
+            LayerPlan::Norm { c, vol, rms } => {
+                let rows = self.batch * vol;
+                let stats = ptr(&self.state[i][0], &s);
+                if dx0 != 0 {
+                    self.run(
+                        "ex_norm_bwd",
+                        rows,
+                        &[
+                            Arg::Ptr(x),
+                            Arg::Ptr(dyp),
+                            Arg::Ptr(dx0),
+                            Arg::Ptr(self.param(i, 0)),
+                            Arg::Ptr(stats),
+                            Arg::U64(*c as u64),
+                            Arg::U64(*vol as u64),
+                            Arg::U64(u64::from(*rms)),
+                            Arg::U64(rows as u64),
+                        ],
+                    )?;
+                }
+                let dbeta = if *rms { 0 } else { self.dparam(i, 1) };
+                // A block per channel.
+                self.run(
+                    "ex_norm_param_grad",
+                    c * STREAM_BLOCK as usize,
+                    &[
+                        Arg::Ptr(x),
+                        Arg::Ptr(dyp),
+                        Arg::Ptr(stats),
+                        Arg::Ptr(self.dparam(i, 0)),
+                        Arg::Ptr(dbeta),
+                        Arg::U64(*c as u64),
+                        Arg::U64(*vol as u64),
+                        Arg::U64(self.batch as u64),
+                    ],
+                )?;
+            }
+            LayerPlan::Softmax { c, vol } => {
+                if dx0 != 0 {
+                    let rows = self.batch * vol;
+                    self.run(
+                        "ex_softmax_bwd",
+                        rows,
+                        &[
+                            Arg::Ptr(own),
+                            Arg::Ptr(dyp),
+                            Arg::Ptr(dx0),
+                            Arg::U64(*c as u64),
+                            Arg::U64(*vol as u64),
+                            Arg::U64(rows as u64),
+                        ],
+                    )?;
+                }
+            }
+            LayerPlan::Rows {
+                f,
+                rows_in,
+                rows_out,
+                hashed,
+                salt,
+                gather,
+            } => {
+                // The adjoint: gather's gradient scatters, the sums' gradients gather.
+                let index = (*f, *rows_out, *rows_in, *hashed, *salt);
+                if dx0 != 0 {
+                    if *gather {
+                        self.fill(dx0, n_in, self.precision.storage, 0.0)?;
+                        self.run("ex_scatter", n_out, &rows_args(dyp, dx0, index, n_out))?;
+                    } else {
+                        self.run("ex_gather", n_in, &rows_args(dyp, dx0, index, n_in))?;
+                    }
+                }
+            }
+            LayerPlan::Attention(a) => {
+                let inputs: Vec<u64> = layer
+                    .inputs
+                    .iter()
+                    .map(|&j| acts[j].as_ref().map_or(0, |b| ptr(b, &s)))
+                    .collect();
+                self.attention_backward(i, a, &inputs, aux, dyp, &dxs, blas)?;
+            }
             LayerPlan::SoftmaxCe { c, vol } => {
                 let logits = aux.map_or(x, |a| ptr(a, &s));
                 let scratch = self.scratch_if_null(dx0, self.act(n_in))?;
@@ -1331,6 +1627,399 @@ impl<'g> GpuExecutor<'g> {
                 self.release(scratch);
             }
         }
+        Ok(())
+    }
+
+    /// The address `elements` activation-storage elements past `p`.
+    fn at(&self, p: u64, elements: usize) -> u64 {
+        p + (elements * self.precision.storage.bytes()) as u64
+    }
+
+    /// Row-major `C = op(A) op(B)` (`m x n`, inner dimension `k`; `op` transposes where
+    /// asked) for `batch` products at the operands' strides, through cuBLAS's column-major
+    /// strided batched GEMM on the transposes (`C^T = op(B)^T op(A)^T`), in the precision's
+    /// matrix format with FP32 accumulation; `accumulate` adds into `C`.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_rows(
+        &self,
+        blas: &cublas::CudaBlas,
+        (transpose_a, transpose_b): (bool, bool),
+        (m, n, k): (usize, usize, usize),
+        a: Mat,
+        b: Mat,
+        c: Mat,
+        batch: usize,
+        accumulate: bool,
+    ) -> Result<()> {
+        let plan = GemmPlan::of(self.precision.matrix);
+        let int = |v: usize| {
+            i32::try_from(v)
+                .map_err(|_| Error::invalid("GEMM", format!("{v} is beyond cuBLAS's 32-bit sizes")))
+        };
+        let long = |v: usize| {
+            i64::try_from(v)
+                .map_err(|_| Error::invalid("GEMM", format!("stride {v} is beyond 64 bits")))
+        };
+        let op = |t: bool| {
+            if t {
+                cublas::sys::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                cublas::sys::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        let one = 1.0f32;
+        let beta = if accumulate { 1.0f32 } else { 0.0 };
+        let (alpha, beta): (*const c_void, *const c_void) =
+            ((&raw const one).cast(), (&raw const beta).cast());
+        // SAFETY: `a`, `b` and `c` are live device allocations of the layer's operands
+        // (activations, weights and their gradients in the plan's element types: activation
+        // storage, the 16-bit weight copies and gradients under mixed precision), each
+        // holding `batch` row-major matrices of the shapes the call site passes at its
+        // stride (0 for weights every product shares); alpha and beta point to host floats
+        // (FP32 compute) alive for the call.
+        let r = unsafe {
+            cublas::result::gemm_strided_batched_ex(
+                *blas.handle(),
+                op(transpose_b),
+                op(transpose_a),
+                int(n)?,
+                int(m)?,
+                int(k)?,
+                alpha,
+                b.ptr as *const c_void,
+                data_type(plan.inputs),
+                int(b.ld)?,
+                long(b.stride)?,
+                a.ptr as *const c_void,
+                data_type(plan.inputs),
+                int(a.ld)?,
+                long(a.stride)?,
+                beta,
+                c.ptr as *mut c_void,
+                data_type(plan.output),
+                int(c.ld)?,
+                long(c.stride)?,
+                int(batch)?,
+                compute_type(plan.compute),
+                cublas::sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        };
+        call(self.ordinal, "cublasGemmStridedBatchedEx", r)
+    }
+
+    /// Attention's weights for every sample and head into `p` (after the scale, mask,
+    /// clamp and softmax of the layer's form) and, with dropout, into `dropped`: each
+    /// sample's `QK^T` as one GEMM batched over heads, then the element-wise kernels over
+    /// all the weights. `q(b)` and `k(b)` are sample `b`'s queries and keys (`[H, S]`,
+    /// `[H, S_kv]` row blocks).
+    #[allow(clippy::too_many_arguments, clippy::cast_precision_loss)]
+    fn attention_weights(
+        &self,
+        a: &AttentionPlan,
+        q: &dyn Fn(usize) -> u64,
+        k: &dyn Fn(usize) -> u64,
+        p: u64,
+        dropped: u64,
+        seed: u64,
+        blas: &cublas::CudaBlas,
+    ) -> Result<()> {
+        let (h, d, sq, t) = (a.heads, a.d, a.seq, a.seq_kv);
+        let per = a.weights();
+        for b in 0..a.n {
+            // P [S x S_kv] = Q^T K, per head.
+            self.gemm_rows(
+                blas,
+                (true, false),
+                (sq, t, d),
+                Mat::new(q(b), sq, d * sq),
+                Mat::new(k(b), t, d * t),
+                Mat::new(self.at(p, b * per), t, sq * t),
+                h,
+                false,
+            )?;
+        }
+        let w = a.n * per;
+        let f = a.form;
+        if !f.scale_queries {
+            let scale = 1.0 / (d as f32).sqrt();
+            self.run("op_scale_fwd", w, &op_args(p, 0, 0, p, 0, scale, 0, w))?;
+        }
+        if f.causal || f.mask != ScoreMask::None {
+            self.run(
+                "ex_attn_mask",
+                w,
+                &[
+                    Arg::Ptr(p),
+                    Arg::U64(sq as u64),
+                    Arg::U64(t as u64),
+                    Arg::U64(u64::from(f.causal)),
+                    Arg::U64(w as u64),
+                ],
+            )?;
+        }
+        if f.clamp {
+            self.run(
+                "ex_clamp_min",
+                w,
+                &[Arg::Ptr(p), Arg::F32(f32::MIN), Arg::U64(w as u64)],
+            )?;
+        }
+        let rows = w / t.max(1);
+        self.run(
+            "ex_softmax_rows_fwd",
+            32 * rows,
+            &[
+                Arg::Ptr(p),
+                Arg::Ptr(p),
+                Arg::U64(t as u64),
+                Arg::U64(rows as u64),
+            ],
+        )?;
+        if f.dropout > 0.0 {
+            #[allow(clippy::cast_possible_truncation)]
+            let rate = f.dropout as f32;
+            self.run(
+                "op_dropout_fwd",
+                w,
+                &op_args(p, 0, 0, dropped, 0, rate, seed, w),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Sample `b`'s queries, keys or values (`which` 0, 1, 2) in the attention's inputs.
+    fn attention_input(&self, a: &AttentionPlan, inputs: &[u64], b: usize, which: usize) -> u64 {
+        let base = if a.stacked {
+            inputs.first()
+        } else {
+            inputs.get(which)
+        };
+        base.map_or(0, |&p| self.at(p, a.offsets(b)[which]))
+    }
+
+    /// Attention's forward pass into `y`; returns what backward reads besides the inputs:
+    /// unfused, the weights after softmax (and after dropout); with the scale on the
+    /// queries, the scaled queries.
+    #[allow(clippy::cast_precision_loss)]
+    fn attention_forward(
+        &mut self,
+        i: usize,
+        a: &AttentionPlan,
+        inputs: &[u64],
+        y: u64,
+        blas: &cublas::CudaBlas,
+    ) -> Result<Option<Buf>> {
+        let s = self.stream.clone();
+        let (h, d, sq, t) = (a.heads, a.d, a.seq, a.seq_kv);
+        let (hidden, per) = (a.hidden(), a.weights());
+        let w = a.n * per;
+        let dropout = a.form.dropout > 0.0;
+        let weights_len = a.weight_arrays() * w;
+        let queries = if a.form.scale_queries {
+            a.n * hidden * sq
+        } else {
+            0
+        };
+        let kept_len = if a.form.fused { 0 } else { weights_len } + queries;
+        let kept = if kept_len > 0 {
+            Some(self.tracked(self.act(kept_len))?)
+        } else {
+            None
+        };
+        let scratch = if a.form.fused {
+            Some(self.tracked(self.act(weights_len))?)
+        } else {
+            None
+        };
+        let kb = kept.as_ref().map_or(0, |b| ptr(b, &s));
+        let p = scratch.as_ref().map_or(kb, |b| ptr(b, &s));
+        let dropped = if dropout { self.at(p, w) } else { p };
+        let qs = self.at(kb, kept_len - queries);
+        if a.form.scale_queries {
+            let scale = 1.0 / (d as f32).sqrt();
+            let len = hidden * sq;
+            for b in 0..a.n {
+                let q = self.attention_input(a, inputs, b, 0);
+                let out = self.at(qs, b * len);
+                self.run(
+                    "op_scale_fwd",
+                    len,
+                    &op_args(q, 0, 0, out, 0, scale, 0, len),
+                )?;
+            }
+        }
+        let q = |b: usize| {
+            if a.form.scale_queries {
+                self.at(qs, b * hidden * sq)
+            } else {
+                self.attention_input(a, inputs, b, 0)
+            }
+        };
+        let k = |b: usize| self.attention_input(a, inputs, b, 1);
+        self.attention_weights(a, &q, &k, p, dropped, seed(i), blas)?;
+        for b in 0..a.n {
+            // O [d x S] = V [d x S_kv] P'^T, per head.
+            self.gemm_rows(
+                blas,
+                (false, true),
+                (d, sq, t),
+                Mat::new(self.attention_input(a, inputs, b, 2), t, d * t),
+                Mat::new(self.at(dropped, b * per), t, sq * t),
+                Mat::new(self.at(y, b * hidden * sq), sq, d * sq),
+                h,
+                false,
+            )?;
+        }
+        self.release(scratch);
+        Ok(kept)
+    }
+
+    /// Attention's backward pass from `dy` into the input gradients `dxs` (one stacked,
+    /// or queries, keys and values; null where none is needed): `dV = dO P'`, `dP' = dO^T
+    /// V`, dropout's, softmax's and the scale's backward, `dQ = K dS^T`, `dK = Q dS`; fused
+    /// attention first recomputes its weights.
+    #[allow(clippy::too_many_arguments, clippy::cast_precision_loss)]
+    fn attention_backward(
+        &mut self,
+        i: usize,
+        a: &AttentionPlan,
+        inputs: &[u64],
+        aux: Option<&Buf>,
+        dy: u64,
+        dxs: &[u64],
+        blas: &cublas::CudaBlas,
+    ) -> Result<()> {
+        let s = self.stream.clone();
+        let (h, d, sq, t) = (a.heads, a.d, a.seq, a.seq_kv);
+        let (hidden, per) = (a.hidden(), a.weights());
+        let w = a.n * per;
+        let dropout = a.form.dropout > 0.0;
+        let weights_len = a.weight_arrays() * w;
+        let scale = 1.0 / (d as f32).sqrt();
+        let kb = aux.map_or(0, |b| ptr(b, &s));
+        let scratch = if a.form.fused {
+            Some(self.tracked(self.act(weights_len))?)
+        } else {
+            None
+        };
+        let ds_buf = self.tracked(self.act(w))?;
+        let ds = ptr(&ds_buf, &s);
+        let p = scratch.as_ref().map_or(kb, |b| ptr(b, &s));
+        let dropped = if dropout { self.at(p, w) } else { p };
+        let qs = self.at(kb, if a.form.fused { 0 } else { weights_len });
+        let q = |b: usize| {
+            if a.form.scale_queries {
+                self.at(qs, b * hidden * sq)
+            } else {
+                self.attention_input(a, inputs, b, 0)
+            }
+        };
+        let k = |b: usize| self.attention_input(a, inputs, b, 1);
+        let v = |b: usize| self.attention_input(a, inputs, b, 2);
+        // Sample `b`'s gradient of queries, keys or values, where one is needed.
+        let target = |b: usize, which: usize| {
+            let base = if a.stacked {
+                dxs.first()
+            } else {
+                dxs.get(which)
+            };
+            base.filter(|&&p| p != 0)
+                .map(|&p| self.at(p, a.offsets(b)[which]))
+        };
+        if a.form.fused {
+            self.attention_weights(a, &q, &k, p, dropped, seed(i), blas)?;
+        }
+        for b in 0..a.n {
+            let go = self.at(dy, b * hidden * sq);
+            if let Some(dv) = target(b, 2) {
+                // dV [d x S_kv] = dO [d x S] P'.
+                self.gemm_rows(
+                    blas,
+                    (false, false),
+                    (d, t, sq),
+                    Mat::new(go, sq, d * sq),
+                    Mat::new(self.at(dropped, b * per), t, sq * t),
+                    Mat::new(dv, t, d * t),
+                    h,
+                    false,
+                )?;
+            }
+            // dP' [S x S_kv] = dO^T V.
+            self.gemm_rows(
+                blas,
+                (true, false),
+                (sq, t, d),
+                Mat::new(go, sq, d * sq),
+                Mat::new(v(b), t, d * t),
+                Mat::new(self.at(ds, b * per), t, sq * t),
+                h,
+                false,
+            )?;
+        }
+        if dropout {
+            #[allow(clippy::cast_possible_truncation)]
+            let rate = a.form.dropout as f32;
+            self.run(
+                "op_dropout_bwd",
+                w,
+                &op_args(0, 0, ds, ds, 0, rate, seed(i), w),
+            )?;
+        }
+        // Softmax's backward (masked and clamped weights are zero), then the scale's.
+        let rows = w / t.max(1);
+        self.run(
+            "ex_softmax_rows_bwd",
+            32 * rows,
+            &[
+                Arg::Ptr(p),
+                Arg::Ptr(ds),
+                Arg::Ptr(ds),
+                Arg::U64(t as u64),
+                Arg::U64(rows as u64),
+            ],
+        )?;
+        if !a.form.scale_queries {
+            self.run("op_scale_bwd", w, &op_args(0, 0, ds, ds, 0, scale, 0, w))?;
+        }
+        for b in 0..a.n {
+            let dsb = self.at(ds, b * per);
+            if let Some(dq) = target(b, 0) {
+                // dQ [d x S] = K dS^T.
+                self.gemm_rows(
+                    blas,
+                    (false, true),
+                    (d, sq, t),
+                    Mat::new(k(b), t, d * t),
+                    Mat::new(dsb, t, sq * t),
+                    Mat::new(dq, sq, d * sq),
+                    h,
+                    false,
+                )?;
+                if a.form.scale_queries {
+                    let len = hidden * sq;
+                    self.run(
+                        "op_scale_bwd",
+                        len,
+                        &op_args(0, 0, dq, dq, 0, scale, 0, len),
+                    )?;
+                }
+            }
+            if let Some(dk) = target(b, 1) {
+                // dK [d x S_kv] = Q dS.
+                self.gemm_rows(
+                    blas,
+                    (false, false),
+                    (d, t, sq),
+                    Mat::new(q(b), sq, d * sq),
+                    Mat::new(dsb, t, sq * t),
+                    Mat::new(dk, t, d * t),
+                    h,
+                    false,
+                )?;
+            }
+        }
+        self.release(Some(ds_buf));
+        self.release(scratch);
         Ok(())
     }
 
@@ -1469,6 +2158,37 @@ fn f32s(bytes: &[u8]) -> impl Iterator<Item = f32> + '_ {
 }
 
 /// The dropout seed of layer `i` (the same forward and backward).
+/// One operand of [`GpuExecutor::gemm_rows`]: a device pointer, the row-major leading
+/// dimension, and the elements between consecutive products.
+#[derive(Debug, Clone, Copy)]
+struct Mat {
+    ptr: u64,
+    ld: usize,
+    stride: usize,
+}
+
+impl Mat {
+    fn new(ptr: u64, ld: usize, stride: usize) -> Mat {
+        Mat { ptr, ld, stride }
+    }
+}
+
+/// The arguments of `ex_gather` and `ex_scatter`: `x`, `out`, the index `(features, rows of
+/// x, rows of out, hashed, salt)` and the threads.
+fn rows_args(x: u64, out: u64, index: (usize, usize, usize, bool, u64), n: usize) -> [Arg; 8] {
+    let (f, rx, rout, hashed, salt) = index;
+    [
+        Arg::Ptr(x),
+        Arg::Ptr(out),
+        Arg::U64(f as u64),
+        Arg::U64(rx as u64),
+        Arg::U64(rout as u64),
+        Arg::U64(u64::from(hashed)),
+        Arg::U64(salt),
+        Arg::U64(n as u64),
+    ]
+}
+
 fn seed(i: usize) -> u64 {
     0x5EED ^ i as u64
 }

@@ -3,8 +3,9 @@
 # measures this GPU (cuBLAS GEMM in fp32, tf32, fp16 and bf16; the calibration suite:
 # cuDNN convolutions at the reference workloads' layer shapes, STREAM through NVRTC,
 # host-device copies, every op) and trains the three reference workloads at small batch on
-# it (FP32 and mixed precision amp-fp16, every layer timed with CUDA events), writing
-# records to a directory; with
+# it (FP32 and mixed precision amp-fp16, every layer timed with CUDA events), then GPT-2
+# and the graph network GIN (the sequence and graph ops), writing records to a directory;
+# with
 # SYSTEM set, it calibrates that system from the suite and prints the validation table of
 # the workloads against the calibrated prediction.
 #
@@ -70,7 +71,20 @@ if [ "$gpus" -ge 2 ]; then
     "$bin" measure nccl --gpus "$gpus" --sizes 4K..256M:x4 --out "$out/nccl.jsonl"
 fi
 
+echo "== a transformer and a graph network (sequence and graph ops: cuBLAS batched GEMMs,"
+echo "   NVRTC norms, softmax, attention's mask, embeddings, gather and scatter; first run"
+echo "   on a GPU here: a failure is reported and the other records stand)"
+for precision in fp32 amp-fp16; do
+    "$bin" measure workload gpt2 --device "$device" --seq-len 256 --batch 4 --steps 5 \
+        --precision "$precision" --out "$out/sequence.jsonl" \
+        || echo "FAILED: gpt2 at $precision on the GPU executor"
+    "$bin" measure workload gin --device "$device" --batch 4 --steps 5 \
+        --precision "$precision" --out "$out/sequence.jsonl" \
+        || echo "FAILED: gin at $precision on the GPU executor"
+done
+
 echo
-echo "records in $out/ (gemm.jsonl, conv-layouts.jsonl, suite.jsonl, workloads.jsonl;"
+echo "records in $out/ (gemm.jsonl, conv-layouts.jsonl, suite.jsonl, workloads.jsonl,"
+echo "sequence.jsonl;"
 echo "nccl.jsonl with two or more GPUs; profile.toml, plots/, validation.txt and report/"
 echo "with SYSTEM set)."

@@ -159,6 +159,11 @@ pub fn figures(s: &System) -> Vec<SystemFigure> {
         Style::Raw => v.to_string(),
     };
     f.add("device.boost_clock", d.boost_clock_hz.as_ref(), mhz);
+    let nm = |v: &f64, st: Style| match st {
+        Style::Human => format!("{v} nm"),
+        Style::Raw => v.to_string(),
+    };
+    f.add("device.process", d.process_nm.as_ref(), nm);
     f.add("device.memory_capacity", d.memory_capacity.as_ref(), bytes);
     match &d.memory_bandwidth {
         Some(bw) => f.add("device.memory_bandwidth", Some(bw), rate),

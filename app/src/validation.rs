@@ -878,7 +878,7 @@ mod tests {
                 (1000, 3000, 200),
                 (8192, 64, 64),
             ] {
-                let x = transfer::gemm(2, m, n, k, 4, &spec);
+                let x = transfer::gemm(2, m, n, k, 4, transfer::Tiles::Library, &spec);
                 let t = 1e-5 + 1.3 * x[1] + 2e3 * x[2] + 1.1 * x[4];
                 set.gemm.push(GemmSample {
                     device: name.into(),

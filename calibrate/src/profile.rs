@@ -248,6 +248,7 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
                     pass,
                     op: None,
                     x: k.x,
+                    conv: None,
                 })
                 .collect()
             }

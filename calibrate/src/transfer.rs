@@ -6,7 +6,9 @@
 //! ([`crate::fit::fit_relative`]) over every kernel of every device given, each device with
 //! its own launch term ([`fit`]). Because each
 //! feature is a time on its device, the coefficients are shared by all devices, and a device
-//! outside the fit is timed from its file alone.
+//! outside the fit is timed from its file alone. A class whose time is FLOPs (GEMMs,
+//! convolutions) also gets the power cap that fits its kernels best ([`ENERGIES`]): the
+//! energy of one FLOP at 7 nm, which holds a board's FLOP rate to its TDP.
 //!
 //! [`leave_one_out`] holds out each device in turn: fit on the others, predict the held-out
 //! one. Its 90 % intervals are split-conformal across devices: the 5th and 95th percentiles
@@ -16,7 +18,7 @@
 
 use std::collections::BTreeMap;
 
-use ridgeline_model::transfer::{self, ClassCoefficients, DeviceSpec, Model, ModelSource};
+use ridgeline_model::transfer::{self, ClassCoefficients, DeviceSpec, Model, ModelSource, Tiles};
 use serde::Serialize;
 use statrs::statistics::{Data, OrderStatistics};
 
@@ -38,6 +40,25 @@ pub fn model_of(class: &str) -> &str {
         .map_or(class, |(_, m)| m)
 }
 
+/// The energies of one FLOP at 7 nm (J) a class's power cap may take in the fit, after none
+/// (`ridgeline_model::transfer::DeviceSpec::capped`): 4 to 16 pJ, around what the kernel
+/// set's 70-75 W cards sustain (a T4 at 12 nm draws its 70 W at about 3 TFLOP/s of large
+/// GEMMs).
+pub const ENERGIES: [Option<f64>; 12] = [
+    None,
+    Some(4e-12),
+    Some(5e-12),
+    Some(6e-12),
+    Some(7e-12),
+    Some(8e-12),
+    Some(9e-12),
+    Some(10e-12),
+    Some(11e-12),
+    Some(12e-12),
+    Some(14e-12),
+    Some(16e-12),
+];
+
 /// One measured kernel as the fit sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Point {
@@ -45,10 +66,26 @@ pub struct Point {
     pub class: String,
     /// The device it ran on.
     pub device: String,
-    /// Its features on that device.
-    pub x: Vec<f64>,
+    /// Its features on that device: for a kernel whose time is FLOPs (GEMMs, convolutions),
+    /// one row per power cap of [`ENERGIES`]; for a vector op, one row.
+    pub x: Vec<Vec<f64>>,
     /// Its measured time, seconds.
     pub y: f64,
+}
+
+impl Point {
+    /// Its features under the power cap [`ENERGIES`]`[energy]`.
+    pub fn at(&self, energy: usize) -> &[f64] {
+        &self.x[energy.min(self.x.len() - 1)]
+    }
+}
+
+/// One row of features per power cap of [`ENERGIES`].
+fn capped(d: &DeviceSpec, features: impl Fn(&DeviceSpec) -> [f64; 5]) -> Vec<Vec<f64>> {
+    ENERGIES
+        .iter()
+        .map(|e| features(&d.capped(*e)).to_vec())
+        .collect()
 }
 
 /// The points of `set` on the devices `specs` describes (FP32, as the data is).
@@ -73,7 +110,7 @@ pub fn points(set: &KernelSet, specs: &BTreeMap<String, DeviceSpec>) -> Result<V
         out.push(Point {
             class: s.op.clone(),
             device: s.device.clone(),
-            x: transfer::gemm(b, m, s.n, s.k, 4, d).to_vec(),
+            x: capped(d, |d| transfer::gemm(b, m, s.n, s.k, 4, Tiles::Library, d)),
             y: s.latency_s,
         });
     }
@@ -82,18 +119,19 @@ pub fn points(set: &KernelSet, specs: &BTreeMap<String, DeviceSpec>) -> Result<V
         out.push(Point {
             class: s.op.clone(),
             device: s.device.clone(),
-            x: transfer::conv(
-                s.batch,
-                s.c_in,
-                s.c_out,
-                &[s.size, s.size],
-                &[s.kernel, s.kernel],
-                &[s.stride, s.stride],
-                &[s.padding, s.padding],
-                4,
-                d,
-            )
-            .to_vec(),
+            x: capped(d, |d| {
+                transfer::conv(
+                    s.batch,
+                    s.c_in,
+                    s.c_out,
+                    &[s.size, s.size],
+                    &[s.kernel, s.kernel],
+                    &[s.stride, s.stride],
+                    &[s.padding, s.padding],
+                    4,
+                    d,
+                )
+            }),
             y: s.latency_s,
         });
     }
@@ -102,7 +140,7 @@ pub fn points(set: &KernelSet, specs: &BTreeMap<String, DeviceSpec>) -> Result<V
         out.push(Point {
             class: s.op.clone(),
             device: s.device.clone(),
-            x: transfer::vector(s.batch * s.h, transfer::vector_arrays(&s.op), 4, d).to_vec(),
+            x: vec![transfer::vector(s.batch * s.h, transfer::vector_arrays(&s.op), 4, d).to_vec()],
             y: s.latency_s,
         });
     }
@@ -117,6 +155,11 @@ pub struct ClassModel {
     /// One coefficient per feature (the launch term in seconds, the others inverse
     /// efficiencies).
     pub coefficients: Vec<f64>,
+    /// The power cap's energy per FLOP at 7 nm, J (`None`: no cap).
+    pub energy_per_flop_7nm: Option<f64>,
+    /// Its index in [`ENERGIES`]: which row of a [`Point`]'s features the model reads.
+    #[serde(skip)]
+    pub energy: usize,
     /// Kernels fitted.
     pub points: usize,
 }
@@ -126,6 +169,12 @@ impl ClassModel {
     /// work.
     pub fn predict(&self, x: &[f64]) -> f64 {
         self.coefficients.iter().zip(x).map(|(c, v)| c * v).sum()
+    }
+
+    /// The predicted time of a measured kernel: [`ClassModel::predict`] of its features
+    /// under this class's power cap.
+    pub fn predict_point(&self, p: &Point) -> f64 {
+        self.predict(p.at(self.energy))
     }
 
     /// The predicted time for features `x` of a kernel inside a training step: the larger
@@ -141,52 +190,95 @@ impl ClassModel {
 /// as the GPU, so a shared launch term would let one slow host bias every device; the other
 /// coefficients are shared. The model's launch term is the median of the devices' (a device
 /// outside the fit runs on a host nobody measured).
+///
+/// A class whose time is FLOPs is fitted under each power cap of [`ENERGIES`], and keeps the
+/// one whose fit has the smallest median relative error on the points it was fitted on.
 pub fn fit(points: &[&Point]) -> Result<Vec<ClassModel>> {
-    type Rows<'a> = (Vec<&'a str>, Vec<Vec<f64>>, Vec<f64>);
-    let mut by_class: BTreeMap<&str, Rows<'_>> = BTreeMap::new();
+    fit_with(points, |_| None)
+}
+
+/// [`fit`], each class under the power cap `energy` gives it (an index of [`ENERGIES`]), or
+/// the best of them where it gives none.
+fn fit_with(points: &[&Point], energy: impl Fn(&str) -> Option<usize>) -> Result<Vec<ClassModel>> {
+    let mut by_class: BTreeMap<&str, Vec<&Point>> = BTreeMap::new();
     for p in points.iter().filter(|p| model_of(&p.class) == p.class) {
-        let e = by_class.entry(p.class.as_str()).or_default();
-        e.0.push(p.device.as_str());
-        e.1.push(p.x.clone());
-        e.2.push(p.y);
+        by_class.entry(p.class.as_str()).or_default().push(p);
     }
     by_class
         .into_iter()
-        .map(|(class, (devices, x, y))| {
-            // The launch term is each device's own (its host's floor); the rest are shared.
-            let mut names: Vec<&str> = devices.clone();
-            names.sort_unstable();
-            names.dedup();
-            let d = names.len();
-            let rows: Vec<Vec<f64>> = devices
-                .iter()
-                .zip(&x)
-                .map(|(dev, row)| {
-                    let mut r = vec![0.0; d];
-                    let j = names.binary_search(dev).unwrap_or(0);
-                    r[j] = row[0];
-                    r.extend_from_slice(&row[1..]);
-                    r
-                })
-                .collect();
-            let f =
-                fit_relative(&rows, &y).map_err(|e| Error::Fit(format!("class `{class}`: {e}")))?;
-            let mut launches: Vec<f64> = f.coefficients[..d].to_vec();
-            launches.sort_by(f64::total_cmp);
-            let launch = if d % 2 == 1 {
-                launches[d / 2]
-            } else {
-                (launches[d / 2 - 1] + launches[d / 2]) / 2.0
+        .map(|(class, rows)| {
+            let caps = rows.iter().map(|p| p.x.len()).min().unwrap_or(1);
+            let tried: Vec<usize> = match energy(class) {
+                Some(e) => vec![e],
+                None => (0..caps).collect(),
             };
-            let mut coefficients = vec![launch];
-            coefficients.extend_from_slice(&f.coefficients[d..]);
-            Ok(ClassModel {
-                class: class.to_owned(),
-                coefficients,
-                points: y.len(),
-            })
+            let mut best: Option<(f64, ClassModel)> = None;
+            for e in tried {
+                let m = fit_class(class, &rows, e)?;
+                let mut abs: Vec<f64> = rows
+                    .iter()
+                    .map(|p| (m.predict_point(p) / p.y - 1.0).abs())
+                    .collect();
+                let median = quantile_mut(&mut abs, 0.5);
+                if best.as_ref().is_none_or(|(b, _)| median < *b) {
+                    best = Some((median, m));
+                }
+            }
+            best.map(|(_, m)| m)
+                .ok_or_else(|| Error::Fit(format!("class `{class}`: no kernels")))
         })
         .collect()
+}
+
+/// The median (`tau` 0.5) or another quantile of `values`, reordering them.
+fn quantile_mut(values: &mut [f64], tau: f64) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((values.len() - 1) as f64 * tau).round() as usize;
+    *values.select_nth_unstable_by(i, f64::total_cmp).1
+}
+
+/// One class fitted on `rows` under the power cap [`ENERGIES`]`[energy]`.
+fn fit_class(class: &str, rows: &[&Point], energy: usize) -> Result<ClassModel> {
+    // The launch term is each device's own (its host's floor); the rest are shared.
+    let mut names: Vec<&str> = rows.iter().map(|p| p.device.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    let d = names.len();
+    let x: Vec<Vec<f64>> = rows
+        .iter()
+        .map(|p| {
+            let row = p.at(energy);
+            let mut r = vec![0.0; d];
+            let j = names.binary_search(&p.device.as_str()).unwrap_or(0);
+            r[j] = row[0];
+            r.extend_from_slice(&row[1..]);
+            r
+        })
+        .collect();
+    let y: Vec<f64> = rows.iter().map(|p| p.y).collect();
+    let f = fit_relative(&x, &y).map_err(|e| Error::Fit(format!("class `{class}`: {e}")))?;
+    let mut launches: Vec<f64> = f.coefficients[..d].to_vec();
+    launches.sort_by(f64::total_cmp);
+    let launch = if d % 2 == 1 {
+        launches[d / 2]
+    } else {
+        (launches[d / 2 - 1] + launches[d / 2]) / 2.0
+    };
+    let mut coefficients = vec![launch];
+    coefficients.extend_from_slice(&f.coefficients[d..]);
+    Ok(ClassModel {
+        class: class.to_owned(),
+        coefficients,
+        energy_per_flop_7nm: if rows.iter().all(|p| p.x.len() > 1) {
+            ENERGIES[energy]
+        } else {
+            None
+        },
+        energy,
+        points: y.len(),
+    })
 }
 
 /// How the model did on one held-out device and class.
@@ -215,7 +307,7 @@ fn errors<'a>(models: &[ClassModel], points: &[&'a Point]) -> BTreeMap<&'a str, 
         if let Some(m) = models.iter().find(|m| m.class == model_of(&p.class)) {
             out.entry(p.class.as_str())
                 .or_default()
-                .push(m.predict(&p.x) / p.y - 1.0);
+                .push(m.predict_point(p) / p.y - 1.0);
         }
     }
     out
@@ -284,11 +376,13 @@ pub fn leave_one_out(points: &[Point]) -> Result<Transfer> {
     for held in &devices {
         let train = on(&|d| d != *held);
         let models = fit(&train)?;
-        // Nested: the log ratios the training devices show when each is held out in turn.
+        // Nested: the log ratios the training devices show when each is held out in turn,
+        // each fit under the power cap chosen without the held-out device.
+        let cap = |class: &str| models.iter().find(|m| m.class == class).map(|m| m.energy);
         let mut calibration: BTreeMap<String, Vec<f64>> = BTreeMap::new();
         for inner in devices.iter().filter(|d| *d != held) {
             let fit_on = on(&|d| d != *held && d != *inner);
-            let inner_models = fit(&fit_on)?;
+            let inner_models = fit_with(&fit_on, cap)?;
             for (class, e) in errors(&inner_models, &on(&|d| d == *inner)) {
                 calibration
                     .entry(class.to_owned())
@@ -361,6 +455,7 @@ pub fn model(points: &[Point], held: &Transfer, data: &str, fitted_by: &str) -> 
                 name: c.class,
                 features: features.iter().map(|f| (*f).to_owned()).collect(),
                 coefficients: c.coefficients,
+                energy_per_flop_7nm: c.energy_per_flop_7nm,
                 points: c.points,
                 holdout_median_abs_error: pooled.map_or(f64::NAN, |h| h.median_abs_rel_error),
                 holdout_bias: pooled.map_or(f64::NAN, |h| h.bias),
@@ -408,12 +503,13 @@ pub fn labels(
         };
         let interval = heldout.intervals.get(&o.op).copied();
         let gemm = o.op == "linear" || o.op == "bmm";
+        let d = &d.capped(m.energy_per_flop_7nm);
         // Measured in place, inside the step: each kernel at its in-step time.
         let t = |x: &[f64]| m.in_step(x);
         let (fwd, bwd) = if gemm {
-            let f = t(&transfer::gemm(o.batch, o.m, o.n, o.k, 4, d));
-            let b = t(&transfer::gemm(o.batch, o.m, o.k, o.n, 4, d))
-                + t(&transfer::gemm(o.batch, o.k, o.n, o.m, 4, d));
+            let g = |m, n, k| t(&transfer::gemm(o.batch, m, n, k, 4, Tiles::Library, d));
+            let f = g(o.m, o.n, o.k);
+            let b = g(o.m, o.k, o.n) + g(o.k, o.n, o.m);
             (f, b)
         } else {
             let arrays = transfer::vector_arrays(&o.op);
@@ -469,12 +565,14 @@ mod tests {
             peak_flops: tflops * 1e12,
             bandwidth: tbs * 1e12,
             l2_bytes: l2_mib * 1048576.0,
+            power: None,
         }
     }
 
     /// `bmm` kernels of 14 shapes on each `(device, spec, floor)`, each measured as its
-    /// device's floor plus the work `slopes` give its features after the launch.
-    fn synthetic(devices: &[(&str, DeviceSpec, f64)], slopes: &[f64]) -> Vec<Point> {
+    /// device's floor plus the work `slopes` give its features after the launch, under the
+    /// power cap [`ENERGIES`]`[cap]`.
+    fn synthetic(devices: &[(&str, DeviceSpec, f64)], slopes: &[f64], cap: usize) -> Vec<Point> {
         let mut pts = Vec::new();
         for (device, d, floor) in devices {
             for &(m, n, k) in &[
@@ -487,8 +585,9 @@ mod tests {
                 (1000, 3000, 200),
             ] {
                 for batch in [1u64, 8] {
-                    let x = transfer::gemm(batch, m, n, k, 4, d).to_vec();
-                    let work: f64 = x[1..].iter().zip(slopes).map(|(a, b)| a * b).sum();
+                    let x = capped(d, |d| transfer::gemm(batch, m, n, k, 4, Tiles::Library, d));
+                    // The truth is the features under `cap`.
+                    let work: f64 = x[cap][1..].iter().zip(slopes).map(|(a, b)| a * b).sum();
                     pts.push(Point {
                         class: "bmm".into(),
                         device: (*device).into(),
@@ -513,14 +612,57 @@ mod tests {
                 ("c", spec(108.0, 1.4, 19.5, 1.6, 40.0), 40e-6),
             ],
             &slopes,
+            0,
         );
         let all: Vec<&Point> = pts.iter().collect();
         let m = &fit(&all).unwrap()[0];
+        assert_eq!(m.energy_per_flop_7nm, None, "no device has a power figure");
         assert!(
             (m.coefficients[0] / 20e-6 - 1.0).abs() < 1e-6,
             "{:?}",
             m.coefficients
         );
+        for (c, t) in m.coefficients[1..].iter().zip(&slopes) {
+            assert!((c / t - 1.0).abs() < 1e-6, "{:?}", m.coefficients);
+        }
+    }
+
+    /// Devices whose boards cap their FLOP rate (a 70 W card, a 300 W one at 16 nm) and one
+    /// that runs uncapped: the fit finds the energy per FLOP the kernels were made with, and
+    /// the coefficients under it.
+    #[test]
+    fn the_power_cap_the_kernels_ran_under_is_found() {
+        let with = |mut d: DeviceSpec, tdp_w: f64, process_nm: f64| {
+            d.power = Some(transfer::PowerSpec { tdp_w, process_nm });
+            d
+        };
+        let slopes = [0.9, 2e-5 * 1e9, 1.2, 1.1];
+        let cap = ENERGIES.iter().position(|e| *e == Some(8e-12)).unwrap();
+        let devices = [
+            (
+                "lowpower",
+                with(spec(40.0, 1.6, 8.1, 0.3, 4.0), 70.0, 12.0),
+                20e-6,
+            ),
+            (
+                "big",
+                with(spec(56.0, 1.3, 9.3, 0.7, 4.0), 250.0, 16.0),
+                20e-6,
+            ),
+            (
+                "uncapped",
+                with(spec(108.0, 1.4, 19.5, 1.6, 40.0), 400.0, 7.0),
+                20e-6,
+            ),
+        ];
+        // The 70 W card at 12 nm sustains 70 / (8 pJ x 12 / 7) = 5.1 of its 8.1 TFLOP/s.
+        let capped_peak = devices[0].1.capped(ENERGIES[cap]).peak_flops;
+        assert!((capped_peak / 5.104e12 - 1.0).abs() < 1e-3, "{capped_peak}");
+        assert_eq!(devices[2].1.capped(ENERGIES[cap]).peak_flops, 19.5e12);
+        let pts = synthetic(&devices, &slopes, cap);
+        let all: Vec<&Point> = pts.iter().collect();
+        let m = &fit(&all).unwrap()[0];
+        assert_eq!(m.energy_per_flop_7nm, Some(8e-12));
         for (c, t) in m.coefficients[1..].iter().zip(&slopes) {
             assert!((c / t - 1.0).abs() < 1e-6, "{:?}", m.coefficients);
         }
@@ -540,6 +682,7 @@ mod tests {
                 ("d", spec(132.0, 1.9, 60.0, 3.3, 50.0), truth[0]),
             ],
             &truth[1..],
+            0,
         );
         let held = leave_one_out(&pts).unwrap();
         assert_eq!(held.holdouts.len(), 4);
@@ -557,7 +700,7 @@ mod tests {
             let work: f64 = x.iter().zip(&truth).skip(1).map(|(a, b)| a * b).sum();
             work.max(truth[0])
         };
-        let g = |m, n, k| truth_in_step(&transfer::gemm(1, m, n, k, 4, &e));
+        let g = |m, n, k| truth_in_step(&transfer::gemm(1, m, n, k, 4, Tiles::Library, &e));
         let op = |op: &str, m: u64, n: u64, k: u64, f: f64, b: f64| crate::dataset::LabelOp {
             device: "e".into(),
             step: "toy-train-1".into(),

@@ -186,6 +186,41 @@ pub struct Kernel {
     pub op: Option<&'static str>,
     /// Features, in the order of [`KernelClass::features`].
     pub x: [f64; FEATURES],
+    /// How a convolution's kernel runs beyond its implicit GEMM's shape; `None` for other
+    /// kernels.
+    pub conv: Option<ConvIo>,
+}
+
+/// What a convolution's kernel moves and how it tiles, beyond its implicit GEMM.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ConvIo {
+    /// The rows of the implicit GEMM as a Winograd kernel tiles them: a 2-D 3 x 3
+    /// convolution of stride 1 computes its output in 4 x 4 tiles (F(4x4, 3x3)), so each
+    /// output side counts rounded up to a multiple of 4 ([`winograd_positions`]). `None`
+    /// where the GEMM's own rows are tiled.
+    pub winograd_rows: Option<f64>,
+    /// The elements the kernel reads and writes: the input (or its gradient), the filters
+    /// (or theirs) and the output (or its gradient), once each; not the unrolled input the
+    /// implicit GEMM's `m x k` operand describes.
+    pub elements: f64,
+}
+
+/// The output tile side of the Winograd convolutions libraries run for 3 x 3 filters at
+/// stride 1 (F(4x4, 3x3)).
+pub const WINOGRAD_TILE: usize = 4;
+
+/// The output positions a Winograd kernel computes for a convolution of `kernel` and
+/// `stride` with `output` extents: each side rounded up to [`WINOGRAD_TILE`]; `None` where no
+/// Winograd kernel applies (not 2-D, not 3 x 3, or strided).
+pub fn winograd_positions(output: &[usize], kernel: &[usize], stride: &[usize]) -> Option<f64> {
+    (output.len() == 2 && kernel.iter().all(|&k| k == 3) && stride.iter().all(|&s| s == 1)).then(
+        || {
+            output
+                .iter()
+                .map(|&o| o.div_ceil(WINOGRAD_TILE) * WINOGRAD_TILE)
+                .product::<usize>() as f64
+        },
+    )
 }
 
 /// The shape of a convolution, per sample channels-first, as the features need it.
@@ -243,7 +278,24 @@ impl ConvShape {
             KernelPass::BackwardData => (positions, cin_g * taps, cout_g),
             KernelPass::BackwardFilter => (cout_g, cin_g * taps, positions),
         };
-        gemm_kernel(class, pass, m, n, k, calls)
+        // The output (forward) and input (backward-data) gradients of a 3 x 3 convolution
+        // of stride 1 run as Winograd kernels, which tile the positions.
+        let winograd = match pass {
+            KernelPass::BackwardFilter => None,
+            _ if class != KernelClass::ConvSpatial || self.groups != 1 => None,
+            _ => winograd_positions(&self.output, &self.kernel, &self.stride)
+                .map(|p| p * self.batch as f64),
+        };
+        let elements = self.batch as f64 * self.c_in as f64 * product(&self.input)
+            + cout_g * cin_g * taps * g
+            + self.batch as f64 * self.c_out as f64 * product(&self.output);
+        Kernel {
+            conv: Some(ConvIo {
+                winograd_rows: winograd,
+                elements,
+            }),
+            ..gemm_kernel(class, pass, m, n, k, calls)
+        }
     }
 }
 
@@ -268,6 +320,7 @@ pub fn gemm_kernel(
             k * n * groups,
             m * n * groups,
         ],
+        conv: None,
     }
 }
 
@@ -280,6 +333,7 @@ pub fn vector_kernel(op: &str, pass: KernelPass, flops: f64, bytes: f64) -> Opti
         pass,
         op: crate::file::op_kinds().find(|k| *k == op),
         x: [1.0, flops, bytes, 0.0, 0.0],
+        conv: None,
     })
 }
 
@@ -521,6 +575,18 @@ pub fn step_kernels(graph: &Graph, cost: &GraphCost<'_>) -> Vec<Vec<Kernel>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn winograd_tiles_round_each_output_side_of_a_3x3_stride_1_convolution_to_4() {
+        assert_eq!(
+            winograd_positions(&[56, 56], &[3, 3], &[1, 1]),
+            Some(3136.0)
+        );
+        assert_eq!(winograd_positions(&[7, 5], &[3, 3], &[1, 1]), Some(64.0));
+        assert_eq!(winograd_positions(&[56, 56], &[3, 3], &[2, 2]), None);
+        assert_eq!(winograd_positions(&[56, 56], &[5, 5], &[1, 1]), None);
+        assert_eq!(winograd_positions(&[8, 8, 8], &[3, 3, 3], &[1, 1, 1]), None);
+    }
     use crate::cost::cost;
     use crate::precision::Precision;
     use crate::workloads::{self, BuildOptions};

@@ -14,6 +14,13 @@
 //!   reducing the partial tiles;
 //! - **per-wave cost**: each wave loads and stores its tiles and synchronises, a fixed number
 //!   of cycles: waves over the clock;
+//! - **a power cap**: a board cannot draw more than its TDP, so a GEMM's FLOP rate is at most
+//!   the TDP over the energy one FLOP takes; that energy falls with the process node
+//!   (taken as proportional to its feature size: the switched capacitance shrinks with it
+//!   while the supply voltage has stayed near 0.7-0.8 V since 16 nm). The energy per FLOP at
+//!   7 nm is fitted per class ([`ClassCoefficients::energy_per_flop_7nm`]); the cap binds
+//!   on the 70-75 W cards (P4, T4, L4) and on the 300 W AMD cards whose FP32 runs on matrix
+//!   units, not on the 250-700 W NVIDIA data-centre parts;
 //! - **a roofline over L2 and HBM**: the bytes a kernel must move at the HBM bandwidth, split
 //!   by whether its working set fits the L2 (then it streams at the L2's much higher rate,
 //!   which device files do not give: its coefficient is fitted);
@@ -31,7 +38,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::kernels::{Kernel, KernelClass};
-use crate::precision::Precision;
+use crate::precision::{NumberFormat, Precision};
 use crate::system::{Device, DeviceKind};
 
 /// What the features need of a device.
@@ -47,7 +54,23 @@ pub struct DeviceSpec {
     pub bandwidth: f64,
     /// L2 cache, bytes.
     pub l2_bytes: f64,
+    /// The board's power and process node, where the file gives both and the kernels run in
+    /// FP32 (the power cap is fitted on FP32 kernels; tensor-core formats take less energy per
+    /// FLOP than any of them show, so they run uncapped).
+    pub power: Option<PowerSpec>,
 }
+
+/// What the power cap needs of a device.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PowerSpec {
+    /// Thermal design power (the board's power limit), W.
+    pub tdp_w: f64,
+    /// Process node, nm.
+    pub process_nm: f64,
+}
+
+/// The process node the power cap's energy per FLOP is quoted at, nm.
+pub const REFERENCE_NODE_NM: f64 = 7.0;
 
 impl DeviceSpec {
     /// The FP32 spec of a GPU device file; `None` where the file lacks a figure it needs
@@ -72,7 +95,28 @@ impl DeviceSpec {
             // Without an L2 size every working set is timed as HBM traffic (`predict`
             // says so).
             l2_bytes: device.llc.as_ref().map_or(0.0, |l| l.value.value()),
+            power: match (&device.tdp_w, &device.process_nm) {
+                (Some(w), Some(nm)) if precision.matrix_format() == NumberFormat::Fp32 => {
+                    Some(PowerSpec {
+                        tdp_w: w.value,
+                        process_nm: nm.value,
+                    })
+                }
+                _ => None,
+            },
         })
+    }
+
+    /// This spec with its peak held to what the board's power sustains: the TDP over the
+    /// energy of a FLOP, `energy_per_flop_7nm` (J) scaled by the process node over 7 nm. The
+    /// same spec where the class has no power figure or the device no TDP and node.
+    pub fn capped(&self, energy_per_flop_7nm: Option<f64>) -> DeviceSpec {
+        let mut d = *self;
+        if let (Some(e), Some(p)) = (energy_per_flop_7nm, self.power) {
+            let joules = e * p.process_nm / REFERENCE_NODE_NM;
+            d.peak_flops = d.peak_flops.min(p.tdp_w / joules);
+        }
+        d
     }
 
     /// The figures missing from `device` for a spec, by field name.
@@ -102,8 +146,28 @@ pub const VECTOR_FEATURES: [&str; 4] = ["launch", "l2", "hbm", "elements"];
 
 /// The largest output tile a GEMM runs in, rows or columns.
 const TILE_MAX: u64 = 128;
-/// The tile sides a GEMM may run in.
+/// The tile sides an implicit-GEMM convolution may run in.
 const TILES: [u64; 3] = [32, 64, TILE_MAX];
+/// The tiles cuBLAS runs FP32 products in, rows by columns.
+const GEMM_TILES: [(u64, u64); 2] = [(128, 64), (64, 128)];
+
+/// The tiles a library runs a product in.
+///
+/// NeuSight's kernel set names the kernel each measurement ran: cuBLAS runs `torch.bmm` in
+/// FP32 almost only in large tiles whatever the shape (`ampere_sgemm_128x128` for 99.6 % of
+/// the A100's, `maxwell_sgemm_128x64` for 99.6 % of the P4's, `volta_sgemm_64x64`,
+/// `32x128` and `128x32` on the V100; 128 x 64 on the T4 and P100, 128 x 128, 64 x 64 and
+/// 256 x 128 on the H100 in its test set), without splitting the inner dimension, so a
+/// product with a thin side wastes most of each tile. cuDNN's convolutions pick more freely.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tiles {
+    /// cuBLAS's FP32 products (batched products and linear layers): 128 x 64 or 64 x 128
+    /// output tiles, one block an SM a wave, no split-K.
+    Library,
+    /// The fastest tiling a library could pick: 32, 64 or 128 rows and columns, small
+    /// tiles several to an SM, split-K where it fills idle SMs (convolutions).
+    Any,
+}
 /// The least of the inner dimension one block of a split-K GEMM takes.
 const SPLIT_K_MIN: f64 = 256.0;
 /// The ways a GEMM may split its inner dimension.
@@ -127,42 +191,54 @@ struct Tiling {
     seconds: f64,
 }
 
-/// The fastest way to run `batch` products of `m x k` by `k x n` over the SMs, as a library
-/// picks its kernel: output tiles of 32, 64 or 128 rows and columns (small tiles run several
-/// to an SM, up to the work of one 128 x 128 tile, but load more per FLOP: a tile of
-/// `tm x tn` takes `1 + 16 / tm + 16 / tn` times its ideal time, 1.25 for 128 x 128 and 2 for
-/// 32 x 32); the inner dimension may be split across blocks (split-K, 1 to 64 ways, at least
-/// 256 of it per block), at the cost of reducing the partial tiles through memory; a wave of
-/// blocks takes as long as one SM's share.
-fn tiling(batch: u64, m: u64, n: u64, k: u64, d: &DeviceSpec) -> Tiling {
+/// The fastest way to run `batch` products of `m x k` by `k x n` over the SMs in `tiles`, as
+/// a library picks its kernel. With [`Tiles::Any`]: output tiles of 32, 64 or 128 rows and
+/// columns (small tiles run several to an SM, up to the work of one 128 x 128 tile, but load
+/// more per FLOP: a tile of `tm x tn` takes `1 + 16 / tm + 16 / tn` times its ideal time,
+/// 1.25 for 128 x 128 and 2 for 32 x 32), and the inner dimension may be split across blocks
+/// (split-K, 1 to 64 ways, at least 256 of it per block), at the cost of reducing the partial
+/// tiles through memory. With [`Tiles::Library`]: 128 x 64 or 64 x 128, one an SM, unsplit.
+/// A wave of blocks takes as long as one SM's share.
+fn tiling(batch: u64, m: u64, n: u64, k: u64, tiles: Tiles, d: &DeviceSpec) -> Tiling {
+    let (shapes, splits): (Vec<(u64, u64)>, &[f64]) = match tiles {
+        Tiles::Library => (GEMM_TILES.to_vec(), &SPLITS[..1]),
+        Tiles::Any => (
+            TILES
+                .iter()
+                .flat_map(|&tm| TILES.iter().map(move |&tn| (tm, tn)))
+                .collect(),
+            &SPLITS,
+        ),
+    };
     let mut best: Option<Tiling> = None;
-    for tm in TILES {
-        for tn in TILES {
-            let per_sm = ((TILE_MAX * TILE_MAX) / (tm * tn)).clamp(1, 8) as f64;
-            let tiles = (batch * m.div_ceil(tm) * n.div_ceil(tn)) as f64;
-            let slots = d.sms * per_sm;
-            let load = 1.0 + 16.0 / tm as f64 + 16.0 / tn as f64;
-            for splits in SPLITS {
-                if splits > 1.0 && k as f64 / splits < SPLIT_K_MIN {
-                    break;
-                }
-                let blocks = tiles * splits;
-                let waves = (blocks / slots).ceil();
-                // The blocks an SM holds at once: a full wave's, or fewer when all of them
-                // fit in one wave.
-                let resident = per_sm.min((blocks / d.sms).ceil());
-                let wave_s = resident * 2.0 * (tm * tn) as f64 * (k as f64 / splits) * load
-                    / (d.peak_flops / d.sms);
-                // Split-K writes each split's partial tile and reduces them: one read and
-                // one write of FP32 partial sums per extra split.
-                let reduce = (splits - 1.0) * tiles * (tm * tn) as f64 * 8.0 / d.bandwidth;
-                let t = Tiling {
-                    waves,
-                    seconds: waves * wave_s + reduce,
-                };
-                if best.is_none_or(|b| t.seconds < b.seconds) {
-                    best = Some(t);
-                }
+    for (tm, tn) in shapes {
+        let per_sm = match tiles {
+            Tiles::Library => 1.0,
+            Tiles::Any => ((TILE_MAX * TILE_MAX) / (tm * tn)).clamp(1, 8) as f64,
+        };
+        let count = (batch * m.div_ceil(tm) * n.div_ceil(tn)) as f64;
+        let slots = d.sms * per_sm;
+        let load = 1.0 + 16.0 / tm as f64 + 16.0 / tn as f64;
+        for &split in splits {
+            if split > 1.0 && k as f64 / split < SPLIT_K_MIN {
+                break;
+            }
+            let blocks = count * split;
+            let waves = (blocks / slots).ceil();
+            // The blocks an SM holds at once: a full wave's, or fewer when all of them fit
+            // in one wave.
+            let resident = per_sm.min((blocks / d.sms).ceil());
+            let wave_s = resident * 2.0 * (tm * tn) as f64 * (k as f64 / split) * load
+                / (d.peak_flops / d.sms);
+            // Split-K writes each split's partial tile and reduces them: one read and one
+            // write of FP32 partial sums per extra split.
+            let reduce = (split - 1.0) * count * (tm * tn) as f64 * 8.0 / d.bandwidth;
+            let t = Tiling {
+                waves,
+                seconds: waves * wave_s + reduce,
+            };
+            if best.is_none_or(|b| t.seconds < b.seconds) {
+                best = Some(t);
             }
         }
     }
@@ -172,9 +248,18 @@ fn tiling(batch: u64, m: u64, n: u64, k: u64, d: &DeviceSpec) -> Tiling {
     })
 }
 
-/// The features of `batch` products of `m x k` by `k x n` with `elem` bytes per element.
-pub fn gemm(batch: u64, m: u64, n: u64, k: u64, elem: u64, d: &DeviceSpec) -> [f64; 5] {
-    let t = tiling(batch, m, n, k, d);
+/// The features of `batch` products of `m x k` by `k x n` with `elem` bytes per element,
+/// run in `tiles`.
+pub fn gemm(
+    batch: u64,
+    m: u64,
+    n: u64,
+    k: u64,
+    elem: u64,
+    tiles: Tiles,
+    d: &DeviceSpec,
+) -> [f64; 5] {
+    let t = tiling(batch, m, n, k, tiles, d);
     let bytes = (elem * batch * (m * k + k * n + m * n)) as f64;
     let (l2, hbm) = memory(bytes, d);
     [1.0, t.seconds, t.waves / d.clock_hz, l2, hbm]
@@ -182,7 +267,8 @@ pub fn gemm(batch: u64, m: u64, n: u64, k: u64, elem: u64, d: &DeviceSpec) -> [f
 
 /// The features of a 2-D or 3-D convolution forward pass as an implicit GEMM: `batch`
 /// inputs of `c_in` channels and `input` spatial size, `c_out` filters of `kernel`, at
-/// `stride` with `padding` each side.
+/// `stride` with `padding` each side. A 2-D 3 x 3 convolution of stride 1 runs as Winograd
+/// tiles ([`crate::kernels::winograd_positions`]).
 #[allow(clippy::too_many_arguments)]
 pub fn conv(
     batch: u64,
@@ -195,19 +281,35 @@ pub fn conv(
     elem: u64,
     d: &DeviceSpec,
 ) -> [f64; 5] {
-    let out: u64 = input
+    let extents: Vec<usize> = input
         .iter()
         .zip(kernel)
         .zip(stride.iter().zip(padding))
-        .map(|((&i, &k), (&s, &p))| ((i + 2 * p).saturating_sub(k)) / s.max(1) + 1)
-        .product();
-    let m = batch * out;
+        .map(|((&i, &k), (&s, &p))| (((i + 2 * p).saturating_sub(k)) / s.max(1) + 1) as usize)
+        .collect();
+    let out: u64 = extents.iter().map(|&o| o as u64).product();
     let k = c_in * kernel.iter().product::<u64>();
-    let mut f = gemm(1, m, c_out, k, elem, d);
-    // The input, filters and output are what moves (not the unrolled input).
+    let as_usize = |v: &[u64]| v.iter().map(|&x| x as usize).collect::<Vec<_>>();
+    let rows = crate::kernels::winograd_positions(&extents, &as_usize(kernel), &as_usize(stride))
+        .map_or(batch * out, |p| batch * p as u64);
     let spatial: u64 = input.iter().product();
-    let bytes = (elem * (batch * c_in * spatial + c_out * k + m * c_out)) as f64;
-    let (l2, hbm) = memory(bytes, d);
+    let elements = (batch * c_in * spatial + c_out * k + batch * out * c_out) as f64;
+    implicit_gemm(1, rows, c_out, k, elements, elem, d)
+}
+
+/// The features of a convolution's kernel: `calls` implicit GEMMs of `rows x k` by `k x n`
+/// in the fastest tiling, moving `elements` (input, filters, output: not the unrolled input).
+fn implicit_gemm(
+    calls: u64,
+    rows: u64,
+    n: u64,
+    k: u64,
+    elements: f64,
+    elem: u64,
+    d: &DeviceSpec,
+) -> [f64; 5] {
+    let mut f = gemm(calls, rows, n, k, elem, Tiles::Any, d);
+    let (l2, hbm) = memory(elements * elem as f64, d);
     f[3] = l2;
     f[4] = hbm;
     f
@@ -288,15 +390,24 @@ fn gemm_shape(x: &[f64; crate::kernels::FEATURES]) -> (u64, u64, u64, u64) {
 pub fn features(kernel: &Kernel, elem: u64, d: &DeviceSpec) -> Vec<f64> {
     if kernel.class.is_matrix() {
         let (calls, m, n, k) = gemm_shape(&kernel.x);
-        // A convolution of one group lowers every call (one per sample for a pointwise
-        // convolution) into one implicit GEMM, as cuDNN does.
-        if kernel.class != KernelClass::Gemm
-            && calls > 1
-            && kernel.class != KernelClass::ConvDepthwise
-        {
-            return gemm(1, m * calls, n, k, elem, d).to_vec();
+        if kernel.class == KernelClass::Gemm {
+            return gemm(calls, m, n, k, elem, Tiles::Library, d).to_vec();
         }
-        gemm(calls, m, n, k, elem, d).to_vec()
+        // A convolution of one group lowers every call (one per sample for a pointwise
+        // convolution) into one implicit GEMM, as cuDNN does; a depthwise one runs a
+        // product per channel.
+        let (calls, rows) = if calls > 1 && kernel.class != KernelClass::ConvDepthwise {
+            (1, m * calls)
+        } else {
+            (calls, m)
+        };
+        match kernel.conv {
+            Some(c) => {
+                let rows = c.winograd_rows.map_or(rows, |r| r.round() as u64);
+                implicit_gemm(calls, rows, n, k, c.elements, elem, d).to_vec()
+            }
+            None => gemm(calls, rows, n, k, elem, Tiles::Any, d).to_vec(),
+        }
     } else {
         let bytes = kernel.x[2];
         let arrays = vector_arrays(class_of(kernel)) as f64;
@@ -337,6 +448,11 @@ pub struct ClassCoefficients {
     pub features: Vec<String>,
     /// One per feature: the launch term in seconds, the others dimensionless.
     pub coefficients: Vec<f64>,
+    /// The energy of one FLOP at 7 nm, joules, that caps a device's FLOP rate at its TDP
+    /// ([`DeviceSpec::capped`]); absent for classes whose time is not FLOPs (vector ops) or
+    /// where no cap fitted better.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy_per_flop_7nm: Option<f64>,
     /// Kernels fitted.
     pub points: usize,
     /// Leave one device out, pooled: median |predicted - measured| / measured.
@@ -405,6 +521,16 @@ impl Model {
                     "must be [lo, hi] with 0 < lo <= 1 <= hi: fit the model again",
                 ));
             }
+            if c.energy_per_flop_7nm
+                .is_some_and(|e| !(e.is_finite() && e > 0.0 && e < 1e-9))
+            {
+                return Err(Error::invalid(
+                    file,
+                    format!("class.{}.energy_per_flop_7nm", c.name),
+                    "must be a positive number of joules below 1e-9 (picojoules per FLOP), \
+                     or absent for no power cap: fit the model again",
+                ));
+            }
             if c.coefficients.iter().any(|v| !(v.is_finite() && *v >= 0.0)) {
                 return Err(Error::invalid(
                     file,
@@ -441,7 +567,11 @@ impl Model {
     /// ([`ClassCoefficients::holdout_interval_90`]).
     pub fn timed(&self, kernel: &Kernel, elem: u64, d: &DeviceSpec) -> Option<(f64, [f64; 2])> {
         let c = self.class(class_of(kernel))?;
-        Some((c.in_step(&features(kernel, elem, d)), c.holdout_interval_90))
+        let d = d.capped(c.energy_per_flop_7nm);
+        Some((
+            c.in_step(&features(kernel, elem, &d)),
+            c.holdout_interval_90,
+        ))
     }
 }
 
@@ -455,17 +585,18 @@ mod tests {
         peak_flops: 19.5e12,
         bandwidth: 1.555e12,
         l2_bytes: 40.0 * 1024.0 * 1024.0,
+        power: None,
     };
 
     #[test]
     fn large_gemms_tend_to_the_peak_and_small_ones_to_one_wave() {
-        let big = gemm(1, 8192, 8192, 8192, 4, &A100);
+        let big = gemm(1, 8192, 8192, 8192, 4, Tiles::Any, &A100);
         let ideal = 2.0 * 8192f64.powi(3) / A100.peak_flops;
         // 4096 tiles of 128 x 128 in 38 waves of 108: the tile's load factor (1.25) over
         // the ideal, within 1 %.
         let r = big[1] / ideal / 1.25;
         assert!(r > 1.0 && r < 1.01, "{r}");
-        let small = gemm(1, 27, 29, 15, 4, &A100);
+        let small = gemm(1, 27, 29, 15, 4, Tiles::Any, &A100);
         assert_eq!(small[2], 1.0 / A100.clock_hz, "one wave");
         // A 32 x 32 tile: one SM's share of one wave, far above the ideal time.
         assert!(small[1] > 100.0 * 2.0 * 27.0 * 29.0 * 15.0 / A100.peak_flops);
@@ -475,12 +606,12 @@ mod tests {
     fn wave_quantization_steps_at_a_multiple_of_the_sms() {
         // 108 tiles fill one wave; 109 need a second, which no other tiling avoids (an inner
         // dimension of 256 cannot be split).
-        let one = gemm(1, 128 * 108, 128, 256, 4, &A100);
-        let two = gemm(1, 128 * 109, 128, 256, 4, &A100);
+        let one = gemm(1, 128 * 108, 128, 256, 4, Tiles::Any, &A100);
+        let two = gemm(1, 128 * 109, 128, 256, 4, Tiles::Any, &A100);
         assert!(two[1] / one[1] > 1.5, "{}", two[1] / one[1]);
         assert_eq!(two[2] / one[2], 2.0);
         // A long inner dimension on a few tiles is split across the SMs.
-        let thin = gemm(1, 32, 32, 1 << 16, 4, &A100);
+        let thin = gemm(1, 32, 32, 1 << 16, 4, Tiles::Any, &A100);
         let unsplit = 2.0 * 32.0 * 32.0 * 65536.0 * 2.0 / (A100.peak_flops / A100.sms);
         assert!(thin[1] < unsplit / 20.0, "{} vs {unsplit}", thin[1]);
     }
@@ -488,7 +619,7 @@ mod tests {
     #[test]
     fn a_convolution_is_its_implicit_gemm_and_memory_splits_at_the_l2() {
         let c = conv(8, 64, 128, &[56, 56], &[3, 3], &[1, 1], &[1, 1], 4, &A100);
-        let g = gemm(1, 8 * 56 * 56, 128, 64 * 9, 4, &A100);
+        let g = gemm(1, 8 * 56 * 56, 128, 64 * 9, 4, Tiles::Any, &A100);
         assert_eq!(c[1], g[1]);
         let v_small = vector(1 << 20, 3, 4, &A100);
         let v_big = vector(1 << 26, 3, 4, &A100);
@@ -496,6 +627,52 @@ mod tests {
         assert!(v_big[1] == 0.0 && v_big[2] > 0.0);
         assert_eq!(vector_arrays("add"), 3);
         assert_eq!(vector_arrays("relu"), 2);
+    }
+
+    /// What `predict` times a convolution layer's kernels by is what the fit saw of the
+    /// kernel set's convolutions: Winograd tiles for a 3 x 3 filter at stride 1 (a 7 x 7
+    /// output counts as 8 x 8), the implicit GEMM's own rows otherwise, and the bytes of the
+    /// input, filters and output, not of the unrolled input.
+    #[test]
+    fn a_convolution_layer_is_timed_as_the_fit_saw_its_kernels() {
+        use crate::kernels::{ConvShape, KernelPass};
+        let shape = |size: usize, stride: usize| ConvShape {
+            batch: 8,
+            c_in: 64,
+            c_out: 128,
+            input: vec![size, size],
+            output: vec![(size - 1) / stride + 1; 2],
+            kernel: vec![3, 3],
+            stride: vec![stride; 2],
+            padded: true,
+            groups: 1,
+        };
+        for (size, stride) in [(7, 1), (56, 1), (14, 2)] {
+            let k = shape(size, stride).kernel(KernelPass::Forward);
+            let s = stride as u64;
+            let fit = conv(
+                8,
+                64,
+                128,
+                &[size as u64; 2],
+                &[3, 3],
+                &[s, s],
+                &[1, 1],
+                4,
+                &A100,
+            );
+            assert_eq!(features(&k, 4, &A100), fit.to_vec(), "{size} / {stride}");
+        }
+        let seven = shape(7, 1).kernel(KernelPass::Forward);
+        assert_eq!(seven.conv.unwrap().winograd_rows, Some(8.0 * 64.0));
+        let unrolled = gemm(1, 8 * 49, 128, 64 * 9, 4, Tiles::Any, &A100);
+        let f = features(&seven, 4, &A100);
+        assert!(f[1] > unrolled[1], "Winograd's rounded tiles take longer");
+        let moved = 4.0 * (8.0 * 64.0 * 49.0 + 128.0 * 64.0 * 9.0 + 8.0 * 128.0 * 49.0);
+        assert_eq!(f[3], moved / A100.bandwidth, "the bytes moved, in the L2");
+        // A strided convolution's filter gradient runs no Winograd kernel.
+        let filter = shape(14, 2).kernel(KernelPass::BackwardFilter);
+        assert_eq!(filter.conv.unwrap().winograd_rows, None);
     }
 
     #[test]
@@ -530,7 +707,7 @@ mod tests {
         );
         assert_eq!(
             features(&p, 4, &A100),
-            gemm(1, 784 * 32, 256, 64, 4, &A100).to_vec()
+            gemm(1, 784 * 32, 256, 64, 4, Tiles::Any, &A100).to_vec()
         );
     }
 

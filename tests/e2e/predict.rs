@@ -518,7 +518,11 @@ fn predict_times_gpus_by_the_transferred_model_unless_told_or_unable() {
     .unwrap();
     let bare: String = text
         .lines()
-        .filter(|l| !l.starts_with("sms") && !l.starts_with("boost_clock_mhz") && *l != "[compute]")
+        .filter(|l| {
+            !["sms", "boost_clock_mhz", "process_nm", "[compute]"]
+                .iter()
+                .any(|k| l.starts_with(k))
+        })
         .map(|l| format!("{l}\n"))
         .collect();
     let file = dir.join("bare.toml");

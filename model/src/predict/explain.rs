@@ -99,6 +99,55 @@ pub struct Prediction {
     pub assumptions: Vec<String>,
 }
 
+/// Where the transferred model holds the device's GEMMs or convolutions to what its board
+/// power sustains, in words; or that it cannot, for want of the file's figures.
+fn power_cap(
+    m: &crate::transfer::Model,
+    device: &crate::system::Device,
+    precision: Precision,
+) -> Option<String> {
+    let spec = crate::transfer::DeviceSpec::of(device, precision)?;
+    if precision.matrix_format() != crate::precision::NumberFormat::Fp32 {
+        return None;
+    }
+    let Some(power) = spec.power else {
+        return Some(
+            "the device file lacks power.tdp_w or compute.process_nm: the transferred model \
+             cannot hold its FP32 GEMMs to what the board's power sustains"
+                .to_owned(),
+        );
+    };
+    let capped: Vec<String> = ["bmm", "conv"]
+        .iter()
+        .filter_map(|class| {
+            let e = m.class(class)?.energy_per_flop_7nm?;
+            let rate = spec.capped(Some(e)).peak_flops;
+            (rate < spec.peak_flops).then(|| {
+                format!(
+                    "{} at {:.1} TFLOP/s ({:.1} pJ per FLOP at {} nm)",
+                    if *class == "bmm" {
+                        "GEMMs"
+                    } else {
+                        "convolutions"
+                    },
+                    rate / 1e12,
+                    e * 1e12 * power.process_nm / crate::transfer::REFERENCE_NODE_NM,
+                    power.process_nm
+                )
+            })
+        })
+        .collect();
+    (!capped.is_empty()).then(|| {
+        format!(
+            "power cap: the board's {:.0} W sustains {} of the {:.1} TFLOP/s peak (energy per \
+             FLOP fitted on the kernel set's GPUs, scaled by the process node)",
+            power.tdp_w,
+            capped.join(" and "),
+            spec.peak_flops / 1e12
+        )
+    })
+}
+
 /// What the timing of the layers assumed, in words.
 fn timing_assumptions(
     plan: &Plan<'_>,
@@ -139,6 +188,7 @@ fn timing_assumptions(
                     .to_owned(),
             );
         }
+        out.extend(power_cap(m, &system.device, precision));
         if precision != Precision::Fp32 {
             out.push(format!(
                 "{precision}: the transferred model's matrix terms run at the device's {} \
@@ -411,4 +461,30 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
         assumptions,
         outcome,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The 72 W L4 is held below its 30.3 TFLOP/s FP32 peak, the 700 W H100 is not; tensor
+    /// formats run uncapped; a file without the figures says what it lacks.
+    #[test]
+    fn the_power_cap_is_said_where_it_binds() {
+        let m = crate::transfer::Model::builtin();
+        let l4 = crate::catalog::device("l4").unwrap();
+        let said = power_cap(m, &l4, Precision::Fp32).unwrap();
+        assert!(
+            said.starts_with("power cap: the board's 72 W sustains GEMMs at ")
+                && said.contains("of the 30.3 TFLOP/s peak"),
+            "{said}"
+        );
+        let h100 = crate::catalog::device("h100-sxm5-80gb").unwrap();
+        assert_eq!(power_cap(m, &h100, Precision::Fp32), None);
+        assert_eq!(power_cap(m, &l4, Precision::AmpFp16), None);
+        let mut bare = l4.clone();
+        bare.process_nm = None;
+        let said = power_cap(m, &bare, Precision::Fp32).unwrap();
+        assert!(said.contains("compute.process_nm"), "{said}");
+    }
 }

@@ -604,6 +604,7 @@ fn derived_device(
         peak,
         sms: None,
         boost_clock_hz: None,
+        process_nm: None,
         memory_capacity: None,
         memory_bandwidth: None,
         llc,

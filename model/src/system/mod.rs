@@ -144,6 +144,10 @@ pub struct Device {
     pub sms: Option<Sourced<u32>>,
     /// The clock a GPU's peaks are computed at (its boost clock), Hz.
     pub boost_clock_hz: Option<Sourced<f64>>,
+    /// The foundry process a GPU's compute die is made in, by its marketed feature size in
+    /// nanometres (TSMC 16FF is 16, 12FFN 12, N7 7, N6 6, N5 5, 4N and 4NP 4): what the
+    /// transferred model scales a kernel's energy per FLOP by (`transfer::DeviceSpec`).
+    pub process_nm: Option<Sourced<f64>>,
     /// Device memory capacity (HBM); `None` for CPUs that use the node's host memory.
     pub memory_capacity: Option<Sourced<Bytes>>,
     /// Peak memory bandwidth; `None` where it is unknown until measured (`local` on a CPU
@@ -739,6 +743,11 @@ impl Ctx<'_> {
                 "compute.boost_clock_mhz",
                 &raw.compute.as_ref().and_then(|c| c.boost_clock_mhz.clone()),
                 |mhz| mhz * 1e6,
+            )?,
+            process_nm: self.opt(
+                "compute.process_nm",
+                &raw.compute.as_ref().and_then(|c| c.process_nm.clone()),
+                |nm| nm,
             )?,
             memory_capacity: self.opt("memory.capacity_gib", &m.capacity_gib, Bytes::from_gib)?,
             memory_bandwidth: Some(self.number(

@@ -761,6 +761,9 @@ mod tests {
             e.contains(".coefficients") && e.contains("not negative"),
             "{e}"
         );
+        let energy = good.replacen("energy_per_flop_7nm = ", "energy_per_flop_7nm = -", 1);
+        let e = Model::parse(&energy, "m.toml").unwrap_err().to_string();
+        assert!(e.contains(".energy_per_flop_7nm"), "{e}");
         let short = good.replacen("\"launch\", ", "", 1);
         let e = Model::parse(&short, "m.toml").unwrap_err().to_string();
         assert!(e.contains(".features"), "{e}");

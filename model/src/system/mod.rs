@@ -841,6 +841,21 @@ bandwidth_gbs = { value = 1000.0, source = "sheet" }
             .to_string();
         assert!(err.contains("compute.sms.value"), "{err}");
         assert!(parse_device(DEVICE, "toy.toml").unwrap().sms.is_none());
+        let node = |nm: &str| {
+            with("108").replace(
+                "[memory]",
+                &format!("process_nm = {{ value = {nm}, source = \"sheet\" }}\n[memory]"),
+            )
+        };
+        let d = parse_device(&node("7"), "toy.toml").unwrap();
+        assert_eq!(d.process_nm.unwrap().value, 7.0);
+        let err = parse_device(&node("-7"), "toy.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("toy.toml") && err.contains("compute.process_nm.value"),
+            "{err}"
+        );
     }
 
     #[test]

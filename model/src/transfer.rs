@@ -339,9 +339,9 @@ pub fn vector_bytes(elements: f64, bytes: f64, d: &DeviceSpec) -> [f64; 4] {
     [1.0, l2, hbm, elements / (d.sms * d.clock_hz)]
 }
 
-/// The kernel class of the data a ridgeline kernel is timed as: dense layers as `bmm` (one
-/// model for every GEMM: it predicts held-out GPUs' linear layers better than a model fitted
-/// on them, `calibrate::transfer::TIMED_BY`),
+/// The kernel class of the data a ridgeline kernel is timed as: dense layers and products as
+/// `gemm` (one model fitted on every product of the set, batched and linear layers,
+/// `calibrate::transfer::TIMED_BY`),
 /// convolutions as `conv`, and each vector op as the measured op that does the same work
 /// per element: unary ops that read one array and write one as `relu` (pooling, dropout,
 /// copies, an embedding's and a gather's row copies too), `tanh`, `add` (scatter-add and
@@ -350,7 +350,7 @@ pub fn vector_bytes(elements: f64, bytes: f64, d: &DeviceSpec) -> [f64; 4] {
 /// classes as `softmax`, `gelu` and `silu` as `gelu`, a squared error as `mul`.
 pub fn class_of(kernel: &Kernel) -> &'static str {
     match kernel.class {
-        KernelClass::Gemm => "bmm",
+        KernelClass::Gemm => "gemm",
         KernelClass::ConvPointwise | KernelClass::ConvSpatial | KernelClass::ConvDepthwise => {
             "conv"
         }
@@ -442,7 +442,8 @@ pub struct ModelSource {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClassCoefficients {
-    /// The class (an operator of the data: `bmm`, `linear`, `conv`, `relu`, ...).
+    /// The class: `gemm` (every product of the data, batched and linear layers), or an
+    /// operator of the data (`conv`, `relu`, ...).
     pub name: String,
     /// Feature names, in order ([`GEMM_FEATURES`] or [`VECTOR_FEATURES`]).
     pub features: Vec<String>,
@@ -725,8 +726,11 @@ mod tests {
                 assert!(t > 0.0 && t.is_finite(), "{op}: {t}");
             }
         }
-        assert!(m.class("linear").is_none(), "GEMMs are timed by `bmm`");
-        for class in ["bmm", "conv"] {
+        assert!(
+            m.class("linear").is_none() && m.class("bmm").is_none(),
+            "GEMMs are timed by `gemm`"
+        );
+        for class in ["gemm", "conv"] {
             let c = m.class(class).unwrap();
             assert_eq!(c.features, GEMM_FEATURES);
             assert!(

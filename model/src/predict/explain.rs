@@ -117,7 +117,7 @@ fn power_cap(
                 .to_owned(),
         );
     };
-    let capped: Vec<String> = ["bmm", "conv"]
+    let capped: Vec<String> = ["gemm", "conv"]
         .iter()
         .filter_map(|class| {
             let e = m.class(class)?.energy_per_flop_7nm?;
@@ -125,7 +125,7 @@ fn power_cap(
             (rate < spec.peak_flops).then(|| {
                 format!(
                     "{} at {:.1} TFLOP/s ({:.1} pJ per FLOP at {} nm)",
-                    if *class == "bmm" {
+                    if *class == "gemm" {
                         "GEMMs"
                     } else {
                         "convolutions"
@@ -178,7 +178,7 @@ fn timing_assumptions(
              bound",
             t.transfer,
             m.source.devices.join(", "),
-            err("bmm"),
+            err("gemm"),
             err("conv"),
         ));
         if system.device.llc.is_none() {

@@ -18,6 +18,7 @@
 
 use std::collections::BTreeMap;
 
+use rayon::prelude::*;
 use ridgeline_model::transfer::{self, ClassCoefficients, DeviceSpec, Model, ModelSource, Tiles};
 use serde::Serialize;
 use statrs::statistics::{Data, OrderStatistics};
@@ -214,19 +215,21 @@ fn fit_with(points: &[&Point], energy: impl Fn(&str) -> Option<usize>) -> Result
                 Some(e) => vec![e],
                 None => (0..caps).collect(),
             };
-            let mut best: Option<(f64, ClassModel)> = None;
-            for e in tried {
-                let m = fit_class(class, &rows, e)?;
-                let mut abs: Vec<f64> = rows
-                    .iter()
-                    .map(|p| (m.predict_point(p) / p.y - 1.0).abs())
-                    .collect();
-                let median = quantile_mut(&mut abs, 0.5);
-                if best.as_ref().is_none_or(|(b, _)| median < *b) {
-                    best = Some((median, m));
-                }
-            }
-            best.map(|(_, m)| m)
+            // The caps are fitted in parallel; the first of equal medians is kept.
+            let fits: Vec<(f64, ClassModel)> = tried
+                .into_par_iter()
+                .map(|e| {
+                    let m = fit_class(class, &rows, e)?;
+                    let mut abs: Vec<f64> = rows
+                        .iter()
+                        .map(|p| (m.predict_point(p) / p.y - 1.0).abs())
+                        .collect();
+                    Ok((quantile_mut(&mut abs, 0.5), m))
+                })
+                .collect::<Result<_>>()?;
+            fits.into_iter()
+                .reduce(|best, next| if next.0 < best.0 { next } else { best })
+                .map(|(_, m)| m)
                 .ok_or_else(|| Error::Fit(format!("class `{class}`: no kernels")))
         })
         .collect()

@@ -12,6 +12,10 @@ use ridgeline_calibrate::neusight;
 /// training steps ([`ridgeline_calibrate::dataset::LabelSet`]).
 pub const LABELS: &str = "labels";
 
+/// The subdirectory of a NeuSight kernel set that holds NeuSight's test set of kernels of
+/// GPUs outside the set (a [`KernelSet`]), for validation only.
+pub const TEST: &str = "test";
+
 /// What an import wrote.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Imported {
@@ -42,6 +46,15 @@ pub fn neusight(dir: &Path, commit: Option<&str>, out: &Path) -> Result<Imported
     let set = neusight::convert(dir, &commit)?;
     set.write(out)?;
     let mut counts = counts(&set);
+    // Kernels of GPUs outside the set, for validation only.
+    if let Some(test) = neusight::convert_test(dir, &commit)? {
+        test.write(&out.join(TEST))?;
+        let tested: Vec<_> = self::counts(&test)
+            .into_iter()
+            .map(|(family, device, n)| (format!("test {family}"), device, n))
+            .collect();
+        counts.extend(tested);
+    }
     // The per-operator labels of GPUs outside the set, for validation only.
     if let Some(labels) = neusight::convert_labels(dir, &commit)? {
         labels.write(&out.join(LABELS))?;

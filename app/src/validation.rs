@@ -115,6 +115,9 @@ pub struct TransferCheck {
     pub labels: Vec<transfer::Holdout>,
     /// The devices of those labels.
     pub label_devices: Vec<String>,
+    /// The model fitted on every GPU of the set against kernels of GPUs outside it, measured
+    /// on their own (NeuSight's test set, `test/`, where the set has it): per GPU and class.
+    pub outside: Vec<transfer::Holdout>,
     /// Whole training steps of those GPUs predicted as `predict` times them (the
     /// transferred model fitted on every GPU of the set), one GPU each.
     pub steps: Vec<StepCheck>,
@@ -175,22 +178,27 @@ fn spec(name: &str, kernels: &Path) -> Result<DeviceSpec> {
     })
 }
 
+/// The figures of `devices` (of the set in `dir`) for the transferred model.
+fn specs(devices: &[&str], dir: &Path) -> Result<BTreeMap<String, DeviceSpec>> {
+    devices
+        .iter()
+        .map(|name| Ok(((*name).to_owned(), spec(name, dir)?)))
+        .collect()
+}
+
 /// Leaves each GPU of the kernel set in `kernels` out in turn: the transferable kernel model
 /// fitted on the others predicts it (`ridgeline_calibrate::transfer`); and predicts the
 /// per-operator labels of GPUs outside the set (`kernels/labels`, where present) by the
 /// model fitted on all of it. Each device's figures come from its catalog file.
 pub fn transfer(kernels: &Path) -> Result<TransferCheck> {
     let set = KernelSet::read(kernels)?;
-    let mut specs = BTreeMap::new();
-    for name in set.devices() {
-        specs.insert(name.to_owned(), spec(name, kernels)?);
-    }
-    let points = transfer::points(&set, &specs)?;
+    let points = transfer::points(&set, &specs(&set.devices(), kernels)?)?;
     let held = transfer::leave_one_out(&points)?;
     let dir = kernels.join(crate::import::LABELS);
     let mut check = TransferCheck {
         labels: Vec::new(),
         label_devices: Vec::new(),
+        outside: Vec::new(),
         steps: Vec::new(),
         step_summary: Vec::new(),
         steps_skipped: Vec::new(),
@@ -198,14 +206,21 @@ pub fn transfer(kernels: &Path) -> Result<TransferCheck> {
         points,
         held,
     };
+    let test = kernels.join(crate::import::TEST);
+    if !test.is_dir() && !dir.is_dir() {
+        return Ok(check);
+    }
+    // The model fitted on every GPU of the set times the GPUs outside it.
+    let all: Vec<&transfer::Point> = check.points.iter().collect();
+    let models = transfer::fit(&all)?;
+    if test.is_dir() {
+        let t = KernelSet::read(&test)?;
+        let specs = specs(&t.devices(), &test)?;
+        check.outside = transfer::outside(&models, &check.held, &transfer::points(&t, &specs)?);
+    }
     if dir.is_dir() {
         let l = LabelSet::read(&dir)?;
-        let mut specs = BTreeMap::new();
-        for name in l.devices() {
-            specs.insert(name.to_owned(), spec(name, &dir)?);
-        }
-        let all: Vec<&transfer::Point> = check.points.iter().collect();
-        let models = transfer::fit(&all)?;
+        let specs = specs(&l.devices(), &dir)?;
         check.labels = transfer::labels(&models, &check.held, &l, &specs)?;
         check.label_devices = l.devices().iter().map(|d| (*d).to_owned()).collect();
         let model = transfer::model(&check.points, &check.held, "", "")?;

@@ -43,6 +43,28 @@ pub const DEVICES: [(&str, &str); 6] = [
 /// Where the per-operator measurements of whole training steps are in a checkout.
 pub const LABELS: &str = "scripts/asplos/label";
 
+/// Where NeuSight's test set of kernels is in a checkout: kernels of the training GPUs at
+/// other shapes, and of GPUs outside the training set.
+pub const TEST: &str = "scripts/asplos/data/dataset/test";
+
+/// The GPUs of the test set whose kernels the set was not measured on, and the ridgeline
+/// devices they are: only their kernels are converted (the others' are GPUs the model is
+/// fitted on).
+pub const TEST_DEVICES: [(&str, &str); 2] = [
+    ("NVIDIA H100 80GB HBM3", "h100-sxm5-80gb"),
+    ("NVIDIA L4", "l4"),
+];
+
+/// The test set's files and their operator (`None`: each row's `OPName`); `vec.csv` repeats
+/// the others' rows and `habitat.csv` is another tool's.
+const TEST_FILES: [(&str, Option<&str>); 5] = [
+    ("bmm.csv", Some("bmm")),
+    ("linear.csv", Some("linear")),
+    ("elem.csv", None),
+    ("ln.csv", Some("ln")),
+    ("softmax.csv", Some("softmax")),
+];
+
 /// NeuSight's label directories of GPUs whose kernels the set was not measured on, and the
 /// ridgeline devices they are. (The MI250's labels are of one of its two GCDs, which no
 /// device file describes; the PCIe A100 and V100 labels are of GPUs the model is fitted on.)
@@ -307,6 +329,8 @@ fn step_labels(dir: &Path, device: &str) -> Result<Vec<StepLabel>> {
 
 #[derive(Deserialize)]
 struct Row {
+    #[serde(rename = "OPName", default)]
+    op: Option<String>,
     #[serde(rename = "Latency")]
     latency_ms: f64,
     #[serde(rename = "Device")]
@@ -335,6 +359,55 @@ struct Row {
     padding: Option<u64>,
 }
 
+/// An empty kernel set of NeuSight's files at `paths` of `commit`, described as
+/// `description`, with the provenance every NeuSight set shares.
+fn empty(description: &str, paths: String, commit: &str) -> KernelSet {
+    KernelSet {
+        source: Source {
+            description: description.to_owned(),
+            repository: "https://github.com/trsharm25/NeuSight".into(),
+            commit: commit.to_owned(),
+            paths,
+            licence: "MIT".into(),
+            copyright: "Copyright (c) 2025 Georgia Institute of Technology and Microsoft \
+                        Corporation"
+                .into(),
+            measured_with: "PyTorch 2.1, CUDA 12.1, cuDNN 8.9; FP32; milliseconds converted \
+                            to seconds; the mean of the fastest of repeated runs timed with \
+                            CUDA events (neusight/Dataset/collect.py)"
+                .into(),
+            converted_by: format!("ridgeline import neusight DIR --commit {commit}"),
+            devices: BTreeMap::new(),
+        },
+        gemm: Vec::new(),
+        conv: Vec::new(),
+        vector: Vec::new(),
+    }
+}
+
+/// Converts the test set's kernels of GPUs outside the training set ([`TEST_DEVICES`]) under
+/// `dir` (a checkout of NeuSight at `commit`); `None` where the checkout has no test set.
+/// They validate, never fit.
+pub fn convert_test(dir: &Path, commit: &str) -> Result<Option<KernelSet>> {
+    let test = dir.join(TEST);
+    if !test.is_dir() {
+        return Ok(None);
+    }
+    let mut set = empty(
+        "FP32 operator latencies of NeuSight's test set on GPUs outside its training set \
+         (validation only)",
+        format!("{TEST}/{{bmm,linear,elem,ln,softmax}}.csv"),
+        commit,
+    );
+    for (file, op) in TEST_FILES {
+        let path = test.join(file);
+        if path.is_file() {
+            convert_file(&path, op, &TEST_DEVICES, &mut set)?;
+        }
+    }
+    Ok((!(set.gemm.is_empty() && set.vector.is_empty())).then_some(set))
+}
+
 /// Converts the measurements under `dir` (a checkout of NeuSight at `commit`).
 pub fn convert(dir: &Path, commit: &str) -> Result<KernelSet> {
     let collect = dir.join(COLLECT);
@@ -351,27 +424,11 @@ pub fn convert(dir: &Path, commit: &str) -> Result<KernelSet> {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     ops.sort();
-    let mut set = KernelSet {
-        source: Source {
-            description: "FP32 operator latencies measured by NeuSight on five NVIDIA GPUs".into(),
-            repository: "https://github.com/trsharm25/NeuSight".into(),
-            commit: commit.to_owned(),
-            paths: format!("{COLLECT}/<op>/{TORCH}/<GPU>.csv"),
-            licence: "MIT".into(),
-            copyright: "Copyright (c) 2025 Georgia Institute of Technology and Microsoft \
-                        Corporation"
-                .into(),
-            measured_with: "PyTorch 2.1, CUDA 12.1, cuDNN 8.9; FP32; milliseconds converted \
-                            to seconds; the mean of the fastest of repeated runs timed with \
-                            CUDA events (neusight/Dataset/collect.py)"
-                .into(),
-            converted_by: format!("ridgeline import neusight DIR --commit {commit}"),
-            devices: BTreeMap::new(),
-        },
-        gemm: Vec::new(),
-        conv: Vec::new(),
-        vector: Vec::new(),
-    };
+    let mut set = empty(
+        "FP32 operator latencies measured by NeuSight on five NVIDIA GPUs",
+        format!("{COLLECT}/<op>/{TORCH}/<GPU>.csv"),
+        commit,
+    );
     for op in &ops {
         let mut files: Vec<_> = std::fs::read_dir(collect.join(op).join(TORCH))
             .map_err(|e| Error::Input(format!("{}: {e}", collect.join(op).display())))?
@@ -380,7 +437,7 @@ pub fn convert(dir: &Path, commit: &str) -> Result<KernelSet> {
             .collect();
         files.sort();
         for path in files {
-            convert_file(&path, op, &mut set)?;
+            convert_file(&path, Some(op), &DEVICES, &mut set)?;
         }
     }
     if set.gemm.is_empty() && set.conv.is_empty() && set.vector.is_empty() {
@@ -392,29 +449,47 @@ pub fn convert(dir: &Path, commit: &str) -> Result<KernelSet> {
     Ok(set)
 }
 
-fn convert_file(path: &Path, op: &str, set: &mut KernelSet) -> Result<()> {
+/// Converts `path`'s rows of `op` (each row's own `OPName` where `None`) on `devices` into
+/// `set`. With the training devices ([`DEVICES`]) a row of another device is an error; with
+/// the test set's ([`TEST_DEVICES`]) it is a GPU the model is fitted on, and skipped.
+fn convert_file(
+    path: &Path,
+    op: Option<&str>,
+    devices: &[(&str, &str)],
+    set: &mut KernelSet,
+) -> Result<()> {
     let at = |line: usize, what: String| {
         Error::Input(format!("{}: line {line}: {what}", path.display()))
     };
+    let test = devices == TEST_DEVICES;
     let mut reader = csv::Reader::from_path(path)
         .map_err(|e| Error::Input(format!("{}: {e}", path.display())))?;
     for (i, row) in reader.deserialize::<Row>().enumerate() {
         let line = i + 2;
         let r = row.map_err(|e| at(line, e.to_string()))?;
-        let device = DEVICES
+        let known = devices
             .iter()
             .find(|(name, _)| *name == r.device)
-            .map(|(_, id)| (*id).to_owned())
-            .ok_or_else(|| {
-                at(
+            .map(|(_, id)| (*id).to_owned());
+        let device = match known {
+            Some(d) => d,
+            None if test => continue,
+            None => {
+                return Err(at(
                     line,
                     format!(
                         "device `{}` is not one ridgeline knows; add it to \
                          calibrate::neusight::DEVICES with its device file",
                         r.device
                     ),
-                )
-            })?;
+                ));
+            }
+        };
+        let op = match (op, r.op.as_deref()) {
+            (Some(op), _) | (None, Some(op)) => op.to_owned(),
+            (None, None) => return Err(at(line, "column `OPName` is missing".into())),
+        };
+        let op = op.as_str();
         set.source.devices.insert(r.device.clone(), device.clone());
         let need = |v: Option<u64>, col: &str| {
             v.ok_or_else(|| at(line, format!("column `{col}` is missing for `{op}`")))
@@ -605,6 +680,42 @@ mod tests {
     }
 
     /// The checked-in set (data/kernels/neusight) reads and holds what the README says.
+    /// The test set keeps the kernels of GPUs outside the training set (the H100's and
+    /// L4's), each op from its file or its row, and skips the training GPUs' rows.
+    #[test]
+    fn the_test_set_keeps_the_gpus_outside_the_fit() {
+        let set = convert_test(&fixture(), "db1fdc9").unwrap().unwrap();
+        assert_eq!(set.devices(), ["h100-sxm5-80gb", "l4"]);
+        let g: Vec<(&str, u64, u64, u64, u64)> = set
+            .gemm
+            .iter()
+            .map(|s| (s.device.as_str(), s.batch, s.m, s.n, s.k))
+            .collect();
+        // `B, M, N, K` multiply `B x M x N` by `B x N x K`: inner `N`, `K` columns.
+        assert_eq!(
+            g,
+            [
+                ("h100-sxm5-80gb", 1280, 2048, 256, 2048),
+                ("h100-sxm5-80gb", 2560, 2048, 2048, 96),
+                ("l4", 192, 96, 196, 196)
+            ]
+        );
+        assert!((set.gemm[0].latency_s / 50.2186e-3 - 1.0).abs() < 1e-6);
+        let v: Vec<(&str, &str)> = set
+            .vector
+            .iter()
+            .map(|s| (s.device.as_str(), s.op.as_str()))
+            .collect();
+        assert_eq!(v, [("l4", "add"), ("l4", "relu")]);
+        assert!(set.source.paths.starts_with(TEST));
+        // A checkout without a test set has none.
+        assert!(
+            convert_test(&fixture().join("scripts"), "db1fdc9")
+                .unwrap()
+                .is_none()
+        );
+    }
+
     #[test]
     fn the_checked_in_set_reads() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/neusight");
@@ -626,5 +737,8 @@ mod tests {
         assert_eq!(labels.devices(), ["h100-sxm5-80gb", "l4", "mi100", "mi210"]);
         // Never a device the kernels were measured on.
         assert!(labels.devices().iter().all(|d| !set.devices().contains(d)));
+        let test = KernelSet::read(&dir.join("test")).unwrap();
+        assert_eq!(test.devices(), ["h100-sxm5-80gb", "l4"]);
+        assert!(test.gemm.len() > 6_000 && test.vector.len() > 800);
     }
 }

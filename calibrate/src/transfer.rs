@@ -559,6 +559,35 @@ pub fn labels(
         .collect())
 }
 
+/// How the model fitted on every device of the kernel set (`models`) predicts kernels of
+/// other devices measured on their own as the set's were (`points`: NeuSight's test set):
+/// per device and class, with each class's 90 % interval from leaving one device out of the
+/// set (`heldout`).
+pub fn outside(models: &[ClassModel], heldout: &Transfer, points: &[Point]) -> Vec<Holdout> {
+    let mut devices: Vec<&str> = points.iter().map(|p| p.device.as_str()).collect();
+    devices.sort_unstable();
+    devices.dedup();
+    let mut out = Vec::new();
+    for device in devices {
+        let on: Vec<&Point> = points.iter().filter(|p| p.device == device).collect();
+        for (class, e) in errors(models, &on) {
+            let mut pool = Pool {
+                errors: e.clone(),
+                ..Pool::default()
+            };
+            if let Some((lo, hi)) = heldout.intervals.get(class) {
+                pool.judged = e.len();
+                pool.inside = e
+                    .iter()
+                    .filter(|r| (*lo..=*hi).contains(&log_ratio(**r)))
+                    .count();
+            }
+            out.push(pool.holdout(device, class));
+        }
+    }
+    out
+}
+
 /// `ln(predicted / measured)` of a relative error.
 fn log_ratio(r: f64) -> f64 {
     (1.0 + r).max(1e-9).ln()
@@ -774,6 +803,18 @@ mod tests {
         assert!(
             rows.iter()
                 .any(|h| h.class == "gemm backward" && h.points == 2)
+        );
+        // Kernels of the fifth device measured on their own, as the set's were.
+        let fifth = synthetic(&[("e", e, truth[0])], &truth[1..], 0);
+        let rows = outside(&models, &held, &fifth);
+        let classes: Vec<(&str, &str, usize)> = rows
+            .iter()
+            .map(|h| (h.device.as_str(), h.class.as_str(), h.points))
+            .collect();
+        assert_eq!(classes, [("e", "bmm", 14), ("e", "gemm", 14)]);
+        assert!(
+            rows.iter().all(|h| h.median_abs_rel_error < 1e-6),
+            "{rows:?}"
         );
         let missing = BTreeMap::new();
         assert!(

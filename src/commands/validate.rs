@@ -93,6 +93,10 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
         .iter()
         .chain(&t.holdouts)
         .cloned()
+        .chain(check.outside.iter().map(|h| Holdout {
+            class: format!("outside {}", h.class),
+            ..h.clone()
+        }))
         .chain(check.labels.iter().map(|h| Holdout {
             class: format!("step {}", h.class),
             ..h.clone()
@@ -109,6 +113,16 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
                 .summary("devices", set.devices().join(", "))
                 .table(output::table(&rows, &cols, style))
                 .note("error = (predicted - measured) / measured; each held-out GPU's 90 % interval from the log ratios the other GPUs show when each is held out of a fit on the rest (split-conformal across devices). Fitted on kernel measurements only.");
+        if !check.outside.is_empty() {
+            let mut devices: Vec<&str> = check.outside.iter().map(|h| h.device.as_str()).collect();
+            devices.dedup();
+            d = d
+                .summary(
+                    "kernels of",
+                    format!("{} (never fitted on)", devices.join(", ")),
+                )
+                .note("`outside` rows: the model fitted on every GPU above predicts kernels measured on their own, as the set's were, on GPUs outside it (NeuSight's test set: products and linear layers of the H100 and L4, the L4's vector ops); gemm = both products pooled. Intervals: each class's 90 % interval from leaving one GPU out above.");
+        }
         if !check.labels.is_empty() {
             d = d
                 .summary(

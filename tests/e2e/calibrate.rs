@@ -435,6 +435,13 @@ fn import_neusight_writes_a_kernel_set_and_refuses_what_it_cannot_source() {
         text.contains("2 training steps"),
         "the import names the steps it converted: {text}"
     );
+    // The test set's kernels of GPUs outside the fit, apart from the fitted set.
+    let test = out.join("test");
+    assert!(test.join("gemm.csv.gz").is_file() && test.join("SOURCE.toml").is_file());
+    assert!(
+        text.contains("test gemm on h100-sxm5-80gb") && text.contains("test vector on l4"),
+        "{text}"
+    );
     // The fixture sits inside ridgeline's repository: its commit is not NeuSight's.
     let err = run_err(&["import", "neusight", &dir, "--out", o]);
     assert!(err.contains("--commit"), "{err}");

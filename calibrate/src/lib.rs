@@ -21,10 +21,12 @@
 //!   the memory footprint against the measured peak.
 //!
 //! - [`dataset`]: measured GPU kernels from other machines (GEMM, convolution, vector ops),
-//!   stored compact with their source, and per-operator labels of whole training steps;
+//!   stored compact with their source, a test set of GPUs outside the fit, and per-operator
+//!   labels of whole training steps;
 //!   [`neusight`] converts NeuSight's public measurements.
-//! - [`transfer`]: fits the device-transferable kernel model on several GPUs' kernels,
-//!   leaves each GPU out to validate it, and predicts the labels of GPUs outside the fit.
+//! - [`transfer`]: fits the device-transferable kernel model on several GPUs' kernels (each
+//!   product and convolution class under the power cap that fits it best), leaves each GPU
+//!   out to validate it, and predicts kernels and labels of GPUs outside the fit.
 //! - [`comm`]: predicts measured MPI allreduce with a profile's LogGP levels and reports
 //!   the error per size, per algorithm and overall (geometric mean).
 //!

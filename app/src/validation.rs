@@ -223,7 +223,7 @@ pub fn transfer(kernels: &Path) -> Result<TransferCheck> {
         let specs = specs(&l.devices(), &dir)?;
         check.labels = transfer::labels(&models, &check.held, &l, &specs)?;
         check.label_devices = l.devices().iter().map(|d| (*d).to_owned()).collect();
-        let model = transfer::model(&check.points, &check.held, "", "")?;
+        let model = transfer::shipped(models, &check.points, &check.held, "", "");
         let (steps, skipped) = steps(&model, &l, &dir)?;
         check.step_summary = step_summary(&steps);
         check.steps = steps;

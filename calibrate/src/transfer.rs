@@ -445,10 +445,21 @@ pub fn leave_one_out(points: &[Point]) -> Result<Transfer> {
 /// pooled leave-one-device-out figures of `held` beside its coefficients.
 pub fn model(points: &[Point], held: &Transfer, data: &str, fitted_by: &str) -> Result<Model> {
     let all: Vec<&Point> = points.iter().collect();
+    Ok(shipped(fit(&all)?, points, held, data, fitted_by))
+}
+
+/// [`model`] of classes already fitted on every device of `points`.
+pub fn shipped(
+    fitted: Vec<ClassModel>,
+    points: &[Point],
+    held: &Transfer,
+    data: &str,
+    fitted_by: &str,
+) -> Model {
     let mut devices: Vec<String> = points.iter().map(|p| p.device.clone()).collect();
     devices.sort_unstable();
     devices.dedup();
-    let classes = fit(&all)?
+    let classes = fitted
         .into_iter()
         .map(|c| {
             let pooled = held.classes.iter().find(|h| h.class == c.class);
@@ -473,14 +484,14 @@ pub fn model(points: &[Point], held: &Transfer, data: &str, fitted_by: &str) -> 
             }
         })
         .collect();
-    Ok(Model {
+    Model {
         source: ModelSource {
             data: data.to_owned(),
             devices,
             fitted_by: fitted_by.to_owned(),
         },
         classes,
-    })
+    }
 }
 
 /// How the model fitted on every device of the kernel set (`models`) predicts the

@@ -336,6 +336,23 @@ struct Pool {
 }
 
 impl Pool {
+    /// The relative errors `errors`, each judged against the 90 % interval of log ratios
+    /// `interval` where there is one.
+    fn judged(errors: Vec<f64>, interval: Option<(f64, f64)>) -> Pool {
+        let (judged, inside) = interval.map_or((0, 0), |(lo, hi)| {
+            let inside = errors
+                .iter()
+                .filter(|r| (lo..=hi).contains(&log_ratio(**r)))
+                .count();
+            (errors.len(), inside)
+        });
+        Pool {
+            errors,
+            inside,
+            judged,
+        }
+    }
+
     fn holdout(&self, device: &str, class: &str) -> Holdout {
         let abs: Vec<f64> = self.errors.iter().map(|r| r.abs()).collect();
         Holdout {
@@ -401,18 +418,11 @@ pub fn leave_one_out(points: &[Point]) -> Result<Transfer> {
             }
         }
         for (class, e) in errors(&models, &on(&|d| d == *held)) {
-            let mut pool = Pool {
-                errors: e.clone(),
-                ..Pool::default()
-            };
-            if let Some(c) = calibration.get(class).filter(|c| !c.is_empty()) {
-                let (lo, hi) = (quantile(c, 0.05), quantile(c, 0.95));
-                pool.judged = e.len();
-                pool.inside = e
-                    .iter()
-                    .filter(|r| (lo..=hi).contains(&log_ratio(**r)))
-                    .count();
-            }
+            let interval = calibration
+                .get(class)
+                .filter(|c| !c.is_empty())
+                .map(|c| (quantile(c, 0.05), quantile(c, 0.95)));
+            let pool = Pool::judged(e, interval);
             holdouts.push(pool.holdout(held, class));
             let all = pooled.entry(class.to_owned()).or_default();
             all.errors.extend(&pool.errors);
@@ -582,17 +592,7 @@ pub fn outside(models: &[ClassModel], heldout: &Transfer, points: &[Point]) -> V
     for device in devices {
         let on: Vec<&Point> = points.iter().filter(|p| p.device == device).collect();
         for (class, e) in errors(models, &on) {
-            let mut pool = Pool {
-                errors: e.clone(),
-                ..Pool::default()
-            };
-            if let Some((lo, hi)) = heldout.intervals.get(class) {
-                pool.judged = e.len();
-                pool.inside = e
-                    .iter()
-                    .filter(|r| (*lo..=*hi).contains(&log_ratio(**r)))
-                    .count();
-            }
+            let pool = Pool::judged(e, heldout.intervals.get(class).copied());
             out.push(pool.holdout(device, class));
         }
     }

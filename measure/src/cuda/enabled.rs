@@ -307,7 +307,11 @@ impl CudaBackend {
         let dy = self.filled(storage, n_out, 1.0)?;
         let mut out = self.filled(storage, n_out.max(n_in), 0.0)?;
         let cfg = LaunchConfig {
-            grid_dim: (stream_grid(n_out, self.multiprocessors()), 1, 1),
+            grid_dim: (
+                stream_grid(launch.threads().max(1), self.multiprocessors()),
+                1,
+                1,
+            ),
             block_dim: (STREAM_BLOCK, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -479,6 +483,33 @@ impl CudaBackend {
     }
 
     /// Fails with a clear message when `bytes` exceed the GPU's free memory.
+    /// Fills `n` elements of `storage` in `buffer` with data uniform in [-1, 1) (a hash of
+    /// the index and `seed`; `ex_uniform`, or `ex_uniform_f64` for FP64).
+    fn randomize<T>(
+        &mut self,
+        buffer: &CudaSlice<T>,
+        storage: Element,
+        n: usize,
+        seed: u64,
+    ) -> Result<()> {
+        let f = match storage {
+            Element::F64 => self.kernel("ex_uniform_f64", Element::F32)?,
+            _ => self.kernel("ex_uniform", storage)?,
+        };
+        let cfg = LaunchConfig {
+            grid_dim: (stream_grid(n.max(1), self.multiprocessors()), 1, 1),
+            block_dim: (STREAM_BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (len, scale) = (n as u64, 1.0f32);
+        let mut l = self.stream.launch_builder(&f);
+        l.arg(buffer).arg(&seed).arg(&scale).arg(&len);
+        // SAFETY: `ex_uniform(T* out, u64 seed, float scale, u64 n)` of this storage's build
+        // (`double*` for FP64), and `buffer` holds at least `n` elements of that storage.
+        self.call("cuLaunchKernel", unsafe { l.launch(cfg) })?;
+        Ok(())
+    }
+
     /// `n` elements of `storage` set to `v` on the device (zeroed, then `ex_fill` of that
     /// storage where `v` is not 0).
     fn filled(&mut self, storage: Element, n: usize, v: f32) -> Result<CudaSlice<u8>> {
@@ -668,6 +699,21 @@ impl Backend for CudaBackend {
                 Operands::Half(self.zeros(m * k)?, self.zeros(k * n)?, self.zeros(m * n)?)
             }
         };
+        // Random A and B: zeros can run faster than real data (they toggle fewer bits).
+        match &ops {
+            Operands::F64(a, b, _) => {
+                self.randomize(a, plan.inputs, m * k, 1)?;
+                self.randomize(b, plan.inputs, k * n, 2)?;
+            }
+            Operands::F32(a, b, _) => {
+                self.randomize(a, plan.inputs, m * k, 1)?;
+                self.randomize(b, plan.inputs, k * n, 2)?;
+            }
+            Operands::Half(a, b, _) => {
+                self.randomize(a, plan.inputs, m * k, 1)?;
+                self.randomize(b, plan.inputs, k * n, 2)?;
+            }
+        }
         let (a_type, c_type) = (data_type(plan.inputs), data_type(plan.output));
         let compute = compute_type(plan.compute);
         let (alpha64, beta64) = (1.0f64, 0.0f64);
@@ -746,10 +792,36 @@ impl Backend for CudaBackend {
         let (free, _) = self.call("cuMemGetInfo", self.ctx.mem_get_info())?;
         let workspace_bytes = WORKSPACE_LIMIT.min(free.saturating_sub(data) / 2);
         self.cudnn()?;
+        // Random operands (zeros can run faster than real data), dy in `y` for backward.
         let mut x: CudaSlice<u8> = self.zeros(lens[0])?;
         let mut w: CudaSlice<u8> = self.zeros(lens[1])?;
         let mut y: CudaSlice<u8> = self.zeros(lens[2])?;
+        for (buffer, len, seed) in [(&x, lens[0], 1), (&w, lens[1], 2), (&y, lens[2], 3)] {
+            self.randomize(buffer, plan.data, len / plan.data.bytes(), seed)?;
+        }
         let mut bias: CudaSlice<u8> = self.zeros(lens[3])?;
+        // The bias gradient in FP32, as the executor keeps it; its kernel reduces dy over
+        // `[samples, c_out, spatial]`, or `[samples x spatial, c_out]` channels-last.
+        let c_out = g.y[1] as usize;
+        let y_elements = elements(&g.y);
+        let inner = if g.channels_last {
+            1
+        } else {
+            y_elements / (c_out * g.y[0] as usize).max(1)
+        };
+        let db: CudaSlice<f32> = self.zeros(c_out)?;
+        let bias_grad = if case.bias && pass == ConvPass::BackwardFilter {
+            let f = self.kernel("ex_bias_grad", plan.data)?;
+            let threads = super::layers::bias_grad_threads(c_out, inner, y_elements);
+            let cfg = LaunchConfig {
+                grid_dim: (stream_grid(threads.max(1), self.multiprocessors()), 1, 1),
+                block_dim: (STREAM_BLOCK, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            Some((f, cfg))
+        } else {
+            None
+        };
         let mut workspace: CudaSlice<u8> = self.zeros(workspace_bytes)?;
         let stream = self.stream.clone();
         let ptr = |p: driver::sys::CUdeviceptr| p as *mut c_void;
@@ -774,12 +846,25 @@ impl Backend for CudaBackend {
             .ok_or_else(|| unavailable(ordinal, "cuDNN handle missing"))?;
         let (run, _, notes) =
             CudnnPass::find(handle, &g, pass, case.bias, plan, buffers).map_err(failed)?;
+        debug_assert_eq!(run.bias_gradient(), bias_grad.is_some());
+        let (a, b, n) = (c_out as u64, inner as u64, y_elements as u64);
         let samples = protocol.measure_timed(EVENT_RESOLUTION, |batch| {
-            timer.time(batch, || run.run(handle, buffers).map_err(failed))
+            timer.time(batch, || {
+                run.run(handle, buffers).map_err(failed)?;
+                if let Some((f, cfg)) = &bias_grad {
+                    let mut l = stream.launch_builder(f);
+                    l.arg(&y).arg(&db).arg(&a).arg(&b).arg(&n);
+                    // SAFETY: `ex_bias_grad(const T* dy, float* db, u64 a, u64 b, u64 n)` of
+                    // the plan's storage; `y` holds the `n` elements of dy in that storage,
+                    // `db` the `a` FP32 sums, and the kernel indexes below both.
+                    call(ordinal, "cuLaunchKernel", unsafe { l.launch(*cfg) })?;
+                }
+                Ok(())
+            })
         })?;
         // The buffers stay alive until every launch above has completed.
         call(ordinal, "cuStreamSynchronize", stream.synchronize())?;
-        drop((x, w, y, bias, workspace));
+        drop((x, w, y, bias, db, workspace));
         self.notes = notes;
         Ok(samples)
     }

@@ -19,24 +19,30 @@ use crate::backend::{ConvCase, Format, Pass};
 /// gradients and the losses are `float`:
 ///
 /// - `ex_fill(out, v, n)`: `out = v`; `ex_uniform(out, seed, scale, n)`: synthetic data
-///   uniform in `[-scale, scale)` from a hash of the index;
+///   uniform in `[-scale, scale)` from a hash of the index (`ex_uniform_f64` the same into
+///   FP64, for the micro-kernels' FP64 operands);
 /// - `ex_accumulate(out, x, n)`: `out += x` (a tensor read by several layers);
 /// - `ex_sgd(w, dw, copy, overflow, lr, unscale, n)`: `w -= lr unscale dw` on the FP32
 ///   master `w` unless `overflow[0]` is set (or `lr` is 0), then `copy = w` where `copy`
 ///   is not null (the 16-bit weights of mixed precision); `ex_check_finite(x, overflow,
 ///   n)` sets `overflow[0]` where an element of `x` is infinite or NaN;
 /// - `ex_bias_add(y, bias, a, b, n)` and `ex_bias_grad(dy, db, a, b, n)`: a per-channel bias
-///   on the layout `[samples, a, b]` and its gradient (atomics);
+///   on the layout `[outer, a, b]` and its gradient, reduced in chunks (a warp per channel
+///   and run of 8,192 elements, or where `b` is 1, channels-last, a thread per channel and
+///   256 rows, neighbouring threads on neighbouring channels), one atomic add per chunk;
+///   launched over [`bias_grad_threads`];
 /// - `ex_concat_fwd(x, out, a, total, offset, b, n)`: one input of `a` channels into
 ///   channels `offset..offset + a` of an output of `total`; `ex_concat_bwd` the reverse,
 ///   from the output gradient `x` into the input's `out`; `n` the input's elements;
 /// - `ex_embed(x, out, i0, i1, i2, p0, p1, p2, o0, o1, o2, n)`: an input of extents `i`
 ///   into a zeroed-around tensor of extents `p` at offsets `o` (the extra rows of uneven
 ///   padding), `n` the padded elements; `ex_crop` the reverse, `n` the input's elements;
-/// - `ex_softmax_ce_fwd(x, out, c, vol, seed, n)`: softmax over `c` channels at each of
+/// - `ex_softmax_ce_fwd(x, out, c, vol, seed, rows)`: softmax over `c` channels at each of
 ///   `vol` positions, cross-entropy against a hashed label, the mean over positions added
-///   into `out[sample]`, `n` = samples x positions; `ex_softmax_ce_bwd(x, dy, dx, c, vol,
-///   seed, n)` its gradient;
+///   into `out[sample]`, a warp per position from 32 channels (a language model's vocabulary
+///   is tens of thousands), a thread per position below (DeepCAM's 3 classes); `rows` =
+///   samples x positions, launched over [`softmax_ce_threads`]; `ex_softmax_ce_bwd(x, dy,
+///   dx, c, vol, seed, rows)` its gradient;
 /// - `ex_softmax_fwd(x, out, c, vol, n)` and `ex_softmax_bwd(y, dy, dx, c, vol, n)`: softmax
 ///   over `c` channels at each position of `[samples, c, vol]`, a thread per position
 ///   (neighbouring threads read neighbouring positions); `ex_softmax_rows_fwd(x, out, c,
@@ -61,9 +67,14 @@ use crate::backend::{ConvCase, Format, Pass};
 pub(crate) const EXEC_SOURCE: &str = r#"
 typedef unsigned long long u64;
 #define LOOP for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+__device__ __forceinline__ float warp_max(float v) { for (int s = 16; s > 0; s >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, s)); return v; }
+__device__ __forceinline__ float warp_sum(float v) { for (int s = 16; s > 0; s >>= 1) v += __shfl_xor_sync(0xffffffffu, v, s); return v; }
+#define ROWS for (u64 r = (blockIdx.x * (u64)blockDim.x + threadIdx.x) / 32; r < rows; r += (u64)gridDim.x * blockDim.x / 32)
+#define LOWEST -3.402823466e38f
 __device__ __forceinline__ u64 mix(u64 h) { h ^= h >> 33; h *= 0xff51afd7ed558ccdull; h ^= h >> 33; h *= 0xc4ceb9fe1a85ec53ull; h ^= h >> 33; return h; }
 extern "C" __global__ void ex_fill(T* out, float v, u64 n) { LOOP { out[i] = v; } }
 extern "C" __global__ void ex_uniform(T* out, u64 seed, float scale, u64 n) { LOOP { out[i] = scale * (2.0f * ((mix(i ^ seed) >> 40) * (1.0f / 16777216.0f)) - 1.0f); } }
+extern "C" __global__ void ex_uniform_f64(double* out, u64 seed, float scale, u64 n) { LOOP { out[i] = scale * (2.0 * ((mix(i ^ seed) >> 40) * (1.0 / 16777216.0)) - 1.0); } }
 extern "C" __global__ void ex_accumulate(T* out, const T* x, u64 n) { LOOP { out[i] += x[i]; } }
 extern "C" __global__ void ex_sgd(float* w, const T* dw, T* copy, const float* overflow, float lr, float unscale, u64 n) {
     LOOP {
@@ -73,7 +84,31 @@ extern "C" __global__ void ex_sgd(float* w, const T* dw, T* copy, const float* o
 }
 extern "C" __global__ void ex_check_finite(const T* x, float* overflow, u64 n) { LOOP { if (!(fabsf((float)x[i]) <= 3.402823466e38f)) overflow[0] = 1.0f; } }
 extern "C" __global__ void ex_bias_add(T* y, const float* bias, u64 a, u64 b, u64 n) { LOOP { y[i] += bias[(i / b) % a]; } }
-extern "C" __global__ void ex_bias_grad(const T* dy, float* db, u64 a, u64 b, u64 n) { LOOP { atomicAdd(&db[(i / b) % a], dy[i]); } }
+#define CE_WARP_CLASSES 32
+#define BIAS_ROWS 256
+#define BIAS_RUN 8192
+extern "C" __global__ void ex_bias_grad(const T* dy, float* db, u64 a, u64 b, u64 n) {
+    u64 per = n / a, tid = blockIdx.x * (u64)blockDim.x + threadIdx.x, stride = (u64)gridDim.x * blockDim.x;
+    if (b == 1) {
+        u64 chunks = (per + BIAS_ROWS - 1) / BIAS_ROWS;
+        for (u64 u = tid; u < a * chunks; u += stride) {
+            u64 c = u % a, r0 = (u / a) * BIAS_ROWS, r1 = min(per, r0 + BIAS_ROWS);
+            float s = 0.0f;
+            for (u64 r = r0; r < r1; r++) s += (float)dy[r * a + c];
+            atomicAdd(&db[c], s);
+        }
+    } else {
+        u64 chunks = (per + BIAS_RUN - 1) / BIAS_RUN;
+        unsigned lane = threadIdx.x % 32;
+        for (u64 w = tid / 32; w < a * chunks; w += stride / 32) {
+            u64 c = w / chunks, e0 = (w % chunks) * BIAS_RUN, e1 = min(per, e0 + BIAS_RUN);
+            float s = 0.0f;
+            for (u64 e = e0 + lane; e < e1; e += 32) s += (float)dy[((e / b) * a + c) * b + e % b];
+            s = warp_sum(s);
+            if (lane == 0) atomicAdd(&db[c], s);
+        }
+    }
+}
 extern "C" __global__ void ex_concat_fwd(const T* x, T* out, u64 a, u64 total, u64 offset, u64 b, u64 n) { LOOP { u64 s = i / (a * b), j = i % (a * b); out[(s * total + offset) * b + j] = x[i]; } }
 extern "C" __global__ void ex_concat_bwd(const T* x, T* out, u64 a, u64 total, u64 offset, u64 b, u64 n) { LOOP { u64 s = i / (a * b), j = i % (a * b); out[i] = x[(s * total + offset) * b + j]; } }
 extern "C" __global__ void ex_embed(const T* x, T* out, u64 i0, u64 i1, u64 i2, u64 p0, u64 p1, u64 p2, u64 o0, u64 o1, u64 o2, u64 n) {
@@ -89,32 +124,63 @@ extern "C" __global__ void ex_crop(const T* x, T* out, u64 i0, u64 i1, u64 i2, u
         out[i] = x[((plane * p0 + c0 + o0) * p1 + c1 + o1) * p2 + c2 + o2];
     }
 }
-extern "C" __global__ void ex_softmax_ce_fwd(const T* x, float* out, u64 c, u64 vol, u64 seed, u64 n) {
-    LOOP {
-        u64 s = i / vol, pos = i % vol;
-        const T* v = x + s * c * vol + pos;
-        float m = v[0];
-        for (u64 k = 1; k < c; k++) m = fmaxf(m, v[k * vol]);
+#define SERIAL_ROWS for (u64 r = blockIdx.x * (u64)blockDim.x + threadIdx.x; r < rows; r += (u64)gridDim.x * blockDim.x)
+extern "C" __global__ void ex_softmax_ce_fwd(const T* x, float* out, u64 c, u64 vol, u64 seed, u64 rows) {
+    if (c < CE_WARP_CLASSES) {
+        SERIAL_ROWS {
+            u64 s = r / vol;
+            const T* v = x + s * c * vol + r % vol;
+            float m = LOWEST;
+            for (u64 k = 0; k < c; k++) m = fmaxf(m, (float)v[k * vol]);
+            float sum = 0.0f;
+            for (u64 k = 0; k < c; k++) sum += expf((float)v[k * vol] - m);
+            atomicAdd(&out[s], (logf(sum) + m - (float)v[(mix(r ^ seed) % c) * vol]) / (float)vol);
+        }
+        return;
+    }
+    unsigned lane = threadIdx.x % 32;
+    ROWS {
+        u64 s = r / vol;
+        const T* v = x + s * c * vol + r % vol;
+        float m = LOWEST;
+        for (u64 k = lane; k < c; k += 32) m = fmaxf(m, (float)v[k * vol]);
+        m = warp_max(m);
         float sum = 0.0f;
-        for (u64 k = 0; k < c; k++) sum += expf(v[k * vol] - m);
-        u64 label = mix(i ^ seed) % c;
-        atomicAdd(&out[s], (logf(sum) + m - v[label * vol]) / (float)vol);
+        for (u64 k = lane; k < c; k += 32) sum += expf((float)v[k * vol] - m);
+        sum = warp_sum(sum);
+        if (lane == 0) atomicAdd(&out[s], (logf(sum) + m - (float)v[(mix(r ^ seed) % c) * vol]) / (float)vol);
     }
 }
-extern "C" __global__ void ex_softmax_ce_bwd(const T* x, const float* dy, T* dx, u64 c, u64 vol, u64 seed, u64 n) {
-    LOOP {
-        u64 s = i / vol, pos = i % vol;
-        const T* v = x + s * c * vol + pos;
-        float m = v[0];
-        for (u64 k = 1; k < c; k++) m = fmaxf(m, v[k * vol]);
+extern "C" __global__ void ex_softmax_ce_bwd(const T* x, const float* dy, T* dx, u64 c, u64 vol, u64 seed, u64 rows) {
+    if (c < CE_WARP_CLASSES) {
+        SERIAL_ROWS {
+            u64 s = r / vol, base = s * c * vol + r % vol;
+            const T* v = x + base;
+            float m = LOWEST;
+            for (u64 k = 0; k < c; k++) m = fmaxf(m, (float)v[k * vol]);
+            float sum = 0.0f;
+            for (u64 k = 0; k < c; k++) sum += expf((float)v[k * vol] - m);
+            u64 label = mix(r ^ seed) % c;
+            float g = dy[s] / (float)vol;
+            for (u64 k = 0; k < c; k++) dx[base + k * vol] = g * (expf((float)v[k * vol] - m) / sum - (k == label ? 1.0f : 0.0f));
+        }
+        return;
+    }
+    unsigned lane = threadIdx.x % 32;
+    ROWS {
+        u64 s = r / vol, base = s * c * vol + r % vol;
+        const T* v = x + base;
+        float m = LOWEST;
+        for (u64 k = lane; k < c; k += 32) m = fmaxf(m, (float)v[k * vol]);
+        m = warp_max(m);
         float sum = 0.0f;
-        for (u64 k = 0; k < c; k++) sum += expf(v[k * vol] - m);
-        u64 label = mix(i ^ seed) % c;
+        for (u64 k = lane; k < c; k += 32) sum += expf((float)v[k * vol] - m);
+        sum = warp_sum(sum);
+        u64 label = mix(r ^ seed) % c;
         float g = dy[s] / (float)vol;
-        for (u64 k = 0; k < c; k++) dx[s * c * vol + k * vol + pos] = g * (expf(v[k * vol] - m) / sum - (k == label ? 1.0f : 0.0f));
+        for (u64 k = lane; k < c; k += 32) dx[base + k * vol] = g * (expf((float)v[k * vol] - m) / sum - (k == label ? 1.0f : 0.0f));
     }
 }
-#define LOWEST -3.402823466e38f
 extern "C" __global__ void ex_softmax_fwd(const T* x, T* out, u64 c, u64 vol, u64 n) {
     LOOP {
         u64 base = (i / vol) * c * vol + i % vol;
@@ -133,9 +199,6 @@ extern "C" __global__ void ex_softmax_bwd(const T* y, const T* dy, T* dx, u64 c,
         for (u64 k = 0; k < c; k++) dx[base + k * vol] = (float)y[base + k * vol] * ((float)dy[base + k * vol] - dot);
     }
 }
-__device__ __forceinline__ float warp_max(float v) { for (int s = 16; s > 0; s >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, s)); return v; }
-__device__ __forceinline__ float warp_sum(float v) { for (int s = 16; s > 0; s >>= 1) v += __shfl_xor_sync(0xffffffffu, v, s); return v; }
-#define ROWS for (u64 r = (blockIdx.x * (u64)blockDim.x + threadIdx.x) / 32; r < rows; r += (u64)gridDim.x * blockDim.x / 32)
 extern "C" __global__ void ex_softmax_rows_fwd(const T* x, T* out, u64 c, u64 rows) {
     unsigned lane = threadIdx.x % 32;
     ROWS {
@@ -250,9 +313,10 @@ extern "C" __global__ void ex_clamp_min(T* x, float lo, u64 n) { LOOP { x[i] = f
 "#;
 
 /// Every kernel name of [`EXEC_SOURCE`].
-pub(crate) const EXEC_KERNELS: [&str; 26] = [
+pub(crate) const EXEC_KERNELS: [&str; 27] = [
     "ex_fill",
     "ex_uniform",
+    "ex_uniform_f64",
     "ex_accumulate",
     "ex_sgd",
     "ex_check_finite",
@@ -278,6 +342,24 @@ pub(crate) const EXEC_KERNELS: [&str; 26] = [
     "ex_attn_mask",
     "ex_clamp_min",
 ];
+
+/// Threads to launch `ex_softmax_ce_fwd` and `_bwd` with over `rows` positions of `c`
+/// channels: a warp per position from `CE_WARP_CLASSES` (32) channels, else a thread.
+pub(crate) fn softmax_ce_threads(c: usize, rows: usize) -> usize {
+    if c < 32 { rows } else { 32 * rows }
+}
+
+/// Threads to launch `ex_bias_grad` with over `n` elements of `a` channels and inner extent
+/// `b`: a warp per channel and run of 8,192 elements (`BIAS_RUN`), or where `b` is 1 a
+/// thread per channel and 256 rows (`BIAS_ROWS`).
+pub(crate) fn bias_grad_threads(a: usize, b: usize, n: usize) -> usize {
+    let per = n / a.max(1);
+    if b == 1 {
+        a * per.div_ceil(256)
+    } else {
+        32 * a * per.div_ceil(8192)
+    }
+}
 
 /// How the executor runs a training precision (the recipe of Micikevicius et al., *Mixed
 /// Precision Training*, ICLR 2018, as frameworks' automatic mixed precision applies it):
@@ -1178,10 +1260,31 @@ mod tests {
     }
 
     #[test]
+    fn bias_gradients_launch_a_warp_per_run_or_a_thread_per_channel_and_rows() {
+        // CosmoFlow's first layer at batch 2: 32 channels of 2 x 128^3, runs of 8,192.
+        let n = 2 * 32 * 128usize.pow(3);
+        assert_eq!(bias_grad_threads(32, 128usize.pow(3), n), 32 * 32 * 512);
+        // Channels-last, or a linear layer over 1,024 tokens: a thread per channel and 256
+        // rows.
+        assert_eq!(bias_grad_threads(50_257, 1, 1024 * 50_257), 50_257 * 4);
+        assert_eq!(bias_grad_threads(64, 1, 64 * 100), 64);
+        assert_eq!(softmax_ce_threads(3, 1000), 1000);
+        assert_eq!(softmax_ce_threads(50_257, 1000), 32_000);
+        assert!(EXEC_SOURCE.contains("#define CE_WARP_CLASSES 32"));
+        // The source's chunk sizes are the ones counted here.
+        assert!(EXEC_SOURCE.contains(
+            "#define CE_WARP_CLASSES 32
+#define BIAS_ROWS 256"
+        ));
+        assert!(EXEC_SOURCE.contains("#define BIAS_RUN 8192"));
+    }
+
+    #[test]
     fn the_executor_kernels_are_defined_once_with_the_arguments_the_executor_pushes() {
         for (name, args) in [
             ("ex_fill", &["out", "v", "n"][..]),
             ("ex_uniform", &["out", "seed", "scale", "n"]),
+            ("ex_uniform_f64", &["out", "seed", "scale", "n"]),
             ("ex_accumulate", &["out", "x", "n"]),
             (
                 "ex_sgd",
@@ -1210,10 +1313,13 @@ mod tests {
                     "x", "out", "i0", "i1", "i2", "p0", "p1", "p2", "o0", "o1", "o2", "n",
                 ],
             ),
-            ("ex_softmax_ce_fwd", &["x", "out", "c", "vol", "seed", "n"]),
+            (
+                "ex_softmax_ce_fwd",
+                &["x", "out", "c", "vol", "seed", "rows"],
+            ),
             (
                 "ex_softmax_ce_bwd",
-                &["x", "dy", "dx", "c", "vol", "seed", "n"],
+                &["x", "dy", "dx", "c", "vol", "seed", "rows"],
             ),
             ("ex_softmax_fwd", &["x", "out", "c", "vol", "n"]),
             ("ex_softmax_bwd", &["y", "dy", "dx", "c", "vol", "n"]),

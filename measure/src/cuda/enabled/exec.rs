@@ -634,14 +634,15 @@ impl<'g> GpuExecutor<'g> {
     fn bias_grad(&self, i: usize, dy: u64, c: usize, n: usize) -> Result<()> {
         let db = self.dparam(i, 1);
         self.zero(db, c)?;
+        let inner = n / (self.batch * c);
         self.run(
             "ex_bias_grad",
-            n,
+            crate::cuda::layers::bias_grad_threads(c, inner, n),
             &[
                 Arg::Ptr(dy),
                 Arg::Ptr(db),
                 Arg::U64(c as u64),
-                Arg::U64((n / (self.batch * c)) as u64),
+                Arg::U64(inner as u64),
                 Arg::U64(n as u64),
             ],
         )
@@ -991,7 +992,7 @@ impl<'g> GpuExecutor<'g> {
             LayerPlan::Spatial { forward, .. } => {
                 self.run(
                     forward.kernel,
-                    forward.out_elements,
+                    forward.threads(),
                     &spatial_args(forward, x, 0, y),
                 )?;
             }
@@ -1102,17 +1103,17 @@ impl<'g> GpuExecutor<'g> {
             LayerPlan::Attention(a) => return self.attention_forward(i, a, &inputs, y, blas),
             LayerPlan::SoftmaxCe { c, vol } => {
                 self.zero(y, n_out)?;
-                let threads = self.batch * vol;
+                let rows = self.batch * vol;
                 self.run(
                     "ex_softmax_ce_fwd",
-                    threads,
+                    crate::cuda::layers::softmax_ce_threads(*c, rows),
                     &[
                         Arg::Ptr(x),
                         Arg::Ptr(y),
                         Arg::U64(*c as u64),
                         Arg::U64(*vol as u64),
                         Arg::U64(seed(i)),
-                        Arg::U64(threads as u64),
+                        Arg::U64(rows as u64),
                     ],
                 )?;
                 // Backward reads the logits; keep a copy (the CPU keeps the probabilities).
@@ -1423,7 +1424,7 @@ impl<'g> GpuExecutor<'g> {
                     self.fill(dx0, n_in, self.precision.storage, 0.0)?;
                     self.run(
                         backward.kernel,
-                        backward.out_elements,
+                        backward.threads(),
                         &spatial_args(backward, 0, dyp, dx0),
                     )?;
                 }
@@ -1610,10 +1611,10 @@ impl<'g> GpuExecutor<'g> {
                 let logits = aux.map_or(x, |a| ptr(a, &s));
                 let scratch = self.scratch_if_null(dx0, self.act(n_in))?;
                 let target = scratch.as_ref().map_or(dx0, |b| ptr(b, &s));
-                let threads = self.batch * vol;
+                let rows = self.batch * vol;
                 self.run(
                     "ex_softmax_ce_bwd",
-                    threads,
+                    crate::cuda::layers::softmax_ce_threads(*c, rows),
                     &[
                         Arg::Ptr(logits),
                         Arg::Ptr(dyp),
@@ -1621,7 +1622,7 @@ impl<'g> GpuExecutor<'g> {
                         Arg::U64(*c as u64),
                         Arg::U64(*vol as u64),
                         Arg::U64(seed(i)),
-                        Arg::U64(threads as u64),
+                        Arg::U64(rows as u64),
                     ],
                 )?;
                 self.release(scratch);

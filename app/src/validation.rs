@@ -63,6 +63,25 @@ pub fn validation(profile: &Path, measured: &Path, observer: &dyn Observer) -> R
     )?)
 }
 
+/// Measured training steps (`measured`) against the prediction on `system` (a catalog name
+/// or file) with no calibration: a GPU's layers timed by the transferred kernel model, as
+/// `predict` times a GPU nobody calibrated.
+pub fn uncalibrated(system: &str, measured: &Path, observer: &dyn Observer) -> Result<Validation> {
+    let system = inputs::system(system)?;
+    if system.calibration.is_some() {
+        bail!(
+            "{}: a calibrated profile: give it as --profile",
+            system.name
+        );
+    }
+    let records = inputs::records(measured, observer)?;
+    Ok(validate::validate(
+        &system,
+        &records,
+        &measured.display().to_string(),
+    )?)
+}
+
 /// The collective model of the calibrated profile at `profile` against the allreduce
 /// records in `measured`, over the levels `level` chooses; returns it with the profile.
 pub fn comm(
@@ -126,6 +145,18 @@ pub struct TransferCheck {
     /// Labels not predicted, and why (a model family ridgeline does not build, a split over
     /// several GPUs).
     pub steps_skipped: Vec<String>,
+    /// The model fitted on every GPU of the set against ridgeline's own kernel records of
+    /// GPUs outside it (`--ours`: GEMMs and convolution passes in FP32, TF32, FP16 and BF16),
+    /// per GPU and precision (`h200-sxm-141gb tf32`) and class: the tensor-core formats
+    /// timed at the device's peak for the format with the FP32 fit's coefficients.
+    pub ours: Vec<transfer::Holdout>,
+    /// The tensor-core classes (`gemm-tensor`, `conv-tensor`) fitted on ridgeline's own
+    /// tensor-core kernel records (TF32, FP16, BF16), each precision of each GPU left out in
+    /// turn: fitted on the others, it predicts the held-out one at its own peak.
+    pub tensor: Option<Transfer>,
+    /// Those records as the tensor-core classes' fit sees them.
+    #[serde(skip)]
+    pub tensor_points: Vec<transfer::Point>,
 }
 
 /// One measured training step against its prediction.
@@ -190,7 +221,7 @@ fn specs(devices: &[&str], dir: &Path) -> Result<BTreeMap<String, DeviceSpec>> {
 /// fitted on the others predicts it (`ridgeline_calibrate::transfer`); and predicts the
 /// per-operator labels of GPUs outside the set (`kernels/labels`, where present) by the
 /// model fitted on all of it. Each device's figures come from its catalog file.
-pub fn transfer(kernels: &Path) -> Result<TransferCheck> {
+pub fn transfer(kernels: &Path, ours: Option<&Path>) -> Result<TransferCheck> {
     let set = KernelSet::read(kernels)?;
     let points = transfer::points(&set, &specs(&set.devices(), kernels)?)?;
     let held = transfer::leave_one_out(&points)?;
@@ -202,17 +233,32 @@ pub fn transfer(kernels: &Path) -> Result<TransferCheck> {
         steps: Vec::new(),
         step_summary: Vec::new(),
         steps_skipped: Vec::new(),
+        ours: Vec::new(),
+        tensor: None,
+        tensor_points: Vec::new(),
         set,
         points,
         held,
     };
     let test = kernels.join(crate::import::TEST);
-    if !test.is_dir() && !dir.is_dir() {
+    let ours = ours.filter(|d| d.is_dir());
+    if !test.is_dir() && !dir.is_dir() && ours.is_none() {
         return Ok(check);
     }
     // The model fitted on every GPU of the set times the GPUs outside it.
     let all: Vec<&transfer::Point> = check.points.iter().collect();
     let models = transfer::fit(&all)?;
+    if let Some(ours) = ours {
+        let points = own_points(ours, false)?;
+        check.ours = transfer::outside(&models, &check.held, &points);
+        check.tensor_points = own_points(ours, true)?
+            .into_iter()
+            .filter(|p| p.class.ends_with("-tensor"))
+            .collect();
+        if !check.tensor_points.is_empty() {
+            check.tensor = Some(transfer::leave_one_out(&check.tensor_points)?);
+        }
+    }
     if test.is_dir() {
         let t = KernelSet::read(&test)?;
         let specs = specs(&t.devices(), &test)?;
@@ -230,6 +276,64 @@ pub fn transfer(kernels: &Path) -> Result<TransferCheck> {
         check.steps_skipped = skipped;
     }
     Ok(check)
+}
+
+/// ridgeline's own GPU kernel records under `dir` as points of the transferred model: one
+/// directory per GPU, each with a `SOURCE.toml` whose `devices` table maps the GPU's name
+/// (as the driver reports it, the records' `env.gpu.name`) to a catalog device, and records
+/// files (`*.jsonl` or `*.jsonl.gz`). Each record is timed at its precision's matrix peak of
+/// that device's file.
+/// With `tensor_classes`, tensor-core kernels are points of the tensor-core classes
+/// ([`transfer::record_points`]).
+pub fn own_points(dir: &Path, tensor_classes: bool) -> Result<Vec<transfer::Point>> {
+    let mut points = Vec::new();
+    let mut sets: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("{}: a directory of GPU kernel records", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir())
+        .collect();
+    sets.sort();
+    for set in sets {
+        let source = ridgeline_calibrate::dataset::read_source(&set)?;
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&set)
+            .with_context(|| set.display().to_string())?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                name.ends_with(".jsonl") || name.ends_with(".jsonl.gz")
+            })
+            .collect();
+        files.sort();
+        let mut devices = BTreeMap::new();
+        for (gpu, name) in &source.devices {
+            let device = ridgeline_model::catalog::device(name).with_context(|| {
+                format!(
+                    "{}: device `{name}` of `{gpu}`",
+                    set.join("SOURCE.toml").display()
+                )
+            })?;
+            devices.insert(gpu.clone(), (name.clone(), device));
+        }
+        for file in files {
+            let (records, _) = ridgeline_measure::record::read_records(&file)?;
+            let spec = |r: &ridgeline_measure::record::Record, p: Precision| {
+                let gpu = r.env.gpu.as_ref()?;
+                let (name, device) = devices.get(&gpu.name)?;
+                Some((name.clone(), DeviceSpec::of(device, p)?))
+            };
+            let found = transfer::record_points(&records, &spec, tensor_classes);
+            if found.is_empty() && !records.is_empty() {
+                bail!(
+                    "{}: no record is a GEMM or convolution of a GPU that {} maps to a \
+                     catalog device with the transferred model's figures",
+                    file.display(),
+                    set.join("SOURCE.toml").display()
+                );
+            }
+            points.extend(found);
+        }
+    }
+    Ok(points)
 }
 
 /// The single-GPU training steps of `labels` (in `dir`) predicted with `model` as `predict`
@@ -403,12 +507,8 @@ fn step_summary(steps: &[StepCheck]) -> Vec<StepSummary> {
 
 /// The kernel model fitted on every device of the kernel set in `kernels`, with the
 /// leave-one-device-out figures of `held`, as the TOML of `data/kernels/transfer.toml`.
-pub fn transfer_model(
-    kernels: &Path,
-    set: &KernelSet,
-    points: &[transfer::Point],
-    held: &Transfer,
-) -> Result<String> {
+pub fn transfer_model(kernels: &Path, check: &TransferCheck, ours: &Path) -> Result<String> {
+    let (set, points, held) = (&check.set, &check.points, &check.held);
     let s = &set.source;
     let data = format!(
         "{} ({}, {} at {}, {}; {}), converted into {}",
@@ -420,15 +520,34 @@ pub fn transfer_model(
         s.copyright,
         kernels.display()
     );
-    let m = transfer::model(
+    let mut m = transfer::model(
         points,
         held,
         &data,
         &format!(
-            "ridgeline validate transfer --kernels {} --write-model",
-            kernels.display()
+            "ridgeline validate transfer --kernels {} --ours {} --write-model",
+            kernels.display(),
+            ours.display()
         ),
     )?;
+    // The tensor-core classes, fitted on ridgeline's own tensor-core records, with the
+    // figures of leaving each precision of each GPU out.
+    if let Some(tensor) = &check.tensor {
+        let mut devices: Vec<&str> = check
+            .tensor_points
+            .iter()
+            .map(|p| p.device.as_str())
+            .collect();
+        devices.sort_unstable();
+        devices.dedup();
+        let t = transfer::model(&check.tensor_points, tensor, "", "")?;
+        m.classes.extend(t.classes);
+        m.source.tensor = Some(format!(
+            "ridgeline's own tensor-core kernel records ({}: {})",
+            ours.display(),
+            devices.join(", ")
+        ));
+    }
     let body = toml::to_string(&m).context("writing the kernel model as TOML")?;
     Ok(format!(
         "# The device-transferable kernel model ridgeline times GPU layers with by default\n\
@@ -854,6 +973,37 @@ mod tests {
         assert_eq!(pooled[2].samples_s, [4.0]);
     }
 
+    /// ridgeline's own H200 records read as points: every GEMM and convolution pass but
+    /// FP64's, tensor-core ones as points of the tensor classes at their format's peak.
+    #[test]
+    fn own_records_read_as_points_of_the_h200() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/ridgeline");
+        let plain = own_points(&dir, false).unwrap();
+        let tensor = own_points(&dir, true).unwrap();
+        assert_eq!(plain.len(), tensor.len());
+        let count = |pts: &[transfer::Point], class: &str, device: &str| {
+            pts.iter()
+                .filter(|p| p.class == class && p.device == device)
+                .count()
+        };
+        // 33 GEMM shapes per format; 629 convolution passes in tf32, fp16 and bf16.
+        assert_eq!(count(&plain, "gemm", "h200-sxm-141gb fp32"), 33);
+        assert_eq!(count(&tensor, "gemm", "h200-sxm-141gb fp32"), 33);
+        assert_eq!(count(&tensor, "gemm-tensor", "h200-sxm-141gb bf16"), 33);
+        let conv: usize = ["tf32", "fp16", "bf16"]
+            .iter()
+            .map(|f| count(&tensor, "conv-tensor", &format!("h200-sxm-141gb {f}")))
+            .sum();
+        assert_eq!(conv, 629);
+        assert!(tensor.iter().all(|p| p.y > 0.0 && p.y < 1.0));
+        // A directory of records without a SOURCE.toml names what it lacks.
+        let empty = std::env::temp_dir().join(format!("ridgeline-ours-{}", std::process::id()));
+        std::fs::create_dir_all(empty.join("gpu")).unwrap();
+        let err = format!("{:#}", own_points(&empty, false).unwrap_err());
+        assert!(err.contains("SOURCE.toml"), "{err}");
+        std::fs::remove_dir_all(&empty).unwrap();
+    }
+
     /// A kernel set on three catalog GPUs whose times follow one model exactly: leaving
     /// each GPU out, the model fitted on the other two predicts it from its device file.
     #[test]
@@ -918,7 +1068,7 @@ mod tests {
         }
         let dir = std::env::temp_dir().join(format!("ridgeline-transfer-{}", std::process::id()));
         set.write(&dir).unwrap();
-        let t = transfer(&dir).unwrap().held;
+        let t = transfer(&dir, None).unwrap().held;
         // `bmm`, the same pooled as `gemm` (the model that times every product), `relu`.
         let classes: Vec<&str> = t.classes.iter().map(|h| h.class.as_str()).collect();
         assert_eq!(classes, ["bmm", "gemm", "relu"]);
@@ -982,9 +1132,19 @@ mod tests {
         }
         let points = transfer::points(&set, &specs).unwrap();
         let all: Vec<&transfer::Point> = points.iter().collect();
-        let fitted = transfer::fit(&all).unwrap();
+        let mut fitted = transfer::fit(&all).unwrap();
+        // With the tensor-core classes of ridgeline's own records.
+        let ours = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/ridgeline");
+        let tensor: Vec<transfer::Point> = own_points(&ours, true)
+            .unwrap()
+            .into_iter()
+            .filter(|p| p.class.ends_with("-tensor"))
+            .collect();
+        let tensor: Vec<&transfer::Point> = tensor.iter().collect();
+        fitted.extend(transfer::fit(&tensor).unwrap());
         let shipped = ridgeline_model::transfer::Model::builtin();
         assert_eq!(shipped.classes.len(), fitted.len());
+        assert!(shipped.class("conv-tensor").is_some() && shipped.class("gemm-tensor").is_some());
         for f in &fitted {
             let c = shipped.class(&f.class).unwrap();
             assert_eq!(c.points, f.points, "{}", f.class);

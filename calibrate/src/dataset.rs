@@ -264,7 +264,9 @@ fn write_source(dir: &Path, source: &Source) -> Result<()> {
 }
 
 /// Reads `SOURCE.toml` of the set in `dir`.
-fn read_source(dir: &Path) -> Result<Source> {
+/// The `SOURCE.toml` of a data set directory: where its measurements come from, and the
+/// GPU names they were taken on mapped to catalog devices.
+pub fn read_source(dir: &Path) -> Result<Source> {
     let path = dir.join(SOURCE);
     let text = std::fs::read_to_string(&path).map_err(|e| {
         Error::Input(format!(

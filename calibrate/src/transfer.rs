@@ -19,6 +19,10 @@
 use std::collections::BTreeMap;
 
 use rayon::prelude::*;
+use ridgeline_measure::ConvPass;
+use ridgeline_measure::record::{Measured, Record, RecordPrecision};
+use ridgeline_model::kernels::{ConvShape, Kernel, KernelClass, KernelPass, gemm_kernel};
+use ridgeline_model::precision::Precision;
 use ridgeline_model::transfer::{self, ClassCoefficients, DeviceSpec, Model, ModelSource, Tiles};
 use serde::Serialize;
 use statrs::statistics::{Data, OrderStatistics};
@@ -499,6 +503,7 @@ pub fn shipped(
             data: data.to_owned(),
             devices,
             fitted_by: fitted_by.to_owned(),
+            tensor: None,
         },
         classes,
     }
@@ -599,6 +604,121 @@ pub fn outside(models: &[ClassModel], heldout: &Transfer, points: &[Point]) -> V
     out
 }
 
+/// The model's precision of a GEMM or convolution record and its bytes per element: FP32,
+/// TF32 (FP32 data), and FP16 and BF16 (mixed precision's matrix formats); `None` for FP64,
+/// which no training precision runs.
+pub fn record_precision(p: RecordPrecision) -> Option<(Precision, u64)> {
+    match p {
+        RecordPrecision::Fp32 => Some((Precision::Fp32, 4)),
+        RecordPrecision::Tf32 => Some((Precision::Tf32, 4)),
+        RecordPrecision::Fp16 | RecordPrecision::AmpFp16 => Some((Precision::AmpFp16, 2)),
+        RecordPrecision::Bf16 | RecordPrecision::AmpBf16 => Some((Precision::AmpBf16, 2)),
+        RecordPrecision::Fp64 | RecordPrecision::Bytes => None,
+    }
+}
+
+/// The kernel a GEMM or convolution record measured, described as `predict` describes a
+/// layer's ([`ridgeline_model::kernels`]); `None` for other records.
+pub fn record_kernel(r: &Record) -> Option<Kernel> {
+    match &r.measured {
+        Measured::Gemm(g) => Some(gemm_kernel(
+            KernelClass::Gemm,
+            KernelPass::Forward,
+            g.m as f64,
+            g.n as f64,
+            g.k as f64,
+            1.0,
+        )),
+        Measured::Conv(c) => {
+            let output = c
+                .input
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| {
+                    let span = c.dilation[i] * (c.kernel[i] - 1) + 1;
+                    (x + c.padding[i][0] + c.padding[i][1]).saturating_sub(span)
+                        / c.stride[i].max(1)
+                        + 1
+                })
+                .collect();
+            let shape = ConvShape {
+                batch: c.n,
+                c_in: c.c_in,
+                c_out: c.c_out,
+                input: c.input.clone(),
+                output,
+                kernel: c.kernel.clone(),
+                stride: c.stride.clone(),
+                padded: c.padding.iter().any(|p| p[0] + p[1] > 0),
+                groups: c.groups,
+            };
+            let pass = match c.pass {
+                ConvPass::Forward => KernelPass::Forward,
+                ConvPass::BackwardData => KernelPass::BackwardData,
+                ConvPass::BackwardFilter => KernelPass::BackwardFilter,
+            };
+            Some(shape.kernel(pass))
+        }
+        _ => None,
+    }
+}
+
+/// What [`record_points`] asks of a record at a precision: its device's name and figures.
+pub type RecordSpec<'a> = dyn Fn(&Record, Precision) -> Option<(String, DeviceSpec)> + 'a;
+
+/// Kernel records of ridgeline's own GPU backend (GEMMs and convolution passes, in every
+/// precision but FP64) as points of the transferred model, each at its median time. `spec`
+/// names a record's device and gives its figures at a precision (the matrix peak of that
+/// precision's format); a record it gives none for is left out. A point's device is the
+/// device's name and the precision (`h200-sxm-141gb tf32`), so the model is judged per
+/// format.
+///
+/// With `tensor_classes`, a kernel that runs on tensor cores (the spec's `tensor`) is a
+/// point of its tensor-core class (`gemm-tensor`, `conv-tensor`), the data those classes are
+/// fitted on; without, of its class, as the FP32 fit would time it.
+pub fn record_points(
+    records: &[Record],
+    spec: &RecordSpec<'_>,
+    tensor_classes: bool,
+) -> Vec<Point> {
+    let mut out = Vec::new();
+    for r in records {
+        let (Some(kernel), Some((precision, elem))) =
+            (record_kernel(r), record_precision(r.precision))
+        else {
+            continue;
+        };
+        let Some((device, d)) = spec(r, precision) else {
+            continue;
+        };
+        let y = ridgeline_measure::protocol::median(&r.samples_s);
+        if !(y.is_finite() && y > 0.0) {
+            continue;
+        }
+        let features = |d: &DeviceSpec| {
+            let f = transfer::features(&kernel, elem, d);
+            std::array::from_fn(|i| f.get(i).copied().unwrap_or(0.0))
+        };
+        let class = transfer::class_of(&kernel);
+        out.push(Point {
+            class: if tensor_classes && d.tensor {
+                transfer::tensor_class(class)
+            } else {
+                class.to_owned()
+            },
+            device: format!("{device} {}", r.precision.name()),
+            // A power cap only where the device has one at this precision (FP32).
+            x: if d.power.is_some() {
+                capped(&d, features)
+            } else {
+                vec![features(&d).to_vec()]
+            },
+            y,
+        });
+    }
+    out
+}
+
 /// `ln(predicted / measured)` of a relative error.
 fn log_ratio(r: f64) -> f64 {
     (1.0 + r).max(1e-9).ln()
@@ -608,6 +728,124 @@ fn log_ratio(r: f64) -> f64 {
 mod tests {
     use super::*;
 
+    fn gpu_record(measured: Measured, precision: RecordPrecision, seconds: f64) -> Record {
+        use ridgeline_measure::record::{Device, Env};
+        Record::new(
+            measured,
+            precision,
+            Device::Cuda(0),
+            1,
+            vec![seconds; 5],
+            1.0,
+            1.0,
+            Env::capture(),
+        )
+    }
+
+    fn conv3x3(pass: ConvPass, dilation: usize) -> Measured {
+        Measured::Conv(ridgeline_measure::record::ConvShape {
+            source: "resnet50/layer1.0.conv2".into(),
+            n: 32,
+            c_in: 64,
+            c_out: 64,
+            input: vec![56, 56],
+            kernel: vec![3, 3],
+            stride: vec![1, 1],
+            padding: vec![[dilation, dilation]; 2],
+            dilation: vec![dilation; 2],
+            groups: 1,
+            bias: false,
+            pass,
+            layout: ridgeline_measure::Layout::ChannelsLast,
+        })
+    }
+
+    #[test]
+    fn records_become_the_kernels_predict_describes() {
+        // ResNet-50's 3x3 convolution: padding 1 keeps 56 x 56, as a dilation of 2 with
+        // padding 2 does; the weight gradient is a GEMM of c_out x (c_in 9) over the batch's
+        // positions.
+        for dilation in [1, 2] {
+            let r = gpu_record(
+                conv3x3(ConvPass::BackwardFilter, dilation),
+                RecordPrecision::Fp16,
+                1e-4,
+            );
+            let k = record_kernel(&r).unwrap();
+            assert_eq!(
+                (k.class, k.pass),
+                (KernelClass::ConvSpatial, KernelPass::BackwardFilter)
+            );
+            let positions = 32.0 * 56.0 * 56.0;
+            assert_eq!(k.x[1], 2.0 * 64.0 * 576.0 * positions);
+        }
+        let g = gpu_record(
+            Measured::Gemm(ridgeline_measure::record::GemmShape {
+                m: 64,
+                n: 128,
+                k: 256,
+            }),
+            RecordPrecision::Bf16,
+            1e-5,
+        );
+        let k = record_kernel(&g).unwrap();
+        assert_eq!(
+            (k.class, k.x[1]),
+            (KernelClass::Gemm, 2.0 * 64.0 * 128.0 * 256.0)
+        );
+        assert_eq!(
+            record_precision(RecordPrecision::Fp16),
+            Some((Precision::AmpFp16, 2))
+        );
+        assert_eq!(
+            record_precision(RecordPrecision::Tf32),
+            Some((Precision::Tf32, 4))
+        );
+        assert_eq!(record_precision(RecordPrecision::Fp64), None);
+    }
+
+    #[test]
+    fn tensor_core_records_are_points_of_the_tensor_classes_at_the_formats_peak() {
+        let fp32 = DeviceSpec {
+            power: Some(transfer::PowerSpec {
+                tdp_w: 700.0,
+                process_nm: 4.0,
+            }),
+            ..spec(132.0, 1.98, 67.0, 4.8, 60.0)
+        };
+        let fp16 = DeviceSpec {
+            peak_flops: 989e12,
+            tensor: true,
+            ..spec(132.0, 1.98, 67.0, 4.8, 60.0)
+        };
+        let records = [
+            gpu_record(conv3x3(ConvPass::Forward, 1), RecordPrecision::Fp16, 5e-5),
+            gpu_record(conv3x3(ConvPass::Forward, 1), RecordPrecision::Fp32, 4e-4),
+            gpu_record(conv3x3(ConvPass::Forward, 1), RecordPrecision::Fp64, 1e-3),
+        ];
+        let spec = |_: &Record, p: Precision| {
+            Some((
+                "h200".to_owned(),
+                if p == Precision::Fp32 { fp32 } else { fp16 },
+            ))
+        };
+        let plain = record_points(&records, &spec, false);
+        let tensor = record_points(&records, &spec, true);
+        // FP64 is no training precision: left out.
+        assert_eq!((plain.len(), tensor.len()), (2, 2));
+        assert_eq!(plain[0].class, "conv");
+        assert_eq!(
+            (tensor[0].class.as_str(), tensor[0].device.as_str()),
+            ("conv-tensor", "h200 fp16")
+        );
+        // The FP32 point keeps its class and a row per power cap; the tensor-core one has
+        // one row (no cap), its compute term at the fp16 peak.
+        assert_eq!(tensor[1].class, "conv");
+        assert_eq!((tensor[0].x.len(), tensor[1].x.len()), (1, ENERGIES.len()));
+        assert!(tensor[0].x[0][1] < tensor[1].x[0][1] / 10.0);
+        assert_eq!(tensor[0].y, 5e-5);
+    }
+
     fn spec(sms: f64, ghz: f64, tflops: f64, tbs: f64, l2_mib: f64) -> DeviceSpec {
         DeviceSpec {
             sms,
@@ -616,6 +854,7 @@ mod tests {
             bandwidth: tbs * 1e12,
             l2_bytes: l2_mib * 1048576.0,
             power: None,
+            tensor: false,
         }
     }
 

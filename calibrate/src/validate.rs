@@ -229,16 +229,20 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
         }
         let r = roofline::roofline(&graph, &c, system, Efficiency::IDEAL)?;
         // The step as `predict` times it: the same per-layer models plus the update.
-        let predicted = StepModel::new(&graph, precision, Optimizer::Sgd).device_times(
-            batch as f64,
-            &DeviceRates::of(system, precision, Efficiency::IDEAL)?,
-            &Timing {
-                profile: system.calibration.as_deref(),
-                transfer: DeviceSpec::of(&system.device, precision)
-                    .map(|spec| (TransferModel::builtin(), spec)),
-            },
-        );
-        let predicted = predicted.step;
+        let model = StepModel::new(&graph, precision, Optimizer::Sgd);
+        let rates = DeviceRates::of(system, precision, Efficiency::IDEAL)?;
+        let timing = Timing {
+            profile: system.calibration.as_deref(),
+            transfer: DeviceSpec::of(&system.device, precision)
+                .map(|spec| (TransferModel::builtin(), spec)),
+        };
+        let predicted = model.device_times(batch as f64, &rates, &timing).step;
+        // Without a profile, each layer as `predict` times it (the transferred kernel model
+        // on a GPU); with one, the calibrated roofline's layer times.
+        let uncalibrated: Option<Vec<_>> = system
+            .calibration
+            .is_none()
+            .then(|| model.layer_times(batch as f64, &rates, &timing));
         // Every layer record must be a layer of the rebuilt workload: a renamed or edited
         // record would silently drop out of the comparison.
         if let Some((stray, layer)) = measured_run
@@ -262,9 +266,15 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
                 PeakClass::Matrix => r.matrix_peak.rate.value(),
                 PeakClass::Vector => r.vector_peak.rate.value(),
             };
+            let timed = uncalibrated
+                .as_ref()
+                .and_then(|t| t.iter().find(|t| t.layer == l.name));
+            let (fwd, bwd) = timed.map_or((l.time_fwd.value(), l.time_bwd.value()), |t| {
+                (t.forward_s, t.backward_s)
+            });
             for (pass, predicted, flops) in [
-                (Pass::Forward, l.time_fwd, lc.flops_fwd.value()),
-                (Pass::Backward, l.time_bwd, lc.flops_bwd.value()),
+                (Pass::Forward, fwd, lc.flops_fwd.value()),
+                (Pass::Backward, bwd, lc.flops_bwd.value()),
             ] {
                 let Some(m) = measured_run.layer(l.name, pass) else {
                     continue;
@@ -276,9 +286,9 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
                     layer: l.name.to_owned(),
                     op: l.op.to_owned(),
                     pass: pass.name().to_owned(),
-                    predicted_s: predicted.value(),
+                    predicted_s: predicted,
                     measured_s: measured,
-                    rel_error: (predicted.value() - measured) / measured,
+                    rel_error: (predicted - measured) / measured,
                     calibrated: l.calibrated,
                     flops,
                     efficiency: flops / measured / peak,

@@ -58,6 +58,10 @@ pub struct DeviceSpec {
     /// FP32 (the power cap is fitted on FP32 kernels; tensor-core formats take less energy per
     /// FLOP than any of them show, so they run uncapped).
     pub power: Option<PowerSpec>,
+    /// Whether the matrix peak is a tensor-core peak of a format other than FP32 (TF32,
+    /// FP16, BF16 on NVIDIA's tensor cores or AMD's matrix cores): such kernels are timed
+    /// by the model's tensor-core classes where it has them (`gemm-tensor`, `conv-tensor`).
+    pub tensor: bool,
 }
 
 /// What the power cap needs of a device.
@@ -87,10 +91,13 @@ impl DeviceSpec {
         if device.kind != DeviceKind::Gpu {
             return None;
         }
+        let peak = device.matrix_peak(precision).ok()?;
+        let format = precision.matrix_format();
         Some(DeviceSpec {
             sms: f64::from(device.sms.as_ref()?.value),
             clock_hz: device.boost_clock_hz.as_ref()?.value,
-            peak_flops: device.matrix_peak(precision).ok()?.rate.value(),
+            peak_flops: peak.rate.value(),
+            tensor: format != NumberFormat::Fp32 && peak.name.ends_with("_tensor"),
             bandwidth: device.memory_bandwidth.as_ref()?.value.value(),
             // Without an L2 size every working set is timed as HBM traffic (`predict`
             // says so).
@@ -371,6 +378,11 @@ pub fn class_of(kernel: &Kernel) -> &'static str {
     }
 }
 
+/// The tensor-core class of a matrix class: `gemm-tensor`, `conv-tensor`.
+pub fn tensor_class(class: &str) -> String {
+    format!("{class}-tensor")
+}
+
 /// The GEMM a matrix kernel's features describe: `calls` products of `m x k` by `k x n`,
 /// recovered from `F = 2 m n k calls`, `|A| = m k calls`, `|B| = k n calls`,
 /// `|C| = m n calls` ([`crate::kernels`]).
@@ -436,6 +448,10 @@ pub struct ModelSource {
     pub devices: Vec<String>,
     /// The command that fitted it.
     pub fitted_by: String,
+    /// What the tensor-core classes (`gemm-tensor`, `conv-tensor`) were fitted on, where the
+    /// model has them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor: Option<String>,
 }
 
 /// One class's coefficients and how they did when each device was held out.
@@ -558,6 +574,17 @@ impl Model {
         self.classes.iter().find(|c| c.name == class)
     }
 
+    /// The class that times `kernel` on `d`: its tensor-core class (`gemm-tensor`,
+    /// `conv-tensor`, fitted on tensor-core kernel records) where `d` runs it on tensor cores
+    /// and the model has one, else its class ([`class_of`]).
+    pub fn class_for(&self, kernel: &Kernel, d: &DeviceSpec) -> Option<&ClassCoefficients> {
+        let name = class_of(kernel);
+        let tensor = (d.tensor && kernel.class.is_matrix())
+            .then(|| self.class(&tensor_class(name)))
+            .flatten();
+        tensor.or_else(|| self.class(name))
+    }
+
     /// The time of `kernel` on `d` with `elem` bytes per element inside a training step,
     /// seconds ([`ClassCoefficients::in_step`]); `None` when the model has no class for it.
     pub fn time(&self, kernel: &Kernel, elem: u64, d: &DeviceSpec) -> Option<f64> {
@@ -567,12 +594,36 @@ impl Model {
     /// [`Model::time`] with its class's 90 % interval as multiples of it
     /// ([`ClassCoefficients::holdout_interval_90`]).
     pub fn timed(&self, kernel: &Kernel, elem: u64, d: &DeviceSpec) -> Option<(f64, [f64; 2])> {
-        let c = self.class(class_of(kernel))?;
+        let c = self.class_for(kernel, d)?;
         let d = d.capped(c.energy_per_flop_7nm);
-        Some((
-            c.in_step(&features(kernel, elem, &d)),
-            c.holdout_interval_90,
-        ))
+        let x = features(kernel, elem, &d);
+        let work: f64 = c
+            .coefficients
+            .iter()
+            .zip(&x)
+            .skip(1)
+            .map(|(c, v)| c * v)
+            .sum();
+        Some((work.max(self.launch_floor(c)), c.holdout_interval_90))
+    }
+
+    /// The least time a kernel of class `c` takes inside a step: the host's time per launch,
+    /// its class's launch term. The classes fitted on one kernel set share its host, whose
+    /// floor the products' (`gemm`) pin down, their set holding kernels of a few
+    /// microseconds; so a class of that set takes no more than the products' floor. A class
+    /// measured only on long kernels fits an intercept its data cannot pin down: NeuSight's
+    /// convolutions (a tenth of them under 0.4 ms) give `conv` 0.3 ms, where cuDNN runs
+    /// FP32 convolutions of a few MFLOP in 12 us on an H200 (ridgeline's own records). The
+    /// tensor-core classes, fitted on ridgeline's own records of another host and API, keep
+    /// their own.
+    pub fn launch_floor(&self, c: &ClassCoefficients) -> f64 {
+        let own = c.coefficients.first().copied().unwrap_or(0.0);
+        match self.class("gemm") {
+            Some(g) if c.name != "gemm" && !c.name.ends_with("-tensor") => {
+                own.min(g.coefficients.first().copied().unwrap_or(own))
+            }
+            _ => own,
+        }
     }
 }
 
@@ -587,7 +638,71 @@ mod tests {
         bandwidth: 1.555e12,
         l2_bytes: 40.0 * 1024.0 * 1024.0,
         power: None,
+        tensor: false,
     };
+
+    fn class(name: &str, launch: f64, tiled: f64) -> ClassCoefficients {
+        ClassCoefficients {
+            name: name.into(),
+            features: GEMM_FEATURES.iter().map(|f| (*f).to_owned()).collect(),
+            coefficients: vec![launch, tiled, 0.0, 0.0, 0.0],
+            energy_per_flop_7nm: None,
+            points: 1,
+            holdout_median_abs_error: 0.1,
+            holdout_bias: 0.0,
+            holdout_interval_90: [0.8, 1.2],
+        }
+    }
+
+    #[test]
+    fn tensor_cores_take_the_tensor_classes_and_floors_follow_the_products() {
+        let model = Model {
+            source: ModelSource {
+                data: String::new(),
+                devices: Vec::new(),
+                fitted_by: String::new(),
+                tensor: None,
+            },
+            classes: vec![
+                class("gemm", 30e-6, 1.0),
+                class("conv", 300e-6, 1.0),
+                class("conv-tensor", 80e-6, 4.0),
+            ],
+        };
+        let conv = crate::kernels::ConvShape {
+            batch: 1,
+            c_in: 8,
+            c_out: 8,
+            input: vec![8, 8],
+            output: vec![8, 8],
+            kernel: vec![3, 3],
+            stride: vec![1, 1],
+            padded: true,
+            groups: 1,
+        }
+        .kernel(crate::kernels::KernelPass::Forward);
+        let tensor = DeviceSpec {
+            tensor: true,
+            ..A100
+        };
+        assert_eq!(model.class_for(&conv, &A100).unwrap().name, "conv");
+        assert_eq!(model.class_for(&conv, &tensor).unwrap().name, "conv-tensor");
+        // A product has no tensor class here: its own class on tensor cores too.
+        let gemm = crate::kernels::gemm_kernel(
+            KernelClass::Gemm,
+            crate::kernels::KernelPass::Forward,
+            8.0,
+            8.0,
+            8.0,
+            1.0,
+        );
+        assert_eq!(model.class_for(&gemm, &tensor).unwrap().name, "gemm");
+        // A tiny convolution takes its floor: the products' launch (30 us), not the FP32
+        // class's 300 us intercept; the tensor class keeps its own (80 us).
+        assert_eq!(model.time(&conv, 4, &A100), Some(30e-6));
+        assert_eq!(model.time(&conv, 2, &tensor), Some(80e-6));
+        assert_eq!(model.time(&gemm, 4, &A100), Some(30e-6));
+    }
 
     #[test]
     fn large_gemms_tend_to_the_peak_and_small_ones_to_one_wave() {

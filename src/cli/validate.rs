@@ -33,10 +33,15 @@ pub(crate) struct ValidateArgs {
     #[arg(
         long,
         value_name = "FILE",
-        required_unless_present = "self_check",
-        conflicts_with = "self_check"
+        required_unless_present_any = ["self_check", "system"],
+        conflicts_with_all = ["self_check", "system"]
     )]
     pub(crate) profile: Option<PathBuf>,
+    /// Instead of a profile, a system or device with no calibration (catalog name or file):
+    /// its GPUs timed by the transferred kernel model, as `predict` times a GPU nobody
+    /// calibrated (e.g. the measured steps of `data/measured/`).
+    #[arg(long, value_name = "SYSTEM", conflicts_with = "self_check")]
+    pub(crate) system: Option<String>,
     /// Workload records (from `ridgeline measure workload --out`).
     #[arg(
         long,
@@ -91,6 +96,11 @@ pub(crate) struct ValidateTransferArgs {
     /// A kernel set (`ridgeline import`).
     #[arg(long, value_name = "DIR", default_value = "data/kernels/neusight")]
     pub(crate) kernels: PathBuf,
+    /// ridgeline's own GPU kernel records, one directory per GPU (`scripts/gpu-records.sh`):
+    /// the model fitted on the set predicts them, tensor-core formats included (skipped
+    /// where the directory is missing).
+    #[arg(long, value_name = "DIR", default_value = "data/kernels/ridgeline")]
+    pub(crate) ours: PathBuf,
     /// Also fit the model on every GPU of the set and write it, with these figures, to FILE
     /// (`data/kernels/transfer.toml` is the one ridgeline ships).
     #[arg(long, value_name = "FILE")]

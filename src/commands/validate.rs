@@ -35,14 +35,17 @@ pub(crate) fn run(args: &ValidateArgs) -> Result<()> {
         let v = validation::self_check(&args.dir, args.budget, &Progress::new())?;
         return print(&v, args, Some(&args.dir));
     }
-    let (Some(profile), Some(measured)) = (&args.profile, &args.measured) else {
-        bail!("give --profile FILE and --measured FILE, or --self-check");
+    let Some(measured) = &args.measured else {
+        bail!("give --profile FILE (or --system S) and --measured FILE, or --self-check");
     };
-    print(
-        &validation::validation(profile, measured, &Progress::new())?,
-        args,
-        None,
-    )
+    let v = match (&args.profile, &args.system) {
+        (Some(profile), _) => validation::validation(profile, measured, &Progress::new())?,
+        (None, Some(system)) => validation::uncalibrated(system, measured, &Progress::new())?,
+        (None, None) => {
+            bail!("give --profile FILE (or --system S) and --measured FILE, or --self-check")
+        }
+    };
+    print(&v, args, None)
 }
 
 /// `ridgeline validate comm`: the collective model against measured allreduce.
@@ -77,10 +80,9 @@ fn comm(args: &ValidateCommArgs) -> Result<()> {
 
 /// `validate transfer`: the transferable kernel model, leaving one GPU out at a time.
 fn transfer(args: &ValidateTransferArgs) -> Result<()> {
-    let check = validation::transfer(&args.kernels)?;
+    let check = validation::transfer(&args.kernels, Some(&args.ours))?;
     if let Some(out) = &args.write_model {
-        let text =
-            validation::transfer_model(&args.kernels, &check.set, &check.points, &check.held)?;
+        let text = validation::transfer_model(&args.kernels, &check, &args.ours)?;
         ridgeline_app::atomic::write(out, text.as_bytes())?;
         eprintln!("wrote the kernel model to {}", out.display());
     }
@@ -101,6 +103,17 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
             class: format!("step {}", h.class),
             ..h.clone()
         }))
+        .chain(check.ours.iter().map(|h| Holdout {
+            class: format!("ours {}", h.class),
+            ..h.clone()
+        }))
+        .chain(
+            check
+                .tensor
+                .iter()
+                .flat_map(|t| t.classes.iter().chain(&t.holdouts))
+                .cloned(),
+        )
         .collect();
     output::print(args.format.format, &check, |style| {
         let mut d =
@@ -130,6 +143,14 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
                     format!("{} (never fitted on)", check.label_devices.join(", ")),
                 )
                 .note("`step` rows: the model fitted on every GPU above predicts each operator of whole FP32 training steps (BERT, GPT-2, GPT-3, OPT) measured in place on GPUs outside the fit (NeuSight's per-operator labels), forward and backward; gemm = linear layers and batched products, vector = softmax, layer norm, GELU, dropout and element-wise ops; all = every operator and pass. Intervals: each class's 90 % interval from leaving one GPU out above.");
+        }
+        if !check.ours.is_empty() {
+            d = d
+                .summary("our records", format!("{} (never fitted on)", args.ours.display()))
+                .note("`ours` rows: the model fitted on every GPU above predicts ridgeline's own kernel records of GPUs outside it (scripts/gpu-records.sh: cuBLAS GEMMs, and cuDNN convolutions forward, backward-data and backward-filter at the reference workloads' layers), per GPU and precision; tf32, fp16 and bf16 run on tensor cores, timed at the device file's peak for that format with the FP32 fit's coefficients. Intervals: each class's 90 % interval from leaving one GPU out above.");
+        }
+        if check.tensor.is_some() {
+            d = d.note("`-tensor` rows: the tensor-core classes, fitted on ridgeline's own tensor-core records (the `ours` rows' tf32, fp16 and bf16), each precision of each GPU left out in turn and predicted by a fit on the others at its own peak (`all`: every held-out kernel pooled). `predict` times tensor-core layers with them.");
         }
         if !check.steps.is_empty() {
             d = d.then_table(output::table(
@@ -207,8 +228,14 @@ fn print(v: &Validation, args: &ValidateArgs, artifacts: Option<&Path>) -> Resul
                 ),
             );
         }
-        d.table(output::table(&v.steps, &step_cols, style))
-            .note("Predictions from the calibrated profile alone (micro-kernel records); the workload measurements are never fitted. Error = (predicted - measured) / measured.")
+        let how = if args.system.is_some() {
+            "Predictions with no calibration: a GPU's layers timed by the transferred kernel model from the device file (fitted on kernel measurements of other GPUs, and its tensor-core classes on ridgeline's own tensor-core kernel records), as `predict` times them"
+        } else {
+            "Predictions from the calibrated profile alone (micro-kernel records)"
+        };
+        d.table(output::table(&v.steps, &step_cols, style)).note(format!(
+            "{how}; the workload measurements are never fitted. Error = (predicted - measured) / measured."
+        ))
     })?;
     if args.format.format == Format::Table {
         // The worst layers as a second table under the steps.

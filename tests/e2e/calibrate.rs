@@ -470,3 +470,54 @@ fn validate_transfer_names_what_it_cannot_do() {
     );
     std::fs::remove_dir_all(&out).unwrap();
 }
+
+#[test]
+fn validate_times_a_gpu_nobody_calibrated_against_its_measured_steps() {
+    // The H200 steps ridgeline's CUDA executor measured (data/measured/h200), against the
+    // transferred kernel model with no calibration.
+    let steps = format!(
+        "{}/data/measured/h200/steps.jsonl.gz",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let v = run_json(&[
+        "validate",
+        "--system",
+        "h200-sxm-141gb",
+        "--measured",
+        &steps,
+        "--format",
+        "json",
+    ]);
+    let rows = v["steps"].as_array().unwrap();
+    assert_eq!(rows.len(), 7, "{v}");
+    assert!(
+        rows.iter()
+            .any(|s| s["workload"] == "resnet50" && s["precision"] == "amp-fp16")
+    );
+    assert!(
+        rows.iter()
+            .all(|s| s["predicted_s"].as_f64().unwrap() > 0.0)
+    );
+    let table = run_ok(&[
+        "validate",
+        "--system",
+        "h200-sxm-141gb",
+        "--measured",
+        &steps,
+    ]);
+    assert!(table.contains("no calibration"), "{table}");
+    // A profile and a system are two answers to one question.
+    let err = run_err(&[
+        "validate",
+        "--system",
+        "h200-sxm-141gb",
+        "--profile",
+        "p.toml",
+        "--measured",
+        &steps,
+    ]);
+    assert!(
+        err.contains("--system") || err.contains("--profile"),
+        "{err}"
+    );
+}

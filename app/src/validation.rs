@@ -55,12 +55,7 @@ pub fn validation(profile: &Path, measured: &Path, observer: &dyn Observer) -> R
             profile.display()
         );
     }
-    let records = inputs::records(measured, observer)?;
-    Ok(validate::validate(
-        &system,
-        &records,
-        &measured.display().to_string(),
-    )?)
+    steps_against(&system, measured, observer)
 }
 
 /// Measured training steps (`measured`) against the prediction on `system` (a catalog name
@@ -74,9 +69,18 @@ pub fn uncalibrated(system: &str, measured: &Path, observer: &dyn Observer) -> R
             system.name
         );
     }
+    steps_against(&system, measured, observer)
+}
+
+/// The workload records of `measured` against their prediction on `system`.
+fn steps_against(
+    system: &ridgeline_model::system::System,
+    measured: &Path,
+    observer: &dyn Observer,
+) -> Result<Validation> {
     let records = inputs::records(measured, observer)?;
     Ok(validate::validate(
-        &system,
+        system,
         &records,
         &measured.display().to_string(),
     )?)
@@ -150,13 +154,21 @@ pub struct TransferCheck {
     /// per GPU and precision (`h200-sxm-141gb tf32`) and class: the tensor-core formats
     /// timed at the device's peak for the format with the FP32 fit's coefficients.
     pub ours: Vec<transfer::Holdout>,
-    /// The tensor-core classes (`gemm-tensor`, `conv-tensor`) fitted on ridgeline's own
-    /// tensor-core kernel records (TF32, FP16, BF16), each precision of each GPU left out in
-    /// turn: fitted on the others, it predicts the held-out one at its own peak.
+    /// The tensor-core classes (`gemm-tensor`, `conv-tensor`: the FP32 fit's class with its
+    /// work scaled, [`transfer::tensor_scaled`]) on ridgeline's own tensor-core kernel
+    /// records (TF32, FP16, BF16), each precision of each GPU left out in turn: the scale
+    /// from the others predicts the held-out one at its own peak.
     pub tensor: Option<Transfer>,
     /// Those records as the tensor-core classes' fit sees them.
     #[serde(skip)]
     pub tensor_points: Vec<transfer::Point>,
+    /// The tensor-core classes adopted: those whose held-out precisions come out better
+    /// than the FP32 fit's class at the tensor-core peak unscaled.
+    #[serde(skip)]
+    pub tensor_adopted: Vec<transfer::ClassModel>,
+    /// The FP32 fit's classes at the tensor-core peak, unscaled, on the same held-out
+    /// kernels: pooled median |error| by tensor-core class.
+    pub tensor_unscaled: BTreeMap<String, f64>,
 }
 
 /// One measured training step against its prediction.
@@ -236,6 +248,8 @@ pub fn transfer(kernels: &Path, ours: Option<&Path>) -> Result<TransferCheck> {
         ours: Vec::new(),
         tensor: None,
         tensor_points: Vec::new(),
+        tensor_adopted: Vec::new(),
+        tensor_unscaled: BTreeMap::new(),
         set,
         points,
         held,
@@ -250,13 +264,16 @@ pub fn transfer(kernels: &Path, ours: Option<&Path>) -> Result<TransferCheck> {
     let models = transfer::fit(&all)?;
     if let Some(ours) = ours {
         let points = own_points(ours, false)?;
-        check.ours = transfer::outside(&models, &check.held, &points);
+        check.ours = transfer::outside_in_step(&models, &check.held, &points);
         check.tensor_points = own_points(ours, true)?
             .into_iter()
             .filter(|p| p.class.ends_with("-tensor"))
             .collect();
         if !check.tensor_points.is_empty() {
-            check.tensor = Some(transfer::leave_one_out(&check.tensor_points)?);
+            let (adopted, held, unscaled) = transfer::tensor_scaled(&models, &check.tensor_points);
+            check.tensor = Some(held);
+            check.tensor_adopted = adopted;
+            check.tensor_unscaled = unscaled;
         }
     }
     if test.is_dir() {
@@ -321,7 +338,12 @@ pub fn own_points(dir: &Path, tensor_classes: bool) -> Result<Vec<transfer::Poin
                 let (name, device) = devices.get(&gpu.name)?;
                 Some((name.clone(), DeviceSpec::of(device, p)?))
             };
-            let found = transfer::record_points(&records, &spec, tensor_classes);
+            let found = transfer::record_points(
+                &file.display().to_string(),
+                &records,
+                &spec,
+                tensor_classes,
+            )?;
             if found.is_empty() && !records.is_empty() {
                 bail!(
                     "{}: no record is a GEMM or convolution of a GPU that {} maps to a \
@@ -532,7 +554,11 @@ pub fn transfer_model(kernels: &Path, check: &TransferCheck, ours: &Path) -> Res
     )?;
     // The tensor-core classes, fitted on ridgeline's own tensor-core records, with the
     // figures of leaving each precision of each GPU out.
-    if let Some(tensor) = &check.tensor {
+    if let Some(tensor) = check
+        .tensor
+        .as_ref()
+        .filter(|_| !check.tensor_adopted.is_empty())
+    {
         let mut devices: Vec<&str> = check
             .tensor_points
             .iter()
@@ -540,7 +566,13 @@ pub fn transfer_model(kernels: &Path, check: &TransferCheck, ours: &Path) -> Res
             .collect();
         devices.sort_unstable();
         devices.dedup();
-        let t = transfer::model(&check.tensor_points, tensor, "", "")?;
+        let t = transfer::shipped(
+            check.tensor_adopted.clone(),
+            &check.tensor_points,
+            tensor,
+            "",
+            "",
+        );
         m.classes.extend(t.classes);
         m.source.tensor = Some(format!(
             "ridgeline's own tensor-core kernel records ({}: {})",
@@ -1140,11 +1172,10 @@ mod tests {
             .into_iter()
             .filter(|p| p.class.ends_with("-tensor"))
             .collect();
-        let tensor: Vec<&transfer::Point> = tensor.iter().collect();
-        fitted.extend(transfer::fit(&tensor).unwrap());
+        let (adopted, _, _) = transfer::tensor_scaled(&fitted, &tensor);
+        fitted.extend(adopted);
         let shipped = ridgeline_model::transfer::Model::builtin();
         assert_eq!(shipped.classes.len(), fitted.len());
-        assert!(shipped.class("conv-tensor").is_some() && shipped.class("gemm-tensor").is_some());
         for f in &fitted {
             let c = shipped.class(&f.class).unwrap();
             assert_eq!(c.points, f.points, "{}", f.class);

@@ -26,7 +26,10 @@
 //!   [`neusight`] converts NeuSight's public measurements.
 //! - [`transfer`]: fits the device-transferable kernel model on several GPUs' kernels (each
 //!   product and convolution class under the power cap that fits it best), leaves each GPU
-//!   out to validate it, and predicts kernels and labels of GPUs outside the fit.
+//!   out to validate it, and predicts kernels and labels of GPUs outside the fit; turns
+//!   ridgeline's own GEMM and convolution records into the model's kernels at their
+//!   precision's peak, and builds and judges the tensor-core correction from them
+//!   (`tensor_scaled`).
 //! - [`comm`]: predicts measured MPI allreduce with a profile's LogGP levels and reports
 //!   the error per size, per algorithm and overall (geometric mean).
 //!

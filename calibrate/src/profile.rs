@@ -24,9 +24,7 @@ use std::collections::BTreeMap;
 use ridgeline_measure::record::{self, Measured};
 use ridgeline_measure::suite::Caches;
 use ridgeline_measure::{ConvPass, Pass, Record, RecordKind};
-use ridgeline_model::kernels::{
-    ConvShape, Kernel, KernelClass, KernelPass, gemm_kernel, vector_kernel,
-};
+use ridgeline_model::kernels::{ConvShape, Kernel, KernelClass, KernelPass, vector_kernel};
 use ridgeline_model::profile::{
     Ceiling, KernelFit, LevelBandwidth, PROFILE_SCHEMA_VERSION, Profile, Provenance, SourceFile,
     Term,
@@ -84,7 +82,7 @@ pub(crate) fn record_error(file: &str, r: &Record, message: impl Into<String>) -
     }
 }
 
-fn conv_kernel(file: &str, r: &Record, s: &record::ConvShape) -> Result<Kernel> {
+pub(crate) fn conv_kernel(file: &str, r: &Record, s: &record::ConvShape) -> Result<Kernel> {
     let rank = s.input.len();
     if [
         s.kernel.len(),
@@ -227,15 +225,10 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
             .map_err(|e| record_error(file, r, e.to_string()))?
             .median();
         let kernels: Vec<Kernel> = match &r.measured {
-            Measured::Gemm(g) => {
-                let k = gemm_kernel(
-                    KernelClass::Gemm,
-                    KernelPass::Forward,
-                    g.m as f64,
-                    g.n as f64,
-                    g.k as f64,
-                    1.0,
-                );
+            Measured::Gemm(_) => {
+                let Some(k) = crate::transfer::record_kernel(file, r)? else {
+                    continue;
+                };
                 // A GEMM micro-kernel calibrates every pass of dense layers.
                 [
                     KernelPass::Forward,
@@ -428,6 +421,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use ridgeline_model::kernels::gemm_kernel;
 
     fn record(kind: &str, shape: serde_json::Value, t: f64, flops: f64, bytes: f64) -> Record {
         Record::new(

@@ -19,9 +19,8 @@
 use std::collections::BTreeMap;
 
 use rayon::prelude::*;
-use ridgeline_measure::ConvPass;
 use ridgeline_measure::record::{Measured, Record, RecordPrecision};
-use ridgeline_model::kernels::{ConvShape, Kernel, KernelClass, KernelPass, gemm_kernel};
+use ridgeline_model::kernels::{Kernel, KernelClass, KernelPass, gemm_kernel};
 use ridgeline_model::precision::Precision;
 use ridgeline_model::transfer::{self, ClassCoefficients, DeviceSpec, Model, ModelSource, Tiles};
 use serde::Serialize;
@@ -617,10 +616,11 @@ pub fn record_precision(p: RecordPrecision) -> Option<(Precision, u64)> {
     }
 }
 
-/// The kernel a GEMM or convolution record measured, described as `predict` describes a
-/// layer's ([`ridgeline_model::kernels`]); `None` for other records.
-pub fn record_kernel(r: &Record) -> Option<Kernel> {
-    match &r.measured {
+/// The kernel a GEMM or convolution record of `file` measured, described as `predict`
+/// describes a layer's ([`ridgeline_model::kernels`]); `None` for other records, an error
+/// naming the record for a convolution whose shape cannot run.
+pub fn record_kernel(file: &str, r: &Record) -> Result<Option<Kernel>> {
+    Ok(match &r.measured {
         Measured::Gemm(g) => Some(gemm_kernel(
             KernelClass::Gemm,
             KernelPass::Forward,
@@ -629,38 +629,9 @@ pub fn record_kernel(r: &Record) -> Option<Kernel> {
             g.k as f64,
             1.0,
         )),
-        Measured::Conv(c) => {
-            let output = c
-                .input
-                .iter()
-                .enumerate()
-                .map(|(i, &x)| {
-                    let span = c.dilation[i] * (c.kernel[i] - 1) + 1;
-                    (x + c.padding[i][0] + c.padding[i][1]).saturating_sub(span)
-                        / c.stride[i].max(1)
-                        + 1
-                })
-                .collect();
-            let shape = ConvShape {
-                batch: c.n,
-                c_in: c.c_in,
-                c_out: c.c_out,
-                input: c.input.clone(),
-                output,
-                kernel: c.kernel.clone(),
-                stride: c.stride.clone(),
-                padded: c.padding.iter().any(|p| p[0] + p[1] > 0),
-                groups: c.groups,
-            };
-            let pass = match c.pass {
-                ConvPass::Forward => KernelPass::Forward,
-                ConvPass::BackwardData => KernelPass::BackwardData,
-                ConvPass::BackwardFilter => KernelPass::BackwardFilter,
-            };
-            Some(shape.kernel(pass))
-        }
+        Measured::Conv(c) => Some(crate::profile::conv_kernel(file, r, c)?),
         _ => None,
-    }
+    })
 }
 
 /// What [`record_points`] asks of a record at a precision: its device's name and figures.
@@ -677,14 +648,15 @@ pub type RecordSpec<'a> = dyn Fn(&Record, Precision) -> Option<(String, DeviceSp
 /// point of its tensor-core class (`gemm-tensor`, `conv-tensor`), the data those classes are
 /// fitted on; without, of its class, as the FP32 fit would time it.
 pub fn record_points(
+    file: &str,
     records: &[Record],
     spec: &RecordSpec<'_>,
     tensor_classes: bool,
-) -> Vec<Point> {
+) -> Result<Vec<Point>> {
     let mut out = Vec::new();
     for r in records {
         let (Some(kernel), Some((precision, elem))) =
-            (record_kernel(r), record_precision(r.precision))
+            (record_kernel(file, r)?, record_precision(r.precision))
         else {
             continue;
         };
@@ -716,7 +688,141 @@ pub fn record_points(
             y,
         });
     }
-    out
+    Ok(out)
+}
+
+/// [`outside`] for kernels timed as inside a step, as ridgeline's own records are (each the
+/// mean of back-to-back launches, so a kernel shorter than the host's time per launch
+/// measures that time): each kernel at its work, or at its floor where the work is shorter,
+/// the floor being its class's launch term but no more than the products' (`gemm`), as
+/// `predict` times it ([`ridgeline_model::transfer::Model::launch_floor`]).
+pub fn outside_in_step(
+    models: &[ClassModel],
+    heldout: &Transfer,
+    points: &[Point],
+) -> Vec<Holdout> {
+    let launch = |m: &ClassModel| m.coefficients.first().copied().unwrap_or(0.0);
+    let host = models.iter().find(|m| m.class == "gemm").map(launch);
+    let mut by: BTreeMap<(&str, &str), Vec<f64>> = BTreeMap::new();
+    for p in points {
+        let class = model_of(&p.class);
+        let Some(m) = models.iter().find(|m| m.class == class) else {
+            continue;
+        };
+        let work = transfer::work(&m.coefficients, p.at(m.energy));
+        let floor = transfer::floor(class, launch(m), host);
+        by.entry((p.device.as_str(), class))
+            .or_default()
+            .push(work.max(floor) / p.y - 1.0);
+    }
+    by.into_iter()
+        .map(|((device, class), e)| {
+            Pool::judged(e, heldout.intervals.get(class).copied()).holdout(device, class)
+        })
+        .collect()
+}
+
+/// The tensor-core classes as one scale on the FP32 fit's work: a `-tensor` class
+/// (`conv-tensor`, from ridgeline's own tensor-core records, [`record_points`]) times a
+/// kernel as its base class (`conv`) at the device's tensor-core peak, with the work terms
+/// multiplied by `s`, the median ratio of measured time to the base class's predicted work
+/// over the class's records, and the base class's in-step floor (its launch term, at most
+/// the products'). One parameter per class, fitted on kernels.
+///
+/// Each precision of each GPU is left out in turn: `s` from the others predicts it (the
+/// `Transfer`'s rows, pooled as `all`, with split-conformal intervals from the pooled log
+/// ratios). A class is adopted (returned among the models) only where that beats the
+/// base class at the tensor-core peak unscaled on the same held-out kernels, by pooled
+/// median |error|; the second value holds every class's rows, adopted or not, and the third
+/// the unscaled pooled medians, by class.
+pub fn tensor_scaled(
+    models: &[ClassModel],
+    points: &[Point],
+) -> (Vec<ClassModel>, Transfer, BTreeMap<String, f64>) {
+    let launch = |m: &ClassModel| m.coefficients.first().copied().unwrap_or(0.0);
+    let host = models.iter().find(|m| m.class == "gemm").map(launch);
+    let mut classes: Vec<&str> = points.iter().map(|p| p.class.as_str()).collect();
+    classes.sort_unstable();
+    classes.dedup();
+    let mut adopted = Vec::new();
+    let mut out = Transfer {
+        holdouts: Vec::new(),
+        classes: Vec::new(),
+        intervals: BTreeMap::new(),
+    };
+    let mut unscaled_medians = BTreeMap::new();
+    for class in classes {
+        let base_name = class.trim_end_matches("-tensor");
+        let Some(base) = models.iter().find(|m| m.class == base_name) else {
+            continue;
+        };
+        let floor = transfer::floor(base_name, launch(base), host);
+        // Each point: its device, measured time, and the base class's work on it.
+        let rows: Vec<(&str, f64, f64)> = points
+            .iter()
+            .filter(|p| p.class == class)
+            .map(|p| {
+                let work = transfer::work(&base.coefficients, p.at(base.energy));
+                (p.device.as_str(), p.y, work)
+            })
+            .filter(|(_, y, w)| *y > 0.0 && *w > 0.0)
+            .collect();
+        let scale_of = |keep: &dyn Fn(&str) -> bool| {
+            let ratios: Vec<f64> = rows
+                .iter()
+                .filter(|r| keep(r.0))
+                .map(|(_, y, w)| y / w)
+                .collect();
+            (!ratios.is_empty()).then(|| quantile(&ratios, 0.5))
+        };
+        let mut devices: Vec<&str> = rows.iter().map(|r| r.0).collect();
+        devices.sort_unstable();
+        devices.dedup();
+        if devices.len() < 2 {
+            continue;
+        }
+        let (mut pooled, mut unscaled) = (Pool::default(), Vec::new());
+        let mut per_device = Vec::new();
+        for held in &devices {
+            let Some(s) = scale_of(&|d| d != *held) else {
+                continue;
+            };
+            let on: Vec<&(&str, f64, f64)> = rows.iter().filter(|r| r.0 == *held).collect();
+            let e: Vec<f64> = on
+                .iter()
+                .map(|(_, y, w)| (s * w).max(floor) / y - 1.0)
+                .collect();
+            unscaled.extend(on.iter().map(|(_, y, w)| w.max(floor) / y - 1.0));
+            pooled.errors.extend(&e);
+            per_device.push((*held, e));
+        }
+        let logs: Vec<f64> = pooled.errors.iter().map(|r| log_ratio(*r)).collect();
+        let interval = (quantile(&logs, 0.05), quantile(&logs, 0.95));
+        for (held, e) in per_device {
+            out.holdouts
+                .push(Pool::judged(e, Some(interval)).holdout(held, class));
+        }
+        let all = Pool::judged(pooled.errors, Some(interval)).holdout("all", class);
+        let plain: Vec<f64> = unscaled.iter().map(|r| r.abs()).collect();
+        let plain = quantile(&plain, 0.5);
+        unscaled_medians.insert(class.to_owned(), plain);
+        if all.median_abs_rel_error < plain
+            && let Some(s) = scale_of(&|_| true)
+        {
+            let mut coefficients = vec![floor];
+            coefficients.extend(base.coefficients.iter().skip(1).map(|c| c * s));
+            adopted.push(ClassModel {
+                class: class.to_owned(),
+                coefficients,
+                energy_per_flop_7nm: None,
+                energy: 0,
+                points: rows.len(),
+            });
+        }
+        out.intervals.insert(class.to_owned(), interval);
+        out.classes.push(all);
+    }
+    (adopted, out, unscaled_medians)
 }
 
 /// `ln(predicted / measured)` of a relative error.
@@ -727,6 +833,7 @@ fn log_ratio(r: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ridgeline_measure::ConvPass;
 
     fn gpu_record(measured: Measured, precision: RecordPrecision, seconds: f64) -> Record {
         use ridgeline_measure::record::{Device, Env};
@@ -771,7 +878,7 @@ mod tests {
                 RecordPrecision::Fp16,
                 1e-4,
             );
-            let k = record_kernel(&r).unwrap();
+            let k = record_kernel("f", &r).unwrap().unwrap();
             assert_eq!(
                 (k.class, k.pass),
                 (KernelClass::ConvSpatial, KernelPass::BackwardFilter)
@@ -788,7 +895,7 @@ mod tests {
             RecordPrecision::Bf16,
             1e-5,
         );
-        let k = record_kernel(&g).unwrap();
+        let k = record_kernel("f", &g).unwrap().unwrap();
         assert_eq!(
             (k.class, k.x[1]),
             (KernelClass::Gemm, 2.0 * 64.0 * 128.0 * 256.0)
@@ -829,8 +936,8 @@ mod tests {
                 if p == Precision::Fp32 { fp32 } else { fp16 },
             ))
         };
-        let plain = record_points(&records, &spec, false);
-        let tensor = record_points(&records, &spec, true);
+        let plain = record_points("f", &records, &spec, false).unwrap();
+        let tensor = record_points("f", &records, &spec, true).unwrap();
         // FP64 is no training precision: left out.
         assert_eq!((plain.len(), tensor.len()), (2, 2));
         assert_eq!(plain[0].class, "conv");

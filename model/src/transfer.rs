@@ -502,9 +502,27 @@ impl ClassCoefficients {
 /// A kernel's time inside a training step by `coefficients` (launch first) for features
 /// `x`: the larger of the launch term and the work ([`ClassCoefficients::in_step`]).
 pub fn in_step(coefficients: &[f64], x: &[f64]) -> f64 {
-    let launch = coefficients.first().copied().unwrap_or(0.0);
-    let work: f64 = coefficients.iter().zip(x).skip(1).map(|(c, v)| c * v).sum();
-    launch.max(work)
+    coefficients
+        .first()
+        .copied()
+        .unwrap_or(0.0)
+        .max(work(coefficients, x))
+}
+
+/// A kernel's work by `coefficients` (launch first) for features `x`: every term but the
+/// launch, seconds.
+pub fn work(coefficients: &[f64], x: &[f64]) -> f64 {
+    coefficients.iter().zip(x).skip(1).map(|(c, v)| c * v).sum()
+}
+
+/// The in-step floor of class `class` whose launch term is `own`, where the products'
+/// (`gemm`) is `products` ([`Model::launch_floor`]): `own`, but no more than the products'
+/// for the classes of the FP32 fit; a tensor-core class keeps its own.
+pub fn floor(class: &str, own: f64, products: Option<f64>) -> f64 {
+    match products {
+        Some(p) if class != "gemm" && !class.ends_with("-tensor") => own.min(p),
+        _ => own,
+    }
 }
 
 /// The fitted model ridgeline ships (`data/kernels/transfer.toml`).
@@ -597,14 +615,10 @@ impl Model {
         let c = self.class_for(kernel, d)?;
         let d = d.capped(c.energy_per_flop_7nm);
         let x = features(kernel, elem, &d);
-        let work: f64 = c
-            .coefficients
-            .iter()
-            .zip(&x)
-            .skip(1)
-            .map(|(c, v)| c * v)
-            .sum();
-        Some((work.max(self.launch_floor(c)), c.holdout_interval_90))
+        Some((
+            work(&c.coefficients, &x).max(self.launch_floor(c)),
+            c.holdout_interval_90,
+        ))
     }
 
     /// The least time a kernel of class `c` takes inside a step: the host's time per launch,
@@ -617,13 +631,8 @@ impl Model {
     /// tensor-core classes, fitted on ridgeline's own records of another host and API, keep
     /// their own.
     pub fn launch_floor(&self, c: &ClassCoefficients) -> f64 {
-        let own = c.coefficients.first().copied().unwrap_or(0.0);
-        match self.class("gemm") {
-            Some(g) if c.name != "gemm" && !c.name.ends_with("-tensor") => {
-                own.min(g.coefficients.first().copied().unwrap_or(own))
-            }
-            _ => own,
-        }
+        let launch = |c: &ClassCoefficients| c.coefficients.first().copied().unwrap_or(0.0);
+        floor(&c.name, launch(c), self.class("gemm").map(launch))
     }
 }
 

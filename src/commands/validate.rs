@@ -146,11 +146,25 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
         }
         if !check.ours.is_empty() {
             d = d
-                .summary("our records", format!("{} (never fitted on)", args.ours.display()))
+                .summary(
+                    "our records",
+                    format!(
+                        "{} (never seen by the FP32 fit; the -tensor classes' data)",
+                        args.ours.display()
+                    ),
+                )
                 .note("`ours` rows: the model fitted on every GPU above predicts ridgeline's own kernel records of GPUs outside it (scripts/gpu-records.sh: cuBLAS GEMMs, and cuDNN convolutions forward, backward-data and backward-filter at the reference workloads' layers), per GPU and precision; tf32, fp16 and bf16 run on tensor cores, timed at the device file's peak for that format with the FP32 fit's coefficients. Intervals: each class's 90 % interval from leaving one GPU out above.");
         }
         if check.tensor.is_some() {
-            d = d.note("`-tensor` rows: the tensor-core classes, fitted on ridgeline's own tensor-core records (the `ours` rows' tf32, fp16 and bf16), each precision of each GPU left out in turn and predicted by a fit on the others at its own peak (`all`: every held-out kernel pooled). `predict` times tensor-core layers with them.");
+            d = d.note("`-tensor` rows: a tensor-core class is the FP32 fit's class at the tensor-core peak with its work scaled by the median ratio of measured to predicted on ridgeline's own tensor-core records (the `ours` rows' tf32, fp16 and bf16); each precision of each GPU left out in turn, its scale from the others (`all`: every held-out kernel pooled). Adopted where that beats the FP32 class unscaled on the same held-out kernels; `predict` times tensor-core layers with the adopted ones.");
+            for (class, plain) in &check.tensor_unscaled {
+                let adopted = check.tensor_adopted.iter().any(|m| &m.class == class);
+                d = d.note(format!(
+                    "{class}: {} (the FP32 class unscaled: median |error| {:.1}%)",
+                    if adopted { "adopted" } else { "not adopted" },
+                    100.0 * plain
+                ));
+            }
         }
         if !check.steps.is_empty() {
             d = d.then_table(output::table(

@@ -267,6 +267,71 @@ pub fn table2() -> Result<Vec<Figure>> {
 mod tests {
     use super::*;
 
+    /// PyTorch's own count (`torch.utils.flop_counter.FlopCounterMode`, matrix products
+    /// only) of each built-in transformer's training step, made offline by
+    /// `scripts/flopcounter.py` (`data/reference/flopcounter.toml`): the model's matrix
+    /// kernels (linear layers, the language-model head, attention's QK^T and AV) count the
+    /// same forward and backward FLOPs exactly (the target is 0.1 %), and the same parameters.
+    #[test]
+    fn transformers_count_the_matrix_flops_torch_counts() {
+        use crate::kernels::{KernelClass, KernelPass, step_kernels};
+        use crate::precision::Precision;
+        use crate::workloads::{self, BuildOptions};
+        #[derive(serde::Deserialize)]
+        struct Figure {
+            value: f64,
+        }
+        #[derive(serde::Deserialize)]
+        struct Model {
+            name: String,
+            seq: usize,
+            batch: u64,
+            params: Figure,
+            flops_fwd: Figure,
+            flops_bwd: Figure,
+        }
+        #[derive(serde::Deserialize)]
+        struct File {
+            model: Vec<Model>,
+        }
+        let text = include_str!("../../data/reference/flopcounter.toml");
+        let file: File = toml::from_str(text).unwrap();
+        assert_eq!(file.model.len(), 6);
+        for m in &file.model {
+            let graph = workloads::build(
+                &m.name,
+                &BuildOptions {
+                    input_size: Some(vec![m.seq]),
+                    width: 1.0,
+                },
+            )
+            .unwrap();
+            let cost = crate::cost::cost(&graph, m.batch, Precision::Fp32);
+            assert_eq!(cost.params as f64, m.params.value, "{}", m.name);
+            let (mut fwd, mut bwd) = (0.0, 0.0);
+            for k in step_kernels(&graph, &cost).iter().flatten() {
+                if k.class == KernelClass::Gemm {
+                    if k.pass == KernelPass::Forward {
+                        fwd += k.x[1];
+                    } else {
+                        bwd += k.x[1];
+                    }
+                }
+            }
+            for (what, ours, torch) in [
+                ("forward", fwd, m.flops_fwd.value),
+                ("backward", bwd, m.flops_bwd.value),
+            ] {
+                let r = ours / torch - 1.0;
+                assert!(
+                    r.abs() < 1e-3,
+                    "{} {what}: {ours:e} against torch's {torch:e} ({r:+e})",
+                    m.name
+                );
+            }
+        }
+    }
+
     #[test]
     fn every_built_in_workload_matches_its_reference_table() {
         for w in reference::workloads() {

@@ -29,7 +29,9 @@
 //! curves, and [`predict`] combines them into step, epoch and time-to-solution predictions
 //! ([`predict::StepModel`] -> [`predict::Plan`] -> [`predict::Plan::evaluate`], split by what
 //! each depends on so that [`sweep`] evaluates millions of configurations per second);
-//! [`parallel`] splits a transformer over tensor, pipeline and data parallelism;
+//! [`parallel`] splits a transformer over tensor, pipeline and data parallelism; [`sim`]
+//! simulates a step event by event on every rank (gradient buckets beside backward, the
+//! input read ahead, stragglers) and writes its timeline ([`predict::simulate`]);
 //! [`scale`] builds strong, weak, ensemble and problem-size series, and [`procurement`]
 //! compares candidate systems (offers with price and power) on a weighted workload mix. This crate does no I/O
 //! beyond parsing text handed to it, and never prints.
@@ -67,6 +69,7 @@ pub mod published;
 pub mod reference;
 pub mod roofline;
 pub mod scale;
+pub mod sim;
 pub mod sweep;
 pub mod system;
 pub mod transfer;

@@ -120,12 +120,48 @@ pub(crate) struct PredictArgs {
     /// Micro-batches each replica's batch is cut into (default: the pipeline stages).
     #[arg(long, value_name = "M", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) micro_batches: Option<u32>,
+    /// Also simulate the step event by event (gradient buckets allreduced beside backward,
+    /// the input read ahead, the slowest of the ranks) and write its timeline to FILE in the
+    /// Chrome trace format (Perfetto, chrome://tracing).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) timeline: Option<PathBuf>,
+    /// The simulator's gradient bucket, MiB (PyTorch DDP's default).
+    #[arg(long, value_name = "MIB", default_value_t = 25.0, requires = "timeline",
+          value_parser = positive_f64)]
+    pub(crate) bucket_mib: f64,
+    /// Steps of input the simulator reads ahead (0: each step reads its own first).
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "timeline")]
+    pub(crate) prefetch: u32,
+    /// The simulator's per-rank, per-layer coefficient of variation of layer times (0: every
+    /// rank alike); the step waits for the slowest rank.
+    #[arg(long, value_name = "CV", default_value_t = 0.0, requires = "timeline",
+          value_parser = non_negative_f64)]
+    pub(crate) rank_cv: f64,
+    /// The seed of the simulator's variability draws.
+    #[arg(long, value_name = "N", default_value_t = 0, requires = "timeline")]
+    pub(crate) seed: u64,
     #[command(flatten)]
     pub(crate) precision: PrecisionArg,
     #[command(flatten)]
     pub(crate) scenario: ScenarioArgs,
     #[command(flatten)]
     pub(crate) output: OutputArgs,
+}
+
+/// A positive finite number.
+fn positive_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("`{s}`: give a positive number")),
+    }
+}
+
+/// A finite number of at least 0.
+fn non_negative_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("`{s}`: give a number of at least 0")),
+    }
 }
 
 /// A scaling series.

@@ -42,6 +42,29 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
         (None, None) => anyhow::bail!("give --batch or --global-batch"),
     };
     let p = predict::predict(job.inputs(system), &job.scenario, batch)?;
+    let simulated = match &args.timeline {
+        Some(path) => {
+            let sim = predict::simulate(
+                job.inputs(system),
+                &job.scenario,
+                batch,
+                ridgeline_model::sim::SimOptions {
+                    bucket_bytes: args.bucket_mib * 1024.0 * 1024.0,
+                    prefetch: args.prefetch,
+                    cv: args.rank_cv,
+                    seed: args.seed,
+                    ..Default::default()
+                },
+            )?;
+            let trace = ridgeline_model::sim::chrome_trace(
+                &sim,
+                &format!("{} on {}, slowest rank", p.workload, p.system),
+            );
+            ridgeline_app::atomic::write(path, format!("{trace}\n").as_bytes())?;
+            Some((sim, path))
+        }
+        None => None,
+    };
     let cols = tables::movement_cols();
     output::print(args.output.format.format, &p, |style| {
         let s = Style::Human;
@@ -130,6 +153,19 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
             "compute budget",
             format!("{:.1} device-hours", o.compute_budget_device_hours),
         );
+        if let Some((sim, path)) = &simulated {
+            doc = doc
+                .summary(
+                    "simulated step",
+                    format!(
+                        "{} ({} buckets; communication exposed after backward {})",
+                        secs(Seconds::new(sim.step_s)),
+                        sim.buckets,
+                        secs(Seconds::new(sim.exposed_comm_s))
+                    ),
+                )
+                .summary("timeline", path.display().to_string());
+        }
         if let Some(v) = p.valid_flops {
             doc = doc.summary("valid FLOPS", s.flop_rate(v));
         }

@@ -553,3 +553,52 @@ fn predict_times_gpus_by_the_transferred_model_unless_told_or_unable() {
     let err = run_err(&bad.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(err.contains("valid: transfer, ideal"), "{err}");
 }
+
+#[test]
+fn predict_simulates_the_step_and_writes_its_timeline() {
+    let path = std::env::temp_dir().join(format!("ridgeline-timeline-{}.json", std::process::id()));
+    let p = path.to_str().unwrap();
+    let args = [
+        "predict",
+        "resnet50",
+        "--system",
+        "dgx-a100",
+        "--nodes",
+        "4",
+        "--batch",
+        "64",
+        "--epochs",
+        "1",
+        "--timeline",
+        p,
+    ];
+    let out = run_ok(&args);
+    assert!(
+        out.contains("simulated step") && out.contains("buckets"),
+        "{out}"
+    );
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    // Every layer forward and backward on the compute stream, buckets on communication.
+    let on = |cat: &str| events.iter().filter(|e| e["cat"] == cat).count();
+    assert!(on("compute") >= 2 * 100, "{}", on("compute"));
+    assert!(on("communication") >= 2);
+    assert!(
+        events
+            .iter()
+            .all(|e| e["ph"] == "M" || e["dur"].as_f64().unwrap() >= 0.0)
+    );
+    // The same seed, the same step; a bucket of nothing is refused.
+    let mut varied = args.to_vec();
+    varied.extend(["--rank-cv", "0.1", "--seed", "3"]);
+    assert_eq!(run_ok(&varied), run_ok(&varied));
+    let mut bad = args.to_vec();
+    bad.extend(["--bucket-mib", "0"]);
+    let err = run_err(&bad);
+    assert!(
+        err.contains("--bucket-mib") && err.contains("positive"),
+        "{err}"
+    );
+    std::fs::remove_file(&path).unwrap();
+}

@@ -254,6 +254,51 @@ pub struct Inputs<'a> {
     pub reference_input_elements: u64,
 }
 
+/// One step of `inputs` at `batch` per device on `scenario.nodes` nodes through the
+/// discrete-event simulator ([`crate::sim`]): each layer as `predict` times it, its gradients
+/// (parameters times the scenario's gradient bytes) in buckets allreduced by the scenario's
+/// collective model, and the input per step and the optimizer update as `predict` counts
+/// them. `options` gives the buckets, overlap, prefetch and variability; its input,
+/// optimizer and rank figures are filled in here.
+pub fn simulate(
+    inputs: Inputs<'_>,
+    scenario: &Scenario,
+    batch: u64,
+    options: crate::sim::SimOptions,
+) -> Result<crate::sim::Simulated> {
+    let p = predict(inputs, scenario, batch)?;
+    let fabric = Fabric::of(inputs.system, scenario.nodes)?;
+    let per_param = scenario.gradient_bytes as f64;
+    let layers: Vec<crate::sim::SimLayer> = p
+        .layers
+        .iter()
+        .zip(&inputs.model.layer_params)
+        .map(|(l, &params)| crate::sim::SimLayer {
+            name: l.layer.clone(),
+            forward_s: l.forward_s,
+            backward_s: l.backward_s,
+            gradient_bytes: params as f64 * per_param,
+        })
+        .collect();
+    let layer_sum: f64 = layers.iter().map(|l| l.forward_s + l.backward_s).sum();
+    let o = &p.outcome;
+    let collective = scenario.collective;
+    let allreduce = |bytes: f64| {
+        crate::collective::allreduce_time(&fabric, bytes, collective)
+            .map_or(0.0, |a| a.time.value())
+    };
+    Ok(crate::sim::simulate(
+        &layers,
+        &allreduce,
+        &crate::sim::SimOptions {
+            input_s: o.input_s.value(),
+            optimizer_s: (o.compute_s.value() - layer_sum).max(0.0),
+            ranks: u32::try_from(o.devices).unwrap_or(u32::MAX),
+            ..options
+        },
+    ))
+}
+
 /// Predicts one configuration at local batch `batch`. Anything that makes it impossible is
 /// an error naming the cause.
 pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Prediction> {

@@ -24,6 +24,8 @@ pub struct StepModel {
     pub(super) matrix: Vec<bool>,
     /// Each layer's name.
     pub(super) names: Vec<String>,
+    /// Each layer's trainable parameters (its gradient's elements).
+    pub layer_params: Vec<u64>,
     pub(super) flops_fwd: Vec<f64>,
     pub(super) flops_bwd: Vec<f64>,
     pub(super) act_fwd: Vec<f64>,
@@ -69,6 +71,7 @@ impl StepModel {
             precision: one.precision,
             matrix: Vec::new(),
             names: Vec::new(),
+            layer_params: Vec::new(),
             flops_fwd: Vec::new(),
             flops_bwd: Vec::new(),
             act_fwd: Vec::new(),
@@ -110,6 +113,7 @@ impl StepModel {
             let (g1, g2) = (a.hbm_bytes_bwd.value(), b.hbm_bytes_bwd.value());
             m.matrix.push(a.matrix);
             m.names.push(layer.name.to_string());
+            m.layer_params.push(a.params);
             m.kernels.push([k1, k2]);
             m.flops_fwd.push(a.flops_fwd.value());
             m.flops_bwd.push(a.flops_bwd.value());

@@ -245,7 +245,7 @@ pub fn published_summary_lines(v: &Published, style: Style) -> Vec<(String, Stri
 pub fn summary_lines(v: &Validation) -> Vec<(String, String)> {
     let s = &v.summary;
     let pct = |x: f64| signed_percent(x, Style::Human);
-    vec![
+    let mut lines = vec![
         (
             "step time |error|".into(),
             format!(
@@ -277,7 +277,18 @@ pub fn summary_lines(v: &Validation) -> Vec<(String, String)> {
                 pct(s.memory.bias)
             ),
         ),
-    ]
+    ];
+    if s.interval_steps > 0 {
+        lines.push((
+            "step 90 % interval".into(),
+            format!(
+                "{:.0}% of {} measured steps inside their predicted interval",
+                100.0 * s.interval_coverage,
+                s.interval_steps
+            ),
+        ));
+    }
+    lines
 }
 
 /// A relative error as a signed percentage (raw: the fraction).

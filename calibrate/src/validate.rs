@@ -66,6 +66,12 @@ pub struct StepPoint {
     pub batch: usize,
     /// Predicted seconds per step.
     pub predicted_s: f64,
+    /// The prediction's 90 % interval, seconds: from each layer's kernel model (a calibrated
+    /// fit's residuals, the transferred model's held-out errors); equal ends where every
+    /// layer is at the ideal bound.
+    pub predicted_lo_s: f64,
+    /// Its upper end.
+    pub predicted_hi_s: f64,
     /// Measured seconds per step (median).
     pub measured_s: f64,
     /// (predicted - measured) / measured.
@@ -143,6 +149,11 @@ pub struct Summary {
     pub layers: ErrorStats,
     /// Memory statistics.
     pub memory: ErrorStats,
+    /// Steps whose prediction has an interval of some width, and the share of them whose
+    /// measured time falls inside it.
+    pub interval_steps: usize,
+    /// That share (NaN where no step has an interval).
+    pub interval_coverage: f64,
 }
 
 /// A validation.
@@ -236,7 +247,8 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
             transfer: DeviceSpec::of(&system.device, precision)
                 .map(|spec| (TransferModel::builtin(), spec)),
         };
-        let predicted = model.device_times(batch as f64, &rates, &timing).step;
+        let times = model.device_times(batch as f64, &rates, &timing);
+        let (predicted, [predicted_lo, predicted_hi]) = (times.step, times.interval_90);
         // Without a profile, each layer as `predict` times it (the transferred kernel model
         // on a GPU); with one, the calibrated roofline's layer times.
         let uncalibrated: Option<Vec<_>> = system
@@ -310,6 +322,8 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
             input,
             batch,
             predicted_s: predicted,
+            predicted_lo_s: predicted_lo.min(predicted),
+            predicted_hi_s: predicted_hi.max(predicted),
             measured_s: measured,
             rel_error: (predicted - measured) / measured,
             predicted_memory_bytes: predicted_memory,
@@ -324,6 +338,14 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
     let layer_errors: Vec<f64> = out_layers.iter().map(|l| l.rel_error).collect();
     let steps = ErrorStats::of(&step_errors);
     let memory = ErrorStats::of(&memory_errors);
+    let judged: Vec<&StepPoint> = out_steps
+        .iter()
+        .filter(|s| s.predicted_hi_s > s.predicted_lo_s)
+        .collect();
+    let inside = judged
+        .iter()
+        .filter(|s| (s.predicted_lo_s..=s.predicted_hi_s).contains(&s.measured_s))
+        .count();
     let mut worst = out_layers.clone();
     worst.sort_by(|a, b| {
         let d = |l: &LayerPoint| (l.predicted_s - l.measured_s).abs();
@@ -339,6 +361,12 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
             steps,
             layers: ErrorStats::of(&layer_errors),
             memory,
+            interval_steps: judged.len(),
+            interval_coverage: if judged.is_empty() {
+                f64::NAN
+            } else {
+                inside as f64 / judged.len() as f64
+            },
         },
         steps: out_steps,
         worst_layers: worst,

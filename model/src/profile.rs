@@ -329,6 +329,10 @@ impl KernelFit {
     }
 }
 
+/// The standard normal's 95th percentile: a 90 % interval's half-width in standard
+/// deviations.
+pub const NORMAL_90: f64 = 1.644_853_626_951_472_2;
+
 /// A kernel fit as the profile file writes it.
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -592,6 +596,24 @@ impl Profile {
         Some((fwd, bwd))
     }
 
+    /// The 90 % interval of a layer's `kernels` at `precision` (forward and backward
+    /// together), from each kernel fit's residuals: a kernel takes its fitted time times
+    /// `1 ± 1.645 x` its fit's root-mean-square relative error (the residuals taken as
+    /// normal; they hold the measurements' own spread too), the layer's kernels off together
+    /// (a machine's error is mostly its own bias), never below a tenth of the time. `None`
+    /// where a kernel has no fit.
+    pub fn layer_interval(&self, kernels: &[Kernel], precision: &str) -> Option<[f64; 2]> {
+        let mut out = [0.0; 2];
+        for k in kernels {
+            let f = self.kernel_fit(k, precision)?;
+            let t = f.time(&k.x);
+            let z = NORMAL_90 * f.rms_rel_error;
+            out[0] += t * (1.0 - z).max(0.1);
+            out[1] += t * (1.0 + z);
+        }
+        Some(out)
+    }
+
     /// Sustained DRAM bandwidth, bytes/s.
     pub fn dram_bandwidth(&self) -> Option<f64> {
         self.bandwidth
@@ -702,6 +724,26 @@ impl Profile {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn a_layers_interval_follows_its_fits_residuals() {
+        let p = sample();
+        let k = crate::kernels::gemm_kernel(
+            KernelClass::ConvSpatial,
+            KernelPass::Forward,
+            512.0,
+            512.0,
+            512.0,
+            1.0,
+        );
+        let t = p.time(&k, "fp32").unwrap();
+        let rms = p.kernel_fit(&k, "fp32").unwrap().rms_rel_error;
+        let [lo, hi] = p.layer_interval(&[k, k], "fp32").unwrap();
+        assert!((lo - 2.0 * t * (1.0 - NORMAL_90 * rms).max(0.1)).abs() <= 1e-12 * t);
+        assert!((hi - 2.0 * t * (1.0 + NORMAL_90 * rms)).abs() <= 1e-12 * t);
+        assert!(lo < 2.0 * t && 2.0 * t < hi);
+        assert!(p.layer_interval(&[k], "bf16").is_none());
+    }
 
     pub(crate) fn sample() -> Profile {
         Profile {

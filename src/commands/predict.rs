@@ -70,6 +70,14 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
         let s = Style::Human;
         let o = &p.outcome;
         let secs = |v: Seconds| s.seconds(v);
+        // A 90 % interval after a figure, where it has width.
+        let interval = |lo: Seconds, hi: Seconds| {
+            if hi.value() > lo.value() {
+                format!(", 90 %: {} to {}", secs(lo), secs(hi))
+            } else {
+                String::new()
+            }
+        };
         let bound = o.bound.name();
         let mut doc = Document::new(format!(
             "Prediction: {} on {} x {} nodes ({} x {}), batch {} per device ({} global), {}",
@@ -84,7 +92,11 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
         ))
         .summary(
             "step time",
-            format!("{} ({bound}-bound)", secs(o.step_time_s)),
+            format!(
+                "{} ({bound}-bound){}",
+                secs(o.step_time_s),
+                interval(o.step_time_lo_s, o.step_time_hi_s)
+            ),
         )
         .summary(
             "  compute / input / allreduce",
@@ -105,11 +117,11 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
             "  compute, 90 % interval",
             match o.compute_interval_90_s {
                 [lo, hi] if lo != hi => format!(
-                    "{} to {} (each class's held-out interval)",
+                    "{} to {} (the kernel models' held-out or fit residuals)",
                     secs(lo),
                     secs(hi)
                 ),
-                _ => "none: no layer timed by the transferred model".to_owned(),
+                _ => "none: every layer at the ideal bound".to_owned(),
             },
         )
         .summary(
@@ -125,13 +137,21 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
         .summary(
             "epoch time",
             format!(
-                "{} (evaluation {})",
+                "{} (evaluation {}){}",
                 secs(o.epoch_time_s),
-                secs(o.eval_time_s)
+                secs(o.eval_time_s),
+                interval(o.epoch_time_lo_s, o.epoch_time_hi_s)
             ),
         )
         .summary("staging", secs(o.staging_s))
-        .summary("time to solution", secs(o.time_to_solution_s))
+        .summary(
+            "time to solution",
+            format!(
+                "{}{}",
+                secs(o.time_to_solution_s),
+                interval(o.time_to_solution_lo_s, o.time_to_solution_hi_s)
+            ),
+        )
         .summary(
             "achieved",
             format!(

@@ -166,6 +166,23 @@ mod tests {
                         "{name} {p}: {lo:?} {ct:?} {hi:?}"
                     );
                     assert_eq!(ideal.outcome.compute_interval_90_s, [ci, ci]);
+                    // The step, epoch and time to solution carry it: the point inside,
+                    // equal ends at the ideal bound.
+                    let o = &transfer.outcome;
+                    for (lo, v, hi) in [
+                        (o.step_time_lo_s, o.step_time_s, o.step_time_hi_s),
+                        (o.epoch_time_lo_s, o.epoch_time_s, o.epoch_time_hi_s),
+                        (
+                            o.time_to_solution_lo_s,
+                            o.time_to_solution_s,
+                            o.time_to_solution_hi_s,
+                        ),
+                    ] {
+                        assert!(lo <= v && v <= hi, "{name} {p}: {lo:?} {v:?} {hi:?}");
+                    }
+                    assert!(o.step_time_lo_s < o.step_time_hi_s, "{name} {p}");
+                    let i = &ideal.outcome;
+                    assert_eq!(i.time_to_solution_lo_s, i.time_to_solution_hi_s);
                     for l in &transfer.layers {
                         let [a, b] = l.interval_90_s.unwrap();
                         let t = l.forward_s + l.backward_s;

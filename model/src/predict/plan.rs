@@ -125,6 +125,11 @@ pub struct Outcome {
     pub collective: Algorithm,
     /// Step time.
     pub step_time_s: Seconds,
+    /// The 90 % interval of the step time: the step at the ends of the compute time's
+    /// interval (input and allreduce at their point figures).
+    pub step_time_lo_s: Seconds,
+    /// Its upper end.
+    pub step_time_hi_s: Seconds,
     /// What bounds the step.
     pub bound: StepBound,
     /// Global samples per second.
@@ -135,12 +140,20 @@ pub struct Outcome {
     pub epochs: f64,
     /// Time of one epoch (training and evaluation) with the data at its steady location.
     pub epoch_time_s: Seconds,
+    /// The 90 % interval of the epoch time, as the step's.
+    pub epoch_time_lo_s: Seconds,
+    /// Its upper end.
+    pub epoch_time_hi_s: Seconds,
     /// Evaluation time per epoch.
     pub eval_time_s: Seconds,
     /// Staging time before training.
     pub staging_s: Seconds,
     /// Time to solution: staging + epochs x epoch.
     pub time_to_solution_s: Seconds,
+    /// The 90 % interval of the time to solution, as the step's.
+    pub time_to_solution_lo_s: Seconds,
+    /// Its upper end.
+    pub time_to_solution_hi_s: Seconds,
     /// Achieved FLOP/s of the job.
     pub achieved_flops: FlopRate,
     /// Achieved / aggregate matrix peak.
@@ -755,6 +768,18 @@ impl<'a> Plan<'a> {
         };
         let compute = self.compute.value();
         let step = combine(&[compute, input, allreduce]);
+        // The figures at a compute time of `c` (the evaluation's compute scaled alike).
+        let train = self.dataset.train_samples.value as f64;
+        let eval = self.dataset.eval_samples.value as f64;
+        let g = global as f64;
+        let at = |c: f64| {
+            let step = combine(&[c, input, allreduce]);
+            let scale = if compute > 0.0 { c / compute } else { 1.0 };
+            let eval_step = combine(&[self.eval_compute.value() * scale, input]);
+            let epoch = (train / g).ceil() * step + (eval / g).ceil() * eval_step;
+            [step, epoch]
+        };
+        let [lo, hi] = self.compute_interval.map(at);
         let bound = if compute >= input && compute >= allreduce {
             StepBound::Compute
         } else if input >= allreduce {
@@ -762,9 +787,6 @@ impl<'a> Plan<'a> {
         } else {
             StepBound::Allreduce
         };
-        let train = self.dataset.train_samples.value as f64;
-        let eval = self.dataset.eval_samples.value as f64;
-        let g = global as f64;
         let eval_step = combine(&[self.eval_compute.value(), input]);
         let eval_time = (eval / g).ceil() * eval_step;
         let epoch = (train / g).ceil() * step + eval_time;
@@ -786,14 +808,20 @@ impl<'a> Plan<'a> {
             allreduce_s: Seconds::new(allreduce),
             collective: ar.algorithm,
             step_time_s: Seconds::new(step),
+            step_time_lo_s: Seconds::new(lo[0].min(step)),
+            step_time_hi_s: Seconds::new(hi[0].max(step)),
             bound,
             samples_per_s: SampleRate::new(g / step),
             samples_per_s_per_device: SampleRate::new(b / step),
             epochs,
             epoch_time_s: Seconds::new(epoch),
+            epoch_time_lo_s: Seconds::new(lo[1].min(epoch)),
+            epoch_time_hi_s: Seconds::new(hi[1].max(epoch)),
             eval_time_s: Seconds::new(eval_time),
             staging_s: Seconds::new(staging),
             time_to_solution_s: tts_s,
+            time_to_solution_lo_s: Seconds::new((staging + epochs * lo[1]).min(tts)),
+            time_to_solution_hi_s: Seconds::new((staging + epochs * hi[1]).max(tts)),
             achieved_flops: achieved,
             fraction_of_peak: achieved / (self.peak * devices as f64),
             memory_per_device_bytes: self.memory,

@@ -205,7 +205,12 @@ impl StepModel {
             && let (Some((f1, b1)), Some((f2, b2))) =
                 (p.layer_times(k1, precision), p.layer_times(k2, precision))
         {
-            return layer(TimedByModel::Profile, at(f1, f2), at(b1, b2));
+            let mut l = layer(TimedByModel::Profile, at(f1, f2), at(b1, b2));
+            l.interval_90_s = p
+                .layer_interval(k1, precision)
+                .zip(p.layer_interval(k2, precision))
+                .map(|(a, c)| [at(a[0], c[0]), at(a[1], c[1])]);
+            return l;
         }
         if let Some((model, spec)) = &timing.transfer
             && !k1.is_empty()

@@ -498,6 +498,18 @@ fn validate_times_a_gpu_nobody_calibrated_against_its_measured_steps() {
         rows.iter()
             .all(|s| s["predicted_s"].as_f64().unwrap() > 0.0)
     );
+    // Every step predicted with its 90 % interval, and the share inside it reported.
+    assert!(rows.iter().all(|s| {
+        let (lo, p, hi) = (
+            s["predicted_lo_s"].as_f64().unwrap(),
+            s["predicted_s"].as_f64().unwrap(),
+            s["predicted_hi_s"].as_f64().unwrap(),
+        );
+        lo < p && p < hi
+    }));
+    assert_eq!(v["summary"]["interval_steps"], 7);
+    let c = v["summary"]["interval_coverage"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&c), "{c}");
     let table = run_ok(&[
         "validate",
         "--system",
@@ -505,7 +517,10 @@ fn validate_times_a_gpu_nobody_calibrated_against_its_measured_steps() {
         "--measured",
         &steps,
     ]);
-    assert!(table.contains("no calibration"), "{table}");
+    assert!(
+        table.contains("no calibration") && table.contains("inside their predicted interval"),
+        "{table}"
+    );
     // A profile and a system are two answers to one question.
     let err = run_err(&[
         "validate",

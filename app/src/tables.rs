@@ -94,7 +94,7 @@ pub fn roofline_cols<'g>() -> [Col<RooflineLayer<'g>>; 10] {
 }
 
 /// A scaling series: one row per node count.
-pub fn scale_cols() -> [Col<ScaleRow>; 13] {
+pub fn scale_cols() -> [Col<ScaleRow>; 15] {
     [
         num("nodes", "nodes", |r, s| s.count(u64::from(r.nodes))),
         num("models", "models", |r, s| s.count(u64::from(r.models))),
@@ -112,6 +112,14 @@ pub fn scale_cols() -> [Col<ScaleRow>; 13] {
         num("step", "step_time_s", |r, s| {
             r.outcome
                 .map_or_else(String::new, |o| s.seconds(o.step_time_s))
+        }),
+        num("90 % lo", "step_time_lo_s", |r, s| {
+            r.outcome
+                .map_or_else(String::new, |o| s.seconds(o.step_time_lo_s))
+        }),
+        num("90 % hi", "step_time_hi_s", |r, s| {
+            r.outcome
+                .map_or_else(String::new, |o| s.seconds(o.step_time_hi_s))
         }),
         text("bound", "bound", |r, _| {
             r.outcome

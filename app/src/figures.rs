@@ -394,6 +394,49 @@ pub fn scaling(
     }
 }
 
+/// The simulated step's timeline ([`ridgeline_model::sim`]): one track per stream (input,
+/// compute, communication), raised while the stream is busy, against time in milliseconds.
+pub fn timeline(sim: &ridgeline_model::sim::Simulated, title: String) -> Figure {
+    use ridgeline_model::sim::Stream;
+    let streams = [Stream::Input, Stream::Compute, Stream::Communication];
+    let series = streams
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &stream)| {
+            let base = i as f64;
+            // The stream's busy time, back-to-back spans merged into one.
+            let mut busy: Vec<(f64, f64)> = Vec::new();
+            for sp in sim.spans.iter().filter(|sp| sp.stream == stream) {
+                let (a, b) = (1e3 * sp.start_s, 1e3 * (sp.start_s + sp.duration_s));
+                match busy.last_mut() {
+                    Some(last) if a <= last.1 + 1e-9 => last.1 = last.1.max(b),
+                    _ => busy.push((a, b)),
+                }
+            }
+            let mut pts = vec![(0.0, base)];
+            for (a, b) in busy {
+                pts.extend([(a, base), (a, base + 0.8), (b, base + 0.8), (b, base)]);
+            }
+            pts.push((1e3 * sim.step_s, base));
+            (pts.len() > 2).then(|| Series::new(stream.name(), Mark::Line, i, pts))
+        })
+        .collect();
+    Figure {
+        id: "timeline".into(),
+        chart: Chart::Xy(XyChart {
+            title,
+            x: Axis::linear("time in the step (ms)"),
+            y: Axis::linear("stream: 0 input, 1 compute, 2 communication"),
+            series,
+        }),
+        caption: "The step simulated event by event on every rank (the slowest rank's \
+            streams): layers one after another, gradient buckets (25 MiB) allreduced beside \
+            backward as they fill, the optimizer after both, the next step's input read \
+            meanwhile; a track is raised while its stream is busy."
+            .into(),
+    }
+}
+
 /// Per-layer prediction against measurement, log-log, with y = x and a ±`band` error band
 /// (dashed), one colour per op kind.
 pub fn predicted_vs_measured(title: String, layers: &[LayerPoint], band: f64) -> Figure {

@@ -786,7 +786,8 @@ pub struct WorkloadReportRequest {
     pub provenance: String,
 }
 
-/// The workload report of `args`: prediction, memory, roofline, batch sizes and scaling;
+/// The workload report of `args`: prediction, the simulated step's timeline, memory,
+/// roofline, batch sizes and scaling;
 /// returns it with the prediction it is built on.
 pub fn workload(args: &WorkloadReportRequest) -> Result<(Report, Prediction)> {
     let job = Job::from_flags(&args.workload, &args.scenario, args.precision, args.nodes)?;
@@ -848,6 +849,28 @@ pub fn workload(args: &WorkloadReportRequest) -> Result<(Report, Prediction)> {
         &p.data_movement,
         &tables::movement_cols(),
     ));
+
+    // Inside the step: the simulated timeline.
+    let sim = predict::simulate(
+        job.inputs(system),
+        sc,
+        args.batch,
+        ridgeline_model::sim::SimOptions::default(),
+    )?;
+    let step_section = Section::new("Inside a step")
+        .fact(
+            "simulated step",
+            format!(
+                "{} ({} gradient buckets; communication exposed after backward {})",
+                secs(Seconds::new(sim.step_s)),
+                sim.buckets,
+                secs(Seconds::new(sim.exposed_comm_s))
+            ),
+        )
+        .figure(figures::timeline(
+            &sim,
+            format!("{} on {}: one step, simulated", p.workload, p.system),
+        ));
 
     // Across batch sizes: data movement and the step's parts.
     let mut batch_section = Section::new("Across batch sizes");
@@ -980,6 +1003,7 @@ pub fn workload(args: &WorkloadReportRequest) -> Result<(Report, Prediction)> {
         )],
         sections: vec![
             prediction,
+            step_section,
             memory_section,
             roofline_section,
             batch_section,

@@ -480,6 +480,7 @@ fn workload_report() {
     assert_eq!(v["nodes"], 4);
     assert_eq!(v["global_batch"], 4 * 8 * 64);
     let figures = [
+        ("timeline", "resnet50 on dgx-h100: one step, simulated"),
         ("memory", "Memory per device: resnet50"),
         (
             "roofline",

@@ -858,15 +858,7 @@ pub fn workload(args: &WorkloadReportRequest) -> Result<(Report, Prediction)> {
         ridgeline_model::sim::SimOptions::default(),
     )?;
     let step_section = Section::new("Inside a step")
-        .fact(
-            "simulated step",
-            format!(
-                "{} ({} gradient buckets; communication exposed after backward {})",
-                secs(Seconds::new(sim.step_s)),
-                sim.buckets,
-                secs(Seconds::new(sim.exposed_comm_s))
-            ),
-        )
+        .fact("simulated step", tables::simulated_step(&sim))
         .figure(figures::timeline(
             &sim,
             format!("{} on {}: one step, simulated", p.workload, p.system),

@@ -249,6 +249,18 @@ pub fn published_summary_lines(v: &Published, style: Style) -> Vec<(String, Stri
         .collect()
 }
 
+/// The simulated step in words: its time, buckets and exposed communication (`predict
+/// --timeline` and the workload report).
+pub fn simulated_step(sim: &ridgeline_model::sim::Simulated) -> String {
+    let s = Style::Human;
+    format!(
+        "{} ({} gradient buckets; communication exposed after backward {})",
+        s.seconds(ridgeline_model::units::Seconds::new(sim.step_s)),
+        sim.buckets,
+        s.seconds(ridgeline_model::units::Seconds::new(sim.exposed_comm_s))
+    )
+}
+
 /// The summary lines of a validation: step, layer and memory error statistics.
 pub fn summary_lines(v: &Validation) -> Vec<(String, String)> {
     let s = &v.summary;

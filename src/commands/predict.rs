@@ -175,15 +175,7 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
         );
         if let Some((sim, path)) = &simulated {
             doc = doc
-                .summary(
-                    "simulated step",
-                    format!(
-                        "{} ({} buckets; communication exposed after backward {})",
-                        secs(Seconds::new(sim.step_s)),
-                        sim.buckets,
-                        secs(Seconds::new(sim.exposed_comm_s))
-                    ),
-                )
+                .summary("simulated step", tables::simulated_step(sim))
                 .summary("timeline", path.display().to_string());
         }
         if let Some(v) = p.valid_flops {

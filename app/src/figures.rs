@@ -440,13 +440,70 @@ pub fn timeline(sim: &ridgeline_model::sim::Simulated, title: String) -> Figure 
 /// Per-layer prediction against measurement, log-log, with y = x and a ±`band` error band
 /// (dashed), one colour per op kind.
 pub fn predicted_vs_measured(title: String, layers: &[LayerPoint], band: f64) -> Figure {
-    let points: Vec<&LayerPoint> = layers
+    let points: Vec<(&str, f64, f64)> = layers
         .iter()
-        .filter(|l| l.predicted_s > 0.0 && l.measured_s > 0.0)
+        .map(|l| (l.op.as_str(), l.measured_s, l.predicted_s))
+        .collect();
+    against(
+        "predicted-vs-measured",
+        title,
+        &points,
+        band,
+        format!(
+            "Every layer pass (forward and backward) of every measured step: predicted from the \
+             calibrated profile against the executor's median. Points above y = x are predicted \
+             slow; dashed: ±{:.0} %.",
+            band * 100.0
+        ),
+    )
+}
+
+/// Each imported run's predicted time to train against its measured one, log-log, with
+/// y = x and a ±`band` band, one colour per run's system.
+pub fn runs_predicted_vs_measured(
+    title: String,
+    runs: &[crate::runs::RunCheck],
+    band: f64,
+) -> Figure {
+    let points: Vec<(&str, f64, f64)> = runs
+        .iter()
+        .map(|r| {
+            (
+                r.run_system.as_str(),
+                r.measured_time_to_train_s,
+                r.predicted_time_to_train_s,
+            )
+        })
+        .collect();
+    against(
+        "runs-predicted-vs-measured",
+        title,
+        &points,
+        band,
+        format!(
+            "Each imported run's time to train (run_start to run_stop): predicted against \
+             measured. Points above y = x are predicted slow; dashed: ±{:.0} %.",
+            band * 100.0
+        ),
+    )
+}
+
+/// `(group, measured, predicted)` points, log-log, with y = x, a ±`band` band (dashed) and
+/// one colour per group; points that are not both positive are left out.
+fn against(
+    id: &str,
+    title: String,
+    points: &[(&str, f64, f64)],
+    band: f64,
+    caption: String,
+) -> Figure {
+    let points: Vec<&(&str, f64, f64)> = points
+        .iter()
+        .filter(|(_, m, p)| *p > 0.0 && *m > 0.0)
         .collect();
     let (lo, hi) = points
         .iter()
-        .flat_map(|l| [l.predicted_s, l.measured_s])
+        .flat_map(|(_, m, p)| [*p, *m])
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
             (lo.min(v), hi.max(v))
         });
@@ -470,35 +527,30 @@ pub fn predicted_vs_measured(title: String, layers: &[LayerPoint], band: f64) ->
             vec![(lo, lo * (1.0 - band)), (hi, hi * (1.0 - band))],
         ),
     ];
-    let mut ops: Vec<&str> = points.iter().map(|l| l.op.as_str()).collect();
-    ops.sort_unstable();
-    ops.dedup();
-    for (i, op) in ops.into_iter().enumerate() {
+    let mut groups: Vec<&str> = points.iter().map(|(g, _, _)| *g).collect();
+    groups.sort_unstable();
+    groups.dedup();
+    for (i, group) in groups.into_iter().enumerate() {
         series.push(Series::new(
-            op,
+            group,
             Mark::Points,
             i + 1,
             points
                 .iter()
-                .filter(|l| l.op == op)
-                .map(|l| (l.measured_s, l.predicted_s))
+                .filter(|(g, _, _)| *g == group)
+                .map(|(_, m, p)| (*m, *p))
                 .collect(),
         ));
     }
     Figure {
-        id: "predicted-vs-measured".into(),
+        id: id.into(),
         chart: Chart::Xy(XyChart {
             title,
             x: Axis::log("measured (s)"),
             y: Axis::log("predicted (s)"),
             series,
         }),
-        caption: format!(
-            "Every layer pass (forward and backward) of every measured step: predicted from the \
-             calibrated profile against the executor's median. Points above y = x are predicted \
-             slow; dashed: ±{:.0} %.",
-            band * 100.0
-        ),
+        caption,
     }
 }
 

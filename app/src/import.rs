@@ -6,7 +6,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use ridgeline_calibrate::dataset::KernelSet;
-use ridgeline_calibrate::neusight;
+use ridgeline_calibrate::{mlperf, neusight};
 
 /// The subdirectory of a NeuSight kernel set that holds its per-operator labels of whole
 /// training steps ([`ridgeline_calibrate::dataset::LabelSet`]).
@@ -122,4 +122,89 @@ pub fn counts(set: &KernelSet) -> Vec<(String, String, usize)> {
         }
     }
     out
+}
+
+/// Reads MLPerf result logs as run records ([`ridgeline_calibrate::mlperf`]): each path a
+/// `result_N.txt`, or a folder searched for them (a submission's `results/`, or the whole
+/// repository). A log's system description is the submitter's
+/// `systems/<system>.json`, two folders above the log's benchmark folder, where it exists.
+/// Runs come in path order.
+pub fn mlperf(paths: &[std::path::PathBuf]) -> Result<Vec<mlperf::RunRecord>> {
+    let mut logs = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            result_logs(p, &mut logs)
+                .with_context(|| format!("{}: cannot read the folder", p.display()))?;
+        } else if p.is_file() {
+            logs.push(p.clone());
+        } else {
+            bail!(
+                "{}: no such file or folder; give MLPerf result logs (`result_N.txt`) or a \
+                 results folder",
+                p.display()
+            );
+        }
+    }
+    if logs.is_empty() {
+        bail!(
+            "no MLPerf result logs (`result_*.txt`) under {}",
+            paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    logs.sort();
+    logs.dedup();
+    logs.iter()
+        .map(|log| {
+            let name = log.display().to_string();
+            let text =
+                std::fs::read_to_string(log).with_context(|| format!("{name}: cannot read"))?;
+            let system = match system_description(log) {
+                Some(json) => {
+                    let file = json.display().to_string();
+                    let text = std::fs::read_to_string(&json)
+                        .with_context(|| format!("{file}: cannot read"))?;
+                    Some(mlperf::SystemDescription::parse(&text, &file)?)
+                }
+                None => None,
+            };
+            Ok(mlperf::parse(&text, &name, system.as_ref())?)
+        })
+        .collect()
+}
+
+/// Every `result_*.txt` under `dir`.
+fn result_logs(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            result_logs(&path, out)?;
+        } else if path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("result_") && n.ends_with(".txt"))
+        {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// The system description of the log at `<submitter>/results/<system>/<benchmark>/result_N.txt`:
+/// `<submitter>/systems/<system>.json`, where that file exists.
+fn system_description(log: &Path) -> Option<std::path::PathBuf> {
+    let benchmark = log.parent()?;
+    let system = benchmark.parent()?;
+    let results = system.parent()?;
+    if results.file_name()? != "results" {
+        return None;
+    }
+    let json = results
+        .parent()?
+        .join("systems")
+        .join(format!("{}.json", system.file_name()?.to_str()?));
+    json.is_file().then_some(json)
 }

@@ -13,6 +13,10 @@
 //!   micro-kernel suite, and an [`campaign::Observer`] for progress.
 //! - [`validation`]: validating measured steps against a profile, and the self-check
 //!   pipeline.
+//! - [`import`]: public measurements converted for ridgeline: NeuSight's GPU kernels as a
+//!   kernel set, MLPerf result logs as run records.
+//! - [`runs`]: imported runs (MLPerf) against `predict`: throughput, epoch time and time to
+//!   train.
 //! - [`columns`] and [`tables`]: table columns written from one definition in a human and a
 //!   raw style, and the column sets that commands print and reports carry.
 //! - [`figures`]: the plots, as [`ridgeline_reports::chart::Figure`] models.
@@ -33,6 +37,7 @@ pub mod figures;
 pub mod import;
 pub mod inputs;
 pub mod report;
+pub mod runs;
 pub mod sweep;
 pub mod tables;
 pub mod validation;

@@ -26,6 +26,7 @@ use crate::atomic;
 use crate::columns::{self, Col, Style, num, text};
 use crate::figures;
 use crate::inputs::{self, Job, ScenarioSpec, WorkloadSpec};
+use crate::runs::RunValidation;
 use crate::tables;
 
 /// Extra files of a report directory, made from the paths of the report's own files.
@@ -763,6 +764,63 @@ pub fn validation_report(v: &Validation, provenance: String) -> Report {
             v.layers.len()
         )],
         sections: vec![summary, steps, layers, efficiency],
+        provenance,
+    }
+}
+
+/// The validation report of imported runs (`ridgeline import mlperf`) against `predict`:
+/// the summary, each run's throughput, epoch and time to train, and predicted against
+/// measured time to train. `measured` names the runs file.
+pub fn runs_report(v: &RunValidation, measured: &str, provenance: String) -> Report {
+    let pct = |x: f64| format!("{:.1}%", 100.0 * x);
+    let mut summary = Section::new("Summary")
+        .paragraph(
+            "Each run is predicted on its nodes, the system's node holding the run's \
+             accelerators, at its global batch, for its epochs, training samples and \
+             evaluations. Nothing is fitted on the runs. Error = (predicted - measured) / \
+             measured.",
+        )
+        .fact("measured", measured.to_owned())
+        .fact(
+            "system",
+            format!("{} ({}), {}", v.system, v.device, v.precision),
+        )
+        .fact("layers timed by", v.timed_by.clone())
+        .fact(
+            "time to train",
+            format!(
+                "{} runs, median |error| {}, bias {:+.1}%, {:.0}% inside the 90 % interval",
+                v.runs.len(),
+                pct(v.median_abs_error),
+                100.0 * v.bias,
+                100.0 * v.interval_coverage
+            ),
+        );
+    if let Some(t) = v.throughput_median_abs_error {
+        summary = summary.fact("throughput", format!("median |error| {}", pct(t)));
+    }
+    for s in &v.skipped {
+        summary = summary.paragraph(format!("Not predicted: {s}"));
+    }
+    let runs = Section::new("Runs")
+        .table(table(
+            "runs",
+            "Throughput, epoch and time to train: measured and predicted",
+            &v.runs,
+            &tables::run_check_cols(),
+        ))
+        .figure(figures::runs_predicted_vs_measured(
+            format!("Predicted vs measured time to train on {}", v.system),
+            &v.runs,
+            0.25,
+        ));
+    Report {
+        title: format!("Validation of imported runs on {}", v.system),
+        intro: vec![format!(
+            "{} published training runs compared with ridgeline's predictions.",
+            v.runs.len()
+        )],
+        sections: vec![summary, runs],
         provenance,
     }
 }

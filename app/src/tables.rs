@@ -695,3 +695,83 @@ pub fn step_summary(
     ));
     lines
 }
+
+/// MLPerf runs as `ridgeline import mlperf` lists them.
+pub fn mlperf_run_cols() -> [Col<ridgeline_calibrate::mlperf::RunRecord>; 11] {
+    use ridgeline_calibrate::mlperf::RunRecord;
+    fn secs(v: Option<f64>, s: Style) -> String {
+        v.map(|v| s.seconds(Seconds::new(v))).unwrap_or_default()
+    }
+    fn short(r: &RunRecord) -> String {
+        // The log's folder names the system; keep the last three parts of its path.
+        let parts: Vec<&str> = r.file.rsplit(['/', '\\']).take(3).collect();
+        parts.into_iter().rev().collect::<Vec<_>>().join("/")
+    }
+    [
+        text("run", "file", |r: &RunRecord, _| short(r)),
+        text("benchmark", "benchmark", |r, _| r.benchmark.clone()),
+        text("accelerators", "accelerators", |r, _| {
+            match (&r.accelerators_per_node, &r.accelerator) {
+                (Some(k), Some(a)) => format!("{} x {k} x {a}", r.nodes),
+                _ => r.platform.clone(),
+            }
+        }),
+        num("global batch", "global_batch", |r, s| {
+            s.count(r.global_batch)
+        }),
+        num("epochs", "epochs", |r, s| s.count(u64::from(r.epochs))),
+        num("init", "init_s", |r, s| secs(r.init_s, s)),
+        num("epoch", "epoch_s", |r, s| secs(r.epoch_s, s)),
+        num("evaluations", "eval_s", |r, s| {
+            s.seconds(Seconds::new(r.eval_s))
+        }),
+        num("samples/s", "throughput", |r, s| s.number(r.throughput, 0)),
+        num("time to train", "time_to_train_s", |r, s| {
+            s.seconds(Seconds::new(r.time_to_train_s))
+        }),
+        text("status", "status", |r, _| r.status.clone()),
+    ]
+}
+
+/// Imported runs against their prediction (`ridgeline validate --measured runs.jsonl`).
+pub fn run_check_cols() -> [Col<crate::runs::RunCheck>; 11] {
+    use crate::runs::RunCheck;
+    fn pct(v: Option<f64>, s: Style) -> String {
+        v.map(|v| signed_percent(v, s)).unwrap_or_default()
+    }
+    [
+        text("run system", "run_system", |r: &RunCheck, _| {
+            r.run_system.clone()
+        }),
+        num("devices", "devices", |r, s| s.count(r.devices)),
+        num("global batch", "global_batch", |r, s| {
+            s.count(r.global_batch)
+        }),
+        num("samples/s meas.", "measured_throughput", |r, s| {
+            s.number(r.measured_throughput, 0)
+        }),
+        num("pred.", "predicted_throughput", |r, s| {
+            s.number(Some(r.predicted_throughput), 0)
+        }),
+        num("error", "throughput_error", |r, s| {
+            pct(r.throughput_error, s)
+        }),
+        num("epoch meas.", "measured_epoch_s", |r, s| {
+            r.measured_epoch_s
+                .map(|v| s.seconds(Seconds::new(v)))
+                .unwrap_or_default()
+        }),
+        num("pred.", "predicted_epoch_s", |r, s| {
+            s.seconds(Seconds::new(r.predicted_epoch_s))
+        }),
+        num("time to train meas.", "measured_time_to_train_s", |r, s| {
+            s.seconds(Seconds::new(r.measured_time_to_train_s))
+        }),
+        num("pred.", "predicted_time_to_train_s", |r, s| {
+            s.seconds(Seconds::new(r.predicted_time_to_train_s))
+        }),
+        num("error", "time_to_train_error", |r, s| {
+            signed_percent(r.time_to_train_error, s)
+        }),
+    ]
+}

@@ -30,6 +30,9 @@
 //!   ridgeline's own GEMM and convolution records into the model's kernels at their
 //!   precision's peak, and builds and judges the tensor-core correction from them
 //!   (`tensor_scaled`).
+//! - [`mlperf`]: reads MLPerf result logs (`:::MLLOG` lines) and the submitters' system
+//!   descriptions as run records (benchmark, system, accelerators, global batch, epochs,
+//!   initialisation and staging, throughput, time to train) for validation.
 //! - [`comm`]: predicts measured MPI allreduce with a profile's LogGP levels and reports
 //!   the error per size, per algorithm and overall (geometric mean).
 //!
@@ -40,6 +43,7 @@ pub mod dataset;
 pub mod error;
 pub mod fit;
 pub mod loggp;
+pub mod mlperf;
 pub mod neusight;
 pub mod profile;
 pub mod stats;

@@ -81,6 +81,23 @@ pub(crate) enum Command {
 pub(crate) enum ImportCommand {
     /// NeuSight's measured GPU kernels (github.com/trsharm25/NeuSight, MIT licence).
     Neusight(ImportNeusightArgs),
+    /// MLPerf result logs (`:::MLLOG` lines) as run records: benchmark, system,
+    /// accelerators, global batch, epochs, initialisation, throughput and time to train.
+    Mlperf(ImportMlperfArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ImportMlperfArgs {
+    /// Result logs (`result_N.txt`), or folders searched for them; a log's system
+    /// description is read from the submission's `systems/<system>.json` where it exists.
+    #[arg(required = true, value_name = "PATH")]
+    pub(crate) paths: Vec<PathBuf>,
+    /// Also write the runs to FILE, one JSON record a line, for `ridgeline validate
+    /// --measured FILE --system S` (written whole, or not at all).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
 }
 
 #[derive(Debug, Args)]
@@ -574,7 +591,7 @@ fn parse_positive(s: &str) -> Result<f64, String> {
     }
 }
 
-fn parse_precision(s: &str) -> Result<Precision, String> {
+pub(crate) fn parse_precision(s: &str) -> Result<Precision, String> {
     s.parse()
         .map_err(|e: ridgeline_model::precision::UnknownPrecision| e.to_string())
 }

@@ -37,11 +37,20 @@ pub(crate) struct ReportWorkloadArgs {
 #[derive(Debug, Args)]
 pub(crate) struct ReportValidationArgs {
     /// The calibrated profile (from `ridgeline calibrate`).
-    #[arg(long, value_name = "FILE")]
-    pub(crate) profile: PathBuf,
-    /// Measured workload steps (from `ridgeline measure workload`).
+    #[arg(long, value_name = "FILE", required_unless_present = "system")]
+    pub(crate) profile: Option<PathBuf>,
+    /// Instead of a profile, the system imported runs are predicted on (catalog name or
+    /// file).
+    #[arg(long, value_name = "SYSTEM", conflicts_with = "profile")]
+    pub(crate) system: Option<String>,
+    /// Measured workload steps (from `ridgeline measure workload`), or imported runs (from
+    /// `ridgeline import mlperf --out`).
     #[arg(long, value_name = "FILE")]
     pub(crate) measured: PathBuf,
+    /// The precision imported runs are predicted in (fp32, tf32, amp-fp16 or amp-bf16);
+    /// needed for them, as their logs do not say.
+    #[arg(long, value_parser = super::parse_precision)]
+    pub(crate) precision: Option<ridgeline_model::precision::Precision>,
     #[command(flatten)]
     pub(crate) out: ReportOutArgs,
 }

@@ -1,10 +1,11 @@
-//! `ridgeline import neusight`: public kernel measurements into a kernel set.
+//! `ridgeline import neusight`: public kernel measurements into a kernel set;
+//! `ridgeline import mlperf`: MLPerf result logs into run records.
 
 use anyhow::Result;
-use ridgeline_app::import;
+use ridgeline_app::{import, tables};
 use ridgeline_reports::Document;
 
-use crate::cli::ImportNeusightArgs;
+use crate::cli::{ImportMlperfArgs, ImportNeusightArgs};
 use crate::output;
 
 pub(crate) fn neusight(args: &ImportNeusightArgs) -> Result<()> {
@@ -22,5 +23,28 @@ pub(crate) fn neusight(args: &ImportNeusightArgs) -> Result<()> {
             d = d.summary(format!("{family} on {device}"), format!("{n} {what}"));
         }
         d.note("FP32, PyTorch 2.1, cuDNN 8.9; MIT licence; provenance in SOURCE.toml")
+    })
+}
+
+pub(crate) fn mlperf(args: &ImportMlperfArgs) -> Result<()> {
+    let runs = import::mlperf(&args.paths)?;
+    if let Some(out) = &args.out {
+        let mut text = String::new();
+        for r in &runs {
+            text.push_str(&serde_json::to_string(r)?);
+            text.push('\n');
+        }
+        ridgeline_app::atomic::write(out, text.as_bytes())?;
+        eprintln!("wrote {} runs to {}", runs.len(), out.display());
+    }
+    let cols = tables::mlperf_run_cols();
+    output::print(args.format.format, &runs, |style| {
+        Document::new("MLPerf runs")
+            .table(output::table(&runs, &cols, style))
+            .note(
+                "init = init_start to run_start (not timed by MLPerf); epoch = the median \
+                 epoch_start to epoch_stop; evaluations = every eval_start to eval_stop; \
+                 samples/s = the median logged throughput; time to train = run_start to run_stop",
+            )
     })
 }

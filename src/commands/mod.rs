@@ -49,5 +49,6 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Report(ReportCommand::Workload(args)) => report::workload(&args),
         Command::Report(ReportCommand::Validation(args)) => report::validation(&args),
         Command::Import(ImportCommand::Neusight(args)) => import::neusight(&args),
+        Command::Import(ImportCommand::Mlperf(args)) => import::mlperf(&args),
     }
 }

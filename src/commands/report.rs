@@ -107,14 +107,51 @@ pub(crate) fn procurement(args: &ProcurementArgs) -> Result<()> {
 
 /// `report validation`: the validation of measured steps against a calibrated profile.
 pub(crate) fn validation(args: &ReportValidationArgs) -> Result<()> {
-    let v = ridgeline_app::validation::validation(&args.profile, &args.measured, &Progress::new())?;
+    if ridgeline_app::runs::holds_runs(&args.measured)? {
+        return runs(args);
+    }
+    let Some(profile) = &args.profile else {
+        anyhow::bail!(
+            "{}: measured steps are validated against a calibrated profile: give --profile FILE",
+            args.measured.display()
+        );
+    };
+    let v = ridgeline_app::validation::validation(profile, &args.measured, &Progress::new())?;
     let provenance = format!(
         "ridgeline {} report validation --profile {} --measured {}",
         env!("CARGO_PKG_VERSION"),
-        args.profile.display(),
+        profile.display(),
         args.measured.display()
     );
     let report = report::validation_report(&v, provenance);
+    let files = write(&report, &args.out)?;
+    print_files(&report, &v, &files, args.out.format.format)
+}
+
+/// `report validation --measured runs.jsonl`: imported runs against `predict`.
+fn runs(args: &ReportValidationArgs) -> Result<()> {
+    let system = match (&args.system, &args.profile) {
+        (Some(s), _) => s.clone(),
+        (None, Some(p)) => p.display().to_string(),
+        (None, None) => anyhow::bail!(
+            "{}: imported runs are predicted on a system: give --system S",
+            args.measured.display()
+        ),
+    };
+    let Some(precision) = args.precision else {
+        anyhow::bail!(
+            "{}: imported runs need --precision (fp32, tf32, amp-fp16 or amp-bf16): their logs \
+             do not say what they trained in",
+            args.measured.display()
+        );
+    };
+    let v = ridgeline_app::runs::validate(&system, &args.measured, precision)?;
+    let provenance = format!(
+        "ridgeline {} report validation --system {system} --measured {} --precision {precision}",
+        env!("CARGO_PKG_VERSION"),
+        args.measured.display()
+    );
+    let report = report::runs_report(&v, &args.measured.display().to_string(), provenance);
     let files = write(&report, &args.out)?;
     print_files(&report, &v, &files, args.out.format.format)
 }

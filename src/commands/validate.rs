@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use anyhow::{Result, bail};
-use ridgeline_app::{tables, validation};
+use ridgeline_app::{runs, tables, validation};
 use ridgeline_calibrate::transfer::Holdout;
 use ridgeline_calibrate::validate::{LayerPoint, StepPoint, Summary, Validation};
 use ridgeline_reports::Document;
@@ -38,6 +38,9 @@ pub(crate) fn run(args: &ValidateArgs) -> Result<()> {
     let Some(measured) = &args.measured else {
         bail!("give --profile FILE (or --system S) and --measured FILE, or --self-check");
     };
+    if runs::holds_runs(measured)? {
+        return imported_runs(args, measured);
+    }
     let v = match (&args.profile, &args.system) {
         (Some(profile), _) => validation::validation(profile, measured, &Progress::new())?,
         (None, Some(system)) => validation::uncalibrated(system, measured, &Progress::new())?,
@@ -262,4 +265,56 @@ fn print(v: &Validation, args: &ValidateArgs, artifacts: Option<&Path>) -> Resul
         })?;
     }
     Ok(())
+}
+
+/// `validate --measured runs.jsonl`: imported runs (MLPerf) against `predict`.
+fn imported_runs(args: &ValidateArgs, measured: &Path) -> Result<()> {
+    // A calibrated profile is a system file with its calibration.
+    let system = match (&args.system, &args.profile) {
+        (Some(s), _) => s.clone(),
+        (None, Some(p)) => p.display().to_string(),
+        (None, None) => bail!(
+            "{}: imported runs are predicted on a system: give --system S (a catalog system, \
+             device or file) or --profile FILE",
+            measured.display()
+        ),
+    };
+    let Some(precision) = args.precision else {
+        bail!(
+            "{}: imported runs need --precision (fp32, tf32, amp-fp16 or amp-bf16): their logs \
+             do not say what they trained in (MLPerf Training submissions use mixed precision)",
+            measured.display()
+        );
+    };
+    let v = runs::validate(&system, measured, precision)?;
+    let cols = tables::run_check_cols();
+    output::print(args.format.format, &v, |style| {
+        let pct = |x: f64| format!("{:.1}%", 100.0 * x);
+        let mut d = Document::new(format!(
+            "Validation: imported runs against predict on {} ({}), {}",
+            v.system, v.device, v.precision
+        ))
+        .summary("measured", measured.display().to_string())
+        .summary("layers timed by", v.timed_by.clone())
+        .summary(
+            "time to train",
+            format!(
+                "{} runs, median |error| {}, bias {:+.1}%, {:.0}% inside the 90 % interval",
+                v.runs.len(),
+                pct(v.median_abs_error),
+                100.0 * v.bias,
+                100.0 * v.interval_coverage
+            ),
+        );
+        if let Some(t) = v.throughput_median_abs_error {
+            d = d.summary("throughput", format!("median |error| {}", pct(t)));
+        }
+        let mut d = d.table(output::table(&v.runs, &cols, style)).note(
+            "Each run predicted on its nodes, with the system's node holding the run's accelerators, at its global batch, for its epochs, training samples and evaluations. Epoch = training only; time to train = run_start to run_stop (predicted: the epochs with their evaluations, no staging). Nothing is fitted on the runs. Error = (predicted - measured) / measured.",
+        );
+        for s in &v.skipped {
+            d = d.note(format!("not predicted: {s}"));
+        }
+        d
+    })
 }

@@ -9,6 +9,7 @@ mod calibrate;
 mod comm;
 mod faults;
 mod fuzz;
+mod import;
 mod measure;
 mod memory;
 mod predict;

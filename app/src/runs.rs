@@ -1,0 +1,269 @@
+//! Imported training runs (MLPerf result logs, [`ridgeline_calibrate::mlperf`]) against
+//! `predict`: each run's throughput, epoch time and time to train, predicted on a system
+//! for the run's nodes, accelerators per node, global batch, epochs and samples.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use ridgeline_calibrate::mlperf::{self, RunRecord};
+use ridgeline_model::precision::Precision;
+use ridgeline_model::predict;
+use ridgeline_model::system::Sourced;
+use serde::Serialize;
+
+use crate::inputs::{self, Job, ScenarioSpec, WorkloadSpec};
+
+/// The built-in workload that predicts each MLPerf benchmark.
+pub const BENCHMARKS: [(&str, &str); 3] = [
+    ("resnet", "resnet50"),
+    ("cosmoflow", "cosmoflow"),
+    ("deepcam", "deepcam"),
+];
+
+/// One run against its prediction.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunCheck {
+    /// The result log.
+    pub file: String,
+    /// The MLPerf benchmark.
+    pub benchmark: String,
+    /// The built-in workload that predicted it.
+    pub workload: String,
+    /// The submitter's system (its `system_name`, else the platform).
+    pub run_system: String,
+    /// The run's accelerator, where its system description names it.
+    pub accelerator: Option<String>,
+    /// Nodes.
+    pub nodes: u32,
+    /// Devices in all.
+    pub devices: u64,
+    /// Global batch.
+    pub global_batch: u64,
+    /// Epochs trained.
+    pub epochs: u32,
+    /// Measured samples per second (the log's median `throughput`), where logged.
+    pub measured_throughput: Option<f64>,
+    /// Predicted samples per second.
+    pub predicted_throughput: f64,
+    /// (predicted - measured) / measured throughput.
+    pub throughput_error: Option<f64>,
+    /// Measured median epoch (training only, `epoch_start` to `epoch_stop`), seconds.
+    pub measured_epoch_s: Option<f64>,
+    /// Predicted epoch, training only (without its evaluation), seconds.
+    pub predicted_epoch_s: f64,
+    /// (predicted - measured) / measured epoch.
+    pub epoch_error: Option<f64>,
+    /// Measured time to train (`run_start` to `run_stop`), seconds.
+    pub measured_time_to_train_s: f64,
+    /// Predicted time to train: the epochs with their evaluations, without staging (MLPerf
+    /// times neither initialisation nor staging), seconds.
+    pub predicted_time_to_train_s: f64,
+    /// The 90 % interval of the predicted time to train, seconds.
+    pub predicted_time_to_train_lo_s: f64,
+    /// The 90 % interval's upper end, seconds.
+    pub predicted_time_to_train_hi_s: f64,
+    /// (predicted - measured) / measured time to train.
+    pub time_to_train_error: f64,
+    /// Whether the measured time to train lies in the 90 % interval.
+    pub inside_interval: bool,
+}
+
+/// Imported runs against `predict` on one system.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunValidation {
+    /// The system predicted on.
+    pub system: String,
+    /// Its device.
+    pub device: String,
+    /// The precision predicted in.
+    pub precision: Precision,
+    /// What timed the device's layers.
+    pub timed_by: String,
+    /// Per run.
+    pub runs: Vec<RunCheck>,
+    /// Runs not predicted, each with why.
+    pub skipped: Vec<String>,
+    /// Median |error| of the time to train.
+    pub median_abs_error: f64,
+    /// Median error of the time to train.
+    pub bias: f64,
+    /// Median |error| of the throughput, over the runs that log it.
+    pub throughput_median_abs_error: Option<f64>,
+    /// Runs whose measured time to train lies in its 90 % interval, of those predicted.
+    pub interval_coverage: f64,
+}
+
+/// Whether the records file at `path` holds imported runs (not workload records, which
+/// may be gzip-compressed: those are not runs).
+pub fn holds_runs(path: &Path) -> Result<bool> {
+    let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    Ok(mlperf::holds_runs(&String::from_utf8_lossy(&bytes)))
+}
+
+/// The runs in `measured` (from `ridgeline import mlperf --out`) against `predict` on
+/// `system` (a catalog name, file or calibrated profile) at `precision`. Each run is
+/// predicted on its own nodes with the system's node holding the run's accelerators per
+/// node (where the run's system description gives them), at its global batch, for its
+/// epochs, training samples, and evaluation samples as often as it evaluated.
+pub fn validate(system: &str, measured: &Path, precision: Precision) -> Result<RunValidation> {
+    let file = measured.display().to_string();
+    let text = std::fs::read_to_string(measured).with_context(|| format!("{file}: cannot read"))?;
+    let records = mlperf::read_runs(&text, &file)?;
+    let base = inputs::system(system)?;
+    let mut runs = Vec::new();
+    let mut skipped = Vec::new();
+    let mut timed_by = String::new();
+    for r in &records {
+        let Some(workload) = BENCHMARKS
+            .iter()
+            .find(|(b, _)| *b == r.benchmark)
+            .map(|(_, w)| *w)
+        else {
+            skipped.push(format!(
+                "{}: benchmark `{}` has no built-in workload ({} have)",
+                r.file,
+                r.benchmark,
+                BENCHMARKS.map(|(b, _)| b).join(", ")
+            ));
+            continue;
+        };
+        if let Some(a) = r
+            .accelerator
+            .as_deref()
+            .filter(|a| device_name(a) != base.device.name)
+        {
+            skipped.push(format!(
+                "{}: its accelerator `{a}` is not {}'s `{}`; validate it with --system naming \
+                 that device or a system of it",
+                r.file, base.name, base.device.name
+            ));
+            continue;
+        }
+        match check(r, workload, &base, precision) {
+            Ok((c, by)) => {
+                timed_by = by;
+                runs.push(c);
+            }
+            Err(e) => skipped.push(format!("{}: {e:#}", r.file)),
+        }
+    }
+    if runs.is_empty() {
+        bail!("{file}: no run could be predicted: {}", skipped.join("; "));
+    }
+    let median = |v: Vec<f64>| ridgeline_calibrate::stats::median(&v);
+    let errors: Vec<f64> = runs.iter().map(|r| r.time_to_train_error).collect();
+    let throughput: Vec<f64> = runs
+        .iter()
+        .filter_map(|r| r.throughput_error.map(f64::abs))
+        .collect();
+    Ok(RunValidation {
+        system: base.name.clone(),
+        device: base.device.name.clone(),
+        precision,
+        timed_by,
+        median_abs_error: median(errors.iter().map(|e| e.abs()).collect()),
+        bias: median(errors),
+        throughput_median_abs_error: (!throughput.is_empty()).then(|| median(throughput)),
+        interval_coverage: runs.iter().filter(|r| r.inside_interval).count() as f64
+            / runs.len() as f64,
+        runs,
+        skipped,
+    })
+}
+
+/// The catalog name of an MLPerf system description's accelerator: `NVIDIA
+/// H100-SXM5-80GB` is `h100-sxm5-80gb`.
+pub fn device_name(accelerator: &str) -> String {
+    let lower = accelerator.trim().to_lowercase();
+    let bare = ["nvidia ", "amd "]
+        .iter()
+        .find_map(|p| lower.strip_prefix(p))
+        .unwrap_or(&lower);
+    bare.split_whitespace().collect::<Vec<_>>().join("-")
+}
+
+/// One run predicted on `base` as `workload`; with what timed its layers.
+fn check(
+    r: &RunRecord,
+    workload: &str,
+    base: &ridgeline_model::system::System,
+    precision: Precision,
+) -> Result<(RunCheck, String)> {
+    let mut system = base.clone();
+    if let Some(k) = r.accelerators_per_node {
+        system.node.devices = Sourced {
+            value: k,
+            source: format!(
+                "{}: accelerators_per_node of the run's system description",
+                r.file
+            ),
+        };
+    }
+    let devices = u64::from(system.node.devices.value) * u64::from(r.nodes);
+    if !r.global_batch.is_multiple_of(devices) {
+        bail!(
+            "global batch {} does not divide over {devices} devices",
+            r.global_batch
+        );
+    }
+    if r.epochs == 0 {
+        bail!("the log has no epochs (`epoch_stop` events) to predict");
+    }
+    // Evaluation samples per epoch: as many evaluations as the run made, spread over its
+    // epochs (MLPerf's ResNet-50 evaluates every fourth epoch).
+    let eval_samples = r
+        .eval_samples
+        .map(|n| (n as f64 * f64::from(r.evals) / f64::from(r.epochs)).round() as u64);
+    let spec = ScenarioSpec {
+        epochs: Some(f64::from(r.epochs)),
+        train_samples: r.train_samples,
+        eval_samples,
+        ..ScenarioSpec::default()
+    };
+    let job = Job::from_flags(
+        &WorkloadSpec {
+            name: workload.to_owned(),
+            ..WorkloadSpec::default()
+        },
+        &spec,
+        precision,
+        r.nodes,
+    )?;
+    let p = predict::predict(job.inputs(&system), &job.scenario, r.global_batch / devices)?;
+    let o = &p.outcome;
+    let staging = o.staging_s.value();
+    let ttt = o.time_to_solution_s.value() - staging;
+    let (lo, hi) = (
+        o.time_to_solution_lo_s.value() - staging,
+        o.time_to_solution_hi_s.value() - staging,
+    );
+    let epoch = o.epoch_time_s.value() - o.eval_time_s.value();
+    let throughput = o.samples_per_s.value();
+    let error = |predicted: f64, measured: f64| predicted / measured - 1.0;
+    Ok((
+        RunCheck {
+            file: r.file.clone(),
+            benchmark: r.benchmark.clone(),
+            workload: workload.to_owned(),
+            run_system: r.system.clone().unwrap_or_else(|| r.platform.clone()),
+            accelerator: r.accelerator.clone(),
+            nodes: r.nodes,
+            devices,
+            global_batch: r.global_batch,
+            epochs: r.epochs,
+            measured_throughput: r.throughput,
+            predicted_throughput: throughput,
+            throughput_error: r.throughput.map(|m| error(throughput, m)),
+            measured_epoch_s: r.epoch_s,
+            predicted_epoch_s: epoch,
+            epoch_error: r.epoch_s.map(|m| error(epoch, m)),
+            measured_time_to_train_s: r.time_to_train_s,
+            predicted_time_to_train_s: ttt,
+            predicted_time_to_train_lo_s: lo,
+            predicted_time_to_train_hi_s: hi,
+            time_to_train_error: error(ttt, r.time_to_train_s),
+            inside_interval: (lo..=hi).contains(&r.time_to_train_s),
+        },
+        o.compute_timed_by.describe(),
+    ))
+}

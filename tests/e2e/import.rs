@@ -1,0 +1,213 @@
+//! `ridgeline import mlperf` on real MLPerf Training result logs (fixtures with their
+//! provenance in `tests/fixtures/mlperf/SOURCE.md`), and `validate` against the runs.
+
+use std::path::PathBuf;
+
+use crate::{fixture, run_err, run_json, run_ok};
+
+/// A fresh directory for one test's files.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ridgeline-import-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn eos_log(n: u32) -> String {
+    fixture(&format!(
+        "mlperf/NVIDIA/results/eos_ngc23.09_mxnet/resnet/result_{n}.txt"
+    ))
+}
+
+#[test]
+fn a_results_folder_becomes_run_records() {
+    let runs = run_json(&["import", "mlperf", &fixture("mlperf"), "--format", "json"]);
+    let runs = runs.as_array().unwrap();
+    assert_eq!(runs.len(), 4);
+    let eos = runs
+        .iter()
+        .find(|r| {
+            r["file"]
+                .as_str()
+                .unwrap()
+                .ends_with("eos_ngc23.09_mxnet/resnet/result_0.txt")
+        })
+        .unwrap();
+    // What the log and NVIDIA's system description say.
+    assert_eq!(eos["benchmark"], "resnet");
+    assert_eq!(eos["submitter"], "NVIDIA");
+    assert_eq!(eos["system"], "Eos_n1");
+    assert_eq!(eos["nodes"], 1);
+    assert_eq!(eos["accelerators_per_node"], 8);
+    assert_eq!(eos["accelerator"], "NVIDIA H100-SXM5-80GB");
+    assert_eq!(eos["global_batch"], 3200);
+    assert_eq!(eos["train_samples"], 1_281_167);
+    assert_eq!(eos["eval_samples"], 50_000);
+    assert_eq!(eos["epochs"], 35);
+    assert_eq!(eos["status"], "success");
+    // run_start 1695520163256 ms to run_stop 1695520967209 ms.
+    assert_eq!(eos["time_to_train_s"].as_f64().unwrap(), 803.953);
+    let throughput = eos["throughput"].as_f64().unwrap();
+    assert!((50_000.0..60_000.0).contains(&throughput), "{throughput}");
+    // The Dell system: four H100s per node and 3,264 images a step.
+    let dell = runs
+        .iter()
+        .find(|r| r["file"].as_str().unwrap().contains("XE8640x4H100"))
+        .unwrap();
+    assert_eq!(dell["accelerators_per_node"], 4);
+    assert_eq!(dell["global_batch"], 3264);
+    // CSV has one row a run.
+    let csv = run_ok(&[
+        "import",
+        "mlperf",
+        &eos_log(0),
+        &eos_log(1),
+        "--format",
+        "csv",
+    ]);
+    assert_eq!(csv.lines().count(), 3, "{csv}");
+}
+
+#[test]
+fn imported_runs_validate_against_predict() {
+    let dir = scratch("validate");
+    let runs = dir.join("runs.jsonl");
+    let runs = runs.to_str().unwrap();
+    run_ok(&["import", "mlperf", &fixture("mlperf"), "--out", runs]);
+    assert_eq!(std::fs::read_to_string(runs).unwrap().lines().count(), 4);
+    let v = run_json(&[
+        "validate",
+        "--measured",
+        runs,
+        "--system",
+        "dgx-h100",
+        "--precision",
+        "amp-fp16",
+        "--format",
+        "json",
+    ]);
+    // The three H100 runs are predicted; the A100 run is not this system's.
+    let checked = v["runs"].as_array().unwrap();
+    assert_eq!(checked.len(), 3);
+    let skipped = v["skipped"].as_array().unwrap();
+    assert_eq!(skipped.len(), 1);
+    assert!(skipped[0].as_str().unwrap().contains("A100-PCIe-80GB"));
+    for r in checked {
+        let (m, p) = (
+            r["measured_time_to_train_s"].as_f64().unwrap(),
+            r["predicted_time_to_train_s"].as_f64().unwrap(),
+        );
+        let e = r["time_to_train_error"].as_f64().unwrap();
+        assert!((e - (p / m - 1.0)).abs() < 1e-9);
+        assert!(r["predicted_time_to_train_lo_s"].as_f64().unwrap() <= p);
+        assert!(r["predicted_time_to_train_hi_s"].as_f64().unwrap() >= p);
+    }
+    // Four H100s for the Dell run, eight for NVIDIA's.
+    let devices: Vec<u64> = checked
+        .iter()
+        .map(|r| r["devices"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        devices.iter().filter(|d| **d == 4).count(),
+        1,
+        "{devices:?}"
+    );
+    // Runs need the precision they are predicted in.
+    let err = run_err(&["validate", "--measured", runs, "--system", "dgx-h100"]);
+    assert!(err.contains("--precision"), "{err}");
+    // The validation report shows them.
+    let out = dir.join("report");
+    run_ok(&[
+        "report",
+        "validation",
+        "--measured",
+        runs,
+        "--system",
+        "dgx-h100",
+        "--precision",
+        "amp-fp16",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        md.contains("Validation of imported runs on dgx-h100"),
+        "{md}"
+    );
+    assert_eq!(md.matches("| Eos\\_n1 |").count(), 2, "{md}");
+    assert!(out.join("figures/runs-predicted-vs-measured.svg").is_file());
+    let csv = std::fs::read_to_string(out.join("tables/runs.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 4, "{csv}");
+    let err = run_err(&[
+        "report",
+        "validation",
+        "--measured",
+        runs,
+        "--system",
+        "dgx-h100",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(err.contains("--precision"), "{err}");
+}
+
+#[test]
+fn damaged_logs_are_refused_naming_file_and_line() {
+    let dir = scratch("bad");
+    let text = std::fs::read_to_string(eos_log(0)).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    // A log cut before its run stopped.
+    let cut = dir.join("result_cut.txt");
+    std::fs::write(&cut, lines[..lines.len() - 5].join("\n")).unwrap();
+    let err = run_err(&["import", "mlperf", cut.to_str().unwrap()]);
+    assert!(
+        err.contains("result_cut.txt") && err.contains("run_stop"),
+        "{err}"
+    );
+    // A line cut in the middle of its JSON.
+    let torn = dir.join("result_torn.txt");
+    let mut damaged: Vec<String> = lines.iter().map(|l| (*l).to_owned()).collect();
+    let half = damaged[40].len() / 2;
+    damaged[40].truncate(half);
+    std::fs::write(&torn, damaged.join("\n")).unwrap();
+    let err = run_err(&["import", "mlperf", torn.to_str().unwrap()]);
+    assert!(err.contains("result_torn.txt: line 41"), "{err}");
+    // Not a result log; a folder without logs; a path that is not there.
+    let other = dir.join("notes.txt");
+    std::fs::write(&other, "nothing logged here\n").unwrap();
+    let err = run_err(&["import", "mlperf", other.to_str().unwrap()]);
+    assert!(err.contains("no :::MLLOG lines"), "{err}");
+    let empty = scratch("empty");
+    let err = run_err(&["import", "mlperf", empty.to_str().unwrap()]);
+    assert!(err.contains("no MLPerf result logs"), "{err}");
+    let err = run_err(&["import", "mlperf", "/nonexistent/result_0.txt"]);
+    assert!(err.contains("no such file or folder"), "{err}");
+    // A system description with a count that is not one.
+    let tree = scratch("tree");
+    let log = tree.join("Org/results/box/resnet/result_0.txt");
+    std::fs::create_dir_all(log.parent().unwrap()).unwrap();
+    std::fs::write(&log, &text).unwrap();
+    std::fs::create_dir_all(tree.join("Org/systems")).unwrap();
+    std::fs::write(
+        tree.join("Org/systems/box.json"),
+        r#"{"number_of_nodes": "two"}"#,
+    )
+    .unwrap();
+    let err = run_err(&["import", "mlperf", tree.to_str().unwrap()]);
+    assert!(
+        err.contains("box.json") && err.contains("number_of_nodes"),
+        "{err}"
+    );
+    // A runs file with a damaged line.
+    let runs = dir.join("runs.jsonl");
+    std::fs::write(&runs, "{\"record\": \"mlperf_run\", \"file\": 3}\n").unwrap();
+    let err = run_err(&[
+        "validate",
+        "--measured",
+        runs.to_str().unwrap(),
+        "--system",
+        "dgx-h100",
+        "--precision",
+        "amp-fp16",
+    ]);
+    assert!(err.contains("runs.jsonl: line 1"), "{err}");
+}

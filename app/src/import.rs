@@ -6,7 +6,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use ridgeline_calibrate::dataset::KernelSet;
-use ridgeline_calibrate::{mlperf, neusight};
+use ridgeline_calibrate::{mlperf, neusight, torch_trace};
 
 /// The subdirectory of a NeuSight kernel set that holds its per-operator labels of whole
 /// training steps ([`ridgeline_calibrate::dataset::LabelSet`]).
@@ -207,4 +207,85 @@ fn system_description(log: &Path) -> Option<std::path::PathBuf> {
         .join("systems")
         .join(format!("{}.json", system.file_name()?.to_str()?));
     json.is_file().then_some(json)
+}
+
+/// What `ridgeline import torch-trace` wrote.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TraceImport {
+    /// The records file written.
+    pub out: String,
+    /// The workload the trace was mapped onto.
+    pub workload: String,
+    /// The batch the trace ran.
+    pub batch: usize,
+    /// Its per-sample input.
+    pub input: Vec<usize>,
+    /// The device it timed (`cpu`, `cuda:0`).
+    pub device: String,
+    /// The training precision.
+    pub precision: String,
+    /// Profiled steps.
+    pub steps: usize,
+    /// The median step, seconds.
+    pub step_s: f64,
+    /// Layers matched.
+    pub layers: usize,
+    /// Records written.
+    pub records: usize,
+    /// Ops that are no layer: name, calls, seconds.
+    pub unmapped: Vec<torch_trace::Unmapped>,
+}
+
+/// Imports the PyTorch profiler trace at `trace` as the workload `workload` (a built-in
+/// name or a workload file, built at the trace's input size), measured on `threads`
+/// threads, and writes its records to `out` ([`torch_trace::import`]).
+pub fn torch_trace(
+    trace: &Path,
+    workload: &str,
+    threads: usize,
+    out: &Path,
+) -> Result<TraceImport> {
+    if threads == 0 {
+        bail!("--threads 0: give the threads the run used (torch.get_num_threads())");
+    }
+    let t = torch_trace::Trace::read(trace)?;
+    let (batch, input) = t.input()?;
+    let graph = crate::inputs::workload(&crate::inputs::WorkloadSpec {
+        name: workload.to_owned(),
+        input_size: Some(input.get(1..).unwrap_or_default().to_vec()),
+        width: None,
+    })
+    .with_context(|| {
+        format!(
+            "{}: the workload `{workload}` at the trace's input {input:?}",
+            trace.display()
+        )
+    })?;
+    let imported = torch_trace::import(&t, &graph, batch, threads)?;
+    let mut text = String::new();
+    for r in &imported.records {
+        text.push_str(&serde_json::to_string(r)?);
+        text.push('\n');
+    }
+    crate::atomic::write(out, text.as_bytes())?;
+    let step = imported
+        .records
+        .iter()
+        .rev()
+        .find(|r| r.kind() == ridgeline_measure::RecordKind::WorkloadStep)
+        .map(|r| ridgeline_calibrate::stats::median(&r.samples_s))
+        .unwrap_or_default();
+    Ok(TraceImport {
+        out: out.display().to_string(),
+        workload: graph.name().to_owned(),
+        batch,
+        input,
+        device: imported.device.to_string(),
+        precision: imported.precision.to_string(),
+        steps: imported.steps,
+        step_s: step,
+        layers: imported.layers,
+        records: imported.records.len(),
+        unmapped: imported.unmapped,
+    })
 }

@@ -168,10 +168,14 @@ pub fn step_cols() -> [Col<StepPoint>; 9] {
             s.bytes(Bytes::new(r.predicted_memory_bytes))
         }),
         num("memory (measured)", "measured_memory_bytes", |r, s| {
-            s.bytes(Bytes::new(r.measured_memory_bytes))
+            r.measured_memory_bytes
+                .map(|b| s.bytes(Bytes::new(b)))
+                .unwrap_or_default()
         }),
         num("memory error", "memory_rel_error", |r, s| {
-            signed_percent(r.memory_rel_error, s)
+            r.memory_rel_error
+                .map(|e| signed_percent(e, s))
+                .unwrap_or_default()
         }),
     ]
 }
@@ -288,7 +292,10 @@ pub fn summary_lines(v: &Validation) -> Vec<(String, String)> {
                 pct(s.layers.bias)
             ),
         ),
-        (
+    ];
+    // Imported traces record memory only where they profiled it.
+    if s.memory.n > 0 {
+        lines.push((
             "peak memory |error|".into(),
             format!(
                 "median {:.1}%, max {:.1}% (bias {})",
@@ -296,8 +303,8 @@ pub fn summary_lines(v: &Validation) -> Vec<(String, String)> {
                 100.0 * s.memory.max_abs_rel_error,
                 pct(s.memory.bias)
             ),
-        ),
-    ];
+        ));
+    }
     if s.interval_steps > 0 {
         lines.push((
             "step 90 % interval".into(),

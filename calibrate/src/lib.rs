@@ -33,6 +33,9 @@
 //! - [`mlperf`]: reads MLPerf result logs (`:::MLLOG` lines) and the submitters' system
 //!   descriptions as run records (benchmark, system, accelerators, global batch, epochs,
 //!   initialisation and staging, throughput, time to train) for validation.
+//! - [`torch_trace`]: reads PyTorch profiler traces and maps their ops onto a workload's
+//!   layers: layer-pass and step records for validation, and the layers' convolutions, ops
+//!   and GEMMs as micro-kernel records for calibration, each naming the trace.
 //! - [`comm`]: predicts measured MPI allreduce with a profile's LogGP levels and reports
 //!   the error per size, per algorithm and overall (geometric mean).
 //!
@@ -47,6 +50,7 @@ pub mod mlperf;
 pub mod neusight;
 pub mod profile;
 pub mod stats;
+pub mod torch_trace;
 pub mod transfer;
 pub mod validate;
 

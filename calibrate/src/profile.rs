@@ -82,7 +82,7 @@ pub(crate) fn record_error(file: &str, r: &Record, message: impl Into<String>) -
     }
 }
 
-pub(crate) fn conv_kernel(file: &str, r: &Record, s: &record::ConvShape) -> Result<Kernel> {
+pub(crate) fn conv_kernels(file: &str, r: &Record, s: &record::ConvShape) -> Result<Vec<Kernel>> {
     let rank = s.input.len();
     if [
         s.kernel.len(),
@@ -113,12 +113,7 @@ pub(crate) fn conv_kernel(file: &str, r: &Record, s: &record::ConvShape) -> Resu
         }
         output.push((padded - span) / s.stride[d] + 1);
     }
-    let pass = match s.pass {
-        ConvPass::Forward => KernelPass::Forward,
-        ConvPass::BackwardData => KernelPass::BackwardData,
-        ConvPass::BackwardFilter => KernelPass::BackwardFilter,
-    };
-    Ok(ConvShape {
+    let shape = ConvShape {
         batch: s.n,
         c_in: s.c_in,
         c_out: s.c_out,
@@ -128,8 +123,26 @@ pub(crate) fn conv_kernel(file: &str, r: &Record, s: &record::ConvShape) -> Resu
         stride: s.stride.clone(),
         padded: s.padding.iter().any(|p| p[0] > 0 || p[1] > 0),
         groups: s.groups,
-    }
-    .kernel(pass))
+    };
+    Ok(match s.pass {
+        ConvPass::Forward => vec![shape.kernel(KernelPass::Forward)],
+        ConvPass::BackwardData => vec![shape.kernel(KernelPass::BackwardData)],
+        ConvPass::BackwardFilter => vec![shape.kernel(KernelPass::BackwardFilter)],
+        // Both gradients in one measured call: each backward pass's fit gets the sum of the
+        // two kernels' features, so that with the two passes' fits alike the layer's two
+        // predicted kernels add up to the call.
+        ConvPass::Backward => {
+            let (data, filter) = (
+                shape.kernel(KernelPass::BackwardData),
+                shape.kernel(KernelPass::BackwardFilter),
+            );
+            let mut x = data.x;
+            for (a, b) in x.iter_mut().zip(filter.x) {
+                *a += b;
+            }
+            vec![Kernel { x, ..data }, Kernel { x, ..filter }]
+        }
+    })
 }
 
 fn op_kernel(r: &Record, s: &record::OpShape) -> Option<Kernel> {
@@ -245,7 +258,7 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
                 })
                 .collect()
             }
-            Measured::Conv(c) => vec![conv_kernel(file, r, c)?],
+            Measured::Conv(c) => conv_kernels(file, r, c)?,
             Measured::Op(o) => op_kernel(r, o).into_iter().collect(),
             _ => {
                 stream.push((r.bytes, t));

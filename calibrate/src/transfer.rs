@@ -629,7 +629,9 @@ pub fn record_kernel(file: &str, r: &Record) -> Result<Option<Kernel>> {
             g.k as f64,
             1.0,
         )),
-        Measured::Conv(c) => Some(crate::profile::conv_kernel(file, r, c)?),
+        // Both gradients in one call are not one kernel.
+        Measured::Conv(c) if c.pass == ridgeline_measure::ConvPass::Backward => None,
+        Measured::Conv(c) => crate::profile::conv_kernels(file, r, c)?.pop(),
         _ => None,
     })
 }

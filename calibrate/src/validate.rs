@@ -78,10 +78,11 @@ pub struct StepPoint {
     pub rel_error: f64,
     /// Predicted peak memory.
     pub predicted_memory_bytes: f64,
-    /// Measured peak memory (the executor's allocation high-water mark).
-    pub measured_memory_bytes: f64,
-    /// (predicted - measured) / measured memory.
-    pub memory_rel_error: f64,
+    /// Measured peak memory (the executor's allocation high-water mark; an imported trace's
+    /// peak allocated bytes), where the records hold it.
+    pub measured_memory_bytes: Option<f64>,
+    /// (predicted - measured) / measured memory, where measured.
+    pub memory_rel_error: Option<f64>,
     /// Layers of the step timed by fitted kernel models, and in all.
     pub calibrated_layers: usize,
     /// Layers with work.
@@ -312,10 +313,8 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
             .at(batch as u64, Bytes::new(f64::INFINITY))
             .total
             .value();
-        let measured_memory =
-            step.extra
-                .peak_bytes
-                .ok_or_else(|| bad("extra.peak_bytes is missing".into()))? as f64;
+        // The executor always records its peak; an imported trace where it profiled memory.
+        let measured_memory = step.extra.peak_bytes.map(|b| b as f64);
         out_steps.push(StepPoint {
             workload: name.to_owned(),
             precision: precision.name().to_owned(),
@@ -328,13 +327,16 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
             rel_error: (predicted - measured) / measured,
             predicted_memory_bytes: predicted_memory,
             measured_memory_bytes: measured_memory,
-            memory_rel_error: (predicted_memory - measured_memory) / measured_memory,
+            memory_rel_error: measured_memory.map(|m| (predicted_memory - m) / m),
             calibrated_layers: r.calibrated_layers,
             layers: r.layers.iter().filter(|l| l.time.value() > 0.0).count(),
         });
     }
     let step_errors: Vec<f64> = out_steps.iter().map(|s| s.rel_error).collect();
-    let memory_errors: Vec<f64> = out_steps.iter().map(|s| s.memory_rel_error).collect();
+    let memory_errors: Vec<f64> = out_steps
+        .iter()
+        .filter_map(|s| s.memory_rel_error)
+        .collect();
     let layer_errors: Vec<f64> = out_layers.iter().map(|l| l.rel_error).collect();
     let steps = ErrorStats::of(&step_errors);
     let memory = ErrorStats::of(&memory_errors);

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use ridgeline_model::graph::Op;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::protocol::Protocol;
 use crate::record::{Device, Env};
 
@@ -123,10 +123,14 @@ pub enum ConvPass {
     BackwardData,
     /// `dw` from `x` and `dy`.
     BackwardFilter,
+    /// `dx` and `dw` in one call, as PyTorch's `convolution_backward` computes them: a pass
+    /// of imported measurements (`ridgeline import torch-trace`); no backend runs it (the
+    /// suite measures each gradient alone).
+    Backward,
 }
 
 impl ConvPass {
-    /// Every pass.
+    /// Every pass a backend runs.
     pub const ALL: [ConvPass; 3] = [
         ConvPass::Forward,
         ConvPass::BackwardData,
@@ -139,7 +143,19 @@ impl ConvPass {
             ConvPass::Forward => "forward",
             ConvPass::BackwardData => "backward-data",
             ConvPass::BackwardFilter => "backward-filter",
+            ConvPass::Backward => "backward",
         }
+    }
+}
+
+impl ConvPass {
+    /// The error a backend gives for [`ConvPass::Backward`], which it does not run.
+    pub(crate) fn refused(what: &str) -> Error {
+        Error::invalid(
+            what,
+            "the backward pass with both gradients in one call is imported from traces, not \
+             measured; measure backward-data and backward-filter",
+        )
     }
 }
 

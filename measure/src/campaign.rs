@@ -224,6 +224,35 @@ impl Case {
         }
     }
 
+    /// The FLOPs and bytes of one run of a GEMM, convolution or op case, as its record
+    /// counts them; an error for the other cases, whose counts come with their measurement.
+    pub fn counts(&self) -> Result<(f64, f64)> {
+        match self {
+            Case::Gemm(g) => {
+                let (m, n, k) = (g.m as f64, g.n as f64, g.k as f64);
+                let bytes = (m * k + k * n + m * n) * g.format.bytes() as f64;
+                Ok((2.0 * m * n * k, bytes))
+            }
+            Case::Conv(c, pass) => {
+                let graph = cases::conv_graph(c)?;
+                let cost = cases::layer_cost(&graph, c.batch, c.format);
+                Ok(conv_counts(&graph, c, *pass, &cost))
+            }
+            Case::Op(c, pass) => {
+                let graph = cases::op_graph(c)?;
+                let cost = cases::layer_cost(&graph, c.batch, c.format);
+                Ok(match pass {
+                    Pass::Forward => (cost.flops_fwd.value(), cost.hbm_bytes_fwd.value()),
+                    Pass::Backward => (cost.flops_bwd.value(), cost.hbm_bytes_bwd.value()),
+                })
+            }
+            other => Err(Error::invalid(
+                other.describe(),
+                "counted when measured, not beforehand",
+            )),
+        }
+    }
+
     /// Runs the case on `backend` by `protocol` and returns its records (a workload gives one
     /// per layer and pass, then its step record).
     pub fn run(&self, backend: &mut dyn Backend, protocol: &Protocol) -> Result<Vec<Record>> {
@@ -247,20 +276,11 @@ impl Case {
         match self {
             Case::Gemm(g) => {
                 let samples = backend.gemm(g, protocol)?;
-                let (m, n, k) = (g.m as f64, g.n as f64, g.k as f64);
-                let bytes = (m * k + k * n + m * n) * g.format.bytes() as f64;
-                Ok(vec![make(
-                    &*backend,
-                    shape,
-                    samples,
-                    2.0 * m * n * k,
-                    bytes,
-                )])
+                let (flops, bytes) = self.counts()?;
+                Ok(vec![make(&*backend, shape, samples, flops, bytes)])
             }
             Case::Conv(c, pass) => {
-                let graph = cases::conv_graph(c)?;
-                let cost = cases::layer_cost(&graph, c.batch, c.format);
-                let (flops, bytes) = conv_counts(&graph, c, *pass, &cost);
+                let (flops, bytes) = self.counts()?;
                 let samples = backend.conv(c, *pass, protocol)?;
                 let mut record = make(&*backend, shape, samples, flops, bytes);
                 record.extra.notes = backend.take_notes();
@@ -282,12 +302,7 @@ impl Case {
                 )])
             }
             Case::Op(c, pass) => {
-                let graph = cases::op_graph(c)?;
-                let cost = cases::layer_cost(&graph, c.batch, c.format);
-                let (flops, bytes) = match pass {
-                    Pass::Forward => (cost.flops_fwd.value(), cost.hbm_bytes_fwd.value()),
-                    Pass::Backward => (cost.flops_bwd.value(), cost.hbm_bytes_bwd.value()),
-                };
+                let (flops, bytes) = self.counts()?;
                 let samples = backend.op(c, *pass, protocol)?;
                 Ok(vec![make(&*backend, shape, samples, flops, bytes)])
             }
@@ -372,6 +387,7 @@ fn conv_counts(
         ConvPass::Forward => cost.flops_fwd.value(),
         ConvPass::BackwardData => cost.flops_bwd_data.value(),
         ConvPass::BackwardFilter => cost.flops_bwd_weight.value(),
+        ConvPass::Backward => cost.flops_bwd_data.value() + cost.flops_bwd_weight.value(),
     };
     (flops, bytes)
 }

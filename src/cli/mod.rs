@@ -84,6 +84,29 @@ pub(crate) enum ImportCommand {
     /// MLPerf result logs (`:::MLLOG` lines) as run records: benchmark, system,
     /// accelerators, global batch, epochs, initialisation, throughput and time to train.
     Mlperf(ImportMlperfArgs),
+    /// A PyTorch profiler trace (Chrome-trace JSON from `torch.profiler`) mapped onto a
+    /// workload's layers: layer-pass and step records for `validate`, and the layers'
+    /// convolutions, ops and GEMMs as micro-kernel records for `calibrate`.
+    TorchTrace(ImportTorchTraceArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ImportTorchTraceArgs {
+    /// The trace (`prof.export_chrome_trace(...)`; `.json`, or `.json.gz`), recorded with
+    /// `record_shapes=True`.
+    pub(crate) trace: PathBuf,
+    /// The workload the trace ran: a built-in name or a workload file (built at the
+    /// trace's input size); its layers must run in the trace's order.
+    #[arg(long)]
+    pub(crate) workload: String,
+    /// The CPU threads the traced run used (`torch.get_num_threads()`; 1 for a GPU trace).
+    #[arg(long)]
+    pub(crate) threads: usize,
+    /// Where to write the records (JSON Lines; written whole, or not at all).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: PathBuf,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
 }
 
 #[derive(Debug, Args)]

@@ -1,11 +1,12 @@
 //! `ridgeline import neusight`: public kernel measurements into a kernel set;
-//! `ridgeline import mlperf`: MLPerf result logs into run records.
+//! `ridgeline import mlperf`: MLPerf result logs into run records;
+//! `ridgeline import torch-trace`: a PyTorch profiler trace into records.
 
 use anyhow::Result;
 use ridgeline_app::{import, tables};
 use ridgeline_reports::Document;
 
-use crate::cli::{ImportMlperfArgs, ImportNeusightArgs};
+use crate::cli::{ImportMlperfArgs, ImportNeusightArgs, ImportTorchTraceArgs};
 use crate::output;
 
 pub(crate) fn neusight(args: &ImportNeusightArgs) -> Result<()> {
@@ -46,5 +47,52 @@ pub(crate) fn mlperf(args: &ImportMlperfArgs) -> Result<()> {
                  epoch_start to epoch_stop; evaluations = every eval_start to eval_stop; \
                  samples/s = the median logged throughput; time to train = run_start to run_stop",
             )
+    })
+}
+
+pub(crate) fn torch_trace(args: &ImportTorchTraceArgs) -> Result<()> {
+    let done = import::torch_trace(&args.trace, &args.workload, args.threads, &args.out)?;
+    output::print(args.format.format, &done, |style| {
+        let mut d = Document::new("PyTorch profiler trace imported")
+            .summary(
+                "written",
+                format!("{} ({} records)", done.out, done.records),
+            )
+            .summary(
+                "workload",
+                format!(
+                    "{}, batch {}, input {}",
+                    done.workload,
+                    done.batch,
+                    done.input
+                        .iter()
+                        .map(usize::to_string)
+                        .collect::<Vec<_>>()
+                        .join("x")
+                ),
+            )
+            .summary("device", format!("{}, {}", done.device, done.precision))
+            .summary(
+                "steps",
+                format!(
+                    "{} profiled, median {}",
+                    done.steps,
+                    style.seconds(ridgeline_model::units::Seconds::new(done.step_s))
+                ),
+            )
+            .summary("layers matched", done.layers.to_string());
+        for u in &done.unmapped {
+            d = d.summary(
+                format!("  not a layer: {}", u.name),
+                format!(
+                    "{} calls, {}",
+                    u.count,
+                    style.seconds(ridgeline_model::units::Seconds::new(u.seconds))
+                ),
+            );
+        }
+        d.note(
+            "workload-layer and workload-step records for `validate`; the layers' convolutions (forward, and backward with both gradients in one call), ops and GEMMs as micro-kernel records for `calibrate`; every record names the trace (extra.notes.imported_from)",
+        )
     })
 }

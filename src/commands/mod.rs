@@ -50,5 +50,6 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Report(ReportCommand::Validation(args)) => report::validation(&args),
         Command::Import(ImportCommand::Neusight(args)) => import::neusight(&args),
         Command::Import(ImportCommand::Mlperf(args)) => import::mlperf(&args),
+        Command::Import(ImportCommand::TorchTrace(args)) => import::torch_trace(&args),
     }
 }

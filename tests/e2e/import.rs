@@ -211,3 +211,123 @@ fn damaged_logs_are_refused_naming_file_and_line() {
     ]);
     assert!(err.contains("runs.jsonl: line 1"), "{err}");
 }
+
+/// A PyTorch profiler trace of ResNet-50 training on a CPU (`scripts/torch-trace.py`,
+/// committed gzip-compressed), imported, calibrated and validated: the path for runs on
+/// hardware ridgeline never measured.
+#[test]
+fn a_resnet50_trace_is_imported_calibrated_and_validated() {
+    let dir = scratch("trace");
+    let records = dir.join("trace.jsonl");
+    let records = records.to_str().unwrap();
+    let trace = fixture("torch/resnet50-cpu.json.gz");
+    let imported = run_json(&[
+        "import",
+        "torch-trace",
+        &trace,
+        "--workload",
+        "resnet50",
+        "--threads",
+        "2",
+        "--out",
+        records,
+        "--format",
+        "json",
+    ]);
+    assert_eq!(imported["workload"], "resnet50");
+    assert_eq!(imported["batch"], 2);
+    assert_eq!(imported["input"], serde_json::json!([3, 224, 224]));
+    assert_eq!(imported["steps"], 2);
+    // Every layer of ResNet-50 but its input.
+    assert_eq!(imported["layers"], 175);
+    // What is no layer is listed: each parameter's gradient accumulation, the flatten.
+    let unmapped = imported["unmapped"].as_array().unwrap();
+    let calls = |name: &str| {
+        unmapped
+            .iter()
+            .find(|u| u["name"] == name)
+            .map(|u| u["count"].as_u64().unwrap())
+    };
+    assert_eq!(calls("torch::autograd::AccumulateGrad"), Some(2 * 161));
+    assert_eq!(calls("aten::flatten"), Some(2));
+    // Calibrate on the trace's kernels; its provenance names the trace.
+    let profile = dir.join("profile.toml");
+    let profile = profile.to_str().unwrap();
+    run_ok(&["calibrate", records, "--out", profile]);
+    let text = std::fs::read_to_string(profile).unwrap();
+    assert!(text.contains("PyTorch profiler trace"), "{text}");
+    // Validate against the same trace's whole steps.
+    let v = run_json(&[
+        "validate",
+        "--profile",
+        profile,
+        "--measured",
+        records,
+        "--format",
+        "json",
+    ]);
+    let step = &v["steps"][0];
+    assert_eq!(step["workload"], "resnet50");
+    let (p, m) = (
+        step["predicted_s"].as_f64().unwrap(),
+        step["measured_s"].as_f64().unwrap(),
+    );
+    assert!(p > 0.0 && m > 0.0);
+    assert!((step["rel_error"].as_f64().unwrap() - (p - m) / m).abs() < 1e-9);
+    // A trace records no absolute peak memory: none is compared.
+    assert!(step["measured_memory_bytes"].is_null());
+    assert_eq!(v["worst_layers"].as_array().unwrap().len(), 10);
+    // The wrong workload is refused, naming the op and the layer.
+    let err = run_err(&[
+        "import",
+        "torch-trace",
+        &trace,
+        "--workload",
+        "cosmoflow",
+        "--threads",
+        "2",
+        "--out",
+        records,
+    ]);
+    assert!(err.contains("resnet50-cpu.json.gz"), "{err}");
+}
+
+#[test]
+fn damaged_traces_are_refused_naming_file_and_where() {
+    let dir = scratch("bad-trace");
+    let out = dir.join("r.jsonl");
+    let out = out.to_str().unwrap();
+    let args = |trace: &str| {
+        run_err(&[
+            "import",
+            "torch-trace",
+            trace,
+            "--workload",
+            "resnet50",
+            "--threads",
+            "2",
+            "--out",
+            out,
+        ])
+    };
+    // A gzip stream cut short.
+    let gz = std::fs::read(fixture("torch/resnet50-cpu.json.gz")).unwrap();
+    let cut = dir.join("cut.json.gz");
+    std::fs::write(&cut, &gz[..gz.len() / 2]).unwrap();
+    let err = args(cut.to_str().unwrap());
+    assert!(
+        err.contains("cut.json.gz") && err.contains("cut short"),
+        "{err}"
+    );
+    // JSON cut short: the line and column.
+    let torn = dir.join("torn.json");
+    std::fs::write(&torn, "{\"traceEvents\": [\n{\"ph\": \"X\", \"name\": \"a").unwrap();
+    let err = args(torn.to_str().unwrap());
+    assert!(err.contains("torn.json: line 2 column"), "{err}");
+    // Not a trace; no file.
+    let other = dir.join("other.json");
+    std::fs::write(&other, "[1, 2]").unwrap();
+    assert!(args(other.to_str().unwrap()).contains("no `traceEvents`"));
+    assert!(args("/nonexistent/trace.json").contains("/nonexistent/trace.json"));
+    assert!(!std::path::Path::new(out).exists(), "no partial output");
+}

@@ -163,6 +163,9 @@ impl Backend for CpuBackend {
     }
 
     fn conv(&mut self, case: &ConvCase, pass: ConvPass, protocol: &Protocol) -> Result<Vec<f64>> {
+        if pass == ConvPass::Backward {
+            return Err(ConvPass::refused(&format!("conv case `{}`", case.label)));
+        }
         if case.layout != Layout::ChannelsFirst {
             return Err(Error::invalid(
                 format!("conv case `{}`", case.label),
@@ -195,6 +198,7 @@ impl Backend for CpuBackend {
             ConvPass::Forward => (lens[0] + out_len, geom.weights()),
             ConvPass::BackwardData => (out_len + lens[0], geom.weights()),
             ConvPass::BackwardFilter => (out_len + geom.weights(), lens[0] + geom.weights()),
+            ConvPass::Backward => unreachable!("refused at the top of `conv`"),
         };
         let r = rotations(protocol.cache, 4 * cold_len);
         check_memory(
@@ -243,6 +247,7 @@ impl Backend for CpuBackend {
                     black_box((&dw[i], &db));
                 })
             }
+            ConvPass::Backward => unreachable!("refused at the top of `conv`"),
         }))
     }
 

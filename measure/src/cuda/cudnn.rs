@@ -265,6 +265,14 @@ impl Pass {
         let mut returned = 0;
         // Each arm: (algorithm, status, time ms, memory) of every candidate, fastest first.
         let ranked: Vec<(String, bool, f32, usize, Algo)> = match pass {
+            ConvPass::Backward => {
+                return Err(CudnnFailure {
+                    call: "cudnnFind*AlgorithmEx",
+                    message: "the backward pass with both gradients in one call is imported \
+                              from traces, not measured"
+                        .into(),
+                });
+            }
             ConvPass::Forward => {
                 // SAFETY: an all-zero bit pattern is a valid value of this plain C struct
                 // (enums with a zero variant, numbers and an int array); cuDNN overwrites

@@ -783,6 +783,9 @@ impl Backend for CudaBackend {
 
     fn conv(&mut self, case: &ConvCase, pass: ConvPass, protocol: &Protocol) -> Result<Vec<f64>> {
         let what = format!("conv {} {} {}", pass.name(), case.format.name(), case.label);
+        if pass == ConvPass::Backward {
+            return Err(ConvPass::refused(&what));
+        }
         let g = ConvGeometry::of(case).map_err(|m| Error::invalid(&what, m))?;
         let plan = ConvPlan::of(case.format).map_err(|m| Error::invalid(&what, m))?;
         // Buffers in bytes of the plan's element (zero bits are zero in every format).

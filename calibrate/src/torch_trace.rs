@@ -1,0 +1,1099 @@
+//! PyTorch profiler traces (the Chrome-trace JSON that `torch.profiler` exports through
+//! Kineto) read as ridgeline records: each layer pass of each profiled training step, the
+//! whole steps, and the kernels of those layers as micro-kernel records that calibration
+//! fits, with the trace named as their source.
+//!
+//! A trace is mapped onto a workload's layer graph:
+//! - each profiled step is a `ProfilerStep#N` span (the whole trace where there is none);
+//!   the ops inside an `Optimizer.*` span are the optimizer's;
+//! - a top-level CPU op (no op around it on its thread) of the forward pass is classified
+//!   by its ATen name (`aten::conv2d` a convolution, `aten::batch_norm` a batch norm, ...)
+//!   and matched, in order, to the workload's next layer, which must be of the same kind;
+//! - a backward function (`autograd::engine::evaluate_function: ConvolutionBackward0`) is
+//!   the layer whose forward ops carry its autograd sequence number;
+//! - an op's time is its own span on the CPU, or the time of the GPU kernels it launched
+//!   (matched by the `External id` Kineto gives both) where the trace has kernels.
+//!
+//! Ops that are no layer (views, `aten::flatten`, the loss's gradient seed, gradient
+//! accumulation) are listed by name with their count and time, never dropped silently.
+
+use std::collections::{BTreeMap, HashMap};
+
+use ridgeline_measure::record::{LayerShape, StepShape};
+use ridgeline_measure::{
+    Case, ConvCase, ConvPass, Device, Env, Extra, Format, GemmCase, GpuEnv, Layout, Measured,
+    OpCase, Pass, Record, RecordPrecision,
+};
+use ridgeline_model::graph::{Graph, Op};
+use ridgeline_model::precision::Precision;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+
+/// The prefix of a backward function's span.
+const BACKWARD: &str = "autograd::engine::evaluate_function: ";
+
+/// One CPU op of the trace.
+#[derive(Debug, Clone)]
+struct TraceOp {
+    name: String,
+    tid: String,
+    /// Start, microseconds.
+    ts: f64,
+    /// Duration, microseconds.
+    dur: f64,
+    seq: Option<i64>,
+    external: Option<i64>,
+    dims: Vec<Vec<i64>>,
+    types: Vec<String>,
+    /// The op around it on its thread.
+    parent: Option<usize>,
+}
+
+impl TraceOp {
+    fn end(&self) -> f64 {
+        self.ts + self.dur
+    }
+}
+
+/// A `user_annotation` span.
+#[derive(Debug, Clone)]
+struct Span {
+    ts: f64,
+    dur: f64,
+}
+
+impl Span {
+    fn holds(&self, t: f64) -> bool {
+        t >= self.ts && t <= self.ts + self.dur
+    }
+}
+
+/// A profiler trace, parsed.
+#[derive(Debug, Clone)]
+pub struct Trace {
+    file: String,
+    ops: Vec<TraceOp>,
+    steps: Vec<Span>,
+    optimizer: Vec<Span>,
+    /// GPU kernel time per `External id`, microseconds, where the trace has kernels.
+    kernels: Option<HashMap<i64, f64>>,
+    /// The first GPU of `deviceProperties`.
+    gpu: Option<Value>,
+    /// `baseTimeNanoseconds`: when the trace was taken.
+    base_ns: Option<u64>,
+}
+
+/// Ops that are no layer, by name: how many and how long.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Unmapped {
+    /// The op (a backward function by its name after `evaluate_function: `).
+    pub name: String,
+    /// Calls, over the profiled steps.
+    pub count: usize,
+    /// Their time, seconds.
+    pub seconds: f64,
+}
+
+/// A GEMM the trace ran inside a layer: `(m, n, k)`.
+type GemmKey = (usize, usize, usize);
+
+/// What a trace measured of a workload's layers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mapped {
+    /// Each profiled step's time, seconds.
+    pub steps: Vec<f64>,
+    /// Each step's optimizer time (its `Optimizer.*` spans), seconds.
+    pub optimizer: Vec<f64>,
+    /// Per graph layer (in graph order): forward and backward seconds per step; empty for
+    /// layers no op ran (the input).
+    pub layers: Vec<[Vec<f64>; 2]>,
+    /// The GEMMs run inside the layers (`aten::mm`, `aten::addmm`), each call's seconds.
+    pub gemms: BTreeMap<GemmKey, Vec<f64>>,
+    /// Ops that are no layer.
+    pub unmapped: Vec<Unmapped>,
+}
+
+fn number(v: &Value) -> Option<f64> {
+    v.as_f64()
+        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+}
+
+impl Trace {
+    /// Reads the trace at `path`: its JSON, or gzip-compressed JSON where the name ends in
+    /// `.gz`.
+    pub fn read(path: &std::path::Path) -> Result<Trace> {
+        use std::io::Read;
+        let file = path.display().to_string();
+        let io = |e: std::io::Error| Error::Input(format!("{file}: {e}"));
+        let mut text = String::new();
+        let f = std::fs::File::open(path).map_err(io)?;
+        if path.extension().is_some_and(|e| e == "gz") {
+            flate2::read::GzDecoder::new(f)
+                .read_to_string(&mut text)
+                .map_err(|e| {
+                    Error::Input(format!(
+                        "{file}: {e}; the gzip stream is damaged or cut short"
+                    ))
+                })?;
+        } else {
+            std::io::BufReader::new(f)
+                .read_to_string(&mut text)
+                .map_err(io)?;
+        }
+        Trace::parse(&text, &file)
+    }
+
+    /// Reads the trace `text` (`file` names it in errors). JSON that does not parse is an
+    /// error naming its line and column; an event without the fields its kind needs is an
+    /// error naming the event.
+    pub fn parse(text: &str, file: &str) -> Result<Trace> {
+        let root: Value = serde_json::from_str(text).map_err(|e| {
+            Error::Input(format!(
+                "{file}: line {} column {}: {e}; the trace is damaged or cut short (export \
+                 it again with `prof.export_chrome_trace`)",
+                e.line(),
+                e.column()
+            ))
+        })?;
+        let events = root
+            .get("traceEvents")
+            .and_then(Value::as_array)
+            .ok_or_else(|| {
+                Error::Input(format!(
+                    "{file}: no `traceEvents` list: not a PyTorch profiler trace"
+                ))
+            })?;
+        let mut ops = Vec::new();
+        let mut steps = Vec::new();
+        let mut optimizer = Vec::new();
+        let mut kernels: Option<HashMap<i64, f64>> = None;
+        for (i, e) in events.iter().enumerate() {
+            if e.get("ph").and_then(Value::as_str) != Some("X") {
+                continue;
+            }
+            let bad = |what: &str| {
+                Error::Input(format!(
+                    "{file}: event {i} (`traceEvents[{i}]`): {what}; the trace is damaged"
+                ))
+            };
+            let name = e
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| bad("no `name`"))?;
+            let ts = e.get("ts").and_then(number).ok_or_else(|| bad("no `ts`"))?;
+            let dur = e
+                .get("dur")
+                .and_then(number)
+                .ok_or_else(|| bad("no `dur`"))?;
+            if !(ts.is_finite() && dur.is_finite() && dur >= 0.0) {
+                return Err(bad(&format!("`ts` {ts} or `dur` {dur} is not a span")));
+            }
+            let args = e.get("args").cloned().unwrap_or(Value::Null);
+            let arg_i64 = |k: &str| args.get(k).and_then(Value::as_i64);
+            match e.get("cat").and_then(Value::as_str) {
+                Some("cpu_op") => {
+                    let dims = args
+                        .get("Input Dims")
+                        .and_then(Value::as_array)
+                        .map(|a| {
+                            a.iter()
+                                .map(|d| {
+                                    d.as_array()
+                                        .map(|d| d.iter().filter_map(Value::as_i64).collect())
+                                        .unwrap_or_default()
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    let types = args
+                        .get("Input type")
+                        .and_then(Value::as_array)
+                        .map(|a| {
+                            a.iter()
+                                .map(|t| t.as_str().unwrap_or_default().to_owned())
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    ops.push(TraceOp {
+                        name: name.to_owned(),
+                        tid: e.get("tid").map(Value::to_string).unwrap_or_default(),
+                        ts,
+                        dur,
+                        seq: arg_i64("Sequence number"),
+                        external: arg_i64("External id"),
+                        dims,
+                        types,
+                        parent: None,
+                    });
+                }
+                Some("user_annotation") => {
+                    let span = Span { ts, dur };
+                    if name.starts_with("ProfilerStep#") {
+                        steps.push(span);
+                    } else if name.starts_with("Optimizer.") {
+                        optimizer.push(span);
+                    }
+                }
+                Some("kernel") => {
+                    let id = arg_i64("External id")
+                        .ok_or_else(|| bad("a kernel without its `External id`"))?;
+                    *kernels
+                        .get_or_insert_with(HashMap::new)
+                        .entry(id)
+                        .or_default() += dur;
+                }
+                _ => {}
+            }
+        }
+        if ops.is_empty() {
+            return Err(Error::Input(format!(
+                "{file}: no CPU ops (`cpu_op` events); profile with \
+                 `activities=[ProfilerActivity.CPU, ...]`"
+            )));
+        }
+        // The op around each op on its thread.
+        let mut order: Vec<usize> = (0..ops.len()).collect();
+        order.sort_by(|&a, &b| {
+            (ops[a].tid.as_str(), ops[a].ts)
+                .partial_cmp(&(ops[b].tid.as_str(), ops[b].ts))
+                .unwrap_or(std::cmp::Ordering::Equal)
+                .then(ops[b].dur.total_cmp(&ops[a].dur))
+        });
+        let mut stack: Vec<usize> = Vec::new();
+        for i in order {
+            while let Some(&top) = stack.last() {
+                let t = &ops[top];
+                if t.tid == ops[i].tid && ops[i].ts >= t.ts && ops[i].end() <= t.end() + 1e-3 {
+                    break;
+                }
+                stack.pop();
+            }
+            ops[i].parent = stack.last().copied();
+            stack.push(i);
+        }
+        steps.sort_by(|a, b| a.ts.total_cmp(&b.ts));
+        Ok(Trace {
+            file: file.to_owned(),
+            ops,
+            steps,
+            optimizer,
+            kernels,
+            gpu: root
+                .get("deviceProperties")
+                .and_then(Value::as_array)
+                .and_then(|d| d.first())
+                .cloned(),
+            base_ns: root.get("baseTimeNanoseconds").and_then(Value::as_u64),
+        })
+    }
+
+    /// Whether the trace times GPU kernels (op times are their kernels').
+    pub fn on_gpu(&self) -> bool {
+        self.kernels.is_some()
+    }
+
+    /// The top-level ops of the profiled steps, in order, each with its step.
+    fn top_level(&self) -> Vec<(usize, usize)> {
+        let mut out: Vec<(usize, usize)> = self
+            .ops
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.parent.is_none())
+            .filter_map(|(i, o)| {
+                if self.steps.is_empty() {
+                    return Some((i, 0));
+                }
+                self.steps
+                    .iter()
+                    .position(|s| s.holds(o.ts))
+                    .map(|s| (i, s))
+            })
+            .collect();
+        out.sort_by(|a, b| self.ops[a.0].ts.total_cmp(&self.ops[b.0].ts));
+        out
+    }
+
+    /// The ops nested in op `i`, itself included.
+    fn subtree(&self, i: usize) -> Vec<usize> {
+        let mut out = vec![i];
+        let mut k = 0;
+        while k < out.len() {
+            let p = out[k];
+            out.extend(
+                self.ops
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, o)| o.parent == Some(p))
+                    .map(|(j, _)| j),
+            );
+            k += 1;
+        }
+        out
+    }
+
+    /// Op `i`'s time, seconds: its span, or its kernels' where the trace has kernels.
+    fn seconds(&self, i: usize) -> f64 {
+        match &self.kernels {
+            None => self.ops[i].dur / 1e6,
+            Some(k) => {
+                self.subtree(i)
+                    .iter()
+                    .filter_map(|&j| self.ops[j].external.and_then(|e| k.get(&e)))
+                    .sum::<f64>()
+                    / 1e6
+            }
+        }
+    }
+
+    /// The first forward op's first input: the batch and the per-sample shape the trace
+    /// was taken at.
+    pub fn input(&self) -> Result<(usize, Vec<usize>)> {
+        self.top_level()
+            .into_iter()
+            .map(|(i, _)| &self.ops[i])
+            .find(|o| !o.name.starts_with(BACKWARD) && o.dims.first().is_some_and(|d| d.len() >= 2))
+            .and_then(|o| {
+                let d: Vec<usize> = o.dims[0].iter().map(|&v| v.max(0) as usize).collect();
+                Some((*d.first()?, d[1..].to_vec()))
+            })
+            .ok_or_else(|| {
+                Error::Input(format!(
+                    "{}: no op with input shapes; profile with `record_shapes=True`",
+                    self.file
+                ))
+            })
+    }
+
+    /// The training precision: FP32 where the first convolution or product takes `float`;
+    /// mixed precision where it takes 16-bit floats.
+    pub fn precision(&self) -> Result<Precision> {
+        let first = self.ops.iter().find(|o| {
+            matches!(
+                o.name.as_str(),
+                "aten::convolution" | "aten::mm" | "aten::addmm" | "aten::bmm"
+            )
+        });
+        match first.and_then(|o| o.types.first()).map(String::as_str) {
+            Some("float") | None => Ok(Precision::Fp32),
+            Some("c10::Half") => Ok(Precision::AmpFp16),
+            Some("c10::BFloat16") => Ok(Precision::AmpBf16),
+            Some(other) => Err(Error::Input(format!(
+                "{}: the first convolution or product takes `{other}`, not a training \
+                 precision ridgeline models (float, c10::Half, c10::BFloat16)",
+                self.file
+            ))),
+        }
+    }
+
+    /// Maps the profiled steps onto the layers of `graph` (see the module's documentation).
+    pub fn map(&self, graph: &Graph) -> Result<Mapped> {
+        let layers = graph.layers();
+        let compute: Vec<usize> = (0..layers.len())
+            .filter(|&i| !matches!(layers[i].op, Op::Input | Op::Flatten))
+            .collect();
+        let nsteps = self.steps.len().max(1);
+        let mut times: Vec<[Vec<f64>; 2]> =
+            vec![[vec![0.0; nsteps], vec![0.0; nsteps]]; layers.len()];
+        let mut measured = vec![[false; 2]; layers.len()];
+        let mut unmapped: BTreeMap<String, (usize, f64)> = BTreeMap::new();
+        let mut optimizer = vec![0.0; nsteps];
+        let mut gemms: BTreeMap<GemmKey, Vec<f64>> = BTreeMap::new();
+        let top = self.top_level();
+        let in_optimizer = |o: &TraceOp| self.optimizer.iter().any(|s| s.holds(o.ts));
+        // Forward: each step's ops matched in order to the compute layers.
+        let mut seq_layer: HashMap<(usize, i64), usize> = HashMap::new();
+        for step in 0..nsteps {
+            let mut next = 0;
+            let mut nth = 0;
+            for &(i, s) in top.iter().filter(|(_, s)| *s == step) {
+                let o = &self.ops[i];
+                if o.name.starts_with(BACKWARD) {
+                    continue;
+                }
+                if in_optimizer(o) {
+                    optimizer[s] += self.seconds(i);
+                    continue;
+                }
+                let Some(kind) = kind_of(o) else {
+                    let e = unmapped.entry(o.name.clone()).or_default();
+                    e.0 += 1;
+                    e.1 += self.seconds(i);
+                    continue;
+                };
+                nth += 1;
+                let Some(&l) = compute.get(next) else {
+                    return Err(Error::Input(format!(
+                        "{}: step {}: forward op `{}` (the {nth}th layer op) is a `{kind}` \
+                         after the workload's last layer: the trace is not of workload `{}`",
+                        self.file,
+                        step + 1,
+                        o.name,
+                        graph.name()
+                    )));
+                };
+                if layers[l].op.kind() != kind {
+                    return Err(Error::Input(format!(
+                        "{}: step {}: forward op `{}` (the {nth}th layer op) is a `{kind}`, \
+                         but the workload's next layer `{}` is a `{}`: the trace is not of \
+                         workload `{}` at this input, or runs its layers in another order",
+                        self.file,
+                        step + 1,
+                        o.name,
+                        layers[l].name,
+                        layers[l].op.kind(),
+                        graph.name()
+                    )));
+                }
+                next += 1;
+                times[l][0][s] += self.seconds(i);
+                measured[l][0] = true;
+                for j in self.subtree(i) {
+                    if let Some(q) = self.ops[j].seq {
+                        seq_layer.insert((s, q), l);
+                    }
+                    self.gemm(j, &mut gemms);
+                }
+            }
+            if next < compute.len() {
+                return Err(Error::Input(format!(
+                    "{}: step {}: the trace's forward ran {next} of workload `{}`'s {} layers \
+                     (it stops before `{}`): the trace is not of this workload, or its step \
+                     was cut short",
+                    self.file,
+                    step + 1,
+                    graph.name(),
+                    compute.len(),
+                    layers[compute[next]].name
+                )));
+            }
+        }
+        // Backward: each function to the layer whose forward carries its sequence number.
+        for &(i, s) in &top {
+            let o = &self.ops[i];
+            let Some(function) = o.name.strip_prefix(BACKWARD) else {
+                continue;
+            };
+            if in_optimizer(o) {
+                optimizer[s] += self.seconds(i);
+                continue;
+            }
+            match o.seq.and_then(|q| seq_layer.get(&(s, q))) {
+                Some(&l) => {
+                    times[l][1][s] += self.seconds(i);
+                    measured[l][1] = true;
+                    for j in self.subtree(i) {
+                        self.gemm(j, &mut gemms);
+                    }
+                }
+                None => {
+                    let e = unmapped.entry(function.to_owned()).or_default();
+                    e.0 += 1;
+                    e.1 += self.seconds(i);
+                }
+            }
+        }
+        let steps = if self.steps.is_empty() {
+            let start = self.ops.iter().map(|o| o.ts).fold(f64::INFINITY, f64::min);
+            let end = self.ops.iter().map(TraceOp::end).fold(0.0, f64::max);
+            vec![(end - start) / 1e6]
+        } else {
+            self.steps.iter().map(|s| s.dur / 1e6).collect()
+        };
+        Ok(Mapped {
+            steps,
+            optimizer,
+            layers: times
+                .into_iter()
+                .zip(measured)
+                .map(|([f, b], [mf, mb])| {
+                    [
+                        if mf { f } else { Vec::new() },
+                        if mb { b } else { Vec::new() },
+                    ]
+                })
+                .collect(),
+            gemms,
+            unmapped: unmapped
+                .into_iter()
+                .map(|(name, (count, seconds))| Unmapped {
+                    name,
+                    count,
+                    seconds,
+                })
+                .collect(),
+        })
+    }
+
+    /// Adds op `j` to `gemms` where it is a 2-D product (`aten::mm`, or `aten::addmm`'s).
+    fn gemm(&self, j: usize, gemms: &mut BTreeMap<GemmKey, Vec<f64>>) {
+        let o = &self.ops[j];
+        let (a, b) = match o.name.as_str() {
+            "aten::mm" => (o.dims.first(), o.dims.get(1)),
+            "aten::addmm" => (o.dims.get(1), o.dims.get(2)),
+            _ => return,
+        };
+        if let (Some(a), Some(b)) = (a, b)
+            && a.len() == 2
+            && b.len() == 2
+            && a[1] == b[0]
+            && a.iter().chain(b).all(|&d| d > 0)
+        {
+            let key = (a[0] as usize, b[1] as usize, a[1] as usize);
+            gemms.entry(key).or_default().push(self.seconds(j));
+        }
+    }
+
+    /// The environment of the trace's records: the trace in place of a host, its GPU where
+    /// it has one.
+    fn env(&self, threads: usize) -> Env {
+        // Kineto's times are microseconds after `baseTimeNanoseconds`.
+        let first = self.ops.iter().map(|o| o.ts).fold(f64::INFINITY, f64::min);
+        let timestamp = self
+            .base_ns
+            .filter(|_| first.is_finite() && first >= 0.0)
+            .map(|ns| {
+                let at = ns.saturating_add((first * 1e3) as u64);
+                humantime::format_rfc3339_seconds(
+                    std::time::UNIX_EPOCH + std::time::Duration::from_nanos(at),
+                )
+                .to_string()
+            })
+            .unwrap_or_default();
+        let gpu = self.on_gpu().then(|| {
+            let g = self.gpu.clone().unwrap_or(Value::Null);
+            let s = |k: &str| {
+                g.get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or("unknown")
+                    .to_owned()
+            };
+            let n = |k: &str| g.get(k).and_then(Value::as_u64);
+            GpuEnv {
+                ordinal: n("id").unwrap_or(0) as usize,
+                name: s("name"),
+                compute_capability: format!(
+                    "{}.{}",
+                    n("computeMajor").unwrap_or(0),
+                    n("computeMinor").unwrap_or(0)
+                ),
+                memory_bytes: n("totalGlobalMem").unwrap_or(0),
+                sm_clock_mhz: None,
+                memory_clock_mhz: None,
+                l2_bytes: n("l2CacheSize"),
+                driver_version: "unknown".into(),
+                libraries: BTreeMap::new(),
+            }
+        });
+        Env {
+            host: format!("PyTorch profiler trace {}", self.file),
+            cpu_model: "unknown (imported)".into(),
+            cores: threads,
+            simd: Vec::new(),
+            gpu,
+            ridgeline_version: env!("CARGO_PKG_VERSION").to_owned(),
+            git_commit: None,
+            timestamp,
+        }
+    }
+}
+
+/// The ridgeline op kind of a forward top-level op, by its ATen name; `None` for an op that
+/// is no layer (views, copies, allocations).
+fn kind_of(o: &TraceOp) -> Option<&'static str> {
+    Some(match o.name.as_str() {
+        "aten::conv1d" | "aten::conv2d" | "aten::conv3d" | "aten::convolution"
+        | "aten::_convolution" => "conv",
+        "aten::conv_transpose1d" | "aten::conv_transpose2d" | "aten::conv_transpose3d" => {
+            "conv-transpose"
+        }
+        "aten::batch_norm" => "batch-norm",
+        "aten::relu" | "aten::relu_" => "relu",
+        "aten::leaky_relu" | "aten::leaky_relu_" => "leaky-relu",
+        "aten::tanh" | "aten::tanh_" => "tanh",
+        "aten::max_pool1d" | "aten::max_pool2d" | "aten::max_pool3d" => "max-pool",
+        "aten::avg_pool1d" | "aten::avg_pool2d" | "aten::avg_pool3d" => "avg-pool",
+        "aten::adaptive_avg_pool1d" | "aten::adaptive_avg_pool2d" | "aten::adaptive_avg_pool3d" => {
+            "global-avg-pool"
+        }
+        // A residual add takes two tensors of one shape (not a tensor and a scalar).
+        "aten::add" | "aten::add_"
+            if o.dims.len() >= 2 && !o.dims[0].is_empty() && o.dims[0] == o.dims[1] =>
+        {
+            "add"
+        }
+        "aten::cat" | "aten::concat" => "concat",
+        "aten::dropout" | "aten::dropout_" | "aten::feature_dropout" => "dropout",
+        "aten::linear" | "aten::addmm" => "dense",
+        "aten::cross_entropy_loss" => "softmax-cross-entropy",
+        "aten::mse_loss" => "mse-loss",
+        "aten::layer_norm" => "layer-norm",
+        "aten::gelu" => "gelu",
+        "aten::silu" | "aten::silu_" => "silu",
+        "aten::softmax" | "aten::_softmax" => "softmax",
+        "aten::embedding" => "embedding",
+        "aten::upsample_nearest2d" | "aten::upsample_nearest3d" => "upsample",
+        _ => return None,
+    })
+}
+
+/// What an import gives: the records, and what it could not map.
+#[derive(Debug, Clone)]
+pub struct Imported {
+    /// The records: layer passes and steps (for validation), GEMMs, convolutions and ops
+    /// of the layers (micro-kernel records, for calibration).
+    pub records: Vec<Record>,
+    /// Profiled steps.
+    pub steps: usize,
+    /// Layers matched.
+    pub layers: usize,
+    /// Ops that are no layer.
+    pub unmapped: Vec<Unmapped>,
+    /// The device the trace timed.
+    pub device: Device,
+    /// The training precision.
+    pub precision: Precision,
+}
+
+/// The records of `trace` mapped onto `graph` (built at the trace's input) at `batch`, as
+/// measured on `threads` threads: a `workload-layer` record per layer pass and a
+/// `workload-step` record (its `update_s` the optimizer's time), as `ridgeline measure
+/// workload` writes them; and for calibration, the convolutions (forward; backward with both
+/// gradients in one call, [`ConvPass::Backward`]), the other ops of the layers (forward and
+/// backward) and the GEMMs inside them, one record per distinct shape with every call's
+/// time as a sample.
+pub fn import(trace: &Trace, graph: &Graph, batch: usize, threads: usize) -> Result<Imported> {
+    let precision = trace.precision()?;
+    let mapped = trace.map(graph)?;
+    let device = if trace.on_gpu() {
+        Device::Cuda(0)
+    } else {
+        Device::Cpu
+    };
+    let env = trace.env(threads);
+    let make = |measured: Measured,
+                record_precision: RecordPrecision,
+                samples: Vec<f64>,
+                flops: f64,
+                bytes: f64| {
+        let mut r = Record::new(
+            measured,
+            record_precision,
+            device,
+            threads,
+            samples,
+            flops,
+            bytes,
+            env.clone(),
+        );
+        r.extra.notes.insert(
+            "imported_from".into(),
+            Value::String(format!("PyTorch profiler trace {}", trace.file)),
+        );
+        r
+    };
+    let run = StepShape {
+        workload: graph.name().to_owned(),
+        input: graph.input_shape().dims().to_vec(),
+        batch,
+    };
+    let cost = ridgeline_model::cost::cost(graph, batch as u64, precision);
+    let layers = graph.layers();
+    let mut records = Vec::new();
+    // Micro-kernel records by shape: every call of one shape is a sample of one record.
+    let mut kernels: Vec<(Case, Measured, Vec<f64>)> = Vec::new();
+    let mut add = |case: Case, samples: &[f64]| -> Result<()> {
+        let measured = case.measured().map_err(|e| Error::Input(e.to_string()))?;
+        match kernels.iter_mut().find(|(_, m, _)| *m == measured) {
+            Some((_, _, s)) => s.extend_from_slice(samples),
+            None => kernels.push((case, measured, samples.to_vec())),
+        }
+        Ok(())
+    };
+    let format = match precision {
+        Precision::AmpFp16 => Format::Fp16,
+        Precision::AmpBf16 => Format::Bf16,
+        _ => Format::Fp32,
+    };
+    let mut matched = 0;
+    for (i, (layer, [forward, backward])) in layers.iter().zip(&mapped.layers).enumerate() {
+        if forward.is_empty() && backward.is_empty() {
+            continue;
+        }
+        matched += 1;
+        let lc = &cost.layers[i];
+        for (pass, samples, flops, bytes) in [
+            (
+                Pass::Forward,
+                forward,
+                lc.flops_fwd.value(),
+                lc.hbm_bytes_fwd.value(),
+            ),
+            (
+                Pass::Backward,
+                backward,
+                lc.flops_bwd.value(),
+                lc.hbm_bytes_bwd.value(),
+            ),
+        ] {
+            if samples.is_empty() {
+                continue;
+            }
+            let shape = Measured::WorkloadLayer(LayerShape {
+                run: run.clone(),
+                layer: layer.name.to_string(),
+                op: layer.op.kind().to_owned(),
+                pass,
+            });
+            records.push(make(shape, precision.into(), samples.clone(), flops, bytes));
+        }
+        let input = layers[layer.inputs[0]].output.dims().to_vec();
+        match &layer.op {
+            Op::Conv(c) => {
+                let case = ConvCase {
+                    label: format!("{}/{}", graph.name(), layer.name),
+                    batch,
+                    c_in: input[0],
+                    input: input[1..].to_vec(),
+                    c_out: c.out_channels,
+                    kernel: c.kernel.to_vec(),
+                    stride: c.stride.to_vec(),
+                    padding: c.padding.pairs().to_vec(),
+                    dilation: c.dilation.to_vec(),
+                    groups: c.groups,
+                    bias: c.bias,
+                    format,
+                    layout: Layout::ChannelsFirst,
+                };
+                if !forward.is_empty() {
+                    add(Case::Conv(case.clone(), ConvPass::Forward), forward)?;
+                }
+                if !backward.is_empty() {
+                    add(Case::Conv(case, ConvPass::Backward), backward)?;
+                }
+            }
+            // Products are recorded by the GEMMs they ran.
+            Op::Dense { .. } | Op::Linear { .. } | Op::MatMul | Op::ConvTranspose(_) => {}
+            op => {
+                let case = OpCase {
+                    op: op.clone(),
+                    input,
+                    batch,
+                    format,
+                };
+                for (pass, samples) in [(Pass::Forward, forward), (Pass::Backward, backward)] {
+                    if !samples.is_empty() {
+                        add(Case::Op(case.clone(), pass), samples)?;
+                    }
+                }
+            }
+        }
+    }
+    for (&(m, n, k), samples) in &mapped.gemms {
+        add(Case::Gemm(GemmCase { m, n, k, format }), samples)?;
+    }
+    for (case, measured, samples) in kernels {
+        let (flops, bytes) = case.counts().map_err(|e| Error::Input(e.to_string()))?;
+        records.push(make(measured, case.precision(), samples, flops, bytes));
+    }
+    let mut step = make(
+        Measured::WorkloadStep(run),
+        precision.into(),
+        mapped.steps.clone(),
+        cost.flops_train.value(),
+        cost.hbm_bytes_train.value(),
+    );
+    step.extra = Extra {
+        update_s: mapped.optimizer.clone(),
+        notes: step.extra.notes,
+        ..Extra::default()
+    };
+    records.push(step);
+    Ok(Imported {
+        records,
+        steps: mapped.steps.len(),
+        layers: matched,
+        unmapped: mapped.unmapped,
+        device,
+        precision,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const TINY: &str = include_str!("../../tests/fixtures/tiny.toml");
+
+    fn tiny() -> Graph {
+        ridgeline_model::file::parse_workload(TINY, "tiny.toml", None).unwrap()
+    }
+
+    /// A CPU op at `ts` for `dur` microseconds.
+    fn op(name: &str, ts: f64, dur: f64, seq: Option<i64>, dims: Value, ext: i64) -> Value {
+        let mut args = json!({"External id": ext, "Input Dims": dims, "Input type": ["float"]});
+        if let Some(s) = seq {
+            args["Sequence number"] = json!(s);
+        }
+        json!({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts,
+               "dur": dur, "args": args})
+    }
+
+    fn annotation(name: &str, ts: f64, dur: f64) -> Value {
+        json!({"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1,
+               "ts": ts, "dur": dur, "args": {}})
+    }
+
+    /// One training step of `tiny` at batch 2 as PyTorch's profiler writes it: forward,
+    /// backward (each function with its forward op's sequence number), the optimizer.
+    fn events() -> Vec<Value> {
+        let x = json!([[2, 3, 8, 8], [8, 3, 3, 3]]);
+        let t = json!([[2, 8, 8, 8], [2, 8, 8, 8]]);
+        let bw = |f: &str, ts: f64, dur: f64, seq: i64, ext: i64| {
+            op(
+                &format!("{BACKWARD}{f}"),
+                ts,
+                dur,
+                Some(seq),
+                json!([]),
+                ext,
+            )
+        };
+        vec![
+            annotation("ProfilerStep#1", 0.0, 1000.0),
+            op("aten::conv2d", 10.0, 100.0, Some(1), x.clone(), 1),
+            op("aten::convolution", 11.0, 98.0, Some(1), x, 2),
+            op(
+                "aten::batch_norm",
+                120.0,
+                20.0,
+                Some(2),
+                json!([[2, 8, 8, 8]]),
+                3,
+            ),
+            op("aten::relu_", 150.0, 5.0, Some(3), json!([[2, 8, 8, 8]]), 4),
+            op("aten::add", 160.0, 6.0, Some(4), t, 5),
+            op(
+                "aten::max_pool2d",
+                170.0,
+                7.0,
+                Some(5),
+                json!([[2, 8, 8, 8]]),
+                6,
+            ),
+            op("aten::flatten", 180.0, 1.0, None, json!([[2, 8, 4, 4]]), 7),
+            op(
+                "aten::linear",
+                190.0,
+                30.0,
+                Some(7),
+                json!([[2, 128], [10, 128], [10]]),
+                8,
+            ),
+            op(
+                "aten::addmm",
+                191.0,
+                28.0,
+                Some(8),
+                json!([[10], [2, 128], [128, 10]]),
+                9,
+            ),
+            op(
+                "aten::cross_entropy_loss",
+                230.0,
+                9.0,
+                Some(9),
+                json!([[2, 10], [2]]),
+                10,
+            ),
+            op("aten::ones_like", 240.0, 1.0, None, json!([[]]), 11),
+            bw("NllLossBackward0", 300.0, 4.0, 9, 12),
+            bw("AddmmBackward0", 310.0, 40.0, 8, 13),
+            op(
+                "aten::mm",
+                312.0,
+                15.0,
+                None,
+                json!([[2, 10], [10, 128]]),
+                14,
+            ),
+            op(
+                "aten::mm",
+                330.0,
+                12.0,
+                None,
+                json!([[10, 2], [2, 128]]),
+                15,
+            ),
+            bw("MaxPool2DWithIndicesBackward0", 360.0, 11.0, 5, 16),
+            bw("AddBackward0", 380.0, 2.0, 4, 17),
+            bw("ReluBackward0", 390.0, 8.0, 3, 18),
+            bw("NativeBatchNormBackward0", 400.0, 25.0, 2, 19),
+            bw("ConvolutionBackward0", 430.0, 200.0, 1, 20),
+            bw("torch::autograd::AccumulateGrad", 640.0, 3.0, 99, 21),
+            annotation("Optimizer.step#SGD.step", 700.0, 100.0),
+            op(
+                "aten::add_",
+                710.0,
+                50.0,
+                None,
+                json!([[8, 3, 3, 3], [8, 3, 3, 3]]),
+                22,
+            ),
+        ]
+    }
+
+    fn trace(events: Vec<Value>) -> String {
+        json!({"schemaVersion": 1, "deviceProperties": [], "traceEvents": events,
+               "baseTimeNanoseconds": 1_700_000_000_000_000_000_u64})
+        .to_string()
+    }
+
+    #[test]
+    fn a_step_maps_onto_the_workload_layers() {
+        let t = Trace::parse(&trace(events()), "t.json").unwrap();
+        assert_eq!(t.input().unwrap(), (2, vec![3, 8, 8]));
+        assert_eq!(t.precision().unwrap(), Precision::Fp32);
+        let g = tiny();
+        let m = t.map(&g).unwrap();
+        let at = |name: &str| {
+            let i = g.layers().iter().position(|l| l.name == name).unwrap();
+            let [f, b] = &m.layers[i];
+            (f.iter().sum::<f64>() * 1e6, b.iter().sum::<f64>() * 1e6)
+        };
+        let close = |a: (f64, f64), b: (f64, f64)| {
+            assert!(
+                (a.0 - b.0).abs() < 1e-9 && (a.1 - b.1).abs() < 1e-9,
+                "{a:?} {b:?}"
+            )
+        };
+        close(at("conv"), (100.0, 200.0));
+        close(at("bn"), (20.0, 25.0));
+        close(at("relu"), (5.0, 8.0));
+        close(at("skip"), (6.0, 2.0));
+        close(at("pool"), (7.0, 11.0));
+        // The product's backward function holds both of its GEMMs.
+        close(at("fc"), (30.0, 40.0));
+        close(at("loss"), (9.0, 4.0));
+        assert_eq!(m.steps, vec![1000.0 / 1e6]);
+        assert!((m.optimizer[0] - 50.0 / 1e6).abs() < 1e-15);
+        // Forward addmm (m 2, n 10, k 128) and the backward mm's.
+        let shapes: Vec<GemmKey> = m.gemms.keys().copied().collect();
+        assert_eq!(shapes, vec![(2, 10, 128), (2, 128, 10), (10, 128, 2)]);
+        let names: Vec<&str> = m.unmapped.iter().map(|u| u.name.as_str()).collect();
+        assert_eq!(
+            names,
+            vec![
+                "aten::flatten",
+                "aten::ones_like",
+                "torch::autograd::AccumulateGrad"
+            ]
+        );
+    }
+
+    #[test]
+    fn records_validate_and_calibrate() {
+        let t = Trace::parse(&trace(events()), "t.json").unwrap();
+        let imported = import(&t, &tiny(), 2, 1).unwrap();
+        assert_eq!((imported.steps, imported.layers), (1, 7));
+        let kinds = |k: ridgeline_measure::RecordKind| {
+            imported.records.iter().filter(|r| r.kind() == k).count()
+        };
+        use ridgeline_measure::RecordKind as K;
+        assert_eq!(kinds(K::WorkloadStep), 1);
+        assert_eq!(kinds(K::WorkloadLayer), 14);
+        assert_eq!(kinds(K::Conv), 2);
+        assert_eq!(kinds(K::Gemm), 3);
+        // bn, relu, skip, pool, loss: forward and backward.
+        assert_eq!(kinds(K::Op), 10);
+        for r in &imported.records {
+            r.check().unwrap();
+            assert_eq!(
+                r.extra.notes["imported_from"],
+                json!("PyTorch profiler trace t.json")
+            );
+        }
+        // The convolution's backward call holds both gradients: each backward pass's fit
+        // sees the sum of the two kernels' features.
+        let backward = imported
+            .records
+            .iter()
+            .find(|r| matches!(&r.measured, Measured::Conv(c) if c.pass == ConvPass::Backward))
+            .unwrap();
+        let Measured::Conv(shape) = &backward.measured else {
+            unreachable!()
+        };
+        let ks = crate::profile::conv_kernels("t", backward, shape).unwrap();
+        assert_eq!(ks.len(), 2);
+        assert_eq!(ks[0].x, ks[1].x);
+        let data = crate::profile::conv_kernels(
+            "t",
+            backward,
+            &ridgeline_measure::record::ConvShape {
+                pass: ConvPass::BackwardData,
+                ..shape.clone()
+            },
+        )
+        .unwrap();
+        assert!(ks[0].x[1] > data[0].x[1]);
+    }
+
+    #[test]
+    fn gpu_ops_take_their_kernels_time() {
+        let mut ev = events();
+        // The forward convolution launches two kernels, its backward one.
+        for (ext, dur) in [(2, 40.0), (2, 10.0), (20, 70.0)] {
+            ev.push(
+                json!({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7,
+                           "ts": 0.0, "dur": dur, "args": {"External id": ext}}),
+            );
+        }
+        let t = Trace::parse(&trace(ev), "t.json").unwrap();
+        assert!(t.on_gpu());
+        let g = tiny();
+        let m = t.map(&g).unwrap();
+        assert!((m.layers[1][0][0] - 50e-6).abs() < 1e-15);
+        assert!((m.layers[1][1][0] - 70e-6).abs() < 1e-15);
+        // An op that launched nothing took no GPU time.
+        assert_eq!(m.layers[2][0][0], 0.0);
+    }
+
+    #[test]
+    fn bad_traces_are_refused_with_where() {
+        let text = trace(events());
+        let e = Trace::parse(&text[..text.len() / 2], "t.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("t.json: line 1 column"), "{e}");
+        let e = Trace::parse("{\"x\": 1}", "t.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no `traceEvents`"), "{e}");
+        let mut ev = events();
+        ev[3].as_object_mut().unwrap().remove("ts");
+        let e = Trace::parse(&trace(ev), "t.json").unwrap_err().to_string();
+        assert!(e.contains("event 3") && e.contains("`ts`"), "{e}");
+        // Layers in another order than the workload's.
+        let mut ev = events();
+        ev.swap(3, 4);
+        let (a, b) = (ev[3]["ts"].clone(), ev[4]["ts"].clone());
+        ev[3]["ts"] = b;
+        ev[4]["ts"] = a;
+        let t = Trace::parse(&trace(ev), "t.json").unwrap();
+        let e = t.map(&tiny()).unwrap_err().to_string();
+        assert!(
+            e.contains("`aten::relu_`") && e.contains("next layer `bn` is a `batch-norm`"),
+            "{e}"
+        );
+        // A step cut short.
+        let ev: Vec<Value> = events().into_iter().take(6).collect();
+        let e = Trace::parse(&trace(ev), "t.json")
+            .unwrap()
+            .map(&tiny())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ran 4 of workload `tiny`'s 7 layers"), "{e}");
+    }
+}

@@ -50,6 +50,7 @@
 //! ```
 
 pub mod catalog;
+pub mod chakra;
 pub mod collective;
 pub mod cost;
 pub mod dataset;

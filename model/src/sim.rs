@@ -138,22 +138,30 @@ pub struct Simulated {
     pub spans: Vec<Span>,
 }
 
+/// The gradient buckets of `layers` (in forward order) in the order backward fills them, as
+/// DDP fills them: layers' gradients from the last layer back, a bucket closed once it holds
+/// `bucket_bytes` (and at the first layer). Each bucket is the index of its earliest layer,
+/// whose backward completes it, and its bytes.
+pub fn buckets(layers: &[SimLayer], bucket_bytes: f64) -> Vec<(usize, f64)> {
+    let mut out = Vec::new();
+    let mut held = 0.0;
+    for i in (0..layers.len()).rev() {
+        held += layers[i].gradient_bytes;
+        if held > 0.0 && (held >= bucket_bytes || i == 0) {
+            out.push((i, held));
+            held = 0.0;
+        }
+    }
+    out
+}
+
 /// Simulates one step of `layers` (in forward order) with `allreduce` giving the time of an
 /// allreduce of so many bytes across the ranks.
 pub fn simulate(layers: &[SimLayer], allreduce: &dyn Fn(f64) -> f64, o: &SimOptions) -> Simulated {
     let n = layers.len();
     let ranks = o.ranks.max(1) as usize;
     let t0 = if o.prefetch == 0 { o.input_s } else { 0.0 };
-    // Buckets in the order backward fills them: each the index of its earliest layer.
-    let mut buckets: Vec<(usize, f64)> = Vec::new();
-    let mut held = 0.0;
-    for i in (0..n).rev() {
-        held += layers[i].gradient_bytes;
-        if held > 0.0 && (held >= o.bucket_bytes || i == 0) {
-            buckets.push((i, held));
-            held = 0.0;
-        }
-    }
+    let buckets = buckets(layers, o.bucket_bytes);
     // Every rank's backward: when each layer's backward ends, and the critical rank.
     let normal = Normal::new(0.0, 1.0).ok();
     let mut rng = StdRng::seed_from_u64(o.seed);

@@ -97,6 +97,7 @@ pub(crate) struct SystemShowArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("events").multiple(true))]
 pub(crate) struct PredictArgs {
     #[command(flatten)]
     pub(crate) target: TargetArgs,
@@ -123,10 +124,18 @@ pub(crate) struct PredictArgs {
     /// Also simulate the step event by event (gradient buckets allreduced beside backward,
     /// the input read ahead, the slowest of the ranks) and write its timeline to FILE in the
     /// Chrome trace format (Perfetto, chrome://tracing).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", group = "events")]
     pub(crate) timeline: Option<PathBuf>,
-    /// The simulator's gradient bucket, MiB (PyTorch DDP's default).
-    #[arg(long, value_name = "MIB", default_value_t = 25.0, requires = "timeline",
+    /// Also write the predicted step as a Chakra execution trace (the format ASTRA-sim
+    /// reads), one file per data-parallel rank: PREFIX.0.et, PREFIX.1.et, ... (a trailing
+    /// `.et` is taken off PREFIX). Each layer's forward and backward is a compute node with
+    /// its predicted time, FLOPs and bytes; each gradient bucket an allreduce.
+    #[arg(long, value_name = "PREFIX", group = "events",
+          conflicts_with_all = ["tensor_parallel", "pipeline_parallel", "micro_batches"])]
+    pub(crate) chakra: Option<PathBuf>,
+    /// The gradient bucket of the simulator and of the Chakra trace, MiB (PyTorch DDP's
+    /// default).
+    #[arg(long, value_name = "MIB", default_value_t = 25.0, requires = "events",
           value_parser = positive_f64)]
     pub(crate) bucket_mib: f64,
     /// Steps of input the simulator reads ahead (0: each step reads its own first).

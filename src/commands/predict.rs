@@ -65,6 +65,14 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
         }
         None => None,
     };
+    if let Some(prefix) = &args.chakra {
+        let files = chakra(&job, &p, batch, args, prefix)?;
+        eprintln!(
+            "wrote the Chakra execution trace of {files} ranks to {}.{{0..{}}}.et",
+            chakra_prefix(prefix).display(),
+            files - 1
+        );
+    }
     let cols = tables::movement_cols();
     output::print(args.output.format.format, &p, |style| {
         let s = Style::Human;
@@ -228,6 +236,64 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
 }
 
 /// `predict` of a transformer split by tensor, pipeline and data parallelism.
+/// The most ranks a Chakra trace is written for: one file each.
+const CHAKRA_MAX_RANKS: u64 = 65_536;
+
+/// `prefix` without a trailing `.et`.
+fn chakra_prefix(prefix: &std::path::Path) -> std::path::PathBuf {
+    match prefix.to_str().and_then(|p| p.strip_suffix(".et")) {
+        Some(p) => p.into(),
+        None => prefix.to_owned(),
+    }
+}
+
+/// Writes prediction `p`'s step as a Chakra execution trace, one file a data-parallel rank
+/// (`PREFIX.r.et`; every rank runs the same graph); returns the files written.
+fn chakra(
+    job: &inputs::Job,
+    p: &predict::Prediction,
+    batch: u64,
+    args: &PredictArgs,
+    prefix: &std::path::Path,
+) -> Result<u64> {
+    use ridgeline_model::chakra;
+    let ranks = p.outcome.devices;
+    if ranks > CHAKRA_MAX_RANKS {
+        anyhow::bail!(
+            "--chakra: {ranks} ranks would be {ranks} files; write it for at most \
+             {CHAKRA_MAX_RANKS} (fewer --nodes)"
+        );
+    }
+    let cost = ridgeline_model::cost::cost(&job.graph, batch, args.precision.precision);
+    let per_param = job.scenario.gradient_bytes as f64;
+    let layers: Vec<chakra::Layer> = p
+        .layers
+        .iter()
+        .zip(&job.model.layer_params)
+        .zip(&cost.layers)
+        .map(|((l, &params), c)| chakra::Layer {
+            sim: ridgeline_model::sim::SimLayer {
+                name: l.layer.clone(),
+                forward_s: l.forward_s,
+                backward_s: l.backward_s,
+                gradient_bytes: params as f64 * per_param,
+            },
+            flops: [c.flops_fwd.value(), c.flops_bwd.value()],
+            bytes: [c.hbm_bytes_fwd.value(), c.hbm_bytes_bwd.value()],
+        })
+        .collect();
+    let layer_sum: f64 = p.layers.iter().map(|l| l.forward_s + l.backward_s).sum();
+    let optimizer_s = (p.outcome.compute_s.value() - layer_sum).max(0.0);
+    let nodes = chakra::step_nodes(&layers, args.bucket_mib * 1024.0 * 1024.0, optimizer_s);
+    let bytes = chakra::encode(&nodes);
+    let prefix = chakra_prefix(prefix);
+    for r in 0..ranks {
+        let path = std::path::PathBuf::from(format!("{}.{r}.et", prefix.display()));
+        ridgeline_app::atomic::write(&path, &bytes)?;
+    }
+    Ok(ranks)
+}
+
 fn split(args: &PredictArgs) -> Result<()> {
     use ridgeline_model::parallel::{self, Split};
     use ridgeline_model::predict::Timing;

@@ -602,3 +602,65 @@ fn predict_simulates_the_step_and_writes_its_timeline() {
     );
     std::fs::remove_file(&path).unwrap();
 }
+
+/// `predict --chakra`: the step as a Chakra execution trace, one file per data-parallel
+/// rank, read back with Chakra's schema.
+#[test]
+fn predict_writes_a_chakra_trace_per_rank() {
+    let dir = std::env::temp_dir().join(format!("ridgeline-chakra-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prefix = dir.join("resnet50.et");
+    let args = [
+        "predict",
+        "resnet50",
+        "--system",
+        "dgx-a100",
+        "--nodes",
+        "2",
+        "--batch",
+        "64",
+        "--epochs",
+        "1",
+        "--chakra",
+        prefix.to_str().unwrap(),
+    ];
+    let json = run_json(&[&args[..], &["--format", "json"]].concat());
+    let devices = json["devices"].as_u64().unwrap();
+    assert_eq!(devices, 16);
+    let rank0 = std::fs::read(dir.join("resnet50.0.et")).unwrap();
+    for r in 1..devices {
+        assert_eq!(
+            std::fs::read(dir.join(format!("resnet50.{r}.et"))).unwrap(),
+            rank0
+        );
+    }
+    assert!(!dir.join(format!("resnet50.{devices}.et")).exists());
+    let (meta, nodes) = ridgeline_model::chakra::decode(&rank0, "resnet50.0.et").unwrap();
+    assert_eq!(meta.version, ridgeline_model::chakra::VERSION);
+    let layers = json["layers"].as_array().unwrap();
+    // Every layer with work, forward and backward, then the buckets and the optimizer.
+    let computed = layers
+        .iter()
+        .filter(|l| l["forward_s"].as_f64().unwrap() + l["backward_s"].as_f64().unwrap() > 0.0)
+        .count();
+    let comm: Vec<_> = nodes
+        .iter()
+        .filter(|n| n.r#type == ridgeline_model::chakra::NodeType::CommCollNode as i32)
+        .collect();
+    assert!(comm.len() >= 2, "{}", comm.len());
+    assert_eq!(nodes.len(), 2 * computed + comm.len() + 1);
+    // The forward and backward times are the prediction's, in microseconds.
+    let conv1 = nodes.iter().find(|n| n.name == "conv1 forward").unwrap();
+    let predicted = layers.iter().find(|l| l["layer"] == "conv1").unwrap()["forward_s"]
+        .as_f64()
+        .unwrap();
+    assert_eq!(conv1.duration_micros, (predicted * 1e6).round() as u64);
+    // The optimizer waits for every allreduce.
+    let optimizer = nodes.last().unwrap();
+    assert_eq!(optimizer.name, "optimizer");
+    assert!(comm.iter().all(|c| optimizer.data_deps.contains(&c.id)));
+    // Not for model-parallel splits.
+    let err = run_err(&[&args[..], &["--tensor-parallel", "2"]].concat());
+    assert!(err.contains("--chakra"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

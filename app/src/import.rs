@@ -6,7 +6,8 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use ridgeline_calibrate::dataset::KernelSet;
-use ridgeline_calibrate::{mlperf, neusight, torch_trace};
+use ridgeline_calibrate::{mlperf, neusight, nsys, torch_trace};
+use ridgeline_model::precision::Precision;
 
 /// The subdirectory of a NeuSight kernel set that holds its per-operator labels of whole
 /// training steps ([`ridgeline_calibrate::dataset::LabelSet`]).
@@ -288,4 +289,75 @@ pub fn torch_trace(
         records: imported.records.len(),
         unmapped: imported.unmapped,
     })
+}
+
+/// What `ridgeline import nsys` read and wrote.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct NsysImport {
+    /// The report.
+    pub report: String,
+    /// Its GPU, where the report names it.
+    pub gpu: Option<String>,
+    /// Kernels in all.
+    pub kernels: usize,
+    /// NVTX ranges in all.
+    pub ranges: usize,
+    /// Kernels under each NVTX range name (empty name: outside every range).
+    pub by_range: Vec<nsys::RangeRow>,
+    /// The records file written, where a workload was given.
+    pub out: Option<String>,
+    /// Records written.
+    pub records: usize,
+}
+
+/// Reads the Nsight Systems SQLite export at `report` (`.sqlite`, or `.sqlite.gz`), and
+/// where `records` gives a workload (its spec, batch, precision and output file) writes the
+/// records of the layers and steps its NVTX ranges mark ([`nsys::Report::records`]).
+pub fn nsys(
+    report: &Path,
+    records: Option<(&crate::inputs::WorkloadSpec, usize, Precision, &Path)>,
+) -> Result<NsysImport> {
+    // SQLite reads a file: a compressed export is inflated beside the others first.
+    let inflated;
+    let path = if report.extension().is_some_and(|e| e == "gz") {
+        let mut gz = flate2::read::GzDecoder::new(
+            std::fs::File::open(report)
+                .with_context(|| format!("{}: cannot read", report.display()))?,
+        );
+        let mut file = tempfile::NamedTempFile::new()?;
+        std::io::copy(&mut gz, &mut file).with_context(|| {
+            format!(
+                "{}: the gzip stream is damaged or cut short",
+                report.display()
+            )
+        })?;
+        inflated = file;
+        inflated.path()
+    } else {
+        report
+    };
+    let mut r = nsys::Report::read(path)?;
+    r.file = report.display().to_string();
+    let mut done = NsysImport {
+        report: r.file.clone(),
+        gpu: r.gpu.clone(),
+        kernels: r.kernels.len(),
+        ranges: r.ranges.len(),
+        by_range: r.by_range(),
+        out: None,
+        records: 0,
+    };
+    if let Some((spec, batch, precision, out)) = records {
+        let graph = crate::inputs::workload(spec)?;
+        let written = r.records(&graph, batch, precision)?;
+        let mut text = String::new();
+        for rec in &written {
+            text.push_str(&serde_json::to_string(rec)?);
+            text.push('\n');
+        }
+        crate::atomic::write(out, text.as_bytes())?;
+        done.out = Some(out.display().to_string());
+        done.records = written.len();
+    }
+    Ok(done)
 }

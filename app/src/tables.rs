@@ -782,3 +782,35 @@ pub fn run_check_cols() -> [Col<crate::runs::RunCheck>; 11] {
         }),
     ]
 }
+
+/// Kernels by NVTX range of an Nsight Systems report (`ridgeline import nsys`).
+pub fn nsys_range_cols() -> [Col<ridgeline_calibrate::nsys::RangeRow>; 5] {
+    use ridgeline_calibrate::nsys::RangeRow;
+    [
+        text("NVTX range", "range", |r: &RangeRow, _| {
+            if r.range.is_empty() {
+                "(none)".into()
+            } else {
+                r.range.clone()
+            }
+        }),
+        num("calls", "calls", |r, s| s.count(r.calls as u64)),
+        num("kernels", "kernels", |r, s| s.count(r.kernels as u64)),
+        num("kernel time", "kernel_s", |r, s| {
+            s.seconds(Seconds::new(r.kernel_s))
+        }),
+        text("kernels, most time first", "kernel_names", |r, _| {
+            let mut names = r
+                .kernel_names
+                .iter()
+                .take(3)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ");
+            if r.kernel_names.len() > 3 {
+                names.push_str(", ...");
+            }
+            names
+        }),
+    ]
+}

@@ -36,6 +36,9 @@
 //! - [`torch_trace`]: reads PyTorch profiler traces and maps their ops onto a workload's
 //!   layers: layer-pass and step records for validation, and the layers' convolutions, ops
 //!   and GEMMs as micro-kernel records for calibration, each naming the trace.
+//! - [`nsys`]: reads Nsight Systems SQLite exports (rusqlite): kernels under the NVTX ranges
+//!   around their launches, and layer and step records where the ranges name a workload's
+//!   layers and steps.
 //! - [`comm`]: predicts measured MPI allreduce with a profile's LogGP levels and reports
 //!   the error per size, per algorithm and overall (geometric mean).
 //!
@@ -48,6 +51,7 @@ pub mod fit;
 pub mod loggp;
 pub mod mlperf;
 pub mod neusight;
+pub mod nsys;
 pub mod profile;
 pub mod stats;
 pub mod torch_trace;

@@ -88,6 +88,34 @@ pub(crate) enum ImportCommand {
     /// workload's layers: layer-pass and step records for `validate`, and the layers'
     /// convolutions, ops and GEMMs as micro-kernel records for `calibrate`.
     TorchTrace(ImportTorchTraceArgs),
+    /// An Nsight Systems report (`nsys export --type sqlite`): its kernels under the NVTX
+    /// ranges around their launches; with --workload, the layer and step records of the
+    /// ranges that name its layers (`LAYER`, `LAYER forward`, `LAYER backward`) and steps
+    /// (`step...`).
+    Nsys(ImportNsysArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ImportNsysArgs {
+    /// The SQLite export (`.sqlite`, or `.sqlite.gz`).
+    pub(crate) report: PathBuf,
+    /// The workload whose layers the NVTX ranges name: a built-in name or a workload file.
+    #[arg(long, requires_all = ["batch", "out"])]
+    pub(crate) workload: Option<String>,
+    /// Input spatial size of the workload (as `predict --input-size`).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "workload")]
+    pub(crate) input_size: Option<InputSize>,
+    /// The batch per GPU the report ran.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), requires = "workload")]
+    pub(crate) batch: Option<u64>,
+    /// The training precision the report ran in (fp32, tf32, amp-fp16, amp-bf16).
+    #[arg(long, value_parser = parse_precision, requires = "workload")]
+    pub(crate) precision: Option<Precision>,
+    /// Where to write the records (JSON Lines; written whole, or not at all).
+    #[arg(long, value_name = "FILE", requires = "workload")]
+    pub(crate) out: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
 }
 
 #[derive(Debug, Args)]

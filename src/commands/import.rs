@@ -1,12 +1,13 @@
 //! `ridgeline import neusight`: public kernel measurements into a kernel set;
 //! `ridgeline import mlperf`: MLPerf result logs into run records;
-//! `ridgeline import torch-trace`: a PyTorch profiler trace into records.
+//! `ridgeline import torch-trace`: a PyTorch profiler trace into records;
+//! `ridgeline import nsys`: an Nsight Systems export's kernels by NVTX range, and records.
 
 use anyhow::Result;
 use ridgeline_app::{import, tables};
 use ridgeline_reports::Document;
 
-use crate::cli::{ImportMlperfArgs, ImportNeusightArgs, ImportTorchTraceArgs};
+use crate::cli::{ImportMlperfArgs, ImportNeusightArgs, ImportNsysArgs, ImportTorchTraceArgs};
 use crate::output;
 
 pub(crate) fn neusight(args: &ImportNeusightArgs) -> Result<()> {
@@ -93,6 +94,50 @@ pub(crate) fn torch_trace(args: &ImportTorchTraceArgs) -> Result<()> {
         }
         d.note(
             "workload-layer and workload-step records for `validate`; the layers' convolutions (forward, and backward with both gradients in one call), ops and GEMMs as micro-kernel records for `calibrate`; every record names the trace (extra.notes.imported_from)",
+        )
+    })
+}
+
+pub(crate) fn nsys(args: &ImportNsysArgs) -> Result<()> {
+    let spec = args
+        .workload
+        .as_ref()
+        .map(|w| ridgeline_app::inputs::WorkloadSpec {
+            name: w.clone(),
+            input_size: args.input_size.as_ref().map(|s| s.0.clone()),
+            width: None,
+        });
+    let precision = args
+        .precision
+        .unwrap_or(ridgeline_model::precision::Precision::Fp32);
+    let records = match (&spec, args.batch, &args.out) {
+        (Some(s), Some(b), Some(out)) => Some((s, usize::try_from(b)?, precision, out.as_path())),
+        _ => None,
+    };
+    if spec.is_some() && args.precision.is_none() {
+        anyhow::bail!(
+            "--workload needs --precision (fp32, tf32, amp-fp16 or amp-bf16): the report does \
+             not say what the run trained in"
+        );
+    }
+    let done = import::nsys(&args.report, records)?;
+    let cols = tables::nsys_range_cols();
+    output::print(args.format.format, &done, |style| {
+        let mut d = Document::new("Nsight Systems report")
+            .summary("report", done.report.clone())
+            .summary(
+                "gpu",
+                done.gpu.clone().unwrap_or_else(|| "not named".into()),
+            )
+            .summary(
+                "kernels",
+                format!("{} under {} NVTX ranges", done.kernels, done.ranges),
+            );
+        if let Some(out) = &done.out {
+            d = d.summary("written", format!("{out} ({} records)", done.records));
+        }
+        d.table(output::table(&done.by_range, &cols, style)).note(
+            "Each kernel under the innermost NVTX range around its launch (the CUDA runtime call with its correlation id, on the launching thread for a push/pop range); (none): outside every range",
         )
     })
 }

@@ -51,5 +51,6 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Import(ImportCommand::Neusight(args)) => import::neusight(&args),
         Command::Import(ImportCommand::Mlperf(args)) => import::mlperf(&args),
         Command::Import(ImportCommand::TorchTrace(args)) => import::torch_trace(&args),
+        Command::Import(ImportCommand::Nsys(args)) => import::nsys(&args),
     }
 }

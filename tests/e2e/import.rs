@@ -331,3 +331,48 @@ fn damaged_traces_are_refused_naming_file_and_where() {
     assert!(args("/nonexistent/trace.json").contains("/nonexistent/trace.json"));
     assert!(!std::path::Path::new(out).exists(), "no partial output");
 }
+
+/// `import nsys` on a real Nsight Systems export (pipit's Perlmutter saxpy report, MIT
+/// licence; `tests/fixtures/nsys/SOURCE.md`).
+#[test]
+fn an_nsys_export_gives_its_kernels_by_nvtx_range() {
+    let report = fixture("nsys/saxpy-mpi-cuda_nsys_perlmutter0.sqlite.gz");
+    let v = run_json(&["import", "nsys", &report, "--format", "json"]);
+    assert_eq!(v["gpu"], "NVIDIA A100-SXM4-40GB");
+    assert_eq!(v["kernels"], 5);
+    let rows = v["by_range"].as_array().unwrap();
+    // Every saxpy kernel was launched inside an NVTX range `saxpy`.
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["range"], "saxpy");
+    assert_eq!(rows[0]["calls"], 5);
+    assert_eq!(rows[0]["kernels"], 5);
+    let t = rows[0]["kernel_s"].as_f64().unwrap();
+    assert!((t - 0.088_573_48).abs() < 1e-9, "{t}");
+    // Its ranges mark no training step: no records to make of them.
+    let dir = scratch("nsys");
+    let out = dir.join("r.jsonl");
+    let err = run_err(&[
+        "import",
+        "nsys",
+        &report,
+        "--workload",
+        "resnet50",
+        "--batch",
+        "2",
+        "--precision",
+        "fp32",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(err.contains("no NVTX range named `step...`"), "{err}");
+    assert!(!out.exists());
+    // Not an export; cut short.
+    let other = dir.join("notes.sqlite");
+    std::fs::write(&other, "text, not SQLite").unwrap();
+    assert!(run_err(&["import", "nsys", other.to_str().unwrap()]).contains("notes.sqlite"));
+    let gz = std::fs::read(&report).unwrap();
+    let cut = dir.join("cut.sqlite.gz");
+    std::fs::write(&cut, &gz[..gz.len() / 3]).unwrap();
+    let err = run_err(&["import", "nsys", cut.to_str().unwrap()]);
+    assert!(err.contains("cut.sqlite.gz"), "{err}");
+}

@@ -1,35 +1,43 @@
 #!/usr/bin/env python3
-"""Writes a PyTorch profiler (Kineto) trace of ResNet-50 training steps on the CPU.
+"""Writes PyTorch profiler (Kineto) traces of ResNet-50 training steps on the CPU.
 
 The trace is the Chrome-trace JSON that `torch.profiler` exports, as a user of PyTorch would
 record it: `record_shapes=True`, one warm-up step, then the profiled steps, each marked by the
-profiler's own `ProfilerStep#N`. `ridgeline import torch-trace` reads it. The committed fixture
-`tests/fixtures/torch/resnet50-cpu.json.gz` was written by
+profiler's own `ProfilerStep#N`. With `--ranks N` the model trains data-parallel on N
+processes (DistributedDataParallel over gloo, DDP's 25 MiB buckets) and each rank writes its
+own trace, `OUT` with `.rankR` before `.json`. `ridgeline import torch-trace` reads them. The
+committed fixtures were written by
 
     python3 scripts/torch-trace.py --batch 2 --size 224 --steps 2 \
         --out tests/fixtures/torch/resnet50-cpu.json && gzip -9 tests/fixtures/torch/resnet50-cpu.json
+    python3 scripts/torch-trace.py --batch 2 --size 64 --steps 2 --ranks 2 --threads 1 \
+        --out /tmp/ddp.json && gzip -9 -c /tmp/ddp.rank0.json > tests/fixtures/torch/resnet50-ddp2-rank0.json.gz
 
-with torch 2.5.1 and torchvision 0.20.1 on the CPU (2 threads; an Intel Xeon with AMX). Needs
+with torch 2.5.1 and torchvision 0.20.1 on the CPU (an Intel Xeon with AMX, 2 cores). Needs
 torch and torchvision.
 """
 
 import argparse
+import os
 
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 import torchvision
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--batch", type=int, default=2)
-    p.add_argument("--size", type=int, default=224, help="input height and width")
-    p.add_argument("--steps", type=int, default=2, help="profiled training steps")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--out", required=True)
-    a = p.parse_args()
+def train(rank: int, a: argparse.Namespace) -> None:
     torch.manual_seed(0)
     torch.set_num_threads(a.threads)
     model = torchvision.models.resnet50()
+    out = a.out
+    if a.ranks > 1:
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29533")
+        dist.init_process_group("gloo", rank=rank, world_size=a.ranks)
+        model = torch.nn.parallel.DistributedDataParallel(model)
+        stem, ext = os.path.splitext(a.out)
+        out = f"{stem}.rank{rank}{ext}"
     loss_fn = torch.nn.CrossEntropyLoss()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     x = torch.randn(a.batch, 3, a.size, a.size)
@@ -50,7 +58,24 @@ def main() -> None:
         for _ in range(1 + a.steps):
             step()
             prof.step()
-    prof.export_chrome_trace(a.out)
+    prof.export_chrome_trace(out)
+    if a.ranks > 1:
+        dist.destroy_process_group()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=2, help="batch per rank")
+    p.add_argument("--size", type=int, default=224, help="input height and width")
+    p.add_argument("--steps", type=int, default=2, help="profiled training steps")
+    p.add_argument("--threads", type=int, default=2, help="CPU threads per rank")
+    p.add_argument("--ranks", type=int, default=1, help="data-parallel processes (gloo)")
+    p.add_argument("--out", required=True)
+    a = p.parse_args()
+    if a.ranks > 1:
+        mp.spawn(train, args=(a,), nprocs=a.ranks)
+    else:
+        train(0, a)
 
 
 if __name__ == "__main__":

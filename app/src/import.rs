@@ -231,6 +231,11 @@ pub struct TraceImport {
     pub step_s: f64,
     /// Layers matched.
     pub layers: usize,
+    /// Data-parallel ranks of the traced run, where the trace says.
+    pub ranks: Option<usize>,
+    /// The median step's collective communication and the part of it after backward,
+    /// seconds, where the trace has communication.
+    pub comm_s: Option<[f64; 2]>,
     /// Records written.
     pub records: usize,
     /// Ops that are no layer: name, calls, seconds.
@@ -286,6 +291,13 @@ pub fn torch_trace(
         steps: imported.steps,
         step_s: step,
         layers: imported.layers,
+        ranks: imported.ranks,
+        comm_s: (!imported.comm[0].is_empty()).then(|| {
+            imported
+                .comm
+                .clone()
+                .map(|v| ridgeline_calibrate::stats::median(&v))
+        }),
         records: imported.records.len(),
         unmapped: imported.unmapped,
     })

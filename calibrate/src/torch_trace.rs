@@ -79,6 +79,11 @@ pub struct Trace {
     optimizer: Vec<Span>,
     /// GPU kernel time per `External id`, microseconds, where the trace has kernels.
     kernels: Option<HashMap<i64, f64>>,
+    /// Collective communication: its spans (NCCL kernels on a GPU; the `gloo:`, `nccl:` and
+    /// `mpi:` annotations the process group's threads record on a CPU).
+    comm: Vec<Span>,
+    /// Data-parallel ranks (`distributedInfo.world_size`), where the trace says.
+    ranks: Option<usize>,
     /// The first GPU of `deviceProperties`.
     gpu: Option<Value>,
     /// `baseTimeNanoseconds`: when the trace was taken.
@@ -106,6 +111,10 @@ pub struct Mapped {
     pub steps: Vec<f64>,
     /// Each step's optimizer time (its `Optimizer.*` spans), seconds.
     pub optimizer: Vec<f64>,
+    /// Each step's collective communication, seconds (empty where the trace has none).
+    pub comm: Vec<f64>,
+    /// Each step's communication after its backward ended, seconds.
+    pub exposed_comm: Vec<f64>,
     /// Per graph layer (in graph order): forward and backward seconds per step; empty for
     /// layers no op ran (the input).
     pub layers: Vec<[Vec<f64>; 2]>,
@@ -169,6 +178,7 @@ impl Trace {
         let mut steps = Vec::new();
         let mut optimizer = Vec::new();
         let mut kernels: Option<HashMap<i64, f64>> = None;
+        let (mut comm_kernels, mut comm_annotations) = (Vec::new(), Vec::new());
         for (i, e) in events.iter().enumerate() {
             if e.get("ph").and_then(Value::as_str) != Some("X") {
                 continue;
@@ -234,6 +244,11 @@ impl Trace {
                         steps.push(span);
                     } else if name.starts_with("Optimizer.") {
                         optimizer.push(span);
+                    } else if ["gloo:", "nccl:", "mpi:"]
+                        .iter()
+                        .any(|p| name.starts_with(p))
+                    {
+                        comm_annotations.push(span);
                     }
                 }
                 Some("kernel") => {
@@ -243,6 +258,9 @@ impl Trace {
                         .get_or_insert_with(HashMap::new)
                         .entry(id)
                         .or_default() += dur;
+                    if name.to_lowercase().contains("nccl") {
+                        comm_kernels.push(Span { ts, dur });
+                    }
                 }
                 _ => {}
             }
@@ -279,6 +297,17 @@ impl Trace {
             ops,
             steps,
             optimizer,
+            // On a GPU the collectives' time is their kernels'; the CPU-side annotations
+            // only enqueue them.
+            comm: if kernels.is_some() {
+                comm_kernels
+            } else {
+                comm_annotations
+            },
+            ranks: root
+                .pointer("/distributedInfo/world_size")
+                .and_then(Value::as_u64)
+                .and_then(|n| usize::try_from(n).ok()),
             kernels,
             gpu: root
                 .get("deviceProperties")
@@ -494,6 +523,26 @@ impl Trace {
                 }
             }
         }
+        // Communication per step, and how far it ran past the step's last backward function.
+        let (mut comm, mut exposed) = (vec![0.0; nsteps], vec![0.0; nsteps]);
+        for (step, (c, x)) in comm.iter_mut().zip(exposed.iter_mut()).enumerate() {
+            let in_step = |t: f64| self.steps.get(step).is_none_or(|s| s.holds(t));
+            let spans: Vec<&Span> = self.comm.iter().filter(|c| in_step(c.ts)).collect();
+            *c = spans.iter().map(|s| s.dur).sum::<f64>() / 1e6;
+            let backward_end = top
+                .iter()
+                .filter(|(i, s)| *s == step && self.ops[*i].name.starts_with(BACKWARD))
+                .map(|(i, _)| self.ops[*i].end())
+                .fold(f64::NEG_INFINITY, f64::max);
+            let comm_end = spans
+                .iter()
+                .map(|s| s.ts + s.dur)
+                .fold(f64::NEG_INFINITY, f64::max);
+            if comm_end.is_finite() && backward_end.is_finite() {
+                *x = ((comm_end - backward_end) / 1e6).clamp(0.0, *c);
+            }
+        }
+        let has_comm = !self.comm.is_empty();
         let steps = if self.steps.is_empty() {
             let start = self.ops.iter().map(|o| o.ts).fold(f64::INFINITY, f64::min);
             let end = self.ops.iter().map(TraceOp::end).fold(0.0, f64::max);
@@ -504,6 +553,8 @@ impl Trace {
         Ok(Mapped {
             steps,
             optimizer,
+            comm: if has_comm { comm } else { Vec::new() },
+            exposed_comm: if has_comm { exposed } else { Vec::new() },
             layers: times
                 .into_iter()
                 .zip(measured)
@@ -654,6 +705,11 @@ pub struct Imported {
     pub device: Device,
     /// The training precision.
     pub precision: Precision,
+    /// Data-parallel ranks, where the trace says.
+    pub ranks: Option<usize>,
+    /// Each step's collective communication and the part of it after backward, seconds
+    /// (empty where the trace has none).
+    pub comm: [Vec<f64>; 2],
 }
 
 /// The records of `trace` mapped onto `graph` (built at the trace's input) at `batch`, as
@@ -806,6 +862,9 @@ pub fn import(trace: &Trace, graph: &Graph, batch: usize, threads: usize) -> Res
     );
     step.extra = Extra {
         update_s: mapped.optimizer.clone(),
+        comm_s: mapped.comm.clone(),
+        exposed_comm_s: mapped.exposed_comm.clone(),
+        ranks: trace.ranks.filter(|&r| r > 1),
         notes: step.extra.notes,
         ..Extra::default()
     };
@@ -817,6 +876,8 @@ pub fn import(trace: &Trace, graph: &Graph, batch: usize, threads: usize) -> Res
         unmapped: mapped.unmapped,
         device,
         precision,
+        ranks: trace.ranks,
+        comm: [mapped.comm, mapped.exposed_comm],
     })
 }
 
@@ -1038,6 +1099,38 @@ mod tests {
         )
         .unwrap();
         assert!(ks[0].x[1] > data[0].x[1]);
+    }
+
+    #[test]
+    fn communication_is_counted_and_what_runs_past_backward_is_exposed() {
+        let mut ev = events();
+        // Two allreduces on the process group's thread: one beside backward, one ending
+        // 60 us after the last backward function (it ends at 643 us).
+        for (ts, dur) in [(400.0, 50.0), (600.0, 103.0)] {
+            ev.push(
+                json!({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce",
+                           "pid": 1, "tid": 9, "ts": ts, "dur": dur, "args": {}}),
+            );
+        }
+        let mut root: Value = serde_json::from_str(&trace(ev)).unwrap();
+        root["distributedInfo"] = json!({"backend": "gloo", "rank": 0, "world_size": 2});
+        let t = Trace::parse(&root.to_string(), "t.json").unwrap();
+        let m = t.map(&tiny()).unwrap();
+        assert!((m.comm[0] - 153e-6).abs() < 1e-12, "{:?}", m.comm);
+        assert!(
+            (m.exposed_comm[0] - 60e-6).abs() < 1e-12,
+            "{:?}",
+            m.exposed_comm
+        );
+        let imported = import(&t, &tiny(), 2, 1).unwrap();
+        let step = imported.records.last().unwrap();
+        assert_eq!(step.extra.ranks, Some(2));
+        assert_eq!(step.extra.comm_s, m.comm);
+        assert_eq!(step.extra.exposed_comm_s, m.exposed_comm);
+        step.check().unwrap();
+        // A trace without collectives records none.
+        let plain = Trace::parse(&trace(events()), "t.json").unwrap();
+        assert!(plain.map(&tiny()).unwrap().comm.is_empty());
     }
 
     #[test]

@@ -82,6 +82,20 @@ pub(crate) fn torch_trace(args: &ImportTorchTraceArgs) -> Result<()> {
                 ),
             )
             .summary("layers matched", done.layers.to_string());
+        if let Some(r) = done.ranks {
+            d = d.summary("ranks", format!("{r} (this trace is one of them)"));
+        }
+        if let Some([comm, exposed]) = done.comm_s {
+            let s = |v: f64| style.seconds(ridgeline_model::units::Seconds::new(v));
+            d = d.summary(
+                "communication",
+                format!(
+                    "median {} a step, {} of it after backward",
+                    s(comm),
+                    s(exposed)
+                ),
+            );
+        }
         for u in &done.unmapped {
             d = d.summary(
                 format!("  not a layer: {}", u.name),

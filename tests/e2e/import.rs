@@ -292,6 +292,43 @@ fn a_resnet50_trace_is_imported_calibrated_and_validated() {
     assert!(err.contains("resnet50-cpu.json.gz"), "{err}");
 }
 
+/// A rank of a 2-process DistributedDataParallel run (gloo): the same layers, and the
+/// gradient allreduces as communication, with what ran past backward.
+#[test]
+fn a_data_parallel_trace_records_its_communication() {
+    let dir = scratch("ddp");
+    let records = dir.join("ddp.jsonl");
+    let imported = run_json(&[
+        "import",
+        "torch-trace",
+        &fixture("torch/resnet50-ddp2-rank0.json.gz"),
+        "--workload",
+        "resnet50",
+        "--threads",
+        "1",
+        "--out",
+        records.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(imported["layers"], 175);
+    assert_eq!(imported["ranks"], 2);
+    let [comm, exposed] = [0, 1].map(|i| imported["comm_s"][i].as_f64().unwrap());
+    assert!(
+        comm > 0.0 && (0.0..=comm).contains(&exposed),
+        "{comm} {exposed}"
+    );
+    let text = std::fs::read_to_string(&records).unwrap();
+    let step: serde_json::Value = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|r| r["kind"] == "workload-step")
+        .unwrap();
+    assert_eq!(step["extra"]["ranks"], 2);
+    assert_eq!(step["extra"]["comm_s"].as_array().unwrap().len(), 2);
+    assert_eq!(step["extra"]["exposed_comm_s"].as_array().unwrap().len(), 2);
+}
+
 #[test]
 fn damaged_traces_are_refused_naming_file_and_where() {
     let dir = scratch("bad-trace");

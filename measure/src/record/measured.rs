@@ -274,6 +274,14 @@ pub struct Extra {
     /// The loss scale after each step (mixed-precision workload step).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub loss_scale: Vec<f64>,
+    /// Seconds of gradient communication in each step (imported traces: the collectives'
+    /// spans in the step).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub comm_s: Vec<f64>,
+    /// Seconds of each step that communication ran past the end of backward (imported
+    /// traces): the communication the step waited for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exposed_comm_s: Vec<f64>,
     /// Updates skipped on overflow (mixed-precision workload step).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipped_updates: Option<u64>,

@@ -470,15 +470,16 @@ impl Record {
             }
             _ => {}
         }
-        if let Some(t) = self
-            .extra
-            .update_s
-            .iter()
-            .find(|t| !(t.is_finite() && **t >= 0.0))
-        {
-            return Err(format!(
-                "extra.update_s holds {t}: must be a list of times, 0 or more"
-            ));
+        for (field, times) in [
+            ("update_s", &self.extra.update_s),
+            ("comm_s", &self.extra.comm_s),
+            ("exposed_comm_s", &self.extra.exposed_comm_s),
+        ] {
+            if let Some(t) = times.iter().find(|t| !(t.is_finite() && **t >= 0.0)) {
+                return Err(format!(
+                    "extra.{field} holds {t}: must be a list of times, 0 or more"
+                ));
+            }
         }
         Ok(())
     }

@@ -777,8 +777,9 @@ pub fn runs_report(v: &RunValidation, measured: &str, provenance: String) -> Rep
         .paragraph(
             "Each run is predicted on its nodes, the system's node holding the run's \
              accelerators, at its global batch, for its epochs, training samples and \
-             evaluations. Nothing is fitted on the runs. Error = (predicted - measured) / \
-             measured.",
+             evaluations; curve = the epochs ridgeline's convergence data gives at that \
+             global batch, where it has some. Nothing is fitted on the runs. Error = \
+             (predicted - measured) / measured.",
         )
         .fact("measured", measured.to_owned())
         .fact(

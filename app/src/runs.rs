@@ -41,6 +41,14 @@ pub struct RunCheck {
     pub global_batch: u64,
     /// Epochs trained.
     pub epochs: u32,
+    /// Epochs the workload's convergence curve gives at the run's global batch, where
+    /// ridgeline has one (the time to train is predicted for the run's own epochs).
+    pub predicted_epochs: Option<f64>,
+    /// Measured data staging (MLPerf HPC's `staging_start` to `staging_stop`), seconds,
+    /// where logged.
+    pub measured_staging_s: Option<f64>,
+    /// Predicted staging, seconds.
+    pub predicted_staging_s: f64,
     /// Measured samples per second (the log's median `throughput`), where logged.
     pub measured_throughput: Option<f64>,
     /// Predicted samples per second.
@@ -55,8 +63,9 @@ pub struct RunCheck {
     pub epoch_error: Option<f64>,
     /// Measured time to train (`run_start` to `run_stop`), seconds.
     pub measured_time_to_train_s: f64,
-    /// Predicted time to train: the epochs with their evaluations, without staging (MLPerf
-    /// times neither initialisation nor staging), seconds.
+    /// Predicted time to train: the epochs with their evaluations, and the staging where the
+    /// run logged staging inside its timed run (MLPerf HPC times it; MLPerf Training times
+    /// neither initialisation nor staging), seconds.
     pub predicted_time_to_train_s: f64,
     /// The 90 % interval of the predicted time to train, seconds.
     pub predicted_time_to_train_lo_s: f64,
@@ -231,12 +240,30 @@ fn check(
     )?;
     let p = predict::predict(job.inputs(&system), &job.scenario, r.global_batch / devices)?;
     let o = &p.outcome;
+    // The staging counts where the run timed it.
     let staging = o.staging_s.value();
-    let ttt = o.time_to_solution_s.value() - staging;
+    let untimed = if r.staging_s.is_some() { 0.0 } else { staging };
+    let ttt = o.time_to_solution_s.value() - untimed;
     let (lo, hi) = (
-        o.time_to_solution_lo_s.value() - staging,
-        o.time_to_solution_hi_s.value() - staging,
+        o.time_to_solution_lo_s.value() - untimed,
+        o.time_to_solution_hi_s.value() - untimed,
     );
+    // The epochs the convergence curve gives at this global batch, where there is one.
+    let predicted_epochs = Job::from_flags(
+        &WorkloadSpec {
+            name: workload.to_owned(),
+            ..WorkloadSpec::default()
+        },
+        &ScenarioSpec {
+            epochs: None,
+            ..spec.clone()
+        },
+        precision,
+        r.nodes,
+    )
+    .ok()
+    .and_then(|j| predict::predict(j.inputs(&system), &j.scenario, r.global_batch / devices).ok())
+    .map(|p| p.outcome.epochs);
     let epoch = o.epoch_time_s.value() - o.eval_time_s.value();
     let throughput = o.samples_per_s.value();
     let error = |predicted: f64, measured: f64| predicted / measured - 1.0;
@@ -251,6 +278,9 @@ fn check(
             devices,
             global_batch: r.global_batch,
             epochs: r.epochs,
+            predicted_epochs,
+            measured_staging_s: r.staging_s,
+            predicted_staging_s: staging,
             measured_throughput: r.throughput,
             predicted_throughput: throughput,
             throughput_error: r.throughput.map(|m| error(throughput, m)),

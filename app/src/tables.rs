@@ -741,7 +741,7 @@ pub fn mlperf_run_cols() -> [Col<ridgeline_calibrate::mlperf::RunRecord>; 11] {
 }
 
 /// Imported runs against their prediction (`ridgeline validate --measured runs.jsonl`).
-pub fn run_check_cols() -> [Col<crate::runs::RunCheck>; 11] {
+pub fn run_check_cols() -> [Col<crate::runs::RunCheck>; 13] {
     use crate::runs::RunCheck;
     fn pct(v: Option<f64>, s: Style) -> String {
         v.map(|v| signed_percent(v, s)).unwrap_or_default()
@@ -753,6 +753,10 @@ pub fn run_check_cols() -> [Col<crate::runs::RunCheck>; 11] {
         num("devices", "devices", |r, s| s.count(r.devices)),
         num("global batch", "global_batch", |r, s| {
             s.count(r.global_batch)
+        }),
+        num("epochs", "epochs", |r, s| s.count(u64::from(r.epochs))),
+        num("curve", "predicted_epochs", |r, s| {
+            s.number(r.predicted_epochs, 1)
         }),
         num("samples/s meas.", "measured_throughput", |r, s| {
             s.number(r.measured_throughput, 0)

@@ -310,7 +310,7 @@ fn imported_runs(args: &ValidateArgs, measured: &Path) -> Result<()> {
             d = d.summary("throughput", format!("median |error| {}", pct(t)));
         }
         let mut d = d.table(output::table(&v.runs, &cols, style)).note(
-            "Each run predicted on its nodes, with the system's node holding the run's accelerators, at its global batch, for its epochs, training samples and evaluations. Epoch = training only; time to train = run_start to run_stop (predicted: the epochs with their evaluations, no staging). Nothing is fitted on the runs. Error = (predicted - measured) / measured.",
+            "Each run predicted on its nodes, with the system's node holding the run's accelerators, at its global batch, for its epochs, training samples and evaluations. curve = the epochs ridgeline's convergence data gives at that global batch (empty: it has none for the workload). Epoch = training only; time to train = run_start to run_stop (predicted: the run's epochs with their evaluations, and the staging where the run timed it). Nothing is fitted on the runs. Error = (predicted - measured) / measured.",
         );
         for s in &v.skipped {
             d = d.note(format!("not predicted: {s}"));

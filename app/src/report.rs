@@ -231,7 +231,7 @@ pub fn ranking_cols() -> [Col<CandidateResult>; 11] {
     ]
 }
 
-fn workload_cols<'a>() -> [Col<Row<'a>>; 13] {
+fn workload_cols<'a>() -> [Col<Row<'a>>; 15] {
     [
         text("workload", "workload", |r, _| r.w.workload.clone()),
         text("candidate", "candidate", |r, _| r.candidate.name.clone()),
@@ -267,6 +267,22 @@ fn workload_cols<'a>() -> [Col<Row<'a>>; 13] {
                 r.w.best
                     .as_ref()
                     .map(|p| p.outcome.time_to_solution_s.value()),
+                s,
+            )
+        }),
+        num("90 % lo", "time_to_solution_lo_s", |r, s| {
+            opt_seconds(
+                r.w.best
+                    .as_ref()
+                    .map(|p| p.outcome.time_to_solution_lo_s.value()),
+                s,
+            )
+        }),
+        num("90 % hi", "time_to_solution_hi_s", |r, s| {
+            opt_seconds(
+                r.w.best
+                    .as_ref()
+                    .map(|p| p.outcome.time_to_solution_hi_s.value()),
                 s,
             )
         }),
@@ -857,6 +873,14 @@ pub fn workload(args: &WorkloadReportRequest) -> Result<(Report, Prediction)> {
     let o = &p.outcome;
     let s = Style::Human;
     let secs = |v: Seconds| s.seconds(v);
+    // A 90 % interval after a figure, where it has width (as `predict` prints it).
+    let interval = |lo: Seconds, hi: Seconds| {
+        if hi.value() > lo.value() {
+            format!(" (90 %: {} to {})", secs(lo), secs(hi))
+        } else {
+            String::new()
+        }
+    };
 
     let mut prediction = Section::new("Prediction")
         .fact(
@@ -874,8 +898,9 @@ pub fn workload(args: &WorkloadReportRequest) -> Result<(Report, Prediction)> {
         .fact(
             "step time",
             format!(
-                "{} ({}-bound): compute {}, input {}, allreduce {}",
+                "{}{} ({}-bound): compute {}, input {}, allreduce {}",
                 secs(o.step_time_s),
+                interval(o.step_time_lo_s, o.step_time_hi_s),
                 o.bound.name(),
                 secs(o.compute_s),
                 secs(o.input_s),
@@ -887,7 +912,22 @@ pub fn workload(args: &WorkloadReportRequest) -> Result<(Report, Prediction)> {
             format!("{:.1} samples/s", o.samples_per_s.value()),
         )
         .fact("epochs", format!("{:.2}", o.epochs))
-        .fact("time to solution", secs(o.time_to_solution_s))
+        .fact(
+            "epoch time",
+            format!(
+                "{}{}",
+                secs(o.epoch_time_s),
+                interval(o.epoch_time_lo_s, o.epoch_time_hi_s)
+            ),
+        )
+        .fact(
+            "time to solution",
+            format!(
+                "{}{}",
+                secs(o.time_to_solution_s),
+                interval(o.time_to_solution_lo_s, o.time_to_solution_hi_s)
+            ),
+        )
         .fact(
             "memory per device",
             format!(

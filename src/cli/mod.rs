@@ -65,13 +65,14 @@ pub(crate) enum Command {
     Measure(MeasureCommand),
     /// Fit a calibrated profile of this machine from micro-kernel records.
     Calibrate(CalibrateArgs),
-    /// Compare predictions with measured training steps; or run the whole loop here
+    /// Compare predictions with measured training steps or imported runs; or run the whole loop here
     /// (--self-check).
     Validate(ValidateArgs),
     /// Write reports (self-contained HTML, Markdown, CSV and JSON, with plots).
     #[command(subcommand)]
     Report(ReportCommand),
-    /// Convert public kernel measurements into a ridgeline kernel set.
+    /// Import measurements made elsewhere: public GPU kernel sets (NeuSight), MLPerf result
+    /// logs, PyTorch profiler traces and Nsight Systems exports.
     #[command(subcommand)]
     Import(ImportCommand),
 }

@@ -188,6 +188,7 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
             ceilings: Vec::new(),
             kernels: Vec::new(),
             comm,
+            sample_cv: None,
         };
         profile.check("calibrated profile")?;
         return Ok(Calibration {
@@ -323,6 +324,7 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
         None => cpu_levels(Caches::detect()),
     };
     let bandwidth = level_bandwidths(&stream, &levels)?;
+    let sample_cv = sample_spread(&used);
     let mut used = used;
     used.extend(comm_used);
     let profile = Profile {
@@ -332,6 +334,7 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
         threads,
         provenance: provenance(files, &used, options),
         comm,
+        sample_cv,
         bandwidth,
         ceilings: ceilings
             .into_iter()
@@ -362,6 +365,21 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
 }
 
 /// Where the `used` records of `files` come from.
+/// The median, over `records` with at least three samples, of each record's robust
+/// coefficient of variation: its samples' MAD scaled to a standard deviation, over their
+/// median. `None` without such records.
+fn sample_spread(records: &[(&str, &Record)]) -> Option<f64> {
+    let cvs: Vec<f64> = records
+        .iter()
+        .filter(|(_, r)| r.samples_s.len() >= 3)
+        .filter_map(|(_, r)| Samples::new(r.samples_s.clone()).ok())
+        .filter(|s| s.median() > 0.0)
+        .map(|s| crate::stats::MAD_TO_SIGMA * s.mad() / s.median())
+        .filter(|cv| cv.is_finite())
+        .collect();
+    (!cvs.is_empty()).then(|| crate::stats::median(&cvs))
+}
+
 fn provenance(files: &[RecordFile], used: &[(&str, &Record)], options: &Options) -> Provenance {
     let env = &used[0].1.env;
     let mut stamps: Vec<&str> = used.iter().map(|(_, r)| r.env.timestamp.as_str()).collect();

@@ -54,6 +54,12 @@ pub struct Profile {
     /// LogGP per communication level, from MPI ping-pong records.
     #[serde(default)]
     pub comm: Vec<CommLevel>,
+    /// The spread of the measured samples: the median, over the micro-kernel records the
+    /// profile was fitted on, of each record's robust coefficient of variation (the MAD
+    /// scaled to a standard deviation, over the median). The step simulator's per-rank,
+    /// per-layer variability where none is given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_cv: Option<f64>,
 }
 
 /// A communication level: between ranks of one node (`node`) or of different nodes
@@ -444,6 +450,16 @@ impl Profile {
                 ),
             ));
         }
+        if let Some(cv) = self.sample_cv
+            && !(cv.is_finite() && cv >= 0.0)
+        {
+            return Err(invalid(
+                "sample_cv".into(),
+                format!(
+                    "is {cv}: a coefficient of variation is 0 or more (re-run `ridgeline calibrate`)"
+                ),
+            ));
+        }
         let cuda = self
             .device
             .strip_prefix("cuda:")
@@ -777,6 +793,7 @@ pub(crate) mod tests {
                 source: "gemm 2048^3".into(),
             }],
             comm: Vec::new(),
+            sample_cv: None,
             kernels: vec![KernelFit {
                 class: KernelClass::ConvSpatial,
                 pass: KernelPass::Forward,

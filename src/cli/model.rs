@@ -142,10 +142,10 @@ pub(crate) struct PredictArgs {
     #[arg(long, value_name = "N", default_value_t = 1, requires = "timeline")]
     pub(crate) prefetch: u32,
     /// The simulator's per-rank, per-layer coefficient of variation of layer times (0: every
-    /// rank alike); the step waits for the slowest rank.
-    #[arg(long, value_name = "CV", default_value_t = 0.0, requires = "timeline",
-          value_parser = non_negative_f64)]
-    pub(crate) rank_cv: f64,
+    /// rank alike); the step waits for the slowest rank. Default: a calibrated profile's
+    /// measured sample spread (`sample_cv`), else 0.
+    #[arg(long, value_name = "CV", requires = "timeline", value_parser = non_negative_f64)]
+    pub(crate) rank_cv: Option<f64>,
     /// The seed of the simulator's variability draws.
     #[arg(long, value_name = "N", default_value_t = 0, requires = "timeline")]
     pub(crate) seed: u64,

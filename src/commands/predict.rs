@@ -42,6 +42,13 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
         (None, None) => anyhow::bail!("give --batch or --global-batch"),
     };
     let p = predict::predict(job.inputs(system), &job.scenario, batch)?;
+    // Per-rank variability: as given, else the calibration's measured sample spread.
+    let spread = system.calibration.as_ref().and_then(|p| p.sample_cv);
+    let (rank_cv, cv_source) = match (args.rank_cv, spread) {
+        (Some(cv), _) => (cv, "--rank-cv"),
+        (None, Some(cv)) => (cv, "the profile's measured sample spread"),
+        (None, None) => (0.0, "none given, and no profile's sample spread"),
+    };
     let simulated = match &args.timeline {
         Some(path) => {
             let sim = predict::simulate(
@@ -51,7 +58,7 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
                 ridgeline_model::sim::SimOptions {
                     bucket_bytes: args.bucket_mib * 1024.0 * 1024.0,
                     prefetch: args.prefetch,
-                    cv: args.rank_cv,
+                    cv: rank_cv,
                     seed: args.seed,
                     ..Default::default()
                 },
@@ -184,6 +191,10 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
         if let Some((sim, path)) = &simulated {
             doc = doc
                 .summary("simulated step", tables::simulated_step(sim))
+                .summary(
+                    "  per-rank variability",
+                    format!("cv {rank_cv:.3} ({cv_source})"),
+                )
                 .summary("timeline", path.display().to_string());
         }
         if let Some(v) = p.valid_flops {

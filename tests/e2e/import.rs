@@ -259,6 +259,27 @@ fn a_resnet50_trace_is_imported_calibrated_and_validated() {
     run_ok(&["calibrate", records, "--out", profile]);
     let text = std::fs::read_to_string(profile).unwrap();
     assert!(text.contains("PyTorch profiler trace"), "{text}");
+    // The samples' spread is the simulator's per-rank variability by default.
+    assert!(text.contains("sample_cv = "), "{text}");
+    let timeline = dir.join("timeline.json");
+    let out = run_ok(&[
+        "predict",
+        "resnet50",
+        "--system",
+        profile,
+        "--nodes",
+        "1",
+        "--batch",
+        "2",
+        "--epochs",
+        "1",
+        "--timeline",
+        timeline.to_str().unwrap(),
+    ]);
+    assert!(
+        out.contains("(the profile's measured sample spread)"),
+        "{out}"
+    );
     // Validate against the same trace's whole steps.
     let v = run_json(&[
         "validate",

@@ -560,6 +560,21 @@ impl Profile {
         Ok(())
     }
 
+    /// The 90 % interval of a collective's time from the communication fits, as multiples
+    /// of it: `1 ± 1.645 x` the largest root-mean-square relative error of the levels'
+    /// exchange and reduction fits (their residuals hold the measured sample spread too),
+    /// never below a tenth; `[1, 1]` without fitted levels.
+    pub fn comm_interval(&self) -> [f64; 2] {
+        let rms = self
+            .comm
+            .iter()
+            .flat_map(|c| c.exchange.iter().chain(&c.reduction))
+            .map(|b| b.rms_rel_error)
+            .filter(|e| e.is_finite())
+            .fold(0.0, f64::max);
+        [(1.0 - NORMAL_90 * rms).max(0.1), 1.0 + NORMAL_90 * rms]
+    }
+
     /// The fitted level `level`, if the profile has it.
     pub fn comm_level(&self, level: CommLevelName) -> Option<&CommLevel> {
         self.comm.iter().find(|c| c.level == level)
@@ -740,6 +755,43 @@ impl Profile {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn a_collectives_interval_follows_the_communication_fits_residuals() {
+        let mut p = sample();
+        assert_eq!(p.comm_interval(), [1.0, 1.0]);
+        let band = |rms: f64| BandFit {
+            max_bytes: None,
+            fixed_s: 1e-6,
+            per_byte_s: 1e-10,
+            fixed_se_s: 0.0,
+            per_byte_se_s: 0.0,
+            points: 8,
+            rms_rel_error: rms,
+        };
+        p.comm.push(CommLevel {
+            level: CommLevelName::Node,
+            transport: "tcp".into(),
+            hosts: vec!["a".into()],
+            latency_s: 1e-6,
+            latency_se_s: 0.0,
+            overhead_s: 1e-7,
+            overhead_se_s: 0.0,
+            gap_s: 1e-7,
+            gap_se_s: 0.0,
+            gap_per_byte_s: 1e-10,
+            gap_per_byte_se_s: 0.0,
+            points: 8,
+            max_abs_rel_error: 0.05,
+            exchange: vec![band(0.04), band(0.1)],
+            reduction: vec![band(0.02)],
+        });
+        let [lo, hi] = p.comm_interval();
+        assert!((lo - (1.0 - NORMAL_90 * 0.1)).abs() < 1e-12);
+        assert!((hi - (1.0 + NORMAL_90 * 0.1)).abs() < 1e-12);
+        p.comm[0].exchange[1].rms_rel_error = 1.0;
+        assert_eq!(p.comm_interval()[0], 0.1);
+    }
 
     #[test]
     fn a_layers_interval_follows_its_fits_residuals() {

@@ -762,24 +762,32 @@ impl<'a> Plan<'a> {
         )
         .ok_or(Infeasible::Collective { devices })?;
         let allreduce = ar.time.value();
+        // The allreduce's 90 % interval from a calibrated profile's communication fits.
+        let comm = self
+            .system
+            .calibration
+            .as_ref()
+            .map_or([1.0, 1.0], |p| p.comm_interval())
+            .map(|f| allreduce * f);
         let combine = |parts: &[f64]| match self.scenario.overlap {
             Overlap::Full => parts.iter().copied().fold(0.0, f64::max),
             Overlap::None => parts.iter().sum(),
         };
         let compute = self.compute.value();
         let step = combine(&[compute, input, allreduce]);
-        // The figures at a compute time of `c` (the evaluation's compute scaled alike).
+        // The figures at a compute time of `c` and an allreduce of `a` (the evaluation's
+        // compute scaled alike).
         let train = self.dataset.train_samples.value as f64;
         let eval = self.dataset.eval_samples.value as f64;
         let g = global as f64;
-        let at = |c: f64| {
-            let step = combine(&[c, input, allreduce]);
+        let at = |c: f64, a: f64| {
+            let step = combine(&[c, input, a]);
             let scale = if compute > 0.0 { c / compute } else { 1.0 };
             let eval_step = combine(&[self.eval_compute.value() * scale, input]);
             let epoch = (train / g).ceil() * step + (eval / g).ceil() * eval_step;
             [step, epoch]
         };
-        let [lo, hi] = self.compute_interval.map(at);
+        let [lo, hi] = [0, 1].map(|i| at(self.compute_interval[i], comm[i]));
         let bound = if compute >= input && compute >= allreduce {
             StepBound::Compute
         } else if input >= allreduce {

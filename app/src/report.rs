@@ -788,7 +788,6 @@ pub fn validation_report(v: &Validation, provenance: String) -> Report {
 /// the summary, each run's throughput, epoch and time to train, and predicted against
 /// measured time to train. `measured` names the runs file.
 pub fn runs_report(v: &RunValidation, measured: &str, provenance: String) -> Report {
-    let pct = |x: f64| format!("{:.1}%", 100.0 * x);
     let mut summary = Section::new("Summary")
         .paragraph(
             "Each run is predicted on its nodes, the system's node holding the run's \
@@ -802,19 +801,9 @@ pub fn runs_report(v: &RunValidation, measured: &str, provenance: String) -> Rep
             "system",
             format!("{} ({}), {}", v.system, v.device, v.precision),
         )
-        .fact("layers timed by", v.timed_by.clone())
-        .fact(
-            "time to train",
-            format!(
-                "{} runs, median |error| {}, bias {:+.1}%, {:.0}% inside the 90 % interval",
-                v.runs.len(),
-                pct(v.median_abs_error),
-                100.0 * v.bias,
-                100.0 * v.interval_coverage
-            ),
-        );
-    if let Some(t) = v.throughput_median_abs_error {
-        summary = summary.fact("throughput", format!("median |error| {}", pct(t)));
+        .fact("layers timed by", v.timed_by.clone());
+    for (k, val) in tables::run_summary_lines(v) {
+        summary = summary.fact(k, val);
     }
     for s in &v.skipped {
         summary = summary.paragraph(format!("Not predicted: {s}"));

@@ -818,3 +818,26 @@ pub fn nsys_range_cols() -> [Col<ridgeline_calibrate::nsys::RangeRow>; 5] {
         }),
     ]
 }
+
+/// The summary lines of imported runs against `predict`: the time to train's error and
+/// interval coverage, and the throughput's error where the runs log it.
+pub fn run_summary_lines(v: &crate::runs::RunValidation) -> Vec<(String, String)> {
+    let pct = |x: f64| format!("{:.1}%", 100.0 * x);
+    let mut lines = vec![(
+        "time to train".to_owned(),
+        format!(
+            "{} runs, median |error| {}, bias {:+.1}%, {:.0}% inside the 90 % interval",
+            v.runs.len(),
+            pct(v.median_abs_error),
+            100.0 * v.bias,
+            100.0 * v.interval_coverage
+        ),
+    )];
+    if let Some(t) = v.throughput_median_abs_error {
+        lines.push((
+            "throughput".to_owned(),
+            format!("median |error| {}", pct(t)),
+        ));
+    }
+    lines
+}

@@ -13,8 +13,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use ridgeline_measure::record::{LayerShape, StepShape};
-use ridgeline_measure::{Device, Env, GpuEnv, Measured, Pass, Record, RecordPrecision};
+use ridgeline_measure::record::StepShape;
+use ridgeline_measure::{Device, Env, GpuEnv, Measured, Record, RecordPrecision};
 use ridgeline_model::graph::Graph;
 use ridgeline_model::precision::Precision;
 use rusqlite::{Connection, OpenFlags};
@@ -370,29 +370,9 @@ impl Report {
                 .find(|v| !v.is_empty())
                 .unwrap_or_default();
             let backward = self.per_call(&format!("{name} backward"));
-            for (pass, samples, flops, bytes) in [
-                (
-                    Pass::Forward,
-                    forward,
-                    lc.flops_fwd.value(),
-                    lc.hbm_bytes_fwd.value(),
-                ),
-                (
-                    Pass::Backward,
-                    backward,
-                    lc.flops_bwd.value(),
-                    lc.hbm_bytes_bwd.value(),
-                ),
-            ] {
-                if samples.is_empty() {
-                    continue;
-                }
-                let shape = Measured::WorkloadLayer(LayerShape {
-                    run: run.clone(),
-                    layer: name.to_owned(),
-                    op: layer.op.kind().to_owned(),
-                    pass,
-                });
+            for (shape, samples, flops, bytes) in
+                crate::torch_trace::layer_passes(&run, layer, lc, [&forward, &backward])
+            {
                 out.push(make(shape, samples, flops, bytes));
             }
         }

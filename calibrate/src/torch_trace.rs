@@ -21,8 +21,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use ridgeline_measure::record::{LayerShape, StepShape};
 use ridgeline_measure::{
-    Case, ConvCase, ConvPass, Device, Env, Extra, Format, GemmCase, GpuEnv, Layout, Measured,
-    OpCase, Pass, Record, RecordPrecision,
+    Case, ConvPass, Device, Env, Extra, Format, GemmCase, GpuEnv, Measured, OpCase, Pass, Record,
+    RecordPrecision, conv_case,
 };
 use ridgeline_model::graph::{Graph, Op};
 use ridgeline_model::precision::Precision;
@@ -689,6 +689,43 @@ fn kind_of(o: &TraceOp) -> Option<&'static str> {
     })
 }
 
+/// The `workload-layer` shapes of `layer` of `run`, one per pass that has samples
+/// (`samples`: forward, backward), each with its samples and the pass's FLOPs and bytes
+/// from `cost`.
+pub(crate) fn layer_passes(
+    run: &StepShape,
+    layer: &ridgeline_model::graph::Layer,
+    cost: &ridgeline_model::cost::LayerCost<'_>,
+    samples: [&Vec<f64>; 2],
+) -> Vec<(Measured, Vec<f64>, f64, f64)> {
+    [
+        (
+            Pass::Forward,
+            samples[0],
+            cost.flops_fwd.value(),
+            cost.hbm_bytes_fwd.value(),
+        ),
+        (
+            Pass::Backward,
+            samples[1],
+            cost.flops_bwd.value(),
+            cost.hbm_bytes_bwd.value(),
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, s, _, _)| !s.is_empty())
+    .map(|(pass, s, flops, bytes)| {
+        let shape = Measured::WorkloadLayer(LayerShape {
+            run: run.clone(),
+            layer: layer.name.to_string(),
+            op: layer.op.kind().to_owned(),
+            pass,
+        });
+        (shape, s.clone(), flops, bytes)
+    })
+    .collect()
+}
+
 /// What an import gives: the records, and what it could not map.
 #[derive(Debug, Clone)]
 pub struct Imported {
@@ -778,49 +815,16 @@ pub fn import(trace: &Trace, graph: &Graph, batch: usize, threads: usize) -> Res
             continue;
         }
         matched += 1;
-        let lc = &cost.layers[i];
-        for (pass, samples, flops, bytes) in [
-            (
-                Pass::Forward,
-                forward,
-                lc.flops_fwd.value(),
-                lc.hbm_bytes_fwd.value(),
-            ),
-            (
-                Pass::Backward,
-                backward,
-                lc.flops_bwd.value(),
-                lc.hbm_bytes_bwd.value(),
-            ),
-        ] {
-            if samples.is_empty() {
-                continue;
-            }
-            let shape = Measured::WorkloadLayer(LayerShape {
-                run: run.clone(),
-                layer: layer.name.to_string(),
-                op: layer.op.kind().to_owned(),
-                pass,
-            });
-            records.push(make(shape, precision.into(), samples.clone(), flops, bytes));
+        for (shape, samples, flops, bytes) in
+            layer_passes(&run, layer, &cost.layers[i], [forward, backward])
+        {
+            records.push(make(shape, precision.into(), samples, flops, bytes));
         }
         let input = layers[layer.inputs[0]].output.dims().to_vec();
         match &layer.op {
-            Op::Conv(c) => {
-                let case = ConvCase {
-                    label: format!("{}/{}", graph.name(), layer.name),
-                    batch,
-                    c_in: input[0],
-                    input: input[1..].to_vec(),
-                    c_out: c.out_channels,
-                    kernel: c.kernel.to_vec(),
-                    stride: c.stride.to_vec(),
-                    padding: c.padding.pairs().to_vec(),
-                    dilation: c.dilation.to_vec(),
-                    groups: c.groups,
-                    bias: c.bias,
-                    format,
-                    layout: Layout::ChannelsFirst,
+            Op::Conv(_) => {
+                let Some(case) = conv_case(graph, i, batch, format, graph.name()) else {
+                    continue;
                 };
                 if !forward.is_empty() {
                     add(Case::Conv(case.clone(), ConvPass::Forward), forward)?;

@@ -56,28 +56,13 @@ pub fn open_backend(device: &str, threads: usize) -> Result<Box<dyn Backend>> {
 /// labelled `source/layer` by the first layer of each shape. Transposed convolutions are the
 /// adjoint passes of these and are measured through them.
 pub fn conv_cases(graph: &Graph, batch: usize, source: &str, only: &[String]) -> Vec<ConvCase> {
-    let layers = graph.layers();
     let mut out: Vec<ConvCase> = Vec::new();
-    for layer in layers {
-        let Op::Conv(c) = &layer.op else { continue };
+    for (i, layer) in graph.layers().iter().enumerate() {
         if !only.is_empty() && !only.iter().any(|l| l == layer.name.as_str()) {
             continue;
         }
-        let x = layers[layer.inputs[0]].output.dims();
-        let case = ConvCase {
-            label: format!("{source}/{}", layer.name),
-            batch,
-            c_in: x[0],
-            input: x[1..].to_vec(),
-            c_out: c.out_channels,
-            kernel: c.kernel.to_vec(),
-            stride: c.stride.to_vec(),
-            padding: c.padding.pairs().to_vec(),
-            dilation: c.dilation.to_vec(),
-            groups: c.groups,
-            bias: c.bias,
-            format: Format::Fp32,
-            layout: Layout::ChannelsFirst,
+        let Some(case) = conv_case(graph, i, batch, Format::Fp32, source) else {
+            continue;
         };
         if !out.iter().any(|o| {
             ConvCase {
@@ -89,6 +74,38 @@ pub fn conv_cases(graph: &Graph, batch: usize, source: &str, only: &[String]) ->
         }
     }
     out
+}
+
+/// Layer `i` of `graph`, where it is a convolution, as a case at `batch` in `format`
+/// (channels first), labelled `source/layer`.
+pub fn conv_case(
+    graph: &Graph,
+    i: usize,
+    batch: usize,
+    format: Format,
+    source: &str,
+) -> Option<ConvCase> {
+    let layers = graph.layers();
+    let layer = layers.get(i)?;
+    let Op::Conv(c) = &layer.op else {
+        return None;
+    };
+    let x = layers[*layer.inputs.first()?].output.dims();
+    Some(ConvCase {
+        label: format!("{source}/{}", layer.name),
+        batch,
+        c_in: x[0],
+        input: x[1..].to_vec(),
+        c_out: c.out_channels,
+        kernel: c.kernel.to_vec(),
+        stride: c.stride.to_vec(),
+        padding: c.padding.pairs().to_vec(),
+        dilation: c.dilation.to_vec(),
+        groups: c.groups,
+        bias: c.bias,
+        format,
+        layout: Layout::ChannelsFirst,
+    })
 }
 
 fn dims(v: &[usize]) -> String {

@@ -82,7 +82,7 @@ pub use backend::{
     Backend, ConvCase, ConvPass, CopyCase, CopyDirection, Format, GemmCase, HostMemory, LayerTimes,
     Layout, OpCase, Pass, StreamKernel, WorkloadRun,
 };
-pub use campaign::{Case, conv_cases, open_backend};
+pub use campaign::{Case, conv_case, conv_cases, open_backend};
 pub use cpu::CpuBackend;
 pub use cuda::{CudaBackend, NcclAllreduce, nccl_allreduce};
 pub use error::{Error, Result};

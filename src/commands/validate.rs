@@ -289,25 +289,14 @@ fn imported_runs(args: &ValidateArgs, measured: &Path) -> Result<()> {
     let v = runs::validate(&system, measured, precision)?;
     let cols = tables::run_check_cols();
     output::print(args.format.format, &v, |style| {
-        let pct = |x: f64| format!("{:.1}%", 100.0 * x);
         let mut d = Document::new(format!(
             "Validation: imported runs against predict on {} ({}), {}",
             v.system, v.device, v.precision
         ))
         .summary("measured", measured.display().to_string())
-        .summary("layers timed by", v.timed_by.clone())
-        .summary(
-            "time to train",
-            format!(
-                "{} runs, median |error| {}, bias {:+.1}%, {:.0}% inside the 90 % interval",
-                v.runs.len(),
-                pct(v.median_abs_error),
-                100.0 * v.bias,
-                100.0 * v.interval_coverage
-            ),
-        );
-        if let Some(t) = v.throughput_median_abs_error {
-            d = d.summary("throughput", format!("median |error| {}", pct(t)));
+        .summary("layers timed by", v.timed_by.clone());
+        for (k, val) in tables::run_summary_lines(&v) {
+            d = d.summary(k, val);
         }
         let mut d = d.table(output::table(&v.runs, &cols, style)).note(
             "Each run predicted on its nodes, with the system's node holding the run's accelerators, at its global batch, for its epochs, training samples and evaluations. curve = the epochs ridgeline's convergence data gives at that global batch (empty: it has none for the workload). Epoch = training only; time to train = run_start to run_stop (predicted: the run's epochs with their evaluations, and the staging where the run timed it). Nothing is fitted on the runs. Error = (predicted - measured) / measured.",

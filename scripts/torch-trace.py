@@ -12,6 +12,8 @@ committed fixtures were written by
         --out tests/fixtures/torch/resnet50-cpu.json && gzip -9 tests/fixtures/torch/resnet50-cpu.json
     python3 scripts/torch-trace.py --batch 2 --size 64 --steps 2 --ranks 2 --threads 1 \
         --out /tmp/ddp.json && gzip -9 -c /tmp/ddp.rank0.json > tests/fixtures/torch/resnet50-ddp2-rank0.json.gz
+    python3 scripts/torch-trace.py --batch 2 --size 64 --steps 2 --ranks 4 --threads 1 \
+        --out /tmp/ddp4.json && gzip -9 -c /tmp/ddp4.rank0.json > tests/fixtures/torch/resnet50-ddp4-rank0.json.gz
 
 with torch 2.5.1 and torchvision 0.20.1 on the CPU (an Intel Xeon with AMX, 2 cores). Needs
 torch and torchvision.

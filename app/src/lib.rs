@@ -17,6 +17,7 @@
 //!   kernel set, MLPerf result logs as run records.
 //! - [`runs`]: imported runs (MLPerf) against `predict`: throughput, epoch time and time to
 //!   train.
+//! - [`simcheck`]: the step simulator against a traced data-parallel step (PyTorch DDP).
 //! - [`columns`] and [`tables`]: table columns written from one definition in a human and a
 //!   raw style, and the column sets that commands print and reports carry.
 //! - [`figures`]: the plots, as [`ridgeline_reports::chart::Figure`] models.
@@ -38,6 +39,7 @@ pub mod import;
 pub mod inputs;
 pub mod report;
 pub mod runs;
+pub mod simcheck;
 pub mod sweep;
 pub mod tables;
 pub mod validation;

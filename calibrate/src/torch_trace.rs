@@ -115,6 +115,10 @@ pub struct Mapped {
     pub comm: Vec<f64>,
     /// Each step's communication after its backward ended, seconds.
     pub exposed_comm: Vec<f64>,
+    /// Each step's collectives, seconds each, in the order they started.
+    pub collectives: Vec<Vec<f64>>,
+    /// Each step's time in ops that are no layer (the unmapped ones), seconds.
+    pub other: Vec<f64>,
     /// Per graph layer (in graph order): forward and backward seconds per step; empty for
     /// layers no op ran (the input).
     pub layers: Vec<[Vec<f64>; 2]>,
@@ -247,6 +251,7 @@ impl Trace {
                     } else if ["gloo:", "nccl:", "mpi:"]
                         .iter()
                         .any(|p| name.starts_with(p))
+                        && gradient_collective(name)
                     {
                         comm_annotations.push(span);
                     }
@@ -258,7 +263,7 @@ impl Trace {
                         .get_or_insert_with(HashMap::new)
                         .entry(id)
                         .or_default() += dur;
-                    if name.to_lowercase().contains("nccl") {
+                    if name.to_lowercase().contains("nccl") && gradient_collective(name) {
                         comm_kernels.push(Span { ts, dur });
                     }
                 }
@@ -316,6 +321,11 @@ impl Trace {
                 .cloned(),
             base_ns: root.get("baseTimeNanoseconds").and_then(Value::as_u64),
         })
+    }
+
+    /// Data-parallel ranks of the traced run (`distributedInfo.world_size`), where it says.
+    pub fn ranks(&self) -> Option<usize> {
+        self.ranks
     }
 
     /// Whether the trace times GPU kernels (op times are their kernels').
@@ -428,6 +438,7 @@ impl Trace {
         let mut measured = vec![[false; 2]; layers.len()];
         let mut unmapped: BTreeMap<String, (usize, f64)> = BTreeMap::new();
         let mut optimizer = vec![0.0; nsteps];
+        let mut other = vec![0.0; nsteps];
         let mut gemms: BTreeMap<GemmKey, Vec<f64>> = BTreeMap::new();
         let top = self.top_level();
         let in_optimizer = |o: &TraceOp| self.optimizer.iter().any(|s| s.holds(o.ts));
@@ -449,6 +460,7 @@ impl Trace {
                     let e = unmapped.entry(o.name.clone()).or_default();
                     e.0 += 1;
                     e.1 += self.seconds(i);
+                    other[s] += self.seconds(i);
                     continue;
                 };
                 nth += 1;
@@ -520,14 +532,18 @@ impl Trace {
                     let e = unmapped.entry(function.to_owned()).or_default();
                     e.0 += 1;
                     e.1 += self.seconds(i);
+                    other[s] += self.seconds(i);
                 }
             }
         }
         // Communication per step, and how far it ran past the step's last backward function.
         let (mut comm, mut exposed) = (vec![0.0; nsteps], vec![0.0; nsteps]);
+        let mut collectives = vec![Vec::new(); nsteps];
         for (step, (c, x)) in comm.iter_mut().zip(exposed.iter_mut()).enumerate() {
             let in_step = |t: f64| self.steps.get(step).is_none_or(|s| s.holds(t));
-            let spans: Vec<&Span> = self.comm.iter().filter(|c| in_step(c.ts)).collect();
+            let mut spans: Vec<&Span> = self.comm.iter().filter(|c| in_step(c.ts)).collect();
+            spans.sort_by(|a, b| a.ts.total_cmp(&b.ts));
+            collectives[step] = spans.iter().map(|s| s.dur / 1e6).collect();
             *c = spans.iter().map(|s| s.dur).sum::<f64>() / 1e6;
             let backward_end = top
                 .iter()
@@ -555,6 +571,8 @@ impl Trace {
             optimizer,
             comm: if has_comm { comm } else { Vec::new() },
             exposed_comm: if has_comm { exposed } else { Vec::new() },
+            collectives,
+            other,
             layers: times
                 .into_iter()
                 .zip(measured)
@@ -648,6 +666,16 @@ impl Trace {
             timestamp,
         }
     }
+}
+
+/// Whether a collective's span or kernel is one that reduces or gathers gradients (an
+/// allreduce, reduce-scatter or all-gather: `gloo:all_reduce`,
+/// `ncclDevKernel_AllReduce_Sum_f32_RING_LL`), not a broadcast of buffers or a barrier.
+fn gradient_collective(name: &str) -> bool {
+    let n: String = name.to_lowercase().chars().filter(|c| *c != '_').collect();
+    ["allreduce", "reducescatter", "allgather"]
+        .iter()
+        .any(|k| n.contains(k))
 }
 
 /// The ridgeline op kind of a forward top-level op, by its ATen name; `None` for an op that

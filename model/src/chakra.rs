@@ -123,7 +123,8 @@ pub fn step_nodes(layers: &[Layer], bucket_bytes: f64, optimizer_s: f64) -> Vec<
     let last_backward = nodes.len().checked_sub(1).map(|i| i as u64);
     let sims: Vec<SimLayer> = kept.iter().map(|l| l.sim.clone()).collect();
     let mut comms = Vec::new();
-    for (k, (first, bytes)) in crate::sim::buckets(&sims, bucket_bytes)
+    let first_bytes = crate::sim::DDP_FIRST_BUCKET_BYTES.min(bucket_bytes);
+    for (k, (first, bytes)) in crate::sim::buckets(&sims, first_bytes, bucket_bytes)
         .into_iter()
         .enumerate()
     {
@@ -230,7 +231,8 @@ mod tests {
             layer("conv2", 2e-3, 4e-3, 3e6),
             layer("fc", 0.5e-3, 1e-3, 3e6),
         ];
-        // Buckets of 5 MB: fc and conv2 fill the first, conv1 the second.
+        // DDP's first bucket (1 MiB) takes fc alone; buckets of 5 MB: conv2 and conv1 the
+        // second.
         let nodes = step_nodes(&layers, 5e6, 1e-4);
         let bytes = encode(&nodes);
         let (meta, back) = decode(&bytes, "t.et").unwrap();
@@ -251,15 +253,15 @@ mod tests {
                 "optimizer"
             ]
         );
-        // The first bucket waits for conv2's backward, the second for conv1's.
-        assert_eq!(back[6].data_deps, vec![4]);
+        // The first bucket waits for fc's backward, the second for conv1's.
+        assert_eq!(back[6].data_deps, vec![3]);
         assert_eq!(back[7].data_deps, vec![5]);
         assert_eq!(back[8].data_deps, vec![5, 6, 7]);
         assert_eq!(back[6].r#type, NodeType::CommCollNode as i32);
         let size = back[6].attr.iter().find(|a| a.name == "comm_size").unwrap();
         assert_eq!(
             size.value,
-            Some(proto::attribute_proto::Value::Int64Val(6_000_000))
+            Some(proto::attribute_proto::Value::Int64Val(3_000_000))
         );
         assert_eq!(back[1].duration_micros, 2000);
         assert_eq!(back[1].data_deps, vec![0]);

@@ -32,6 +32,10 @@ use statrs::distribution::{ContinuousCDF, Normal};
 /// PyTorch DDP's default gradient bucket, bytes (`bucket_cap_mb = 25`).
 pub const DDP_BUCKET_BYTES: f64 = 25.0 * 1024.0 * 1024.0;
 
+/// PyTorch DDP's first gradient bucket, bytes (`torch.distributed._DEFAULT_FIRST_BUCKET_BYTES`,
+/// 1 MiB): the last layers' gradients go out early in a small bucket of their own.
+pub const DDP_FIRST_BUCKET_BYTES: f64 = 1024.0 * 1024.0;
+
 /// The least a layer's time is scaled to by its variability draw.
 const MIN_FACTOR: f64 = 0.05;
 
@@ -54,6 +58,9 @@ pub struct SimOptions {
     /// Bytes a gradient bucket holds before it is allreduced ([`DDP_BUCKET_BYTES`];
     /// `f64::INFINITY`: one bucket, after backward).
     pub bucket_bytes: f64,
+    /// Bytes the first bucket (the last layers' gradients) holds ([`DDP_FIRST_BUCKET_BYTES`];
+    /// `f64::INFINITY` with an infinite `bucket_bytes`: one bucket).
+    pub first_bucket_bytes: f64,
     /// Whether buckets are allreduced beside backward as they fill (else after it).
     pub overlap: bool,
     /// The time to read and prepare one step's input, seconds.
@@ -75,6 +82,7 @@ impl Default for SimOptions {
     fn default() -> Self {
         SimOptions {
             bucket_bytes: DDP_BUCKET_BYTES,
+            first_bucket_bytes: DDP_FIRST_BUCKET_BYTES,
             overlap: true,
             input_s: 0.0,
             prefetch: 1,
@@ -139,15 +147,21 @@ pub struct Simulated {
 }
 
 /// The gradient buckets of `layers` (in forward order) in the order backward fills them, as
-/// DDP fills them: layers' gradients from the last layer back, a bucket closed once it holds
-/// `bucket_bytes` (and at the first layer). Each bucket is the index of its earliest layer,
-/// whose backward completes it, and its bytes.
-pub fn buckets(layers: &[SimLayer], bucket_bytes: f64) -> Vec<(usize, f64)> {
-    let mut out = Vec::new();
+/// DDP fills them: layers' gradients from the last layer back, the first bucket closed once
+/// it holds `first_bytes`, each later one once it holds `bucket_bytes` (and the last at the
+/// first layer). Each bucket is the index of its earliest layer, whose backward completes
+/// it, and its bytes.
+pub fn buckets(layers: &[SimLayer], first_bytes: f64, bucket_bytes: f64) -> Vec<(usize, f64)> {
+    let mut out: Vec<(usize, f64)> = Vec::new();
     let mut held = 0.0;
     for i in (0..layers.len()).rev() {
         held += layers[i].gradient_bytes;
-        if held > 0.0 && (held >= bucket_bytes || i == 0) {
+        let cap = if out.is_empty() {
+            first_bytes
+        } else {
+            bucket_bytes
+        };
+        if held > 0.0 && (held >= cap || i == 0) {
             out.push((i, held));
             held = 0.0;
         }
@@ -161,7 +175,7 @@ pub fn simulate(layers: &[SimLayer], allreduce: &dyn Fn(f64) -> f64, o: &SimOpti
     let n = layers.len();
     let ranks = o.ranks.max(1) as usize;
     let t0 = if o.prefetch == 0 { o.input_s } else { 0.0 };
-    let buckets = buckets(layers, o.bucket_bytes);
+    let buckets = buckets(layers, o.first_bucket_bytes, o.bucket_bytes);
     // Every rank's backward: when each layer's backward ends, and the critical rank.
     let normal = Normal::new(0.0, 1.0).ok();
     let mut rng = StdRng::seed_from_u64(o.seed);
@@ -319,8 +333,17 @@ mod tests {
         // Three layers of 20 MB of gradients: a bucket closes once it holds 25 MiB, so the
         // first takes the last two layers (40 MB), the second the first layer.
         let l = layers(&[(1e-3, 2e-3, 2e7), (1e-3, 2e-3, 2e7), (1e-3, 2e-3, 2e7)]);
-        let s = simulate(&l, &net, &SimOptions::default());
+        let even = SimOptions {
+            first_bucket_bytes: DDP_BUCKET_BYTES,
+            ..SimOptions::default()
+        };
+        let s = simulate(&l, &net, &even);
         assert_eq!(s.buckets, 2);
+        // DDP's small first bucket takes the last layer alone.
+        assert_eq!(
+            buckets(&l, DDP_FIRST_BUCKET_BYTES, DDP_BUCKET_BYTES),
+            [(2, 2e7), (0, 4e7)]
+        );
         let comm: Vec<&Span> = s
             .spans
             .iter()
@@ -341,6 +364,7 @@ mod tests {
             &net,
             &SimOptions {
                 bucket_bytes: f64::INFINITY,
+                first_bucket_bytes: f64::INFINITY,
                 overlap: false,
                 ..SimOptions::default()
             },
@@ -384,6 +408,7 @@ mod tests {
             let l = layers(&times);
             let s = simulate(&l, &net, &SimOptions {
                 bucket_bytes: f64::INFINITY,
+                first_bucket_bytes: f64::INFINITY,
                 overlap: false,
                 input_s: input,
                 prefetch: 0,

@@ -158,7 +158,7 @@ pub(crate) struct PredictArgs {
 }
 
 /// A positive finite number.
-fn positive_f64(s: &str) -> Result<f64, String> {
+pub(crate) fn positive_f64(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
         _ => Err(format!("`{s}`: give a positive number")),

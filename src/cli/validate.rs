@@ -93,6 +93,25 @@ pub(crate) enum ValidateCommand {
     /// The transferable kernel model, one GPU left out at a time: fitted on the kernels of
     /// the others, it predicts the held-out one from its device file alone.
     Transfer(ValidateTransferArgs),
+    /// The step simulator against a traced data-parallel step: a PyTorch profiler trace of
+    /// one rank of DistributedDataParallel, its measured parts (layers, other ops, each
+    /// bucket's allreduce, the optimizer) put together as the simulator puts predictions
+    /// together.
+    DdpTrace(ValidateDdpTraceArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ValidateDdpTraceArgs {
+    /// The trace (`.json` or `.json.gz`) of one rank, recorded with `record_shapes=True`.
+    pub(crate) trace: PathBuf,
+    /// The workload the trace ran (a built-in name or a workload file).
+    #[arg(long)]
+    pub(crate) workload: String,
+    /// DDP's gradient bucket, MiB (`bucket_cap_mb`; its default).
+    #[arg(long, value_name = "MIB", default_value_t = 25.0, value_parser = super::model::positive_f64)]
+    pub(crate) bucket_mib: f64,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
 }
 
 #[derive(Debug, Args)]

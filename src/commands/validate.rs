@@ -10,7 +10,10 @@ use ridgeline_calibrate::validate::{LayerPoint, StepPoint, Summary, Validation};
 use ridgeline_reports::Document;
 use serde::Serialize;
 
-use crate::cli::{Format, ValidateArgs, ValidateCommArgs, ValidateCommand, ValidateTransferArgs};
+use crate::cli::{
+    Format, ValidateArgs, ValidateCommArgs, ValidateCommand, ValidateDdpTraceArgs,
+    ValidateTransferArgs,
+};
 use crate::output::{self, Progress};
 
 /// What `--format json` prints.
@@ -29,6 +32,7 @@ pub(crate) fn run(args: &ValidateArgs) -> Result<()> {
         Some(ValidateCommand::Comm(a)) => return comm(a),
         Some(ValidateCommand::Published(f)) => return published(f.format),
         Some(ValidateCommand::Transfer(a)) => return transfer(a),
+        Some(ValidateCommand::DdpTrace(a)) => return ddp_trace(a),
         None => {}
     }
     if args.self_check {
@@ -305,5 +309,51 @@ fn imported_runs(args: &ValidateArgs, measured: &Path) -> Result<()> {
             d = d.note(format!("not predicted: {s}"));
         }
         d
+    })
+}
+
+/// `validate ddp-trace`: the step simulator against a traced data-parallel step.
+fn ddp_trace(args: &ValidateDdpTraceArgs) -> Result<()> {
+    let c = ridgeline_app::simcheck::ddp_trace(&args.trace, &args.workload, args.bucket_mib)?;
+    output::print(args.format.format, &c, |style| {
+        let s = |v: f64| style.seconds(ridgeline_model::units::Seconds::new(v));
+        Document::new(format!(
+            "The step simulator against a traced data-parallel step: {}",
+            c.workload
+        ))
+        .summary("trace", c.trace.clone())
+        .summary(
+            "ranks",
+            c.ranks.map_or_else(|| "not said".into(), |r| r.to_string()),
+        )
+        .summary(
+            "step",
+            format!(
+                "measured {} (median of {}), simulated {} ({:+.1}%)",
+                s(c.measured_step_s),
+                c.steps,
+                s(c.simulated_step_s),
+                100.0 * c.error
+            ),
+        )
+        .summary(
+            "buckets",
+            format!(
+                "{} allreduces a step in the trace, {} simulated",
+                c.buckets_measured, c.buckets_simulated
+            ),
+        )
+        .summary(
+            "communication",
+            format!(
+                "{} a step; after backward: measured {}, simulated {}",
+                s(c.measured_comm_s),
+                s(c.measured_exposed_s),
+                s(c.simulated_exposed_s)
+            ),
+        )
+        .note(
+            "The simulator is given the trace's own parts (each layer's forward and backward, the ops that are no layer spread over backward by gradient bytes, each bucket's allreduce, the optimizer) and puts them together as it puts predictions together (DDP's buckets, each allreduced beside backward once full): this measures the overlap and bucketing, not the parts' prediction.",
+        )
     })
 }

@@ -437,3 +437,42 @@ fn an_nsys_export_gives_its_kernels_by_nvtx_range() {
     let err = run_err(&["import", "nsys", cut.to_str().unwrap()]);
     assert!(err.contains("cut.sqlite.gz"), "{err}");
 }
+
+/// `validate ddp-trace`: the simulator puts a traced DDP step's measured parts together; on
+/// these traces of 2 and 4 ranks it fills the buckets DDP filled and lands near the step.
+#[test]
+fn the_simulator_reassembles_traced_data_parallel_steps() {
+    for ranks in [2, 4] {
+        let trace = fixture(&format!("torch/resnet50-ddp{ranks}-rank0.json.gz"));
+        let c = run_json(&[
+            "validate",
+            "ddp-trace",
+            &trace,
+            "--workload",
+            "resnet50",
+            "--format",
+            "json",
+        ]);
+        assert_eq!(c["ranks"], ranks);
+        assert_eq!(c["steps"], 2);
+        // DDP's 1 MiB first bucket (the fc layer's 8 MB alone), then 25 MiB ones: 5.
+        assert_eq!(c["buckets_measured"], 5);
+        assert_eq!(c["buckets_simulated"], 5);
+        let e = c["error"].as_f64().unwrap();
+        assert!(e.abs() < 0.1, "{ranks} ranks: {c}");
+        let (m, s) = (
+            c["measured_step_s"].as_f64().unwrap(),
+            c["simulated_step_s"].as_f64().unwrap(),
+        );
+        assert!((e - (s / m - 1.0)).abs() < 1e-12);
+    }
+    // A trace without collectives has no data-parallel step to simulate.
+    let err = run_err(&[
+        "validate",
+        "ddp-trace",
+        &fixture("torch/resnet50-cpu.json.gz"),
+        "--workload",
+        "resnet50",
+    ]);
+    assert!(err.contains("holds no collectives"), "{err}");
+}

@@ -12,10 +12,15 @@
 //! - a backward function (`autograd::engine::evaluate_function: ConvolutionBackward0`) is
 //!   the layer whose forward ops carry its autograd sequence number;
 //! - an op's time is its own span on the CPU, or the time of the GPU kernels it launched
-//!   (matched by the `External id` Kineto gives both) where the trace has kernels.
+//!   (matched by the `External id` Kineto gives both) where the trace has kernels;
+//! - each step's gradient collectives (allreduce, reduce-scatter, all-gather: NCCL kernels
+//!   on a GPU, the process group's `gloo:`/`nccl:`/`mpi:` spans on a CPU) are its
+//!   communication, and what of it ran past the step's last backward function is exposed.
 //!
 //! Ops that are no layer (views, `aten::flatten`, the loss's gradient seed, gradient
-//! accumulation) are listed by name with their count and time, never dropped silently.
+//! accumulation) are listed by name with their count and time, never dropped silently. The
+//! GPU path (kernels by `External id`, NCCL kernels) is tested on a synthetic trace only: no
+//! GPU trace has been imported yet.
 
 use std::collections::{BTreeMap, HashMap};
 

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use ridgeline_measure::record::StepShape;
-use ridgeline_measure::{Device, Env, GpuEnv, Measured, Record, RecordPrecision};
+use ridgeline_measure::{Device, Env, GpuEnv, Measured, Record};
 use ridgeline_model::graph::Graph;
 use ridgeline_model::precision::Precision;
 use rusqlite::{Connection, OpenFlags};
@@ -344,22 +344,14 @@ impl Report {
             batch,
         };
         let cost = ridgeline_model::cost::cost(graph, batch as u64, precision);
+        let source = crate::torch_trace::Source {
+            name: format!("Nsight Systems report {}", self.file),
+            device: Device::Cuda(0),
+            threads: 1,
+            env,
+        };
         let make = |measured: Measured, samples: Vec<f64>, flops: f64, bytes: f64| {
-            let mut r = Record::new(
-                measured,
-                RecordPrecision::from(precision),
-                Device::Cuda(0),
-                1,
-                samples,
-                flops,
-                bytes,
-                env.clone(),
-            );
-            r.extra.notes.insert(
-                "imported_from".into(),
-                serde_json::Value::String(format!("Nsight Systems report {}", self.file)),
-            );
-            r
+            source.record(measured, precision.into(), samples, flops, bytes)
         };
         let mut out = Vec::new();
         for (layer, lc) in graph.layers().iter().zip(&cost.layers) {

@@ -759,6 +759,46 @@ pub(crate) fn layer_passes(
     .collect()
 }
 
+/// Where imported records come from: the file named in each record
+/// (`extra.notes.imported_from`), the device and threads they ran on, and their environment.
+pub(crate) struct Source {
+    /// The source, in words (`PyTorch profiler trace FILE`).
+    pub(crate) name: String,
+    /// The device.
+    pub(crate) device: Device,
+    /// Threads.
+    pub(crate) threads: usize,
+    /// The environment.
+    pub(crate) env: Env,
+}
+
+impl Source {
+    /// A record of `measured` from this source.
+    pub(crate) fn record(
+        &self,
+        measured: Measured,
+        precision: RecordPrecision,
+        samples: Vec<f64>,
+        flops: f64,
+        bytes: f64,
+    ) -> Record {
+        let mut r = Record::new(
+            measured,
+            precision,
+            self.device,
+            self.threads,
+            samples,
+            flops,
+            bytes,
+            self.env.clone(),
+        );
+        r.extra
+            .notes
+            .insert("imported_from".into(), Value::String(self.name.clone()));
+        r
+    }
+}
+
 /// What an import gives: the records, and what it could not map.
 #[derive(Debug, Clone)]
 pub struct Imported {
@@ -797,28 +837,18 @@ pub fn import(trace: &Trace, graph: &Graph, batch: usize, threads: usize) -> Res
     } else {
         Device::Cpu
     };
-    let env = trace.env(threads);
-    let make = |measured: Measured,
-                record_precision: RecordPrecision,
-                samples: Vec<f64>,
-                flops: f64,
-                bytes: f64| {
-        let mut r = Record::new(
-            measured,
-            record_precision,
-            device,
-            threads,
-            samples,
-            flops,
-            bytes,
-            env.clone(),
-        );
-        r.extra.notes.insert(
-            "imported_from".into(),
-            Value::String(format!("PyTorch profiler trace {}", trace.file)),
-        );
-        r
+    let source = Source {
+        name: format!("PyTorch profiler trace {}", trace.file),
+        device,
+        threads,
+        env: trace.env(threads),
     };
+    let make =
+        |measured: Measured,
+         record_precision: RecordPrecision,
+         samples: Vec<f64>,
+         flops: f64,
+         bytes: f64| { source.record(measured, record_precision, samples, flops, bytes) };
     let run = StepShape {
         workload: graph.name().to_owned(),
         input: graph.input_shape().dims().to_vec(),

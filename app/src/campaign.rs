@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use ridgeline_measure::comm::{self, CommPlan, CommRun};
+use ridgeline_measure::comm::{self, CommPlan, CommRun, DdpPlan, DdpRun};
 use ridgeline_measure::protocol::CacheState;
 use ridgeline_measure::record::Sink;
 use ridgeline_measure::{
@@ -274,6 +274,19 @@ pub fn comm(
     observer: &dyn Observer,
 ) -> Result<CommRun> {
     Ok(comm::run(plan, &mut || {
+        Ok(Records::open(out, resume, observer)?.into_sink())
+    })?)
+}
+
+/// Runs the data-parallel training `plan` in an MPI job (every rank calls this; rank 0
+/// appends the records to `out`, opened by the one resume rule).
+pub fn ddp(
+    plan: &DdpPlan,
+    out: Option<&Path>,
+    resume: bool,
+    observer: &dyn Observer,
+) -> Result<DdpRun> {
+    Ok(comm::ddp(plan, &mut || {
         Ok(Records::open(out, resume, observer)?.into_sink())
     })?)
 }

@@ -966,6 +966,7 @@ mod tests {
                 workload: "w".into(),
                 input: vec![1],
                 batch: 1,
+                ranks: None,
             }),
             ridgeline_measure::RecordPrecision::Fp32,
             ridgeline_measure::Device::Cpu,

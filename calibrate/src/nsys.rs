@@ -342,6 +342,7 @@ impl Report {
             workload: graph.name().to_owned(),
             input: graph.input_shape().dims().to_vec(),
             batch,
+            ranks: None,
         };
         let cost = ridgeline_model::cost::cost(graph, batch as u64, precision);
         let source = crate::torch_trace::Source {

@@ -853,6 +853,7 @@ pub fn import(trace: &Trace, graph: &Graph, batch: usize, threads: usize) -> Res
         workload: graph.name().to_owned(),
         input: graph.input_shape().dims().to_vec(),
         batch,
+        ranks: trace.ranks.filter(|&r| r > 1),
     };
     let cost = ridgeline_model::cost::cost(graph, batch as u64, precision);
     let layers = graph.layers();
@@ -931,6 +932,8 @@ pub fn import(trace: &Trace, graph: &Graph, batch: usize, threads: usize) -> Res
         update_s: mapped.optimizer.clone(),
         comm_s: mapped.comm.clone(),
         exposed_comm_s: mapped.exposed_comm.clone(),
+        bucket_s: mapped.collectives.clone(),
+        other_s: mapped.other.clone(),
         ranks: trace.ranks.filter(|&r| r > 1),
         notes: step.extra.notes,
         ..Extra::default()

@@ -9,6 +9,7 @@ use ridgeline_model::precision::Precision;
 
 use crate::backend::{
     Backend, ConvCase, ConvPass, CopyCase, Format, GemmCase, Layout, OpCase, Pass, StreamKernel,
+    WorkloadRun,
 };
 use crate::cases;
 use crate::cpu::CpuBackend;
@@ -325,58 +326,78 @@ impl Case {
             }
             Case::Workload(graph, batch, precision) => {
                 let run = backend.workload(graph, *batch, *precision, protocol)?;
-                let cost = cost::cost(graph, *batch as u64, *precision);
-                let mut records = Vec::with_capacity(2 * run.layers.len() + 1);
-                for ((times, layer), lc) in run.layers.iter().zip(graph.layers()).zip(&cost.layers)
-                {
-                    let passes = [
-                        (
-                            Pass::Forward,
-                            &times.forward_s,
-                            lc.flops_fwd.value(),
-                            lc.hbm_bytes_fwd.value(),
-                        ),
-                        (
-                            Pass::Backward,
-                            &times.backward_s,
-                            lc.flops_bwd.value(),
-                            lc.hbm_bytes_bwd.value(),
-                        ),
-                    ];
-                    for (pass, samples, flops, bytes) in passes {
-                        if samples.is_empty() || matches!(layer.op, Op::Input) {
-                            continue;
-                        }
-                        let shape = Measured::WorkloadLayer(LayerShape {
-                            run: run_shape(graph, *batch),
-                            layer: layer.name.to_string(),
-                            op: layer.op.kind().to_owned(),
-                            pass,
-                        });
-                        records.push(make(&*backend, shape, samples.clone(), flops, bytes));
-                    }
-                }
-                let mut step = make(
-                    &*backend,
-                    shape,
-                    run.step_s.clone(),
-                    cost.flops_train.value(),
-                    cost.hbm_bytes_train.value(),
-                );
-                step.extra = Extra {
-                    peak_bytes: Some(run.peak_bytes),
-                    peak_rss_bytes: run.peak_rss_bytes,
-                    update_s: run.update_s.clone(),
-                    loss_scale: run.loss_scale.clone(),
-                    skipped_updates: (!run.loss_scale.is_empty())
-                        .then_some(run.skipped_updates as u64),
-                    ..Extra::default()
-                };
-                records.push(step);
-                Ok(records)
+                Ok(workload_records(
+                    graph,
+                    *batch,
+                    *precision,
+                    &run,
+                    run_shape(graph, *batch),
+                    &|measured, samples, flops, bytes| {
+                        make(&*backend, measured, samples, flops, bytes)
+                    },
+                ))
             }
         }
     }
+}
+
+/// The records of a measured training run `run` of `graph` at `batch` (its shape `shape`):
+/// one per layer and pass, then the step's, made by `make` from a shape, samples, FLOPs and
+/// bytes.
+pub(crate) fn workload_records(
+    graph: &Graph,
+    batch: usize,
+    precision: Precision,
+    run: &WorkloadRun,
+    shape: StepShape,
+    make: &dyn Fn(Measured, Vec<f64>, f64, f64) -> Record,
+) -> Vec<Record> {
+    let cost = cost::cost(graph, batch as u64, precision);
+    let mut records = Vec::with_capacity(2 * run.layers.len() + 1);
+    for ((times, layer), lc) in run.layers.iter().zip(graph.layers()).zip(&cost.layers) {
+        let passes = [
+            (
+                Pass::Forward,
+                &times.forward_s,
+                lc.flops_fwd.value(),
+                lc.hbm_bytes_fwd.value(),
+            ),
+            (
+                Pass::Backward,
+                &times.backward_s,
+                lc.flops_bwd.value(),
+                lc.hbm_bytes_bwd.value(),
+            ),
+        ];
+        for (pass, samples, flops, bytes) in passes {
+            if samples.is_empty() || matches!(layer.op, Op::Input) {
+                continue;
+            }
+            let layer_shape = Measured::WorkloadLayer(LayerShape {
+                run: shape.clone(),
+                layer: layer.name.to_string(),
+                op: layer.op.kind().to_owned(),
+                pass,
+            });
+            records.push(make(layer_shape, samples.clone(), flops, bytes));
+        }
+    }
+    let mut step = make(
+        Measured::WorkloadStep(shape),
+        run.step_s.clone(),
+        cost.flops_train.value(),
+        cost.hbm_bytes_train.value(),
+    );
+    step.extra = Extra {
+        peak_bytes: Some(run.peak_bytes),
+        peak_rss_bytes: run.peak_rss_bytes,
+        update_s: run.update_s.clone(),
+        loss_scale: run.loss_scale.clone(),
+        skipped_updates: (!run.loss_scale.is_empty()).then_some(run.skipped_updates as u64),
+        ..Extra::default()
+    };
+    records.push(step);
+    records
 }
 
 fn run_shape(graph: &Graph, batch: usize) -> StepShape {
@@ -384,6 +405,7 @@ fn run_shape(graph: &Graph, batch: usize) -> StepShape {
         workload: graph.name().to_owned(),
         input: graph.input_shape().dims().to_vec(),
         batch,
+        ranks: None,
     }
 }
 

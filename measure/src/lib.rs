@@ -35,8 +35,10 @@
 //! - [`suite`]: the standard micro-kernel campaign calibration needs, planned to a time budget.
 //! - [`record`]: JSON Lines records, appended and flushed one at a time, resumable.
 //! - [`comm`]: communication benchmarks under MPI (ping-pong by the Netgauge method,
-//!   exchanges, allreduce algorithms, all-to-all), behind the `mpi` cargo feature; without
-//!   it, a disabled twin that says how to build with it.
+//!   exchanges, allreduce algorithms, all-to-all) and data-parallel training on the CPU
+//!   executor ([`comm::ddp`]: DDP's gradient buckets allreduced on a communication thread
+//!   beside backward), behind the `mpi` cargo feature; without it, a disabled twin that
+//!   says how to build with it.
 //!
 //! It writes raw samples only: statistics and fitting belong to `ridgeline-calibrate`.
 //!
@@ -55,7 +57,7 @@
 //! | `schema_version` | 2 (1 is read) |
 //! | `id` | unique key of the measurement (kind, shape, precision, threads, device); `--resume` skips ids already recorded |
 //! | `kind` | ([`RecordKind`]) `gemm`, `conv`, `stream`, `op`, `workload-layer`, `workload-step`, `copy` (host-device, GPU only); under MPI `comm-prtt`, `comm-exchange`, `comm-reduce`, `comm-allreduce`, `comm-alltoall` |
-//! | `shape` | an object: GEMM `m`, `n`, `k`; conv `source`, `n`, `c_in`, `c_out`, `input`, `kernel`, `stride`, `padding` (`[before, after]` per dimension), `dilation`, `groups`, `bias`, `pass`, and `layout` = `channels-last` where it is (GPU; channels-first records have none); STREAM `kernel`, `elements`, `array_bytes`; copy `direction` (`h2d`, `d2h`), `memory` (`pinned`, `pageable`), `bytes`; op `op` (the layer as a workload file writes it), `input`, `batch`, `pass`; workload `workload`, `input`, `batch`, and for layers `layer`, `op`, `pass`; communication `bytes` and prtt `messages`, `delayed`, `pair`, exchange `pair`, reduce and all-to-all `ranks`, allreduce `algorithm` and `ranks` (MPI) or `gpus` (NCCL in one node) |
+//! | `shape` | an object: GEMM `m`, `n`, `k`; conv `source`, `n`, `c_in`, `c_out`, `input`, `kernel`, `stride`, `padding` (`[before, after]` per dimension), `dilation`, `groups`, `bias`, `pass`, and `layout` = `channels-last` where it is (GPU; channels-first records have none); STREAM `kernel`, `elements`, `array_bytes`; copy `direction` (`h2d`, `d2h`), `memory` (`pinned`, `pageable`), `bytes`; op `op` (the layer as a workload file writes it), `input`, `batch`, `pass`; workload `workload`, `input`, `batch`, `ranks` (data-parallel runs), and for layers `layer`, `op`, `pass`; communication `bytes` and prtt `messages`, `delayed`, `pair`, exchange `pair`, reduce and all-to-all `ranks`, allreduce `algorithm` and `ranks` (MPI) or `gpus` (NCCL in one node) |
 //! | `precision` | ([`RecordPrecision`]) `fp32`, `fp64`; on a GPU also `tf32`, `fp16`, `bf16`; workload records the training precision, `fp32` (on a GPU also `tf32`, `amp-fp16`, `amp-bf16`); `bytes` for untyped communication |
 //! | `device` | ([`Device`]) `cpu`, `cuda:N`; `cuda` for NCCL across a node's GPUs; `mpi` for communication |
 //! | `threads` | threads the kernel ran on |
@@ -63,7 +65,7 @@
 //! | `flops` | FLOPs of one run, as the model counts them |
 //! | `bytes` | bytes of one run, as the model counts them (a lower bound on memory traffic) |
 //! | `env` | `host`, `cpu_model`, `cores`, `simd`, `ridgeline_version`, `git_commit`, `timestamp`; on a GPU `gpu` (`ordinal`, `name`, `compute_capability`, `memory_bytes`, `sm_clock_mhz`, `memory_clock_mhz`, `driver_version`, `libraries`) |
-//! | `extra` | communication: `ranks`, `ranks_per_node`, `nodes`, `hosts` (every rank's), `mpi_library`, `mpi_settings` (transport and collective settings), ping-pong `same_host`, `pair_hosts`, `delay_s`, allreduce `algorithm`, NCCL `library`, `nccl_version`, `nccl_settings`; conv on a GPU: `cudnn_algorithm`, `cudnn_find_time_s`, `cudnn_workspace_bytes`, `cudnn_math`, `cudnn_candidates`; workload steps: `peak_bytes` (executor accounting), `peak_rss_bytes` (the process, from `VmHWM`), `update_s` (SGD update per step), under dynamic loss scaling (amp-fp16) `loss_scale` (per step) and `skipped_updates` |
+//! | `extra` | communication: `ranks`, `ranks_per_node`, `nodes`, `hosts` (every rank's), `mpi_library`, `mpi_settings` (transport and collective settings), ping-pong `same_host`, `pair_hosts`, `delay_s`, allreduce `algorithm`, NCCL `library`, `nccl_version`, `nccl_settings`; conv on a GPU: `cudnn_algorithm`, `cudnn_find_time_s`, `cudnn_workspace_bytes`, `cudnn_math`, `cudnn_candidates`; workload steps: `peak_bytes` (executor accounting), `peak_rss_bytes` (the process, from `VmHWM`), `update_s` (SGD update per step), under dynamic loss scaling (amp-fp16) `loss_scale` (per step) and `skipped_updates`; data-parallel steps (`comm ddp`, imported DDP traces): `comm_s`, `exposed_comm_s` (per step), `bucket_s` (each step's allreduces), `other_s` (time outside the layers), and from `comm ddp` `overlap`, `bucket_bytes`, `first_bucket_bytes` |
 
 mod backend;
 mod campaign;

@@ -64,6 +64,46 @@ pub(crate) enum CommBenchCommand {
     Allreduce(CommAllreduceArgs),
     /// MPI_Alltoall, the size given per pair of ranks.
     Alltoall(CommAlltoallArgs),
+    /// Data-parallel training steps of a workload: every rank trains on the CPU with a
+    /// batch of its own, and allreduces the gradients in DDP's buckets on a communication
+    /// thread beside backward. `ridgeline validate ddp-trace` compares them with the
+    /// simulator.
+    Ddp(CommDdpArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CommDdpArgs {
+    #[command(flatten)]
+    pub(crate) workload: WorkloadArgs,
+    /// Samples per rank.
+    #[arg(long, default_value_t = 1, value_parser = batch_parser())]
+    pub(crate) batch: u64,
+    /// Compute threads per rank (the communication thread is one more).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub(crate) threads: u64,
+    /// Measured steps.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub(crate) steps: u64,
+    /// Unmeasured steps first.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub(crate) warmup_steps: u64,
+    /// Gradient bucket size in MiB (PyTorch DDP's `bucket_cap_mb`).
+    #[arg(long, default_value_t = 25.0, value_parser = super::model::positive_f64)]
+    pub(crate) bucket_mib: f64,
+    /// The first bucket's size in MiB (DDP's 1 MiB: the last layers' gradients go early).
+    #[arg(long, default_value_t = 1.0, value_parser = super::model::positive_f64)]
+    pub(crate) first_bucket_mib: f64,
+    /// Allreduce every bucket after backward instead of beside it.
+    #[arg(long)]
+    pub(crate) after_backward: bool,
+    /// Append records to this JSON Lines file (rank 0 writes it).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: Option<PathBuf>,
+    /// Skip the run if --out already has it.
+    #[arg(long, requires = "out")]
+    pub(crate) resume: bool,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
 }
 
 /// The run protocol's settings a command line may override.

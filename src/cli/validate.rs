@@ -93,23 +93,31 @@ pub(crate) enum ValidateCommand {
     /// The transferable kernel model, one GPU left out at a time: fitted on the kernels of
     /// the others, it predicts the held-out one from its device file alone.
     Transfer(ValidateTransferArgs),
-    /// The step simulator against a traced data-parallel step: a PyTorch profiler trace of
-    /// one rank of DistributedDataParallel, its measured parts (layers, other ops, each
-    /// bucket's allreduce, the optimizer) put together as the simulator puts predictions
-    /// together.
+    /// The step simulator against a measured data-parallel step: a PyTorch profiler trace of
+    /// one rank of DistributedDataParallel, or the records of `measure comm ddp`; its
+    /// measured parts (layers, other ops, each bucket's allreduce, the optimizer) put
+    /// together as the simulator puts predictions together.
     DdpTrace(ValidateDdpTraceArgs),
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct ValidateDdpTraceArgs {
-    /// The trace (`.json` or `.json.gz`) of one rank, recorded with `record_shapes=True`.
+    /// The trace (`.json` or `.json.gz`) of one rank, recorded with `record_shapes=True`;
+    /// or records (`.jsonl`) of `ridgeline measure comm ddp`.
     pub(crate) trace: PathBuf,
-    /// The workload the trace ran (a built-in name or a workload file).
+    /// The workload the measurement trained (a built-in name or a workload file).
     #[arg(long)]
     pub(crate) workload: String,
-    /// DDP's gradient bucket, MiB (`bucket_cap_mb`; its default).
-    #[arg(long, value_name = "MIB", default_value_t = 25.0, value_parser = super::model::positive_f64)]
-    pub(crate) bucket_mib: f64,
+    /// Width multiplier of --workload, as it ran (built-in workloads only).
+    #[arg(long, value_name = "W")]
+    pub(crate) width: Option<f64>,
+    /// The gradient bucket, MiB (`bucket_cap_mb`). Default: what the records say they ran
+    /// with, else DDP's 25.
+    #[arg(long, value_name = "MIB", value_parser = super::model::positive_f64)]
+    pub(crate) bucket_mib: Option<f64>,
+    /// The first bucket, MiB. Default: what the records say they ran with, else DDP's 1.
+    #[arg(long, value_name = "MIB", value_parser = super::model::positive_f64)]
+    pub(crate) first_bucket_mib: Option<f64>,
     #[command(flatten)]
     pub(crate) format: FormatArg,
 }

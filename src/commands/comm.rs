@@ -3,12 +3,14 @@
 
 use anyhow::{Result, bail};
 use ridgeline_app::campaign::{self, SlurmJob};
-use ridgeline_app::tables;
+use ridgeline_app::{inputs, tables};
 use ridgeline_measure::Protocol;
-use ridgeline_measure::comm::{CommBench, CommPlan, Pairs};
+use ridgeline_measure::StepRun;
+use ridgeline_measure::comm::{CommBench, CommPlan, DdpPlan, Pairs};
+use ridgeline_model::precision::Precision;
 use ridgeline_reports::Document;
 
-use crate::cli::{CommArgs, CommBenchCommand, Format, MeasureCommArgs, PairsArg};
+use crate::cli::{CommArgs, CommBenchCommand, CommDdpArgs, Format, MeasureCommArgs, PairsArg};
 use crate::output::{self, Progress};
 
 pub(crate) fn run(args: &MeasureCommArgs) -> Result<()> {
@@ -17,11 +19,12 @@ pub(crate) fn run(args: &MeasureCommArgs) -> Result<()> {
     }
     let Some(bench) = &args.bench else {
         bail!(
-            "measure comm: name a benchmark (pingpong, allreduce or alltoall), or pass \
+            "measure comm: name a benchmark (pingpong, allreduce, alltoall or ddp), or pass \
              --emit-slurm for a batch script"
         );
     };
     let (plan, common) = match bench {
+        CommBenchCommand::Ddp(a) => return ddp(a),
         CommBenchCommand::Pingpong(a) => {
             let mut plan = CommPlan::new(CommBench::PingPong);
             plan.pairs = match a.pairs {
@@ -93,6 +96,90 @@ pub(crate) fn run(args: &MeasureCommArgs) -> Result<()> {
         doc.table(output::table(&table_rows, &cols, style)).note(
             "median of each measurement's samples; a collective's sample is its slowest rank's time",
         )
+    })
+}
+
+/// `measure comm ddp`: data-parallel training steps under MPI.
+fn ddp(args: &CommDdpArgs) -> Result<()> {
+    let graph = inputs::workload(&args.workload.spec())?;
+    const MIB: f64 = 1024.0 * 1024.0;
+    let plan = DdpPlan {
+        first_bucket_bytes: args.first_bucket_mib * MIB,
+        bucket_bytes: args.bucket_mib * MIB,
+        overlap: !args.after_backward,
+        warmup: usize::try_from(args.warmup_steps)?,
+        steps: usize::try_from(args.steps)?,
+        ..DdpPlan::new(
+            graph,
+            usize::try_from(args.batch)?,
+            usize::try_from(args.threads)?,
+        )
+    };
+    let ran = campaign::ddp(&plan, args.out.as_deref(), args.resume, &Progress::new())?;
+    if !ran.is_root() {
+        return Ok(());
+    }
+    if args.format.format == Format::Json {
+        return output::emit(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&ran.records)?
+        ));
+    }
+    let runs = StepRun::from_records(&ran.records);
+    output::print(args.format.format, &ran.records, |style| {
+        let mut doc = Document::new(format!(
+            "Data-parallel training: {} batch {} per rank, {} ranks",
+            plan.graph.name(),
+            plan.batch,
+            ran.ranks
+        ));
+        if ran.skipped {
+            return doc.note("already in --out: --resume skipped the run");
+        }
+        let Some(run) = runs.first() else {
+            return doc;
+        };
+        let extra = &run.step.extra;
+        let ms = |v: &[f64]| format!("{:.1} ms", ridgeline_measure::protocol::median(v) * 1e3);
+        doc = doc.summary(
+            "job",
+            format!(
+                "{} ranks on {} node(s), {}",
+                ran.ranks,
+                extra.nodes.map_or("?".to_owned(), |n| n.to_string()),
+                extra.mpi_library.as_deref().unwrap_or("unknown MPI")
+            ),
+        );
+        for (k, v) in tables::step_summary(&plan.graph, run, plan.batch, Precision::Fp32) {
+            doc = doc.summary(k, v);
+        }
+        doc = doc
+            .summary(
+                "buckets",
+                format!(
+                    "{} a step ({} MiB, the first {} MiB), allreduced {}",
+                    ran.buckets,
+                    args.bucket_mib,
+                    args.first_bucket_mib,
+                    if plan.overlap {
+                        "beside backward"
+                    } else {
+                        "after backward"
+                    }
+                ),
+            )
+            .summary("allreduce", ms(&extra.comm_s))
+            .summary("allreduce after backward", ms(&extra.exposed_comm_s))
+            .summary("gradients into buckets", ms(&extra.other_s));
+        if let Some(out) = &args.out {
+            doc = doc.summary(
+                "records",
+                format!("{} new in {}", ran.records.len(), out.display()),
+            );
+        }
+        let rows = tables::step_layer_rows(&plan.graph, run, 10);
+        doc.table(output::table(&rows, &tables::step_layer_cols(), style))
+            .note("rank 0's steps, medians; the 10 slowest layers")
     })
 }
 

@@ -314,14 +314,20 @@ fn imported_runs(args: &ValidateArgs, measured: &Path) -> Result<()> {
 
 /// `validate ddp-trace`: the step simulator against a traced data-parallel step.
 fn ddp_trace(args: &ValidateDdpTraceArgs) -> Result<()> {
-    let c = ridgeline_app::simcheck::ddp_trace(&args.trace, &args.workload, args.bucket_mib)?;
+    let c = ridgeline_app::simcheck::ddp_trace(
+        &args.trace,
+        &args.workload,
+        args.width,
+        args.bucket_mib,
+        args.first_bucket_mib,
+    )?;
     output::print(args.format.format, &c, |style| {
         let s = |v: f64| style.seconds(ridgeline_model::units::Seconds::new(v));
         Document::new(format!(
-            "The step simulator against a traced data-parallel step: {}",
+            "The step simulator against a measured data-parallel step: {}",
             c.workload
         ))
-        .summary("trace", c.trace.clone())
+        .summary("measured", c.trace.clone())
         .summary(
             "ranks",
             c.ranks.map_or_else(|| "not said".into(), |r| r.to_string()),
@@ -329,7 +335,7 @@ fn ddp_trace(args: &ValidateDdpTraceArgs) -> Result<()> {
         .summary(
             "step",
             format!(
-                "measured {} (median of {}), simulated {} ({:+.1}%)",
+                "measured {} (mean of {} steps), simulated {} ({:+.1}%)",
                 s(c.measured_step_s),
                 c.steps,
                 s(c.simulated_step_s),
@@ -339,8 +345,10 @@ fn ddp_trace(args: &ValidateDdpTraceArgs) -> Result<()> {
         .summary(
             "buckets",
             format!(
-                "{} allreduces a step in the trace, {} simulated",
-                c.buckets_measured, c.buckets_simulated
+                "{} allreduces a step measured, {} simulated ({} backward)",
+                c.buckets_measured,
+                c.buckets_simulated,
+                if c.overlap { "beside" } else { "after" }
             ),
         )
         .summary(
@@ -353,7 +361,7 @@ fn ddp_trace(args: &ValidateDdpTraceArgs) -> Result<()> {
             ),
         )
         .note(
-            "The simulator is given the trace's own parts (each layer's forward and backward, the ops that are no layer spread over backward by gradient bytes, each bucket's allreduce, the optimizer) and puts them together as it puts predictions together (DDP's buckets, each allreduced beside backward once full): this measures the overlap and bucketing, not the parts' prediction.",
+            "The simulator is given the measurement's own parts (each layer's forward and backward; the time outside the layers, the ops that are no layer or the copies into buckets, spread over backward by gradient bytes; each bucket's allreduce; the optimizer) and puts them together as it puts predictions together (DDP's buckets, each allreduced beside backward once full): this measures the overlap and bucketing, not the parts' prediction.",
         )
     })
 }

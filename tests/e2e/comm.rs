@@ -42,6 +42,27 @@ fn comm_needs_a_benchmark_and_sizes_in_range() {
 fn without_mpi_the_command_says_how_to_build_it() {
     let err = run_err(&["measure", "comm", "pingpong", "--sizes", "1K"]);
     assert!(err.contains("--features mpi"), "{err}");
+    let err = run_err(&["measure", "comm", "ddp", "resnet50"]);
+    assert!(err.contains("--features mpi"), "{err}");
+}
+
+/// Records without a data-parallel step, or a step of another workload, have nothing for
+/// the simulator: exit 2, naming the file and what to run.
+#[test]
+fn the_simulator_check_needs_a_data_parallel_step() {
+    let err = run_err(&[
+        "validate",
+        "ddp-trace",
+        &super::fixture("records-v1.jsonl"),
+        "--workload",
+        "resnet50",
+    ]);
+    assert!(
+        err.contains("records-v1.jsonl")
+            && err.contains("no data-parallel step")
+            && err.contains("measure comm ddp"),
+        "{err}"
+    );
 }
 
 #[cfg(feature = "mpi")]
@@ -284,6 +305,95 @@ mod under_mpi {
             "a clean exit, not an abort: {err}"
         );
         assert!(!err.contains("panicked"), "{err}");
+    }
+
+    /// `measure comm ddp` at 2 and 4 ranks: the records hold every layer and the step with
+    /// each bucket's allreduce; the simulator, given those parts, fills the same buckets.
+    /// Small buckets, so a small network fills several. Speed is not checked here (the
+    /// README's figures are): 4 ranks on 2 cores are oversubscribed.
+    #[test]
+    fn data_parallel_steps_are_recorded_and_simulated() {
+        let d = dir("ddp");
+        for (ranks, after) in [(2, false), (2, true), (4, false)] {
+            let out = d.join(format!("ddp{ranks}{after}.jsonl"));
+            let out_s = out.to_str().unwrap();
+            let mut args = vec![
+                "measure",
+                "comm",
+                "ddp",
+                "cosmoflow",
+                "--input-size",
+                "32",
+                "--width",
+                "0.25",
+                "--batch",
+                "2",
+                "--steps",
+                "3",
+                "--bucket-mib",
+                "0.02",
+                "--first-bucket-mib",
+                "0.01",
+                "--out",
+                out_s,
+            ];
+            if after {
+                args.push("--after-backward");
+            }
+            let (code, err) = mpirun(ranks, &args);
+            assert_eq!(code, 0, "{err}");
+            let recs = records(&out);
+            let step = recs.last().unwrap();
+            assert_eq!(step["kind"], "workload-step");
+            assert_eq!(step["shape"]["ranks"], ranks);
+            assert_eq!(step["extra"]["ranks"], ranks);
+            assert_eq!(step["extra"]["overlap"], !after);
+            assert_eq!(step["samples_s"].as_array().unwrap().len(), 3);
+            let buckets = step["extra"]["bucket_s"].as_array().unwrap();
+            assert_eq!(buckets.len(), 3);
+            let per_step = buckets[0].as_array().unwrap().len();
+            assert!(per_step >= 3, "{step}");
+            let layers = recs
+                .iter()
+                .filter(|r| r["kind"] == "workload-layer" && r["shape"]["ranks"] == ranks)
+                .count();
+            assert_eq!(layers, recs.len() - 1);
+            let c = run_json(&[
+                "validate",
+                "ddp-trace",
+                out_s,
+                "--workload",
+                "cosmoflow",
+                "--width",
+                "0.25",
+                "--format",
+                "json",
+            ]);
+            assert_eq!(c["ranks"], ranks);
+            assert_eq!(c["steps"], 3);
+            assert_eq!(c["overlap"], !after);
+            assert_eq!(c["buckets_measured"], per_step);
+            assert_eq!(c["buckets_simulated"], per_step);
+            assert!(c["error"].as_f64().unwrap().is_finite(), "{c}");
+            if after {
+                // Every allreduce after backward: the simulator's exposed communication is
+                // all of it.
+                let (comm, exposed) = (
+                    c["measured_comm_s"].as_f64().unwrap(),
+                    c["simulated_exposed_s"].as_f64().unwrap(),
+                );
+                assert!((exposed - comm).abs() <= 1e-9 + 1e-6 * comm, "{c}");
+            }
+            // The records of another workload are refused, by name.
+            let err = run_err(&["validate", "ddp-trace", out_s, "--workload", "resnet50"]);
+            assert!(
+                err.contains("cosmoflow") && err.contains("--workload resnet50"),
+                "{err}"
+            );
+            // So are those of another width (its FLOPs differ).
+            let err = run_err(&["validate", "ddp-trace", out_s, "--workload", "cosmoflow"]);
+            assert!(err.contains("FLOPs") && err.contains("--width"), "{err}");
+        }
     }
 
     #[test]

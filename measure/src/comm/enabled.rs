@@ -7,7 +7,10 @@ use mpi::collective::SystemOperation;
 use mpi::topology::{Color, SimpleCommunicator};
 use mpi::traits::{Communicator, CommunicatorCollectives, Destination, Root, Source};
 
-use super::{AllreduceAlgorithm, CommBench, CommPlan, CommRun, DEVICE, Opener, Pairs};
+use super::{
+    AllreduceAlgorithm, CommBench, CommPlan, CommRun, DEVICE, DdpPlan, DdpRun, Opener, Pairs,
+};
+use crate::cpu::ddp::DdpOptions;
 use ridgeline_model::collective::{DoubleTree, TREE_SEGMENT_BYTES, segments as segments_of};
 
 use crate::cuda::NcclRank;
@@ -68,11 +71,35 @@ impl Sink<'_> {
     }
 }
 
-pub(super) fn run<'a>(plan: &CommPlan, open: &mut Opener<'a>) -> Result<CommRun> {
-    let universe = mpi::initialize().ok_or_else(|| Error::BackendUnavailable {
-        backend: "mpi".into(),
-        reason: "MPI is already initialised in this process".into(),
-    })?;
+/// A started job: MPI initialised, this rank's place, the job's description and rank 0's
+/// records file.
+struct Started<'a> {
+    /// Keeps MPI up until the job is done.
+    _universe: mpi::environment::Universe,
+    world: SimpleCommunicator,
+    rank: usize,
+    ranks: usize,
+    job: Job,
+    sink: Sink<'a>,
+}
+
+/// Starts MPI at `threading` (at least), checks the job has two ranks or more, describes it,
+/// and opens rank 0's records file: a failure there is returned on every rank.
+fn start<'a>(open: &mut Opener<'a>, threading: mpi::Threading) -> Result<Started<'a>> {
+    let (universe, provided) =
+        mpi::initialize_with_threading(threading).ok_or_else(|| Error::BackendUnavailable {
+            backend: "mpi".into(),
+            reason: "MPI is already initialised in this process".into(),
+        })?;
+    if provided < threading {
+        return Err(Error::BackendUnavailable {
+            backend: "mpi".into(),
+            reason: format!(
+                "the MPI library gives threading level {provided:?}, and this needs \
+                 {threading:?}: one thread computes while the main thread communicates"
+            ),
+        });
+    }
     let world = universe.world();
     // A rank that panics would leave the others waiting in a collective for ever: say
     // why, then end the whole job.
@@ -128,6 +155,25 @@ pub(super) fn run<'a>(plan: &CommPlan, open: &mut Opener<'a>) -> Result<CommRun>
             )
         }));
     }
+    Ok(Started {
+        _universe: universe,
+        world,
+        rank,
+        ranks,
+        job,
+        sink,
+    })
+}
+
+pub(super) fn run<'a>(plan: &CommPlan, open: &mut Opener<'a>) -> Result<CommRun> {
+    let Started {
+        _universe,
+        world,
+        rank,
+        ranks,
+        job,
+        mut sink,
+    } = start(open, mpi::Threading::Single)?;
 
     // NCCL's GPUs and communicator, set up before anything is measured: a failure (no
     // GPU, no NCCL) is agreed by every rank and returned, not aborted on.
@@ -165,6 +211,83 @@ pub(super) fn run<'a>(plan: &CommPlan, open: &mut Opener<'a>) -> Result<CommRun>
         records: sink.records,
         skipped: sink.skipped,
         notes,
+    })
+}
+
+/// A data-parallel run: every rank trains on the CPU executor, its compute on a thread of
+/// its own, the main thread allreducing each gradient bucket by `MPI_Allreduce` as it comes
+/// (`MPI_THREAD_FUNNELED`: only the main thread calls MPI). Rank 0 writes its own steps.
+pub(super) fn ddp<'a>(plan: &DdpPlan, open: &mut Opener<'a>) -> Result<DdpRun> {
+    let Started {
+        _universe,
+        world,
+        rank,
+        ranks,
+        job,
+        mut sink,
+    } = start(open, mpi::Threading::Funneled)?;
+    let options = DdpOptions {
+        first_bucket_bytes: plan.first_bucket_bytes,
+        bucket_bytes: plan.bucket_bytes,
+        overlap: plan.overlap,
+        warmup: plan.warmup,
+        steps: plan.steps,
+        ranks,
+    };
+    let shape = crate::record::StepShape {
+        workload: plan.graph.name().to_owned(),
+        input: plan.graph.input_shape().dims().to_vec(),
+        batch: plan.batch,
+        ranks: Some(ranks),
+    };
+    let id = record_id(
+        &Measured::WorkloadStep(shape),
+        RecordPrecision::Fp32,
+        plan.threads,
+        crate::record::Device::Cpu,
+    );
+    if skip(&world, &mut sink, &id) {
+        return Ok(DdpRun {
+            rank,
+            ranks,
+            records: Vec::new(),
+            buckets: 0,
+            skipped: true,
+        });
+    }
+    let mut scratch: HashMap<usize, Vec<f32>> = HashMap::new();
+    let trained = crate::cpu::ddp::train(
+        &plan.graph,
+        plan.batch,
+        plan.threads,
+        &options,
+        &mut || world.barrier(),
+        &mut |data: &mut Vec<f32>| {
+            let out = scratch
+                .entry(data.len())
+                .or_insert_with(|| vec![0.0; data.len()]);
+            world.all_reduce_into(&data[..], &mut out[..], SystemOperation::sum());
+            std::mem::swap(data, out);
+        },
+    );
+    let trained = agree(&world, "data-parallel step", trained)?;
+    let buckets = trained.steps.first().map_or(0, |s| s.buckets.len());
+    if rank == 0 {
+        let mut extra = job.extra();
+        extra.ranks = Some(ranks);
+        for r in trained.records(&plan.graph, plan.batch, plan.threads, &options, extra) {
+            if let Err(e) = sink.push(r) {
+                eprintln!("error: rank 0: {e}");
+                world.abort(2);
+            }
+        }
+    }
+    Ok(DdpRun {
+        rank,
+        ranks,
+        records: sink.records,
+        buckets,
+        skipped: false,
     })
 }
 

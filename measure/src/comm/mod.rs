@@ -41,6 +41,8 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
+use ridgeline_model::graph::Graph;
+
 use crate::error::{Error, Result};
 use crate::protocol::Protocol;
 use crate::record::{Device, Record};
@@ -293,6 +295,95 @@ pub fn run(plan: &CommPlan, open: &mut Opener<'_>) -> Result<CommRun> {
 /// Opens the records file on rank 0 (`None`: no file, records are only returned): the
 /// campaign's one resume rule, from whoever runs the campaign.
 pub type Opener<'a> = dyn FnMut() -> Result<Option<Box<dyn crate::record::Sink + 'a>>> + 'a;
+
+/// A data-parallel training run under MPI (`ridgeline measure comm ddp`): every rank trains
+/// `graph` on the CPU executor with a batch of its own and allreduces the gradients in DDP's
+/// buckets, by `MPI_Allreduce`, on a communication thread beside backward.
+#[derive(Debug, Clone)]
+pub struct DdpPlan {
+    /// The workload.
+    pub graph: Graph,
+    /// Samples per rank.
+    pub batch: usize,
+    /// Compute threads per rank.
+    pub threads: usize,
+    /// Bytes of the first gradient bucket ([`ridgeline_model::sim::DDP_FIRST_BUCKET_BYTES`]).
+    pub first_bucket_bytes: f64,
+    /// Bytes of every later bucket ([`ridgeline_model::sim::DDP_BUCKET_BYTES`]).
+    pub bucket_bytes: f64,
+    /// Whether buckets are allreduced beside backward (else after it).
+    pub overlap: bool,
+    /// Unmeasured steps first.
+    pub warmup: usize,
+    /// Measured steps.
+    pub steps: usize,
+}
+
+impl DdpPlan {
+    /// A plan of DDP's default buckets, overlapped, one warm-up step and five measured.
+    pub fn new(graph: Graph, batch: usize, threads: usize) -> DdpPlan {
+        DdpPlan {
+            graph,
+            batch,
+            threads,
+            first_bucket_bytes: ridgeline_model::sim::DDP_FIRST_BUCKET_BYTES,
+            bucket_bytes: ridgeline_model::sim::DDP_BUCKET_BYTES,
+            overlap: true,
+            warmup: 1,
+            steps: 5,
+        }
+    }
+
+    /// Checks what can be checked before MPI starts.
+    pub fn check(&self) -> Result<()> {
+        if self.batch == 0 {
+            return Err(Error::invalid("--batch", "must be at least 1"));
+        }
+        if self.threads == 0 {
+            return Err(Error::invalid("--threads", "must be at least 1"));
+        }
+        if self.steps == 0 {
+            return Err(Error::invalid("--steps", "must be at least 1"));
+        }
+        if !(self.bucket_bytes > 0.0 && self.first_bucket_bytes > 0.0) {
+            return Err(Error::invalid(
+                "--bucket-mib",
+                "a gradient bucket holds more than 0 bytes",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What a data-parallel run did, as seen by one rank.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DdpRun {
+    /// This rank.
+    pub rank: usize,
+    /// Ranks in the job.
+    pub ranks: usize,
+    /// Rank 0's records: a `workload-layer` record per layer and pass and the
+    /// `workload-step` record (empty elsewhere, and where `--resume` found the run).
+    pub records: Vec<Record>,
+    /// Gradient buckets per step.
+    pub buckets: usize,
+    /// Whether `--resume` found the run already recorded.
+    pub skipped: bool,
+}
+
+impl DdpRun {
+    /// Whether this rank is the one that reports.
+    pub fn is_root(&self) -> bool {
+        self.rank == 0
+    }
+}
+
+/// Runs `plan` in an MPI job: every rank calls this; rank 0 appends the records to the file
+/// `open` gives. Errors before training (one rank, no file) are returned on every rank.
+pub fn ddp(plan: &DdpPlan, open: &mut Opener<'_>) -> Result<DdpRun> {
+    plan.check()?;
+    imp::ddp(plan, open)
+}
 
 /// Whether this build can run communication benchmarks.
 pub const ENABLED: bool = cfg!(feature = "mpi");

@@ -12,6 +12,9 @@ use ridgeline_model::graph::Graph;
 use super::ops::{Aux, Kernel, uniform};
 use crate::schedule::{LEARNING_RATE, Schedule, StepTimes, Tracker};
 
+/// One layer's parameter tensors (or their gradients).
+pub(crate) type LayerParams = Vec<Vec<f32>>;
+
 /// A graph ready to train at a batch size.
 #[derive(Debug)]
 pub(crate) struct Executor<'g> {
@@ -128,6 +131,14 @@ impl<'g> Executor<'g> {
         let start = Instant::now();
         let mut times = self.forward_backward();
         let t = Instant::now();
+        self.sgd();
+        times.update = t.elapsed().as_secs_f64();
+        times.total = start.elapsed().as_secs_f64();
+        times
+    }
+
+    /// The SGD update from the gradients in `dparams`.
+    pub(crate) fn sgd(&mut self) {
         for (ps, ds) in self.params.iter_mut().zip(&self.dparams) {
             for (p, d) in ps.iter_mut().zip(ds) {
                 p.iter_mut()
@@ -135,14 +146,33 @@ impl<'g> Executor<'g> {
                     .for_each(|(w, g)| *w -= LEARNING_RATE * g);
             }
         }
-        times.update = t.elapsed().as_secs_f64();
-        times.total = start.elapsed().as_secs_f64();
-        times
+    }
+
+    /// Every layer's parameter tensors (in graph order).
+    pub(crate) fn params(&self) -> &[Vec<Vec<f32>>] {
+        &self.params
+    }
+
+    /// Every layer's parameter gradients, as the last backward pass left them.
+    pub(crate) fn dparams_mut(&mut self) -> &mut [Vec<Vec<f32>>] {
+        &mut self.dparams
     }
 
     /// Runs forward and backward, leaving the parameter gradients in `dparams`.
-    #[allow(clippy::cast_precision_loss)]
     fn forward_backward(&mut self) -> StepTimes {
+        self.forward_backward_with(&mut |_, _| {})
+    }
+
+    /// Runs forward and backward as [`Executor::step`] does, calling `after(i, dparams)`
+    /// for every layer `i` from the last to the input, as soon as its backward pass (where
+    /// it has one) has written its parameter gradients. `after`'s time is not in any
+    /// layer's: it is where a data-parallel step hands full gradient buckets to its
+    /// communication thread.
+    #[allow(clippy::cast_precision_loss)]
+    pub(crate) fn forward_backward_with(
+        &mut self,
+        after: &mut dyn FnMut(usize, &[LayerParams]),
+    ) -> StepTimes {
         let n = self.graph.layers().len();
         let mut acts: Vec<Option<Vec<f32>>> = vec![None; n];
         let mut aux = std::mem::take(&mut self.aux);
@@ -268,7 +298,9 @@ impl<'g> Executor<'g> {
                 }
             }
             self.tracker.free(aux[i].bytes());
+            after(i, &self.dparams);
         }
+        after(0, &self.dparams);
         if let Some(g) = grads[0].take() {
             self.tracker.free(bytes(&g));
             self.pool.give(g);

@@ -5,6 +5,7 @@
 //! are refused up front.
 
 mod conv;
+pub(crate) mod ddp;
 pub(crate) mod exec;
 mod gemm;
 #[cfg(test)]
@@ -463,12 +464,12 @@ fn available_memory() -> Option<u64> {
 
 /// Resets the kernel's peak-RSS counter of this process (Linux `clear_refs`; ignored where
 /// unsupported).
-fn reset_peak_rss() {
+pub(crate) fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
 /// The peak resident set of this process since the last reset (Linux `VmHWM`).
-fn peak_rss() -> Option<u64> {
+pub(crate) fn peak_rss() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let kb: u64 = status
         .lines()

@@ -185,8 +185,13 @@ pub struct StepShape {
     pub workload: String,
     /// Per-sample input shape.
     pub input: Vec<usize>,
-    /// Batch.
+    /// Batch (per rank, where `ranks` is given).
     pub batch: usize,
+    /// Data-parallel ranks, each training on `batch` samples and allreducing the gradients
+    /// (ridgeline's own data-parallel executor, `measure comm ddp`); left out for one
+    /// process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<usize>,
 }
 
 /// One layer pass of a measured training run.
@@ -282,6 +287,14 @@ pub struct Extra {
     /// traces): the communication the step waited for.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exposed_comm_s: Vec<f64>,
+    /// Each step's gradient allreduces (one per bucket), seconds each, in the order they
+    /// started (data-parallel steps).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bucket_s: Vec<Vec<f64>>,
+    /// Seconds of each step outside every layer and the update (data-parallel steps: the
+    /// copies of gradients into buckets; imported traces: the ops that are no layer).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_s: Vec<f64>,
     /// Updates skipped on overflow (mixed-precision workload step).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipped_updates: Option<u64>,
@@ -353,6 +366,7 @@ mod tests {
             workload: "w".into(),
             input: vec![1],
             batch: 1,
+            ranks: None,
         };
         let all = [
             Measured::Gemm(GemmShape { m: 1, n: 1, k: 1 }),
@@ -432,6 +446,7 @@ mod tests {
                 workload: "tiny".into(),
                 input: vec![3, 8, 8],
                 batch: 1,
+                ranks: None,
             },
             layer: "conv".into(),
             op: "conv".into(),

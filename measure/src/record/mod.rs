@@ -951,6 +951,7 @@ mod tests {
                 workload: workload.into(),
                 input: vec![1, 8],
                 batch,
+                ranks: None,
             },
             layer: name.into(),
             op: "relu".into(),

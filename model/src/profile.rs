@@ -605,6 +605,13 @@ impl Profile {
             .or_else(|| self.fit(kernel.class, kernel.pass, precision))
     }
 
+    /// The index among the profile's kernel fits of the one that times `kernel` at
+    /// `precision` ([`Profile::kernel_fit`]).
+    pub fn fit_index(&self, kernel: &Kernel, precision: &str) -> Option<usize> {
+        let f = self.kernel_fit(kernel, precision)?;
+        self.kernels.iter().position(|k| std::ptr::eq(k, f))
+    }
+
     /// The calibrated time of `kernel` at `precision`, if the profile has its class.
     pub fn time(&self, kernel: &Kernel, precision: &str) -> Option<f64> {
         self.kernel_fit(kernel, precision)
@@ -630,9 +637,10 @@ impl Profile {
     /// The 90 % interval of a layer's `kernels` at `precision` (forward and backward
     /// together), from each kernel fit's residuals: a kernel takes its fitted time times
     /// `1 ± 1.645 x` its fit's root-mean-square relative error (the residuals taken as
-    /// normal; they hold the measurements' own spread too), the layer's kernels off together
-    /// (a machine's error is mostly its own bias), never below a tenth of the time. `None`
-    /// where a kernel has no fit.
+    /// normal; they hold the measurements' own spread too), the layer's kernels off together,
+    /// never below a tenth of the time. `None` where a kernel has no fit. (A step's interval
+    /// takes layers of one fit as off together, different fits independently:
+    /// [`crate::predict::StepTimes::interval_90`].)
     pub fn layer_interval(&self, kernels: &[Kernel], precision: &str) -> Option<[f64; 2]> {
         let mut out = [0.0; 2];
         for k in kernels {

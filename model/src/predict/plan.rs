@@ -114,8 +114,8 @@ pub struct Outcome {
     /// How many layers each model timed (calibrated profile, transferred kernel model,
     /// ideal bound).
     pub compute_timed_by: TimedBy,
-    /// The 90 % interval of the compute time, seconds: equal ends where no layer was timed
-    /// by the transferred model ([`StepTimes::interval_90`]).
+    /// The 90 % interval of the compute time, seconds: equal ends where every layer is at
+    /// the ideal bound ([`StepTimes::interval_90`]).
     pub compute_interval_90_s: [Seconds; 2],
     /// Input movement (and preprocessing) time of a step.
     pub input_s: Seconds,

@@ -146,16 +146,19 @@ impl StepModel {
             timed_by: TimedBy::default(),
             interval_90: [update; 2],
         };
+        let mut groups = Groups::new();
         for i in 0..self.matrix.len() {
             let l = self.time_layer(i, b, rates, timing);
             let t = l.forward_s + l.backward_s;
             out.forward += l.forward_s;
             out.step += t;
             out.timed_by.count(l.by);
-            let [lo, hi] = l.interval_90_s.unwrap_or([t; 2]);
-            out.interval_90[0] += lo;
-            out.interval_90[1] += hi;
+            if let Some([lo, hi]) = l.interval_90_s {
+                groups.add(l.group.unwrap_or(UNGROUPED), t - lo, hi - t);
+            }
         }
+        let [lo, hi] = groups.total();
+        out.interval_90 = [out.step - lo, out.step + hi];
         out
     }
 
@@ -199,6 +202,7 @@ impl StepModel {
             forward_s,
             backward_s,
             interval_90_s: None,
+            group: None,
         };
         if let Some(p) = timing.profile
             && !k1.is_empty()
@@ -210,6 +214,9 @@ impl StepModel {
                 .layer_interval(k1, precision)
                 .zip(p.layer_interval(k2, precision))
                 .map(|(a, c)| [at(a[0], c[0]), at(a[1], c[1])]);
+            l.group = p
+                .fit_index(&k1[0], precision)
+                .and_then(|i| u32::try_from(i).ok());
             return l;
         }
         if let Some((model, spec)) = &timing.transfer
@@ -235,13 +242,14 @@ impl StepModel {
                 pass[1] += t * lo;
                 pass[2] += t * hi;
             }
-            // Never below the ideal bound, the interval's ends included. The interval takes
-            // one device's kernels as off together (a device's error is mostly its own
-            // bias), so the ends add.
+            // Never below the ideal bound, the interval's ends included. The layer's kernels
+            // are taken as off together, so the ends add (over the step, by class:
+            // `StepTimes::interval_90`).
             let floor = |p: [f64; 3], ideal: f64| p.map(|v| v.max(ideal));
             let (f, b) = (floor(fwd, ideal_fwd), floor(bwd, ideal_bwd));
             let mut l = layer(TimedByModel::Transfer, f[0], b[0]);
             l.interval_90_s = Some([f[1] + b[1], f[2] + b[2]]);
+            l.group = Some(TRANSFER_GROUPS + k1[0].class as u32);
             return l;
         }
         layer(TimedByModel::Ideal, ideal_fwd, ideal_bwd)
@@ -254,6 +262,60 @@ struct Timed {
     forward_s: f64,
     backward_s: f64,
     interval_90_s: Option<[f64; 2]>,
+    /// The fit whose residuals give the interval (a profile's kernel fit by its index, or a
+    /// transferred class at [`TRANSFER_GROUPS`] on), by the layer's first kernel.
+    group: Option<u32>,
+}
+
+/// Where the transferred model's classes start among the groups of [`Timed::group`].
+const TRANSFER_GROUPS: u32 = 1 << 20;
+/// The group of layers with an interval but no fit named (none today; kept together).
+const UNGROUPED: u32 = u32::MAX;
+
+/// Each group's deviations of a step from its point figure, summed over the group's layers:
+/// a step's layers of one fit are off together, different fits independently. Fixed size
+/// (the sweep's path allocates nothing); past its size, groups share the last slot, which
+/// only takes them as off together.
+struct Groups {
+    keys: [u32; 32],
+    dev: [[f64; 2]; 32],
+    len: usize,
+}
+
+impl Groups {
+    fn new() -> Groups {
+        Groups {
+            keys: [0; 32],
+            dev: [[0.0; 2]; 32],
+            len: 0,
+        }
+    }
+
+    /// Adds `lo` below and `hi` above the point figure to `key`'s group.
+    fn add(&mut self, key: u32, lo: f64, hi: f64) {
+        let slot = match self.keys[..self.len].iter().position(|&k| k == key) {
+            Some(i) => i,
+            None if self.len < self.keys.len() => {
+                self.keys[self.len] = key;
+                self.len += 1;
+                self.len - 1
+            }
+            None => self.keys.len() - 1,
+        };
+        self.dev[slot][0] += lo.max(0.0);
+        self.dev[slot][1] += hi.max(0.0);
+    }
+
+    /// The step's deviations below and above: the groups' root sum of squares.
+    fn total(&self) -> [f64; 2] {
+        [0, 1].map(|e| {
+            self.dev[..self.len]
+                .iter()
+                .map(|d| d[e] * d[e])
+                .sum::<f64>()
+                .sqrt()
+        })
+    }
 }
 
 /// What times a step's layers: a calibrated profile where it covers them, else the
@@ -370,8 +432,12 @@ pub struct StepTimes {
     pub step: f64,
     /// How many layers each model timed.
     pub timed_by: TimedBy,
-    /// The step's 90 % interval, seconds: the transferred layers at their classes' held-out
-    /// 90 % intervals (all at their low ends, all at their high ends), the others as timed.
+    /// The step's 90 % interval, seconds, from its layers' intervals (a calibrated profile's
+    /// kernel fits' residuals, the transferred model's held-out ones): the layers of one fit
+    /// off together, different fits independently (the deviations' root sum of squares over
+    /// the fits). Layers at the ideal bound add no width (the bound is a floor, and nothing
+    /// measured says how far above it they run), so a step at the bound throughout has
+    /// equal ends.
     pub interval_90: [f64; 2],
 }
 
@@ -416,5 +482,129 @@ impl DeviceRates {
                 .as_ref()
                 .map_or(f64::INFINITY, |b| b.value.value() * efficiency.memory),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{Conv, Op};
+    use crate::kernels::{KernelClass, KernelPass};
+
+    /// A profile with every pass of spatial and pointwise convolutions fitted (the sample's
+    /// forward fit copied), each class at its own residual spread; nothing else.
+    fn profile() -> Profile {
+        let mut p = crate::profile::tests::sample();
+        let fit = p.kernels[0].clone();
+        p.kernels.clear();
+        for (class, rms) in [
+            (KernelClass::ConvSpatial, 0.1),
+            (KernelClass::ConvPointwise, 0.2),
+        ] {
+            for pass in [
+                KernelPass::Forward,
+                KernelPass::BackwardData,
+                KernelPass::BackwardFilter,
+            ] {
+                let mut f = fit.clone();
+                f.class = class;
+                f.pass = pass;
+                f.rms_rel_error = rms;
+                f.terms = crate::profile::Term::for_class(
+                    class,
+                    &[1e-5, 1e-11, 1e-10, 0.0, 1e-10],
+                    &[0.0; 5],
+                );
+                p.kernels.push(f);
+            }
+        }
+        p
+    }
+
+    fn rates() -> DeviceRates {
+        DeviceRates {
+            matrix: 1e12,
+            vector: 1e11,
+            bandwidth: 1e11,
+        }
+    }
+
+    /// The deviations of the step's interval from its point figure.
+    fn spread(g: &Graph, p: &Profile) -> ([f64; 2], Vec<LayerTime>) {
+        let m = StepModel::new(g, Precision::Fp32, Optimizer::Sgd);
+        let timing = Timing {
+            profile: Some(p),
+            transfer: None,
+        };
+        let t = m.device_times(2.0, &rates(), &timing);
+        let layers = m.layer_times(2.0, &rates(), &timing);
+        (
+            [t.step - t.interval_90[0], t.interval_90[1] - t.step],
+            layers,
+        )
+    }
+
+    fn dev(l: &LayerTime) -> [f64; 2] {
+        let t = l.forward_s + l.backward_s;
+        let [lo, hi] = l.interval_90_s.unwrap();
+        [t - lo, hi - t]
+    }
+
+    #[test]
+    fn layers_of_one_fit_are_off_together_and_different_fits_independently() {
+        // Two 3x3 convolutions: one fit (per pass), so their deviations add.
+        let mut g = Graph::new("net", vec![4, 16, 16]).unwrap();
+        g.then("a", Op::conv(Conv::new(8, &[3, 3]).pad(1))).unwrap();
+        g.then("b", Op::conv(Conv::new(8, &[3, 3]).pad(1))).unwrap();
+        let p = profile();
+        let (d, layers) = spread(&g, &p);
+        let convs: Vec<&LayerTime> = layers
+            .iter()
+            .filter(|l| l.interval_90_s.is_some())
+            .collect();
+        assert_eq!(convs.len(), 2);
+        for e in 0..2 {
+            let sum = dev(convs[0])[e] + dev(convs[1])[e];
+            assert!((d[e] - sum).abs() <= 1e-12 * sum, "{d:?} {sum}");
+        }
+        // A 3x3 and a 1x1: two fits, so the root sum of squares, below the sum.
+        let mut g = Graph::new("net", vec![4, 16, 16]).unwrap();
+        g.then("a", Op::conv(Conv::new(8, &[3, 3]).pad(1))).unwrap();
+        g.then("b", Op::conv(Conv::new(8, &[1, 1]))).unwrap();
+        let (d, layers) = spread(&g, &p);
+        let convs: Vec<&LayerTime> = layers
+            .iter()
+            .filter(|l| l.interval_90_s.is_some())
+            .collect();
+        assert_eq!(convs.len(), 2);
+        for e in 0..2 {
+            let (x, y) = (dev(convs[0])[e], dev(convs[1])[e]);
+            let rss = x.hypot(y);
+            assert!((d[e] - rss).abs() <= 1e-12 * rss, "{d:?} {rss}");
+            assert!(d[e] < x + y);
+        }
+    }
+
+    #[test]
+    fn layers_left_at_the_bound_add_no_width() {
+        let mut g = Graph::new("net", vec![4, 16, 16]).unwrap();
+        g.then("a", Op::conv(Conv::new(8, &[3, 3]).pad(1))).unwrap();
+        let p = profile();
+        let (alone, _) = spread(&g, &p);
+        // A ReLU: no fit in the profile, so the ideal bound times it.
+        g.then("relu", Op::Relu).unwrap();
+        let (d, layers) = spread(&g, &p);
+        let relu = layers.iter().find(|l| l.layer == "relu").unwrap();
+        assert_eq!(relu.timed_by, TimedByModel::Ideal);
+        for e in 0..2 {
+            assert!(
+                (d[e] - alone[e]).abs() <= 1e-12 * alone[e],
+                "{d:?} {alone:?}"
+            );
+        }
+        // At the ideal bound throughout, the ends are equal.
+        let m = StepModel::new(&g, Precision::Fp32, Optimizer::Sgd);
+        let t = m.device_times(2.0, &rates(), &Timing::default());
+        assert_eq!(t.interval_90, [t.step, t.step]);
     }
 }

@@ -63,15 +63,7 @@ pub(crate) fn run(args: &MeasureCommArgs) -> Result<()> {
         let mut doc = Document::new(format!("MPI {}", plan.bench.name()));
         if let Some(r) = ran.records.first() {
             let extra = &r.extra;
-            doc = doc.summary(
-                "job",
-                format!(
-                    "{} ranks on {} node(s), {}",
-                    ran.ranks,
-                    extra.nodes.map_or("?".to_owned(), |n| n.to_string()),
-                    extra.mpi_library.as_deref().unwrap_or("unknown MPI")
-                ),
-            );
+            doc = doc.summary("job", job_line(ran.ranks, extra));
             if !extra.mpi_settings.is_empty() {
                 let list: Vec<String> = extra
                     .mpi_settings
@@ -141,15 +133,7 @@ fn ddp(args: &CommDdpArgs) -> Result<()> {
         };
         let extra = &run.step.extra;
         let ms = |v: &[f64]| format!("{:.1} ms", ridgeline_measure::protocol::median(v) * 1e3);
-        doc = doc.summary(
-            "job",
-            format!(
-                "{} ranks on {} node(s), {}",
-                ran.ranks,
-                extra.nodes.map_or("?".to_owned(), |n| n.to_string()),
-                extra.mpi_library.as_deref().unwrap_or("unknown MPI")
-            ),
-        );
+        doc = doc.summary("job", job_line(ran.ranks, extra));
         for (k, v) in tables::step_summary(&plan.graph, run, plan.batch, Precision::Fp32) {
             doc = doc.summary(k, v);
         }
@@ -181,6 +165,15 @@ fn ddp(args: &CommDdpArgs) -> Result<()> {
         doc.table(output::table(&rows, &tables::step_layer_cols(), style))
             .note("rank 0's steps, medians; the 10 slowest layers")
     })
+}
+
+/// The MPI job a record ran in: ranks, nodes and library.
+fn job_line(ranks: usize, extra: &ridgeline_measure::Extra) -> String {
+    format!(
+        "{ranks} ranks on {} node(s), {}",
+        extra.nodes.map_or("?".to_owned(), |n| n.to_string()),
+        extra.mpi_library.as_deref().unwrap_or("unknown MPI")
+    )
 }
 
 /// The Slurm job the flags describe.

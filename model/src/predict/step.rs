@@ -544,6 +544,16 @@ mod tests {
         )
     }
 
+    /// The layers a profile timed (those with an interval); two in these tests.
+    fn with_interval(layers: &[LayerTime]) -> Vec<&LayerTime> {
+        let v: Vec<&LayerTime> = layers
+            .iter()
+            .filter(|l| l.interval_90_s.is_some())
+            .collect();
+        assert_eq!(v.len(), 2);
+        v
+    }
+
     fn dev(l: &LayerTime) -> [f64; 2] {
         let t = l.forward_s + l.backward_s;
         let [lo, hi] = l.interval_90_s.unwrap();
@@ -558,11 +568,7 @@ mod tests {
         g.then("b", Op::conv(Conv::new(8, &[3, 3]).pad(1))).unwrap();
         let p = profile();
         let (d, layers) = spread(&g, &p);
-        let convs: Vec<&LayerTime> = layers
-            .iter()
-            .filter(|l| l.interval_90_s.is_some())
-            .collect();
-        assert_eq!(convs.len(), 2);
+        let convs = with_interval(&layers);
         for e in 0..2 {
             let sum = dev(convs[0])[e] + dev(convs[1])[e];
             assert!((d[e] - sum).abs() <= 1e-12 * sum, "{d:?} {sum}");
@@ -572,11 +578,7 @@ mod tests {
         g.then("a", Op::conv(Conv::new(8, &[3, 3]).pad(1))).unwrap();
         g.then("b", Op::conv(Conv::new(8, &[1, 1]))).unwrap();
         let (d, layers) = spread(&g, &p);
-        let convs: Vec<&LayerTime> = layers
-            .iter()
-            .filter(|l| l.interval_90_s.is_some())
-            .collect();
-        assert_eq!(convs.len(), 2);
+        let convs = with_interval(&layers);
         for e in 0..2 {
             let (x, y) = (dev(convs[0])[e], dev(convs[1])[e]);
             let rss = x.hypot(y);

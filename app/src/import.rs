@@ -240,6 +240,9 @@ pub struct TraceImport {
     pub records: usize,
     /// Ops that are no layer: name, calls, seconds.
     pub unmapped: Vec<torch_trace::Unmapped>,
+    /// Layer passes that launched no GPU kernel (op kind and pass, calls): no record is
+    /// written of them.
+    pub no_kernel: Vec<torch_trace::Unmapped>,
 }
 
 /// Imports the PyTorch profiler trace at `trace` as the workload `workload` (a built-in
@@ -300,6 +303,7 @@ pub fn torch_trace(
         }),
         records: imported.records.len(),
         unmapped: imported.unmapped,
+        no_kernel: imported.no_kernel,
     })
 }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result, bail};
 use ridgeline_calibrate::comm::{CommValidation, validate_comm};
-use ridgeline_calibrate::dataset::{KernelSet, LabelSet};
+use ridgeline_calibrate::dataset::{KernelSet, LabelSet, Timing};
 use ridgeline_calibrate::loggp::LevelChoice;
 use ridgeline_calibrate::profile::{self, Options, RecordFile};
 use ridgeline_calibrate::transfer::{self, Transfer};
@@ -264,10 +264,17 @@ pub fn transfer(kernels: &Path, ours: Option<&Path>) -> Result<TransferCheck> {
     let models = transfer::fit(&all)?;
     if let Some(ours) = ours {
         let points = own_points(ours, false)?;
-        check.ours = transfer::outside_in_step(&models, &check.held, &points);
+        check.ours = transfer::outside_in_step(&models, &check.held, &points.issued, true);
+        check.ours.extend(transfer::outside_in_step(
+            &models,
+            &check.held,
+            &points.gpu,
+            false,
+        ));
         check.tensor_points = own_points(ours, true)?
+            .gpu
             .into_iter()
-            .filter(|p| p.class.ends_with("-tensor"))
+            .filter(|p| ridgeline_model::transfer::is_tensor_class(&p.class))
             .collect();
         if !check.tensor_points.is_empty() {
             let (adopted, held, unscaled) = transfer::tensor_scaled(&models, &check.tensor_points);
@@ -301,9 +308,10 @@ pub fn transfer(kernels: &Path, ours: Option<&Path>) -> Result<TransferCheck> {
 /// files (`*.jsonl` or `*.jsonl.gz`). Each record is timed at its precision's matrix peak of
 /// that device's file.
 /// With `tensor_classes`, tensor-core kernels are points of the tensor-core classes
-/// ([`transfer::record_points`]).
-pub fn own_points(dir: &Path, tensor_classes: bool) -> Result<Vec<transfer::Point>> {
-    let mut points = Vec::new();
+/// ([`transfer::record_points`]). Points come apart by how their set was timed (the
+/// `SOURCE.toml`'s `timing`).
+pub fn own_points(dir: &Path, tensor_classes: bool) -> Result<OwnPoints> {
+    let mut points = OwnPoints::default();
     let mut sets: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("{}: a directory of GPU kernel records", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -312,6 +320,7 @@ pub fn own_points(dir: &Path, tensor_classes: bool) -> Result<Vec<transfer::Poin
     sets.sort();
     for set in sets {
         let source = ridgeline_calibrate::dataset::read_source(&set)?;
+        let timing = source.timing.unwrap_or(Timing::Issued);
         let mut files: Vec<PathBuf> = std::fs::read_dir(&set)
             .with_context(|| set.display().to_string())?
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -352,10 +361,24 @@ pub fn own_points(dir: &Path, tensor_classes: bool) -> Result<Vec<transfer::Poin
                     set.join("SOURCE.toml").display()
                 );
             }
-            points.extend(found);
+            match timing {
+                Timing::Issued => points.issued.extend(found),
+                Timing::Gpu => points.gpu.extend(found),
+            }
         }
     }
     Ok(points)
+}
+
+/// ridgeline's own GPU kernel records as points ([`own_points`]), by how they were timed.
+#[derive(Debug, Clone, Default)]
+pub struct OwnPoints {
+    /// Calls back to back as the host issued them ([`Timing::Issued`]): judged at the time
+    /// a kernel takes inside a step.
+    pub issued: Vec<transfer::Point>,
+    /// The GPU's own time ([`Timing::Gpu`]): judged at the kernel's work, and the data of
+    /// the tensor-core classes.
+    pub gpu: Vec<transfer::Point>,
 }
 
 /// The single-GPU training steps of `labels` (in `dir`) predicted with `model` as `predict`
@@ -1006,28 +1029,44 @@ mod tests {
         assert_eq!(pooled[2].samples_s, [4.0]);
     }
 
-    /// ridgeline's own H200 records read as points: every GEMM and convolution pass but
-    /// FP64's, tensor-core ones as points of the tensor classes at their format's peak.
+    /// ridgeline's own H200 and H100 records read as points: every GEMM and convolution pass
+    /// but FP64's, tensor-core ones as points of the tensor classes at their format's peak;
+    /// the H200's as issued by the host, the H100's as the GPU's own time.
     #[test]
-    fn own_records_read_as_points_of_the_h200() {
+    fn own_records_read_as_points_of_the_h200_and_h100() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/ridgeline");
         let plain = own_points(&dir, false).unwrap();
         let tensor = own_points(&dir, true).unwrap();
-        assert_eq!(plain.len(), tensor.len());
+        assert_eq!(plain.issued.len(), tensor.issued.len());
+        assert_eq!(plain.gpu.len(), tensor.gpu.len());
         let count = |pts: &[transfer::Point], class: &str, device: &str| {
             pts.iter()
                 .filter(|p| p.class == class && p.device == device)
                 .count()
         };
         // 33 GEMM shapes per format; 629 convolution passes in tf32, fp16 and bf16.
-        assert_eq!(count(&plain, "gemm", "h200-sxm-141gb fp32"), 33);
-        assert_eq!(count(&tensor, "gemm", "h200-sxm-141gb fp32"), 33);
-        assert_eq!(count(&tensor, "gemm-tensor", "h200-sxm-141gb bf16"), 33);
-        let conv: usize = ["tf32", "fp16", "bf16"]
-            .iter()
-            .map(|f| count(&tensor, "conv-tensor", &format!("h200-sxm-141gb {f}")))
-            .sum();
-        assert_eq!(conv, 629);
+        assert_eq!(count(&plain.issued, "gemm", "h200-sxm-141gb fp32"), 33);
+        assert_eq!(count(&tensor.issued, "gemm", "h200-sxm-141gb fp32"), 33);
+        assert_eq!(count(&tensor.gpu, "gemm", "h100-sxm5-80gb fp32"), 33);
+        assert_eq!(
+            count(&tensor.issued, "gemm-tensor-16", "h200-sxm-141gb bf16"),
+            33
+        );
+        assert_eq!(
+            count(&tensor.gpu, "gemm-tensor-tf32", "h100-sxm5-80gb tf32"),
+            33
+        );
+        for (gpu, pts) in [
+            ("h200-sxm-141gb", &tensor.issued),
+            ("h100-sxm5-80gb", &tensor.gpu),
+        ] {
+            let conv: usize = [("tf32", "tf32"), ("16", "fp16"), ("16", "bf16")]
+                .iter()
+                .map(|(c, f)| count(pts, &format!("conv-tensor-{c}"), &format!("{gpu} {f}")))
+                .sum();
+            assert_eq!(conv, 629, "{gpu}");
+        }
+        let tensor: Vec<&transfer::Point> = tensor.issued.iter().chain(&tensor.gpu).collect();
         assert!(tensor.iter().all(|p| p.y > 0.0 && p.y < 1.0));
         // A directory of records without a SOURCE.toml names what it lacks.
         let empty = std::env::temp_dir().join(format!("ridgeline-ours-{}", std::process::id()));
@@ -1058,6 +1097,7 @@ mod tests {
                     .iter()
                     .map(|d| (d.to_string(), d.to_string()))
                     .collect(),
+                timing: None,
             },
             gemm: Vec::new(),
             conv: Vec::new(),
@@ -1170,8 +1210,9 @@ mod tests {
         let ours = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/ridgeline");
         let tensor: Vec<transfer::Point> = own_points(&ours, true)
             .unwrap()
+            .gpu
             .into_iter()
-            .filter(|p| p.class.ends_with("-tensor"))
+            .filter(|p| ridgeline_model::transfer::is_tensor_class(&p.class))
             .collect();
         let (adopted, _, _) = transfer::tensor_scaled(&fitted, &tensor);
         fitted.extend(adopted);

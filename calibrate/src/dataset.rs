@@ -299,6 +299,21 @@ pub struct Source {
     pub converted_by: String,
     /// Each source device name and the ridgeline device it is.
     pub devices: std::collections::BTreeMap<String, String>,
+    /// How ridgeline's own GPU records were timed (absent: [`Timing::Issued`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<Timing>,
+}
+
+/// How a set of ridgeline's own GPU kernel records was timed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Timing {
+    /// Calls back to back as the host issues them, between two CUDA events: where the host
+    /// takes longer to issue a call than the GPU to run it, the host's time (what a step
+    /// issuing the same calls would take). ridgeline before 2026-11-26's spin-queued timer.
+    Issued,
+    /// Calls queued behind a spin kernel, so the events time the GPU's work alone.
+    Gpu,
 }
 
 /// Measured kernels of several devices, with their source.

@@ -18,9 +18,10 @@
 //!   communication, and what of it ran past the step's last backward function is exposed.
 //!
 //! Ops that are no layer (views, `aten::flatten`, the loss's gradient seed, gradient
-//! accumulation) are listed by name with their count and time, never dropped silently. The
-//! GPU path (kernels by `External id`, NCCL kernels) is tested on a synthetic trace only: no
-//! GPU trace has been imported yet.
+//! accumulation) are listed by name with their count and time, never dropped silently; so is
+//! a layer pass that launched no GPU kernel (a residual add's backward), which gets no record.
+//! Kernels by `External id` are tested on a real trace of ResNet-50 on an H100; NCCL kernels
+//! on a synthetic trace only (no multi-GPU trace has been recorded).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -811,6 +812,9 @@ pub struct Imported {
     pub layers: usize,
     /// Ops that are no layer.
     pub unmapped: Vec<Unmapped>,
+    /// Layer passes (op kind and pass: `add backward`) that launched no GPU kernel, with
+    /// their calls: no record is written of them.
+    pub no_kernel: Vec<Unmapped>,
     /// The device the trace timed.
     pub device: Device,
     /// The training precision.
@@ -874,11 +878,31 @@ pub fn import(trace: &Trace, graph: &Graph, batch: usize, threads: usize) -> Res
         _ => Format::Fp32,
     };
     let mut matched = 0;
-    for (i, (layer, [forward, backward])) in layers.iter().zip(&mapped.layers).enumerate() {
-        if forward.is_empty() && backward.is_empty() {
+    let mut no_kernel: Vec<Unmapped> = Vec::new();
+    for (i, (layer, passes)) in layers.iter().zip(&mapped.layers).enumerate() {
+        if passes.iter().all(|s| s.is_empty()) {
             continue;
         }
         matched += 1;
+        // On a GPU a pass that launched no kernel (a residual add's backward hands its
+        // gradient on) took no GPU time: it is listed, and no record of it is written.
+        let [forward, backward] = [Pass::Forward, Pass::Backward].map(|pass| {
+            let s = &passes[usize::from(pass == Pass::Backward)];
+            let timed: Vec<f64> = s.iter().copied().filter(|t| *t > 0.0).collect();
+            if timed.is_empty() && !s.is_empty() {
+                let name = format!("{} {}", layer.op.kind(), pass.name());
+                match no_kernel.iter_mut().find(|u| u.name == name) {
+                    Some(u) => u.count += s.len(),
+                    None => no_kernel.push(Unmapped {
+                        name,
+                        count: s.len(),
+                        seconds: 0.0,
+                    }),
+                }
+            }
+            timed
+        });
+        let [forward, backward] = [&forward, &backward];
         for (shape, samples, flops, bytes) in
             layer_passes(&run, layer, &cost.layers[i], [forward, backward])
         {
@@ -944,6 +968,7 @@ pub fn import(trace: &Trace, graph: &Graph, batch: usize, threads: usize) -> Res
         steps: mapped.steps.len(),
         layers: matched,
         unmapped: mapped.unmapped,
+        no_kernel,
         device,
         precision,
         ranks: trace.ranks,

@@ -647,8 +647,9 @@ pub type RecordSpec<'a> = dyn Fn(&Record, Precision) -> Option<(String, DeviceSp
 /// format.
 ///
 /// With `tensor_classes`, a kernel that runs on tensor cores (the spec's `tensor`) is a
-/// point of its tensor-core class (`gemm-tensor`, `conv-tensor`), the data those classes are
-/// fitted on; without, of its class, as the FP32 fit would time it.
+/// point of its tensor-core class of that format (`gemm-tensor-16`, `conv-tensor-tf32`),
+/// the data those classes are fitted on; without, of its class, as the FP32 fit would time
+/// it.
 pub fn record_points(
     file: &str,
     records: &[Record],
@@ -675,10 +676,9 @@ pub fn record_points(
         };
         let class = transfer::class_of(&kernel);
         out.push(Point {
-            class: if tensor_classes && d.tensor {
-                transfer::tensor_class(class)
-            } else {
-                class.to_owned()
+            class: match d.tensor {
+                Some(format) if tensor_classes => transfer::tensor_class(class, format),
+                _ => class.to_owned(),
             },
             device: format!("{device} {}", r.precision.name()),
             // A power cap only where the device has one at this precision (FP32).
@@ -693,15 +693,18 @@ pub fn record_points(
     Ok(out)
 }
 
-/// [`outside`] for kernels timed as inside a step, as ridgeline's own records are (each the
-/// mean of back-to-back launches, so a kernel shorter than the host's time per launch
-/// measures that time): each kernel at its work, or at its floor where the work is shorter,
-/// the floor being its class's launch term but no more than the products' (`gemm`), as
-/// `predict` times it ([`ridgeline_model::transfer::Model::launch_floor`]).
+/// [`outside`] for ridgeline's own records. With `floors`, records timed as inside a step
+/// (each the mean of back-to-back calls as the host issued them, so a kernel shorter than
+/// the host's time per call measures that time): each kernel at its work, or at its floor
+/// where the work is shorter, the floor being its class's launch term but no more than the
+/// products' (`gemm`), as `predict` times it
+/// ([`ridgeline_model::transfer::Model::launch_floor`]). Without, records of the GPU's own
+/// time (calls queued behind a spin kernel): each kernel at its work.
 pub fn outside_in_step(
     models: &[ClassModel],
     heldout: &Transfer,
     points: &[Point],
+    floors: bool,
 ) -> Vec<Holdout> {
     let launch = |m: &ClassModel| m.coefficients.first().copied().unwrap_or(0.0);
     let host = models.iter().find(|m| m.class == "gemm").map(launch);
@@ -712,7 +715,11 @@ pub fn outside_in_step(
             continue;
         };
         let work = transfer::work(&m.coefficients, p.at(m.energy));
-        let floor = transfer::floor(class, launch(m), host);
+        let floor = if floors {
+            transfer::floor(class, launch(m), host)
+        } else {
+            0.0
+        };
         by.entry((p.device.as_str(), class))
             .or_default()
             .push(work.max(floor) / p.y - 1.0);
@@ -724,25 +731,31 @@ pub fn outside_in_step(
         .collect()
 }
 
-/// The tensor-core classes as one scale on the FP32 fit's work: a `-tensor` class
-/// (`conv-tensor`, from ridgeline's own tensor-core records, [`record_points`]) times a
-/// kernel as its base class (`conv`) at the device's tensor-core peak, with the work terms
-/// multiplied by `s`, the median ratio of measured time to the base class's predicted work
-/// over the class's records, and the base class's in-step floor (its launch term, at most
-/// the products'). One parameter per class, fitted on kernels.
+/// The tensor-core classes as one scale on the FP32 fit's work: a tensor-core class
+/// (`conv-tensor-16`, `gemm-tensor-tf32`: one per class and tensor-core format, FP16 and
+/// BF16 together; from ridgeline's own tensor-core records, [`record_points`]) times a
+/// kernel as its base class (`conv`) at the device's tensor-core peak of that format, with
+/// the work terms multiplied by `s`, the median ratio of measured time to the base class's
+/// predicted work over the class's records, and the base class's in-step floor (its launch
+/// term, at most the products') inside a step. One parameter per class and format, fitted
+/// on kernels: records of the GPU's own time ([`crate::dataset::Timing::Gpu`]), each judged
+/// at its work.
 ///
-/// Each precision of each GPU is left out in turn: `s` from the others predicts it (the
-/// `Transfer`'s rows, pooled as `all`, with split-conformal intervals from the pooled log
-/// ratios). A class is adopted (returned among the models) only where that beats the
-/// base class at the tensor-core peak unscaled on the same held-out kernels, by pooled
-/// median |error|; the second value holds every class's rows, adopted or not, and the third
-/// the unscaled pooled medians, by class.
+/// Each GPU is left out in turn, every precision of it: `s` from the other GPUs' records
+/// predicts it (the `Transfer`'s rows per GPU and precision, pooled as `all`, with
+/// split-conformal intervals from the pooled log ratios). A class needs records of two GPUs
+/// at least. It is adopted (returned among the models) only where that beats the base class
+/// at the tensor-core peak unscaled on the same held-out kernels, by pooled median |error|;
+/// the second value holds every class's rows, adopted or not, and the third the unscaled
+/// pooled medians, by class.
 pub fn tensor_scaled(
     models: &[ClassModel],
     points: &[Point],
 ) -> (Vec<ClassModel>, Transfer, BTreeMap<String, f64>) {
     let launch = |m: &ClassModel| m.coefficients.first().copied().unwrap_or(0.0);
     let host = models.iter().find(|m| m.class == "gemm").map(launch);
+    // A point's device is its GPU and precision (`h100-sxm5-80gb fp16`).
+    let gpu = |device: &str| device.split(' ').next().unwrap_or(device).to_owned();
     let mut classes: Vec<&str> = points.iter().map(|p| p.class.as_str()).collect();
     classes.sort_unstable();
     classes.dedup();
@@ -754,47 +767,49 @@ pub fn tensor_scaled(
     };
     let mut unscaled_medians = BTreeMap::new();
     for class in classes {
-        let base_name = class.trim_end_matches("-tensor");
+        let base_name = transfer::base_class(class);
         let Some(base) = models.iter().find(|m| m.class == base_name) else {
             continue;
         };
         let floor = transfer::floor(base_name, launch(base), host);
-        // Each point: its device, measured time, and the base class's work on it.
-        let rows: Vec<(&str, f64, f64)> = points
+        // Each point: its GPU, its device (GPU and precision), measured time, and the base
+        // class's work on it.
+        let rows: Vec<(String, &str, f64, f64)> = points
             .iter()
             .filter(|p| p.class == class)
             .map(|p| {
                 let work = transfer::work(&base.coefficients, p.at(base.energy));
-                (p.device.as_str(), p.y, work)
+                (gpu(&p.device), p.device.as_str(), p.y, work)
             })
-            .filter(|(_, y, w)| *y > 0.0 && *w > 0.0)
+            .filter(|(_, _, y, w)| *y > 0.0 && *w > 0.0)
             .collect();
         let scale_of = |keep: &dyn Fn(&str) -> bool| {
             let ratios: Vec<f64> = rows
                 .iter()
-                .filter(|r| keep(r.0))
-                .map(|(_, y, w)| y / w)
+                .filter(|r| keep(&r.0))
+                .map(|(_, _, y, w)| y / w)
                 .collect();
             (!ratios.is_empty()).then(|| quantile(&ratios, 0.5))
         };
-        let mut devices: Vec<&str> = rows.iter().map(|r| r.0).collect();
-        devices.sort_unstable();
-        devices.dedup();
-        if devices.len() < 2 {
+        let mut gpus: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+        gpus.sort_unstable();
+        gpus.dedup();
+        if gpus.len() < 2 {
             continue;
         }
+        let mut devices: Vec<&str> = rows.iter().map(|r| r.1).collect();
+        devices.sort_unstable();
+        devices.dedup();
         let (mut pooled, mut unscaled) = (Pool::default(), Vec::new());
         let mut per_device = Vec::new();
         for held in &devices {
-            let Some(s) = scale_of(&|d| d != *held) else {
+            let held_gpu = gpu(held);
+            let Some(s) = scale_of(&|g| g != held_gpu) else {
                 continue;
             };
-            let on: Vec<&(&str, f64, f64)> = rows.iter().filter(|r| r.0 == *held).collect();
-            let e: Vec<f64> = on
-                .iter()
-                .map(|(_, y, w)| (s * w).max(floor) / y - 1.0)
-                .collect();
-            unscaled.extend(on.iter().map(|(_, y, w)| w.max(floor) / y - 1.0));
+            let on: Vec<_> = rows.iter().filter(|r| r.1 == *held).collect();
+            let e: Vec<f64> = on.iter().map(|(_, _, y, w)| s * w / y - 1.0).collect();
+            unscaled.extend(on.iter().map(|(_, _, y, w)| w / y - 1.0));
             pooled.errors.extend(&e);
             per_device.push((*held, e));
         }
@@ -924,7 +939,7 @@ mod tests {
         };
         let fp16 = DeviceSpec {
             peak_flops: 989e12,
-            tensor: true,
+            tensor: Some(ridgeline_model::precision::NumberFormat::Fp16),
             ..spec(132.0, 1.98, 67.0, 4.8, 60.0)
         };
         let records = [
@@ -945,7 +960,7 @@ mod tests {
         assert_eq!(plain[0].class, "conv");
         assert_eq!(
             (tensor[0].class.as_str(), tensor[0].device.as_str()),
-            ("conv-tensor", "h200 fp16")
+            ("conv-tensor-16", "h200 fp16")
         );
         // The FP32 point keeps its class and a row per power cap; the tensor-core one has
         // one row (no cap), its compute term at the fp16 peak.
@@ -963,7 +978,7 @@ mod tests {
             bandwidth: tbs * 1e12,
             l2_bytes: l2_mib * 1048576.0,
             power: None,
-            tensor: false,
+            tensor: None,
         }
     }
 
@@ -1128,6 +1143,7 @@ mod tests {
                 measured_with: String::new(),
                 converted_by: String::new(),
                 devices: [("E".to_owned(), "e".to_owned())].into(),
+                timing: None,
             },
             steps: Vec::new(),
             models: BTreeMap::new(),

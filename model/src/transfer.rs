@@ -58,10 +58,11 @@ pub struct DeviceSpec {
     /// FP32 (the power cap is fitted on FP32 kernels; tensor-core formats take less energy per
     /// FLOP than any of them show, so they run uncapped).
     pub power: Option<PowerSpec>,
-    /// Whether the matrix peak is a tensor-core peak of a format other than FP32 (TF32,
-    /// FP16, BF16 on NVIDIA's tensor cores or AMD's matrix cores): such kernels are timed
-    /// by the model's tensor-core classes where it has them (`gemm-tensor`, `conv-tensor`).
-    pub tensor: bool,
+    /// The format, where the matrix peak is a tensor-core peak of a format other than FP32
+    /// (TF32, FP16, BF16 on NVIDIA's tensor cores or AMD's matrix cores): such kernels are
+    /// timed by the model's tensor-core class of that format where it has one
+    /// ([`tensor_class`]: `gemm-tensor-16`, `conv-tensor-tf32`).
+    pub tensor: Option<NumberFormat>,
 }
 
 /// What the power cap needs of a device.
@@ -97,7 +98,8 @@ impl DeviceSpec {
             sms: f64::from(device.sms.as_ref()?.value),
             clock_hz: device.boost_clock_hz.as_ref()?.value,
             peak_flops: peak.rate.value(),
-            tensor: format != NumberFormat::Fp32 && peak.name.ends_with("_tensor"),
+            tensor: (format != NumberFormat::Fp32 && peak.name.ends_with("_tensor"))
+                .then_some(format),
             bandwidth: device.memory_bandwidth.as_ref()?.value.value(),
             // Without an L2 size every working set is timed as HBM traffic (`predict`
             // says so).
@@ -378,9 +380,30 @@ pub fn class_of(kernel: &Kernel) -> &'static str {
     }
 }
 
-/// The tensor-core class of a matrix class: `gemm-tensor`, `conv-tensor`.
-pub fn tensor_class(class: &str) -> String {
-    format!("{class}-tensor")
+/// The tensor-core class of a matrix class in a format: `conv-tensor-tf32`, and one class
+/// for FP16 and BF16, which run at one rate on the same units (`gemm-tensor-16`).
+pub fn tensor_class(class: &str, format: NumberFormat) -> String {
+    let suffix = match format {
+        NumberFormat::Fp16 | NumberFormat::Bf16 => "16",
+        NumberFormat::Tf32 => "tf32",
+        NumberFormat::Fp32 => "fp32",
+        NumberFormat::Fp64 => "fp64",
+    };
+    format!("{class}{TENSOR}{suffix}")
+}
+
+/// What names a tensor-core class ([`tensor_class`]).
+const TENSOR: &str = "-tensor-";
+
+/// The FP32 class a tensor-core class scales (`conv` of `conv-tensor-16`); a class that is
+/// none is its own.
+pub fn base_class(class: &str) -> &str {
+    class.split(TENSOR).next().unwrap_or(class)
+}
+
+/// Whether `class` is a tensor-core class ([`tensor_class`]).
+pub fn is_tensor_class(class: &str) -> bool {
+    class.contains(TENSOR)
 }
 
 /// The GEMM a matrix kernel's features describe: `calls` products of `m x k` by `k x n`,
@@ -448,8 +471,8 @@ pub struct ModelSource {
     pub devices: Vec<String>,
     /// The command that fitted it.
     pub fitted_by: String,
-    /// What the tensor-core classes (`gemm-tensor`, `conv-tensor`) were fitted on, where the
-    /// model has them.
+    /// What the tensor-core classes (`gemm-tensor-16`, `conv-tensor-tf32`, ...) were fitted
+    /// on, where the model has them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tensor: Option<String>,
 }
@@ -520,7 +543,7 @@ pub fn work(coefficients: &[f64], x: &[f64]) -> f64 {
 /// for the classes of the FP32 fit; a tensor-core class keeps its own.
 pub fn floor(class: &str, own: f64, products: Option<f64>) -> f64 {
     match products {
-        Some(p) if class != "gemm" && !class.ends_with("-tensor") => own.min(p),
+        Some(p) if class != "gemm" && !is_tensor_class(class) => own.min(p),
         _ => own,
     }
 }
@@ -592,14 +615,15 @@ impl Model {
         self.classes.iter().find(|c| c.name == class)
     }
 
-    /// The class that times `kernel` on `d`: its tensor-core class (`gemm-tensor`,
-    /// `conv-tensor`, fitted on tensor-core kernel records) where `d` runs it on tensor cores
-    /// and the model has one, else its class ([`class_of`]).
+    /// The class that times `kernel` on `d`: its tensor-core class of `d`'s format
+    /// (`conv-tensor-16`, fitted on tensor-core kernel records) where `d` runs it on tensor
+    /// cores and the model has one, else its class ([`class_of`]).
     pub fn class_for(&self, kernel: &Kernel, d: &DeviceSpec) -> Option<&ClassCoefficients> {
         let name = class_of(kernel);
-        let tensor = (d.tensor && kernel.class.is_matrix())
-            .then(|| self.class(&tensor_class(name)))
-            .flatten();
+        let tensor = d
+            .tensor
+            .filter(|_| kernel.class.is_matrix())
+            .and_then(|f| self.class(&tensor_class(name, f)));
         tensor.or_else(|| self.class(name))
     }
 
@@ -647,7 +671,7 @@ mod tests {
         bandwidth: 1.555e12,
         l2_bytes: 40.0 * 1024.0 * 1024.0,
         power: None,
-        tensor: false,
+        tensor: None,
     };
 
     fn class(name: &str, launch: f64, tiled: f64) -> ClassCoefficients {
@@ -675,7 +699,7 @@ mod tests {
             classes: vec![
                 class("gemm", 30e-6, 1.0),
                 class("conv", 300e-6, 1.0),
-                class("conv-tensor", 80e-6, 4.0),
+                class("conv-tensor-16", 80e-6, 4.0),
             ],
         };
         let conv = crate::kernels::ConvShape {
@@ -691,11 +715,20 @@ mod tests {
         }
         .kernel(crate::kernels::KernelPass::Forward);
         let tensor = DeviceSpec {
-            tensor: true,
+            tensor: Some(NumberFormat::Bf16),
             ..A100
         };
         assert_eq!(model.class_for(&conv, &A100).unwrap().name, "conv");
-        assert_eq!(model.class_for(&conv, &tensor).unwrap().name, "conv-tensor");
+        assert_eq!(
+            model.class_for(&conv, &tensor).unwrap().name,
+            "conv-tensor-16"
+        );
+        // TF32 has no class here: the FP32 class at the TF32 peak.
+        let tf32 = DeviceSpec {
+            tensor: Some(NumberFormat::Tf32),
+            ..A100
+        };
+        assert_eq!(model.class_for(&conv, &tf32).unwrap().name, "conv");
         // A product has no tensor class here: its own class on tensor cores too.
         let gemm = crate::kernels::gemm_kernel(
             KernelClass::Gemm,

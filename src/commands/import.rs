@@ -106,6 +106,12 @@ pub(crate) fn torch_trace(args: &ImportTorchTraceArgs) -> Result<()> {
                 ),
             );
         }
+        for u in &done.no_kernel {
+            d = d.summary(
+                format!("  no GPU kernel: {}", u.name),
+                format!("{} calls, no record", u.count),
+            );
+        }
         d.note(
             "workload-layer and workload-step records for `validate`; the layers' convolutions (forward, and backward with both gradients in one call), ops and GEMMs as micro-kernel records for `calibrate`; every record names the trace (extra.notes.imported_from)",
         )

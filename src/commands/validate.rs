@@ -156,14 +156,26 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
                 .summary(
                     "our records",
                     format!(
-                        "{} (never seen by the FP32 fit; the -tensor classes' data)",
+                        "{} (never seen by the FP32 fit; the tensor-core classes' data)",
                         args.ours.display()
                     ),
                 )
                 .note("`ours` rows: the model fitted on every GPU above predicts ridgeline's own kernel records of GPUs outside it (scripts/gpu-records.sh: cuBLAS GEMMs, and cuDNN convolutions forward, backward-data and backward-filter at the reference workloads' layers), per GPU and precision; tf32, fp16 and bf16 run on tensor cores, timed at the device file's peak for that format with the FP32 fit's coefficients. Intervals: each class's 90 % interval from leaving one GPU out above.");
         }
-        if check.tensor.is_some() {
-            d = d.note("`-tensor` rows: a tensor-core class is the FP32 fit's class at the tensor-core peak with its work scaled by the median ratio of measured to predicted on ridgeline's own tensor-core records (the `ours` rows' tf32, fp16 and bf16); each precision of each GPU left out in turn, its scale from the others (`all`: every held-out kernel pooled). Adopted where that beats the FP32 class unscaled on the same held-out kernels; `predict` times tensor-core layers with the adopted ones.");
+        if check.tensor.as_ref().is_some_and(|t| t.classes.is_empty()) {
+            let mut gpus: Vec<&str> = check
+                .tensor_points
+                .iter()
+                .filter_map(|p| p.device.split(' ').next())
+                .collect();
+            gpus.dedup();
+            d = d.note(format!(
+                "No tensor-core class: one needs records of the GPU's own time (SOURCE.toml `timing = \"gpu\"`) on two GPUs at least, to leave one out; these are of {}. `predict` times tensor-core layers with the FP32 fit's coefficients at the format's tensor-core peak (the `ours` rows).",
+                gpus.join(", ")
+            ));
+        }
+        if check.tensor.as_ref().is_some_and(|t| !t.classes.is_empty()) {
+            d = d.note("`-tensor-` rows: a tensor-core class (one per class and format: tf32, and 16 for fp16 and bf16) is the FP32 fit's class at that format's tensor-core peak with its work scaled by the median ratio of measured to predicted on ridgeline's own tensor-core records (the `ours` rows' tf32, fp16 and bf16); each GPU left out in turn, its scale from the other GPUs' records (`all`: every held-out kernel pooled). Adopted where that beats the FP32 class unscaled on the same held-out kernels; `predict` times tensor-core layers with the adopted ones.");
             for (class, plain) in &check.tensor_unscaled {
                 let adopted = check.tensor_adopted.iter().any(|m| &m.class == class);
                 d = d.note(format!(

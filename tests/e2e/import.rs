@@ -316,6 +316,81 @@ fn a_resnet50_trace_is_imported_calibrated_and_validated() {
     assert!(err.contains("resnet50-cpu.json.gz"), "{err}");
 }
 
+/// A trace taken on an H100: every op's time is its CUDA kernels', a layer pass that
+/// launched none (a residual add's backward) is listed and left out, and the records
+/// validate against the transferred model of the trace's GPU.
+#[test]
+fn a_gpu_trace_times_ops_by_their_kernels() {
+    let dir = scratch("gpu-trace");
+    let records = dir.join("h100.jsonl");
+    let records = records.to_str().unwrap();
+    let imported = run_json(&[
+        "import",
+        "torch-trace",
+        &fixture("torch/resnet50-h100.json.gz"),
+        "--workload",
+        "resnet50",
+        "--threads",
+        "1",
+        "--out",
+        records,
+        "--format",
+        "json",
+    ]);
+    assert_eq!(imported["device"], "cuda:0");
+    assert_eq!(imported["batch"], 32);
+    assert_eq!(imported["layers"], 175);
+    let no_kernel = imported["no_kernel"].as_array().unwrap();
+    assert_eq!(no_kernel.len(), 1, "{no_kernel:?}");
+    assert_eq!(no_kernel[0]["name"], "add backward");
+    // 16 residual adds, two profiled steps.
+    assert_eq!(no_kernel[0]["count"], 32);
+    let text = std::fs::read_to_string(records).unwrap();
+    let all: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for r in &all {
+        let samples = r["samples_s"].as_array().unwrap();
+        assert!(
+            !samples.is_empty() && samples.iter().all(|s| s.as_f64().unwrap() > 0.0),
+            "{r}"
+        );
+        assert_eq!(r["env"]["gpu"]["name"], "NVIDIA H100 80GB HBM3");
+    }
+    // The layers' kernels fit inside the step they ran in.
+    let median = |r: &serde_json::Value| {
+        let mut v: Vec<f64> = r["samples_s"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_f64().unwrap())
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let step = all.iter().find(|r| r["kind"] == "workload-step").unwrap();
+    let layers: f64 = all
+        .iter()
+        .filter(|r| r["kind"] == "workload-layer")
+        .map(median)
+        .sum();
+    assert!(
+        layers > 0.3 * median(step) && layers < median(step),
+        "{layers}"
+    );
+    let v = run_json(&[
+        "validate",
+        "--system",
+        "h100-sxm5-80gb",
+        "--measured",
+        records,
+        "--format",
+        "json",
+    ]);
+    assert_eq!(v["steps"].as_array().unwrap().len(), 1);
+}
+
 /// A rank of a 2-process DistributedDataParallel run (gloo): the same layers, and the
 /// gradient allreduces as communication, with what ran past backward.
 #[test]

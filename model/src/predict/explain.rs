@@ -195,8 +195,10 @@ fn timing_assumptions(
                 .matrix_peak(precision)
                 .map_or_else(|_| "matrix".to_owned(), |p| p.name);
             let tensor = crate::transfer::DeviceSpec::of(&system.device, precision)
-                .is_some_and(|d| d.tensor);
-            let classes = ["gemm", "conv"].map(|c| m.class(&crate::transfer::tensor_class(c)));
+                .is_some_and(|d| d.tensor.is_some());
+            let format = precision.matrix_format();
+            let classes =
+                ["gemm", "conv"].map(|c| m.class(&crate::transfer::tensor_class(c, format)));
             match (&m.source.tensor, tensor, classes) {
                 (Some(source), true, [Some(g), Some(c)]) => out.push(format!(
                     "{precision}: GEMMs and convolutions on the device's {peak} peak are timed \
@@ -209,7 +211,7 @@ fn timing_assumptions(
                 _ => out.push(format!(
                     "{precision}: the transferred model's matrix terms run at the device's \
                      {peak} peak with coefficients fitted on FP32 kernels (`ridgeline validate \
-                     transfer` measures that on an H200's tensor-core kernels: its `ours` rows)"
+                     transfer` measures that on an H200's and an H100's tensor-core kernels: its `ours` rows)"
                 )),
             }
         }

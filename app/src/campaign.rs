@@ -196,6 +196,9 @@ pub struct Ran {
     pub skipped: usize,
     /// Cases the deadline left unrun.
     pub unrun: usize,
+    /// Cases the device declined, each with why ([`ridgeline_measure::Error::Declined`]):
+    /// not measured, the others are.
+    pub declined: Vec<String>,
 }
 
 /// A campaign's records file: resumed by the one rule, written case by case.
@@ -314,6 +317,7 @@ pub fn nccl(
         records: Vec::new(),
         skipped: done.len(),
         unrun: 0,
+        declined: Vec::new(),
     };
     nccl_allreduce(cases, protocol, &skip, &mut |r| {
         file.write(std::slice::from_ref(&r))?;
@@ -379,6 +383,7 @@ impl<'o> Runner<'o> {
             records: Vec::new(),
             skipped: 0,
             unrun: 0,
+            declined: Vec::new(),
         };
         // Each case's records from the passes before its last, pooled, until written.
         let mut pooled: Vec<Option<Vec<Record>>> = vec![None; cases.len()];
@@ -399,9 +404,17 @@ impl<'o> Runner<'o> {
                     continue;
                 }
                 bar.step(&format!("{} on {threads} thread(s)", case.describe()));
-                let mut records = case
-                    .run(backend, protocol)
-                    .with_context(|| format!("measuring {}", case.describe()))?;
+                let mut records = match case.run(backend, protocol) {
+                    Err(e @ ridgeline_measure::Error::Declined { .. }) => {
+                        let why = format!("{}: {e}", case.describe());
+                        bar.notice(&format!("not measured: {why}"));
+                        ran.declined.push(why);
+                        done[i] = true;
+                        bar.advance();
+                        continue;
+                    }
+                    r => r.with_context(|| format!("measuring {}", case.describe()))?,
+                };
                 if let Some(before) = pooled[i].take() {
                     pool(&mut records, before);
                 }
@@ -651,6 +664,99 @@ mod tests {
 
     fn file(path: &std::path::Path, resume: bool) -> Records {
         Records::open(Some(path), resume, &Silent).unwrap()
+    }
+
+    /// The CPU backend, but declining every GEMM of `m` = 32, as cuDNN declines a
+    /// convolution it runs no algorithm for.
+    struct Declining(Box<dyn Backend>);
+
+    impl Backend for Declining {
+        fn device(&self) -> ridgeline_measure::Device {
+            self.0.device()
+        }
+        fn threads(&self) -> usize {
+            self.0.threads()
+        }
+        fn env(&self) -> ridgeline_measure::Env {
+            self.0.env()
+        }
+        fn gemm(&mut self, c: &GemmCase, p: &Protocol) -> ridgeline_measure::Result<Vec<f64>> {
+            if c.m == 32 {
+                return Err(ridgeline_measure::Error::Declined {
+                    device: "cpu".into(),
+                    message: "no algorithm for this one".into(),
+                });
+            }
+            self.0.gemm(c, p)
+        }
+        fn conv(
+            &mut self,
+            c: &ridgeline_measure::ConvCase,
+            pass: ridgeline_measure::ConvPass,
+            p: &Protocol,
+        ) -> ridgeline_measure::Result<Vec<f64>> {
+            self.0.conv(c, pass, p)
+        }
+        fn stream(
+            &mut self,
+            k: ridgeline_measure::StreamKernel,
+            elements: usize,
+            p: &Protocol,
+        ) -> ridgeline_measure::Result<Vec<f64>> {
+            self.0.stream(k, elements, p)
+        }
+        fn op(
+            &mut self,
+            c: &ridgeline_measure::OpCase,
+            pass: ridgeline_measure::Pass,
+            p: &Protocol,
+        ) -> ridgeline_measure::Result<Vec<f64>> {
+            self.0.op(c, pass, p)
+        }
+        fn workload(
+            &mut self,
+            graph: &ridgeline_model::graph::Graph,
+            batch: usize,
+            precision: ridgeline_model::precision::Precision,
+            p: &Protocol,
+        ) -> ridgeline_measure::Result<ridgeline_measure::WorkloadRun> {
+            self.0.workload(graph, batch, precision, p)
+        }
+    }
+
+    /// A case the device declines is listed and left out; the cases after it are measured,
+    /// and a second run on the file tries it again (it has no record).
+    #[test]
+    fn a_declined_case_is_listed_and_the_others_measured() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.jsonl");
+        let runner = |records| Runner {
+            backends: Backends {
+                device: "cpu".into(),
+                open: vec![(
+                    1,
+                    Box::new(Declining(open_backend("cpu", 1).unwrap())) as Box<dyn Backend>,
+                )],
+            },
+            records,
+            observer: &Silent,
+        };
+        let cases = [gemm(16), gemm(32), gemm(48)];
+        let ran = runner(file(&path, false))
+            .run(&cases, &two_samples(), 1, None)
+            .unwrap();
+        assert_eq!(ran.records.len(), 2);
+        assert_eq!(ran.declined.len(), 1, "{:?}", ran.declined);
+        assert!(ran.declined[0].contains("no algorithm for this one"));
+        assert!(ran.declined[0].contains("32"), "{}", ran.declined[0]);
+        assert_eq!(ran.unrun, 0);
+        let ran = runner(file(&path, true))
+            .run(&cases, &two_samples(), 1, None)
+            .unwrap();
+        assert_eq!(
+            (ran.records.len(), ran.skipped, ran.declined.len()),
+            (0, 2, 1)
+        );
     }
 
     #[test]

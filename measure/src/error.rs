@@ -35,6 +35,17 @@ pub enum Error {
         message: String,
     },
 
+    /// A case the device's library runs no algorithm for (cuDNN finds none for a
+    /// convolution within the workspace limit): that case cannot be measured here, the
+    /// others can.
+    #[error("{device}: {message}")]
+    Declined {
+        /// The device, e.g. `cuda:0`.
+        device: String,
+        /// What the library declined, and why.
+        message: String,
+    },
+
     /// A request the backend cannot honour (a precision it lacks, a bad shape).
     #[error("{what}: {message}")]
     Invalid {

@@ -55,6 +55,18 @@ fn finish(
         if ran.skipped > 0 {
             doc = doc.summary("skipped", format!("{} cases already recorded", ran.skipped));
         }
+        if !ran.declined.is_empty() {
+            doc = doc.summary(
+                "not measured",
+                format!(
+                    "{} cases the device runs no algorithm for",
+                    ran.declined.len()
+                ),
+            );
+            for why in &ran.declined {
+                doc = doc.note(format!("not measured: {why}"));
+            }
+        }
         doc.table(output::table(&table_rows, &cols, style))
             .note("median of each case's samples; FLOPs and bytes as the model counts them (bytes: the lower bound)")
     })

@@ -22,6 +22,10 @@ pub(crate) const WORKSPACE_LIMIT: usize = 1 << 30;
 const CANDIDATES: usize = 16;
 
 /// A cuDNN error with the call that failed.
+/// The `call` of a [`CudnnFailure`] where cuDNN runs no algorithm for a convolution: the
+/// case is declined, not failed ([`crate::Error::Declined`]).
+pub(crate) const NO_ALGORITHM: &str = "no algorithm";
+
 pub(crate) struct CudnnFailure {
     /// The call.
     pub(crate) call: &'static str,
@@ -392,9 +396,10 @@ impl Pass {
             b.workspace_bytes,
         )
         .ok_or_else(|| CudnnFailure {
-            call: "cudnnFind*AlgorithmEx",
+            call: NO_ALGORITHM,
             message: format!(
-                "no algorithm runs within {} MiB of workspace ({} tried)",
+                "cuDNN's find (cudnnFind*AlgorithmEx) gives no algorithm that runs within {} MiB \
+                 of workspace ({} tried)",
                 b.workspace_bytes >> 20,
                 ranked.len()
             ),

@@ -32,7 +32,7 @@ use ridgeline_model::graph::Op;
 use serde_json::Value;
 
 use super::cudnn::{
-    Buffers, CudnnFailure, Handle, Layer as CudnnLayer, OpBuffers, Pass as CudnnPass,
+    Buffers, CudnnFailure, Handle, Layer as CudnnLayer, NO_ALGORITHM, OpBuffers, Pass as CudnnPass,
     WORKSPACE_LIMIT,
 };
 use super::layers::{EXEC_KERNELS, EXEC_SOURCE};
@@ -903,10 +903,19 @@ impl Backend for CudaBackend {
             workspace_bytes,
         };
         let ordinal = self.ordinal;
-        let failed = |f: CudnnFailure| Error::Device {
-            device: format!("cuda:{ordinal}"),
-            call: f.call.into(),
-            message: f.message,
+        let failed = |f: CudnnFailure| {
+            if f.call == NO_ALGORITHM {
+                Error::Declined {
+                    device: format!("cuda:{ordinal}"),
+                    message: f.message,
+                }
+            } else {
+                Error::Device {
+                    device: format!("cuda:{ordinal}"),
+                    call: f.call.into(),
+                    message: f.message,
+                }
+            }
         };
         let timer = self.timer()?;
         let handle = self

@@ -46,5 +46,18 @@ fn onnx_import(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, build_and_cost, onnx_import);
+/// Imports GPT-2 from ONNX (1,017 nodes: 12 transformer blocks, attention chains into one
+/// layer each). Target: under 1 s (issue 21).
+fn onnx_import_gpt2(c: &mut Criterion) {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/onnx/gpt2-seq64.onnx"
+    );
+    let bytes = std::fs::read(path).expect("the ONNX fixture is checked in");
+    c.bench_function("onnx_import_gpt2", |b| {
+        b.iter(|| ridgeline_model::onnx::import(black_box(&bytes), path, "gpt2"));
+    });
+}
+
+criterion_group!(benches, build_and_cost, onnx_import, onnx_import_gpt2);
 criterion_main!(benches);

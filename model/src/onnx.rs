@@ -14,8 +14,11 @@
 //! two activations, `Relu`,
 //! `LeakyRelu`, `Tanh`, `Gelu`, `Softmax` over channels (a graph output's becomes the
 //! training loss, softmax cross-entropy), `Add` and `Sum` of activations, `Concat` on
-//! channels, `Dropout`, `Flatten` and a `Reshape` to a feature vector. Anything else is
-//! refused with the node and its operator: nothing is guessed.
+//! channels, `Dropout`, `Flatten` and a `Reshape` to a feature vector. Transformers'
+//! sequences and the node chains that are one layer of theirs (embeddings, linear layers
+//! over rows, unfused attention) are read by its `sequence` module; logits over a token table's
+//! vocabulary get the language-model loss. Anything else is refused with the node and its
+//! operator: nothing is guessed.
 
 #[allow(
     missing_docs,
@@ -25,6 +28,7 @@
     rustdoc::all
 )]
 mod proto;
+mod sequence;
 
 use std::collections::HashMap;
 
@@ -32,7 +36,7 @@ use prost::Message;
 use smallvec::smallvec;
 
 use crate::error::{Error, Result};
-use crate::graph::{Conv, Dims, Graph, NodeId, Op, PadPairs, Padding, Pool};
+use crate::graph::{Conv, Dims, Graph, NodeId, Op, PadPairs, Padding, Pool, ScoreMask};
 use proto::tensor_shape_proto::dimension::Value as Dim;
 use proto::type_proto::Value as TypeValue;
 use proto::{AttributeProto, ModelProto, NodeProto, TensorProto};
@@ -47,10 +51,18 @@ enum Value {
     Constant {
         dims: Vec<i64>,
         ints: Option<Vec<i64>>,
+        /// The value of a floating-point scalar (a scale, an exponent, a shift).
+        scalar: Option<f64>,
+        /// The initializer it is (`Identity`, `Cast` and `Transpose` keep it): a head that
+        /// reads the token table is tied to it.
+        origin: Option<String>,
     },
+    /// Sequences, the tensors of a transformer ([`sequence`]).
+    Seq(sequence::Seq),
 }
 
-/// ONNX's data type of 64-bit integers.
+/// ONNX's data types of 32-bit floats and 64-bit integers.
+const FLOAT: i32 = 1;
 const INT64: i32 = 7;
 
 fn constant(t: &TensorProto) -> Value {
@@ -66,9 +78,21 @@ fn constant(t: &TensorProto) -> Value {
             t.int64_data.clone()
         }
     });
+    let elements: i64 = t.dims.iter().product();
+    let scalar = (t.data_type == Some(FLOAT) && elements == 1)
+        .then(|| {
+            t.float_data.first().copied().or_else(|| {
+                let b = t.raw_data.as_deref()?.get(..4)?;
+                Some(f32::from_le_bytes(b.try_into().ok()?))
+            })
+        })
+        .flatten()
+        .map(f64::from);
     Value::Constant {
         dims: t.dims.clone(),
         ints,
+        scalar,
+        origin: t.name.clone().filter(|n| !n.is_empty()),
     }
 }
 
@@ -168,6 +192,7 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
     values.insert(input_name, Value::Layer(0));
     let outputs: Vec<String> = graph.output.iter().filter_map(|o| o.name.clone()).collect();
     let mut names: HashMap<String, usize> = HashMap::new();
+    let mut tables: Vec<Table> = Vec::new();
     for (index, node) in graph.node.iter().enumerate() {
         let op = node.op_type.clone().unwrap_or_default();
         let label = node
@@ -189,12 +214,34 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
         };
         let layer = |v: &Value| match v {
             Value::Layer(id) => Some(*id),
-            Value::Constant { .. } => None,
+            _ => None,
         };
         let dims_of = |v: &Value| match v {
             Value::Constant { dims, .. } => Some(dims.clone()),
-            Value::Layer(_) => None,
+            _ => None,
         };
+        // Sequences (transformers): token and position embeddings, and every node that
+        // reads a sequence.
+        let reads_sequence = node
+            .input
+            .iter()
+            .any(|n| matches!(values.get(n), Some(Value::Seq(_))));
+        let table_lookup = op == "Gather"
+            && matches!(get(0)?, Value::Constant { dims, ints: None, .. } if dims.len() == 2);
+        if reads_sequence || table_lookup {
+            let out = sequence_node(&mut g, &mut names, &mut tables, node, &op, &label, &values)
+                .map_err(fail)?;
+            for (i, o) in node.output.iter().enumerate() {
+                if let Some(v) = out
+                    .get(i)
+                    .or(out.first())
+                    .filter(|_| out.len() == 1 || i < out.len())
+                {
+                    values.insert(o.clone(), v.clone());
+                }
+            }
+            continue;
+        }
         // Constants stay constants (shapes only).
         let all_constant = node
             .input
@@ -210,10 +257,79 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                     } => Some(Value::Constant {
                         dims: shape.clone(),
                         ints: None,
+                        scalar: None,
+                        origin: node.output.first().cloned(),
                     }),
                     _ => None,
                 },
                 "Identity" | "Cast" => Some(get(0)?.clone()),
+                // A transposed weight (a head tied to the token table reads it so).
+                "Transpose" => match get(0)? {
+                    Value::Constant {
+                        dims,
+                        origin,
+                        scalar,
+                        ..
+                    } => {
+                        let perm = ints(node, "perm")
+                            .unwrap_or_else(|| (0..dims.len() as i64).rev().collect());
+                        Some(Value::Constant {
+                            dims: perm
+                                .iter()
+                                .map(|&p| dims.get(p as usize).copied().unwrap_or(1))
+                                .collect(),
+                            ints: None,
+                            scalar: *scalar,
+                            origin: origin.clone(),
+                        })
+                    }
+                    _ => None,
+                },
+                // Arithmetic on scalars (attention's scale: `sqrt(d)` as a Pow).
+                "Pow" | "Add" | "Sub" | "Mul" | "Div" => {
+                    let (a, b) = (get(0)?, get(1)?);
+                    match (a, b) {
+                        (
+                            Value::Constant {
+                                dims: da,
+                                scalar: sa,
+                                ..
+                            },
+                            Value::Constant {
+                                dims: db,
+                                scalar: sb,
+                                ..
+                            },
+                        ) => Some(Value::Constant {
+                            dims: if da.len() >= db.len() {
+                                da.clone()
+                            } else {
+                                db.clone()
+                            },
+                            ints: None,
+                            scalar: match (sa, sb) {
+                                (Some(a), Some(b)) => Some(match op.as_str() {
+                                    "Pow" => a.powf(*b),
+                                    "Add" => a + b,
+                                    "Sub" => a - b,
+                                    "Mul" => a * b,
+                                    _ => a / b,
+                                }),
+                                // A scalar plus an empty tensor of zeros (ConstantOfShape
+                                // of []) stays the scalar.
+                                (Some(v), None) | (None, Some(v))
+                                    if da.iter().product::<i64>() <= 1
+                                        && db.iter().product::<i64>() <= 1 =>
+                                {
+                                    Some(*v)
+                                }
+                                _ => None,
+                            },
+                            origin: None,
+                        }),
+                        _ => None,
+                    }
+                }
                 "Unsqueeze" | "Squeeze" | "Reshape" | "Flatten" => {
                     let dims = dims_of(get(0)?).unwrap_or_default();
                     Some(Value::Constant {
@@ -224,6 +340,8 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                             node.input.get(1).and_then(|n| values.get(n)),
                         ),
                         ints: None,
+                        scalar: None,
+                        origin: None,
                     })
                 }
                 _ => None,
@@ -385,14 +503,14 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                     .iter()
                     .map(|&d| d as i64)
                     .collect();
-                if shape.len() == 2 && (shape[1] == -1 || shape[1] == elements) {
-                    Op::Flatten
-                } else if shape.len() == here.len() + 1 && shape[1..] == here[..] {
+                if shape.len() == here.len() + 1 && shape[1..] == here[..] {
                     // A reshape to the shape it has: nothing to do.
                     for o in &node.output {
                         values.insert(o.clone(), Value::Layer(xid));
                     }
                     continue;
+                } else if shape.len() == 2 && (shape[1] == -1 || shape[1] == elements) {
+                    Op::Flatten
                 } else {
                     return Err(fail(format!(
                         "to {shape:?}: only a reshape to a feature vector per sample is imported"
@@ -430,6 +548,8 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                                  after a per-channel Mul is imported"
                             )));
                         }
+                        // Sequences are taken before this (`sequence_node`).
+                        Value::Seq(_) => return Err(fail("adds a sequence".into())),
                     }
                 }
                 if layers.len() == 1 {
@@ -460,12 +580,7 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                 )));
             }
         };
-        let mut name = label.clone();
-        let n = names.entry(label.clone()).or_insert(0);
-        if *n > 0 || g.find(&name).is_some() {
-            name = format!("{label}#{n}");
-        }
-        *n += 1;
+        let name = unique(&g, &mut names, &label);
         let id = g.push(name, new_op, &inputs).map_err(|e| fail(e.message))?;
         for o in &node.output {
             values.insert(o.clone(), Value::Layer(id));
@@ -473,7 +588,513 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
         // Only the first output of a node carries data (Dropout's mask, BatchNormalization's
         // training statistics are not layers).
     }
+    // A language model's output is its logits over the vocabulary: training takes the
+    // cross-entropy loss against the next tokens, as the built-in language models do.
+    let last = g.last();
+    let logits = outputs.iter().any(
+        |o| matches!(values.get(o), Some(Value::Seq(sequence::Seq::Tokens(id))) if *id == last),
+    );
+    if logits
+        && tables
+            .iter()
+            .any(|t| g.layers()[last].output.dims().first() == Some(&t.rows))
+    {
+        let name = unique(&g, &mut names, "lm_loss");
+        g.push(name, Op::SoftmaxCrossEntropy, &[last])
+            .map_err(|e| Error::invalid(file, "graph.output", e.message))?;
+    }
     Ok(g)
+}
+
+/// A token table a `Gather` looked up: its initializer, rows (vocabulary) and features.
+#[derive(Debug, Clone)]
+struct Table {
+    origin: Option<String>,
+    rows: usize,
+    features: usize,
+}
+
+/// `label`, or `label#n` where a layer has it.
+fn unique(g: &Graph, names: &mut HashMap<String, usize>, label: &str) -> String {
+    let n = names.entry(label.to_owned()).or_insert(0);
+    let name = if *n > 0 || g.find(label).is_some() {
+        format!("{label}#{n}")
+    } else {
+        label.to_owned()
+    };
+    *n += 1;
+    name
+}
+
+/// A node of a transformer ([`sequence`]): the values of its outputs (several for a
+/// `Split`), adding the layers it is to `g`; or what it is not, in words.
+fn sequence_node(
+    g: &mut Graph,
+    names: &mut HashMap<String, usize>,
+    tables: &mut Vec<Table>,
+    node: &NodeProto,
+    op: &str,
+    label: &str,
+    values: &HashMap<String, Value>,
+) -> std::result::Result<Vec<Value>, String> {
+    use sequence::Seq;
+    let input = |i: usize| -> std::result::Result<&Value, String> {
+        let name = node.input.get(i).map(String::as_str).unwrap_or_default();
+        values
+            .get(name)
+            .ok_or_else(|| format!("input `{name}` is not produced before this node"))
+    };
+    let mut push = |g: &mut Graph, op: Op, inputs: &[NodeId], at: &str| {
+        let name = unique(g, names, at);
+        g.push(name, op, inputs).map_err(|e| e.message)
+    };
+    let tokens = |id: NodeId| Ok(vec![Value::Seq(Seq::Tokens(id))]);
+    let seq = |v: &Value| match v {
+        Value::Seq(s) => Some(s.clone()),
+        _ => None,
+    };
+    let scalar = |v: &Value| match v {
+        Value::Constant { scalar, .. } => *scalar,
+        _ => None,
+    };
+    let dims = |v: &Value| match v {
+        Value::Constant { dims, .. } => usizes(dims),
+        _ => None,
+    };
+    let features = |g: &Graph, id: NodeId| g.layers()[id].output.dims().first().copied();
+    let a = input(0)?.clone();
+    let b = if node.input.len() > 1 {
+        Some(input(1)?.clone())
+    } else {
+        None
+    };
+    let refuse = || -> std::result::Result<Vec<Value>, String> {
+        Err(format!(
+            "on a sequence ridgeline imports embeddings, layer norms, linear layers, unfused \
+             attention and element-wise ops (README.md, `workload import`); this `{op}` is \
+             none of them: write the workload as a TOML layer list, or open an issue for it"
+        ))
+    };
+    match (op, seq(&a), b.as_ref().and_then(seq)) {
+        // Token and position embeddings.
+        ("Gather", None, _) => {
+            let table = dims(&a)
+                .filter(|d| d.len() == 2)
+                .ok_or("looks up a table that is not a constant matrix [rows, features]")?;
+            let origin = match &a {
+                Value::Constant { origin, .. } => origin.clone(),
+                _ => None,
+            };
+            match b {
+                Some(Value::Layer(ids)) => {
+                    let id = push(
+                        g,
+                        Op::Embedding {
+                            num_embeddings: table[0],
+                            embedding_dim: table[1],
+                        },
+                        &[ids],
+                        label,
+                    )?;
+                    tables.push(Table {
+                        origin,
+                        rows: table[0],
+                        features: table[1],
+                    });
+                    tokens(id)
+                }
+                Some(Value::Constant { .. }) => Ok(vec![Value::Seq(Seq::Positions {
+                    rows: table[0],
+                    features: table[1],
+                    name: label.to_owned(),
+                })]),
+                _ => Err("looks up a table by something that is not token ids".into()),
+            }
+        }
+        (
+            "Add",
+            Some(Seq::Tokens(x)),
+            Some(Seq::Positions {
+                rows,
+                features,
+                name,
+            }),
+        )
+        | (
+            "Add",
+            Some(Seq::Positions {
+                rows,
+                features,
+                name,
+            }),
+            Some(Seq::Tokens(x)),
+        ) => {
+            // Learned positions: an embedding of the positions, which the input's shape
+            // gives; added to the tokens'.
+            let wpe = push(
+                g,
+                Op::Embedding {
+                    num_embeddings: rows,
+                    embedding_dim: features,
+                },
+                &[0],
+                &name,
+            )?;
+            let id = push(g, Op::Add, &[x, wpe], label)?;
+            tokens(id)
+        }
+        ("Add" | "Sum", Some(Seq::Tokens(x)), Some(Seq::Tokens(y))) => {
+            tokens(push(g, Op::Add, &[x, y], label)?)
+        }
+        ("Mul", Some(Seq::Tokens(x)), Some(Seq::Tokens(y))) => {
+            tokens(push(g, Op::Mul, &[x, y], label)?)
+        }
+        ("Add" | "Sub" | "Mul" | "Div" | "Pow", Some(Seq::Tokens(x)), None) => {
+            let v = b
+                .as_ref()
+                .and_then(scalar)
+                .ok_or("combines a sequence with a constant that is not a scalar")?;
+            let op = match op {
+                "Add" => Op::Shift { offset: v },
+                "Sub" => Op::Shift { offset: -v },
+                "Mul" => Op::Scale { factor: v },
+                "Div" => Op::Scale { factor: 1.0 / v },
+                _ => Op::Pow { exponent: v },
+            };
+            tokens(push(g, op, &[x], label)?)
+        }
+        ("Tanh" | "Relu" | "Gelu" | "LayerNormalization" | "Softmax", Some(Seq::Tokens(x)), _) => {
+            let axis_last = int(node, "axis").is_none_or(|a| a == -1 || a == 2);
+            if !axis_last {
+                return Err("normalises over an axis other than the features (-1)".into());
+            }
+            let op = match op {
+                "Tanh" => Op::Tanh,
+                "Relu" => Op::Relu,
+                "Gelu" => Op::Gelu,
+                "Softmax" => Op::Softmax,
+                _ => Op::LayerNorm,
+            };
+            tokens(push(g, op, &[x], label)?)
+        }
+        ("Dropout", Some(Seq::Tokens(x)), _) => {
+            let rate = f64::from(float(node, "ratio").unwrap_or(0.5));
+            tokens(push(g, Op::Dropout { rate }, &[x], label)?)
+        }
+        ("Identity" | "Cast", Some(s), _) => Ok(vec![Value::Seq(s)]),
+        // Linear layers: over rows (the exporter's Reshape, Gemm, Reshape), or a product
+        // of the sequence by a weight.
+        ("Reshape", Some(s), None) => {
+            let shape = match &b {
+                Some(Value::Constant { ints: Some(s), .. }) => s.clone(),
+                _ => return Err("reshapes to a shape that is not a constant".into()),
+            };
+            reshape(g, s, &shape, &mut push, label)
+        }
+        ("Gemm" | "MatMul", Some(Seq::Rows(x) | Seq::Tokens(x)), None) => {
+            let rows = matches!(seq(&a), Some(Seq::Rows(_)));
+            if op == "Gemm" && !rows {
+                return refuse();
+            }
+            let w = dims(b.as_ref().ok_or("no weight")?)
+                .filter(|w| w.len() == 2)
+                .ok_or("multiplies by a weight that is not a constant matrix")?;
+            let trans_b = op == "Gemm" && int(node, "transB").unwrap_or(0) != 0;
+            if op == "Gemm" && int(node, "transA").unwrap_or(0) != 0 {
+                return Err("transA is not imported".into());
+            }
+            let (inner, out) = if trans_b { (w[1], w[0]) } else { (w[0], w[1]) };
+            if Some(inner) != features(g, x) {
+                return Err(format!(
+                    "multiplies {} features by a weight of {inner} rows",
+                    features(g, x).unwrap_or(0)
+                ));
+            }
+            // The token table transposed: a head tied to the embeddings.
+            let origin = match &b {
+                Some(Value::Constant { origin, .. }) => origin.clone(),
+                _ => None,
+            };
+            let tied = !trans_b
+                && origin.is_some()
+                && tables
+                    .iter()
+                    .any(|t| t.origin == origin && t.rows == out && t.features == inner);
+            let id = push(
+                g,
+                Op::Linear {
+                    out_features: out,
+                    bias: op == "Gemm" && node.input.get(2).is_some_and(|n| !n.is_empty()),
+                    tied,
+                },
+                &[x],
+                label,
+            )?;
+            Ok(vec![Value::Seq(if rows {
+                Seq::Rows(id)
+            } else {
+                Seq::Tokens(id)
+            })])
+        }
+        // Attention.
+        ("Split", Some(Seq::Tokens(x)), _) => {
+            let axis = int(node, "axis").unwrap_or(0);
+            if axis != 2 && axis != -1 {
+                return Err(format!("axis {axis}: only the features (-1) are split"));
+            }
+            let parts = node.output.len();
+            let sizes = match &b {
+                Some(Value::Constant { ints: Some(s), .. }) => s.clone(),
+                _ => ints(node, "split").unwrap_or_default(),
+            };
+            if sizes.windows(2).any(|w| w[0] != w[1]) {
+                return Err(format!("{sizes:?}: only equal parts are imported"));
+            }
+            Ok((0..parts)
+                .map(|index| {
+                    Value::Seq(Seq::Part {
+                        layer: x,
+                        index,
+                        parts,
+                    })
+                })
+                .collect())
+        }
+        ("Transpose", Some(s), _) => {
+            let perm = ints(node, "perm").unwrap_or_default();
+            match (s, perm.as_slice()) {
+                (
+                    Seq::Heads {
+                        layer,
+                        index,
+                        heads,
+                        transposed: false,
+                        ..
+                    },
+                    [0, 2, 1, 3] | [0, 2, 3, 1],
+                ) => Ok(vec![Value::Seq(Seq::Heads {
+                    layer,
+                    index,
+                    heads,
+                    transposed: true,
+                    key_t: perm[2] == 3,
+                })]),
+                (
+                    Seq::Context {
+                        layer,
+                        heads,
+                        mask,
+                        dropout,
+                        transposed: false,
+                    },
+                    [0, 2, 1, 3],
+                ) => Ok(vec![Value::Seq(Seq::Context {
+                    layer,
+                    heads,
+                    mask,
+                    dropout,
+                    transposed: true,
+                })]),
+                _ => Err(format!(
+                    "perm {perm:?}: only attention's split into heads and back is imported"
+                )),
+            }
+        }
+        (
+            "MatMul",
+            Some(Seq::Heads {
+                layer,
+                index: 0,
+                heads,
+                transposed: true,
+                key_t: false,
+            }),
+            Some(Seq::Heads {
+                layer: k,
+                index: 1,
+                heads: hk,
+                transposed: true,
+                key_t: true,
+            }),
+        ) if k == layer && hk == heads => Ok(vec![Value::Seq(Seq::Scores {
+            layer,
+            heads,
+            mask: ScoreMask::None,
+            softmax: false,
+            dropout: 0.0,
+        })]),
+        (
+            "MatMul",
+            Some(Seq::Scores {
+                layer,
+                heads,
+                mask,
+                softmax: true,
+                dropout,
+            }),
+            Some(Seq::Heads {
+                layer: v,
+                index: 2,
+                heads: hv,
+                transposed: true,
+                key_t: false,
+            }),
+        ) if v == layer && hv == heads => Ok(vec![Value::Seq(Seq::Context {
+            layer,
+            heads,
+            mask,
+            dropout,
+            transposed: false,
+        })]),
+        // The scale of the scores.
+        ("Div" | "Mul", Some(s @ Seq::Scores { softmax: false, .. }), None)
+            if b.as_ref().and_then(scalar).is_some() =>
+        {
+            Ok(vec![Value::Seq(s)])
+        }
+        // Masks: a select against a constant mask, or the sum with a constant.
+        (
+            "Where",
+            None,
+            Some(Seq::Scores {
+                layer,
+                heads,
+                softmax: false,
+                dropout,
+                ..
+            }),
+        ) => Ok(vec![Value::Seq(Seq::Scores {
+            layer,
+            heads,
+            mask: ScoreMask::Select,
+            softmax: false,
+            dropout,
+        })]),
+        (
+            "Add",
+            Some(Seq::Scores {
+                layer,
+                heads,
+                softmax: false,
+                dropout,
+                ..
+            }),
+            None,
+        ) => Ok(vec![Value::Seq(Seq::Scores {
+            layer,
+            heads,
+            mask: ScoreMask::Add,
+            softmax: false,
+            dropout,
+        })]),
+        (
+            "Softmax",
+            Some(Seq::Scores {
+                layer,
+                heads,
+                mask,
+                softmax: false,
+                dropout,
+            }),
+            _,
+        ) => Ok(vec![Value::Seq(Seq::Scores {
+            layer,
+            heads,
+            mask,
+            softmax: true,
+            dropout,
+        })]),
+        (
+            "Dropout",
+            Some(Seq::Scores {
+                layer,
+                heads,
+                mask,
+                softmax: true,
+                ..
+            }),
+            _,
+        ) => Ok(vec![Value::Seq(Seq::Scores {
+            layer,
+            heads,
+            mask,
+            softmax: true,
+            dropout: f64::from(float(node, "ratio").unwrap_or(0.5)),
+        })]),
+        _ => refuse(),
+    }
+}
+
+/// A `Reshape` of a sequence value to `shape` (batch first, `-1` or `0` allowed where
+/// ONNX allows them).
+fn reshape(
+    g: &mut Graph,
+    s: sequence::Seq,
+    shape: &[i64],
+    push: &mut impl FnMut(&mut Graph, Op, &[NodeId], &str) -> std::result::Result<NodeId, String>,
+    label: &str,
+) -> std::result::Result<Vec<Value>, String> {
+    use sequence::Seq;
+    let tokens_of = |g: &Graph, id: NodeId| -> [i64; 2] {
+        let d = g.layers()[id].output.dims();
+        [
+            d.get(1).copied().unwrap_or(1) as i64,
+            d.first().copied().unwrap_or(1) as i64,
+        ]
+    };
+    let one = |v: Seq| Ok(vec![Value::Seq(v)]);
+    match (s, shape) {
+        // To rows [batch x positions, features] and back.
+        (Seq::Tokens(id), [_, f]) if *f == tokens_of(g, id)[1] => one(Seq::Rows(id)),
+        (Seq::Rows(id) | Seq::Tokens(id), [_, p, f])
+            if *p == tokens_of(g, id)[0] && *f == tokens_of(g, id)[1] =>
+        {
+            one(Seq::Tokens(id))
+        }
+        // Query, key or value into heads.
+        (
+            Seq::Part {
+                layer,
+                index,
+                parts,
+            },
+            [_, p, heads, d],
+        ) => {
+            let [positions, features] = tokens_of(g, layer);
+            if *p != positions || heads * d * parts as i64 != features || *heads < 1 {
+                return Err(format!(
+                    "{shape:?}: a part of {} features does not split into these heads",
+                    features / parts as i64
+                ));
+            }
+            one(Seq::Heads {
+                layer,
+                index,
+                heads: *heads as usize,
+                transposed: false,
+                key_t: false,
+            })
+        }
+        // Attention's output back to the features: the attention layer.
+        (context @ Seq::Context { .. }, [_, p, f]) => {
+            let (layer, op) = context
+                .attention()
+                .ok_or("reshapes attention's output before it is transposed back")?;
+            let [positions, features] = tokens_of(g, layer);
+            if *p != positions || *f * 3 != features {
+                return Err(format!(
+                    "{shape:?}: attention over a projection of {features} features gives {}",
+                    features / 3
+                ));
+            }
+            let id = push(g, op, &[layer], label)?;
+            one(Seq::Tokens(id))
+        }
+        (_, shape) => Err(format!(
+            "to {shape:?}: only reshapes to rows and back, and attention's into heads and \
+             back, are imported"
+        )),
+    }
 }
 
 /// Whether a constant of shape `c` holds one value per channel of an activation of
@@ -594,6 +1215,103 @@ mod tests {
             .filter(|l| matches!(l.op, Op::ChannelAffine))
             .count();
         assert_eq!(affine, 121);
+    }
+
+    /// The exporter's GPT-2 (`scripts/export-onnx.py`: Hugging Face's 124M configuration,
+    /// 64 tokens, weights stripped).
+    fn gpt2_bytes() -> Vec<u8> {
+        let path = format!(
+            "{}/../tests/fixtures/onnx/gpt2-seq64.onnx",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    /// GPT-2 as ONNX is the built-in GPT-2: the same parameters (the head tied to the token
+    /// table) and multiply-accumulates, twelve unfused causal attention layers of twelve
+    /// heads, and GELU as its eight kernels.
+    #[test]
+    fn gpt2_is_the_built_in_one() {
+        let g = import(&gpt2_bytes(), "gpt2-seq64.onnx", "gpt2").unwrap();
+        let builtin = workloads::build(
+            "gpt2",
+            &BuildOptions {
+                input_size: Some(vec![64]),
+                ..BuildOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(counts(&g), counts(&builtin));
+        assert_eq!(counts(&g).0, 124_439_808);
+        let ops = |g: &Graph, kind: &str| g.layers().iter().filter(|l| l.op.kind() == kind).count();
+        for kind in [
+            "embedding",
+            "layer-norm",
+            "linear",
+            "attention",
+            "scale",
+            "pow",
+            "tanh",
+            "shift",
+            "mul",
+            "add",
+            "softmax-cross-entropy",
+        ] {
+            assert_eq!(ops(&g, kind), ops(&builtin, kind), "{kind}");
+        }
+        let attention: Vec<_> = g
+            .layers()
+            .iter()
+            .filter_map(|l| match &l.op {
+                Op::Attention(a) => Some(*a),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(attention.len(), 12);
+        assert!(
+            attention
+                .iter()
+                .all(|a| a.heads == 12 && a.causal && !a.fused && a.mask == ScoreMask::Select)
+        );
+        let head = &g.layers()[g.last() - 1];
+        assert!(
+            matches!(
+                head.op,
+                Op::Linear {
+                    out_features: 50257,
+                    tied: true,
+                    ..
+                }
+            ),
+            "{:?}",
+            head.op
+        );
+        // Without the tie (a head of its own) it would own the table's 38.6M parameters.
+        assert_eq!(g.input_shape().dims(), [64]);
+    }
+
+    /// An op on a sequence that is none of the importer's is refused with its node.
+    #[test]
+    fn an_unknown_op_on_a_sequence_is_refused_with_its_node() {
+        let mut model = ModelProto::decode(gpt2_bytes().as_slice()).unwrap();
+        let graph = model.graph.as_mut().unwrap();
+        let (index, node) = graph
+            .node
+            .iter_mut()
+            .enumerate()
+            .find(|(_, n)| n.op_type.as_deref() == Some("Tanh"))
+            .unwrap();
+        node.op_type = Some("Erf".into());
+        let name = node.name.clone().unwrap();
+        let e = import(&model.encode_to_vec(), "g.onnx", "g")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("g.onnx, node {index}"))
+                && e.contains(&name)
+                && e.contains("op `Erf`"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -319,6 +319,33 @@ fn workload_import_turns_an_onnx_model_into_a_layer_file_or_refuses_it_whole() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A transformer exported from Hugging Face (GPT-2, 64 tokens) imports as the built-in one
+/// and round-trips through its layer file.
+#[test]
+fn workload_import_reads_a_transformer() {
+    let dir = std::env::temp_dir().join(format!("ridgeline-onnx-gpt2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("gpt2.toml");
+    run_ok(&[
+        "workload",
+        "import",
+        &fixture("onnx/gpt2-seq64.onnx"),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let show = |w: &str, extra: &[&str]| {
+        let mut args = vec!["workload", "show", w, "--format", "json"];
+        args.extend_from_slice(extra);
+        run_json(&args)
+    };
+    let imported = show(out.to_str().unwrap(), &[]);
+    let builtin = show("gpt2", &["--seq-len", "64"]);
+    assert_eq!(imported["params"].as_u64(), Some(124_439_808));
+    assert_eq!(imported["params"], builtin["params"]);
+    assert_eq!(imported["macs_fwd"], builtin["macs_fwd"]);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn sweep_searches_the_splits_of_a_transformer() {
     let v = run_json(&[

@@ -10,9 +10,11 @@ file keeps the graph and the shapes (a few hundred KB, not half a gigabyte). A h
 the token embeddings, which the exporter writes as a transposed copy of the table, becomes
 a `Transpose` of the table: the tie stays in the graph, where the copy's data showed it.
 
-The committed fixture was written by
+The committed fixtures were written by
 
     python3 scripts/export-onnx.py gpt2 --seq-len 64 --out tests/fixtures/onnx/gpt2-seq64.onnx
+    python3 scripts/export-onnx.py bert-large --seq-len 64 \
+        --out tests/fixtures/onnx/bert-large-seq64.onnx
 
 with torch 2.5.1, transformers 4.46.3 and onnx 1.23.2 on the CPU.
 """
@@ -32,7 +34,19 @@ def build(name: str) -> torch.nn.Module:
         # The configuration of Hugging Face's `gpt2` (124M): the library's defaults.
         config = transformers.GPT2Config(attn_implementation="eager")
         return transformers.GPT2LMHeadModel(config).eval()
-    raise SystemExit(f"unknown model {name}: gpt2")
+    if name == "bert-large":
+        # google-bert/bert-large-uncased's configuration (data/workloads/transformers/
+        # bert-large.toml), trained as BertForPreTraining: masked-LM and next-sentence heads.
+        config = transformers.BertConfig(
+            vocab_size=30522,
+            hidden_size=1024,
+            num_hidden_layers=24,
+            num_attention_heads=16,
+            intermediate_size=4096,
+            attn_implementation="eager",
+        )
+        return transformers.BertForPreTraining(config).eval()
+    raise SystemExit(f"unknown model {name}: gpt2, bert-large")
 
 
 def strip(model: onnx.ModelProto, tied: tuple[str, str] | None) -> None:
@@ -63,7 +77,7 @@ def strip(model: onnx.ModelProto, tied: tuple[str, str] | None) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("model", help="gpt2")
+    p.add_argument("model", help="gpt2 or bert-large")
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--out", required=True)
     a = p.parse_args()
@@ -77,14 +91,14 @@ def main() -> None:
         tmp,
         opset_version=17,
         input_names=["input_ids"],
-        output_names=["logits"],
+        output_names=["logits", "seq_relationship_logits"][: 1 + (a.model == "bert-large")],
         do_constant_folding=True,
     )
     model = onnx.load(tmp)
     os.remove(tmp)
     # The tied head: the initializer equal to the token table transposed.
     arrays = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    table = next(n for n in arrays if n.endswith("wte.weight"))
+    table = next(n for n in arrays if n.endswith(("wte.weight", "word_embeddings.weight")))
     copy = next(
         (n for n, v in arrays.items() if n != table and v.shape == arrays[table].T.shape
          and np.array_equal(v, arrays[table].T)),

@@ -36,7 +36,7 @@ use prost::Message;
 use smallvec::smallvec;
 
 use crate::error::{Error, Result};
-use crate::graph::{Conv, Dims, Graph, NodeId, Op, PadPairs, Padding, Pool, ScoreMask};
+use crate::graph::{Conv, Dims, Graph, NodeId, Op, PadPairs, Padding, Pool};
 use proto::tensor_shape_proto::dimension::Value as Dim;
 use proto::type_proto::Value as TypeValue;
 use proto::{AttributeProto, ModelProto, NodeProto, TensorProto};
@@ -229,16 +229,15 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
         let table_lookup = op == "Gather"
             && matches!(get(0)?, Value::Constant { dims, ints: None, .. } if dims.len() == 2);
         if reads_sequence || table_lookup {
-            let out = sequence_node(&mut g, &mut names, &mut tables, node, &op, &label, &values)
-                .map_err(fail)?;
-            for (i, o) in node.output.iter().enumerate() {
-                if let Some(v) = out
-                    .get(i)
-                    .or(out.first())
-                    .filter(|_| out.len() == 1 || i < out.len())
-                {
-                    values.insert(o.clone(), v.clone());
-                }
+            let mut reader = sequence::Reader {
+                g: &mut g,
+                names: &mut names,
+                tables: &mut tables,
+            };
+            let out = reader.node(node, &op, &label, &mut values).map_err(fail)?;
+            // Each output its value; a node of one value (Dropout's mask) binds it once.
+            for (o, v) in node.output.iter().zip(&out) {
+                values.insert(o.clone(), v.clone());
             }
             continue;
         }
@@ -285,6 +284,36 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                     }
                     _ => None,
                 },
+                // A mask computed from constants (BERT's padding mask of an all-ones
+                // attention mask, token types of zeros): its shape only.
+                "Equal" | "Where" | "Not" | "Less" | "Greater" | "And" | "Or" | "Neg" => {
+                    let mut dims: Vec<i64> = Vec::new();
+                    for i in 0..node.input.len() {
+                        if let Some(d) = dims_of(get(i)?).filter(|d| d.len() > dims.len()) {
+                            dims = d;
+                        }
+                    }
+                    Some(Value::Constant {
+                        dims,
+                        ints: None,
+                        scalar: None,
+                        origin: None,
+                    })
+                }
+                // Its target shape where the graph gives it; where that is computed from
+                // a mask (BERT's token types), the input's: such a constant is read as an
+                // index of constants, whose shape no layer takes.
+                "Expand" => Some(Value::Constant {
+                    dims: match get(1)? {
+                        Value::Constant {
+                            ints: Some(shape), ..
+                        } => shape.clone(),
+                        _ => dims_of(get(0)?).unwrap_or_default(),
+                    },
+                    ints: None,
+                    scalar: None,
+                    origin: None,
+                }),
                 // Arithmetic on scalars (attention's scale: `sqrt(d)` as a Pow).
                 "Pow" | "Add" | "Sub" | "Mul" | "Div" => {
                     let (a, b) = (get(0)?, get(1)?);
@@ -588,20 +617,28 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
         // Only the first output of a node carries data (Dropout's mask, BatchNormalization's
         // training statistics are not layers).
     }
-    // A language model's output is its logits over the vocabulary: training takes the
-    // cross-entropy loss against the next tokens, as the built-in language models do.
-    let last = g.last();
-    let logits = outputs.iter().any(
-        |o| matches!(values.get(o), Some(Value::Seq(sequence::Seq::Tokens(id))) if *id == last),
-    );
-    if logits
-        && tables
-            .iter()
-            .any(|t| g.layers()[last].output.dims().first() == Some(&t.rows))
-    {
-        let name = unique(&g, &mut names, "lm_loss");
-        g.push(name, Op::SoftmaxCrossEntropy, &[last])
-            .map_err(|e| Error::invalid(file, "graph.output", e.message))?;
+    // Graph outputs waiting on a node after them (a product without bias) are added as
+    // they are; a sequence's logits (a linear layer's output) get the cross-entropy loss
+    // of a training step, as the built-in language models and BERT's heads have it.
+    for o in &outputs {
+        let Some(v) = values.get(o).cloned() else {
+            continue;
+        };
+        let mut reader = sequence::Reader {
+            g: &mut g,
+            names: &mut names,
+            tables: &mut tables,
+        };
+        let settled = reader
+            .settle(&v)
+            .map_err(|m| Error::invalid(file, format!("graph.output `{o}`"), m))?;
+        if let Value::Seq(sequence::Seq::Tokens(id)) = settled
+            && matches!(g.layers()[id].op, Op::Linear { .. })
+        {
+            let name = unique(&g, &mut names, &format!("{o}_loss"));
+            g.push(name, Op::SoftmaxCrossEntropy, &[id])
+                .map_err(|e| Error::invalid(file, format!("graph.output `{o}`"), e.message))?;
+        }
     }
     Ok(g)
 }
@@ -624,477 +661,6 @@ fn unique(g: &Graph, names: &mut HashMap<String, usize>, label: &str) -> String 
     };
     *n += 1;
     name
-}
-
-/// A node of a transformer ([`sequence`]): the values of its outputs (several for a
-/// `Split`), adding the layers it is to `g`; or what it is not, in words.
-fn sequence_node(
-    g: &mut Graph,
-    names: &mut HashMap<String, usize>,
-    tables: &mut Vec<Table>,
-    node: &NodeProto,
-    op: &str,
-    label: &str,
-    values: &HashMap<String, Value>,
-) -> std::result::Result<Vec<Value>, String> {
-    use sequence::Seq;
-    let input = |i: usize| -> std::result::Result<&Value, String> {
-        let name = node.input.get(i).map(String::as_str).unwrap_or_default();
-        values
-            .get(name)
-            .ok_or_else(|| format!("input `{name}` is not produced before this node"))
-    };
-    let mut push = |g: &mut Graph, op: Op, inputs: &[NodeId], at: &str| {
-        let name = unique(g, names, at);
-        g.push(name, op, inputs).map_err(|e| e.message)
-    };
-    let tokens = |id: NodeId| Ok(vec![Value::Seq(Seq::Tokens(id))]);
-    let seq = |v: &Value| match v {
-        Value::Seq(s) => Some(s.clone()),
-        _ => None,
-    };
-    let scalar = |v: &Value| match v {
-        Value::Constant { scalar, .. } => *scalar,
-        _ => None,
-    };
-    let dims = |v: &Value| match v {
-        Value::Constant { dims, .. } => usizes(dims),
-        _ => None,
-    };
-    let features = |g: &Graph, id: NodeId| g.layers()[id].output.dims().first().copied();
-    let a = input(0)?.clone();
-    let b = if node.input.len() > 1 {
-        Some(input(1)?.clone())
-    } else {
-        None
-    };
-    let refuse = || -> std::result::Result<Vec<Value>, String> {
-        Err(format!(
-            "on a sequence ridgeline imports embeddings, layer norms, linear layers, unfused \
-             attention and element-wise ops (README.md, `workload import`); this `{op}` is \
-             none of them: write the workload as a TOML layer list, or open an issue for it"
-        ))
-    };
-    match (op, seq(&a), b.as_ref().and_then(seq)) {
-        // Token and position embeddings.
-        ("Gather", None, _) => {
-            let table = dims(&a)
-                .filter(|d| d.len() == 2)
-                .ok_or("looks up a table that is not a constant matrix [rows, features]")?;
-            let origin = match &a {
-                Value::Constant { origin, .. } => origin.clone(),
-                _ => None,
-            };
-            match b {
-                Some(Value::Layer(ids)) => {
-                    let id = push(
-                        g,
-                        Op::Embedding {
-                            num_embeddings: table[0],
-                            embedding_dim: table[1],
-                        },
-                        &[ids],
-                        label,
-                    )?;
-                    tables.push(Table {
-                        origin,
-                        rows: table[0],
-                        features: table[1],
-                    });
-                    tokens(id)
-                }
-                Some(Value::Constant { .. }) => Ok(vec![Value::Seq(Seq::Positions {
-                    rows: table[0],
-                    features: table[1],
-                    name: label.to_owned(),
-                })]),
-                _ => Err("looks up a table by something that is not token ids".into()),
-            }
-        }
-        (
-            "Add",
-            Some(Seq::Tokens(x)),
-            Some(Seq::Positions {
-                rows,
-                features,
-                name,
-            }),
-        )
-        | (
-            "Add",
-            Some(Seq::Positions {
-                rows,
-                features,
-                name,
-            }),
-            Some(Seq::Tokens(x)),
-        ) => {
-            // Learned positions: an embedding of the positions, which the input's shape
-            // gives; added to the tokens'.
-            let wpe = push(
-                g,
-                Op::Embedding {
-                    num_embeddings: rows,
-                    embedding_dim: features,
-                },
-                &[0],
-                &name,
-            )?;
-            let id = push(g, Op::Add, &[x, wpe], label)?;
-            tokens(id)
-        }
-        ("Add" | "Sum", Some(Seq::Tokens(x)), Some(Seq::Tokens(y))) => {
-            tokens(push(g, Op::Add, &[x, y], label)?)
-        }
-        ("Mul", Some(Seq::Tokens(x)), Some(Seq::Tokens(y))) => {
-            tokens(push(g, Op::Mul, &[x, y], label)?)
-        }
-        ("Add" | "Sub" | "Mul" | "Div" | "Pow", Some(Seq::Tokens(x)), None) => {
-            let v = b
-                .as_ref()
-                .and_then(scalar)
-                .ok_or("combines a sequence with a constant that is not a scalar")?;
-            let op = match op {
-                "Add" => Op::Shift { offset: v },
-                "Sub" => Op::Shift { offset: -v },
-                "Mul" => Op::Scale { factor: v },
-                "Div" => Op::Scale { factor: 1.0 / v },
-                _ => Op::Pow { exponent: v },
-            };
-            tokens(push(g, op, &[x], label)?)
-        }
-        ("Tanh" | "Relu" | "Gelu" | "LayerNormalization" | "Softmax", Some(Seq::Tokens(x)), _) => {
-            let axis_last = int(node, "axis").is_none_or(|a| a == -1 || a == 2);
-            if !axis_last {
-                return Err("normalises over an axis other than the features (-1)".into());
-            }
-            let op = match op {
-                "Tanh" => Op::Tanh,
-                "Relu" => Op::Relu,
-                "Gelu" => Op::Gelu,
-                "Softmax" => Op::Softmax,
-                _ => Op::LayerNorm,
-            };
-            tokens(push(g, op, &[x], label)?)
-        }
-        ("Dropout", Some(Seq::Tokens(x)), _) => {
-            let rate = f64::from(float(node, "ratio").unwrap_or(0.5));
-            tokens(push(g, Op::Dropout { rate }, &[x], label)?)
-        }
-        ("Identity" | "Cast", Some(s), _) => Ok(vec![Value::Seq(s)]),
-        // Linear layers: over rows (the exporter's Reshape, Gemm, Reshape), or a product
-        // of the sequence by a weight.
-        ("Reshape", Some(s), None) => {
-            let shape = match &b {
-                Some(Value::Constant { ints: Some(s), .. }) => s.clone(),
-                _ => return Err("reshapes to a shape that is not a constant".into()),
-            };
-            reshape(g, s, &shape, &mut push, label)
-        }
-        ("Gemm" | "MatMul", Some(Seq::Rows(x) | Seq::Tokens(x)), None) => {
-            let rows = matches!(seq(&a), Some(Seq::Rows(_)));
-            if op == "Gemm" && !rows {
-                return refuse();
-            }
-            let w = dims(b.as_ref().ok_or("no weight")?)
-                .filter(|w| w.len() == 2)
-                .ok_or("multiplies by a weight that is not a constant matrix")?;
-            let trans_b = op == "Gemm" && int(node, "transB").unwrap_or(0) != 0;
-            if op == "Gemm" && int(node, "transA").unwrap_or(0) != 0 {
-                return Err("transA is not imported".into());
-            }
-            let (inner, out) = if trans_b { (w[1], w[0]) } else { (w[0], w[1]) };
-            if Some(inner) != features(g, x) {
-                return Err(format!(
-                    "multiplies {} features by a weight of {inner} rows",
-                    features(g, x).unwrap_or(0)
-                ));
-            }
-            // The token table transposed: a head tied to the embeddings.
-            let origin = match &b {
-                Some(Value::Constant { origin, .. }) => origin.clone(),
-                _ => None,
-            };
-            let tied = !trans_b
-                && origin.is_some()
-                && tables
-                    .iter()
-                    .any(|t| t.origin == origin && t.rows == out && t.features == inner);
-            let id = push(
-                g,
-                Op::Linear {
-                    out_features: out,
-                    bias: op == "Gemm" && node.input.get(2).is_some_and(|n| !n.is_empty()),
-                    tied,
-                },
-                &[x],
-                label,
-            )?;
-            Ok(vec![Value::Seq(if rows {
-                Seq::Rows(id)
-            } else {
-                Seq::Tokens(id)
-            })])
-        }
-        // Attention.
-        ("Split", Some(Seq::Tokens(x)), _) => {
-            let axis = int(node, "axis").unwrap_or(0);
-            if axis != 2 && axis != -1 {
-                return Err(format!("axis {axis}: only the features (-1) are split"));
-            }
-            let parts = node.output.len();
-            let sizes = match &b {
-                Some(Value::Constant { ints: Some(s), .. }) => s.clone(),
-                _ => ints(node, "split").unwrap_or_default(),
-            };
-            if sizes.windows(2).any(|w| w[0] != w[1]) {
-                return Err(format!("{sizes:?}: only equal parts are imported"));
-            }
-            Ok((0..parts)
-                .map(|index| {
-                    Value::Seq(Seq::Part {
-                        layer: x,
-                        index,
-                        parts,
-                    })
-                })
-                .collect())
-        }
-        ("Transpose", Some(s), _) => {
-            let perm = ints(node, "perm").unwrap_or_default();
-            match (s, perm.as_slice()) {
-                (
-                    Seq::Heads {
-                        layer,
-                        index,
-                        heads,
-                        transposed: false,
-                        ..
-                    },
-                    [0, 2, 1, 3] | [0, 2, 3, 1],
-                ) => Ok(vec![Value::Seq(Seq::Heads {
-                    layer,
-                    index,
-                    heads,
-                    transposed: true,
-                    key_t: perm[2] == 3,
-                })]),
-                (
-                    Seq::Context {
-                        layer,
-                        heads,
-                        mask,
-                        dropout,
-                        transposed: false,
-                    },
-                    [0, 2, 1, 3],
-                ) => Ok(vec![Value::Seq(Seq::Context {
-                    layer,
-                    heads,
-                    mask,
-                    dropout,
-                    transposed: true,
-                })]),
-                _ => Err(format!(
-                    "perm {perm:?}: only attention's split into heads and back is imported"
-                )),
-            }
-        }
-        (
-            "MatMul",
-            Some(Seq::Heads {
-                layer,
-                index: 0,
-                heads,
-                transposed: true,
-                key_t: false,
-            }),
-            Some(Seq::Heads {
-                layer: k,
-                index: 1,
-                heads: hk,
-                transposed: true,
-                key_t: true,
-            }),
-        ) if k == layer && hk == heads => Ok(vec![Value::Seq(Seq::Scores {
-            layer,
-            heads,
-            mask: ScoreMask::None,
-            softmax: false,
-            dropout: 0.0,
-        })]),
-        (
-            "MatMul",
-            Some(Seq::Scores {
-                layer,
-                heads,
-                mask,
-                softmax: true,
-                dropout,
-            }),
-            Some(Seq::Heads {
-                layer: v,
-                index: 2,
-                heads: hv,
-                transposed: true,
-                key_t: false,
-            }),
-        ) if v == layer && hv == heads => Ok(vec![Value::Seq(Seq::Context {
-            layer,
-            heads,
-            mask,
-            dropout,
-            transposed: false,
-        })]),
-        // The scale of the scores.
-        ("Div" | "Mul", Some(s @ Seq::Scores { softmax: false, .. }), None)
-            if b.as_ref().and_then(scalar).is_some() =>
-        {
-            Ok(vec![Value::Seq(s)])
-        }
-        // Masks: a select against a constant mask, or the sum with a constant.
-        (
-            "Where",
-            None,
-            Some(Seq::Scores {
-                layer,
-                heads,
-                softmax: false,
-                dropout,
-                ..
-            }),
-        ) => Ok(vec![Value::Seq(Seq::Scores {
-            layer,
-            heads,
-            mask: ScoreMask::Select,
-            softmax: false,
-            dropout,
-        })]),
-        (
-            "Add",
-            Some(Seq::Scores {
-                layer,
-                heads,
-                softmax: false,
-                dropout,
-                ..
-            }),
-            None,
-        ) => Ok(vec![Value::Seq(Seq::Scores {
-            layer,
-            heads,
-            mask: ScoreMask::Add,
-            softmax: false,
-            dropout,
-        })]),
-        (
-            "Softmax",
-            Some(Seq::Scores {
-                layer,
-                heads,
-                mask,
-                softmax: false,
-                dropout,
-            }),
-            _,
-        ) => Ok(vec![Value::Seq(Seq::Scores {
-            layer,
-            heads,
-            mask,
-            softmax: true,
-            dropout,
-        })]),
-        (
-            "Dropout",
-            Some(Seq::Scores {
-                layer,
-                heads,
-                mask,
-                softmax: true,
-                ..
-            }),
-            _,
-        ) => Ok(vec![Value::Seq(Seq::Scores {
-            layer,
-            heads,
-            mask,
-            softmax: true,
-            dropout: f64::from(float(node, "ratio").unwrap_or(0.5)),
-        })]),
-        _ => refuse(),
-    }
-}
-
-/// A `Reshape` of a sequence value to `shape` (batch first, `-1` or `0` allowed where
-/// ONNX allows them).
-fn reshape(
-    g: &mut Graph,
-    s: sequence::Seq,
-    shape: &[i64],
-    push: &mut impl FnMut(&mut Graph, Op, &[NodeId], &str) -> std::result::Result<NodeId, String>,
-    label: &str,
-) -> std::result::Result<Vec<Value>, String> {
-    use sequence::Seq;
-    let tokens_of = |g: &Graph, id: NodeId| -> [i64; 2] {
-        let d = g.layers()[id].output.dims();
-        [
-            d.get(1).copied().unwrap_or(1) as i64,
-            d.first().copied().unwrap_or(1) as i64,
-        ]
-    };
-    let one = |v: Seq| Ok(vec![Value::Seq(v)]);
-    match (s, shape) {
-        // To rows [batch x positions, features] and back.
-        (Seq::Tokens(id), [_, f]) if *f == tokens_of(g, id)[1] => one(Seq::Rows(id)),
-        (Seq::Rows(id) | Seq::Tokens(id), [_, p, f])
-            if *p == tokens_of(g, id)[0] && *f == tokens_of(g, id)[1] =>
-        {
-            one(Seq::Tokens(id))
-        }
-        // Query, key or value into heads.
-        (
-            Seq::Part {
-                layer,
-                index,
-                parts,
-            },
-            [_, p, heads, d],
-        ) => {
-            let [positions, features] = tokens_of(g, layer);
-            if *p != positions || heads * d * parts as i64 != features || *heads < 1 {
-                return Err(format!(
-                    "{shape:?}: a part of {} features does not split into these heads",
-                    features / parts as i64
-                ));
-            }
-            one(Seq::Heads {
-                layer,
-                index,
-                heads: *heads as usize,
-                transposed: false,
-                key_t: false,
-            })
-        }
-        // Attention's output back to the features: the attention layer.
-        (context @ Seq::Context { .. }, [_, p, f]) => {
-            let (layer, op) = context
-                .attention()
-                .ok_or("reshapes attention's output before it is transposed back")?;
-            let [positions, features] = tokens_of(g, layer);
-            if *p != positions || *f * 3 != features {
-                return Err(format!(
-                    "{shape:?}: attention over a projection of {features} features gives {}",
-                    features / 3
-                ));
-            }
-            let id = push(g, op, &[layer], label)?;
-            one(Seq::Tokens(id))
-        }
-        (_, shape) => Err(format!(
-            "to {shape:?}: only reshapes to rows and back, and attention's into heads and \
-             back, are imported"
-        )),
-    }
 }
 
 /// Whether a constant of shape `c` holds one value per channel of an activation of
@@ -1157,6 +723,7 @@ fn reshape_constant(node: &NodeProto, op: &str, dims: &[i64], second: Option<&Va
 mod tests {
     use super::*;
     use crate::cost::cost;
+    use crate::graph::ScoreMask;
     use crate::precision::Precision;
     use crate::workloads::{self, BuildOptions};
 
@@ -1288,6 +855,56 @@ mod tests {
         );
         // Without the tie (a head of its own) it would own the table's 38.6M parameters.
         assert_eq!(g.input_shape().dims(), [64]);
+    }
+
+    /// BERT-Large as ONNX (`BertForPreTraining`, 64 tokens) is the built-in BERT-Large:
+    /// three projections per attention layer with BERT's additive mask, the exact GELU as
+    /// one layer, the pooler and both heads with their losses, the masked-LM decoder tied.
+    #[test]
+    fn bert_large_is_the_built_in_one() {
+        let path = format!(
+            "{}/../tests/fixtures/onnx/bert-large-seq64.onnx",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let bytes = std::fs::read(&path).unwrap();
+        let g = import(&bytes, "bert-large-seq64.onnx", "bert").unwrap();
+        let builtin = workloads::build(
+            "bert-large",
+            &BuildOptions {
+                input_size: Some(vec![64]),
+                ..BuildOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(counts(&g), counts(&builtin));
+        assert_eq!(counts(&g).0, 336_226_108);
+        let ops = |g: &Graph, kind: &str| g.layers().iter().filter(|l| l.op.kind() == kind).count();
+        for kind in [
+            "embedding",
+            "layer-norm",
+            "linear",
+            "attention",
+            "gelu",
+            "gather",
+            "tanh",
+            "softmax-cross-entropy",
+        ] {
+            assert_eq!(ops(&g, kind), ops(&builtin, kind), "{kind}");
+        }
+        for l in g.layers() {
+            if let Op::Attention(a) = &l.op {
+                assert_eq!((a.heads, a.causal, a.mask), (16, false, ScoreMask::Add));
+                assert_eq!(l.inputs.len(), 3, "query, key and value");
+            }
+        }
+        assert!(g.layers().iter().any(|l| matches!(
+            l.op,
+            Op::Linear {
+                out_features: 30522,
+                bias: true,
+                tied: true
+            }
+        )));
     }
 
     /// An op on a sequence that is none of the importer's is refused with its node.

@@ -343,6 +343,11 @@ fn workload_import_reads_a_transformer() {
     assert_eq!(imported["params"].as_u64(), Some(124_439_808));
     assert_eq!(imported["params"], builtin["params"]);
     assert_eq!(imported["macs_fwd"], builtin["macs_fwd"]);
+    // BERT-Large as an ONNX file is a workload as it is, too.
+    let bert = show(&fixture("onnx/bert-large-seq64.onnx"), &[]);
+    let builtin = show("bert-large", &["--seq-len", "64"]);
+    assert_eq!(bert["params"].as_u64(), Some(336_226_108));
+    assert_eq!(bert["macs_fwd"], builtin["macs_fwd"]);
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -1,63 +1,105 @@
 //! Transformers in ONNX: sequences `[batch, positions, features]` (the IR's `[features,
 //! positions]`), and the chains of nodes that are one IR layer.
 //!
-//! - `Gather` of a weight table by the token ids is an embedding; by constant positions, a
-//!   learned position embedding, added to the tokens' (`wpe`).
+//! - `Gather` of a weight table by the token ids is an embedding; by constant indices
+//!   (positions, BERT's token types), an embedding of the input added to the tokens'.
 //! - `LayerNormalization` over the features is a layer norm.
-//! - A linear layer is a `MatMul` of a sequence by a weight, or the exporter's
-//!   `Reshape` to rows `[batch x positions, features]`, `Gemm`, and `Reshape` back. A
-//!   product by the token table transposed is a head tied to it (no weights of its own).
+//! - A linear layer is a `MatMul` of a sequence by a weight, with the `Add` of a bias
+//!   vector after it where there is one, or the exporter's `Reshape` to rows
+//!   `[batch x positions, features]`, `Gemm`, and `Reshape` back. A product by the token
+//!   table transposed is a head tied to it (no weights of its own). `Gather` of the first
+//!   position and a `Gemm` on it are BERT's pooler.
 //! - Element-wise ops on a sequence: `Mul`, `Div` and `Add` by a scalar (scale, shift),
 //!   `Pow` by a scalar, `Tanh`, `Relu`, `Gelu`, `Softmax` over features, `Add` and `Mul` of
-//!   two sequences; so GPT-2's GELU, written as its formula, is its eight kernels, as the
-//!   built-in GPT-2 has them.
-//! - Unfused attention: the fused projection `Split` into query, key and value, each
-//!   `Reshape`d into heads and `Transpose`d (the key to `K^T`), `MatMul` of query and key, a
-//!   scale (`Div` or `Mul` by a scalar), a mask (`Where` against a constant mask: causal,
-//!   a select; or an `Add` of a constant: additive), `Softmax`, an optional `Dropout`,
-//!   `MatMul` by the value, `Transpose` back and `Reshape` to the features: one attention
-//!   layer reading the projection.
+//!   two sequences; so GPT-2's GELU, written as its tanh formula, is its eight kernels, as
+//!   the built-in GPT-2 has them. The exact GELU as PyTorch exports it (`x / sqrt 2`, `Erf`,
+//!   `+ 1`, `x *`, `* 0.5`) is one `gelu`, as the built-in BERT has it.
+//! - Unfused attention: query, key and value (three linear layers, or a fused projection
+//!   `Split` into three), each `Reshape`d into heads and `Transpose`d (the key to `K^T`),
+//!   `MatMul` of query and key, a scale (`Div` or `Mul` by a scalar), a mask (`Where`
+//!   against a constant mask: causal, a select; or an `Add` of a constant: BERT's padding
+//!   mask), `Softmax`, an optional `Dropout`, `MatMul` by the values, `Transpose` back and
+//!   `Reshape` to the features: one attention layer reading the projections.
 //!
 //! Any other node on a sequence is refused with its operator, as the rest of the importer
 //! refuses what it does not know.
 
-use crate::graph::{Attention, NodeId, Op, ScoreMask};
+use std::collections::HashMap;
 
-/// A sequence value, or a stage of an attention chain.
+use super::{NodeProto, Table, Value, float, int, ints, unique, usizes};
+use crate::graph::{Attention, Graph, NodeId, Op, ScoreMask};
+
+/// Where a query, key or value comes from: part `index` of a fused projection split in
+/// `parts`, or a layer of its own.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Source {
+    /// Part of a fused projection.
+    Part {
+        layer: NodeId,
+        index: usize,
+        parts: usize,
+    },
+    /// A projection of its own.
+    Whole(NodeId),
+}
+
+impl Source {
+    /// The layer it reads.
+    fn layer(self) -> NodeId {
+        match self {
+            Source::Part { layer, .. } | Source::Whole(layer) => layer,
+        }
+    }
+}
+
+/// A sequence value, a stage of a chain that is one layer, or a layer not yet added
+/// because the node after it may change it (a product's bias, GELU's first division).
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Seq {
     /// Layer `NodeId`'s output `[features, positions]`, as ONNX's `[positions, features]`.
     Tokens(NodeId),
     /// The same with batch and positions merged into rows (before and after a `Gemm`).
     Rows(NodeId),
-    /// A constant table's rows at constant positions: `(rows, features)` and the node.
-    Positions {
+    /// A product of layer `x` by a weight, not yet added: the `Add` of a bias after it
+    /// makes it a linear layer with a bias.
+    Product {
+        x: NodeId,
+        out: usize,
+        tied: bool,
+        name: String,
+    },
+    /// A constant table's rows at constant indices: `(rows, features)` and the node.
+    Lookup {
         rows: usize,
         features: usize,
         name: String,
     },
-    /// Part `index` of `parts` equal slices of layer `layer`'s features (query, key,
-    /// value of a fused projection).
-    Part {
-        layer: NodeId,
-        index: usize,
-        parts: usize,
+    /// A division of layer `x` by `divisor`, not yet added: GELU's first step where an
+    /// `Erf` reads it, else a scale.
+    Divided {
+        x: NodeId,
+        divisor: f64,
+        name: String,
     },
-    /// A part split into `heads`: `[positions, heads, d]`, then transposed to
-    /// `[heads, positions, d]` (`transposed`), the key to `[heads, d, positions]`
+    /// GELU's steps after the division: `erf(x / sqrt 2)` (1), `+ 1` (2), `x *` (3).
+    Gelu { x: NodeId, step: u8 },
+    /// A part of a fused projection (query, key or value).
+    Part(Source),
+    /// Query, key or value split into `heads`: `[positions, heads, d]`, then transposed
+    /// to `[heads, positions, d]` (`transposed`), the key to `[heads, d, positions]`
     /// (`key_t`).
     Heads {
-        layer: NodeId,
-        index: usize,
+        source: Source,
         heads: usize,
         transposed: bool,
         key_t: bool,
     },
-    /// Attention's scores or weights `[heads, positions, positions]` of the projection
-    /// `layer`, with the mask applied so far, after the softmax (`softmax`), and the
-    /// dropout on the weights.
+    /// Attention's scores or weights `[heads, positions, positions]` of `query` and `key`,
+    /// with the mask applied so far, after the softmax (`softmax`), and the dropout on the
+    /// weights.
     Scores {
-        layer: NodeId,
+        query: Source,
+        key: Source,
         heads: usize,
         mask: ScoreMask,
         softmax: bool,
@@ -66,7 +108,7 @@ pub(super) enum Seq {
     /// The weights times the values, `[heads, positions, d]`, and transposed back to
     /// `[positions, heads, d]` (`transposed`).
     Context {
-        layer: NodeId,
+        sources: [Source; 3],
         heads: usize,
         mask: ScoreMask,
         dropout: f64,
@@ -74,20 +116,648 @@ pub(super) enum Seq {
     },
 }
 
-impl Seq {
-    /// The attention layer a finished chain is (`[positions, hidden]` again), reading the
-    /// projection: unfused, causal where its mask is a select against a constant mask.
-    pub(super) fn attention(&self) -> Option<(NodeId, Op)> {
-        match *self {
-            Seq::Context {
-                layer,
+/// The layers a transformer's nodes add to the graph, and what they looked up.
+pub(super) struct Reader<'a> {
+    pub(super) g: &'a mut Graph,
+    pub(super) names: &'a mut HashMap<String, usize>,
+    pub(super) tables: &'a mut Vec<Table>,
+}
+
+type Out = Result<Vec<Value>, String>;
+
+fn one(s: Seq) -> Out {
+    Ok(vec![Value::Seq(s)])
+}
+
+/// Whether `v` is a scalar constant, and its value.
+fn scalar(v: Option<&Value>) -> Option<f64> {
+    match v {
+        Some(Value::Constant { scalar, .. }) => *scalar,
+        _ => None,
+    }
+}
+
+impl Reader<'_> {
+    fn push(&mut self, op: Op, inputs: &[NodeId], at: &str) -> Result<NodeId, String> {
+        let name = unique(self.g, self.names, at);
+        self.g.push(name, op, inputs).map_err(|e| e.message)
+    }
+
+    fn features(&self, id: NodeId) -> usize {
+        self.g.layers()[id]
+            .output
+            .dims()
+            .first()
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn positions(&self, id: NodeId) -> usize {
+        self.g.layers()[id]
+            .output
+            .dims()
+            .get(1)
+            .copied()
+            .unwrap_or(1)
+    }
+
+    /// `v` with a layer not yet added (a product, a division) added as it stands.
+    pub(super) fn settle(&mut self, v: &Value) -> Result<Value, String> {
+        Ok(match v {
+            Value::Seq(Seq::Product { x, out, tied, name }) => {
+                let op = Op::Linear {
+                    out_features: *out,
+                    bias: false,
+                    tied: *tied,
+                };
+                Value::Seq(Seq::Tokens(self.push(op, &[*x], name)?))
+            }
+            Value::Seq(Seq::Divided { x, divisor, name }) => {
+                let op = Op::Scale {
+                    factor: 1.0 / divisor,
+                };
+                Value::Seq(Seq::Tokens(self.push(op, &[*x], name)?))
+            }
+            Value::Seq(Seq::Gelu { .. }) => {
+                return Err(
+                    "reads a step of `x * (erf(x / sqrt 2) + 1) / 2` that is not the exact \
+                     GELU's next"
+                        .into(),
+                );
+            }
+            other => other.clone(),
+        })
+    }
+
+    /// The values of `node`'s outputs (several for a `Split`), adding the layers it is; or
+    /// what it is not, in words. Inputs waiting on this node (a product's bias, GELU's
+    /// division) are taken as they are, other waiting inputs are added first.
+    pub(super) fn node(
+        &mut self,
+        node: &NodeProto,
+        op: &str,
+        label: &str,
+        values: &mut HashMap<String, Value>,
+    ) -> Out {
+        let mut inputs = Vec::new();
+        for name in &node.input {
+            let v = values
+                .get(name)
+                .ok_or_else(|| format!("input `{name}` is not produced before this node"))?
+                .clone();
+            inputs.push((name.clone(), v));
+        }
+        let waits = |v: &Value| {
+            matches!(
+                v,
+                Value::Seq(Seq::Product { .. } | Seq::Divided { .. } | Seq::Gelu { .. })
+            )
+        };
+        let bias_add = op == "Add"
+            && inputs.len() == 2
+            && inputs
+                .iter()
+                .any(|(_, v)| matches!(v, Value::Seq(Seq::Product { .. })))
+            && inputs
+                .iter()
+                .any(|(_, v)| matches!(v, Value::Constant { dims, .. } if dims.len() == 1));
+        let gelu_step = matches!(
+            (op, inputs.first().map(|i| &i.1)),
+            ("Erf", Some(Value::Seq(Seq::Divided { .. })))
+                | ("Add", Some(Value::Seq(Seq::Gelu { step: 1, .. })))
+        ) || (op == "Mul"
+            && inputs
+                .iter()
+                .any(|(_, v)| matches!(v, Value::Seq(Seq::Gelu { step: 2 | 3, .. }))));
+        if !bias_add && !gelu_step {
+            for (name, v) in &mut inputs {
+                if waits(v) {
+                    *v = self.settle(v)?;
+                    values.insert(name.clone(), v.clone());
+                }
+            }
+        }
+        let a = inputs[0].1.clone();
+        let b = inputs.get(1).map(|i| i.1.clone());
+        let seq = |v: Option<&Value>| match v {
+            Some(Value::Seq(s)) => Some(s.clone()),
+            _ => None,
+        };
+        let dims = |v: Option<&Value>| match v {
+            Some(Value::Constant { dims, .. }) => usizes(dims),
+            _ => None,
+        };
+        match (op, seq(Some(&a)), seq(b.as_ref())) {
+            ("Gather", None, _) => self.lookup(node, &a, b.as_ref(), label),
+            ("Gather", Some(Seq::Tokens(x)), None) => {
+                // BERT's pooler reads the first position.
+                let first = matches!(&b, Some(Value::Constant { ints: Some(i), dims, .. })
+                    if dims.is_empty() && i.as_slice() == [0]);
+                if int(node, "axis") != Some(1) || !first {
+                    return Err("only the first position of a sequence is gathered".into());
+                }
+                one(Seq::Tokens(self.push(
+                    Op::Gather { edges: 1 },
+                    &[x],
+                    label,
+                )?))
+            }
+            // Embeddings of the input at constant indices, added to the tokens'.
+            (
+                "Add",
+                Some(Seq::Tokens(x)),
+                Some(Seq::Lookup {
+                    rows,
+                    features,
+                    name,
+                }),
+            )
+            | (
+                "Add",
+                Some(Seq::Lookup {
+                    rows,
+                    features,
+                    name,
+                }),
+                Some(Seq::Tokens(x)),
+            ) => {
+                let table = Op::Embedding {
+                    num_embeddings: rows,
+                    embedding_dim: features,
+                };
+                let e = self.push(table, &[0], &name)?;
+                one(Seq::Tokens(self.push(Op::Add, &[x, e], label)?))
+            }
+            // A product's bias.
+            ("Add", Some(Seq::Product { x, out, tied, name }), None)
+            | ("Add", None, Some(Seq::Product { x, out, tied, name })) => {
+                let bias = if matches!(a, Value::Constant { .. }) {
+                    &a
+                } else {
+                    b.as_ref().unwrap_or(&a)
+                };
+                if dims(Some(bias)).as_deref() != Some(&[out][..]) {
+                    return Err(format!(
+                        "adds a constant that is not a bias of the product's {out} features"
+                    ));
+                }
+                let op = Op::Linear {
+                    out_features: out,
+                    bias: true,
+                    tied,
+                };
+                let _ = name;
+                one(Seq::Tokens(self.push(op, &[x], label)?))
+            }
+            ("Add" | "Sum", Some(Seq::Tokens(x)), Some(Seq::Tokens(y))) => {
+                one(Seq::Tokens(self.push(Op::Add, &[x, y], label)?))
+            }
+            ("Mul", Some(Seq::Tokens(x)), Some(Seq::Tokens(y))) => {
+                one(Seq::Tokens(self.push(Op::Mul, &[x, y], label)?))
+            }
+            // The exact GELU.
+            ("Div", Some(Seq::Tokens(x)), None)
+                if scalar(b.as_ref())
+                    .is_some_and(|v| (v - std::f64::consts::SQRT_2).abs() < 1e-4) =>
+            {
+                one(Seq::Divided {
+                    x,
+                    divisor: scalar(b.as_ref()).unwrap_or(1.0),
+                    name: label.to_owned(),
+                })
+            }
+            ("Erf", Some(Seq::Divided { x, .. }), _) => one(Seq::Gelu { x, step: 1 }),
+            ("Add", Some(Seq::Gelu { x, step: 1 }), None) if scalar(b.as_ref()) == Some(1.0) => {
+                one(Seq::Gelu { x, step: 2 })
+            }
+            ("Mul", Some(Seq::Tokens(y)), Some(Seq::Gelu { x, step: 2 }))
+            | ("Mul", Some(Seq::Gelu { x, step: 2 }), Some(Seq::Tokens(y)))
+                if x == y =>
+            {
+                one(Seq::Gelu { x, step: 3 })
+            }
+            ("Mul", Some(Seq::Gelu { x, step: 3 }), None) if scalar(b.as_ref()) == Some(0.5) => {
+                one(Seq::Tokens(self.push(Op::Gelu, &[x], label)?))
+            }
+            ("Add" | "Sub" | "Mul" | "Div" | "Pow", Some(Seq::Tokens(x)), None) => {
+                let v = scalar(b.as_ref())
+                    .ok_or("combines a sequence with a constant that is not a scalar")?;
+                let op = match op {
+                    "Add" => Op::Shift { offset: v },
+                    "Sub" => Op::Shift { offset: -v },
+                    "Mul" => Op::Scale { factor: v },
+                    "Div" => Op::Scale { factor: 1.0 / v },
+                    _ => Op::Pow { exponent: v },
+                };
+                one(Seq::Tokens(self.push(op, &[x], label)?))
+            }
+            (
+                "Tanh" | "Relu" | "Gelu" | "LayerNormalization" | "Softmax",
+                Some(Seq::Tokens(x)),
+                _,
+            ) => {
+                if !int(node, "axis").is_none_or(|a| a == -1 || a == 2) {
+                    return Err("normalises over an axis other than the features (-1)".into());
+                }
+                let op = match op {
+                    "Tanh" => Op::Tanh,
+                    "Relu" => Op::Relu,
+                    "Gelu" => Op::Gelu,
+                    "Softmax" => Op::Softmax,
+                    _ => Op::LayerNorm,
+                };
+                one(Seq::Tokens(self.push(op, &[x], label)?))
+            }
+            ("Dropout", Some(Seq::Tokens(x)), _) => {
+                let rate = f64::from(float(node, "ratio").unwrap_or(0.5));
+                one(Seq::Tokens(self.push(Op::Dropout { rate }, &[x], label)?))
+            }
+            ("Identity" | "Cast", Some(s), _) => one(s),
+            ("Reshape", Some(s), None) => {
+                let shape = match &b {
+                    Some(Value::Constant { ints: Some(s), .. }) => s.clone(),
+                    _ => return Err("reshapes to a shape that is not a constant".into()),
+                };
+                self.reshape(s, &shape, label)
+            }
+            ("Gemm" | "MatMul", Some(Seq::Rows(x) | Seq::Tokens(x)), None) => self.product(
+                node,
+                op,
+                x,
+                matches!(seq(Some(&a)), Some(Seq::Rows(_))),
+                b.as_ref(),
+                label,
+            ),
+            // Attention.
+            ("Split", Some(Seq::Tokens(x)), _) => {
+                let axis = int(node, "axis").unwrap_or(0);
+                if axis != 2 && axis != -1 {
+                    return Err(format!("axis {axis}: only the features (-1) are split"));
+                }
+                let parts = node.output.len();
+                let sizes = match &b {
+                    Some(Value::Constant { ints: Some(s), .. }) => s.clone(),
+                    _ => ints(node, "split").unwrap_or_default(),
+                };
+                if sizes.windows(2).any(|w| w[0] != w[1]) {
+                    return Err(format!("{sizes:?}: only equal parts are imported"));
+                }
+                Ok((0..parts)
+                    .map(|index| {
+                        Value::Seq(Seq::Part(Source::Part {
+                            layer: x,
+                            index,
+                            parts,
+                        }))
+                    })
+                    .collect())
+            }
+            ("Transpose", Some(s), _) => {
+                let perm = ints(node, "perm").unwrap_or_default();
+                match (s, perm.as_slice()) {
+                    (
+                        Seq::Heads {
+                            source,
+                            heads,
+                            transposed: false,
+                            ..
+                        },
+                        [0, 2, 1, 3] | [0, 2, 3, 1],
+                    ) => one(Seq::Heads {
+                        source,
+                        heads,
+                        transposed: true,
+                        key_t: perm[2] == 3,
+                    }),
+                    (
+                        Seq::Context {
+                            sources,
+                            heads,
+                            mask,
+                            dropout,
+                            transposed: false,
+                        },
+                        [0, 2, 1, 3],
+                    ) => one(Seq::Context {
+                        sources,
+                        heads,
+                        mask,
+                        dropout,
+                        transposed: true,
+                    }),
+                    _ => Err(format!(
+                        "perm {perm:?}: only attention's split into heads and back is imported"
+                    )),
+                }
+            }
+            (
+                "MatMul",
+                Some(Seq::Heads {
+                    source: query,
+                    heads,
+                    transposed: true,
+                    key_t: false,
+                }),
+                Some(Seq::Heads {
+                    source: key,
+                    heads: hk,
+                    transposed: true,
+                    key_t: true,
+                }),
+            ) if hk == heads => one(Seq::Scores {
+                query,
+                key,
+                heads,
+                mask: ScoreMask::None,
+                softmax: false,
+                dropout: 0.0,
+            }),
+            (
+                "MatMul",
+                Some(Seq::Scores {
+                    query,
+                    key,
+                    heads,
+                    mask,
+                    softmax: true,
+                    dropout,
+                }),
+                Some(Seq::Heads {
+                    source: value,
+                    heads: hv,
+                    transposed: true,
+                    key_t: false,
+                }),
+            ) if hv == heads => one(Seq::Context {
+                sources: [query, key, value],
                 heads,
                 mask,
                 dropout,
-                transposed: true,
-            } => Some((
-                layer,
-                Op::Attention(Attention {
+                transposed: false,
+            }),
+            // The scale of the scores.
+            ("Div" | "Mul", Some(s @ Seq::Scores { softmax: false, .. }), None)
+                if scalar(b.as_ref()).is_some() =>
+            {
+                one(s)
+            }
+            // Masks: a select against a constant mask, or the sum with a constant.
+            (
+                "Where",
+                None,
+                Some(Seq::Scores {
+                    query,
+                    key,
+                    heads,
+                    softmax: false,
+                    dropout,
+                    ..
+                }),
+            ) => one(Seq::Scores {
+                query,
+                key,
+                heads,
+                mask: ScoreMask::Select,
+                softmax: false,
+                dropout,
+            }),
+            (
+                "Add",
+                Some(Seq::Scores {
+                    query,
+                    key,
+                    heads,
+                    softmax: false,
+                    dropout,
+                    ..
+                }),
+                None,
+            ) => one(Seq::Scores {
+                query,
+                key,
+                heads,
+                mask: ScoreMask::Add,
+                softmax: false,
+                dropout,
+            }),
+            (
+                "Softmax",
+                Some(Seq::Scores {
+                    softmax: false,
+                    query,
+                    key,
+                    heads,
+                    mask,
+                    dropout,
+                }),
+                _,
+            ) => one(Seq::Scores {
+                query,
+                key,
+                heads,
+                mask,
+                softmax: true,
+                dropout,
+            }),
+            (
+                "Dropout",
+                Some(Seq::Scores {
+                    softmax: true,
+                    query,
+                    key,
+                    heads,
+                    mask,
+                    ..
+                }),
+                _,
+            ) => one(Seq::Scores {
+                query,
+                key,
+                heads,
+                mask,
+                softmax: true,
+                dropout: f64::from(float(node, "ratio").unwrap_or(0.5)),
+            }),
+            _ => Err(format!(
+                "on a sequence ridgeline imports embeddings, layer norms, linear layers, \
+                 unfused attention and element-wise ops (README.md, `workload import`); this \
+                 `{op}` is none of them: write the workload as a TOML layer list, or open an \
+                 issue for it"
+            )),
+        }
+    }
+
+    /// A `Gather` of a constant table: by the token ids an embedding, by constant indices
+    /// a lookup that the `Add` after it makes an embedding of the input.
+    fn lookup(&mut self, node: &NodeProto, table: &Value, by: Option<&Value>, label: &str) -> Out {
+        let _ = node;
+        let (shape, origin) = match table {
+            Value::Constant { dims, origin, .. } => (usizes(dims), origin.clone()),
+            _ => (None, None),
+        };
+        let t = shape
+            .filter(|d| d.len() == 2)
+            .ok_or("looks up a table that is not a constant matrix [rows, features]")?;
+        match by {
+            Some(Value::Layer(ids)) => {
+                let op = Op::Embedding {
+                    num_embeddings: t[0],
+                    embedding_dim: t[1],
+                };
+                let id = self.push(op, &[*ids], label)?;
+                self.tables.push(Table {
+                    origin,
+                    rows: t[0],
+                    features: t[1],
+                });
+                one(Seq::Tokens(id))
+            }
+            Some(Value::Constant { .. }) => one(Seq::Lookup {
+                rows: t[0],
+                features: t[1],
+                name: label.to_owned(),
+            }),
+            _ => Err("looks up a table by something that is not token ids".into()),
+        }
+    }
+
+    /// A `Gemm` or `MatMul` of layer `x` (as rows where `rows`) by a weight: a linear
+    /// layer (a `MatMul`'s waits for its bias), tied to a token table it reads.
+    fn product(
+        &mut self,
+        node: &NodeProto,
+        op: &str,
+        x: NodeId,
+        rows: bool,
+        weight: Option<&Value>,
+        label: &str,
+    ) -> Out {
+        let (shape, origin) = match weight {
+            Some(Value::Constant { dims, origin, .. }) => (usizes(dims), origin.clone()),
+            _ => (None, None),
+        };
+        let w = shape
+            .filter(|w| w.len() == 2)
+            .ok_or("multiplies by a weight that is not a constant matrix")?;
+        let gemm = op == "Gemm";
+        let trans_b = gemm && int(node, "transB").unwrap_or(0) != 0;
+        if gemm && int(node, "transA").unwrap_or(0) != 0 {
+            return Err("transA is not imported".into());
+        }
+        // A Gemm reads rows, or one position (BERT's pooler).
+        if gemm && !rows && self.positions(x) != 1 {
+            return Err("a Gemm of a whole sequence: only of its rows is imported".into());
+        }
+        let (inner, out) = if trans_b { (w[1], w[0]) } else { (w[0], w[1]) };
+        if inner != self.features(x) {
+            return Err(format!(
+                "multiplies {} features by a weight of {inner} rows",
+                self.features(x)
+            ));
+        }
+        let tied = !trans_b
+            && origin.is_some()
+            && self
+                .tables
+                .iter()
+                .any(|t| t.origin == origin && t.rows == out && t.features == inner);
+        if !gemm {
+            return one(Seq::Product {
+                x,
+                out,
+                tied,
+                name: label.to_owned(),
+            });
+        }
+        let op = Op::Linear {
+            out_features: out,
+            bias: node.input.get(2).is_some_and(|n| !n.is_empty()),
+            tied,
+        };
+        let id = self.push(op, &[x], label)?;
+        one(if rows { Seq::Rows(id) } else { Seq::Tokens(id) })
+    }
+
+    /// Query, key or value reshaped to `[positions, heads, d]`.
+    fn heads(&self, source: Source, [p, heads, d]: [i64; 3]) -> Out {
+        let parts = match source {
+            Source::Part { parts, .. } => parts as i64,
+            Source::Whole(_) => 1,
+        };
+        let layer = source.layer();
+        let (positions, features) = (self.positions(layer) as i64, self.features(layer) as i64);
+        if heads < 1 || p != positions || heads * d * parts != features {
+            return Err(format!(
+                "[batch, {p}, {heads}, {d}]: {} features at {positions} positions do not split \
+                 into these heads",
+                features / parts
+            ));
+        }
+        one(Seq::Heads {
+            source,
+            heads: heads as usize,
+            transposed: false,
+            key_t: false,
+        })
+    }
+
+    /// A `Reshape` of a sequence value to `shape` (batch first).
+    fn reshape(&mut self, s: Seq, shape: &[i64], label: &str) -> Out {
+        let at = |r: &Self, id: NodeId| [r.positions(id) as i64, r.features(id) as i64];
+        match (s, shape) {
+            // To rows [batch x positions, features] and back.
+            (Seq::Tokens(id), [_, f]) if *f == at(self, id)[1] => one(Seq::Rows(id)),
+            (Seq::Rows(id) | Seq::Tokens(id), [_, p, f]) if [*p, *f] == at(self, id) => {
+                one(Seq::Tokens(id))
+            }
+            // Query, key or value into heads.
+            (Seq::Part(source), [_, p, heads, d]) => self.heads(source, [*p, *heads, *d]),
+            (Seq::Tokens(id), [_, p, heads, d]) => self.heads(Source::Whole(id), [*p, *heads, *d]),
+            // Attention's output back to the features: the attention layer.
+            (
+                Seq::Context {
+                    sources,
+                    heads,
+                    mask,
+                    dropout,
+                    transposed: true,
+                },
+                [_, p, f],
+            ) => {
+                let inputs: Vec<NodeId> = match sources {
+                    [
+                        Source::Part {
+                            layer,
+                            index: 0,
+                            parts: 3,
+                        },
+                        Source::Part {
+                            layer: k, index: 1, ..
+                        },
+                        Source::Part {
+                            layer: v, index: 2, ..
+                        },
+                    ] if k == layer && v == layer => vec![layer],
+                    [Source::Whole(q), Source::Whole(k), Source::Whole(v)] => vec![q, k, v],
+                    _ => {
+                        return Err(
+                            "attention whose query, key and value are neither three parts of \
+                             one projection nor three projections"
+                                .into(),
+                        );
+                    }
+                };
+                let hidden = match sources[2] {
+                    Source::Part { layer, parts, .. } => self.features(layer) / parts,
+                    Source::Whole(v) => self.features(v),
+                };
+                if *p != at(self, sources[0].layer())[0] || *f != hidden as i64 {
+                    return Err(format!(
+                        "{shape:?}: attention over {hidden} features per position gives \
+                         [batch, positions, {hidden}]"
+                    ));
+                }
+                let op = Op::Attention(Attention {
                     heads,
                     causal: mask == ScoreMask::Select,
                     dropout,
@@ -95,9 +765,13 @@ impl Seq {
                     mask,
                     clamp: false,
                     scale_queries: false,
-                }),
+                });
+                one(Seq::Tokens(self.push(op, &inputs, label)?))
+            }
+            (_, shape) => Err(format!(
+                "to {shape:?}: only reshapes to rows and back, and attention's into heads and \
+                 back, are imported"
             )),
-            _ => None,
         }
     }
 }

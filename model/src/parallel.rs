@@ -14,9 +14,10 @@
 //!   embeddings and one at the head's input gradient, among the `tensor` devices of a node;
 //! - the pipeline splits the transformer layers evenly over its stages (the embeddings on the
 //!   first, the head and loss on the last); each micro-batch sends its `b x S x H` activations
-//!   to the next stage and their gradients back (point to point); 1F1B takes
-//!   `(m + p - 1)` times the slowest stage's forward and backward of one micro-batch, a bubble
-//!   of `(p - 1) / (m + p - 1)`;
+//!   to the next stage and their gradients back (point to point); 1F1B takes every stage's
+//!   forward and backward of one micro-batch, then `m - 1` times the slowest stage's: with
+//!   balanced stages `(m + p - 1)` stage times, a bubble of `(p - 1) / (m + p - 1)`; the
+//!   stages with the embeddings and the head are heavier, and a micro-batch passes them once;
 //! - data parallelism allreduces each device's gradients among its `data` replicas, after
 //!   the pipeline (no overlap), then every device updates its parameters.
 //!
@@ -84,7 +85,7 @@ pub struct SplitStep {
     pub micro_batch: u64,
     /// The pipeline's stages.
     pub stages: Vec<Stage>,
-    /// The pipeline's idle share, `(p - 1) / (m + p - 1)`.
+    /// The pipeline's idle share: `(p - 1) / (m + p - 1)` with balanced stages.
     pub bubble: f64,
     /// The pipeline, every micro-batch forward and backward, seconds.
     pub pipeline_s: f64,
@@ -277,12 +278,16 @@ pub fn step(
             memory_bytes: memory,
         });
     }
-    let slowest = out
+    let stage_s: Vec<f64> = out
         .iter()
         .map(|s| s.forward_s + s.backward_s + s.tensor_allreduce_s + s.p2p_s)
-        .fold(0.0, f64::max);
-    let (m, p) = (f64::from(micro_batches), f64::from(pipeline));
-    let pipeline_s = (m + p - 1.0) * slowest;
+        .collect();
+    let slowest = stage_s.iter().copied().fold(0.0, f64::max);
+    let through: f64 = stage_s.iter().sum();
+    let m = f64::from(micro_batches);
+    // The first micro-batch passes every stage, forward and back; the others follow at the
+    // slowest stage's pace. Balanced stages give `(m + p - 1)` stage times.
+    let pipeline_s = through + (m - 1.0) * slowest;
     let largest = out.iter().map(|s| s.params).max().unwrap_or(0);
     let gradient_bytes = largest as f64 * act;
     let data_allreduce = if data > 1 {
@@ -301,7 +306,11 @@ pub fn step(
     Ok(SplitStep {
         split,
         micro_batch: micro,
-        bubble: (p - 1.0) / (m + p - 1.0),
+        bubble: if pipeline_s > 0.0 {
+            1.0 - m * through / f64::from(pipeline) / pipeline_s
+        } else {
+            0.0
+        },
         step_s: pipeline_s + data_allreduce + update,
         stages: out,
         pipeline_s,
@@ -392,7 +401,19 @@ mod tests {
             },
             16,
         );
-        assert!((pp.bubble - 3.0 / 11.0).abs() < 1e-12);
+        // 1F1B: every stage once, then the slowest for the other seven micro-batches; the
+        // idle share at least the balanced bubble, 3 / 11, the first and last stages
+        // carrying the embeddings and the head.
+        let total = |s: &Stage| s.forward_s + s.backward_s + s.tensor_allreduce_s + s.p2p_s;
+        let slowest = pp.stages.iter().map(total).fold(0.0, f64::max);
+        let through: f64 = pp.stages.iter().map(total).sum();
+        assert!((pp.pipeline_s - (through + 7.0 * slowest)).abs() < 1e-12 * pp.pipeline_s);
+        assert!(
+            pp.bubble >= 3.0 / 11.0 - 1e-12 && pp.bubble < 0.5,
+            "{}",
+            pp.bubble
+        );
+        assert!(pp.pipeline_s <= 11.0 * slowest);
         assert_eq!(pp.stages.len(), 4);
         assert_eq!(pp.stages[0].layers, [0, 9]);
         assert_eq!(pp.stages[3].layers, [27, 36]);

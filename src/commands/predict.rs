@@ -389,6 +389,6 @@ fn split(args: &PredictArgs) -> Result<()> {
             format!("{} {fits}", s.bytes(Bytes::new(step.memory_per_device_bytes))),
         );
         doc = doc.table(output::table(&step.stages, &tables::stage_cols(), style));
-        doc.note("Each stage's times are one micro-batch on one of its tensor-parallel ranks: forward and backward of its layers (timed as predict times layers), its tensor-parallel allreduces (four per transformer layer) and its point-to-point sends; the step is (micro-batches + stages - 1) x the slowest stage, then the data-parallel gradient allreduce and the optimizer update.")
+        doc.note("Each stage's times are one micro-batch on one of its tensor-parallel ranks: forward and backward of its layers (timed as predict times layers), its tensor-parallel allreduces (four per transformer layer) and its point-to-point sends; the step is every stage once (the first micro-batch) plus (micro-batches - 1) x the slowest stage (1F1B), then the data-parallel gradient allreduce and the optimizer update.")
     })
 }

@@ -224,10 +224,23 @@ fn predict_splits_a_transformer_over_tensor_pipeline_and_data() {
     ]);
     assert_eq!(v["split"]["data"].as_u64(), Some(2));
     assert_eq!(v["micro_batch"].as_u64(), Some(4));
-    // 1F1B: a bubble of (p - 1) / (m + p - 1).
-    assert!((v["bubble"].as_f64().unwrap() - 1.0 / 9.0).abs() < 1e-12);
+    // 1F1B: each stage once, then the slowest for the other seven micro-batches; idle at
+    // least the balanced bubble, (p - 1) / (m + p - 1).
     let stages = v["stages"].as_array().unwrap();
     assert_eq!(stages.len(), 2);
+    let stage_s: Vec<f64> = stages
+        .iter()
+        .map(|s| {
+            ["forward_s", "backward_s", "tensor_allreduce_s", "p2p_s"]
+                .iter()
+                .map(|k| s[*k].as_f64().unwrap())
+                .sum()
+        })
+        .collect();
+    let slowest = stage_s.iter().copied().fold(0.0, f64::max);
+    let pipeline = v["pipeline_s"].as_f64().unwrap();
+    assert!((pipeline - (stage_s.iter().sum::<f64>() + 7.0 * slowest)).abs() < 1e-9 * pipeline);
+    assert!(v["bubble"].as_f64().unwrap() >= 1.0 / 9.0 - 1e-12);
     assert_eq!(stages[1]["layers"], serde_json::json!([16, 32]));
     let step = v["step_s"].as_f64().unwrap();
     let parts = v["pipeline_s"].as_f64().unwrap()

@@ -794,23 +794,31 @@ mod tests {
         std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
     }
 
+    /// The ONNX model `bytes` imported, and the built-in workload `name` at its 64
+    /// tokens; their parameters and multiply-accumulates checked equal.
+    fn with_builtin(bytes: &[u8], name: &str) -> (Graph, Graph) {
+        let g = import(bytes, &format!("{name}.onnx"), name).unwrap();
+        let options = BuildOptions {
+            input_size: Some(vec![64]),
+            ..BuildOptions::default()
+        };
+        let builtin = workloads::build(name, &options).unwrap();
+        assert_eq!(counts(&g), counts(&builtin), "{name}");
+        (g, builtin)
+    }
+
+    /// Layers of op `kind` in `g`.
+    fn ops(g: &Graph, kind: &str) -> usize {
+        g.layers().iter().filter(|l| l.op.kind() == kind).count()
+    }
+
     /// GPT-2 as ONNX is the built-in GPT-2: the same parameters (the head tied to the token
     /// table) and multiply-accumulates, twelve unfused causal attention layers of twelve
     /// heads, and GELU as its eight kernels.
     #[test]
     fn gpt2_is_the_built_in_one() {
-        let g = import(&gpt2_bytes(), "gpt2-seq64.onnx", "gpt2").unwrap();
-        let builtin = workloads::build(
-            "gpt2",
-            &BuildOptions {
-                input_size: Some(vec![64]),
-                ..BuildOptions::default()
-            },
-        )
-        .unwrap();
-        assert_eq!(counts(&g), counts(&builtin));
+        let (g, builtin) = with_builtin(&gpt2_bytes(), "gpt2");
         assert_eq!(counts(&g).0, 124_439_808);
-        let ops = |g: &Graph, kind: &str| g.layers().iter().filter(|l| l.op.kind() == kind).count();
         for kind in [
             "embedding",
             "layer-norm",
@@ -866,19 +874,8 @@ mod tests {
             "{}/../tests/fixtures/onnx/bert-large-seq64.onnx",
             env!("CARGO_MANIFEST_DIR")
         );
-        let bytes = std::fs::read(&path).unwrap();
-        let g = import(&bytes, "bert-large-seq64.onnx", "bert").unwrap();
-        let builtin = workloads::build(
-            "bert-large",
-            &BuildOptions {
-                input_size: Some(vec![64]),
-                ..BuildOptions::default()
-            },
-        )
-        .unwrap();
-        assert_eq!(counts(&g), counts(&builtin));
+        let (g, builtin) = with_builtin(&std::fs::read(&path).unwrap(), "bert-large");
         assert_eq!(counts(&g).0, 336_226_108);
-        let ops = |g: &Graph, kind: &str| g.layers().iter().filter(|l| l.op.kind() == kind).count();
         for kind in [
             "embedding",
             "layer-norm",

@@ -28,8 +28,8 @@
 //!   product and convolution class under the power cap that fits it best), leaves each GPU
 //!   out to validate it, and predicts kernels and labels of GPUs outside the fit; turns
 //!   ridgeline's own GEMM and convolution records into the model's kernels at their
-//!   precision's peak, and builds and judges the tensor-core correction from them
-//!   (`tensor_scaled`).
+//!   precision's peak, and builds and judges the tensor-core correction from the GPU-timed
+//!   ones, leaving a GPU out (`tensor_scaled`: per class and tensor-core format).
 //! - [`mlperf`]: reads MLPerf result logs (`:::MLLOG` lines) and the submitters' system
 //!   descriptions as run records (benchmark, system, accelerators, global batch, epochs,
 //!   initialisation and staging, throughput, time to train) for validation.

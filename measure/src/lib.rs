@@ -15,8 +15,8 @@
 //!   [`nccl_allreduce`] across the GPUs of a machine, and the full-workload executor in
 //!   fp32, tf32 and mixed precision (16-bit activations, FP32 master weights, dynamic loss
 //!   scaling for fp16; cuDNN, cuBLAS and NVRTC kernels, per-layer CUDA events); its kernel
-//!   sources are compiled by NVRTC and ptxas in the tests, and it has run on one NVIDIA H200
-//!   (`cuda` module docs say what ran and what did not). The CPU executor trains in fp32.
+//!   sources are compiled by NVRTC and ptxas in the tests, and it has run on an NVIDIA H200
+//!   and an H100 (`cuda` module docs say what ran and what did not). The CPU executor trains in fp32.
 //!   Without a driver, a GPU or a library it says which; without the feature, a disabled twin
 //!   says how to build it.
 //! - The full-workload executor ([`Backend::workload`]): runs any `ridgeline-model` layer graph

@@ -7,7 +7,7 @@
 //! BERT-Large, GPT-2 Large, GPT-3 XL and 2.7B and OPT-1.3B from their Hugging Face
 //! configurations ([`workloads::transformer`], which also reads a user's `config.json`), and a
 //! graph network, scalable in input size or sequence length and width) or read from a TOML
-//! layer list ([`mod@file`]) or an ONNX model ([`onnx`]). [`cost::cost`] turns the graph,
+//! layer list ([`mod@file`]) or an ONNX model ([`onnx`]: CNNs and transformers). [`cost::cost`] turns the graph,
 //! a batch size and a [`precision::Precision`] into per-layer FLOPs (forward, backward data
 //! and weight gradients), HBM bytes (the lower bound of \[004\] §V-A) and activation bytes.
 //! [`memory::Footprint`] gives the per-device memory breakdown versus batch size and the

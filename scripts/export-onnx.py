@@ -15,6 +15,7 @@ The committed fixtures were written by
     python3 scripts/export-onnx.py gpt2 --seq-len 64 --out tests/fixtures/onnx/gpt2-seq64.onnx
     python3 scripts/export-onnx.py bert-large --seq-len 64 \
         --out tests/fixtures/onnx/bert-large-seq64.onnx
+    python3 scripts/export-onnx.py opt-1.3b --seq-len 64 --out tests/fixtures/onnx/opt-1.3b-seq64.onnx
 
 with torch 2.5.1, transformers 4.46.3 and onnx 1.23.2 on the CPU.
 """
@@ -46,7 +47,20 @@ def build(name: str) -> torch.nn.Module:
             attn_implementation="eager",
         )
         return transformers.BertForPreTraining(config).eval()
-    raise SystemExit(f"unknown model {name}: gpt2, bert-large")
+    if name == "opt-1.3b":
+        # facebook/opt-1.3b's configuration (data/workloads/transformers/opt-1.3b.toml).
+        config = transformers.OPTConfig(
+            vocab_size=50272,
+            hidden_size=2048,
+            num_hidden_layers=24,
+            ffn_dim=8192,
+            num_attention_heads=32,
+            max_position_embeddings=2048,
+            word_embed_proj_dim=2048,
+            attn_implementation="eager",
+        )
+        return transformers.OPTForCausalLM(config).eval()
+    raise SystemExit(f"unknown model {name}: gpt2, bert-large, opt-1.3b")
 
 
 def strip(model: onnx.ModelProto, tied: tuple[str, str] | None) -> None:
@@ -77,7 +91,7 @@ def strip(model: onnx.ModelProto, tied: tuple[str, str] | None) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("model", help="gpt2 or bert-large")
+    p.add_argument("model", help="gpt2, bert-large or opt-1.3b")
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--out", required=True)
     a = p.parse_args()
@@ -98,7 +112,9 @@ def main() -> None:
     os.remove(tmp)
     # The tied head: the initializer equal to the token table transposed.
     arrays = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    table = next(n for n in arrays if n.endswith(("wte.weight", "word_embeddings.weight")))
+    table = next(
+        n for n in arrays if n.endswith(("wte.weight", "word_embeddings.weight", "embed_tokens.weight"))
+    )
     copy = next(
         (n for n, v in arrays.items() if n != table and v.shape == arrays[table].T.shape
          and np.array_equal(v, arrays[table].T)),

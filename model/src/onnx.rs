@@ -286,12 +286,11 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                 },
                 // A mask computed from constants (BERT's padding mask of an all-ones
                 // attention mask, token types of zeros): its shape only.
-                "Equal" | "Where" | "Not" | "Less" | "Greater" | "And" | "Or" | "Neg" => {
+                "Equal" | "Where" | "Not" | "Less" | "Greater" | "And" | "Or" | "Neg"
+                | "CumSum" | "Max" | "Min" => {
                     let mut dims: Vec<i64> = Vec::new();
                     for i in 0..node.input.len() {
-                        if let Some(d) = dims_of(get(i)?).filter(|d| d.len() > dims.len()) {
-                            dims = d;
-                        }
+                        dims = broadcast(&dims, &dims_of(get(i)?).unwrap_or_default());
                     }
                     Some(Value::Constant {
                         dims,
@@ -651,6 +650,20 @@ struct Table {
     features: usize,
 }
 
+/// The shape two shapes broadcast to (numpy's rule: aligned on the right, each dimension
+/// the larger).
+fn broadcast(a: &[i64], b: &[i64]) -> Vec<i64> {
+    let n = a.len().max(b.len());
+    let at = |d: &[i64], i: usize| {
+        (i + d.len())
+            .checked_sub(n)
+            .and_then(|j| d.get(j))
+            .copied()
+            .unwrap_or(1)
+    };
+    (0..n).map(|i| at(a, i).max(at(b, i))).collect()
+}
+
 /// `label`, or `label#n` where a layer has it.
 fn unique(g: &Graph, names: &mut HashMap<String, usize>, label: &str) -> String {
     let n = names.entry(label.to_owned()).or_insert(0);
@@ -902,6 +915,42 @@ mod tests {
                 tied: true
             }
         )));
+    }
+
+    /// OPT-1.3B as ONNX (`OPTForCausalLM`, 64 tokens) is the built-in OPT-1.3B: its
+    /// queries scaled before the product, the causal mask added and the scores clamped,
+    /// products of batch and heads merged (`bmm`), the feed-forward over rows.
+    #[test]
+    fn opt_is_the_built_in_one() {
+        let path = format!(
+            "{}/../tests/fixtures/onnx/opt-1.3b-seq64.onnx",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let (g, builtin) = with_builtin(&std::fs::read(&path).unwrap(), "opt-1.3b");
+        assert_eq!(counts(&g).0, 1_315_758_080);
+        for kind in [
+            "embedding",
+            "layer-norm",
+            "linear",
+            "attention",
+            "relu",
+            "add",
+        ] {
+            assert_eq!(ops(&g, kind), ops(&builtin, kind), "{kind}");
+        }
+        let attention = |g: &Graph| -> Vec<crate::graph::Attention> {
+            g.layers()
+                .iter()
+                .filter_map(|l| match &l.op {
+                    Op::Attention(a) => Some(*a),
+                    _ => None,
+                })
+                .collect()
+        };
+        // The same flags, but the dropout (an eval export has none).
+        for (a, b) in attention(&g).iter().zip(attention(&builtin)) {
+            assert_eq!(*a, crate::graph::Attention { dropout: 0.0, ..b });
+        }
     }
 
     /// An op on a sequence that is none of the importer's is refused with its node.

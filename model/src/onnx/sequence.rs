@@ -9,17 +9,20 @@
 //!   `[batch x positions, features]`, `Gemm`, and `Reshape` back. A product by the token
 //!   table transposed is a head tied to it (no weights of its own). `Gather` of the first
 //!   position and a `Gemm` on it are BERT's pooler.
-//! - Element-wise ops on a sequence: `Mul`, `Div` and `Add` by a scalar (scale, shift),
+//! - Element-wise ops on a sequence or its rows: `Mul`, `Div` and `Add` by a scalar (scale, shift),
 //!   `Pow` by a scalar, `Tanh`, `Relu`, `Gelu`, `Softmax` over features, `Add` and `Mul` of
 //!   two sequences; so GPT-2's GELU, written as its tanh formula, is its eight kernels, as
 //!   the built-in GPT-2 has them. The exact GELU as PyTorch exports it (`x / sqrt 2`, `Erf`,
 //!   `+ 1`, `x *`, `* 0.5`) is one `gelu`, as the built-in BERT has it.
 //! - Unfused attention: query, key and value (three linear layers, or a fused projection
 //!   `Split` into three), each `Reshape`d into heads and `Transpose`d (the key to `K^T`),
-//!   `MatMul` of query and key, a scale (`Div` or `Mul` by a scalar), a mask (`Where`
-//!   against a constant mask: causal, a select; or an `Add` of a constant: BERT's padding
-//!   mask), `Softmax`, an optional `Dropout`, `MatMul` by the values, `Transpose` back and
-//!   `Reshape` to the features: one attention layer reading the projections.
+//!   `MatMul` of query and key, a scale (`Div` or `Mul` by a scalar, of the scores or, as
+//!   OPT does, of the queries before), a mask (`Where` against a constant mask, a select, or
+//!   an `Add` of a constant; causal where the mask has a row per query, padding where one
+//!   row is broadcast, as BERT's), a `Max` clamp (OPT), `Softmax`, an optional `Dropout`,
+//!   `MatMul` by the values, `Transpose` back and `Reshape` to the features: one attention
+//!   layer reading the projections. Batch and heads may be merged for the products (OPT's
+//!   `bmm`: `Reshape` to `[batch x heads, positions, d]` and back).
 //!
 //! Any other node on a sequence is refused with its operator, as the rest of the importer
 //! refuses what it does not know.
@@ -39,15 +42,16 @@ pub(super) enum Source {
         index: usize,
         parts: usize,
     },
-    /// A projection of its own.
-    Whole(NodeId),
+    /// A projection of its own; `scaled` where a scalar multiplied it on the way (OPT's
+    /// queries, scaled before the product).
+    Whole { layer: NodeId, scaled: bool },
 }
 
 impl Source {
     /// The layer it reads.
     fn layer(self) -> NodeId {
         match self {
-            Source::Part { layer, .. } | Source::Whole(layer) => layer,
+            Source::Part { layer, .. } | Source::Whole { layer, .. } => layer,
         }
     }
 }
@@ -74,11 +78,12 @@ pub(super) enum Seq {
         features: usize,
         name: String,
     },
-    /// A division of layer `x` by `divisor`, not yet added: GELU's first step where an
-    /// `Erf` reads it, else a scale.
-    Divided {
+    /// Layer `x` times a scalar, not yet added: GELU's first step where an `Erf` reads it
+    /// (`x / sqrt 2`), the queries' scale where they are split into heads (OPT), else a
+    /// scale layer.
+    Scaled {
         x: NodeId,
-        divisor: f64,
+        factor: f64,
         name: String,
     },
     /// GELU's steps after the division: `erf(x / sqrt 2)` (1), `+ 1` (2), `x *` (3).
@@ -95,25 +100,57 @@ pub(super) enum Seq {
         key_t: bool,
     },
     /// Attention's scores or weights `[heads, positions, positions]` of `query` and `key`,
-    /// with the mask applied so far, after the softmax (`softmax`), and the dropout on the
-    /// weights.
+    /// with what was done to them so far, before or after the softmax (`softmax`).
     Scores {
         query: Source,
         key: Source,
         heads: usize,
-        mask: ScoreMask,
+        how: How,
         softmax: bool,
-        dropout: f64,
     },
     /// The weights times the values, `[heads, positions, d]`, and transposed back to
     /// `[positions, heads, d]` (`transposed`).
     Context {
         sources: [Source; 3],
         heads: usize,
-        mask: ScoreMask,
-        dropout: f64,
+        how: How,
         transposed: bool,
     },
+}
+
+/// What unfused attention does to its scores ([`Attention`]'s fields).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct How {
+    mask: ScoreMask,
+    causal: bool,
+    clamp: bool,
+    dropout: f64,
+    scale_queries: bool,
+}
+
+impl Default for How {
+    fn default() -> How {
+        How {
+            mask: ScoreMask::None,
+            causal: false,
+            clamp: false,
+            dropout: 0.0,
+            scale_queries: false,
+        }
+    }
+}
+
+/// The scores among `a` and `b` (a mask's operands), and the other operand.
+fn scores<'v>(a: &'v Value, b: Option<&'v Value>) -> Option<(Seq, Option<&'v Value>)> {
+    let unmasked = |v: &Value| match v {
+        Value::Seq(s @ Seq::Scores { softmax: false, .. }) => Some(s.clone()),
+        _ => None,
+    };
+    match (unmasked(a), b.and_then(unmasked)) {
+        (Some(s), None) => Some((s, b)),
+        (None, Some(s)) => Some((s, Some(a))),
+        _ => None,
+    }
 }
 
 /// The layers a transformer's nodes add to the graph, and what they looked up.
@@ -172,10 +209,8 @@ impl Reader<'_> {
                 };
                 Value::Seq(Seq::Tokens(self.push(op, &[*x], name)?))
             }
-            Value::Seq(Seq::Divided { x, divisor, name }) => {
-                let op = Op::Scale {
-                    factor: 1.0 / divisor,
-                };
+            Value::Seq(Seq::Scaled { x, factor, name }) => {
+                let op = Op::Scale { factor: *factor };
                 Value::Seq(Seq::Tokens(self.push(op, &[*x], name)?))
             }
             Value::Seq(Seq::Gelu { .. }) => {
@@ -210,7 +245,7 @@ impl Reader<'_> {
         let waits = |v: &Value| {
             matches!(
                 v,
-                Value::Seq(Seq::Product { .. } | Seq::Divided { .. } | Seq::Gelu { .. })
+                Value::Seq(Seq::Product { .. } | Seq::Scaled { .. } | Seq::Gelu { .. })
             )
         };
         let bias_add = op == "Add"
@@ -221,15 +256,21 @@ impl Reader<'_> {
             && inputs
                 .iter()
                 .any(|(_, v)| matches!(v, Value::Constant { dims, .. } if dims.len() == 1));
+        let scaled_heads = op == "Reshape"
+            && matches!(
+                inputs.first().map(|i| &i.1),
+                Some(Value::Seq(Seq::Scaled { .. }))
+            )
+            && matches!(inputs.get(1).map(|i| &i.1), Some(Value::Constant { ints: Some(s), .. }) if s.len() == 4);
         let gelu_step = matches!(
             (op, inputs.first().map(|i| &i.1)),
-            ("Erf", Some(Value::Seq(Seq::Divided { .. })))
+            ("Erf", Some(Value::Seq(Seq::Scaled { .. })))
                 | ("Add", Some(Value::Seq(Seq::Gelu { step: 1, .. })))
         ) || (op == "Mul"
             && inputs
                 .iter()
                 .any(|(_, v)| matches!(v, Value::Seq(Seq::Gelu { step: 2 | 3, .. }))));
-        if !bias_add && !gelu_step {
+        if !bias_add && !gelu_step && !scaled_heads {
             for (name, v) in &mut inputs {
                 if waits(v) {
                     *v = self.settle(v)?;
@@ -312,21 +353,27 @@ impl Reader<'_> {
             ("Add" | "Sum", Some(Seq::Tokens(x)), Some(Seq::Tokens(y))) => {
                 one(Seq::Tokens(self.push(Op::Add, &[x, y], label)?))
             }
+            ("Add" | "Sum", Some(Seq::Rows(x)), Some(Seq::Rows(y))) => {
+                one(Seq::Rows(self.push(Op::Add, &[x, y], label)?))
+            }
             ("Mul", Some(Seq::Tokens(x)), Some(Seq::Tokens(y))) => {
                 one(Seq::Tokens(self.push(Op::Mul, &[x, y], label)?))
             }
-            // The exact GELU.
-            ("Div", Some(Seq::Tokens(x)), None)
-                if scalar(b.as_ref())
-                    .is_some_and(|v| (v - std::f64::consts::SQRT_2).abs() < 1e-4) =>
-            {
-                one(Seq::Divided {
+            // A scale waits for what reads it (GELU's erf, heads of scaled queries).
+            ("Mul" | "Div", Some(Seq::Tokens(x)), None) if scalar(b.as_ref()).is_some() => {
+                let v = scalar(b.as_ref()).unwrap_or(1.0);
+                one(Seq::Scaled {
                     x,
-                    divisor: scalar(b.as_ref()).unwrap_or(1.0),
+                    factor: if op == "Div" { 1.0 / v } else { v },
                     name: label.to_owned(),
                 })
             }
-            ("Erf", Some(Seq::Divided { x, .. }), _) => one(Seq::Gelu { x, step: 1 }),
+            // The exact GELU.
+            ("Erf", Some(Seq::Scaled { x, factor, .. }), _)
+                if (factor - std::f64::consts::FRAC_1_SQRT_2).abs() < 1e-4 =>
+            {
+                one(Seq::Gelu { x, step: 1 })
+            }
             ("Add", Some(Seq::Gelu { x, step: 1 }), None) if scalar(b.as_ref()) == Some(1.0) => {
                 one(Seq::Gelu { x, step: 2 })
             }
@@ -352,11 +399,13 @@ impl Reader<'_> {
                 one(Seq::Tokens(self.push(op, &[x], label)?))
             }
             (
-                "Tanh" | "Relu" | "Gelu" | "LayerNormalization" | "Softmax",
-                Some(Seq::Tokens(x)),
+                "Tanh" | "Relu" | "Gelu" | "LayerNormalization" | "Softmax" | "Dropout",
+                Some(s @ (Seq::Tokens(_) | Seq::Rows(_))),
                 _,
             ) => {
-                if !int(node, "axis").is_none_or(|a| a == -1 || a == 2) {
+                // The features: the last axis, of a sequence or of its rows.
+                let rows = matches!(s, Seq::Rows(_));
+                if !int(node, "axis").is_none_or(|a| a == -1 || a == 2 || (rows && a == 1)) {
                     return Err("normalises over an axis other than the features (-1)".into());
                 }
                 let op = match op {
@@ -364,13 +413,17 @@ impl Reader<'_> {
                     "Relu" => Op::Relu,
                     "Gelu" => Op::Gelu,
                     "Softmax" => Op::Softmax,
+                    "Dropout" => Op::Dropout {
+                        rate: f64::from(float(node, "ratio").unwrap_or(0.5)),
+                    },
                     _ => Op::LayerNorm,
                 };
-                one(Seq::Tokens(self.push(op, &[x], label)?))
-            }
-            ("Dropout", Some(Seq::Tokens(x)), _) => {
-                let rate = f64::from(float(node, "ratio").unwrap_or(0.5));
-                one(Seq::Tokens(self.push(Op::Dropout { rate }, &[x], label)?))
+                // Rows stay rows (OPT's feed-forward between its Reshapes).
+                match s {
+                    Seq::Rows(x) => one(Seq::Rows(self.push(op, &[x], label)?)),
+                    Seq::Tokens(x) => one(Seq::Tokens(self.push(op, &[x], label)?)),
+                    _ => Err("not a sequence".into()),
+                }
             }
             ("Identity" | "Cast", Some(s), _) => one(s),
             ("Reshape", Some(s), None) => {
@@ -415,6 +468,7 @@ impl Reader<'_> {
             ("Transpose", Some(s), _) => {
                 let perm = ints(node, "perm").unwrap_or_default();
                 match (s, perm.as_slice()) {
+                    // Into heads `[heads, positions, d]`, the key to `[heads, d, positions]`.
                     (
                         Seq::Heads {
                             source,
@@ -429,20 +483,33 @@ impl Reader<'_> {
                         transposed: true,
                         key_t: perm[2] == 3,
                     }),
+                    // The key transposed after batch and heads merged (OPT's `bmm`).
+                    (
+                        Seq::Heads {
+                            source,
+                            heads,
+                            transposed: true,
+                            key_t: false,
+                        },
+                        [0, 2, 1],
+                    ) => one(Seq::Heads {
+                        source,
+                        heads,
+                        transposed: true,
+                        key_t: true,
+                    }),
                     (
                         Seq::Context {
                             sources,
                             heads,
-                            mask,
-                            dropout,
+                            how,
                             transposed: false,
                         },
                         [0, 2, 1, 3],
                     ) => one(Seq::Context {
                         sources,
                         heads,
-                        mask,
-                        dropout,
+                        how,
                         transposed: true,
                     }),
                     _ => Err(format!(
@@ -468,9 +535,11 @@ impl Reader<'_> {
                 query,
                 key,
                 heads,
-                mask: ScoreMask::None,
+                how: How {
+                    scale_queries: matches!(query, Source::Whole { scaled: true, .. }),
+                    ..How::default()
+                },
                 softmax: false,
-                dropout: 0.0,
             }),
             (
                 "MatMul",
@@ -478,9 +547,8 @@ impl Reader<'_> {
                     query,
                     key,
                     heads,
-                    mask,
+                    how,
                     softmax: true,
-                    dropout,
                 }),
                 Some(Seq::Heads {
                     source: value,
@@ -491,8 +559,7 @@ impl Reader<'_> {
             ) if hv == heads => one(Seq::Context {
                 sources: [query, key, value],
                 heads,
-                mask,
-                dropout,
+                how,
                 transposed: false,
             }),
             // The scale of the scores.
@@ -501,83 +568,88 @@ impl Reader<'_> {
             {
                 one(s)
             }
-            // Masks: a select against a constant mask, or the sum with a constant.
+            // Masks: a select against a constant mask, or the sum with a constant; causal
+            // where the mask has a row per query (`[.., positions, positions]`), padding
+            // where it is one row broadcast over the queries (BERT's).
+            ("Where" | "Add", _, _) if scores(&a, b.as_ref()).is_some() => {
+                let (mut s, mask) = scores(&a, b.as_ref()).ok_or("no scores")?;
+                let rows = |v: &Value| match v {
+                    Value::Constant { dims, .. } if dims.len() >= 2 => dims[dims.len() - 2] > 1,
+                    _ => false,
+                };
+                let causal = if op == "Where" {
+                    rows(&a)
+                } else {
+                    mask.is_some_and(rows)
+                };
+                if let Seq::Scores { how, .. } = &mut s {
+                    how.mask = if op == "Where" {
+                        ScoreMask::Select
+                    } else {
+                        ScoreMask::Add
+                    };
+                    how.causal = causal;
+                }
+                one(s)
+            }
+            // The clamp at the type's minimum (OPT's `torch.max`).
             (
-                "Where",
-                None,
+                "Max",
                 Some(Seq::Scores {
                     query,
                     key,
                     heads,
+                    mut how,
                     softmax: false,
-                    dropout,
-                    ..
                 }),
-            ) => one(Seq::Scores {
-                query,
-                key,
-                heads,
-                mask: ScoreMask::Select,
-                softmax: false,
-                dropout,
-            }),
-            (
-                "Add",
-                Some(Seq::Scores {
+                None,
+            ) => {
+                how.clamp = true;
+                one(Seq::Scores {
                     query,
                     key,
                     heads,
+                    how,
                     softmax: false,
-                    dropout,
-                    ..
-                }),
-                None,
-            ) => one(Seq::Scores {
-                query,
-                key,
-                heads,
-                mask: ScoreMask::Add,
-                softmax: false,
-                dropout,
-            }),
+                })
+            }
             (
                 "Softmax",
                 Some(Seq::Scores {
-                    softmax: false,
                     query,
                     key,
                     heads,
-                    mask,
-                    dropout,
+                    how,
+                    softmax: false,
                 }),
                 _,
             ) => one(Seq::Scores {
                 query,
                 key,
                 heads,
-                mask,
+                how,
                 softmax: true,
-                dropout,
             }),
             (
                 "Dropout",
                 Some(Seq::Scores {
-                    softmax: true,
                     query,
                     key,
                     heads,
-                    mask,
-                    ..
+                    mut how,
+                    softmax: true,
                 }),
                 _,
-            ) => one(Seq::Scores {
-                query,
-                key,
-                heads,
-                mask,
-                softmax: true,
-                dropout: f64::from(float(node, "ratio").unwrap_or(0.5)),
-            }),
+            ) => {
+                how.dropout = f64::from(float(node, "ratio").unwrap_or(0.5));
+                one(Seq::Scores {
+                    query,
+                    key,
+                    heads,
+                    how,
+                    softmax: true,
+                })
+            }
             _ => Err(format!(
                 "on a sequence ridgeline imports embeddings, layer norms, linear layers, \
                  unfused attention and element-wise ops (README.md, `workload import`); this \
@@ -682,11 +754,11 @@ impl Reader<'_> {
     fn heads(&self, source: Source, [p, heads, d]: [i64; 3]) -> Out {
         let parts = match source {
             Source::Part { parts, .. } => parts as i64,
-            Source::Whole(_) => 1,
+            Source::Whole { .. } => 1,
         };
         let layer = source.layer();
         let (positions, features) = (self.positions(layer) as i64, self.features(layer) as i64);
-        if heads < 1 || p != positions || heads * d * parts != features {
+        if heads < 1 || (p != positions && p != -1) || heads * d * parts != features {
             return Err(format!(
                 "[batch, {p}, {heads}, {d}]: {} features at {positions} positions do not split \
                  into these heads",
@@ -712,14 +784,40 @@ impl Reader<'_> {
             }
             // Query, key or value into heads.
             (Seq::Part(source), [_, p, heads, d]) => self.heads(source, [*p, *heads, *d]),
-            (Seq::Tokens(id), [_, p, heads, d]) => self.heads(Source::Whole(id), [*p, *heads, *d]),
+            (Seq::Tokens(layer), [_, p, heads, d]) => self.heads(
+                Source::Whole {
+                    layer,
+                    scaled: false,
+                },
+                [*p, *heads, *d],
+            ),
+            (Seq::Scaled { x, .. }, [_, p, heads, d]) => self.heads(
+                Source::Whole {
+                    layer: x,
+                    scaled: true,
+                },
+                [*p, *heads, *d],
+            ),
+            // Batch and heads merged into one dimension and apart again (OPT's `bmm`).
+            (
+                s @ Seq::Heads {
+                    transposed: true, ..
+                },
+                [_, _, _],
+            ) => one(s),
+            (s @ Seq::Scores { .. }, [_, _, _] | [_, _, _, _]) => one(s),
+            (
+                s @ Seq::Context {
+                    transposed: false, ..
+                },
+                [_, _, _] | [_, _, _, _],
+            ) => one(s),
             // Attention's output back to the features: the attention layer.
             (
                 Seq::Context {
                     sources,
                     heads,
-                    mask,
-                    dropout,
+                    how,
                     transposed: true,
                 },
                 [_, p, f],
@@ -738,7 +836,17 @@ impl Reader<'_> {
                             layer: v, index: 2, ..
                         },
                     ] if k == layer && v == layer => vec![layer],
-                    [Source::Whole(q), Source::Whole(k), Source::Whole(v)] => vec![q, k, v],
+                    [
+                        Source::Whole { layer: q, .. },
+                        Source::Whole {
+                            layer: k,
+                            scaled: false,
+                        },
+                        Source::Whole {
+                            layer: v,
+                            scaled: false,
+                        },
+                    ] => vec![q, k, v],
                     _ => {
                         return Err(
                             "attention whose query, key and value are neither three parts of \
@@ -749,7 +857,7 @@ impl Reader<'_> {
                 };
                 let hidden = match sources[2] {
                     Source::Part { layer, parts, .. } => self.features(layer) / parts,
-                    Source::Whole(v) => self.features(v),
+                    Source::Whole { layer, .. } => self.features(layer),
                 };
                 if *p != at(self, sources[0].layer())[0] || *f != hidden as i64 {
                     return Err(format!(
@@ -759,12 +867,12 @@ impl Reader<'_> {
                 }
                 let op = Op::Attention(Attention {
                     heads,
-                    causal: mask == ScoreMask::Select,
-                    dropout,
+                    causal: how.causal,
+                    dropout: how.dropout,
                     fused: false,
-                    mask,
-                    clamp: false,
-                    scale_queries: false,
+                    mask: how.mask,
+                    clamp: how.clamp,
+                    scale_queries: how.scale_queries,
                 });
                 one(Seq::Tokens(self.push(op, &inputs, label)?))
             }

@@ -289,7 +289,7 @@ impl Reader<'_> {
             _ => None,
         };
         match (op, seq(Some(&a)), seq(b.as_ref())) {
-            ("Gather", None, _) => self.lookup(node, &a, b.as_ref(), label),
+            ("Gather", None, _) => self.lookup(&a, b.as_ref(), label),
             ("Gather", Some(Seq::Tokens(x)), None) => {
                 // BERT's pooler reads the first position.
                 let first = matches!(&b, Some(Value::Constant { ints: Some(i), dims, .. })
@@ -347,8 +347,8 @@ impl Reader<'_> {
                     bias: true,
                     tied,
                 };
-                let _ = name;
-                one(Seq::Tokens(self.push(op, &[x], label)?))
+                // Named after its product, the layer's weight.
+                one(Seq::Tokens(self.push(op, &[x], &name)?))
             }
             ("Add" | "Sum", Some(Seq::Tokens(x)), Some(Seq::Tokens(y))) => {
                 one(Seq::Tokens(self.push(Op::Add, &[x, y], label)?))
@@ -661,8 +661,7 @@ impl Reader<'_> {
 
     /// A `Gather` of a constant table: by the token ids an embedding, by constant indices
     /// a lookup that the `Add` after it makes an embedding of the input.
-    fn lookup(&mut self, node: &NodeProto, table: &Value, by: Option<&Value>, label: &str) -> Out {
-        let _ = node;
+    fn lookup(&mut self, table: &Value, by: Option<&Value>, label: &str) -> Out {
         let (shape, origin) = match table {
             Value::Constant { dims, origin, .. } => (usizes(dims), origin.clone()),
             _ => (None, None),

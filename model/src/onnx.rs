@@ -800,8 +800,13 @@ mod tests {
     /// The exporter's GPT-2 (`scripts/export-onnx.py`: Hugging Face's 124M configuration,
     /// 64 tokens, weights stripped).
     fn gpt2_bytes() -> Vec<u8> {
+        fixture("gpt2-seq64")
+    }
+
+    /// The bytes of the exporter's fixture `name` (`tests/fixtures/onnx/NAME.onnx`).
+    fn fixture(name: &str) -> Vec<u8> {
         let path = format!(
-            "{}/../tests/fixtures/onnx/gpt2-seq64.onnx",
+            "{}/../tests/fixtures/onnx/{name}.onnx",
             env!("CARGO_MANIFEST_DIR")
         );
         std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
@@ -883,11 +888,7 @@ mod tests {
     /// one layer, the pooler and both heads with their losses, the masked-LM decoder tied.
     #[test]
     fn bert_large_is_the_built_in_one() {
-        let path = format!(
-            "{}/../tests/fixtures/onnx/bert-large-seq64.onnx",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        let (g, builtin) = with_builtin(&std::fs::read(&path).unwrap(), "bert-large");
+        let (g, builtin) = with_builtin(&fixture("bert-large-seq64"), "bert-large");
         assert_eq!(counts(&g).0, 336_226_108);
         for kind in [
             "embedding",
@@ -922,11 +923,7 @@ mod tests {
     /// products of batch and heads merged (`bmm`), the feed-forward over rows.
     #[test]
     fn opt_is_the_built_in_one() {
-        let path = format!(
-            "{}/../tests/fixtures/onnx/opt-1.3b-seq64.onnx",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        let (g, builtin) = with_builtin(&std::fs::read(&path).unwrap(), "opt-1.3b");
+        let (g, builtin) = with_builtin(&fixture("opt-1.3b-seq64"), "opt-1.3b");
         assert_eq!(counts(&g).0, 1_315_758_080);
         for kind in [
             "embedding",

@@ -11,10 +11,11 @@
 //! energy of one FLOP at 7 nm, which holds a board's FLOP rate to its TDP.
 //!
 //! [`leave_one_out`] holds out each device in turn: fit on the others, predict the held-out
-//! one. Its 90 % intervals are split-conformal across devices: the 5th and 95th percentiles
-//! of the log ratio predicted / measured that the training devices show when each of them is
-//! in turn held out of a fit on the rest (nested, so the held-out device never informs its
-//! own interval).
+//! one. Its 90 % intervals are split-conformal across devices: a central interval of the log
+//! ratios predicted / measured that the training devices show when each of them is in turn
+//! held out of a fit on the rest (nested, so the held-out device never informs its own
+//! interval), at the level that covers 90 % of each training device's kernels from the
+//! others' ratios ([`interval_90`]: the device, not the kernel, is the exchangeable unit).
 
 use std::collections::BTreeMap;
 
@@ -330,9 +331,76 @@ fn quantile(values: &[f64], tau: f64) -> f64 {
     Data::new(values.to_vec()).quantile(tau)
 }
 
+/// The central coverages [`interval_90`] chooses among, in steps of a point.
+pub const LEVELS: [f64; 20] = [
+    0.80, 0.81, 0.82, 0.83, 0.84, 0.85, 0.86, 0.87, 0.88, 0.89, 0.90, 0.91, 0.92, 0.93, 0.94, 0.95,
+    0.96, 0.97, 0.98, 0.99,
+];
+
+/// The 90 % interval of log(predicted / measured) for a device outside the fit, from the log
+/// ratios of held-out devices `by_device` (one list per device, each from a fit without it);
+/// `None` without any.
+///
+/// The interval is the central `c` of every device's log ratios pooled, `c` the level of
+/// [`LEVELS`] at which, leaving each of those devices out of the interval in turn, the
+/// interval from the others covers nearest 90 % of its kernels pooled (the widest of equals;
+/// 90 % with one device). The unit that is exchangeable across devices is the device, not the
+/// kernel: a device's kernels share its error, so a pooled 90 % interval covers fewer than 90 %
+/// of a new device's kernels; the level that covers 90 % of one device from the others is
+/// learned on these devices, never on the one the interval is for.
+pub fn interval_90(by_device: &[Vec<f64>]) -> Option<(f64, f64)> {
+    let central = |logs: &[f64], c: f64| {
+        (
+            quantile(logs, (1.0 - c) / 2.0),
+            quantile(logs, (1.0 + c) / 2.0),
+        )
+    };
+    let all: Vec<f64> = by_device.iter().flatten().copied().collect();
+    if all.is_empty() {
+        return None;
+    }
+    let kept: Vec<&Vec<f64>> = by_device.iter().filter(|d| !d.is_empty()).collect();
+    if kept.len() < 2 {
+        return Some(central(&all, 0.9));
+    }
+    // Each device's log ratios and the others'.
+    let splits: Vec<(&Vec<f64>, Vec<f64>)> = kept
+        .iter()
+        .enumerate()
+        .map(|(i, own)| {
+            let others: Vec<f64> = kept
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .flat_map(|(_, d)| d.iter().copied())
+                .collect();
+            (*own, others)
+        })
+        .collect();
+    let coverage = |c: f64| {
+        let (inside, total) = splits
+            .iter()
+            .fold((0, 0), |(inside, total), (own, others)| {
+                let (lo, hi) = central(others, c);
+                let hits = own.iter().filter(|v| (lo..=hi).contains(*v)).count();
+                (inside + hits, total + own.len())
+            });
+        inside as f64 / total as f64
+    };
+    let level = LEVELS
+        .iter()
+        .copied()
+        .map(|c| (c, (coverage(c) - 0.9).abs()))
+        .reduce(|best, next| if next.1 <= best.1 { next } else { best })
+        .map_or(0.9, |(c, _)| c);
+    Some(central(&all, level))
+}
+
 /// Errors and interval hits of held-out kernels, pooled.
 #[derive(Default)]
 struct Pool {
+    /// Log ratios, one list per held-out device.
+    devices: Vec<Vec<f64>>,
     errors: Vec<f64>,
     inside: usize,
     judged: usize,
@@ -350,6 +418,7 @@ impl Pool {
             (errors.len(), inside)
         });
         Pool {
+            devices: Vec::new(),
             errors,
             inside,
             judged,
@@ -382,8 +451,8 @@ pub struct Transfer {
     pub holdouts: Vec<Holdout>,
     /// Per class, every held-out kernel pooled.
     pub classes: Vec<Holdout>,
-    /// Per class, the 5th and 95th percentiles of log(predicted / measured) over every
-    /// held-out kernel: the 90 % interval of a device outside the fit.
+    /// Per class, the 90 % interval of log(predicted / measured) of a device outside the fit:
+    /// [`interval_90`] of every held-out device's log ratios.
     pub intervals: BTreeMap<String, (f64, f64)>,
 }
 
@@ -409,7 +478,7 @@ pub fn leave_one_out(points: &[Point]) -> Result<Transfer> {
         // Nested: the log ratios the training devices show when each is held out in turn,
         // each fit under the power cap chosen without the held-out device.
         let cap = |class: &str| models.iter().find(|m| m.class == class).map(|m| m.energy);
-        let mut calibration: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        let mut calibration: BTreeMap<String, Vec<Vec<f64>>> = BTreeMap::new();
         for inner in devices.iter().filter(|d| *d != held) {
             let fit_on = on(&|d| d != *held && d != *inner);
             let inner_models = fit_with(&fit_on, cap)?;
@@ -417,17 +486,16 @@ pub fn leave_one_out(points: &[Point]) -> Result<Transfer> {
                 calibration
                     .entry(class.to_owned())
                     .or_default()
-                    .extend(e.iter().map(|r| log_ratio(*r)));
+                    .push(e.iter().map(|r| log_ratio(*r)).collect());
             }
         }
         for (class, e) in errors(&models, &on(&|d| d == *held)) {
-            let interval = calibration
-                .get(class)
-                .filter(|c| !c.is_empty())
-                .map(|c| (quantile(c, 0.05), quantile(c, 0.95)));
+            let interval = calibration.get(class).and_then(|c| interval_90(c));
             let pool = Pool::judged(e, interval);
             holdouts.push(pool.holdout(held, class));
             let all = pooled.entry(class.to_owned()).or_default();
+            all.devices
+                .push(pool.errors.iter().map(|r| log_ratio(*r)).collect());
             all.errors.extend(&pool.errors);
             all.inside += pool.inside;
             all.judged += pool.judged;
@@ -439,13 +507,7 @@ pub fn leave_one_out(points: &[Point]) -> Result<Transfer> {
         .collect();
     let intervals = pooled
         .iter()
-        .map(|(class, pool)| {
-            let logs: Vec<f64> = pool.errors.iter().map(|r| log_ratio(*r)).collect();
-            (
-                class.clone(),
-                (quantile(&logs, 0.05), quantile(&logs, 0.95)),
-            )
-        })
+        .filter_map(|(class, pool)| Some((class.clone(), interval_90(&pool.devices)?)))
         .collect();
     Ok(Transfer {
         holdouts,
@@ -516,8 +578,7 @@ pub fn shipped(
 /// the weight gradient `k x n` over `m`); a vector op's are autograd's (none for a sum, whose
 /// backward pass is then not compared), at its class's coefficients.
 /// Operators whose class the models lack are left out. The 90 % intervals are those of
-/// leaving one device out of the kernel set (`held`): each class's 5th and 95th percentile
-/// of log(predicted / measured) over every held-out kernel.
+/// leaving one device out of the kernel set (`held`): each class's [`Transfer::intervals`].
 pub fn labels(
     models: &[ClassModel],
     heldout: &Transfer,
@@ -1083,6 +1144,44 @@ mod tests {
 
     /// Four synthetic devices whose kernels follow known coefficients exactly: every
     /// held-out device is predicted within rounding, by the coefficients of the others.
+    /// Log ratios of devices whose kernels scatter alike around each device's own shift.
+    fn shifted(shifts: &[f64]) -> Vec<Vec<f64>> {
+        shifts
+            .iter()
+            .map(|s| {
+                (0..200)
+                    .map(|i| s + (f64::from(i) / 199.0 - 0.5) * 0.1)
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn devices_alike_get_the_pooled_90_percent_interval() {
+        let devices = shifted(&[0.0; 5]);
+        let all: Vec<f64> = devices.iter().flatten().copied().collect();
+        let (lo, hi) = interval_90(&devices).unwrap();
+        assert!((lo - quantile(&all, 0.05)).abs() < 2e-3, "{lo}");
+        assert!((hi - quantile(&all, 0.95)).abs() < 2e-3, "{hi}");
+        // One device: its own central 90 %.
+        let one = interval_90(&devices[..1]).unwrap();
+        assert!((one.0 - quantile(&devices[0], 0.05)).abs() < 1e-12);
+        assert!(interval_90(&[]).is_none());
+    }
+
+    #[test]
+    fn devices_apart_widen_the_interval_until_it_covers_a_device_from_the_others() {
+        let devices = shifted(&[-0.2, -0.1, 0.0, 0.1, 0.2]);
+        let all: Vec<f64> = devices.iter().flatten().copied().collect();
+        let (lo, hi) = interval_90(&devices).unwrap();
+        // Pooled, the central 90 % would leave most of the outer devices' kernels out of an
+        // interval built without them; the level is raised until they are covered.
+        assert!(lo < quantile(&all, 0.05) - 0.01, "{lo}");
+        assert!(hi > quantile(&all, 0.95) + 0.01, "{hi}");
+        let inside = all.iter().filter(|v| (lo..=hi).contains(*v)).count();
+        assert!(inside as f64 / all.len() as f64 > 0.95);
+    }
+
     #[test]
     fn a_device_left_out_is_predicted_from_the_others() {
         let truth = [8e-6, 1.3, 2e-5 * 1e9, 0.5, 1.1];

@@ -499,9 +499,10 @@ pub struct ClassCoefficients {
     pub holdout_median_abs_error: f64,
     /// Leave one device out, pooled: median (predicted - measured) / measured.
     pub holdout_bias: f64,
-    /// Leave one device out, pooled: the 5th and 95th percentiles of measured / predicted,
-    /// so a kernel of a device outside the fit takes between these multiples of its
-    /// prediction 90 % of the time.
+    /// Leave one device out: the 90 % interval of measured / predicted, so a kernel of a
+    /// device outside the fit takes between these multiples of its prediction 90 % of the
+    /// time (the central interval of the held-out devices' ratios at the level that covers
+    /// 90 % of each device's kernels from the others': `calibrate::transfer::interval_90`).
     pub holdout_interval_90: [f64; 2],
 }
 

@@ -233,8 +233,16 @@ fn specs(devices: &[&str], dir: &Path) -> Result<BTreeMap<String, DeviceSpec>> {
 /// fitted on the others predicts it (`ridgeline_calibrate::transfer`); and predicts the
 /// per-operator labels of GPUs outside the set (`kernels/labels`, where present) by the
 /// model fitted on all of it. Each device's figures come from its catalog file.
-pub fn transfer(kernels: &Path, ours: Option<&Path>) -> Result<TransferCheck> {
+pub fn transfer(
+    kernels: &Path,
+    ours: Option<&Path>,
+    public: Option<&Path>,
+) -> Result<TransferCheck> {
     let set = KernelSet::read(kernels)?;
+    let ours = ours.filter(|d| d.is_dir());
+    let public = public.filter(|d| d.is_dir());
+    // The tensor-core data, read (and its errors given) before the long fits.
+    let tensor_points = tensor_points(ours, public)?;
     let points = transfer::points(&set, &specs(&set.devices(), kernels)?)?;
     let held = transfer::leave_one_out(&points)?;
     let dir = kernels.join(crate::import::LABELS);
@@ -255,8 +263,7 @@ pub fn transfer(kernels: &Path, ours: Option<&Path>) -> Result<TransferCheck> {
         held,
     };
     let test = kernels.join(crate::import::TEST);
-    let ours = ours.filter(|d| d.is_dir());
-    if !test.is_dir() && !dir.is_dir() && ours.is_none() {
+    if !test.is_dir() && !dir.is_dir() && ours.is_none() && public.is_none() {
         return Ok(check);
     }
     // The model fitted on every GPU of the set times the GPUs outside it.
@@ -271,17 +278,13 @@ pub fn transfer(kernels: &Path, ours: Option<&Path>) -> Result<TransferCheck> {
             &points.gpu,
             false,
         ));
-        check.tensor_points = own_points(ours, true)?
-            .gpu
-            .into_iter()
-            .filter(|p| ridgeline_model::transfer::is_tensor_class(&p.class))
-            .collect();
-        if !check.tensor_points.is_empty() {
-            let (adopted, held, unscaled) = transfer::tensor_scaled(&models, &check.tensor_points);
-            check.tensor = Some(held);
-            check.tensor_adopted = adopted;
-            check.tensor_unscaled = unscaled;
-        }
+    }
+    check.tensor_points = tensor_points;
+    if !check.tensor_points.is_empty() {
+        let (adopted, held, unscaled) = transfer::tensor_scaled(&models, &check.tensor_points);
+        check.tensor = Some(held);
+        check.tensor_adopted = adopted;
+        check.tensor_unscaled = unscaled;
     }
     if test.is_dir() {
         let t = KernelSet::read(&test)?;
@@ -300,6 +303,36 @@ pub fn transfer(kernels: &Path, ours: Option<&Path>) -> Result<TransferCheck> {
         check.steps_skipped = skipped;
     }
     Ok(check)
+}
+
+/// The data of the tensor-core classes: ridgeline's own tensor-core records of the GPU's
+/// own time under `ours` ([`own_points`]) and the published tensor-core kernels of the set in
+/// `public` ([`transfer::tensor_set_points`]), each device's figures from its catalog file.
+pub fn tensor_points(ours: Option<&Path>, public: Option<&Path>) -> Result<Vec<transfer::Point>> {
+    let mut out: Vec<transfer::Point> = match ours {
+        Some(dir) => own_points(dir, true)?
+            .gpu
+            .into_iter()
+            .filter(|p| ridgeline_model::transfer::is_tensor_class(&p.class))
+            .collect(),
+        None => Vec::new(),
+    };
+    if let Some(dir) = public {
+        let set = ridgeline_calibrate::dataset::TensorSet::read(dir)?;
+        let mut devices = BTreeMap::new();
+        for name in set.source.devices.values() {
+            let device = ridgeline_model::catalog::device(name).with_context(|| {
+                format!("{}: device `{name}`", dir.join("SOURCE.toml").display())
+            })?;
+            devices.insert(name.clone(), device);
+        }
+        let spec = |name: &str, p: Precision| DeviceSpec::of(devices.get(name)?, p);
+        out.extend(
+            transfer::tensor_set_points(&set, &spec)
+                .with_context(|| format!("{}: a tensor-core kernel set", dir.display()))?,
+        );
+    }
+    Ok(out)
 }
 
 /// ridgeline's own GPU kernel records under `dir` as points of the transferred model: one
@@ -552,7 +585,12 @@ fn step_summary(steps: &[StepCheck]) -> Vec<StepSummary> {
 
 /// The kernel model fitted on every device of the kernel set in `kernels`, with the
 /// leave-one-device-out figures of `held`, as the TOML of `data/kernels/transfer.toml`.
-pub fn transfer_model(kernels: &Path, check: &TransferCheck, ours: &Path) -> Result<String> {
+pub fn transfer_model(
+    kernels: &Path,
+    check: &TransferCheck,
+    ours: &Path,
+    public: &Path,
+) -> Result<String> {
     let (set, points, held) = (&check.set, &check.points, &check.held);
     let s = &set.source;
     let data = format!(
@@ -570,9 +608,10 @@ pub fn transfer_model(kernels: &Path, check: &TransferCheck, ours: &Path) -> Res
         held,
         &data,
         &format!(
-            "ridgeline validate transfer --kernels {} --ours {} --write-model",
+            "ridgeline validate transfer --kernels {} --ours {} --tensor-kernels {} --write-model",
             kernels.display(),
-            ours.display()
+            ours.display(),
+            public.display()
         ),
     )?;
     // The tensor-core classes, fitted on ridgeline's own tensor-core records, with the
@@ -598,8 +637,10 @@ pub fn transfer_model(kernels: &Path, check: &TransferCheck, ours: &Path) -> Res
         );
         m.classes.extend(t.classes);
         m.source.tensor = Some(format!(
-            "ridgeline's own tensor-core kernel records ({}: {})",
+            "tensor-core kernels of ridgeline's own records ({}) and of the published set {} \
+             ({})",
             ours.display(),
+            public.display(),
             devices.join(", ")
         ));
     }
@@ -1141,7 +1182,7 @@ mod tests {
         }
         let dir = std::env::temp_dir().join(format!("ridgeline-transfer-{}", std::process::id()));
         set.write(&dir).unwrap();
-        let t = transfer(&dir, None).unwrap().held;
+        let t = transfer(&dir, None, None).unwrap().held;
         // `bmm`, the same pooled as `gemm` (the model that times every product), `relu`.
         let classes: Vec<&str> = t.classes.iter().map(|h| h.class.as_str()).collect();
         assert_eq!(classes, ["bmm", "gemm", "relu"]);
@@ -1206,14 +1247,10 @@ mod tests {
         let points = transfer::points(&set, &specs).unwrap();
         let all: Vec<&transfer::Point> = points.iter().collect();
         let mut fitted = transfer::fit(&all).unwrap();
-        // With the tensor-core classes of ridgeline's own records.
+        // With the tensor-core classes of ridgeline's own records and DeepBench's.
         let ours = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/ridgeline");
-        let tensor: Vec<transfer::Point> = own_points(&ours, true)
-            .unwrap()
-            .gpu
-            .into_iter()
-            .filter(|p| ridgeline_model::transfer::is_tensor_class(&p.class))
-            .collect();
+        let public = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/deepbench");
+        let tensor = tensor_points(Some(&ours), Some(&public)).unwrap();
         let (adopted, _, _) = transfer::tensor_scaled(&fitted, &tensor);
         fitted.extend(adopted);
         let shipped = ridgeline_model::transfer::Model::builtin();

@@ -18,6 +18,9 @@ use flate2::write::GzEncoder;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use ridgeline_measure::ConvPass;
+use ridgeline_measure::record::RecordPrecision;
+
 use crate::error::{Error, Result};
 
 /// A GEMM: `batch` products of `m x k` by `k x n` (a linear layer is one product, its batch
@@ -371,34 +374,11 @@ impl KernelSet {
             .vector
             .iter()
             .map(|s| (&s.device, s.latency_s, vec![s.batch, s.h]));
-        self.check_rows(&dir.join(GEMM), gemm)?;
-        self.check_rows(&dir.join(CONV), conv)?;
-        self.check_rows(&dir.join(VECTOR), vector)
-    }
-
-    /// Checks one table's rows: (device, seconds, dimensions).
-    fn check_rows<'a>(
-        &self,
-        path: &Path,
-        rows: impl Iterator<Item = (&'a String, f64, Vec<u64>)>,
-    ) -> Result<()> {
-        for (i, (device, t, dims)) in rows.enumerate() {
-            let what = if !(t.is_finite() && t > 0.0) {
-                format!("latency_s {t}: a time is positive")
-            } else if dims.contains(&0) {
-                "a dimension is 0: every one is at least 1".to_owned()
-            } else if !self.source.devices.values().any(|v| v == device) {
-                format!("device `{device}` is not one SOURCE.toml's `devices` maps")
-            } else {
-                continue;
-            };
-            return Err(Error::Input(format!(
-                "{}: row {}: {what}; convert the set again with `ridgeline import`",
-                path.display(),
-                i + 1
-            )));
-        }
-        Ok(())
+        let s = &self.source;
+        let fix = "convert the set again with `ridgeline import`";
+        check_rows(s, fix, &dir.join(GEMM), gemm)?;
+        check_rows(s, fix, &dir.join(CONV), conv)?;
+        check_rows(s, fix, &dir.join(VECTOR), vector)
     }
 
     /// The ridgeline devices the set holds kernels of.
@@ -407,6 +387,167 @@ impl KernelSet {
         d.sort_unstable();
         d.dedup();
         d
+    }
+}
+
+/// Checks one table's rows of a set from `source`: (device, seconds, dimensions).
+fn check_rows<'a>(
+    source: &Source,
+    fix: &str,
+    path: &Path,
+    rows: impl Iterator<Item = (&'a String, f64, Vec<u64>)>,
+) -> Result<()> {
+    for (i, (device, t, dims)) in rows.enumerate() {
+        let what = if !(t.is_finite() && t > 0.0) {
+            format!("latency_s {t}: a time is positive")
+        } else if dims.contains(&0) {
+            "a dimension is 0: every one is at least 1".to_owned()
+        } else if !source.devices.values().any(|v| v == device) {
+            format!("device `{device}` is not one SOURCE.toml's `devices` maps")
+        } else {
+            continue;
+        };
+        return Err(Error::Input(format!(
+            "{}: row {}: {what}; {fix}",
+            path.display(),
+            i + 1
+        )));
+    }
+    Ok(())
+}
+
+/// A GEMM of a tensor-core kernel set: `m x k` by `k x n` (column-major, as cuBLAS), with
+/// the shape that ran (padded where the benchmark padded it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TensorGemm {
+    /// The ridgeline device name it ran on.
+    pub device: String,
+    /// Its number format on the tensor cores: `fp16`, `bf16` or `tf32`.
+    pub precision: RecordPrecision,
+    /// Rows of the output.
+    pub m: u64,
+    /// Columns of the output.
+    pub n: u64,
+    /// Inner dimension.
+    pub k: u64,
+    /// Whether the first operand is transposed (1) or not (0).
+    pub a_transpose: u8,
+    /// Whether the second operand is transposed (1) or not (0).
+    pub b_transpose: u8,
+    /// Seconds.
+    pub latency_s: f64,
+}
+
+/// One pass of a 2-D convolution of a tensor-core kernel set, with the shape that ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TensorConv {
+    /// The ridgeline device name it ran on.
+    pub device: String,
+    /// Its number format on the tensor cores: `fp16`, `bf16` or `tf32`.
+    pub precision: RecordPrecision,
+    /// `forward`, `backward-data` or `backward-filter`.
+    pub pass: ConvPass,
+    /// Batch.
+    pub n: u64,
+    /// Input channels.
+    pub c_in: u64,
+    /// Output channels.
+    pub c_out: u64,
+    /// Input height.
+    pub h: u64,
+    /// Input width.
+    pub w: u64,
+    /// Filter height.
+    pub r: u64,
+    /// Filter width.
+    pub s: u64,
+    /// Padding above and below.
+    pub pad_h: u64,
+    /// Padding left and right.
+    pub pad_w: u64,
+    /// Vertical stride.
+    pub stride_h: u64,
+    /// Horizontal stride.
+    pub stride_w: u64,
+    /// Seconds.
+    pub latency_s: f64,
+}
+
+/// Tensor-core kernels measured on other machines and published (DeepBench's GEMMs and
+/// convolutions in FP16): data of the transferred model's tensor-core classes beside
+/// ridgeline's own records. On disk as a [`KernelSet`]: `gemm.csv.gz`, `conv.csv.gz` and
+/// `SOURCE.toml`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorSet {
+    /// Where they come from.
+    pub source: Source,
+    /// GEMMs.
+    pub gemm: Vec<TensorGemm>,
+    /// Convolution passes.
+    pub conv: Vec<TensorConv>,
+}
+
+/// How a tensor-core set is made again.
+const TENSOR_FIX: &str = "convert the set again with scripts/import-deepbench.py";
+
+impl TensorSet {
+    /// Reads the set in `dir`; an error names the file, the row and the field.
+    pub fn read(dir: &Path) -> Result<TensorSet> {
+        let set = TensorSet {
+            source: read_source(dir)?,
+            gemm: read_table(&dir.join(GEMM))?,
+            conv: read_table(&dir.join(CONV))?,
+        };
+        let formats = |path: &Path, p: &[RecordPrecision]| -> Result<()> {
+            match p.iter().position(|p| {
+                !matches!(
+                    p,
+                    RecordPrecision::Fp16 | RecordPrecision::Bf16 | RecordPrecision::Tf32
+                )
+            }) {
+                Some(i) => Err(Error::Input(format!(
+                    "{}: row {}: precision `{}`: a tensor-core set holds fp16, bf16 or tf32 \
+                     kernels; {TENSOR_FIX}",
+                    path.display(),
+                    i + 1,
+                    p[i].name()
+                ))),
+                None => Ok(()),
+            }
+        };
+        let gemm: Vec<RecordPrecision> = set.gemm.iter().map(|g| g.precision).collect();
+        formats(&dir.join(GEMM), &gemm)?;
+        let conv: Vec<RecordPrecision> = set.conv.iter().map(|c| c.precision).collect();
+        formats(&dir.join(CONV), &conv)?;
+        if let Some(i) = set.conv.iter().position(|c| c.pass == ConvPass::Backward) {
+            return Err(Error::Input(format!(
+                "{}: row {}: pass `backward`: one pass a row (forward, backward-data or \
+                 backward-filter); {TENSOR_FIX}",
+                dir.join(CONV).display(),
+                i + 1
+            )));
+        }
+        let (s, fix) = (&set.source, TENSOR_FIX);
+        check_rows(
+            s,
+            fix,
+            &dir.join(GEMM),
+            set.gemm
+                .iter()
+                .map(|g| (&g.device, g.latency_s, vec![g.m, g.n, g.k])),
+        )?;
+        check_rows(
+            s,
+            fix,
+            &dir.join(CONV),
+            set.conv.iter().map(|c| {
+                let dims = vec![
+                    c.n, c.c_in, c.c_out, c.h, c.w, c.r, c.s, c.stride_h, c.stride_w,
+                ];
+                (&c.device, c.latency_s, dims)
+            }),
+        )?;
+        Ok(set)
     }
 }
 
@@ -440,4 +581,118 @@ fn read_table<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
         .deserialize()
         .collect::<std::result::Result<Vec<T>, _>>()
         .map_err(|e| err(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source() -> Source {
+        Source {
+            description: "d".into(),
+            repository: "r".into(),
+            commit: "c".into(),
+            paths: "p".into(),
+            licence: "Apache-2.0".into(),
+            copyright: "x".into(),
+            measured_with: "m".into(),
+            converted_by: "scripts/import-deepbench.py".into(),
+            devices: [("NVIDIA T4".to_owned(), "t4".to_owned())].into(),
+            timing: None,
+        }
+    }
+
+    fn gemm(precision: RecordPrecision, m: u64, latency_s: f64) -> TensorGemm {
+        TensorGemm {
+            device: "t4".into(),
+            precision,
+            m,
+            n: 64,
+            k: 64,
+            a_transpose: 0,
+            b_transpose: 1,
+            latency_s,
+        }
+    }
+
+    fn conv(pass: ConvPass, device: &str) -> TensorConv {
+        TensorConv {
+            device: device.into(),
+            precision: RecordPrecision::Fp16,
+            pass,
+            n: 8,
+            c_in: 64,
+            c_out: 64,
+            h: 56,
+            w: 56,
+            r: 3,
+            s: 3,
+            pad_h: 1,
+            pad_w: 1,
+            stride_h: 1,
+            stride_w: 1,
+            latency_s: 1e-4,
+        }
+    }
+
+    /// Writes a tensor-core set and reads it back, or the error reading it gives.
+    fn round_trip(gemms: &[TensorGemm], convs: &[TensorConv]) -> Result<TensorSet> {
+        let dir = tempfile::tempdir().unwrap();
+        write_source(dir.path(), &source()).unwrap();
+        write_table(&dir.path().join(GEMM), gemms).unwrap();
+        write_table(&dir.path().join(CONV), convs).unwrap();
+        TensorSet::read(dir.path())
+    }
+
+    #[test]
+    fn a_tensor_core_set_reads_back() {
+        let g = [gemm(RecordPrecision::Fp16, 128, 2e-5)];
+        let c = [conv(ConvPass::BackwardFilter, "t4")];
+        let set = round_trip(&g, &c).unwrap();
+        assert_eq!((set.gemm, set.conv), (g.to_vec(), c.to_vec()));
+    }
+
+    #[test]
+    fn bad_rows_of_a_tensor_core_set_name_the_file_the_row_and_the_field() {
+        let fp16 = |m, t| gemm(RecordPrecision::Fp16, m, t);
+        let cases: [(Vec<TensorGemm>, Vec<TensorConv>, &str, &str); 5] = [
+            (
+                vec![fp16(8, 1e-5), gemm(RecordPrecision::Fp32, 8, 1e-5)],
+                vec![],
+                "gemm.csv.gz: row 2: precision `fp32`",
+                "fp16, bf16 or tf32",
+            ),
+            (
+                vec![fp16(0, 1e-5)],
+                vec![],
+                "gemm.csv.gz: row 1: a dimension is 0",
+                "import-deepbench.py",
+            ),
+            (
+                vec![fp16(8, -1.0)],
+                vec![],
+                "gemm.csv.gz: row 1: latency_s -1",
+                "a time is positive",
+            ),
+            (
+                vec![],
+                vec![
+                    conv(ConvPass::Forward, "t4"),
+                    conv(ConvPass::Backward, "t4"),
+                ],
+                "conv.csv.gz: row 2: pass `backward`",
+                "one pass a row",
+            ),
+            (
+                vec![],
+                vec![conv(ConvPass::Forward, "v100")],
+                "conv.csv.gz: row 1: device `v100`",
+                "SOURCE.toml's `devices`",
+            ),
+        ];
+        for (g, c, at, what) in cases {
+            let e = round_trip(&g, &c).unwrap_err().to_string();
+            assert!(e.contains(at) && e.contains(what), "{e}");
+        }
+    }
 }

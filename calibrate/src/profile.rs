@@ -83,6 +83,14 @@ pub(crate) fn record_error(file: &str, r: &Record, message: impl Into<String>) -
 }
 
 pub(crate) fn conv_kernels(file: &str, r: &Record, s: &record::ConvShape) -> Result<Vec<Kernel>> {
+    conv_shape_kernels(s).map_err(|message| record_error(file, r, message))
+}
+
+/// The kernels of a convolution shape: one per pass, two for both gradients in one call; an
+/// error saying what is wrong with a shape that cannot run.
+pub(crate) fn conv_shape_kernels(
+    s: &record::ConvShape,
+) -> std::result::Result<Vec<Kernel>, &'static str> {
     let rank = s.input.len();
     if [
         s.kernel.len(),
@@ -94,22 +102,14 @@ pub(crate) fn conv_kernels(file: &str, r: &Record, s: &record::ConvShape) -> Res
     .any(|&l| l != rank)
         || s.groups == 0
     {
-        return Err(record_error(
-            file,
-            r,
-            "conv shape: lists of unequal rank or zero groups",
-        ));
+        return Err("conv shape: lists of unequal rank or zero groups");
     }
     let mut output = Vec::with_capacity(rank);
     for d in 0..rank {
         let span = s.dilation[d] * (s.kernel[d].max(1) - 1) + 1;
         let padded = s.input[d] + s.padding[d][0] + s.padding[d][1];
         if span > padded || s.stride[d] == 0 {
-            return Err(record_error(
-                file,
-                r,
-                "conv shape: kernel larger than padded input",
-            ));
+            return Err("conv shape: kernel larger than padded input");
         }
         output.push((padded - span) / s.stride[d] + 1);
     }

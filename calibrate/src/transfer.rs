@@ -27,7 +27,7 @@ use ridgeline_model::transfer::{self, ClassCoefficients, DeviceSpec, Model, Mode
 use serde::Serialize;
 use statrs::statistics::{Data, OrderStatistics};
 
-use crate::dataset::{KernelSet, LabelSet};
+use crate::dataset::{KernelSet, LabelSet, TensorSet};
 use crate::error::{Error, Result};
 use crate::fit::fit_relative;
 
@@ -731,25 +731,138 @@ pub fn record_points(
         if !(y.is_finite() && y > 0.0) {
             continue;
         }
-        let features = |d: &DeviceSpec| {
-            let f = transfer::features(&kernel, elem, d);
-            std::array::from_fn(|i| f.get(i).copied().unwrap_or(0.0))
-        };
-        let class = transfer::class_of(&kernel);
-        out.push(Point {
-            class: match d.tensor {
-                Some(format) if tensor_classes => transfer::tensor_class(class, format),
-                _ => class.to_owned(),
-            },
-            device: format!("{device} {}", r.precision.name()),
-            // A power cap only where the device has one at this precision (FP32).
-            x: if d.power.is_some() {
-                capped(&d, features)
-            } else {
-                vec![features(&d).to_vec()]
-            },
+        out.push(kernel_point(
+            &kernel,
+            elem,
+            format!("{device} {}", r.precision.name()),
+            &d,
             y,
-        });
+            tensor_classes,
+        ));
+    }
+    Ok(out)
+}
+
+/// A measured kernel as a point: of its class, or with `tensor_classes` of its tensor-core
+/// class where the spec `d` runs it on tensor cores; `device` names the GPU and precision.
+fn kernel_point(
+    kernel: &Kernel,
+    elem: u64,
+    device: String,
+    d: &DeviceSpec,
+    y: f64,
+    tensor_classes: bool,
+) -> Point {
+    let features = |d: &DeviceSpec| {
+        let f = transfer::features(kernel, elem, d);
+        std::array::from_fn(|i| f.get(i).copied().unwrap_or(0.0))
+    };
+    let class = transfer::class_of(kernel);
+    let tensor = d.tensor.filter(|_| tensor_classes);
+    Point {
+        class: match tensor {
+            Some(format) => transfer::tensor_class(class, format),
+            None => class.to_owned(),
+        },
+        device,
+        // A power cap where the device has one, at the energies of the units the kernel runs
+        // on: FP32's, or a tensor-core class's; none for a tensor-core kernel timed by an
+        // FP32 class.
+        x: match (d.power, d.tensor, tensor) {
+            (Some(_), None, _) => capped(d, features),
+            (Some(_), Some(_), Some(_)) => TENSOR_ENERGIES
+                .iter()
+                .map(|e| features(&d.capped(*e)).to_vec())
+                .collect(),
+            _ => vec![features(d).to_vec()],
+        },
+        y,
+    }
+}
+
+/// The energies of one FLOP at 7 nm (J) a tensor-core class's power cap may take, after none:
+/// 0.5 to 4 pJ, a tenth or so of FP32's ([`ENERGIES`]). A T4 (70 W, 12 nm) that ran its
+/// 65 TFLOP/s FP16 peak would spend 0.6 pJ a FLOP at 7 nm, less than its tensor cores take.
+pub const TENSOR_ENERGIES: [Option<f64>; 10] = [
+    None,
+    Some(0.5e-12),
+    Some(0.75e-12),
+    Some(1.0e-12),
+    Some(1.25e-12),
+    Some(1.5e-12),
+    Some(2.0e-12),
+    Some(2.5e-12),
+    Some(3.0e-12),
+    Some(4.0e-12),
+];
+
+/// The kernels of a published tensor-core set ([`TensorSet`]) as points of the tensor-core
+/// classes, as [`record_points`] makes ridgeline's own records: each at its time, its device
+/// the GPU and precision (`t4 fp16`). `spec` gives a device's figures at a precision (the
+/// matrix peak of its format); a kernel of a device it gives none for, or one its spec does
+/// not run on tensor cores, is an error naming the device.
+pub fn tensor_set_points(
+    set: &TensorSet,
+    spec: &dyn Fn(&str, Precision) -> Option<DeviceSpec>,
+) -> Result<Vec<Point>> {
+    let point =
+        |row: String, device: &str, p: RecordPrecision, kernel: &Kernel, y: f64| -> Result<Point> {
+            let (precision, elem) = record_precision(p)
+                .ok_or_else(|| Error::Input(format!("{row}: precision `{}`", p.name())))?;
+            let d = spec(device, precision)
+                .filter(|d| d.tensor.is_some())
+                .ok_or_else(|| {
+                    Error::Input(format!(
+                        "{row}: device `{device}`: its file gives no {} tensor-core peak, SMs, \
+                     boost clock or bandwidth; add them, sourced",
+                        p.name()
+                    ))
+                })?;
+            Ok(kernel_point(
+                kernel,
+                elem,
+                format!("{device} {}", p.name()),
+                &d,
+                y,
+                true,
+            ))
+        };
+    let mut out = Vec::with_capacity(set.gemm.len() + set.conv.len());
+    for (i, g) in set.gemm.iter().enumerate() {
+        let kernel = gemm_kernel(
+            KernelClass::Gemm,
+            KernelPass::Forward,
+            g.m as f64,
+            g.n as f64,
+            g.k as f64,
+            1.0,
+        );
+        let row = format!("gemm.csv.gz: row {}", i + 1);
+        out.push(point(row, &g.device, g.precision, &kernel, g.latency_s)?);
+    }
+    for (i, c) in set.conv.iter().enumerate() {
+        let row = format!("conv.csv.gz: row {}", i + 1);
+        let size = |v: u64| v as usize;
+        let shape = ridgeline_measure::record::ConvShape {
+            source: set.source.repository.clone(),
+            n: size(c.n),
+            c_in: size(c.c_in),
+            c_out: size(c.c_out),
+            input: vec![size(c.h), size(c.w)],
+            kernel: vec![size(c.r), size(c.s)],
+            stride: vec![size(c.stride_h), size(c.stride_w)],
+            padding: vec![[size(c.pad_h); 2], [size(c.pad_w); 2]],
+            dilation: vec![1, 1],
+            groups: 1,
+            bias: false,
+            pass: c.pass,
+            layout: ridgeline_measure::Layout::ChannelsLast,
+        };
+        let kernel = crate::profile::conv_shape_kernels(&shape)
+            .map_err(|e| Error::Input(format!("{row}: {e}")))?
+            .pop()
+            .ok_or_else(|| Error::Input(format!("{row}: a convolution pass with no kernel")))?;
+        out.push(point(row, &c.device, c.precision, &kernel, c.latency_s)?);
     }
     Ok(out)
 }
@@ -834,23 +947,40 @@ pub fn tensor_scaled(
         };
         let floor = transfer::floor(base_name, launch(base), host);
         // Each point: its GPU, its device (GPU and precision), measured time, and the base
-        // class's work on it.
-        let rows: Vec<(String, &str, f64, f64)> = points
+        // class's work on it under each power cap of `TENSOR_ENERGIES` (one where the device
+        // has no power figures).
+        let rows: Vec<(String, &str, f64, Vec<f64>)> = points
             .iter()
             .filter(|p| p.class == class)
             .map(|p| {
-                let work = transfer::work(&base.coefficients, p.at(base.energy));
+                let work = (0..p.x.len())
+                    .map(|e| transfer::work(&base.coefficients, p.at(e)))
+                    .collect();
                 (gpu(&p.device), p.device.as_str(), p.y, work)
             })
-            .filter(|(_, _, y, w)| *y > 0.0 && *w > 0.0)
+            .filter(|(_, _, y, w): &(String, &str, f64, Vec<f64>)| *y > 0.0 && w[0] > 0.0)
             .collect();
-        let scale_of = |keep: &dyn Fn(&str) -> bool| {
-            let ratios: Vec<f64> = rows
-                .iter()
-                .filter(|r| keep(&r.0))
-                .map(|(_, _, y, w)| y / w)
-                .collect();
-            (!ratios.is_empty()).then(|| quantile(&ratios, 0.5))
+        let work = |w: &[f64], e: usize| w[e.min(w.len() - 1)];
+        // The scale and power cap fitted on the GPUs `keep` passes: under each cap, the median
+        // ratio of measured to predicted work; the cap whose scaled predictions have the
+        // smallest median |error| on those GPUs.
+        let fit_on = |keep: &dyn Fn(&str) -> bool| -> Option<(f64, usize)> {
+            let on: Vec<_> = rows.iter().filter(|r| keep(&r.0)).collect();
+            (0..TENSOR_ENERGIES.len())
+                .filter_map(|e| {
+                    let ratios: Vec<f64> = on.iter().map(|r| r.2 / work(&r.3, e)).collect();
+                    if ratios.is_empty() {
+                        return None;
+                    }
+                    let s = quantile(&ratios, 0.5);
+                    let errors: Vec<f64> = on
+                        .iter()
+                        .map(|r| (s * work(&r.3, e) / r.2 - 1.0).abs())
+                        .collect();
+                    Some((quantile(&errors, 0.5), s, e))
+                })
+                .reduce(|best, next| if next.0 < best.0 { next } else { best })
+                .map(|(_, s, e)| (s, e))
         };
         let mut gpus: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
         gpus.sort_unstable();
@@ -865,17 +995,21 @@ pub fn tensor_scaled(
         let mut per_device = Vec::new();
         for held in &devices {
             let held_gpu = gpu(held);
-            let Some(s) = scale_of(&|g| g != held_gpu) else {
+            let Some((s, e)) = fit_on(&|g| g != held_gpu) else {
                 continue;
             };
             let on: Vec<_> = rows.iter().filter(|r| r.1 == *held).collect();
-            let e: Vec<f64> = on.iter().map(|(_, _, y, w)| s * w / y - 1.0).collect();
-            unscaled.extend(on.iter().map(|(_, _, y, w)| w / y - 1.0));
-            pooled.errors.extend(&e);
-            per_device.push((*held, e));
+            let errors: Vec<f64> = on.iter().map(|r| s * work(&r.3, e) / r.2 - 1.0).collect();
+            unscaled.extend(on.iter().map(|r| r.3[0] / r.2 - 1.0));
+            pooled.errors.extend(&errors);
+            pooled
+                .devices
+                .push(errors.iter().map(|r| log_ratio(*r)).collect());
+            per_device.push((*held, errors));
         }
-        let logs: Vec<f64> = pooled.errors.iter().map(|r| log_ratio(*r)).collect();
-        let interval = (quantile(&logs, 0.05), quantile(&logs, 0.95));
+        let Some(interval) = interval_90(&pooled.devices) else {
+            continue;
+        };
         for (held, e) in per_device {
             out.holdouts
                 .push(Pool::judged(e, Some(interval)).holdout(held, class));
@@ -885,15 +1019,15 @@ pub fn tensor_scaled(
         let plain = quantile(&plain, 0.5);
         unscaled_medians.insert(class.to_owned(), plain);
         if all.median_abs_rel_error < plain
-            && let Some(s) = scale_of(&|_| true)
+            && let Some((s, e)) = fit_on(&|_| true)
         {
             let mut coefficients = vec![floor];
             coefficients.extend(base.coefficients.iter().skip(1).map(|c| c * s));
             adopted.push(ClassModel {
                 class: class.to_owned(),
                 coefficients,
-                energy_per_flop_7nm: None,
-                energy: 0,
+                energy_per_flop_7nm: TENSOR_ENERGIES[e],
+                energy: e,
                 points: rows.len(),
             });
         }
@@ -1029,6 +1163,98 @@ mod tests {
         assert_eq!((tensor[0].x.len(), tensor[1].x.len()), (1, ENERGIES.len()));
         assert!(tensor[0].x[0][1] < tensor[1].x[0][1] / 10.0);
         assert_eq!(tensor[0].y, 5e-5);
+    }
+
+    /// A published tensor-core set's GEMMs on three GPUs, two of whose boards cannot feed
+    /// their tensor cores at the peak, each timed as 1.3 times the FP32 class's work under a
+    /// cap of 1.5 pJ a FLOP at 7 nm: leaving each GPU out recovers the scale and the cap.
+    #[test]
+    fn published_tensor_kernels_fit_a_tensor_class_with_its_own_power_cap() {
+        use crate::dataset::{Source, TensorGemm};
+        let fp16 = |tflops: f64, tdp_w: f64, process_nm: f64| DeviceSpec {
+            peak_flops: tflops * 1e12,
+            tensor: Some(ridgeline_model::precision::NumberFormat::Fp16),
+            power: Some(transfer::PowerSpec { tdp_w, process_nm }),
+            ..spec(80.0, 1.5, 15.0, 0.9, 6.0)
+        };
+        let specs: BTreeMap<&str, DeviceSpec> = [
+            ("t", fp16(65.0, 70.0, 12.0)),
+            ("v", fp16(125.0, 300.0, 12.0)),
+            ("p", fp16(120.0, 250.0, 16.0)),
+        ]
+        .into();
+        let mut gemm = Vec::new();
+        for device in specs.keys() {
+            for (m, n, k) in [(4096, 4096, 4096), (1760, 128, 1760), (512, 48000, 2048)] {
+                gemm.push(TensorGemm {
+                    device: (*device).to_owned(),
+                    precision: RecordPrecision::Fp16,
+                    m,
+                    n,
+                    k,
+                    a_transpose: 0,
+                    b_transpose: 0,
+                    latency_s: 1.0,
+                });
+            }
+        }
+        let mut set = crate::dataset::TensorSet {
+            source: Source {
+                description: String::new(),
+                repository: String::new(),
+                commit: String::new(),
+                paths: String::new(),
+                licence: String::new(),
+                copyright: String::new(),
+                measured_with: String::new(),
+                converted_by: String::new(),
+                devices: BTreeMap::new(),
+                timing: None,
+            },
+            gemm,
+            conv: Vec::new(),
+        };
+        let spec_of = |name: &str, p: Precision| {
+            assert_eq!(p, Precision::AmpFp16);
+            specs.get(name).copied()
+        };
+        let mut points = tensor_set_points(&set, &spec_of).unwrap();
+        assert_eq!(points.len(), 9);
+        assert_eq!(
+            (points[0].class.as_str(), points[0].device.as_str()),
+            ("gemm-tensor-16", "p fp16")
+        );
+        assert_eq!(points[0].x.len(), TENSOR_ENERGIES.len());
+        let base = ClassModel {
+            class: "gemm".into(),
+            coefficients: vec![1e-5, 1.0, 0.0, 0.0, 0.0],
+            energy_per_flop_7nm: None,
+            energy: 0,
+            points: 1,
+        };
+        let cap = TENSOR_ENERGIES
+            .iter()
+            .position(|e| *e == Some(1.5e-12))
+            .unwrap();
+        for p in &mut points {
+            p.y = 1.3 * transfer::work(&base.coefficients, p.at(cap));
+        }
+        let (adopted, held, unscaled) = tensor_scaled(std::slice::from_ref(&base), &points);
+        assert_eq!(adopted.len(), 1);
+        let a = &adopted[0];
+        assert_eq!(a.energy_per_flop_7nm, Some(1.5e-12));
+        assert!((a.coefficients[1] - 1.3).abs() < 1e-9, "{a:?}");
+        let all = held
+            .classes
+            .iter()
+            .find(|h| h.class == "gemm-tensor-16")
+            .unwrap();
+        assert!(all.median_abs_rel_error < 1e-9, "{all:?}");
+        assert!(unscaled["gemm-tensor-16"] > 0.2);
+        // A device the spec does not know is an error naming the row.
+        set.gemm[0].device = "x".into();
+        let e = tensor_set_points(&set, &spec_of).unwrap_err().to_string();
+        assert!(e.contains("gemm.csv.gz: row 1: device `x`"), "{e}");
     }
 
     fn spec(sms: f64, ghz: f64, tflops: f64, tbs: f64, l2_mib: f64) -> DeviceSpec {

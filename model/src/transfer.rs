@@ -54,9 +54,10 @@ pub struct DeviceSpec {
     pub bandwidth: f64,
     /// L2 cache, bytes.
     pub l2_bytes: f64,
-    /// The board's power and process node, where the file gives both and the kernels run in
-    /// FP32 (the power cap is fitted on FP32 kernels; tensor-core formats take less energy per
-    /// FLOP than any of them show, so they run uncapped).
+    /// The board's power and process node, where the file gives both. A class's power cap
+    /// applies only to kernels of its own units: an FP32 class's to FP32 kernels, a
+    /// tensor-core class's (fitted on tensor-core kernels, which take far less energy per
+    /// FLOP) to its format's ([`Model::timed`]).
     pub power: Option<PowerSpec>,
     /// The format, where the matrix peak is a tensor-core peak of a format other than FP32
     /// (TF32, FP16, BF16 on NVIDIA's tensor cores or AMD's matrix cores): such kernels are
@@ -104,8 +105,12 @@ impl DeviceSpec {
             // Without an L2 size every working set is timed as HBM traffic (`predict`
             // says so).
             l2_bytes: device.llc.as_ref().map_or(0.0, |l| l.value.value()),
+            // FP32 kernels and tensor-core kernels have a fitted energy per FLOP; others
+            // (FP16 on vector units) run uncapped.
             power: match (&device.tdp_w, &device.process_nm) {
-                (Some(w), Some(nm)) if precision.matrix_format() == NumberFormat::Fp32 => {
+                (Some(w), Some(nm))
+                    if format == NumberFormat::Fp32 || peak.name.ends_with("_tensor") =>
+                {
                     Some(PowerSpec {
                         tdp_w: w.value,
                         process_nm: nm.value,
@@ -638,7 +643,9 @@ impl Model {
     /// ([`ClassCoefficients::holdout_interval_90`]).
     pub fn timed(&self, kernel: &Kernel, elem: u64, d: &DeviceSpec) -> Option<(f64, [f64; 2])> {
         let c = self.class_for(kernel, d)?;
-        let d = d.capped(c.energy_per_flop_7nm);
+        // An FP32 class's energy per FLOP is not a tensor core's.
+        let own = d.tensor.is_none() || is_tensor_class(&c.name);
+        let d = d.capped(c.energy_per_flop_7nm.filter(|_| own));
         let x = features(kernel, elem, &d);
         Some((
             work(&c.coefficients, &x).max(self.launch_floor(c)),
@@ -745,6 +752,63 @@ mod tests {
         assert_eq!(model.time(&conv, 4, &A100), Some(30e-6));
         assert_eq!(model.time(&conv, 2, &tensor), Some(80e-6));
         assert_eq!(model.time(&gemm, 4, &A100), Some(30e-6));
+    }
+
+    /// A class's power cap holds only its own units: the FP32 class's energy per FLOP caps
+    /// FP32 GEMMs, not the same GEMMs on tensor cores, which a tensor-core class caps with
+    /// its own.
+    #[test]
+    fn a_power_cap_holds_the_units_its_class_was_fitted_on() {
+        let capped = |name: &str, e: f64| ClassCoefficients {
+            energy_per_flop_7nm: Some(e),
+            ..class(name, 1e-6, 1.0)
+        };
+        let board = Some(PowerSpec {
+            tdp_w: 70.0,
+            process_nm: 12.0,
+        });
+        let fp32 = DeviceSpec {
+            power: board,
+            ..A100
+        };
+        let fp16 = DeviceSpec {
+            peak_flops: 65e12,
+            tensor: Some(NumberFormat::Fp16),
+            power: board,
+            ..A100
+        };
+        let big = crate::kernels::gemm_kernel(
+            KernelClass::Gemm,
+            crate::kernels::KernelPass::Forward,
+            8192.0,
+            8192.0,
+            8192.0,
+            1.0,
+        );
+        let source = ModelSource {
+            data: String::new(),
+            devices: Vec::new(),
+            fitted_by: String::new(),
+            tensor: None,
+        };
+        let plain = |e| Model {
+            source: source.clone(),
+            classes: vec![capped("gemm", e)],
+        };
+        // 10 pJ at 7 nm is 17 pJ at 12 nm: 70 W holds FP32 to 4.1 TFLOP/s.
+        let slow = plain(10e-12).time(&big, 4, &fp32).unwrap();
+        let fast = plain(1e-15).time(&big, 4, &fp32).unwrap();
+        assert!(slow > 4.0 * fast, "{slow} {fast}");
+        // On tensor cores the FP32 class's cap does not apply...
+        let uncapped = plain(10e-12).time(&big, 2, &fp16).unwrap();
+        assert_eq!(uncapped, plain(1e-15).time(&big, 2, &fp16).unwrap());
+        // ...a tensor-core class's does: 1.5 pJ at 7 nm holds 65 TFLOP/s to 27.
+        let tensor = Model {
+            source,
+            classes: vec![capped("gemm", 10e-12), capped("gemm-tensor-16", 1.5e-12)],
+        };
+        let held = tensor.time(&big, 2, &fp16).unwrap();
+        assert!(held > 2.0 * uncapped, "{held} {uncapped}");
     }
 
     #[test]

@@ -87,9 +87,10 @@ fn comm(args: &ValidateCommArgs) -> Result<()> {
 
 /// `validate transfer`: the transferable kernel model, leaving one GPU out at a time.
 fn transfer(args: &ValidateTransferArgs) -> Result<()> {
-    let check = validation::transfer(&args.kernels, Some(&args.ours))?;
+    let check = validation::transfer(&args.kernels, Some(&args.ours), Some(&args.tensor_kernels))?;
     if let Some(out) = &args.write_model {
-        let text = validation::transfer_model(&args.kernels, &check, &args.ours)?;
+        let text =
+            validation::transfer_model(&args.kernels, &check, &args.ours, &args.tensor_kernels)?;
         ridgeline_app::atomic::write(out, text.as_bytes())?;
         eprintln!("wrote the kernel model to {}", out.display());
     }
@@ -170,12 +171,21 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
                 .collect();
             gpus.dedup();
             d = d.note(format!(
-                "No tensor-core class: one needs records of the GPU's own time (SOURCE.toml `timing = \"gpu\"`) on two GPUs at least, to leave one out; these are of {}. `predict` times tensor-core layers with the FP32 fit's coefficients at the format's tensor-core peak (the `ours` rows).",
+                "No tensor-core class: one needs tensor-core kernels (ridgeline's own records of the GPU's own time, SOURCE.toml `timing = \"gpu\"`, or a published set, --tensor-kernels) of two GPUs at least, to leave one out; these are of {}. `predict` times tensor-core layers with the FP32 fit's coefficients at the format's tensor-core peak (the `ours` rows).",
                 gpus.join(", ")
             ));
         }
         if check.tensor.as_ref().is_some_and(|t| !t.classes.is_empty()) {
-            d = d.note("`-tensor-` rows: a tensor-core class (one per class and format: tf32, and 16 for fp16 and bf16) is the FP32 fit's class at that format's tensor-core peak with its work scaled by the median ratio of measured to predicted on ridgeline's own tensor-core records (the `ours` rows' tf32, fp16 and bf16); each GPU left out in turn, its scale from the other GPUs' records (`all`: every held-out kernel pooled). Adopted where that beats the FP32 class unscaled on the same held-out kernels; `predict` times tensor-core layers with the adopted ones.");
+            d = d
+                .summary(
+                    "tensor-core kernels",
+                    format!(
+                        "{} and {} (the tensor-core classes' data)",
+                        args.ours.display(),
+                        args.tensor_kernels.display()
+                    ),
+                )
+                .note("`-tensor-` rows: a tensor-core class (one per class and format: tf32, and 16 for fp16 and bf16) is the FP32 fit's class at that format's tensor-core peak, held to what the board's power sustains at its own energy per FLOP, with its work scaled by the median ratio of measured to predicted; the scale and the energy (none, or 0.5 to 4 pJ at 7 nm, the one whose scaled predictions fit best) are fitted on the tensor-core kernels of ridgeline's own records (the `ours` rows' tf32, fp16 and bf16) and the published set (DeepBench's V100 and T4); each GPU left out in turn, its fit on the other GPUs' kernels (`all`: every held-out kernel pooled). Adopted where that beats the FP32 class unscaled at the peak on the same held-out kernels; `predict` times tensor-core layers with the adopted ones.");
             for (class, plain) in &check.tensor_unscaled {
                 let adopted = check.tensor_adopted.iter().any(|m| &m.class == class);
                 d = d.note(format!(

@@ -463,6 +463,37 @@ fn validate_transfer_names_what_it_cannot_do() {
     ]);
     let err = run_err(&["validate", "transfer", "--kernels", o]);
     assert!(err.contains("at least 3 devices"), "{err}");
+    // A published tensor-core set whose device is not in the catalog, or whose rows are
+    // bad, is refused before any fit, naming the file.
+    let public = out.join("deepbench");
+    std::fs::create_dir_all(&public).unwrap();
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/kernels/deepbench");
+    for f in ["gemm.csv.gz", "conv.csv.gz"] {
+        std::fs::copy(shipped.join(f), public.join(f)).unwrap();
+    }
+    let source = std::fs::read_to_string(shipped.join("SOURCE.toml")).unwrap();
+    let p = public.to_str().unwrap();
+    let transfer = |source: String| {
+        std::fs::write(public.join("SOURCE.toml"), source).unwrap();
+        run_err(&[
+            "validate",
+            "transfer",
+            "--kernels",
+            o,
+            "--tensor-kernels",
+            p,
+        ])
+    };
+    let err = transfer(source.replace("[devices]\n", "[devices]\n\"NVIDIA X9\" = \"x9\"\n"));
+    assert!(
+        err.contains("SOURCE.toml") && err.contains("device `x9`"),
+        "{err}"
+    );
+    let err = transfer(source.replace("= \"t4\"", "= \"t5\""));
+    assert!(err.contains("row 143: device `t4`"), "{err}");
+    std::fs::write(public.join("gemm.csv.gz"), "device,precision\n").unwrap();
+    let err = transfer(source);
+    assert!(err.contains("gemm.csv.gz") && err.contains("gzip"), "{err}");
     let err = run_err(&["validate", "transfer", "--kernels", "/nonexistent"]);
     assert!(
         err.contains("SOURCE.toml") && err.contains("ridgeline import"),

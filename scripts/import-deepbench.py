@@ -1,20 +1,21 @@
 #!/usr/bin/env python3
-"""Convert DeepBench's published GPU training results into ridgeline's tensor-core kernel set.
+"""Convert DeepBench's published GPU training results into ridgeline's published kernel set.
 
 DeepBench (Baidu Research, Apache-2.0) timed cuBLAS GEMMs and cuDNN convolutions, forward and
-both gradients, in FP16 on tensor cores on NVIDIA GPUs, and published the times as Excel
-workbooks (results/train/DeepBench_NV_<GPU>.xlsx). This script reads the sheet
-"Results - FP16 ip, Mixed math" of each workbook given and writes, under OUT:
+both gradients, in FP32 and in FP16 on tensor cores on NVIDIA GPUs, and published the times
+as Excel workbooks (results/train/DeepBench_NV_<GPU>.xlsx). This script reads the sheets
+"Results FP32" and "Results - FP16 ip, Mixed math" of each workbook given and writes, under
+OUT:
 
   gemm.csv.gz  device,precision,m,n,k,a_transpose,b_transpose,latency_s
   conv.csv.gz  device,precision,pass,n,c_in,c_out,h,w,r,s,pad_h,pad_w,stride_h,stride_w,latency_s
 
-with the shapes that ran: DeepBench pads a tensor-core GEMM's dimensions to multiples of 8
+with the shapes that ran: in FP16 DeepBench pads a tensor-core GEMM's dimensions to multiples of 8
 (code/nvidia/gemm_bench.cu: m and k for NN and TN, m and n for NT, all three for TT) and a
 convolution's input and output channels to multiples of 8 when either is not one
 (code/nvidia/conv_bench.cu), and this script applies the same rule. Kernels shorter than
 MIN_US microseconds are left out (see SOURCE.toml). `ridgeline validate transfer` reads the
-set (--tensor-sets) as data of the tensor-core classes.
+set (--published): it predicts every kernel, and fits the tensor-core classes on the FP16 ones.
 
 Usage: scripts/import-deepbench.py --commit SHA --out data/kernels/deepbench \
            V100=v100-sxm2-16gb:DeepBench_NV_V100.xlsx T4=t4:DeepBench_NV_T4.xlsx
@@ -28,7 +29,7 @@ import gzip
 import io
 import sys
 
-SHEET = "Results - FP16 ip, Mixed math"
+SHEETS = {"fp32": "Results FP32", "fp16": "Results - FP16 ip, Mixed math"}
 MIN_US = 20.0
 
 
@@ -36,13 +37,13 @@ def pad8(v):
     return (v + 7) // 8 * 8
 
 
-def rows_of(path):
+def rows_of(path, sheet):
     import openpyxl
 
     wb = openpyxl.load_workbook(path, data_only=True, read_only=True)
-    if SHEET not in wb.sheetnames:
-        sys.exit(f"{path}: no sheet `{SHEET}`; sheets: {wb.sheetnames}")
-    return list(wb[SHEET].iter_rows(values_only=True))
+    if sheet not in wb.sheetnames:
+        sys.exit(f"{path}: no sheet `{sheet}`; sheets: {wb.sheetnames}")
+    return list(wb[sheet].iter_rows(values_only=True))
 
 
 def section(rows, title):
@@ -71,29 +72,33 @@ def main():
     for spec in a.workbooks:
         _, rest = spec.split("=", 1)
         device, path = rest.split(":", 1)
-        rows = rows_of(path)
-        for r in section(rows, "Dense Matrix Multiplication"):
-            m, n, k, at, bt, t = r[2], r[3], r[4], r[5] == "T", r[6] == "T", ms(r[8])
-            if t is None:
-                continue
-            if (not at and not bt) or (at and not bt):
-                m, k = pad8(m), pad8(k)
-            elif not at and bt:
-                m, n = pad8(m), pad8(n)
-            else:
-                m, n, k = pad8(m), pad8(n), pad8(k)
-            if t * 1e6 >= MIN_US:
-                gemm.append([device, "fp16", m, n, k, int(at), int(bt), f"{t:.6g}"])
-        for r in section(rows, "Convolution"):
-            w, h, c, nb, kk, s, rr, pw, ph, sw, sh = r[2:13]
-            if c % 8 or kk % 8:
-                c, kk = pad8(c), pad8(kk)
-            for name, col in (("forward", 13), ("backward-data", 14), ("backward-filter", 15)):
-                t = ms(r[col])
-                if t is not None and t * 1e6 >= MIN_US:
-                    conv.append(
-                        [device, "fp16", name, nb, c, kk, h, w, rr, s, ph, pw, sh, sw, f"{t:.6g}"]
-                    )
+        for precision, sheet in SHEETS.items():
+            half = precision == "fp16"
+            rows = rows_of(path, sheet)
+            for r in section(rows, "Dense Matrix Multiplication"):
+                m, n, k, at, bt, t = r[2], r[3], r[4], r[5] == "T", r[6] == "T", ms(r[8])
+                if t is None:
+                    continue
+                if not half:
+                    pass  # DeepBench pads only tensor-core shapes
+                elif (not at and not bt) or (at and not bt):
+                    m, k = pad8(m), pad8(k)
+                elif not at and bt:
+                    m, n = pad8(m), pad8(n)
+                else:
+                    m, n, k = pad8(m), pad8(n), pad8(k)
+                if t * 1e6 >= MIN_US:
+                    gemm.append([device, precision, m, n, k, int(at), int(bt), f"{t:.6g}"])
+            for r in section(rows, "Convolution"):
+                w, h, c, nb, kk, s, rr, pw, ph, sw, sh = r[2:13]
+                if half and (c % 8 or kk % 8):
+                    c, kk = pad8(c), pad8(kk)
+                for name, col in (("forward", 13), ("backward-data", 14), ("backward-filter", 15)):
+                    t = ms(r[col])
+                    if t is not None and t * 1e6 >= MIN_US:
+                        conv.append(
+                            [device, precision, name, nb, c, kk, h, w, rr, s, ph, pw, sh, sw, f"{t:.6g}"]
+                        )
 
     def write(name, header, body):
         buf = io.StringIO()

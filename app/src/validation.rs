@@ -154,6 +154,9 @@ pub struct TransferCheck {
     /// per GPU and precision (`h200-sxm-141gb tf32`) and class: the tensor-core formats
     /// timed at the device's peak for the format with the FP32 fit's coefficients.
     pub ours: Vec<transfer::Holdout>,
+    /// The same for the published set's kernels (`--published`: DeepBench's GEMMs and
+    /// convolution passes in FP32, and in FP16 on tensor cores), each at its work.
+    pub published: Vec<transfer::Holdout>,
     /// The tensor-core classes (`gemm-tensor`, `conv-tensor`: the FP32 fit's class with its
     /// work scaled, [`transfer::tensor_scaled`]) on ridgeline's own tensor-core kernel
     /// records (TF32, FP16, BF16), each precision of each GPU left out in turn: the scale
@@ -241,8 +244,13 @@ pub fn transfer(
     let set = KernelSet::read(kernels)?;
     let ours = ours.filter(|d| d.is_dir());
     let public = public.filter(|d| d.is_dir());
-    // The tensor-core data, read (and its errors given) before the long fits.
-    let tensor_points = tensor_points(ours, public)?;
+    // The published set and the tensor-core data, read (and their errors given) before the
+    // long fits.
+    let (published, published_tensor) = match public {
+        Some(dir) => (published_points(dir, false)?, published_points(dir, true)?),
+        None => (Vec::new(), Vec::new()),
+    };
+    let tensor_points = tensor_points(ours, &published_tensor)?;
     let points = transfer::points(&set, &specs(&set.devices(), kernels)?)?;
     let held = transfer::leave_one_out(&points)?;
     let dir = kernels.join(crate::import::LABELS);
@@ -254,6 +262,7 @@ pub fn transfer(
         step_summary: Vec::new(),
         steps_skipped: Vec::new(),
         ours: Vec::new(),
+        published: Vec::new(),
         tensor: None,
         tensor_points: Vec::new(),
         tensor_adopted: Vec::new(),
@@ -279,6 +288,7 @@ pub fn transfer(
             false,
         ));
     }
+    check.published = transfer::outside_in_step(&models, &check.held, &published, false);
     check.tensor_points = tensor_points;
     if !check.tensor_points.is_empty() {
         let (adopted, held, unscaled) = transfer::tensor_scaled(&models, &check.tensor_points);
@@ -306,33 +316,39 @@ pub fn transfer(
 }
 
 /// The data of the tensor-core classes: ridgeline's own tensor-core records of the GPU's
-/// own time under `ours` ([`own_points`]) and the published tensor-core kernels of the set in
-/// `public` ([`transfer::tensor_set_points`]), each device's figures from its catalog file.
-pub fn tensor_points(ours: Option<&Path>, public: Option<&Path>) -> Result<Vec<transfer::Point>> {
+/// own time under `ours` ([`own_points`]) and the published set's tensor-core kernels,
+/// `published` ([`published_points`]).
+pub fn tensor_points(
+    ours: Option<&Path>,
+    published: &[transfer::Point],
+) -> Result<Vec<transfer::Point>> {
+    let tensor = |p: &transfer::Point| ridgeline_model::transfer::is_tensor_class(&p.class);
     let mut out: Vec<transfer::Point> = match ours {
         Some(dir) => own_points(dir, true)?
             .gpu
             .into_iter()
-            .filter(|p| ridgeline_model::transfer::is_tensor_class(&p.class))
+            .filter(tensor)
             .collect(),
         None => Vec::new(),
     };
-    if let Some(dir) = public {
-        let set = ridgeline_calibrate::dataset::TensorSet::read(dir)?;
-        let mut devices = BTreeMap::new();
-        for name in set.source.devices.values() {
-            let device = ridgeline_model::catalog::device(name).with_context(|| {
-                format!("{}: device `{name}`", dir.join("SOURCE.toml").display())
-            })?;
-            devices.insert(name.clone(), device);
-        }
-        let spec = |name: &str, p: Precision| DeviceSpec::of(devices.get(name)?, p);
-        out.extend(
-            transfer::tensor_set_points(&set, &spec)
-                .with_context(|| format!("{}: a tensor-core kernel set", dir.display()))?,
-        );
-    }
+    out.extend(published.iter().filter(|p| tensor(p)).cloned());
     Ok(out)
+}
+
+/// The published kernel set in `dir` (`scripts/import-deepbench.py`) as points, each
+/// device's figures from its catalog file: with `tensor_classes`, its tensor-core kernels as
+/// points of the tensor-core classes ([`transfer::published_points`]).
+pub fn published_points(dir: &Path, tensor_classes: bool) -> Result<Vec<transfer::Point>> {
+    let set = ridgeline_calibrate::dataset::PublishedSet::read(dir)?;
+    let mut devices = BTreeMap::new();
+    for name in set.source.devices.values() {
+        let device = ridgeline_model::catalog::device(name)
+            .with_context(|| format!("{}: device `{name}`", dir.join("SOURCE.toml").display()))?;
+        devices.insert(name.clone(), device);
+    }
+    let spec = |name: &str, p: Precision| DeviceSpec::of(devices.get(name)?, p);
+    transfer::published_points(&set, &spec, tensor_classes)
+        .with_context(|| format!("{}: a published kernel set", dir.display()))
 }
 
 /// ridgeline's own GPU kernel records under `dir` as points of the transferred model: one
@@ -608,7 +624,7 @@ pub fn transfer_model(
         held,
         &data,
         &format!(
-            "ridgeline validate transfer --kernels {} --ours {} --tensor-kernels {} --write-model",
+            "ridgeline validate transfer --kernels {} --ours {} --published {} --write-model",
             kernels.display(),
             ours.display(),
             public.display()
@@ -1250,7 +1266,7 @@ mod tests {
         // With the tensor-core classes of ridgeline's own records and DeepBench's.
         let ours = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/ridgeline");
         let public = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/deepbench");
-        let tensor = tensor_points(Some(&ours), Some(&public)).unwrap();
+        let tensor = tensor_points(Some(&ours), &published_points(&public, true).unwrap()).unwrap();
         let (adopted, _, _) = transfer::tensor_scaled(&fitted, &tensor);
         fitted.extend(adopted);
         let shipped = ridgeline_model::transfer::Model::builtin();

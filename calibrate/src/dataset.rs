@@ -416,13 +416,13 @@ fn check_rows<'a>(
     Ok(())
 }
 
-/// A GEMM of a tensor-core kernel set: `m x k` by `k x n` (column-major, as cuBLAS), with
-/// the shape that ran (padded where the benchmark padded it).
+/// A GEMM of a published kernel set: `m x k` by `k x n` (column-major, as cuBLAS), with the
+/// shape that ran (padded where the benchmark padded it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TensorGemm {
+pub struct PublishedGemm {
     /// The ridgeline device name it ran on.
     pub device: String,
-    /// Its number format on the tensor cores: `fp16`, `bf16` or `tf32`.
+    /// Its number format: `fp32`, or on tensor cores `fp16`, `bf16` or `tf32`.
     pub precision: RecordPrecision,
     /// Rows of the output.
     pub m: u64,
@@ -438,12 +438,12 @@ pub struct TensorGemm {
     pub latency_s: f64,
 }
 
-/// One pass of a 2-D convolution of a tensor-core kernel set, with the shape that ran.
+/// One pass of a 2-D convolution of a published kernel set, with the shape that ran.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TensorConv {
+pub struct PublishedConv {
     /// The ridgeline device name it ran on.
     pub device: String,
-    /// Its number format on the tensor cores: `fp16`, `bf16` or `tf32`.
+    /// Its number format: `fp32`, or on tensor cores `fp16`, `bf16` or `tf32`.
     pub precision: RecordPrecision,
     /// `forward`, `backward-data` or `backward-filter`.
     pub pass: ConvPass,
@@ -473,27 +473,28 @@ pub struct TensorConv {
     pub latency_s: f64,
 }
 
-/// Tensor-core kernels measured on other machines and published (DeepBench's GEMMs and
-/// convolutions in FP16): data of the transferred model's tensor-core classes beside
-/// ridgeline's own records. On disk as a [`KernelSet`]: `gemm.csv.gz`, `conv.csv.gz` and
-/// `SOURCE.toml`.
+/// GEMMs and convolutions measured on other machines and published (DeepBench's, in FP32 and
+/// in FP16 on tensor cores): the tensor-core kernels are data of the transferred model's
+/// tensor-core classes beside ridgeline's own records, the FP32 ones a check of the FP32 fit
+/// on GPUs, libraries and hosts outside it. On disk as a [`KernelSet`]: `gemm.csv.gz`,
+/// `conv.csv.gz` and `SOURCE.toml`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TensorSet {
+pub struct PublishedSet {
     /// Where they come from.
     pub source: Source,
     /// GEMMs.
-    pub gemm: Vec<TensorGemm>,
+    pub gemm: Vec<PublishedGemm>,
     /// Convolution passes.
-    pub conv: Vec<TensorConv>,
+    pub conv: Vec<PublishedConv>,
 }
 
-/// How a tensor-core set is made again.
-const TENSOR_FIX: &str = "convert the set again with scripts/import-deepbench.py";
+/// How a published set is made again.
+const PUBLISHED_FIX: &str = "convert the set again with scripts/import-deepbench.py";
 
-impl TensorSet {
+impl PublishedSet {
     /// Reads the set in `dir`; an error names the file, the row and the field.
-    pub fn read(dir: &Path) -> Result<TensorSet> {
-        let set = TensorSet {
+    pub fn read(dir: &Path) -> Result<PublishedSet> {
+        let set = PublishedSet {
             source: read_source(dir)?,
             gemm: read_table(&dir.join(GEMM))?,
             conv: read_table(&dir.join(CONV))?,
@@ -502,12 +503,15 @@ impl TensorSet {
             match p.iter().position(|p| {
                 !matches!(
                     p,
-                    RecordPrecision::Fp16 | RecordPrecision::Bf16 | RecordPrecision::Tf32
+                    RecordPrecision::Fp32
+                        | RecordPrecision::Fp16
+                        | RecordPrecision::Bf16
+                        | RecordPrecision::Tf32
                 )
             }) {
                 Some(i) => Err(Error::Input(format!(
-                    "{}: row {}: precision `{}`: a tensor-core set holds fp16, bf16 or tf32 \
-                     kernels; {TENSOR_FIX}",
+                    "{}: row {}: precision `{}`: a published set holds fp32, fp16, bf16 or \
+                     tf32 kernels; {PUBLISHED_FIX}",
                     path.display(),
                     i + 1,
                     p[i].name()
@@ -522,12 +526,12 @@ impl TensorSet {
         if let Some(i) = set.conv.iter().position(|c| c.pass == ConvPass::Backward) {
             return Err(Error::Input(format!(
                 "{}: row {}: pass `backward`: one pass a row (forward, backward-data or \
-                 backward-filter); {TENSOR_FIX}",
+                 backward-filter); {PUBLISHED_FIX}",
                 dir.join(CONV).display(),
                 i + 1
             )));
         }
-        let (s, fix) = (&set.source, TENSOR_FIX);
+        let (s, fix) = (&set.source, PUBLISHED_FIX);
         check_rows(
             s,
             fix,
@@ -602,8 +606,8 @@ mod tests {
         }
     }
 
-    fn gemm(precision: RecordPrecision, m: u64, latency_s: f64) -> TensorGemm {
-        TensorGemm {
+    fn gemm(precision: RecordPrecision, m: u64, latency_s: f64) -> PublishedGemm {
+        PublishedGemm {
             device: "t4".into(),
             precision,
             m,
@@ -615,8 +619,8 @@ mod tests {
         }
     }
 
-    fn conv(pass: ConvPass, device: &str) -> TensorConv {
-        TensorConv {
+    fn conv(pass: ConvPass, device: &str) -> PublishedConv {
+        PublishedConv {
             device: device.into(),
             precision: RecordPrecision::Fp16,
             pass,
@@ -636,31 +640,34 @@ mod tests {
     }
 
     /// Writes a tensor-core set and reads it back, or the error reading it gives.
-    fn round_trip(gemms: &[TensorGemm], convs: &[TensorConv]) -> Result<TensorSet> {
+    fn round_trip(gemms: &[PublishedGemm], convs: &[PublishedConv]) -> Result<PublishedSet> {
         let dir = tempfile::tempdir().unwrap();
         write_source(dir.path(), &source()).unwrap();
         write_table(&dir.path().join(GEMM), gemms).unwrap();
         write_table(&dir.path().join(CONV), convs).unwrap();
-        TensorSet::read(dir.path())
+        PublishedSet::read(dir.path())
     }
 
     #[test]
-    fn a_tensor_core_set_reads_back() {
-        let g = [gemm(RecordPrecision::Fp16, 128, 2e-5)];
+    fn a_published_set_reads_back() {
+        let g = [
+            gemm(RecordPrecision::Fp16, 128, 2e-5),
+            gemm(RecordPrecision::Fp32, 128, 5e-5),
+        ];
         let c = [conv(ConvPass::BackwardFilter, "t4")];
         let set = round_trip(&g, &c).unwrap();
         assert_eq!((set.gemm, set.conv), (g.to_vec(), c.to_vec()));
     }
 
     #[test]
-    fn bad_rows_of_a_tensor_core_set_name_the_file_the_row_and_the_field() {
+    fn bad_rows_of_a_published_set_name_the_file_the_row_and_the_field() {
         let fp16 = |m, t| gemm(RecordPrecision::Fp16, m, t);
-        let cases: [(Vec<TensorGemm>, Vec<TensorConv>, &str, &str); 5] = [
+        let cases: [(Vec<PublishedGemm>, Vec<PublishedConv>, &str, &str); 5] = [
             (
-                vec![fp16(8, 1e-5), gemm(RecordPrecision::Fp32, 8, 1e-5)],
+                vec![fp16(8, 1e-5), gemm(RecordPrecision::Fp64, 8, 1e-5)],
                 vec![],
-                "gemm.csv.gz: row 2: precision `fp32`",
-                "fp16, bf16 or tf32",
+                "gemm.csv.gz: row 2: precision `fp64`",
+                "fp32, fp16, bf16 or tf32",
             ),
             (
                 vec![fp16(0, 1e-5)],

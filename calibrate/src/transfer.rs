@@ -27,7 +27,7 @@ use ridgeline_model::transfer::{self, ClassCoefficients, DeviceSpec, Model, Mode
 use serde::Serialize;
 use statrs::statistics::{Data, OrderStatistics};
 
-use crate::dataset::{KernelSet, LabelSet, TensorSet};
+use crate::dataset::{KernelSet, LabelSet, PublishedSet};
 use crate::error::{Error, Result};
 use crate::fit::fit_relative;
 
@@ -796,35 +796,34 @@ pub const TENSOR_ENERGIES: [Option<f64>; 10] = [
     Some(4.0e-12),
 ];
 
-/// The kernels of a published tensor-core set ([`TensorSet`]) as points of the tensor-core
-/// classes, as [`record_points`] makes ridgeline's own records: each at its time, its device
-/// the GPU and precision (`t4 fp16`). `spec` gives a device's figures at a precision (the
-/// matrix peak of its format); a kernel of a device it gives none for, or one its spec does
-/// not run on tensor cores, is an error naming the device.
-pub fn tensor_set_points(
-    set: &TensorSet,
+/// The kernels of a published set ([`PublishedSet`]) as points, as [`record_points`] makes
+/// ridgeline's own records: each at its time, its device the GPU and precision (`t4 fp16`);
+/// with `tensor_classes`, a tensor-core kernel is a point of its tensor-core class. `spec`
+/// gives a device's figures at a precision (the matrix peak of its format); a kernel of a
+/// device it gives none for is an error naming the row and the device.
+pub fn published_points(
+    set: &PublishedSet,
     spec: &dyn Fn(&str, Precision) -> Option<DeviceSpec>,
+    tensor_classes: bool,
 ) -> Result<Vec<Point>> {
     let point =
         |row: String, device: &str, p: RecordPrecision, kernel: &Kernel, y: f64| -> Result<Point> {
             let (precision, elem) = record_precision(p)
                 .ok_or_else(|| Error::Input(format!("{row}: precision `{}`", p.name())))?;
-            let d = spec(device, precision)
-                .filter(|d| d.tensor.is_some())
-                .ok_or_else(|| {
-                    Error::Input(format!(
-                        "{row}: device `{device}`: its file gives no {} tensor-core peak, SMs, \
-                     boost clock or bandwidth; add them, sourced",
-                        p.name()
-                    ))
-                })?;
+            let d = spec(device, precision).ok_or_else(|| {
+                Error::Input(format!(
+                    "{row}: device `{device}`: its file gives no {} peak, SMs, boost clock or \
+                 bandwidth; add them, sourced",
+                    p.name()
+                ))
+            })?;
             Ok(kernel_point(
                 kernel,
                 elem,
                 format!("{device} {}", p.name()),
                 &d,
                 y,
-                true,
+                tensor_classes,
             ))
         };
     let mut out = Vec::with_capacity(set.gemm.len() + set.conv.len());
@@ -1169,8 +1168,8 @@ mod tests {
     /// their tensor cores at the peak, each timed as 1.3 times the FP32 class's work under a
     /// cap of 1.5 pJ a FLOP at 7 nm: leaving each GPU out recovers the scale and the cap.
     #[test]
-    fn published_tensor_kernels_fit_a_tensor_class_with_its_own_power_cap() {
-        use crate::dataset::{Source, TensorGemm};
+    fn published_published_fit_a_tensor_class_with_its_own_power_cap() {
+        use crate::dataset::{PublishedGemm, Source};
         let fp16 = |tflops: f64, tdp_w: f64, process_nm: f64| DeviceSpec {
             peak_flops: tflops * 1e12,
             tensor: Some(ridgeline_model::precision::NumberFormat::Fp16),
@@ -1186,7 +1185,7 @@ mod tests {
         let mut gemm = Vec::new();
         for device in specs.keys() {
             for (m, n, k) in [(4096, 4096, 4096), (1760, 128, 1760), (512, 48000, 2048)] {
-                gemm.push(TensorGemm {
+                gemm.push(PublishedGemm {
                     device: (*device).to_owned(),
                     precision: RecordPrecision::Fp16,
                     m,
@@ -1198,7 +1197,7 @@ mod tests {
                 });
             }
         }
-        let mut set = crate::dataset::TensorSet {
+        let mut set = crate::dataset::PublishedSet {
             source: Source {
                 description: String::new(),
                 repository: String::new(),
@@ -1218,7 +1217,7 @@ mod tests {
             assert_eq!(p, Precision::AmpFp16);
             specs.get(name).copied()
         };
-        let mut points = tensor_set_points(&set, &spec_of).unwrap();
+        let mut points = published_points(&set, &spec_of, true).unwrap();
         assert_eq!(points.len(), 9);
         assert_eq!(
             (points[0].class.as_str(), points[0].device.as_str()),
@@ -1253,7 +1252,9 @@ mod tests {
         assert!(unscaled["gemm-tensor-16"] > 0.2);
         // A device the spec does not know is an error naming the row.
         set.gemm[0].device = "x".into();
-        let e = tensor_set_points(&set, &spec_of).unwrap_err().to_string();
+        let e = published_points(&set, &spec_of, true)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("gemm.csv.gz: row 1: device `x`"), "{e}");
     }
 

@@ -132,10 +132,11 @@ pub(crate) struct ValidateTransferArgs {
     /// where the directory is missing).
     #[arg(long, value_name = "DIR", default_value = "data/kernels/ridgeline")]
     pub(crate) ours: PathBuf,
-    /// Published tensor-core kernels of other GPUs (`scripts/import-deepbench.py`): data of
+    /// Published GEMM and convolution kernels of other GPUs (`scripts/import-deepbench.py`):
+    /// the model fitted on the set predicts them, and their tensor-core kernels are data of
     /// the tensor-core classes beside `--ours` (skipped where the directory is missing).
     #[arg(long, value_name = "DIR", default_value = "data/kernels/deepbench")]
-    pub(crate) tensor_kernels: PathBuf,
+    pub(crate) published: PathBuf,
     /// Also fit the model on every GPU of the set and write it, with these figures, to FILE
     /// (`data/kernels/transfer.toml` is the one ridgeline ships).
     #[arg(long, value_name = "FILE")]

@@ -87,10 +87,9 @@ fn comm(args: &ValidateCommArgs) -> Result<()> {
 
 /// `validate transfer`: the transferable kernel model, leaving one GPU out at a time.
 fn transfer(args: &ValidateTransferArgs) -> Result<()> {
-    let check = validation::transfer(&args.kernels, Some(&args.ours), Some(&args.tensor_kernels))?;
+    let check = validation::transfer(&args.kernels, Some(&args.ours), Some(&args.published))?;
     if let Some(out) = &args.write_model {
-        let text =
-            validation::transfer_model(&args.kernels, &check, &args.ours, &args.tensor_kernels)?;
+        let text = validation::transfer_model(&args.kernels, &check, &args.ours, &args.published)?;
         ridgeline_app::atomic::write(out, text.as_bytes())?;
         eprintln!("wrote the kernel model to {}", out.display());
     }
@@ -113,6 +112,10 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
         }))
         .chain(check.ours.iter().map(|h| Holdout {
             class: format!("ours {}", h.class),
+            ..h.clone()
+        }))
+        .chain(check.published.iter().map(|h| Holdout {
+            class: format!("published {}", h.class),
             ..h.clone()
         }))
         .chain(
@@ -163,6 +166,17 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
                 )
                 .note("`ours` rows: the model fitted on every GPU above predicts ridgeline's own kernel records of GPUs outside it (scripts/gpu-records.sh: cuBLAS GEMMs, and cuDNN convolutions forward, backward-data and backward-filter at the reference workloads' layers), per GPU and precision; tf32, fp16 and bf16 run on tensor cores, timed at the device file's peak for that format with the FP32 fit's coefficients. Intervals: each class's 90 % interval from leaving one GPU out above.");
         }
+        if !check.published.is_empty() {
+            d = d
+                .summary(
+                    "published kernels",
+                    format!(
+                        "{} (never seen by the FP32 fit; its tensor-core kernels are the tensor-core classes' data)",
+                        args.published.display()
+                    ),
+                )
+                .note("`published` rows: the model fitted on every GPU above predicts DeepBench's published kernels (cuBLAS GEMMs, and cuDNN convolutions forward, backward-data and backward-filter; CUDA 10.1, cuDNN 7.6) per GPU and precision, each at its work: fp32 as the fit times FP32 kernels, fp16 on tensor cores at the device file's FP16 tensor peak with the FP32 fit's coefficients. The V100 SXM2 is outside the fit; the T4 is in it, measured here by another benchmark, library and host. Intervals: each class's 90 % interval from leaving one GPU out above.");
+        }
         if check.tensor.as_ref().is_some_and(|t| t.classes.is_empty()) {
             let mut gpus: Vec<&str> = check
                 .tensor_points
@@ -171,7 +185,7 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
                 .collect();
             gpus.dedup();
             d = d.note(format!(
-                "No tensor-core class: one needs tensor-core kernels (ridgeline's own records of the GPU's own time, SOURCE.toml `timing = \"gpu\"`, or a published set, --tensor-kernels) of two GPUs at least, to leave one out; these are of {}. `predict` times tensor-core layers with the FP32 fit's coefficients at the format's tensor-core peak (the `ours` rows).",
+                "No tensor-core class: one needs tensor-core kernels (ridgeline's own records of the GPU's own time, SOURCE.toml `timing = \"gpu\"`, or a published set, --published) of two GPUs at least, to leave one out; these are of {}. `predict` times tensor-core layers with the FP32 fit's coefficients at the format's tensor-core peak (the `ours` rows).",
                 gpus.join(", ")
             ));
         }
@@ -182,7 +196,7 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
                     format!(
                         "{} and {} (the tensor-core classes' data)",
                         args.ours.display(),
-                        args.tensor_kernels.display()
+                        args.published.display()
                     ),
                 )
                 .note("`-tensor-` rows: a tensor-core class (one per class and format: tf32, and 16 for fp16 and bf16) is the FP32 fit's class at that format's tensor-core peak, held to what the board's power sustains at its own energy per FLOP, with its work scaled by the median ratio of measured to predicted; the scale and the energy (none, or 0.5 to 4 pJ at 7 nm, the one whose scaled predictions fit best) are fitted on the tensor-core kernels of ridgeline's own records (the `ours` rows' tf32, fp16 and bf16) and the published set (DeepBench's V100 and T4); each GPU left out in turn, its fit on the other GPUs' kernels (`all`: every held-out kernel pooled). Adopted where that beats the FP32 class unscaled at the peak on the same held-out kernels; `predict` times tensor-core layers with the adopted ones.");

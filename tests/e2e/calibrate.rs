@@ -475,14 +475,7 @@ fn validate_transfer_names_what_it_cannot_do() {
     let p = public.to_str().unwrap();
     let transfer = |source: String| {
         std::fs::write(public.join("SOURCE.toml"), source).unwrap();
-        run_err(&[
-            "validate",
-            "transfer",
-            "--kernels",
-            o,
-            "--tensor-kernels",
-            p,
-        ])
+        run_err(&["validate", "transfer", "--kernels", o, "--published", p])
     };
     let err = transfer(source.replace("[devices]\n", "[devices]\n\"NVIDIA X9\" = \"x9\"\n"));
     assert!(
@@ -490,7 +483,7 @@ fn validate_transfer_names_what_it_cannot_do() {
         "{err}"
     );
     let err = transfer(source.replace("= \"t4\"", "= \"t5\""));
-    assert!(err.contains("row 143: device `t4`"), "{err}");
+    assert!(err.contains("row 295: device `t4`"), "{err}");
     std::fs::write(public.join("gemm.csv.gz"), "device,precision\n").unwrap();
     let err = transfer(source);
     assert!(err.contains("gemm.csv.gz") && err.contains("gzip"), "{err}");

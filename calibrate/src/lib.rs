@@ -22,14 +22,16 @@
 //!
 //! - [`dataset`]: measured GPU kernels from other machines (GEMM, convolution, vector ops),
 //!   stored compact with their source, a test set of GPUs outside the fit, and per-operator
-//!   labels of whole training steps;
+//!   labels of whole training steps, and a published set of GEMMs and convolution passes
+//!   in FP32 and on tensor cores (`PublishedSet`: DeepBench's);
 //!   [`neusight`] converts NeuSight's public measurements.
 //! - [`transfer`]: fits the device-transferable kernel model on several GPUs' kernels (each
 //!   product and convolution class under the power cap that fits it best), leaves each GPU
 //!   out to validate it, and predicts kernels and labels of GPUs outside the fit; turns
 //!   ridgeline's own GEMM and convolution records into the model's kernels at their
-//!   precision's peak, and builds and judges the tensor-core correction from the GPU-timed
-//!   ones, leaving a GPU out (`tensor_scaled`: per class and tensor-core format).
+//!   precision's peak (and the published set's, `published_points`), and builds and judges
+//!   the tensor-core correction from the GPU-timed and published tensor-core kernels, leaving
+//!   a GPU out (`tensor_scaled`: per class and tensor-core format, with its own power cap).
 //! - [`mlperf`]: reads MLPerf result logs (`:::MLLOG` lines) and the submitters' system
 //!   descriptions as run records (benchmark, system, accelerators, global batch, epochs,
 //!   initialisation and staging, throughput, time to train) for validation.

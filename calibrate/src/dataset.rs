@@ -281,7 +281,7 @@ pub fn read_source(dir: &Path) -> Result<Source> {
 }
 
 /// Where a kernel set comes from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Source {
     /// What the set is, in a sentence.

@@ -1198,18 +1198,7 @@ mod tests {
             }
         }
         let mut set = crate::dataset::PublishedSet {
-            source: Source {
-                description: String::new(),
-                repository: String::new(),
-                commit: String::new(),
-                paths: String::new(),
-                licence: String::new(),
-                copyright: String::new(),
-                measured_with: String::new(),
-                converted_by: String::new(),
-                devices: BTreeMap::new(),
-                timing: None,
-            },
+            source: Source::default(),
             gemm,
             conv: Vec::new(),
         };
@@ -1460,16 +1449,8 @@ mod tests {
         };
         let set = LabelSet {
             source: crate::dataset::Source {
-                description: String::new(),
-                repository: String::new(),
-                commit: String::new(),
-                paths: String::new(),
-                licence: String::new(),
-                copyright: String::new(),
-                measured_with: String::new(),
-                converted_by: String::new(),
                 devices: [("E".to_owned(), "e".to_owned())].into(),
-                timing: None,
+                ..Default::default()
             },
             steps: Vec::new(),
             models: BTreeMap::new(),

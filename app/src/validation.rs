@@ -158,9 +158,10 @@ pub struct TransferCheck {
     /// convolution passes in FP32, and in FP16 on tensor cores), each at its work.
     pub published: Vec<transfer::Holdout>,
     /// The tensor-core classes (`gemm-tensor`, `conv-tensor`: the FP32 fit's class with its
-    /// work scaled, [`transfer::tensor_scaled`]) on ridgeline's own tensor-core kernel
-    /// records (TF32, FP16, BF16), each precision of each GPU left out in turn: the scale
-    /// from the others predicts the held-out one at its own peak.
+    /// work scaled and its own power cap, [`transfer::tensor_scaled`]) on ridgeline's own
+    /// tensor-core kernel records (TF32, FP16, BF16) and the published set's (FP16), each
+    /// precision of each GPU left out in turn: the fit on the other GPUs predicts the
+    /// held-out one at its own peak.
     pub tensor: Option<Transfer>,
     /// Those records as the tensor-core classes' fit sees them.
     #[serde(skip)]
@@ -235,7 +236,9 @@ fn specs(devices: &[&str], dir: &Path) -> Result<BTreeMap<String, DeviceSpec>> {
 /// Leaves each GPU of the kernel set in `kernels` out in turn: the transferable kernel model
 /// fitted on the others predicts it (`ridgeline_calibrate::transfer`); and predicts the
 /// per-operator labels of GPUs outside the set (`kernels/labels`, where present) by the
-/// model fitted on all of it. Each device's figures come from its catalog file.
+/// model fitted on all of it; predicts ridgeline's own kernel records (`ours`) and the
+/// published set (`public`) with it, and fits the tensor-core classes on their tensor-core
+/// kernels. Each device's figures come from its catalog file.
 pub fn transfer(
     kernels: &Path,
     ours: Option<&Path>,

@@ -250,7 +250,7 @@ pub fn transfer(
     // The published set and the tensor-core data, read (and their errors given) before the
     // long fits.
     let (published, published_tensor) = match public {
-        Some(dir) => (published_points(dir, false)?, published_points(dir, true)?),
+        Some(dir) => published_points(dir)?,
         None => (Vec::new(), Vec::new()),
     };
     let tensor_points = tensor_points(ours, &published_tensor)?;
@@ -339,9 +339,10 @@ pub fn tensor_points(
 }
 
 /// The published kernel set in `dir` (`scripts/import-deepbench.py`) as points, each
-/// device's figures from its catalog file: with `tensor_classes`, its tensor-core kernels as
-/// points of the tensor-core classes ([`transfer::published_points`]).
-pub fn published_points(dir: &Path, tensor_classes: bool) -> Result<Vec<transfer::Point>> {
+/// device's figures from its catalog file, read once: every kernel of its class, and the
+/// same with its tensor-core kernels as points of the tensor-core classes
+/// ([`transfer::published_points`]).
+pub fn published_points(dir: &Path) -> Result<(Vec<transfer::Point>, Vec<transfer::Point>)> {
     let set = ridgeline_calibrate::dataset::PublishedSet::read(dir)?;
     let mut devices = BTreeMap::new();
     for name in set.source.devices.values() {
@@ -350,8 +351,11 @@ pub fn published_points(dir: &Path, tensor_classes: bool) -> Result<Vec<transfer
         devices.insert(name.clone(), device);
     }
     let spec = |name: &str, p: Precision| DeviceSpec::of(devices.get(name)?, p);
-    transfer::published_points(&set, &spec, tensor_classes)
-        .with_context(|| format!("{}: a published kernel set", dir.display()))
+    let points = |tensor_classes| {
+        transfer::published_points(&set, &spec, tensor_classes)
+            .with_context(|| format!("{}: a published kernel set", dir.display()))
+    };
+    Ok((points(false)?, points(true)?))
 }
 
 /// ridgeline's own GPU kernel records under `dir` as points of the transferred model: one
@@ -1269,7 +1273,7 @@ mod tests {
         // With the tensor-core classes of ridgeline's own records and DeepBench's.
         let ours = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/ridgeline");
         let public = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/deepbench");
-        let tensor = tensor_points(Some(&ours), &published_points(&public, true).unwrap()).unwrap();
+        let tensor = tensor_points(Some(&ours), &published_points(&public).unwrap().1).unwrap();
         let (adopted, _, _) = transfer::tensor_scaled(&fitted, &tensor);
         fitted.extend(adopted);
         let shipped = ridgeline_model::transfer::Model::builtin();

@@ -677,19 +677,24 @@ pub fn record_precision(p: RecordPrecision) -> Option<(Precision, u64)> {
     }
 }
 
+/// One product of `m x k` by `k x n` as a GEMM kernel, forward.
+fn product_kernel(m: u64, n: u64, k: u64) -> Kernel {
+    gemm_kernel(
+        KernelClass::Gemm,
+        KernelPass::Forward,
+        m as f64,
+        n as f64,
+        k as f64,
+        1.0,
+    )
+}
+
 /// The kernel a GEMM or convolution record of `file` measured, described as `predict`
 /// describes a layer's ([`ridgeline_model::kernels`]); `None` for other records, an error
 /// naming the record for a convolution whose shape cannot run.
 pub fn record_kernel(file: &str, r: &Record) -> Result<Option<Kernel>> {
     Ok(match &r.measured {
-        Measured::Gemm(g) => Some(gemm_kernel(
-            KernelClass::Gemm,
-            KernelPass::Forward,
-            g.m as f64,
-            g.n as f64,
-            g.k as f64,
-            1.0,
-        )),
+        Measured::Gemm(g) => Some(product_kernel(g.m, g.n, g.k)),
         // Both gradients in one call are not one kernel.
         Measured::Conv(c) if c.pass == ridgeline_measure::ConvPass::Backward => None,
         Measured::Conv(c) => crate::profile::conv_kernels(file, r, c)?.pop(),
@@ -828,14 +833,7 @@ pub fn published_points(
         };
     let mut out = Vec::with_capacity(set.gemm.len() + set.conv.len());
     for (i, g) in set.gemm.iter().enumerate() {
-        let kernel = gemm_kernel(
-            KernelClass::Gemm,
-            KernelPass::Forward,
-            g.m as f64,
-            g.n as f64,
-            g.k as f64,
-            1.0,
-        );
+        let kernel = product_kernel(g.m, g.n, g.k);
         let row = format!("gemm.csv.gz: row {}", i + 1);
         out.push(point(row, &g.device, g.precision, &kernel, g.latency_s)?);
     }

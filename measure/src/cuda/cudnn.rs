@@ -1,7 +1,9 @@
 //! Convolution through cuDNN's N-d API (feature `cuda`): descriptors owned by RAII wrappers
-//! (destroyed on every path), the fastest algorithm chosen by cuDNN's find API
+//! (destroyed on every path), the algorithms ranked by cuDNN's find API
 //! (`cudnnFind*AlgorithmEx`, which runs each candidate on the real buffers) within a
-//! workspace limit, and the pass run with that algorithm. FP32 data with FP32 arithmetic
+//! workspace limit, the first few of them kept for the caller to time again
+//! ([`Pass::candidates`]: find's own times are the host's when a call takes longer to issue
+//! than to run), and the pass run with the algorithm selected. FP32 data with FP32 arithmetic
 //! (`CUDNN_FMA_MATH`: no TF32 tensor cores, so that an `fp32` record is fp32).
 
 // Every cuDNN call is a foreign call; each `unsafe` block says why it is sound.
@@ -20,6 +22,17 @@ pub(crate) const WORKSPACE_LIMIT: usize = 1 << 30;
 
 /// Algorithms the find API is asked to rank.
 const CANDIDATES: usize = 16;
+
+/// Distinct algorithms kept from find's ranking for the caller to time ([`Pass::candidates`]).
+pub(crate) const RETIMED: usize = 3;
+
+/// Find's time of a candidate after the first, at most this multiple of the first's plus
+/// this many milliseconds, for the candidate to be kept. Find's times of micro-kernels read
+/// the host (an H200 found cuDNN's precomputed implicit GEMM 1.0-5.1 times slower than the
+/// implicit GEMM where it ran 10-40 times faster, 2026-11-26), while an algorithm that is
+/// slow indeed (backward-data's `ALGO_0`: 0.3 s where `ALGO_1` ran in 0.25 ms) would cost
+/// more to time again than the whole measurement.
+pub(crate) const RETIME_SPAN: (f32, f32) = (2.0, 0.5);
 
 /// A cuDNN error with the call that failed.
 /// The `call` of a [`CudnnFailure`] where cuDNN runs no algorithm for a convolution: the
@@ -233,6 +246,11 @@ pub(crate) struct Pass {
     conv: Convolution,
     with_bias: bool,
     algo: Algo,
+    /// The distinct algorithms that ran and fit the workspace, in find's order (at most
+    /// [`RETIMED`]): name, algorithm, workspace bytes.
+    viable: Vec<(String, Algo, usize)>,
+    /// Which of `viable` runs.
+    chosen: usize,
 }
 
 #[derive(Clone, Copy)]
@@ -244,9 +262,10 @@ enum Algo {
 
 impl Pass {
     /// Describes `pass` of `g` in the number format of `plan` and lets cuDNN's find API
-    /// pick the fastest algorithm on the real buffers (elements of `plan.data`),
-    /// `b.workspace_bytes` of workspace at most. Returns the pass, the workspace it needs,
-    /// and notes for the record (the algorithm, the math type and the candidates).
+    /// rank the algorithms on the real buffers (elements of `plan.data`),
+    /// `b.workspace_bytes` of workspace at most; the pass runs find's fastest until another
+    /// is selected ([`Pass::select`]). Returns the pass and notes for the record (the
+    /// algorithm, its workspace, the math type and find's candidates).
     pub(crate) fn find(
         handle: &Handle,
         g: &ConvGeometry,
@@ -254,7 +273,7 @@ impl Pass {
         with_bias: bool,
         plan: ConvPlan,
         b: Buffers,
-    ) -> Result<(Pass, usize, std::collections::BTreeMap<String, Value>), CudnnFailure> {
+    ) -> Result<(Pass, std::collections::BTreeMap<String, Value>), CudnnFailure> {
         let mut p = Pass {
             x: Tensor::strided(&g.x, &g.strides(&g.x), plan.data)?,
             w: Filter::new(&g.w, plan.data, g.channels_last)?,
@@ -265,6 +284,8 @@ impl Pass {
             algo: Algo::Fwd(
                 sys::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
             ),
+            viable: Vec::new(),
+            chosen: 0,
         };
         let mut returned = 0;
         // Each arm: (algorithm, status, time ms, memory) of every candidate, fastest first.
@@ -391,25 +412,35 @@ impl Pass {
                     .collect()
             }
         };
-        let chosen = choose(
-            &ranked.iter().map(|r| (r.1, r.3)).collect::<Vec<_>>(),
+        let keep = viable(
+            &ranked
+                .iter()
+                .map(|r| (r.0.as_str(), r.1, r.3, r.2))
+                .collect::<Vec<_>>(),
             b.workspace_bytes,
-        )
-        .ok_or_else(|| CudnnFailure {
-            call: NO_ALGORITHM,
-            message: format!(
-                "cuDNN's find (cudnnFind*AlgorithmEx) gives no algorithm that runs within {} MiB \
-                 of workspace ({} tried)",
-                b.workspace_bytes >> 20,
-                ranked.len()
-            ),
-        })?;
-        let (name, _, time, memory, algo) = &ranked[chosen];
-        p.algo = *algo;
+            RETIMED,
+        );
+        if keep.is_empty() {
+            return Err(CudnnFailure {
+                call: NO_ALGORITHM,
+                message: format!(
+                    "cuDNN's find (cudnnFind*AlgorithmEx) gives no algorithm that runs within \
+                     {} MiB of workspace ({} tried)",
+                    b.workspace_bytes >> 20,
+                    ranked.len()
+                ),
+            });
+        }
+        p.viable = keep
+            .iter()
+            .map(|&i| (ranked[i].0.clone(), ranked[i].4, ranked[i].3))
+            .collect();
+        p.select(0);
+        let time = ranked[keep[0]].2;
         let notes = std::collections::BTreeMap::from([
-            ("cudnn_algorithm".to_owned(), json!(name)),
-            ("cudnn_find_time_s".to_owned(), json!(f64::from(*time) / 1e3)),
-            ("cudnn_workspace_bytes".to_owned(), json!(memory)),
+            ("cudnn_algorithm".to_owned(), json!(p.algorithm())),
+            ("cudnn_find_time_s".to_owned(), json!(f64::from(time) / 1e3)),
+            ("cudnn_workspace_bytes".to_owned(), json!(p.workspace_bytes())),
             ("cudnn_math".to_owned(), json!(plan.math.name())),
             (
                 "cudnn_candidates".to_owned(),
@@ -419,7 +450,31 @@ impl Pass {
                     .collect(),
             ),
         ]);
-        Ok((p, *memory, notes))
+        Ok((p, notes))
+    }
+
+    /// How many algorithms the pass can run: the distinct ones that ran under find and fit
+    /// the workspace, in find's order, at most [`RETIMED`].
+    pub(crate) fn candidates(&self) -> usize {
+        self.viable.len()
+    }
+
+    /// Runs candidate `i` (in find's order) from now on; out of range keeps the current one.
+    pub(crate) fn select(&mut self, i: usize) {
+        if let Some((_, algo, _)) = self.viable.get(i) {
+            self.algo = *algo;
+            self.chosen = i;
+        }
+    }
+
+    /// The name of the algorithm the pass runs, as cuDNN spells it.
+    pub(crate) fn algorithm(&self) -> &str {
+        self.viable.get(self.chosen).map_or("", |v| v.0.as_str())
+    }
+
+    /// The workspace the selected algorithm needs, bytes.
+    pub(crate) fn workspace_bytes(&self) -> usize {
+        self.viable.get(self.chosen).map_or(0, |v| v.2)
     }
 
     /// Whether the pass owes a bias gradient (backward-filter of a layer with a bias), which
@@ -689,12 +744,24 @@ impl Layer {
     }
 }
 
-/// The algorithm to use from cuDNN's ranking (fastest first): the first that succeeded and
-/// fits the workspace limit.
-pub(crate) fn choose(ranked: &[(bool, usize)], limit: usize) -> Option<usize> {
-    ranked
-        .iter()
-        .position(|&(ok, memory)| ok && memory <= limit)
+/// The candidates worth running from cuDNN's ranking (`(algorithm, ran, workspace bytes,
+/// find's milliseconds)`, fastest first by find's clock): indices of those that ran and fit
+/// the workspace `limit`, each algorithm once (find lists one per math type and workspace),
+/// within [`RETIME_SPAN`] of the first one's time, at most `most`.
+pub(crate) fn viable(ranked: &[(&str, bool, usize, f32)], limit: usize, most: usize) -> Vec<usize> {
+    let mut keep: Vec<usize> = Vec::new();
+    for (i, &(name, ok, memory, ms)) in ranked.iter().enumerate() {
+        if keep.len() == most {
+            break;
+        }
+        let near = keep
+            .first()
+            .is_none_or(|&f| ms <= RETIME_SPAN.0 * ranked[f].3 + RETIME_SPAN.1);
+        if ok && memory <= limit && near && keep.iter().all(|&k| ranked[k].0 != name) {
+            keep.push(i);
+        }
+    }
+    keep
 }
 
 #[cfg(test)]
@@ -702,11 +769,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_fastest_algorithm_that_succeeded_and_fits_is_chosen() {
-        // Ranked fastest first: a failed one, one too big, then two that fit.
-        let ranked = [(false, 0), (true, 2 << 30), (true, 1 << 20), (true, 0)];
-        assert_eq!(choose(&ranked, WORKSPACE_LIMIT), Some(2));
-        assert_eq!(choose(&ranked, 0), Some(3));
-        assert_eq!(choose(&[(false, 0)], WORKSPACE_LIMIT), None);
+    fn the_algorithms_that_ran_and_fit_are_kept_once_each_in_finds_order() {
+        // Ranked fastest first: a failed one, one too big, then one algorithm twice (two
+        // workspaces), then two more.
+        let ranked = [
+            ("A", false, 0, -1.0),
+            ("B", true, 2 << 30, 0.1),
+            ("C", true, 1 << 20, 0.2),
+            ("C", true, 0, 0.3),
+            ("D", true, 0, 0.4),
+            ("E", true, 0, 0.5),
+        ];
+        assert_eq!(viable(&ranked, WORKSPACE_LIMIT, RETIMED), vec![2, 4, 5]);
+        assert_eq!(viable(&ranked, WORKSPACE_LIMIT, 1), vec![2]);
+        // Without workspace: the C that needs none, and B is out.
+        assert_eq!(viable(&ranked, 0, RETIMED), vec![3, 4, 5]);
+        assert!(viable(&[("A", false, 0, -1.0)], WORKSPACE_LIMIT, RETIMED).is_empty());
+    }
+
+    #[test]
+    fn an_algorithm_find_timed_far_slower_than_the_first_is_not_timed_again() {
+        // H200 backward-data, 2026-11-26: ALGO_1 in 0.15 ms by find, ALGO_0 in 300 ms.
+        let ranked = [("ALGO_1", true, 0, 0.15), ("ALGO_0", true, 0, 300.0)];
+        assert_eq!(viable(&ranked, WORKSPACE_LIMIT, RETIMED), vec![0]);
+        // Within twice the first plus half a millisecond: kept (a micro-kernel whose find
+        // time read the host).
+        let ranked = [
+            ("IMPLICIT", true, 0, 0.063),
+            ("PRECOMP", true, 0, 0.32),
+            ("X", true, 0, 0.7),
+        ];
+        assert_eq!(viable(&ranked, WORKSPACE_LIMIT, RETIMED), vec![0, 1]);
+        // Long kernels: twice the first.
+        let ranked = [
+            ("A", true, 0, 10.0),
+            ("B", true, 0, 20.4),
+            ("C", true, 0, 21.0),
+        ];
+        assert_eq!(viable(&ranked, WORKSPACE_LIMIT, RETIMED), vec![0, 1]);
     }
 }

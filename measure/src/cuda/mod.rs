@@ -7,8 +7,8 @@
 //! What the backend runs: GEMM through cuBLAS (`cublasGemmEx`: fp64, fp32, tf32, and
 //! fp16 / bf16 with fp32 accumulation), N-d convolution forward, backward-data and
 //! backward-filter through cuDNN (fp32, tf32, and fp16 / bf16 tensors with fp32
-//! accumulation; the fastest algorithm by cuDNN's find API, recorded
-//! in the record's `extra`), host-device copies (pinned and pageable) and the STREAM kernels
+//! accumulation; the algorithm the fastest of cuDNN's find API's first candidates timed again
+//! on the GPU, recorded in the record's `extra`), host-device copies (pinned and pageable) and the STREAM kernels
 //! (compiled with NVRTC), and [`nccl_allreduce`] across the GPUs of a machine, each timed with
 //! CUDA events under the run protocol, with the device, driver and library versions in
 //! every record, the element-wise ops (relu, leaky relu, tanh, scale, add, dropout), channel
@@ -41,8 +41,22 @@
 //! 32 in fp16: 111-250 us timed back to back, 15-27 us in PyTorch on the same GPU), so the
 //! micro-kernel timer now queues each sample's calls behind a spin kernel (`enabled::Timer`):
 //! 9-30 us, tf32 within a few per cent of PyTorch's. A case cuDNN finds no algorithm for is
-//! now declined ([`crate::Error::Declined`]) and the others run; that path has not run on a
-//! GPU. Checked only where no GPU is needed: the numerical results of the GPU executor
+//! now declined ([`crate::Error::Declined`]) and the others run.
+//!
+//! **The H200 again** (same driver and libraries, 2026-11-26): `gpu-records.sh` and
+//! `gpu-check.sh` with the spin-queued timer, every step passing, the declined case (CosmoFlow's
+//! first layer's tf32 weight gradient channels-last) listed and the others measured. Its
+//! records showed cuDNN's find API choosing by the host's clock too: for ResNet-50's 1 x 1
+//! convolutions in fp16 it ranked the implicit GEMM (about 220 us on the GPU) over the
+//! precomputed implicit GEMM (9 us), which the H100 had happened to pick. `measure conv` now
+//! times find's first distinct candidates again behind the spin ([`cudnn::RETIMED`], within
+//! [`cudnn::RETIME_SPAN`] of find's first) and keeps the fastest (`enabled::fastest_algorithm`;
+//! `cudnn_retimed` in the record's `extra`): on the H200, 54 of 506 tensor-core cases changed
+//! algorithm, 25 of them 3-41 times faster. That ran on the H200 without the span (which
+//! bounds what the re-timing costs: backward-data's `ALGO_0` took 0.3 s where `ALGO_1` took
+//! 0.25 ms); the span, and the executor's use of the same re-timing for every layer's
+//! passes, have not run on a GPU (the executor's steps in `data/measured` chose by find
+//! alone). Checked only where no GPU is needed: the numerical results of the GPU executor
 //! against the CPU's (the CPU executor is gradient-checked; the GPU's is not), NCCL across
 //! several GPUs, and everything on a GPU other than the H200 and H100. Without a GPU the tests check type choices,
 //! every kernel source through NVRTC and ptxas for sm_80 and sm_90 in every storage, their

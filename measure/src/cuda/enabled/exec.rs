@@ -34,7 +34,7 @@ use cudarc::driver::{
 use ridgeline_model::graph::{Graph, ScoreMask};
 use ridgeline_model::precision::Precision;
 
-use super::{CudaBackend, call, compute_type, data_type};
+use super::{CudaBackend, Timer, call, compute_type, data_type, fastest_algorithm};
 use crate::backend::ConvPass;
 use crate::cuda::cudnn::{
     Buffers, CudnnFailure, Handle, Layer as CudnnLayer, OpBuffers, Pass as CudnnPass,
@@ -73,7 +73,7 @@ struct ConvPasses {
 /// What a layer keeps on the device besides its parameters.
 enum Device {
     None,
-    Conv(ConvPasses),
+    Conv(Box<ConvPasses>),
     Cudnn(CudnnLayer),
 }
 
@@ -321,7 +321,8 @@ impl<'g> GpuExecutor<'g> {
         let input = backend.zeros::<u8>(n0 * storage.bytes())?;
         exec.uniform(ptr(&input, &exec.stream), n0, storage, 0x5EED, DATA_SCALE)?;
         exec.input = Some(input);
-        exec.find_algorithms(backend)?;
+        let timer = backend.timer()?;
+        exec.find_algorithms(backend, &timer)?;
         call(
             exec.ordinal,
             "cuStreamSynchronize",
@@ -330,9 +331,10 @@ impl<'g> GpuExecutor<'g> {
         Ok(exec)
     }
 
-    /// Lets cuDNN choose every convolution pass's algorithm on buffers of the layer's
-    /// sizes, and builds the pooling and batch-norm descriptors.
-    fn find_algorithms(&mut self, backend: &CudaBackend) -> Result<()> {
+    /// Lets cuDNN rank every convolution pass's algorithms on buffers of the layer's sizes,
+    /// keeps the fastest of its first few by `timer` ([`super::fastest_algorithm`]), and
+    /// builds the pooling and batch-norm descriptors.
+    fn find_algorithms(&mut self, backend: &CudaBackend, timer: &Timer) -> Result<()> {
         let ordinal = self.ordinal;
         let failed = move |f: CudnnFailure| device_error(ordinal, f);
         let handle = backend
@@ -370,7 +372,7 @@ impl<'g> GpuExecutor<'g> {
                         .is_some_and(|&j| needs_grad[j]);
                     let g = geometry.clone();
                     // The bias is added by a kernel (FP32 bias on any activation storage).
-                    let (forward, f_ws, _) = CudnnPass::find(
+                    let (mut forward, _) = CudnnPass::find(
                         handle,
                         &g,
                         ConvPass::Forward,
@@ -379,9 +381,11 @@ impl<'g> GpuExecutor<'g> {
                         buffers(w),
                     )
                     .map_err(&failed)?;
+                    fastest_algorithm(timer, handle, &mut forward, buffers(w), failed)?;
+                    let f_ws = forward.workspace_bytes();
                     // A transposed layer's forward pass is the adjoint's backward-data.
                     let (backward_data, d_ws) = if input_grad || *transposed {
-                        let (p, ws, _) = CudnnPass::find(
+                        let (mut p, _) = CudnnPass::find(
                             handle,
                             &g,
                             ConvPass::BackwardData,
@@ -390,12 +394,14 @@ impl<'g> GpuExecutor<'g> {
                             buffers(w),
                         )
                         .map_err(&failed)?;
+                        fastest_algorithm(timer, handle, &mut p, buffers(w), failed)?;
+                        let ws = p.workspace_bytes();
                         (Some(p), ws)
                     } else {
                         (None, 0)
                     };
                     let sw = ptr(&scratch_w, &self.stream);
-                    let (backward_filter, w_ws, _) = CudnnPass::find(
+                    let (mut backward_filter, _) = CudnnPass::find(
                         handle,
                         &g,
                         ConvPass::BackwardFilter,
@@ -404,15 +410,17 @@ impl<'g> GpuExecutor<'g> {
                         buffers(sw),
                     )
                     .map_err(&failed)?;
+                    fastest_algorithm(timer, handle, &mut backward_filter, buffers(sw), failed)?;
+                    let w_ws = backward_filter.workspace_bytes();
                     for b in [x, y, scratch_w] {
                         self.give(b);
                     }
-                    Device::Conv(ConvPasses {
+                    Device::Conv(Box::new(ConvPasses {
                         forward,
                         backward_data,
                         backward_filter,
                         workspace: [f_ws, d_ws, w_ws],
-                    })
+                    }))
                 }
                 LayerPlan::Pool { geometry, .. } => {
                     Device::Cudnn(CudnnLayer::pool(geometry, storage).map_err(&failed)?)

@@ -31,7 +31,8 @@
 //!   ridgeline's own GEMM and convolution records into the model's kernels at their
 //!   precision's peak (and the published set's, `published_points`), and builds and judges
 //!   the tensor-core correction from the GPU-timed and published tensor-core kernels, leaving
-//!   a GPU out (`tensor_scaled`: per class and tensor-core format, with its own power cap).
+//!   a chip out, GPUs of one chip together (`tensor_scaled`: per class and tensor-core
+//!   format, with its own power cap; `chip`).
 //! - [`mlperf`]: reads MLPerf result logs (`:::MLLOG` lines) and the submitters' system
 //!   descriptions as run records (benchmark, system, accelerators, global batch, epochs,
 //!   initialisation and staging, throughput, time to train) for validation.

@@ -78,6 +78,15 @@ pub struct Point {
     pub x: Vec<Vec<f64>>,
     /// Its measured time, seconds.
     pub y: f64,
+    /// Its device's SM count and boost clock, MHz ([`chip`]): GPUs alike in both share a
+    /// chip and its configuration (the H100 SXM5 and the H200) and are left out together.
+    pub chip: [u32; 2],
+}
+
+/// The SM count and boost clock (MHz) of `d`: what tells one GPU chip configuration from
+/// another ([`Point::chip`]).
+pub fn chip(d: &DeviceSpec) -> [u32; 2] {
+    [d.sms.round() as u32, (d.clock_hz / 1e6).round() as u32]
 }
 
 impl Point {
@@ -119,6 +128,7 @@ pub fn points(set: &KernelSet, specs: &BTreeMap<String, DeviceSpec>) -> Result<V
             device: s.device.clone(),
             x: capped(d, |d| transfer::gemm(b, m, s.n, s.k, 4, Tiles::Library, d)),
             y: s.latency_s,
+            chip: chip(d),
         });
     }
     for s in &set.conv {
@@ -140,6 +150,7 @@ pub fn points(set: &KernelSet, specs: &BTreeMap<String, DeviceSpec>) -> Result<V
                 )
             }),
             y: s.latency_s,
+            chip: chip(d),
         });
     }
     for s in &set.vector {
@@ -149,6 +160,7 @@ pub fn points(set: &KernelSet, specs: &BTreeMap<String, DeviceSpec>) -> Result<V
             device: s.device.clone(),
             x: vec![transfer::vector(s.batch * s.h, transfer::vector_arrays(&s.op), 4, d).to_vec()],
             y: s.latency_s,
+            chip: chip(d),
         });
     }
     Ok(out)
@@ -782,6 +794,7 @@ fn kernel_point(
             _ => vec![features(d).to_vec()],
         },
         y,
+        chip: chip(d),
     }
 }
 
@@ -912,10 +925,11 @@ pub fn outside_in_step(
 /// on kernels: records of the GPU's own time ([`crate::dataset::Timing::Gpu`]), each judged
 /// at its work.
 ///
-/// Each GPU is left out in turn, every precision of it: `s` from the other GPUs' records
+/// Each GPU is left out in turn, every precision of it, with every GPU of its chip
+/// ([`Point::chip`]: the H200 goes with the H100 SXM5): `s` from the other chips' records
 /// predicts it (the `Transfer`'s rows per GPU and precision, pooled as `all`, with
-/// split-conformal intervals from the pooled log ratios). A class needs records of two GPUs
-/// at least. It is adopted (returned among the models) only where that beats the base class
+/// split-conformal intervals from the pooled log ratios). A class needs records of two
+/// chips at least. It is adopted (returned among the models) only where that beats the base class
 /// at the tensor-core peak unscaled on the same held-out kernels, by pooled median |error|;
 /// the second value holds every class's rows, adopted or not, and the third the unscaled
 /// pooled medians, by class.
@@ -925,8 +939,6 @@ pub fn tensor_scaled(
 ) -> (Vec<ClassModel>, Transfer, BTreeMap<String, f64>) {
     let launch = |m: &ClassModel| m.coefficients.first().copied().unwrap_or(0.0);
     let host = models.iter().find(|m| m.class == "gemm").map(launch);
-    // A point's device is its GPU and precision (`h100-sxm5-80gb fp16`).
-    let gpu = |device: &str| device.split(' ').next().unwrap_or(device).to_owned();
     let mut classes: Vec<&str> = points.iter().map(|p| p.class.as_str()).collect();
     classes.sort_unstable();
     classes.dedup();
@@ -943,26 +955,26 @@ pub fn tensor_scaled(
             continue;
         };
         let floor = transfer::floor(base_name, launch(base), host);
-        // Each point: its GPU, its device (GPU and precision), measured time, and the base
-        // class's work on it under each power cap of `TENSOR_ENERGIES` (one where the device
-        // has no power figures).
-        let rows: Vec<(String, &str, f64, Vec<f64>)> = points
+        // Each point: its chip, its device (GPU and precision, `h100-sxm5-80gb fp16`),
+        // measured time, and the base class's work on it under each power cap of
+        // `TENSOR_ENERGIES` (one where the device has no power figures).
+        let rows: Vec<([u32; 2], &str, f64, Vec<f64>)> = points
             .iter()
             .filter(|p| p.class == class)
             .map(|p| {
                 let work = (0..p.x.len())
                     .map(|e| transfer::work(&base.coefficients, p.at(e)))
                     .collect();
-                (gpu(&p.device), p.device.as_str(), p.y, work)
+                (p.chip, p.device.as_str(), p.y, work)
             })
-            .filter(|(_, _, y, w): &(String, &str, f64, Vec<f64>)| *y > 0.0 && w[0] > 0.0)
+            .filter(|(_, _, y, w): &([u32; 2], &str, f64, Vec<f64>)| *y > 0.0 && w[0] > 0.0)
             .collect();
         let work = |w: &[f64], e: usize| w[e.min(w.len() - 1)];
-        // The scale and power cap fitted on the GPUs `keep` passes: under each cap, the median
-        // ratio of measured to predicted work; the cap whose scaled predictions have the
-        // smallest median |error| on those GPUs.
-        let fit_on = |keep: &dyn Fn(&str) -> bool| -> Option<(f64, usize)> {
-            let on: Vec<_> = rows.iter().filter(|r| keep(&r.0)).collect();
+        // The scale and power cap fitted on the chips `keep` passes: under each cap, the
+        // median ratio of measured to predicted work; the cap whose scaled predictions have
+        // the smallest median |error| on those chips.
+        let fit_on = |keep: &dyn Fn([u32; 2]) -> bool| -> Option<(f64, usize)> {
+            let on: Vec<_> = rows.iter().filter(|r| keep(r.0)).collect();
             (0..TENSOR_ENERGIES.len())
                 .filter_map(|e| {
                     let ratios: Vec<f64> = on.iter().map(|r| r.2 / work(&r.3, e)).collect();
@@ -979,30 +991,29 @@ pub fn tensor_scaled(
                 .reduce(|best, next| if next.0 < best.0 { next } else { best })
                 .map(|(_, s, e)| (s, e))
         };
-        let mut gpus: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
-        gpus.sort_unstable();
-        gpus.dedup();
-        if gpus.len() < 2 {
+        let mut chips: Vec<[u32; 2]> = rows.iter().map(|r| r.0).collect();
+        chips.sort_unstable();
+        chips.dedup();
+        if chips.len() < 2 {
             continue;
         }
-        let mut devices: Vec<&str> = rows.iter().map(|r| r.1).collect();
+        let mut devices: Vec<(&str, [u32; 2])> = rows.iter().map(|r| (r.1, r.0)).collect();
         devices.sort_unstable();
         devices.dedup();
         let (mut pooled, mut unscaled) = (Pool::default(), Vec::new());
         let mut per_device = Vec::new();
-        for held in &devices {
-            let held_gpu = gpu(held);
-            let Some((s, e)) = fit_on(&|g| g != held_gpu) else {
+        for &(held, held_chip) in &devices {
+            let Some((s, e)) = fit_on(&|c| c != held_chip) else {
                 continue;
             };
-            let on: Vec<_> = rows.iter().filter(|r| r.1 == *held).collect();
+            let on: Vec<_> = rows.iter().filter(|r| r.1 == held).collect();
             let errors: Vec<f64> = on.iter().map(|r| s * work(&r.3, e) / r.2 - 1.0).collect();
             unscaled.extend(on.iter().map(|r| r.3[0] / r.2 - 1.0));
             pooled.errors.extend(&errors);
             pooled
                 .devices
                 .push(errors.iter().map(|r| log_ratio(*r)).collect());
-            per_device.push((*held, errors));
+            per_device.push((held, errors));
         }
         let Some(interval) = interval_90(&pooled.devices) else {
             continue;
@@ -1166,18 +1177,18 @@ mod tests {
     /// their tensor cores at the peak, each timed as 1.3 times the FP32 class's work under a
     /// cap of 1.5 pJ a FLOP at 7 nm: leaving each GPU out recovers the scale and the cap.
     #[test]
-    fn published_published_fit_a_tensor_class_with_its_own_power_cap() {
+    fn published_tensor_kernels_fit_a_tensor_class_with_its_own_power_cap() {
         use crate::dataset::{PublishedGemm, Source};
-        let fp16 = |tflops: f64, tdp_w: f64, process_nm: f64| DeviceSpec {
+        let fp16 = |sms: f64, tflops: f64, tdp_w: f64, process_nm: f64| DeviceSpec {
             peak_flops: tflops * 1e12,
             tensor: Some(ridgeline_model::precision::NumberFormat::Fp16),
             power: Some(transfer::PowerSpec { tdp_w, process_nm }),
-            ..spec(80.0, 1.5, 15.0, 0.9, 6.0)
+            ..spec(sms, 1.5, 15.0, 0.9, 6.0)
         };
         let specs: BTreeMap<&str, DeviceSpec> = [
-            ("t", fp16(65.0, 70.0, 12.0)),
-            ("v", fp16(125.0, 300.0, 12.0)),
-            ("p", fp16(120.0, 250.0, 16.0)),
+            ("t", fp16(40.0, 65.0, 70.0, 12.0)),
+            ("v", fp16(80.0, 125.0, 300.0, 12.0)),
+            ("p", fp16(56.0, 120.0, 250.0, 16.0)),
         ]
         .into();
         let mut gemm = Vec::new();
@@ -1245,6 +1256,89 @@ mod tests {
         assert!(e.contains("gemm.csv.gz: row 1: device `x`"), "{e}");
     }
 
+    /// GPUs of one chip (SMs and clock alike: the H100 SXM5 and the H200) are left out
+    /// together: each is predicted from the other chips alone, and two of one chip make no
+    /// tensor-core class.
+    #[test]
+    fn gpus_of_one_chip_are_left_out_together() {
+        use crate::dataset::{PublishedGemm, Source};
+        let fp16 = |sms: f64, ghz: f64, tbs: f64| DeviceSpec {
+            tensor: Some(ridgeline_model::precision::NumberFormat::Fp16),
+            ..spec(sms, ghz, 990.0, tbs, 50.0)
+        };
+        let specs: BTreeMap<&str, DeviceSpec> = [
+            ("h", fp16(132.0, 1.98, 3.35)),
+            ("g", fp16(132.0, 1.98, 4.8)),
+            ("v", fp16(80.0, 1.53, 0.9)),
+        ]
+        .into();
+        assert_eq!(chip(&specs["h"]), chip(&specs["g"]));
+        assert_ne!(chip(&specs["h"]), chip(&specs["v"]));
+        let gemm = specs
+            .keys()
+            .flat_map(|device| {
+                [(4096, 4096, 4096), (1760, 128, 1760), (512, 48000, 2048)].map(|(m, n, k)| {
+                    PublishedGemm {
+                        device: (*device).to_owned(),
+                        precision: RecordPrecision::Fp16,
+                        m,
+                        n,
+                        k,
+                        a_transpose: 0,
+                        b_transpose: 0,
+                        latency_s: 1.0,
+                    }
+                })
+            })
+            .collect();
+        let set = crate::dataset::PublishedSet {
+            source: Source::default(),
+            gemm,
+            conv: Vec::new(),
+        };
+        let spec_of = |name: &str, _: Precision| specs.get(name).copied();
+        let mut points = published_points(&set, &spec_of, true).unwrap();
+        let base = ClassModel {
+            class: "gemm".into(),
+            coefficients: vec![1e-5, 1.0, 0.0, 0.0, 0.0],
+            energy_per_flop_7nm: None,
+            energy: 0,
+            points: 1,
+        };
+        // The GH100-like pair runs at twice the base class's work, the other at it.
+        for p in &mut points {
+            let scale = if p.device.starts_with('v') { 1.0 } else { 2.0 };
+            p.y = scale * transfer::work(&base.coefficients, p.at(0));
+        }
+        let (_, held, _) = tensor_scaled(std::slice::from_ref(&base), &points);
+        let row = |device: &str| {
+            held.holdouts
+                .iter()
+                .find(|h| h.device == device)
+                .unwrap_or_else(|| panic!("{device}: {:?}", held.holdouts))
+        };
+        // Left out with its twin, `h` is predicted at `v`'s scale: half its time.
+        assert!(
+            (row("h fp16").bias + 0.5).abs() < 1e-9,
+            "{:?}",
+            row("h fp16")
+        );
+        assert!(
+            (row("g fp16").bias + 0.5).abs() < 1e-9,
+            "{:?}",
+            row("g fp16")
+        );
+        assert!(
+            (row("v fp16").bias - 1.0).abs() < 1e-9,
+            "{:?}",
+            row("v fp16")
+        );
+        // The pair alone is one chip: no class.
+        points.retain(|p| !p.device.starts_with('v'));
+        let (adopted, held, _) = tensor_scaled(std::slice::from_ref(&base), &points);
+        assert!(adopted.is_empty() && held.holdouts.is_empty(), "{held:?}");
+    }
+
     fn spec(sms: f64, ghz: f64, tflops: f64, tbs: f64, l2_mib: f64) -> DeviceSpec {
         DeviceSpec {
             sms,
@@ -1281,6 +1375,7 @@ mod tests {
                         device: (*device).into(),
                         x,
                         y: floor + work,
+                        chip: chip(d),
                     });
                 }
             }

@@ -513,7 +513,7 @@ fn validate_times_a_gpu_nobody_calibrated_against_its_measured_steps() {
         "json",
     ]);
     let rows = v["steps"].as_array().unwrap();
-    assert_eq!(rows.len(), 7, "{v}");
+    assert_eq!(rows.len(), 10, "{v}");
     assert!(
         rows.iter()
             .any(|s| s["workload"] == "resnet50" && s["precision"] == "amp-fp16")
@@ -531,7 +531,7 @@ fn validate_times_a_gpu_nobody_calibrated_against_its_measured_steps() {
         );
         lo < p && p < hi
     }));
-    assert_eq!(v["summary"]["interval_steps"], 7);
+    assert_eq!(v["summary"]["interval_steps"], 10);
     let c = v["summary"]["interval_coverage"].as_f64().unwrap();
     assert!((0.0..=1.0).contains(&c), "{c}");
     let table = run_ok(&[

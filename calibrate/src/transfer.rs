@@ -1173,12 +1173,48 @@ mod tests {
         assert_eq!(tensor[0].y, 5e-5);
     }
 
+    /// A published set of three FP16 GEMMs on each device of `specs`, each of 1 s.
+    fn fp16_gemms(specs: &BTreeMap<&str, DeviceSpec>) -> crate::dataset::PublishedSet {
+        let gemm = specs
+            .keys()
+            .flat_map(|device| {
+                [(4096, 4096, 4096), (1760, 128, 1760), (512, 48000, 2048)].map(|(m, n, k)| {
+                    crate::dataset::PublishedGemm {
+                        device: (*device).to_owned(),
+                        precision: RecordPrecision::Fp16,
+                        m,
+                        n,
+                        k,
+                        a_transpose: 0,
+                        b_transpose: 0,
+                        latency_s: 1.0,
+                    }
+                })
+            })
+            .collect();
+        crate::dataset::PublishedSet {
+            source: crate::dataset::Source::default(),
+            gemm,
+            conv: Vec::new(),
+        }
+    }
+
+    /// A `gemm` class whose work is its FLOP term alone, after a 10 us launch.
+    fn unit_gemm() -> ClassModel {
+        ClassModel {
+            class: "gemm".into(),
+            coefficients: vec![1e-5, 1.0, 0.0, 0.0, 0.0],
+            energy_per_flop_7nm: None,
+            energy: 0,
+            points: 1,
+        }
+    }
+
     /// A published tensor-core set's GEMMs on three GPUs, two of whose boards cannot feed
     /// their tensor cores at the peak, each timed as 1.3 times the FP32 class's work under a
     /// cap of 1.5 pJ a FLOP at 7 nm: leaving each GPU out recovers the scale and the cap.
     #[test]
     fn published_tensor_kernels_fit_a_tensor_class_with_its_own_power_cap() {
-        use crate::dataset::{PublishedGemm, Source};
         let fp16 = |sms: f64, tflops: f64, tdp_w: f64, process_nm: f64| DeviceSpec {
             peak_flops: tflops * 1e12,
             tensor: Some(ridgeline_model::precision::NumberFormat::Fp16),
@@ -1191,26 +1227,7 @@ mod tests {
             ("p", fp16(56.0, 120.0, 250.0, 16.0)),
         ]
         .into();
-        let mut gemm = Vec::new();
-        for device in specs.keys() {
-            for (m, n, k) in [(4096, 4096, 4096), (1760, 128, 1760), (512, 48000, 2048)] {
-                gemm.push(PublishedGemm {
-                    device: (*device).to_owned(),
-                    precision: RecordPrecision::Fp16,
-                    m,
-                    n,
-                    k,
-                    a_transpose: 0,
-                    b_transpose: 0,
-                    latency_s: 1.0,
-                });
-            }
-        }
-        let mut set = crate::dataset::PublishedSet {
-            source: Source::default(),
-            gemm,
-            conv: Vec::new(),
-        };
+        let mut set = fp16_gemms(&specs);
         let spec_of = |name: &str, p: Precision| {
             assert_eq!(p, Precision::AmpFp16);
             specs.get(name).copied()
@@ -1222,13 +1239,7 @@ mod tests {
             ("gemm-tensor-16", "p fp16")
         );
         assert_eq!(points[0].x.len(), TENSOR_ENERGIES.len());
-        let base = ClassModel {
-            class: "gemm".into(),
-            coefficients: vec![1e-5, 1.0, 0.0, 0.0, 0.0],
-            energy_per_flop_7nm: None,
-            energy: 0,
-            points: 1,
-        };
+        let base = unit_gemm();
         let cap = TENSOR_ENERGIES
             .iter()
             .position(|e| *e == Some(1.5e-12))
@@ -1261,7 +1272,6 @@ mod tests {
     /// tensor-core class.
     #[test]
     fn gpus_of_one_chip_are_left_out_together() {
-        use crate::dataset::{PublishedGemm, Source};
         let fp16 = |sms: f64, ghz: f64, tbs: f64| DeviceSpec {
             tensor: Some(ridgeline_model::precision::NumberFormat::Fp16),
             ..spec(sms, ghz, 990.0, tbs, 50.0)
@@ -1274,37 +1284,10 @@ mod tests {
         .into();
         assert_eq!(chip(&specs["h"]), chip(&specs["g"]));
         assert_ne!(chip(&specs["h"]), chip(&specs["v"]));
-        let gemm = specs
-            .keys()
-            .flat_map(|device| {
-                [(4096, 4096, 4096), (1760, 128, 1760), (512, 48000, 2048)].map(|(m, n, k)| {
-                    PublishedGemm {
-                        device: (*device).to_owned(),
-                        precision: RecordPrecision::Fp16,
-                        m,
-                        n,
-                        k,
-                        a_transpose: 0,
-                        b_transpose: 0,
-                        latency_s: 1.0,
-                    }
-                })
-            })
-            .collect();
-        let set = crate::dataset::PublishedSet {
-            source: Source::default(),
-            gemm,
-            conv: Vec::new(),
-        };
+        let set = fp16_gemms(&specs);
         let spec_of = |name: &str, _: Precision| specs.get(name).copied();
         let mut points = published_points(&set, &spec_of, true).unwrap();
-        let base = ClassModel {
-            class: "gemm".into(),
-            coefficients: vec![1e-5, 1.0, 0.0, 0.0, 0.0],
-            energy_per_flop_7nm: None,
-            energy: 0,
-            points: 1,
-        };
+        let base = unit_gemm();
         // The GH100-like pair runs at twice the base class's work, the other at it.
         for p in &mut points {
             let scale = if p.device.starts_with('v') { 1.0 } else { 2.0 };

@@ -338,10 +338,17 @@ pub fn tensor_points(
     Ok(out)
 }
 
+/// What the FP32 `conv` class is fitted on: NeuSight's convolutions are all 2-D 3 x 3
+/// forward passes of stride 1 (61-81 % of them run as Winograd kernels). The published
+/// set's convolutions of that kind are judged apart from the rest ([`published_points`]).
+pub const CONV_FITTED_KIND: &str = "3x3 s1 fwd";
+
 /// The published kernel set in `dir` (`scripts/import-deepbench.py`) as points, each
 /// device's figures from its catalog file, read once: every kernel of its class, and the
 /// same with its tensor-core kernels as points of the tensor-core classes
-/// ([`transfer::published_points`]).
+/// ([`transfer::published_points`]). In the first, a convolution's device also says
+/// whether it is of the kind the `conv` class is fitted on ([`CONV_FITTED_KIND`]) or of
+/// another shape or pass (`other`): `v100-sxm2-16gb fp32 3x3 s1 fwd`.
 pub fn published_points(dir: &Path) -> Result<(Vec<transfer::Point>, Vec<transfer::Point>)> {
     let set = ridgeline_calibrate::dataset::PublishedSet::read(dir)?;
     let mut devices = BTreeMap::new();
@@ -355,7 +362,24 @@ pub fn published_points(dir: &Path) -> Result<(Vec<transfer::Point>, Vec<transfe
         transfer::published_points(&set, &spec, tensor_classes)
             .with_context(|| format!("{}: a published kernel set", dir.display()))
     };
-    Ok((points(false)?, points(true)?))
+    let mut plain = points(false)?;
+    // One point per row, the products' first: the last `set.conv.len()` are the rows of
+    // `conv.csv.gz` in order.
+    let first = plain.len().saturating_sub(set.conv.len());
+    for (p, c) in plain[first..].iter_mut().zip(&set.conv) {
+        let fitted_kind = c.r == 3
+            && c.s == 3
+            && c.stride_h == 1
+            && c.stride_w == 1
+            && c.pass == ridgeline_measure::ConvPass::Forward;
+        let kind = if fitted_kind {
+            CONV_FITTED_KIND
+        } else {
+            "other"
+        };
+        p.device = format!("{} {kind}", p.device);
+    }
+    Ok((plain, points(true)?))
 }
 
 /// ridgeline's own GPU kernel records under `dir` as points of the transferred model: one
@@ -1091,6 +1115,25 @@ mod tests {
         assert_eq!(extra.update_s, [0.2, 0.3, 0.3]);
         assert_eq!(extra.peak_bytes, Some(200), "the larger peak stays");
         assert_eq!(pooled[2].samples_s, [4.0]);
+    }
+
+    /// The published set's convolutions say whether they are of the kind the `conv` class is
+    /// fitted on; its products and its tensor-core points keep the GPU and precision alone.
+    #[test]
+    fn published_convolutions_come_apart_by_the_kind_the_conv_class_is_fitted_on() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/deepbench");
+        let (plain, tensor) = published_points(&dir).unwrap();
+        let count = |pts: &[transfer::Point], class: &str, device: &str| {
+            pts.iter()
+                .filter(|p| p.class == class && p.device == device)
+                .count()
+        };
+        let fitted = format!("v100-sxm2-16gb fp32 {CONV_FITTED_KIND}");
+        assert_eq!(count(&plain, "conv", &fitted), 32);
+        assert_eq!(count(&plain, "conv", "v100-sxm2-16gb fp32 other"), 240);
+        assert_eq!(count(&plain, "conv", "v100-sxm2-16gb fp32"), 0);
+        assert_eq!(count(&plain, "gemm", "v100-sxm2-16gb fp32"), 152);
+        assert_eq!(count(&tensor, "conv-tensor-16", "v100-sxm2-16gb fp16"), 245);
     }
 
     /// ridgeline's own H200 and H100 records read as points: every GEMM and convolution pass

@@ -175,7 +175,7 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
                         args.published.display()
                     ),
                 )
-                .note("`published` rows: the model fitted on every GPU above predicts DeepBench's published kernels (cuBLAS GEMMs, and cuDNN convolutions forward, backward-data and backward-filter; CUDA 10.1, cuDNN 7.6) per GPU and precision, each at its work: fp32 as the fit times FP32 kernels, fp16 on tensor cores at the device file's FP16 tensor peak with the FP32 fit's coefficients. The V100 SXM2 is outside the fit; the T4 is in it, measured here by another benchmark, library and host. Intervals: each class's 90 % interval from leaving one GPU out above.");
+                .note("`published` rows: the model fitted on every GPU above predicts DeepBench's published kernels (cuBLAS GEMMs, and cuDNN convolutions forward, backward-data and backward-filter; CUDA 10.1, cuDNN 7.6) per GPU and precision, each at its work: fp32 as the fit times FP32 kernels, fp16 on tensor cores at the device file's FP16 tensor peak with the FP32 fit's coefficients. The V100 SXM2 is outside the fit; the T4 is in it, measured here by another benchmark, library and host. Convolutions come apart by kind: `3x3 s1 fwd`, the kind the `conv` class is fitted on (NeuSight's are all 2-D 3 x 3 forward passes of stride 1), and `other` (other kernel sizes and strides, and both gradients). Intervals: each class's 90 % interval from leaving one GPU out above.");
         }
         if check.tensor.as_ref().is_some_and(|t| t.classes.is_empty()) {
             let mut gpus: Vec<&str> = check

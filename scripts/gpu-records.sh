@@ -3,7 +3,8 @@
 # (FP32 only) lacks: cuBLAS GEMMs over a grid of shapes in every format (fp64, fp32, tf32,
 # fp16, bf16), and cuDNN convolutions forward, backward-data and backward-filter at the
 # reference workloads' layer shapes in tf32, fp16 and bf16 (channels-last, what tensor cores
-# read best). Each command appends to its JSON Lines file as it measures, so a command cut
+# read best), then in fp32 (channels-first, as NeuSight's were run: its convolutions are all
+# 3 x 3 forward passes of stride 1, and these are every other kind too). Each command appends to its JSON Lines file as it measures, so a command cut
 # short by TIMEOUT keeps what it measured, and a second run resumes.
 #
 # Usage: scripts/gpu-records.sh [OUT_DIR] [DEVICE]   (defaults: gpu-records, cuda:0;
@@ -63,7 +64,14 @@ for spec in "resnet50 32" "cosmoflow 4" "deepcam 2"; do
         --out "$out/conv.jsonl"
 done
 
-echo "records in $out/ (gemm.jsonl, conv.jsonl)"
+echo "== convolutions (cuDNN), forward and both gradients, fp32 (FMA), channels-first"
+for spec in "resnet50 32" "cosmoflow 4" "deepcam 2"; do
+    set -- $spec
+    step "conv fp32 $1" "$bin" measure conv --device "$device" --workload "$1" --batch "$2" \
+        --precision fp32 --layout channels-first "${protocol[@]}" --out "$out/conv-fp32.jsonl"
+done
+
+echo "records in $out/ (gemm.jsonl, conv.jsonl, conv-fp32.jsonl)"
 if [ "${#failed[@]}" -gt 0 ]; then
     echo "steps that failed (${#failed[@]}):"
     printf '  %s\n' "${failed[@]}"

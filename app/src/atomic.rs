@@ -16,13 +16,31 @@ fn parent(path: &Path) -> PathBuf {
     }
 }
 
-/// Writes `path` through `fill`, atomically.
+/// Writes `path` through `fill`, atomically. A path that is a device, a pipe or a socket
+/// (`/dev/null`, `/dev/stdout`, a named pipe) is written in place: renaming a file over it
+/// would replace it (as root, `--out /dev/null` once turned `/dev/null` into a plain file).
+/// A directory is an error.
 pub fn write_with(
     path: &Path,
     fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> Result<()> {
     let dir = parent(path);
     let context = || format!("cannot write `{}`", path.display());
+    if let Ok(meta) = std::fs::metadata(path) {
+        if meta.is_dir() {
+            bail!("`{}` is a directory: name a file to write", path.display());
+        }
+        if !meta.is_file() {
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(path)
+                .with_context(context)?;
+            let mut out = std::io::BufWriter::new(file);
+            fill(&mut out).with_context(context)?;
+            out.flush().with_context(context)?;
+            return Ok(());
+        }
+    }
     let mut tmp = tempfile::NamedTempFile::new_in(&dir).with_context(context)?;
     let mut out = std::io::BufWriter::new(tmp.as_file_mut());
     fill(&mut out).with_context(context)?;
@@ -118,6 +136,33 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    /// A named pipe stays a pipe and gets the bytes, as `/dev/null` stays a device: an
+    /// output that is not a plain file is written in place, never renamed over. A
+    /// directory is refused.
+    #[cfg(unix)]
+    #[test]
+    fn a_pipe_or_device_is_written_in_place() {
+        use std::os::unix::fs::FileTypeExt;
+        let dir = scratch("fifo");
+        let fifo = dir.join("out.fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if !made.is_ok_and(|s| s.success()) {
+            // No mkfifo here: nothing to check the pipe with.
+            return;
+        }
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
+        };
+        write(&fifo, "through the pipe\n").unwrap();
+        let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
+        assert!(kind.is_fifo(), "the pipe was replaced: {kind:?}");
+        assert_eq!(reader.join().unwrap(), "through the pipe\n");
+        let err = format!("{:#}", write(&dir, "x").unwrap_err());
+        assert!(err.contains("is a directory"), "{err}");
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

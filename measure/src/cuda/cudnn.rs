@@ -245,9 +245,9 @@ pub(crate) struct Pass {
     bias: Tensor,
     conv: Convolution,
     with_bias: bool,
-    algo: Algo,
     /// The distinct algorithms that ran and fit the workspace, in find's order (at most
-    /// [`RETIMED`]): name, algorithm, workspace bytes.
+    /// [`RETIMED`], at least one: [`Pass::find`] fails without): name, algorithm, workspace
+    /// bytes.
     viable: Vec<(String, Algo, usize)>,
     /// Which of `viable` runs.
     chosen: usize,
@@ -281,9 +281,6 @@ impl Pass {
             bias: Tensor::typed(&g.bias, plan.data)?,
             conv: Convolution::new(g, plan)?,
             with_bias,
-            algo: Algo::Fwd(
-                sys::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
-            ),
             viable: Vec::new(),
             chosen: 0,
         };
@@ -461,10 +458,14 @@ impl Pass {
 
     /// Runs candidate `i` (in find's order) from now on; out of range keeps the current one.
     pub(crate) fn select(&mut self, i: usize) {
-        if let Some((_, algo, _)) = self.viable.get(i) {
-            self.algo = *algo;
+        if i < self.viable.len() {
             self.chosen = i;
         }
+    }
+
+    /// The algorithm the pass runs.
+    fn algo(&self) -> Algo {
+        self.viable[self.chosen].1
     }
 
     /// The name of the algorithm the pass runs, as cuDNN spells it.
@@ -483,7 +484,7 @@ impl Pass {
     /// (`CUDNN_STATUS_NOT_SUPPORTED`) and took 28 ms for fp16 channels-last where cuDNN's
     /// weight gradient took 1.7 ms (CosmoFlow's first layer at batch 4, H200, 2026-11-26).
     pub(crate) fn bias_gradient(&self) -> bool {
-        self.with_bias && matches!(self.algo, Algo::BwdFilter(_))
+        self.with_bias && matches!(self.algo(), Algo::BwdFilter(_))
     }
 
     /// Runs the pass once (plus the bias term of forward when the layer has one).
@@ -491,7 +492,7 @@ impl Pass {
         let (one, zero) = (1.0f32, 0.0f32);
         let (one, zero): (*const c_void, *const c_void) =
             ((&raw const one).cast(), (&raw const zero).cast());
-        match self.algo {
+        match self.algo() {
             Algo::Fwd(a) => {
                 // SAFETY: live handle and descriptors; buffers sized by the geometry these
                 // descriptors were made from; workspace at least what `find` reported.

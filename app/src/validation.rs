@@ -979,6 +979,7 @@ mod tests {
                     name: l.name.to_owned(),
                     forward_s: vec![time(l.flops_fwd.value(), l.hbm_bytes_fwd.value()); steps],
                     backward_s: vec![time(l.flops_bwd.value(), l.hbm_bytes_bwd.value()); steps],
+                    notes: Default::default(),
                 })
                 .collect();
             let update = 12.0 * c.params as f64 / BYTE_RATE;

@@ -3,6 +3,8 @@
 //! A backend runs kernels and returns raw timings; turning them into records (with FLOPs and
 //! bytes as the model counts them) is [`crate::campaign`]'s job, shared by every backend.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use ridgeline_model::graph::Op;
@@ -359,6 +361,27 @@ pub struct LayerTimes {
     /// Backward seconds per step; empty when the layer has no backward pass (the input,
     /// layers no parameter depends on).
     pub backward_s: Vec<f64>,
+    /// What the backend noted about the forward and the backward pass, written to the
+    /// layer's records as their `extra` (on a GPU: the cuDNN algorithm each convolution pass
+    /// ran and what re-timing find's candidates measured); empty where it noted nothing.
+    #[serde(skip_serializing_if = "PassNotes::is_empty")]
+    pub notes: PassNotes,
+}
+
+/// What a backend noted about one layer's passes, as a record's `extra` holds it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PassNotes {
+    /// About the forward pass.
+    pub forward: BTreeMap<String, serde_json::Value>,
+    /// About the backward pass.
+    pub backward: BTreeMap<String, serde_json::Value>,
+}
+
+impl PassNotes {
+    /// Whether nothing was noted.
+    pub fn is_empty(&self) -> bool {
+        self.forward.is_empty() && self.backward.is_empty()
+    }
 }
 
 /// A device that runs kernels (STYLE.md rule 6).
@@ -404,8 +427,8 @@ pub trait Backend {
 
     /// What the backend chose for the last measurement, for the record's `extra` (e.g.
     /// cuDNN's algorithm); taken, so it is reported once.
-    fn take_notes(&mut self) -> std::collections::BTreeMap<String, serde_json::Value> {
-        std::collections::BTreeMap::new()
+    fn take_notes(&mut self) -> BTreeMap<String, serde_json::Value> {
+        BTreeMap::new()
     }
 
     /// Runs a full training step of `graph` at `batch` in `precision` repeatedly, timing

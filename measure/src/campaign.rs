@@ -359,17 +359,19 @@ pub(crate) fn workload_records(
             (
                 Pass::Forward,
                 &times.forward_s,
+                &times.notes.forward,
                 lc.flops_fwd.value(),
                 lc.hbm_bytes_fwd.value(),
             ),
             (
                 Pass::Backward,
                 &times.backward_s,
+                &times.notes.backward,
                 lc.flops_bwd.value(),
                 lc.hbm_bytes_bwd.value(),
             ),
         ];
-        for (pass, samples, flops, bytes) in passes {
+        for (pass, samples, notes, flops, bytes) in passes {
             if samples.is_empty() || matches!(layer.op, Op::Input) {
                 continue;
             }
@@ -379,7 +381,9 @@ pub(crate) fn workload_records(
                 op: layer.op.kind().to_owned(),
                 pass,
             });
-            records.push(make(layer_shape, samples.clone(), flops, bytes));
+            let mut record = make(layer_shape, samples.clone(), flops, bytes);
+            record.extra.notes.extend(notes.clone());
+            records.push(record);
         }
     }
     let mut step = make(
@@ -434,7 +438,9 @@ fn conv_counts(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::PassNotes;
     use ridgeline_model::workloads::{self, BuildOptions};
+    use std::collections::BTreeMap;
 
     fn cpu() -> Box<dyn Backend> {
         open_backend("cpu", 1).unwrap()
@@ -635,5 +641,73 @@ mod tests {
         }
         let ids: std::collections::HashSet<&str> = records.iter().map(|r| r.id.as_str()).collect();
         assert_eq!(ids.len(), records.len(), "ids are unique");
+    }
+
+    #[test]
+    fn what_a_backend_noted_of_a_pass_goes_to_that_pass_record() {
+        let g = workloads::build(
+            "cosmoflow",
+            &BuildOptions {
+                input_size: Some(vec![32]),
+                width: 0.125,
+            },
+        )
+        .unwrap();
+        let p = Protocol {
+            min_samples: 1,
+            max_samples: 1,
+            ..Protocol::quick()
+        };
+        let backend = cpu();
+        let mut run = backend_run(&g, &p);
+        let conv = run.layers.iter().position(|l| l.name == "conv3d").unwrap();
+        let note = |v: &str| BTreeMap::from([("cudnn_forward_algorithm".to_owned(), v.into())]);
+        run.layers[conv].notes = PassNotes {
+            forward: note("A"),
+            backward: note("B"),
+        };
+        let records = workload_records(
+            &g,
+            1,
+            Precision::Fp32,
+            &run,
+            run_shape(&g, 1),
+            &|m, s, f, b| {
+                Record::new(
+                    m,
+                    Precision::Fp32.into(),
+                    backend.device(),
+                    1,
+                    s,
+                    f,
+                    b,
+                    backend.env(),
+                )
+            },
+        );
+        let noted: Vec<(Pass, &serde_json::Value)> = records
+            .iter()
+            .filter_map(|r| match &r.measured {
+                Measured::WorkloadLayer(l) => {
+                    Some((l.pass, r.extra.notes.get("cudnn_forward_algorithm")?))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            noted,
+            [(Pass::Forward, &"A".into()), (Pass::Backward, &"B".into())]
+        );
+        let forward = records
+            .iter()
+            .find(|r| matches!(&r.measured, Measured::WorkloadLayer(l) if l.layer == "conv3d" && l.pass == Pass::Forward))
+            .unwrap();
+        let json = serde_json::to_string(forward).unwrap();
+        assert!(json.contains(r#""cudnn_forward_algorithm":"A""#), "{json}");
+    }
+
+    /// One measured step of `g` on the CPU.
+    fn backend_run(g: &Graph, p: &Protocol) -> WorkloadRun {
+        cpu().workload(g, 1, Precision::Fp32, p).unwrap()
     }
 }

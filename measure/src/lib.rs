@@ -82,7 +82,7 @@ pub mod suite;
 
 pub use backend::{
     Backend, ConvCase, ConvPass, CopyCase, CopyDirection, Format, GemmCase, HostMemory, LayerTimes,
-    Layout, OpCase, Pass, StreamKernel, WorkloadRun,
+    Layout, OpCase, Pass, PassNotes, StreamKernel, WorkloadRun,
 };
 pub use campaign::{Case, conv_case, conv_cases, open_backend};
 pub use cpu::CpuBackend;

@@ -11,7 +11,7 @@
 use ridgeline_model::cost::{keeps, requires_grad};
 use ridgeline_model::graph::{Graph, Op};
 
-use crate::backend::{LayerTimes, WorkloadRun};
+use crate::backend::{LayerTimes, PassNotes, WorkloadRun};
 
 /// SGD learning rate of every executor's update step (small: the data is synthetic).
 pub(crate) const LEARNING_RATE: f32 = 1e-4;
@@ -84,6 +84,7 @@ pub(crate) fn workload_run(
                 .map(|s| s.backward[i])
                 .collect::<Option<Vec<f64>>>()
                 .unwrap_or_default(),
+            notes: PassNotes::default(),
         })
         .collect();
     WorkloadRun {

@@ -731,6 +731,31 @@ fn fastest_algorithm(
     }
 }
 
+/// What a convolution pass runs, into a record's `extra` as `{prefix}algorithm` and
+/// `{prefix}workspace_bytes`, and, where find's candidates were timed again
+/// ([`fastest_algorithm`]), what each took as `{prefix}retimed`.
+fn chosen_notes(
+    prefix: &str,
+    run: &CudnnPass,
+    retimed: &[(String, f64)],
+    notes: &mut std::collections::BTreeMap<String, Value>,
+) {
+    notes.insert(format!("{prefix}algorithm"), json!(run.algorithm()));
+    notes.insert(
+        format!("{prefix}workspace_bytes"),
+        json!(run.workspace_bytes()),
+    );
+    if !retimed.is_empty() {
+        notes.insert(
+            format!("{prefix}retimed"),
+            retimed
+                .iter()
+                .map(|(name, s)| json!({"algorithm": name, "time_s": s}))
+                .collect(),
+        );
+    }
+}
+
 /// The kernel sources of activation storage `storage` with their kernels' names: FP32
 /// adds STREAM's (FP64 arrays) to the element-wise, shaped, spatial and executor sources.
 fn kernel_sources<'a>(
@@ -976,17 +1001,7 @@ impl Backend for CudaBackend {
         let (mut run, mut notes) =
             CudnnPass::find(handle, &g, pass, case.bias, plan, buffers).map_err(failed)?;
         let retimed = fastest_algorithm(&timer, handle, &mut run, buffers, failed)?;
-        if !retimed.is_empty() {
-            notes.insert("cudnn_algorithm".into(), json!(run.algorithm()));
-            notes.insert("cudnn_workspace_bytes".into(), json!(run.workspace_bytes()));
-            notes.insert(
-                "cudnn_retimed".into(),
-                retimed
-                    .iter()
-                    .map(|(name, s)| json!({"algorithm": name, "time_s": s}))
-                    .collect(),
-            );
-        }
+        chosen_notes("cudnn_", &run, &retimed, &mut notes);
         debug_assert_eq!(run.bias_gradient(), bias_grad.is_some());
         let (a, b, n) = (c_out as u64, inner as u64, y_elements as u64);
         let samples = protocol.measure_timed(EVENT_RESOLUTION, |batch| {
@@ -1186,12 +1201,11 @@ impl Backend for CudaBackend {
             let t = exec.step(handle, blas)?;
             Ok::<_, Error>((t.total, t))
         })?;
-        Ok(crate::schedule::workload_run(
-            graph,
-            &steps,
-            exec.peak_bytes() as u64,
-            None,
-        ))
+        let mut run = crate::schedule::workload_run(graph, &steps, exec.peak_bytes() as u64, None);
+        for (layer, notes) in run.layers.iter_mut().zip(exec.notes()) {
+            layer.notes = notes;
+        }
+        Ok(run)
     }
 }
 

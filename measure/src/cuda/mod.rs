@@ -54,9 +54,20 @@
 //! `cudnn_retimed` in the record's `extra`): on the H200, 54 of 506 tensor-core cases changed
 //! algorithm, 25 of them 3-41 times faster. That ran on the H200 without the span (which
 //! bounds what the re-timing costs: backward-data's `ALGO_0` took 0.3 s where `ALGO_1` took
-//! 0.25 ms); the span, and the executor's use of the same re-timing for every layer's
-//! passes, have not run on a GPU (the executor's steps in `data/measured` chose by find
-//! alone). Checked only where no GPU is needed: the numerical results of the GPU executor
+//! 0.25 ms).
+//!
+//! **The H100 again** (same driver and libraries, 2026-11-26, commit 00819bd): the span and
+//! the executor's re-timing ran. `gpu-records.sh` measured all 1,004 cases (fp32
+//! convolutions included) in 221 s; 48 of 629 tensor-core passes changed algorithm against
+//! the H100's find-only records, 17 of them 2.6-22 times faster, none slower.
+//! `gpu-check.sh` passed every step (238 s); with the re-timing DeepCAM's amp-fp16 step at
+//! batch 2 took 67.7-71.6 ms where find's choice took 100.7 ms (its pointwise convolutions'
+//! backward passes 45 us where they took 630-660 us). Unexplained: ResNet-50's fp32 step at
+//! batch 16 took 34.4 ms in the first of two runs and 24.4 ms in the second (25.9 ms before
+//! the re-timing); in the first its 1 x 1 convolutions' forward passes took 330-340 us where
+//! they had taken 84 us. The layer records did not say which algorithm ran; the executor now
+//! writes each convolution pass's algorithm and re-timing into them (`cudnn_*_algorithm`,
+//! `cudnn_*_retimed`), which has not run on a GPU. Checked only where no GPU is needed: the numerical results of the GPU executor
 //! against the CPU's (the CPU executor is gradient-checked; the GPU's is not), NCCL across
 //! several GPUs, and everything on a GPU other than the H200 and H100. Without a GPU the tests check type choices,
 //! every kernel source through NVRTC and ptxas for sm_80 and sm_90 in every storage, their

@@ -34,8 +34,8 @@ use cudarc::driver::{
 use ridgeline_model::graph::{Graph, ScoreMask};
 use ridgeline_model::precision::Precision;
 
-use super::{CudaBackend, Timer, call, compute_type, data_type, fastest_algorithm};
-use crate::backend::ConvPass;
+use super::{CudaBackend, Timer, call, chosen_notes, compute_type, data_type, fastest_algorithm};
+use crate::backend::{ConvPass, PassNotes};
 use crate::cuda::cudnn::{
     Buffers, CudnnFailure, Handle, Layer as CudnnLayer, OpBuffers, Pass as CudnnPass,
     WORKSPACE_LIMIT,
@@ -68,6 +68,8 @@ struct ConvPasses {
     backward_filter: CudnnPass,
     /// Workspace each needs, bytes (forward, backward-data, backward-filter).
     workspace: [usize; 3],
+    /// The algorithm each pass runs and what choosing it measured, for the layer's records.
+    notes: PassNotes,
 }
 
 /// What a layer keeps on the device besides its parameters.
@@ -381,7 +383,17 @@ impl<'g> GpuExecutor<'g> {
                         buffers(w),
                     )
                     .map_err(&failed)?;
-                    fastest_algorithm(timer, handle, &mut forward, buffers(w), failed)?;
+                    // The layer's passes: a transposed layer's forward runs the adjoint's
+                    // backward-data, and its backward the adjoint's forward.
+                    let mut notes = PassNotes::default();
+                    let (ahead, behind) = if *transposed {
+                        (&mut notes.backward, &mut notes.forward)
+                    } else {
+                        (&mut notes.forward, &mut notes.backward)
+                    };
+                    let retimed =
+                        fastest_algorithm(timer, handle, &mut forward, buffers(w), failed)?;
+                    chosen_notes("cudnn_forward_", &forward, &retimed, ahead);
                     let f_ws = forward.workspace_bytes();
                     // A transposed layer's forward pass is the adjoint's backward-data.
                     let (backward_data, d_ws) = if input_grad || *transposed {
@@ -394,7 +406,8 @@ impl<'g> GpuExecutor<'g> {
                             buffers(w),
                         )
                         .map_err(&failed)?;
-                        fastest_algorithm(timer, handle, &mut p, buffers(w), failed)?;
+                        let retimed = fastest_algorithm(timer, handle, &mut p, buffers(w), failed)?;
+                        chosen_notes("cudnn_backward_data_", &p, &retimed, behind);
                         let ws = p.workspace_bytes();
                         (Some(p), ws)
                     } else {
@@ -410,7 +423,20 @@ impl<'g> GpuExecutor<'g> {
                         buffers(sw),
                     )
                     .map_err(&failed)?;
-                    fastest_algorithm(timer, handle, &mut backward_filter, buffers(sw), failed)?;
+                    let retimed = fastest_algorithm(
+                        timer,
+                        handle,
+                        &mut backward_filter,
+                        buffers(sw),
+                        failed,
+                    )?;
+                    let weights = if *transposed { ahead } else { behind };
+                    chosen_notes(
+                        "cudnn_backward_filter_",
+                        &backward_filter,
+                        &retimed,
+                        weights,
+                    );
                     let w_ws = backward_filter.workspace_bytes();
                     for b in [x, y, scratch_w] {
                         self.give(b);
@@ -420,6 +446,7 @@ impl<'g> GpuExecutor<'g> {
                         backward_data,
                         backward_filter,
                         workspace: [f_ws, d_ws, w_ws],
+                        notes,
                     }))
                 }
                 LayerPlan::Pool { geometry, .. } => {
@@ -433,6 +460,18 @@ impl<'g> GpuExecutor<'g> {
             self.device.push(device);
         }
         Ok(())
+    }
+
+    /// What each layer's passes ran, in the graph's order (the algorithms of a
+    /// convolution's passes; nothing for other layers).
+    pub(super) fn notes(&self) -> Vec<PassNotes> {
+        self.device
+            .iter()
+            .map(|d| match d {
+                Device::Conv(p) => p.notes.clone(),
+                _ => PassNotes::default(),
+            })
+            .collect()
     }
 
     /// The peak of tracked device memory so far.

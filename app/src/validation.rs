@@ -157,21 +157,22 @@ pub struct TransferCheck {
     /// The same for the published set's kernels (`--published`: DeepBench's GEMMs and
     /// convolution passes in FP32, and in FP16 on tensor cores), each at its work.
     pub published: Vec<transfer::Holdout>,
-    /// The tensor-core classes (`gemm-tensor`, `conv-tensor`: the FP32 fit's class with its
-    /// work scaled and its own power cap, [`transfer::tensor_scaled`]) on ridgeline's own
-    /// tensor-core kernel records (TF32, FP16, BF16) and the published set's (FP16), each
-    /// precision of each GPU left out in turn: the fit on the other GPUs predicts the
-    /// held-out one at its own peak.
+    /// The scaled classes ([`transfer::scaled_classes`]): the tensor-core classes
+    /// (`gemm-tensor`, `conv-tensor`: the FP32 fit's class with its work scaled and its own
+    /// power cap) on ridgeline's own tensor-core kernel records (TF32, FP16, BF16) and the
+    /// published set's (FP16), and `conv-other` (FP32 convolutions outside the kind `conv`
+    /// is fitted on, its work scaled) on ridgeline's own FP32 convolution records and the
+    /// published set's; each chip left out in turn: the fit on the other chips predicts it.
     pub tensor: Option<Transfer>,
-    /// Those records as the tensor-core classes' fit sees them.
+    /// Those records as the scaled classes' fit sees them.
     #[serde(skip)]
     pub tensor_points: Vec<transfer::Point>,
-    /// The tensor-core classes adopted: those whose held-out precisions come out better
-    /// than the FP32 fit's class at the tensor-core peak unscaled.
+    /// The scaled classes adopted: those whose held-out kernels come out better than the
+    /// FP32 fit's class unscaled.
     #[serde(skip)]
     pub tensor_adopted: Vec<transfer::ClassModel>,
-    /// The FP32 fit's classes at the tensor-core peak, unscaled, on the same held-out
-    /// kernels: pooled median |error| by tensor-core class.
+    /// The FP32 fit's classes unscaled (at the tensor-core peak for a tensor-core class) on
+    /// the same held-out kernels: pooled median |error| by scaled class.
     pub tensor_unscaled: BTreeMap<String, f64>,
 }
 
@@ -294,7 +295,7 @@ pub fn transfer(
     check.published = transfer::outside_in_step(&models, &check.held, &published, false);
     check.tensor_points = tensor_points;
     if !check.tensor_points.is_empty() {
-        let (adopted, held, unscaled) = transfer::tensor_scaled(&models, &check.tensor_points);
+        let (adopted, held, unscaled) = transfer::scaled_classes(&models, &check.tensor_points);
         check.tensor = Some(held);
         check.tensor_adopted = adopted;
         check.tensor_unscaled = unscaled;
@@ -318,14 +319,15 @@ pub fn transfer(
     Ok(check)
 }
 
-/// The data of the tensor-core classes: ridgeline's own tensor-core records of the GPU's
-/// own time under `ours` ([`own_points`]) and the published set's tensor-core kernels,
-/// `published` ([`published_points`]).
+/// The data of the scaled classes: ridgeline's own records of the GPU's own time under
+/// `ours` ([`own_points`]) and the published set's kernels, `published`
+/// ([`published_points`]), that run on tensor cores or are FP32 convolutions of another kind
+/// than `conv`'s ([`ridgeline_model::transfer::is_scaled_class`]).
 pub fn tensor_points(
     ours: Option<&Path>,
     published: &[transfer::Point],
 ) -> Result<Vec<transfer::Point>> {
-    let tensor = |p: &transfer::Point| ridgeline_model::transfer::is_tensor_class(&p.class);
+    let tensor = |p: &transfer::Point| ridgeline_model::transfer::is_scaled_class(&p.class);
     let mut out: Vec<transfer::Point> = match ours {
         Some(dir) => own_points(dir, true)?
             .gpu
@@ -661,8 +663,8 @@ pub fn transfer_model(
             public.display()
         ),
     )?;
-    // The tensor-core classes, fitted on ridgeline's own tensor-core records, with the
-    // figures of leaving each precision of each GPU out.
+    // The scaled classes, fitted on ridgeline's own records and the published set's, with
+    // the figures of leaving each chip out.
     if let Some(tensor) = check
         .tensor
         .as_ref()
@@ -684,8 +686,8 @@ pub fn transfer_model(
         );
         m.classes.extend(t.classes);
         m.source.tensor = Some(format!(
-            "tensor-core kernels of ridgeline's own records ({}) and of the published set {} \
-             ({})",
+            "kernels of ridgeline's own records ({}) and of the published set {} ({}): the \
+             tensor-core ones, and FP32 convolutions outside the kind `conv` is fitted on",
             ours.display(),
             public.display(),
             devices.join(", ")
@@ -1325,7 +1327,7 @@ mod tests {
         let ours = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/ridgeline");
         let public = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/deepbench");
         let tensor = tensor_points(Some(&ours), &published_points(&public).unwrap().1).unwrap();
-        let (adopted, _, _) = transfer::tensor_scaled(&fitted, &tensor);
+        let (adopted, _, _) = transfer::scaled_classes(&fitted, &tensor);
         fitted.extend(adopted);
         let shipped = ridgeline_model::transfer::Model::builtin();
         assert_eq!(shipped.classes.len(), fitted.len());

@@ -30,9 +30,10 @@
 //!   out to validate it, and predicts kernels and labels of GPUs outside the fit; turns
 //!   ridgeline's own GEMM and convolution records into the model's kernels at their
 //!   precision's peak (and the published set's, `published_points`), and builds and judges
-//!   the tensor-core correction from the GPU-timed and published tensor-core kernels, leaving
-//!   a chip out, GPUs of one chip together (`tensor_scaled`: per class and tensor-core
-//!   format, with its own power cap; `chip`).
+//!   the scaled classes from the GPU-timed and published kernels, leaving a chip out, GPUs
+//!   of one chip together (`scaled_classes`: the tensor-core correction per class and
+//!   tensor-core format, with its own power cap, and `conv-other` for FP32 convolutions
+//!   outside `conv`'s kind; `chip`).
 //! - [`mlperf`]: reads MLPerf result logs (`:::MLLOG` lines) and the submitters' system
 //!   descriptions as run records (benchmark, system, accelerators, global batch, epochs,
 //!   initialisation and staging, throughput, time to train) for validation.

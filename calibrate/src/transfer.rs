@@ -779,6 +779,7 @@ fn kernel_point(
     Point {
         class: match tensor {
             Some(format) => transfer::tensor_class(class, format),
+            None if tensor_classes => transfer::kind_class(kernel).unwrap_or(class).to_owned(),
             None => class.to_owned(),
         },
         device,
@@ -915,25 +916,28 @@ pub fn outside_in_step(
         .collect()
 }
 
-/// The tensor-core classes as one scale on the FP32 fit's work: a tensor-core class
+/// The scaled classes as one scale on the FP32 fit's work. A tensor-core class
 /// (`conv-tensor-16`, `gemm-tensor-tf32`: one per class and tensor-core format, FP16 and
-/// BF16 together; from ridgeline's own tensor-core records, [`record_points`]) times a
-/// kernel as its base class (`conv`) at the device's tensor-core peak of that format, with
-/// the work terms multiplied by `s`, the median ratio of measured time to the base class's
-/// predicted work over the class's records, and the base class's in-step floor (its launch
-/// term, at most the products') inside a step. One parameter per class and format, fitted
-/// on kernels: records of the GPU's own time ([`crate::dataset::Timing::Gpu`]), each judged
-/// at its work.
+/// BF16 together; from ridgeline's own tensor-core records, [`record_points`], and the
+/// published set's) times a kernel as its base class (`conv`) at the device's tensor-core
+/// peak of that format under a power cap of its own; a class of another kind
+/// (`conv-other`, [`transfer::kind_class`]: FP32 convolutions outside the kind `conv` is
+/// fitted on) times it as its base class under the base's cap. Either multiplies the work
+/// terms by `s`, the median ratio of measured time to the base class's predicted work over
+/// the class's records, and keeps the base class's in-step floor (its launch term, at most
+/// the products') inside a step. One parameter per class and format, fitted on kernels:
+/// records of the GPU's own time ([`crate::dataset::Timing::Gpu`]) and published kernel
+/// times, each judged at its work.
 ///
 /// Each GPU is left out in turn, every precision of it, with every GPU of its chip
 /// ([`Point::chip`]: the H200 goes with the H100 SXM5): `s` from the other chips' records
 /// predicts it (the `Transfer`'s rows per GPU and precision, pooled as `all`, with
 /// split-conformal intervals from the pooled log ratios). A class needs records of two
 /// chips at least. It is adopted (returned among the models) only where that beats the base class
-/// at the tensor-core peak unscaled on the same held-out kernels, by pooled median |error|;
+/// unscaled (at the tensor-core peak, with no cap, for a tensor-core class) on the same held-out kernels, by pooled median |error|;
 /// the second value holds every class's rows, adopted or not, and the third the unscaled
 /// pooled medians, by class.
-pub fn tensor_scaled(
+pub fn scaled_classes(
     models: &[ClassModel],
     points: &[Point],
 ) -> (Vec<ClassModel>, Transfer, BTreeMap<String, f64>) {
@@ -955,6 +959,15 @@ pub fn tensor_scaled(
             continue;
         };
         let floor = transfer::floor(base_name, launch(base), host);
+        // The power caps the scale is fitted under: a tensor-core class's own
+        // (`TENSOR_ENERGIES`, the first none), and the base class's for a class of another
+        // kind, run on the same units; the first is the unscaled prediction's.
+        let caps: Vec<(usize, Option<f64>)> = if transfer::is_tensor_class(class) {
+            TENSOR_ENERGIES.iter().copied().enumerate().collect()
+        } else {
+            vec![(base.energy, base.energy_per_flop_7nm)]
+        };
+        let plain_cap = caps[0].0;
         // Each point: its chip, its device (GPU and precision, `h100-sxm5-80gb fp16`),
         // measured time, and the base class's work on it under each power cap of
         // `TENSOR_ENERGIES` (one where the device has no power figures).
@@ -975,8 +988,8 @@ pub fn tensor_scaled(
         // the smallest median |error| on those chips.
         let fit_on = |keep: &dyn Fn([u32; 2]) -> bool| -> Option<(f64, usize)> {
             let on: Vec<_> = rows.iter().filter(|r| keep(r.0)).collect();
-            (0..TENSOR_ENERGIES.len())
-                .filter_map(|e| {
+            caps.iter()
+                .filter_map(|&(e, _)| {
                     let ratios: Vec<f64> = on.iter().map(|r| r.2 / work(&r.3, e)).collect();
                     if ratios.is_empty() {
                         return None;
@@ -1008,7 +1021,7 @@ pub fn tensor_scaled(
             };
             let on: Vec<_> = rows.iter().filter(|r| r.1 == held).collect();
             let errors: Vec<f64> = on.iter().map(|r| s * work(&r.3, e) / r.2 - 1.0).collect();
-            unscaled.extend(on.iter().map(|r| r.3[0] / r.2 - 1.0));
+            unscaled.extend(on.iter().map(|r| work(&r.3, plain_cap) / r.2 - 1.0));
             pooled.errors.extend(&errors);
             pooled
                 .devices
@@ -1034,7 +1047,7 @@ pub fn tensor_scaled(
             adopted.push(ClassModel {
                 class: class.to_owned(),
                 coefficients,
-                energy_per_flop_7nm: TENSOR_ENERGIES[e],
+                energy_per_flop_7nm: caps.iter().find(|c| c.0 == e).and_then(|c| c.1),
                 energy: e,
                 points: rows.len(),
             });
@@ -1054,6 +1067,7 @@ fn log_ratio(r: f64) -> f64 {
 mod tests {
     use super::*;
     use ridgeline_measure::ConvPass;
+    use ridgeline_model::transfer::CONV_OTHER;
 
     fn gpu_record(measured: Measured, precision: RecordPrecision, seconds: f64) -> Record {
         use ridgeline_measure::record::{Device, Env};
@@ -1173,6 +1187,70 @@ mod tests {
         assert_eq!(tensor[0].y, 5e-5);
     }
 
+    /// FP32 convolution records of three chips whose gradients (outside `conv`'s kind) run
+    /// at 1.7 times the `conv` class's work under its power cap: they are points of
+    /// `conv-other`, which leaving each chip out adopts at that scale and that cap; the
+    /// forward passes (`conv`'s kind) stay points of `conv`, no scaled class's data.
+    #[test]
+    fn fp32_convolutions_outside_convs_kind_fit_the_other_kind_class() {
+        let gpu = |sms: f64, tflops: f64| DeviceSpec {
+            power: Some(transfer::PowerSpec {
+                tdp_w: 300.0,
+                process_nm: 7.0,
+            }),
+            ..spec(sms, 1.5, tflops, 1.5, 40.0)
+        };
+        let records: Vec<Record> = [
+            ConvPass::Forward,
+            ConvPass::BackwardData,
+            ConvPass::BackwardFilter,
+        ]
+        .into_iter()
+        .flat_map(|pass| [1, 2].map(|d| gpu_record(conv3x3(pass, d), RecordPrecision::Fp32, 1.0)))
+        .collect();
+        let mut points = Vec::new();
+        for (name, d) in [
+            ("a", gpu(108.0, 19.5)),
+            ("b", gpu(80.0, 15.7)),
+            ("c", gpu(132.0, 67.0)),
+        ] {
+            let spec = |_: &Record, _: Precision| Some((name.to_owned(), d));
+            points.extend(record_points("f", &records, &spec, true).unwrap());
+        }
+        let classes: Vec<&str> = points.iter().take(6).map(|p| p.class.as_str()).collect();
+        assert_eq!(
+            classes,
+            [
+                "conv", "conv", CONV_OTHER, CONV_OTHER, CONV_OTHER, CONV_OTHER
+            ]
+        );
+        let base = ClassModel {
+            class: "conv".into(),
+            coefficients: vec![1e-5, 1.0, 0.0, 0.0, 0.0],
+            energy_per_flop_7nm: ENERGIES[3],
+            energy: 3,
+            points: 1,
+        };
+        for p in &mut points {
+            p.y = 1.7 * transfer::work(&base.coefficients, p.at(base.energy));
+        }
+        let other: Vec<Point> = points
+            .into_iter()
+            .filter(|p| transfer::is_scaled_class(&p.class))
+            .collect();
+        assert_eq!(other.len(), 12);
+        let (adopted, held, unscaled) = scaled_classes(std::slice::from_ref(&base), &other);
+        assert_eq!(adopted.len(), 1, "{held:?}");
+        let a = &adopted[0];
+        assert_eq!(
+            (a.class.as_str(), a.energy_per_flop_7nm),
+            (CONV_OTHER, ENERGIES[3])
+        );
+        assert!((a.coefficients[1] - 1.7).abs() < 1e-9, "{a:?}");
+        assert!(held.classes[0].median_abs_rel_error < 1e-9, "{held:?}");
+        assert!((unscaled[CONV_OTHER] - (1.0 - 1.0 / 1.7)).abs() < 1e-9);
+    }
+
     /// A published set of three FP16 GEMMs on each device of `specs`, each of 1 s.
     fn fp16_gemms(specs: &BTreeMap<&str, DeviceSpec>) -> crate::dataset::PublishedSet {
         let gemm = specs
@@ -1247,7 +1325,7 @@ mod tests {
         for p in &mut points {
             p.y = 1.3 * transfer::work(&base.coefficients, p.at(cap));
         }
-        let (adopted, held, unscaled) = tensor_scaled(std::slice::from_ref(&base), &points);
+        let (adopted, held, unscaled) = scaled_classes(std::slice::from_ref(&base), &points);
         assert_eq!(adopted.len(), 1);
         let a = &adopted[0];
         assert_eq!(a.energy_per_flop_7nm, Some(1.5e-12));
@@ -1293,7 +1371,7 @@ mod tests {
             let scale = if p.device.starts_with('v') { 1.0 } else { 2.0 };
             p.y = scale * transfer::work(&base.coefficients, p.at(0));
         }
-        let (_, held, _) = tensor_scaled(std::slice::from_ref(&base), &points);
+        let (_, held, _) = scaled_classes(std::slice::from_ref(&base), &points);
         let row = |device: &str| {
             held.holdouts
                 .iter()
@@ -1318,7 +1396,7 @@ mod tests {
         );
         // The pair alone is one chip: no class.
         points.retain(|p| !p.device.starts_with('v'));
-        let (adopted, held, _) = tensor_scaled(std::slice::from_ref(&base), &points);
+        let (adopted, held, _) = scaled_classes(std::slice::from_ref(&base), &points);
         assert!(adopted.is_empty() && held.holdouts.is_empty(), "{held:?}");
     }
 

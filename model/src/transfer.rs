@@ -37,7 +37,7 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::kernels::{Kernel, KernelClass};
+use crate::kernels::{Kernel, KernelClass, KernelPass};
 use crate::precision::{NumberFormat, Precision};
 use crate::system::{Device, DeviceKind};
 
@@ -400,10 +400,43 @@ pub fn tensor_class(class: &str, format: NumberFormat) -> String {
 /// What names a tensor-core class ([`tensor_class`]).
 const TENSOR: &str = "-tensor-";
 
-/// The FP32 class a tensor-core class scales (`conv` of `conv-tensor-16`); a class that is
-/// none is its own.
+/// The class of the FP32 convolutions outside the kind the `conv` class is fitted on.
+///
+/// NeuSight's convolutions, `conv`'s data, are all 2-D 3 x 3 forward passes of stride 1
+/// (a kernel with Winograd rows, forward); the others (1 x 1, strided, other kernel sizes,
+/// 3-D, and both gradients) run in other kernels, which `conv`'s shape terms time too fast
+/// (on DeepBench's V100 and T4 by 36-40 %, on the GH100's cuDNN 9 by more). `conv-other` is
+/// `conv` with its work scaled on kernel records of those kinds
+/// (ridgeline's own FP32 records and the published set's). Depthwise convolutions, a
+/// product per channel, are neither: `None`, as for every kernel but a convolution.
+pub fn kind_class(kernel: &Kernel) -> Option<&'static str> {
+    let fitted_kind = kernel.pass == KernelPass::Forward
+        && kernel.conv.is_some_and(|c| c.winograd_rows.is_some());
+    matches!(
+        kernel.class,
+        KernelClass::ConvPointwise | KernelClass::ConvSpatial
+    )
+    .then_some(CONV_OTHER)
+    .filter(|_| !fitted_kind)
+}
+
+/// The class of the convolutions outside `conv`'s kind ([`kind_class`]).
+pub const CONV_OTHER: &str = "conv-other";
+
+/// What names a class of a kind outside its base class's data ([`kind_class`]).
+const OTHER: &str = "-other";
+
+/// The FP32 class a tensor-core class or a class of another kind scales (`conv` of
+/// `conv-tensor-16` and of `conv-other`); a class that is neither is its own.
 pub fn base_class(class: &str) -> &str {
-    class.split(TENSOR).next().unwrap_or(class)
+    let base = class.split(TENSOR).next().unwrap_or(class);
+    base.strip_suffix(OTHER).unwrap_or(base)
+}
+
+/// Whether `class` scales another ([`base_class`]): a tensor-core class or a class of
+/// another kind, fitted on scaled work rather than coefficients of its own.
+pub fn is_scaled_class(class: &str) -> bool {
+    base_class(class) != class
 }
 
 /// Whether `class` is a tensor-core class ([`tensor_class`]).
@@ -476,8 +509,8 @@ pub struct ModelSource {
     pub devices: Vec<String>,
     /// The command that fitted it.
     pub fitted_by: String,
-    /// What the tensor-core classes (`gemm-tensor-16`, `conv-tensor-tf32`, ...) were fitted
-    /// on, where the model has them.
+    /// What the scaled classes (tensor-core ones, `gemm-tensor-16`, `conv-tensor-tf32`, ...,
+    /// and `conv-other`) were fitted on, where the model has them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tensor: Option<String>,
 }
@@ -621,16 +654,18 @@ impl Model {
         self.classes.iter().find(|c| c.name == class)
     }
 
-    /// The class that times `kernel` on `d`: its tensor-core class of `d`'s format
-    /// (`conv-tensor-16`, fitted on tensor-core kernel records) where `d` runs it on tensor
-    /// cores and the model has one, else its class ([`class_of`]).
+    /// The class that times `kernel` on `d`: where `d` runs it on tensor cores, its
+    /// tensor-core class of `d`'s format (`conv-tensor-16`, fitted on tensor-core kernel
+    /// records) where the model has one; else, its class of another kind
+    /// (`conv-other`, [`kind_class`]) where the model has one; else its class
+    /// ([`class_of`]).
     pub fn class_for(&self, kernel: &Kernel, d: &DeviceSpec) -> Option<&ClassCoefficients> {
         let name = class_of(kernel);
-        let tensor = d
-            .tensor
-            .filter(|_| kernel.class.is_matrix())
-            .and_then(|f| self.class(&tensor_class(name, f)));
-        tensor.or_else(|| self.class(name))
+        let scaled = match d.tensor.filter(|_| kernel.class.is_matrix()) {
+            Some(f) => self.class(&tensor_class(name, f)),
+            None => kind_class(kernel).and_then(|k| self.class(k)),
+        };
+        scaled.or_else(|| self.class(name))
     }
 
     /// The time of `kernel` on `d` with `elem` bytes per element inside a training step,
@@ -752,6 +787,75 @@ mod tests {
         assert_eq!(model.time(&conv, 4, &A100), Some(30e-6));
         assert_eq!(model.time(&conv, 2, &tensor), Some(80e-6));
         assert_eq!(model.time(&gemm, 4, &A100), Some(30e-6));
+    }
+
+    /// `conv-other` times the FP32 convolutions outside `conv`'s kind (both gradients, 1 x 1
+    /// and strided ones), not its kind (2-D 3 x 3 forward of stride 1), not depthwise ones,
+    /// and not convolutions on tensor cores.
+    #[test]
+    fn convolutions_outside_the_fitted_kind_take_the_other_kind_class() {
+        let model = Model {
+            source: ModelSource {
+                data: String::new(),
+                devices: Vec::new(),
+                fitted_by: String::new(),
+                tensor: None,
+            },
+            classes: vec![
+                class("gemm", 30e-6, 1.0),
+                class("conv", 300e-6, 1.0),
+                class(CONV_OTHER, 30e-6, 2.0),
+            ],
+        };
+        let shape = |kernel: usize, stride: usize, groups: usize| crate::kernels::ConvShape {
+            batch: 4,
+            c_in: 64,
+            c_out: 64,
+            input: vec![32, 32],
+            output: vec![32 / stride, 32 / stride],
+            kernel: vec![kernel, kernel],
+            stride: vec![stride, stride],
+            padded: kernel > 1,
+            groups,
+        };
+        let name = |s: &crate::kernels::ConvShape, pass: KernelPass, d: &DeviceSpec| {
+            model.class_for(&s.kernel(pass), d).unwrap().name.clone()
+        };
+        let fitted = shape(3, 1, 1);
+        assert_eq!(name(&fitted, KernelPass::Forward, &A100), "conv");
+        for pass in [KernelPass::BackwardData, KernelPass::BackwardFilter] {
+            assert_eq!(name(&fitted, pass, &A100), CONV_OTHER);
+        }
+        assert_eq!(
+            name(&shape(1, 1, 1), KernelPass::Forward, &A100),
+            CONV_OTHER
+        );
+        assert_eq!(
+            name(&shape(3, 2, 1), KernelPass::Forward, &A100),
+            CONV_OTHER
+        );
+        assert_eq!(
+            name(&shape(3, 1, 64), KernelPass::BackwardData, &A100),
+            "conv"
+        );
+        let tensor = DeviceSpec {
+            tensor: Some(NumberFormat::Fp16),
+            ..A100
+        };
+        assert_eq!(name(&fitted, KernelPass::BackwardData, &tensor), "conv");
+        // Scaled work: twice `conv`'s.
+        let k = fitted.kernel(KernelPass::BackwardData);
+        let (plain, other) = (
+            work(
+                &model.class("conv").unwrap().coefficients,
+                &features(&k, 4, &A100),
+            ),
+            model.time(&k, 4, &A100).unwrap(),
+        );
+        assert!((other / plain - 2.0).abs() < 1e-12, "{other} {plain}");
+        assert_eq!(base_class(CONV_OTHER), "conv");
+        assert!(is_scaled_class(CONV_OTHER) && is_scaled_class("gemm-tensor-16"));
+        assert!(!is_scaled_class("conv"));
     }
 
     /// A class's power cap holds only its own units: the FP32 class's energy per FLOP caps

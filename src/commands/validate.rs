@@ -160,7 +160,7 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
                 .summary(
                     "our records",
                     format!(
-                        "{} (never seen by the FP32 fit; the tensor-core classes' data)",
+                        "{} (never seen by the FP32 fit; the scaled classes' data)",
                         args.ours.display()
                     ),
                 )
@@ -171,7 +171,7 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
                 .summary(
                     "published kernels",
                     format!(
-                        "{} (never seen by the FP32 fit; its tensor-core kernels are the tensor-core classes' data)",
+                        "{} (never seen by the FP32 fit; its tensor-core kernels and FP32 convolutions outside `conv`'s kind are the scaled classes' data)",
                         args.published.display()
                     ),
                 )
@@ -192,14 +192,15 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
         if check.tensor.as_ref().is_some_and(|t| !t.classes.is_empty()) {
             d = d
                 .summary(
-                    "tensor-core kernels",
+                    "scaled classes' kernels",
                     format!(
-                        "{} and {} (the tensor-core classes' data)",
+                        "{} and {} (tensor-core kernels, and FP32 convolutions outside `conv`'s kind)",
                         args.ours.display(),
                         args.published.display()
                     ),
                 )
-                .note("`-tensor-` rows: a tensor-core class (one per class and format: tf32, and 16 for fp16 and bf16) is the FP32 fit's class at that format's tensor-core peak, held to what the board's power sustains at its own energy per FLOP, with its work scaled by the median ratio of measured to predicted; the scale and the energy (none, or 0.5 to 4 pJ at 7 nm, the one whose scaled predictions fit best) are fitted on the tensor-core kernels of ridgeline's own records (the `ours` rows' tf32, fp16 and bf16) and the published set (DeepBench's V100 and T4); each GPU left out in turn with every GPU of its chip (SMs and boost clock alike: the H200 goes with the H100 SXM5), its fit on the other chips' kernels (`all`: every held-out kernel pooled); a class needs kernels of two chips (tf32 has the GH100's alone). Adopted where that beats the FP32 class unscaled at the peak on the same held-out kernels; `predict` times tensor-core layers with the adopted ones.");
+                .note("`-tensor-` rows: a tensor-core class (one per class and format: tf32, and 16 for fp16 and bf16) is the FP32 fit's class at that format's tensor-core peak, held to what the board's power sustains at its own energy per FLOP, with its work scaled by the median ratio of measured to predicted; the scale and the energy (none, or 0.5 to 4 pJ at 7 nm, the one whose scaled predictions fit best) are fitted on the tensor-core kernels of ridgeline's own records (the `ours` rows' tf32, fp16 and bf16) and the published set (DeepBench's V100 and T4); each GPU left out in turn with every GPU of its chip (SMs and boost clock alike: the H200 goes with the H100 SXM5), its fit on the other chips' kernels (`all`: every held-out kernel pooled); a class needs kernels of two chips (tf32 has the GH100's alone). Adopted where that beats the FP32 class unscaled at the peak on the same held-out kernels; `predict` times tensor-core layers with the adopted ones.")
+                .note("`conv-other` rows: the FP32 convolutions outside the kind `conv` is fitted on (1 x 1, strided, other kernel sizes, 3-D, and both gradients; not depthwise ones) timed as `conv`, under its power cap, with its work scaled by the median ratio of measured to predicted; the scale is fitted on ridgeline's own FP32 convolution records (the `ours` rows' fp32) and the published set's (DeepBench's V100 and T4), each chip left out in turn as above. Adopted where that beats `conv` unscaled on the same held-out kernels; `predict` times such convolutions in FP32 with it.");
             for (class, plain) in &check.tensor_unscaled {
                 let adopted = check.tensor_adopted.iter().any(|m| &m.class == class);
                 d = d.note(format!(
@@ -286,7 +287,7 @@ fn print(v: &Validation, args: &ValidateArgs, artifacts: Option<&Path>) -> Resul
             );
         }
         let how = if args.system.is_some() {
-            "Predictions with no calibration: a GPU's layers timed by the transferred kernel model from the device file (fitted on kernel measurements of other GPUs, and its tensor-core classes on ridgeline's own tensor-core kernel records), as `predict` times them"
+            "Predictions with no calibration: a GPU's layers timed by the transferred kernel model from the device file (fitted on kernel measurements of other GPUs; its scaled classes, tensor-core ones and `conv-other`, on ridgeline's own kernel records and published ones, those of this GPU among them), as `predict` times them"
         } else {
             "Predictions from the calibrated profile alone (micro-kernel records)"
         };

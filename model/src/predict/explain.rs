@@ -174,8 +174,8 @@ fn timing_assumptions(
         out.push(format!(
             "{} layers timed by the transferred kernel model from the device file (fitted on \
              measured FP32 kernels of {}; a GPU left out of the fit is predicted within a \
-             median {} for GEMMs, {} for convolutions), never faster than the ideal \
-             bound",
+             median {} for GEMMs, {} for 3 x 3 stride-1 forward convolutions), never faster \
+             than the ideal bound",
             t.transfer,
             m.source.devices.join(", "),
             err("gemm"),
@@ -189,6 +189,21 @@ fn timing_assumptions(
             );
         }
         out.extend(power_cap(m, &system.device, precision));
+        let fma = crate::transfer::DeviceSpec::of(&system.device, precision)
+            .is_some_and(|d| d.tensor.is_none());
+        if let (true, Some(other), Some(conv)) =
+            (fma, m.class(crate::transfer::CONV_OTHER), m.class("conv"))
+        {
+            out.push(format!(
+                "convolutions of other kinds (1 x 1, strided, 3-D, both gradients; not \
+                 depthwise) timed by `{}`: the 3 x 3 class's work {:.2} times over, fitted on \
+                 measured FP32 convolution kernels (`ridgeline validate transfer`'s `conv-other` \
+                 rows); a chip left out is predicted within a median {:.0}%",
+                other.name,
+                other.coefficients[1] / conv.coefficients[1],
+                100.0 * other.holdout_median_abs_error,
+            ));
+        }
         if precision != Precision::Fp32 {
             let peak = system
                 .device

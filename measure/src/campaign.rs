@@ -446,6 +446,18 @@ mod tests {
         open_backend("cpu", 1).unwrap()
     }
 
+    /// CosmoFlow on a 32-cube input at `width` of its channels.
+    fn cosmoflow(width: f64) -> Graph {
+        workloads::build(
+            "cosmoflow",
+            &BuildOptions {
+                input_size: Some(vec![32]),
+                width,
+            },
+        )
+        .unwrap()
+    }
+
     #[test]
     fn devices() {
         assert!(open_backend("cpu", 1).is_ok());
@@ -482,14 +494,7 @@ mod tests {
 
     #[test]
     fn conv_forward_bytes_are_the_models() {
-        let g = workloads::build(
-            "cosmoflow",
-            &BuildOptions {
-                input_size: Some(vec![32]),
-                width: 0.25,
-            },
-        )
-        .unwrap();
+        let g = cosmoflow(0.25);
         let convs = conv_cases(&g, 2, "cosmoflow", &[]);
         assert!(!convs.is_empty());
         for c in &convs {
@@ -598,14 +603,7 @@ mod tests {
 
     #[test]
     fn workload_records_join_the_model_layer_by_layer() {
-        let g = workloads::build(
-            "cosmoflow",
-            &BuildOptions {
-                input_size: Some(vec![32]),
-                width: 0.125,
-            },
-        )
-        .unwrap();
+        let g = cosmoflow(0.125);
         let case = Case::Workload(Box::new(g.clone()), 1, Precision::Fp32);
         let p = Protocol {
             min_samples: 2,
@@ -645,14 +643,7 @@ mod tests {
 
     #[test]
     fn what_a_backend_noted_of_a_pass_goes_to_that_pass_record() {
-        let g = workloads::build(
-            "cosmoflow",
-            &BuildOptions {
-                input_size: Some(vec![32]),
-                width: 0.125,
-            },
-        )
-        .unwrap();
+        let g = cosmoflow(0.125);
         let p = Protocol {
             min_samples: 1,
             max_samples: 1,

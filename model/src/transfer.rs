@@ -717,6 +717,19 @@ mod tests {
         tensor: None,
     };
 
+    /// A model of `classes` alone.
+    fn model(classes: Vec<ClassCoefficients>) -> Model {
+        Model {
+            source: ModelSource {
+                data: String::new(),
+                devices: Vec::new(),
+                fitted_by: String::new(),
+                tensor: None,
+            },
+            classes,
+        }
+    }
+
     fn class(name: &str, launch: f64, tiled: f64) -> ClassCoefficients {
         ClassCoefficients {
             name: name.into(),
@@ -732,19 +745,11 @@ mod tests {
 
     #[test]
     fn tensor_cores_take_the_tensor_classes_and_floors_follow_the_products() {
-        let model = Model {
-            source: ModelSource {
-                data: String::new(),
-                devices: Vec::new(),
-                fitted_by: String::new(),
-                tensor: None,
-            },
-            classes: vec![
-                class("gemm", 30e-6, 1.0),
-                class("conv", 300e-6, 1.0),
-                class("conv-tensor-16", 80e-6, 4.0),
-            ],
-        };
+        let model = model(vec![
+            class("gemm", 30e-6, 1.0),
+            class("conv", 300e-6, 1.0),
+            class("conv-tensor-16", 80e-6, 4.0),
+        ]);
         let conv = crate::kernels::ConvShape {
             batch: 1,
             c_in: 8,
@@ -794,19 +799,11 @@ mod tests {
     /// and not convolutions on tensor cores.
     #[test]
     fn convolutions_outside_the_fitted_kind_take_the_other_kind_class() {
-        let model = Model {
-            source: ModelSource {
-                data: String::new(),
-                devices: Vec::new(),
-                fitted_by: String::new(),
-                tensor: None,
-            },
-            classes: vec![
-                class("gemm", 30e-6, 1.0),
-                class("conv", 300e-6, 1.0),
-                class(CONV_OTHER, 30e-6, 2.0),
-            ],
-        };
+        let model = model(vec![
+            class("gemm", 30e-6, 1.0),
+            class("conv", 300e-6, 1.0),
+            class(CONV_OTHER, 30e-6, 2.0),
+        ]);
         let shape = |kernel: usize, stride: usize, groups: usize| crate::kernels::ConvShape {
             batch: 4,
             c_in: 64,

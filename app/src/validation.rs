@@ -238,8 +238,9 @@ fn specs(devices: &[&str], dir: &Path) -> Result<BTreeMap<String, DeviceSpec>> {
 /// fitted on the others predicts it (`ridgeline_calibrate::transfer`); and predicts the
 /// per-operator labels of GPUs outside the set (`kernels/labels`, where present) by the
 /// model fitted on all of it; predicts ridgeline's own kernel records (`ours`) and the
-/// published set (`public`) with it, and fits the tensor-core classes on their tensor-core
-/// kernels. Each device's figures come from its catalog file.
+/// published set (`public`) with it, and fits the scaled classes on their kernels
+/// (tensor-core ones, and FP32 convolutions outside `conv`'s kind). Each device's figures
+/// come from its catalog file.
 pub fn transfer(
     kernels: &Path,
     ours: Option<&Path>,
@@ -347,8 +348,9 @@ pub const CONV_FITTED_KIND: &str = "3x3 s1 fwd";
 
 /// The published kernel set in `dir` (`scripts/import-deepbench.py`) as points, each
 /// device's figures from its catalog file, read once: every kernel of its class, and the
-/// same with its tensor-core kernels as points of the tensor-core classes
-/// ([`transfer::published_points`]). In the first, a convolution's device also says
+/// same with its kernels as points of their scaled classes where they have one
+/// ([`transfer::published_points`]: tensor-core kernels, FP32 convolutions outside `conv`'s
+/// kind). In the first, a convolution's device also says
 /// whether it is of the kind the `conv` class is fitted on ([`CONV_FITTED_KIND`]) or of
 /// another shape or pass (`other`): `v100-sxm2-16gb fp32 3x3 s1 fwd`.
 pub fn published_points(dir: &Path) -> Result<(Vec<transfer::Point>, Vec<transfer::Point>)> {
@@ -360,8 +362,8 @@ pub fn published_points(dir: &Path) -> Result<(Vec<transfer::Point>, Vec<transfe
         devices.insert(name.clone(), device);
     }
     let spec = |name: &str, p: Precision| DeviceSpec::of(devices.get(name)?, p);
-    let points = |tensor_classes| {
-        transfer::published_points(&set, &spec, tensor_classes)
+    let points = |scaled| {
+        transfer::published_points(&set, &spec, scaled)
             .with_context(|| format!("{}: a published kernel set", dir.display()))
     };
     let mut plain = points(false)?;
@@ -389,10 +391,10 @@ pub fn published_points(dir: &Path) -> Result<(Vec<transfer::Point>, Vec<transfe
 /// (as the driver reports it, the records' `env.gpu.name`) to a catalog device, and records
 /// files (`*.jsonl` or `*.jsonl.gz`). Each record is timed at its precision's matrix peak of
 /// that device's file.
-/// With `tensor_classes`, tensor-core kernels are points of the tensor-core classes
+/// With `scaled`, kernels are points of their scaled classes (tensor-core ones, `conv-other`)
 /// ([`transfer::record_points`]). Points come apart by how their set was timed (the
 /// `SOURCE.toml`'s `timing`).
-pub fn own_points(dir: &Path, tensor_classes: bool) -> Result<OwnPoints> {
+pub fn own_points(dir: &Path, scaled: bool) -> Result<OwnPoints> {
     let mut points = OwnPoints::default();
     let mut sets: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("{}: a directory of GPU kernel records", dir.display()))?
@@ -429,12 +431,8 @@ pub fn own_points(dir: &Path, tensor_classes: bool) -> Result<OwnPoints> {
                 let (name, device) = devices.get(&gpu.name)?;
                 Some((name.clone(), DeviceSpec::of(device, p)?))
             };
-            let found = transfer::record_points(
-                &file.display().to_string(),
-                &records,
-                &spec,
-                tensor_classes,
-            )?;
+            let found =
+                transfer::record_points(&file.display().to_string(), &records, &spec, scaled)?;
             if found.is_empty() && !records.is_empty() {
                 bail!(
                     "{}: no record is a GEMM or convolution of a GPU that {} maps to a \
@@ -459,7 +457,7 @@ pub struct OwnPoints {
     /// a kernel takes inside a step.
     pub issued: Vec<transfer::Point>,
     /// The GPU's own time ([`Timing::Gpu`]): judged at the kernel's work, and the data of
-    /// the tensor-core classes.
+    /// the scaled classes.
     pub gpu: Vec<transfer::Point>,
 }
 

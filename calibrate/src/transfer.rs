@@ -724,15 +724,15 @@ pub type RecordSpec<'a> = dyn Fn(&Record, Precision) -> Option<(String, DeviceSp
 /// device's name and the precision (`h200-sxm-141gb tf32`), so the model is judged per
 /// format.
 ///
-/// With `tensor_classes`, a kernel that runs on tensor cores (the spec's `tensor`) is a
-/// point of its tensor-core class of that format (`gemm-tensor-16`, `conv-tensor-tf32`),
-/// the data those classes are fitted on; without, of its class, as the FP32 fit would time
-/// it.
+/// With `scaled`, a kernel that runs on tensor cores (the spec's `tensor`) is a point of
+/// its tensor-core class of that format (`gemm-tensor-16`, `conv-tensor-tf32`), and an FP32
+/// convolution outside `conv`'s kind a point of `conv-other` ([`transfer::kind_class`]):
+/// the data of those scaled classes; without, of its class, as the FP32 fit would time it.
 pub fn record_points(
     file: &str,
     records: &[Record],
     spec: &RecordSpec<'_>,
-    tensor_classes: bool,
+    scaled: bool,
 ) -> Result<Vec<Point>> {
     let mut out = Vec::new();
     for r in records {
@@ -754,32 +754,33 @@ pub fn record_points(
             format!("{device} {}", r.precision.name()),
             &d,
             y,
-            tensor_classes,
+            scaled,
         ));
     }
     Ok(out)
 }
 
-/// A measured kernel as a point: of its class, or with `tensor_classes` of its tensor-core
-/// class where the spec `d` runs it on tensor cores; `device` names the GPU and precision.
+/// A measured kernel as a point: of its class, or with `scaled` of its scaled class (its
+/// tensor-core class where the spec `d` runs it on tensor cores, else its class of another
+/// kind, [`transfer::kind_class`], where it has one); `device` names the GPU and precision.
 fn kernel_point(
     kernel: &Kernel,
     elem: u64,
     device: String,
     d: &DeviceSpec,
     y: f64,
-    tensor_classes: bool,
+    scaled: bool,
 ) -> Point {
     let features = |d: &DeviceSpec| {
         let f = transfer::features(kernel, elem, d);
         std::array::from_fn(|i| f.get(i).copied().unwrap_or(0.0))
     };
     let class = transfer::class_of(kernel);
-    let tensor = d.tensor.filter(|_| tensor_classes);
+    let tensor = d.tensor.filter(|_| scaled);
     Point {
         class: match tensor {
             Some(format) => transfer::tensor_class(class, format),
-            None if tensor_classes => transfer::kind_class(kernel).unwrap_or(class).to_owned(),
+            None if scaled => transfer::kind_class(kernel).unwrap_or(class).to_owned(),
             None => class.to_owned(),
         },
         device,
@@ -817,13 +818,13 @@ pub const TENSOR_ENERGIES: [Option<f64>; 10] = [
 
 /// The kernels of a published set ([`PublishedSet`]) as points, as [`record_points`] makes
 /// ridgeline's own records: each at its time, its device the GPU and precision (`t4 fp16`);
-/// with `tensor_classes`, a tensor-core kernel is a point of its tensor-core class. `spec`
+/// with `scaled`, a kernel is a point of its scaled class, as [`record_points`] makes it. `spec`
 /// gives a device's figures at a precision (the matrix peak of its format); a kernel of a
 /// device it gives none for is an error naming the row and the device.
 pub fn published_points(
     set: &PublishedSet,
     spec: &dyn Fn(&str, Precision) -> Option<DeviceSpec>,
-    tensor_classes: bool,
+    scaled: bool,
 ) -> Result<Vec<Point>> {
     let point =
         |row: String, device: &str, p: RecordPrecision, kernel: &Kernel, y: f64| -> Result<Point> {
@@ -842,7 +843,7 @@ pub fn published_points(
                 format!("{device} {}", p.name()),
                 &d,
                 y,
-                tensor_classes,
+                scaled,
             ))
         };
     let mut out = Vec::with_capacity(set.gemm.len() + set.conv.len());

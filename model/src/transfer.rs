@@ -31,6 +31,11 @@
 //! Each feature is a time in seconds on the device, so a fitted coefficient is a
 //! dimensionless inverse efficiency (the launch term is seconds), shared by every device:
 //! that is what lets the model time a device it was not fitted on.
+//!
+//! A scaled class times a kernel as its base class with the work scaled by one fitted
+//! factor ([`base_class`], [`is_scaled_class`]): a tensor-core class ([`tensor_class`]) on
+//! tensor cores, and `conv-other` ([`kind_class`]) for FP32 convolutions outside the kind
+//! `conv` is fitted on; [`Model::class_for`] picks one where the model has it.
 
 use std::sync::OnceLock;
 

@@ -128,13 +128,15 @@ pub(crate) struct ValidateTransferArgs {
     #[arg(long, value_name = "DIR", default_value = "data/kernels/neusight")]
     pub(crate) kernels: PathBuf,
     /// ridgeline's own GPU kernel records, one directory per GPU (`scripts/gpu-records.sh`):
-    /// the model fitted on the set predicts them, tensor-core formats included (skipped
-    /// where the directory is missing).
+    /// the model fitted on the set predicts them, tensor-core formats included, and their
+    /// tensor-core kernels and FP32 convolutions outside `conv`'s kind are data of the
+    /// scaled classes (skipped where the directory is missing).
     #[arg(long, value_name = "DIR", default_value = "data/kernels/ridgeline")]
     pub(crate) ours: PathBuf,
     /// Published GEMM and convolution kernels of other GPUs (`scripts/import-deepbench.py`):
-    /// the model fitted on the set predicts them, and their tensor-core kernels are data of
-    /// the tensor-core classes beside `--ours` (skipped where the directory is missing).
+    /// the model fitted on the set predicts them, and their tensor-core kernels and FP32
+    /// convolutions outside `conv`'s kind are data of the scaled classes beside `--ours`
+    /// (skipped where the directory is missing).
     #[arg(long, value_name = "DIR", default_value = "data/kernels/deepbench")]
     pub(crate) published: PathBuf,
     /// Also fit the model on every GPU of the set and write it, with these figures, to FILE

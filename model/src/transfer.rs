@@ -417,12 +417,11 @@ const TENSOR: &str = "-tensor-";
 pub fn kind_class(kernel: &Kernel) -> Option<&'static str> {
     let fitted_kind = kernel.pass == KernelPass::Forward
         && kernel.conv.is_some_and(|c| c.winograd_rows.is_some());
-    matches!(
+    let convolution = matches!(
         kernel.class,
         KernelClass::ConvPointwise | KernelClass::ConvSpatial
-    )
-    .then_some(CONV_OTHER)
-    .filter(|_| !fitted_kind)
+    );
+    (convolution && !fitted_kind).then_some(CONV_OTHER)
 }
 
 /// The class of the convolutions outside `conv`'s kind ([`kind_class`]).

@@ -383,17 +383,12 @@ impl<'g> GpuExecutor<'g> {
                         buffers(w),
                     )
                     .map_err(&failed)?;
-                    // The layer's passes: a transposed layer's forward runs the adjoint's
-                    // backward-data, and its backward the adjoint's forward.
-                    let mut notes = PassNotes::default();
-                    let (ahead, behind) = if *transposed {
-                        (&mut notes.backward, &mut notes.forward)
-                    } else {
-                        (&mut notes.forward, &mut notes.backward)
-                    };
+                    // What each cuDNN pass runs, for the records of the layer pass it serves.
+                    let [mut forward_notes, mut data_notes, mut filter_notes] =
+                        [(); 3].map(|_| std::collections::BTreeMap::new());
                     let retimed =
                         fastest_algorithm(timer, handle, &mut forward, buffers(w), failed)?;
-                    chosen_notes("cudnn_forward_", &forward, &retimed, ahead);
+                    chosen_notes("cudnn_forward_", &forward, &retimed, &mut forward_notes);
                     let f_ws = forward.workspace_bytes();
                     // A transposed layer's forward pass is the adjoint's backward-data.
                     let (backward_data, d_ws) = if input_grad || *transposed {
@@ -407,7 +402,7 @@ impl<'g> GpuExecutor<'g> {
                         )
                         .map_err(&failed)?;
                         let retimed = fastest_algorithm(timer, handle, &mut p, buffers(w), failed)?;
-                        chosen_notes("cudnn_backward_data_", &p, &retimed, behind);
+                        chosen_notes("cudnn_backward_data_", &p, &retimed, &mut data_notes);
                         let ws = p.workspace_bytes();
                         (Some(p), ws)
                     } else {
@@ -430,13 +425,22 @@ impl<'g> GpuExecutor<'g> {
                         buffers(sw),
                         failed,
                     )?;
-                    let weights = if *transposed { ahead } else { behind };
                     chosen_notes(
                         "cudnn_backward_filter_",
                         &backward_filter,
                         &retimed,
-                        weights,
+                        &mut filter_notes,
                     );
+                    // A transposed layer's forward runs the adjoint's backward-data and its
+                    // backward the adjoint's forward; the weight gradient is the backward's.
+                    if *transposed {
+                        std::mem::swap(&mut forward_notes, &mut data_notes);
+                    }
+                    data_notes.extend(filter_notes);
+                    let notes = PassNotes {
+                        forward: forward_notes,
+                        backward: data_notes,
+                    };
                     let w_ws = backward_filter.workspace_bytes();
                     for b in [x, y, scratch_w] {
                         self.give(b);

@@ -158,11 +158,10 @@ pub struct TransferCheck {
     /// convolution passes in FP32, and in FP16 on tensor cores), each at its work.
     pub published: Vec<transfer::Holdout>,
     /// The scaled classes ([`transfer::scaled_classes`]): the tensor-core classes
-    /// (`gemm-tensor`, `conv-tensor`: the FP32 fit's class with its work scaled and its own
-    /// power cap) on ridgeline's own tensor-core kernel records (TF32, FP16, BF16) and the
-    /// published set's (FP16), and `conv-other` (FP32 convolutions outside the kind `conv`
-    /// is fitted on, its work scaled) on ridgeline's own FP32 convolution records and the
-    /// published set's; each chip left out in turn: the fit on the other chips predicts it.
+    /// (`gemm-tensor`, `conv-gemm-tensor`: the FP32 fit's class with its work scaled and its
+    /// own power cap) on ridgeline's own tensor-core kernel records (TF32, FP16, BF16) and
+    /// the published set's (FP16); each chip left out in turn: the fit on the other chips
+    /// predicts it.
     pub tensor: Option<Transfer>,
     /// Those records as the scaled classes' fit sees them.
     #[serde(skip)]
@@ -322,13 +321,13 @@ pub fn transfer(
 
 /// The data of the scaled classes: ridgeline's own records of the GPU's own time under
 /// `ours` ([`own_points`]) and the published set's kernels, `published`
-/// ([`published_points`]), that run on tensor cores or are FP32 convolutions of another kind
-/// than `conv`'s ([`ridgeline_model::transfer::is_scaled_class`]).
+/// ([`published_points`]), that run on tensor cores
+/// ([`ridgeline_model::transfer::is_tensor_class`]).
 pub fn tensor_points(
     ours: Option<&Path>,
     published: &[transfer::Point],
 ) -> Result<Vec<transfer::Point>> {
-    let tensor = |p: &transfer::Point| ridgeline_model::transfer::is_scaled_class(&p.class);
+    let tensor = |p: &transfer::Point| ridgeline_model::transfer::is_tensor_class(&p.class);
     let mut out: Vec<transfer::Point> = match ours {
         Some(dir) => own_points(dir, true)?
             .gpu
@@ -391,7 +390,7 @@ pub fn published_points(dir: &Path) -> Result<(Vec<transfer::Point>, Vec<transfe
 /// (as the driver reports it, the records' `env.gpu.name`) to a catalog device, and records
 /// files (`*.jsonl` or `*.jsonl.gz`). Each record is timed at its precision's matrix peak of
 /// that device's file.
-/// With `scaled`, kernels are points of their scaled classes (tensor-core ones, `conv-other`)
+/// With `scaled`, kernels on tensor cores are points of their tensor-core classes
 /// ([`transfer::record_points`]). Points come apart by how their set was timed (the
 /// `SOURCE.toml`'s `timing`).
 pub fn own_points(dir: &Path, scaled: bool) -> Result<OwnPoints> {
@@ -1119,7 +1118,8 @@ mod tests {
     }
 
     /// The published set's convolutions say whether they are of the kind the `conv` class is
-    /// fitted on; its products and its tensor-core points keep the GPU and precision alone.
+    /// fitted on, and those outside it are `conv-gemm`'s, as are all on tensor cores; its
+    /// products and its tensor-core points keep the GPU and precision alone.
     #[test]
     fn published_convolutions_come_apart_by_the_kind_the_conv_class_is_fitted_on() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/deepbench");
@@ -1131,10 +1131,14 @@ mod tests {
         };
         let fitted = format!("v100-sxm2-16gb fp32 {CONV_FITTED_KIND}");
         assert_eq!(count(&plain, "conv", &fitted), 32);
-        assert_eq!(count(&plain, "conv", "v100-sxm2-16gb fp32 other"), 240);
+        assert_eq!(count(&plain, "conv-gemm", "v100-sxm2-16gb fp32 other"), 240);
+        assert_eq!(count(&plain, "conv", "v100-sxm2-16gb fp32 other"), 0);
         assert_eq!(count(&plain, "conv", "v100-sxm2-16gb fp32"), 0);
         assert_eq!(count(&plain, "gemm", "v100-sxm2-16gb fp32"), 152);
-        assert_eq!(count(&tensor, "conv-tensor-16", "v100-sxm2-16gb fp16"), 245);
+        assert_eq!(
+            count(&tensor, "conv-gemm-tensor-16", "v100-sxm2-16gb fp16"),
+            245
+        );
     }
 
     /// ridgeline's own H200 and H100 records read as points: every GEMM and convolution pass
@@ -1152,8 +1156,10 @@ mod tests {
                 .filter(|p| p.class == class && p.device == device)
                 .count()
         };
-        // 33 GEMM shapes per format; 629 convolution passes in tf32, fp16 and bf16; the
-        // H200's 210 in fp32 too.
+        // 33 GEMM shapes per format; 629 convolution passes in tf32, fp16 and bf16, all
+        // implicit GEMMs but DeepCAM's 13 depthwise layers' (39 passes a format); the 210
+        // in fp32 too, of which the 10 2-D 3 x 3 forward passes of stride 1 and the
+        // depthwise ones are `conv`'s.
         for gpu in ["h200-sxm-141gb", "h100-sxm5-80gb"] {
             assert_eq!(count(&plain.gpu, "gemm", &format!("{gpu} fp32")), 33);
             assert_eq!(count(&tensor.gpu, "gemm", &format!("{gpu} fp32")), 33);
@@ -1165,19 +1171,28 @@ mod tests {
                 count(&tensor.gpu, "gemm-tensor-tf32", &format!("{gpu} tf32")),
                 33
             );
-            let conv: usize = [("tf32", "tf32"), ("16", "fp16"), ("16", "bf16")]
-                .iter()
-                .map(|(c, f)| {
-                    count(
-                        &tensor.gpu,
-                        &format!("conv-tensor-{c}"),
-                        &format!("{gpu} {f}"),
-                    )
-                })
-                .sum();
-            assert_eq!(conv, 629, "{gpu}");
+            let conv = |class: &str| -> usize {
+                [("tf32", "tf32"), ("16", "fp16"), ("16", "bf16")]
+                    .iter()
+                    .map(|(c, f)| {
+                        count(
+                            &tensor.gpu,
+                            &format!("{class}-tensor-{c}"),
+                            &format!("{gpu} {f}"),
+                        )
+                    })
+                    .sum()
+            };
+            assert_eq!((conv("conv-gemm"), conv("conv")), (512, 117), "{gpu}");
+            let fp32 = format!("{gpu} fp32");
+            assert_eq!(
+                (
+                    count(&plain.gpu, "conv-gemm", &fp32),
+                    count(&plain.gpu, "conv", &fp32)
+                ),
+                (161, 49)
+            );
         }
-        assert_eq!(count(&plain.gpu, "conv", "h200-sxm-141gb fp32"), 210);
         // The two share one chip: left out together by the tensor-core classes.
         let chips: Vec<[u32; 2]> = tensor.gpu.iter().map(|p| p.chip).collect();
         assert!(chips.iter().all(|c| *c == [132, 1980]), "{chips:?}");

@@ -7,7 +7,8 @@
 //! set is a directory of gzip-compressed CSV files (`gemm.csv.gz`, `conv.csv.gz`,
 //! `vector.csv.gz`) and `SOURCE.toml`, which says where the measurements come from (the
 //! repository, commit, paths and licence). Only what a model needs is kept: no kernel names,
-//! launch grids or library versions beyond what `SOURCE.toml` records for the whole set.
+//! launch grids or library versions beyond what `SOURCE.toml` records for the whole set;
+//! of a convolution's kernels, only the algorithm they ran ([`ConvAlgorithm`]).
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -65,9 +66,51 @@ pub struct ConvSample {
     pub stride: u64,
     /// Padding on each side.
     pub padding: u64,
+    /// The algorithm cuDNN ran it with (the kernels the source's profile names).
+    pub algorithm: ConvAlgorithm,
     /// Seconds (written to 6 significant digits).
     #[serde(serialize_with = "six_digits")]
     pub latency_s: f64,
+}
+
+/// The algorithm cuDNN ran a convolution with, from the names of the kernels it launched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConvAlgorithm {
+    /// An implicit GEMM (`implicit_convolve_sgemm`, `scudnn_128x64_...`): the filters times
+    /// the input's patches, gathered on the fly.
+    ImplicitGemm,
+    /// A Winograd kernel of small output tiles, fused (`scudnn_winograd_128x128_...`).
+    Winograd,
+    /// Winograd in separate kernels: the transforms and a batched GEMM between them
+    /// (`winograd_nonfused::winogradforwarddata4x4`, ...).
+    WinogradNonfused,
+    /// FFT-based (`fft2d_...`).
+    Fft,
+    /// The input's patches unrolled into memory, then a GEMM (`im2col4d_kernel`,
+    /// `explicit_convolve_sgemm`).
+    Gemm,
+}
+
+impl ConvAlgorithm {
+    /// The algorithm whose kernels `kernels` (the names of the kernels one call launched, in
+    /// any separation) are; `None` where no name says.
+    pub fn of_kernels(kernels: &str) -> Option<ConvAlgorithm> {
+        let k = kernels.to_ascii_lowercase();
+        Some(if k.contains("winograd_nonfused") {
+            ConvAlgorithm::WinogradNonfused
+        } else if k.contains("winograd") {
+            ConvAlgorithm::Winograd
+        } else if k.contains("fft") {
+            ConvAlgorithm::Fft
+        } else if k.contains("implicit_convolve") || k.contains("scudnn") {
+            ConvAlgorithm::ImplicitGemm
+        } else if k.contains("im2col") || k.contains("explicit_convolve") || k.contains("gemm") {
+            ConvAlgorithm::Gemm
+        } else {
+            return None;
+        })
+    }
 }
 
 /// A vector op over `batch x h` elements.

@@ -26,14 +26,14 @@
 //!   in FP32 and on tensor cores (`PublishedSet`: DeepBench's);
 //!   [`neusight`] converts NeuSight's public measurements.
 //! - [`transfer`]: fits the device-transferable kernel model on several GPUs' kernels (each
-//!   product and convolution class under the power cap that fits it best), leaves each GPU
+//!   product and convolution class under the power cap that fits it best; `conv-gemm` on
+//!   the convolutions cuDNN ran as implicit GEMMs), leaves each GPU
 //!   out to validate it, and predicts kernels and labels of GPUs outside the fit; turns
 //!   ridgeline's own GEMM and convolution records into the model's kernels at their
 //!   precision's peak (and the published set's, `published_points`), and builds and judges
 //!   the scaled classes from the GPU-timed and published kernels, leaving a chip out, GPUs
 //!   of one chip together (`scaled_classes`: the tensor-core correction per class and
-//!   tensor-core format, with its own power cap, and `conv-other` for FP32 convolutions
-//!   outside `conv`'s kind; `chip`).
+//!   tensor-core format, with its own power cap; `chip`).
 //! - [`mlperf`]: reads MLPerf result logs (`:::MLLOG` lines) and the submitters' system
 //!   descriptions as run records (benchmark, system, accelerators, global batch, epochs,
 //!   initialisation and staging, throughput, time to train) for validation.

@@ -10,7 +10,9 @@
 //! - `linear`: `torch.nn.Linear(N, K)` (with bias) on a `B x M x N` input: one product of
 //!   `B x M` rows (kept as `batch = B`, `m = M`), inner `N`, `K` columns;
 //! - `conv`: `torch.nn.Conv2d(Input_Channel, Output_Channel, Kernel_Szie, Stride, Padding)`
-//!   without bias on `B x Input_Channel x Input_Size x Input_Size`;
+//!   without bias on `B x Input_Channel x Input_Size x Input_Size`, with the algorithm
+//!   cuDNN ran it with, from the kernels its profile names (`Kernels`:
+//!   [`ConvAlgorithm::of_kernels`]);
 //! - the vector ops (`add`, `mul`, `div`, `pow` and their scalar forms `addu`, ..., `relu`,
 //!   `gelu`, `tanh`, `softmax`, `ln` for layer norm) on `B x H`.
 
@@ -20,7 +22,8 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::dataset::{
-    ConvSample, GemmSample, KernelSet, LabelOp, LabelSet, Source, StepLabel, VectorSample,
+    ConvAlgorithm, ConvSample, GemmSample, KernelSet, LabelOp, LabelSet, Source, StepLabel,
+    VectorSample,
 };
 use crate::error::{Error, Result};
 
@@ -358,6 +361,8 @@ struct Row {
     stride: Option<u64>,
     #[serde(rename = "Padding", default)]
     padding: Option<u64>,
+    #[serde(rename = "Kernels", default)]
+    kernels: Option<String>,
 }
 
 /// An empty kernel set of NeuSight's files at `paths` of `commit`, described as
@@ -517,6 +522,22 @@ fn convert_file(
                 kernel: need(r.kernel, "Kernel_Szie")?,
                 stride: need(r.stride, "Stride")?,
                 padding: need(r.padding, "Padding")?,
+                algorithm: {
+                    let kernels = r
+                        .kernels
+                        .as_deref()
+                        .ok_or_else(|| at(line, "column `Kernels` is missing for `conv`".into()))?;
+                    ConvAlgorithm::of_kernels(kernels).ok_or_else(|| {
+                        at(
+                            line,
+                            format!(
+                                "column `Kernels`: `{kernels}` names no cuDNN algorithm \
+                                 ridgeline knows (implicit GEMM, Winograd, FFT or GEMM); \
+                                 add its kernel's name to dataset::ConvAlgorithm::of_kernels"
+                            ),
+                        )
+                    })?
+                },
                 latency_s,
             }),
             _ => set.vector.push(VectorSample {

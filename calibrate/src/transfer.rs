@@ -27,7 +27,7 @@ use ridgeline_model::transfer::{self, ClassCoefficients, DeviceSpec, Model, Mode
 use serde::Serialize;
 use statrs::statistics::{Data, OrderStatistics};
 
-use crate::dataset::{KernelSet, LabelSet, PublishedSet};
+use crate::dataset::{ConvAlgorithm, KernelSet, LabelSet, PublishedSet};
 use crate::error::{Error, Result};
 use crate::fit::fit_relative;
 
@@ -133,10 +133,8 @@ pub fn points(set: &KernelSet, specs: &BTreeMap<String, DeviceSpec>) -> Result<V
     }
     for s in &set.conv {
         let d = spec(&s.device)?;
-        out.push(Point {
-            class: s.op.clone(),
-            device: s.device.clone(),
-            x: capped(d, |d| {
+        let conv = |winograd: bool| {
+            capped(d, |d| {
                 transfer::conv(
                     s.batch,
                     s.c_in,
@@ -145,13 +143,30 @@ pub fn points(set: &KernelSet, specs: &BTreeMap<String, DeviceSpec>) -> Result<V
                     &[s.kernel, s.kernel],
                     &[s.stride, s.stride],
                     &[s.padding, s.padding],
+                    winograd,
                     4,
                     d,
                 )
-            }),
+            })
+        };
+        out.push(Point {
+            class: s.op.clone(),
+            device: s.device.clone(),
+            x: conv(true),
             y: s.latency_s,
             chip: chip(d),
         });
+        // A convolution cuDNN ran as an implicit GEMM is also a point of the class that
+        // times convolutions so (`conv-gemm`), as that GEMM.
+        if s.algorithm == ConvAlgorithm::ImplicitGemm {
+            out.push(Point {
+                class: transfer::CONV_GEMM.to_owned(),
+                device: s.device.clone(),
+                x: conv(false),
+                y: s.latency_s,
+                chip: chip(d),
+            });
+        }
     }
     for s in &set.vector {
         let d = spec(&s.device)?;
@@ -724,10 +739,11 @@ pub type RecordSpec<'a> = dyn Fn(&Record, Precision) -> Option<(String, DeviceSp
 /// device's name and the precision (`h200-sxm-141gb tf32`), so the model is judged per
 /// format.
 ///
-/// With `scaled`, a kernel that runs on tensor cores (the spec's `tensor`) is a point of
-/// its tensor-core class of that format (`gemm-tensor-16`, `conv-tensor-tf32`), and an FP32
-/// convolution outside `conv`'s kind a point of `conv-other` ([`transfer::kind_class`]):
-/// the data of those scaled classes; without, of its class, as the FP32 fit would time it.
+/// A kernel is a point of the class that times it (`conv-gemm` for a convolution outside
+/// `conv`'s kind or on tensor cores, [`transfer::implicit_class`]); with `scaled`, a kernel
+/// that runs on tensor cores (the spec's `tensor`) is a point of that class's tensor-core
+/// class of its format (`gemm-tensor-16`, `conv-gemm-tensor-tf32`), the data of the scaled
+/// classes; without, of the FP32 class, as the FP32 fit would time it.
 pub fn record_points(
     file: &str,
     records: &[Record],
@@ -760,9 +776,9 @@ pub fn record_points(
     Ok(out)
 }
 
-/// A measured kernel as a point: of its class, or with `scaled` of its scaled class (its
-/// tensor-core class where the spec `d` runs it on tensor cores, else its class of another
-/// kind, [`transfer::kind_class`], where it has one); `device` names the GPU and precision.
+/// A measured kernel as a point: of the class that times it, or with `scaled` where the spec
+/// `d` runs it on tensor cores, of that class's tensor-core class; `device` names the GPU
+/// and precision.
 fn kernel_point(
     kernel: &Kernel,
     elem: u64,
@@ -771,16 +787,16 @@ fn kernel_point(
     y: f64,
     scaled: bool,
 ) -> Point {
+    let class = transfer::implicit_class(kernel, d.tensor.is_some())
+        .unwrap_or_else(|| transfer::class_of(kernel));
     let features = |d: &DeviceSpec| {
-        let f = transfer::features(kernel, elem, d);
+        let f = transfer::features_for(kernel, class, elem, d);
         std::array::from_fn(|i| f.get(i).copied().unwrap_or(0.0))
     };
-    let class = transfer::class_of(kernel);
     let tensor = d.tensor.filter(|_| scaled);
     Point {
         class: match tensor {
             Some(format) => transfer::tensor_class(class, format),
-            None if scaled => transfer::kind_class(kernel).unwrap_or(class).to_owned(),
             None => class.to_owned(),
         },
         device,
@@ -918,12 +934,10 @@ pub fn outside_in_step(
 }
 
 /// The scaled classes as one scale on the FP32 fit's work. A tensor-core class
-/// (`conv-tensor-16`, `gemm-tensor-tf32`: one per class and tensor-core format, FP16 and
-/// BF16 together; from ridgeline's own tensor-core records, [`record_points`], and the
-/// published set's) times a kernel as its base class (`conv`) at the device's tensor-core
-/// peak of that format under a power cap of its own; a class of another kind
-/// (`conv-other`, [`transfer::kind_class`]: FP32 convolutions outside the kind `conv` is
-/// fitted on) times it as its base class under the base's cap. Either multiplies the work
+/// (`conv-gemm-tensor-16`, `gemm-tensor-tf32`: one per class and tensor-core format, FP16
+/// and BF16 together; from ridgeline's own tensor-core records, [`record_points`], and the
+/// published set's) times a kernel as its base class (`conv-gemm`) at the device's
+/// tensor-core peak of that format under a power cap of its own, and multiplies the work
 /// terms by `s`, the median ratio of measured time to the base class's predicted work over
 /// the class's records, and keeps the base class's in-step floor (its launch term, at most
 /// the products') inside a step. One parameter per class and format, fitted on kernels:
@@ -954,20 +968,15 @@ pub fn scaled_classes(
         intervals: BTreeMap::new(),
     };
     let mut unscaled_medians = BTreeMap::new();
-    for class in classes {
+    for class in classes.into_iter().filter(|c| transfer::is_tensor_class(c)) {
         let base_name = transfer::base_class(class);
         let Some(base) = models.iter().find(|m| m.class == base_name) else {
             continue;
         };
         let floor = transfer::floor(base_name, launch(base), host);
-        // The power caps the scale is fitted under: a tensor-core class's own
-        // (`TENSOR_ENERGIES`, the first none), and the base class's for a class of another
-        // kind, run on the same units; the first is the unscaled prediction's.
-        let caps: Vec<(usize, Option<f64>)> = if transfer::is_tensor_class(class) {
-            TENSOR_ENERGIES.iter().copied().enumerate().collect()
-        } else {
-            vec![(base.energy, base.energy_per_flop_7nm)]
-        };
+        // The power caps the scale is fitted under: the class's own (`TENSOR_ENERGIES`, the
+        // first none, the unscaled prediction's).
+        let caps: Vec<(usize, Option<f64>)> = TENSOR_ENERGIES.iter().copied().enumerate().collect();
         let plain_cap = caps[0].0;
         // Each point: its chip, its device (GPU and precision, `h100-sxm5-80gb fp16`),
         // measured time, and the base class's work on it under each power cap of
@@ -1068,7 +1077,7 @@ fn log_ratio(r: f64) -> f64 {
 mod tests {
     use super::*;
     use ridgeline_measure::ConvPass;
-    use ridgeline_model::transfer::CONV_OTHER;
+    use ridgeline_model::transfer::CONV_GEMM;
 
     fn gpu_record(measured: Measured, precision: RecordPrecision, seconds: f64) -> Record {
         use ridgeline_measure::record::{Device, Env};
@@ -1175,10 +1184,11 @@ mod tests {
         let tensor = record_points("f", &records, &spec, true).unwrap();
         // FP64 is no training precision: left out.
         assert_eq!((plain.len(), tensor.len()), (2, 2));
-        assert_eq!(plain[0].class, "conv");
+        // On tensor cores every convolution is an implicit GEMM.
+        assert_eq!(plain[0].class, CONV_GEMM);
         assert_eq!(
             (tensor[0].class.as_str(), tensor[0].device.as_str()),
-            ("conv-tensor-16", "h200 fp16")
+            ("conv-gemm-tensor-16", "h200 fp16")
         );
         // The FP32 point keeps its class and a row per power cap; the tensor-core one has
         // one row (no cap), its compute term at the fp16 peak.
@@ -1188,18 +1198,17 @@ mod tests {
         assert_eq!(tensor[0].y, 5e-5);
     }
 
-    /// FP32 convolution records of three chips whose gradients (outside `conv`'s kind) run
-    /// at 1.7 times the `conv` class's work under its power cap: they are points of
-    /// `conv-other`, which leaving each chip out adopts at that scale and that cap; the
-    /// forward passes (`conv`'s kind) stay points of `conv`, no scaled class's data.
+    /// FP32 convolution records whose passes are outside `conv`'s kind (both gradients) are
+    /// points of `conv-gemm`, timed as implicit GEMMs, and no scaled class's data: no scale
+    /// is fitted on them. The forward passes (`conv`'s kind) stay points of `conv`.
     #[test]
-    fn fp32_convolutions_outside_convs_kind_fit_the_other_kind_class() {
-        let gpu = |sms: f64, tflops: f64| DeviceSpec {
+    fn fp32_convolutions_outside_convs_kind_are_points_of_the_implicit_gemm_class() {
+        let d = DeviceSpec {
             power: Some(transfer::PowerSpec {
                 tdp_w: 300.0,
                 process_nm: 7.0,
             }),
-            ..spec(sms, 1.5, tflops, 1.5, 40.0)
+            ..spec(108.0, 1.5, 19.5, 1.5, 40.0)
         };
         let records: Vec<Record> = [
             ConvPass::Forward,
@@ -1209,47 +1218,24 @@ mod tests {
         .into_iter()
         .flat_map(|pass| [1, 2].map(|d| gpu_record(conv3x3(pass, d), RecordPrecision::Fp32, 1.0)))
         .collect();
-        let mut points = Vec::new();
-        for (name, d) in [
-            ("a", gpu(108.0, 19.5)),
-            ("b", gpu(80.0, 15.7)),
-            ("c", gpu(132.0, 67.0)),
-        ] {
-            let spec = |_: &Record, _: Precision| Some((name.to_owned(), d));
-            points.extend(record_points("f", &records, &spec, true).unwrap());
-        }
-        let classes: Vec<&str> = points.iter().take(6).map(|p| p.class.as_str()).collect();
+        let spec = |_: &Record, _: Precision| Some(("a".to_owned(), d));
+        let points = record_points("f", &records, &spec, true).unwrap();
+        let classes: Vec<&str> = points.iter().map(|p| p.class.as_str()).collect();
         assert_eq!(
             classes,
-            [
-                "conv", "conv", CONV_OTHER, CONV_OTHER, CONV_OTHER, CONV_OTHER
-            ]
+            ["conv", "conv", CONV_GEMM, CONV_GEMM, CONV_GEMM, CONV_GEMM]
         );
+        // A row per power cap, as the FP32 fit's.
+        assert!(points.iter().all(|p| p.x.len() == ENERGIES.len()));
         let base = ClassModel {
-            class: "conv".into(),
+            class: CONV_GEMM.into(),
             coefficients: vec![1e-5, 1.0, 0.0, 0.0, 0.0],
-            energy_per_flop_7nm: ENERGIES[3],
-            energy: 3,
+            energy_per_flop_7nm: None,
+            energy: 0,
             points: 1,
         };
-        for p in &mut points {
-            p.y = 1.7 * transfer::work(&base.coefficients, p.at(base.energy));
-        }
-        let other: Vec<Point> = points
-            .into_iter()
-            .filter(|p| transfer::is_scaled_class(&p.class))
-            .collect();
-        assert_eq!(other.len(), 12);
-        let (adopted, held, unscaled) = scaled_classes(std::slice::from_ref(&base), &other);
-        assert_eq!(adopted.len(), 1, "{held:?}");
-        let a = &adopted[0];
-        assert_eq!(
-            (a.class.as_str(), a.energy_per_flop_7nm),
-            (CONV_OTHER, ENERGIES[3])
-        );
-        assert!((a.coefficients[1] - 1.7).abs() < 1e-9, "{a:?}");
-        assert!(held.classes[0].median_abs_rel_error < 1e-9, "{held:?}");
-        assert!((unscaled[CONV_OTHER] - (1.0 - 1.0 / 1.7)).abs() < 1e-9);
+        let (adopted, held, _) = scaled_classes(std::slice::from_ref(&base), &points);
+        assert!(adopted.is_empty() && held.classes.is_empty(), "{held:?}");
     }
 
     /// A published set of three FP16 GEMMs on each device of `specs`, each of 1 s.

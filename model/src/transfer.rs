@@ -32,10 +32,12 @@
 //! dimensionless inverse efficiency (the launch term is seconds), shared by every device:
 //! that is what lets the model time a device it was not fitted on.
 //!
-//! A scaled class times a kernel as its base class with the work scaled by one fitted
-//! factor ([`base_class`], [`is_scaled_class`]): a tensor-core class ([`tensor_class`]) on
-//! tensor cores, and `conv-other` ([`kind_class`]) for FP32 convolutions outside the kind
-//! `conv` is fitted on; [`Model::class_for`] picks one where the model has it.
+//! Convolutions come in two classes: `conv`, 2-D 3 x 3 forward passes of stride 1 (the
+//! kind NeuSight measured, most of it run as Winograd kernels), and `conv-gemm`, every
+//! other convolution and every one on tensor cores, timed as the implicit GEMM cuDNN runs
+//! ([`implicit_class`]). A tensor-core class ([`tensor_class`]) times a kernel on tensor
+//! cores as its FP32 class ([`base_class`]) with the work scaled by one fitted factor;
+//! [`Model::class_for`] picks one where the model has it.
 
 use std::sync::OnceLock;
 
@@ -67,7 +69,7 @@ pub struct DeviceSpec {
     /// The format, where the matrix peak is a tensor-core peak of a format other than FP32
     /// (TF32, FP16, BF16 on NVIDIA's tensor cores or AMD's matrix cores): such kernels are
     /// timed by the model's tensor-core class of that format where it has one
-    /// ([`tensor_class`]: `gemm-tensor-16`, `conv-tensor-tf32`).
+    /// ([`tensor_class`]: `gemm-tensor-16`, `conv-gemm-tensor-tf32`).
     pub tensor: Option<NumberFormat>,
 }
 
@@ -286,8 +288,9 @@ pub fn gemm(
 
 /// The features of a 2-D or 3-D convolution forward pass as an implicit GEMM: `batch`
 /// inputs of `c_in` channels and `input` spatial size, `c_out` filters of `kernel`, at
-/// `stride` with `padding` each side. A 2-D 3 x 3 convolution of stride 1 runs as Winograd
-/// tiles ([`crate::kernels::winograd_positions`]).
+/// `stride` with `padding` each side. With `winograd`, a 2-D 3 x 3 convolution of stride 1
+/// runs as Winograd tiles ([`crate::kernels::winograd_positions`]), as `conv` times them;
+/// without, every convolution is the implicit GEMM `conv-gemm` times ([`CONV_GEMM`]).
 #[allow(clippy::too_many_arguments)]
 pub fn conv(
     batch: u64,
@@ -297,6 +300,7 @@ pub fn conv(
     kernel: &[u64],
     stride: &[u64],
     padding: &[u64],
+    winograd: bool,
     elem: u64,
     d: &DeviceSpec,
 ) -> [f64; 5] {
@@ -310,6 +314,7 @@ pub fn conv(
     let k = c_in * kernel.iter().product::<u64>();
     let as_usize = |v: &[u64]| v.iter().map(|&x| x as usize).collect::<Vec<_>>();
     let rows = crate::kernels::winograd_positions(&extents, &as_usize(kernel), &as_usize(stride))
+        .filter(|_| winograd)
         .map_or(batch * out, |p| batch * p as u64);
     let spatial: u64 = input.iter().product();
     let elements = (batch * c_in * spatial + c_out * k + batch * out * c_out) as f64;
@@ -390,7 +395,7 @@ pub fn class_of(kernel: &Kernel) -> &'static str {
     }
 }
 
-/// The tensor-core class of a matrix class in a format: `conv-tensor-tf32`, and one class
+/// The tensor-core class of a matrix class in a format: `conv-gemm-tensor-tf32`, and one class
 /// for FP16 and BF16, which run at one rate on the same units (`gemm-tensor-16`).
 pub fn tensor_class(class: &str, format: NumberFormat) -> String {
     let suffix = match format {
@@ -405,45 +410,39 @@ pub fn tensor_class(class: &str, format: NumberFormat) -> String {
 /// What names a tensor-core class ([`tensor_class`]).
 const TENSOR: &str = "-tensor-";
 
-/// The class of the FP32 convolutions outside the kind the `conv` class is fitted on.
+/// The class that times a convolution as an implicit GEMM, where `conv` is not its class:
+/// `conv-gemm` ([`CONV_GEMM`]) for a convolution outside `conv`'s kind, and for every
+/// convolution on tensor cores (`tensor`).
 ///
-/// NeuSight's convolutions, `conv`'s data, are all 2-D 3 x 3 forward passes of stride 1
-/// (a kernel with Winograd rows, forward); the others (1 x 1, strided, other kernel sizes,
-/// 3-D, and both gradients) run in other kernels, which `conv`'s shape terms time too fast
-/// (on DeepBench's V100 and T4 by 36-40 %, on the GH100's cuDNN 9 by more). `conv-other` is
-/// `conv` with its work scaled on kernel records of those kinds
-/// (ridgeline's own FP32 records and the published set's). Depthwise convolutions, a
-/// product per channel, are neither: `None`, as for every kernel but a convolution.
-pub fn kind_class(kernel: &Kernel) -> Option<&'static str> {
+/// NeuSight's convolutions, `conv`'s data, are all 2-D 3 x 3 forward passes of stride 1,
+/// and cuDNN ran 60-85 % of them as Winograd kernels, which take a quarter to a half of the
+/// FLOPs: `conv`'s shape terms, fitted on them, time the work of an implicit GEMM 2.7 times
+/// too fast. The other kinds (1 x 1, strided, other kernel sizes, 3-D, and both gradients)
+/// run as implicit GEMMs, as do tensor-core convolutions; `conv-gemm` is fitted on the
+/// convolutions of the set cuDNN ran as implicit GEMMs (its kernel names say which), with
+/// no Winograd tiles. Depthwise convolutions, a product per channel, are neither: `None`,
+/// as for every kernel but a convolution.
+pub fn implicit_class(kernel: &Kernel, tensor: bool) -> Option<&'static str> {
     let fitted_kind = kernel.pass == KernelPass::Forward
         && kernel.conv.is_some_and(|c| c.winograd_rows.is_some());
     let convolution = matches!(
         kernel.class,
         KernelClass::ConvPointwise | KernelClass::ConvSpatial
     );
-    (convolution && !fitted_kind).then_some(CONV_OTHER)
+    (convolution && (tensor || !fitted_kind)).then_some(CONV_GEMM)
 }
 
-/// The class of the convolutions outside `conv`'s kind ([`kind_class`]).
-pub const CONV_OTHER: &str = "conv-other";
+/// The class of the convolutions run as implicit GEMMs ([`implicit_class`]).
+pub const CONV_GEMM: &str = "conv-gemm";
 
-/// What names a class of a kind outside its base class's data ([`kind_class`]).
-const OTHER: &str = "-other";
-
-/// The FP32 class a tensor-core class or a class of another kind scales (`conv` of
-/// `conv-tensor-16` and of `conv-other`); a class that is neither is its own.
+/// The FP32 class a tensor-core class scales (`conv-gemm` of `conv-gemm-tensor-16`); a
+/// class that is not one is its own.
 pub fn base_class(class: &str) -> &str {
-    let base = class.split(TENSOR).next().unwrap_or(class);
-    base.strip_suffix(OTHER).unwrap_or(base)
+    class.split(TENSOR).next().unwrap_or(class)
 }
 
-/// Whether `class` scales another ([`base_class`]): a tensor-core class or a class of
-/// another kind, fitted on scaled work rather than coefficients of its own.
-pub fn is_scaled_class(class: &str) -> bool {
-    base_class(class) != class
-}
-
-/// Whether `class` is a tensor-core class ([`tensor_class`]).
+/// Whether `class` is a tensor-core class ([`tensor_class`]): one that scales its FP32
+/// class ([`base_class`]), fitted on scaled work rather than coefficients of its own.
 pub fn is_tensor_class(class: &str) -> bool {
     class.contains(TENSOR)
 }
@@ -465,6 +464,14 @@ fn gemm_shape(x: &[f64; crate::kernels::FEATURES]) -> (u64, u64, u64, u64) {
 /// The features of a ridgeline kernel on a device, for its class ([`class_of`]), with
 /// `elem` bytes per element.
 pub fn features(kernel: &Kernel, elem: u64, d: &DeviceSpec) -> Vec<f64> {
+    features_for(kernel, class_of(kernel), elem, d)
+}
+
+/// The features of a ridgeline kernel on a device as `class` times it (a convolution as
+/// `conv-gemm` or its tensor-core class runs no Winograd tiles), with `elem` bytes per
+/// element.
+pub fn features_for(kernel: &Kernel, class: &str, elem: u64, d: &DeviceSpec) -> Vec<f64> {
+    let winograd = base_class(class) != CONV_GEMM;
     if kernel.class.is_matrix() {
         let (calls, m, n, k) = gemm_shape(&kernel.x);
         if kernel.class == KernelClass::Gemm {
@@ -480,7 +487,10 @@ pub fn features(kernel: &Kernel, elem: u64, d: &DeviceSpec) -> Vec<f64> {
         };
         match kernel.conv {
             Some(c) => {
-                let rows = c.winograd_rows.map_or(rows, |r| r.round() as u64);
+                let rows = c
+                    .winograd_rows
+                    .filter(|_| winograd)
+                    .map_or(rows, |r| r.round() as u64);
                 implicit_gemm(calls, rows, n, k, c.elements, elem, d).to_vec()
             }
             None => gemm(calls, rows, n, k, elem, Tiles::Any, d).to_vec(),
@@ -513,8 +523,8 @@ pub struct ModelSource {
     pub devices: Vec<String>,
     /// The command that fitted it.
     pub fitted_by: String,
-    /// What the scaled classes (tensor-core ones, `gemm-tensor-16`, `conv-tensor-tf32`, ...,
-    /// and `conv-other`) were fitted on, where the model has them.
+    /// What the scaled classes (tensor-core ones, `gemm-tensor-16`, `conv-gemm-tensor-tf32`,
+    /// ...) were fitted on, where the model has them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tensor: Option<String>,
 }
@@ -658,18 +668,19 @@ impl Model {
         self.classes.iter().find(|c| c.name == class)
     }
 
-    /// The class that times `kernel` on `d`: where `d` runs it on tensor cores, its
-    /// tensor-core class of `d`'s format (`conv-tensor-16`, fitted on tensor-core kernel
-    /// records) where the model has one; else, its class of another kind
-    /// (`conv-other`, [`kind_class`]) where the model has one; else its class
-    /// ([`class_of`]).
+    /// The class that times `kernel` on `d`: a convolution that runs as an implicit GEMM
+    /// (outside `conv`'s kind, or on tensor cores: [`implicit_class`]) is `conv-gemm`'s where
+    /// the model has it, any other kernel its class's ([`class_of`]); where `d` runs it on
+    /// tensor cores, that class's tensor-core class of `d`'s format (`conv-gemm-tensor-16`,
+    /// fitted on tensor-core kernel records) where the model has one.
     pub fn class_for(&self, kernel: &Kernel, d: &DeviceSpec) -> Option<&ClassCoefficients> {
-        let name = class_of(kernel);
-        let scaled = match d.tensor.filter(|_| kernel.class.is_matrix()) {
-            Some(f) => self.class(&tensor_class(name, f)),
-            None => kind_class(kernel).and_then(|k| self.class(k)),
-        };
-        scaled.or_else(|| self.class(name))
+        let name = implicit_class(kernel, d.tensor.is_some())
+            .filter(|c| self.class(c).is_some())
+            .unwrap_or_else(|| class_of(kernel));
+        d.tensor
+            .filter(|_| kernel.class.is_matrix())
+            .and_then(|f| self.class(&tensor_class(name, f)))
+            .or_else(|| self.class(name))
     }
 
     /// The time of `kernel` on `d` with `elem` bytes per element inside a training step,
@@ -685,7 +696,7 @@ impl Model {
         // An FP32 class's energy per FLOP is not a tensor core's.
         let own = d.tensor.is_none() || is_tensor_class(&c.name);
         let d = d.capped(c.energy_per_flop_7nm.filter(|_| own));
-        let x = features(kernel, elem, &d);
+        let x = features_for(kernel, &c.name, elem, &d);
         Some((
             work(&c.coefficients, &x).max(self.launch_floor(c)),
             c.holdout_interval_90,
@@ -752,7 +763,8 @@ mod tests {
         let model = model(vec![
             class("gemm", 30e-6, 1.0),
             class("conv", 300e-6, 1.0),
-            class("conv-tensor-16", 80e-6, 4.0),
+            class(CONV_GEMM, 300e-6, 1.0),
+            class("conv-gemm-tensor-16", 80e-6, 4.0),
         ]);
         let conv = crate::kernels::ConvShape {
             batch: 1,
@@ -773,14 +785,14 @@ mod tests {
         assert_eq!(model.class_for(&conv, &A100).unwrap().name, "conv");
         assert_eq!(
             model.class_for(&conv, &tensor).unwrap().name,
-            "conv-tensor-16"
+            "conv-gemm-tensor-16"
         );
-        // TF32 has no class here: the FP32 class at the TF32 peak.
+        // TF32 has no class here: the FP32 implicit-GEMM class at the TF32 peak.
         let tf32 = DeviceSpec {
             tensor: Some(NumberFormat::Tf32),
             ..A100
         };
-        assert_eq!(model.class_for(&conv, &tf32).unwrap().name, "conv");
+        assert_eq!(model.class_for(&conv, &tf32).unwrap().name, CONV_GEMM);
         // A product has no tensor class here: its own class on tensor cores too.
         let gemm = crate::kernels::gemm_kernel(
             KernelClass::Gemm,
@@ -798,22 +810,23 @@ mod tests {
         assert_eq!(model.time(&gemm, 4, &A100), Some(30e-6));
     }
 
-    /// `conv-other` times the FP32 convolutions outside `conv`'s kind (both gradients, 1 x 1
-    /// and strided ones), not its kind (2-D 3 x 3 forward of stride 1), not depthwise ones,
-    /// and not convolutions on tensor cores.
+    /// `conv-gemm` times the convolutions outside `conv`'s kind (both gradients, 1 x 1 and
+    /// strided ones) and every convolution on tensor cores, as implicit GEMMs without
+    /// Winograd tiles; `conv` its kind in FP32 (2-D 3 x 3 forward of stride 1); depthwise
+    /// ones stay `conv`'s. A model without `conv-gemm` times them all as `conv`.
     #[test]
-    fn convolutions_outside_the_fitted_kind_take_the_other_kind_class() {
+    fn convolutions_outside_the_fitted_kind_and_on_tensor_cores_are_implicit_gemms() {
         let model = model(vec![
             class("gemm", 30e-6, 1.0),
             class("conv", 300e-6, 1.0),
-            class(CONV_OTHER, 30e-6, 2.0),
+            class(CONV_GEMM, 30e-6, 2.0),
         ]);
         let shape = |kernel: usize, stride: usize, groups: usize| crate::kernels::ConvShape {
             batch: 4,
             c_in: 64,
             c_out: 64,
-            input: vec![32, 32],
-            output: vec![32 / stride, 32 / stride],
+            input: vec![30, 30],
+            output: vec![30 / stride, 30 / stride],
             kernel: vec![kernel, kernel],
             stride: vec![stride, stride],
             padded: kernel > 1,
@@ -825,16 +838,10 @@ mod tests {
         let fitted = shape(3, 1, 1);
         assert_eq!(name(&fitted, KernelPass::Forward, &A100), "conv");
         for pass in [KernelPass::BackwardData, KernelPass::BackwardFilter] {
-            assert_eq!(name(&fitted, pass, &A100), CONV_OTHER);
+            assert_eq!(name(&fitted, pass, &A100), CONV_GEMM);
         }
-        assert_eq!(
-            name(&shape(1, 1, 1), KernelPass::Forward, &A100),
-            CONV_OTHER
-        );
-        assert_eq!(
-            name(&shape(3, 2, 1), KernelPass::Forward, &A100),
-            CONV_OTHER
-        );
+        assert_eq!(name(&shape(1, 1, 1), KernelPass::Forward, &A100), CONV_GEMM);
+        assert_eq!(name(&shape(3, 2, 1), KernelPass::Forward, &A100), CONV_GEMM);
         assert_eq!(
             name(&shape(3, 1, 64), KernelPass::BackwardData, &A100),
             "conv"
@@ -843,20 +850,25 @@ mod tests {
             tensor: Some(NumberFormat::Fp16),
             ..A100
         };
-        assert_eq!(name(&fitted, KernelPass::BackwardData, &tensor), "conv");
-        // Scaled work: twice `conv`'s.
-        let k = fitted.kernel(KernelPass::BackwardData);
-        let (plain, other) = (
-            work(
-                &model.class("conv").unwrap().coefficients,
-                &features(&k, 4, &A100),
-            ),
-            model.time(&k, 4, &A100).unwrap(),
+        assert_eq!(name(&fitted, KernelPass::Forward, &tensor), CONV_GEMM);
+        // The implicit GEMM runs every output position: 30 x 30, where Winograd's 4 x 4
+        // tiles run 32 x 32.
+        let k = fitted.kernel(KernelPass::Forward);
+        let tiles = |class: &str| features_for(&k, class, 4, &A100)[1];
+        assert!(tiles(CONV_GEMM) < tiles("conv"));
+        assert_eq!(features(&k, 4, &A100), features_for(&k, "conv", 4, &A100));
+        let gemm = model.time(&k, 2, &tensor).unwrap();
+        let expected = work(
+            &model.class(CONV_GEMM).unwrap().coefficients,
+            &features_for(&k, CONV_GEMM, 2, &tensor),
         );
-        assert!((other / plain - 2.0).abs() < 1e-12, "{other} {plain}");
-        assert_eq!(base_class(CONV_OTHER), "conv");
-        assert!(is_scaled_class(CONV_OTHER) && is_scaled_class("gemm-tensor-16"));
-        assert!(!is_scaled_class("conv"));
+        assert!((gemm / expected - 1.0).abs() < 1e-12, "{gemm} {expected}");
+        // Without the class, `conv` times them.
+        let old = self::model(vec![class("gemm", 30e-6, 1.0), class("conv", 300e-6, 1.0)]);
+        let k = fitted.kernel(KernelPass::BackwardData);
+        assert_eq!(old.class_for(&k, &A100).unwrap().name, "conv");
+        assert_eq!(base_class("conv-gemm-tensor-16"), CONV_GEMM);
+        assert!(is_tensor_class("gemm-tensor-16") && !is_tensor_class(CONV_GEMM));
     }
 
     /// A class's power cap holds only its own units: the FP32 class's energy per FLOP caps
@@ -946,7 +958,18 @@ mod tests {
 
     #[test]
     fn a_convolution_is_its_implicit_gemm_and_memory_splits_at_the_l2() {
-        let c = conv(8, 64, 128, &[56, 56], &[3, 3], &[1, 1], &[1, 1], 4, &A100);
+        let c = conv(
+            8,
+            64,
+            128,
+            &[56, 56],
+            &[3, 3],
+            &[1, 1],
+            &[1, 1],
+            true,
+            4,
+            &A100,
+        );
         let g = gemm(1, 8 * 56 * 56, 128, 64 * 9, 4, Tiles::Any, &A100);
         assert_eq!(c[1], g[1]);
         let v_small = vector(1 << 20, 3, 4, &A100);
@@ -986,6 +1009,7 @@ mod tests {
                 &[3, 3],
                 &[s, s],
                 &[1, 1],
+                true,
                 4,
                 &A100,
             );

@@ -136,7 +136,8 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
                 )
                 .summary("devices", set.devices().join(", "))
                 .table(output::table(&rows, &cols, style))
-                .note("error = (predicted - measured) / measured; each held-out GPU's 90 % interval from the log ratios the other GPUs show when each is held out of a fit on the rest (split-conformal across devices). Fitted on kernel measurements only.");
+                .note("error = (predicted - measured) / measured; each held-out GPU's 90 % interval from the log ratios the other GPUs show when each is held out of a fit on the rest (split-conformal across devices). Fitted on kernel measurements only.")
+                .note("`conv` rows: every convolution of the set (all 2-D 3 x 3 forward passes of stride 1, most run as Winograd kernels); `conv-gemm` rows: those cuDNN ran as implicit GEMMs (the set's kernel names say which), as that GEMM; `conv-gemm` times the convolutions outside `conv`'s kind (1 x 1, strided, other kernel sizes, 3-D, both gradients; not depthwise) and every one on tensor cores.");
         if !check.outside.is_empty() {
             let mut devices: Vec<&str> = check.outside.iter().map(|h| h.device.as_str()).collect();
             devices.dedup();
@@ -160,22 +161,22 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
                 .summary(
                     "our records",
                     format!(
-                        "{} (never seen by the FP32 fit; the scaled classes' data)",
+                        "{} (never seen by the FP32 fit; its tensor-core kernels are the scaled classes' data)",
                         args.ours.display()
                     ),
                 )
-                .note("`ours` rows: the model fitted on every GPU above predicts ridgeline's own kernel records of GPUs outside it (scripts/gpu-records.sh: cuBLAS GEMMs, and cuDNN convolutions forward, backward-data and backward-filter at the reference workloads' layers), per GPU and precision; tf32, fp16 and bf16 run on tensor cores, timed at the device file's peak for that format with the FP32 fit's coefficients. Intervals: each class's 90 % interval from leaving one GPU out above.");
+                .note("`ours` rows: the model fitted on every GPU above predicts ridgeline's own kernel records of GPUs outside it (scripts/gpu-records.sh: cuBLAS GEMMs, and cuDNN convolutions forward, backward-data and backward-filter at the reference workloads' layers), per GPU, precision and the class that times them (`conv-gemm` for every convolution on tensor cores and those outside `conv`'s kind); tf32, fp16 and bf16 run on tensor cores, timed at the device file's peak for that format with the FP32 fit's coefficients. Intervals: each class's 90 % interval from leaving one GPU out above.");
         }
         if !check.published.is_empty() {
             d = d
                 .summary(
                     "published kernels",
                     format!(
-                        "{} (never seen by the FP32 fit; its tensor-core kernels and FP32 convolutions outside `conv`'s kind are the scaled classes' data)",
+                        "{} (never seen by the FP32 fit; its tensor-core kernels are the scaled classes' data)",
                         args.published.display()
                     ),
                 )
-                .note("`published` rows: the model fitted on every GPU above predicts DeepBench's published kernels (cuBLAS GEMMs, and cuDNN convolutions forward, backward-data and backward-filter; CUDA 10.1, cuDNN 7.6) per GPU and precision, each at its work: fp32 as the fit times FP32 kernels, fp16 on tensor cores at the device file's FP16 tensor peak with the FP32 fit's coefficients. The V100 SXM2 is outside the fit; the T4 is in it, measured here by another benchmark, library and host. Convolutions come apart by kind: `3x3 s1 fwd`, the kind the `conv` class is fitted on (NeuSight's are all 2-D 3 x 3 forward passes of stride 1), and `other` (other kernel sizes and strides, and both gradients). Intervals: each class's 90 % interval from leaving one GPU out above.");
+                .note("`published` rows: the model fitted on every GPU above predicts DeepBench's published kernels (cuBLAS GEMMs, and cuDNN convolutions forward, backward-data and backward-filter; CUDA 10.1, cuDNN 7.6) per GPU and precision, each at its work: fp32 as the fit times FP32 kernels, fp16 on tensor cores at the device file's FP16 tensor peak with the FP32 fit's coefficients. The V100 SXM2 is outside the fit; the T4 is in it, measured here by another benchmark, library and host. Convolutions come apart by kind: `3x3 s1 fwd`, the kind the `conv` class is fitted on (NeuSight's are all 2-D 3 x 3 forward passes of stride 1), and `other` (other kernel sizes and strides, and both gradients), timed by `conv-gemm` as are all on tensor cores. Intervals: each class's 90 % interval from leaving one GPU out above.");
         }
         if check.tensor.as_ref().is_some_and(|t| t.classes.is_empty()) {
             let mut gpus: Vec<&str> = check
@@ -194,13 +195,12 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
                 .summary(
                     "scaled classes' kernels",
                     format!(
-                        "{} and {} (tensor-core kernels, and FP32 convolutions outside `conv`'s kind)",
+                        "{} and {} (tensor-core kernels)",
                         args.ours.display(),
                         args.published.display()
                     ),
                 )
-                .note("`-tensor-` rows: a tensor-core class (one per class and format: tf32, and 16 for fp16 and bf16) is the FP32 fit's class at that format's tensor-core peak, held to what the board's power sustains at its own energy per FLOP, with its work scaled by the median ratio of measured to predicted; the scale and the energy (none, or 0.5 to 4 pJ at 7 nm, the one whose scaled predictions fit best) are fitted on the tensor-core kernels of ridgeline's own records (the `ours` rows' tf32, fp16 and bf16) and the published set (DeepBench's V100 and T4); each GPU left out in turn with every GPU of its chip (SMs and boost clock alike: the H200 goes with the H100 SXM5), its fit on the other chips' kernels (`all`: every held-out kernel pooled); a class needs kernels of two chips (tf32 has the GH100's alone). Adopted where that beats the FP32 class unscaled at the peak on the same held-out kernels; `predict` times tensor-core layers with the adopted ones.")
-                .note("`conv-other` rows: the FP32 convolutions outside the kind `conv` is fitted on (1 x 1, strided, other kernel sizes, 3-D, and both gradients; not depthwise ones) timed as `conv`, under its power cap, with its work scaled by the median ratio of measured to predicted; the scale is fitted on ridgeline's own FP32 convolution records (the `ours` rows' fp32) and the published set's (DeepBench's V100 and T4), each chip left out in turn as above. Adopted where that beats `conv` unscaled on the same held-out kernels; `predict` times such convolutions in FP32 with it.");
+                .note("`-tensor-` rows: a tensor-core class (one per class and format: tf32, and 16 for fp16 and bf16) is the FP32 fit's class at that format's tensor-core peak, held to what the board's power sustains at its own energy per FLOP, with its work scaled by the median ratio of measured to predicted; the scale and the energy (none, or 0.5 to 4 pJ at 7 nm, the one whose scaled predictions fit best) are fitted on the tensor-core kernels of ridgeline's own records (the `ours` rows' tf32, fp16 and bf16) and the published set (DeepBench's V100 and T4); each GPU left out in turn with every GPU of its chip (SMs and boost clock alike: the H200 goes with the H100 SXM5), its fit on the other chips' kernels (`all`: every held-out kernel pooled); a class needs kernels of two chips (tf32 has the GH100's alone). Adopted where that beats the FP32 class unscaled at the peak on the same held-out kernels; `predict` times tensor-core layers with the adopted ones.");
             for (class, plain) in &check.tensor_unscaled {
                 let adopted = check.tensor_adopted.iter().any(|m| &m.class == class);
                 d = d.note(format!(
@@ -287,7 +287,7 @@ fn print(v: &Validation, args: &ValidateArgs, artifacts: Option<&Path>) -> Resul
             );
         }
         let how = if args.system.is_some() {
-            "Predictions with no calibration: a GPU's layers timed by the transferred kernel model from the device file (fitted on kernel measurements of other GPUs; its scaled classes, tensor-core ones and `conv-other`, on ridgeline's own kernel records and published ones, those of this GPU among them), as `predict` times them"
+            "Predictions with no calibration: a GPU's layers timed by the transferred kernel model from the device file (fitted on kernel measurements of other GPUs; its tensor-core classes on ridgeline's own kernel records and published ones, those of this GPU among them), as `predict` times them"
         } else {
             "Predictions from the calibrated profile alone (micro-kernel records)"
         };

@@ -189,19 +189,14 @@ fn timing_assumptions(
             );
         }
         out.extend(power_cap(m, &system.device, precision));
-        let fma = crate::transfer::DeviceSpec::of(&system.device, precision)
-            .is_some_and(|d| d.tensor.is_none());
-        if let (true, Some(other), Some(conv)) =
-            (fma, m.class(crate::transfer::CONV_OTHER), m.class("conv"))
-        {
+        if let Some(c) = m.class(crate::transfer::CONV_GEMM) {
             out.push(format!(
                 "convolutions of other kinds (1 x 1, strided, 3-D, both gradients; not \
-                 depthwise) timed by `{}`: the 3 x 3 class's work {:.2} times over, fitted on \
-                 measured FP32 convolution kernels (`ridgeline validate transfer`'s `conv-other` \
-                 rows); a chip left out is predicted within a median {:.0}%",
-                other.name,
-                other.coefficients[1] / conv.coefficients[1],
-                100.0 * other.holdout_median_abs_error,
+                 depthwise), and every convolution on tensor cores, timed by `{}`: the \
+                 implicit GEMM cuDNN runs, fitted on the measured FP32 convolutions cuDNN ran \
+                 that way; a GPU left out of the fit is predicted within a median {:.0}%",
+                c.name,
+                100.0 * c.holdout_median_abs_error,
             ));
         }
         if precision != Precision::Fp32 {
@@ -212,8 +207,8 @@ fn timing_assumptions(
             let tensor = crate::transfer::DeviceSpec::of(&system.device, precision)
                 .is_some_and(|d| d.tensor.is_some());
             let format = precision.matrix_format();
-            let classes =
-                ["gemm", "conv"].map(|c| m.class(&crate::transfer::tensor_class(c, format)));
+            let classes = ["gemm", crate::transfer::CONV_GEMM]
+                .map(|c| m.class(&crate::transfer::tensor_class(c, format)));
             match (&m.source.tensor, tensor, classes) {
                 (Some(source), true, [Some(g), Some(c)]) => out.push(format!(
                     "{precision}: GEMMs and convolutions on the device's {peak} peak are timed \

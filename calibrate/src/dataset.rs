@@ -392,10 +392,19 @@ impl KernelSet {
     /// Reads the set in `dir`; an error names the file, the line and the field.
     pub fn read(dir: &Path) -> Result<KernelSet> {
         let source = read_source(dir)?;
+        // A table of another version (a column missing or unknown) is the converter's to
+        // write again.
+        let again = |e: Error| match e {
+            Error::Input(m) => Error::Input(format!(
+                "{m}; convert the set again with `{}`",
+                source.converted_by
+            )),
+            e => e,
+        };
         let set = KernelSet {
-            gemm: read_table(&dir.join(GEMM))?,
-            conv: read_table(&dir.join(CONV))?,
-            vector: read_table(&dir.join(VECTOR))?,
+            gemm: read_table(&dir.join(GEMM)).map_err(again)?,
+            conv: read_table(&dir.join(CONV)).map_err(again)?,
+            vector: read_table(&dir.join(VECTOR)).map_err(again)?,
             source,
         };
         set.check(dir)?;
@@ -689,6 +698,48 @@ mod tests {
         write_table(&dir.path().join(GEMM), gemms).unwrap();
         write_table(&dir.path().join(CONV), convs).unwrap();
         PublishedSet::read(dir.path())
+    }
+
+    /// A kernel set's convolutions written before they kept cuDNN's algorithm are refused,
+    /// naming the file, the column and the command that converts the set again.
+    #[test]
+    fn a_convolution_table_without_its_algorithm_names_the_converter() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut source = source();
+        source.converted_by = "ridgeline import neusight DIR --commit c".into();
+        source.devices = [("Tesla T4".to_owned(), "t4".to_owned())].into();
+        let set = KernelSet {
+            source,
+            gemm: Vec::new(),
+            conv: vec![ConvSample {
+                device: "t4".into(),
+                op: "conv".into(),
+                batch: 2,
+                c_in: 8,
+                c_out: 8,
+                size: 8,
+                kernel: 3,
+                stride: 1,
+                padding: 1,
+                algorithm: ConvAlgorithm::ImplicitGemm,
+                latency_s: 1e-4,
+            }],
+            vector: Vec::new(),
+        };
+        set.write(dir.path()).unwrap();
+        assert_eq!(KernelSet::read(dir.path()).unwrap().conv, set.conv);
+        let old = "device,op,batch,c_in,c_out,size,kernel,stride,padding,latency_s\n\
+                   t4,conv,2,8,8,8,3,1,1,0.0001\n";
+        let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+        gz.write_all(old.as_bytes()).unwrap();
+        std::fs::write(dir.path().join(CONV), gz.finish().unwrap()).unwrap();
+        let e = KernelSet::read(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("conv.csv.gz")
+                && e.contains("`algorithm`")
+                && e.contains("convert the set again with `ridgeline import neusight"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -606,6 +606,65 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// A convolution keeps the algorithm cuDNN ran it with, from its kernels' names; a row
+    /// without them, or naming none ridgeline knows, is an error naming the file and line.
+    #[test]
+    fn convolutions_keep_cudnns_algorithm_and_a_row_without_one_is_refused() {
+        let set = convert(&fixture(), "db1fdc9").unwrap();
+        let algorithms: Vec<ConvAlgorithm> = set.conv.iter().map(|c| c.algorithm).collect();
+        assert_eq!(
+            algorithms,
+            [
+                ConvAlgorithm::WinogradNonfused,
+                ConvAlgorithm::ImplicitGemm,
+                ConvAlgorithm::WinogradNonfused
+            ]
+        );
+        for (kernels, algorithm) in [
+            (
+                "cudnn_infer_ampere_scudnn_winograd_128x128_ldg1_ldg4",
+                ConvAlgorithm::Winograd,
+            ),
+            (
+                "void implicit_convolve_sgemm<float, float>",
+                ConvAlgorithm::ImplicitGemm,
+            ),
+            ("void fft2d_r2c_32x32<float>;fft2d_c2r", ConvAlgorithm::Fft),
+            (
+                "cudnn::cnn::im2col4d_kernel;maxwell_sgemm_128x64_nn",
+                ConvAlgorithm::Gemm,
+            ),
+        ] {
+            assert_eq!(
+                ConvAlgorithm::of_kernels(kernels),
+                Some(algorithm),
+                "{kernels}"
+            );
+        }
+        let head = "OPName,Latency,Device,B,Input_Channel,Output_Channel,Kernel_Szie,\
+                    Input_Size,Stride,Padding";
+        for (name, row, says) in [
+            (
+                "none",
+                format!("{head}\nconv,1.0,Tesla T4,2,8,8,3,8,1,1\n"),
+                "`Kernels`",
+            ),
+            (
+                "unknown",
+                format!("{head},Kernels\nconv,1.0,Tesla T4,2,8,8,3,8,1,1,;my_conv_kernel\n"),
+                "my_conv_kernel",
+            ),
+        ] {
+            let dir = temp(name);
+            let ops = dir.join(COLLECT).join("conv").join(TORCH);
+            std::fs::create_dir_all(&ops).unwrap();
+            std::fs::write(ops.join("z.csv"), row).unwrap();
+            let e = convert(&dir, "db1fdc9").unwrap_err().to_string();
+            assert!(e.contains("z.csv: line 2") && e.contains(says), "{e}");
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+    }
+
     #[test]
     fn bad_sources_and_sets_name_the_file_line_and_fix() {
         // An unknown device.

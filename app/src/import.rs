@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
-use ridgeline_calibrate::dataset::KernelSet;
+use ridgeline_calibrate::dataset::{ConvAlgorithm, KernelSet};
 use ridgeline_calibrate::{mlperf, neusight, nsys, torch_trace};
 use ridgeline_model::precision::Precision;
 
@@ -111,6 +111,14 @@ pub fn counts(set: &KernelSet) -> Vec<(String, String, usize)> {
             (
                 "conv",
                 set.conv.iter().filter(|s| s.device == device).count(),
+            ),
+            // The data of `conv-gemm`: the convolutions cuDNN ran as implicit GEMMs.
+            (
+                "conv implicit-gemm",
+                set.conv
+                    .iter()
+                    .filter(|s| s.device == device && s.algorithm == ConvAlgorithm::ImplicitGemm)
+                    .count(),
             ),
             (
                 "vector",

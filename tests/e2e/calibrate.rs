@@ -421,6 +421,12 @@ fn import_neusight_writes_a_kernel_set_and_refuses_what_it_cannot_source() {
         text.contains("gemm on t4") && text.contains("3 kernels"),
         "{text}"
     );
+    // Of the fixture's three convolutions cuDNN ran one as an implicit GEMM.
+    assert!(
+        text.lines()
+            .any(|l| l.contains("conv implicit-gemm on t4") && l.ends_with(" 1 kernels")),
+        "{text}"
+    );
     for file in ["gemm.csv.gz", "conv.csv.gz", "vector.csv.gz", "SOURCE.toml"] {
         assert!(out.join(file).is_file(), "{file}");
     }

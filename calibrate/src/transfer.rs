@@ -81,6 +81,10 @@ pub struct Point {
     /// Its device's SM count and boost clock, MHz ([`chip`]): GPUs alike in both share a
     /// chip and its configuration (the H100 SXM5 and the H200) and are left out together.
     pub chip: [u32; 2],
+    /// Another class that could time it and its features (one row per power cap, as `x`):
+    /// a library that times its algorithms and runs the fastest (cuDNN's autotuner) takes the
+    /// faster of the two ([`predict`]); `conv-gemm`'s for a convolution of `conv`'s kind.
+    pub or: Option<(String, Vec<Vec<f64>>)>,
 }
 
 /// The SM count and boost clock (MHz) of `d`: what tells one GPU chip configuration from
@@ -94,6 +98,38 @@ impl Point {
     pub fn at(&self, energy: usize) -> &[f64] {
         &self.x[energy.min(self.x.len() - 1)]
     }
+
+    /// A point with one way to run.
+    pub fn new(class: String, device: String, x: Vec<Vec<f64>>, y: f64, chip: [u32; 2]) -> Point {
+        Point {
+            class,
+            device,
+            x,
+            y,
+            chip,
+            or: None,
+        }
+    }
+}
+
+/// What `f` gives for a point under its class's model and, where the point has another
+/// class that could time it and `models` has that class, under that one (each with its
+/// features under its own power cap); the smaller of the two: a library's autotuner runs
+/// the faster algorithm. `None` where `models` has no model of the point's class.
+fn faster(models: &[ClassModel], p: &Point, f: impl Fn(&ClassModel, &[f64]) -> f64) -> Option<f64> {
+    let m = models.iter().find(|m| m.class == model_of(&p.class))?;
+    let own = f(m, p.at(m.energy));
+    let other = p.or.as_ref().and_then(|(class, x)| {
+        let o = models.iter().find(|m| &m.class == class)?;
+        Some(f(o, &x[o.energy.min(x.len() - 1)]))
+    });
+    Some(other.map_or(own, |t| own.min(t)))
+}
+
+/// The predicted time of a measured kernel on its own (launch plus work): its class's, or
+/// the faster of its class's and the other class's that could time it ([`Point::or`]).
+pub fn predict(models: &[ClassModel], p: &Point) -> Option<f64> {
+    faster(models, p, |m, x| m.predict(x))
 }
 
 /// One row of features per power cap of [`ENERGIES`].
@@ -123,13 +159,13 @@ pub fn points(set: &KernelSet, specs: &BTreeMap<String, DeviceSpec>) -> Result<V
         } else {
             (s.batch, s.m)
         };
-        out.push(Point {
-            class: s.op.clone(),
-            device: s.device.clone(),
-            x: capped(d, |d| transfer::gemm(b, m, s.n, s.k, 4, Tiles::Library, d)),
-            y: s.latency_s,
-            chip: chip(d),
-        });
+        out.push(Point::new(
+            s.op.clone(),
+            s.device.clone(),
+            capped(d, |d| transfer::gemm(b, m, s.n, s.k, 4, Tiles::Library, d)),
+            s.latency_s,
+            chip(d),
+        ));
     }
     for s in &set.conv {
         let d = spec(&s.device)?;
@@ -149,34 +185,41 @@ pub fn points(set: &KernelSet, specs: &BTreeMap<String, DeviceSpec>) -> Result<V
                 )
             })
         };
+        // Every convolution of the set is of `conv`'s kind (2-D 3 x 3 forward passes of
+        // stride 1), which cuDNN's autotuner runs as the faster of Winograd and the implicit
+        // GEMM: `conv`, fitted on all of them, predicts each as the faster of itself and
+        // `conv-gemm`.
         out.push(Point {
-            class: s.op.clone(),
-            device: s.device.clone(),
-            x: conv(true),
-            y: s.latency_s,
-            chip: chip(d),
+            or: Some((transfer::CONV_GEMM.to_owned(), conv(false))),
+            ..Point::new(
+                s.op.clone(),
+                s.device.clone(),
+                conv(true),
+                s.latency_s,
+                chip(d),
+            )
         });
         // A convolution cuDNN ran as an implicit GEMM is also a point of the class that
         // times convolutions so (`conv-gemm`), as that GEMM.
         if s.algorithm == ConvAlgorithm::ImplicitGemm {
-            out.push(Point {
-                class: transfer::CONV_GEMM.to_owned(),
-                device: s.device.clone(),
-                x: conv(false),
-                y: s.latency_s,
-                chip: chip(d),
-            });
+            out.push(Point::new(
+                transfer::CONV_GEMM.to_owned(),
+                s.device.clone(),
+                conv(false),
+                s.latency_s,
+                chip(d),
+            ));
         }
     }
     for s in &set.vector {
         let d = spec(&s.device)?;
-        out.push(Point {
-            class: s.op.clone(),
-            device: s.device.clone(),
-            x: vec![transfer::vector(s.batch * s.h, transfer::vector_arrays(&s.op), 4, d).to_vec()],
-            y: s.latency_s,
-            chip: chip(d),
-        });
+        out.push(Point::new(
+            s.op.clone(),
+            s.device.clone(),
+            vec![transfer::vector(s.batch * s.h, transfer::vector_arrays(&s.op), 4, d).to_vec()],
+            s.latency_s,
+            chip(d),
+        ));
     }
     Ok(out)
 }
@@ -343,8 +386,8 @@ fn errors<'a>(models: &[ClassModel], points: &[&'a Point]) -> BTreeMap<&'a str, 
     let mut out: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for p in points {
         let class = model_of(&p.class);
-        if let Some(m) = models.iter().find(|m| m.class == class) {
-            let r = m.predict_point(p) / p.y - 1.0;
+        if let Some(t) = predict(models, p) {
+            let r = t / p.y - 1.0;
             out.entry(p.class.as_str()).or_default().push(r);
             if class != p.class {
                 out.entry(class).or_default().push(r);
@@ -789,30 +832,39 @@ fn kernel_point(
 ) -> Point {
     let class = transfer::implicit_class(kernel, d.tensor.is_some())
         .unwrap_or_else(|| transfer::class_of(kernel));
-    let features = |d: &DeviceSpec| {
-        let f = transfer::features_for(kernel, class, elem, d);
-        std::array::from_fn(|i| f.get(i).copied().unwrap_or(0.0))
-    };
     let tensor = d.tensor.filter(|_| scaled);
-    Point {
-        class: match tensor {
-            Some(format) => transfer::tensor_class(class, format),
-            None => class.to_owned(),
-        },
-        device,
-        // A power cap where the device has one, at the energies of the units the kernel runs
-        // on: FP32's, or a tensor-core class's; none for a tensor-core kernel timed by an
-        // FP32 class.
-        x: match (d.power, d.tensor, tensor) {
+    // A power cap where the device has one, at the energies of the units the kernel runs
+    // on: FP32's, or a tensor-core class's; none for a tensor-core kernel timed by an FP32
+    // class.
+    let rows = |class: &str| {
+        let features = |d: &DeviceSpec| {
+            let f = transfer::features_for(kernel, class, elem, d);
+            std::array::from_fn(|i| f.get(i).copied().unwrap_or(0.0))
+        };
+        match (d.power, d.tensor, tensor) {
             (Some(_), None, _) => capped(d, features),
             (Some(_), Some(_), Some(_)) => TENSOR_ENERGIES
                 .iter()
                 .map(|e| features(&d.capped(*e)).to_vec())
                 .collect(),
             _ => vec![features(d).to_vec()],
-        },
-        y,
-        chip: chip(d),
+        }
+    };
+    Point {
+        // A convolution of `conv`'s kind off tensor cores runs as the faster of Winograd
+        // (`conv`) and the implicit GEMM (`conv-gemm`).
+        or: (d.tensor.is_none() && transfer::fitted_kind(kernel))
+            .then(|| (transfer::CONV_GEMM.to_owned(), rows(transfer::CONV_GEMM))),
+        ..Point::new(
+            match tensor {
+                Some(format) => transfer::tensor_class(class, format),
+                None => class.to_owned(),
+            },
+            device,
+            rows(class),
+            y,
+            chip(d),
+        )
     }
 }
 
@@ -913,18 +965,19 @@ pub fn outside_in_step(
     let mut by: BTreeMap<(&str, &str), Vec<f64>> = BTreeMap::new();
     for p in points {
         let class = model_of(&p.class);
-        let Some(m) = models.iter().find(|m| m.class == class) else {
-            continue;
-        };
-        let work = transfer::work(&m.coefficients, p.at(m.energy));
-        let floor = if floors {
-            transfer::floor(class, launch(m), host)
-        } else {
-            0.0
-        };
-        by.entry((p.device.as_str(), class))
-            .or_default()
-            .push(work.max(floor) / p.y - 1.0);
+        let timed = faster(models, p, |m, x| {
+            let floor = if floors {
+                transfer::floor(&m.class, launch(m), host)
+            } else {
+                0.0
+            };
+            transfer::work(&m.coefficients, x).max(floor)
+        });
+        if let Some(t) = timed {
+            by.entry((p.device.as_str(), class))
+                .or_default()
+                .push(t / p.y - 1.0);
+        }
     }
     by.into_iter()
         .map(|((device, class), e)| {
@@ -1238,6 +1291,58 @@ mod tests {
         assert!(adopted.is_empty() && held.classes.is_empty(), "{held:?}");
     }
 
+    /// A kernel two classes could time (a 3 x 3 forward convolution: Winograd's `conv` or
+    /// `conv-gemm`) is predicted by the faster, each class on its own features under its own
+    /// power cap; without the other class's model, by its own; and NeuSight's and FP32
+    /// records of `conv`'s kind carry `conv-gemm`'s features, tensor-core ones do not.
+    #[test]
+    fn a_kernel_two_classes_could_time_is_predicted_by_the_faster() {
+        let model = |class: &str, slope: f64, energy: usize| ClassModel {
+            class: class.into(),
+            coefficients: vec![1e-5, slope, 0.0, 0.0, 0.0],
+            energy_per_flop_7nm: ENERGIES[energy],
+            energy,
+            points: 1,
+        };
+        let rows = |t: f64| {
+            (0..ENERGIES.len())
+                .map(|e| vec![1.0, t + e as f64, 0.0, 0.0, 0.0])
+                .collect()
+        };
+        let p = Point {
+            or: Some((CONV_GEMM.to_owned(), rows(10.0))),
+            ..Point::new("conv".into(), "a".into(), rows(20.0), 1.0, [1, 1])
+        };
+        let conv = model("conv", 1.0, 2);
+        let fast = [conv.clone(), model(CONV_GEMM, 1.0, 1)];
+        assert_eq!(predict(&fast, &p), Some(1e-5 + 11.0));
+        let slow = [conv.clone(), model(CONV_GEMM, 3.0, 1)];
+        assert_eq!(predict(&slow, &p), Some(1e-5 + 22.0));
+        assert_eq!(predict(std::slice::from_ref(&conv), &p), Some(1e-5 + 22.0));
+        assert_eq!(predict(&fast[1..], &p), None);
+        let r = gpu_record(conv3x3(ConvPass::Forward, 1), RecordPrecision::Fp32, 1e-3);
+        let fp32 = spec(108.0, 1.5, 19.5, 1.5, 40.0);
+        let spec_of = |_: &Record, _: Precision| Some(("a".to_owned(), fp32));
+        let points = record_points("f", std::slice::from_ref(&r), &spec_of, false).unwrap();
+        let (class, x) = points[0].or.as_ref().unwrap();
+        assert_eq!(
+            (points[0].class.as_str(), class.as_str()),
+            ("conv", CONV_GEMM)
+        );
+        let k = record_kernel("f", &r).unwrap().unwrap();
+        let gemm = transfer::features_for(&k, CONV_GEMM, 4, &fp32);
+        assert_eq!((x.len(), &x[0]), (points[0].x.len(), &gemm));
+        let fp16 = DeviceSpec {
+            peak_flops: 312e12,
+            tensor: Some(ridgeline_model::precision::NumberFormat::Fp16),
+            ..fp32
+        };
+        let spec_of = |_: &Record, _: Precision| Some(("a".to_owned(), fp16));
+        let r = gpu_record(conv3x3(ConvPass::Forward, 1), RecordPrecision::Fp16, 1e-3);
+        let points = record_points("f", &[r], &spec_of, false).unwrap();
+        assert!(points[0].or.is_none() && points[0].class == CONV_GEMM);
+    }
+
     /// A published set of three FP16 GEMMs on each device of `specs`, each of 1 s.
     fn fp16_gemms(specs: &BTreeMap<&str, DeviceSpec>) -> crate::dataset::PublishedSet {
         let gemm = specs
@@ -1418,13 +1523,13 @@ mod tests {
                     let x = capped(d, |d| transfer::gemm(batch, m, n, k, 4, Tiles::Library, d));
                     // The truth is the features under `cap`.
                     let work: f64 = x[cap][1..].iter().zip(slopes).map(|(a, b)| a * b).sum();
-                    pts.push(Point {
-                        class: "bmm".into(),
-                        device: (*device).into(),
+                    pts.push(Point::new(
+                        "bmm".into(),
+                        (*device).into(),
                         x,
-                        y: floor + work,
-                        chip: chip(d),
-                    });
+                        floor + work,
+                        chip(d),
+                    ));
                 }
             }
         }

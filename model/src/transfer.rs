@@ -423,13 +423,19 @@ const TENSOR: &str = "-tensor-";
 /// no Winograd tiles. Depthwise convolutions, a product per channel, are neither: `None`,
 /// as for every kernel but a convolution.
 pub fn implicit_class(kernel: &Kernel, tensor: bool) -> Option<&'static str> {
-    let fitted_kind = kernel.pass == KernelPass::Forward
-        && kernel.conv.is_some_and(|c| c.winograd_rows.is_some());
     let convolution = matches!(
         kernel.class,
         KernelClass::ConvPointwise | KernelClass::ConvSpatial
     );
-    (convolution && (tensor || !fitted_kind)).then_some(CONV_GEMM)
+    (convolution && (tensor || !fitted_kind(kernel))).then_some(CONV_GEMM)
+}
+
+/// Whether `kernel` is a convolution of the kind `conv` is fitted on: a 2-D 3 x 3 forward
+/// pass of stride 1 of one group (one with Winograd rows). Off tensor cores cuDNN's
+/// autotuner runs it as the faster of Winograd (`conv`) and the implicit GEMM (`conv-gemm`):
+/// [`Model::timed`] takes the faster.
+pub fn fitted_kind(kernel: &Kernel) -> bool {
+    kernel.pass == KernelPass::Forward && kernel.conv.is_some_and(|c| c.winograd_rows.is_some())
 }
 
 /// The class of the convolutions run as implicit GEMMs ([`implicit_class`]).
@@ -691,16 +697,28 @@ impl Model {
 
     /// [`Model::time`] with its class's 90 % interval as multiples of it
     /// ([`ClassCoefficients::holdout_interval_90`]).
+    ///
+    /// A convolution of `conv`'s kind off tensor cores ([`fitted_kind`]) takes the faster of
+    /// `conv` (Winograd) and `conv-gemm` where the model has both, as cuDNN's autotuner
+    /// runs the faster algorithm; its interval is `conv`'s, whose held-out figures judge
+    /// that choice.
     pub fn timed(&self, kernel: &Kernel, elem: u64, d: &DeviceSpec) -> Option<(f64, [f64; 2])> {
         let c = self.class_for(kernel, d)?;
+        let t = self.in_step_as(c, kernel, elem, d);
+        let gemm = (c.name == "conv" && d.tensor.is_none() && fitted_kind(kernel))
+            .then(|| self.class(CONV_GEMM))
+            .flatten();
+        let t = gemm.map_or(t, |g| t.min(self.in_step_as(g, kernel, elem, d)));
+        Some((t, c.holdout_interval_90))
+    }
+
+    /// The time of `kernel` on `d` inside a step as class `c` times it.
+    fn in_step_as(&self, c: &ClassCoefficients, kernel: &Kernel, elem: u64, d: &DeviceSpec) -> f64 {
         // An FP32 class's energy per FLOP is not a tensor core's.
         let own = d.tensor.is_none() || is_tensor_class(&c.name);
         let d = d.capped(c.energy_per_flop_7nm.filter(|_| own));
         let x = features_for(kernel, &c.name, elem, &d);
-        Some((
-            work(&c.coefficients, &x).max(self.launch_floor(c)),
-            c.holdout_interval_90,
-        ))
+        work(&c.coefficients, &x).max(self.launch_floor(c))
     }
 
     /// The least time a kernel of class `c` takes inside a step: the host's time per launch,
@@ -869,6 +887,48 @@ mod tests {
         assert_eq!(old.class_for(&k, &A100).unwrap().name, "conv");
         assert_eq!(base_class("conv-gemm-tensor-16"), CONV_GEMM);
         assert!(is_tensor_class("gemm-tensor-16") && !is_tensor_class(CONV_GEMM));
+    }
+
+    /// A 3 x 3 forward convolution of stride 1 in FP32 takes the faster of `conv` (Winograd)
+    /// and `conv-gemm`, as cuDNN's autotuner runs the faster algorithm, with `conv`'s
+    /// interval; its gradients and the same convolution on tensor cores are `conv-gemm`'s.
+    #[test]
+    fn the_fitted_kind_takes_the_faster_of_winograd_and_the_implicit_gemm() {
+        let shape = crate::kernels::ConvShape {
+            batch: 32,
+            c_in: 256,
+            c_out: 256,
+            input: vec![28, 28],
+            output: vec![28, 28],
+            kernel: vec![3, 3],
+            stride: vec![1, 1],
+            padded: true,
+            groups: 1,
+        };
+        let k = shape.kernel(KernelPass::Forward);
+        assert!(fitted_kind(&k) && !fitted_kind(&shape.kernel(KernelPass::BackwardData)));
+        let conv = ClassCoefficients {
+            holdout_interval_90: [0.5, 1.5],
+            ..class("conv", 1e-6, 1.0)
+        };
+        let as_class = |c: &ClassCoefficients, class: &str| {
+            work(&c.coefficients, &features_for(&k, class, 4, &A100))
+        };
+        for (slope, faster) in [(0.5, CONV_GEMM), (4.0, "conv")] {
+            let gemm = class(CONV_GEMM, 1e-6, slope);
+            let m = model(vec![class("gemm", 1e-6, 1.0), conv.clone(), gemm.clone()]);
+            let (t, interval) = m.timed(&k, 4, &A100).unwrap();
+            let expected = if faster == "conv" {
+                as_class(&conv, "conv")
+            } else {
+                as_class(&gemm, CONV_GEMM)
+            };
+            assert_eq!((t, interval), (expected, [0.5, 1.5]), "{faster}");
+            assert!(t <= as_class(&conv, "conv") && t <= as_class(&gemm, CONV_GEMM));
+        }
+        // Without `conv-gemm`, `conv` alone.
+        let m = model(vec![class("gemm", 1e-6, 1.0), conv.clone()]);
+        assert_eq!(m.time(&k, 4, &A100), Some(as_class(&conv, "conv")));
     }
 
     /// A class's power cap holds only its own units: the FP32 class's energy per FLOP caps

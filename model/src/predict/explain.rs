@@ -174,8 +174,9 @@ fn timing_assumptions(
         out.push(format!(
             "{} layers timed by the transferred kernel model from the device file (fitted on \
              measured FP32 kernels of {}; a GPU left out of the fit is predicted within a \
-             median {} for GEMMs, {} for 3 x 3 stride-1 forward convolutions), never faster \
-             than the ideal bound",
+             median {} for GEMMs, {} for 3 x 3 stride-1 forward convolutions, each the faster \
+             of Winograd and the implicit GEMM as cuDNN's autotuner runs), never faster than \
+             the ideal bound",
             t.transfer,
             m.source.devices.join(", "),
             err("gemm"),

@@ -776,6 +776,22 @@ mod tests {
         }
     }
 
+    /// A 2-D 3 x 3 convolution of stride 1 that keeps its `size x size` maps, `channels` in
+    /// and out.
+    fn same_3x3(batch: usize, channels: usize, size: usize) -> crate::kernels::ConvShape {
+        crate::kernels::ConvShape {
+            batch,
+            c_in: channels,
+            c_out: channels,
+            input: vec![size, size],
+            output: vec![size, size],
+            kernel: vec![3, 3],
+            stride: vec![1, 1],
+            padded: true,
+            groups: 1,
+        }
+    }
+
     #[test]
     fn tensor_cores_take_the_tensor_classes_and_floors_follow_the_products() {
         let model = model(vec![
@@ -784,18 +800,7 @@ mod tests {
             class(CONV_GEMM, 300e-6, 1.0),
             class("conv-gemm-tensor-16", 80e-6, 4.0),
         ]);
-        let conv = crate::kernels::ConvShape {
-            batch: 1,
-            c_in: 8,
-            c_out: 8,
-            input: vec![8, 8],
-            output: vec![8, 8],
-            kernel: vec![3, 3],
-            stride: vec![1, 1],
-            padded: true,
-            groups: 1,
-        }
-        .kernel(crate::kernels::KernelPass::Forward);
+        let conv = same_3x3(1, 8, 8).kernel(KernelPass::Forward);
         let tensor = DeviceSpec {
             tensor: Some(NumberFormat::Bf16),
             ..A100
@@ -894,17 +899,7 @@ mod tests {
     /// interval; its gradients and the same convolution on tensor cores are `conv-gemm`'s.
     #[test]
     fn the_fitted_kind_takes_the_faster_of_winograd_and_the_implicit_gemm() {
-        let shape = crate::kernels::ConvShape {
-            batch: 32,
-            c_in: 256,
-            c_out: 256,
-            input: vec![28, 28],
-            output: vec![28, 28],
-            kernel: vec![3, 3],
-            stride: vec![1, 1],
-            padded: true,
-            groups: 1,
-        };
+        let shape = same_3x3(32, 256, 28);
         let k = shape.kernel(KernelPass::Forward);
         assert!(fitted_kind(&k) && !fitted_kind(&shape.kernel(KernelPass::BackwardData)));
         let conv = ClassCoefficients {

@@ -853,8 +853,8 @@ fn kernel_point(
     Point {
         // A convolution of `conv`'s kind off tensor cores runs as the faster of Winograd
         // (`conv`) and the implicit GEMM (`conv-gemm`).
-        or: (d.tensor.is_none() && transfer::fitted_kind(kernel))
-            .then(|| (transfer::CONV_GEMM.to_owned(), rows(transfer::CONV_GEMM))),
+        or: transfer::faster_class(kernel, d.tensor.is_some())
+            .map(|other| (other.to_owned(), rows(other))),
         ..Point::new(
             match tensor {
                 Some(format) => transfer::tensor_class(class, format),
@@ -1027,10 +1027,6 @@ pub fn scaled_classes(
             continue;
         };
         let floor = transfer::floor(base_name, launch(base), host);
-        // The power caps the scale is fitted under: the class's own (`TENSOR_ENERGIES`, the
-        // first none, the unscaled prediction's).
-        let caps: Vec<(usize, Option<f64>)> = TENSOR_ENERGIES.iter().copied().enumerate().collect();
-        let plain_cap = caps[0].0;
         // Each point: its chip, its device (GPU and precision, `h100-sxm5-80gb fp16`),
         // measured time, and the base class's work on it under each power cap of
         // `TENSOR_ENERGIES` (one where the device has no power figures).
@@ -1051,8 +1047,8 @@ pub fn scaled_classes(
         // the smallest median |error| on those chips.
         let fit_on = |keep: &dyn Fn([u32; 2]) -> bool| -> Option<(f64, usize)> {
             let on: Vec<_> = rows.iter().filter(|r| keep(r.0)).collect();
-            caps.iter()
-                .filter_map(|&(e, _)| {
+            (0..TENSOR_ENERGIES.len())
+                .filter_map(|e| {
                     let ratios: Vec<f64> = on.iter().map(|r| r.2 / work(&r.3, e)).collect();
                     if ratios.is_empty() {
                         return None;
@@ -1084,7 +1080,7 @@ pub fn scaled_classes(
             };
             let on: Vec<_> = rows.iter().filter(|r| r.1 == held).collect();
             let errors: Vec<f64> = on.iter().map(|r| s * work(&r.3, e) / r.2 - 1.0).collect();
-            unscaled.extend(on.iter().map(|r| work(&r.3, plain_cap) / r.2 - 1.0));
+            unscaled.extend(on.iter().map(|r| r.3[0] / r.2 - 1.0));
             pooled.errors.extend(&errors);
             pooled
                 .devices
@@ -1110,7 +1106,7 @@ pub fn scaled_classes(
             adopted.push(ClassModel {
                 class: class.to_owned(),
                 coefficients,
-                energy_per_flop_7nm: caps.iter().find(|c| c.0 == e).and_then(|c| c.1),
+                energy_per_flop_7nm: TENSOR_ENERGIES[e],
                 energy: e,
                 points: rows.len(),
             });

@@ -438,6 +438,13 @@ pub fn fitted_kind(kernel: &Kernel) -> bool {
     kernel.pass == KernelPass::Forward && kernel.conv.is_some_and(|c| c.winograd_rows.is_some())
 }
 
+/// The other class that could time `kernel` beside `conv`, where a library's autotuner runs
+/// the faster of two algorithms: `conv-gemm` for a convolution of `conv`'s kind off tensor
+/// cores ([`fitted_kind`]; `tensor`: on tensor cores).
+pub fn faster_class(kernel: &Kernel, tensor: bool) -> Option<&'static str> {
+    (!tensor && fitted_kind(kernel)).then_some(CONV_GEMM)
+}
+
 /// The class of the convolutions run as implicit GEMMs ([`implicit_class`]).
 pub const CONV_GEMM: &str = "conv-gemm";
 
@@ -705,9 +712,9 @@ impl Model {
     pub fn timed(&self, kernel: &Kernel, elem: u64, d: &DeviceSpec) -> Option<(f64, [f64; 2])> {
         let c = self.class_for(kernel, d)?;
         let t = self.in_step_as(c, kernel, elem, d);
-        let gemm = (c.name == "conv" && d.tensor.is_none() && fitted_kind(kernel))
-            .then(|| self.class(CONV_GEMM))
-            .flatten();
+        let gemm = faster_class(kernel, d.tensor.is_some())
+            .filter(|_| c.name == "conv")
+            .and_then(|other| self.class(other));
         let t = gemm.map_or(t, |g| t.min(self.in_step_as(g, kernel, elem, d)));
         Some((t, c.holdout_interval_90))
     }

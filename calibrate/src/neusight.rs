@@ -560,11 +560,9 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/neusight")
     }
 
-    fn temp(name: &str) -> std::path::PathBuf {
-        let d =
-            std::env::temp_dir().join(format!("ridgeline-neusight-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        d
+    /// A directory of its own, removed when dropped: tests run in parallel.
+    fn temp() -> tempfile::TempDir {
+        tempfile::tempdir().unwrap()
     }
 
     #[test]
@@ -594,16 +592,16 @@ mod tests {
     #[test]
     fn a_set_reads_back_as_written_to_six_digits() {
         let set = convert(&fixture(), "db1fdc9").unwrap();
-        let dir = temp("roundtrip");
-        set.write(&dir).unwrap();
-        let back = KernelSet::read(&dir).unwrap();
+        let dir_tmp = temp();
+        let dir = dir_tmp.path();
+        set.write(dir).unwrap();
+        let back = KernelSet::read(dir).unwrap();
         assert_eq!(back.source, set.source);
         assert_eq!(back.gemm.len(), 3);
         for (a, b) in back.conv.iter().zip(&set.conv) {
             assert!((a.latency_s / b.latency_s - 1.0).abs() < 1e-5);
             assert_eq!((a.batch, a.c_in, a.size), (b.batch, b.c_in, b.size));
         }
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A convolution keeps the algorithm cuDNN ran it with, from its kernels' names; a row
@@ -643,32 +641,31 @@ mod tests {
         }
         let head = "OPName,Latency,Device,B,Input_Channel,Output_Channel,Kernel_Szie,\
                     Input_Size,Stride,Padding";
-        for (name, row, says) in [
+        for (row, says) in [
             (
-                "none",
                 format!("{head}\nconv,1.0,Tesla T4,2,8,8,3,8,1,1\n"),
                 "`Kernels`",
             ),
             (
-                "unknown",
                 format!("{head},Kernels\nconv,1.0,Tesla T4,2,8,8,3,8,1,1,;my_conv_kernel\n"),
                 "my_conv_kernel",
             ),
         ] {
-            let dir = temp(name);
+            let dir_tmp = temp();
+            let dir = dir_tmp.path();
             let ops = dir.join(COLLECT).join("conv").join(TORCH);
             std::fs::create_dir_all(&ops).unwrap();
             std::fs::write(ops.join("z.csv"), row).unwrap();
-            let e = convert(&dir, "db1fdc9").unwrap_err().to_string();
+            let e = convert(dir, "db1fdc9").unwrap_err().to_string();
             assert!(e.contains("z.csv: line 2") && e.contains(says), "{e}");
-            std::fs::remove_dir_all(&dir).unwrap();
         }
     }
 
     #[test]
     fn bad_sources_and_sets_name_the_file_line_and_fix() {
         // An unknown device.
-        let dir = temp("unknown");
+        let dir_tmp = temp();
+        let dir = dir_tmp.path();
         let ops = dir.join(COLLECT).join("relu").join(TORCH);
         std::fs::create_dir_all(&ops).unwrap();
         std::fs::write(
@@ -676,7 +673,7 @@ mod tests {
             "OPName,Latency,Device,B,H\nrelu,0.04,Radeon 9000,1,8\n",
         )
         .unwrap();
-        let e = convert(&dir, "db1fdc9").unwrap_err().to_string();
+        let e = convert(dir, "db1fdc9").unwrap_err().to_string();
         assert!(
             e.contains("x.csv: line 2") && e.contains("Radeon 9000"),
             "{e}"
@@ -689,7 +686,7 @@ mod tests {
             "OPName,Latency,Device,B,M,N\nbmm,0.04,Tesla T4,1,8,8\n",
         )
         .unwrap();
-        let e = convert(&dir, "db1fdc9").unwrap_err().to_string();
+        let e = convert(dir, "db1fdc9").unwrap_err().to_string();
         assert!(e.contains("y.csv: line 2") && e.contains("`K`"), "{e}");
         // Not a checkout at all.
         let e = convert(&dir.join("nothing"), "db1fdc9")
@@ -699,15 +696,14 @@ mod tests {
         // A written set with a zero time is refused on reading, naming the row.
         let mut set = convert(&fixture(), "db1fdc9").unwrap();
         set.vector[1].latency_s = 0.0;
-        let out = temp("zero");
-        set.write(&out).unwrap();
-        let e = KernelSet::read(&out).unwrap_err().to_string();
+        let out_tmp = temp();
+        let out = out_tmp.path();
+        set.write(out).unwrap();
+        let e = KernelSet::read(out).unwrap_err().to_string();
         assert!(
             e.contains("vector.csv.gz: row 2") && e.contains("latency_s 0"),
             "{e}"
         );
-        std::fs::remove_dir_all(&dir).unwrap();
-        std::fs::remove_dir_all(&out).unwrap();
     }
 
     #[test]
@@ -741,18 +737,18 @@ mod tests {
             "h100-sxm5-80gb"
         );
         // Written and read back; a bad row is refused naming the row and field.
-        let dir = temp("labels");
-        set.write(&dir).unwrap();
-        assert_eq!(LabelSet::read(&dir).unwrap().ops.len(), 5);
+        let dir_tmp = temp();
+        let dir = dir_tmp.path();
+        set.write(dir).unwrap();
+        assert_eq!(LabelSet::read(dir).unwrap().ops.len(), 5);
         let mut bad = set.clone();
         bad.ops[2].backward_s = -1.0;
-        bad.write(&dir).unwrap();
-        let e = LabelSet::read(&dir).unwrap_err().to_string();
+        bad.write(dir).unwrap();
+        let e = LabelSet::read(dir).unwrap_err().to_string();
         assert!(
             e.contains("ops.csv.gz: row 3") && e.contains("backward_s"),
             "{e}"
         );
-        std::fs::remove_dir_all(&dir).unwrap();
         // A checkout without labels has none.
         assert!(
             convert_labels(&fixture().join("scripts"), "db1fdc9")

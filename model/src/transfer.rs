@@ -24,7 +24,11 @@
 //! - **a roofline over L2 and HBM**: the bytes a kernel must move at the HBM bandwidth, split
 //!   by whether its working set fits the L2 (then it streams at the L2's much higher rate,
 //!   which device files do not give: its coefficient is fitted);
-//! - convolutions as implicit GEMM (`M = N*out`, `K = C_in*kernel`, `N = C_out`);
+//! - convolutions as implicit GEMM (`M = N*out`, `K = C_in*kernel`, `N = C_out`); a
+//!   Winograd kernel also transforms its filters once per call, whatever the batch (the
+//!   `filters` feature: 36 elements per 3 x 3 filter at the HBM bandwidth);
+//! - depthwise convolutions as what they are, stencils over each channel: the bytes they
+//!   move, timed by `relu`'s model ([`DEPTHWISE`]);
 //! - vector ops: bytes over bandwidth by the same split, and elements per SM-cycle for the
 //!   arithmetic (`pow`, `gelu`, `tanh`).
 //!
@@ -160,7 +164,7 @@ impl DeviceSpec {
 }
 
 /// The features of a GEMM-like kernel, in order.
-pub const GEMM_FEATURES: [&str; 5] = ["launch", "tiled", "waves", "l2", "hbm"];
+pub const GEMM_FEATURES: [&str; 6] = ["launch", "tiled", "waves", "l2", "hbm", "filters"];
 
 /// The features of a vector kernel, in order.
 pub const VECTOR_FEATURES: [&str; 4] = ["launch", "l2", "hbm", "elements"];
@@ -189,6 +193,9 @@ pub enum Tiles {
     /// tiles several to an SM, split-K where it fills idle SMs (convolutions).
     Any,
 }
+/// How many more elements a Winograd kernel's transformed filters hold than the filters:
+/// F(4x4, 3x3) transforms each 3 x 3 filter into a 6 x 6 tile, 36 elements for 9.
+const WINOGRAD_FILTER_GROWTH: f64 = ((crate::kernels::WINOGRAD_TILE + 2).pow(2) as f64) / 9.0;
 /// The least of the inner dimension one block of a split-K GEMM takes.
 const SPLIT_K_MIN: f64 = 256.0;
 /// The ways a GEMM may split its inner dimension.
@@ -279,11 +286,11 @@ pub fn gemm(
     elem: u64,
     tiles: Tiles,
     d: &DeviceSpec,
-) -> [f64; 5] {
+) -> [f64; 6] {
     let t = tiling(batch, m, n, k, tiles, d);
     let bytes = (elem * batch * (m * k + k * n + m * n)) as f64;
     let (l2, hbm) = memory(bytes, d);
-    [1.0, t.seconds, t.waves / d.clock_hz, l2, hbm]
+    [1.0, t.seconds, t.waves / d.clock_hz, l2, hbm, 0.0]
 }
 
 /// The features of a 2-D or 3-D convolution forward pass as an implicit GEMM: `batch`
@@ -303,7 +310,7 @@ pub fn conv(
     winograd: bool,
     elem: u64,
     d: &DeviceSpec,
-) -> [f64; 5] {
+) -> [f64; 6] {
     let extents: Vec<usize> = input
         .iter()
         .zip(kernel)
@@ -313,29 +320,43 @@ pub fn conv(
     let out: u64 = extents.iter().map(|&o| o as u64).product();
     let k = c_in * kernel.iter().product::<u64>();
     let as_usize = |v: &[u64]| v.iter().map(|&x| x as usize).collect::<Vec<_>>();
-    let rows = crate::kernels::winograd_positions(&extents, &as_usize(kernel), &as_usize(stride))
-        .filter(|_| winograd)
-        .map_or(batch * out, |p| batch * p as u64);
+    let positions =
+        crate::kernels::winograd_positions(&extents, &as_usize(kernel), &as_usize(stride))
+            .filter(|_| winograd);
+    let rows = positions.map_or(batch * out, |p| batch * p as u64);
     let spatial: u64 = input.iter().product();
     let elements = (batch * c_in * spatial + c_out * k + batch * out * c_out) as f64;
-    implicit_gemm(1, rows, c_out, k, elements, elem, d)
+    implicit_gemm(1, rows, c_out, k, elements, positions.is_some(), elem, d)
 }
 
 /// The features of a convolution's kernel: `calls` implicit GEMMs of `rows x k` by `k x n`
 /// in the fastest tiling, moving `elements` (input, filters, output: not the unrolled input).
+///
+/// A Winograd kernel (`winograd`: its rows are Winograd tiles) also transforms its filters
+/// once per call, whatever the batch: the `filters` feature is the transformed filters'
+/// bytes (36 elements for each 3 x 3 filter) at the HBM bandwidth. It is what a batch of
+/// one pays as much as a batch of 64: fitted on NeuSight's 3 x 3 convolutions, the
+/// features without it predicted small batches 5-6 % fast and batches of 54-64 14 % slow
+/// on one GPU, and leaving one GPU out it took `conv` from 17.7 to 16.2 % in an
+/// exploration outside the project.
+#[allow(clippy::too_many_arguments)]
 fn implicit_gemm(
     calls: u64,
     rows: u64,
     n: u64,
     k: u64,
     elements: f64,
+    winograd: bool,
     elem: u64,
     d: &DeviceSpec,
-) -> [f64; 5] {
+) -> [f64; 6] {
     let mut f = gemm(calls, rows, n, k, elem, Tiles::Any, d);
     let (l2, hbm) = memory(elements * elem as f64, d);
     f[3] = l2;
     f[4] = hbm;
+    if winograd {
+        f[5] = WINOGRAD_FILTER_GROWTH * (calls * n * k * elem) as f64 / d.bandwidth;
+    }
     f
 }
 
@@ -366,7 +387,8 @@ pub fn vector_bytes(elements: f64, bytes: f64, d: &DeviceSpec) -> [f64; 4] {
 /// The kernel class of the data a ridgeline kernel is timed as: dense layers and products as
 /// `gemm` (one model fitted on every product of the set, batched and linear layers,
 /// `calibrate::transfer::TIMED_BY`),
-/// convolutions as `conv`, and each vector op as the measured op that does the same work
+/// convolutions as `conv`, depthwise convolutions as [`DEPTHWISE`] (timed by `relu`'s model,
+/// [`fitted_class`]), and each vector op as the measured op that does the same work
 /// per element: unary ops that read one array and write one as `relu` (pooling, dropout,
 /// copies, an embedding's and a gather's row copies too), `tanh`, `add` (scatter-add and
 /// segment sum too), a scale as `mulu`, a shift as `addu`, a product as `mul`, a power as
@@ -375,9 +397,8 @@ pub fn vector_bytes(elements: f64, bytes: f64, d: &DeviceSpec) -> [f64; 4] {
 pub fn class_of(kernel: &Kernel) -> &'static str {
     match kernel.class {
         KernelClass::Gemm => "gemm",
-        KernelClass::ConvPointwise | KernelClass::ConvSpatial | KernelClass::ConvDepthwise => {
-            "conv"
-        }
+        KernelClass::ConvPointwise | KernelClass::ConvSpatial => "conv",
+        KernelClass::ConvDepthwise => DEPTHWISE,
         KernelClass::Norm => "ln",
         KernelClass::Pooling => "relu",
         KernelClass::Elementwise => match kernel.op.unwrap_or("relu") {
@@ -448,6 +469,28 @@ pub fn faster_class(kernel: &Kernel, tensor: bool) -> Option<&'static str> {
 /// The class of the convolutions run as implicit GEMMs ([`implicit_class`]).
 pub const CONV_GEMM: &str = "conv-gemm";
 
+/// The class of depthwise convolutions: a stencil over each channel (nine multiply-adds an
+/// output for a 3 x 3 filter), not a product. It reads its input and writes its output, as
+/// `relu` does, and is timed by `relu`'s model ([`fitted_class`]) over the bytes it moves
+/// (input, filters and output): memory-bound, on the vector units in every format
+/// ([`runs_on_matrix_units`]). cuDNN 9's FP16 depthwise kernels run at 45-78 % of the H100's
+/// HBM bandwidth in ridgeline's records, its FP32 ones at 12-60 %; as products per channel,
+/// in tiles of at least 32 x 32 for one filter of nine taps, they had been timed 2 to 25
+/// times too slow.
+pub const DEPTHWISE: &str = "conv-depthwise";
+
+/// The fitted class whose model times kernels of `class`: `relu` for [`DEPTHWISE`], which
+/// no data set measures on its own; every other class its own.
+pub fn fitted_class(class: &str) -> &str {
+    if class == DEPTHWISE { "relu" } else { class }
+}
+
+/// Whether `kernel` runs on the matrix units (tensor cores where its format has them): every
+/// product and convolution but a depthwise one ([`DEPTHWISE`]).
+pub fn runs_on_matrix_units(kernel: &Kernel) -> bool {
+    kernel.class.is_matrix() && kernel.class != KernelClass::ConvDepthwise
+}
+
 /// The FP32 class a tensor-core class scales (`conv-gemm` of `conv-gemm-tensor-16`); a
 /// class that is not one is its own.
 pub fn base_class(class: &str) -> &str {
@@ -485,26 +528,32 @@ pub fn features(kernel: &Kernel, elem: u64, d: &DeviceSpec) -> Vec<f64> {
 /// element.
 pub fn features_for(kernel: &Kernel, class: &str, elem: u64, d: &DeviceSpec) -> Vec<f64> {
     let winograd = base_class(class) != CONV_GEMM;
+    if kernel.class == KernelClass::ConvDepthwise {
+        // The bytes of the input, filters and output (the GEMM's operands where the kernel
+        // has no convolution figures), over the elements of one array of a unary op.
+        let elements = kernel
+            .conv
+            .map_or(kernel.x[2] + kernel.x[3] + kernel.x[4], |c| c.elements);
+        let arrays = vector_arrays(fitted_class(DEPTHWISE)) as f64;
+        return vector_bytes(elements / arrays, elements * elem as f64, d).to_vec();
+    }
     if kernel.class.is_matrix() {
         let (calls, m, n, k) = gemm_shape(&kernel.x);
         if kernel.class == KernelClass::Gemm {
             return gemm(calls, m, n, k, elem, Tiles::Library, d).to_vec();
         }
         // A convolution of one group lowers every call (one per sample for a pointwise
-        // convolution) into one implicit GEMM, as cuDNN does; a depthwise one runs a
-        // product per channel.
-        let (calls, rows) = if calls > 1 && kernel.class != KernelClass::ConvDepthwise {
+        // convolution) into one implicit GEMM, as cuDNN does.
+        let (calls, rows) = if calls > 1 {
             (1, m * calls)
         } else {
             (calls, m)
         };
         match kernel.conv {
             Some(c) => {
-                let rows = c
-                    .winograd_rows
-                    .filter(|_| winograd)
-                    .map_or(rows, |r| r.round() as u64);
-                implicit_gemm(calls, rows, n, k, c.elements, elem, d).to_vec()
+                let tiles = c.winograd_rows.filter(|_| winograd);
+                let rows = tiles.map_or(rows, |r| r.round() as u64);
+                implicit_gemm(calls, rows, n, k, c.elements, tiles.is_some(), elem, d).to_vec()
             }
             None => gemm(calls, rows, n, k, elem, Tiles::Any, d).to_vec(),
         }
@@ -689,9 +738,9 @@ impl Model {
     pub fn class_for(&self, kernel: &Kernel, d: &DeviceSpec) -> Option<&ClassCoefficients> {
         let name = implicit_class(kernel, d.tensor.is_some())
             .filter(|c| self.class(c).is_some())
-            .unwrap_or_else(|| class_of(kernel));
+            .unwrap_or_else(|| fitted_class(class_of(kernel)));
         d.tensor
-            .filter(|_| kernel.class.is_matrix())
+            .filter(|_| runs_on_matrix_units(kernel))
             .and_then(|f| self.class(&tensor_class(name, f)))
             .or_else(|| self.class(name))
     }
@@ -843,13 +892,18 @@ mod tests {
     /// `conv-gemm` times the convolutions outside `conv`'s kind (both gradients, 1 x 1 and
     /// strided ones) and every convolution on tensor cores, as implicit GEMMs without
     /// Winograd tiles; `conv` its kind in FP32 (2-D 3 x 3 forward of stride 1); depthwise
-    /// ones stay `conv`'s. A model without `conv-gemm` times them all as `conv`.
+    /// ones are `relu`'s stencils. A model without `conv-gemm` times them all as `conv`.
     #[test]
     fn convolutions_outside_the_fitted_kind_and_on_tensor_cores_are_implicit_gemms() {
         let model = model(vec![
             class("gemm", 30e-6, 1.0),
             class("conv", 300e-6, 1.0),
             class(CONV_GEMM, 30e-6, 2.0),
+            ClassCoefficients {
+                features: VECTOR_FEATURES.iter().map(|f| (*f).to_owned()).collect(),
+                coefficients: vec![30e-6, 1.0, 1.0, 0.0],
+                ..class("relu", 30e-6, 1.0)
+            },
         ]);
         let shape = |kernel: usize, stride: usize, groups: usize| crate::kernels::ConvShape {
             batch: 4,
@@ -872,15 +926,22 @@ mod tests {
         }
         assert_eq!(name(&shape(1, 1, 1), KernelPass::Forward, &A100), CONV_GEMM);
         assert_eq!(name(&shape(3, 2, 1), KernelPass::Forward, &A100), CONV_GEMM);
-        assert_eq!(
-            name(&shape(3, 1, 64), KernelPass::BackwardData, &A100),
-            "conv"
-        );
+        // A depthwise convolution is a stencil, timed by `relu`'s model, on tensor-core
+        // formats too.
+        let depthwise = shape(3, 1, 64);
+        assert_eq!(name(&depthwise, KernelPass::BackwardData, &A100), "relu");
         let tensor = DeviceSpec {
             tensor: Some(NumberFormat::Fp16),
             ..A100
         };
         assert_eq!(name(&fitted, KernelPass::Forward, &tensor), CONV_GEMM);
+        assert_eq!(name(&depthwise, KernelPass::Forward, &tensor), "relu");
+        let dw = depthwise.kernel(KernelPass::Forward);
+        let moved = dw.conv.unwrap().elements * 2.0;
+        assert_eq!(
+            features(&dw, 2, &tensor),
+            vector_bytes(moved / 4.0, moved, &tensor).to_vec()
+        );
         // The implicit GEMM runs every output position: 30 x 30, where Winograd's 4 x 4
         // tiles run 32 x 32.
         let k = fitted.kernel(KernelPass::Forward);
@@ -1040,6 +1101,46 @@ mod tests {
         assert!(v_big[1] == 0.0 && v_big[2] > 0.0);
         assert_eq!(vector_arrays("add"), 3);
         assert_eq!(vector_arrays("relu"), 2);
+    }
+
+    /// A Winograd kernel transforms its filters once, whatever the batch: 36 elements for
+    /// each 3 x 3 filter at the HBM bandwidth; the implicit GEMM and products transform none.
+    #[test]
+    fn a_winograd_kernel_pays_for_its_transformed_filters_once_per_call() {
+        let at = |batch: u64, winograd: bool| {
+            conv(
+                batch,
+                64,
+                128,
+                &[56, 56],
+                &[3, 3],
+                &[1, 1],
+                &[1, 1],
+                winograd,
+                4,
+                &A100,
+            )
+        };
+        let transformed = 36.0 * 64.0 * 128.0 * 4.0 / A100.bandwidth;
+        assert!((at(1, true)[5] / transformed - 1.0).abs() < 1e-12);
+        assert_eq!(at(64, true)[5], at(1, true)[5]);
+        assert!(at(64, true)[1] > at(1, true)[1] * 32.0);
+        assert_eq!(at(8, false)[5], 0.0);
+        assert_eq!(gemm(1, 4096, 4096, 4096, 4, Tiles::Library, &A100)[5], 0.0);
+        // A strided convolution runs no Winograd kernel.
+        let strided = conv(
+            8,
+            64,
+            128,
+            &[56, 56],
+            &[3, 3],
+            &[2, 2],
+            &[1, 1],
+            true,
+            4,
+            &A100,
+        );
+        assert_eq!(strided[5], 0.0);
     }
 
     /// What `predict` times a convolution layer's kernels by is what the fit saw of the

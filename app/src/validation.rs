@@ -876,7 +876,6 @@ fn pool_runs(before: Vec<Record>, after: Vec<Record>) -> Vec<Record> {
 mod tests {
     use ridgeline_measure::Env;
     use ridgeline_measure::record::{Extra, Measured, StepShape};
-    use ridgeline_model::transfer::DEPTHWISE;
 
     use super::*;
     use std::cell::RefCell;
@@ -1158,9 +1157,9 @@ mod tests {
                 .count()
         };
         // 33 GEMM shapes per format; 629 convolution passes in tf32, fp16 and bf16, all
-        // implicit GEMMs but DeepCAM's 13 depthwise layers' (39 passes a format, points of
-        // `conv-depthwise` in every format); the 210 in fp32 too, of which the 10 2-D 3 x 3
-        // forward passes of stride 1 are `conv`'s.
+        // implicit GEMMs but DeepCAM's 13 depthwise layers' (39 passes a format); the 210
+        // in fp32 too, of which the 10 2-D 3 x 3 forward passes of stride 1 and the
+        // depthwise ones are `conv`'s.
         for gpu in ["h200-sxm-141gb", "h100-sxm5-80gb"] {
             assert_eq!(count(&plain.gpu, "gemm", &format!("{gpu} fp32")), 33);
             assert_eq!(count(&tensor.gpu, "gemm", &format!("{gpu} fp32")), 33);
@@ -1184,17 +1183,14 @@ mod tests {
                     })
                     .sum()
             };
-            // Depthwise convolutions run on no tensor core: no tensor-core class's data.
-            assert_eq!((conv("conv-gemm"), conv("conv")), (512, 0), "{gpu}");
-            assert_eq!(count(&tensor.gpu, DEPTHWISE, &format!("{gpu} fp16")), 39);
+            assert_eq!((conv("conv-gemm"), conv("conv")), (512, 117), "{gpu}");
             let fp32 = format!("{gpu} fp32");
             assert_eq!(
                 (
                     count(&plain.gpu, "conv-gemm", &fp32),
-                    count(&plain.gpu, "conv", &fp32),
-                    count(&plain.gpu, DEPTHWISE, &fp32)
+                    count(&plain.gpu, "conv", &fp32)
                 ),
-                (161, 10, 39)
+                (161, 49)
             );
         }
         // The two share one chip: left out together by the tensor-core classes.

@@ -39,13 +39,12 @@ use crate::fit::fit_relative;
 /// point.
 pub const TIMED_BY: [(&str, &str); 2] = [("bmm", "gemm"), ("linear", "gemm")];
 
-/// The class whose model times `class` ([`TIMED_BY`]; a depthwise convolution as `relu`,
-/// [`transfer::fitted_class`]).
+/// The class whose model times `class`.
 pub fn model_of(class: &str) -> &str {
     TIMED_BY
         .iter()
         .find(|(c, _)| *c == class)
-        .map_or(transfer::fitted_class(class), |(_, m)| m)
+        .map_or(class, |(_, m)| m)
 }
 
 /// The energies of one FLOP at 7 nm (J) a class's power cap may take in the fit, after none
@@ -833,9 +832,7 @@ fn kernel_point(
 ) -> Point {
     let class = transfer::implicit_class(kernel, d.tensor.is_some())
         .unwrap_or_else(|| transfer::class_of(kernel));
-    let tensor = d
-        .tensor
-        .filter(|_| scaled && transfer::runs_on_matrix_units(kernel));
+    let tensor = d.tensor.filter(|_| scaled);
     // A power cap where the device has one, at the energies of the units the kernel runs
     // on: FP32's, or a tensor-core class's; none for a tensor-core kernel timed by an FP32
     // class.
@@ -967,13 +964,7 @@ pub fn outside_in_step(
     let host = models.iter().find(|m| m.class == "gemm").map(launch);
     let mut by: BTreeMap<(&str, &str), Vec<f64>> = BTreeMap::new();
     for p in points {
-        // Products pooled as `gemm`; a depthwise convolution under its own name, though
-        // `relu`'s model times it.
-        let class = if TIMED_BY.iter().any(|(c, _)| *c == p.class) {
-            model_of(&p.class)
-        } else {
-            p.class.as_str()
-        };
+        let class = model_of(&p.class);
         let timed = faster(models, p, |m, x| {
             let floor = if floors {
                 transfer::floor(&m.class, launch(m), host)
@@ -990,8 +981,7 @@ pub fn outside_in_step(
     }
     by.into_iter()
         .map(|((device, class), e)| {
-            let interval = heldout.intervals.get(model_of(class)).copied();
-            Pool::judged(e, interval).holdout(device, class)
+            Pool::judged(e, heldout.intervals.get(class).copied()).holdout(device, class)
         })
         .collect()
 }

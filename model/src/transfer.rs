@@ -27,8 +27,6 @@
 //! - convolutions as implicit GEMM (`M = N*out`, `K = C_in*kernel`, `N = C_out`); a
 //!   Winograd kernel also transforms its filters once per call, whatever the batch (the
 //!   `filters` feature: 36 elements per 3 x 3 filter at the HBM bandwidth);
-//! - depthwise convolutions as what they are, stencils over each channel: the bytes they
-//!   move, timed by `relu`'s model ([`DEPTHWISE`]);
 //! - vector ops: bytes over bandwidth by the same split, and elements per SM-cycle for the
 //!   arithmetic (`pow`, `gelu`, `tanh`).
 //!
@@ -337,8 +335,9 @@ pub fn conv(
 /// bytes (36 elements for each 3 x 3 filter) at the HBM bandwidth. It is what a batch of
 /// one pays as much as a batch of 64: fitted on NeuSight's 3 x 3 convolutions, the
 /// features without it predicted small batches 5-6 % fast and batches of 54-64 14 % slow
-/// on one GPU, and leaving one GPU out it took `conv` from 17.7 to 16.2 % in an
-/// exploration outside the project.
+/// on one GPU; leaving one GPU out, it takes `conv` from 18.2 to 16.8 % (bias +2.1 to
+/// +0.2 %), and DeepBench's FP32 3 x 3 forward passes, never fitted, from 17.9 to 14.0 % on
+/// the V100 and 19.5 to 12.8 % on the T4.
 #[allow(clippy::too_many_arguments)]
 fn implicit_gemm(
     calls: u64,
@@ -387,8 +386,7 @@ pub fn vector_bytes(elements: f64, bytes: f64, d: &DeviceSpec) -> [f64; 4] {
 /// The kernel class of the data a ridgeline kernel is timed as: dense layers and products as
 /// `gemm` (one model fitted on every product of the set, batched and linear layers,
 /// `calibrate::transfer::TIMED_BY`),
-/// convolutions as `conv`, depthwise convolutions as [`DEPTHWISE`] (timed by `relu`'s model,
-/// [`fitted_class`]), and each vector op as the measured op that does the same work
+/// convolutions as `conv`, and each vector op as the measured op that does the same work
 /// per element: unary ops that read one array and write one as `relu` (pooling, dropout,
 /// copies, an embedding's and a gather's row copies too), `tanh`, `add` (scatter-add and
 /// segment sum too), a scale as `mulu`, a shift as `addu`, a product as `mul`, a power as
@@ -397,8 +395,9 @@ pub fn vector_bytes(elements: f64, bytes: f64, d: &DeviceSpec) -> [f64; 4] {
 pub fn class_of(kernel: &Kernel) -> &'static str {
     match kernel.class {
         KernelClass::Gemm => "gemm",
-        KernelClass::ConvPointwise | KernelClass::ConvSpatial => "conv",
-        KernelClass::ConvDepthwise => DEPTHWISE,
+        KernelClass::ConvPointwise | KernelClass::ConvSpatial | KernelClass::ConvDepthwise => {
+            "conv"
+        }
         KernelClass::Norm => "ln",
         KernelClass::Pooling => "relu",
         KernelClass::Elementwise => match kernel.op.unwrap_or("relu") {
@@ -469,28 +468,6 @@ pub fn faster_class(kernel: &Kernel, tensor: bool) -> Option<&'static str> {
 /// The class of the convolutions run as implicit GEMMs ([`implicit_class`]).
 pub const CONV_GEMM: &str = "conv-gemm";
 
-/// The class of depthwise convolutions: a stencil over each channel (nine multiply-adds an
-/// output for a 3 x 3 filter), not a product. It reads its input and writes its output, as
-/// `relu` does, and is timed by `relu`'s model ([`fitted_class`]) over the bytes it moves
-/// (input, filters and output): memory-bound, on the vector units in every format
-/// ([`runs_on_matrix_units`]). cuDNN 9's FP16 depthwise kernels run at 45-78 % of the H100's
-/// HBM bandwidth in ridgeline's records, its FP32 ones at 12-60 %; as products per channel,
-/// in tiles of at least 32 x 32 for one filter of nine taps, they had been timed 2 to 25
-/// times too slow.
-pub const DEPTHWISE: &str = "conv-depthwise";
-
-/// The fitted class whose model times kernels of `class`: `relu` for [`DEPTHWISE`], which
-/// no data set measures on its own; every other class its own.
-pub fn fitted_class(class: &str) -> &str {
-    if class == DEPTHWISE { "relu" } else { class }
-}
-
-/// Whether `kernel` runs on the matrix units (tensor cores where its format has them): every
-/// product and convolution but a depthwise one ([`DEPTHWISE`]).
-pub fn runs_on_matrix_units(kernel: &Kernel) -> bool {
-    kernel.class.is_matrix() && kernel.class != KernelClass::ConvDepthwise
-}
-
 /// The FP32 class a tensor-core class scales (`conv-gemm` of `conv-gemm-tensor-16`); a
 /// class that is not one is its own.
 pub fn base_class(class: &str) -> &str {
@@ -528,23 +505,15 @@ pub fn features(kernel: &Kernel, elem: u64, d: &DeviceSpec) -> Vec<f64> {
 /// element.
 pub fn features_for(kernel: &Kernel, class: &str, elem: u64, d: &DeviceSpec) -> Vec<f64> {
     let winograd = base_class(class) != CONV_GEMM;
-    if kernel.class == KernelClass::ConvDepthwise {
-        // The bytes of the input, filters and output (the GEMM's operands where the kernel
-        // has no convolution figures), over the elements of one array of a unary op.
-        let elements = kernel
-            .conv
-            .map_or(kernel.x[2] + kernel.x[3] + kernel.x[4], |c| c.elements);
-        let arrays = vector_arrays(fitted_class(DEPTHWISE)) as f64;
-        return vector_bytes(elements / arrays, elements * elem as f64, d).to_vec();
-    }
     if kernel.class.is_matrix() {
         let (calls, m, n, k) = gemm_shape(&kernel.x);
         if kernel.class == KernelClass::Gemm {
             return gemm(calls, m, n, k, elem, Tiles::Library, d).to_vec();
         }
         // A convolution of one group lowers every call (one per sample for a pointwise
-        // convolution) into one implicit GEMM, as cuDNN does.
-        let (calls, rows) = if calls > 1 {
+        // convolution) into one implicit GEMM, as cuDNN does; a depthwise one runs a
+        // product per channel.
+        let (calls, rows) = if calls > 1 && kernel.class != KernelClass::ConvDepthwise {
             (1, m * calls)
         } else {
             (calls, m)
@@ -738,9 +707,9 @@ impl Model {
     pub fn class_for(&self, kernel: &Kernel, d: &DeviceSpec) -> Option<&ClassCoefficients> {
         let name = implicit_class(kernel, d.tensor.is_some())
             .filter(|c| self.class(c).is_some())
-            .unwrap_or_else(|| fitted_class(class_of(kernel)));
+            .unwrap_or_else(|| class_of(kernel));
         d.tensor
-            .filter(|_| runs_on_matrix_units(kernel))
+            .filter(|_| kernel.class.is_matrix())
             .and_then(|f| self.class(&tensor_class(name, f)))
             .or_else(|| self.class(name))
     }
@@ -892,18 +861,13 @@ mod tests {
     /// `conv-gemm` times the convolutions outside `conv`'s kind (both gradients, 1 x 1 and
     /// strided ones) and every convolution on tensor cores, as implicit GEMMs without
     /// Winograd tiles; `conv` its kind in FP32 (2-D 3 x 3 forward of stride 1); depthwise
-    /// ones are `relu`'s stencils. A model without `conv-gemm` times them all as `conv`.
+    /// ones stay `conv`'s. A model without `conv-gemm` times them all as `conv`.
     #[test]
     fn convolutions_outside_the_fitted_kind_and_on_tensor_cores_are_implicit_gemms() {
         let model = model(vec![
             class("gemm", 30e-6, 1.0),
             class("conv", 300e-6, 1.0),
             class(CONV_GEMM, 30e-6, 2.0),
-            ClassCoefficients {
-                features: VECTOR_FEATURES.iter().map(|f| (*f).to_owned()).collect(),
-                coefficients: vec![30e-6, 1.0, 1.0, 0.0],
-                ..class("relu", 30e-6, 1.0)
-            },
         ]);
         let shape = |kernel: usize, stride: usize, groups: usize| crate::kernels::ConvShape {
             batch: 4,
@@ -926,22 +890,15 @@ mod tests {
         }
         assert_eq!(name(&shape(1, 1, 1), KernelPass::Forward, &A100), CONV_GEMM);
         assert_eq!(name(&shape(3, 2, 1), KernelPass::Forward, &A100), CONV_GEMM);
-        // A depthwise convolution is a stencil, timed by `relu`'s model, on tensor-core
-        // formats too.
-        let depthwise = shape(3, 1, 64);
-        assert_eq!(name(&depthwise, KernelPass::BackwardData, &A100), "relu");
+        assert_eq!(
+            name(&shape(3, 1, 64), KernelPass::BackwardData, &A100),
+            "conv"
+        );
         let tensor = DeviceSpec {
             tensor: Some(NumberFormat::Fp16),
             ..A100
         };
         assert_eq!(name(&fitted, KernelPass::Forward, &tensor), CONV_GEMM);
-        assert_eq!(name(&depthwise, KernelPass::Forward, &tensor), "relu");
-        let dw = depthwise.kernel(KernelPass::Forward);
-        let moved = dw.conv.unwrap().elements * 2.0;
-        assert_eq!(
-            features(&dw, 2, &tensor),
-            vector_bytes(moved / 4.0, moved, &tensor).to_vec()
-        );
         // The implicit GEMM runs every output position: 30 x 30, where Winograd's 4 x 4
         // tiles run 32 x 32.
         let k = fitted.kernel(KernelPass::Forward);

@@ -1036,20 +1036,26 @@ mod tests {
         assert!(thin[1] < unsplit / 20.0, "{} vs {unsplit}", thin[1]);
     }
 
-    #[test]
-    fn a_convolution_is_its_implicit_gemm_and_memory_splits_at_the_l2() {
-        let c = conv(
-            8,
+    /// The features of `batch` 3 x 3 convolutions of 64 channels into 128 over 56 x 56 maps
+    /// at `stride`, padded to keep their size, as Winograd tiles where `winograd`.
+    fn conv_56(batch: u64, stride: u64, winograd: bool) -> [f64; 6] {
+        conv(
+            batch,
             64,
             128,
             &[56, 56],
             &[3, 3],
+            &[stride, stride],
             &[1, 1],
-            &[1, 1],
-            true,
+            winograd,
             4,
             &A100,
-        );
+        )
+    }
+
+    #[test]
+    fn a_convolution_is_its_implicit_gemm_and_memory_splits_at_the_l2() {
+        let c = conv_56(8, 1, true);
         let g = gemm(1, 8 * 56 * 56, 128, 64 * 9, 4, Tiles::Any, &A100);
         assert_eq!(c[1], g[1]);
         let v_small = vector(1 << 20, 3, 4, &A100);
@@ -1064,20 +1070,7 @@ mod tests {
     /// each 3 x 3 filter at the HBM bandwidth; the implicit GEMM and products transform none.
     #[test]
     fn a_winograd_kernel_pays_for_its_transformed_filters_once_per_call() {
-        let at = |batch: u64, winograd: bool| {
-            conv(
-                batch,
-                64,
-                128,
-                &[56, 56],
-                &[3, 3],
-                &[1, 1],
-                &[1, 1],
-                winograd,
-                4,
-                &A100,
-            )
-        };
+        let at = |batch: u64, winograd: bool| conv_56(batch, 1, winograd);
         let transformed = 36.0 * 64.0 * 128.0 * 4.0 / A100.bandwidth;
         assert!((at(1, true)[5] / transformed - 1.0).abs() < 1e-12);
         assert_eq!(at(64, true)[5], at(1, true)[5]);
@@ -1085,19 +1078,7 @@ mod tests {
         assert_eq!(at(8, false)[5], 0.0);
         assert_eq!(gemm(1, 4096, 4096, 4096, 4, Tiles::Library, &A100)[5], 0.0);
         // A strided convolution runs no Winograd kernel.
-        let strided = conv(
-            8,
-            64,
-            128,
-            &[56, 56],
-            &[3, 3],
-            &[2, 2],
-            &[1, 1],
-            true,
-            4,
-            &A100,
-        );
-        assert_eq!(strided[5], 0.0);
+        assert_eq!(conv_56(8, 2, true)[5], 0.0);
     }
 
     /// What `predict` times a convolution layer's kernels by is what the fit saw of the

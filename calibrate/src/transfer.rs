@@ -133,7 +133,10 @@ pub fn predict(models: &[ClassModel], p: &Point) -> Option<f64> {
 }
 
 /// One row of features per power cap of [`ENERGIES`].
-fn capped(d: &DeviceSpec, features: impl Fn(&DeviceSpec) -> [f64; 6]) -> Vec<Vec<f64>> {
+fn capped(
+    d: &DeviceSpec,
+    features: impl Fn(&DeviceSpec) -> [f64; transfer::GEMM_FEATURES.len()],
+) -> Vec<Vec<f64>> {
     ENERGIES
         .iter()
         .map(|e| features(&d.capped(*e)).to_vec())

@@ -284,7 +284,7 @@ pub fn gemm(
     elem: u64,
     tiles: Tiles,
     d: &DeviceSpec,
-) -> [f64; 6] {
+) -> [f64; GEMM_FEATURES.len()] {
     let t = tiling(batch, m, n, k, tiles, d);
     let bytes = (elem * batch * (m * k + k * n + m * n)) as f64;
     let (l2, hbm) = memory(bytes, d);
@@ -308,7 +308,7 @@ pub fn conv(
     winograd: bool,
     elem: u64,
     d: &DeviceSpec,
-) -> [f64; 6] {
+) -> [f64; GEMM_FEATURES.len()] {
     let extents: Vec<usize> = input
         .iter()
         .zip(kernel)
@@ -348,7 +348,7 @@ fn implicit_gemm(
     winograd: bool,
     elem: u64,
     d: &DeviceSpec,
-) -> [f64; 6] {
+) -> [f64; GEMM_FEATURES.len()] {
     let mut f = gemm(calls, rows, n, k, elem, Tiles::Any, d);
     let (l2, hbm) = memory(elements * elem as f64, d);
     f[3] = l2;
@@ -1038,7 +1038,7 @@ mod tests {
 
     /// The features of `batch` 3 x 3 convolutions of 64 channels into 128 over 56 x 56 maps
     /// at `stride`, padded to keep their size, as Winograd tiles where `winograd`.
-    fn conv_56(batch: u64, stride: u64, winograd: bool) -> [f64; 6] {
+    fn conv_56(batch: u64, stride: u64, winograd: bool) -> [f64; GEMM_FEATURES.len()] {
         conv(
             batch,
             64,

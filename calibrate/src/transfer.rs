@@ -93,10 +93,16 @@ pub fn chip(d: &DeviceSpec) -> [u32; 2] {
     [d.sms.round() as u32, (d.clock_hz / 1e6).round() as u32]
 }
 
+/// The row of `rows` (one per power cap) for cap `energy`; the last where there are fewer
+/// (a kernel timed without a cap has one row for every cap).
+fn under_cap<T>(rows: &[T], energy: usize) -> &T {
+    &rows[energy.min(rows.len() - 1)]
+}
+
 impl Point {
     /// Its features under the power cap [`ENERGIES`]`[energy]`.
     pub fn at(&self, energy: usize) -> &[f64] {
-        &self.x[energy.min(self.x.len() - 1)]
+        under_cap::<Vec<f64>>(&self.x, energy)
     }
 
     /// A point with one way to run.
@@ -121,7 +127,7 @@ fn faster(models: &[ClassModel], p: &Point, f: impl Fn(&ClassModel, &[f64]) -> f
     let own = f(m, p.at(m.energy));
     let other = p.or.as_ref().and_then(|(class, x)| {
         let o = models.iter().find(|m| &m.class == class)?;
-        Some(f(o, &x[o.energy.min(x.len() - 1)]))
+        Some(f(o, under_cap::<Vec<f64>>(x, o.energy)))
     });
     Some(other.map_or(own, |t| own.min(t)))
 }
@@ -1044,7 +1050,7 @@ pub fn scaled_classes(
             })
             .filter(|(_, _, y, w): &([u32; 2], &str, f64, Vec<f64>)| *y > 0.0 && w[0] > 0.0)
             .collect();
-        let work = |w: &[f64], e: usize| w[e.min(w.len() - 1)];
+        let work = |w: &[f64], e: usize| *under_cap(w, e);
         // The scale and power cap fitted on the chips `keep` passes: under each cap, the
         // median ratio of measured to predicted work; the cap whose scaled predictions have
         // the smallest median |error| on those chips.

@@ -507,6 +507,49 @@ fn predict_times_gpus_by_the_transferred_model_unless_told_or_unable() {
     assert!(said(&transfer, "transferred kernel model"));
     assert!(said(&ideal, "--efficiency ideal"));
 
+    // DeepCAM's depthwise convolutions rest on no depthwise kernel: the prediction says how
+    // many there are and what share of the layers' time they take (at least that of the
+    // Xception separable convolutions' depthwise halves, `*.sepconv.conv1`); the ideal
+    // bound times no layer by the model and says nothing of them.
+    let caveat = transfer["assumptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|a| {
+            let (count, rest) = a.as_str()?.split_once(" depthwise convolution layers (")?;
+            let (share, _) = rest.split_once("% of the layers' time)")?;
+            Some((count.parse::<usize>().ok()?, share.parse::<f64>().ok()?))
+        });
+    let (count, share) = caveat.unwrap_or_else(|| panic!("{}", transfer["assumptions"]));
+    let time = |l: &serde_json::Value| {
+        l["forward_s"].as_f64().unwrap() + l["backward_s"].as_f64().unwrap()
+    };
+    let sepconv: Vec<_> = layers
+        .iter()
+        .filter(|l| l["layer"].as_str().unwrap().ends_with(".sepconv.conv1"))
+        .collect();
+    let floor =
+        100.0 * sepconv.iter().map(|l| time(l)).sum::<f64>() / layers.iter().map(time).sum::<f64>();
+    assert!(count >= sepconv.len() && !sepconv.is_empty(), "{count}");
+    assert!(share >= floor.floor() && share <= 100.0, "{share} {floor}");
+    assert!(!said(&ideal, "depthwise convolution layer"));
+    let resnet = run_json(&[
+        "predict",
+        "resnet50",
+        "--system",
+        "perlmutter-gpu",
+        "--nodes",
+        "1",
+        "--batch",
+        "32",
+        "--epochs",
+        "1",
+        "--format",
+        "json",
+    ]);
+    assert!(said(&resnet, "transferred kernel model"));
+    assert!(!said(&resnet, "depthwise convolution layer"));
+
     // Perlmutter's GPU without its SMs and clock: the roofline's layers get no
     // transferred time, and the summary says why.
     let dir = std::env::temp_dir().join(format!("ridgeline-e2e-bare-{}", std::process::id()));

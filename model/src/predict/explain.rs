@@ -6,6 +6,7 @@ use serde::Serialize;
 use crate::collective::Fabric;
 use crate::dataset::Dataset;
 use crate::error::{Error, Result};
+use crate::kernels::KernelClass;
 use crate::links::{Hierarchy, Level, node_network};
 use crate::precision::Precision;
 use crate::profile::precision_name;
@@ -151,6 +152,7 @@ fn power_cap(
 /// What the timing of the layers assumed, in words.
 fn timing_assumptions(
     plan: &Plan<'_>,
+    layers: &[LayerTime],
     system: &System,
     precision: Precision,
     scenario: &Scenario,
@@ -200,6 +202,7 @@ fn timing_assumptions(
                 100.0 * c.holdout_median_abs_error,
             ));
         }
+        out.extend(depthwise_caveat(plan, layers));
         if precision != Precision::Fp32 {
             let peak = system
                 .device
@@ -251,6 +254,38 @@ fn timing_assumptions(
         ));
     }
     out
+}
+
+/// What the time of the depthwise convolution layers the transferred model timed rests
+/// on, where there are any: no kernel it is fitted on is depthwise, so `conv` times each as
+/// one product per channel, and the only depthwise kernels ridgeline has measured (cuDNN's,
+/// on one GPU chip) ran several times faster than that. Their share of the layers' time
+/// tells a reader how much of the figure is unvalidated.
+fn depthwise_caveat(plan: &Plan<'_>, layers: &[LayerTime]) -> Option<String> {
+    let total: f64 = layers.iter().map(|l| l.forward_s + l.backward_s).sum();
+    let (count, time) = layers
+        .iter()
+        .zip(&plan.model.kernels)
+        .filter(|(l, [kernels, _])| {
+            l.timed_by == TimedByModel::Transfer
+                && kernels
+                    .iter()
+                    .any(|k| k.class == KernelClass::ConvDepthwise)
+        })
+        .fold((0_usize, 0.0), |(n, t), (l, _)| {
+            (n + 1, t + l.forward_s + l.backward_s)
+        });
+    (count > 0 && total > 0.0).then(|| {
+        format!(
+            "{count} depthwise convolution layer{} ({:.0}% of the layers' time) timed by \
+             `conv` as one product per channel: no kernel the model is fitted on is \
+             depthwise, and cuDNN ran DeepCAM's depthwise layers on an H100 and an H200 \
+             several times faster than the model times them (`ridgeline validate transfer`, \
+             the `ours conv` rows), so their time and its interval are not validated",
+            if count == 1 { "" } else { "s" },
+            100.0 * time / total,
+        )
+    })
 }
 
 /// Everything a prediction needs besides the scenario.
@@ -462,7 +497,14 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
             scenario.nodes
         ));
     }
-    assumptions.extend(timing_assumptions(&plan, system, model.precision, scenario));
+    let layers = plan.layer_times()?;
+    assumptions.extend(timing_assumptions(
+        &plan,
+        &layers,
+        system,
+        model.precision,
+        scenario,
+    ));
     if outcome.devices > 1 && !fabric.latencies_known {
         assumptions.push(
             "a link latency is not in the system file: those allreduce start-up terms are zero"
@@ -528,7 +570,7 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
                 })
                 .unwrap_or_default(),
         },
-        layers: plan.layer_times()?,
+        layers,
         assumptions,
         outcome,
     })

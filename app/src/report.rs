@@ -159,6 +159,9 @@ pub struct Procurement {
     pub mix: Mix,
     /// Candidates, ranked.
     pub candidates: Vec<CandidateResult>,
+    /// What the ranking rests on that nothing measured validates, in words (the report's
+    /// ranking says it too).
+    pub caveats: Vec<String>,
     /// The report.
     pub report: Report,
 }
@@ -194,10 +197,19 @@ pub fn procurement(req: &ProcurementRequest) -> Result<Procurement> {
             .map(|(entry, j)| procurement::evaluate(j.inputs(system), &j.scenario, entry))
             .collect()
     })?;
-    let report = procurement_report(req, &mix, &jobs, &compared.offers, &compared.candidates);
+    let caveats = depthwise_caveats(&mix, &compared.candidates);
+    let report = procurement_report(
+        req,
+        &mix,
+        &jobs,
+        &compared.offers,
+        &compared.candidates,
+        &caveats,
+    );
     Ok(Procurement {
         mix,
         candidates: compared.candidates,
+        caveats,
         report,
     })
 }
@@ -367,12 +379,51 @@ fn slug(name: &str) -> String {
     if s.is_empty() { "x".into() } else { s }
 }
 
+/// Per workload of `mix` whose best configuration on some candidate has depthwise
+/// convolutions timed by the transferred model ([`predict::DepthwiseShare`]), how much of its
+/// layers' time they take across the candidates, in words: a ranking that turns on that
+/// workload rests on a share no measured depthwise kernel validates.
+fn depthwise_caveats(mix: &Mix, candidates: &[CandidateResult]) -> Vec<String> {
+    mix.workloads
+        .iter()
+        .enumerate()
+        .filter_map(|(i, entry)| {
+            // A candidate's outcomes follow the mix's entries.
+            let shares: Vec<predict::DepthwiseShare> = candidates
+                .iter()
+                .filter_map(|c| c.workloads.get(i)?.best.as_ref()?.depthwise)
+                .collect();
+            let (lo, hi) = shares.iter().fold((f64::INFINITY, 0.0_f64), |(lo, hi), d| {
+                (lo.min(d.share_of_layer_time), hi.max(d.share_of_layer_time))
+            });
+            let layers = shares.iter().map(|d| d.layers).max()?;
+            let range = if (100.0 * hi).round() == (100.0 * lo).round() {
+                format!("{:.0} %", 100.0 * hi)
+            } else {
+                format!("{:.0}-{:.0} %", 100.0 * lo, 100.0 * hi)
+            };
+            Some(format!(
+                "Depthwise convolutions: {layers} layers of `{}` ({}) take {range} of its \
+                 layers' time on {} of the {} candidates, timed by the transferred model \
+                 although no kernel it is fitted on is depthwise (cuDNN ran DeepCAM's several \
+                 times faster on an H100 and an H200: `ridgeline validate transfer`, the \
+                 `ours conv` rows). Figures and rankings that turn on it rest on that share.",
+                entry.workload,
+                entry.precision,
+                shares.len(),
+                candidates.len(),
+            ))
+        })
+        .collect()
+}
+
 fn procurement_report(
     args: &ProcurementRequest,
     mix: &Mix,
     jobs: &[Job],
     offers: &[(Offer, System)],
     candidates: &[CandidateResult],
+    caveats: &[String],
 ) -> Report {
     let names: Vec<&str> = candidates.iter().map(|c| c.name.as_str()).collect();
     let objective = match args.objective {
@@ -456,6 +507,9 @@ fn procurement_report(
             .rank
             .map_or_else(|| "not ranked".into(), |r| format!("#{r}"));
         ranking = ranking.paragraph(format!("{place} {}: {}.", c.name, c.reasons.join("; ")));
+    }
+    for caveat in caveats {
+        ranking = ranking.paragraph(caveat.clone());
     }
     let ranked: Vec<&CandidateResult> = candidates
         .iter()

@@ -95,6 +95,9 @@ pub(crate) fn procurement(args: &ProcurementArgs) -> Result<()> {
                 doc = doc.note(format!("{}: {r}", c.name));
             }
         }
+        for caveat in &p.caveats {
+            doc = doc.note(caveat.clone());
+        }
         if args.out.format.format == Format::Table {
             doc = doc.note(format!("report written to {}", args.out.out.display()));
             for f in &result.files {

@@ -34,6 +34,7 @@ fn predict_json_has_the_documented_fields() {
         "memory_per_device_bytes",
         "fits",
         "data_movement",
+        "depthwise",
     ] {
         assert!(v.get(field).is_some(), "missing `{field}` in {v}");
     }

@@ -151,6 +151,36 @@ fn procurement_report_in_every_format() {
     }
     assert!(!md.contains("<script>"), "markdown must escape names");
 
+    // DeepCAM's depthwise convolutions: each prediction says how much of its layers' time
+    // the transferred model gave them, and the report says so across the candidates; the
+    // mix's other workloads have none.
+    let mut shares = Vec::new();
+    for c in candidates {
+        for w in c["workloads"].as_array().unwrap() {
+            let d = &w["best"]["depthwise"];
+            if w["workload"] != "deepcam" {
+                assert!(d.is_null(), "{} {}", c["name"], w["workload"]);
+            } else if !d.is_null() {
+                let share = d["share_of_layer_time"].as_f64().unwrap();
+                assert!(share > 0.0 && share <= 1.0, "{share}");
+                assert!(d["layers"].as_u64().unwrap() > 0);
+                shares.push(share);
+            }
+        }
+    }
+    assert!(shares.len() >= 3, "{shares:?}");
+    let (lo, hi) = shares
+        .iter()
+        .fold((1.0_f64, 0.0_f64), |(a, b), &s| (a.min(s), b.max(s)));
+    let said = format!(
+        "take {:.0}-{:.0} % of its layers' time on {} of the {} candidates",
+        100.0 * lo,
+        100.0 * hi,
+        shares.len(),
+        candidates.len()
+    );
+    assert!(md.contains(&said), "{said}");
+
     // Every plot parses, with its title and series.
     let texts = svg_texts(&out.join("figures/mix-time.svg"));
     assert!(

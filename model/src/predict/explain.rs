@@ -96,8 +96,58 @@ pub struct Prediction {
     pub hpc_ai_roofline: HpcAiRoofline,
     /// Each layer's time on one device and the model that timed it.
     pub layers: Vec<LayerTime>,
+    /// The depthwise convolutions the transferred model timed, where there are any: no
+    /// kernel it is fitted on is depthwise, so their share of the time is not validated.
+    pub depthwise: Option<DepthwiseShare>,
     /// What the prediction assumed.
     pub assumptions: Vec<String>,
+}
+
+/// The depthwise convolution layers the transferred model timed and their share of the
+/// layers' time ([`Prediction::depthwise`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct DepthwiseShare {
+    /// Layers.
+    pub layers: usize,
+    /// Their forward and backward time over every layer's, 0 to 1.
+    pub share_of_layer_time: f64,
+}
+
+impl DepthwiseShare {
+    /// Of the layer times `layers` of `plan`'s model: those the transferred model timed
+    /// whose kernels are depthwise convolutions. `None` where there are none.
+    fn of(plan: &Plan<'_>, layers: &[LayerTime]) -> Option<DepthwiseShare> {
+        let time = |l: &LayerTime| l.forward_s + l.backward_s;
+        let total: f64 = layers.iter().map(time).sum();
+        let (count, depthwise) = layers
+            .iter()
+            .zip(&plan.model.kernels)
+            .filter(|(l, [kernels, _])| {
+                l.timed_by == TimedByModel::Transfer
+                    && kernels
+                        .iter()
+                        .any(|k| k.class == KernelClass::ConvDepthwise)
+            })
+            .fold((0_usize, 0.0), |(n, t), (l, _)| (n + 1, t + time(l)));
+        (count > 0 && total > 0.0).then(|| DepthwiseShare {
+            layers: count,
+            share_of_layer_time: depthwise / total,
+        })
+    }
+
+    /// In words, for the assumptions: what their time rests on.
+    fn caveat(&self) -> String {
+        format!(
+            "{} depthwise convolution layer{} ({:.0}% of the layers' time) timed by `conv` \
+             as one product per channel: no kernel the model is fitted on is depthwise, and \
+             cuDNN ran DeepCAM's depthwise layers on an H100 and an H200 several times faster \
+             than the model times them (`ridgeline validate transfer`, the `ours conv` rows), \
+             so their time and its interval are not validated",
+            self.layers,
+            if self.layers == 1 { "" } else { "s" },
+            100.0 * self.share_of_layer_time,
+        )
+    }
 }
 
 /// Where the transferred model holds the device's GEMMs or convolutions to what its board
@@ -152,7 +202,7 @@ fn power_cap(
 /// What the timing of the layers assumed, in words.
 fn timing_assumptions(
     plan: &Plan<'_>,
-    layers: &[LayerTime],
+    depthwise: Option<&DepthwiseShare>,
     system: &System,
     precision: Precision,
     scenario: &Scenario,
@@ -202,7 +252,7 @@ fn timing_assumptions(
                 100.0 * c.holdout_median_abs_error,
             ));
         }
-        out.extend(depthwise_caveat(plan, layers));
+        out.extend(depthwise.map(DepthwiseShare::caveat));
         if precision != Precision::Fp32 {
             let peak = system
                 .device
@@ -254,38 +304,6 @@ fn timing_assumptions(
         ));
     }
     out
-}
-
-/// What the time of the depthwise convolution layers the transferred model timed rests
-/// on, where there are any: no kernel it is fitted on is depthwise, so `conv` times each as
-/// one product per channel, and the only depthwise kernels ridgeline has measured (cuDNN's,
-/// on one GPU chip) ran several times faster than that. Their share of the layers' time
-/// tells a reader how much of the figure is unvalidated.
-fn depthwise_caveat(plan: &Plan<'_>, layers: &[LayerTime]) -> Option<String> {
-    let total: f64 = layers.iter().map(|l| l.forward_s + l.backward_s).sum();
-    let (count, time) = layers
-        .iter()
-        .zip(&plan.model.kernels)
-        .filter(|(l, [kernels, _])| {
-            l.timed_by == TimedByModel::Transfer
-                && kernels
-                    .iter()
-                    .any(|k| k.class == KernelClass::ConvDepthwise)
-        })
-        .fold((0_usize, 0.0), |(n, t), (l, _)| {
-            (n + 1, t + l.forward_s + l.backward_s)
-        });
-    (count > 0 && total > 0.0).then(|| {
-        format!(
-            "{count} depthwise convolution layer{} ({:.0}% of the layers' time) timed by \
-             `conv` as one product per channel: no kernel the model is fitted on is \
-             depthwise, and cuDNN ran DeepCAM's depthwise layers on an H100 and an H200 \
-             several times faster than the model times them (`ridgeline validate transfer`, \
-             the `ours conv` rows), so their time and its interval are not validated",
-            if count == 1 { "" } else { "s" },
-            100.0 * time / total,
-        )
-    })
 }
 
 /// Everything a prediction needs besides the scenario.
@@ -498,9 +516,10 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
         ));
     }
     let layers = plan.layer_times()?;
+    let depthwise = DepthwiseShare::of(&plan, &layers);
     assumptions.extend(timing_assumptions(
         &plan,
-        &layers,
+        depthwise.as_ref(),
         system,
         model.precision,
         scenario,
@@ -571,6 +590,7 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
                 .unwrap_or_default(),
         },
         layers,
+        depthwise,
         assumptions,
         outcome,
     })

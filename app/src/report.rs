@@ -404,14 +404,13 @@ fn depthwise_caveats(mix: &Mix, candidates: &[CandidateResult]) -> Vec<String> {
             };
             Some(format!(
                 "Depthwise convolutions: {layers} layers of `{}` ({}) take {range} of its \
-                 layers' time on {} of the {} candidates, timed by the transferred model \
-                 although no kernel it is fitted on is depthwise (cuDNN ran DeepCAM's several \
-                 times faster on an H100 and an H200: `ridgeline validate transfer`, the \
-                 `ours conv` rows). Figures and rankings that turn on it rest on that share.",
+                 layers' time on {} of the {} candidates, timed by the transferred model, \
+                 and figures and rankings that turn on it rest on that share: {}.",
                 entry.workload,
                 entry.precision,
                 shares.len(),
                 candidates.len(),
+                predict::DEPTHWISE_EVIDENCE,
             ))
         })
         .collect()

@@ -103,6 +103,13 @@ pub struct Prediction {
     pub assumptions: Vec<String>,
 }
 
+/// What ridgeline has measured of depthwise convolutions against the transferred model, in
+/// words: the only evidence behind a depthwise layer's time ([`DepthwiseShare`]).
+pub const DEPTHWISE_EVIDENCE: &str = "no kernel the model is fitted on is depthwise, and \
+    cuDNN ran DeepCAM's depthwise layers on an H100 and an H200 several times faster than the \
+    model times them in FP16 and FP32 (in BF16 and TF32, on cuDNN's slow paths, within about a \
+    quarter of it): `ridgeline validate transfer`, the `ours conv` rows";
+
 /// The depthwise convolution layers the transferred model timed and their share of the
 /// layers' time ([`Prediction::depthwise`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -139,10 +146,8 @@ impl DepthwiseShare {
     fn caveat(&self) -> String {
         format!(
             "{} depthwise convolution layer{} ({:.0}% of the layers' time) timed by `conv` \
-             as one product per channel: no kernel the model is fitted on is depthwise, and \
-             cuDNN ran DeepCAM's depthwise layers on an H100 and an H200 several times faster \
-             than the model times them (`ridgeline validate transfer`, the `ours conv` rows), \
-             so their time and its interval are not validated",
+             as one product per channel, so their time and its interval are not validated: \
+             {DEPTHWISE_EVIDENCE}",
             self.layers,
             if self.layers == 1 { "" } else { "s" },
             100.0 * self.share_of_layer_time,

@@ -1159,7 +1159,7 @@ mod tests {
         // 33 GEMM shapes per format; 629 convolution passes in tf32, fp16 and bf16, all
         // implicit GEMMs but DeepCAM's 13 depthwise layers' (39 passes a format); the 210
         // in fp32 too, of which the 10 2-D 3 x 3 forward passes of stride 1 and the
-        // depthwise ones are `conv`'s.
+        // depthwise ones are `conv`'s, the depthwise ones judged apart (`... depthwise`).
         for gpu in ["h200-sxm-141gb", "h100-sxm5-80gb"] {
             assert_eq!(count(&plain.gpu, "gemm", &format!("{gpu} fp32")), 33);
             assert_eq!(count(&tensor.gpu, "gemm", &format!("{gpu} fp32")), 33);
@@ -1190,8 +1190,13 @@ mod tests {
                     count(&plain.gpu, "conv-gemm", &fp32),
                     count(&plain.gpu, "conv", &fp32)
                 ),
-                (161, 49)
+                (161, 10)
             );
+            for format in ["fp32", "tf32", "fp16", "bf16"] {
+                let depthwise = format!("{gpu} {format} depthwise");
+                assert_eq!(count(&plain.gpu, "conv", &depthwise), 39, "{depthwise}");
+                assert_eq!(count(&tensor.gpu, "conv", &depthwise), 0, "{depthwise}");
+            }
         }
         // The two share one chip: left out together by the tensor-core classes.
         let chips: Vec<[u32; 2]> = tensor.gpu.iter().map(|p| p.chip).collect();

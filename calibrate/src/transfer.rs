@@ -795,7 +795,9 @@ pub type RecordSpec<'a> = dyn Fn(&Record, Precision) -> Option<(String, DeviceSp
 /// `conv`'s kind or on tensor cores, [`transfer::implicit_class`]); with `scaled`, a kernel
 /// that runs on tensor cores (the spec's `tensor`) is a point of that class's tensor-core
 /// class of its format (`gemm-tensor-16`, `conv-gemm-tensor-tf32`), the data of the scaled
-/// classes; without, of the FP32 class, as the FP32 fit would time it.
+/// classes; without, of the FP32 class, as the FP32 fit would time it, and a depthwise
+/// convolution's device also says so (`h100-sxm5-80gb fp16 depthwise`): no kernel of the fit
+/// is depthwise, so those are judged apart.
 pub fn record_points(
     file: &str,
     records: &[Record],
@@ -816,10 +818,15 @@ pub fn record_points(
         if !(y.is_finite() && y > 0.0) {
             continue;
         }
+        let depthwise = !scaled && kernel.class == KernelClass::ConvDepthwise;
         out.push(kernel_point(
             &kernel,
             elem,
-            format!("{device} {}", r.precision.name()),
+            format!(
+                "{device} {}{}",
+                r.precision.name(),
+                if depthwise { " depthwise" } else { "" }
+            ),
             &d,
             y,
             scaled,

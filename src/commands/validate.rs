@@ -165,7 +165,7 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
                         args.ours.display()
                     ),
                 )
-                .note("`ours` rows: the model fitted on every GPU above predicts ridgeline's own kernel records of GPUs outside it (scripts/gpu-records.sh: cuBLAS GEMMs, and cuDNN convolutions forward, backward-data and backward-filter at the reference workloads' layers), per GPU, precision and the class that times them (`conv-gemm` for every convolution on tensor cores and those outside `conv`'s kind); tf32, fp16 and bf16 run on tensor cores, timed at the device file's peak for that format with the FP32 fit's coefficients. Intervals: each class's 90 % interval from leaving one GPU out above.");
+                .note("`ours` rows: the model fitted on every GPU above predicts ridgeline's own kernel records of GPUs outside it (scripts/gpu-records.sh: cuBLAS GEMMs, and cuDNN convolutions forward, backward-data and backward-filter at the reference workloads' layers), per GPU, precision and the class that times them (`conv-gemm` for every convolution on tensor cores and those outside `conv`'s kind; `conv` for DeepCAM's depthwise convolutions, one product per channel, in rows of their own, `depthwise`, as no kernel of the fit is depthwise); tf32, fp16 and bf16 run on tensor cores, timed at the device file's peak for that format with the FP32 fit's coefficients. Intervals: each class's 90 % interval from leaving one GPU out above.");
         }
         if !check.published.is_empty() {
             d = d

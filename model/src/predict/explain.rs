@@ -107,8 +107,9 @@ pub struct Prediction {
 /// words: the only evidence behind a depthwise layer's time ([`DepthwiseShare`]).
 pub const DEPTHWISE_EVIDENCE: &str = "no kernel the model is fitted on is depthwise, and \
     cuDNN ran DeepCAM's depthwise layers on an H100 and an H200 several times faster than the \
-    model times them in FP16 and FP32 (in BF16 and TF32, on cuDNN's slow paths, within about a \
-    quarter of it): `ridgeline validate transfer`, the `ours conv` rows";
+    model times them in FP16 and FP32 (in BF16 and TF32, on cuDNN's slow paths, about as fast \
+    on the median, widely scattered): `ridgeline validate transfer`, the `ours conv` rows of \
+    `depthwise` kernels";
 
 /// The depthwise convolution layers the transferred model timed and their share of the
 /// layers' time ([`Prediction::depthwise`]).

@@ -3,6 +3,7 @@
 
 use anyhow::Result;
 use ridgeline_model::catalog;
+use ridgeline_model::stack::{Dispatch, FusionRule, MathMode, Stack};
 use ridgeline_model::system::{DeviceKind, Sourced, System};
 use ridgeline_model::units::{ByteRate, Bytes, FlopRate, Seconds};
 use serde::Serialize;
@@ -77,7 +78,7 @@ pub fn listing_cols() -> [Col<Listed>; 6] {
 /// and its source.
 #[derive(Debug)]
 pub struct SystemFigure {
-    field: &'static str,
+    field: String,
     human: String,
     raw: String,
     source: String,
@@ -86,15 +87,10 @@ pub struct SystemFigure {
 struct Figures(Vec<SystemFigure>);
 
 impl Figures {
-    fn add<T>(
-        &mut self,
-        field: &'static str,
-        v: Option<&Sourced<T>>,
-        fmt: impl Fn(&T, Style) -> String,
-    ) {
+    fn add<T>(&mut self, field: &str, v: Option<&Sourced<T>>, fmt: impl Fn(&T, Style) -> String) {
         if let Some(v) = v {
             self.0.push(SystemFigure {
-                field,
+                field: field.to_owned(),
                 human: fmt(&v.value, Style::Human),
                 raw: fmt(&v.value, Style::Raw),
                 source: v.source.clone(),
@@ -102,10 +98,10 @@ impl Figures {
         }
     }
 
-    fn text(&mut self, field: &'static str, v: Option<&str>) {
+    fn text(&mut self, field: &str, v: Option<&str>) {
         if let Some(v) = v {
             self.0.push(SystemFigure {
-                field,
+                field: field.to_owned(),
                 human: v.to_owned(),
                 raw: v.to_owned(),
                 source: String::new(),
@@ -168,7 +164,7 @@ pub fn figures(s: &System) -> Vec<SystemFigure> {
     match &d.memory_bandwidth {
         Some(bw) => f.add("device.memory_bandwidth", Some(bw), rate),
         None => f.0.push(SystemFigure {
-            field: "device.memory_bandwidth",
+            field: "device.memory_bandwidth".to_owned(),
             human: "unknown until measured".into(),
             raw: String::new(),
             source:
@@ -231,7 +227,7 @@ pub fn figures(s: &System) -> Vec<SystemFigure> {
 /// The columns of a system's figures.
 pub fn figure_cols() -> [Col<SystemFigure>; 3] {
     [
-        text("field", "field", |r, _| r.field.to_owned()),
+        text("field", "field", |r, _| r.field.clone()),
         text("value", "value", |r, s| {
             if s == Style::Human {
                 r.human.clone()
@@ -241,4 +237,109 @@ pub fn figure_cols() -> [Col<SystemFigure>; 3] {
         }),
         text("source", "source", |r, _| r.source.clone()),
     ]
+}
+
+/// A built-in stack as `stack list` lists it.
+#[derive(Debug, Serialize)]
+pub struct ListedStack {
+    /// Its name.
+    pub name: String,
+    /// How its host issues kernels.
+    pub dispatch: Dispatch,
+    /// Its fusion rules.
+    pub fusion: Vec<FusionRule>,
+    /// What FP32 training runs convolutions in.
+    pub fp32_convolutions: MathMode,
+    /// What FP32 training runs products in.
+    pub fp32_matmuls: MathMode,
+    /// What it describes.
+    pub description: String,
+}
+
+/// Every built-in stack, the default first.
+pub fn stack_listing() -> Result<Vec<ListedStack>> {
+    let mut names = catalog::stack_names();
+    names.sort_by_key(|n| n != catalog::DEFAULT_STACK);
+    names
+        .iter()
+        .map(|n| {
+            let s = catalog::stack(n)?;
+            Ok(ListedStack {
+                name: s.name,
+                dispatch: s.host.dispatch.value,
+                fusion: s.fusion.value,
+                fp32_convolutions: s.precision.convolutions.value,
+                fp32_matmuls: s.precision.matmuls.value,
+                description: s.description,
+            })
+        })
+        .collect()
+}
+
+/// The columns of the stack listing.
+pub fn stack_listing_cols() -> [Col<ListedStack>; 5] {
+    [
+        text("name", "name", |r, _| r.name.clone()),
+        text("dispatch", "dispatch", |r, _| r.dispatch.to_string()),
+        text("fusion", "fusion", |r, _| {
+            if r.fusion.is_empty() {
+                "none".to_owned()
+            } else {
+                r.fusion
+                    .iter()
+                    .map(|f| f.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        }),
+        text("fp32 conv / matmul", "fp32_math", |r, _| {
+            format!("{} / {}", r.fp32_convolutions.name(), r.fp32_matmuls.name())
+        }),
+        text("description", "description", |r, _| r.description.clone()),
+    ]
+}
+
+/// Every figure of stack `s`, host then device, fusion and precision, each with its source.
+pub fn stack_figures(s: &Stack) -> Vec<SystemFigure> {
+    let us = |v: &Seconds, st: Style| match st {
+        Style::Human => format!("{:.1} us", v.value() * 1e6),
+        Style::Raw => v.value().to_string(),
+    };
+    let word = |v: &dyn std::fmt::Display| v.to_string();
+    let h = &s.host;
+    let mut f = Figures(Vec::new());
+    f.text("name", Some(&s.name));
+    f.text("file", Some(&s.file));
+    f.add("host.dispatch", Some(&h.dispatch), |v, _| word(v));
+    f.add("host.kernel_us", h.kernel.as_ref(), us);
+    f.add("host.graph_us", h.graph.as_ref(), us);
+    f.add("host.parameter_us", Some(&h.parameter), us);
+    f.add("host.optimizer_tensor_us", Some(&h.optimizer_tensor), us);
+    for (table, times) in [("forward_us", &h.forward), ("backward_us", &h.backward)] {
+        if let Some(t) = times {
+            f.add(&format!("host.{table}.default"), t.default.as_ref(), us);
+            for (kind, v) in &t.kinds {
+                f.add(&format!("host.{table}.{kind}"), Some(v), us);
+            }
+        }
+    }
+    f.add("device.kernel_gap_us", Some(&s.kernel_gap), us);
+    f.add("fusion.rules", Some(&s.fusion), |v, _| {
+        if v.is_empty() {
+            "none".to_owned()
+        } else {
+            v.iter().map(|r| r.name()).collect::<Vec<_>>().join(", ")
+        }
+    });
+    f.add(
+        "precision.fp32_convolutions",
+        Some(&s.precision.convolutions),
+        |v, _| v.name().to_owned(),
+    );
+    f.add(
+        "precision.fp32_matmuls",
+        Some(&s.precision.matmuls),
+        |v, _| v.name().to_owned(),
+    );
+    f.0
 }

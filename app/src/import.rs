@@ -251,6 +251,8 @@ pub struct TraceImport {
     /// Layer passes that launched no GPU kernel (op kind and pass, calls): no record is
     /// written of them.
     pub no_kernel: Vec<torch_trace::Unmapped>,
+    /// The host's times (a GPU trace): what a stack's `[host]` and `[device]` tables hold.
+    pub host: Option<ridgeline_calibrate::torch_trace::HostTimes>,
 }
 
 /// Imports the PyTorch profiler trace at `trace` as the workload `workload` (a built-in
@@ -312,6 +314,7 @@ pub fn torch_trace(
         records: imported.records.len(),
         unmapped: imported.unmapped,
         no_kernel: imported.no_kernel,
+        host: imported.host,
     })
 }
 

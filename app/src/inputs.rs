@@ -16,6 +16,7 @@ use ridgeline_model::predict::{
 use ridgeline_model::procurement::{self, Mix, Offer};
 use ridgeline_model::profile::Profile;
 use ridgeline_model::roofline::Efficiency;
+use ridgeline_model::stack::{self, Stack};
 use ridgeline_model::system::Sourced;
 use ridgeline_model::workloads::{self, BuildOptions};
 use ridgeline_model::{Error, catalog, file, system::System};
@@ -73,6 +74,8 @@ pub struct ScenarioSpec {
     pub quality: Option<Quality>,
     /// Optimizer, for the memory footprint.
     pub optimizer: Optimizer,
+    /// The software stack: a built-in stack's name or a stack file (`None`: the default).
+    pub stack: Option<String>,
 }
 
 impl Default for ScenarioSpec {
@@ -97,8 +100,24 @@ impl Default for ScenarioSpec {
             compression: 1.0,
             quality: None,
             optimizer: Optimizer::SgdMomentum,
+            stack: None,
         }
     }
+}
+
+/// A software stack: a built-in stack's name or a stack file; the default stack
+/// ([`catalog::DEFAULT_STACK`]) for `None`.
+pub fn stack(arg: Option<&str>) -> Result<Stack> {
+    let Some(arg) = arg else {
+        return Ok(catalog::default_stack().clone());
+    };
+    if is_file(arg) {
+        return Ok(stack::parse(&read(arg, "stack")?, arg)?);
+    }
+    catalog::stack(arg).map_err(|e| match e {
+        Error::UnknownName { .. } => anyhow::anyhow!("{e} (or give the path of a stack TOML file)"),
+        other => other.into(),
+    })
 }
 
 /// Whether a command-line argument names a file rather than a catalog entry.
@@ -323,16 +342,19 @@ pub struct Job {
     pub scenario: Scenario,
     /// Input elements of the workload the data set's sample size refers to.
     pub reference_input_elements: u64,
+    /// The software stack its step model was built under.
+    pub stack: Stack,
 }
 
 impl Job {
     /// Loads the workload `source` names, its data set and convergence, at `precision`
-    /// with `optimizer`, on `nodes` nodes with the scenario's defaults.
+    /// with `optimizer` under `stack`, on `nodes` nodes with the scenario's defaults.
     pub fn load(
         source: &WorkloadSource<'_>,
         precision: Precision,
         optimizer: Optimizer,
         nodes: u32,
+        stack: &Stack,
     ) -> Result<Job> {
         let name = source.workload.name.as_str();
         let builtin = workloads::find(name).ok();
@@ -431,13 +453,14 @@ impl Job {
             Some(b) if user_data.is_none() => b.input.iter().map(|&d| d as u64).product(),
             _ => graph.input_shape().elements(),
         };
-        let model = StepModel::new(&graph, precision, optimizer);
+        let model = StepModel::with_stack(&graph, precision, optimizer, stack);
         Ok(Job {
             graph,
             model,
             dataset,
             scenario: Scenario::new(nodes, epochs),
             reference_input_elements,
+            stack: stack.clone(),
         })
     }
 
@@ -455,7 +478,8 @@ impl Job {
             epochs: s.epochs,
             origin: Origin::Flags,
         };
-        let mut job = Job::load(&source, precision, s.optimizer, nodes)?;
+        let stack = stack(s.stack.as_deref())?;
+        let mut job = Job::load(&source, precision, s.optimizer, nodes, &stack)?;
         if let Some(n) = s.train_samples {
             job.dataset.train_samples = Sourced {
                 value: n,
@@ -564,9 +588,9 @@ pub fn offer(arg: &str) -> Result<(Offer, System)> {
     }
 }
 
-/// Every workload of `mix` loaded: the same resolver as the command line's, relative paths
-/// from `dir`, errors naming the entry's field in `file`.
-pub fn mix_jobs(mix: &Mix, file: &str, dir: Option<&Path>) -> Result<Vec<Job>> {
+/// Every workload of `mix` loaded under `stack`: the same resolver as the command line's,
+/// relative paths from `dir`, errors naming the entry's field in `file`.
+pub fn mix_jobs(mix: &Mix, file: &str, dir: Option<&Path>, stack: &Stack) -> Result<Vec<Job>> {
     mix.workloads
         .iter()
         .enumerate()
@@ -581,7 +605,7 @@ pub fn mix_jobs(mix: &Mix, file: &str, dir: Option<&Path>) -> Result<Vec<Job>> {
                 epochs: entry.epochs.as_ref().map(|e| e.value),
                 origin: Origin::Mix { file, index, dir },
             };
-            Job::load(&source, entry.precision, entry.optimizer, 1)
+            Job::load(&source, entry.precision, entry.optimizer, 1, stack)
         })
         .collect()
 }
@@ -635,7 +659,7 @@ mod tests {
     #[test]
     fn a_mix_entry_and_the_flags_load_the_same_job() {
         let mix = catalog::mix("mlperf-hpc").unwrap();
-        let jobs = mix_jobs(&mix, "mlperf-hpc.toml", None).unwrap();
+        let jobs = mix_jobs(&mix, "mlperf-hpc.toml", None, catalog::default_stack()).unwrap();
         for (entry, job) in mix.workloads.iter().zip(&jobs) {
             let mut s = flags(entry.epochs.as_ref().map(|e| e.value));
             s.optimizer = entry.optimizer;
@@ -670,9 +694,15 @@ mod tests {
                 dir: None,
             },
         };
-        let err = Job::load(&source, Precision::Fp32, Optimizer::SgdMomentum, 1)
-            .unwrap_err()
-            .to_string();
+        let err = Job::load(
+            &source,
+            Precision::Fp32,
+            Optimizer::SgdMomentum,
+            1,
+            catalog::default_stack(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             err.starts_with("m.toml: field `workload[3].epochs`"),
             "{err}"

@@ -148,6 +148,8 @@ pub struct ProcurementRequest {
     pub compute_efficiency: f64,
     /// Attained fraction of memory bandwidth.
     pub memory_efficiency: f64,
+    /// The software stack: a built-in stack's name or a stack file (`None`: the default).
+    pub stack: Option<String>,
     /// The command that made the report, for its provenance line.
     pub provenance: String,
 }
@@ -176,7 +178,8 @@ pub fn procurement(req: &ProcurementRequest) -> Result<Procurement> {
         format!("data/mixes/{}.toml", req.mix)
     };
     let efficiency = Efficiency::new(req.compute_efficiency, req.memory_efficiency)?;
-    let mut jobs = inputs::mix_jobs(&mix, &mix_file, dir.as_deref())?;
+    let stack = inputs::stack(req.stack.as_deref())?;
+    let mut jobs = inputs::mix_jobs(&mix, &mix_file, dir.as_deref(), &stack)?;
     for j in &mut jobs {
         j.scenario.efficiency = efficiency;
         j.scenario.kernel_model = req.kernel_model;
@@ -1181,6 +1184,7 @@ mod tests {
     #[test]
     fn the_procurement_report_ranks_and_explains_every_candidate() {
         let p = procurement(&ProcurementRequest {
+            stack: None,
             mix: "mlperf-hpc".into(),
             systems: vec!["dgx-a100".into(), "dgx-h100".into()],
             budget: None,
@@ -1211,6 +1215,7 @@ mod tests {
     #[test]
     fn a_candidate_given_twice_is_an_error() {
         let err = procurement(&ProcurementRequest {
+            stack: None,
             mix: "mlperf-hpc".into(),
             systems: vec!["dgx-a100".into(), "dgx-a100".into()],
             budget: None,

@@ -86,6 +86,8 @@ pub struct RunValidation {
     pub device: String,
     /// The precision predicted in.
     pub precision: Precision,
+    /// The software stack predicted under.
+    pub stack: String,
     /// What timed the device's layers.
     pub timed_by: String,
     /// Per run.
@@ -102,6 +104,10 @@ pub struct RunValidation {
     pub interval_coverage: f64,
 }
 
+/// The stack imported benchmark runs are predicted under unless told otherwise: the
+/// submissions' tuned stacks.
+pub const RUN_STACK: &str = "tuned";
+
 /// Whether the records file at `path` holds imported runs (not workload records, which
 /// may be gzip-compressed: those are not runs).
 pub fn holds_runs(path: &Path) -> Result<bool> {
@@ -113,8 +119,15 @@ pub fn holds_runs(path: &Path) -> Result<bool> {
 /// `system` (a catalog name, file or calibrated profile) at `precision`. Each run is
 /// predicted on its own nodes with the system's node holding the run's accelerators per
 /// node (where the run's system description gives them), at its global batch, for its
-/// epochs, training samples, and evaluation samples as often as it evaluated.
-pub fn validate(system: &str, measured: &Path, precision: Precision) -> Result<RunValidation> {
+/// epochs, training samples, and evaluation samples as often as it evaluated; under
+/// `stack`, else [`RUN_STACK`] (benchmark submissions run tuned stacks).
+pub fn validate(
+    system: &str,
+    measured: &Path,
+    precision: Precision,
+    stack: Option<&str>,
+) -> Result<RunValidation> {
+    let stack = stack.unwrap_or(RUN_STACK).to_owned();
     let file = measured.display().to_string();
     let text = std::fs::read_to_string(measured).with_context(|| format!("{file}: cannot read"))?;
     let records = mlperf::read_runs(&text, &file)?;
@@ -148,7 +161,7 @@ pub fn validate(system: &str, measured: &Path, precision: Precision) -> Result<R
             ));
             continue;
         }
-        match check(r, workload, &base, precision) {
+        match check(r, workload, &base, precision, &stack) {
             Ok((c, by)) => {
                 timed_by = by;
                 runs.push(c);
@@ -169,6 +182,7 @@ pub fn validate(system: &str, measured: &Path, precision: Precision) -> Result<R
         system: base.name.clone(),
         device: base.device.name.clone(),
         precision,
+        stack,
         timed_by,
         median_abs_error: median(errors.iter().map(|e| e.abs()).collect()),
         bias: median(errors),
@@ -197,6 +211,7 @@ fn check(
     workload: &str,
     base: &ridgeline_model::system::System,
     precision: Precision,
+    stack: &str,
 ) -> Result<(RunCheck, String)> {
     let mut system = base.clone();
     if let Some(k) = r.accelerators_per_node {
@@ -227,6 +242,7 @@ fn check(
         epochs: Some(f64::from(r.epochs)),
         train_samples: r.train_samples,
         eval_samples,
+        stack: Some(stack.to_owned()),
         ..ScenarioSpec::default()
     };
     let job = Job::from_flags(

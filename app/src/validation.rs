@@ -47,7 +47,12 @@ pub const SELF_CHECK_STEPS: usize = 10;
 pub const SUITE_SHARE: f64 = 0.8;
 
 /// The validation of the steps in `measured` against the calibrated `profile`.
-pub fn validation(profile: &Path, measured: &Path, observer: &dyn Observer) -> Result<Validation> {
+pub fn validation(
+    profile: &Path,
+    measured: &Path,
+    stack: Option<&str>,
+    observer: &dyn Observer,
+) -> Result<Validation> {
     let system = inputs::system(&profile.display().to_string())?;
     if system.calibration.is_none() {
         bail!(
@@ -55,13 +60,18 @@ pub fn validation(profile: &Path, measured: &Path, observer: &dyn Observer) -> R
             profile.display()
         );
     }
-    steps_against(&system, measured, observer)
+    steps_against(&system, measured, stack, observer)
 }
 
 /// Measured training steps (`measured`) against the prediction on `system` (a catalog name
 /// or file) with no calibration: a GPU's layers timed by the transferred kernel model, as
 /// `predict` times a GPU nobody calibrated.
-pub fn uncalibrated(system: &str, measured: &Path, observer: &dyn Observer) -> Result<Validation> {
+pub fn uncalibrated(
+    system: &str,
+    measured: &Path,
+    stack: Option<&str>,
+    observer: &dyn Observer,
+) -> Result<Validation> {
     let system = inputs::system(system)?;
     if system.calibration.is_some() {
         bail!(
@@ -69,20 +79,24 @@ pub fn uncalibrated(system: &str, measured: &Path, observer: &dyn Observer) -> R
             system.name
         );
     }
-    steps_against(&system, measured, observer)
+    steps_against(&system, measured, stack, observer)
 }
 
-/// The workload records of `measured` against their prediction on `system`.
+/// The workload records of `measured` against their prediction on `system`, under `stack`
+/// (else the stack that ran each step).
 fn steps_against(
     system: &ridgeline_model::system::System,
     measured: &Path,
+    stack: Option<&str>,
     observer: &dyn Observer,
 ) -> Result<Validation> {
     let records = inputs::records(measured, observer)?;
+    let stack = stack.map(|s| inputs::stack(Some(s))).transpose()?;
     Ok(validate::validate(
         system,
         &records,
         &measured.display().to_string(),
+        stack.as_ref(),
     )?)
 }
 
@@ -470,7 +484,7 @@ fn steps(
     dir: &Path,
 ) -> Result<(Vec<StepCheck>, Vec<String>)> {
     use ridgeline_model::memory::Optimizer;
-    use ridgeline_model::predict::{DeviceRates, StepModel, Timing};
+    use ridgeline_model::predict::{DeviceRates, StepModel};
     use ridgeline_model::roofline::Efficiency;
     use ridgeline_model::workloads::transformer::{self, Config};
     let mut out = Vec::new();
@@ -506,10 +520,7 @@ fn steps(
         })?;
         let step = StepModel::new(&graph, Precision::Fp32, Optimizer::Sgd);
         let rates = DeviceRates::of(&system, Precision::Fp32, Efficiency::IDEAL)?;
-        let timing = Timing {
-            profile: None,
-            transfer: Some((model, spec)),
-        };
+        let timing = label_timing(model, spec);
         let layers = step.layer_times(s.batch as f64, &rates, &timing);
         let forward: f64 = layers.iter().map(|l| l.forward_s).sum();
         let backward: f64 = layers.iter().map(|l| l.backward_s).sum();
@@ -530,6 +541,23 @@ fn steps(
     Ok((out, skipped))
 }
 
+/// How the label set's steps are timed: by `model` on `spec`, each kernel at least its
+/// in-step floor and the layers' times added, with no host timeline: NeuSight timed each
+/// operator of its steps in place, one at a time, so each label holds its operator's launch
+/// (the floor) and no overlap of the host with the device. The stack's other rules
+/// (`pytorch-eager`'s: none of fusion; FP32 products) apply as `predict` applies them.
+fn label_timing(
+    model: &ridgeline_model::transfer::Model,
+    spec: DeviceSpec,
+) -> ridgeline_model::predict::Timing<'_> {
+    ridgeline_model::predict::Timing {
+        profile: None,
+        transfer: Some((model, spec)),
+        tf32: None,
+        host: false,
+    }
+}
+
 /// A step label split over four GPUs (`dp4`, `tp4`, `pp4_1`), predicted as
 /// [`ridgeline_model::parallel::step`] times it: the whole training step with Adam (as
 /// Megatron-LM ran it), on four GPUs of a node of NVLink (a DGX H100's; a DGX A100's with the
@@ -542,7 +570,6 @@ fn split_step(
 ) -> Result<StepCheck> {
     use ridgeline_model::memory::Optimizer;
     use ridgeline_model::parallel::{self, Split};
-    use ridgeline_model::predict::Timing;
     let one = Split {
         tensor: 1,
         pipeline: 1,
@@ -563,10 +590,7 @@ fn split_step(
     system.device = ridgeline_model::catalog::device(&s.device)?;
     let spec = DeviceSpec::fp32(&system.device)
         .with_context(|| format!("device `{}` lacks the kernel model's figures", s.device))?;
-    let timing = Timing {
-        profile: None,
-        transfer: Some((model, spec)),
-    };
+    let timing = label_timing(model, spec);
     let step = parallel::step(
         &s.model,
         config,
@@ -801,6 +825,7 @@ pub fn self_check_on(
         &system,
         &inputs::records(&workload_file, observer)?,
         &workload_file.display().to_string(),
+        None,
     )?;
     let validation_file = dir.join("validation.json");
     atomic::write(&validation_file, serde_json::to_string_pretty(&v)?)?;

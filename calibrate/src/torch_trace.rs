@@ -37,6 +37,10 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 
+mod host;
+
+pub use host::{HostTimes, KindTime};
+
 /// The prefix of a backward function's span.
 const BACKWARD: &str = "autograd::engine::evaluate_function: ";
 
@@ -63,6 +67,23 @@ impl TraceOp {
     }
 }
 
+/// A GPU kernel: its start and duration, and when the call that launched it returned
+/// (microseconds).
+#[derive(Debug, Clone, Copy)]
+struct GpuKernel {
+    ts: f64,
+    dur: f64,
+    launched: Option<f64>,
+}
+
+/// The CUDA runtime calls that launch a kernel.
+const LAUNCHES: [&str; 4] = [
+    "cudaLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cuLaunchKernel",
+    "cuLaunchKernelEx",
+];
+
 /// A `user_annotation` span.
 #[derive(Debug, Clone)]
 struct Span {
@@ -85,6 +106,10 @@ pub struct Trace {
     optimizer: Vec<Span>,
     /// GPU kernel time per `External id`, microseconds, where the trace has kernels.
     kernels: Option<HashMap<i64, f64>>,
+    /// Every GPU kernel, for the gaps between them.
+    gpu_kernels: Vec<GpuKernel>,
+    /// Each kernel launch call's duration, microseconds.
+    launches: Vec<f64>,
     /// Collective communication: its spans (NCCL kernels on a GPU; the `gloo:`, `nccl:` and
     /// `mpi:` annotations the process group's threads record on a CPU).
     comm: Vec<Span>,
@@ -132,6 +157,8 @@ pub struct Mapped {
     pub gemms: BTreeMap<GemmKey, Vec<f64>>,
     /// Ops that are no layer.
     pub unmapped: Vec<Unmapped>,
+    /// The host's times, for a trace of a GPU.
+    pub host: Option<HostTimes>,
 }
 
 fn number(v: &Value) -> Option<f64> {
@@ -189,6 +216,10 @@ impl Trace {
         let mut optimizer = Vec::new();
         let mut kernels: Option<HashMap<i64, f64>> = None;
         let (mut comm_kernels, mut comm_annotations) = (Vec::new(), Vec::new());
+        // Kernels with their correlation id, and when each runtime call returned.
+        let mut launched_kernels: Vec<(GpuKernel, Option<i64>)> = Vec::new();
+        let mut returned: HashMap<i64, f64> = HashMap::new();
+        let mut launches = Vec::new();
         for (i, e) in events.iter().enumerate() {
             if e.get("ph").and_then(Value::as_str) != Some("X") {
                 continue;
@@ -262,7 +293,23 @@ impl Trace {
                         comm_annotations.push(span);
                     }
                 }
+                Some("cuda_runtime") => {
+                    if let Some(c) = arg_i64("correlation") {
+                        returned.insert(c, ts + dur);
+                    }
+                    if LAUNCHES.contains(&name) {
+                        launches.push(dur);
+                    }
+                }
                 Some("kernel") => {
+                    launched_kernels.push((
+                        GpuKernel {
+                            ts,
+                            dur,
+                            launched: None,
+                        },
+                        arg_i64("correlation"),
+                    ));
                     let id = arg_i64("External id")
                         .ok_or_else(|| bad("a kernel without its `External id`"))?;
                     *kernels
@@ -320,6 +367,14 @@ impl Trace {
                 .and_then(Value::as_u64)
                 .and_then(|n| usize::try_from(n).ok()),
             kernels,
+            gpu_kernels: launched_kernels
+                .into_iter()
+                .map(|(k, c)| GpuKernel {
+                    launched: c.and_then(|c| returned.get(&c).copied()),
+                    ..k
+                })
+                .collect(),
+            launches,
             gpu: root
                 .get("deviceProperties")
                 .and_then(Value::as_array)
@@ -448,6 +503,8 @@ impl Trace {
         let mut gemms: BTreeMap<GemmKey, Vec<f64>> = BTreeMap::new();
         let top = self.top_level();
         let in_optimizer = |o: &TraceOp| self.optimizer.iter().any(|s| s.holds(o.ts));
+        // The layer ops in order, for the host's times.
+        let (mut forward_passes, mut backward_passes) = (Vec::new(), Vec::new());
         // Forward: each step's ops matched in order to the compute layers.
         let mut seq_layer: HashMap<(usize, i64), usize> = HashMap::new();
         for step in 0..nsteps {
@@ -494,6 +551,7 @@ impl Trace {
                     )));
                 }
                 next += 1;
+                forward_passes.push((s, i, Some(l)));
                 times[l][0][s] += self.seconds(i);
                 measured[l][0] = true;
                 for j in self.subtree(i) {
@@ -526,8 +584,10 @@ impl Trace {
                 optimizer[s] += self.seconds(i);
                 continue;
             }
-            match o.seq.and_then(|q| seq_layer.get(&(s, q))) {
-                Some(&l) => {
+            let layer = o.seq.and_then(|q| seq_layer.get(&(s, q))).copied();
+            backward_passes.push((s, i, layer));
+            match layer {
+                Some(l) => {
                     times[l][1][s] += self.seconds(i);
                     measured[l][1] = true;
                     for j in self.subtree(i) {
@@ -598,6 +658,7 @@ impl Trace {
                     seconds,
                 })
                 .collect(),
+            host: host::times(self, graph, &forward_passes, &backward_passes),
         })
     }
 
@@ -824,6 +885,8 @@ pub struct Imported {
     /// Each step's collective communication and the part of it after backward, seconds
     /// (empty where the trace has none).
     pub comm: [Vec<f64>; 2],
+    /// The host's times, for a trace of a GPU.
+    pub host: Option<HostTimes>,
 }
 
 /// The records of `trace` mapped onto `graph` (built at the trace's input) at `batch`, as
@@ -973,6 +1036,7 @@ pub fn import(trace: &Trace, graph: &Graph, batch: usize, threads: usize) -> Res
         precision,
         ranks: trace.ranks,
         comm: [mapped.comm, mapped.exposed_comm],
+        host: mapped.host,
     })
 }
 

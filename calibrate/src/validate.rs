@@ -9,15 +9,15 @@
 //! the measured samples and with the executor's peak memory.
 
 use ridgeline_measure::{Pass, Record, StepRun};
-use ridgeline_model::cost;
 use ridgeline_model::memory::{Footprint, Optimizer};
 use ridgeline_model::precision::Precision;
-use ridgeline_model::predict::{DeviceRates, StepModel, Timing};
+use ridgeline_model::predict::{DeviceRates, KernelModel, StepModel, Timing};
 use ridgeline_model::roofline::{self, Efficiency, PeakClass};
+use ridgeline_model::stack::Stack;
 use ridgeline_model::system::System;
-use ridgeline_model::transfer::{DeviceSpec, Model as TransferModel};
 use ridgeline_model::units::Bytes;
 use ridgeline_model::workloads::{self, BuildOptions};
+use ridgeline_model::{catalog, cost};
 use serde::Serialize;
 use statrs::statistics::{Data, OrderStatistics};
 
@@ -172,6 +172,16 @@ pub struct Validation {
     pub layers: Vec<LayerPoint>,
 }
 
+/// The built-in stack a measured step ran under: PyTorch's eager mode for one imported from
+/// a profiler trace, ridgeline's executor for one it measured.
+pub fn ran_under(step: &Record) -> &'static str {
+    if step.extra.notes.contains_key("imported_from") {
+        "pytorch-eager"
+    } else {
+        "ridgeline-executor"
+    }
+}
+
 fn median(file: &str, r: &Record) -> Result<f64> {
     Samples::new(r.samples_s.clone())
         .map(|s| s.median())
@@ -183,8 +193,16 @@ fn median(file: &str, r: &Record) -> Result<f64> {
 }
 
 /// Compares the `workload-step` and `workload-layer` records of `file` with predictions on
-/// `system` (a calibrated system; without a profile it validates the datasheet model).
-pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Validation> {
+/// `system` (a calibrated system; without a profile it validates the datasheet model),
+/// each step under `stack`, or else under the stack that ran it: `pytorch-eager` for steps
+/// imported from a PyTorch trace (`extra.notes.imported_from`), `ridgeline-executor` for
+/// ridgeline's own.
+pub fn validate(
+    system: &System,
+    records: &[Record],
+    file: &str,
+    stack: Option<&Stack>,
+) -> Result<Validation> {
     let runs = StepRun::from_records(records);
     if runs.is_empty() {
         return Err(Error::Input(format!(
@@ -241,13 +259,16 @@ pub fn validate(system: &System, records: &[Record], file: &str) -> Result<Valid
         }
         let r = roofline::roofline(&graph, &c, system, Efficiency::IDEAL)?;
         // The step as `predict` times it: the same per-layer models plus the update.
-        let model = StepModel::new(&graph, precision, Optimizer::Sgd);
-        let rates = DeviceRates::of(system, precision, Efficiency::IDEAL)?;
-        let timing = Timing {
-            profile: system.calibration.as_deref(),
-            transfer: DeviceSpec::of(&system.device, precision)
-                .map(|spec| (TransferModel::builtin(), spec)),
+        let own = match stack {
+            Some(_) => None,
+            None => Some(catalog::stack(ran_under(step))?),
         };
+        let stack = stack
+            .or(own.as_ref())
+            .unwrap_or_else(|| catalog::default_stack());
+        let model = StepModel::with_stack(&graph, precision, Optimizer::Sgd, stack);
+        let rates = DeviceRates::of(system, precision, Efficiency::IDEAL)?;
+        let timing = Timing::of(system, precision, KernelModel::Transfer);
         let times = model.device_times(batch as f64, &rates, &timing);
         let (predicted, [predicted_lo, predicted_hi]) = (times.step, times.interval_90);
         // Without a profile, each layer as `predict` times it (the transferred kernel model

@@ -49,6 +49,14 @@ pub const MIXES: &[Entry] = entries!("mixes"; "mlperf-hpc");
 /// Example procurement candidates (offers), `data/candidates/*.toml`.
 pub const CANDIDATES: &[Entry] = entries!("candidates"; "dgx-a100", "dgx-h100", "dgx-h200");
 
+/// Software stacks, `data/stacks/*.toml`.
+pub const STACKS: &[Entry] = entries!("stacks";
+    "pytorch-eager", "pytorch-compiled", "tuned", "ridgeline-executor");
+
+/// The stack a prediction runs under unless told otherwise: what a scientist runs without
+/// tuning.
+pub const DEFAULT_STACK: &str = "pytorch-eager";
+
 /// `data/systems/local.toml`: how this machine's CPU maps to a device file.
 pub const LOCAL: Entry = Entry {
     name: "local",
@@ -108,6 +116,29 @@ pub fn system(name: &str) -> Result<System> {
 /// Parses a user's system or device file, resolving device names against the catalog.
 pub fn system_from_file(text: &str, path: &str) -> Result<System> {
     system::parse_system_or_device(text, path, &device)
+}
+
+/// Names of every built-in stack.
+pub fn stack_names() -> Vec<String> {
+    STACKS.iter().map(|e| e.name.to_owned()).collect()
+}
+
+/// The built-in stack called `name`.
+pub fn stack(name: &str) -> Result<crate::stack::Stack> {
+    let entry = STACKS
+        .iter()
+        .find(|e| e.name == name)
+        .ok_or_else(|| crate::stack::unknown(name, stack_names()))?;
+    crate::stack::parse(entry.text, entry.path)
+}
+
+/// The built-in stack of [`DEFAULT_STACK`], parsed once.
+pub fn default_stack() -> &'static crate::stack::Stack {
+    static STACK: std::sync::OnceLock<crate::stack::Stack> = std::sync::OnceLock::new();
+    STACK.get_or_init(|| {
+        stack(DEFAULT_STACK)
+            .unwrap_or_else(|e| unreachable!("the built-in stacks are checked by a test: {e}"))
+    })
 }
 
 /// The shipped data set and convergence curve of a built-in workload, if any.

@@ -277,6 +277,20 @@ fn norm_params(op: &Op, input: &Shape) -> u64 {
     if matches!(op, Op::RmsNorm) { c } else { 2 * c }
 }
 
+/// The parameter tensors a layer of `op` owns (weights and bias; a norm's scale and
+/// shift): each is a gradient to accumulate and a tensor for the optimizer to update.
+pub fn param_tensors(op: &Op) -> u64 {
+    let bias = |b: bool| u64::from(b);
+    match op {
+        Op::Conv(c) | Op::ConvTranspose(c) => 1 + bias(c.bias),
+        Op::Dense { bias: b, .. } => 1 + bias(*b),
+        Op::Linear { bias: b, tied, .. } => u64::from(!*tied) + bias(*b),
+        Op::Embedding { .. } | Op::RmsNorm => 1,
+        Op::BatchNorm | Op::ChannelAffine | Op::LayerNorm => 2,
+        _ => 0,
+    }
+}
+
 /// The sizes attention layer `layer` works on.
 fn attention_shape(graph: &Graph, layer: &Layer, a: &Attention) -> AttentionShape {
     let inputs: SmallVec<[&[usize]; 3]> = layer

@@ -71,6 +71,7 @@ pub mod reference;
 pub mod roofline;
 pub mod scale;
 pub mod sim;
+pub mod stack;
 pub mod sweep;
 pub mod system;
 pub mod transfer;

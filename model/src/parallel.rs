@@ -189,7 +189,6 @@ pub fn step(
     })?;
     let model = StepModel::new(&graph, precision, optimizer);
     let rates = DeviceRates::of(system, precision, Efficiency::IDEAL)?;
-    let times = model.layer_times(micro as f64, &rates, timing);
     let one: GraphCost<'_> = cost::cost(&graph, 1, precision);
     let stages = pipeline as usize;
     let of = stage_of(&graph, blocks, stages);
@@ -226,16 +225,8 @@ pub fn step(
             .rev()
             .find(|i| (i * stages / blocks) == s)
             .map_or(first, |i| i + 1);
-        let in_stage = |name: &str| {
-            graph
-                .find(name)
-                .is_some_and(|id| of.get(id).copied() == Some(s))
-        };
-        let (mut forward, mut backward) = (0.0, 0.0);
-        for t in times.iter().filter(|t| in_stage(&t.layer)) {
-            forward += t.forward_s;
-            backward += t.backward_s;
-        }
+        let [forward, backward] =
+            model.pass_times(micro as f64, &rates, timing, |id| of.get(id) == Some(&s));
         let params: u64 = one
             .layers
             .iter()
@@ -356,6 +347,8 @@ mod tests {
         let timing = Timing {
             profile: None,
             transfer: Some((TransferModel::builtin(), spec)),
+            tf32: None,
+            host: true,
         };
         call(split, batch, &timing).unwrap()
     }
@@ -379,6 +372,8 @@ mod tests {
         let timing = Timing {
             profile: None,
             transfer: Some((TransferModel::builtin(), spec)),
+            tf32: None,
+            host: true,
         };
         let whole = model.device_times(4.0, &rates, &timing).step;
         assert!(

@@ -728,22 +728,57 @@ impl Model {
     /// runs the faster algorithm; its interval is `conv`'s, whose held-out figures judge
     /// that choice.
     pub fn timed(&self, kernel: &Kernel, elem: u64, d: &DeviceSpec) -> Option<(f64, [f64; 2])> {
+        self.timed_as(kernel, elem, d, true)
+    }
+
+    /// [`Model::timed`] without the in-step floor ([`Model::launch_floor`]): the kernel's
+    /// work on the device alone, for a step whose host issuing is modelled apart (a
+    /// software stack's host timeline, [`crate::stack`]). Never more than [`Model::timed`].
+    pub fn work_timed(
+        &self,
+        kernel: &Kernel,
+        elem: u64,
+        d: &DeviceSpec,
+    ) -> Option<(f64, [f64; 2])> {
+        self.timed_as(kernel, elem, d, false)
+    }
+
+    fn timed_as(
+        &self,
+        kernel: &Kernel,
+        elem: u64,
+        d: &DeviceSpec,
+        floor: bool,
+    ) -> Option<(f64, [f64; 2])> {
         let c = self.class_for(kernel, d)?;
-        let t = self.in_step_as(c, kernel, elem, d);
+        let t = self.in_step_as(c, kernel, elem, d, floor);
         let gemm = faster_class(kernel, d.tensor.is_some())
             .filter(|_| c.name == "conv")
             .and_then(|other| self.class(other));
-        let t = gemm.map_or(t, |g| t.min(self.in_step_as(g, kernel, elem, d)));
+        let t = gemm.map_or(t, |g| t.min(self.in_step_as(g, kernel, elem, d, floor)));
         Some((t, c.holdout_interval_90))
     }
 
-    /// The time of `kernel` on `d` inside a step as class `c` times it.
-    fn in_step_as(&self, c: &ClassCoefficients, kernel: &Kernel, elem: u64, d: &DeviceSpec) -> f64 {
+    /// The time of `kernel` on `d` inside a step as class `c` times it, at least its floor
+    /// where `floor` is set.
+    fn in_step_as(
+        &self,
+        c: &ClassCoefficients,
+        kernel: &Kernel,
+        elem: u64,
+        d: &DeviceSpec,
+        floor: bool,
+    ) -> f64 {
         // An FP32 class's energy per FLOP is not a tensor core's.
         let own = d.tensor.is_none() || is_tensor_class(&c.name);
         let d = d.capped(c.energy_per_flop_7nm.filter(|_| own));
         let x = features_for(kernel, &c.name, elem, &d);
-        work(&c.coefficients, &x).max(self.launch_floor(c))
+        let work = work(&c.coefficients, &x);
+        if floor {
+            work.max(self.launch_floor(c))
+        } else {
+            work
+        }
     }
 
     /// The least time a kernel of class `c` takes inside a step: the host's time per launch,

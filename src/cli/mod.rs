@@ -54,6 +54,9 @@ pub(crate) enum Command {
     /// List and show systems and devices.
     #[command(subcommand)]
     System(SystemCommand),
+    /// The software stacks predictions run under (framework, fusion, precision, host).
+    #[command(subcommand)]
+    Stack(StackCommand),
     /// Predict step time, epoch time and time to solution on N nodes.
     Predict(PredictArgs),
     /// A scaling series: strong, weak, ensemble or problem size.
@@ -413,6 +416,17 @@ pub(crate) struct ScenarioArgs {
     /// Optimizer, for the memory footprint: sgd, sgd-momentum, adam or lamb.
     #[arg(long, default_value = "sgd-momentum", value_parser = parse_optimizer)]
     pub(crate) optimizer: Optimizer,
+    #[command(flatten)]
+    pub(crate) stack: StackArg,
+}
+
+/// The software stack a prediction runs under.
+#[derive(Debug, Args)]
+pub(crate) struct StackArg {
+    /// The software stack: a built-in one (pytorch-eager, the default; pytorch-compiled;
+    /// tuned; ridgeline-executor; `ridgeline stack list`) or a stack file.
+    #[arg(long, value_name = "NAME|FILE")]
+    pub(crate) stack: Option<String>,
 }
 
 impl ScenarioArgs {
@@ -435,6 +449,7 @@ impl ScenarioArgs {
             compression: self.compression,
             quality: self.quality,
             optimizer: self.optimizer,
+            stack: self.stack.stack.clone(),
         }
     }
 }

@@ -32,6 +32,23 @@ pub(crate) enum SystemCommand {
     Show(SystemShowArgs),
 }
 
+/// `ridgeline stack ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum StackCommand {
+    /// List the built-in software stacks.
+    List(FormatArg),
+    /// Show every figure and rule of a stack, with its source.
+    Show(StackShowArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct StackShowArgs {
+    /// A built-in stack's name or a stack TOML file.
+    pub(crate) stack: String,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct ShowArgs {
     #[command(flatten)]

@@ -51,6 +51,10 @@ pub(crate) struct ReportValidationArgs {
     /// needed for them, as their logs do not say.
     #[arg(long, value_parser = super::parse_precision)]
     pub(crate) precision: Option<ridgeline_model::precision::Precision>,
+    /// The software stack the measurements are predicted under (default: the one that ran
+    /// them, as `validate` chooses).
+    #[arg(long, value_name = "NAME|FILE")]
+    pub(crate) stack: Option<String>,
     #[command(flatten)]
     pub(crate) out: ReportOutArgs,
 }
@@ -82,6 +86,8 @@ pub(crate) struct ProcurementArgs {
     /// Fraction of the devices' memory bandwidth the layers attain.
     #[arg(long, default_value_t = 1.0)]
     pub(crate) memory_efficiency: f64,
+    #[command(flatten)]
+    pub(crate) stack: StackArg,
     #[command(flatten)]
     pub(crate) out: ReportOutArgs,
 }

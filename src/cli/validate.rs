@@ -76,6 +76,12 @@ pub(crate) struct ValidateArgs {
     /// Show this many of the worst layers.
     #[arg(long, default_value_t = 10)]
     pub(crate) top: usize,
+    /// The software stack the measurements are predicted under (a built-in name or a stack
+    /// file). Default: the one that ran them: pytorch-eager for steps imported from a
+    /// PyTorch trace, ridgeline-executor for ridgeline's own, tuned for imported benchmark
+    /// runs.
+    #[arg(long, value_name = "NAME|FILE", conflicts_with = "self_check")]
+    pub(crate) stack: Option<String>,
     #[command(flatten)]
     pub(crate) format: FormatArg,
 }

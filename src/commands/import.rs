@@ -112,10 +112,39 @@ pub(crate) fn torch_trace(args: &ImportTorchTraceArgs) -> Result<()> {
                 format!("{} calls, no record", u.count),
             );
         }
+        if let Some(h) = &done.host {
+            d = host_lines(d, h);
+        }
         d.note(
             "workload-layer and workload-step records for `validate`; the layers' convolutions (forward, and backward with both gradients in one call), ops and GEMMs as micro-kernel records for `calibrate`; every record names the trace (extra.notes.imported_from)",
         )
     })
+}
+
+/// The host's times of a GPU trace, as a stack file's `[host]` and `[device]` tables hold
+/// them (microseconds).
+fn host_lines(mut d: Document, h: &ridgeline_calibrate::torch_trace::HostTimes) -> Document {
+    let us = |v: f64| format!("{:.1} us", v * 1e6);
+    let opt = |v: Option<f64>| v.map_or_else(|| "not in the trace".to_owned(), us);
+    for (pass, kinds, default) in [
+        ("forward", &h.forward, h.forward_default_s),
+        ("backward", &h.backward, h.backward_default_s),
+    ] {
+        d = d.summary(
+            format!("host, {pass} per op"),
+            format!("{} (every layer pass's median)", us(default)),
+        );
+        for k in kinds {
+            d = d.summary(
+                format!("  {}", k.kind),
+                format!("{} ({} passes)", us(k.median_s), k.passes),
+            );
+        }
+    }
+    d.summary("host, per parameter tensor", opt(h.parameter_s))
+        .summary("host, optimizer per tensor", opt(h.optimizer_tensor_s))
+        .summary("host, kernel launch call", opt(h.launch_s))
+        .summary("device, gap between queued kernels", opt(h.kernel_gap_s))
 }
 
 pub(crate) fn nsys(args: &ImportNsysArgs) -> Result<()> {

@@ -9,6 +9,7 @@ mod predict;
 mod report;
 mod roofline;
 mod scale;
+mod stack;
 mod sweep;
 mod system;
 mod validate;
@@ -17,7 +18,8 @@ mod workload;
 use anyhow::Result;
 
 use crate::cli::{
-    Cli, Command, ImportCommand, MeasureCommand, ReportCommand, SystemCommand, WorkloadCommand,
+    Cli, Command, ImportCommand, MeasureCommand, ReportCommand, StackCommand, SystemCommand,
+    WorkloadCommand,
 };
 
 /// Runs the parsed command line.
@@ -31,6 +33,8 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Roofline(args) => roofline::run(&args),
         Command::System(SystemCommand::List(args)) => system::list(&args),
         Command::System(SystemCommand::Show(args)) => system::show(&args),
+        Command::Stack(StackCommand::List(args)) => stack::list(&args),
+        Command::Stack(StackCommand::Show(args)) => stack::show(&args),
         Command::Predict(args) => predict::run(&args),
         Command::Scale(args) => scale::run(&args),
         Command::Sweep(args) => sweep::run(&args),

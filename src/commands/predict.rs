@@ -128,6 +128,7 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
             ),
         )
         .summary("  compute timed by", o.compute_timed_by.describe())
+        .summary("  software stack", stack_line(&p.stack, style))
         .summary(
             "  compute, 90 % interval",
             match o.compute_interval_90_s {
@@ -391,4 +392,28 @@ fn split(args: &PredictArgs) -> Result<()> {
         doc = doc.table(output::table(&step.stages, &tables::stage_cols(), style));
         doc.note("Each stage's times are one micro-batch on one of its tensor-parallel ranks: forward and backward of its layers (timed as predict times layers), its tensor-parallel allreduces (four per transformer layer) and its point-to-point sends; the step is every stage once (the first micro-batch) plus (micro-batches - 1) x the slowest stage (1F1B), then the data-parallel gradient allreduce and the optimizer update.")
     })
+}
+
+/// The stack, and how its host and the device shared the step, in one line.
+fn stack_line(r: &predict::StackReport, style: Style) -> String {
+    let host = match r.host_s {
+        Some(h) => format!(
+            "; host {} a step, device busy {}{}",
+            style.seconds(Seconds::new(h)),
+            style.seconds(Seconds::new(r.device_busy_s)),
+            if r.device_idle_share > 0.05 {
+                format!(
+                    " (host-bound: the device waits {:.0}%)",
+                    100.0 * r.device_idle_share
+                )
+            } else {
+                String::new()
+            }
+        ),
+        None => String::new(),
+    };
+    format!(
+        "{} ({} dispatch{host})",
+        r.effects.stack, r.effects.dispatch
+    )
 }

@@ -52,7 +52,12 @@ pub(crate) fn procurement(args: &ProcurementArgs) -> Result<()> {
             " --compute-efficiency {} --memory-efficiency {}",
             args.compute_efficiency, args.memory_efficiency
         )
-    };
+    } + &args
+        .stack
+        .stack
+        .as_ref()
+        .map(|s| format!(" --stack {s}"))
+        .unwrap_or_default();
     let p = report::procurement(&ProcurementRequest {
         mix: args.mix.clone(),
         systems: args.systems.clone(),
@@ -61,6 +66,7 @@ pub(crate) fn procurement(args: &ProcurementArgs) -> Result<()> {
         kernel_model: args.efficiency,
         compute_efficiency: args.compute_efficiency,
         memory_efficiency: args.memory_efficiency,
+        stack: args.stack.stack.clone(),
         provenance,
     })?;
     // procurement.json, written with the report in one directory swap, lists every file,
@@ -119,7 +125,12 @@ pub(crate) fn validation(args: &ReportValidationArgs) -> Result<()> {
             args.measured.display()
         );
     };
-    let v = ridgeline_app::validation::validation(profile, &args.measured, &Progress::new())?;
+    let v = ridgeline_app::validation::validation(
+        profile,
+        &args.measured,
+        args.stack.as_deref(),
+        &Progress::new(),
+    )?;
     let provenance = format!(
         "ridgeline {} report validation --profile {} --measured {}",
         env!("CARGO_PKG_VERSION"),
@@ -148,7 +159,8 @@ fn runs(args: &ReportValidationArgs) -> Result<()> {
             args.measured.display()
         );
     };
-    let v = ridgeline_app::runs::validate(&system, &args.measured, precision)?;
+    let v =
+        ridgeline_app::runs::validate(&system, &args.measured, precision, args.stack.as_deref())?;
     let provenance = format!(
         "ridgeline {} report validation --system {system} --measured {} --precision {precision}",
         env!("CARGO_PKG_VERSION"),

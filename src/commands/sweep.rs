@@ -53,7 +53,7 @@ pub(crate) fn run(args: &SweepArgs) -> Result<()> {
     let models: Vec<StepModel> = args
         .precisions
         .iter()
-        .map(|&p| StepModel::new(&job.graph, p, args.scenario.optimizer))
+        .map(|&p| StepModel::with_stack(&job.graph, p, args.scenario.optimizer, &job.stack))
         .collect();
     let spec = SweepSpec {
         systems: &systems,

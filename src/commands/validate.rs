@@ -46,8 +46,12 @@ pub(crate) fn run(args: &ValidateArgs) -> Result<()> {
         return imported_runs(args, measured);
     }
     let v = match (&args.profile, &args.system) {
-        (Some(profile), _) => validation::validation(profile, measured, &Progress::new())?,
-        (None, Some(system)) => validation::uncalibrated(system, measured, &Progress::new())?,
+        (Some(profile), _) => {
+            validation::validation(profile, measured, args.stack.as_deref(), &Progress::new())?
+        }
+        (None, Some(system)) => {
+            validation::uncalibrated(system, measured, args.stack.as_deref(), &Progress::new())?
+        }
         (None, None) => {
             bail!("give --profile FILE (or --system S) and --measured FILE, or --self-check")
         }
@@ -327,12 +331,12 @@ fn imported_runs(args: &ValidateArgs, measured: &Path) -> Result<()> {
             measured.display()
         );
     };
-    let v = runs::validate(&system, measured, precision)?;
+    let v = runs::validate(&system, measured, precision, args.stack.as_deref())?;
     let cols = tables::run_check_cols();
     output::print(args.format.format, &v, |style| {
         let mut d = Document::new(format!(
-            "Validation: imported runs against predict on {} ({}), {}",
-            v.system, v.device, v.precision
+            "Validation: imported runs against predict on {} ({}), {}, stack {}",
+            v.system, v.device, v.precision, v.stack
         ))
         .summary("measured", measured.display().to_string())
         .summary("layers timed by", v.timed_by.clone());

@@ -15,6 +15,7 @@ mod memory;
 mod predict;
 mod report;
 mod roofline;
+mod stack;
 mod system;
 mod workload;
 

@@ -99,8 +99,27 @@ pub struct Prediction {
     /// The depthwise convolutions the transferred model timed, where there are any: no
     /// kernel it is fitted on is depthwise, so their share of the time is not validated.
     pub depthwise: Option<DepthwiseShare>,
+    /// The software stack the step ran under and what it changed.
+    pub stack: StackReport,
     /// What the prediction assumed.
     pub assumptions: Vec<String>,
+}
+
+/// The software stack of a prediction ([`Prediction::stack`]): which ran, what its rules
+/// changed, and how the host and the device shared one device's step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StackReport {
+    /// What the stack changed in the step model: its name and file, dispatch, fusion
+    /// rules' effects, TF32 layers.
+    #[serde(flatten)]
+    pub effects: StackEffects,
+    /// The host's time to issue one device's step, seconds; `None` where the host runs the
+    /// kernels itself (a CPU) or the step is timed at the ideal bound.
+    pub host_s: Option<f64>,
+    /// The device's busy time in the step (kernels, gaps, update), seconds.
+    pub device_busy_s: f64,
+    /// The share of the compute time the device waits on the host, 0 to 1.
+    pub device_idle_share: f64,
 }
 
 /// What ridgeline has measured of depthwise convolutions against the transferred model, in
@@ -523,6 +542,13 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
     }
     let layers = plan.layer_times()?;
     let depthwise = DepthwiseShare::of(&plan, &layers);
+    let stack = StackReport {
+        effects: model.effects().clone(),
+        host_s: (plan.host > 0.0).then_some(plan.host),
+        device_busy_s: plan.busy,
+        device_idle_share: (1.0 - plan.busy / plan.compute.value()).clamp(0.0, 1.0),
+    };
+    assumptions.extend(stack_assumptions(&stack, model, b, system, scenario));
     assumptions.extend(timing_assumptions(
         &plan,
         depthwise.as_ref(),
@@ -597,9 +623,89 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
         },
         layers,
         depthwise,
+        stack,
         assumptions,
         outcome,
     })
+}
+
+/// What the stack did to the step, in words: which stack, how the host and the device
+/// shared the step, what its rules fused and what ran in TF32.
+fn stack_assumptions(
+    r: &StackReport,
+    model: &StepModel,
+    batch: f64,
+    system: &System,
+    scenario: &Scenario,
+) -> Vec<String> {
+    let e = &r.effects;
+    let ms = |s: f64| format!("{:.3} ms", s * 1e3);
+    let mut out = vec![match r.host_s {
+        Some(host) => format!(
+            "software stack `{}` ({}): its host issues one device's step in {} ({} \
+             dispatch), the device is busy {} of the {} compute{}",
+            e.stack,
+            e.file,
+            ms(host),
+            e.dispatch,
+            ms(r.device_busy_s),
+            ms(r.device_busy_s / (1.0 - r.device_idle_share).max(f64::MIN_POSITIVE)),
+            if r.device_idle_share > 0.05 {
+                format!(
+                    ": host-bound, the device waits {:.0}% of it",
+                    100.0 * r.device_idle_share
+                )
+            } else {
+                String::new()
+            }
+        ),
+        None if system.device.kind == crate::system::DeviceKind::Gpu => format!(
+            "software stack `{}` ({}): its fusion and precision rules apply; its host \
+             times do not, as the layers are timed at the ideal bound (--efficiency {})",
+            e.stack,
+            e.file,
+            match scenario.kernel_model {
+                KernelModel::Ideal => "ideal",
+                KernelModel::Transfer => "transfer",
+            }
+        ),
+        None => format!(
+            "software stack `{}` ({}): its fusion and precision rules apply; on a CPU the \
+             host runs the kernels itself, so the layers' times add with no host timeline \
+             of their own",
+            e.stack, e.file
+        ),
+    }];
+    for f in &e.fusion {
+        out.push(format!(
+            "fusion `{}` ({}): {} groups, {} kernel launches fewer a step and {:.2} GiB less HBM \
+             traffic",
+            f.rule,
+            e.stack,
+            f.groups,
+            f.launches_saved,
+            f.bytes_saved_per_sample * batch / f64::from(1u32 << 30)
+        ));
+    }
+    if e.tf32_layers > 0 && model.precision == Precision::Fp32 {
+        out.push(if system.device.peak.tf32_tensor.is_some() {
+            format!(
+                "{} layers' FP32 matrix kernels run in TF32 on tensor cores, as stack `{}` \
+                 says (`ridgeline stack show {}`); the transferred model has no TF32 class, \
+                 so they run at the TF32 peak with the FP32 classes' coefficients, which \
+                 timed the TF32 convolutions of the committed H100 trace of ResNet-50 2.7 \
+                 times too fast (docs/STACKS.md)",
+                e.tf32_layers, e.stack, e.stack
+            )
+        } else {
+            format!(
+                "stack `{}` runs {} layers' FP32 matrix kernels in TF32, but device `{}` \
+                 has no TF32 tensor peak: they run in FP32",
+                e.stack, e.tf32_layers, system.device.name
+            )
+        });
+    }
+    out
 }
 
 #[cfg(test)]

@@ -20,11 +20,13 @@
 mod explain;
 mod plan;
 mod scenario;
+mod stacked;
 mod step;
 
 pub use explain::*;
 pub use plan::*;
 pub use scenario::*;
+pub use stacked::*;
 pub use step::*;
 
 #[cfg(test)]

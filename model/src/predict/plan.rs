@@ -56,6 +56,10 @@ pub struct Plan<'a> {
     pub timed_by: TimedBy,
     /// The compute time's 90 % interval, seconds.
     pub(super) compute_interval: [f64; 2],
+    /// The host's time to issue a step on one device, seconds (0 on a CPU).
+    pub(super) host: f64,
+    /// The device's busy time in a step, seconds.
+    pub(super) busy: f64,
     /// Memory one device needs.
     pub memory: Bytes,
     /// Memory one device has.
@@ -552,10 +556,19 @@ impl<'a> Plan<'a> {
             compute: Seconds::new(compute),
             timed_by: times.timed_by,
             compute_interval: times.interval_90,
+            host: times.host,
+            busy: times.busy,
             eval_compute: Seconds::new(eval_compute),
             memory,
             capacity,
-            peak: FlopRate::new(rates.matrix / scenario.efficiency.compute),
+            // The peak the matrix kernels run at: TF32's where the stack runs them so.
+            peak: FlopRate::new(
+                rates
+                    .tf32
+                    .filter(|_| model.effects.tf32_layers > 0)
+                    .unwrap_or(rates.matrix)
+                    / scenario.efficiency.compute,
+            ),
             max_batch,
             stored_sample: Bytes::new(
                 dataset.sample_bytes.value.value() * scale / scenario.compression,

@@ -4,26 +4,34 @@
 use serde::Serialize;
 
 use super::KernelModel;
-use crate::cost::{self, GraphCost};
+use super::StackEffects;
 use crate::error::Result;
-use crate::graph::Graph;
-use crate::kernels::{Kernel, step_kernels};
+use crate::graph::{Graph, NodeId};
+use crate::kernels::Kernel;
 use crate::memory::{Footprint, Optimizer};
 use crate::precision::Precision;
 use crate::profile::{Profile, precision_name};
 use crate::roofline::Efficiency;
-use crate::system::System;
+use crate::system::{DeviceKind, System};
 use crate::transfer::{DeviceSpec, Model as TransferModel};
 
 /// Per-layer costs of a workload at a precision as affine functions of the batch size:
-/// FLOPs `f x b`, bytes `a x b + w`. Flat arrays, one entry per layer that does any work.
+/// FLOPs `f x b`, bytes `a x b + w`. Flat arrays, one entry per layer that does any work, or
+/// per group of layers its software stack fuses ([`StepModel::with_stack`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepModel {
     pub(super) workload: String,
     pub(super) precision: Precision,
     pub(super) matrix: Vec<bool>,
-    /// Each layer's name.
+    /// Each entry's name (a fused group's members joined by `+`).
     pub(super) names: Vec<String>,
+    /// Each entry's op kind (its first member's).
+    pub(super) kinds: Vec<&'static str>,
+    /// Each entry's first layer in the graph.
+    pub(super) heads: Vec<NodeId>,
+    /// The precision each entry's matrix kernels run in (TF32 for FP32 training where the
+    /// stack says so).
+    pub(super) math: Vec<Precision>,
     /// Each layer's trainable parameters (its gradient's elements).
     pub layer_params: Vec<u64>,
     pub(super) flops_fwd: Vec<f64>,
@@ -35,6 +43,22 @@ pub struct StepModel {
     /// Each layer's kernels at batch 1 and at batch 2 (their features are affine in the
     /// batch, so any batch follows), for calibrated profiles.
     pub(super) kernels: Vec<[Vec<Kernel>; 2]>,
+    /// Each entry's kernel launches forward and backward (a fused group's kernels of a pass
+    /// are one).
+    pub(super) launches: Vec<[u32; 2]>,
+    /// The host's time to issue each entry's forward pass, seconds.
+    pub(super) host_fwd: Vec<f64>,
+    /// The host's time to issue each entry's backward pass (its gradients' accumulation
+    /// included), seconds.
+    pub(super) host_bwd: Vec<f64>,
+    /// The host's time once a step (a captured graph's launch), seconds.
+    pub(super) host_step: f64,
+    /// The host's time for the optimizer's step, seconds.
+    pub(super) host_update: f64,
+    /// The device's gap between two kernels, seconds.
+    pub(super) kernel_gap: f64,
+    /// What the stack changed.
+    pub(super) effects: StackEffects,
     /// Bytes the optimizer update moves: read the gradient, read and write the FP32 weights
     /// (and the compute copy under mixed precision), read and write the optimizer state.
     pub update_bytes: f64,
@@ -53,76 +77,10 @@ pub struct StepModel {
 }
 
 impl StepModel {
-    /// The model of `graph` at `precision`, with `optimizer` for the footprint.
+    /// The model of `graph` at `precision`, with `optimizer` for the footprint, under the
+    /// default stack ([`crate::catalog::DEFAULT_STACK`]).
     pub fn new(graph: &Graph, precision: Precision, optimizer: Optimizer) -> StepModel {
-        let one = cost::cost(graph, 1, precision);
-        let two = cost::cost(graph, 2, precision);
-        Self::from_costs(graph, &one, &two, optimizer)
-    }
-
-    fn from_costs(
-        graph: &Graph,
-        one: &GraphCost<'_>,
-        two: &GraphCost<'_>,
-        optimizer: Optimizer,
-    ) -> StepModel {
-        let mut m = StepModel {
-            workload: graph.name().to_owned(),
-            precision: one.precision,
-            matrix: Vec::new(),
-            names: Vec::new(),
-            layer_params: Vec::new(),
-            flops_fwd: Vec::new(),
-            flops_bwd: Vec::new(),
-            act_fwd: Vec::new(),
-            weights_fwd: Vec::new(),
-            act_bwd: Vec::new(),
-            weights_bwd: Vec::new(),
-            kernels: Vec::new(),
-            update_bytes: 0.0,
-            flops_per_sample: one.flops_train.value(),
-            hbm_per_sample: two.hbm_bytes_train.value() - one.hbm_bytes_train.value(),
-            hbm_fixed: 2.0 * one.hbm_bytes_train.value() - two.hbm_bytes_train.value(),
-            params: one.params,
-            input_elements: graph.input_shape().elements(),
-            footprint: Footprint::from_cost(graph, one, optimizer),
-        };
-        let fp32 = 4.0 * one.params as f64;
-        let compute_copy = if one.precision.compute_bytes() < 4 {
-            one.params as f64 * one.precision.compute_bytes() as f64
-        } else {
-            0.0
-        };
-        m.update_bytes = 3.0 * fp32 + compute_copy + 2.0 * m.footprint.optimizer_state.value();
-        let (k1, k2) = (step_kernels(graph, one), step_kernels(graph, two));
-        for ((((a, b), k1), k2), layer) in one
-            .layers
-            .iter()
-            .zip(&two.layers)
-            .zip(k1)
-            .zip(k2)
-            .zip(graph.layers())
-        {
-            let work = a.flops_fwd.value() + a.flops_bwd.value();
-            let bytes = a.hbm_bytes_fwd.value() + a.hbm_bytes_bwd.value();
-            if work == 0.0 && bytes == 0.0 {
-                continue;
-            }
-            // Bytes are affine in the batch: a b + w, from b = 1 and b = 2.
-            let (f1, f2) = (a.hbm_bytes_fwd.value(), b.hbm_bytes_fwd.value());
-            let (g1, g2) = (a.hbm_bytes_bwd.value(), b.hbm_bytes_bwd.value());
-            m.matrix.push(a.matrix);
-            m.names.push(layer.name.to_string());
-            m.layer_params.push(a.params);
-            m.kernels.push([k1, k2]);
-            m.flops_fwd.push(a.flops_fwd.value());
-            m.flops_bwd.push(a.flops_bwd.value());
-            m.act_fwd.push(f2 - f1);
-            m.weights_fwd.push(2.0 * f1 - f2);
-            m.act_bwd.push(g2 - g1);
-            m.weights_bwd.push(2.0 * g1 - g2);
-        }
-        m
+        Self::with_stack(graph, precision, optimizer, crate::catalog::default_stack())
     }
 
     /// The precision.
@@ -135,38 +93,104 @@ impl StepModel {
         &self.workload
     }
 
+    /// What the stack changed in this model.
+    pub fn effects(&self) -> &StackEffects {
+        &self.effects
+    }
+
     /// Forward time and training-step time of one device at local batch `b` (see
     /// [`StepModel::layer_times`]), plus the optimizer update at the memory bandwidth, and
     /// how many layers each model timed.
+    ///
+    /// On an accelerator the host and the device run as two timelines: the host issues each
+    /// pass in its time (the stack's), forward in layer order and backward in reverse; the
+    /// device runs a pass once it is free and, at the latest, ends it its last kernel after
+    /// the host issued the pass ([`issue`]). A step of many short kernels thus comes out
+    /// host-bound. On a CPU the host runs the kernels itself: the times add.
     pub fn device_times(&self, b: f64, rates: &DeviceRates, timing: &Timing<'_>) -> StepTimes {
         let update = self.update_bytes / rates.bandwidth;
-        let mut out = StepTimes {
-            forward: 0.0,
-            step: update,
-            timed_by: TimedBy::default(),
-            interval_90: [update; 2],
-        };
+        let n = self.matrix.len();
         let mut groups = Groups::new();
-        for i in 0..self.matrix.len() {
+        let mut passes = Vec::with_capacity(n);
+        let mut timed_by = TimedBy::default();
+        let (mut forward, mut busy) = (0.0, update);
+        for i in 0..n {
             let l = self.time_layer(i, b, rates, timing);
             let t = l.forward_s + l.backward_s;
-            out.forward += l.forward_s;
-            out.step += t;
-            out.timed_by.count(l.by);
+            forward += l.forward_s;
+            busy += t;
+            timed_by.count(l.by);
             if let Some([lo, hi]) = l.interval_90_s {
                 groups.add(l.group.unwrap_or(UNGROUPED), t - lo, hi - t);
             }
+            passes.push((l.forward_s, l.backward_s, l.kernels));
         }
+        let (step, eval, host) = if timing.host {
+            let mut fwd = Timeline::new(self.host_step);
+            for (i, &(f, _, [kf, _])) in passes.iter().enumerate() {
+                fwd.issue(self.host_fwd[i], f, kf);
+            }
+            let eval = fwd.end();
+            let mut all = fwd;
+            for (i, &(_, bw, [_, kb])) in passes.iter().enumerate().rev() {
+                all.issue(self.host_bwd[i], bw, kb);
+            }
+            all.issue(self.host_update, update, 1);
+            (all.end(), eval, all.host)
+        } else {
+            (busy, forward, 0.0)
+        };
         let [lo, hi] = groups.total();
-        out.interval_90 = [out.step - lo, out.step + hi];
-        out
+        StepTimes {
+            forward: eval,
+            step,
+            timed_by,
+            interval_90: [step - lo, step + hi],
+            host,
+            busy,
+        }
+    }
+
+    /// The forward and the backward time of the entries whose first layer `keep` takes (a
+    /// pipeline stage's), one device at local batch `b`: on an accelerator through the two
+    /// timelines of [`StepModel::device_times`], without the update; else their sums.
+    pub fn pass_times(
+        &self,
+        b: f64,
+        rates: &DeviceRates,
+        timing: &Timing<'_>,
+        keep: impl Fn(NodeId) -> bool,
+    ) -> [f64; 2] {
+        let passes: Vec<(usize, Timed)> = (0..self.matrix.len())
+            .filter(|&i| keep(self.heads[i]))
+            .map(|i| (i, self.time_layer(i, b, rates, timing)))
+            .collect();
+        if !timing.host {
+            return [
+                passes.iter().map(|(_, l)| l.forward_s).sum(),
+                passes.iter().map(|(_, l)| l.backward_s).sum(),
+            ];
+        }
+        let mut t = Timeline::new(0.0);
+        for (i, l) in &passes {
+            t.issue(self.host_fwd[*i], l.forward_s, l.kernels[0]);
+        }
+        let forward = t.end();
+        for (i, l) in passes.iter().rev() {
+            t.issue(self.host_bwd[*i], l.backward_s, l.kernels[1]);
+        }
+        [forward, t.end() - forward]
     }
 
     /// Each layer's forward and backward time on one device at local batch `b`, and the
     /// model that timed it: the fitted kernel times of a calibrated `profile` where it has
     /// fits for the layer's kernels; else the transferred kernel model
     /// ([`crate::transfer::Model`]) where the device has the figures it needs, never below
-    /// the ideal bound; else the ideal bound `max(F / (peak x eff), B / (BW x eff))`.
+    /// the ideal bound; else the ideal bound `max(F / (peak x eff), B / (BW x eff))`. On an
+    /// accelerator the transferred model and the ideal bound time a kernel's work on the
+    /// device plus the stack's gap between kernels, the host's issuing being the step's
+    /// ([`StepModel::device_times`]); without it, the transferred model keeps its in-step
+    /// floor.
     pub fn layer_times(&self, b: f64, rates: &DeviceRates, timing: &Timing<'_>) -> Vec<LayerTime> {
         (0..self.matrix.len())
             .map(|i| {
@@ -184,18 +208,44 @@ impl StepModel {
 
     /// Layer `i`'s times ([`StepModel::layer_times`]), without its name: the sweep's path.
     fn time_layer(&self, i: usize, b: f64, rates: &DeviceRates, timing: &Timing<'_>) -> Timed {
-        let precision = precision_name(self.precision);
+        // TF32 where the stack runs this layer's FP32 matrix kernels so and the device has
+        // TF32 tensor cores.
+        let tf32 = self.math[i] == Precision::Tf32 && rates.tf32.is_some();
+        let (precision, peak) = match (tf32, self.matrix[i]) {
+            (true, _) => (Precision::Tf32, rates.tf32.unwrap_or(rates.matrix)),
+            (false, true) => (self.precision, rates.matrix),
+            (false, false) => (self.precision, rates.vector),
+        };
+        let name = precision_name(precision);
         let elem = self.precision.compute_bytes();
-        let peak = if self.matrix[i] {
-            rates.matrix
+        let [k1, k2] = &self.kernels[i];
+        let count = |backward: bool| {
+            k1.iter()
+                .filter(|k| k.pass.is_backward() == backward)
+                .count() as u32
+        };
+        let kernels = if k1.is_empty() {
+            [
+                1,
+                u32::from(self.flops_bwd[i] > 0.0 || self.act_bwd[i] > 0.0),
+            ]
         } else {
-            rates.vector
+            [count(false), count(true)]
+        };
+        // The device's gap between kernels, where the host is modelled apart.
+        let gap = |pass: usize| {
+            if timing.host {
+                self.kernel_gap * f64::from(kernels[pass])
+            } else {
+                0.0
+            }
         };
         let ideal_fwd = (b * self.flops_fwd[i] / peak)
-            .max((b * self.act_fwd[i] + self.weights_fwd[i]) / rates.bandwidth);
+            .max((b * self.act_fwd[i] + self.weights_fwd[i]) / rates.bandwidth)
+            + gap(0);
         let ideal_bwd = (b * self.flops_bwd[i] / peak)
-            .max((b * self.act_bwd[i] + self.weights_bwd[i]) / rates.bandwidth);
-        let [k1, k2] = &self.kernels[i];
+            .max((b * self.act_bwd[i] + self.weights_bwd[i]) / rates.bandwidth)
+            + gap(1);
         let at = |t1: f64, t2: f64| t1 + (t2 - t1) * (b - 1.0);
         let layer = |by, forward_s, backward_s| Timed {
             by,
@@ -203,23 +253,29 @@ impl StepModel {
             backward_s,
             interval_90_s: None,
             group: None,
+            kernels,
         };
         if let Some(p) = timing.profile
             && !k1.is_empty()
             && let (Some((f1, b1)), Some((f2, b2))) =
-                (p.layer_times(k1, precision), p.layer_times(k2, precision))
+                (p.layer_times(k1, name), p.layer_times(k2, name))
         {
             let mut l = layer(TimedByModel::Profile, at(f1, f2), at(b1, b2));
             l.interval_90_s = p
-                .layer_interval(k1, precision)
-                .zip(p.layer_interval(k2, precision))
+                .layer_interval(k1, name)
+                .zip(p.layer_interval(k2, name))
                 .map(|(a, c)| [at(a[0], c[0]), at(a[1], c[1])]);
             l.group = p
-                .fit_index(&k1[0], precision)
+                .fit_index(&k1[0], name)
                 .and_then(|i| u32::try_from(i).ok());
             return l;
         }
-        if let Some((model, spec)) = &timing.transfer
+        let spec = if tf32 {
+            timing.tf32
+        } else {
+            timing.transfer.map(|(_, s)| s)
+        };
+        if let (Some((model, _)), Some(spec)) = (&timing.transfer, spec)
             && !k1.is_empty()
         {
             // Per pass: the time and its interval's ends.
@@ -230,7 +286,12 @@ impl StepModel {
                 for (x, (x1, x2)) in kernel.x.iter_mut().zip(a.x.iter().zip(&c.x)) {
                     *x = at(*x1, *x2);
                 }
-                let Some((t, [lo, hi])) = model.timed(&kernel, elem, spec) else {
+                let timed = if timing.host {
+                    model.work_timed(&kernel, elem, &spec)
+                } else {
+                    model.timed(&kernel, elem, &spec)
+                };
+                let Some((t, [lo, hi])) = timed else {
                     return layer(TimedByModel::Ideal, ideal_fwd, ideal_bwd);
                 };
                 let pass = if a.pass.is_backward() {
@@ -245,14 +306,45 @@ impl StepModel {
             // Never below the ideal bound, the interval's ends included. The layer's kernels
             // are taken as off together, so the ends add (over the step, by class:
             // `StepTimes::interval_90`).
-            let floor = |p: [f64; 3], ideal: f64| p.map(|v| v.max(ideal));
-            let (f, b) = (floor(fwd, ideal_fwd), floor(bwd, ideal_bwd));
+            let floor = |p: [f64; 3], ideal: f64, gap: f64| p.map(|v| (v + gap).max(ideal));
+            let (f, b) = (floor(fwd, ideal_fwd, gap(0)), floor(bwd, ideal_bwd, gap(1)));
             let mut l = layer(TimedByModel::Transfer, f[0], b[0]);
             l.interval_90_s = Some([f[1] + b[1], f[2] + b[2]]);
             l.group = Some(TRANSFER_GROUPS + k1[0].class as u32);
             return l;
         }
         layer(TimedByModel::Ideal, ideal_fwd, ideal_bwd)
+    }
+}
+
+/// The host and the device as two timelines: the host issues passes one after another, the
+/// device runs each once it is free, and ends it no sooner than its last kernel after the
+/// host issued it (kernels taken as of equal length).
+struct Timeline {
+    host: f64,
+    device: f64,
+}
+
+impl Timeline {
+    /// Both start once the host has spent `start` (a captured graph's launch).
+    fn new(start: f64) -> Timeline {
+        Timeline {
+            host: start,
+            device: start,
+        }
+    }
+
+    /// The host issues a pass of `kernels` kernels in `host` seconds that runs `device`
+    /// seconds on the device.
+    fn issue(&mut self, host: f64, device: f64, kernels: u32) {
+        self.host += host;
+        let last = device / f64::from(kernels.max(1));
+        self.device = (self.device + device).max(self.host + last);
+    }
+
+    /// When both are done.
+    fn end(&self) -> f64 {
+        self.device.max(self.host)
     }
 }
 
@@ -265,6 +357,8 @@ struct Timed {
     /// The fit whose residuals give the interval (a profile's kernel fit by its index, or a
     /// transferred class at [`TRANSFER_GROUPS`] on), by the layer's first kernel.
     group: Option<u32>,
+    /// Its kernels forward and backward (one a pass where it has none listed).
+    kernels: [u32; 2],
 }
 
 /// Where the transferred model's classes start among the groups of [`Timed::group`].
@@ -326,6 +420,13 @@ pub struct Timing<'a> {
     pub profile: Option<&'a Profile>,
     /// The transferred kernel model and the device's figures for it.
     pub transfer: Option<(&'a TransferModel, DeviceSpec)>,
+    /// The device's figures for TF32 kernels, where it has TF32 tensor cores and the step
+    /// trains in FP32 (for the layers the stack runs in TF32).
+    pub tf32: Option<DeviceSpec>,
+    /// Whether the host issues the device's kernels (an accelerator): the host and the
+    /// device run as two timelines, the stack's host times on one and the kernels' work
+    /// plus the stack's gaps on the other.
+    pub host: bool,
 }
 
 impl<'a> Timing<'a> {
@@ -333,13 +434,20 @@ impl<'a> Timing<'a> {
     /// one, and the transferred kernel model (where `kernel_model` asks for it and the
     /// device file gives its figures).
     pub fn of(system: &'a System, precision: Precision, kernel_model: KernelModel) -> Timing<'a> {
+        let transfer = match kernel_model {
+            KernelModel::Transfer => DeviceSpec::of(&system.device, precision)
+                .map(|spec| (TransferModel::builtin(), spec)),
+            KernelModel::Ideal => None,
+        };
+        let has_tf32 = system.device.peak.tf32_tensor.is_some();
         Timing {
             profile: system.calibration.as_deref(),
-            transfer: match kernel_model {
-                KernelModel::Transfer => DeviceSpec::of(&system.device, precision)
-                    .map(|spec| (TransferModel::builtin(), spec)),
-                KernelModel::Ideal => None,
-            },
+            tf32: transfer
+                .filter(|_| precision == Precision::Fp32 && has_tf32)
+                .and_then(|_| DeviceSpec::of(&system.device, Precision::Tf32)),
+            transfer,
+            // The ideal bound is the hardware's: no host, no gaps between kernels.
+            host: system.device.kind == DeviceKind::Gpu && kernel_model == KernelModel::Transfer,
         }
     }
 }
@@ -432,6 +540,11 @@ pub struct StepTimes {
     pub step: f64,
     /// How many layers each model timed.
     pub timed_by: TimedBy,
+    /// The host's time to issue the step, seconds (0 where the host runs the kernels
+    /// itself, a CPU).
+    pub host: f64,
+    /// The device's busy time: its kernels' work and gaps and the update, seconds.
+    pub busy: f64,
     /// The step's 90 % interval, seconds, from its layers' intervals (a calibrated profile's
     /// kernel fits' residuals, the transferred model's held-out ones): the layers of one fit
     /// off together, different fits independently (the deviations' root sum of squares over
@@ -462,6 +575,9 @@ pub struct LayerTime {
 pub struct DeviceRates {
     /// FLOP/s of matrix ops.
     pub matrix: f64,
+    /// FLOP/s of TF32 matrix ops, where the device has TF32 tensor cores and the step
+    /// trains in FP32.
+    pub tf32: Option<f64>,
     /// FLOP/s of vector ops.
     pub vector: f64,
     /// Bytes/s of device memory.
@@ -474,6 +590,12 @@ impl DeviceRates {
         let d = &system.device;
         Ok(DeviceRates {
             matrix: d.matrix_peak(precision)?.rate.value() * efficiency.compute,
+            tf32: d
+                .peak
+                .tf32_tensor
+                .as_ref()
+                .filter(|_| precision == Precision::Fp32)
+                .map(|p| p.value.value() * efficiency.compute),
             vector: d.vector_peak(precision)?.rate.value() * efficiency.compute,
             // Unknown until measured (`local`): memory time is not counted, and the
             // prediction says so (a lower bound on time).
@@ -524,6 +646,7 @@ mod tests {
     fn rates() -> DeviceRates {
         DeviceRates {
             matrix: 1e12,
+            tf32: None,
             vector: 1e11,
             bandwidth: 1e11,
         }
@@ -534,7 +657,7 @@ mod tests {
         let m = StepModel::new(g, Precision::Fp32, Optimizer::Sgd);
         let timing = Timing {
             profile: Some(p),
-            transfer: None,
+            ..Timing::default()
         };
         let t = m.device_times(2.0, &rates(), &timing);
         let layers = m.layer_times(2.0, &rates(), &timing);

@@ -6,7 +6,7 @@
 //! Nothing downstream re-checks. The file format is documented in `data/README.md`.
 
 mod local;
-mod raw;
+pub(crate) mod raw;
 
 pub(crate) use raw::RawSourced;
 
@@ -593,18 +593,18 @@ pub(crate) fn parse_toml<T: serde::de::DeserializeOwned>(text: &str, file: &str)
 }
 
 /// Validation context: the file, a prefix for field paths, and the sources to resolve.
-struct Ctx<'a> {
-    file: &'a str,
-    prefix: &'a str,
-    sources: &'a BTreeMap<String, String>,
+pub(crate) struct Ctx<'a> {
+    pub(crate) file: &'a str,
+    pub(crate) prefix: &'a str,
+    pub(crate) sources: &'a BTreeMap<String, String>,
 }
 
 impl Ctx<'_> {
-    fn invalid(&self, field: &str, message: impl Into<String>) -> Error {
+    pub(crate) fn invalid(&self, field: &str, message: impl Into<String>) -> Error {
         Error::invalid(self.file, format!("{}{field}", self.prefix), message)
     }
 
-    fn source(&self, field: &str, key: &str) -> Result<String> {
+    pub(crate) fn source(&self, field: &str, key: &str) -> Result<String> {
         if key.trim().is_empty() {
             return Err(self.invalid(
                 &format!("{field}.source"),

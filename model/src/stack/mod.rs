@@ -1,0 +1,534 @@
+//! The software stack a training step runs under (docs/ARCHITECTURE.md "Software
+//! stacks"): how the framework issues kernels from the host, what the device adds per
+//! kernel, which layers it fuses, and what FP32 training runs matrix ops in.
+//!
+//! A step is hardware times software: the same network on the same GPU runs two to three
+//! times apart between eager PyTorch and a tuned stack. A [`Stack`] makes the software an
+//! input, read from a sourced TOML file (`data/stacks/*.toml`, or the user's) in two
+//! stages like a system file: [`raw`] mirrors the file, [`parse`] checks it once and
+//! returns an error naming the file, the field and the fix.
+//!
+//! - **Host** ([`Host`]): the time the framework's host thread takes to issue work. An
+//!   eager framework issues one op at a time ([`Dispatch::PerOp`]: a time per op kind, its
+//!   launches included, forward and backward), compiled code issues its generated kernels
+//!   ([`Dispatch::PerKernel`]), a captured CUDA graph replays the whole step from one
+//!   launch ([`Dispatch::Graph`]). Besides, each parameter tensor costs the backward pass
+//!   its gradient accumulation and the optimizer its update. The step model runs the host
+//!   and the device as two timelines ([`crate::predict::StepModel`]), so a step of many
+//!   small kernels comes out host-bound, as it is.
+//! - **Device**: the gap the GPU leaves between two kernels queued back to back.
+//! - **Fusion** ([`FusionRule`], [`fusion::groups`]): rewrites of the layer graph before it
+//!   is costed.
+//! - **Precision** ([`PrecisionPolicy`]): what FP32 training runs convolutions and products
+//!   in (PyTorch runs cuDNN's convolutions in TF32 by default on devices that have it).
+
+pub mod fusion;
+pub(crate) mod raw;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+
+pub use fusion::{FusionRule, Group};
+
+use crate::error::{Error, Result};
+use crate::graph::Op;
+use crate::precision::Precision;
+use crate::system::{Ctx, Sourced, parse_toml};
+use crate::units::Seconds;
+
+/// How the framework issues the step's kernels from the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Dispatch {
+    /// One op at a time, each at its kind's host time (its launches included): eager
+    /// frameworks.
+    PerOp,
+    /// Each kernel at one host time: compiled code launching its generated kernels.
+    PerKernel,
+    /// The whole step replayed from one launch of a captured CUDA graph.
+    Graph,
+}
+
+impl Dispatch {
+    const ALL: [Dispatch; 3] = [Dispatch::PerOp, Dispatch::PerKernel, Dispatch::Graph];
+
+    /// Its name in stack files and outputs.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Dispatch::PerOp => "per-op",
+            Dispatch::PerKernel => "per-kernel",
+            Dispatch::Graph => "graph",
+        }
+    }
+}
+
+impl fmt::Display for Dispatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The host's time to issue one op, by op kind.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OpTimes {
+    /// For kinds without their own figure (per-op dispatch only: per kernel, those cost
+    /// their kernels).
+    pub default: Option<Sourced<Seconds>>,
+    /// By op kind (`conv`, `batch-norm`, ...).
+    pub kinds: BTreeMap<&'static str, Sourced<Seconds>>,
+}
+
+impl OpTimes {
+    /// The time of an op of `kind`, seconds: its own figure, else the default.
+    pub fn of(&self, kind: &str) -> Option<f64> {
+        self.kinds
+            .get(kind)
+            .or(self.default.as_ref())
+            .map(|s| s.value.value())
+    }
+}
+
+/// The host side of a stack.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Host {
+    /// How kernels are issued.
+    pub dispatch: Sourced<Dispatch>,
+    /// Per kernel, where dispatch is per kernel.
+    pub kernel: Option<Sourced<Seconds>>,
+    /// Per step, where dispatch is a graph.
+    pub graph: Option<Sourced<Seconds>>,
+    /// Per parameter tensor, in the backward pass (gradient accumulation).
+    pub parameter: Sourced<Seconds>,
+    /// Per parameter tensor, in the optimizer's step (and zeroing the gradients).
+    pub optimizer_tensor: Sourced<Seconds>,
+    /// Per forward op by kind: every op's time where dispatch is per op; where it is per
+    /// kernel, the time of the kinds it lists (the others cost their kernels').
+    pub forward: Option<OpTimes>,
+    /// Per backward op by kind, as `forward`.
+    pub backward: Option<OpTimes>,
+}
+
+/// What FP32 training runs a class of matrix ops in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MathMode {
+    /// FP32 units.
+    Fp32,
+    /// TF32 tensor cores, where the device has them.
+    Tf32,
+}
+
+impl MathMode {
+    /// Its name in stack files.
+    pub const fn name(self) -> &'static str {
+        match self {
+            MathMode::Fp32 => "fp32",
+            MathMode::Tf32 => "tf32",
+        }
+    }
+}
+
+/// What FP32 training runs matrix ops in.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PrecisionPolicy {
+    /// Convolutions (cuDNN's `allow_tf32`).
+    pub convolutions: Sourced<MathMode>,
+    /// Products: dense and linear layers, batched products, attention (cuBLAS's).
+    pub matmuls: Sourced<MathMode>,
+}
+
+impl PrecisionPolicy {
+    /// The precision a layer of `op` runs its matrix kernels in when the step trains in
+    /// `precision`: TF32 for FP32 training where the policy says so, else `precision`.
+    pub fn matrix_precision(&self, op: &Op, precision: Precision) -> Precision {
+        if precision != Precision::Fp32 || !op.is_matrix() {
+            return precision;
+        }
+        let mode = match op {
+            Op::Conv(_) | Op::ConvTranspose(_) => self.convolutions.value,
+            _ => self.matmuls.value,
+        };
+        match mode {
+            MathMode::Tf32 => Precision::Tf32,
+            MathMode::Fp32 => precision,
+        }
+    }
+}
+
+/// A software stack.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Stack {
+    /// Its name.
+    pub name: String,
+    /// What it describes.
+    pub description: String,
+    /// The file it was read from (`data/stacks/NAME.toml` for a built-in one).
+    pub file: String,
+    /// The host side.
+    pub host: Host,
+    /// The gap the device leaves between two kernels queued back to back.
+    pub kernel_gap: Sourced<Seconds>,
+    /// The fusion rules, in the order listed.
+    pub fusion: Sourced<Vec<FusionRule>>,
+    /// What FP32 training runs matrix ops in.
+    pub precision: PrecisionPolicy,
+}
+
+impl Stack {
+    /// Whether the stack fuses with `rule`.
+    pub fn fuses(&self, rule: FusionRule) -> bool {
+        self.fusion.value.contains(&rule)
+    }
+}
+
+/// The most microseconds a host or device time may be (a second: beyond any real
+/// dispatch).
+const MAX_US: f64 = 1e6;
+
+/// Parses and checks a stack file's `text`; `file` names it in errors.
+pub fn parse(text: &str, file: &str) -> Result<Stack> {
+    let raw: raw::RawStack = parse_toml(text, file)?;
+    let ctx = Ctx {
+        file,
+        prefix: "",
+        sources: &raw.sources,
+    };
+    if raw.name.trim().is_empty() {
+        return Err(ctx.invalid("name", "is empty; name the stack"));
+    }
+    let us = |field: &str, r: &crate::system::raw::RawSourced<f64>| -> Result<Sourced<Seconds>> {
+        if !(r.value.is_finite() && (0.0..=MAX_US).contains(&r.value)) {
+            return Err(ctx.invalid(
+                &format!("{field}.value"),
+                format!(
+                    "{}: must be a number of microseconds from 0 to {MAX_US}",
+                    r.value
+                ),
+            ));
+        }
+        Ok(Sourced {
+            value: Seconds::new(r.value * 1e-6),
+            source: ctx.source(field, &r.source)?,
+        })
+    };
+    let h = &raw.host;
+    let dispatch = Dispatch::ALL
+        .into_iter()
+        .find(|d| d.name() == h.dispatch.value)
+        .ok_or_else(|| {
+            ctx.invalid(
+                "host.dispatch.value",
+                format!(
+                    "`{}`: must be \"per-op\" (eager frameworks), \"per-kernel\" (compiled \
+                     code) or \"graph\" (a captured CUDA graph)",
+                    h.dispatch.value
+                ),
+            )
+        })?;
+    let needs = |field: &str, present: bool, wanted: bool| -> Result<()> {
+        match (present, wanted) {
+            (false, true) => Err(ctx.invalid(
+                &format!("host.{field}"),
+                format!(
+                    "missing: dispatch `{dispatch}` needs it; add it with its source, or \
+                     choose another host.dispatch"
+                ),
+            )),
+            (true, false) => Err(ctx.invalid(
+                &format!("host.{field}"),
+                format!(
+                    "does not apply to dispatch `{dispatch}`; remove it, or choose the \
+                     dispatch it belongs to"
+                ),
+            )),
+            _ => Ok(()),
+        }
+    };
+    needs(
+        "kernel_us",
+        h.kernel_us.is_some(),
+        dispatch == Dispatch::PerKernel,
+    )?;
+    needs(
+        "graph_us",
+        h.graph_us.is_some(),
+        dispatch == Dispatch::Graph,
+    )?;
+    // Per op the tables give every op's time; per kernel they may list op kinds whose host
+    // time is their own rather than their kernels'; a graph issues no op.
+    for (field, present) in [
+        ("forward_us", h.forward_us.is_some()),
+        ("backward_us", h.backward_us.is_some()),
+    ] {
+        match dispatch {
+            Dispatch::PerOp => needs(field, present, true)?,
+            Dispatch::Graph => needs(field, present, false)?,
+            Dispatch::PerKernel => {}
+        }
+    }
+    let op_times = |field: &str, table: &Option<BTreeMap<String, _>>| -> Result<Option<OpTimes>> {
+        let Some(table) = table else { return Ok(None) };
+        let default = match (table.get("default"), dispatch) {
+            (Some(d), Dispatch::PerOp) => Some(us(&format!("host.{field}.default"), d)?),
+            (None, Dispatch::PerOp) => {
+                return Err(ctx.invalid(
+                    &format!("host.{field}.default"),
+                    "missing: give the time of an op of a kind the table does not list",
+                ));
+            }
+            (Some(_), _) => {
+                return Err(ctx.invalid(
+                    &format!("host.{field}.default"),
+                    format!(
+                        "does not apply to dispatch `{dispatch}`: an op of a kind the table \
+                         does not list costs its kernels (host.kernel_us each); remove it"
+                    ),
+                ));
+            }
+            (None, _) => None,
+        };
+        let mut kinds = BTreeMap::new();
+        for (kind, r) in table.iter().filter(|(k, _)| *k != "default") {
+            let known = crate::file::op_kinds().find(|k| k == kind).ok_or_else(|| {
+                ctx.invalid(
+                    &format!("host.{field}.{kind}"),
+                    format!(
+                        "`{kind}` is not an op kind; valid: default, {}",
+                        crate::file::op_kinds().collect::<Vec<_>>().join(", ")
+                    ),
+                )
+            })?;
+            kinds.insert(known, us(&format!("host.{field}.{kind}"), r)?);
+        }
+        Ok(Some(OpTimes { default, kinds }))
+    };
+    let host = Host {
+        dispatch: Sourced {
+            value: dispatch,
+            source: ctx.source("host.dispatch", &h.dispatch.source)?,
+        },
+        kernel: h
+            .kernel_us
+            .as_ref()
+            .map(|r| us("host.kernel_us", r))
+            .transpose()?,
+        graph: h
+            .graph_us
+            .as_ref()
+            .map(|r| us("host.graph_us", r))
+            .transpose()?,
+        parameter: us("host.parameter_us", &h.parameter_us)?,
+        optimizer_tensor: us("host.optimizer_tensor_us", &h.optimizer_tensor_us)?,
+        forward: op_times("forward_us", &h.forward_us)?,
+        backward: op_times("backward_us", &h.backward_us)?,
+    };
+    let mut rules = Vec::new();
+    for (i, name) in raw.fusion.rules.value.iter().enumerate() {
+        let rule: FusionRule = name
+            .parse()
+            .map_err(|e: String| ctx.invalid(&format!("fusion.rules.value[{i}]"), e))?;
+        if rules.contains(&rule) {
+            return Err(ctx.invalid(
+                &format!("fusion.rules.value[{i}]"),
+                format!("`{rule}` is listed twice; list each rule once"),
+            ));
+        }
+        rules.push(rule);
+    }
+    let math = |field: &str, r: &crate::system::raw::RawSourced<String>| -> Result<_> {
+        let value = [MathMode::Fp32, MathMode::Tf32]
+            .into_iter()
+            .find(|m| m.name() == r.value)
+            .ok_or_else(|| {
+                ctx.invalid(
+                    &format!("precision.{field}.value"),
+                    format!("`{}`: must be \"fp32\" or \"tf32\"", r.value),
+                )
+            })?;
+        Ok(Sourced {
+            value,
+            source: ctx.source(&format!("precision.{field}"), &r.source)?,
+        })
+    };
+    Ok(Stack {
+        name: raw.name,
+        description: raw.description,
+        file: file.to_owned(),
+        host,
+        kernel_gap: us("device.kernel_gap_us", &raw.device.kernel_gap_us)?,
+        fusion: Sourced {
+            value: rules,
+            source: ctx.source("fusion.rules", &raw.fusion.rules.source)?,
+        },
+        precision: PrecisionPolicy {
+            convolutions: math("fp32_convolutions", &raw.precision.fp32_convolutions)?,
+            matmuls: math("fp32_matmuls", &raw.precision.fp32_matmuls)?,
+        },
+    })
+}
+
+/// An error for a stack name that is neither built in nor a file.
+pub(crate) fn unknown(name: &str, valid: Vec<String>) -> Error {
+    Error::UnknownName {
+        kind: "stack",
+        name: name.to_owned(),
+        valid,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog;
+
+    #[test]
+    fn every_built_in_stack_parses_and_names_its_file() {
+        for name in catalog::stack_names() {
+            let s = catalog::stack(&name).unwrap();
+            assert_eq!(s.name, name);
+            assert_eq!(s.file, format!("data/stacks/{name}.toml"));
+            assert!(!s.host.dispatch.source.is_empty());
+        }
+        let e = catalog::stack("pytorch").unwrap_err().to_string();
+        assert!(e.contains("unknown stack `pytorch`"), "{e}");
+        assert!(e.contains("pytorch-eager"), "{e}");
+    }
+
+    /// A valid stack file to break one field at a time.
+    const GOOD: &str = r#"
+name = "t"
+description = "test"
+[sources]
+s = "a source"
+[host]
+dispatch = { value = "per-kernel", source = "s" }
+kernel_us = { value = 5.0, source = "s" }
+parameter_us = { value = 1.0, source = "s" }
+optimizer_tensor_us = { value = 1.0, source = "s" }
+[device]
+kernel_gap_us = { value = 1.0, source = "s" }
+[fusion]
+rules = { value = ["norm-activation"], source = "s" }
+[precision]
+fp32_convolutions = { value = "tf32", source = "s" }
+fp32_matmuls = { value = "fp32", source = "s" }
+"#;
+
+    fn error(from: &str, to: &str) -> String {
+        assert!(GOOD.contains(from), "{from}");
+        parse(&GOOD.replace(from, to), "t.toml")
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn bad_stack_files_name_the_file_the_field_and_the_fix() {
+        let s = parse(GOOD, "t.toml").unwrap();
+        assert_eq!(s.host.dispatch.value, Dispatch::PerKernel);
+        assert!(s.fuses(FusionRule::NormActivation));
+        let cases = [
+            (
+                "\"norm-activation\"",
+                "\"bn-relu\"",
+                "fusion.rules.value[0]",
+            ),
+            (
+                "\"norm-activation\"",
+                "\"norm-activation\", \"norm-activation\"",
+                "listed twice",
+            ),
+            ("\"per-kernel\"", "\"lazy\"", "host.dispatch.value"),
+            (
+                "kernel_us = { value = 5.0",
+                "kernel_us = { value = -5.0",
+                "host.kernel_us.value",
+            ),
+            (
+                "kernel_us = { value = 5.0, source = \"s\" }",
+                "",
+                "host.kernel_us`: missing",
+            ),
+            (
+                "\"per-kernel\"",
+                "\"graph\"",
+                "host.kernel_us`: does not apply to dispatch `graph`",
+            ),
+            (
+                "value = \"tf32\"",
+                "value = \"fp8\"",
+                "precision.fp32_convolutions.value",
+            ),
+            (
+                "kernel_gap_us = { value = 1.0, source = \"s\" }",
+                "kernel_gap_us = { value = 1.0, source = \"t\" }",
+                "device.kernel_gap_us.source",
+            ),
+            (
+                "kernel_gap_us = { value = 1.0, source = \"s\" }",
+                "kernel_gap_us = 1.0",
+                "every figure carries its source",
+            ),
+            ("[device]", "[device]\nspeed = 1", "unknown field `speed`"),
+        ];
+        for (from, to, expect) in cases {
+            let e = error(from, to);
+            assert!(e.starts_with("t.toml"), "{e}");
+            assert!(e.contains(expect), "{from} -> {to}: {e}");
+        }
+        // Per op: the tables, with op kinds as keys.
+        let per_op = GOOD
+            .replace("\"per-kernel\"", "\"per-op\"")
+            .replace("kernel_us = { value = 5.0, source = \"s\" }\n", "");
+        let e = parse(&per_op, "t.toml").unwrap_err().to_string();
+        assert!(e.contains("host.forward_us`: missing"), "{e}");
+        let tables = format!(
+            "{per_op}[host.forward_us]\ndefault = {{ value = 30.0, source = \"s\" }}\n\
+             conv2d = {{ value = 80.0, source = \"s\" }}\n[host.backward_us]\n\
+             default = {{ value = 30.0, source = \"s\" }}\n"
+        );
+        let e = parse(&tables, "t.toml").unwrap_err().to_string();
+        assert!(e.contains("host.forward_us.conv2d"), "{e}");
+        assert!(e.contains("not an op kind; valid: default, "), "{e}");
+        let s = parse(&tables.replace("conv2d =", "conv ="), "t.toml").unwrap();
+        let f = s.host.forward.unwrap();
+        assert!((f.of("conv").unwrap() - 80e-6).abs() < 1e-15);
+        assert!((f.of("relu").unwrap() - 30e-6).abs() < 1e-15);
+        // Per kernel, a table lists kinds of their own and takes no default.
+        let kernel =
+            format!("{GOOD}[host.backward_us]\nconv = {{ value = 300.0, source = \"s\" }}\n");
+        let s = parse(&kernel, "t.toml").unwrap();
+        let b = s.host.backward.unwrap();
+        assert!(b.of("relu").is_none());
+        assert!(b.of("conv").is_some());
+        let e = parse(&kernel.replace("conv = ", "default = "), "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("host.backward_us.default") && e.contains("does not apply"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn fp32_training_runs_convolutions_in_tf32_where_the_policy_says() {
+        let s = parse(GOOD, "t.toml").unwrap();
+        let conv = Op::conv(crate::graph::Conv::new(8, &[3, 3]));
+        let dense = Op::Dense {
+            out_features: 8,
+            bias: true,
+        };
+        let p = &s.precision;
+        assert_eq!(p.matrix_precision(&conv, Precision::Fp32), Precision::Tf32);
+        assert_eq!(p.matrix_precision(&dense, Precision::Fp32), Precision::Fp32);
+        assert_eq!(
+            p.matrix_precision(&Op::Relu, Precision::Fp32),
+            Precision::Fp32
+        );
+        assert_eq!(
+            p.matrix_precision(&conv, Precision::AmpFp16),
+            Precision::AmpFp16
+        );
+    }
+}

@@ -1,0 +1,57 @@
+//! Raw serde structs that mirror a stack file exactly (`data/stacks/*.toml`, the format in
+//! `data/README.md`). Unknown keys are refused. Validation lives in the parent module.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::system::raw::RawSourced;
+
+/// A stack file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawStack {
+    pub(crate) name: String,
+    pub(crate) description: String,
+    #[serde(default)]
+    pub(crate) sources: BTreeMap<String, String>,
+    pub(crate) host: RawHost,
+    pub(crate) device: RawDevice,
+    pub(crate) fusion: RawFusion,
+    pub(crate) precision: RawPrecision,
+}
+
+/// `[host]`: how the framework issues the step's kernels.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHost {
+    pub(crate) dispatch: RawSourced<String>,
+    pub(crate) kernel_us: Option<RawSourced<f64>>,
+    pub(crate) graph_us: Option<RawSourced<f64>>,
+    pub(crate) parameter_us: RawSourced<f64>,
+    pub(crate) optimizer_tensor_us: RawSourced<f64>,
+    pub(crate) forward_us: Option<BTreeMap<String, RawSourced<f64>>>,
+    pub(crate) backward_us: Option<BTreeMap<String, RawSourced<f64>>>,
+}
+
+/// `[device]`: what the device adds per kernel.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDevice {
+    pub(crate) kernel_gap_us: RawSourced<f64>,
+}
+
+/// `[fusion]`: the rewrites of the layer graph before it is costed.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawFusion {
+    pub(crate) rules: RawSourced<Vec<String>>,
+}
+
+/// `[precision]`: what FP32 training runs matrix ops in.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPrecision {
+    pub(crate) fp32_convolutions: RawSourced<String>,
+    pub(crate) fp32_matmuls: RawSourced<String>,
+}

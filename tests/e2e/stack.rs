@@ -1,0 +1,303 @@
+//! Software stacks (issue 41): `ridgeline stack list | show`, `--stack` on the prediction
+//! commands, what each rule changes in the output, the stack measured steps and imported
+//! runs are validated under, and every class of bad stack input.
+
+use std::path::PathBuf;
+
+use super::*;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ridgeline-stack-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+const RESNET: [&str; 11] = [
+    "predict", "resnet50", "--system", "dgx-h100", "--nodes", "1", "--batch", "64", "--epochs",
+    "1", "--format",
+];
+
+fn predict(precision: &str, stack: Option<&str>) -> serde_json::Value {
+    let mut args: Vec<&str> = RESNET.to_vec();
+    args.extend(["json", "--precision", precision]);
+    if let Some(s) = stack {
+        args.extend(["--stack", s]);
+    }
+    run_json(&args)
+}
+
+#[test]
+fn stacks_are_listed_and_shown_with_their_sources() {
+    let list = run_json(&["stack", "list", "--format", "json"]);
+    let names: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "pytorch-eager",
+            "pytorch-compiled",
+            "tuned",
+            "ridgeline-executor"
+        ]
+    );
+    let text = run_ok(&["stack", "show", "tuned"]);
+    assert!(
+        text.contains("host.dispatch") && text.contains("graph"),
+        "{text}"
+    );
+    assert!(
+        text.contains("fuse-bn-relu"),
+        "the fusion rules' source: {text}"
+    );
+    let eager = run_json(&["stack", "show", "pytorch-eager", "--format", "json"]);
+    assert_eq!(eager["host"]["dispatch"]["value"], "per-op");
+    assert!(
+        eager["host"]["forward"]["kinds"]["conv"]["source"]
+            .as_str()
+            .unwrap()
+            .contains("resnet50-h100.json.gz")
+    );
+}
+
+#[test]
+fn the_default_stack_is_eager_and_says_how_the_host_and_device_share_the_step() {
+    let eager = predict("fp32", None);
+    let s = &eager["stack"];
+    assert_eq!(s["stack"], "pytorch-eager");
+    assert_eq!(s["dispatch"], "per-op");
+    // ResNet-50's convolutions run in TF32 under PyTorch's defaults on an H100.
+    assert_eq!(s["tf32_layers"], 53);
+    let host = s["host_s"].as_f64().unwrap();
+    let busy = s["device_busy_s"].as_f64().unwrap();
+    let compute = eager["compute_s"].as_f64().unwrap();
+    assert!(host > 0.0 && busy > 0.0);
+    // The step is at least what each timeline needs.
+    assert!(
+        compute >= host.max(busy) * (1.0 - 1e-12),
+        "{compute} {host} {busy}"
+    );
+    let assumed = eager["assumptions"].to_string();
+    assert!(
+        assumed.contains("software stack `pytorch-eager`"),
+        "{assumed}"
+    );
+    assert!(assumed.contains("run in TF32"), "{assumed}");
+    // Explicitly named, the same prediction.
+    assert_eq!(
+        predict("fp32", Some("pytorch-eager"))["compute_s"],
+        eager["compute_s"]
+    );
+}
+
+#[test]
+fn tuned_fuses_and_replays_a_graph_and_is_faster_than_eager() {
+    let eager = predict("amp-fp16", Some("pytorch-eager"));
+    let tuned = predict("amp-fp16", Some("tuned"));
+    let s = &tuned["stack"];
+    assert_eq!(s["dispatch"], "graph");
+    let rules: Vec<&str> = s["fusion"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rule"].as_str().unwrap())
+        .collect();
+    assert_eq!(rules, ["norm-activation", "norm-add-activation"]);
+    for f in s["fusion"].as_array().unwrap() {
+        assert!(f["launches_saved"].as_u64().unwrap() > 0, "{f}");
+        assert!(f["bytes_saved_per_sample"].as_f64().unwrap() > 0.0, "{f}");
+    }
+    // 16 bottleneck blocks: batch norm + add + ReLU; the other 33 batch norms + ReLU.
+    assert_eq!(s["fusion"][1]["groups"], 16);
+    assert_eq!(s["fusion"][0]["groups"], 33);
+    // Fused groups are one layer entry each; the graph's host time is one launch.
+    assert_eq!(tuned["layers"].as_array().unwrap().len(), 175 - 33 - 2 * 16);
+    assert!(
+        tuned["layers"]
+            .to_string()
+            .contains("layer1.0.bn3+layer1.0.add+layer1.0.relu3")
+    );
+    assert!(s["host_s"].as_f64().unwrap() < 1e-4);
+    let (e, t) = (
+        eager["compute_s"].as_f64().unwrap(),
+        tuned["compute_s"].as_f64().unwrap(),
+    );
+    assert!(t < e, "tuned {t} vs eager {e}");
+}
+
+#[test]
+fn compiled_fuses_pointwise_chains_and_launches_kernels_from_the_host() {
+    let compiled = predict("amp-fp16", Some("pytorch-compiled"));
+    let s = &compiled["stack"];
+    assert_eq!(s["dispatch"], "per-kernel");
+    assert_eq!(s["fusion"][0]["rule"], "elementwise");
+    assert!(s["host_s"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn a_user_stack_file_runs_and_bad_ones_are_refused_naming_file_field_and_fix() {
+    let dir = scratch("files");
+    let eager = std::fs::read_to_string(format!(
+        "{}/data/stacks/pytorch-eager.toml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_owned()
+    };
+    // A copy with every host time doubled's step is no faster.
+    let slow = write(
+        "slow.toml",
+        &eager
+            .replace("name = \"pytorch-eager\"", "name = \"slow\"")
+            .replace("default = { value = 73.7", "default = { value = 147.4"),
+    );
+    let mine = predict("fp32", Some(&slow));
+    assert_eq!(mine["stack"]["stack"], "slow");
+    assert!(
+        mine["compute_s"].as_f64().unwrap() >= predict("fp32", None)["compute_s"].as_f64().unwrap()
+    );
+    let cases = [
+        (
+            "unknown-rule.toml",
+            "rules = { value = []",
+            "rules = { value = [\"bn-fusion\"]",
+            "fusion.rules.value[0]",
+        ),
+        (
+            "unknown-kind.toml",
+            "conv = { value = 82.3",
+            "convolution = { value = 82.3",
+            "host.forward_us.convolution",
+        ),
+        (
+            "bad-math.toml",
+            "fp32_matmuls = { value = \"fp32\"",
+            "fp32_matmuls = { value = \"fp8\"",
+            "precision.fp32_matmuls.value",
+        ),
+        (
+            "bad-dispatch.toml",
+            "value = \"per-op\"",
+            "value = \"lazy\"",
+            "host.dispatch.value",
+        ),
+        (
+            "no-source.toml",
+            "kernel_gap_us = { value = 1.2, source = \"h100_trace\" }",
+            "kernel_gap_us = 1.2",
+            "every figure carries its source",
+        ),
+    ];
+    for (name, from, to, field) in cases {
+        assert!(eager.contains(from), "{from}");
+        let path = write(name, &eager.replacen(from, to, 1));
+        let mut args: Vec<&str> = RESNET.to_vec();
+        args.extend(["json", "--precision", "fp32", "--stack", &path]);
+        let err = run_err(&args);
+        assert!(err.contains(&path), "{name}: {err}");
+        assert!(err.contains(field), "{name}: {err}");
+    }
+    // An unknown name lists the built-in ones and says a file works too.
+    let mut args: Vec<&str> = RESNET.to_vec();
+    args.extend(["json", "--precision", "fp32", "--stack", "pytorch"]);
+    let err = run_err(&args);
+    assert!(
+        err.contains("unknown stack `pytorch`") && err.contains("tuned"),
+        "{err}"
+    );
+    assert!(err.contains("stack TOML file"), "{err}");
+    // A file that is not there.
+    let err = run_err(&["stack", "show", "missing/stack.toml"]);
+    assert!(err.contains("missing/stack.toml"), "{err}");
+}
+
+#[test]
+fn the_stack_applies_to_scale_and_sweep() {
+    let scale = run_json(&[
+        "scale",
+        "resnet50",
+        "--system",
+        "dgx-h100",
+        "--mode",
+        "weak",
+        "--batch",
+        "64",
+        "--nodes",
+        "1,2",
+        "--precision",
+        "amp-fp16",
+        "--epochs",
+        "1",
+        "--stack",
+        "tuned",
+        "--format",
+        "json",
+    ]);
+    let step = |v: &serde_json::Value| v["rows"][0]["outcome"]["compute_s"].as_f64().unwrap();
+    let tuned = step(&scale);
+    let eager = predict("amp-fp16", None)["compute_s"].as_f64().unwrap();
+    assert!(tuned < eager, "{tuned} vs {eager}");
+    let sweep = run_json(&[
+        "sweep",
+        "resnet50",
+        "--systems",
+        "dgx-h100",
+        "--nodes",
+        "1",
+        "--batch",
+        "64",
+        "--precisions",
+        "amp-fp16",
+        "--epochs",
+        "1",
+        "--stack",
+        "tuned",
+        "--format",
+        "json",
+    ]);
+    let best = sweep["top"][0]["compute_s"].as_f64().unwrap();
+    assert!((best - tuned).abs() <= 1e-12 * tuned, "{best} vs {tuned}");
+}
+
+#[test]
+fn imported_runs_are_validated_under_tuned_unless_told_otherwise() {
+    let dir = scratch("runs");
+    let runs = dir.join("runs.jsonl");
+    let runs = runs.to_str().unwrap();
+    run_ok(&["import", "mlperf", &fixture("mlperf"), "--out", runs]);
+    let validate = |stack: Option<&str>| {
+        let mut args = vec![
+            "validate",
+            "--measured",
+            runs,
+            "--system",
+            "dgx-h100",
+            "--precision",
+            "amp-fp16",
+            "--format",
+            "json",
+        ];
+        if let Some(s) = stack {
+            args.extend(["--stack", s]);
+        }
+        run_json(&args)
+    };
+    let tuned = validate(None);
+    assert_eq!(tuned["stack"], "tuned");
+    let eager = validate(Some("pytorch-eager"));
+    assert_eq!(eager["stack"], "pytorch-eager");
+    let err = |v: &serde_json::Value| v["median_abs_error"].as_f64().unwrap();
+    // The submissions fuse batch norm and replay graphs: tuned predicts them closer.
+    assert!(
+        err(&tuned) < err(&eager),
+        "{} vs {}",
+        err(&tuned),
+        err(&eager)
+    );
+}

@@ -210,6 +210,8 @@ pub struct SplitSearch<'a> {
     pub optimizer: ridgeline_model::memory::Optimizer,
     /// What times a GPU's layers without a calibrated profile.
     pub kernel_model: ridgeline_model::predict::KernelModel,
+    /// The software stack.
+    pub stack: &'a ridgeline_model::stack::Stack,
 }
 
 /// Every split of `search` that fits its devices' memory, fastest per sequence first, and
@@ -264,6 +266,7 @@ pub fn splits(
                                     system,
                                     precision,
                                     search.optimizer,
+                                    search.stack,
                                     &timing,
                                 ) {
                                     Ok(step) => {

@@ -600,6 +600,7 @@ fn split_step(
         &system,
         Precision::Fp32,
         Optimizer::Adam,
+        ridgeline_model::catalog::default_stack(),
         &timing,
     )?;
     let slowest = step

@@ -34,6 +34,7 @@ use crate::memory::{Footprint, Optimizer};
 use crate::precision::Precision;
 use crate::predict::{DeviceRates, StepModel, Timing};
 use crate::roofline::Efficiency;
+use crate::stack::Stack;
 use crate::system::System;
 use crate::workloads::transformer::{self, Config};
 
@@ -129,7 +130,8 @@ fn stage_of(graph: &Graph, blocks: usize, stages: usize) -> Vec<usize> {
 }
 
 /// A step of `config` (model `name`) at `seq` tokens and `global_batch` sequences, split by
-/// `split` over devices of `system` at `precision`, timed by `timing`.
+/// `split` over devices of `system` at `precision` under software `stack`, timed by
+/// `timing`.
 #[allow(clippy::too_many_arguments)]
 pub fn step(
     name: &str,
@@ -140,6 +142,7 @@ pub fn step(
     system: &System,
     precision: Precision,
     optimizer: Optimizer,
+    stack: &Stack,
     timing: &Timing<'_>,
 ) -> Result<SplitStep> {
     let Split {
@@ -187,7 +190,7 @@ pub fn step(
             format!("layer `{}`: {}", e.layer, e.message),
         )
     })?;
-    let model = StepModel::new(&graph, precision, optimizer);
+    let model = StepModel::with_stack(&graph, precision, optimizer, stack);
     let rates = DeviceRates::of(system, precision, Efficiency::IDEAL)?;
     let one: GraphCost<'_> = cost::cost(&graph, 1, precision);
     let stages = pipeline as usize;
@@ -337,6 +340,7 @@ mod tests {
             &system,
             Precision::Fp32,
             Optimizer::Adam,
+            crate::catalog::default_stack(),
             timing,
         )
     }

@@ -1,6 +1,6 @@
 //! `ridgeline predict`.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use ridgeline_app::figures;
 use ridgeline_app::inputs;
 use ridgeline_app::tables;
@@ -340,6 +340,7 @@ fn split(args: &PredictArgs) -> Result<()> {
         micro_batches: args.micro_batches.unwrap_or(pipeline),
     };
     let timing = Timing::of(system, precision, scenario.kernel_model);
+    let stack = inputs::stack(scenario.stack.as_deref())?;
     let step = parallel::step(
         &name,
         &config,
@@ -349,6 +350,7 @@ fn split(args: &PredictArgs) -> Result<()> {
         system,
         precision,
         scenario.optimizer,
+        &stack,
         &timing,
     )?;
     let capacity = system
@@ -356,21 +358,45 @@ fn split(args: &PredictArgs) -> Result<()> {
         .memory_capacity
         .as_ref()
         .map(|m| m.value.value());
-    output::print(args.output.format.format, &step, |style| {
+    let solution = split_solution(args, &scenario, global, step.step_s)?;
+    if let Some(c) = capacity.filter(|&c| step.memory_per_device_bytes > c) {
+        let s = Style::Human;
+        anyhow::bail!(
+            "--tensor-parallel {tensor} --pipeline-parallel {pipeline}: one device needs {} at \
+             this split (micro-batch {}) but has {}; split over more tensor-parallel ranks or \
+             pipeline stages, give a smaller --batch or more --micro-batches, or choose a \
+             device with more memory (`ridgeline sweep {name} --tensor-parallel ... \
+             --pipeline-parallel ...` lists the splits that fit)",
+            s.bytes(Bytes::new(step.memory_per_device_bytes)),
+            step.micro_batch,
+            s.bytes(Bytes::new(c))
+        );
+    }
+    #[derive(serde::Serialize)]
+    struct SplitPrediction<'a> {
+        stack: &'a str,
+        #[serde(flatten)]
+        step: &'a parallel::SplitStep,
+        #[serde(flatten)]
+        solution: Option<SplitSolution>,
+    }
+    let json = SplitPrediction {
+        stack: &stack.name,
+        step: &step,
+        solution,
+    };
+    output::print(args.output.format.format, &json, |style| {
         let s = Style::Human;
         let secs = |v: f64| s.seconds(Seconds::new(v));
-        let fits = match capacity {
-            Some(c) if step.memory_per_device_bytes <= c => {
-                format!("of {} (fits)", s.bytes(Bytes::new(c)))
-            }
-            Some(c) => format!("of {} (does NOT fit)", s.bytes(Bytes::new(c))),
-            None => String::new(),
-        };
+        let fits = capacity.map_or_else(String::new, |c| {
+            format!("of {} (fits)", s.bytes(Bytes::new(c)))
+        });
         let mut doc = Document::new(format!(
             "Prediction: {name} ({seq} tokens) on {} x {} nodes, tensor {tensor} x pipeline {pipeline} x data {data}, {global} sequences a step in {} micro-batches of {}, {precision}",
             system.name, args.nodes, split.micro_batches, step.micro_batch
         ))
         .summary("step time", secs(step.step_s))
+        .summary("  software stack", format!("{} ({} dispatch)", stack.name, stack.host.dispatch.value))
         .summary(
             "  pipeline / data allreduce / update",
             format!(
@@ -389,9 +415,77 @@ fn split(args: &PredictArgs) -> Result<()> {
             "memory per device",
             format!("{} {fits}", s.bytes(Bytes::new(step.memory_per_device_bytes))),
         );
+        doc = match &solution {
+            Some(t) => doc
+                .summary("epochs", format!("{:.2}", t.epochs))
+                .summary(
+                    "epoch time",
+                    format!("{} ({} steps)", secs(t.epoch_time_s), t.steps_per_epoch),
+                )
+                .summary("time to solution", secs(t.time_to_solution_s)),
+            None => doc.summary(
+                "time to solution",
+                "not computed: the workload has no data set (pass --dataset, or --epochs with \
+                 --train-samples)",
+            ),
+        };
         doc = doc.table(output::table(&step.stages, &tables::stage_cols(), style));
         doc.note("Each stage's times are one micro-batch on one of its tensor-parallel ranks: forward and backward of its layers (timed as predict times layers), its tensor-parallel allreduces (four per transformer layer) and its point-to-point sends; the step is every stage once (the first micro-batch) plus (micro-batches - 1) x the slowest stage (1F1B), then the data-parallel gradient allreduce and the optimizer update.")
     })
+}
+
+/// Epochs and time to solution of a split step.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+struct SplitSolution {
+    epochs: f64,
+    steps_per_epoch: u64,
+    epoch_time_s: f64,
+    time_to_solution_s: f64,
+}
+
+/// The epochs and time to solution of a split step of `step_s` at `global` sequences, from
+/// the workload's data set and epochs as `predict` takes them (`--epochs`, `--dataset`,
+/// `--train-samples`, the convergence curve); `None` where the workload has no data set and
+/// none of those flags was given.
+fn split_solution(
+    args: &PredictArgs,
+    scenario: &ridgeline_app::inputs::ScenarioSpec,
+    global: u64,
+    step_s: f64,
+) -> Result<Option<SplitSolution>> {
+    let asked = scenario.epochs.is_some()
+        || scenario.dataset.is_some()
+        || scenario.train_samples.is_some()
+        || scenario.convergence.is_some();
+    let job = match inputs::Job::from_flags(
+        &args.target.workload.spec(),
+        scenario,
+        args.precision.precision,
+        args.nodes,
+    ) {
+        Ok(job) => job,
+        Err(e) if asked => return Err(e),
+        Err(_) => return Ok(None),
+    };
+    let epochs = match &job.scenario.epochs {
+        predict::Epochs::Fixed(e) => *e,
+        predict::Epochs::Curve(c) => c.epochs(global).with_context(|| {
+            let (lo, hi) = c.range();
+            format!(
+                "global batch {global} is outside the convergence data ({lo}..{hi}); \
+                 ridgeline does not extrapolate: pass --epochs or a --convergence file that \
+                 covers it"
+            )
+        })?,
+    };
+    let steps_per_epoch = job.dataset.train_samples.value.div_ceil(global);
+    let epoch_time_s = steps_per_epoch as f64 * step_s;
+    Ok(Some(SplitSolution {
+        epochs,
+        steps_per_epoch,
+        epoch_time_s,
+        time_to_solution_s: epochs * epoch_time_s,
+    }))
 }
 
 /// The stack, and how its host and the device shared the step, in one line.

@@ -138,6 +138,7 @@ fn splits(args: &SweepArgs) -> Result<()> {
         .as_ref()
         .map(|m| m.0.clone())
         .unwrap_or_default();
+    let stack = inputs::stack(scenario.stack.as_deref())?;
     let start = std::time::Instant::now();
     let search = SplitSearch {
         model: (&name, &config, seq),
@@ -150,6 +151,7 @@ fn splits(args: &SweepArgs) -> Result<()> {
         precisions: &args.precisions,
         optimizer: scenario.optimizer,
         kernel_model: scenario.kernel_model,
+        stack: &stack,
     };
     let (rows, rejected) = splits(&search);
     let elapsed = start.elapsed().as_secs_f64();

@@ -301,3 +301,74 @@ fn imported_runs_are_validated_under_tuned_unless_told_otherwise() {
         err(&eager)
     );
 }
+
+/// Issue 41: a split transformer runs under the stack, gets epochs and time to solution as
+/// a data-parallel one does, and a split that does not fit is refused with exit 2.
+#[test]
+fn split_steps_take_the_stack_and_time_to_solution_and_refuse_what_does_not_fit() {
+    let split = |stack: &str, extra: &[&str]| {
+        let mut args = vec![
+            "predict",
+            "gpt3-xl",
+            "--system",
+            "dgx-h100",
+            "--nodes",
+            "4",
+            "--global-batch",
+            "512",
+            "--tensor-parallel",
+            "2",
+            "--pipeline-parallel",
+            "2",
+            "--micro-batches",
+            "64",
+            "--precision",
+            "amp-bf16",
+            "--stack",
+            stack,
+            "--format",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        args.iter()
+            .map(|s| (*s).to_owned())
+            .collect::<Vec<String>>()
+    };
+    let run = |args: Vec<String>| run_json(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let tuned = run(split("tuned", &[]));
+    let eager = run(split("pytorch-eager", &[]));
+    assert_eq!(tuned["stack"], "tuned");
+    assert!(tuned["step_s"].as_f64() < eager["step_s"].as_f64());
+    // GPT-3's one pass of 300 billion tokens at 512 sequences a step.
+    assert_eq!(tuned["epochs"].as_f64(), Some(1.0));
+    assert_eq!(
+        tuned["steps_per_epoch"].as_u64(),
+        Some(146_484_375u64.div_ceil(512))
+    );
+    let tts = tuned["time_to_solution_s"].as_f64().unwrap();
+    let step = tuned["step_s"].as_f64().unwrap();
+    assert!((tts - 286_103.0 * step).abs() < 1e-9 * tts, "{tts} {step}");
+    // --epochs scales it.
+    let two = run(split("tuned", &["--epochs", "2"]));
+    assert!((two["time_to_solution_s"].as_f64().unwrap() - 2.0 * tts).abs() < 1e-9 * tts);
+    // Everything on one GPU does not fit an H100's 80 GB: exit 2, naming the fix.
+    let err = run_err(&[
+        "predict",
+        "gpt3-xl",
+        "--system",
+        "dgx-h100",
+        "--nodes",
+        "1",
+        "--batch",
+        "64",
+        "--tensor-parallel",
+        "1",
+        "--pipeline-parallel",
+        "1",
+    ]);
+    assert!(
+        err.contains("one device needs") && err.contains("but has 80.00 GiB"),
+        "{err}"
+    );
+    assert!(err.contains("ridgeline sweep"), "{err}");
+}

@@ -22,6 +22,7 @@ struct ProcurementResult<'a> {
     budget: Option<f64>,
     objective: Objective,
     candidates: &'a [CandidateResult],
+    software: &'a [ridgeline_app::report::SoftwareRow],
     files: Vec<String>,
 }
 
@@ -76,6 +77,7 @@ pub(crate) fn procurement(args: &ProcurementArgs) -> Result<()> {
         budget: args.budget,
         objective: args.objective,
         candidates: &p.candidates,
+        software: &p.software,
         files,
     };
     let typed = "procurement.json";
@@ -103,6 +105,26 @@ pub(crate) fn procurement(args: &ProcurementArgs) -> Result<()> {
         }
         for caveat in &p.caveats {
             doc = doc.note(caveat.clone());
+        }
+        for r in &p.software {
+            doc = doc.note(match r.speedup {
+                Some(x) => format!(
+                    "{}: {} a mix under `{}`, {} under `{}` ({x:.2}x)",
+                    r.candidate,
+                    style.seconds(ridgeline_model::units::Seconds::new(
+                        r.mix_time_s.unwrap_or_default()
+                    )),
+                    r.stack,
+                    style.seconds(ridgeline_model::units::Seconds::new(
+                        r.tuned_mix_time_s.unwrap_or_default()
+                    )),
+                    r.tuned
+                ),
+                None => format!(
+                    "{}: the mix does not run whole under `{}` or `{}`",
+                    r.candidate, r.stack, r.tuned
+                ),
+            });
         }
         if args.out.format.format == Format::Table {
             doc = doc.note(format!("report written to {}", args.out.out.display()));

@@ -372,3 +372,40 @@ fn split_steps_take_the_stack_and_time_to_solution_and_refuse_what_does_not_fit(
     );
     assert!(err.contains("ridgeline sweep"), "{err}");
 }
+
+/// Issue 41: the procurement report sets each candidate under the default stack beside the
+/// tuned one; asked for `tuned` itself, there is nothing to set beside.
+#[test]
+fn procurement_shows_each_candidate_under_the_default_and_the_tuned_stack() {
+    let dir = scratch("procurement");
+    let report = |stack: Option<&str>, name: &str| {
+        let out = dir.join(name);
+        let out = out.to_str().unwrap().to_owned();
+        let mut args = vec![
+            "report",
+            "procurement",
+            "--systems",
+            "dgx-a100,dgx-h100",
+            "--out",
+            &out,
+            "--format",
+            "json",
+        ];
+        if let Some(s) = stack {
+            args.extend(["--stack", s]);
+        }
+        run_json(&args)
+    };
+    let v = report(None, "default");
+    let rows = v["software"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for r in rows {
+        assert_eq!(r["stack"], "pytorch-eager");
+        assert_eq!(r["tuned"], "tuned");
+        assert!(r["speedup"].as_f64().unwrap() > 1.0, "{r}");
+    }
+    let html = std::fs::read_to_string(dir.join("default").join("report.html")).unwrap();
+    assert!(html.contains("Software: the same candidates under a tuned stack"));
+    let tuned = report(Some("tuned"), "tuned");
+    assert!(tuned["software"].as_array().unwrap().is_empty());
+}

@@ -89,6 +89,8 @@ pub(crate) struct MemoryArgs {
     #[arg(long, default_value = "sgd-momentum", value_parser = parse_optimizer)]
     pub(crate) optimizer: Optimizer,
     #[command(flatten)]
+    pub(crate) stack: StackArg,
+    #[command(flatten)]
     pub(crate) output: OutputArgs,
 }
 

@@ -409,3 +409,42 @@ fn procurement_shows_each_candidate_under_the_default_and_the_tuned_stack() {
     let tuned = report(Some("tuned"), "tuned");
     assert!(tuned["software"].as_array().unwrap().is_empty());
 }
+
+/// Issue 41: `memory --stack` keeps what the stack's kernels keep: fused attention only its
+/// output and a log-sum-exp, so a tuned GPT-3 XL fits a larger batch.
+#[test]
+fn memory_under_a_stack_that_fuses_attention_fits_a_larger_batch() {
+    let memory = |stack: &str| {
+        run_json(&[
+            "memory",
+            "gpt3-xl",
+            "--system",
+            "h100-sxm5-80gb",
+            "--precision",
+            "amp-bf16",
+            "--stack",
+            stack,
+            "--format",
+            "json",
+        ])
+    };
+    let (eager, tuned) = (memory("pytorch-eager"), memory("tuned"));
+    let per_sample = |v: &serde_json::Value| v["per_sample_bytes"].as_f64().unwrap();
+    assert!(per_sample(&tuned) < per_sample(&eager));
+    assert!(tuned["max_batch"].as_u64() > eager["max_batch"].as_u64());
+    // ResNet-50 has no attention: the same under any stack.
+    let resnet = |stack: &str| {
+        run_json(&[
+            "memory",
+            "resnet50",
+            "--system",
+            "h100-sxm5-80gb",
+            "--stack",
+            stack,
+            "--format",
+            "json",
+        ])["max_batch"]
+            .clone()
+    };
+    assert_eq!(resnet("tuned"), resnet("pytorch-eager"));
+}

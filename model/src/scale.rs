@@ -243,13 +243,15 @@ pub fn ensemble(
 }
 
 /// Problem-size scaling (\[000\]): the workload rebuilt at each input size and width, at a
-/// fixed local batch and node count. `build` makes the graph for given options.
+/// fixed local batch and node count, under software `stack`. `build` makes the graph for
+/// given options.
 #[allow(clippy::too_many_arguments)]
 pub fn problem_size(
     build: &dyn Fn(&BuildOptions) -> Result<Graph>,
     inputs: Inputs<'_>,
     scenario: &Scenario,
     optimizer: Optimizer,
+    stack: &crate::stack::Stack,
     sizes: &[Option<Vec<usize>>],
     widths: &[f64],
     local_batch: u64,
@@ -262,7 +264,7 @@ pub fn problem_size(
                 width,
             };
             let graph = build(&options)?;
-            let model = StepModel::new(&graph, inputs.model.precision(), optimizer);
+            let model = StepModel::with_stack(&graph, inputs.model.precision(), optimizer, stack);
             let scaled = Inputs {
                 model: &model,
                 ..inputs

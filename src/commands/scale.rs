@@ -91,6 +91,7 @@ pub(crate) fn run(args: &ScaleArgs) -> Result<()> {
                 inputs,
                 sc,
                 args.scenario.optimizer,
+                &job.stack,
                 &sizes,
                 &widths,
                 b,

@@ -105,7 +105,7 @@ impl StepModel {
     /// On an accelerator the host and the device run as two timelines: the host issues each
     /// pass in its time (the stack's), forward in layer order and backward in reverse; the
     /// device runs a pass once it is free and, at the latest, ends it its last kernel after
-    /// the host issued the pass ([`issue`]). A step of many short kernels thus comes out
+    /// the host issued the pass (`Timeline::issue`). A step of many short kernels thus comes out
     /// host-bound. On a CPU the host runs the kernels itself: the times add.
     pub fn device_times(&self, b: f64, rates: &DeviceRates, timing: &Timing<'_>) -> StepTimes {
         let update = self.update_bytes / rates.bandwidth;

@@ -5,7 +5,7 @@
 //! A step is hardware times software: the same network on the same GPU runs two to three
 //! times apart between eager PyTorch and a tuned stack. A [`Stack`] makes the software an
 //! input, read from a sourced TOML file (`data/stacks/*.toml`, or the user's) in two
-//! stages like a system file: [`raw`] mirrors the file, [`parse`] checks it once and
+//! stages like a system file: `raw` mirrors the file, [`parse`] checks it once and
 //! returns an error naming the file, the field and the fix.
 //!
 //! - **Host** ([`Host`]): the time the framework's host thread takes to issue work. An

@@ -1,6 +1,6 @@
 //! `ridgeline predict`.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use ridgeline_app::figures;
 use ridgeline_app::inputs;
 use ridgeline_app::tables;
@@ -358,7 +358,10 @@ fn split(args: &PredictArgs) -> Result<()> {
         .memory_capacity
         .as_ref()
         .map(|m| m.value.value());
-    let solution = split_solution(args, &scenario, global, step.step_s)?;
+    let (solution, why_not) = match split_solution(args, &scenario, global, step.step_s)? {
+        SplitTime::Solution(s) => (Some(s), None),
+        SplitTime::Outside(why) => (None, Some(why)),
+    };
     if let Some(c) = capacity.filter(|&c| step.memory_per_device_bytes > c) {
         let s = Style::Human;
         anyhow::bail!(
@@ -379,11 +382,15 @@ fn split(args: &PredictArgs) -> Result<()> {
         step: &'a parallel::SplitStep,
         #[serde(flatten)]
         solution: Option<SplitSolution>,
+        /// Why there is no time to solution, where there is none.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        time_to_solution_not_computed: Option<&'a str>,
     }
     let json = SplitPrediction {
         stack: &stack.name,
         step: &step,
         solution,
+        time_to_solution_not_computed: why_not.as_deref(),
     };
     output::print(args.output.format.format, &json, |style| {
         let s = Style::Human;
@@ -425,8 +432,7 @@ fn split(args: &PredictArgs) -> Result<()> {
                 .summary("time to solution", secs(t.time_to_solution_s)),
             None => doc.summary(
                 "time to solution",
-                "not computed: the workload has no data set (pass --dataset, or --epochs with \
-                 --train-samples)",
+                format!("not computed: {}", why_not.as_deref().unwrap_or_default()),
             ),
         };
         doc = doc.table(output::table(&step.stages, &tables::stage_cols(), style));
@@ -445,14 +451,14 @@ struct SplitSolution {
 
 /// The epochs and time to solution of a split step of `step_s` at `global` sequences, from
 /// the workload's data set and epochs as `predict` takes them (`--epochs`, `--dataset`,
-/// `--train-samples`, the convergence curve); `None` where the workload has no data set and
-/// none of those flags was given.
+/// `--train-samples`, the convergence curve); why not, where the workload has no data set
+/// and none of those flags was given, or the curve does not cover the global batch.
 fn split_solution(
     args: &PredictArgs,
     scenario: &ridgeline_app::inputs::ScenarioSpec,
     global: u64,
     step_s: f64,
-) -> Result<Option<SplitSolution>> {
+) -> Result<SplitTime> {
     let asked = scenario.epochs.is_some()
         || scenario.dataset.is_some()
         || scenario.train_samples.is_some()
@@ -465,27 +471,44 @@ fn split_solution(
     ) {
         Ok(job) => job,
         Err(e) if asked => return Err(e),
-        Err(_) => return Ok(None),
+        Err(_) => {
+            return Ok(SplitTime::Outside(
+                "the workload has no data set (pass --dataset, or --epochs with \
+                 --train-samples)"
+                    .into(),
+            ));
+        }
     };
     let epochs = match &job.scenario.epochs {
         predict::Epochs::Fixed(e) => *e,
-        predict::Epochs::Curve(c) => c.epochs(global).with_context(|| {
-            let (lo, hi) = c.range();
-            format!(
-                "global batch {global} is outside the convergence data ({lo}..{hi}); \
-                 ridgeline does not extrapolate: pass --epochs or a --convergence file that \
-                 covers it"
-            )
-        })?,
+        predict::Epochs::Curve(c) => match c.epochs(global) {
+            Some(e) => e,
+            None => {
+                let (lo, hi) = c.range();
+                return Ok(SplitTime::Outside(format!(
+                    "global batch {global} is outside the convergence data ({lo}..{hi}), \
+                     which ridgeline does not extrapolate: pass --epochs or a --convergence \
+                     file that covers it"
+                )));
+            }
+        },
     };
     let steps_per_epoch = job.dataset.train_samples.value.div_ceil(global);
     let epoch_time_s = steps_per_epoch as f64 * step_s;
-    Ok(Some(SplitSolution {
+    Ok(SplitTime::Solution(SplitSolution {
         epochs,
         steps_per_epoch,
         epoch_time_s,
         time_to_solution_s: epochs * epoch_time_s,
     }))
+}
+
+/// A split step's time to solution, or why there is none.
+enum SplitTime {
+    /// Computed.
+    Solution(SplitSolution),
+    /// Not computed, and why.
+    Outside(String),
 }
 
 /// The stack, and how its host and the device shared the step, in one line.

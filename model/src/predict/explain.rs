@@ -383,6 +383,9 @@ pub fn simulate(
         &allreduce,
         &crate::sim::SimOptions {
             input_s: o.input_s.value(),
+            // The optimizer, and on an accelerator the time the device waits on the host
+            // (the stack's host timeline), taken together after backward: the simulated step
+            // keeps the analytical compute, though its waits are not placed where they fall.
             optimizer_s: (o.compute_s.value() - layer_sum).max(0.0),
             ranks: u32::try_from(o.devices).unwrap_or(u32::MAX),
             ..options

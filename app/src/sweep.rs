@@ -204,6 +204,8 @@ pub struct SplitSearch<'a> {
     pub pipeline: &'a [u32],
     /// Micro-batch counts; empty: the pipeline depth, twice and four times it.
     pub micro_batches: &'a [u32],
+    /// Virtual stages per pipeline rank (interleaved 1F1B; 1: none).
+    pub virtual_stages: &'a [u32],
     /// Precisions.
     pub precisions: &'a [ridgeline_model::precision::Precision],
     /// The optimizer.
@@ -248,13 +250,17 @@ pub fn splits(
                         } else {
                             search.micro_batches
                         };
-                        for &micro_batches in micros {
+                        let layouts = micros
+                            .iter()
+                            .flat_map(|&m| search.virtual_stages.iter().map(move |&v| (m, v)));
+                        for (micro_batches, virtual_stages) in layouts {
                             for &batch in search.batches {
                                 let split = Split {
                                     tensor,
                                     pipeline,
                                     data,
                                     micro_batches,
+                                    virtual_stages,
                                 };
                                 let global = batch * u64::from(data);
                                 match parallel::step(

@@ -575,6 +575,7 @@ fn split_step(
         pipeline: 1,
         data: 1,
         micro_batches: 1,
+        virtual_stages: 1,
     };
     let split = match s.parallel.as_str() {
         "dp4" => Split { data: 4, ..one },

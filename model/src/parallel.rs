@@ -34,7 +34,7 @@ use crate::memory::{Footprint, Optimizer};
 use crate::precision::Precision;
 use crate::predict::{DeviceRates, StepModel, Timing};
 use crate::roofline::Efficiency;
-use crate::stack::Stack;
+use crate::stack::{Schedule, Stack};
 use crate::system::System;
 use crate::workloads::transformer::{self, Config};
 
@@ -49,6 +49,9 @@ pub struct Split {
     pub data: u32,
     /// Micro-batches a replica's batch is cut into.
     pub micro_batches: u32,
+    /// Virtual stages per pipeline rank (interleaved 1F1B; 1: none): each rank holds this
+    /// many chunks of its stage's layers, round robin.
+    pub virtual_stages: u32,
 }
 
 impl Split {
@@ -150,13 +153,44 @@ pub fn step(
         pipeline,
         data,
         micro_batches,
+        virtual_stages,
     } = split;
     let bad = |field: &'static str, message: String| Error::argument(field, global_batch, message);
-    if tensor == 0 || pipeline == 0 || data == 0 || micro_batches == 0 {
+    if tensor == 0 || pipeline == 0 || data == 0 || micro_batches == 0 || virtual_stages == 0 {
         return Err(bad(
             "split",
-            "tensor, pipeline, data and micro-batches are each at least 1".into(),
+            "tensor, pipeline, data, micro-batches and virtual stages are each at least 1".into(),
         ));
+    }
+    let schedule = stack.parallel.schedule.value;
+    let blocks = config.num_hidden_layers;
+    if virtual_stages > 1 {
+        let why = if schedule != Schedule::OneFOneB {
+            Some(format!(
+                "stack `{}` runs the {schedule} schedule, which has no virtual stages; use a \
+                 1f1b stack (`tuned`) or --virtual-stages 1",
+                stack.name
+            ))
+        } else if pipeline == 1 {
+            Some("virtual stages interleave a pipeline: give --pipeline-parallel 2 or more".into())
+        } else if !blocks.is_multiple_of(pipeline as usize * virtual_stages as usize) {
+            Some(format!(
+                "{blocks} transformer layers do not split into {pipeline} stages of \
+                 {virtual_stages} virtual stages each; give a virtual stage count that divides \
+                 the {} layers a stage holds",
+                blocks / pipeline as usize
+            ))
+        } else if !micro_batches.is_multiple_of(pipeline) {
+            Some(format!(
+                "the interleaved schedule runs micro-batches in groups of the {pipeline} \
+                 stages: give --micro-batches a multiple of {pipeline}"
+            ))
+        } else {
+            None
+        };
+        if let Some(message) = why {
+            return Err(Error::argument("virtual-stages", virtual_stages, message));
+        }
     }
     let per_step = u64::from(data) * u64::from(micro_batches);
     if global_batch == 0 || !global_batch.is_multiple_of(per_step) {
@@ -168,7 +202,6 @@ pub fn step(
             ),
         ));
     }
-    let blocks = config.num_hidden_layers;
     if pipeline as usize > blocks {
         return Err(bad(
             "pipeline",
@@ -251,11 +284,33 @@ pub fn step(
         if tensor > 1 {
             collectives += usize::from(s == 0) + usize::from(s == stages - 1);
         }
-        let in_flight = (stages - s).min(micro_batches as usize) as f64;
+        // Micro-batches whose activations a stage holds at once: GPipe every one; 1F1B at
+        // most the stages from this one on; interleaved, the first stage's `p` grow by
+        // `(p - 1) / (p v)` (Narayanan et al., SC 2021, section 2.2.2).
+        let in_flight = match schedule {
+            Schedule::Gpipe => f64::from(micro_batches),
+            Schedule::OneFOneB => {
+                let plain = (stages - s).min(micro_batches as usize) as f64;
+                let v = f64::from(virtual_stages);
+                let p = stages as f64;
+                plain * (1.0 + (p - 1.0) / (p * v) * f64::from(u8::from(virtual_stages > 1)))
+            }
+        };
         let share = params as f64 / total_params;
-        let memory = (footprint.parameters.value()
-            + footprint.gradients.value()
-            + footprint.optimizer_state.value())
+        // The distributed optimizer keeps 1/data of the optimizer state and FP32 master
+        // weights on each rank.
+        let master = if precision.has_master_weights() {
+            4.0 * one.params as f64
+        } else {
+            0.0
+        };
+        let sharded = footprint.optimizer_state.value() + master;
+        let kept = if stack.parallel.distributed_optimizer.value {
+            sharded / f64::from(data)
+        } else {
+            sharded
+        };
+        let memory = (footprint.parameters.value() - master + footprint.gradients.value() + kept)
             * share
             + micro as f64
                 * in_flight
@@ -267,7 +322,12 @@ pub fn step(
             forward_s: forward,
             backward_s: backward,
             tensor_allreduce_s: collectives as f64 * tensor_allreduce,
-            p2p_s: if stages > 1 { p2p } else { 0.0 },
+            // Interleaved, a micro-batch crosses `v` times as many stage boundaries.
+            p2p_s: if stages > 1 {
+                p2p * f64::from(virtual_stages)
+            } else {
+                0.0
+            },
             params,
             memory_bytes: memory,
         });
@@ -280,8 +340,10 @@ pub fn step(
     let through: f64 = stage_s.iter().sum();
     let m = f64::from(micro_batches);
     // The first micro-batch passes every stage, forward and back; the others follow at the
-    // slowest stage's pace. Balanced stages give `(m + p - 1)` stage times.
-    let pipeline_s = through + (m - 1.0) * slowest;
+    // slowest stage's pace. Balanced stages give `(m + p - 1)` stage times. Interleaved over
+    // `v` virtual stages, the fill and drain are `v` times shorter: `m + (p - 1) / v`
+    // (Narayanan et al., SC 2021, section 2.2.2). GPipe takes as long as 1F1B.
+    let pipeline_s = m * slowest + (through - slowest) / f64::from(virtual_stages);
     let largest = out.iter().map(|s| s.params).max().unwrap_or(0);
     let gradient_bytes = largest as f64 * act;
     let data_allreduce = if data > 1 {
@@ -295,7 +357,13 @@ pub fn step(
     } else {
         0.0
     };
-    let update = model.update_bytes * largest as f64 / total_params / rates.bandwidth;
+    // Each rank updates its shard under the distributed optimizer.
+    let shards = if stack.parallel.distributed_optimizer.value {
+        f64::from(data)
+    } else {
+        1.0
+    };
+    let update = model.update_bytes * largest as f64 / total_params / rates.bandwidth / shards;
     let memory = out.iter().map(|s| s.memory_bytes).fold(0.0, f64::max);
     Ok(SplitStep {
         split,
@@ -362,6 +430,7 @@ mod tests {
         pipeline: 1,
         data: 1,
         micro_batches: 1,
+        virtual_stages: 1,
     };
 
     /// Unsplit, the step is `predict`'s compute on one device plus the update.
@@ -431,6 +500,72 @@ mod tests {
         let dp = run(Split { data: 4, ..ONE }, 16);
         assert_eq!(dp.micro_batch, 4);
         assert!(dp.data_allreduce_s > 0.0);
+    }
+
+    /// Interleaved 1F1B over `v` virtual stages: `m` slowest stage times plus the fill and
+    /// drain `v` times shorter, a micro-batch crossing `v` times the stage boundaries.
+    #[test]
+    fn interleaving_shortens_the_fill_and_drain_by_the_virtual_stages() {
+        let system = catalog::system("dgx-h100").unwrap();
+        let spec = DeviceSpec::fp32(&system.device).unwrap();
+        let timing = Timing {
+            profile: None,
+            transfer: Some((TransferModel::builtin(), spec)),
+            tf32: None,
+            host: true,
+        };
+        let tuned = catalog::stack("tuned").unwrap();
+        let at = |v: u32| {
+            let split = Split {
+                pipeline: 4,
+                micro_batches: 8,
+                virtual_stages: v,
+                ..ONE
+            };
+            step(
+                "gpt2-large",
+                &gpt2(),
+                1024,
+                16,
+                split,
+                &system,
+                Precision::Fp32,
+                Optimizer::Adam,
+                &tuned,
+                &timing,
+            )
+            .unwrap()
+        };
+        let (one, three) = (at(1), at(3));
+        let total = |s: &Stage| s.forward_s + s.backward_s + s.tensor_allreduce_s + s.p2p_s;
+        let slowest = three.stages.iter().map(total).fold(0.0, f64::max);
+        let through: f64 = three.stages.iter().map(total).sum();
+        let expected = 8.0 * slowest + (through - slowest) / 3.0;
+        assert!((three.pipeline_s - expected).abs() < 1e-12 * expected);
+        assert!((three.stages[1].p2p_s - 3.0 * one.stages[1].p2p_s).abs() < 1e-15);
+        assert!(three.bubble < one.bubble);
+        // 36 layers over 4 stages are 9 a stage: 2 virtual stages do not divide them.
+        let split = Split {
+            pipeline: 4,
+            micro_batches: 8,
+            virtual_stages: 2,
+            ..ONE
+        };
+        let e = step(
+            "gpt2-large",
+            &gpt2(),
+            1024,
+            16,
+            split,
+            &system,
+            Precision::Fp32,
+            Optimizer::Adam,
+            &tuned,
+            &timing,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("9 layers a stage holds"), "{e}");
     }
 
     #[test]

@@ -140,6 +140,10 @@ pub(crate) struct PredictArgs {
     /// Micro-batches each replica's batch is cut into (default: the pipeline stages).
     #[arg(long, value_name = "M", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) micro_batches: Option<u32>,
+    /// Virtual stages per pipeline rank: interleaved 1F1B (Megatron-LM's virtual pipeline),
+    /// under a stack whose schedule is 1f1b (default 1: none).
+    #[arg(long, value_name = "V", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) virtual_stages: Option<u32>,
     /// Also simulate the step event by event (gradient buckets allreduced beside backward,
     /// the input read ahead, the slowest of the ranks) and write its timeline to FILE in the
     /// Chrome trace format (Perfetto, chrome://tracing).
@@ -279,6 +283,9 @@ pub(crate) struct SweepArgs {
     /// Micro-batch counts to try with each pipeline depth P (default: P, 2P and 4P).
     #[arg(long, value_parser = parse_u32_list)]
     pub(crate) micro_batches: Option<Numbers<u32>>,
+    /// Virtual stages per pipeline rank to try (interleaved 1F1B; default 1).
+    #[arg(long, value_parser = parse_u32_list)]
+    pub(crate) virtual_stages: Option<Numbers<u32>>,
     #[command(flatten)]
     pub(crate) scenario: ScenarioArgs,
     #[command(flatten)]

@@ -15,6 +15,7 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
     if args.tensor_parallel.is_some()
         || args.pipeline_parallel.is_some()
         || args.micro_batches.is_some()
+        || args.virtual_stages.is_some()
     {
         return split(args);
     }
@@ -338,6 +339,7 @@ fn split(args: &PredictArgs) -> Result<()> {
         pipeline,
         data,
         micro_batches: args.micro_batches.unwrap_or(pipeline),
+        virtual_stages: args.virtual_stages.unwrap_or(1),
     };
     let timing = Timing::of(system, precision, scenario.kernel_model);
     let stack = inputs::stack(scenario.stack.as_deref())?;
@@ -413,6 +415,23 @@ fn split(args: &PredictArgs) -> Result<()> {
                 secs(step.update_s)
             ),
         )
+        .summary(
+            "  pipeline schedule",
+            format!(
+                "{}{}{}",
+                stack.parallel.schedule.value,
+                if split.virtual_stages > 1 {
+                    format!(", interleaved over {} virtual stages", split.virtual_stages)
+                } else {
+                    String::new()
+                },
+                if stack.parallel.distributed_optimizer.value {
+                    "; distributed optimizer (state sharded over the data-parallel ranks)"
+                } else {
+                    ""
+                }
+            ),
+        )
         .summary("  pipeline bubble", format!("{:.1}%", 100.0 * step.bubble))
         .summary(
             "throughput",
@@ -459,6 +478,20 @@ fn split_solution(
     global: u64,
     step_s: f64,
 ) -> Result<SplitTime> {
+    let solution = |epochs: f64, samples: u64| {
+        let steps_per_epoch = samples.div_ceil(global);
+        let epoch_time_s = steps_per_epoch as f64 * step_s;
+        SplitTime::Solution(SplitSolution {
+            epochs,
+            steps_per_epoch,
+            epoch_time_s,
+            time_to_solution_s: epochs * epoch_time_s,
+        })
+    };
+    // Epochs and samples given: no data set needed.
+    if let (Some(e), Some(n)) = (scenario.epochs, scenario.train_samples) {
+        return Ok(solution(e, n));
+    }
     let asked = scenario.epochs.is_some()
         || scenario.dataset.is_some()
         || scenario.train_samples.is_some()
@@ -493,14 +526,7 @@ fn split_solution(
             }
         },
     };
-    let steps_per_epoch = job.dataset.train_samples.value.div_ceil(global);
-    let epoch_time_s = steps_per_epoch as f64 * step_s;
-    Ok(SplitTime::Solution(SplitSolution {
-        epochs,
-        steps_per_epoch,
-        epoch_time_s,
-        time_to_solution_s: epochs * epoch_time_s,
-    }))
+    Ok(solution(epochs, job.dataset.train_samples.value))
 }
 
 /// A split step's time to solution, or why there is none.

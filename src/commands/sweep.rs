@@ -30,7 +30,10 @@ struct Summary<'a> {
 }
 
 pub(crate) fn run(args: &SweepArgs) -> Result<()> {
-    if args.tensor_parallel.is_some() || args.pipeline_parallel.is_some() {
+    if args.tensor_parallel.is_some()
+        || args.pipeline_parallel.is_some()
+        || args.virtual_stages.is_some()
+    {
         return splits(args);
     }
     if let Some(path) = &args.out {
@@ -138,6 +141,7 @@ fn splits(args: &SweepArgs) -> Result<()> {
         .as_ref()
         .map(|m| m.0.clone())
         .unwrap_or_default();
+    let virtual_stages = list(&args.virtual_stages);
     let stack = inputs::stack(scenario.stack.as_deref())?;
     let start = std::time::Instant::now();
     let search = SplitSearch {
@@ -148,6 +152,7 @@ fn splits(args: &SweepArgs) -> Result<()> {
         tensor: &tensor,
         pipeline: &pipeline,
         micro_batches: &micro,
+        virtual_stages: &virtual_stages,
         precisions: &args.precisions,
         optimizer: scenario.optimizer,
         kernel_model: scenario.kernel_model,

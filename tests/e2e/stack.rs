@@ -448,3 +448,111 @@ fn memory_under_a_stack_that_fuses_attention_fits_a_larger_batch() {
     };
     assert_eq!(resnet("tuned"), resnet("pytorch-eager"));
 }
+
+/// Issue 41: the stack's pipeline schedule and distributed optimizer, and interleaved 1F1B
+/// over `--virtual-stages`: a shorter fill and drain for more activations in flight; GPipe
+/// as long as 1F1B but every micro-batch's activations kept; the sharded optimizer state
+/// smaller; and the layouts a schedule cannot run refused naming the flag and the fix.
+#[test]
+fn pipeline_schedules_and_the_distributed_optimizer_come_from_the_stack() {
+    let dir = scratch("schedules");
+    let tuned = std::fs::read_to_string(format!(
+        "{}/data/stacks/tuned.toml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let write = |name: &str, text: String| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_owned()
+    };
+    let gpipe = write(
+        "gpipe.toml",
+        tuned.replace(
+            "schedule = { value = \"1f1b\"",
+            "schedule = { value = \"gpipe\"",
+        ),
+    );
+    let replicated = write(
+        "replicated.toml",
+        tuned.replace(
+            "distributed_optimizer = { value = true",
+            "distributed_optimizer = { value = false",
+        ),
+    );
+    let split_m = |stack: &str, virtual_stages: &str, micro: &str, global: &str| {
+        run_json(&[
+            "predict",
+            "gpt3-xl",
+            "--system",
+            "dgx-h100",
+            "--nodes",
+            "4",
+            "--global-batch",
+            global,
+            "--tensor-parallel",
+            "2",
+            "--pipeline-parallel",
+            "4",
+            "--micro-batches",
+            micro,
+            "--virtual-stages",
+            virtual_stages,
+            "--precision",
+            "amp-bf16",
+            "--stack",
+            stack,
+            "--format",
+            "json",
+        ])
+    };
+    let split = |stack: &str, virtual_stages: &str| split_m(stack, virtual_stages, "64", "512");
+    let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap();
+    let (one, two) = (split("tuned", "1"), split("tuned", "2"));
+    assert_eq!(two["split"]["virtual_stages"], 2);
+    assert!(f(&two, "pipeline_s") < f(&one, "pipeline_s"));
+    assert!(f(&two, "bubble") < f(&one, "bubble"));
+    assert!(f(&two, "memory_per_device_bytes") > f(&one, "memory_per_device_bytes"));
+    // GPipe keeps every micro-batch's activations, a replica's whole batch: 64 sequences
+    // do not fit, 8 do.
+    let (g, eight) = (
+        split_m(&gpipe, "1", "8", "64"),
+        split_m("tuned", "1", "8", "64"),
+    );
+    assert!((f(&g, "pipeline_s") - f(&eight, "pipeline_s")).abs() < 1e-9 * f(&g, "pipeline_s"));
+    assert!(f(&g, "memory_per_device_bytes") > f(&eight, "memory_per_device_bytes"));
+    let r = split(&replicated, "1");
+    assert!(f(&r, "memory_per_device_bytes") > f(&one, "memory_per_device_bytes"));
+    assert!(f(&r, "update_s") > f(&one, "update_s"));
+    let refused = |stack: &str, v: &str, expect: &str| {
+        let err = run_err(&[
+            "predict",
+            "gpt3-xl",
+            "--system",
+            "dgx-h100",
+            "--nodes",
+            "4",
+            "--global-batch",
+            "512",
+            "--tensor-parallel",
+            "2",
+            "--pipeline-parallel",
+            "4",
+            "--micro-batches",
+            "64",
+            "--virtual-stages",
+            v,
+            "--precision",
+            "amp-bf16",
+            "--stack",
+            stack,
+        ]);
+        assert!(
+            err.contains("virtual-stages") && err.contains(expect),
+            "{err}"
+        );
+    };
+    // 24 layers over 4 stages are 6 a stage: 4 virtual stages do not divide them.
+    refused("tuned", "4", "divides the 6 layers");
+    refused(&gpipe, "2", "has no virtual stages");
+}

@@ -157,6 +157,48 @@ impl PrecisionPolicy {
     }
 }
 
+/// The pipeline schedule a stack's framework runs a split model with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Schedule {
+    /// GPipe (Huang et al., NeurIPS 2019): every micro-batch forward, then every one
+    /// backward; each stage keeps every micro-batch's activations.
+    Gpipe,
+    /// 1F1B (PipeDream-Flush; Narayanan et al., SC 2021, section 2.2): one forward, one
+    /// backward; a stage keeps at most as many micro-batches as stages after it; with
+    /// virtual stages, interleaved (section 2.2.2).
+    #[serde(rename = "1f1b")]
+    OneFOneB,
+}
+
+impl Schedule {
+    /// Its name in stack files.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Schedule::Gpipe => "gpipe",
+            Schedule::OneFOneB => "1f1b",
+        }
+    }
+}
+
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How a split model's pipeline and optimizer run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Parallel {
+    /// The pipeline schedule.
+    pub schedule: Sourced<Schedule>,
+    /// Whether the optimizer's state and the FP32 master weights are sharded over the
+    /// data-parallel ranks (ZeRO stage 1; Megatron-LM's distributed optimizer): each rank
+    /// updates its shard, and the gradients are reduce-scattered and the parameters
+    /// all-gathered instead of allreduced (the same bytes on a ring).
+    pub distributed_optimizer: Sourced<bool>,
+}
+
 /// A software stack.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Stack {
@@ -174,6 +216,8 @@ pub struct Stack {
     pub fusion: Sourced<Vec<FusionRule>>,
     /// What FP32 training runs matrix ops in.
     pub precision: PrecisionPolicy,
+    /// How a split model's pipeline and optimizer run.
+    pub parallel: Parallel,
 }
 
 impl Stack {
@@ -366,6 +410,31 @@ pub fn parse(text: &str, file: &str) -> Result<Stack> {
             convolutions: math("fp32_convolutions", &raw.precision.fp32_convolutions)?,
             matmuls: math("fp32_matmuls", &raw.precision.fp32_matmuls)?,
         },
+        parallel: Parallel {
+            schedule: Sourced {
+                value: [Schedule::Gpipe, Schedule::OneFOneB]
+                    .into_iter()
+                    .find(|s| s.name() == raw.parallel.schedule.value)
+                    .ok_or_else(|| {
+                        ctx.invalid(
+                            "parallel.schedule.value",
+                            format!(
+                                "`{}`: must be \"gpipe\" or \"1f1b\" (interleaved 1F1B is \
+                                 1f1b with --virtual-stages)",
+                                raw.parallel.schedule.value
+                            ),
+                        )
+                    })?,
+                source: ctx.source("parallel.schedule", &raw.parallel.schedule.source)?,
+            },
+            distributed_optimizer: Sourced {
+                value: raw.parallel.distributed_optimizer.value,
+                source: ctx.source(
+                    "parallel.distributed_optimizer",
+                    &raw.parallel.distributed_optimizer.source,
+                )?,
+            },
+        },
     })
 }
 
@@ -414,6 +483,9 @@ rules = { value = ["norm-activation"], source = "s" }
 [precision]
 fp32_convolutions = { value = "tf32", source = "s" }
 fp32_matmuls = { value = "fp32", source = "s" }
+[parallel]
+schedule = { value = "1f1b", source = "s" }
+distributed_optimizer = { value = false, source = "s" }
 "#;
 
     fn error(from: &str, to: &str) -> String {
@@ -471,6 +543,16 @@ fp32_matmuls = { value = "fp32", source = "s" }
                 "every figure carries its source",
             ),
             ("[device]", "[device]\nspeed = 1", "unknown field `speed`"),
+            (
+                "value = \"1f1b\"",
+                "value = \"interleaved\"",
+                "parallel.schedule.value",
+            ),
+            (
+                "value = false",
+                "value = \"no\"",
+                "distributed_optimizer = { value = \"no\"",
+            ),
         ];
         for (from, to, expect) in cases {
             let e = error(from, to);

@@ -19,6 +19,15 @@ pub(crate) struct RawStack {
     pub(crate) device: RawDevice,
     pub(crate) fusion: RawFusion,
     pub(crate) precision: RawPrecision,
+    pub(crate) parallel: RawParallel,
+}
+
+/// `[parallel]`: how a split model's pipeline and optimizer run.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawParallel {
+    pub(crate) schedule: RawSourced<String>,
+    pub(crate) distributed_optimizer: RawSourced<bool>,
 }
 
 /// `[host]`: how the framework issues the step's kernels.

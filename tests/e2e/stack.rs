@@ -334,7 +334,7 @@ fn split_steps_take_the_stack_and_time_to_solution_and_refuse_what_does_not_fit(
             .map(|s| (*s).to_owned())
             .collect::<Vec<String>>()
     };
-    let run = |args: Vec<String>| run_json(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let run = |args: Vec<String>| run_json(&strs(&args));
     let tuned = run(split("tuned", &[]));
     let eager = run(split("pytorch-eager", &[]));
     assert_eq!(tuned["stack"], "tuned");
@@ -480,8 +480,9 @@ fn pipeline_schedules_and_the_distributed_optimizer_come_from_the_stack() {
             "distributed_optimizer = { value = false",
         ),
     );
-    let split_m = |stack: &str, virtual_stages: &str, micro: &str, global: &str| {
-        run_json(&[
+    // GPT-3 XL on 4 DGX H100 nodes, tensor 2 x pipeline 4, in bf16.
+    let args = |stack: &str, virtual_stages: &str, micro: &str, global: &str| -> Vec<String> {
+        [
             "predict",
             "gpt3-xl",
             "--system",
@@ -502,9 +503,15 @@ fn pipeline_schedules_and_the_distributed_optimizer_come_from_the_stack() {
             "amp-bf16",
             "--stack",
             stack,
-            "--format",
-            "json",
-        ])
+        ]
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect()
+    };
+    let split_m = |stack: &str, virtual_stages: &str, micro: &str, global: &str| {
+        let mut a = args(stack, virtual_stages, micro, global);
+        a.extend(["--format".to_owned(), "json".to_owned()]);
+        run_json(&strs(&a))
     };
     let split = |stack: &str, virtual_stages: &str| split_m(stack, virtual_stages, "64", "512");
     let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap();
@@ -525,28 +532,7 @@ fn pipeline_schedules_and_the_distributed_optimizer_come_from_the_stack() {
     assert!(f(&r, "memory_per_device_bytes") > f(&one, "memory_per_device_bytes"));
     assert!(f(&r, "update_s") > f(&one, "update_s"));
     let refused = |stack: &str, v: &str, expect: &str| {
-        let err = run_err(&[
-            "predict",
-            "gpt3-xl",
-            "--system",
-            "dgx-h100",
-            "--nodes",
-            "4",
-            "--global-batch",
-            "512",
-            "--tensor-parallel",
-            "2",
-            "--pipeline-parallel",
-            "4",
-            "--micro-batches",
-            "64",
-            "--virtual-stages",
-            v,
-            "--precision",
-            "amp-bf16",
-            "--stack",
-            stack,
-        ]);
+        let err = run_err(&strs(&args(stack, v, "64", "512")));
         assert!(
             err.contains("virtual-stages") && err.contains(expect),
             "{err}"
@@ -555,4 +541,9 @@ fn pipeline_schedules_and_the_distributed_optimizer_come_from_the_stack() {
     // 24 layers over 4 stages are 6 a stage: 4 virtual stages do not divide them.
     refused("tuned", "4", "divides the 6 layers");
     refused(&gpipe, "2", "has no virtual stages");
+}
+
+/// The arguments as the test helpers take them.
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
 }

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use ridgeline_model::catalog;
-use ridgeline_model::stack::{Dispatch, FusionRule, MathMode, Stack};
+use ridgeline_model::stack::{Dispatch, Fp8Layers, FusionRule, MathMode, Recompute, Stack};
 use ridgeline_model::system::{DeviceKind, Sourced, System};
 use ridgeline_model::units::{ByteRate, Bytes, FlopRate, Seconds};
 use serde::Serialize;
@@ -146,6 +146,7 @@ pub fn figures(s: &System) -> Vec<SystemFigure> {
         ("device.peak.tf32_tensor", &p.tf32_tensor),
         ("device.peak.fp16_tensor", &p.fp16_tensor),
         ("device.peak.bf16_tensor", &p.bf16_tensor),
+        ("device.peak.fp8_tensor", &p.fp8_tensor),
     ] {
         f.add(field, v.as_ref(), flops);
     }
@@ -252,6 +253,10 @@ pub struct ListedStack {
     pub fp32_convolutions: MathMode,
     /// What FP32 training runs products in.
     pub fp32_matmuls: MathMode,
+    /// Which layers FP8 training multiplies in FP8.
+    pub fp8: Fp8Layers,
+    /// What the backward pass recomputes.
+    pub recompute: Recompute,
     /// What it describes.
     pub description: String,
 }
@@ -270,6 +275,8 @@ pub fn stack_listing() -> Result<Vec<ListedStack>> {
                 fusion: s.fusion.value,
                 fp32_convolutions: s.precision.convolutions.value,
                 fp32_matmuls: s.precision.matmuls.value,
+                fp8: s.precision.fp8.value,
+                recompute: s.recompute.value,
                 description: s.description,
             })
         })
@@ -277,7 +284,7 @@ pub fn stack_listing() -> Result<Vec<ListedStack>> {
 }
 
 /// The columns of the stack listing.
-pub fn stack_listing_cols() -> [Col<ListedStack>; 5] {
+pub fn stack_listing_cols() -> [Col<ListedStack>; 7] {
     [
         text("name", "name", |r, _| r.name.clone()),
         text("dispatch", "dispatch", |r, _| r.dispatch.to_string()),
@@ -295,6 +302,8 @@ pub fn stack_listing_cols() -> [Col<ListedStack>; 5] {
         text("fp32 conv / matmul", "fp32_math", |r, _| {
             format!("{} / {}", r.fp32_convolutions.name(), r.fp32_matmuls.name())
         }),
+        text("fp8", "fp8", |r, _| r.fp8.name().to_owned()),
+        text("recompute", "recompute", |r, _| r.recompute.to_string()),
         text("description", "description", |r, _| r.description.clone()),
     ]
 }
@@ -341,5 +350,22 @@ pub fn stack_figures(s: &Stack) -> Vec<SystemFigure> {
         Some(&s.precision.matmuls),
         |v, _| v.name().to_owned(),
     );
+    f.add("precision.fp8", Some(&s.precision.fp8), |v, _| {
+        v.name().to_owned()
+    });
+    f.add("memory.recompute", Some(&s.recompute), |v, _| word(v));
+    let p = &s.parallel;
+    f.add("parallel.schedule", Some(&p.schedule), |v, _| word(v));
+    for (field, flag) in [
+        ("parallel.distributed_optimizer", &p.distributed_optimizer),
+        ("parallel.sequence_parallel", &p.sequence_parallel),
+        ("parallel.overlap_gradients", &p.overlap_gradients),
+        (
+            "parallel.overlap_tensor_parallel",
+            &p.overlap_tensor_parallel,
+        ),
+    ] {
+        f.add(field, Some(flag), |v, _| word(v));
+    }
     f.0
 }

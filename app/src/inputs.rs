@@ -356,6 +356,7 @@ impl Job {
         nodes: u32,
         stack: &Stack,
     ) -> Result<Job> {
+        stack.check_precision(precision)?;
         let name = source.workload.name.as_str();
         let builtin = workloads::find(name).ok();
         let graph = match (source.origin, builtin) {

@@ -1121,7 +1121,14 @@ pub fn workload(args: &WorkloadReportRequest) -> Result<(Report, Prediction)> {
     }
 
     // Memory.
-    let mem = memory::report(graph, system, args.precision, args.scenario.optimizer, None)?;
+    let mem = memory::report(
+        graph,
+        system,
+        args.precision,
+        args.scenario.optimizer,
+        &job.stack,
+        None,
+    )?;
     let memory_section = Section::new("Memory")
         .fact("largest batch per device", s.count(mem.max_batch))
         .figure(figures::memory(

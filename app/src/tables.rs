@@ -548,7 +548,7 @@ pub fn holdout_cols() -> [Col<Holdout>; 7] {
 }
 
 /// A pipeline's stages, one micro-batch each ([`ridgeline_model::parallel::Stage`]).
-pub fn stage_cols() -> [Col<ridgeline_model::parallel::Stage>; 7] {
+pub fn stage_cols() -> [Col<ridgeline_model::parallel::Stage>; 8] {
     fn t(v: f64, s: Style) -> String {
         s.seconds(Seconds::new(v))
     }
@@ -560,6 +560,9 @@ pub fn stage_cols() -> [Col<ridgeline_model::parallel::Stage>; 7] {
         num("backward", "backward_s", |st, s| t(st.backward_s, s)),
         num("tensor allreduce", "tensor_allreduce_s", |st, s| {
             t(st.tensor_allreduce_s, s)
+        }),
+        num("exposed", "tensor_exposed_s", |st, s| {
+            t(st.tensor_exposed_s, s)
         }),
         num("point to point", "p2p_s", |st, s| t(st.p2p_s, s)),
         num("params", "params", |st, s| s.count(st.params)),

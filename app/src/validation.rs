@@ -554,6 +554,7 @@ fn label_timing(
         profile: None,
         transfer: Some((model, spec)),
         tf32: None,
+        fp8: None,
         host: false,
     }
 }

@@ -745,14 +745,14 @@ pub fn outside(models: &[ClassModel], heldout: &Transfer, points: &[Point]) -> V
 
 /// The model's precision of a GEMM or convolution record and its bytes per element: FP32,
 /// TF32 (FP32 data), and FP16 and BF16 (mixed precision's matrix formats); `None` for FP64,
-/// which no training precision runs.
+/// which no training precision runs, and FP8, which no kernel record holds.
 pub fn record_precision(p: RecordPrecision) -> Option<(Precision, u64)> {
     match p {
         RecordPrecision::Fp32 => Some((Precision::Fp32, 4)),
         RecordPrecision::Tf32 => Some((Precision::Tf32, 4)),
         RecordPrecision::Fp16 | RecordPrecision::AmpFp16 => Some((Precision::AmpFp16, 2)),
         RecordPrecision::Bf16 | RecordPrecision::AmpBf16 => Some((Precision::AmpBf16, 2)),
-        RecordPrecision::Fp64 | RecordPrecision::Bytes => None,
+        RecordPrecision::Fp64 | RecordPrecision::Fp8 | RecordPrecision::Bytes => None,
     }
 }
 

@@ -266,6 +266,9 @@ pub fn validate(
         let stack = stack
             .or(own.as_ref())
             .unwrap_or_else(|| catalog::default_stack());
+        stack
+            .check_precision(precision)
+            .map_err(|e| bad(e.to_string()))?;
         let model = StepModel::with_stack(&graph, precision, Optimizer::Sgd, stack);
         let rates = DeviceRates::of(system, precision, Efficiency::IDEAL)?;
         let timing = Timing::of(system, precision, KernelModel::Transfer);

@@ -51,7 +51,7 @@ pub const CANDIDATES: &[Entry] = entries!("candidates"; "dgx-a100", "dgx-h100", 
 
 /// Software stacks, `data/stacks/*.toml`.
 pub const STACKS: &[Entry] = entries!("stacks";
-    "pytorch-eager", "pytorch-compiled", "tuned", "ridgeline-executor");
+    "pytorch-eager", "pytorch-compiled", "megatron-te", "tuned", "ridgeline-executor");
 
 /// The stack a prediction runs under unless told otherwise: what a scientist runs without
 /// tuning.

@@ -32,8 +32,10 @@ use crate::cost::{self, GraphCost, MAX_BATCH};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Op};
 use crate::precision::Precision;
+use crate::stack::{FusionRule, Recompute, Stack, fusion};
 use crate::system::{Sourced, System};
 use crate::units::Bytes;
+use crate::workloads::transformer::block_of;
 
 /// Most rows one memory report lists.
 pub const MAX_ROWS: usize = 10_000;
@@ -163,6 +165,33 @@ impl Footprint {
 
     /// The footprint from a batch-1 cost of `graph` (avoids costing twice).
     pub fn from_cost(graph: &Graph, one: &GraphCost, optimizer: Optimizer) -> Footprint {
+        let kept: Vec<f64> = one
+            .layers
+            .iter()
+            .map(|r| r.activation_bytes.value())
+            .collect();
+        Self::from_kept(graph, one, optimizer, &kept, 0.0)
+    }
+
+    /// The footprint under a software stack's memory rules ([`StackMemory`]).
+    pub fn under(
+        graph: &Graph,
+        one: &GraphCost,
+        optimizer: Optimizer,
+        memory: &StackMemory,
+    ) -> Footprint {
+        Self::from_kept(graph, one, optimizer, &memory.per_layer, memory.transient)
+    }
+
+    /// The footprint with `kept` bytes per sample kept by each layer, and `transient` bytes
+    /// per sample live only while one recomputed transformer layer runs backward.
+    fn from_kept(
+        graph: &Graph,
+        one: &GraphCost,
+        optimizer: Optimizer,
+        kept: &[f64],
+        transient: f64,
+    ) -> Footprint {
         let precision = one.precision;
         let act = precision.compute_bytes();
         let params = one.params;
@@ -176,7 +205,7 @@ impl Footprint {
         let mut workspace = 0u64;
         // Per layer: activations it keeps (first keeper) and its gradients in flight.
         let mut in_flight = Vec::with_capacity(layers.len());
-        for (layer, row) in layers.iter().zip(&one.layers) {
+        for ((layer, row), &kept) in layers.iter().zip(&one.layers).zip(kept) {
             if matches!(layer.op, Op::BatchNorm) {
                 // running mean and variance, saved mean and inverse std: 4 per channel.
                 buffers += 4 * FP32 * layer.output.channels() as u64;
@@ -188,12 +217,9 @@ impl Footprint {
                     .iter()
                     .map(|&i| layers[i].output.elements())
                     .sum();
-                in_flight.push((
-                    row.activation_bytes.value(),
-                    (layer.output.elements() + ins) * act,
-                ));
+                in_flight.push((kept, (layer.output.elements() + ins) * act));
             } else {
-                in_flight.push((row.activation_bytes.value(), 0));
+                in_flight.push((kept, 0));
             }
         }
         // Walk backward: activations kept by later layers are freed as their passes end.
@@ -212,8 +238,8 @@ impl Footprint {
             buffers: Bytes::from_count(buffers),
             workspace: Bytes::from_count(workspace),
             input_per_sample: Bytes::from_count(graph.input_shape().elements() * act),
-            activations_per_sample: one.activation_bytes,
-            activation_gradients_per_sample: Bytes::new(gradients_in_flight),
+            activations_per_sample: Bytes::new(total),
+            activation_gradients_per_sample: Bytes::new(gradients_in_flight + transient),
         }
     }
 
@@ -261,6 +287,153 @@ impl Footprint {
         }
         b
     }
+}
+
+/// What a software stack changes in the activations a step keeps for backward, per sample
+/// (docs/ARCHITECTURE.md "Memory per device"):
+/// - **fusion**: a fused group no longer keeps its inner element-wise outputs
+///   ([`fusion::recomputed`]);
+/// - **selective recomputation**: an unfused attention keeps what a fused one does (its
+///   scores are recomputed in backward);
+/// - **full recomputation**: a transformer layer keeps only its input; while it runs
+///   backward its activations are live again (`transient`: the largest layer's);
+/// - **sequence parallelism**, where a split asks for it: the full-width tensors of the
+///   transformer layers (and their dropout masks) kept `1/t` on each tensor-parallel rank.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StackMemory {
+    /// Bytes each layer of the graph keeps, after the rules (its first keeper's share).
+    #[serde(skip)]
+    pub per_layer: Vec<f64>,
+    /// Bytes live only while one recomputed transformer layer runs backward.
+    pub transient: f64,
+    /// Bytes fused groups no longer keep.
+    pub fused_saved: f64,
+    /// Bytes recomputation no longer keeps (before the transient).
+    pub recompute_saved: f64,
+    /// Bytes sequence parallelism no longer keeps on a rank.
+    pub sequence_parallel_saved: f64,
+    /// Transformer layers recomputed in full.
+    pub recomputed_layers: usize,
+}
+
+/// The activations `graph` (costed at batch 1 as `one`) keeps under `stack`; `sequence`:
+/// the tensor-parallel ranks and the full width of a transformer layer's tensors (positions
+/// times hidden size) where sequence parallelism splits them.
+pub fn stack_memory(
+    graph: &Graph,
+    one: &GraphCost,
+    stack: &Stack,
+    sequence: Option<(u32, u64)>,
+) -> StackMemory {
+    let layers = graph.layers();
+    let act = one.precision.compute_bytes() as f64;
+    let mut kept: Vec<f64> = one
+        .layers
+        .iter()
+        .map(|r| r.activation_bytes.value())
+        .collect();
+    // The layer that first keeps each tensor, as `cost` attributes them.
+    let needs = cost::requires_grad(graph);
+    let mut keeper: Vec<Option<usize>> = vec![None; layers.len()];
+    for (i, l) in layers.iter().enumerate() {
+        if !needs[i] || matches!(l.op, Op::Flatten) {
+            continue;
+        }
+        let k = cost::keeps(&l.op);
+        let mut held: Vec<usize> = Vec::new();
+        if k.inputs {
+            held.extend(&l.inputs);
+        } else if k.input {
+            held.extend(l.inputs.first());
+        }
+        if k.output {
+            held.push(i);
+        }
+        for n in held.into_iter().filter(|&n| n > 0) {
+            keeper[n].get_or_insert(i);
+        }
+    }
+    let bytes = |n: usize| act * layers[n].output.elements() as f64;
+    let mut out = StackMemory {
+        per_layer: Vec::new(),
+        transient: 0.0,
+        fused_saved: 0.0,
+        recompute_saved: 0.0,
+        sequence_parallel_saved: 0.0,
+        recomputed_layers: 0,
+    };
+    let groups = fusion::groups(graph, &stack.fusion.value);
+    for n in fusion::recomputed(graph, &groups) {
+        if let Some(k) = keeper[n] {
+            let b = bytes(n).min(kept[k]);
+            kept[k] -= b;
+            out.fused_saved += b;
+        }
+    }
+    if stack.recompute.value == Recompute::Selective
+        && let Some(fused) = fusion::fuse_attention(graph)
+    {
+        let f = cost::cost(&fused, 1, one.precision);
+        for (i, l) in layers.iter().enumerate() {
+            if matches!(l.op, Op::Attention(_)) {
+                let now = f.layers[i].activation_bytes.value().min(kept[i]);
+                out.recompute_saved += kept[i] - now;
+                kept[i] = now;
+            }
+        }
+    }
+    if let Some((t, width)) = sequence.filter(|&(t, _)| t > 1) {
+        let share = 1.0 - 1.0 / f64::from(t);
+        for (n, l) in layers.iter().enumerate() {
+            if block_of(&l.name).is_none() || l.output.elements() != width {
+                continue;
+            }
+            if let Some(k) = keeper[n] {
+                let b = (bytes(n) * share).min(kept[k]);
+                kept[k] -= b;
+                out.sequence_parallel_saved += b;
+            }
+            if matches!(l.op, Op::Dropout { .. }) {
+                let b = (width as f64 * share).min(kept[n]);
+                kept[n] -= b;
+                out.sequence_parallel_saved += b;
+            }
+        }
+    }
+    if stack.recompute.value == Recompute::Full {
+        let mut blocks: Vec<(usize, Vec<usize>)> = Vec::new();
+        for (i, l) in layers.iter().enumerate() {
+            if let Some(b) = block_of(&l.name) {
+                match blocks.last_mut() {
+                    Some((last, members)) if *last == b => members.push(i),
+                    _ => blocks.push((b, vec![i])),
+                }
+            }
+        }
+        for (_, members) in &blocks {
+            let all: f64 = members.iter().map(|&i| kept[i]).sum();
+            // The layer's input: the residual stream its first layer reads.
+            let first = members[0];
+            let input = layers[first].inputs.first().map_or(0.0, |&n| {
+                let b = bytes(n);
+                match sequence {
+                    Some((t, width)) if t > 1 && layers[n].output.elements() == width => {
+                        b / f64::from(t)
+                    }
+                    _ => b,
+                }
+            });
+            for &i in members {
+                kept[i] = 0.0;
+            }
+            kept[first] = input.min(all);
+            out.recompute_saved += all - kept[first];
+            out.transient = out.transient.max(all);
+        }
+        out.recomputed_layers = blocks.len();
+    }
+    out.per_layer = kept;
+    out
 }
 
 /// Which batch sizes a memory report lists.
@@ -339,6 +512,10 @@ pub struct MemoryReport {
     pub device_memory: Sourced<Bytes>,
     /// The device's last-level cache, where known.
     pub llc: Option<Sourced<Bytes>>,
+    /// The software stack's name.
+    pub stack: String,
+    /// What the stack changed in the activations kept.
+    pub stack_memory: StackMemory,
     /// Fixed and per-sample components.
     pub footprint: Footprint,
     /// Bytes that do not depend on the batch.
@@ -360,6 +537,7 @@ pub fn report(
     system: &System,
     precision: Precision,
     optimizer: Optimizer,
+    stack: &Stack,
     sweep: Option<BatchSweep>,
 ) -> Result<MemoryReport> {
     let device_memory = system.device_memory().ok_or_else(|| {
@@ -373,7 +551,15 @@ pub fn report(
             ),
         )
     })?;
-    let footprint = Footprint::of(graph, precision, optimizer);
+    // A stack that fuses attention keeps what fused attention keeps for backward.
+    let fused = stack
+        .fuses(FusionRule::Attention)
+        .then(|| fusion::fuse_attention(graph))
+        .flatten();
+    let graph = fused.as_ref().unwrap_or(graph);
+    let one = cost::cost(graph, 1, precision);
+    let stack_memory = stack_memory(graph, &one, stack, None);
+    let footprint = Footprint::under(graph, &one, optimizer, &stack_memory);
     let capacity = device_memory.value;
     let max_batch = footprint.max_batch(capacity);
     let sweep = sweep.unwrap_or(BatchSweep::Doubling {
@@ -403,6 +589,8 @@ pub fn report(
         rows,
         footprint,
         device_memory,
+        stack: stack.name.clone(),
+        stack_memory,
     })
 }
 
@@ -564,6 +752,73 @@ mod tests {
         assert!(BatchSweep::Doubling { from: 0, to: 4 }.batches().is_err());
     }
 
+    /// A built-in stack with one field's value replaced.
+    fn stack_with(name: &str, from: &str, to: &str) -> Stack {
+        let text = std::fs::read_to_string(format!(
+            "{}/../data/stacks/{name}.toml",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        assert!(text.contains(from), "{from}");
+        crate::stack::parse(&text.replace(from, to), "t.toml").unwrap()
+    }
+
+    #[test]
+    fn a_stack_keeps_fewer_activations_by_its_fusion_and_recomputation() {
+        let g =
+            crate::workloads::build("gpt3-xl", &crate::workloads::BuildOptions::default()).unwrap();
+        let one = cost::cost(&g, 1, Precision::AmpBf16);
+        let layers = g.layers();
+        let eager = stack_memory(&g, &one, crate::catalog::default_stack(), None);
+        let raw: f64 = one.layers.iter().map(|r| r.activation_bytes.value()).sum();
+        assert_eq!(eager.per_layer.iter().sum::<f64>(), raw);
+        assert_eq!(eager.fused_saved + eager.recompute_saved, 0.0);
+        // The pointwise rule fuses GPT's tanh GELU as two chains (the halved input and the
+        // product; the cube through one plus the tanh): the halved input (kept by the
+        // product) and the tanh's output (kept by itself) are inner outputs, recomputed:
+        // 2 x 4h x S x 2 bytes a transformer layer; one plus the tanh ends its chain and stays
+        // kept. And the last residual sum, inner to the chain dropout-add-final layer norm
+        // (nothing else reads it), which the layer norm kept: S x h x 2.
+        let none = "recompute = { value = \"selective\"";
+        let fused = stack_with("megatron-te", none, "recompute = { value = \"none\"");
+        let m = stack_memory(&g, &one, &fused, None);
+        let [s, h] = [2048.0, 2048.0];
+        let blocks = 24.0;
+        assert_eq!(
+            m.fused_saved,
+            blocks * 2.0 * 4.0 * h * s * 2.0 + s * h * 2.0
+        );
+        assert!((m.per_layer.iter().sum::<f64>() - (raw - m.fused_saved)).abs() < 1.0);
+        // Full recomputation: each transformer layer keeps its input, S x h x 2 bytes; the
+        // largest layer's activations are live again during its backward pass.
+        let full = stack_with("megatron-te", none, "recompute = { value = \"full\"");
+        let f = stack_memory(&g, &one, &full, None);
+        assert_eq!(f.recomputed_layers, 24);
+        let outside: f64 = layers
+            .iter()
+            .zip(&m.per_layer)
+            .filter(|(l, _)| block_of(&l.name).is_none())
+            .map(|(_, b)| b)
+            .sum();
+        let kept: f64 = f.per_layer.iter().sum();
+        assert!(
+            (kept - (outside + blocks * s * h * 2.0)).abs() < 1.0,
+            "{kept}"
+        );
+        assert!(f.transient > 0.0 && f.transient < m.per_layer.iter().sum::<f64>() / blocks);
+        let fp = Footprint::under(&g, &one, Optimizer::Adam, &f);
+        assert!(fp.activation_gradients_per_sample.value() >= f.transient);
+        // Sequence parallelism over 4 ranks keeps a quarter of the full-width tensors.
+        let sp = stack_memory(&g, &one, &fused, Some((4, 2048 * 2048)));
+        assert!(sp.sequence_parallel_saved > 0.0);
+        assert!(
+            (sp.per_layer.iter().sum::<f64>() + sp.sequence_parallel_saved
+                - m.per_layer.iter().sum::<f64>())
+            .abs()
+                < 1.0
+        );
+    }
+
     #[test]
     fn report_on_v100_matches_footprint() {
         let s = crate::catalog::system("cori-gpu").unwrap();
@@ -572,6 +827,7 @@ mod tests {
             &s,
             Precision::AmpFp16,
             Optimizer::SgdMomentum,
+            crate::catalog::default_stack(),
             None,
         )
         .unwrap();

@@ -30,13 +30,14 @@ use crate::collective::{self, Algorithm, Fabric};
 use crate::cost::{self, GraphCost};
 use crate::error::{Error, Result};
 use crate::graph::Graph;
+use crate::memory::stack_memory;
 use crate::memory::{Footprint, Optimizer};
 use crate::precision::Precision;
-use crate::predict::{DeviceRates, StepModel, Timing};
+use crate::predict::{DeviceRates, StackEffects, StepModel, Timing};
 use crate::roofline::Efficiency;
-use crate::stack::{Schedule, Stack};
+use crate::stack::{FusionRule, Schedule, Stack, fusion};
 use crate::system::System;
-use crate::workloads::transformer::{self, Config};
+use crate::workloads::transformer::{self, Config, block_of};
 
 /// How a step is split over devices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -72,6 +73,9 @@ pub struct Stage {
     pub backward_s: f64,
     /// Its tensor-parallel allreduces for one micro-batch, forward and backward, seconds.
     pub tensor_allreduce_s: f64,
+    /// The part of them the products do not hide (the stack's `overlap_tensor_parallel`:
+    /// the excess over the stage's compute), seconds.
+    pub tensor_exposed_s: f64,
     /// Sending one micro-batch's activations on and receiving their gradients, seconds.
     pub p2p_s: f64,
     /// Trainable parameters of one rank of the stage.
@@ -95,23 +99,17 @@ pub struct SplitStep {
     pub pipeline_s: f64,
     /// The data-parallel gradient allreduce, seconds.
     pub data_allreduce_s: f64,
+    /// The part of it no compute hides (the stack's `overlap_gradients`), seconds.
+    pub data_exposed_s: f64,
     /// The optimizer update of the largest stage, seconds.
     pub update_s: f64,
     /// The step, seconds.
     pub step_s: f64,
     /// The most memory a device needs, bytes.
     pub memory_per_device_bytes: f64,
-}
-
-/// Which transformer layer a graph layer belongs to, by its name (`h.3.`, `encoder.layer.3.`,
-/// `model.decoder.layers.3.`); `None` for the embeddings and the head.
-fn block_of(name: &str) -> Option<usize> {
-    for prefix in ["h.", "encoder.layer.", "model.decoder.layers."] {
-        if let Some(rest) = name.strip_prefix(prefix) {
-            return rest.split('.').next()?.parse().ok();
-        }
-    }
-    None
+    /// What the stack's rules changed on one device (its memory figures with the split's
+    /// sequence parallelism), per sample of a micro-batch.
+    pub effects: StackEffects,
 }
 
 /// The stage of each layer of `graph` (in order) over `stages` stages of `blocks`
@@ -155,6 +153,7 @@ pub fn step(
         micro_batches,
         virtual_stages,
     } = split;
+    stack.check_precision(precision)?;
     let bad = |field: &'static str, message: String| Error::argument(field, global_batch, message);
     if tensor == 0 || pipeline == 0 || data == 0 || micro_batches == 0 || virtual_stages == 0 {
         return Err(bad(
@@ -225,7 +224,25 @@ pub fn step(
     })?;
     let model = StepModel::with_stack(&graph, precision, optimizer, stack);
     let rates = DeviceRates::of(system, precision, Efficiency::IDEAL)?;
+    // What a device keeps: the stack's fused attention, fusion, recomputation and sequence
+    // parallelism ([`crate::memory::stack_memory`]).
+    let fused = stack
+        .fuses(FusionRule::Attention)
+        .then(|| fusion::fuse_attention(&graph))
+        .flatten();
+    let graph = fused.unwrap_or(graph);
     let one: GraphCost<'_> = cost::cost(&graph, 1, precision);
+    let width = seq as u64 * config.hidden_size as u64;
+    let kept = stack_memory(
+        &graph,
+        &one,
+        stack,
+        stack
+            .parallel
+            .sequence_parallel
+            .value
+            .then_some((tensor, width)),
+    );
     let stages = pipeline as usize;
     let of = stage_of(&graph, blocks, stages);
 
@@ -249,9 +266,8 @@ pub fn step(
         _ => 0.0,
     };
 
-    let footprint = Footprint::from_cost(&graph, &one, optimizer);
+    let footprint = Footprint::under(&graph, &one, optimizer, &kept);
     let total_params = one.params.max(1) as f64;
-    let total_act: f64 = one.layers.iter().map(|l| l.activation_bytes.value()).sum();
     let mut out = Vec::with_capacity(stages);
     for s in 0..stages {
         let first = (0..blocks)
@@ -270,14 +286,13 @@ pub fn step(
             .filter(|(_, st)| **st == s)
             .map(|(l, _)| l.params)
             .sum();
-        let act_share: f64 = one
-            .layers
+        let stage_kept: f64 = kept
+            .per_layer
             .iter()
             .zip(&of)
             .filter(|(_, st)| **st == s)
-            .map(|(l, _)| l.activation_bytes.value())
-            .sum::<f64>()
-            / total_act.max(1.0);
+            .map(|(b, _)| b)
+            .sum();
         // Collectives of the stage: four per transformer layer, one after the embeddings
         // (first stage) and one at the head (last).
         let mut collectives = 4 * (last - first);
@@ -305,23 +320,28 @@ pub fn step(
             0.0
         };
         let sharded = footprint.optimizer_state.value() + master;
-        let kept = if stack.parallel.distributed_optimizer.value {
+        let state = if stack.parallel.distributed_optimizer.value {
             sharded / f64::from(data)
         } else {
             sharded
         };
-        let memory = (footprint.parameters.value() - master + footprint.gradients.value() + kept)
+        // The activations of the micro-batches in flight, plus one micro-batch's gradients
+        // (and a recomputed layer's activations) at the peak of its backward pass.
+        let memory = (footprint.parameters.value() - master + footprint.gradients.value() + state)
             * share
             + micro as f64
-                * in_flight
-                * (footprint.activations_per_sample.value() * act_share
-                    + footprint.activation_gradients_per_sample.value() * act_share)
+                * (in_flight * stage_kept + footprint.activation_gradients_per_sample.value())
             + footprint.workspace.value();
         out.push(Stage {
             layers: [first, last],
             forward_s: forward,
             backward_s: backward,
             tensor_allreduce_s: collectives as f64 * tensor_allreduce,
+            tensor_exposed_s: if stack.parallel.overlap_tensor_parallel.value {
+                (collectives as f64 * tensor_allreduce - forward - backward).max(0.0)
+            } else {
+                collectives as f64 * tensor_allreduce
+            },
             // Interleaved, a micro-batch crosses `v` times as many stage boundaries.
             p2p_s: if stages > 1 {
                 p2p * f64::from(virtual_stages)
@@ -334,7 +354,7 @@ pub fn step(
     }
     let stage_s: Vec<f64> = out
         .iter()
-        .map(|s| s.forward_s + s.backward_s + s.tensor_allreduce_s + s.p2p_s)
+        .map(|s| s.forward_s + s.backward_s + s.tensor_exposed_s + s.p2p_s)
         .collect();
     let slowest = stage_s.iter().copied().fold(0.0, f64::max);
     let through: f64 = stage_s.iter().sum();
@@ -357,6 +377,22 @@ pub fn step(
     } else {
         0.0
     };
+    // Overlapped, the gradients' reduction runs beside the last micro-batch's backward pass
+    // on the largest stage and, under the distributed optimizer, the parameters' all-gather
+    // (half the ring's bytes) beside the next step's first forward pass: only the excess
+    // shows.
+    let biggest = out.iter().max_by_key(|s| s.params);
+    let data_exposed = match biggest {
+        Some(s) if stack.parallel.overlap_gradients.value => {
+            if stack.parallel.distributed_optimizer.value {
+                (data_allreduce / 2.0 - s.backward_s).max(0.0)
+                    + (data_allreduce / 2.0 - s.forward_s).max(0.0)
+            } else {
+                (data_allreduce - s.backward_s).max(0.0)
+            }
+        }
+        _ => data_allreduce,
+    };
     // Each rank updates its shard under the distributed optimizer.
     let shards = if stack.parallel.distributed_optimizer.value {
         f64::from(data)
@@ -373,12 +409,17 @@ pub fn step(
         } else {
             0.0
         },
-        step_s: pipeline_s + data_allreduce + update,
+        step_s: pipeline_s + data_exposed + update,
         stages: out,
         pipeline_s,
         data_allreduce_s: data_allreduce,
+        data_exposed_s: data_exposed,
         update_s: update,
         memory_per_device_bytes: memory,
+        effects: StackEffects {
+            memory: kept,
+            ..model.effects().clone()
+        },
     })
 }
 
@@ -420,6 +461,7 @@ mod tests {
             profile: None,
             transfer: Some((TransferModel::builtin(), spec)),
             tf32: None,
+            fp8: None,
             host: true,
         };
         call(split, batch, &timing).unwrap()
@@ -446,6 +488,7 @@ mod tests {
             profile: None,
             transfer: Some((TransferModel::builtin(), spec)),
             tf32: None,
+            fp8: None,
             host: true,
         };
         let whole = model.device_times(4.0, &rates, &timing).step;
@@ -512,6 +555,7 @@ mod tests {
             profile: None,
             transfer: Some((TransferModel::builtin(), spec)),
             tf32: None,
+            fp8: None,
             host: true,
         };
         let tuned = catalog::stack("tuned").unwrap();

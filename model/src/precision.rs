@@ -23,6 +23,11 @@ pub enum Precision {
     AmpFp16,
     /// Mixed precision with BF16 compute (FP32 master weights and optimizer state).
     AmpBf16,
+    /// BF16 mixed precision whose linear layers multiply in FP8 (Transformer Engine's
+    /// recipe: E4M3 forward, E5M2 gradients, per-tensor scales; Micikevicius et al., *FP8
+    /// Formats for Deep Learning*, arXiv:2209.05433). Which layers run FP8 is the software
+    /// stack's (`[precision] fp8`); the others run BF16.
+    Fp8,
 }
 
 /// The numeric format a peak is quoted for.
@@ -39,15 +44,18 @@ pub enum NumberFormat {
     Fp16,
     /// bfloat16.
     Bf16,
+    /// 8-bit floating point (E4M3/E5M2; tensor cores only).
+    Fp8,
 }
 
 impl Precision {
     /// Every precision, in the order they are listed to users.
-    pub const ALL: [Precision; 4] = [
+    pub const ALL: [Precision; 5] = [
         Precision::Fp32,
         Precision::Tf32,
         Precision::AmpFp16,
         Precision::AmpBf16,
+        Precision::Fp8,
     ];
 
     /// The name used on the command line and in files.
@@ -57,6 +65,7 @@ impl Precision {
             Precision::Tf32 => "tf32",
             Precision::AmpFp16 => "amp-fp16",
             Precision::AmpBf16 => "amp-bf16",
+            Precision::Fp8 => "fp8",
         }
     }
 
@@ -65,22 +74,36 @@ impl Precision {
     pub const fn compute_bytes(self) -> u64 {
         match self {
             Precision::Fp32 | Precision::Tf32 => 4,
-            Precision::AmpFp16 | Precision::AmpBf16 => 2,
+            Precision::AmpFp16 | Precision::AmpBf16 | Precision::Fp8 => 2,
         }
     }
 
     /// Whether an FP32 master copy of the weights is kept besides the compute copy.
     pub const fn has_master_weights(self) -> bool {
-        matches!(self, Precision::AmpFp16 | Precision::AmpBf16)
+        matches!(
+            self,
+            Precision::AmpFp16 | Precision::AmpBf16 | Precision::Fp8
+        )
     }
 
-    /// The format matrix ops (convolution, dense) compute in.
+    /// The precision of the layers a stack does not run in a faster format: BF16 mixed
+    /// precision for FP8 training, else itself.
+    pub const fn base(self) -> Precision {
+        match self {
+            Precision::Fp8 => Precision::AmpBf16,
+            p => p,
+        }
+    }
+
+    /// The format matrix ops (convolution, dense) compute in (under FP8 training, the
+    /// stack's FP8 layers; the others compute in [`Precision::base`]'s).
     pub const fn matrix_format(self) -> NumberFormat {
         match self {
             Precision::Fp32 => NumberFormat::Fp32,
             Precision::Tf32 => NumberFormat::Tf32,
             Precision::AmpFp16 => NumberFormat::Fp16,
             Precision::AmpBf16 => NumberFormat::Bf16,
+            Precision::Fp8 => NumberFormat::Fp8,
         }
     }
 
@@ -89,7 +112,7 @@ impl Precision {
         match self {
             Precision::Fp32 | Precision::Tf32 => NumberFormat::Fp32,
             Precision::AmpFp16 => NumberFormat::Fp16,
-            Precision::AmpBf16 => NumberFormat::Bf16,
+            Precision::AmpBf16 | Precision::Fp8 => NumberFormat::Bf16,
         }
     }
 }
@@ -103,6 +126,7 @@ impl NumberFormat {
             NumberFormat::Tf32 => "tf32",
             NumberFormat::Fp16 => "fp16",
             NumberFormat::Bf16 => "bf16",
+            NumberFormat::Fp8 => "fp8",
         }
     }
 }
@@ -212,8 +236,8 @@ mod tests {
 
     #[test]
     fn unknown_precision_lists_valid_ones() {
-        let err = "fp8".parse::<Precision>().unwrap_err().to_string();
-        assert!(err.contains("fp32, tf32, amp-fp16, amp-bf16"), "{err}");
+        let err = "fp4".parse::<Precision>().unwrap_err().to_string();
+        assert!(err.contains("fp32, tf32, amp-fp16, amp-bf16, fp8"), "{err}");
     }
 
     #[test]

@@ -786,7 +786,7 @@ q = "test quote"
         assert!(parse_mix(mix, "m.toml").is_ok());
         let err = |t: &str| parse_mix(t, "m.toml").unwrap_err().to_string();
         assert!(err(&mix.replace("weight = 1.0", "weight = 0.0")).contains("workload[0].weight"));
-        assert!(err(&mix.replace("amp-fp16", "fp8")).contains("workload[0].precision"));
+        assert!(err(&mix.replace("amp-fp16", "fp4")).contains("workload[0].precision"));
         assert!(err(&mix.replace("[1, 2]", "[]")).contains("workload[0].batches"));
         assert!(err(&mix.replace("[1, 2]", "[0, 2]")).contains("workload[0].batches"));
         assert!(err("name = \"m\"\n").contains("no [[workload]]"));

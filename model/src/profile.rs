@@ -420,6 +420,7 @@ pub fn precision_name(p: Precision) -> &'static str {
         Precision::Tf32 => "tf32",
         Precision::AmpFp16 => "fp16",
         Precision::AmpBf16 => "bf16",
+        Precision::Fp8 => "fp8",
     }
 }
 

@@ -130,6 +130,17 @@ impl DeviceSpec {
         })
     }
 
+    /// The spec of FP8 products on a GPU device file: its 16-bit tensor-core spec (whose
+    /// fitted classes time them: no FP8 kernel is in the fit) at its FP8 peak, with no power
+    /// cap (the 16-bit classes' energy per FLOP is not FP8's); `None` without an FP8 peak.
+    pub fn fp8(device: &Device) -> Option<DeviceSpec> {
+        let peak = device.peak.fp8_tensor.as_ref()?;
+        let mut d = Self::of(device, Precision::AmpBf16)?;
+        d.peak_flops = peak.value.value();
+        d.power = None;
+        Some(d)
+    }
+
     /// This spec with its peak held to what the board's power sustains: the TDP over the
     /// energy of a FLOP, `energy_per_flop_7nm` (J) scaled by the process node over 7 nm. The
     /// same spec where the class has no power figure or the device no TDP and node.
@@ -423,6 +434,7 @@ pub fn tensor_class(class: &str, format: NumberFormat) -> String {
         NumberFormat::Tf32 => "tf32",
         NumberFormat::Fp32 => "fp32",
         NumberFormat::Fp64 => "fp64",
+        NumberFormat::Fp8 => "fp8",
     };
     format!("{class}{TENSOR}{suffix}")
 }

@@ -5,7 +5,6 @@ use ridgeline_app::figures;
 use ridgeline_app::inputs;
 use ridgeline_app::tables;
 use ridgeline_model::memory::{self, BatchSweep};
-use ridgeline_model::stack::{FusionRule, fusion};
 use ridgeline_reports::Document;
 
 use crate::cli::MemoryArgs;
@@ -13,14 +12,8 @@ use crate::output::{self, Style};
 
 pub(crate) fn run(args: &MemoryArgs) -> Result<()> {
     let graph = inputs::workload(&args.target.workload.spec())?;
-    // A stack that fuses attention keeps what fused attention keeps for backward; its other
-    // rules change no tensor kept.
     let stack = inputs::stack(args.stack.stack.as_deref())?;
-    let graph = if stack.fuses(FusionRule::Attention) {
-        fusion::fuse_attention(&graph).unwrap_or(graph)
-    } else {
-        graph
-    };
+    stack.check_precision(args.precision.precision)?;
     let system = inputs::system(&args.target.system.system)?;
     let sweep = args.batch_range.map(|(from, to)| match args.batch_step {
         Some(step) => BatchSweep::Linear { from, to, step },
@@ -34,6 +27,7 @@ pub(crate) fn run(args: &MemoryArgs) -> Result<()> {
         &system,
         args.precision.precision,
         args.optimizer,
+        &stack,
         sweep,
     )?;
     let cols = tables::memory_cols();

@@ -409,16 +409,21 @@ fn split(args: &PredictArgs) -> Result<()> {
         .summary(
             "  pipeline / data allreduce / update",
             format!(
-                "{} / {} / {}",
+                "{} / {}{} / {}",
                 secs(step.pipeline_s),
                 secs(step.data_allreduce_s),
+                if step.data_exposed_s < step.data_allreduce_s {
+                    format!(" ({} not hidden by the backward pass)", secs(step.data_exposed_s))
+                } else {
+                    String::new()
+                },
                 secs(step.update_s)
             ),
         )
         .summary(
             "  pipeline schedule",
             format!(
-                "{}{}{}",
+                "{}{}{}{}",
                 stack.parallel.schedule.value,
                 if split.virtual_stages > 1 {
                     format!(", interleaved over {} virtual stages", split.virtual_stages)
@@ -427,6 +432,11 @@ fn split(args: &PredictArgs) -> Result<()> {
                 },
                 if stack.parallel.distributed_optimizer.value {
                     "; distributed optimizer (state sharded over the data-parallel ranks)"
+                } else {
+                    ""
+                },
+                if stack.parallel.sequence_parallel.value && tensor > 1 {
+                    "; sequence parallel"
                 } else {
                     ""
                 }
@@ -454,8 +464,15 @@ fn split(args: &PredictArgs) -> Result<()> {
                 format!("not computed: {}", why_not.as_deref().unwrap_or_default()),
             ),
         };
-        doc = doc.table(output::table(&step.stages, &tables::stage_cols(), style));
-        doc.note("Each stage's times are one micro-batch on one of its tensor-parallel ranks: forward and backward of its layers (timed as predict times layers), its tensor-parallel allreduces (four per transformer layer) and its point-to-point sends; the step is every stage once (the first micro-batch) plus (micro-batches - 1) x the slowest stage (1F1B), then the data-parallel gradient allreduce and the optimizer update.")
+        doc = doc
+            .table(output::table(&step.stages, &tables::stage_cols(), style))
+            .notes(predict::rule_lines(
+                &step.effects,
+                (step.micro_batch * u64::from(split.micro_batches)) as f64,
+                step.micro_batch as f64,
+                1.0 / f64::from(pipeline),
+            ));
+        doc.note("Each stage's times are one micro-batch on one of its tensor-parallel ranks: forward and backward of its layers (timed as predict times layers), its tensor-parallel allreduces (four per transformer layer; `exposed`: what the products do not hide, where the stack overlaps them) and its point-to-point sends; the step is every stage once (the first micro-batch) plus (micro-batches - 1) x the slowest stage (1F1B), then the data-parallel gradient reduction (where the stack overlaps it, only what the largest stage's backward and forward passes do not hide) and the optimizer update. The FP8 and recomputation lines are one device's step, the memory lines one micro-batch on one device (a stage's share of the layers).")
     })
 }
 

@@ -56,8 +56,16 @@ pub(crate) fn run(args: &SweepArgs) -> Result<()> {
     let models: Vec<StepModel> = args
         .precisions
         .iter()
-        .map(|&p| StepModel::with_stack(&job.graph, p, args.scenario.optimizer, &job.stack))
-        .collect();
+        .map(|&p| {
+            job.stack.check_precision(p)?;
+            Ok(StepModel::with_stack(
+                &job.graph,
+                p,
+                args.scenario.optimizer,
+                &job.stack,
+            ))
+        })
+        .collect::<Result<_>>()?;
     let spec = SweepSpec {
         systems: &systems,
         models: &models,

@@ -192,8 +192,8 @@ fn other_bad_arguments() {
     );
     let err = run_err(&["workload", "show", "resnet50", "--width=-1"]);
     assert!(err.contains("width"), "{err}");
-    let err = run_err(&["workload", "show", "resnet50", "--precision", "fp8"]);
-    assert!(err.contains("fp32, tf32, amp-fp16, amp-bf16"), "{err}");
+    let err = run_err(&["workload", "show", "resnet50", "--precision", "fp4"]);
+    assert!(err.contains("fp32, tf32, amp-fp16, amp-bf16, fp8"), "{err}");
     let err = run_err(&[
         "roofline",
         "resnet50",

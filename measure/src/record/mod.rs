@@ -264,13 +264,16 @@ pub enum RecordPrecision {
     AmpFp16,
     /// Mixed-precision training with BF16 activations.
     AmpBf16,
+    /// BF16 mixed-precision training with FP8 linear layers (imported runs; ridgeline's
+    /// executors run no FP8).
+    Fp8,
     /// Untyped bytes (communication).
     Bytes,
 }
 
 impl RecordPrecision {
     /// Every precision.
-    pub const ALL: [RecordPrecision; 8] = [
+    pub const ALL: [RecordPrecision; 9] = [
         RecordPrecision::Fp64,
         RecordPrecision::Fp32,
         RecordPrecision::Tf32,
@@ -278,6 +281,7 @@ impl RecordPrecision {
         RecordPrecision::Bf16,
         RecordPrecision::AmpFp16,
         RecordPrecision::AmpBf16,
+        RecordPrecision::Fp8,
         RecordPrecision::Bytes,
     ];
 
@@ -291,6 +295,7 @@ impl RecordPrecision {
             RecordPrecision::Bf16 => "bf16",
             RecordPrecision::AmpFp16 => "amp-fp16",
             RecordPrecision::AmpBf16 => "amp-bf16",
+            RecordPrecision::Fp8 => "fp8",
             RecordPrecision::Bytes => "bytes",
         }
     }
@@ -303,6 +308,7 @@ impl RecordPrecision {
             RecordPrecision::Tf32 => Some(Precision::Tf32),
             RecordPrecision::AmpFp16 => Some(Precision::AmpFp16),
             RecordPrecision::AmpBf16 => Some(Precision::AmpBf16),
+            RecordPrecision::Fp8 => Some(Precision::Fp8),
             _ => None,
         }
     }
@@ -329,6 +335,7 @@ impl From<ridgeline_model::precision::Precision> for RecordPrecision {
             Precision::Tf32 => RecordPrecision::Tf32,
             Precision::AmpFp16 => RecordPrecision::AmpFp16,
             Precision::AmpBf16 => RecordPrecision::AmpBf16,
+            Precision::Fp8 => RecordPrecision::Fp8,
         }
     }
 }

@@ -690,6 +690,7 @@ fn stack_assumptions(
             f.bytes_saved_per_sample * batch / f64::from(1u32 << 30)
         ));
     }
+    out.extend(rule_lines(e, batch, batch, 1.0));
     if e.tf32_layers > 0 && model.precision == Precision::Fp32 {
         out.push(if system.device.peak.tf32_tensor.is_some() {
             format!(
@@ -707,6 +708,62 @@ fn stack_assumptions(
                 e.stack, e.tf32_layers, system.device.name
             )
         });
+    }
+    out
+}
+
+/// What a stack's FP8, recomputation and memory rules changed on one device, one line each
+/// where they changed something: a step of `step` samples and the activations of `kept`
+/// samples, on a device that runs `share` of the model's layers (a pipeline stage's).
+pub fn rule_lines(e: &StackEffects, step: f64, kept: f64, share: f64) -> Vec<String> {
+    let gib = |bytes: f64, samples: f64| {
+        format!("{:.2} GiB", bytes * samples * share / f64::from(1u32 << 30))
+    };
+    let mut out = Vec::new();
+    if e.fp8_layers > 0 {
+        out.push(format!(
+            "fp8 (stack `{}`): {} linear layers multiply in FP8 at the device's FP8 peak, timed \
+             with the 16-bit tensor-core classes (no FP8 kernel is in the fit) and no power \
+             cap; Transformer Engine's casts add {} of HBM traffic a step",
+            e.stack,
+            (e.fp8_layers as f64 * share).round(),
+            gib(e.fp8_cast_bytes_per_sample, step)
+        ));
+    }
+    if e.recomputed_flops_per_sample > 0.0 {
+        out.push(format!(
+            "recomputation `{}` (stack `{}`): {:.2} TFLOP a step run again in backward",
+            e.recompute,
+            e.stack,
+            e.recomputed_flops_per_sample * step * share / 1e12
+        ));
+    }
+    let m = &e.memory;
+    for (what, saved) in [
+        (
+            "fused groups recompute their inner element-wise outputs",
+            m.fused_saved,
+        ),
+        ("recomputation", m.recompute_saved),
+        ("sequence parallelism", m.sequence_parallel_saved),
+    ] {
+        if saved > 0.0 {
+            out.push(format!(
+                "memory (stack `{}`): {what}: {} fewer activations kept{}",
+                e.stack,
+                gib(saved, kept),
+                if what == "recomputation" && m.transient > 0.0 {
+                    format!(
+                        " ({} live again while the largest of {} transformer layers runs \
+                         backward)",
+                        gib(m.transient, kept / share),
+                        m.recomputed_layers
+                    )
+                } else {
+                    String::new()
+                }
+            ));
+        }
     }
     out
 }

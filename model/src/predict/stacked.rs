@@ -7,10 +7,11 @@ use serde::Serialize;
 use super::StepModel;
 use crate::cost::{self, GraphCost, param_tensors, requires_grad};
 use crate::graph::{Graph, NodeId, Op};
-use crate::kernels::{Kernel, step_kernels};
-use crate::memory::{Footprint, Optimizer};
+use crate::kernels::{Kernel, KernelPass, step_kernels, vector_kernel};
+use crate::memory::{Footprint, Optimizer, StackMemory, stack_memory};
 use crate::precision::Precision;
-use crate::stack::{Dispatch, FusionRule, Group, Stack, fusion};
+use crate::stack::{Dispatch, FusionRule, Group, Recompute, Stack, fusion};
+use crate::workloads::transformer::block_of;
 
 /// What a stack's rules changed in a step, for a person to read.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -26,6 +27,16 @@ pub struct StackEffects {
     /// Layers whose matrix kernels run in TF32 under FP32 training (where the device has
     /// TF32 tensor cores).
     pub tf32_layers: usize,
+    /// Linear layers multiplied in FP8 under FP8 training.
+    pub fp8_layers: usize,
+    /// HBM bytes per sample FP8's casts add (forward and backward; [`fp8_casts`]).
+    pub fp8_cast_bytes_per_sample: f64,
+    /// What the backward pass recomputes.
+    pub recompute: Recompute,
+    /// FLOPs per sample the recomputation adds to a step.
+    pub recomputed_flops_per_sample: f64,
+    /// What the stack changed in the activations kept, one device without a split.
+    pub memory: StackMemory,
 }
 
 /// What one fusion rule changed.
@@ -82,6 +93,7 @@ impl StepModel {
         stack: &Stack,
     ) -> StepModel {
         let precision = one.precision;
+        let memory = stack_memory(graph, one, stack, None);
         let mut m = StepModel {
             workload: graph.name().to_owned(),
             precision,
@@ -90,6 +102,7 @@ impl StepModel {
             kinds: Vec::new(),
             heads: Vec::new(),
             math: Vec::new(),
+            recompute: Vec::new(),
             layer_params: Vec::new(),
             flops_fwd: Vec::new(),
             flops_bwd: Vec::new(),
@@ -110,13 +123,18 @@ impl StepModel {
             hbm_fixed: 2.0 * one.hbm_bytes_train.value() - two.hbm_bytes_train.value(),
             params: one.params,
             input_elements: graph.input_shape().elements(),
-            footprint: Footprint::from_cost(graph, one, optimizer),
+            footprint: Footprint::under(graph, one, optimizer, &memory),
             effects: StackEffects {
                 stack: stack.name.clone(),
                 file: stack.file.clone(),
                 dispatch: stack.host.dispatch.value,
                 fusion: Vec::new(),
                 tf32_layers: 0,
+                fp8_layers: 0,
+                fp8_cast_bytes_per_sample: 0.0,
+                recompute: stack.recompute.value,
+                recomputed_flops_per_sample: 0.0,
+                memory: memory.clone(),
             },
         };
         let fp32 = 4.0 * one.params as f64;
@@ -172,8 +190,8 @@ impl StepModel {
                 sum(&|i| a[i].hbm_bytes_bwd.value()),
                 sum(&|i| b[i].hbm_bytes_bwd.value()),
             );
-            let (ks1, launches) = merged(&e, &k1, saved_fwd, saved_bwd, 1.0);
-            let (ks2, _) = merged(&e, &k2, saved_fwd, saved_bwd, 2.0);
+            let (mut ks1, mut launches) = merged(&e, &k1, saved_fwd, saved_bwd, 1.0);
+            let (mut ks2, _) = merged(&e, &k2, saved_fwd, saved_bwd, 2.0);
             if let Some(g) = e.group {
                 let unfused: usize = e.members.iter().map(|&i| k1[i].len()).sum();
                 let fused = (launches[0] + launches[1]) as usize;
@@ -185,9 +203,27 @@ impl StepModel {
                 );
             }
             let head_op = &layers[head].op;
-            let math = stack.precision.matrix_precision(head_op, precision);
+            let in_block = block_of(&layers[head].name).is_some();
+            let math = stack
+                .precision
+                .matrix_precision(head_op, in_block, precision);
             let kind = head_op.kind();
             let backward = e.members.iter().any(|&i| needs[i]);
+            // FP8 scaling: per-tensor casts of the input and the weights forward and of the
+            // output gradient backward ([`fp8_casts`]).
+            let mut cast = Cast::default();
+            if math == Precision::Fp8 {
+                let l = &layers[head];
+                let input = l.inputs.first().map_or(0, |&j| layers[j].output.elements());
+                cast = fp8_casts(input, l.output.elements(), a[head].params, backward);
+                for (ks, batch) in [(&mut ks1, 1.0), (&mut ks2, 2.0)] {
+                    ks.extend(cast.kernels(batch));
+                }
+                launches[0] += 1;
+                launches[1] += u32::from(backward);
+                m.effects.fp8_layers += 1;
+                m.effects.fp8_cast_bytes_per_sample += cast.forward + cast.backward;
+            }
             // The host's time of each pass: its op's (a per-op dispatch's, or a kind a
             // per-kernel dispatch lists), else its kernels'.
             let kernel = host.kernel.as_ref().map_or(0.0, |k| k.value.value());
@@ -219,6 +255,18 @@ impl StepModel {
                     .collect::<Vec<_>>()
                     .join("+"),
             );
+            // Recomputation: a transformer layer's entries in full, an unfused attention
+            // under selective; only where the entry runs backward.
+            let recompute = backward
+                && match stack.recompute.value {
+                    Recompute::None => false,
+                    Recompute::Selective => matches!(head_op, Op::Attention(a) if !a.fused),
+                    Recompute::Full => in_block,
+                };
+            m.recompute.push(recompute);
+            if recompute {
+                m.effects.recomputed_flops_per_sample += sum(&|i| a[i].flops_fwd.value());
+            }
             m.kinds.push(kind);
             m.heads.push(head);
             m.math.push(math);
@@ -227,19 +275,69 @@ impl StepModel {
             m.kernels.push([ks1, ks2]);
             m.launches.push(launches);
             m.host_fwd.push(hf);
-            m.host_bwd
-                .push(hb + own_tensors as f64 * host.parameter.value.value());
+            m.host_bwd.push(
+                hb + own_tensors as f64 * host.parameter.value.value()
+                    + if recompute { hf } else { 0.0 },
+            );
             m.flops_fwd.push(sum(&|i| a[i].flops_fwd.value()));
             m.flops_bwd.push(sum(&|i| a[i].flops_bwd.value()));
-            m.act_fwd.push((f2 - f1 - saved_fwd).max(0.0));
-            m.weights_fwd.push(2.0 * f1 - f2);
-            m.act_bwd.push((g2 - g1 - saved_bwd).max(0.0));
+            m.act_fwd
+                .push((f2 - f1 - saved_fwd).max(0.0) + cast.forward);
+            m.weights_fwd.push(2.0 * f1 - f2 + cast.weights);
+            m.act_bwd
+                .push((g2 - g1 - saved_bwd).max(0.0) + cast.backward);
             m.weights_bwd.push(2.0 * g1 - g2);
         }
-        m.effects.tf32_layers = m.math.iter().filter(|&&p| p != precision).count();
+        m.effects.tf32_layers = m.math.iter().filter(|&&p| p == Precision::Tf32).count();
         m.host_update = tensors as f64 * host.optimizer_tensor.value.value();
         m.host_step = host.graph.as_ref().map_or(0.0, |g| g.value.value());
         m
+    }
+}
+
+/// The casts FP8 adds to one linear layer, bytes (per sample, and the weights' once a step).
+#[derive(Debug, Clone, Copy, Default)]
+struct Cast {
+    forward: f64,
+    weights: f64,
+    backward: f64,
+}
+
+impl Cast {
+    /// The cast kernels at `batch`: one forward (input and weights), one backward (the
+    /// output gradient) where the layer runs backward.
+    fn kernels(self, batch: f64) -> Vec<Kernel> {
+        let elementwise = |pass, bytes: f64| {
+            // Reading a 16-bit element and writing two one-byte copies: a scale and an
+            // absolute maximum per element.
+            vector_kernel("scale", pass, bytes / 2.0, bytes)
+        };
+        let mut out: Vec<Kernel> =
+            elementwise(KernelPass::Forward, self.forward * batch + self.weights)
+                .into_iter()
+                .collect();
+        if self.backward > 0.0 {
+            out.extend(elementwise(KernelPass::Backward, self.backward * batch));
+        }
+        out
+    }
+}
+
+/// What Transformer Engine's FP8 recipe adds to a linear layer of `input` and `output`
+/// elements per sample and `params` weights (NVIDIA/TransformerEngine documentation, 'Using
+/// FP8 with Transformer Engine'; Micikevicius et al., arXiv:2209.05433): each GEMM operand is
+/// cast from BF16 to FP8 with its per-tensor scale, and Hopper's FP8 GEMMs take only the
+/// `TN` layout, so the operands the weight gradient multiplies are cast transposed as well
+/// (TE's `cast_transpose`). Forward: the input and the weights each read (2 bytes an
+/// element) and written twice (1 byte each: the copy and its transpose), 4 bytes an element;
+/// backward: the output gradient the same. The absolute maxima that set the next step's
+/// scales are taken in the same pass.
+fn fp8_casts(input: u64, output: u64, params: u64, backward: bool) -> Cast {
+    const BYTES: f64 = 4.0;
+    Cast {
+        forward: BYTES * input as f64,
+        weights: BYTES * params as f64,
+        backward: if backward { BYTES * output as f64 } else { 0.0 },
     }
 }
 

@@ -32,6 +32,9 @@ pub struct StepModel {
     /// The precision each entry's matrix kernels run in (TF32 for FP32 training where the
     /// stack says so).
     pub(super) math: Vec<Precision>,
+    /// Whether each entry's forward pass runs again in backward (the stack's
+    /// recomputation).
+    pub(super) recompute: Vec<bool>,
     /// Each layer's trainable parameters (its gradient's elements).
     pub layer_params: Vec<u64>,
     pub(super) flops_fwd: Vec<f64>,
@@ -207,17 +210,43 @@ impl StepModel {
     }
 
     /// Layer `i`'s times ([`StepModel::layer_times`]), without its name: the sweep's path.
+    /// An entry the stack recomputes runs its forward pass again in backward.
     fn time_layer(&self, i: usize, b: f64, rates: &DeviceRates, timing: &Timing<'_>) -> Timed {
+        let mut l = self.time_layer_once(i, b, rates, timing);
+        if self.recompute[i] {
+            let once = l.forward_s + l.backward_s;
+            l.backward_s += l.forward_s;
+            l.kernels[1] += l.kernels[0];
+            let grow = (once + l.forward_s) / once.max(f64::MIN_POSITIVE);
+            l.interval_90_s = l.interval_90_s.map(|[lo, hi]| [lo * grow, hi * grow]);
+        }
+        l
+    }
+
+    fn time_layer_once(&self, i: usize, b: f64, rates: &DeviceRates, timing: &Timing<'_>) -> Timed {
         // TF32 where the stack runs this layer's FP32 matrix kernels so and the device has
         // TF32 tensor cores.
-        let tf32 = self.math[i] == Precision::Tf32 && rates.tf32.is_some();
-        let (precision, peak) = match (tf32, self.matrix[i]) {
-            (true, _) => (Precision::Tf32, rates.tf32.unwrap_or(rates.matrix)),
-            (false, true) => (self.precision, rates.matrix),
-            (false, false) => (self.precision, rates.vector),
+        // TF32 where the stack runs this layer's FP32 matrix kernels so and the device has
+        // TF32 tensor cores; FP8 where it runs them so under FP8 training (the device's FP8
+        // peak, checked with the rates).
+        let fast = match self.math[i] {
+            Precision::Tf32 => rates.tf32.map(|r| (Precision::Tf32, r, timing.tf32)),
+            Precision::Fp8 => rates.fp8.map(|r| (Precision::Fp8, r, timing.fp8)),
+            _ => None,
+        };
+        let base = self.precision.base();
+        let (precision, peak) = match (fast, self.matrix[i]) {
+            (Some((p, r, _)), _) => (p, r),
+            (None, true) => (base, rates.matrix),
+            (None, false) => (base, rates.vector),
         };
         let name = precision_name(precision);
-        let elem = self.precision.compute_bytes();
+        // FP8 products read one-byte operands.
+        let elem = if precision == Precision::Fp8 {
+            1
+        } else {
+            self.precision.compute_bytes()
+        };
         let [k1, k2] = &self.kernels[i];
         let count = |backward: bool| {
             k1.iter()
@@ -270,10 +299,9 @@ impl StepModel {
                 .and_then(|i| u32::try_from(i).ok());
             return l;
         }
-        let spec = if tf32 {
-            timing.tf32
-        } else {
-            timing.transfer.map(|(_, s)| s)
+        let spec = match fast {
+            Some((_, _, spec)) => spec,
+            None => timing.transfer.map(|(_, s)| s),
         };
         if let (Some((model, _)), Some(spec)) = (&timing.transfer, spec)
             && !k1.is_empty()
@@ -423,6 +451,10 @@ pub struct Timing<'a> {
     /// The device's figures for TF32 kernels, where it has TF32 tensor cores and the step
     /// trains in FP32 (for the layers the stack runs in TF32).
     pub tf32: Option<DeviceSpec>,
+    /// The device's figures for FP8 products, where the step trains in FP8 (for the layers
+    /// the stack runs in FP8): the 16-bit tensor-core classes at the FP8 peak
+    /// ([`DeviceSpec::fp8`]).
+    pub fp8: Option<DeviceSpec>,
     /// Whether the host issues the device's kernels (an accelerator): the host and the
     /// device run as two timelines, the stack's host times on one and the kernels' work
     /// plus the stack's gaps on the other.
@@ -435,12 +467,16 @@ impl<'a> Timing<'a> {
     /// device file gives its figures).
     pub fn of(system: &'a System, precision: Precision, kernel_model: KernelModel) -> Timing<'a> {
         let transfer = match kernel_model {
-            KernelModel::Transfer => DeviceSpec::of(&system.device, precision)
+            // FP8 training times its layers outside FP8 as BF16 ones.
+            KernelModel::Transfer => DeviceSpec::of(&system.device, precision.base())
                 .map(|spec| (TransferModel::builtin(), spec)),
             KernelModel::Ideal => None,
         };
         let has_tf32 = system.device.peak.tf32_tensor.is_some();
         Timing {
+            fp8: transfer
+                .filter(|_| precision == Precision::Fp8)
+                .and_then(|_| DeviceSpec::fp8(&system.device)),
             profile: system.calibration.as_deref(),
             tf32: transfer
                 .filter(|_| precision == Precision::Fp32 && has_tf32)
@@ -578,6 +614,8 @@ pub struct DeviceRates {
     /// FLOP/s of TF32 matrix ops, where the device has TF32 tensor cores and the step
     /// trains in FP32.
     pub tf32: Option<f64>,
+    /// FLOP/s of FP8 products, where the step trains in FP8.
+    pub fp8: Option<f64>,
     /// FLOP/s of vector ops.
     pub vector: f64,
     /// Bytes/s of device memory.
@@ -589,7 +627,14 @@ impl DeviceRates {
     pub fn of(system: &System, precision: Precision, efficiency: Efficiency) -> Result<Self> {
         let d = &system.device;
         Ok(DeviceRates {
-            matrix: d.matrix_peak(precision)?.rate.value() * efficiency.compute,
+            // FP8 training runs its other matrix layers in BF16 (a device without an FP8
+            // peak is refused here, naming the figure it lacks).
+            fp8: if precision == Precision::Fp8 {
+                Some(d.matrix_peak(precision)?.rate.value() * efficiency.compute)
+            } else {
+                None
+            },
+            matrix: d.matrix_peak(precision.base())?.rate.value() * efficiency.compute,
             tf32: d
                 .peak
                 .tf32_tensor
@@ -647,6 +692,7 @@ mod tests {
         DeviceRates {
             matrix: 1e12,
             tf32: None,
+            fp8: None,
             vector: 1e11,
             bandwidth: 1e11,
         }

@@ -274,6 +274,32 @@ fn group(graph: &Graph, readers: &[usize], rule: FusionRule, chain: Vec<NodeId>)
     }
 }
 
+/// The tensors a fused group no longer keeps for backward: the outputs of its element-wise
+/// members before the last that nothing outside the group reads. The fused backward kernel
+/// recomputes them from the group's inputs, as TorchInductor's partitioner recomputes
+/// pointwise ops and Megatron's fused bias-GELU keeps only its input; the outputs of matrix
+/// and normalisation members, and the group's own output, stay kept.
+pub fn recomputed(graph: &Graph, groups: &[Group]) -> Vec<NodeId> {
+    let layers = graph.layers();
+    let mut out = Vec::new();
+    for g in groups {
+        let (_, inner) = g.members.split_last().unwrap_or((&0, &[]));
+        for &m in inner {
+            let elementwise =
+                !matches!(role(&layers[m].op), Role::Matrix | Role::Norm | Role::Other);
+            let inside = layers
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| l.inputs.contains(&m))
+                .all(|(j, _)| g.members.contains(&j));
+            if elementwise && inside {
+                out.push(m);
+            }
+        }
+    }
+    out
+}
+
 /// `graph` with every unfused attention layer fused (flash attention); `None` where it has
 /// none.
 pub fn fuse_attention(graph: &Graph) -> Option<Graph> {

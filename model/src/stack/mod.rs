@@ -20,7 +20,12 @@
 //! - **Fusion** ([`FusionRule`], [`fusion::groups`]): rewrites of the layer graph before it
 //!   is costed.
 //! - **Precision** ([`PrecisionPolicy`]): what FP32 training runs convolutions and products
-//!   in (PyTorch runs cuDNN's convolutions in TF32 by default on devices that have it).
+//!   in (PyTorch runs cuDNN's convolutions in TF32 by default on devices that have it), and
+//!   which layers FP8 training multiplies in FP8 ([`Fp8Layers`]).
+//! - **Memory** ([`Recompute`]): which activations the backward pass recomputes rather
+//!   than keeps.
+//! - **Parallel** ([`Parallel`]): the pipeline schedule, the distributed optimizer and
+//!   sequence parallelism of a split model.
 
 pub mod fusion;
 pub(crate) mod raw;
@@ -130,19 +135,53 @@ impl MathMode {
     }
 }
 
-/// What FP32 training runs matrix ops in.
+/// Which layers FP8 training ([`Precision::Fp8`]) multiplies in FP8.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fp8Layers {
+    /// None: the stack has no FP8 recipe, and FP8 training is refused under it.
+    None,
+    /// The linear layers of the transformer layers (Transformer Engine's `Linear`,
+    /// `LayerNormLinear` and `LayerNormMLP`); the embeddings, the output head, attention's
+    /// products and convolutions stay BF16.
+    Linear,
+}
+
+impl Fp8Layers {
+    /// Its name in stack files.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Fp8Layers::None => "none",
+            Fp8Layers::Linear => "linear",
+        }
+    }
+}
+
+/// What FP32 training runs matrix ops in, and FP8 training which layers in FP8.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PrecisionPolicy {
     /// Convolutions (cuDNN's `allow_tf32`).
     pub convolutions: Sourced<MathMode>,
     /// Products: dense and linear layers, batched products, attention (cuBLAS's).
     pub matmuls: Sourced<MathMode>,
+    /// The layers FP8 training multiplies in FP8.
+    pub fp8: Sourced<Fp8Layers>,
 }
 
 impl PrecisionPolicy {
     /// The precision a layer of `op` runs its matrix kernels in when the step trains in
-    /// `precision`: TF32 for FP32 training where the policy says so, else `precision`.
-    pub fn matrix_precision(&self, op: &Op, precision: Precision) -> Precision {
+    /// `precision`: TF32 for FP32 training where the policy says so; under FP8 training,
+    /// FP8 for the linear layers of a transformer layer (`in_block`) where the policy runs
+    /// them so, BF16 for the others; else `precision`.
+    pub fn matrix_precision(&self, op: &Op, in_block: bool, precision: Precision) -> Precision {
+        if precision == Precision::Fp8 {
+            let linear = matches!(op, Op::Linear { .. } | Op::Dense { .. });
+            return if linear && in_block && self.fp8.value == Fp8Layers::Linear {
+                Precision::Fp8
+            } else {
+                precision.base()
+            };
+        }
         if precision != Precision::Fp32 || !op.is_matrix() {
             return precision;
         }
@@ -187,6 +226,40 @@ impl fmt::Display for Schedule {
     }
 }
 
+/// Which activations the backward pass recomputes rather than keeps (Korthikanti et al.,
+/// *Reducing Activation Recomputation in Large Transformer Models*, MLSys 2023).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Recompute {
+    /// Every activation a layer needs is kept.
+    None,
+    /// Attention's scores (softmax and dropout) are recomputed from the queries and keys
+    /// in backward (section 4.2); a fused attention kernel does so already.
+    Selective,
+    /// Each transformer layer keeps only its input, and its forward pass runs again in
+    /// backward (section 4.1, Megatron-LM's `--recompute-granularity full`).
+    Full,
+}
+
+impl Recompute {
+    const ALL: [Recompute; 3] = [Recompute::None, Recompute::Selective, Recompute::Full];
+
+    /// Its name in stack files.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Recompute::None => "none",
+            Recompute::Selective => "selective",
+            Recompute::Full => "full",
+        }
+    }
+}
+
+impl fmt::Display for Recompute {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// How a split model's pipeline and optimizer run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Parallel {
@@ -197,6 +270,20 @@ pub struct Parallel {
     /// updates its shard, and the gradients are reduce-scattered and the parameters
     /// all-gathered instead of allreduced (the same bytes on a ring).
     pub distributed_optimizer: Sourced<bool>,
+    /// Sequence parallelism (Korthikanti et al., MLSys 2023, section 4.2.2): with tensor
+    /// parallelism, the layers it leaves whole (layer norms, dropout, residual adds) split
+    /// their positions over the tensor-parallel ranks, so each keeps `1/t` of their
+    /// activations; the allreduces become a reduce-scatter and an all-gather (the same bytes
+    /// on a ring).
+    pub sequence_parallel: Sourced<bool>,
+    /// Whether a split's data-parallel gradient reduction runs beside the last
+    /// micro-batch's backward pass (and, with the distributed optimizer, the parameters'
+    /// all-gather beside the next step's first forward pass): PyTorch DDP's buckets,
+    /// Megatron-LM's `--overlap-grad-reduce` and `--overlap-param-gather`.
+    pub overlap_gradients: Sourced<bool>,
+    /// Whether tensor-parallel collectives run beside the products that produce and
+    /// consume them (Transformer Engine's userbuffer overlap, `--tp-comm-overlap`).
+    pub overlap_tensor_parallel: Sourced<bool>,
 }
 
 /// A software stack.
@@ -214,8 +301,10 @@ pub struct Stack {
     pub kernel_gap: Sourced<Seconds>,
     /// The fusion rules, in the order listed.
     pub fusion: Sourced<Vec<FusionRule>>,
-    /// What FP32 training runs matrix ops in.
+    /// What FP32 training runs matrix ops in, and FP8 training which layers in FP8.
     pub precision: PrecisionPolicy,
+    /// Which activations the backward pass recomputes.
+    pub recompute: Sourced<Recompute>,
     /// How a split model's pipeline and optimizer run.
     pub parallel: Parallel,
 }
@@ -224,6 +313,24 @@ impl Stack {
     /// Whether the stack fuses with `rule`.
     pub fn fuses(&self, rule: FusionRule) -> bool {
         self.fusion.value.contains(&rule)
+    }
+
+    /// Whether the stack can train at `precision`: FP8 needs a stack with an FP8 recipe
+    /// (`[precision] fp8`); an error naming the field and the fix where it has none.
+    pub fn check_precision(&self, precision: Precision) -> Result<()> {
+        if precision == Precision::Fp8 && self.precision.fp8.value == Fp8Layers::None {
+            return Err(Error::Invalid {
+                file: self.file.clone(),
+                field: "precision.fp8".into(),
+                message: format!(
+                    "stack `{}` has no FP8 recipe (\"none\"), so it cannot train in fp8; \
+                     use a stack that runs FP8 linear layers (`megatron-te`, `tuned`), or set \
+                     fp8 = {{ value = \"linear\", source = \"...\" }} in a stack file",
+                    self.name
+                ),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -396,6 +503,38 @@ pub fn parse(text: &str, file: &str) -> Result<Stack> {
             source: ctx.source(&format!("precision.{field}"), &r.source)?,
         })
     };
+    let fp8 = [Fp8Layers::None, Fp8Layers::Linear]
+        .into_iter()
+        .find(|f| f.name() == raw.precision.fp8.value)
+        .ok_or_else(|| {
+            ctx.invalid(
+                "precision.fp8.value",
+                format!(
+                    "`{}`: must be \"none\" (no FP8 recipe) or \"linear\" (the transformer \
+                     layers' linear layers, Transformer Engine's)",
+                    raw.precision.fp8.value
+                ),
+            )
+        })?;
+    let recompute = Recompute::ALL
+        .into_iter()
+        .find(|r| r.name() == raw.memory.recompute.value)
+        .ok_or_else(|| {
+            ctx.invalid(
+                "memory.recompute.value",
+                format!(
+                    "`{}`: must be \"none\", \"selective\" (attention's scores) or \"full\" \
+                     (each transformer layer from its input)",
+                    raw.memory.recompute.value
+                ),
+            )
+        })?;
+    let flag = |field: &str, r: &crate::system::raw::RawSourced<bool>| -> Result<Sourced<bool>> {
+        Ok(Sourced {
+            value: r.value,
+            source: ctx.source(field, &r.source)?,
+        })
+    };
     Ok(Stack {
         name: raw.name,
         description: raw.description,
@@ -409,6 +548,14 @@ pub fn parse(text: &str, file: &str) -> Result<Stack> {
         precision: PrecisionPolicy {
             convolutions: math("fp32_convolutions", &raw.precision.fp32_convolutions)?,
             matmuls: math("fp32_matmuls", &raw.precision.fp32_matmuls)?,
+            fp8: Sourced {
+                value: fp8,
+                source: ctx.source("precision.fp8", &raw.precision.fp8.source)?,
+            },
+        },
+        recompute: Sourced {
+            value: recompute,
+            source: ctx.source("memory.recompute", &raw.memory.recompute.source)?,
         },
         parallel: Parallel {
             schedule: Sourced {
@@ -427,13 +574,22 @@ pub fn parse(text: &str, file: &str) -> Result<Stack> {
                     })?,
                 source: ctx.source("parallel.schedule", &raw.parallel.schedule.source)?,
             },
-            distributed_optimizer: Sourced {
-                value: raw.parallel.distributed_optimizer.value,
-                source: ctx.source(
-                    "parallel.distributed_optimizer",
-                    &raw.parallel.distributed_optimizer.source,
-                )?,
-            },
+            distributed_optimizer: flag(
+                "parallel.distributed_optimizer",
+                &raw.parallel.distributed_optimizer,
+            )?,
+            sequence_parallel: flag(
+                "parallel.sequence_parallel",
+                &raw.parallel.sequence_parallel,
+            )?,
+            overlap_gradients: flag(
+                "parallel.overlap_gradients",
+                &raw.parallel.overlap_gradients,
+            )?,
+            overlap_tensor_parallel: flag(
+                "parallel.overlap_tensor_parallel",
+                &raw.parallel.overlap_tensor_parallel,
+            )?,
         },
     })
 }
@@ -483,9 +639,15 @@ rules = { value = ["norm-activation"], source = "s" }
 [precision]
 fp32_convolutions = { value = "tf32", source = "s" }
 fp32_matmuls = { value = "fp32", source = "s" }
+fp8 = { value = "none", source = "s" }
+[memory]
+recompute = { value = "none", source = "s" }
 [parallel]
 schedule = { value = "1f1b", source = "s" }
 distributed_optimizer = { value = false, source = "s" }
+sequence_parallel = { value = false, source = "s" }
+overlap_gradients = { value = true, source = "s" }
+overlap_tensor_parallel = { value = false, source = "s" }
 "#;
 
     fn error(from: &str, to: &str) -> String {
@@ -549,9 +711,29 @@ distributed_optimizer = { value = false, source = "s" }
                 "parallel.schedule.value",
             ),
             (
-                "value = false",
-                "value = \"no\"",
+                "distributed_optimizer = { value = false",
                 "distributed_optimizer = { value = \"no\"",
+                "distributed_optimizer = { value = \"no\"",
+            ),
+            (
+                "fp8 = { value = \"none\"",
+                "fp8 = { value = \"all\"",
+                "precision.fp8.value",
+            ),
+            (
+                "recompute = { value = \"none\"",
+                "recompute = { value = \"some\"",
+                "memory.recompute.value",
+            ),
+            (
+                "recompute = { value = \"none\", source = \"s\" }",
+                "",
+                "missing field `recompute`",
+            ),
+            (
+                "sequence_parallel = { value = false, source = \"s\" }",
+                "sequence_parallel = { value = false, source = \"x\" }",
+                "parallel.sequence_parallel.source",
             ),
         ];
         for (from, to, expect) in cases {
@@ -602,15 +784,59 @@ distributed_optimizer = { value = false, source = "s" }
             bias: true,
         };
         let p = &s.precision;
-        assert_eq!(p.matrix_precision(&conv, Precision::Fp32), Precision::Tf32);
-        assert_eq!(p.matrix_precision(&dense, Precision::Fp32), Precision::Fp32);
         assert_eq!(
-            p.matrix_precision(&Op::Relu, Precision::Fp32),
+            p.matrix_precision(&conv, false, Precision::Fp32),
+            Precision::Tf32
+        );
+        assert_eq!(
+            p.matrix_precision(&dense, false, Precision::Fp32),
             Precision::Fp32
         );
         assert_eq!(
-            p.matrix_precision(&conv, Precision::AmpFp16),
+            p.matrix_precision(&Op::Relu, false, Precision::Fp32),
+            Precision::Fp32
+        );
+        assert_eq!(
+            p.matrix_precision(&conv, false, Precision::AmpFp16),
             Precision::AmpFp16
         );
+    }
+
+    #[test]
+    fn fp8_training_runs_the_transformer_layers_linear_layers_in_fp8_where_the_stack_can() {
+        let dense = Op::Dense {
+            out_features: 8,
+            bias: true,
+        };
+        let conv = Op::conv(crate::graph::Conv::new(8, &[3, 3]));
+        let te = catalog::stack("megatron-te").unwrap();
+        let p = &te.precision;
+        assert_eq!(p.fp8.value, Fp8Layers::Linear);
+        assert_eq!(
+            p.matrix_precision(&dense, true, Precision::Fp8),
+            Precision::Fp8
+        );
+        // The head and the embeddings, and every other matrix op, stay BF16.
+        assert_eq!(
+            p.matrix_precision(&dense, false, Precision::Fp8),
+            Precision::AmpBf16
+        );
+        assert_eq!(
+            p.matrix_precision(&conv, true, Precision::Fp8),
+            Precision::AmpBf16
+        );
+        assert!(te.check_precision(Precision::Fp8).is_ok());
+        // A stack without an FP8 recipe refuses FP8 training, naming the field and the fix.
+        let eager = catalog::default_stack();
+        let e = eager
+            .check_precision(Precision::Fp8)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("data/stacks/pytorch-eager.toml") && e.contains("precision.fp8"),
+            "{e}"
+        );
+        assert!(e.contains("megatron-te"), "{e}");
+        assert!(eager.check_precision(Precision::AmpBf16).is_ok());
     }
 }

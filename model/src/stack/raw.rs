@@ -19,7 +19,15 @@ pub(crate) struct RawStack {
     pub(crate) device: RawDevice,
     pub(crate) fusion: RawFusion,
     pub(crate) precision: RawPrecision,
+    pub(crate) memory: RawMemory,
     pub(crate) parallel: RawParallel,
+}
+
+/// `[memory]`: what the backward pass keeps and what it recomputes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMemory {
+    pub(crate) recompute: RawSourced<String>,
 }
 
 /// `[parallel]`: how a split model's pipeline and optimizer run.
@@ -28,6 +36,9 @@ pub(crate) struct RawStack {
 pub(crate) struct RawParallel {
     pub(crate) schedule: RawSourced<String>,
     pub(crate) distributed_optimizer: RawSourced<bool>,
+    pub(crate) sequence_parallel: RawSourced<bool>,
+    pub(crate) overlap_gradients: RawSourced<bool>,
+    pub(crate) overlap_tensor_parallel: RawSourced<bool>,
 }
 
 /// `[host]`: how the framework issues the step's kernels.
@@ -63,4 +74,5 @@ pub(crate) struct RawFusion {
 pub(crate) struct RawPrecision {
     pub(crate) fp32_convolutions: RawSourced<String>,
     pub(crate) fp32_matmuls: RawSourced<String>,
+    pub(crate) fp8: RawSourced<String>,
 }

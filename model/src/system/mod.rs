@@ -79,6 +79,8 @@ pub struct Peaks {
     pub fp16_tensor: Option<Sourced<FlopRate>>,
     /// BF16 on tensor/matrix units (dense, FP32 accumulate).
     pub bf16_tensor: Option<Sourced<FlopRate>>,
+    /// FP8 (E4M3/E5M2) on tensor/matrix units (dense).
+    pub fp8_tensor: Option<Sourced<FlopRate>>,
 }
 
 impl Peaks {
@@ -88,16 +90,17 @@ impl Peaks {
             (NumberFormat::Fp32, false) => self.fp32.as_ref(),
             (NumberFormat::Fp16, false) => self.fp16.as_ref(),
             (NumberFormat::Bf16, false) => self.bf16.as_ref(),
-            (NumberFormat::Tf32, false) => None,
+            (NumberFormat::Tf32 | NumberFormat::Fp8, false) => None,
             (NumberFormat::Fp64, true) => self.fp64_tensor.as_ref(),
             (NumberFormat::Fp32, true) => self.fp32_tensor.as_ref(),
             (NumberFormat::Tf32, true) => self.tf32_tensor.as_ref(),
             (NumberFormat::Fp16, true) => self.fp16_tensor.as_ref(),
             (NumberFormat::Bf16, true) => self.bf16_tensor.as_ref(),
+            (NumberFormat::Fp8, true) => self.fp8_tensor.as_ref(),
         }
     }
 
-    fn all_mut(&mut self) -> [&mut Option<Sourced<FlopRate>>; 9] {
+    fn all_mut(&mut self) -> [&mut Option<Sourced<FlopRate>>; 10] {
         [
             &mut self.fp64,
             &mut self.fp32,
@@ -108,6 +111,7 @@ impl Peaks {
             &mut self.tf32_tensor,
             &mut self.fp16_tensor,
             &mut self.bf16_tensor,
+            &mut self.fp8_tensor,
         ]
     }
 }
@@ -713,6 +717,7 @@ impl Ctx<'_> {
             tf32_tensor: tflops("tflops_tf32_tensor", &p.tflops_tf32_tensor)?,
             fp16_tensor: tflops("tflops_fp16_tensor", &p.tflops_fp16_tensor)?,
             bf16_tensor: tflops("tflops_bf16_tensor", &p.tflops_bf16_tensor)?,
+            fp8_tensor: tflops("tflops_fp8_tensor", &p.tflops_fp8_tensor)?,
         };
         if peak.fp32.is_none() {
             return Err(self.invalid(

@@ -113,6 +113,7 @@ pub(crate) struct RawPeak {
     pub(crate) tflops_tf32_tensor: Option<RawSourced<f64>>,
     pub(crate) tflops_fp16_tensor: Option<RawSourced<f64>>,
     pub(crate) tflops_bf16_tensor: Option<RawSourced<f64>>,
+    pub(crate) tflops_fp8_tensor: Option<RawSourced<f64>>,
 }
 
 /// `[memory]` of a device.

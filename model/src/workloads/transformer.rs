@@ -266,6 +266,18 @@ pub fn build(name: &str, config: &Config, seq: usize, width: f64) -> Result<Grap
     build_split(name, config, seq, width, 1)
 }
 
+/// Which transformer layer a graph layer belongs to, by its name (`h.3.`, `encoder.layer.3.`,
+/// `model.decoder.layers.3.`, as the builders here name them); `None` for the embeddings, the
+/// head, and every layer of a graph that is no transformer.
+pub fn block_of(name: &str) -> Option<usize> {
+    for prefix in ["h.", "encoder.layer.", "model.decoder.layers."] {
+        if let Some(rest) = name.strip_prefix(prefix) {
+            return rest.split('.').next()?.parse().ok();
+        }
+    }
+    None
+}
+
 /// The graph one of `tensor` tensor-parallel ranks runs (Megatron-LM's split, Shoeybi et al.
 /// 2019, section 3): the query, key and value projections and the first feed-forward layer
 /// split by columns (`1 / tensor` of their outputs each), the attention by heads, the

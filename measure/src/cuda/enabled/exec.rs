@@ -153,7 +153,14 @@ impl<'g> GpuExecutor<'g> {
                     .map_err(|m| Error::invalid(format!("{what}: layer `{}`", l.name), m))
             })
             .collect::<Result<Vec<_>>>()?;
-        let exec_precision = ExecPrecision::of(precision);
+        let exec_precision = ExecPrecision::of(precision).ok_or_else(|| {
+            Error::invalid(
+                what.clone(),
+                "ridgeline's CUDA executor runs no FP8 (no FP8 GEMMs, no Transformer Engine \
+                 scaling); measure amp-bf16 and predict fp8"
+                    .to_owned(),
+            )
+        })?;
         let schedule = Schedule::of(graph);
         if exec_precision.weight_copies() {
             // The loss gradient is seeded in FP32 (and scaled): every sink must be a loss.

@@ -17,6 +17,8 @@ use crate::columns::{Col, num, text};
 pub struct SweepRow<'a> {
     /// The system.
     pub system: &'a str,
+    /// The software stack.
+    pub stack: &'a str,
     #[serde(flatten)]
     /// The configuration and its outcome.
     pub candidate: &'a Candidate,
@@ -28,15 +30,17 @@ pub fn rows<'a>(result: &'a SweepResult, candidates: &'a [Candidate]) -> Vec<Swe
         .iter()
         .map(|c| SweepRow {
             system: &result.systems[c.system_index],
+            stack: &result.stacks[c.model_index],
             candidate: c,
         })
         .collect()
 }
 
 /// The columns of the best configurations.
-pub fn cols<'a>() -> [Col<SweepRow<'a>>; 11] {
+pub fn cols<'a>() -> [Col<SweepRow<'a>>; 12] {
     [
         text("system", "system", |r, _| r.system.to_owned()),
+        text("stack", "stack", |r, _| r.stack.to_owned()),
         text("precision", "precision", |r, _| {
             r.candidate.precision.to_string()
         }),
@@ -69,8 +73,9 @@ pub fn cols<'a>() -> [Col<SweepRow<'a>>; 11] {
 }
 
 /// The fields of every written row, in order.
-const FIELDS: [&str; 23] = [
+const FIELDS: [&str; 24] = [
     "system",
+    "stack",
     "precision",
     "nodes",
     "devices",
@@ -95,11 +100,12 @@ const FIELDS: [&str; 23] = [
     "cost",
 ];
 
-fn fields(system: &str, c: &Candidate) -> [String; 23] {
+fn fields(system: &str, stack: &str, c: &Candidate) -> [String; 24] {
     let o: &Outcome = &c.outcome;
     let opt = |v: Option<f64>| v.map_or_else(String::new, |x| x.to_string());
     [
         system.to_owned(),
+        stack.to_owned(),
         c.precision.to_string(),
         o.nodes.to_string(),
         o.devices.to_string(),
@@ -144,20 +150,16 @@ pub fn write_all(path: &Path, result: &SweepResult) -> Result<()> {
     let json = out_is_json(path)?;
     atomic::write_with(path, |out| {
         if json {
-            let rows: Vec<SweepRow<'_>> = result
-                .all
-                .iter()
-                .map(|c| SweepRow {
-                    system: &result.systems[c.system_index],
-                    candidate: c,
-                })
-                .collect();
-            serde_json::to_writer(&mut *out, &rows)?;
+            serde_json::to_writer(&mut *out, &rows(result, &result.all))?;
         } else {
             let mut w = csv::Writer::from_writer(&mut *out);
             w.write_record(FIELDS)?;
             for c in &result.all {
-                w.write_record(fields(&result.systems[c.system_index], c))?;
+                w.write_record(fields(
+                    &result.systems[c.system_index],
+                    &result.stacks[c.model_index],
+                    c,
+                ))?;
             }
             w.flush()?;
         }

@@ -210,6 +210,18 @@ impl LinkCost {
     }
 }
 
+/// The start-up of one step of a collective over a link whose system file gives no latency:
+/// NCCL's tuning model's hardware latency of a ring step for the low-latency protocol its
+/// tuner picks for the short messages where a start-up matters (NVIDIA/nccl
+/// `src/graph/tuning.cc`, `hwLat`, Ring/LL: NVLink 0.6 us, PCI 1.0 us, network 2.7 us; v2.30.7-1,
+/// commit 73cf1122). Bulk transfers are bandwidth-bound, and the predictions that use these
+/// say so.
+pub const STEP_LATENCY_NVLINK_S: f64 = 0.6e-6;
+/// A PCIe step's ([`STEP_LATENCY_NVLINK_S`]).
+pub const STEP_LATENCY_PCIE_S: f64 = 1.0e-6;
+/// A network step's ([`STEP_LATENCY_NVLINK_S`]).
+pub const STEP_LATENCY_NETWORK_S: f64 = 2.7e-6;
+
 /// What an allreduce among the devices of a job runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Fabric {
@@ -228,7 +240,8 @@ pub struct Fabric {
     /// The measured reduction kernel, where a calibrated profile gives it: it replaces
     /// `m gamma`.
     pub reduction: Option<Banded>,
-    /// Whether every latency used came from the system file.
+    /// Whether every latency used came from the system file (else NCCL's defaults,
+    /// [`STEP_LATENCY_NVLINK_S`]).
     pub latencies_known: bool,
 }
 
@@ -256,8 +269,17 @@ impl Fabric {
                 }
             };
             known &= loggp.known();
+            let default = if node.nvlink.is_some() {
+                STEP_LATENCY_NVLINK_S
+            } else {
+                STEP_LATENCY_PCIE_S
+            };
             Some(LinkCost {
-                alpha: loggp.alpha().value(),
+                alpha: if loggp.known() {
+                    loggp.alpha().value()
+                } else {
+                    default
+                },
                 beta: 1.0 / bw.value(),
                 g: loggp.gap().value(),
                 exchange: None,
@@ -280,7 +302,11 @@ impl Fabric {
             let loggp = &node.nic_loggp;
             known &= loggp.known();
             let cost = LinkCost {
-                alpha: loggp.alpha().value(),
+                alpha: if loggp.known() {
+                    loggp.alpha().value()
+                } else {
+                    STEP_LATENCY_NETWORK_S
+                },
                 beta: 1.0 / bw.value.value(),
                 g: loggp.gap().value(),
                 exchange: None,

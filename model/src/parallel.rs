@@ -202,16 +202,23 @@ pub fn step(
         ));
     }
     if pipeline as usize > blocks {
-        return Err(bad(
-            "pipeline",
+        return Err(Error::argument(
+            "pipeline-parallel",
+            pipeline,
             format!("{pipeline} stages for {blocks} transformer layers: at most one stage each"),
         ));
     }
+    // Tensor parallelism across nodes, where asked for, takes whole nodes: its collectives
+    // run over the network between them.
     let node = system.node.devices.value;
-    if tensor > node {
-        return Err(bad(
-            "tensor",
-            format!("{tensor} tensor-parallel ranks do not fit a node of {node} devices"),
+    if tensor > node && !tensor.is_multiple_of(node) {
+        return Err(Error::argument(
+            "tensor-parallel",
+            tensor,
+            format!(
+                "{tensor} tensor-parallel ranks span nodes of {node} devices unevenly; give at \
+                 most {node} (one node) or a multiple of {node} (whole nodes)"
+            ),
         ));
     }
     let micro = global_batch / per_step;
@@ -252,9 +259,13 @@ pub fn step(
     let activations = micro as f64 * seq as f64 * config.hidden_size as f64 * act;
     let node_fabric = Fabric::of(system, 1)?;
     let tensor_allreduce = if tensor > 1 {
-        let ranks = Fabric {
-            k: tensor,
-            ..node_fabric
+        let ranks = if tensor > node {
+            Fabric::of(system, tensor / node)?
+        } else {
+            Fabric {
+                k: tensor,
+                ..node_fabric
+            }
         };
         collective::allreduce_time(&ranks, activations, Algorithm::Ring)
             .map_or(0.0, |a| a.time.value())
@@ -600,7 +611,8 @@ mod tests {
                 .to_string()
         };
         assert!(err(Split { data: 3, ..ONE }, 4).contains("multiple of 3"));
-        assert!(err(Split { tensor: 16, ..ONE }, 4).contains("node of 8"));
+        // Across nodes, whole nodes only.
+        assert!(err(Split { tensor: 12, ..ONE }, 4).contains("a multiple of 8 (whole nodes)"));
         assert!(err(Split { tensor: 3, ..ONE }, 4).contains("divide the 20 heads"));
         assert!(
             err(

@@ -74,7 +74,7 @@ impl Objective {
 pub struct SweepSpec<'a> {
     /// Candidate systems.
     pub systems: &'a [System],
-    /// The workload's step model at each precision to try.
+    /// The workload's step model at each precision (and software stack) to try.
     pub models: &'a [StepModel],
     /// The data set.
     pub dataset: &'a Dataset,
@@ -102,6 +102,9 @@ pub struct Candidate {
     pub system_index: usize,
     /// Precision.
     pub precision: Precision,
+    /// Index into the sweep's step models (its stack: [`SweepResult::stacks`]).
+    #[serde(skip)]
+    pub model_index: usize,
     /// The prediction.
     #[serde(flatten)]
     pub outcome: Outcome,
@@ -126,6 +129,8 @@ pub struct SweepResult {
     pub objective: Objective,
     /// Names of the systems, for `Candidate::system_index`.
     pub systems: Vec<String>,
+    /// The software stack of each step model, for `Candidate::model_index`.
+    pub stacks: Vec<String>,
     /// The best, best first.
     pub top: Vec<Candidate>,
     /// Every feasible configuration, when asked for.
@@ -252,6 +257,7 @@ pub fn sweep(spec: SweepSpec<'_>, progress: &(dyn Fn(u64) + Sync)) -> Result<Swe
                                 let candidate = Candidate {
                                     system_index: s,
                                     precision: model.precision(),
+                                    model_index: m,
                                     outcome,
                                 };
                                 if let Some(v) = spec.objective.value(&outcome)
@@ -283,6 +289,11 @@ pub fn sweep(spec: SweepSpec<'_>, progress: &(dyn Fn(u64) + Sync)) -> Result<Swe
         evaluations_per_s: total.evaluated as f64 / elapsed.max(1e-9),
         objective: spec.objective,
         systems: spec.systems.iter().map(|s| s.name.clone()).collect(),
+        stacks: spec
+            .models
+            .iter()
+            .map(|m| m.effects().stack.clone())
+            .collect(),
         top: total.top.into_iter().map(|(_, c)| c).collect(),
         all: total.all,
     })

@@ -97,10 +97,14 @@ impl DeviceSpec {
 
     /// The spec of a GPU device file for kernels at `precision`: its matrix peak is the
     /// device's peak for that precision's matrix format (the tensor-core peak where the
-    /// file gives one, [`Device::matrix_peak`]); `None` where a figure is missing.
+    /// file gives one, [`Device::matrix_peak`]; FP8's is [`DeviceSpec::fp8`]); `None` where a
+    /// figure is missing.
     pub fn of(device: &Device, precision: Precision) -> Option<DeviceSpec> {
         if device.kind != DeviceKind::Gpu {
             return None;
+        }
+        if precision == Precision::Fp8 {
+            return Self::fp8(device);
         }
         let peak = device.matrix_peak(precision).ok()?;
         let format = precision.matrix_format();

@@ -424,7 +424,8 @@ pub(crate) struct ScenarioArgs {
 #[derive(Debug, Args)]
 pub(crate) struct StackArg {
     /// The software stack: a built-in one (pytorch-eager, the default; pytorch-compiled;
-    /// tuned; ridgeline-executor; `ridgeline stack list`) or a stack file.
+    /// megatron-te; tuned; ridgeline-executor; `ridgeline stack list`) or a stack file.
+    /// `sweep` takes several, comma-separated, and sweeps them.
     #[arg(long, value_name = "NAME|FILE")]
     pub(crate) stack: Option<String>,
 }

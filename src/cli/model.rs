@@ -103,6 +103,10 @@ pub(crate) struct RooflineArgs {
     pub(crate) batch: u64,
     #[command(flatten)]
     pub(crate) precision: PrecisionArg,
+    /// Also the step at the roofline under this software stack's fusion and precision
+    /// rules (a built-in stack or a stack file); the layer table stays the hardware's.
+    #[arg(long, value_name = "NAME|FILE")]
+    pub(crate) stack: Option<String>,
     #[command(flatten)]
     pub(crate) output: OutputArgs,
 }

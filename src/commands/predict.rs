@@ -423,7 +423,7 @@ fn split(args: &PredictArgs) -> Result<()> {
         .summary(
             "  pipeline schedule",
             format!(
-                "{}{}{}{}",
+                "{}{}{}{}{}",
                 stack.parallel.schedule.value,
                 if split.virtual_stages > 1 {
                     format!(", interleaved over {} virtual stages", split.virtual_stages)
@@ -439,6 +439,14 @@ fn split(args: &PredictArgs) -> Result<()> {
                     "; sequence parallel"
                 } else {
                     ""
+                },
+                if tensor > system.node.devices.value {
+                    format!(
+                        "; tensor parallelism across {} nodes (its collectives over the network)",
+                        tensor / system.node.devices.value
+                    )
+                } else {
+                    String::new()
                 }
             ),
         )

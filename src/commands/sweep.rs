@@ -39,33 +39,48 @@ pub(crate) fn run(args: &SweepArgs) -> Result<()> {
     if let Some(path) = &args.out {
         ridgeline_app::sweep::out_is_json(path)?;
     }
+    // `--stack A,B`: every stack beside every precision.
+    let mut scenario = args.scenario.spec();
+    let names: Vec<String> = scenario
+        .stack
+        .as_deref()
+        .map(|s| s.split(',').map(|n| n.trim().to_owned()).collect())
+        .unwrap_or_default();
+    scenario.stack = names.first().cloned();
     let job = inputs::Job::from_flags(
         &args.workload.spec(),
-        &args.scenario.spec(),
+        &scenario,
         *args
             .precisions
             .first()
             .context("--precisions: give at least one precision")?,
         1,
     )?;
+    let stacks = if names.len() > 1 {
+        names
+            .iter()
+            .map(|n| inputs::stack(Some(n)))
+            .collect::<Result<Vec<_>>>()?
+    } else {
+        vec![job.stack.clone()]
+    };
     let systems = args
         .systems
         .iter()
         .map(|s| inputs::system(s))
         .collect::<Result<Vec<_>>>()?;
-    let models: Vec<StepModel> = args
-        .precisions
-        .iter()
-        .map(|&p| {
-            job.stack.check_precision(p)?;
-            Ok(StepModel::with_stack(
+    let mut models: Vec<StepModel> = Vec::new();
+    for stack in &stacks {
+        for &p in &args.precisions {
+            stack.check_precision(p)?;
+            models.push(StepModel::with_stack(
                 &job.graph,
                 p,
                 args.scenario.optimizer,
-                &job.stack,
-            ))
-        })
-        .collect::<Result<_>>()?;
+                stack,
+            ));
+        }
+    }
     let spec = SweepSpec {
         systems: &systems,
         models: &models,
@@ -150,6 +165,12 @@ fn splits(args: &SweepArgs) -> Result<()> {
         .map(|m| m.0.clone())
         .unwrap_or_default();
     let virtual_stages = list(&args.virtual_stages);
+    if scenario.stack.as_deref().is_some_and(|s| s.contains(',')) {
+        anyhow::bail!(
+            "--stack: a split search runs under one stack; give one (several are swept for \
+             data-parallel sweeps only)"
+        );
+    }
     let stack = inputs::stack(scenario.stack.as_deref())?;
     let start = std::time::Instant::now();
     let search = SplitSearch {

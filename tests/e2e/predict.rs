@@ -241,7 +241,11 @@ fn sweep_reports_counts_rate_and_the_best() {
     assert!(tts.windows(2).all(|w| w[0] <= w[1]), "best first: {tts:?}");
     assert!(top[0]["step_time_s"].is_number() && top[0]["system"].is_string());
     let csv = std::fs::read_to_string(&out).unwrap();
-    assert!(csv.starts_with("system,precision,nodes,"), "{}", &csv[..80]);
+    assert!(
+        csv.starts_with("system,stack,precision,nodes,"),
+        "{}",
+        &csv[..80]
+    );
     assert_eq!(csv.lines().count() as u64, feasible + 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }

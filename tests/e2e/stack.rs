@@ -754,3 +754,111 @@ fn gpt3_175b_in_the_submissions_layout_fits_and_says_what_each_rule_did() {
     let err = run_err(&strs(&args("pytorch-eager", "json")));
     assert!(err.contains("precision.fp8"), "{err}");
 }
+
+/// Issue 41: `roofline --stack` sets the step under a stack's rules beside the hardware's;
+/// `sweep --stack A,B` sweeps stacks; tensor parallelism spans whole nodes where asked.
+#[test]
+fn roofline_and_sweep_take_stacks_and_tensor_parallelism_spans_nodes() {
+    let roof = |stack: Option<&str>| {
+        let mut a = vec![
+            "roofline",
+            "resnet50",
+            "--system",
+            "dgx-h100",
+            "--batch",
+            "64",
+            "--precision",
+            "amp-fp16",
+            "--format",
+            "json",
+        ];
+        if let Some(s) = stack {
+            a.extend(["--stack", s]);
+        }
+        run_json(&a)
+    };
+    let (plain, tuned) = (roof(None), roof(Some("tuned")));
+    assert!(plain.get("stack").is_none());
+    assert_eq!(plain["step_time"], tuned["step_time"]);
+    // Fused batch norm, ReLU and residual adds move fewer bytes: faster at the roofline.
+    let under = tuned["stack"]["step_time_s"].as_f64().unwrap();
+    assert!(under < tuned["step_time"].as_f64().unwrap(), "{under}");
+    assert_eq!(tuned["stack"]["effects"]["stack"], "tuned");
+
+    let sweep = run_json(&[
+        "sweep",
+        "gpt3-xl",
+        "--systems",
+        "dgx-h100",
+        "--nodes",
+        "1",
+        "--batch",
+        "4",
+        "--precisions",
+        "amp-bf16",
+        "--stack",
+        "pytorch-eager,tuned",
+        "--epochs",
+        "1",
+        "--format",
+        "json",
+    ]);
+    let top = sweep["top"].as_array().unwrap();
+    assert_eq!(top.len(), 2);
+    assert_eq!(top[0]["stack"], "tuned");
+    assert_eq!(top[1]["stack"], "pytorch-eager");
+
+    let split = |tensor: &str, pipeline: &str| {
+        run_json(&[
+            "predict",
+            "gpt3-xl",
+            "--system",
+            "dgx-h100",
+            "--nodes",
+            "2",
+            "--tensor-parallel",
+            tensor,
+            "--pipeline-parallel",
+            pipeline,
+            "--global-batch",
+            "64",
+            "--micro-batches",
+            "16",
+            "--precision",
+            "amp-bf16",
+            "--epochs",
+            "1",
+            "--format",
+            "json",
+        ])
+    };
+    let (across, inside) = (split("16", "1"), split("8", "2"));
+    let tp = |v: &serde_json::Value| v["stages"][0]["tensor_allreduce_s"].as_f64().unwrap();
+    // Over the network, and over twice the ranks: slower collectives.
+    assert!(
+        tp(&across) > tp(&inside),
+        "{} vs {}",
+        tp(&across),
+        tp(&inside)
+    );
+    let err = run_err(&[
+        "predict",
+        "gpt3-xl",
+        "--system",
+        "dgx-h100",
+        "--nodes",
+        "3",
+        "--tensor-parallel",
+        "12",
+        "--global-batch",
+        "64",
+        "--micro-batches",
+        "16",
+        "--precision",
+        "amp-bf16",
+    ]);
+    assert!(
+        err.contains("tensor-parallel") && err.contains("12"),
+        "{err}"
+    );
+}

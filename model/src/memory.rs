@@ -306,6 +306,9 @@ pub struct StackMemory {
     pub per_layer: Vec<f64>,
     /// Bytes live only while one recomputed transformer layer runs backward.
     pub transient: f64,
+    /// Bytes fused attention no longer keeps (the score matrices), where the stack fuses
+    /// attention the workload runs unfused.
+    pub attention_saved: f64,
     /// Bytes fused groups no longer keep.
     pub fused_saved: f64,
     /// Bytes recomputation no longer keeps (before the transient).
@@ -357,6 +360,7 @@ pub fn stack_memory(
     let mut out = StackMemory {
         per_layer: Vec::new(),
         transient: 0.0,
+        attention_saved: 0.0,
         fused_saved: 0.0,
         recompute_saved: 0.0,
         sequence_parallel_saved: 0.0,
@@ -556,9 +560,14 @@ pub fn report(
         .fuses(FusionRule::Attention)
         .then(|| fusion::fuse_attention(graph))
         .flatten();
+    let unfused = fused
+        .is_some()
+        .then(|| cost::cost(graph, 1, precision).activation_bytes.value());
     let graph = fused.as_ref().unwrap_or(graph);
     let one = cost::cost(graph, 1, precision);
-    let stack_memory = stack_memory(graph, &one, stack, None);
+    let mut stack_memory = stack_memory(graph, &one, stack, None);
+    stack_memory.attention_saved =
+        unfused.map_or(0.0, |u| (u - one.activation_bytes.value()).max(0.0));
     let footprint = Footprint::under(graph, &one, optimizer, &stack_memory);
     let capacity = device_memory.value;
     let max_batch = footprint.max_batch(capacity);

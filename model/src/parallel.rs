@@ -237,10 +237,13 @@ pub fn step(
         .fuses(FusionRule::Attention)
         .then(|| fusion::fuse_attention(&graph))
         .flatten();
+    let unfused = fused
+        .is_some()
+        .then(|| cost::cost(&graph, 1, precision).activation_bytes.value());
     let graph = fused.unwrap_or(graph);
     let one: GraphCost<'_> = cost::cost(&graph, 1, precision);
     let width = seq as u64 * config.hidden_size as u64;
-    let kept = stack_memory(
+    let mut kept = stack_memory(
         &graph,
         &one,
         stack,
@@ -277,6 +280,7 @@ pub fn step(
         _ => 0.0,
     };
 
+    kept.attention_saved = unfused.map_or(0.0, |u| (u - one.activation_bytes.value()).max(0.0));
     let footprint = Footprint::under(&graph, &one, optimizer, &kept);
     let total_params = one.params.max(1) as f64;
     let mut out = Vec::with_capacity(stages);

@@ -134,9 +134,9 @@ impl DeviceSpec {
         })
     }
 
-    /// The spec of FP8 products on a GPU device file: its 16-bit tensor-core spec (whose
-    /// fitted classes time them: no FP8 kernel is in the fit) at its FP8 peak, with no power
-    /// cap (the 16-bit classes' energy per FLOP is not FP8's); `None` without an FP8 peak.
+    /// The spec of FP8 products on a GPU device file: its BF16 spec (whose classes time
+    /// them, as they time BF16 products: no FP8 kernel is in the fit) at its FP8 peak, with
+    /// no power cap (no class's energy per FLOP is FP8's); `None` without an FP8 peak.
     pub fn fp8(device: &Device) -> Option<DeviceSpec> {
         let peak = device.peak.fp8_tensor.as_ref()?;
         let mut d = Self::of(device, Precision::AmpBf16)?;

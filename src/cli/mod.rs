@@ -112,7 +112,7 @@ pub(crate) struct ImportNsysArgs {
     /// The batch per GPU the report ran.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..), requires = "workload")]
     pub(crate) batch: Option<u64>,
-    /// The training precision the report ran in (fp32, tf32, amp-fp16, amp-bf16).
+    /// The training precision the report ran in (fp32, tf32, amp-fp16, amp-bf16, fp8).
     #[arg(long, value_parser = parse_precision, requires = "workload")]
     pub(crate) precision: Option<Precision>,
     /// Where to write the records (JSON Lines; written whole, or not at all).
@@ -319,7 +319,8 @@ pub(crate) enum Format {
 
 #[derive(Debug, Args)]
 pub(crate) struct PrecisionArg {
-    /// Precision: fp32, tf32, amp-fp16 or amp-bf16.
+    /// Precision: fp32, tf32, amp-fp16, amp-bf16 or fp8 (BF16 with the stack's FP8 linear
+    /// layers; `--stack megatron-te` or `tuned`).
     #[arg(long, default_value = "fp32", value_parser = parse_precision)]
     pub(crate) precision: Precision,
 }

@@ -47,7 +47,7 @@ pub(crate) struct ReportValidationArgs {
     /// `ridgeline import mlperf --out`).
     #[arg(long, value_name = "FILE")]
     pub(crate) measured: PathBuf,
-    /// The precision imported runs are predicted in (fp32, tf32, amp-fp16 or amp-bf16);
+    /// The precision imported runs are predicted in (fp32, tf32, amp-fp16, amp-bf16 or fp8);
     /// needed for them, as their logs do not say.
     #[arg(long, value_parser = super::parse_precision)]
     pub(crate) precision: Option<ridgeline_model::precision::Precision>,

@@ -70,7 +70,7 @@ pub(crate) struct ValidateArgs {
     )]
     pub(crate) dir: PathBuf,
     /// The precision imported runs (`ridgeline import mlperf --out`) are predicted in
-    /// (fp32, tf32, amp-fp16 or amp-bf16); needed for them, as their logs do not say.
+    /// (fp32, tf32, amp-fp16, amp-bf16 or fp8); needed for them, as their logs do not say.
     #[arg(long, value_parser = super::parse_precision, conflicts_with = "self_check")]
     pub(crate) precision: Option<ridgeline_model::precision::Precision>,
     /// Show this many of the worst layers.

@@ -165,7 +165,7 @@ pub(crate) fn nsys(args: &ImportNsysArgs) -> Result<()> {
     };
     if spec.is_some() && args.precision.is_none() {
         anyhow::bail!(
-            "--workload needs --precision (fp32, tf32, amp-fp16 or amp-bf16): the report does \
+            "--workload needs --precision (fp32, tf32, amp-fp16, amp-bf16 or fp8): the report does \
              not say what the run trained in"
         );
     }

@@ -5,6 +5,7 @@ use ridgeline_app::figures;
 use ridgeline_app::inputs;
 use ridgeline_app::tables;
 use ridgeline_model::memory::{self, BatchSweep};
+use ridgeline_model::units::Bytes;
 use ridgeline_reports::Document;
 
 use crate::cli::MemoryArgs;
@@ -53,6 +54,23 @@ pub(crate) fn run(args: &MemoryArgs) -> Result<()> {
             ),
         )
         .summary("last-level cache", llc)
+        .summary("stack keeps less", {
+            let m = &r.stack_memory;
+            let all = m.attention_saved + m.fused_saved + m.recompute_saved;
+            if all > 0.0 {
+                format!(
+                    "{} a sample (fused attention: {}; fused chains recompute their inner \
+                     outputs: {}; recomputation `{}`: {})",
+                    s.bytes(Bytes::new(all)),
+                    s.bytes(Bytes::new(m.attention_saved)),
+                    s.bytes(Bytes::new(m.fused_saved)),
+                    stack.recompute.value,
+                    s.bytes(Bytes::new(m.recompute_saved))
+                )
+            } else {
+                "nothing: every activation a layer needs is kept".to_owned()
+            }
+        })
         .summary("fixed", s.bytes(r.fixed_bytes))
         .summary("per sample", s.bytes(r.per_sample_bytes))
         .summary("max batch", s.count(r.max_batch))

@@ -412,7 +412,9 @@ fn split(args: &PredictArgs) -> Result<()> {
                 "{} / {}{} / {}",
                 secs(step.pipeline_s),
                 secs(step.data_allreduce_s),
-                if step.data_exposed_s < step.data_allreduce_s {
+                if step.data_exposed_s <= 0.0 && step.data_allreduce_s > 0.0 {
+                    " (hidden by the backward pass)".to_owned()
+                } else if step.data_exposed_s < step.data_allreduce_s {
                     format!(" ({} not hidden by the backward pass)", secs(step.data_exposed_s))
                 } else {
                     String::new()

@@ -176,7 +176,7 @@ fn runs(args: &ReportValidationArgs) -> Result<()> {
     };
     let Some(precision) = args.precision else {
         anyhow::bail!(
-            "{}: imported runs need --precision (fp32, tf32, amp-fp16 or amp-bf16): their logs \
+            "{}: imported runs need --precision (fp32, tf32, amp-fp16, amp-bf16 or fp8): their logs \
              do not say what they trained in",
             args.measured.display()
         );

@@ -326,7 +326,7 @@ fn imported_runs(args: &ValidateArgs, measured: &Path) -> Result<()> {
     };
     let Some(precision) = args.precision else {
         bail!(
-            "{}: imported runs need --precision (fp32, tf32, amp-fp16 or amp-bf16): their logs \
+            "{}: imported runs need --precision (fp32, tf32, amp-fp16, amp-bf16 or fp8): their logs \
              do not say what they trained in (MLPerf Training submissions use mixed precision)",
             measured.display()
         );

@@ -278,6 +278,8 @@ fn timing_assumptions(
             ));
         }
         out.extend(depthwise.map(DepthwiseShare::caveat));
+        // FP8 training's layers outside FP8 run in BF16 (its FP8 layers: `rule_lines`).
+        let precision = precision.base();
         if precision != Precision::Fp32 {
             let peak = system
                 .device
@@ -724,9 +726,9 @@ pub fn rule_lines(e: &StackEffects, step: f64, kept: f64, share: f64) -> Vec<Str
     let mut out = Vec::new();
     if e.fp8_layers > 0 {
         out.push(format!(
-            "fp8 (stack `{}`): {} linear layers multiply in FP8 at the device's FP8 peak, timed \
-             with the 16-bit tensor-core classes (no FP8 kernel is in the fit) and no power \
-             cap; Transformer Engine's casts add {} of HBM traffic a step",
+            "fp8 (stack `{}`): {} linear layers multiply in FP8, timed by the kernel classes \
+             that time the BF16 layers at the device's FP8 peak, with no power cap (no FP8 \
+             kernel is in the fit); Transformer Engine's casts add {} of HBM traffic a step",
             e.stack,
             (e.fp8_layers as f64 * share).round(),
             gib(e.fp8_cast_bytes_per_sample, step)
@@ -742,6 +744,7 @@ pub fn rule_lines(e: &StackEffects, step: f64, kept: f64, share: f64) -> Vec<Str
     }
     let m = &e.memory;
     for (what, saved) in [
+        ("fused attention keeps no scores", m.attention_saved),
         (
             "fused groups recompute their inner element-wise outputs",
             m.fused_saved,

@@ -29,7 +29,8 @@ pub struct StackEffects {
     pub tf32_layers: usize,
     /// Linear layers multiplied in FP8 under FP8 training.
     pub fp8_layers: usize,
-    /// HBM bytes per sample FP8's casts add (forward and backward; [`fp8_casts`]).
+    /// HBM bytes per sample FP8's casts add, forward and backward: Transformer Engine's
+    /// casts of each FP8 layer's input and output gradient.
     pub fp8_cast_bytes_per_sample: f64,
     /// What the backward pass recomputes.
     pub recompute: Recompute,
@@ -81,6 +82,8 @@ impl StepModel {
             m.effects
                 .fusion
                 .insert(0, attention_effect(graph, f, precision));
+            let unfused = cost::cost(graph, 1, precision).activation_bytes.value();
+            m.effects.memory.attention_saved = (unfused - one.activation_bytes.value()).max(0.0);
         }
         m
     }

@@ -452,7 +452,7 @@ pub struct Timing<'a> {
     /// trains in FP32 (for the layers the stack runs in TF32).
     pub tf32: Option<DeviceSpec>,
     /// The device's figures for FP8 products, where the step trains in FP8 (for the layers
-    /// the stack runs in FP8): the 16-bit tensor-core classes at the FP8 peak
+    /// the stack runs in FP8): the BF16 layers' classes at the FP8 peak
     /// ([`DeviceSpec::fp8`]).
     pub fp8: Option<DeviceSpec>,
     /// Whether the host issues the device's kernels (an accelerator): the host and the

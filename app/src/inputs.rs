@@ -344,6 +344,8 @@ pub struct Job {
     pub reference_input_elements: u64,
     /// The software stack its step model was built under.
     pub stack: Stack,
+    /// What packing the data set's sequences changed, for the prediction's assumptions.
+    pub packing: Option<String>,
 }
 
 impl Job {
@@ -450,6 +452,35 @@ impl Job {
                 ),
             },
         };
+        // A stack that packs sequences computes the tokens a transformer's sequence holds
+        // on average, not the padded length (unless the user gave a length).
+        let mut packing = None;
+        let graph = match (&dataset.tokens_per_sequence, builtin) {
+            (Some(t), Some(b))
+                if stack.packing.value
+                    && b.transformer_config().is_some()
+                    && source.workload.input_size.is_none()
+                    && b.input
+                        .last()
+                        .is_some_and(|&full| (t.value as usize) < full) =>
+            {
+                let full = b.input.last().copied().unwrap_or_default();
+                packing = Some(format!(
+                    "packing (stack `{}`): each sequence computes its data set's mean {} tokens \
+                     ({}), not the padded {full}; attention is timed at that length, as the \
+                     packed sequences' own masks run it",
+                    stack.name, t.value, t.source
+                ));
+                workloads::build(
+                    b.name,
+                    &BuildOptions {
+                        input_size: Some(vec![t.value as usize]),
+                        width: source.workload.width.unwrap_or(1.0),
+                    },
+                )?
+            }
+            _ => graph,
+        };
         let reference_input_elements = match builtin {
             Some(b) if user_data.is_none() => b.input.iter().map(|&d| d as u64).product(),
             _ => graph.input_shape().elements(),
@@ -458,6 +489,7 @@ impl Job {
         Ok(Job {
             graph,
             model,
+            packing,
             dataset,
             scenario: Scenario::new(nodes, epochs),
             reference_input_elements,

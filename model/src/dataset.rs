@@ -11,6 +11,7 @@
 //! train_samples = { value = 121266, source = "t6" }
 //! eval_samples = { value = 15158, source = "t6" }
 //! sample_bytes = { value = 64504779, source = "t6" }   # as stored, before compression
+//! # tokens_per_sequence = { value = 256, source = "..." }  # transformers: mean tokens before padding
 //! [[convergence]]
 //! global_batch = 128
 //! epochs = { value = 10.0, source = "t6" }
@@ -37,6 +38,10 @@ pub struct Dataset {
     pub eval_samples: Sourced<u64>,
     /// Bytes of one sample as stored (uncompressed).
     pub sample_bytes: Sourced<Bytes>,
+    /// For a transformer's data set, the tokens a sequence holds on average before padding:
+    /// what a stack that packs sequences computes (`[data] packing`); `None` where every
+    /// sequence is full.
+    pub tokens_per_sequence: Option<Sourced<u64>>,
 }
 
 impl Dataset {
@@ -134,6 +139,7 @@ struct RawDataset {
     train_samples: RawSourced<u64>,
     eval_samples: RawSourced<u64>,
     sample_bytes: RawSourced<f64>,
+    tokens_per_sequence: Option<RawSourced<u64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -187,6 +193,11 @@ pub fn parse_workload_data(text: &str, file: &str) -> Result<WorkloadData> {
                     value: Bytes::new(bytes.value),
                     source: source("dataset.sample_bytes", &bytes.source)?,
                 },
+                tokens_per_sequence: d
+                    .tokens_per_sequence
+                    .as_ref()
+                    .map(|t| count("dataset.tokens_per_sequence", t))
+                    .transpose()?,
             })
         }
     };
@@ -289,6 +300,22 @@ mod tests {
 
     fn err(text: &str) -> String {
         parse_workload_data(text, "c.toml").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_data_sets_tokens_per_sequence_is_read_and_checked() {
+        let bert = catalog::workload_data("bert-large").unwrap().unwrap();
+        let t = bert.dataset.unwrap().tokens_per_sequence.unwrap();
+        assert_eq!(t.value, 256);
+        assert!(t.source.contains("2107.02027"));
+        let text = "[sources]\ns = \"x\"\n[dataset]\ntrain_samples = { value = 10, source = \"s\" }\n\
+                    eval_samples = { value = 0, source = \"s\" }\nsample_bytes = { value = 8.0, source = \"s\" }\n\
+                    tokens_per_sequence = { value = 0, source = \"s\" }\n";
+        let e = parse_workload_data(text, "d.toml").unwrap_err().to_string();
+        assert!(
+            e.contains("d.toml") && e.contains("dataset.tokens_per_sequence.value"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -42,7 +42,8 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
         }
         (None, None) => anyhow::bail!("give --batch or --global-batch"),
     };
-    let p = predict::predict(job.inputs(system), &job.scenario, batch)?;
+    let mut p = predict::predict(job.inputs(system), &job.scenario, batch)?;
+    p.assumptions.extend(job.packing.clone());
     // Per-rank variability: as given, else the calibration's measured sample spread.
     let spread = system.calibration.as_ref().and_then(|p| p.sample_cv);
     let (rank_cv, cv_source) = match (args.rank_cv, spread) {

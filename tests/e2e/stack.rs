@@ -862,3 +862,51 @@ fn roofline_and_sweep_take_stacks_and_tensor_parallelism_spans_nodes() {
         "{err}"
     );
 }
+
+/// Issue 41: a stack that packs sequences computes a transformer data set's mean tokens,
+/// not the padded length; one that pads, and a length the user gives, keep it.
+#[test]
+fn packing_computes_the_data_sets_mean_tokens_where_the_stack_packs() {
+    let predict = |stack: &str, extra: &[&str]| {
+        let mut a = vec![
+            "predict",
+            "bert-large",
+            "--system",
+            "dgx-h100",
+            "--nodes",
+            "1",
+            "--batch",
+            "32",
+            "--precision",
+            "amp-bf16",
+            "--stack",
+            stack,
+            "--format",
+            "json",
+        ];
+        a.extend_from_slice(extra);
+        run_json(&a)
+    };
+    let step = |v: &serde_json::Value| v["step_time_s"].as_f64().unwrap();
+    let said = |v: &serde_json::Value| {
+        v["assumptions"].as_array().unwrap().iter().any(|a| {
+            a.as_str().unwrap().starts_with(
+                "packing (stack `tuned`): each sequence computes its data set's mean 256 tokens",
+            )
+        })
+    };
+    let (packed, padded) = (
+        predict("tuned", &[]),
+        predict("tuned", &["--seq-len", "512"]),
+    );
+    assert!(said(&packed) && !said(&padded));
+    // Half the tokens: less than two thirds of the time (attention shrinks by more).
+    assert!(
+        step(&packed) < 0.67 * step(&padded),
+        "{} vs {}",
+        step(&packed),
+        step(&padded)
+    );
+    let eager = predict("pytorch-eager", &[]);
+    assert!(!said(&eager));
+}

@@ -305,6 +305,10 @@ pub struct Stack {
     pub precision: PrecisionPolicy,
     /// Which activations the backward pass recomputes.
     pub recompute: Sourced<Recompute>,
+    /// Whether sequences are packed (or run unpadded): a transformer then computes the
+    /// tokens a data set's sequence holds on average (`tokens_per_sequence`), not the padded
+    /// length (Krell et al., arXiv:2107.02027).
+    pub packing: Sourced<bool>,
     /// How a split model's pipeline and optimizer run.
     pub parallel: Parallel,
 }
@@ -557,6 +561,7 @@ pub fn parse(text: &str, file: &str) -> Result<Stack> {
             value: recompute,
             source: ctx.source("memory.recompute", &raw.memory.recompute.source)?,
         },
+        packing: flag("data.packing", &raw.data.packing)?,
         parallel: Parallel {
             schedule: Sourced {
                 value: [Schedule::Gpipe, Schedule::OneFOneB]
@@ -642,6 +647,8 @@ fp32_matmuls = { value = "fp32", source = "s" }
 fp8 = { value = "none", source = "s" }
 [memory]
 recompute = { value = "none", source = "s" }
+[data]
+packing = { value = false, source = "s" }
 [parallel]
 schedule = { value = "1f1b", source = "s" }
 distributed_optimizer = { value = false, source = "s" }

@@ -20,7 +20,15 @@ pub(crate) struct RawStack {
     pub(crate) fusion: RawFusion,
     pub(crate) precision: RawPrecision,
     pub(crate) memory: RawMemory,
+    pub(crate) data: RawData,
     pub(crate) parallel: RawParallel,
+}
+
+/// `[data]`: what the step computes of the data set's sequences.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawData {
+    pub(crate) packing: RawSourced<bool>,
 }
 
 /// `[memory]`: what the backward pass keeps and what it recomputes.

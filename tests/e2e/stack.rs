@@ -12,6 +12,22 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// The text of built-in stack `name`'s file.
+fn builtin(name: &str) -> String {
+    std::fs::read_to_string(format!(
+        "{}/data/stacks/{name}.toml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+}
+
+/// Writes `text` to `name` in `dir`; its path.
+fn write_in(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_owned()
+}
+
 const RESNET: [&str; 11] = [
     "predict", "resnet50", "--system", "dgx-h100", "--nodes", "1", "--batch", "64", "--epochs",
     "1", "--format",
@@ -141,16 +157,8 @@ fn compiled_fuses_pointwise_chains_and_launches_kernels_from_the_host() {
 #[test]
 fn a_user_stack_file_runs_and_bad_ones_are_refused_naming_file_field_and_fix() {
     let dir = scratch("files");
-    let eager = std::fs::read_to_string(format!(
-        "{}/data/stacks/pytorch-eager.toml",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap();
-    let write = |name: &str, text: &str| {
-        let p = dir.join(name);
-        std::fs::write(&p, text).unwrap();
-        p.to_str().unwrap().to_owned()
-    };
+    let eager = builtin("pytorch-eager");
+    let write = |name: &str, text: &str| write_in(&dir, name, text);
     // A copy with every host time doubled's step is no faster.
     let slow = write(
         "slow.toml",
@@ -457,16 +465,8 @@ fn memory_under_a_stack_that_fuses_attention_fits_a_larger_batch() {
 #[test]
 fn pipeline_schedules_and_the_distributed_optimizer_come_from_the_stack() {
     let dir = scratch("schedules");
-    let tuned = std::fs::read_to_string(format!(
-        "{}/data/stacks/tuned.toml",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap();
-    let write = |name: &str, text: String| {
-        let p = dir.join(name);
-        std::fs::write(&p, text).unwrap();
-        p.to_str().unwrap().to_owned()
-    };
+    let tuned = builtin("tuned");
+    let write = |name: &str, text: String| write_in(&dir, name, &text);
     let gpipe = write(
         "gpipe.toml",
         tuned.replace(
@@ -614,21 +614,12 @@ fn fp8_runs_the_stacks_linear_layers_at_the_fp8_peak_and_is_refused_where_it_can
 #[test]
 fn recomputation_and_fusion_trade_memory_for_time() {
     let dir = scratch("recompute");
-    let te = std::fs::read_to_string(format!(
-        "{}/data/stacks/megatron-te.toml",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap();
+    let te = builtin("megatron-te");
     let write = |name: &str, recompute: &str| {
-        let p = dir.join(name);
         let from = "recompute = { value = \"selective\"";
         assert!(te.contains(from));
-        std::fs::write(
-            &p,
-            te.replace(from, &format!("recompute = {{ value = \"{recompute}\"")),
-        )
-        .unwrap();
-        p.to_str().unwrap().to_owned()
+        let to = format!("recompute = {{ value = \"{recompute}\"");
+        write_in(&dir, name, &te.replace(from, &to))
     };
     let (none, full) = (write("none.toml", "none"), write("full.toml", "full"));
     let memory = |stack: &str| {

@@ -64,8 +64,8 @@ pub enum Error {
     /// The device has no peak for the number format a precision needs.
     #[error(
         "device `{device}` has no {format} peak, so it cannot run precision `{precision}`; \
-         choose another precision, or add `tflops_{format} = {{ value = ..., source = \"...\" }}` \
-         (vector units) or `tflops_{format}_tensor` (matrix units) under [peak] in its device file"
+         choose another precision, or add {} under [peak] in its device file",
+        peak_keys(*.format)
     )]
     UnsupportedPrecision {
         /// The device name.
@@ -114,5 +114,17 @@ impl Error {
             value: value.to_string(),
             message: message.into(),
         }
+    }
+}
+
+/// The device-file keys that would give a peak for `format`: FP8 and TF32 run on tensor
+/// cores only.
+fn peak_keys(format: NumberFormat) -> String {
+    let tensor = format!("`tflops_{format}_tensor = {{ value = ..., source = \"...\" }}`");
+    match format {
+        NumberFormat::Fp8 | NumberFormat::Tf32 => format!("{tensor} (tensor cores)"),
+        _ => format!(
+            "`tflops_{format} = {{ value = ..., source = \"...\" }}` (vector units) or {tensor} (matrix units)"
+        ),
     }
 }

@@ -32,7 +32,7 @@ use crate::cost::{self, GraphCost, MAX_BATCH};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Op};
 use crate::precision::Precision;
-use crate::stack::{FusionRule, Recompute, Stack, fusion};
+use crate::stack::{Recompute, Stack, fusion};
 use crate::system::{Sourced, System};
 use crate::units::Bytes;
 use crate::workloads::transformer::block_of;
@@ -319,6 +319,17 @@ pub struct StackMemory {
     pub recomputed_layers: usize,
 }
 
+impl StackMemory {
+    /// Records what fused attention keeps less than `unfused`, the graph before the stack
+    /// fused its attention (`one`: the fused graph at batch 1).
+    pub fn set_attention_saved(&mut self, unfused: &Graph, one: &GraphCost) {
+        let before = cost::cost(unfused, 1, one.precision)
+            .activation_bytes
+            .value();
+        self.attention_saved = (before - one.activation_bytes.value()).max(0.0);
+    }
+}
+
 /// The activations `graph` (costed at batch 1 as `one`) keeps under `stack`; `sequence`:
 /// the tensor-parallel ranks and the full width of a transformer layer's tensors (positions
 /// times hidden size) where sequence parallelism splits them.
@@ -556,18 +567,14 @@ pub fn report(
         )
     })?;
     // A stack that fuses attention keeps what fused attention keeps for backward.
-    let fused = stack
-        .fuses(FusionRule::Attention)
-        .then(|| fusion::fuse_attention(graph))
-        .flatten();
-    let unfused = fused
-        .is_some()
-        .then(|| cost::cost(graph, 1, precision).activation_bytes.value());
-    let graph = fused.as_ref().unwrap_or(graph);
-    let one = cost::cost(graph, 1, precision);
-    let mut stack_memory = stack_memory(graph, &one, stack, None);
-    stack_memory.attention_saved =
-        unfused.map_or(0.0, |u| (u - one.activation_bytes.value()).max(0.0));
+    let fused = stack.fused_attention(graph);
+    let g = fused.as_ref().unwrap_or(graph);
+    let one = cost::cost(g, 1, precision);
+    let mut stack_memory = stack_memory(g, &one, stack, None);
+    if fused.is_some() {
+        stack_memory.set_attention_saved(graph, &one);
+    }
+    let graph = g;
     let footprint = Footprint::under(graph, &one, optimizer, &stack_memory);
     let capacity = device_memory.value;
     let max_batch = footprint.max_batch(capacity);

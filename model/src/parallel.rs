@@ -35,7 +35,7 @@ use crate::memory::{Footprint, Optimizer};
 use crate::precision::Precision;
 use crate::predict::{DeviceRates, StackEffects, StepModel, Timing};
 use crate::roofline::Efficiency;
-use crate::stack::{FusionRule, Schedule, Stack, fusion};
+use crate::stack::{Schedule, Stack};
 use crate::system::System;
 use crate::workloads::transformer::{self, Config, block_of};
 
@@ -233,13 +233,8 @@ pub fn step(
     let rates = DeviceRates::of(system, precision, Efficiency::IDEAL)?;
     // What a device keeps: the stack's fused attention, fusion, recomputation and sequence
     // parallelism ([`crate::memory::stack_memory`]).
-    let fused = stack
-        .fuses(FusionRule::Attention)
-        .then(|| fusion::fuse_attention(&graph))
-        .flatten();
-    let unfused = fused
-        .is_some()
-        .then(|| cost::cost(&graph, 1, precision).activation_bytes.value());
+    let fused = stack.fused_attention(&graph);
+    let unfused = fused.is_some().then_some(graph.clone());
     let graph = fused.unwrap_or(graph);
     let one: GraphCost<'_> = cost::cost(&graph, 1, precision);
     let width = seq as u64 * config.hidden_size as u64;
@@ -280,7 +275,9 @@ pub fn step(
         _ => 0.0,
     };
 
-    kept.attention_saved = unfused.map_or(0.0, |u| (u - one.activation_bytes.value()).max(0.0));
+    if let Some(u) = &unfused {
+        kept.set_attention_saved(u, &one);
+    }
     let footprint = Footprint::under(&graph, &one, optimizer, &kept);
     let total_params = one.params.max(1) as f64;
     let mut out = Vec::with_capacity(stages);

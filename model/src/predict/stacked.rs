@@ -70,10 +70,7 @@ impl StepModel {
         optimizer: Optimizer,
         stack: &Stack,
     ) -> StepModel {
-        let fused = stack
-            .fuses(FusionRule::Attention)
-            .then(|| fusion::fuse_attention(graph))
-            .flatten();
+        let fused = stack.fused_attention(graph);
         let g = fused.as_ref().unwrap_or(graph);
         let one = cost::cost(g, 1, precision);
         let two = cost::cost(g, 2, precision);
@@ -82,8 +79,7 @@ impl StepModel {
             m.effects
                 .fusion
                 .insert(0, attention_effect(graph, f, precision));
-            let unfused = cost::cost(graph, 1, precision).activation_bytes.value();
-            m.effects.memory.attention_saved = (unfused - one.activation_bytes.value()).max(0.0);
+            m.effects.memory.set_attention_saved(graph, &one);
         }
         m
     }

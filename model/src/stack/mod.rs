@@ -319,6 +319,14 @@ impl Stack {
         self.fusion.value.contains(&rule)
     }
 
+    /// `graph` with its attention fused where this stack fuses attention the graph runs
+    /// unfused ([`fusion::fuse_attention`]); `None` where nothing changes.
+    pub fn fused_attention(&self, graph: &crate::graph::Graph) -> Option<crate::graph::Graph> {
+        self.fuses(FusionRule::Attention)
+            .then(|| fusion::fuse_attention(graph))
+            .flatten()
+    }
+
     /// Whether the stack can train at `precision`: FP8 needs a stack with an FP8 recipe
     /// (`[precision] fp8`); an error naming the field and the fix where it has none.
     pub fn check_precision(&self, precision: Precision) -> Result<()> {

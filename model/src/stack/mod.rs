@@ -24,6 +24,8 @@
 //!   which layers FP8 training multiplies in FP8 ([`Fp8Layers`]).
 //! - **Memory** ([`Recompute`]): which activations the backward pass recomputes rather
 //!   than keeps.
+//! - **Data** ([`Stack::packing`]): whether sequences are packed, so a transformer computes
+//!   its data set's mean tokens a sequence rather than the padded length.
 //! - **Parallel** ([`Parallel`]): the pipeline schedule, the distributed optimizer and
 //!   sequence parallelism of a split model.
 

@@ -234,12 +234,12 @@ pub fn step(
     // What a device keeps: the stack's fused attention, fusion, recomputation and sequence
     // parallelism ([`crate::memory::stack_memory`]).
     let fused = stack.fused_attention(&graph);
-    let unfused = fused.is_some().then_some(graph.clone());
-    let graph = fused.unwrap_or(graph);
-    let one: GraphCost<'_> = cost::cost(&graph, 1, precision);
+    let unfused = &graph;
+    let graph = fused.as_ref().unwrap_or(unfused);
+    let one: GraphCost<'_> = cost::cost(graph, 1, precision);
     let width = seq as u64 * config.hidden_size as u64;
     let mut kept = stack_memory(
-        &graph,
+        graph,
         &one,
         stack,
         stack
@@ -249,7 +249,7 @@ pub fn step(
             .then_some((tensor, width)),
     );
     let stages = pipeline as usize;
-    let of = stage_of(&graph, blocks, stages);
+    let of = stage_of(graph, blocks, stages);
 
     // Collectives among the tensor-parallel ranks of a node, and point to point between
     // stages, on the node's device link.
@@ -275,10 +275,10 @@ pub fn step(
         _ => 0.0,
     };
 
-    if let Some(u) = &unfused {
-        kept.set_attention_saved(u, &one);
+    if fused.is_some() {
+        kept.set_attention_saved(unfused, &one);
     }
-    let footprint = Footprint::under(&graph, &one, optimizer, &kept);
+    let footprint = Footprint::under(graph, &one, optimizer, &kept);
     let total_params = one.params.max(1) as f64;
     let mut out = Vec::with_capacity(stages);
     for s in 0..stages {
@@ -466,17 +466,23 @@ mod tests {
         )
     }
 
-    fn run(split: Split, batch: u64) -> SplitStep {
+    /// The transferred kernel model on a DGX H100's GPU, with the host modelled.
+    fn transfer() -> Timing<'static> {
         let system = catalog::system("dgx-h100").unwrap();
-        let spec = DeviceSpec::fp32(&system.device).unwrap();
-        let timing = Timing {
+        Timing {
             profile: None,
-            transfer: Some((TransferModel::builtin(), spec)),
+            transfer: Some((
+                TransferModel::builtin(),
+                DeviceSpec::fp32(&system.device).unwrap(),
+            )),
             tf32: None,
             fp8: None,
             host: true,
-        };
-        call(split, batch, &timing).unwrap()
+        }
+    }
+
+    fn run(split: Split, batch: u64) -> SplitStep {
+        call(split, batch, &transfer()).unwrap()
     }
 
     const ONE: Split = Split {
@@ -562,14 +568,7 @@ mod tests {
     #[test]
     fn interleaving_shortens_the_fill_and_drain_by_the_virtual_stages() {
         let system = catalog::system("dgx-h100").unwrap();
-        let spec = DeviceSpec::fp32(&system.device).unwrap();
-        let timing = Timing {
-            profile: None,
-            transfer: Some((TransferModel::builtin(), spec)),
-            tf32: None,
-            fp8: None,
-            host: true,
-        };
+        let timing = transfer();
         let tuned = catalog::stack("tuned").unwrap();
         let at = |v: u32| {
             let split = Split {

@@ -309,13 +309,32 @@ pub fn summary_lines(v: &Validation) -> Vec<(String, String)> {
         lines.push((
             "step 90 % interval".into(),
             format!(
-                "{:.0}% of {} measured steps inside their predicted interval",
+                "{:.0}% of {} measured steps inside their predicted interval{}",
                 100.0 * s.interval_coverage,
-                s.interval_steps
+                s.interval_steps,
+                band_note(&v.steps)
             ),
         ));
     }
     lines
+}
+
+/// Where the steps' intervals come from: the stacks whose validated steps gave them.
+fn band_note(steps: &[ridgeline_calibrate::validate::StepPoint]) -> String {
+    let mut from: Vec<String> = steps
+        .iter()
+        .filter_map(|s| s.band.as_ref())
+        .map(|b| b.source())
+        .collect();
+    from.sort();
+    from.dedup();
+    if from.is_empty() {
+        return String::new();
+    }
+    format!(
+        " (the band of measured over predicted time of the steps validated {}, each step's own left out)",
+        from.join(" and ")
+    )
 }
 
 /// A relative error as a signed percentage (raw: the fraction).
@@ -573,7 +592,7 @@ pub fn stage_cols() -> [Col<ridgeline_model::parallel::Stage>; 8] {
 }
 
 /// Whole training steps of GPUs outside the kernel model's fit, measured and predicted.
-pub fn step_label_cols() -> [Col<crate::validation::StepCheck>; 8] {
+pub fn step_label_cols() -> [Col<crate::validation::StepCheck>; 9] {
     [
         text("GPU", "device", |c, _| c.device.clone()),
         text("model", "model", |c, _| {
@@ -600,6 +619,15 @@ pub fn step_label_cols() -> [Col<crate::validation::StepCheck>; 8] {
             ),
         }),
         num("error", "error", |c, s| signed_percent(c.error, s)),
+        num("90 % interval", "interval_s", |c, s| match s {
+            Style::Raw => format!("{}/{}", c.interval_s[0], c.interval_s[1]),
+            Style::Human => format!(
+                "{} to {}{}",
+                s.seconds(Seconds::new(c.interval_s[0])),
+                s.seconds(Seconds::new(c.interval_s[1])),
+                if c.inside { "" } else { " (out)" }
+            ),
+        }),
     ]
 }
 

@@ -212,6 +212,11 @@ pub struct StepCheck {
     pub error: f64,
     /// The split over several GPUs (`dp4`, `tp4`, `pp4_1`), empty on one GPU.
     pub parallel: String,
+    /// The prediction's 90 % interval, seconds: the band of measured over predicted time of
+    /// the other steps validated under the default stack.
+    pub interval_s: [f64; 2],
+    /// Whether the measured step lies in it.
+    pub inside: bool,
 }
 
 /// How the step predictions of one GPU (or all) did.
@@ -225,6 +230,8 @@ pub struct StepSummary {
     pub median_abs_rel_error: f64,
     /// Median (predicted - measured) / measured.
     pub bias: f64,
+    /// The share of the steps whose measured time lies in their 90 % interval.
+    pub interval_coverage: f64,
 }
 
 /// The figures a device needs for the transferred model, from its catalog file.
@@ -486,6 +493,7 @@ fn steps(
     use ridgeline_model::memory::Optimizer;
     use ridgeline_model::predict::{DeviceRates, StepModel};
     use ridgeline_model::roofline::Efficiency;
+    use ridgeline_model::system::DeviceKind;
     use ridgeline_model::workloads::transformer::{self, Config};
     let mut out = Vec::new();
     let mut skipped = Vec::new();
@@ -518,14 +526,21 @@ fn steps(
                 DeviceSpec::missing(&system.device).join(", ")
             )
         })?;
-        let step = StepModel::new(&graph, Precision::Fp32, Optimizer::Sgd);
+        let mut step = StepModel::new(&graph, Precision::Fp32, Optimizer::Sgd);
+        step.set_band(DeviceKind::Gpu, label_band(s, &s.model));
         let rates = DeviceRates::of(&system, Precision::Fp32, Efficiency::IDEAL)?;
         let timing = label_timing(model, spec);
         let layers = step.layer_times(s.batch as f64, &rates, &timing);
         let forward: f64 = layers.iter().map(|l| l.forward_s).sum();
         let backward: f64 = layers.iter().map(|l| l.backward_s).sum();
         let predicted = forward + backward;
+        // The step's interval as `predict` gives it, relative to its point, at the label's
+        // time (which has no optimizer step).
+        let t = step.device_times(s.batch as f64, &rates, &timing);
+        let interval_s = t.interval_90.map(|e| predicted * e / t.step);
         out.push(StepCheck {
+            interval_s,
+            inside: (interval_s[0]..=interval_s[1]).contains(&s.step_s),
             device: s.device.clone(),
             model: s.model.clone(),
             batch: s.batch,
@@ -539,6 +554,27 @@ fn steps(
         });
     }
     Ok((out, skipped))
+}
+
+/// The band that gives a label's interval: the steps validated under the default stack
+/// (which times the labels), the label's own residual (as `workload`) left out.
+fn label_band(
+    s: &ridgeline_calibrate::dataset::StepLabel,
+    workload: &str,
+) -> Option<ridgeline_model::stack::residuals::StepBand> {
+    use ridgeline_model::stack::residuals::{self, StepKey};
+    use ridgeline_model::system::DeviceKind;
+    let key = StepKey {
+        workload: workload.to_owned(),
+        device: s.device.clone(),
+        precision: Precision::Fp32.name().to_owned(),
+        batch: s.batch,
+    };
+    residuals::band(
+        ridgeline_model::catalog::default_stack(),
+        DeviceKind::Gpu,
+        Some(&key),
+    )
 }
 
 /// How the label set's steps are timed: by `model` on `spec`, each kernel at least its
@@ -556,6 +592,7 @@ fn label_timing(
         tf32: None,
         fp8: None,
         host: false,
+        gpu: true,
     }
 }
 
@@ -610,7 +647,11 @@ fn split_step(
         .iter()
         .max_by(|a, b| (a.forward_s + a.backward_s).total_cmp(&(b.forward_s + b.backward_s)));
     let (f, b) = slowest.map_or((0.0, 0.0), |st| (st.forward_s, st.backward_s));
+    let interval_s = label_band(s, &format!("{} {}", s.model, s.parallel))
+        .map_or([step.step_s; 2], |band| band.around(step.step_s));
     Ok(StepCheck {
+        interval_s,
+        inside: (interval_s[0]..=interval_s[1]).contains(&s.step_s),
         device: s.device.clone(),
         model: s.model.clone(),
         batch: s.batch,
@@ -632,6 +673,7 @@ fn step_summary(steps: &[StepCheck]) -> Vec<StepSummary> {
         steps: rows.len(),
         median_abs_rel_error: median(rows.iter().map(|r| r.error.abs()).collect()),
         bias: median(rows.iter().map(|r| r.error).collect()),
+        interval_coverage: rows.iter().filter(|r| r.inside).count() as f64 / rows.len() as f64,
     };
     let single: Vec<&StepCheck> = steps.iter().filter(|s| s.parallel.is_empty()).collect();
     let mut devices: Vec<&str> = single.iter().map(|s| s.device.as_str()).collect();

@@ -14,7 +14,8 @@ use ridgeline_model::precision::Precision;
 use ridgeline_model::predict::{DeviceRates, KernelModel, StepModel, Timing};
 use ridgeline_model::roofline::{self, Efficiency, PeakClass};
 use ridgeline_model::stack::Stack;
-use ridgeline_model::system::System;
+use ridgeline_model::stack::residuals::{self, StepBand, StepKey};
+use ridgeline_model::system::{DeviceKind, System};
 use ridgeline_model::units::Bytes;
 use ridgeline_model::workloads::{self, BuildOptions};
 use ridgeline_model::{catalog, cost};
@@ -66,9 +67,10 @@ pub struct StepPoint {
     pub batch: usize,
     /// Predicted seconds per step.
     pub predicted_s: f64,
-    /// The prediction's 90 % interval, seconds: from each layer's kernel model (a calibrated
-    /// fit's residuals, the transferred model's held-out errors); equal ends where every
-    /// layer is at the ideal bound.
+    /// The prediction's 90 % interval, seconds: the band of measured over predicted time of
+    /// the other steps validated under its stack (`band`); where there are too few, from
+    /// each layer's kernel model (a calibrated fit's residuals, the transferred model's
+    /// held-out errors); equal ends where every layer is at the ideal bound.
     pub predicted_lo_s: f64,
     /// Its upper end.
     pub predicted_hi_s: f64,
@@ -87,6 +89,12 @@ pub struct StepPoint {
     pub calibrated_layers: usize,
     /// Layers with work.
     pub layers: usize,
+    /// The stack it was predicted under.
+    pub stack: String,
+    /// The band of measured over predicted step time that gave its interval: the steps
+    /// validated under its stack, this one's own residual left out
+    /// ([`ridgeline_model::stack::residuals`]).
+    pub band: Option<StepBand>,
 }
 
 /// Error statistics of a set of relative errors.
@@ -162,6 +170,10 @@ pub struct Summary {
 pub struct Validation {
     /// System (calibrated).
     pub system: String,
+    /// Its device.
+    pub device: String,
+    /// The device's kind.
+    pub device_kind: DeviceKind,
     /// Steps.
     pub steps: Vec<StepPoint>,
     /// The summary.
@@ -269,7 +281,17 @@ pub fn validate(
         stack
             .check_precision(precision)
             .map_err(|e| bad(e.to_string()))?;
-        let model = StepModel::with_stack(&graph, precision, Optimizer::Sgd, stack);
+        let mut model = StepModel::with_stack(&graph, precision, Optimizer::Sgd, stack);
+        // Each step is judged by the band of the other steps validated under its stack.
+        let key = StepKey {
+            workload: name.to_owned(),
+            device: system.device.name.clone(),
+            precision: precision.name().to_owned(),
+            batch: batch as u64,
+        };
+        let kind = system.device.kind;
+        let band = residuals::band(stack, kind, Some(&key));
+        model.set_band(kind, band.clone());
         let rates = DeviceRates::of(system, precision, Efficiency::IDEAL)?;
         let timing = Timing::of(system, precision, KernelModel::Transfer);
         let times = model.device_times(batch as f64, &rates, &timing);
@@ -354,6 +376,8 @@ pub fn validate(
             memory_rel_error: measured_memory.map(|m| (predicted_memory - m) / m),
             calibrated_layers: r.calibrated_layers,
             layers: r.layers.iter().filter(|l| l.time.value() > 0.0).count(),
+            stack: stack.name.clone(),
+            band,
         });
     }
     let step_errors: Vec<f64> = out_steps.iter().map(|s| s.rel_error).collect();
@@ -379,6 +403,8 @@ pub fn validate(
     });
     Ok(Validation {
         system: system.name.clone(),
+        device: system.device.name.clone(),
+        device_kind: system.device.kind,
         summary: Summary {
             median_abs_rel_error: steps.median_abs_rel_error,
             max_abs_rel_error: steps.max_abs_rel_error,

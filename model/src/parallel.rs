@@ -478,6 +478,7 @@ mod tests {
             tf32: None,
             fp8: None,
             host: true,
+            gpu: true,
         }
     }
 
@@ -508,6 +509,7 @@ mod tests {
             tf32: None,
             fp8: None,
             host: true,
+            gpu: true,
         };
         let whole = model.device_times(4.0, &rates, &timing).step;
         assert!(

@@ -135,9 +135,13 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
             "  compute, 90 % interval",
             match o.compute_interval_90_s {
                 [lo, hi] if lo != hi => format!(
-                    "{} to {} (the kernel models' held-out or fit residuals)",
+                    "{} to {} ({})",
                     secs(lo),
-                    secs(hi)
+                    secs(hi),
+                    p.stack.band.as_ref().map_or_else(
+                        || "the kernel models' held-out or fit residuals".to_owned(),
+                        |b| b.describe()
+                    )
                 ),
                 _ => "none: every layer at the ideal bound".to_owned(),
             },

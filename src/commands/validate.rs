@@ -20,6 +20,8 @@ use crate::output::{self, Progress};
 #[derive(Serialize)]
 struct Report<'a> {
     system: &'a str,
+    device: &'a str,
+    device_kind: ridgeline_model::system::DeviceKind,
     steps: &'a [StepPoint],
     summary: &'a Summary,
     worst_layers: &'a [LayerPoint],
@@ -224,14 +226,15 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
                 d = d.summary(
                     format!("whole steps, {}", s.device),
                     format!(
-                        "{} steps, median |error| {:.1}%, bias {:+.1}%",
+                        "{} steps, median |error| {:.1}%, bias {:+.1}%, {:.0}% inside their 90 % interval",
                         s.steps,
                         100.0 * s.median_abs_rel_error,
-                        100.0 * s.bias
+                        100.0 * s.bias,
+                        100.0 * s.interval_coverage
                     ),
                 );
             }
-            d = d.note("Whole steps: each single-GPU FP32 training step NeuSight measured on a GPU outside the fit (forward and backward, no optimizer step), built from the model's own configuration (labels/models) as `workload show` builds a transformer and timed as `predict` times its compute: the transferred kernel model fitted on every GPU above, never below the ideal bound. dp4, tp4, pp4_1: the whole step with Adam on four GPUs of an NVLink node split by data, tensor or pipeline parallelism (one micro-batch), as `predict --tensor-parallel/--pipeline-parallel` times it; its forward column is the slowest stage's, one micro-batch.");
+            d = d.note("Whole steps: each single-GPU FP32 training step NeuSight measured on a GPU outside the fit (forward and backward, no optimizer step), built from the model's own configuration (labels/models) as `workload show` builds a transformer and timed as `predict` times its compute: the transferred kernel model fitted on every GPU above, never below the ideal bound. dp4, tp4, pp4_1: the whole step with Adam on four GPUs of an NVLink node split by data, tensor or pipeline parallelism (one micro-batch), as `predict --tensor-parallel/--pipeline-parallel` times it; its forward column is the slowest stage's, one micro-batch. Each step's 90 % interval is the band of measured over predicted time of the other steps validated under the default stack (data/stacks/residuals.csv, the step's own left out).");
             for s in &check.steps_skipped {
                 d = d.note(format!("not predicted: {s}"));
             }
@@ -266,6 +269,8 @@ fn print(v: &Validation, args: &ValidateArgs, artifacts: Option<&Path>) -> Resul
     let worst = &v.worst_layers[..args.top.min(v.worst_layers.len())];
     let report = Report {
         system: &v.system,
+        device: &v.device,
+        device_kind: v.device_kind,
         steps: &v.steps,
         summary: &v.summary,
         worst_layers: worst,

@@ -901,3 +901,181 @@ fn packing_computes_the_data_sets_mean_tokens_where_the_stack_packs() {
     let eager = predict("pytorch-eager", &[]);
     assert!(!said(&eager));
 }
+
+/// The residuals ridgeline ships, as `(set, workload, precision, batch) -> predicted_s`.
+fn shipped_residuals() -> Vec<(String, String, String, u64, f64)> {
+    let text = std::fs::read_to_string(format!(
+        "{}/data/stacks/residuals.csv",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (
+                f[1].to_owned(),
+                f[2].to_owned(),
+                f[5].to_owned(),
+                f[6].parse().unwrap(),
+                f[7].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The step residuals that give each stack its interval are what the binary predicts now:
+/// a change that moves a prediction must write them again.
+#[test]
+fn the_shipped_step_residuals_are_the_binarys_predictions() {
+    let shipped = shipped_residuals();
+    let dir = scratch("residuals");
+    let trace = dir.join("h100.jsonl");
+    let trace = trace.to_str().unwrap();
+    run_ok(&[
+        "import",
+        "torch-trace",
+        &fixture("torch/resnet50-h100.json.gz"),
+        "--workload",
+        "resnet50",
+        "--threads",
+        "1",
+        "--out",
+        trace,
+    ]);
+    let own = format!(
+        "{}/data/measured/h100/steps.jsonl.gz",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut checked = 0;
+    for (set, measured) in [("own-h100", own.as_str()), ("torch-trace-h100", trace)] {
+        let v = run_json(&[
+            "validate",
+            "--system",
+            "h100-sxm5-80gb",
+            "--measured",
+            measured,
+            "--format",
+            "json",
+        ]);
+        for s in v["steps"].as_array().unwrap() {
+            let (w, p, b) = (
+                s["workload"].as_str().unwrap(),
+                s["precision"].as_str().unwrap(),
+                s["batch"].as_u64().unwrap(),
+            );
+            let now = s["predicted_s"].as_f64().unwrap();
+            let row = shipped
+                .iter()
+                .find(|r| r.0 == set && r.1 == w && r.2 == p && r.3 == b)
+                .unwrap_or_else(|| panic!("{set} {w} {p} b{b} is not in data/stacks/residuals.csv: run scripts/step-residuals.sh"));
+            assert!(
+                (row.4 - now).abs() <= 1e-9 * now,
+                "{set} {w} {p} b{b}: data/stacks/residuals.csv has {} s, the binary predicts {now} s: run scripts/step-residuals.sh",
+                row.4
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 11);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Each validated step is judged by the band of the others under its stack: own steps by
+/// `ridgeline-executor`'s, each step's own residual left out; the interval is that band.
+#[test]
+fn validated_steps_get_the_band_of_the_other_steps_of_their_stack() {
+    let own = format!(
+        "{}/data/measured/h100/steps.jsonl.gz",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let args = ["validate", "--system", "h100-sxm5-80gb", "--measured", &own];
+    let mut json = args.to_vec();
+    json.extend(["--format", "json"]);
+    let v = run_json(&json);
+    let shipped = shipped_residuals();
+    for s in v["steps"].as_array().unwrap() {
+        let band = &s["band"];
+        assert_eq!(band["stack"], "ridgeline-executor");
+        assert_eq!(band["pooled"], false);
+        // Ten H100 and ten H200 steps, this one left out.
+        assert_eq!(band["steps"], 19, "{s}");
+        let (lo, hi) = (band["lo"].as_f64().unwrap(), band["hi"].as_f64().unwrap());
+        let p = s["predicted_s"].as_f64().unwrap();
+        let [a, b] = [
+            s["predicted_lo_s"].as_f64().unwrap(),
+            s["predicted_hi_s"].as_f64().unwrap(),
+        ];
+        assert!(
+            (a - p * lo).abs() <= 1e-12 * p && (b - p * hi).abs() <= 1e-12 * p,
+            "{s}"
+        );
+        // The band's ends are ratios of the other steps.
+        let ratio =
+            |r: &(String, String, String, u64, f64)| shipped_measured(&r.0, &r.1, &r.2, r.3) / r.4;
+        let others: Vec<f64> = shipped
+            .iter()
+            .filter(|r| r.0.starts_with("own-"))
+            .filter(|r| {
+                !(r.0 == "own-h100"
+                    && r.1 == s["workload"]
+                    && r.2 == s["precision"]
+                    && r.3 == s["batch"].as_u64().unwrap())
+            })
+            .map(ratio)
+            .collect();
+        assert!(others.iter().any(|x| (x - lo).abs() <= 1e-9 * lo), "{lo}");
+        assert!(others.iter().any(|x| (x - hi).abs() <= 1e-9 * hi), "{hi}");
+    }
+    let text = run_ok(&args);
+    assert!(
+        text.contains("measured steps inside their predicted interval (the band of measured over predicted time of the steps validated on GPUs under ridgeline-executor, each step's own left out)"),
+        "{text}"
+    );
+}
+
+/// The measured seconds of a shipped residual.
+fn shipped_measured(set: &str, workload: &str, precision: &str, batch: u64) -> f64 {
+    let text = std::fs::read_to_string(format!(
+        "{}/data/stacks/residuals.csv",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .find(|f| f[1] == set && f[2] == workload && f[5] == precision && f[6] == batch.to_string())
+        .map(|f| f[8].parse().unwrap())
+        .unwrap()
+}
+
+/// `predict` says where its interval comes from: the stack's validated steps, or every
+/// stack's where it has too few (`tuned`), and none at the ideal bound.
+#[test]
+fn predict_says_which_validated_steps_give_its_interval() {
+    let eager = predict("fp32", None);
+    let band = &eager["stack"]["band"];
+    assert_eq!(band["stack"], "pytorch-eager");
+    assert_eq!(band["pooled"], false);
+    let o = &eager;
+    let c = o["compute_s"].as_f64().unwrap();
+    let [lo, hi] = [0, 1].map(|i| o["compute_interval_90_s"][i].as_f64().unwrap());
+    assert!((lo - c * band["lo"].as_f64().unwrap()).abs() <= 1e-12 * c);
+    assert!((hi - c * band["hi"].as_f64().unwrap()).abs() <= 1e-12 * c);
+    let tuned = predict("amp-bf16", Some("tuned"));
+    assert_eq!(tuned["stack"]["band"]["pooled"], true);
+    let mut args = RESNET.to_vec();
+    args.extend(["table", "--precision", "amp-bf16", "--stack", "tuned"]);
+    let text = run_ok(&args);
+    assert!(
+        text.contains("under every stack (too few under tuned)"),
+        "{text}"
+    );
+    args.extend(["--efficiency", "ideal"]);
+    let text = run_ok(&args);
+    assert!(
+        text.contains("none: every layer at the ideal bound"),
+        "{text}"
+    );
+}

@@ -120,6 +120,10 @@ pub struct StackReport {
     pub device_busy_s: f64,
     /// The share of the compute time the device waits on the host, 0 to 1.
     pub device_idle_share: f64,
+    /// The band of measured over predicted step time of the steps validated under the
+    /// stack, which is the compute's 90 % interval; `None` where there is none or the step
+    /// is timed at the ideal bound (the interval is then the kernels').
+    pub band: Option<crate::stack::residuals::StepBand>,
 }
 
 /// What ridgeline has measured of depthwise convolutions against the transferred model, in
@@ -552,6 +556,13 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
         host_s: (plan.host > 0.0).then_some(plan.host),
         device_busy_s: plan.busy,
         device_idle_share: (1.0 - plan.busy / plan.compute.value()).clamp(0.0, 1.0),
+        band: model
+            .band(system.device.kind)
+            .filter(|_| {
+                let [lo, hi] = plan.compute_interval;
+                lo < hi
+            })
+            .cloned(),
     };
     assumptions.extend(stack_assumptions(&stack, model, b, system, scenario));
     assumptions.extend(timing_assumptions(

@@ -135,6 +135,7 @@ impl StepModel {
                 recomputed_flops_per_sample: 0.0,
                 memory: memory.clone(),
             },
+            bands: super::step::Bands::of(stack),
         };
         let fp32 = 4.0 * one.params as f64;
         let compute_copy = if precision.compute_bytes() < 4 {

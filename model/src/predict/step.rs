@@ -12,6 +12,7 @@ use crate::memory::{Footprint, Optimizer};
 use crate::precision::Precision;
 use crate::profile::{Profile, precision_name};
 use crate::roofline::Efficiency;
+use crate::stack::residuals::StepBand;
 use crate::system::{DeviceKind, System};
 use crate::transfer::{DeviceSpec, Model as TransferModel};
 
@@ -62,6 +63,10 @@ pub struct StepModel {
     pub(super) kernel_gap: f64,
     /// What the stack changed.
     pub(super) effects: StackEffects,
+    /// The 90 % band of measured over predicted step time under the stack on a GPU and on a
+    /// CPU, from the steps validated under it ([`crate::stack::residuals`]); `None` where
+    /// there are too few.
+    pub(super) bands: Bands,
     /// Bytes the optimizer update moves: read the gradient, read and write the FP32 weights
     /// (and the compute copy under mixed precision), read and write the optimizer state.
     pub update_bytes: f64,
@@ -99,6 +104,24 @@ impl StepModel {
     /// What the stack changed in this model.
     pub fn effects(&self) -> &StackEffects {
         &self.effects
+    }
+
+    /// The band of measured over predicted step time that is the step's 90 % interval on a
+    /// device of `kind`.
+    pub fn band(&self, kind: DeviceKind) -> Option<&StepBand> {
+        match kind {
+            DeviceKind::Gpu => self.bands.gpu.as_ref(),
+            DeviceKind::Cpu => self.bands.cpu.as_ref(),
+        }
+    }
+
+    /// Replaces that band on devices of `kind`: a validation judges each measured step by a
+    /// band without its own residual ([`crate::stack::residuals::band`] with `leave_out`).
+    pub fn set_band(&mut self, kind: DeviceKind, band: Option<StepBand>) {
+        match kind {
+            DeviceKind::Gpu => self.bands.gpu = band,
+            DeviceKind::Cpu => self.bands.cpu = band,
+        }
     }
 
     /// Forward time and training-step time of one device at local batch `b` (see
@@ -144,11 +167,26 @@ impl StepModel {
             (busy, forward, 0.0)
         };
         let [lo, hi] = groups.total();
+        // A modelled step (not the ideal bound) is as far off as the steps validated under
+        // its stack have been, kernels and all; where too few were, as far as its kernels'
+        // fits say.
+        let kind = if timing.gpu {
+            DeviceKind::Gpu
+        } else {
+            DeviceKind::Cpu
+        };
+        let interval_90 = match self
+            .band(kind)
+            .filter(|_| timed_by.profile + timed_by.transfer > 0)
+        {
+            Some(band) => band.around(step),
+            None => [step - lo, step + hi],
+        };
         StepTimes {
             forward: eval,
             step,
             timed_by,
-            interval_90: [step - lo, step + hi],
+            interval_90,
             host,
             busy,
         }
@@ -440,6 +478,24 @@ impl Groups {
     }
 }
 
+/// A stack's bands of validated steps, by the kind of device they ran on.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(super) struct Bands {
+    pub(super) gpu: Option<StepBand>,
+    pub(super) cpu: Option<StepBand>,
+}
+
+impl Bands {
+    /// `stack`'s bands ([`crate::stack::residuals::band`]).
+    pub(super) fn of(stack: &crate::stack::Stack) -> Bands {
+        use crate::stack::residuals::band;
+        Bands {
+            gpu: band(stack, DeviceKind::Gpu, None),
+            cpu: band(stack, DeviceKind::Cpu, None),
+        }
+    }
+}
+
 /// What times a step's layers: a calibrated profile where it covers them, else the
 /// transferred kernel model where given, else the ideal bound.
 #[derive(Debug, Clone, Copy, Default)]
@@ -459,6 +515,9 @@ pub struct Timing<'a> {
     /// device run as two timelines, the stack's host times on one and the kernels' work
     /// plus the stack's gaps on the other.
     pub host: bool,
+    /// Whether the device is an accelerator: the band of steps validated on GPUs, not on
+    /// CPUs, gives the step's interval ([`StepModel::band`]).
+    pub gpu: bool,
 }
 
 impl<'a> Timing<'a> {
@@ -484,6 +543,7 @@ impl<'a> Timing<'a> {
             transfer,
             // The ideal bound is the hardware's: no host, no gaps between kernels.
             host: system.device.kind == DeviceKind::Gpu && kernel_model == KernelModel::Transfer,
+            gpu: system.device.kind == DeviceKind::Gpu,
         }
     }
 }
@@ -581,12 +641,13 @@ pub struct StepTimes {
     pub host: f64,
     /// The device's busy time: its kernels' work and gaps and the update, seconds.
     pub busy: f64,
-    /// The step's 90 % interval, seconds, from its layers' intervals (a calibrated profile's
-    /// kernel fits' residuals, the transferred model's held-out ones): the layers of one fit
-    /// off together, different fits independently (the deviations' root sum of squares over
-    /// the fits). Layers at the ideal bound add no width (the bound is a floor, and nothing
-    /// measured says how far above it they run), so a step at the bound throughout has
-    /// equal ends.
+    /// The step's 90 % interval, seconds: where the stack has a band of validated steps
+    /// ([`StepModel::band`]), the step times that band; else from its layers' intervals (a
+    /// calibrated profile's kernel fits' residuals, the transferred model's held-out ones):
+    /// the layers of one fit off together, different fits independently (the deviations'
+    /// root sum of squares over the fits). Layers at the ideal bound add no width (the
+    /// bound is a floor, and nothing measured says how far above it they run), so a step at
+    /// the bound throughout has equal ends.
     pub interval_90: [f64; 2],
 }
 
@@ -700,7 +761,9 @@ mod tests {
 
     /// The deviations of the step's interval from its point figure.
     fn spread(g: &Graph, p: &Profile) -> ([f64; 2], Vec<LayerTime>) {
-        let m = StepModel::new(g, Precision::Fp32, Optimizer::Sgd);
+        // The kernels' interval alone: no band of validated steps.
+        let mut m = StepModel::new(g, Precision::Fp32, Optimizer::Sgd);
+        m.set_band(DeviceKind::Cpu, None);
         let timing = Timing {
             profile: Some(p),
             ..Timing::default()
@@ -773,9 +836,49 @@ mod tests {
                 "{d:?} {alone:?}"
             );
         }
-        // At the ideal bound throughout, the ends are equal.
+        // At the ideal bound throughout, the ends are equal, band or none.
         let m = StepModel::new(&g, Precision::Fp32, Optimizer::Sgd);
+        assert!(m.band(DeviceKind::Gpu).is_some());
         let t = m.device_times(2.0, &rates(), &Timing::default());
         assert_eq!(t.interval_90, [t.step, t.step]);
+    }
+
+    #[test]
+    fn a_stack_with_a_band_of_validated_steps_gives_the_step_that_band() {
+        let mut g = Graph::new("net", vec![4, 16, 16]).unwrap();
+        g.then("a", Op::conv(Conv::new(8, &[3, 3]).pad(1))).unwrap();
+        let p = profile();
+        let timing = Timing {
+            profile: Some(&p),
+            gpu: true,
+            ..Timing::default()
+        };
+        let mut m = StepModel::new(&g, Precision::Fp32, Optimizer::Sgd);
+        let band = StepBand {
+            lo: 0.5,
+            hi: 3.0,
+            steps: 20,
+            stack: "pytorch-eager".to_owned(),
+            pooled: false,
+            kind: DeviceKind::Gpu,
+        };
+        m.set_band(DeviceKind::Gpu, Some(band));
+        let t = m.device_times(2.0, &rates(), &timing);
+        assert_eq!(t.interval_90, [0.5 * t.step, 3.0 * t.step]);
+        // On a CPU, the CPU's band: none here, so the kernels' interval.
+        m.set_band(DeviceKind::Cpu, None);
+        let cpu = Timing {
+            gpu: false,
+            ..timing
+        };
+        let t = m.device_times(2.0, &rates(), &cpu);
+        assert!(t.interval_90[1] < 3.0 * t.step && t.interval_90[0] > 0.5 * t.step);
+        // The shipped bands of the default stack are the ones a model gets.
+        let m = StepModel::new(&g, Precision::Fp32, Optimizer::Sgd);
+        for kind in [DeviceKind::Gpu, DeviceKind::Cpu] {
+            let shipped =
+                crate::stack::residuals::band(crate::catalog::default_stack(), kind, None);
+            assert_eq!(m.band(kind), shipped.as_ref());
+        }
     }
 }

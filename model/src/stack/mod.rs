@@ -28,9 +28,12 @@
 //!   its data set's mean tokens a sequence rather than the padded length.
 //! - **Parallel** ([`Parallel`]): the pipeline schedule, the distributed optimizer and
 //!   sequence parallelism of a split model.
+//! - **Intervals** ([`residuals`]): how far steps predicted under each built-in stack have
+//!   come out from their measurements, which is a prediction's 90 % interval.
 
 pub mod fusion;
 pub(crate) mod raw;
+pub mod residuals;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -49,7 +49,7 @@ pub struct Sourced<T> {
 }
 
 /// Whether a device is an accelerator or a CPU socket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DeviceKind {
     /// A GPU or other accelerator with its own memory.

@@ -348,6 +348,19 @@ fn split(args: &PredictArgs) -> Result<()> {
     };
     let timing = Timing::of(system, precision, scenario.kernel_model);
     let stack = inputs::stack(scenario.stack.as_deref())?;
+    // The job as a data-parallel run would load it: its data set's epochs, and where the
+    // stack packs sequences, the tokens a sequence computes.
+    let job = inputs::Job::from_flags(
+        &args.target.workload.spec(),
+        &scenario,
+        precision,
+        args.nodes,
+    );
+    let packing = job.as_ref().ok().and_then(|j| j.packing.clone());
+    let seq = match &job {
+        Ok(j) if j.packing.is_some() => usize::try_from(j.graph.input_shape().elements())?,
+        _ => seq,
+    };
     let step = parallel::step(
         &name,
         &config,
@@ -365,7 +378,7 @@ fn split(args: &PredictArgs) -> Result<()> {
         .memory_capacity
         .as_ref()
         .map(|m| m.value.value());
-    let (solution, why_not) = match split_solution(args, &scenario, global, step.step_s)? {
+    let (solution, why_not) = match split_solution(job, &scenario, global, step.step_s)? {
         SplitTime::Solution(s) => (Some(s), None),
         SplitTime::Outside(why) => (None, Some(why)),
     };
@@ -385,6 +398,9 @@ fn split(args: &PredictArgs) -> Result<()> {
     #[derive(serde::Serialize)]
     struct SplitPrediction<'a> {
         stack: &'a str,
+        /// What packing the data set's sequences changed, where the stack packs them.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        packing: Option<&'a str>,
         #[serde(flatten)]
         step: &'a parallel::SplitStep,
         #[serde(flatten)]
@@ -395,6 +411,7 @@ fn split(args: &PredictArgs) -> Result<()> {
     }
     let json = SplitPrediction {
         stack: &stack.name,
+        packing: packing.as_deref(),
         step: &step,
         solution,
         time_to_solution_not_computed: why_not.as_deref(),
@@ -486,7 +503,8 @@ fn split(args: &PredictArgs) -> Result<()> {
                 (step.micro_batch * u64::from(split.micro_batches)) as f64,
                 step.micro_batch as f64,
                 1.0 / f64::from(pipeline),
-            ));
+            ))
+            .notes(packing.clone());
         doc.note("Each stage's times are one micro-batch on one of its tensor-parallel ranks: forward and backward of its layers (timed as predict times layers), its tensor-parallel allreduces (four per transformer layer; `exposed`: what the products do not hide, where the stack overlaps them) and its point-to-point sends; the step is every stage once (the first micro-batch) plus (micro-batches - 1) x the slowest stage (1F1B), then the data-parallel gradient reduction (where the stack overlaps it, only what the largest stage's backward and forward passes do not hide) and the optimizer update. The FP8 and recomputation lines are one device's step, the memory lines one micro-batch on one device (a stage's share of the layers).")
     })
 }
@@ -505,7 +523,7 @@ struct SplitSolution {
 /// `--train-samples`, the convergence curve); why not, where the workload has no data set
 /// and none of those flags was given, or the curve does not cover the global batch.
 fn split_solution(
-    args: &PredictArgs,
+    job: Result<inputs::Job>,
     scenario: &ridgeline_app::inputs::ScenarioSpec,
     global: u64,
     step_s: f64,
@@ -528,12 +546,7 @@ fn split_solution(
         || scenario.dataset.is_some()
         || scenario.train_samples.is_some()
         || scenario.convergence.is_some();
-    let job = match inputs::Job::from_flags(
-        &args.target.workload.spec(),
-        scenario,
-        args.precision.precision,
-        args.nodes,
-    ) {
+    let job = match job {
         Ok(job) => job,
         Err(e) if asked => return Err(e),
         Err(_) => {

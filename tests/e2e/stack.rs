@@ -900,6 +900,39 @@ fn packing_computes_the_data_sets_mean_tokens_where_the_stack_packs() {
     );
     let eager = predict("pytorch-eager", &[]);
     assert!(!said(&eager));
+    // A split model packs the same way: its title says the tokens, its JSON the rule.
+    let split = ["--tensor-parallel", "2"];
+    let (packed, padded) = (
+        predict("tuned", &split),
+        predict("tuned", &[&split[..], &["--seq-len", "512"]].concat()),
+    );
+    assert!(
+        packed["packing"]
+            .as_str()
+            .unwrap()
+            .contains("mean 256 tokens"),
+        "{packed}"
+    );
+    assert!(padded.get("packing").is_none());
+    let split_step = |v: &serde_json::Value| v["step_s"].as_f64().unwrap();
+    assert!(split_step(&packed) < 0.67 * split_step(&padded));
+    let mut args = vec![
+        "predict",
+        "bert-large",
+        "--system",
+        "dgx-h100",
+        "--nodes",
+        "1",
+        "--batch",
+        "32",
+        "--precision",
+        "amp-bf16",
+        "--stack",
+        "tuned",
+    ];
+    args.extend(split);
+    let text = run_ok(&args);
+    assert!(text.contains("bert-large (256 tokens)"), "{text}");
 }
 
 /// The residuals ridgeline ships, as `(set, workload, precision, batch) -> predicted_s`.

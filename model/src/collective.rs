@@ -222,6 +222,13 @@ pub const STEP_LATENCY_PCIE_S: f64 = 1.0e-6;
 /// A network step's ([`STEP_LATENCY_NVLINK_S`]).
 pub const STEP_LATENCY_NETWORK_S: f64 = 2.7e-6;
 
+/// The start-up of one collective call where the system file gives no link latency: NCCL's
+/// tuning model's base latency of a ring allreduce for the low-latency protocol
+/// (NVIDIA/nccl `src/graph/tuning.cc`, `baseLatencies`, Ring/LL: 6.6 us; v2.30.7-1, commit
+/// 73cf1122), which its model adds once a call to the steps' hardware latencies
+/// ([`STEP_LATENCY_NVLINK_S`]).
+pub const CALL_LATENCY_S: f64 = 6.6e-6;
+
 /// What an allreduce among the devices of a job runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Fabric {
@@ -243,6 +250,9 @@ pub struct Fabric {
     /// Whether every latency used came from the system file (else NCCL's defaults,
     /// [`STEP_LATENCY_NVLINK_S`]).
     pub latencies_known: bool,
+    /// The start-up of each collective call, seconds: NCCL's ([`CALL_LATENCY_S`]) where a
+    /// latency is not in the system file, else none (a measured latency holds it).
+    pub call_latency: f64,
 }
 
 impl Fabric {
@@ -331,6 +341,7 @@ impl Fabric {
             gamma,
             reduction: None,
             latencies_known: known,
+            call_latency: if known { 0.0 } else { CALL_LATENCY_S },
         })
     }
 
@@ -648,13 +659,20 @@ pub fn allreduce(fabric: &Fabric, bytes: Bytes, algorithm: Algorithm) -> Result<
     })
 }
 
-/// The seconds of one algorithm, or `None` where it does not apply.
-#[allow(clippy::cast_precision_loss)]
+/// The seconds of one algorithm (the call's start-up and its steps), or `None` where it
+/// does not apply.
 fn time(f: &Fabric, s: f64, algorithm: Algorithm) -> Option<f64> {
     let p = f.devices();
     if p <= 1 || s <= 0.0 {
         return Some(0.0);
     }
+    steps_time(f, s, algorithm).map(|t| f.call_latency + t)
+}
+
+/// The seconds of one algorithm's steps.
+#[allow(clippy::cast_precision_loss)]
+fn steps_time(f: &Fabric, s: f64, algorithm: Algorithm) -> Option<f64> {
+    let p = f.devices();
     let pf = p as f64;
     let frac = (pf - 1.0) / pf;
     Some(match algorithm {
@@ -746,6 +764,7 @@ mod tests {
             gamma: 3.0 / 900e9,
             reduction: None,
             latencies_known: true,
+            call_latency: 0.0,
         }
     }
 
@@ -951,6 +970,31 @@ mod tests {
         assert!(
             !f.latencies_known,
             "Cori GPU's NVLink latency is not in the file"
+        );
+        // NCCL's start-up once a call, on top of its steps; none with measured latencies.
+        assert_eq!(f.call_latency, CALL_LATENCY_S);
+        let tiny = allreduce_time(&f, 4.0, Algorithm::Ring)
+            .unwrap()
+            .time
+            .value();
+        let without = Fabric {
+            call_latency: 0.0,
+            ..f
+        };
+        let bare = allreduce_time(&without, 4.0, Algorithm::Ring)
+            .unwrap()
+            .time
+            .value();
+        assert!(
+            (tiny - bare - CALL_LATENCY_S).abs() < 1e-15,
+            "{tiny} {bare}"
+        );
+        assert_eq!(
+            allreduce_time(&f, 0.0, Algorithm::Ring)
+                .unwrap()
+                .time
+                .value(),
+            0.0
         );
     }
 }

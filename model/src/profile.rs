@@ -185,6 +185,7 @@ impl CommLevel {
             gamma: self.reduction.last().map_or(0.0, |b| b.per_byte_s),
             reduction: Self::banded(&self.reduction),
             latencies_known: true,
+            call_latency: 0.0,
         }
     }
 }

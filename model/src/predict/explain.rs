@@ -574,9 +574,10 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
     ));
     if outcome.devices > 1 && !fabric.latencies_known {
         assumptions.push(
-            "a link latency is not in the system file: each step of a collective over it starts \
-             in NCCL's tuning model's time (NVLink 0.6 us, PCIe 1.0 us, network 2.7 us a ring \
-             step; NVIDIA/nccl src/graph/tuning.cc, v2.30.7-1)"
+            "a link latency is not in the system file: each collective call starts in NCCL's \
+             tuning model's time, 6.6 us, and each of its steps over the link in its hardware \
+             latency (NVLink 0.6 us, PCIe 1.0 us, network 2.7 us a ring step; NVIDIA/nccl \
+             src/graph/tuning.cc, Ring/LL, v2.30.7-1)"
                 .into(),
         );
     }

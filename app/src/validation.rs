@@ -261,20 +261,18 @@ fn specs(devices: &[&str], dir: &Path) -> Result<BTreeMap<String, DeviceSpec>> {
 /// published set (`public`) with it, and fits the scaled classes on their kernels
 /// (tensor-core ones, and FP32 convolutions outside `conv`'s kind). Each device's figures
 /// come from its catalog file.
-pub fn transfer(
-    kernels: &Path,
-    ours: Option<&Path>,
-    public: Option<&Path>,
-) -> Result<TransferCheck> {
+pub fn transfer(kernels: &Path, ours: Option<&Path>, public: &[PathBuf]) -> Result<TransferCheck> {
     let set = KernelSet::read(kernels)?;
     let ours = ours.filter(|d| d.is_dir());
-    let public = public.filter(|d| d.is_dir());
-    // The published set and the tensor-core data, read (and their errors given) before the
+    let public: Vec<&PathBuf> = public.iter().filter(|d| d.is_dir()).collect();
+    // The published sets and the tensor-core data, read (and their errors given) before the
     // long fits.
-    let (published, published_tensor) = match public {
-        Some(dir) => published_points(dir)?,
-        None => (Vec::new(), Vec::new()),
-    };
+    let (mut published, mut published_tensor) = (Vec::new(), Vec::new());
+    for dir in &public {
+        let (plain, tensor) = published_points(dir)?;
+        published.extend(plain);
+        published_tensor.extend(tensor);
+    }
     let tensor_points = tensor_points(ours, &published_tensor)?;
     let points = transfer::points(&set, &specs(&set.devices(), kernels)?)?;
     let held = transfer::leave_one_out(&points)?;
@@ -297,7 +295,7 @@ pub fn transfer(
         held,
     };
     let test = kernels.join(crate::import::TEST);
-    if !test.is_dir() && !dir.is_dir() && ours.is_none() && public.is_none() {
+    if !test.is_dir() && !dir.is_dir() && ours.is_none() && public.is_empty() {
         return Ok(check);
     }
     // The model fitted on every GPU of the set times the GPUs outside it.
@@ -704,8 +702,13 @@ pub fn transfer_model(
     kernels: &Path,
     check: &TransferCheck,
     ours: &Path,
-    public: &Path,
+    public: &[PathBuf],
 ) -> Result<String> {
+    let public = public
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(",");
     let (set, points, held) = (&check.set, &check.points, &check.held);
     let s = &set.source;
     let data = format!(
@@ -726,7 +729,7 @@ pub fn transfer_model(
             "ridgeline validate transfer --kernels {} --ours {} --published {} --write-model",
             kernels.display(),
             ours.display(),
-            public.display()
+            public
         ),
     )?;
     // The scaled classes, fitted on ridgeline's own records and the published set's, with
@@ -752,10 +755,10 @@ pub fn transfer_model(
         );
         m.classes.extend(t.classes);
         m.source.tensor = Some(format!(
-            "kernels of ridgeline's own records ({}) and of the published set {} ({}): the \
+            "kernels of ridgeline's own records ({}) and of the published sets {} ({}): the \
              tensor-core ones, and FP32 convolutions outside the kind `conv` is fitted on",
             ours.display(),
-            public.display(),
+            public,
             devices.join(", ")
         ));
     }
@@ -1211,6 +1214,29 @@ mod tests {
         );
     }
 
+    /// Vidur's set is products alone (no convolution table): FP16 tensor-core points of the
+    /// A100, H100 and A40, every one a point of `gemm-tensor-16`.
+    #[test]
+    fn vidurs_products_read_as_fp16_tensor_core_points_of_three_gpus() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/vidur");
+        let (plain, tensor) = published_points(&dir).unwrap();
+        assert_eq!(plain.len(), 60_391);
+        assert_eq!(tensor.len(), plain.len());
+        for (device, n) in [
+            ("a100-sxm4-80gb fp16", 25_959),
+            ("h100-sxm5-80gb fp16", 16_626),
+            ("a40 fp16", 17_806),
+        ] {
+            let of = |pts: &[transfer::Point], class: &str| {
+                pts.iter()
+                    .filter(|p| p.device == device && p.class == class)
+                    .count()
+            };
+            assert_eq!(of(&plain, "gemm"), n, "{device}");
+            assert_eq!(of(&tensor, "gemm-tensor-16"), n, "{device}");
+        }
+    }
+
     /// ridgeline's own H200 and H100 records read as points: every GEMM and convolution pass
     /// but FP64's, tensor-core ones as points of the tensor classes at their format's peak;
     /// both sets the GPU's own time.
@@ -1346,7 +1372,7 @@ mod tests {
         }
         let dir = std::env::temp_dir().join(format!("ridgeline-transfer-{}", std::process::id()));
         set.write(&dir).unwrap();
-        let t = transfer(&dir, None, None).unwrap().held;
+        let t = transfer(&dir, None, &[]).unwrap().held;
         // `bmm`, the same pooled as `gemm` (the model that times every product), `relu`.
         let classes: Vec<&str> = t.classes.iter().map(|h| h.class.as_str()).collect();
         assert_eq!(classes, ["bmm", "gemm", "relu"]);
@@ -1413,8 +1439,15 @@ mod tests {
         let mut fitted = transfer::fit(&all).unwrap();
         // With the tensor-core classes of ridgeline's own records and DeepBench's.
         let ours = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/ridgeline");
-        let public = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/deepbench");
-        let tensor = tensor_points(Some(&ours), &published_points(&public).unwrap().1).unwrap();
+        // The published sets `validate transfer` reads by default.
+        let mut published = Vec::new();
+        for set in ["deepbench", "vidur"] {
+            let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../data/kernels")
+                .join(set);
+            published.extend(published_points(&dir).unwrap().1);
+        }
+        let tensor = tensor_points(Some(&ours), &published).unwrap();
         let (adopted, _, _) = transfer::scaled_classes(&fitted, &tensor);
         fitted.extend(adopted);
         let shipped = ridgeline_model::transfer::Model::builtin();

@@ -526,10 +526,11 @@ pub struct PublishedConv {
 }
 
 /// GEMMs and convolutions measured on other machines and published (DeepBench's, in FP32 and
-/// in FP16 on tensor cores): the tensor-core kernels are data of the transferred model's
-/// tensor-core classes beside ridgeline's own records, the FP32 ones a check of the FP32 fit
-/// on GPUs, libraries and hosts outside it. On disk as a [`KernelSet`]: `gemm.csv.gz`,
-/// `conv.csv.gz` and `SOURCE.toml`.
+/// in FP16 on tensor cores; Vidur's FP16 products of transformer layers): the tensor-core
+/// kernels are data of the transferred model's tensor-core classes beside ridgeline's own
+/// records, the FP32 ones a check of the FP32 fit on GPUs, libraries and hosts outside it. On
+/// disk as a [`KernelSet`]: `gemm.csv.gz`, `conv.csv.gz` where the set has convolutions, and
+/// `SOURCE.toml`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PublishedSet {
     /// Where they come from.
@@ -540,16 +541,21 @@ pub struct PublishedSet {
     pub conv: Vec<PublishedConv>,
 }
 
-/// How a published set is made again.
-const PUBLISHED_FIX: &str = "convert the set again with scripts/import-deepbench.py";
-
 impl PublishedSet {
     /// Reads the set in `dir`; an error names the file, the row and the field.
     pub fn read(dir: &Path) -> Result<PublishedSet> {
+        let source = read_source(dir)?;
+        // How the set is made again: the converter its SOURCE.toml names.
+        let fix = format!("convert the set again: {}", source.converted_by);
         let set = PublishedSet {
-            source: read_source(dir)?,
+            source,
             gemm: read_table(&dir.join(GEMM))?,
-            conv: read_table(&dir.join(CONV))?,
+            // A set of products alone has no convolution table.
+            conv: if dir.join(CONV).exists() {
+                read_table(&dir.join(CONV))?
+            } else {
+                Vec::new()
+            },
         };
         let formats = |path: &Path, p: &[RecordPrecision]| -> Result<()> {
             match p.iter().position(|p| {
@@ -563,7 +569,7 @@ impl PublishedSet {
             }) {
                 Some(i) => Err(Error::Input(format!(
                     "{}: row {}: precision `{}`: a published set holds fp32, fp16, bf16 or \
-                     tf32 kernels; {PUBLISHED_FIX}",
+                     tf32 kernels; {fix}",
                     path.display(),
                     i + 1,
                     p[i].name()
@@ -578,12 +584,12 @@ impl PublishedSet {
         if let Some(i) = set.conv.iter().position(|c| c.pass == ConvPass::Backward) {
             return Err(Error::Input(format!(
                 "{}: row {}: pass `backward`: one pass a row (forward, backward-data or \
-                 backward-filter); {PUBLISHED_FIX}",
+                 backward-filter); {fix}",
                 dir.join(CONV).display(),
                 i + 1
             )));
         }
-        let (s, fix) = (&set.source, PUBLISHED_FIX);
+        let (s, fix) = (&set.source, fix.as_str());
         check_rows(
             s,
             fix,

@@ -139,12 +139,18 @@ pub(crate) struct ValidateTransferArgs {
     /// scaled classes (skipped where the directory is missing).
     #[arg(long, value_name = "DIR", default_value = "data/kernels/ridgeline")]
     pub(crate) ours: PathBuf,
-    /// Published GEMM and convolution kernels of other GPUs (`scripts/import-deepbench.py`):
-    /// the model fitted on the set predicts them, and their tensor-core kernels and FP32
-    /// convolutions outside `conv`'s kind are data of the scaled classes beside `--ours`
-    /// (skipped where the directory is missing).
-    #[arg(long, value_name = "DIR", default_value = "data/kernels/deepbench")]
-    pub(crate) published: PathBuf,
+    /// Published GEMM and convolution kernels of other GPUs, one directory a set, comma
+    /// separated (`scripts/import-deepbench.py`, `scripts/import-vidur.py`): the model fitted
+    /// on the set predicts them, and their tensor-core kernels and FP32 convolutions outside
+    /// `conv`'s kind are data of the scaled classes beside `--ours` (a missing directory is
+    /// skipped).
+    #[arg(
+        long,
+        value_name = "DIR,...",
+        value_delimiter = ',',
+        default_value = "data/kernels/deepbench,data/kernels/vidur"
+    )]
+    pub(crate) published: Vec<PathBuf>,
     /// Also fit the model on every GPU of the set and write it, with these figures, to FILE
     /// (`data/kernels/transfer.toml` is the one ridgeline ships).
     #[arg(long, value_name = "FILE")]

@@ -93,7 +93,13 @@ fn comm(args: &ValidateCommArgs) -> Result<()> {
 
 /// `validate transfer`: the transferable kernel model, leaving one GPU out at a time.
 fn transfer(args: &ValidateTransferArgs) -> Result<()> {
-    let check = validation::transfer(&args.kernels, Some(&args.ours), Some(&args.published))?;
+    let check = validation::transfer(&args.kernels, Some(&args.ours), &args.published)?;
+    let published = args
+        .published
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
     if let Some(out) = &args.write_model {
         let text = validation::transfer_model(&args.kernels, &check, &args.ours, &args.published)?;
         ridgeline_app::atomic::write(out, text.as_bytes())?;
@@ -179,10 +185,10 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
                     "published kernels",
                     format!(
                         "{} (never seen by the FP32 fit; its tensor-core kernels are the scaled classes' data)",
-                        args.published.display()
+                        published
                     ),
                 )
-                .note("`published` rows: the model fitted on every GPU above predicts DeepBench's published kernels (cuBLAS GEMMs, and cuDNN convolutions forward, backward-data and backward-filter; CUDA 10.1, cuDNN 7.6) per GPU and precision, each at its work: fp32 as the fit times FP32 kernels, fp16 on tensor cores at the device file's FP16 tensor peak with the FP32 fit's coefficients. The V100 SXM2 is outside the fit; the T4 is in it, measured here by another benchmark, library and host. Convolutions come apart by kind: `3x3 s1 fwd`, the kind the `conv` class is fitted on (NeuSight's are all 2-D 3 x 3 forward passes of stride 1), and `other` (other kernel sizes and strides, and both gradients), timed by `conv-gemm` as are all on tensor cores. Intervals: each class's 90 % interval from leaving one GPU out above.");
+                .note("`published` rows: the model fitted on every GPU above predicts the published kernels, DeepBench's (cuBLAS GEMMs, and cuDNN convolutions forward, backward-data and backward-filter; CUDA 10.1, cuDNN 7.6) and Vidur's (FP16 products of transformer layers on the A100, H100 and A40, profiler kernel times), per GPU and precision, each at its work: fp32 as the fit times FP32 kernels, fp16 on tensor cores at the device file's FP16 tensor peak with the FP32 fit's coefficients. The V100 SXM2 is outside the fit; the T4 is in it, measured here by another benchmark, library and host. Convolutions come apart by kind: `3x3 s1 fwd`, the kind the `conv` class is fitted on (NeuSight's are all 2-D 3 x 3 forward passes of stride 1), and `other` (other kernel sizes and strides, and both gradients), timed by `conv-gemm` as are all on tensor cores. Intervals: each class's 90 % interval from leaving one GPU out above.");
         }
         if check.tensor.as_ref().is_some_and(|t| t.classes.is_empty()) {
             let mut gpus: Vec<&str> = check
@@ -203,10 +209,10 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
                     format!(
                         "{} and {} (tensor-core kernels)",
                         args.ours.display(),
-                        args.published.display()
+                        published
                     ),
                 )
-                .note("`-tensor-` rows: a tensor-core class (one per class and format: tf32, and 16 for fp16 and bf16) is the FP32 fit's class at that format's tensor-core peak, held to what the board's power sustains at its own energy per FLOP, with its work scaled by the median ratio of measured to predicted; the scale and the energy (none, or 0.5 to 4 pJ at 7 nm, the one whose scaled predictions fit best) are fitted on the tensor-core kernels of ridgeline's own records (the `ours` rows' tf32, fp16 and bf16) and the published set (DeepBench's V100 and T4); each GPU left out in turn with every GPU of its chip (SMs and boost clock alike: the H200 goes with the H100 SXM5), its fit on the other chips' kernels (`all`: every held-out kernel pooled); a class needs kernels of two chips (tf32 has the GH100's alone). Adopted where that beats the FP32 class unscaled at the peak on the same held-out kernels; `predict` times tensor-core layers with the adopted ones.");
+                .note("`-tensor-` rows: a tensor-core class (one per class and format: tf32, and 16 for fp16 and bf16) is the FP32 fit's class at that format's tensor-core peak, held to what the board's power sustains at its own energy per FLOP, with its work scaled by the median ratio of measured to predicted; the scale and the energy (none, or 0.5 to 4 pJ at 7 nm, the one whose scaled predictions fit best) are fitted on the tensor-core kernels of ridgeline's own records (the `ours` rows' tf32, fp16 and bf16) and the published sets (DeepBench's V100 and T4, Vidur's A100, H100 and A40); each GPU left out in turn with every GPU of its chip (SMs and boost clock alike: the H200 goes with the H100 SXM5), its fit on the other chips' kernels (`all`: every held-out kernel pooled); a class needs kernels of two chips (tf32 has the GH100's alone). Adopted where that beats the FP32 class unscaled at the peak on the same held-out kernels; `predict` times tensor-core layers with the adopted ones.");
             for (class, plain) in &check.tensor_unscaled {
                 let adopted = check.tensor_adopted.iter().any(|m| &m.class == class);
                 d = d.note(format!(

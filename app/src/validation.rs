@@ -1237,6 +1237,22 @@ mod tests {
         }
     }
 
+    /// LLMCompass's products: BF16 points of the A100 and the MI210 (matrix cores).
+    #[test]
+    fn llmcompass_products_read_as_bf16_points_of_the_a100_and_the_mi210() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/llmcompass");
+        let (plain, tensor) = published_points(&dir).unwrap();
+        let of = |pts: &[transfer::Point], device: &str, class: &str| {
+            pts.iter()
+                .filter(|p| p.device == device && p.class == class)
+                .count()
+        };
+        assert_eq!(of(&plain, "a100-sxm4-80gb bf16", "gemm"), 14);
+        assert_eq!(of(&plain, "mi210 bf16", "gemm"), 16);
+        assert_eq!(of(&tensor, "mi210 bf16", "gemm-tensor-16"), 16);
+        assert_eq!(plain.len(), 30);
+    }
+
     /// ridgeline's own H200 and H100 records read as points: every GEMM and convolution pass
     /// but FP64's, tensor-core ones as points of the tensor classes at their format's peak;
     /// both sets the GPU's own time.
@@ -1441,7 +1457,7 @@ mod tests {
         let ours = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/ridgeline");
         // The published sets `validate transfer` reads by default.
         let mut published = Vec::new();
-        for set in ["deepbench", "vidur"] {
+        for set in ["deepbench", "vidur", "llmcompass"] {
             let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("../data/kernels")
                 .join(set);

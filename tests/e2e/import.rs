@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::{fixture, run_err, run_json, run_ok};
+use crate::{fixture, import_h100_trace, run_err, run_json, run_ok};
 
 /// A fresh directory for one test's files.
 fn scratch(name: &str) -> PathBuf {
@@ -324,19 +324,8 @@ fn a_gpu_trace_times_ops_by_their_kernels() {
     let dir = scratch("gpu-trace");
     let records = dir.join("h100.jsonl");
     let records = records.to_str().unwrap();
-    let imported = run_json(&[
-        "import",
-        "torch-trace",
-        &fixture("torch/resnet50-h100.json.gz"),
-        "--workload",
-        "resnet50",
-        "--threads",
-        "1",
-        "--out",
-        records,
-        "--format",
-        "json",
-    ]);
+    let imported: serde_json::Value =
+        serde_json::from_str(&import_h100_trace(records, &["--format", "json"])).unwrap();
     assert_eq!(imported["device"], "cuda:0");
     assert_eq!(imported["batch"], 32);
     assert_eq!(imported["layers"], 175);

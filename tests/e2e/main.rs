@@ -61,3 +61,22 @@ fn run_err(args: &[&str]) -> String {
 fn fixture(name: &str) -> String {
     format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
 }
+
+/// Imports the committed H100 PyTorch trace of ResNet-50 into the records file `out`, with
+/// `extra` arguments; standard output.
+fn import_h100_trace(out: &str, extra: &[&str]) -> String {
+    let trace = fixture("torch/resnet50-h100.json.gz");
+    let mut args = vec![
+        "import",
+        "torch-trace",
+        &trace,
+        "--workload",
+        "resnet50",
+        "--threads",
+        "1",
+        "--out",
+        out,
+    ];
+    args.extend_from_slice(extra);
+    run_ok(&args)
+}

@@ -858,7 +858,8 @@ fn roofline_and_sweep_take_stacks_and_tensor_parallelism_spans_nodes() {
 /// not the padded length; one that pads, and a length the user gives, keep it.
 #[test]
 fn packing_computes_the_data_sets_mean_tokens_where_the_stack_packs() {
-    let predict = |stack: &str, extra: &[&str]| {
+    // BERT-Large on one DGX H100 under `stack`, with `extra`.
+    let args = |stack: &'static str, extra: &[&'static str]| {
         let mut a = vec![
             "predict",
             "bert-large",
@@ -872,11 +873,12 @@ fn packing_computes_the_data_sets_mean_tokens_where_the_stack_packs() {
             "amp-bf16",
             "--stack",
             stack,
-            "--format",
-            "json",
         ];
         a.extend_from_slice(extra);
-        run_json(&a)
+        a
+    };
+    let predict = |stack: &'static str, extra: &[&'static str]| {
+        run_json(&[&args(stack, extra)[..], &["--format", "json"]].concat())
     };
     let step = |v: &serde_json::Value| v["step_time_s"].as_f64().unwrap();
     let said = |v: &serde_json::Value| {
@@ -916,22 +918,7 @@ fn packing_computes_the_data_sets_mean_tokens_where_the_stack_packs() {
     assert!(padded.get("packing").is_none());
     let split_step = |v: &serde_json::Value| v["step_s"].as_f64().unwrap();
     assert!(split_step(&packed) < 0.67 * split_step(&padded));
-    let mut args = vec![
-        "predict",
-        "bert-large",
-        "--system",
-        "dgx-h100",
-        "--nodes",
-        "1",
-        "--batch",
-        "32",
-        "--precision",
-        "amp-bf16",
-        "--stack",
-        "tuned",
-    ];
-    args.extend(split);
-    let text = run_ok(&args);
+    let text = run_ok(&args("tuned", &split));
     assert!(text.contains("bert-large (256 tokens)"), "{text}");
 }
 
@@ -966,17 +953,7 @@ fn the_shipped_step_residuals_are_the_binarys_predictions() {
     let dir = scratch("residuals");
     let trace = dir.join("h100.jsonl");
     let trace = trace.to_str().unwrap();
-    run_ok(&[
-        "import",
-        "torch-trace",
-        &fixture("torch/resnet50-h100.json.gz"),
-        "--workload",
-        "resnet50",
-        "--threads",
-        "1",
-        "--out",
-        trace,
-    ]);
+    import_h100_trace(trace, &[]);
     let own = format!(
         "{}/data/measured/h100/steps.jsonl.gz",
         env!("CARGO_MANIFEST_DIR")

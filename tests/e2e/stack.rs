@@ -922,8 +922,18 @@ fn packing_computes_the_data_sets_mean_tokens_where_the_stack_packs() {
     assert!(text.contains("bert-large (256 tokens)"), "{text}");
 }
 
-/// The residuals ridgeline ships, as `(set, workload, precision, batch) -> predicted_s`.
-fn shipped_residuals() -> Vec<(String, String, String, u64, f64)> {
+/// One step of the residuals ridgeline ships.
+struct Shipped {
+    set: String,
+    workload: String,
+    precision: String,
+    batch: u64,
+    predicted_s: f64,
+    measured_s: f64,
+}
+
+/// The residuals ridgeline ships (`data/stacks/residuals.csv`).
+fn shipped_residuals() -> Vec<Shipped> {
     let text = std::fs::read_to_string(format!(
         "{}/data/stacks/residuals.csv",
         env!("CARGO_MANIFEST_DIR")
@@ -934,13 +944,14 @@ fn shipped_residuals() -> Vec<(String, String, String, u64, f64)> {
         .skip(1)
         .map(|l| {
             let f: Vec<&str> = l.split(',').collect();
-            (
-                f[1].to_owned(),
-                f[2].to_owned(),
-                f[5].to_owned(),
-                f[6].parse().unwrap(),
-                f[7].parse().unwrap(),
-            )
+            Shipped {
+                set: f[1].to_owned(),
+                workload: f[2].to_owned(),
+                precision: f[5].to_owned(),
+                batch: f[6].parse().unwrap(),
+                predicted_s: f[7].parse().unwrap(),
+                measured_s: f[8].parse().unwrap(),
+            }
         })
         .collect()
 }
@@ -978,12 +989,12 @@ fn the_shipped_step_residuals_are_the_binarys_predictions() {
             let now = s["predicted_s"].as_f64().unwrap();
             let row = shipped
                 .iter()
-                .find(|r| r.0 == set && r.1 == w && r.2 == p && r.3 == b)
+                .find(|r| r.set == set && r.workload == w && r.precision == p && r.batch == b)
                 .unwrap_or_else(|| panic!("{set} {w} {p} b{b} is not in data/stacks/residuals.csv: run scripts/step-residuals.sh"));
             assert!(
-                (row.4 - now).abs() <= 1e-9 * now,
+                (row.predicted_s - now).abs() <= 1e-9 * now,
                 "{set} {w} {p} b{b}: data/stacks/residuals.csv has {} s, the binary predicts {now} s: run scripts/step-residuals.sh",
-                row.4
+                row.predicted_s
             );
             checked += 1;
         }
@@ -1022,18 +1033,16 @@ fn validated_steps_get_the_band_of_the_other_steps_of_their_stack() {
             "{s}"
         );
         // The band's ends are ratios of the other steps.
-        let ratio =
-            |r: &(String, String, String, u64, f64)| shipped_measured(&r.0, &r.1, &r.2, r.3) / r.4;
         let others: Vec<f64> = shipped
             .iter()
-            .filter(|r| r.0.starts_with("own-"))
+            .filter(|r| r.set.starts_with("own-"))
             .filter(|r| {
-                !(r.0 == "own-h100"
-                    && r.1 == s["workload"]
-                    && r.2 == s["precision"]
-                    && r.3 == s["batch"].as_u64().unwrap())
+                !(r.set == "own-h100"
+                    && r.workload == s["workload"]
+                    && r.precision == s["precision"]
+                    && r.batch == s["batch"].as_u64().unwrap())
             })
-            .map(ratio)
+            .map(|r| r.measured_s / r.predicted_s)
             .collect();
         assert!(others.iter().any(|x| (x - lo).abs() <= 1e-9 * lo), "{lo}");
         assert!(others.iter().any(|x| (x - hi).abs() <= 1e-9 * hi), "{hi}");
@@ -1043,21 +1052,6 @@ fn validated_steps_get_the_band_of_the_other_steps_of_their_stack() {
         text.contains("measured steps inside their predicted interval (the band of measured over predicted time of the steps validated on GPUs under ridgeline-executor, each step's own left out)"),
         "{text}"
     );
-}
-
-/// The measured seconds of a shipped residual.
-fn shipped_measured(set: &str, workload: &str, precision: &str, batch: u64) -> f64 {
-    let text = std::fs::read_to_string(format!(
-        "{}/data/stacks/residuals.csv",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap();
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .map(|l| l.split(',').collect::<Vec<_>>())
-        .find(|f| f[1] == set && f[2] == workload && f[5] == precision && f[6] == batch.to_string())
-        .map(|f| f[8].parse().unwrap())
-        .unwrap()
 }
 
 /// `predict` says where its interval comes from: the stack's validated steps, or every

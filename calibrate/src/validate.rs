@@ -68,9 +68,10 @@ pub struct StepPoint {
     /// Predicted seconds per step.
     pub predicted_s: f64,
     /// The prediction's 90 % interval, seconds: the band of measured over predicted time of
-    /// the other steps validated under its stack (`band`); where there are too few, from
-    /// each layer's kernel model (a calibrated fit's residuals, the transferred model's
-    /// held-out errors); equal ends where every layer is at the ideal bound.
+    /// the other steps validated under its stack (`band`); where there are too few, or the
+    /// band does not speak for the step (a calibrated GPU), from each layer's kernel model
+    /// (a calibrated fit's residuals, the transferred model's held-out errors); equal ends
+    /// where every layer is at the ideal bound.
     pub predicted_lo_s: f64,
     /// Its upper end.
     pub predicted_hi_s: f64,
@@ -91,8 +92,8 @@ pub struct StepPoint {
     pub layers: usize,
     /// The stack it was predicted under.
     pub stack: String,
-    /// The band of measured over predicted step time that gave its interval: the steps
-    /// validated under its stack, this one's own residual left out
+    /// The band of measured over predicted step time that gave its interval, where one did:
+    /// the steps validated under its stack, this one's own residual left out
     /// ([`ridgeline_model::stack::residuals`]).
     pub band: Option<StepBand>,
 }
@@ -290,12 +291,13 @@ pub fn validate(
             batch: batch as u64,
         };
         let kind = system.device.kind;
-        let band = residuals::band(stack, kind, Some(&key));
-        model.set_band(kind, band.clone());
+        model.set_band(kind, residuals::band(stack, kind, Some(&key)));
         let rates = DeviceRates::of(system, precision, Efficiency::IDEAL)?;
         let timing = Timing::of(system, precision, KernelModel::Transfer);
         let times = model.device_times(batch as f64, &rates, &timing);
         let (predicted, [predicted_lo, predicted_hi]) = (times.step, times.interval_90);
+        // The band where it gave the interval (not for a calibrated GPU).
+        let band = model.interval_band(kind, &times.timed_by).cloned();
         // Without a profile, each layer as `predict` times it (the transferred kernel model
         // on a GPU); with one, the calibrated roofline's layer times.
         let uncalibrated: Option<Vec<_>> = system

@@ -121,8 +121,9 @@ pub struct StackReport {
     /// The share of the compute time the device waits on the host, 0 to 1.
     pub device_idle_share: f64,
     /// The band of measured over predicted step time of the steps validated under the
-    /// stack, which is the compute's 90 % interval; `None` where there is none or the step
-    /// is timed at the ideal bound (the interval is then the kernels').
+    /// stack, which is the compute's 90 % interval; `None` where there is none or it does
+    /// not speak for this step (a calibrated GPU, the ideal bound: the interval is then the
+    /// kernels').
     pub band: Option<crate::stack::residuals::StepBand>,
 }
 
@@ -557,11 +558,7 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
         device_busy_s: plan.busy,
         device_idle_share: (1.0 - plan.busy / plan.compute.value()).clamp(0.0, 1.0),
         band: model
-            .band(system.device.kind)
-            .filter(|_| {
-                let [lo, hi] = plan.compute_interval;
-                lo < hi
-            })
+            .interval_band(system.device.kind, &outcome.compute_timed_by)
             .cloned(),
     };
     assumptions.extend(stack_assumptions(&stack, model, b, system, scenario));

@@ -115,6 +115,13 @@ impl StepModel {
         }
     }
 
+    /// The band that is the 90 % interval of a step on a device of `kind` whose layers were
+    /// timed `by` these models: the stack's band, where it speaks for steps timed so
+    /// (`Bands::applies`).
+    pub fn interval_band(&self, kind: DeviceKind, by: &TimedBy) -> Option<&StepBand> {
+        self.band(kind).filter(|_| Bands::applies(kind, by))
+    }
+
     /// Replaces that band on devices of `kind`: a validation judges each measured step by a
     /// band without its own residual ([`crate::stack::residuals::band`] with `leave_out`).
     pub fn set_band(&mut self, kind: DeviceKind, band: Option<StepBand>) {
@@ -167,18 +174,15 @@ impl StepModel {
             (busy, forward, 0.0)
         };
         let [lo, hi] = groups.total();
-        // A modelled step (not the ideal bound) is as far off as the steps validated under
-        // its stack have been, kernels and all; where too few were, as far as its kernels'
-        // fits say.
+        // A modelled step is as far off as the steps validated under its stack have been,
+        // kernels and all, where it is timed as they were (`Bands::applies`); else as far as
+        // its kernels' fits say.
         let kind = if timing.gpu {
             DeviceKind::Gpu
         } else {
             DeviceKind::Cpu
         };
-        let interval_90 = match self
-            .band(kind)
-            .filter(|_| timed_by.profile + timed_by.transfer > 0)
-        {
+        let interval_90 = match self.interval_band(kind, &timed_by) {
             Some(band) => band.around(step),
             None => [step - lo, step + hi],
         };
@@ -486,6 +490,17 @@ pub(super) struct Bands {
 }
 
 impl Bands {
+    /// Whether the band of `kind` speaks for a step timed `by` these models: the GPU steps
+    /// of `data/stacks/residuals.csv` were predicted uncalibrated, by the transferred kernel
+    /// model, so a GPU's band is for uncalibrated predictions (a calibrated GPU keeps its
+    /// fits' interval); the CPU steps were calibrated. Never at the ideal bound.
+    pub(super) fn applies(kind: DeviceKind, by: &TimedBy) -> bool {
+        match kind {
+            DeviceKind::Gpu => by.transfer > 0 && by.profile == 0,
+            DeviceKind::Cpu => by.profile > 0,
+        }
+    }
+
     /// `stack`'s bands ([`crate::stack::residuals::band`]).
     pub(super) fn of(stack: &crate::stack::Stack) -> Bands {
         use crate::stack::residuals::band;
@@ -848,9 +863,9 @@ mod tests {
         let mut g = Graph::new("net", vec![4, 16, 16]).unwrap();
         g.then("a", Op::conv(Conv::new(8, &[3, 3]).pad(1))).unwrap();
         let p = profile();
+        // A calibrated CPU step: the CPU's band (its steps were calibrated too).
         let timing = Timing {
             profile: Some(&p),
-            gpu: true,
             ..Timing::default()
         };
         let mut m = StepModel::new(&g, Precision::Fp32, Optimizer::Sgd);
@@ -860,19 +875,28 @@ mod tests {
             steps: 20,
             stack: "pytorch-eager".to_owned(),
             pooled: false,
-            kind: DeviceKind::Gpu,
+            kind: DeviceKind::Cpu,
         };
-        m.set_band(DeviceKind::Gpu, Some(band));
+        m.set_band(DeviceKind::Cpu, Some(band.clone()));
         let t = m.device_times(2.0, &rates(), &timing);
         assert_eq!(t.interval_90, [0.5 * t.step, 3.0 * t.step]);
-        // On a CPU, the CPU's band: none here, so the kernels' interval.
-        m.set_band(DeviceKind::Cpu, None);
-        let cpu = Timing {
-            gpu: false,
+        // On a calibrated GPU the GPU's band, which is for uncalibrated steps, does not
+        // speak: the kernels' interval.
+        m.set_band(DeviceKind::Gpu, Some(band));
+        let gpu = Timing {
+            gpu: true,
             ..timing
         };
-        let t = m.device_times(2.0, &rates(), &cpu);
+        let t = m.device_times(2.0, &rates(), &gpu);
         assert!(t.interval_90[1] < 3.0 * t.step && t.interval_90[0] > 0.5 * t.step);
+        assert!(Bands::applies(
+            DeviceKind::Gpu,
+            &TimedBy {
+                transfer: 3,
+                ..TimedBy::default()
+            }
+        ));
+        assert!(!Bands::applies(DeviceKind::Gpu, &TimedBy::default()));
         // The shipped bands of the default stack are the ones a model gets.
         let m = StepModel::new(&g, Precision::Fp32, Optimizer::Sgd);
         for kind in [DeviceKind::Gpu, DeviceKind::Cpu] {

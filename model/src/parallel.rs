@@ -33,8 +33,9 @@ use crate::graph::Graph;
 use crate::memory::stack_memory;
 use crate::memory::{Footprint, Optimizer};
 use crate::precision::Precision;
-use crate::predict::{DeviceRates, StackEffects, StepModel, Timing};
+use crate::predict::{DeviceRates, StackEffects, StepModel, TimedBy, Timing};
 use crate::roofline::Efficiency;
+use crate::stack::residuals::StepBand;
 use crate::stack::{Schedule, Stack};
 use crate::system::System;
 use crate::workloads::transformer::{self, Config, block_of};
@@ -110,6 +111,12 @@ pub struct SplitStep {
     /// What the stack's rules changed on one device (its memory figures with the split's
     /// sequence parallelism), per sample of a micro-batch.
     pub effects: StackEffects,
+    /// The step's 90 % interval, seconds: the band of the steps validated under the stack
+    /// where it speaks for this one (`StepModel::interval_band`: an uncalibrated GPU), else
+    /// none.
+    pub step_interval_90_s: Option<[f64; 2]>,
+    /// That band.
+    pub band: Option<StepBand>,
 }
 
 /// The stage of each layer of `graph` (in order) over `stages` stages of `blocks`
@@ -413,6 +420,14 @@ pub fn step(
     };
     let update = model.update_bytes * largest as f64 / total_params / rates.bandwidth / shards;
     let memory = out.iter().map(|s| s.memory_bytes).fold(0.0, f64::max);
+    let step_s = pipeline_s + data_exposed + update;
+    // What timed the stages' layers, as the band asks.
+    let by = TimedBy {
+        profile: usize::from(timing.profile.is_some()),
+        transfer: usize::from(timing.transfer.is_some()),
+        ideal: 0,
+    };
+    let band = model.interval_band(system.device.kind, &by).cloned();
     Ok(SplitStep {
         split,
         micro_batch: micro,
@@ -421,7 +436,9 @@ pub fn step(
         } else {
             0.0
         },
-        step_s: pipeline_s + data_exposed + update,
+        step_s,
+        step_interval_90_s: band.as_ref().map(|b| b.around(step_s)),
+        band,
         stages: out,
         pipeline_s,
         data_allreduce_s: data_allreduce,

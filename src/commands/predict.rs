@@ -426,7 +426,19 @@ fn split(args: &PredictArgs) -> Result<()> {
             "Prediction: {name} ({seq} tokens) on {} x {} nodes, tensor {tensor} x pipeline {pipeline} x data {data}, {global} sequences a step in {} micro-batches of {}, {precision}",
             system.name, args.nodes, split.micro_batches, step.micro_batch
         ))
-        .summary("step time", secs(step.step_s))
+        .summary(
+            "step time",
+            match (step.step_interval_90_s, &step.band) {
+                (Some([lo, hi]), Some(b)) => format!(
+                    "{}, 90 %: {} to {} ({})",
+                    secs(step.step_s),
+                    secs(lo),
+                    secs(hi),
+                    b.describe()
+                ),
+                _ => secs(step.step_s),
+            },
+        )
         .summary("  software stack", format!("{} ({} dispatch)", stack.name, stack.host.dispatch.value))
         .summary(
             "  pipeline / data allreduce / update",

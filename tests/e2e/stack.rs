@@ -1082,4 +1082,30 @@ fn predict_says_which_validated_steps_give_its_interval() {
         text.contains("none: every layer at the ideal bound"),
         "{text}"
     );
+    // A split step: the same band around its step.
+    let split = run_json(&[
+        "predict",
+        "gpt3-2.7b",
+        "--system",
+        "dgx-h100",
+        "--nodes",
+        "1",
+        "--tensor-parallel",
+        "4",
+        "--batch",
+        "4",
+        "--precision",
+        "amp-bf16",
+        "--epochs",
+        "1",
+        "--format",
+        "json",
+    ]);
+    let step = split["step_s"].as_f64().unwrap();
+    assert_eq!(split["band"], *band);
+    for (i, end) in ["lo", "hi"].iter().enumerate() {
+        let want = step * band[end].as_f64().unwrap();
+        let got = split["step_interval_90_s"][i].as_f64().unwrap();
+        assert!((got - want).abs() <= 1e-12 * want, "{got} {want}");
+    }
 }

@@ -36,6 +36,11 @@ const RESNET: [&str; 11] = [
 fn predict(precision: &str, stack: Option<&str>) -> serde_json::Value {
     let mut args: Vec<&str> = RESNET.to_vec();
     args.extend(["json", "--precision", precision]);
+    run_json_under(args, stack)
+}
+
+/// Runs `args` under `stack` (`--stack`, where given) and parses its JSON.
+fn run_json_under<'a>(mut args: Vec<&'a str>, stack: Option<&'a str>) -> serde_json::Value {
     if let Some(s) = stack {
         args.extend(["--stack", s]);
     }
@@ -281,7 +286,7 @@ fn imported_runs_are_validated_under_tuned_unless_told_otherwise() {
     let runs = runs.to_str().unwrap();
     run_ok(&["import", "mlperf", &fixture("mlperf"), "--out", runs]);
     let validate = |stack: Option<&str>| {
-        let mut args = vec![
+        let args = vec![
             "validate",
             "--measured",
             runs,
@@ -292,10 +297,7 @@ fn imported_runs_are_validated_under_tuned_unless_told_otherwise() {
             "--format",
             "json",
         ];
-        if let Some(s) = stack {
-            args.extend(["--stack", s]);
-        }
-        run_json(&args)
+        run_json_under(args, stack)
     };
     let tuned = validate(None);
     assert_eq!(tuned["stack"], "tuned");
@@ -390,7 +392,7 @@ fn procurement_shows_each_candidate_under_the_default_and_the_tuned_stack() {
     let report = |stack: Option<&str>, name: &str| {
         let out = dir.join(name);
         let out = out.to_str().unwrap().to_owned();
-        let mut args = vec![
+        let args = vec![
             "report",
             "procurement",
             "--systems",
@@ -400,10 +402,7 @@ fn procurement_shows_each_candidate_under_the_default_and_the_tuned_stack() {
             "--format",
             "json",
         ];
-        if let Some(s) = stack {
-            args.extend(["--stack", s]);
-        }
-        run_json(&args)
+        run_json_under(args, stack)
     };
     let v = report(None, "default");
     let rows = v["software"].as_array().unwrap();
@@ -751,7 +750,7 @@ fn gpt3_175b_in_the_submissions_layout_fits_and_says_what_each_rule_did() {
 #[test]
 fn roofline_and_sweep_take_stacks_and_tensor_parallelism_spans_nodes() {
     let roof = |stack: Option<&str>| {
-        let mut a = vec![
+        let a = vec![
             "roofline",
             "resnet50",
             "--system",
@@ -763,10 +762,7 @@ fn roofline_and_sweep_take_stacks_and_tensor_parallelism_spans_nodes() {
             "--format",
             "json",
         ];
-        if let Some(s) = stack {
-            a.extend(["--stack", s]);
-        }
-        run_json(&a)
+        run_json_under(a, stack)
     };
     let (plain, tuned) = (roof(None), roof(Some("tuned")));
     assert!(plain.get("stack").is_none());

@@ -76,17 +76,17 @@ pub fn gemm(shapes: Option<Vec<[usize; 3]>>, formats: &[Format]) -> Vec<Case> {
         .collect()
 }
 
-/// Convolutions: the suite's sweep, or the distinct convolutions of `shapes`; each in every
-/// layout, format and pass.
+/// Convolutions: a sweep, or the distinct convolutions of `shapes`; each in every layout,
+/// format and pass.
 pub fn conv(
-    sweep: bool,
+    sweep: Option<suite::ConvSweep>,
     shapes: &Shapes,
     layouts: &[Layout],
     formats: &[Format],
     passes: &[ConvPass],
 ) -> Result<Vec<Case>> {
-    let convs = if sweep {
-        suite::conv_sweep()
+    let convs = if let Some(sweep) = sweep {
+        sweep.cases()
     } else {
         let mut all = Vec::new();
         for (graph, batch) in shapes.sources()? {
@@ -241,7 +241,7 @@ mod tests {
     fn a_named_layer_gives_its_own_convolution_in_every_pass() {
         let passes = [ConvPass::Forward, ConvPass::BackwardFilter];
         let cases = conv(
-            false,
+            None,
             &resnet(&["conv1"]),
             &[Layout::ChannelsFirst],
             &[Format::Fp32],
@@ -255,7 +255,7 @@ mod tests {
                 .all(|c| matches!(c, Case::Conv(cc, _) if cc.batch == 2 && cc.c_in == 3))
         );
         let err = conv(
-            false,
+            None,
             &resnet(&["conv9"]),
             &[Layout::ChannelsFirst],
             &[Format::Fp32],

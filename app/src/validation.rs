@@ -187,6 +187,16 @@ pub struct TransferCheck {
     /// The FP32 fit's classes unscaled (at the tensor-core peak for a tensor-core class) on
     /// the same held-out kernels: pooled median |error| by scaled class.
     pub tensor_unscaled: BTreeMap<String, f64>,
+    /// The depthwise convolution classes ([`transfer::depthwise`]: one per pass and format)
+    /// on ridgeline's own depthwise records of the GPU's own time, each GPU left out in
+    /// turn; `None` without such records.
+    pub depthwise: Option<Transfer>,
+    /// Those records as the depthwise classes' fit sees them.
+    #[serde(skip)]
+    pub depthwise_points: Vec<transfer::Point>,
+    /// The depthwise classes fitted on every GPU of them.
+    #[serde(skip)]
+    pub depthwise_models: Vec<transfer::ClassModel>,
 }
 
 /// One measured training step against its prediction.
@@ -290,6 +300,9 @@ pub fn transfer(kernels: &Path, ours: Option<&Path>, public: &[PathBuf]) -> Resu
         tensor_points: Vec::new(),
         tensor_adopted: Vec::new(),
         tensor_unscaled: BTreeMap::new(),
+        depthwise: None,
+        depthwise_points: Vec::new(),
+        depthwise_models: Vec::new(),
         set,
         points,
         held,
@@ -310,6 +323,19 @@ pub fn transfer(kernels: &Path, ours: Option<&Path>, public: &[PathBuf]) -> Resu
             &points.gpu,
             false,
         ));
+    }
+    if let Some(ours) = ours {
+        let points: Vec<transfer::Point> = own_points(ours, true)?
+            .gpu
+            .into_iter()
+            .filter(|p| ridgeline_model::transfer::is_depthwise_class(&p.class))
+            .collect();
+        if !points.is_empty() {
+            let (fitted, held) = transfer::depthwise(&points)?;
+            check.depthwise = Some(held);
+            check.depthwise_models = fitted;
+            check.depthwise_points = points;
+        }
     }
     check.published = transfer::outside_in_step(&models, &check.held, &published, false);
     check.tensor_points = tensor_points;
@@ -760,6 +786,35 @@ pub fn transfer_model(
             ours.display(),
             public,
             devices.join(", ")
+        ));
+    }
+    // The depthwise classes, fitted on ridgeline's own depthwise records, with the figures
+    // of leaving each GPU out.
+    if let Some(held) = check
+        .depthwise
+        .as_ref()
+        .filter(|_| !check.depthwise_models.is_empty())
+    {
+        let mut gpus: Vec<&str> = check
+            .depthwise_points
+            .iter()
+            .filter_map(|p| p.device.split(' ').next())
+            .collect();
+        gpus.sort_unstable();
+        gpus.dedup();
+        let d = transfer::shipped(
+            check.depthwise_models.clone(),
+            &check.depthwise_points,
+            held,
+            "",
+            "",
+        );
+        m.classes.extend(d.classes);
+        m.source.depthwise = Some(format!(
+            "depthwise convolutions of ridgeline's own records ({}: {}), one class per pass and \
+             format, each GPU left out in turn",
+            ours.display(),
+            gpus.join(", ")
         ));
     }
     let body = toml::to_string(&m).context("writing the kernel model as TOML")?;
@@ -1253,6 +1308,23 @@ mod tests {
         assert_eq!(plain.len(), 30);
     }
 
+    /// The H200's FP8 products: FP8 points at its FP8 peak (a class of their own when
+    /// scaled, `gemm-tensor-fp8`), beside BF16 ones of the same shapes.
+    #[test]
+    fn fp8_products_read_as_fp8_points_of_the_h200() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/fp8-h200");
+        let (plain, tensor) = published_points(&dir).unwrap();
+        let of = |pts: &[transfer::Point], device: &str, class: &str| {
+            pts.iter()
+                .filter(|p| p.device == device && p.class == class)
+                .count()
+        };
+        assert_eq!(of(&plain, "h200-sxm-141gb fp8", "gemm"), 8);
+        assert_eq!(of(&plain, "h200-sxm-141gb bf16", "gemm"), 8);
+        assert_eq!(of(&tensor, "h200-sxm-141gb fp8", "gemm-tensor-fp8"), 8);
+        assert_eq!(of(&tensor, "h200-sxm-141gb bf16", "gemm-tensor-16"), 8);
+    }
+
     /// ridgeline's own H200 and H100 records read as points: every GEMM and convolution pass
     /// but FP64's, tensor-core ones as points of the tensor classes at their format's peak;
     /// both sets the GPU's own time.
@@ -1272,7 +1344,13 @@ mod tests {
         // implicit GEMMs but DeepCAM's 13 depthwise layers' (39 passes a format); the 210
         // in fp32 too, of which the 10 2-D 3 x 3 forward passes of stride 1 and the
         // depthwise ones are `conv`'s, the depthwise ones judged apart (`... depthwise`).
-        for gpu in ["h200-sxm-141gb", "h100-sxm5-80gb"] {
+        // The H200's kernel sweep adds 93 passes a format: 54 implicit GEMMs (`conv-gemm`'s
+        // in fp32 too: none is of `conv`'s kind, one group) and 39 depthwise.
+        // Scaled, a depthwise pass is a point of its pass's and format's class.
+        for (gpu, gemms, fp32, depthwise) in [
+            ("h200-sxm-141gb", 512 + 162, (161 + 54, 10), 78),
+            ("h100-sxm5-80gb", 512, (161, 10), 39),
+        ] {
             assert_eq!(count(&plain.gpu, "gemm", &format!("{gpu} fp32")), 33);
             assert_eq!(count(&tensor.gpu, "gemm", &format!("{gpu} fp32")), 33);
             assert_eq!(
@@ -1295,19 +1373,34 @@ mod tests {
                     })
                     .sum()
             };
-            assert_eq!((conv("conv-gemm"), conv("conv")), (512, 117), "{gpu}");
-            let fp32 = format!("{gpu} fp32");
+            assert_eq!((conv("conv-gemm"), conv("conv")), (gemms, 0), "{gpu}");
+            let fp32s = format!("{gpu} fp32");
             assert_eq!(
                 (
-                    count(&plain.gpu, "conv-gemm", &fp32),
-                    count(&plain.gpu, "conv", &fp32)
+                    count(&plain.gpu, "conv-gemm", &fp32s),
+                    count(&plain.gpu, "conv", &fp32s)
                 ),
-                (161, 10)
+                fp32,
+                "{gpu}"
             );
             for format in ["fp32", "tf32", "fp16", "bf16"] {
-                let depthwise = format!("{gpu} {format} depthwise");
-                assert_eq!(count(&plain.gpu, "conv", &depthwise), 39, "{depthwise}");
-                assert_eq!(count(&tensor.gpu, "conv", &depthwise), 0, "{depthwise}");
+                let plain_dw = format!("{gpu} {format} depthwise");
+                assert_eq!(
+                    count(&plain.gpu, "conv", &plain_dw),
+                    depthwise,
+                    "{plain_dw}"
+                );
+                let scaled: usize = ["forward", "backward-data", "backward-filter"]
+                    .iter()
+                    .map(|pass| {
+                        count(
+                            &tensor.gpu,
+                            &format!("conv-depthwise-{pass}-{format}"),
+                            &format!("{gpu} {format}"),
+                        )
+                    })
+                    .sum();
+                assert_eq!(scaled, depthwise, "{gpu} {format}");
             }
         }
         // The two share one chip: left out together by the tensor-core classes.
@@ -1453,11 +1546,11 @@ mod tests {
         let points = transfer::points(&set, &specs).unwrap();
         let all: Vec<&transfer::Point> = points.iter().collect();
         let mut fitted = transfer::fit(&all).unwrap();
-        // With the tensor-core classes of ridgeline's own records and DeepBench's.
+        // With the tensor-core classes of ridgeline's own records and the published sets'.
         let ours = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/ridgeline");
         // The published sets `validate transfer` reads by default.
         let mut published = Vec::new();
-        for set in ["deepbench", "vidur", "llmcompass"] {
+        for set in ["deepbench", "vidur", "llmcompass", "fp8-h200"] {
             let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("../data/kernels")
                 .join(set);
@@ -1466,6 +1559,14 @@ mod tests {
         let tensor = tensor_points(Some(&ours), &published).unwrap();
         let (adopted, _, _) = transfer::scaled_classes(&fitted, &tensor);
         fitted.extend(adopted);
+        // And the depthwise classes of ridgeline's own records.
+        let depthwise: Vec<transfer::Point> = own_points(&ours, true)
+            .unwrap()
+            .gpu
+            .into_iter()
+            .filter(|p| ridgeline_model::transfer::is_depthwise_class(&p.class))
+            .collect();
+        fitted.extend(transfer::depthwise(&depthwise).unwrap().0);
         let shipped = ridgeline_model::transfer::Model::builtin();
         assert_eq!(shipped.classes.len(), fitted.len());
         for f in &fitted {

@@ -557,19 +557,20 @@ impl PublishedSet {
                 Vec::new()
             },
         };
-        let formats = |path: &Path, p: &[RecordPrecision]| -> Result<()> {
+        // FP8 products, but no FP8 convolutions (no library runs them).
+        let formats = |path: &Path, p: &[RecordPrecision], fp8: bool| -> Result<()> {
             match p.iter().position(|p| {
-                !matches!(
+                !(matches!(
                     p,
                     RecordPrecision::Fp32
                         | RecordPrecision::Fp16
                         | RecordPrecision::Bf16
                         | RecordPrecision::Tf32
-                )
+                ) || (fp8 && *p == RecordPrecision::Fp8))
             }) {
                 Some(i) => Err(Error::Input(format!(
                     "{}: row {}: precision `{}`: a published set holds fp32, fp16, bf16 or \
-                     tf32 kernels; {fix}",
+                     tf32 kernels (and fp8 products); {fix}",
                     path.display(),
                     i + 1,
                     p[i].name()
@@ -578,9 +579,9 @@ impl PublishedSet {
             }
         };
         let gemm: Vec<RecordPrecision> = set.gemm.iter().map(|g| g.precision).collect();
-        formats(&dir.join(GEMM), &gemm)?;
+        formats(&dir.join(GEMM), &gemm, true)?;
         let conv: Vec<RecordPrecision> = set.conv.iter().map(|c| c.precision).collect();
-        formats(&dir.join(CONV), &conv)?;
+        formats(&dir.join(CONV), &conv, false)?;
         if let Some(i) = set.conv.iter().position(|c| c.pass == ConvPass::Backward) {
             return Err(Error::Input(format!(
                 "{}: row {}: pass `backward`: one pass a row (forward, backward-data or \
@@ -753,6 +754,7 @@ mod tests {
         let g = [
             gemm(RecordPrecision::Fp16, 128, 2e-5),
             gemm(RecordPrecision::Fp32, 128, 5e-5),
+            gemm(RecordPrecision::Fp8, 128, 1e-5),
         ];
         let c = [conv(ConvPass::BackwardFilter, "t4")];
         let set = round_trip(&g, &c).unwrap();
@@ -762,7 +764,11 @@ mod tests {
     #[test]
     fn bad_rows_of_a_published_set_name_the_file_the_row_and_the_field() {
         let fp16 = |m, t| gemm(RecordPrecision::Fp16, m, t);
-        let cases: [(Vec<PublishedGemm>, Vec<PublishedConv>, &str, &str); 5] = [
+        let fp8_conv = PublishedConv {
+            precision: RecordPrecision::Fp8,
+            ..conv(ConvPass::Forward, "t4")
+        };
+        let cases: [(Vec<PublishedGemm>, Vec<PublishedConv>, &str, &str); 6] = [
             (
                 vec![fp16(8, 1e-5), gemm(RecordPrecision::Fp64, 8, 1e-5)],
                 vec![],
@@ -795,6 +801,12 @@ mod tests {
                 vec![conv(ConvPass::Forward, "v100")],
                 "conv.csv.gz: row 1: device `v100`",
                 "SOURCE.toml's `devices`",
+            ),
+            (
+                vec![gemm(RecordPrecision::Fp8, 8, 1e-5)],
+                vec![fp8_conv],
+                "conv.csv.gz: row 1: precision `fp8`",
+                "and fp8 products",
             ),
         ];
         for (g, c, at, what) in cases {

@@ -22,14 +22,14 @@ use std::collections::BTreeMap;
 use rayon::prelude::*;
 use ridgeline_measure::record::{Measured, Record, RecordPrecision};
 use ridgeline_model::kernels::{Kernel, KernelClass, KernelPass, gemm_kernel};
-use ridgeline_model::precision::Precision;
+use ridgeline_model::precision::{NumberFormat, Precision};
 use ridgeline_model::transfer::{self, ClassCoefficients, DeviceSpec, Model, ModelSource, Tiles};
 use serde::Serialize;
 use statrs::statistics::{Data, OrderStatistics};
 
 use crate::dataset::{ConvAlgorithm, KernelSet, LabelSet, PublishedSet};
 use crate::error::{Error, Result};
-use crate::fit::fit_relative;
+use crate::fit::{fit_relative, fit_relative_to_measured};
 
 /// Classes fitted and timed as one model's: a linear layer runs the same library GEMMs as a
 /// batched product, so every product of the set (`bmm` and `linear`) is fitted together as
@@ -346,7 +346,15 @@ fn fit_class(class: &str, rows: &[&Point], energy: usize) -> Result<ClassModel> 
         })
         .collect();
     let y: Vec<f64> = rows.iter().map(|p| p.y).collect();
-    let f = fit_relative(&x, &y).map_err(|e| Error::Fit(format!("class `{class}`: {e}")))?;
+    // A depthwise class holds shapes cuDNN runs with a fallback 6 to 200 times slower than
+    // its depthwise kernels (no fast kernel for that shape): fitted relative to the measured
+    // times, they do not pull the class off the kernels the rest run.
+    let f = if transfer::is_depthwise_class(class) {
+        fit_relative_to_measured(&x, &y)
+    } else {
+        fit_relative(&x, &y)
+    }
+    .map_err(|e| Error::Fit(format!("class `{class}`: {e}")))?;
     let mut launches: Vec<f64> = f.coefficients[..d].to_vec();
     launches.sort_by(f64::total_cmp);
     let launch = if d % 2 == 1 {
@@ -595,6 +603,76 @@ pub fn leave_one_out(points: &[Point]) -> Result<Transfer> {
     })
 }
 
+/// The depthwise convolution classes ([`depthwise_point`]'s points): each fitted on every
+/// device of `points`, and each device left out in turn (fitted on the others, where a class
+/// has points of another device). A held-out device is judged by the 90 % interval of the
+/// other held-out devices' log ratios, and the shipped interval is [`interval_90`] of them
+/// all. The devices are GPUs with a format (`h100-sxm5-80gb fp16`), and each class is one
+/// format's, so leaving a device out leaves its GPU out of the class. GPUs of one chip (the
+/// H100 SXM5 and the H200: SMs and clock alike) test the bandwidth term alone.
+pub fn depthwise(points: &[Point]) -> Result<(Vec<ClassModel>, Transfer)> {
+    let all: Vec<&Point> = points.iter().collect();
+    let models = fit(&all)?;
+    let mut devices: Vec<&str> = points.iter().map(|p| p.device.as_str()).collect();
+    devices.sort_unstable();
+    devices.dedup();
+    // Per class, each held-out device's relative errors.
+    let mut held: BTreeMap<&str, Vec<(&str, Vec<f64>)>> = BTreeMap::new();
+    for device in &devices {
+        let classes: Vec<&str> = points
+            .iter()
+            .filter(|p| p.device == *device)
+            .map(|p| p.class.as_str())
+            .collect();
+        let train: Vec<&Point> = points
+            .iter()
+            .filter(|p| p.device != *device && classes.contains(&p.class.as_str()))
+            .collect();
+        if train.is_empty() {
+            continue;
+        }
+        let test: Vec<&Point> = points.iter().filter(|p| p.device == *device).collect();
+        for (class, e) in errors(&fit(&train)?, &test) {
+            held.entry(class).or_default().push((device, e));
+        }
+    }
+    let mut holdouts = Vec::new();
+    let mut classes = Vec::new();
+    let mut intervals = BTreeMap::new();
+    for (class, by_device) in held {
+        let logs: Vec<Vec<f64>> = by_device
+            .iter()
+            .map(|(_, e)| e.iter().map(|r| log_ratio(*r)).collect())
+            .collect();
+        let mut pooled = Pool::default();
+        for (i, (device, e)) in by_device.iter().enumerate() {
+            let others: Vec<Vec<f64>> = logs
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, l)| l.clone())
+                .collect();
+            let pool = Pool::judged(e.clone(), interval_90(&others));
+            holdouts.push(pool.holdout(device, class));
+            pooled.errors.extend(&pool.errors);
+            pooled.inside += pool.inside;
+            pooled.judged += pool.judged;
+        }
+        classes.push(pooled.holdout("all", class));
+        if let Some(i) = interval_90(&logs) {
+            intervals.insert(class.to_owned(), i);
+        }
+    }
+    Ok((
+        models,
+        Transfer {
+            holdouts,
+            classes,
+            intervals,
+        },
+    ))
+}
+
 /// The model ridgeline ships: every class fitted on every device of `points`, with the
 /// pooled leave-one-device-out figures of `held` beside its coefficients.
 pub fn model(points: &[Point], held: &Transfer, data: &str, fitted_by: &str) -> Result<Model> {
@@ -623,6 +701,8 @@ pub fn shipped(
                 .map_or([f64::NAN; 2], |(lo, hi)| [(-hi).exp(), (-lo).exp()]);
             let features = if c.coefficients.len() == transfer::GEMM_FEATURES.len() {
                 &transfer::GEMM_FEATURES[..]
+            } else if transfer::is_depthwise_class(&c.class) {
+                &transfer::DEPTHWISE_FEATURES[..]
             } else {
                 &transfer::VECTOR_FEATURES[..]
             };
@@ -644,6 +724,7 @@ pub fn shipped(
             devices,
             fitted_by: fitted_by.to_owned(),
             tensor: None,
+            depthwise: None,
         },
         classes,
     }
@@ -744,15 +825,17 @@ pub fn outside(models: &[ClassModel], heldout: &Transfer, points: &[Point]) -> V
 }
 
 /// The model's precision of a GEMM or convolution record and its bytes per element: FP32,
-/// TF32 (FP32 data), and FP16 and BF16 (mixed precision's matrix formats); `None` for FP64,
-/// which no training precision runs, and FP8, which no kernel record holds.
+/// TF32 (FP32 data), FP16 and BF16 (mixed precision's matrix formats), and FP8 (a published
+/// set's products); `None` for FP64, which no training precision runs.
 pub fn record_precision(p: RecordPrecision) -> Option<(Precision, u64)> {
     match p {
         RecordPrecision::Fp32 => Some((Precision::Fp32, 4)),
         RecordPrecision::Tf32 => Some((Precision::Tf32, 4)),
         RecordPrecision::Fp16 | RecordPrecision::AmpFp16 => Some((Precision::AmpFp16, 2)),
         RecordPrecision::Bf16 | RecordPrecision::AmpBf16 => Some((Precision::AmpBf16, 2)),
-        RecordPrecision::Fp64 | RecordPrecision::Fp8 | RecordPrecision::Bytes => None,
+        // FP8 products (a published set's, E4M3 operands): one byte an element.
+        RecordPrecision::Fp8 => Some((Precision::Fp8, 1)),
+        RecordPrecision::Fp64 | RecordPrecision::Bytes => None,
     }
 }
 
@@ -797,7 +880,8 @@ pub type RecordSpec<'a> = dyn Fn(&Record, Precision) -> Option<(String, DeviceSp
 /// class of its format (`gemm-tensor-16`, `conv-gemm-tensor-tf32`), the data of the scaled
 /// classes; without, of the FP32 class, as the FP32 fit would time it, and a depthwise
 /// convolution's device also says so (`h100-sxm5-80gb fp16 depthwise`): no kernel of the fit
-/// is depthwise, so those are judged apart.
+/// is depthwise, so those are judged apart. With `scaled`, a depthwise convolution is a
+/// point of its pass's and format's depthwise class ([`depthwise_point`]).
 pub fn record_points(
     file: &str,
     records: &[Record],
@@ -818,7 +902,12 @@ pub fn record_points(
         if !(y.is_finite() && y > 0.0) {
             continue;
         }
-        let depthwise = !scaled && kernel.class == KernelClass::ConvDepthwise;
+        if scaled && kernel.class == KernelClass::ConvDepthwise {
+            let device = format!("{device} {}", r.precision.name());
+            out.push(depthwise_point(&kernel, elem, device, &d, y));
+            continue;
+        }
+        let depthwise = kernel.class == KernelClass::ConvDepthwise;
         out.push(kernel_point(
             &kernel,
             elem,
@@ -833,6 +922,26 @@ pub fn record_points(
         ));
     }
     Ok(out)
+}
+
+/// A depthwise convolution's pass measured on `d` as a point of its depthwise class
+/// ([`transfer::depthwise_class`]: its pass and format, FP32 off tensor cores), `device`
+/// naming the GPU and precision.
+pub fn depthwise_point(
+    kernel: &Kernel,
+    elem: u64,
+    device: String,
+    d: &DeviceSpec,
+    y: f64,
+) -> Point {
+    let format = d.tensor.unwrap_or(NumberFormat::Fp32);
+    Point::new(
+        transfer::depthwise_class(kernel.pass, format),
+        device,
+        vec![transfer::depthwise_features(kernel, elem, d).to_vec()],
+        y,
+        chip(d),
+    )
 }
 
 /// A measured kernel as a point: of the class that times it, or with `scaled` where the spec
@@ -1141,6 +1250,48 @@ fn log_ratio(r: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn depthwise_classes_are_fitted_per_class_and_judged_leaving_each_gpu_out() {
+        // Two GPUs of one chip, 2.0 and 3.0 TB/s, whose depthwise forward passes take 4 us
+        // plus 1.5 times their bytes at the bandwidth plus 0.2 times their multiply-adds at
+        // one per SM per cycle; a fallback shape runs ten times slower on each.
+        let class = transfer::depthwise_class(KernelPass::Forward, NumberFormat::Fp16);
+        let mut points = Vec::new();
+        for (gpu, bandwidth) in [("a", 2.0e12), ("b", 3.0e12)] {
+            for i in 1..=12 {
+                let bytes = 1e6 * f64::from(i);
+                let cycles = 1e-6 * f64::from(13 - i);
+                let hbm = bytes / bandwidth;
+                let fallback = if i == 7 { 10.0 } else { 1.0 };
+                let y = fallback * (4e-6 + 1.5 * hbm + 0.2 * cycles);
+                points.push(Point::new(
+                    class.clone(),
+                    format!("{gpu} fp16"),
+                    vec![vec![1.0, hbm, cycles]],
+                    y,
+                    [132, 1980],
+                ));
+            }
+        }
+        let (models, held) = depthwise(&points).unwrap();
+        assert_eq!(models.len(), 1);
+        let c = &models[0].coefficients;
+        // The fallback does not pull the fit off the rest.
+        for (got, want) in c.iter().zip([4e-6, 1.5, 0.2]) {
+            assert!((got / want - 1.0).abs() < 0.05, "{c:?}");
+        }
+        assert_eq!(held.holdouts.len(), 2);
+        assert!(
+            held.holdouts
+                .iter()
+                .all(|h| h.class == class && h.points == 12)
+        );
+        let all = &held.classes[0];
+        assert_eq!((all.device.as_str(), all.points), ("all", 24));
+        assert!(all.median_abs_rel_error < 0.05, "{all:?}");
+        assert!(held.intervals.contains_key(&class));
+    }
     use ridgeline_measure::ConvPass;
     use ridgeline_model::transfer::CONV_GEMM;
 
@@ -1218,6 +1369,10 @@ mod tests {
             Some((Precision::Tf32, 4))
         );
         assert_eq!(record_precision(RecordPrecision::Fp64), None);
+        assert_eq!(
+            record_precision(RecordPrecision::Fp8),
+            Some((Precision::Fp8, 1))
+        );
     }
 
     #[test]

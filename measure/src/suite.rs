@@ -238,6 +238,25 @@ pub fn extra_ops() -> Vec<OpCase> {
     ]
 }
 
+/// A convolution sweep: the suite's, or the kernel campaign's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConvSweep {
+    /// [`conv_sweep`].
+    Suite,
+    /// [`conv_kernel_sweep`].
+    Kernels,
+}
+
+impl ConvSweep {
+    /// The sweep's convolutions.
+    pub fn cases(self) -> Vec<ConvCase> {
+        match self {
+            ConvSweep::Suite => conv_sweep(),
+            ConvSweep::Kernels => conv_kernel_sweep(),
+        }
+    }
+}
+
 /// The convolution sweep: 2-d and 3-d, plain, grouped, dilated and depthwise, over channels.
 pub fn conv_sweep() -> Vec<ConvCase> {
     let case = |label: &str,
@@ -277,6 +296,90 @@ pub fn conv_sweep() -> Vec<ConvCase> {
     out.push(case("3d-dilated", 32, 32, &[32, 32, 32], 3, 2, 1));
     out.push(case("3d-depthwise", 64, 64, &[32, 32, 32], 3, 1, 64));
     out
+}
+
+/// The kernel sweep, for the convolution kinds public kernel sets lack (a GPU campaign's,
+/// `measure conv --sweep kernels`): 3-d convolutions from CosmoFlow's few-channel first
+/// layer to 256 channels and 128^3 voxels, with strided, grouped and depthwise ones; 2-d
+/// depthwise convolutions over DeepCAM's and the mobile networks' channels, sizes, strides,
+/// dilations and 3 x 3 to 7 x 7 kernels; and ResNeXt's grouped convolutions. Each shape
+/// varies one of reduction depth (channels per group times kernel volume), outputs per
+/// filter and channels, so a class fitted on it can say what bounds such a kernel.
+pub fn conv_kernel_sweep() -> Vec<ConvCase> {
+    // (label, batch, c_in, c_out, input, kernel, stride, dilation, groups); padded to keep
+    // the size.
+    type Shape = (
+        &'static str,
+        usize,
+        usize,
+        usize,
+        &'static [usize],
+        usize,
+        usize,
+        usize,
+        usize,
+    );
+    let shapes: &[Shape] = &[
+        // 3-d, few input channels (CosmoFlow's first layer: 4 channels of 128^3 voxels).
+        ("3d-first", 1, 4, 16, &[128, 128, 128], 3, 1, 1, 1),
+        ("3d-first", 4, 4, 16, &[64, 64, 64], 3, 1, 1, 1),
+        ("3d-first", 4, 4, 32, &[32, 32, 32], 3, 1, 1, 1),
+        ("3d-first", 2, 1, 16, &[64, 64, 64], 3, 1, 1, 1),
+        ("3d-first", 1, 8, 32, &[64, 64, 64], 3, 1, 1, 1),
+        // 3-d, the channels grow as the volume shrinks.
+        ("3d", 1, 16, 32, &[64, 64, 64], 3, 1, 1, 1),
+        ("3d", 2, 32, 64, &[32, 32, 32], 3, 1, 1, 1),
+        ("3d", 4, 64, 128, &[16, 16, 16], 3, 1, 1, 1),
+        ("3d", 8, 128, 256, &[8, 8, 8], 3, 1, 1, 1),
+        ("3d", 1, 64, 64, &[32, 32, 32], 3, 1, 1, 1),
+        ("3d", 1, 256, 256, &[16, 16, 16], 3, 1, 1, 1),
+        ("3d-k2", 2, 32, 64, &[32, 32, 32], 2, 1, 1, 1),
+        ("3d-1x1", 2, 128, 64, &[32, 32, 32], 1, 1, 1, 1),
+        ("3d-stride2", 2, 32, 64, &[64, 64, 64], 3, 2, 1, 1),
+        ("3d-grouped", 2, 64, 64, &[32, 32, 32], 3, 1, 1, 8),
+        ("3d-depthwise", 2, 32, 32, &[64, 64, 64], 3, 1, 1, 32),
+        ("3d-depthwise", 2, 256, 256, &[16, 16, 16], 3, 1, 1, 256),
+        // 2-d depthwise (DeepCAM's Xception encoder, MobileNet, EfficientNet, ConvNeXt).
+        ("2d-depthwise", 1, 64, 64, &[192, 288], 3, 1, 1, 64),
+        ("2d-depthwise", 2, 128, 128, &[96, 144], 3, 1, 1, 128),
+        ("2d-depthwise", 2, 256, 256, &[96, 144], 3, 2, 1, 256),
+        ("2d-depthwise", 2, 728, 728, &[48, 72], 3, 1, 1, 728),
+        ("2d-depthwise", 2, 1024, 1024, &[24, 36], 3, 1, 2, 1024),
+        ("2d-depthwise", 2, 2048, 2048, &[24, 36], 3, 1, 1, 2048),
+        ("2d-depthwise", 8, 32, 32, &[112, 112], 3, 1, 1, 32),
+        ("2d-depthwise", 8, 512, 512, &[14, 14], 3, 1, 1, 512),
+        ("2d-depthwise-k5", 8, 240, 240, &[28, 28], 5, 1, 1, 240),
+        ("2d-depthwise-k7", 8, 96, 96, &[56, 56], 7, 1, 1, 96),
+        ("2d-depthwise-k7", 8, 768, 768, &[7, 7], 7, 1, 1, 768),
+        // 2-d grouped (ResNeXt-50 32x4d's grouped 3 x 3 convolutions).
+        ("2d-grouped", 8, 128, 128, &[56, 56], 3, 1, 1, 32),
+        ("2d-grouped", 8, 512, 512, &[14, 14], 3, 1, 1, 32),
+        ("2d-grouped", 8, 256, 256, &[28, 28], 3, 1, 1, 2),
+    ];
+    shapes
+        .iter()
+        .map(
+            |&(label, batch, c_in, c_out, input, k, stride, dilation, groups)| {
+                let rank = input.len();
+                let size: Vec<String> = input.iter().map(usize::to_string).collect();
+                ConvCase {
+                    label: format!("kernels/{label}-c{c_in}-{}", size.join("x")),
+                    batch,
+                    c_in,
+                    input: input.to_vec(),
+                    c_out,
+                    kernel: vec![k; rank],
+                    stride: vec![stride; rank],
+                    padding: vec![[dilation * (k / 2); 2]; rank],
+                    dilation: vec![dilation; rank],
+                    groups,
+                    bias: false,
+                    format: Format::Fp32,
+                    layout: Layout::ChannelsFirst,
+                }
+            },
+        )
+        .collect()
 }
 
 /// The graphs of the suite's [`SOURCES`], each with its source.
@@ -678,6 +781,30 @@ fn summarise(cases: &[Planned]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_kernel_sweep_holds_distinct_3d_depthwise_and_grouped_convolutions() {
+        let sweep = ConvSweep::Kernels.cases();
+        assert_eq!(sweep.len(), 31);
+        let labels: std::collections::BTreeSet<&str> =
+            sweep.iter().map(|c| c.label.as_str()).collect();
+        assert_eq!(labels.len(), sweep.len(), "labels name the cases apart");
+        let depthwise = |c: &&ConvCase| c.groups == c.c_in && c.c_in == c.c_out;
+        assert_eq!(sweep.iter().filter(|c| c.input.len() == 3).count(), 17);
+        assert_eq!(sweep.iter().filter(depthwise).count(), 13);
+        for c in &sweep {
+            let rank = c.input.len();
+            assert!(rank == 2 || rank == 3, "{}", c.label);
+            assert_eq!(c.c_in % c.groups, 0, "{}", c.label);
+            assert_eq!(c.c_out % c.groups, 0, "{}", c.label);
+            // Padded to keep the size: (k - 1) d / 2 a side.
+            for d in 0..rank {
+                let span = c.dilation[d] * (c.kernel[d] - 1);
+                assert!(c.padding[d][0] * 2 <= span + 1, "{}", c.label);
+            }
+        }
+        assert_eq!(ConvSweep::Suite.cases(), conv_sweep());
+    }
 
     #[test]
     fn spare_time_is_split_into_whole_passes_of_three_quarters_at_least() {

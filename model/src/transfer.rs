@@ -134,13 +134,15 @@ impl DeviceSpec {
         })
     }
 
-    /// The spec of FP8 products on a GPU device file: its BF16 spec (whose classes time
-    /// them, as they time BF16 products: no FP8 kernel is in the fit) at its FP8 peak, with
-    /// no power cap (no class's energy per FLOP is FP8's); `None` without an FP8 peak.
+    /// The spec of FP8 products on a GPU device file: its BF16 spec at its FP8 peak, FP8 on
+    /// tensor cores (timed by the FP32 classes, as BF16 products are, where the model has no
+    /// `-tensor-fp8` class), with no power cap (no class's energy per FLOP is FP8's); `None`
+    /// without an FP8 peak.
     pub fn fp8(device: &Device) -> Option<DeviceSpec> {
         let peak = device.peak.fp8_tensor.as_ref()?;
         let mut d = Self::of(device, Precision::AmpBf16)?;
         d.peak_flops = peak.value.value();
+        d.tensor = Some(NumberFormat::Fp8);
         d.power = None;
         Some(d)
     }
@@ -181,6 +183,41 @@ pub const GEMM_FEATURES: [&str; 6] = ["launch", "tiled", "waves", "l2", "hbm", "
 
 /// The features of a vector kernel, in order.
 pub const VECTOR_FEATURES: [&str; 4] = ["launch", "l2", "hbm", "elements"];
+
+/// The features of a depthwise convolution ([`depthwise_class`]), in order: the launch, its
+/// bytes (input, filters and output once each) at the device's memory bandwidth, seconds,
+/// and its multiply-adds at one per SM per clock cycle, seconds.
+pub const DEPTHWISE_FEATURES: [&str; 3] = ["launch", "hbm", "macs"];
+
+/// What names a depthwise convolution class ([`depthwise_class`]).
+pub const DEPTHWISE: &str = "conv-depthwise";
+
+/// The class of a depthwise convolution's pass in a format: `conv-depthwise-forward-fp16`.
+/// Libraries run depthwise convolutions with kernels of their own, a product per channel
+/// that no GEMM or Winograd class describes, whose speed differs by format and pass far
+/// more than the units' peaks do (cuDNN 9 on a GH100, channels-last: 1.5-2 TB/s in fp16,
+/// under 0.1 TB/s in bf16), so each format and pass is a class, fitted on kernel records.
+pub fn depthwise_class(pass: KernelPass, format: NumberFormat) -> String {
+    format!("{DEPTHWISE}-{}-{}", pass.name(), format.name())
+}
+
+/// Whether `class` is a depthwise convolution class ([`depthwise_class`]).
+pub fn is_depthwise_class(class: &str) -> bool {
+    class.starts_with(DEPTHWISE)
+}
+
+/// The features of a depthwise convolution `kernel` on `d` ([`DEPTHWISE_FEATURES`]), with
+/// `elem` bytes per element.
+pub fn depthwise_features(kernel: &Kernel, elem: u64, d: &DeviceSpec) -> [f64; 3] {
+    let x = &kernel.x;
+    let elements = kernel.conv.map_or(x[2] + x[3] + x[4], |c| c.elements);
+    let macs = x[1] / 2.0;
+    [
+        1.0,
+        elements * elem as f64 / d.bandwidth,
+        macs / (d.sms * d.clock_hz),
+    ]
+}
 
 /// The largest output tile a GEMM runs in, rows or columns.
 const TILE_MAX: u64 = 128;
@@ -520,6 +557,9 @@ pub fn features(kernel: &Kernel, elem: u64, d: &DeviceSpec) -> Vec<f64> {
 /// `conv-gemm` or its tensor-core class runs no Winograd tiles), with `elem` bytes per
 /// element.
 pub fn features_for(kernel: &Kernel, class: &str, elem: u64, d: &DeviceSpec) -> Vec<f64> {
+    if is_depthwise_class(class) {
+        return depthwise_features(kernel, elem, d).to_vec();
+    }
     let winograd = base_class(class) != CONV_GEMM;
     if kernel.class.is_matrix() {
         let (calls, m, n, k) = gemm_shape(&kernel.x);
@@ -574,6 +614,10 @@ pub struct ModelSource {
     /// ...) were fitted on, where the model has them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tensor: Option<String>,
+    /// What the depthwise convolution classes ([`depthwise_class`]) were fitted on, where
+    /// the model has them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depthwise: Option<String>,
 }
 
 /// One class's coefficients and how they did when each device was held out.
@@ -661,6 +705,8 @@ impl Model {
         for c in &m.classes {
             let expected: &[&str] = if c.features.len() == GEMM_FEATURES.len() {
                 &GEMM_FEATURES
+            } else if is_depthwise_class(&c.name) {
+                &DEPTHWISE_FEATURES
             } else {
                 &VECTOR_FEATURES
             };
@@ -719,8 +765,16 @@ impl Model {
     /// (outside `conv`'s kind, or on tensor cores: [`implicit_class`]) is `conv-gemm`'s where
     /// the model has it, any other kernel its class's ([`class_of`]); where `d` runs it on
     /// tensor cores, that class's tensor-core class of `d`'s format (`conv-gemm-tensor-16`,
-    /// fitted on tensor-core kernel records) where the model has one.
+    /// fitted on tensor-core kernel records) where the model has one. A depthwise
+    /// convolution is its pass's and format's class ([`depthwise_class`]) where the model has
+    /// one.
     pub fn class_for(&self, kernel: &Kernel, d: &DeviceSpec) -> Option<&ClassCoefficients> {
+        if kernel.class == KernelClass::ConvDepthwise {
+            let format = d.tensor.unwrap_or(NumberFormat::Fp32);
+            if let Some(c) = self.class(&depthwise_class(kernel.pass, format)) {
+                return Some(c);
+            }
+        }
         let name = implicit_class(kernel, d.tensor.is_some())
             .filter(|c| self.class(c).is_some())
             .unwrap_or_else(|| class_of(kernel));
@@ -834,6 +888,7 @@ mod tests {
                 devices: Vec::new(),
                 fitted_by: String::new(),
                 tensor: None,
+                depthwise: None,
             },
             classes,
         }
@@ -1038,6 +1093,7 @@ mod tests {
             devices: Vec::new(),
             fitted_by: String::new(),
             tensor: None,
+            depthwise: None,
         };
         let plain = |e| Model {
             source: source.clone(),
@@ -1177,6 +1233,55 @@ mod tests {
         // A strided convolution's filter gradient runs no Winograd kernel.
         let filter = shape(14, 2).kernel(KernelPass::BackwardFilter);
         assert_eq!(filter.conv.unwrap().winograd_rows, None);
+    }
+
+    #[test]
+    fn a_depthwise_convolution_is_its_pass_s_and_format_s_class_where_the_model_has_one() {
+        use crate::kernels::gemm_kernel;
+        // 64 channels, 3136 outputs each, 3 x 3 filters: a product per channel.
+        let k = gemm_kernel(
+            KernelClass::ConvDepthwise,
+            KernelPass::BackwardData,
+            3136.0,
+            1.0,
+            9.0,
+            64.0,
+        );
+        let fp16 = DeviceSpec {
+            tensor: Some(NumberFormat::Fp16),
+            ..A100
+        };
+        let name = depthwise_class(KernelPass::BackwardData, NumberFormat::Fp16);
+        assert_eq!(name, "conv-depthwise-backward-data-fp16");
+        let with = model(vec![
+            class("conv", 300e-6, 1.0),
+            ClassCoefficients {
+                features: DEPTHWISE_FEATURES.iter().map(|f| (*f).to_owned()).collect(),
+                coefficients: vec![5e-6, 1.0, 0.5],
+                ..class(&name, 0.0, 0.0)
+            },
+        ]);
+        assert_eq!(with.class_for(&k, &fp16).unwrap().name, name);
+        // Another format or pass has no class of its own here: `conv` times it.
+        assert_eq!(with.class_for(&k, &A100).unwrap().name, "conv");
+        let forward = KernelClass::ConvDepthwise;
+        let f = gemm_kernel(forward, KernelPass::Forward, 3136.0, 1.0, 9.0, 64.0);
+        assert_eq!(with.class_for(&f, &fp16).unwrap().name, "conv");
+        // Its features: the launch, its bytes at the bandwidth, its multiply-adds at one
+        // per SM per cycle.
+        let x = features_for(&k, &name, 2, &fp16);
+        let macs = 3136.0 * 9.0 * 64.0;
+        assert_eq!(x[0], 1.0);
+        assert!((x[2] - macs / (A100.sms * A100.clock_hz)).abs() < 1e-15);
+        let bytes = 2.0 * (3136.0 * 9.0 * 64.0 + 9.0 * 64.0 + 3136.0 * 64.0);
+        assert!((x[1] - bytes / A100.bandwidth).abs() / x[1] < 1e-12);
+        // In a step: the larger of its launch and its work.
+        let t = with.timed(&k, 2, &fp16).unwrap().0;
+        assert!((t - (x[1] + 0.5 * x[2]).max(5e-6)).abs() < 1e-12);
+        // The model file reads it back with its three features.
+        let alone = model(with.classes[1..].to_vec());
+        let text = toml::to_string(&alone).unwrap();
+        assert_eq!(Model::parse(&text, "m.toml").unwrap(), alone);
     }
 
     #[test]

@@ -296,10 +296,19 @@ pub(crate) struct ShapesFrom {
 pub(crate) struct MeasureConvArgs {
     #[command(flatten)]
     pub(crate) shapes: ShapesFrom,
-    /// The convolution sweep (2-d and 3-d; plain, 1x1, grouped, dilated, depthwise) instead
-    /// of workload shapes.
-    #[arg(long, conflicts_with = "workload")]
-    pub(crate) sweep: bool,
+    /// A convolution sweep instead of workload shapes: `suite` (the default; the calibration
+    /// suite's 15 shapes, 2-d and 3-d, plain, 1x1, grouped, dilated, depthwise) or `kernels`
+    /// (a GPU campaign's 31: 3-d from 1 to 256 channels, depthwise 2-d and 3-d over channels,
+    /// sizes, strides, dilations and 3 x 3 to 7 x 7 kernels, grouped).
+    #[arg(
+        long,
+        value_enum,
+        num_args = 0..=1,
+        default_missing_value = "suite",
+        value_name = "SET",
+        conflicts_with = "workload"
+    )]
+    pub(crate) sweep: Option<ConvSweepArg>,
     /// Passes, comma-separated.
     #[arg(
         long,
@@ -319,6 +328,24 @@ pub(crate) struct MeasureConvArgs {
     pub(crate) layout: Vec<ridgeline_measure::Layout>,
     #[command(flatten)]
     pub(crate) measure: MeasureArgs,
+}
+
+/// A convolution sweep of `measure conv --sweep`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ConvSweepArg {
+    /// The calibration suite's sweep.
+    Suite,
+    /// The kernel campaign's sweep (the convolution kinds public kernel sets lack).
+    Kernels,
+}
+
+impl From<ConvSweepArg> for ridgeline_measure::suite::ConvSweep {
+    fn from(s: ConvSweepArg) -> Self {
+        match s {
+            ConvSweepArg::Suite => Self::Suite,
+            ConvSweepArg::Kernels => Self::Kernels,
+        }
+    }
 }
 
 /// A STREAM kernel.

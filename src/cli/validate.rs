@@ -141,14 +141,15 @@ pub(crate) struct ValidateTransferArgs {
     pub(crate) ours: PathBuf,
     /// Published GEMM and convolution kernels of other GPUs, one directory a set, comma
     /// separated (`scripts/import-deepbench.py`, `scripts/import-vidur.py`,
-    /// `scripts/import-llmcompass.py`): the model fitted on the set predicts them, and their
+    /// `scripts/import-llmcompass.py`, and the H200's FP8 products from
+    /// `scripts/fp8-gemm.py`): the model fitted on the set predicts them, and their
     /// tensor-core kernels and FP32 convolutions outside `conv`'s kind are data of the scaled
     /// classes beside `--ours` (a missing directory is skipped).
     #[arg(
         long,
         value_name = "DIR,...",
         value_delimiter = ',',
-        default_value = "data/kernels/deepbench,data/kernels/vidur,data/kernels/llmcompass"
+        default_value = "data/kernels/deepbench,data/kernels/vidur,data/kernels/llmcompass,data/kernels/fp8-h200"
     )]
     pub(crate) published: Vec<PathBuf>,
     /// Also fit the model on every GPU of the set and write it, with these figures, to FILE

@@ -144,7 +144,7 @@ pub(crate) fn gemm(args: &MeasureGemmArgs) -> Result<()> {
 pub(crate) fn conv(args: &MeasureConvArgs) -> Result<()> {
     let backends = backends(&args.measure, &[ThreadCount::All])?;
     let convs = cases::conv(
-        args.sweep,
+        args.sweep.map(Into::into),
         &args.shapes.shapes(),
         &args.layout,
         &args.precision,

@@ -134,6 +134,7 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
             check
                 .tensor
                 .iter()
+                .chain(&check.depthwise)
                 .flat_map(|t| t.classes.iter().chain(&t.holdouts))
                 .cloned(),
         )
@@ -177,7 +178,7 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
                         args.ours.display()
                     ),
                 )
-                .note("`ours` rows: the model fitted on every GPU above predicts ridgeline's own kernel records of GPUs outside it (scripts/gpu-records.sh: cuBLAS GEMMs, and cuDNN convolutions forward, backward-data and backward-filter at the reference workloads' layers), per GPU, precision and the class that times them (`conv-gemm` for every convolution on tensor cores and those outside `conv`'s kind; `conv` for DeepCAM's depthwise convolutions, one product per channel, in rows of their own, `depthwise`, as no kernel of the fit is depthwise); tf32, fp16 and bf16 run on tensor cores, timed at the device file's peak for that format with the FP32 fit's coefficients. Intervals: each class's 90 % interval from leaving one GPU out above.");
+                .note("`ours` rows: the model fitted on every GPU above predicts ridgeline's own kernel records of GPUs outside it (scripts/gpu-records.sh: cuBLAS GEMMs, and cuDNN convolutions forward, backward-data and backward-filter at the reference workloads' layers and, on the H200, the kernel sweep's 3-D, depthwise and grouped ones), per GPU, precision and the class that times them (`conv-gemm` for every convolution on tensor cores and those outside `conv`'s kind; `conv` for the depthwise convolutions, one product per channel, in rows of their own, `depthwise`, as no kernel of the FP32 fit is depthwise: the `conv-depthwise-` rows below time them); tf32, fp16 and bf16 run on tensor cores, timed at the device file's peak for that format with the FP32 fit's coefficients. Intervals: each class's 90 % interval from leaving one GPU out above.");
         }
         if !check.published.is_empty() {
             d = d
@@ -221,6 +222,25 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
                     100.0 * plain
                 ));
             }
+        }
+        if check.depthwise.is_some() {
+            let mut gpus: Vec<&str> = check
+                .depthwise_points
+                .iter()
+                .filter_map(|p| p.device.split(' ').next())
+                .collect();
+            gpus.sort_unstable();
+            gpus.dedup();
+            let mut chips: Vec<[u32; 2]> = check.depthwise_points.iter().map(|p| p.chip).collect();
+            chips.sort_unstable();
+            chips.dedup();
+            d = d.note(format!(
+                "`conv-depthwise-` rows: a depthwise convolution (one product per channel) is a class of its own per pass and format, launch + a x its bytes at the memory bandwidth + b x its multiply-adds at one per SM per cycle, fitted on ridgeline's own depthwise records ({}: DeepCAM's and the kernel sweep's; fp32 channels-first, tf32, fp16 and bf16 channels-last, as measured); each GPU left out in turn, the fit on the other GPU predicting it, judged by the 90 % interval of the other GPU's held-out ratios. These rest on {} chip{} ({}): GPUs of one chip differ in bandwidth alone, so leaving one out tests the bandwidth term and not the SM term, and on another chip or library a class is an extrapolation. `predict` times depthwise layers with them.",
+                args.ours.display(),
+                chips.len(),
+                if chips.len() == 1 { "" } else { "s" },
+                gpus.join(", ")
+            ));
         }
         if !check.steps.is_empty() {
             d = d.then_table(output::table(

@@ -96,8 +96,9 @@ pub struct Prediction {
     pub hpc_ai_roofline: HpcAiRoofline,
     /// Each layer's time on one device and the model that timed it.
     pub layers: Vec<LayerTime>,
-    /// The depthwise convolutions the transferred model timed, where there are any: no
-    /// kernel it is fitted on is depthwise, so their share of the time is not validated.
+    /// The depthwise convolutions the transferred model timed, where there are any: its
+    /// depthwise classes rest on one chip and library ([`DEPTHWISE_EVIDENCE`]), so their
+    /// share of the time is validated there alone.
     pub depthwise: Option<DepthwiseShare>,
     /// The software stack the step ran under and what it changed.
     pub stack: StackReport,
@@ -129,11 +130,13 @@ pub struct StackReport {
 
 /// What ridgeline has measured of depthwise convolutions against the transferred model, in
 /// words: the only evidence behind a depthwise layer's time ([`DepthwiseShare`]).
-pub const DEPTHWISE_EVIDENCE: &str = "no kernel the model is fitted on is depthwise, and \
-    cuDNN ran DeepCAM's depthwise layers on an H100 and an H200 several times faster than the \
-    model times them in FP16 and FP32 (in BF16 and TF32, on cuDNN's slow paths, about as fast \
-    on the median, widely scattered): `ridgeline validate transfer`, the `ours conv` rows of \
-    `depthwise` kernels";
+pub const DEPTHWISE_EVIDENCE: &str = "depthwise convolutions are timed by classes of \
+    their own per pass and format, fitted on cuDNN 9's depthwise kernels measured on one chip, \
+    the GH100 (an H100 SXM5 and an H200: DeepCAM's layers and a sweep; fp32 channels-first, \
+    tf32, fp16 and bf16 channels-last), each GPU left out in turn within a median 1-46 % per \
+    pass and format, with shapes cuDNN runs on a fallback up to 200 times slower; on another \
+    chip, library or layout they are an extrapolation: `ridgeline validate transfer`, the \
+    `conv-depthwise-` rows";
 
 /// The depthwise convolution layers the transferred model timed and their share of the
 /// layers' time ([`Prediction::depthwise`]).
@@ -170,9 +173,8 @@ impl DepthwiseShare {
     /// In words, for the assumptions: what their time rests on.
     fn caveat(&self) -> String {
         format!(
-            "{} depthwise convolution layer{} ({:.0}% of the layers' time) timed by `conv` \
-             as one product per channel, so their time and its interval are not validated: \
-             {DEPTHWISE_EVIDENCE}",
+            "{} depthwise convolution layer{} ({:.0}% of the layers' time), validated on one \
+             chip alone: {DEPTHWISE_EVIDENCE}",
             self.layers,
             if self.layers == 1 { "" } else { "s" },
             100.0 * self.share_of_layer_time,

@@ -880,8 +880,9 @@ pub type RecordSpec<'a> = dyn Fn(&Record, Precision) -> Option<(String, DeviceSp
 /// class of its format (`gemm-tensor-16`, `conv-gemm-tensor-tf32`), the data of the scaled
 /// classes; without, of the FP32 class, as the FP32 fit would time it, and a depthwise
 /// convolution's device also says so (`h100-sxm5-80gb fp16 depthwise`): no kernel of the fit
-/// is depthwise, so those are judged apart. With `scaled`, a depthwise convolution is a
-/// point of its pass's and format's depthwise class ([`depthwise_point`]).
+/// is depthwise, so those are judged apart, and so are 3-D convolutions (`... 3-d`), which
+/// none of the fit is either. With `scaled`, a depthwise convolution is a point of its pass's
+/// and format's depthwise class ([`depthwise_point`]).
 pub fn record_points(
     file: &str,
     records: &[Record],
@@ -907,15 +908,17 @@ pub fn record_points(
             out.push(depthwise_point(&kernel, elem, device, &d, y));
             continue;
         }
-        let depthwise = kernel.class == KernelClass::ConvDepthwise;
+        // Unscaled, depthwise and 3-D convolutions are judged apart: no kernel of the FP32
+        // fit is either.
+        let kind = match &r.measured {
+            _ if kernel.class == KernelClass::ConvDepthwise => " depthwise",
+            Measured::Conv(c) if !scaled && c.input.len() == 3 => " 3-d",
+            _ => "",
+        };
         out.push(kernel_point(
             &kernel,
             elem,
-            format!(
-                "{device} {}{}",
-                r.precision.name(),
-                if depthwise { " depthwise" } else { "" }
-            ),
+            format!("{device} {}{kind}", r.precision.name()),
             &d,
             y,
             scaled,

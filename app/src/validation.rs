@@ -364,6 +364,18 @@ pub fn transfer(kernels: &Path, ours: Option<&Path>, public: &[PathBuf]) -> Resu
     Ok(check)
 }
 
+/// The GPUs of `points` (a point's device is its GPU and precision, `h200-sxm-141gb fp16`),
+/// sorted, each once.
+pub fn gpus_of(points: &[transfer::Point]) -> Vec<&str> {
+    let mut gpus: Vec<&str> = points
+        .iter()
+        .filter_map(|p| p.device.split(' ').next())
+        .collect();
+    gpus.sort_unstable();
+    gpus.dedup();
+    gpus
+}
+
 /// The data of the scaled classes: ridgeline's own records of the GPU's own time under
 /// `ours` ([`own_points`]) and the published set's kernels, `published`
 /// ([`published_points`]), that run on tensor cores
@@ -795,13 +807,7 @@ pub fn transfer_model(
         .as_ref()
         .filter(|_| !check.depthwise_models.is_empty())
     {
-        let mut gpus: Vec<&str> = check
-            .depthwise_points
-            .iter()
-            .filter_map(|p| p.device.split(' ').next())
-            .collect();
-        gpus.sort_unstable();
-        gpus.dedup();
+        let gpus = gpus_of(&check.depthwise_points);
         let d = transfer::shipped(
             check.depthwise_models.clone(),
             &check.depthwise_points,

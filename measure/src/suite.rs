@@ -257,6 +257,31 @@ impl ConvSweep {
     }
 }
 
+/// A sweep's convolution: (batch, c_in, c_out, input, kernel, stride, dilation, groups), a
+/// cubic (square) kernel padded to keep the size at stride 1.
+type SweepShape<'a> = (usize, usize, usize, &'a [usize], usize, usize, usize, usize);
+
+/// The FP32 channels-first case of a sweep's convolution, without bias.
+fn sweep_case(label: String, shape: SweepShape<'_>) -> ConvCase {
+    let (batch, c_in, c_out, input, k, stride, dilation, groups) = shape;
+    let rank = input.len();
+    ConvCase {
+        label,
+        batch,
+        c_in,
+        input: input.to_vec(),
+        c_out,
+        kernel: vec![k; rank],
+        stride: vec![stride; rank],
+        padding: vec![[dilation * (k / 2); 2]; rank],
+        dilation: vec![dilation; rank],
+        groups,
+        bias: false,
+        format: Format::Fp32,
+        layout: Layout::ChannelsFirst,
+    }
+}
+
 /// The convolution sweep: 2-d and 3-d, plain, grouped, dilated and depthwise, over channels.
 pub fn conv_sweep() -> Vec<ConvCase> {
     let case = |label: &str,
@@ -266,22 +291,10 @@ pub fn conv_sweep() -> Vec<ConvCase> {
                 k: usize,
                 dilation: usize,
                 groups: usize| {
-        let rank = input.len();
-        ConvCase {
-            label: format!("sweep/{label}"),
-            batch: 1,
-            c_in,
-            input: input.to_vec(),
-            c_out,
-            kernel: vec![k; rank],
-            stride: vec![1; rank],
-            padding: vec![[dilation * (k / 2); 2]; rank],
-            dilation: vec![dilation; rank],
-            groups,
-            bias: false,
-            format: Format::Fp32,
-            layout: Layout::ChannelsFirst,
-        }
+        sweep_case(
+            format!("sweep/{label}"),
+            (1, c_in, c_out, input, k, 1, dilation, groups),
+        )
     };
     let mut out = Vec::new();
     for c in [16, 64, 256] {
@@ -360,23 +373,11 @@ pub fn conv_kernel_sweep() -> Vec<ConvCase> {
         .iter()
         .map(
             |&(label, batch, c_in, c_out, input, k, stride, dilation, groups)| {
-                let rank = input.len();
                 let size: Vec<String> = input.iter().map(usize::to_string).collect();
-                ConvCase {
-                    label: format!("kernels/{label}-c{c_in}-{}", size.join("x")),
-                    batch,
-                    c_in,
-                    input: input.to_vec(),
-                    c_out,
-                    kernel: vec![k; rank],
-                    stride: vec![stride; rank],
-                    padding: vec![[dilation * (k / 2); 2]; rank],
-                    dilation: vec![dilation; rank],
-                    groups,
-                    bias: false,
-                    format: Format::Fp32,
-                    layout: Layout::ChannelsFirst,
-                }
+                sweep_case(
+                    format!("kernels/{label}-c{c_in}-{}", size.join("x")),
+                    (batch, c_in, c_out, input, k, stride, dilation, groups),
+                )
             },
         )
         .collect()

@@ -192,12 +192,7 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
                 .note("`published` rows: the model fitted on every GPU above predicts the published kernels, DeepBench's (cuBLAS GEMMs, and cuDNN convolutions forward, backward-data and backward-filter; CUDA 10.1, cuDNN 7.6) Vidur's (FP16 products of transformer layers on the A100, H100 and A40, profiler kernel times) and LLMCompass's (BF16 products on the A100 and MI210, host-timed calls of 200 us and more), per GPU and precision, each at its work: fp32 as the fit times FP32 kernels, fp16 on tensor cores at the device file's FP16 tensor peak with the FP32 fit's coefficients. The V100 SXM2 is outside the fit; the T4 is in it, measured here by another benchmark, library and host. Convolutions come apart by kind: `3x3 s1 fwd`, the kind the `conv` class is fitted on (NeuSight's are all 2-D 3 x 3 forward passes of stride 1), and `other` (other kernel sizes and strides, and both gradients), timed by `conv-gemm` as are all on tensor cores. Intervals: each class's 90 % interval from leaving one GPU out above.");
         }
         if check.tensor.as_ref().is_some_and(|t| t.classes.is_empty()) {
-            let mut gpus: Vec<&str> = check
-                .tensor_points
-                .iter()
-                .filter_map(|p| p.device.split(' ').next())
-                .collect();
-            gpus.dedup();
+            let gpus = validation::gpus_of(&check.tensor_points);
             d = d.note(format!(
                 "No tensor-core class: one needs tensor-core kernels (ridgeline's own records of the GPU's own time, SOURCE.toml `timing = \"gpu\"`, or a published set, --published) of two GPUs at least, to leave one out; these are of {}. `predict` times tensor-core layers with the FP32 fit's coefficients at the format's tensor-core peak (the `ours` rows).",
                 gpus.join(", ")
@@ -224,13 +219,7 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
             }
         }
         if check.depthwise.is_some() {
-            let mut gpus: Vec<&str> = check
-                .depthwise_points
-                .iter()
-                .filter_map(|p| p.device.split(' ').next())
-                .collect();
-            gpus.sort_unstable();
-            gpus.dedup();
+            let gpus = validation::gpus_of(&check.depthwise_points);
             let mut chips: Vec<[u32; 2]> = check.depthwise_points.iter().map(|p| p.chip).collect();
             chips.sort_unstable();
             chips.dedup();

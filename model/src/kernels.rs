@@ -203,6 +203,13 @@ pub struct ConvIo {
     /// (or theirs) and the output (or its gradient), once each; not the unrolled input the
     /// implicit GEMM's `m x k` operand describes.
     pub elements: f64,
+    /// Whether the library runs the implicit GEMM's inner dimension unsplit: a 3-D
+    /// convolution's weight gradient, whose inner dimension is every output position of the
+    /// batch. cuDNN 9 on the GH100 runs those as if unsplit in every format (their times over
+    /// the tiling model's, spread as the median absolute deviation of the log ratio: 0.27-0.34
+    /// unsplit against 0.71-1.84 split up to 64 ways, the few-channel layers of CosmoFlow 70
+    /// times slower than a split would run; `docs/TRANSFER.md`).
+    pub unsplit: bool,
 }
 
 /// The output tile side of the Winograd convolutions libraries run for 3 x 3 filters at
@@ -293,6 +300,7 @@ impl ConvShape {
             conv: Some(ConvIo {
                 winograd_rows: winograd,
                 elements,
+                unsplit: pass == KernelPass::BackwardFilter && self.input.len() == 3,
             }),
             ..gemm_kernel(class, pass, m, n, k, calls)
         }

@@ -242,6 +242,9 @@ pub enum Tiles {
     /// The fastest tiling a library could pick: 32, 64 or 128 rows and columns, small
     /// tiles several to an SM, split-K where it fills idle SMs (convolutions).
     Any,
+    /// [`Tiles::Any`] without split-K (a 3-D convolution's weight gradient:
+    /// [`crate::kernels::ConvIo::unsplit`]).
+    Unsplit,
 }
 /// How many more elements a Winograd kernel's transformed filters hold than the filters:
 /// F(4x4, 3x3) transforms each 3 x 3 filter into a 6 x 6 tile, 36 elements for 9.
@@ -280,19 +283,23 @@ struct Tiling {
 fn tiling(batch: u64, m: u64, n: u64, k: u64, tiles: Tiles, d: &DeviceSpec) -> Tiling {
     let (shapes, splits): (Vec<(u64, u64)>, &[f64]) = match tiles {
         Tiles::Library => (GEMM_TILES.to_vec(), &SPLITS[..1]),
-        Tiles::Any => (
+        Tiles::Any | Tiles::Unsplit => (
             TILES
                 .iter()
                 .flat_map(|&tm| TILES.iter().map(move |&tn| (tm, tn)))
                 .collect(),
-            &SPLITS,
+            if tiles == Tiles::Any {
+                &SPLITS[..]
+            } else {
+                &SPLITS[..1]
+            },
         ),
     };
     let mut best: Option<Tiling> = None;
     for (tm, tn) in shapes {
         let per_sm = match tiles {
             Tiles::Library => 1.0,
-            Tiles::Any => ((TILE_MAX * TILE_MAX) / (tm * tn)).clamp(1, 8) as f64,
+            Tiles::Any | Tiles::Unsplit => ((TILE_MAX * TILE_MAX) / (tm * tn)).clamp(1, 8) as f64,
         };
         let count = (batch * m.div_ceil(tm) * n.div_ceil(tn)) as f64;
         let slots = d.sms * per_sm;
@@ -376,11 +383,19 @@ pub fn conv(
     let rows = positions.map_or(batch * out, |p| batch * p as u64);
     let spatial: u64 = input.iter().product();
     let elements = (batch * c_in * spatial + c_out * k + batch * out * c_out) as f64;
-    implicit_gemm(1, rows, c_out, k, elements, positions.is_some(), elem, d)
+    implicit_gemm(
+        (1, rows, c_out, k),
+        elements,
+        positions.is_some(),
+        Tiles::Any,
+        elem,
+        d,
+    )
 }
 
 /// The features of a convolution's kernel: `calls` implicit GEMMs of `rows x k` by `k x n`
-/// in the fastest tiling, moving `elements` (input, filters, output: not the unrolled input).
+/// in the fastest tiling of `tiles`, moving `elements` (input, filters, output: not the
+/// unrolled input).
 ///
 /// A Winograd kernel (`winograd`: its rows are Winograd tiles) also transforms its filters
 /// once per call, whatever the batch: the `filters` feature is the transformed filters'
@@ -390,18 +405,15 @@ pub fn conv(
 /// on one GPU; leaving one GPU out, it takes `conv` from 18.2 to 16.8 % (bias +2.1 to
 /// +0.2 %), and DeepBench's FP32 3 x 3 forward passes, never fitted, from 17.9 to 14.0 % on
 /// the V100 and 19.5 to 12.8 % on the T4.
-#[allow(clippy::too_many_arguments)]
 fn implicit_gemm(
-    calls: u64,
-    rows: u64,
-    n: u64,
-    k: u64,
+    (calls, rows, n, k): (u64, u64, u64, u64),
     elements: f64,
     winograd: bool,
+    tiles: Tiles,
     elem: u64,
     d: &DeviceSpec,
 ) -> [f64; GEMM_FEATURES.len()] {
-    let mut f = gemm(calls, rows, n, k, elem, Tiles::Any, d);
+    let mut f = gemm(calls, rows, n, k, elem, tiles, d);
     let (l2, hbm) = memory(elements * elem as f64, d);
     f[3] = l2;
     f[4] = hbm;
@@ -578,7 +590,20 @@ pub fn features_for(kernel: &Kernel, class: &str, elem: u64, d: &DeviceSpec) -> 
             Some(c) => {
                 let tiles = c.winograd_rows.filter(|_| winograd);
                 let rows = tiles.map_or(rows, |r| r.round() as u64);
-                implicit_gemm(calls, rows, n, k, c.elements, tiles.is_some(), elem, d).to_vec()
+                let split = if c.unsplit {
+                    Tiles::Unsplit
+                } else {
+                    Tiles::Any
+                };
+                implicit_gemm(
+                    (calls, rows, n, k),
+                    c.elements,
+                    tiles.is_some(),
+                    split,
+                    elem,
+                    d,
+                )
+                .to_vec()
             }
             None => gemm(calls, rows, n, k, elem, Tiles::Any, d).to_vec(),
         }
@@ -921,6 +946,49 @@ mod tests {
             padded: true,
             groups: 1,
         }
+    }
+
+    #[test]
+    fn a_3d_weight_gradient_runs_unsplit_and_others_may_split() {
+        // CosmoFlow's first layer: 4 channels of 128^3 voxels into 16, batch 2. Its weight
+        // gradient is a 16 x 108 product over 4.2 million positions: split 64 ways it would
+        // fill the GPU; unsplit, a few SMs run it all.
+        let first = crate::kernels::ConvShape {
+            batch: 2,
+            c_in: 4,
+            c_out: 16,
+            input: vec![128; 3],
+            output: vec![128; 3],
+            kernel: vec![3; 3],
+            stride: vec![1; 3],
+            padded: true,
+            groups: 1,
+        };
+        let filter = first.kernel(KernelPass::BackwardFilter);
+        assert!(filter.conv.unwrap().unsplit);
+        for pass in [KernelPass::Forward, KernelPass::BackwardData] {
+            assert!(!first.kernel(pass).conv.unwrap().unsplit, "{pass:?}");
+        }
+        let flat = same_3x3(2, 64, 56).kernel(KernelPass::BackwardFilter);
+        assert!(
+            !flat.conv.unwrap().unsplit,
+            "a 2-D weight gradient may split"
+        );
+        let unsplit = features_for(&filter, CONV_GEMM, 4, &A100);
+        let split = features_for(
+            &Kernel {
+                conv: filter.conv.map(|c| crate::kernels::ConvIo {
+                    unsplit: false,
+                    ..c
+                }),
+                ..filter
+            },
+            CONV_GEMM,
+            4,
+            &A100,
+        );
+        // The tiled time: ten times and more without the split.
+        assert!(unsplit[1] > 10.0 * split[1], "{unsplit:?} {split:?}");
     }
 
     #[test]

@@ -240,19 +240,53 @@ fn config_json(name: &str, args: &WorkloadSpec) -> Result<Graph> {
 
 /// The system a command names: a catalog system or device, `local`, a system file, or a
 /// calibrated profile (which names its datasheet system and overlays it).
+///
+/// A user's file of a GPU that lacks a figure the transferred kernel model needs gets a
+/// warning on stderr naming the file and the fields, every time it is read: its layers are
+/// then timed at the ideal bound, which runs fast ([`untransferable`]).
 pub fn system(arg: &str) -> Result<System> {
-    if is_file(arg) {
+    let system = if is_file(arg) {
         let text = read(arg, "system")?;
         if is_profile(&text) {
             let profile = Profile::parse(&text, arg)?;
             let base = datasheet_system(&profile.system).with_context(|| {
                 format!("{arg}: field `system`: the profile's datasheet system")
             })?;
-            return Ok(profile.overlay(base, arg)?);
+            profile.overlay(base, arg)?
+        } else {
+            catalog::system_from_file(&text, arg)?
         }
-        return Ok(catalog::system_from_file(&text, arg)?);
+    } else {
+        return datasheet_system(arg);
+    };
+    if let Some(w) = untransferable(&system, arg) {
+        eprintln!("warning: {w}");
     }
-    datasheet_system(arg)
+    Ok(system)
+}
+
+/// Why the transferred kernel model cannot time the GPU of `system` (read from `file`), as
+/// a warning: the fields the device file lacks; `None` for a CPU or a complete file.
+pub fn untransferable(system: &System, file: &str) -> Option<String> {
+    use ridgeline_model::system::DeviceKind;
+    use ridgeline_model::transfer::DeviceSpec;
+    if system.device.kind != DeviceKind::Gpu {
+        return None;
+    }
+    let missing = DeviceSpec::missing(&system.device);
+    (!missing.is_empty()).then(|| {
+        format!(
+            "{file}: the device lacks {}, which the transferred kernel model needs: every \
+             layer is timed at the ideal bound (peak and bandwidth), faster than the GPU runs; \
+             add {} from the datasheet",
+            missing
+                .iter()
+                .map(|f| format!("`{f}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if missing.len() == 1 { "it" } else { "them" }
+        )
+    })
 }
 
 /// Whether a TOML text is a calibrated profile rather than a system or device file.

@@ -106,6 +106,10 @@ pub struct SplitStep {
     pub update_s: f64,
     /// The step, seconds.
     pub step_s: f64,
+    /// An evaluation step at the same global batch, seconds: every micro-batch through the
+    /// stages' forward passes (their forward tensor-parallel allreduces and activation
+    /// sends), no backward pass, reduction or update.
+    pub eval_step_s: f64,
     /// The most memory a device needs, bytes.
     pub memory_per_device_bytes: f64,
     /// What the stack's rules changed on one device (its memory figures with the split's
@@ -161,11 +165,14 @@ pub fn step(
         virtual_stages,
     } = split;
     stack.check_precision(precision)?;
-    let bad = |field: &'static str, message: String| Error::argument(field, global_batch, message);
     if tensor == 0 || pipeline == 0 || data == 0 || micro_batches == 0 || virtual_stages == 0 {
-        return Err(bad(
+        return Err(Error::argument(
             "split",
-            "tensor, pipeline, data, micro-batches and virtual stages are each at least 1".into(),
+            format!(
+                "tensor {tensor} x pipeline {pipeline} x data {data}, {micro_batches} \
+                 micro-batches, {virtual_stages} virtual stages"
+            ),
+            "tensor, pipeline, data, micro-batches and virtual stages are each at least 1",
         ));
     }
     let schedule = stack.parallel.schedule.value;
@@ -200,8 +207,9 @@ pub fn step(
     }
     let per_step = u64::from(data) * u64::from(micro_batches);
     if global_batch == 0 || !global_batch.is_multiple_of(per_step) {
-        return Err(bad(
+        return Err(Error::argument(
             "global-batch",
+            global_batch,
             format!(
                 "{global_batch} sequences do not split into {data} replicas of {micro_batches} \
                  micro-batches; give a multiple of {per_step}"
@@ -231,7 +239,7 @@ pub fn step(
     let micro = global_batch / per_step;
     let graph = transformer::build_split(name, config, seq, 1.0, tensor as usize).map_err(|e| {
         Error::argument(
-            "tensor",
+            "tensor-parallel",
             tensor,
             format!("layer `{}`: {}", e.layer, e.message),
         )
@@ -383,6 +391,24 @@ pub fn step(
     // `v` virtual stages, the fill and drain are `v` times shorter: `m + (p - 1) / v`
     // (Narayanan et al., SC 2021, section 2.2.2). GPipe takes as long as 1F1B.
     let pipeline_s = m * slowest + (through - slowest) / f64::from(virtual_stages);
+    // Evaluation runs the forward passes alone: half of a stage's tensor-parallel
+    // allreduces (two of the four a layer) and its activation sends, at the same pace.
+    let forward_s: Vec<f64> = out
+        .iter()
+        .map(|s| {
+            let tensor = s.tensor_allreduce_s / 2.0;
+            let exposed = if stack.parallel.overlap_tensor_parallel.value {
+                (tensor - s.forward_s).max(0.0)
+            } else {
+                tensor
+            };
+            s.forward_s + exposed + s.p2p_s / 2.0
+        })
+        .collect();
+    let slowest_forward = forward_s.iter().copied().fold(0.0, f64::max);
+    let through_forward: f64 = forward_s.iter().sum();
+    let eval_step_s =
+        m * slowest_forward + (through_forward - slowest_forward) / f64::from(virtual_stages);
     let largest = out.iter().map(|s| s.params).max().unwrap_or(0);
     let gradient_bytes = largest as f64 * act;
     let data_allreduce = if data > 1 {
@@ -437,6 +463,7 @@ pub fn step(
             0.0
         },
         step_s,
+        eval_step_s,
         step_interval_90_s: band.as_ref().map(|b| b.around(step_s)),
         band,
         stages: out,
@@ -537,6 +564,26 @@ mod tests {
         assert_eq!(s.bubble, 0.0);
         assert_eq!(s.stages.len(), 1);
         assert_eq!(s.stages[0].params, 774_030_080);
+        // Evaluation unsplit is the forward pass alone.
+        assert_eq!(s.eval_step_s, s.stages[0].forward_s);
+    }
+
+    /// Evaluation on a split runs every micro-batch forward through the pipeline: more than
+    /// the slowest stage's forward passes, less than the training step.
+    #[test]
+    fn evaluation_is_the_pipelines_forward_passes() {
+        let s = run(
+            Split {
+                tensor: 2,
+                pipeline: 4,
+                micro_batches: 8,
+                ..ONE
+            },
+            16,
+        );
+        let slowest = s.stages.iter().map(|t| t.forward_s).fold(0.0, f64::max);
+        assert!(s.eval_step_s > 8.0 * slowest, "{s:?}");
+        assert!(s.eval_step_s < s.step_s / 2.0, "{s:?}");
     }
 
     #[test]

@@ -334,8 +334,22 @@ fn split(args: &PredictArgs) -> Result<()> {
         );
     }
     let data = u32::try_from(devices / per_replica)?;
+    let micro_batches = args.micro_batches.unwrap_or(pipeline);
     let global = match (args.batch, args.global_batch) {
-        (Some(b), _) => b * u64::from(data),
+        (Some(b), _) => {
+            if micro_batches > 0 && b % u64::from(micro_batches) != 0 {
+                anyhow::bail!(
+                    "--batch {b} (sequences per replica a step) does not split into \
+                     {micro_batches} micro-batches{}; give a multiple of {micro_batches}",
+                    if args.micro_batches.is_none() {
+                        format!(" (one a pipeline stage: --pipeline-parallel {pipeline})")
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+            b * u64::from(data)
+        }
         (None, Some(g)) => g,
         (None, None) => anyhow::bail!("give --batch (per replica) or --global-batch"),
     };
@@ -343,7 +357,7 @@ fn split(args: &PredictArgs) -> Result<()> {
         tensor,
         pipeline,
         data,
-        micro_batches: args.micro_batches.unwrap_or(pipeline),
+        micro_batches,
         virtual_stages: args.virtual_stages.unwrap_or(1),
     };
     let timing = Timing::of(system, precision, scenario.kernel_model);
@@ -378,7 +392,7 @@ fn split(args: &PredictArgs) -> Result<()> {
         .memory_capacity
         .as_ref()
         .map(|m| m.value.value());
-    let (solution, why_not) = match split_solution(job, &scenario, global, step.step_s)? {
+    let (solution, why_not) = match split_solution(job, &scenario, global, &step)? {
         SplitTime::Solution(s) => (Some(s), None),
         SplitTime::Outside(why) => (None, Some(why)),
     };
@@ -500,7 +514,12 @@ fn split(args: &PredictArgs) -> Result<()> {
                 .summary("epochs", format!("{:.2}", t.epochs))
                 .summary(
                     "epoch time",
-                    format!("{} ({} steps)", secs(t.epoch_time_s), t.steps_per_epoch),
+                    format!(
+                        "{} ({} steps; evaluation {})",
+                        secs(t.epoch_time_s),
+                        t.steps_per_epoch,
+                        secs(t.eval_time_s)
+                    ),
                 )
                 .summary("time to solution", secs(t.time_to_solution_s)),
             None => doc.summary(
@@ -526,37 +545,45 @@ fn split(args: &PredictArgs) -> Result<()> {
 struct SplitSolution {
     epochs: f64,
     steps_per_epoch: u64,
+    /// One epoch: its training steps and its evaluation.
     epoch_time_s: f64,
+    /// The evaluation of one epoch: `eval_samples / global` forward-only steps.
+    eval_time_s: f64,
     time_to_solution_s: f64,
 }
 
-/// The epochs and time to solution of a split step of `step_s` at `global` sequences, from
-/// the workload's data set and epochs as `predict` takes them (`--epochs`, `--dataset`,
-/// `--train-samples`, the convergence curve); why not, where the workload has no data set
-/// and none of those flags was given, or the curve does not cover the global batch.
+/// The epochs and time to solution of split step `step` at `global` sequences, from the
+/// workload's data set and epochs as `predict` takes them (`--epochs`, `--dataset`,
+/// `--train-samples`, `--eval-samples`, the convergence curve), epochs timed as `predict`
+/// times them: `ceil(train / global)` steps and `ceil(eval / global)` evaluation steps. Why
+/// not, where the workload has no data set and none of those flags was given, or the curve
+/// does not cover the global batch.
 fn split_solution(
     job: Result<inputs::Job>,
     scenario: &ridgeline_app::inputs::ScenarioSpec,
     global: u64,
-    step_s: f64,
+    step: &ridgeline_model::parallel::SplitStep,
 ) -> Result<SplitTime> {
-    let solution = |epochs: f64, samples: u64| {
-        let steps_per_epoch = samples.div_ceil(global);
-        let epoch_time_s = steps_per_epoch as f64 * step_s;
+    let solution = |epochs: f64, train: u64, eval: u64| {
+        let steps_per_epoch = train.div_ceil(global);
+        let eval_time_s = eval.div_ceil(global) as f64 * step.eval_step_s;
+        let epoch_time_s = steps_per_epoch as f64 * step.step_s + eval_time_s;
         SplitTime::Solution(SplitSolution {
             epochs,
             steps_per_epoch,
             epoch_time_s,
+            eval_time_s,
             time_to_solution_s: epochs * epoch_time_s,
         })
     };
     // Epochs and samples given: no data set needed.
     if let (Some(e), Some(n)) = (scenario.epochs, scenario.train_samples) {
-        return Ok(solution(e, n));
+        return Ok(solution(e, n, scenario.eval_samples.unwrap_or(0)));
     }
     let asked = scenario.epochs.is_some()
         || scenario.dataset.is_some()
         || scenario.train_samples.is_some()
+        || scenario.eval_samples.is_some()
         || scenario.convergence.is_some();
     let job = match job {
         Ok(job) => job,
@@ -583,7 +610,11 @@ fn split_solution(
             }
         },
     };
-    Ok(solution(epochs, job.dataset.train_samples.value))
+    Ok(solution(
+        epochs,
+        job.dataset.train_samples.value,
+        job.dataset.eval_samples.value,
+    ))
 }
 
 /// A split step's time to solution, or why there is none.

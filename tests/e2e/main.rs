@@ -8,6 +8,7 @@ mod bad_input;
 mod calibrate;
 mod comm;
 mod faults;
+mod faults43;
 mod fuzz;
 mod import;
 mod measure;

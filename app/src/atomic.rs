@@ -16,6 +16,57 @@ fn parent(path: &Path) -> PathBuf {
     }
 }
 
+/// The file name of `path` (`output` for a path without one).
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map_or_else(|| "output".into(), |n| n.to_string_lossy().into_owned())
+}
+
+/// The prefix of the staging file or directory of the output `name` written by this
+/// process: `.NAME.PID.` (the process id tells a live writer's from a killed one's).
+fn staging_prefix(name: &str) -> String {
+    format!(".{name}.{}.", std::process::id())
+}
+
+/// Removes what an earlier, killed writer of the output `name` left in `dir`: its staging
+/// files and directories (`.NAME.PID.XXXXXX`) whose process is gone. A live writer's (another
+/// process writing the same output now) is left alone. Errors are ignored: a leftover that
+/// cannot be removed does no harm.
+fn clean_leftovers(dir: &Path, name: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let prefix = format!(".{name}.");
+    for entry in entries.flatten() {
+        let file = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = file.strip_prefix(&prefix) else {
+            continue;
+        };
+        let Some(pid) = rest.split('.').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == std::process::id() || alive(pid) {
+            continue;
+        }
+        let path = entry.path();
+        let _ = if path.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+    }
+}
+
+/// Whether process `pid` runs (Linux: `/proc/PID` exists; elsewhere every process is taken
+/// to run, and nothing is removed).
+fn alive(pid: u32) -> bool {
+    if Path::new("/proc/self").exists() {
+        Path::new(&format!("/proc/{pid}")).exists()
+    } else {
+        true
+    }
+}
+
 /// Writes `path` through `fill`, atomically. A path that is a device, a pipe or a socket
 /// (`/dev/null`, `/dev/stdout`, a named pipe) is written in place: renaming a file over it
 /// would replace it (as root, `--out /dev/null` once turned `/dev/null` into a plain file).
@@ -41,7 +92,13 @@ pub fn write_with(
             return Ok(());
         }
     }
-    let mut tmp = tempfile::NamedTempFile::new_in(&dir).with_context(context)?;
+    let name = file_name(path);
+    clean_leftovers(&dir, &name);
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&staging_prefix(&name))
+        .suffix(".tmp")
+        .tempfile_in(&dir)
+        .with_context(context)?;
     let mut out = std::io::BufWriter::new(tmp.as_file_mut());
     fill(&mut out).with_context(context)?;
     out.flush().with_context(context)?;
@@ -81,11 +138,10 @@ pub fn directory<T>(path: &Path, fill: impl FnOnce(&Path) -> Result<T>) -> Resul
     let dir = parent(path);
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("cannot create directory `{}`", dir.display()))?;
-    let name = path
-        .file_name()
-        .map_or_else(|| "report".into(), |n| n.to_string_lossy().into_owned());
+    let name = file_name(path);
+    clean_leftovers(&dir, &name);
     let tmp = tempfile::Builder::new()
-        .prefix(&format!(".{name}."))
+        .prefix(&staging_prefix(&name))
         .tempdir_in(&dir)
         .with_context(|| format!("cannot create a directory in `{}`", dir.display()))?;
     let value = fill(tmp.path())?;
@@ -215,6 +271,40 @@ mod tests {
         std::fs::write(other.join("thesis.tex"), "x").unwrap();
         let err = directory(&other, |_| Ok(())).unwrap_err().to_string();
         assert!(err.contains("neither empty nor an earlier report"), "{err}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// What a killed writer left (a staging file or directory of a process that is gone)
+    /// goes with the next write of the same output; a live process's, and other outputs',
+    /// stay (issue 43, item 23).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_killed_writers_leftovers_are_removed() {
+        let dir = scratch("leftovers");
+        // No process has a pid above the kernel's limit (at most 2^22).
+        let dead = 4_194_305 + std::process::id() % 1000;
+        let live = 1; // init
+        let stale = [
+            dir.join(format!(".out.csv.{dead}.Ab3xYz.tmp")),
+            dir.join(format!(".report.{dead}.Qw9Er1")),
+        ];
+        let kept = [
+            dir.join(format!(".out.csv.{live}.Zz1Zz1.tmp")),
+            dir.join(format!(".other.csv.{dead}.Ab3xYz.tmp")),
+        ];
+        std::fs::write(&stale[0], "half").unwrap();
+        std::fs::create_dir_all(stale[1].join("tables")).unwrap();
+        for k in &kept {
+            std::fs::write(k, "x").unwrap();
+        }
+        write(&dir.join("out.csv"), "new\n").unwrap();
+        directory(&dir.join("report"), |d| write(&d.join("report.json"), "{}")).unwrap();
+        for s in &stale {
+            assert!(!s.exists(), "{} left", s.display());
+        }
+        for k in &kept {
+            assert!(k.exists(), "{} removed", k.display());
+        }
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -169,8 +169,7 @@ pub fn mlperf(paths: &[std::path::PathBuf]) -> Result<Vec<mlperf::RunRecord>> {
     logs.iter()
         .map(|log| {
             let name = log.display().to_string();
-            let text =
-                std::fs::read_to_string(log).with_context(|| format!("{name}: cannot read"))?;
+            let text = read_log(log).with_context(|| format!("{name}: cannot read"))?;
             let system = match system_description(log) {
                 Some(json) => {
                     let file = json.display().to_string();
@@ -185,17 +184,29 @@ pub fn mlperf(paths: &[std::path::PathBuf]) -> Result<Vec<mlperf::RunRecord>> {
         .collect()
 }
 
-/// Every `result_*.txt` under `dir`.
+/// A result log's text: gzip-compressed where its name ends `.gz`.
+fn read_log(path: &Path) -> std::io::Result<String> {
+    if path.extension().is_some_and(|e| e == "gz") {
+        let mut text = String::new();
+        std::io::Read::read_to_string(
+            &mut flate2::read::GzDecoder::new(std::fs::File::open(path)?),
+            &mut text,
+        )?;
+        Ok(text)
+    } else {
+        std::fs::read_to_string(path)
+    }
+}
+
+/// Every `result_*.txt` (or `result_*.txt.gz`) under `dir`.
 fn result_logs(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
         if path.is_dir() {
             result_logs(&path, out)?;
-        } else if path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("result_") && n.ends_with(".txt"))
-        {
+        } else if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+            n.starts_with("result_") && (n.ends_with(".txt") || n.ends_with(".txt.gz"))
+        }) {
             out.push(path);
         }
     }

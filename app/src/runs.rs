@@ -13,12 +13,102 @@ use serde::Serialize;
 
 use crate::inputs::{self, Job, ScenarioSpec, WorkloadSpec};
 
-/// The built-in workload that predicts each MLPerf benchmark.
-pub const BENCHMARKS: [(&str, &str); 3] = [
+/// The built-in workload that predicts each MLPerf benchmark (`--workload` names others).
+pub const BENCHMARKS: [(&str, &str); 5] = [
     ("resnet", "resnet50"),
+    ("bert", "bert-large"),
+    ("gpt3", "gpt3-175b"),
     ("cosmoflow", "cosmoflow"),
     ("deepcam", "deepcam"),
 ];
+
+/// Benchmark names and the workloads that predict them.
+type WorkloadMap = Vec<(String, String)>;
+
+/// The workload of each benchmark: [`BENCHMARKS`] overridden by `--workload` arguments,
+/// each `WORKLOAD` (every benchmark) or `BENCHMARK=WORKLOAD`; and the one workload for every
+/// run, where one was given.
+fn workload_map(given: &[String]) -> Result<(WorkloadMap, Option<String>)> {
+    let mut map: Vec<(String, String)> = BENCHMARKS
+        .iter()
+        .map(|(b, w)| ((*b).to_owned(), (*w).to_owned()))
+        .collect();
+    let mut every = None;
+    for g in given {
+        match g.split_once('=') {
+            Some((b, w)) if !b.trim().is_empty() && !w.trim().is_empty() => {
+                let (b, w) = (b.trim().to_owned(), w.trim().to_owned());
+                map.retain(|(k, _)| *k != b);
+                map.push((b, w));
+            }
+            Some(_) => bail!(
+                "--workload `{g}`: give BENCHMARK=WORKLOAD (bert=bert-large) or WORKLOAD alone"
+            ),
+            None if g.trim().is_empty() => bail!("--workload: empty; give a workload"),
+            None => {
+                if every.replace(g.trim().to_owned()).is_some() {
+                    bail!(
+                        "--workload: more than one workload for every run; give BENCHMARK=WORKLOAD"
+                    );
+                }
+            }
+        }
+    }
+    Ok((map, every))
+}
+
+/// A chip, memory size and form factor read from an accelerator's name (`NVIDIA
+/// H200-SXM5-141GB`, `h200-sxm-141gb`, `NVIDIA A100-SXM-80GB CTS`), to match a log's
+/// accelerator with a catalog device: `(h200, Some(141), Some(sxm))`.
+fn chip_of(name: &str) -> Option<(String, Option<u32>, Option<&'static str>)> {
+    let lower = name.to_lowercase();
+    let tokens: Vec<&str> = lower
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|t| !t.is_empty() && *t != "nvidia" && *t != "amd" && *t != "intel")
+        .collect();
+    // The chip: letters then digits (a100, h200, gh200, mi250x).
+    let chip = tokens.iter().find(|t| {
+        let digits = t.trim_start_matches(|c: char| c.is_ascii_alphabetic());
+        digits.len() < t.len()
+            && digits.starts_with(|c: char| c.is_ascii_digit())
+            && !t.ends_with("gb")
+            && !t.starts_with("sxm")
+            && !t.starts_with("pcie")
+    })?;
+    let memory = tokens
+        .iter()
+        .find_map(|t| t.strip_suffix("gb").and_then(|n| n.parse::<u32>().ok()));
+    let form = tokens.iter().find_map(|t| {
+        if t.starts_with("sxm") {
+            Some("sxm")
+        } else if t.starts_with("pcie") {
+            Some("pcie")
+        } else if *t == "nvl" {
+            Some("nvl")
+        } else if *t == "oam" {
+            Some("oam")
+        } else {
+            None
+        }
+    });
+    Some(((*chip).to_owned(), memory, form))
+}
+
+/// Whether the log's `accelerator` is `device` (a catalog name or a device file's name and
+/// model): the same chip, and the same memory size and form factor where both say.
+pub fn same_accelerator(accelerator: &str, device: &ridgeline_model::system::Device) -> bool {
+    let Some((chip, memory, form)) = chip_of(accelerator) else {
+        return device_name(accelerator) == device.name;
+    };
+    [device.name.as_str(), device.model.as_str()]
+        .iter()
+        .filter_map(|n| chip_of(n))
+        .any(|(c, m, f)| {
+            c == chip
+                && (m.is_none() || memory.is_none() || m == memory)
+                && (f.is_none() || form.is_none() || f == form)
+        })
+}
 
 /// One run against its prediction.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -27,8 +117,11 @@ pub struct RunCheck {
     pub file: String,
     /// The MLPerf benchmark.
     pub benchmark: String,
-    /// The built-in workload that predicted it.
+    /// The workload that predicted it.
     pub workload: String,
+    /// The log's accelerator and the device it was matched with (`NVIDIA H200-SXM5-141GB
+    /// = h200-sxm-141gb`), where the log names one.
+    pub matched: Option<String>,
     /// The submitter's system (its `system_name`, else the platform).
     pub run_system: String,
     /// The run's accelerator, where its system description names it.
@@ -92,7 +185,8 @@ pub struct RunValidation {
     pub timed_by: String,
     /// Per run.
     pub runs: Vec<RunCheck>,
-    /// Runs not predicted, each with why.
+    /// Runs not predicted, each with why (aborted runs among them: MLPerf does not count
+    /// them, nor do the statistics here).
     pub skipped: Vec<String>,
     /// Median |error| of the time to train.
     pub median_abs_error: f64,
@@ -126,8 +220,10 @@ pub fn validate(
     measured: &Path,
     precision: Precision,
     stack: Option<&str>,
+    workloads: &[String],
 ) -> Result<RunValidation> {
     let stack = stack.unwrap_or(RUN_STACK).to_owned();
+    let (map, every) = workload_map(workloads)?;
     let file = measured.display().to_string();
     let text = std::fs::read_to_string(measured).with_context(|| format!("{file}: cannot read"))?;
     let records = mlperf::read_runs(&text, &file)?;
@@ -136,32 +232,45 @@ pub fn validate(
     let mut skipped = Vec::new();
     let mut timed_by = String::new();
     for r in &records {
-        let Some(workload) = BENCHMARKS
-            .iter()
-            .find(|(b, _)| *b == r.benchmark)
-            .map(|(_, w)| *w)
-        else {
+        if r.status != "success" {
             skipped.push(format!(
-                "{}: benchmark `{}` has no built-in workload ({} have)",
+                "{}: the run's status is `{}`, not `success`: MLPerf does not count it, nor do \
+                 these statistics",
+                r.file, r.status
+            ));
+            continue;
+        }
+        let Some(workload) = every.clone().or_else(|| {
+            map.iter()
+                .find(|(b, _)| *b == r.benchmark)
+                .map(|(_, w)| w.clone())
+        }) else {
+            skipped.push(format!(
+                "{}: benchmark `{}` has no built-in workload ({} have); name one with \
+                 --workload {}=WORKLOAD (a built-in name or a workload file)",
                 r.file,
                 r.benchmark,
-                BENCHMARKS.map(|(b, _)| b).join(", ")
+                map.iter()
+                    .map(|(b, _)| b.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                r.benchmark
             ));
             continue;
         };
         if let Some(a) = r
             .accelerator
             .as_deref()
-            .filter(|a| device_name(a) != base.device.name)
+            .filter(|a| !same_accelerator(a, &base.device))
         {
             skipped.push(format!(
-                "{}: its accelerator `{a}` is not {}'s `{}`; validate it with --system naming \
-                 that device or a system of it",
+                "{}: its accelerator `{a}` is not {}'s `{}` (chip, memory and form factor \
+                 differ); validate it with --system naming that device or a system of it",
                 r.file, base.name, base.device.name
             ));
             continue;
         }
-        match check(r, workload, &base, precision, &stack) {
+        match check(r, &workload, &base, precision, &stack) {
             Ok((c, by)) => {
                 timed_by = by;
                 runs.push(c);
@@ -288,6 +397,10 @@ fn check(
             file: r.file.clone(),
             benchmark: r.benchmark.clone(),
             workload: workload.to_owned(),
+            matched: r
+                .accelerator
+                .as_ref()
+                .map(|a| format!("{a} = {}", base.device.name)),
             run_system: r.system.clone().unwrap_or_else(|| r.platform.clone()),
             accelerator: r.accelerator.clone(),
             nodes: r.nodes,

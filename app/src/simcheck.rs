@@ -138,6 +138,33 @@ fn from_trace(
         input_size: Some(input.get(1..).unwrap_or_default().to_vec()),
         width,
     })?;
+    match t.ranks() {
+        Some(0) => bail!(
+            "{}: `distributedInfo.world_size` is 0; a data-parallel run has at least 2 ranks",
+            path.display()
+        ),
+        Some(1) => bail!(
+            "{}: `distributedInfo.world_size` is 1: a single process, no data parallelism to \
+             validate; record one rank of a run of 2 or more",
+            path.display()
+        ),
+        _ => {}
+    }
+    // The workload as it ran: the first convolution's channels (what --width changes).
+    if let Some(traced) = t.first_conv_channels() {
+        let built = graph.layers().iter().find_map(|l| match &l.op {
+            ridgeline_model::graph::Op::Conv(c) => Some(c.out_channels),
+            _ => None,
+        });
+        if let Some(built) = built.filter(|b| *b != traced) {
+            bail!(
+                "{}: its first convolution has {traced} output channels, --workload \
+                 {workload}{} builds {built}: pass the workload (and --width) it trained",
+                path.display(),
+                width.map_or_else(String::new, |w| format!(" --width {w}"))
+            );
+        }
+    }
     let m = t.map(&graph)?;
     if m.comm.is_empty() {
         bail!(

@@ -218,95 +218,98 @@ pub struct SplitSearch<'a> {
     pub stack: &'a ridgeline_model::stack::Stack,
 }
 
+/// The most splits one search tries (`sweep --tensor-parallel/--pipeline-parallel`).
+pub const MAX_SPLITS: u64 = 2_000_000;
+
+/// How many splits `search` would try: every combination of its lists (micro-batch counts
+/// three a pipeline depth where none are given).
+pub fn split_count(search: &SplitSearch<'_>) -> u64 {
+    let n = |v: usize| v as u64;
+    let micros = if search.micro_batches.is_empty() {
+        3
+    } else {
+        n(search.micro_batches.len())
+    };
+    [
+        n(search.systems.len()),
+        n(search.precisions.len()),
+        n(search.nodes.len()),
+        n(search.tensor.len()),
+        n(search.pipeline.len()),
+        micros,
+        n(search.virtual_stages.len()),
+        n(search.batches.len()),
+    ]
+    .iter()
+    .fold(1u64, |a, &b| a.saturating_mul(b))
+}
+
 /// Every split of `search` that fits its devices' memory, fastest per sequence first, and
-/// how many were left out, by reason.
+/// how many were left out, by reason. Each tensor-parallel degree of each system and
+/// precision is prepared once ([`ridgeline_model::parallel::prepare`]); the splits run on
+/// every core; `progress` is told of each batch of splits tried. More than [`MAX_SPLITS`]
+/// is an error.
 pub fn splits(
     search: &SplitSearch<'_>,
-) -> (Vec<SplitRow>, std::collections::BTreeMap<String, u64>) {
+    progress: &(dyn Fn(u64) + Sync),
+) -> anyhow::Result<(Vec<SplitRow>, std::collections::BTreeMap<String, u64>)> {
+    use rayon::prelude::*;
     use ridgeline_model::parallel::{self, Split};
     use ridgeline_model::predict::Timing;
+    use std::collections::BTreeMap;
+    let total = split_count(search);
+    if total > MAX_SPLITS {
+        anyhow::bail!(
+            "sweep: {total} splits to try (systems x precisions x nodes x tensor x pipeline x \
+             micro-batches x virtual stages x batches), more than {MAX_SPLITS}; narrow the \
+             lists (a stride: --nodes 1..1536:64, --batch 1,2,4,8)"
+        );
+    }
     let (name, config, seq) = search.model;
-    let mut rows = Vec::new();
-    let mut rejected: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
-    let mut reject = |why: &str| *rejected.entry(why.to_owned()).or_default() += 1;
-    for system in search.systems {
-        let per_node = u64::from(system.node.devices.value);
-        for &precision in search.precisions {
-            let timing = Timing::of(system, precision, search.kernel_model);
+    let timings: Vec<(usize, ridgeline_model::precision::Precision, Timing<'_>)> = search
+        .systems
+        .iter()
+        .enumerate()
+        .flat_map(|(i, system)| {
+            search
+                .precisions
+                .iter()
+                .map(move |&p| (i, p, Timing::of(system, p, search.kernel_model)))
+        })
+        .collect();
+    // Every combination, each with what it needs.
+    struct Job {
+        timing: usize,
+        tensor: u32,
+        nodes: u32,
+        pipeline: u32,
+        micro_batches: u32,
+        virtual_stages: u32,
+        batch: u64,
+    }
+    let mut jobs = Vec::new();
+    for t in 0..timings.len() {
+        for &tensor in search.tensor {
             for &nodes in search.nodes {
-                let devices = per_node * u64::from(nodes);
-                for &tensor in search.tensor {
-                    for &pipeline in search.pipeline {
-                        let replica = u64::from(tensor) * u64::from(pipeline);
-                        if devices % replica != 0 {
-                            reject("devices do not split into replicas");
-                            continue;
-                        }
-                        let Ok(data) = u32::try_from(devices / replica) else {
-                            reject("devices do not split into replicas");
-                            continue;
-                        };
-                        let defaults = [pipeline, 2 * pipeline, 4 * pipeline];
-                        let micros = if search.micro_batches.is_empty() {
-                            &defaults[..]
-                        } else {
-                            search.micro_batches
-                        };
-                        let layouts = micros
-                            .iter()
-                            .flat_map(|&m| search.virtual_stages.iter().map(move |&v| (m, v)));
-                        for (micro_batches, virtual_stages) in layouts {
+                for &pipeline in search.pipeline {
+                    let defaults = [pipeline, 2 * pipeline, 4 * pipeline];
+                    let micros = if search.micro_batches.is_empty() {
+                        &defaults[..]
+                    } else {
+                        search.micro_batches
+                    };
+                    for &micro_batches in micros {
+                        for &virtual_stages in search.virtual_stages {
                             for &batch in search.batches {
-                                let split = Split {
+                                jobs.push(Job {
+                                    timing: t,
                                     tensor,
+                                    nodes,
                                     pipeline,
-                                    data,
                                     micro_batches,
                                     virtual_stages,
-                                };
-                                let global = batch * u64::from(data);
-                                match parallel::step(
-                                    name,
-                                    config,
-                                    seq,
-                                    global,
-                                    split,
-                                    system,
-                                    precision,
-                                    search.optimizer,
-                                    search.stack,
-                                    &timing,
-                                ) {
-                                    Ok(step) => {
-                                        let capacity = system
-                                            .device
-                                            .memory_capacity
-                                            .as_ref()
-                                            .map_or(f64::INFINITY, |m| m.value.value());
-                                        if step.memory_per_device_bytes > capacity {
-                                            reject("does not fit a device's memory");
-                                            continue;
-                                        }
-                                        rows.push(SplitRow {
-                                            system: system.name.clone(),
-                                            nodes,
-                                            precision,
-                                            global_batch: global,
-                                            sequences_per_s: global as f64 / step.step_s,
-                                            step,
-                                        });
-                                    }
-                                    Err(e) => {
-                                        let why = match &e {
-                                            ridgeline_model::error::Error::Argument {
-                                                name,
-                                                ..
-                                            } => format!("invalid {name}"),
-                                            _ => "invalid".to_owned(),
-                                        };
-                                        reject(&why);
-                                    }
-                                }
+                                    batch,
+                                });
                             }
                         }
                     }
@@ -314,8 +317,116 @@ pub fn splits(
             }
         }
     }
+    // One preparation a system, precision and tensor-parallel degree.
+    let keys: Vec<(usize, u32)> = {
+        let mut k: Vec<(usize, u32)> = jobs.iter().map(|j| (j.timing, j.tensor)).collect();
+        k.sort_unstable();
+        k.dedup();
+        k
+    };
+    let prepared: BTreeMap<(usize, u32), Result<parallel::Prepared<'_>, String>> = keys
+        .par_iter()
+        .map(|&(t, tensor)| {
+            let (i, precision, timing) = &timings[t];
+            let p = parallel::prepare(
+                name,
+                config,
+                seq,
+                tensor,
+                &search.systems[*i],
+                *precision,
+                search.optimizer,
+                search.stack,
+                timing,
+            )
+            .map_err(|e| match &e {
+                ridgeline_model::error::Error::Argument { name, .. } => format!("invalid {name}"),
+                _ => "invalid".to_owned(),
+            });
+            ((t, tensor), p)
+        })
+        .collect();
+    type Tried = (Vec<SplitRow>, BTreeMap<String, u64>);
+    let (mut rows, rejected) = jobs
+        .par_chunks(1024)
+        .map(|chunk| {
+            let mut rows = Vec::new();
+            let mut rejected: BTreeMap<String, u64> = BTreeMap::new();
+            let mut reject = |why: &str| *rejected.entry(why.to_owned()).or_default() += 1;
+            for j in chunk {
+                let system = &search.systems[timings[j.timing].0];
+                let precision = timings[j.timing].1;
+                let devices = u64::from(system.node.devices.value) * u64::from(j.nodes);
+                let replica = u64::from(j.tensor) * u64::from(j.pipeline);
+                if replica == 0 || devices % replica != 0 {
+                    reject("devices do not split into replicas");
+                    continue;
+                }
+                let Ok(data) = u32::try_from(devices / replica) else {
+                    reject("devices do not split into replicas");
+                    continue;
+                };
+                let prep = match &prepared[&(j.timing, j.tensor)] {
+                    Ok(p) => p,
+                    Err(why) => {
+                        reject(why);
+                        continue;
+                    }
+                };
+                let split = Split {
+                    tensor: j.tensor,
+                    pipeline: j.pipeline,
+                    data,
+                    micro_batches: j.micro_batches,
+                    virtual_stages: j.virtual_stages,
+                };
+                let global = j.batch * u64::from(data);
+                match prep.step(global, split) {
+                    Ok(step) => {
+                        let capacity = system
+                            .device
+                            .memory_capacity
+                            .as_ref()
+                            .map_or(f64::INFINITY, |m| m.value.value());
+                        if step.memory_per_device_bytes > capacity {
+                            reject("does not fit a device's memory");
+                            continue;
+                        }
+                        rows.push(SplitRow {
+                            system: system.name.clone(),
+                            nodes: j.nodes,
+                            precision,
+                            global_batch: global,
+                            sequences_per_s: global as f64 / step.step_s,
+                            step,
+                        });
+                    }
+                    Err(e) => {
+                        let why = match &e {
+                            ridgeline_model::error::Error::Argument { name, .. } => {
+                                format!("invalid {name}")
+                            }
+                            _ => "invalid".to_owned(),
+                        };
+                        reject(&why);
+                    }
+                }
+            }
+            progress(chunk.len() as u64);
+            (rows, rejected)
+        })
+        .reduce(
+            || (Vec::new(), BTreeMap::new()),
+            |(mut a, mut ra): Tried, (b, rb): Tried| {
+                a.extend(b);
+                for (k, v) in rb {
+                    *ra.entry(k).or_default() += v;
+                }
+                (a, ra)
+            },
+        );
     rows.sort_by(|a, b| b.sequences_per_s.total_cmp(&a.sequences_per_s));
-    (rows, rejected)
+    Ok((rows, rejected))
 }
 
 /// The columns of the best splits.

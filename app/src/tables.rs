@@ -735,7 +735,7 @@ pub fn step_summary(
 }
 
 /// MLPerf runs as `ridgeline import mlperf` lists them.
-pub fn mlperf_run_cols() -> [Col<ridgeline_calibrate::mlperf::RunRecord>; 11] {
+pub fn mlperf_run_cols() -> [Col<ridgeline_calibrate::mlperf::RunRecord>; 12] {
     use ridgeline_calibrate::mlperf::RunRecord;
     fn secs(v: Option<f64>, s: Style) -> String {
         v.map(|v| s.seconds(Seconds::new(v))).unwrap_or_default()
@@ -764,6 +764,9 @@ pub fn mlperf_run_cols() -> [Col<ridgeline_calibrate::mlperf::RunRecord>; 11] {
             s.seconds(Seconds::new(r.eval_s))
         }),
         num("samples/s", "throughput", |r, s| s.number(r.throughput, 0)),
+        text("from", "method", |r, _| {
+            r.method.clone().unwrap_or_default()
+        }),
         num("time to train", "time_to_train_s", |r, s| {
             s.seconds(Seconds::new(r.time_to_train_s))
         }),

@@ -273,6 +273,20 @@ fn specs(devices: &[&str], dir: &Path) -> Result<BTreeMap<String, DeviceSpec>> {
 /// come from its catalog file.
 pub fn transfer(kernels: &Path, ours: Option<&Path>, public: &[PathBuf]) -> Result<TransferCheck> {
     let set = KernelSet::read(kernels)?;
+    // A missing directory is skipped (a checkout without the data); a file is a mistake.
+    for (flag, p) in ours
+        .map(|o| ("--ours", o))
+        .into_iter()
+        .chain(public.iter().map(|p| ("--published", p.as_path())))
+    {
+        if p.exists() && !p.is_dir() {
+            bail!(
+                "{flag} {}: a file, not a directory of kernel records; give the directory \
+                 that holds it (with its SOURCE.toml)",
+                p.display()
+            );
+        }
+    }
     let ours = ours.filter(|d| d.is_dir());
     let public: Vec<&PathBuf> = public.iter().filter(|d| d.is_dir()).collect();
     // The published sets and the tensor-core data, read (and their errors given) before the

@@ -22,6 +22,28 @@ pub const RUN_RECORD: &str = "mlperf_run";
 /// The prefix of a logged line.
 const PREFIX: &str = ":::MLLOG";
 
+/// The earliest `time_ms` a log may give: 2000-01-01, milliseconds since the Unix epoch.
+const EARLIEST_MS: f64 = 946_684_800_000.0;
+/// The latest: 2100-01-01.
+const LATEST_MS: f64 = 4_102_444_800_000.0;
+
+/// The largest count a log may give (2^53: exact in its JSON numbers).
+const MAX_COUNT: u64 = 1 << 53;
+
+/// Benchmarks whose blocks and `epoch_count` count epochs of `train_samples` (those that
+/// do not count samples trained, as BERT and GPT-3 do).
+const EPOCH_BENCHMARKS: [&str; 9] = [
+    "resnet",
+    "ssd",
+    "retinanet",
+    "maskrcnn",
+    "unet3d",
+    "cosmoflow",
+    "deepcam",
+    "oc20",
+    "rnnt",
+];
+
 /// One MLPerf run, as its result log and system description say.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -56,12 +78,18 @@ pub struct RunRecord {
     pub framework: Option<String>,
     /// `global_batch_size`.
     pub global_batch: u64,
-    /// `train_samples`: samples in one epoch.
+    /// `train_samples`: the samples of one epoch where the benchmark counts epochs
+    /// (ResNet-50), the samples trained in the run where it logs them at the end (BERT,
+    /// GPT-3); in sequences where the log counts tokens ([`RunRecord::sequence_length`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub train_samples: Option<u64>,
-    /// `eval_samples`: samples in one evaluation.
+    /// `eval_samples`: samples in one evaluation (sequences, as `train_samples`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval_samples: Option<u64>,
+    /// Tokens a sequence (`max_sequence_length`), where the log counts its samples in tokens
+    /// (GPT-3): its counts and throughput are divided by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequence_length: Option<u64>,
     /// Epochs trained: the `epoch_stop` events.
     pub epochs: u32,
     /// Evaluations: the `eval_stop` events.
@@ -72,15 +100,29 @@ pub struct RunRecord {
     /// `staging_start` to `staging_stop` (MLPerf HPC's data staging), seconds, where logged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub staging_s: Option<f64>,
-    /// The median `epoch_start` to `epoch_stop`, seconds.
+    /// One epoch's training, seconds: from the blocks where the log has them
+    /// ([`RunRecord::method`]), else the median `epoch_start` to `epoch_stop`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch_s: Option<f64>,
     /// Every `eval_start` to `eval_stop`, summed, seconds.
     pub eval_s: f64,
-    /// The median `throughput` of the `tracked_stats` events, samples per second, where
-    /// logged.
+    /// Samples a second of training: from the blocks where the log has them (the samples
+    /// its blocks trained over their time less the evaluations inside them), else the
+    /// median throughput the log reports (`tracked_stats`' `throughput` or `imgs_sec`, or
+    /// a `throughput` event).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throughput: Option<f64>,
+    /// How [`RunRecord::throughput`] and [`RunRecord::epoch_s`] were derived: `blocks`
+    /// (`block_start` to `block_stop` less the evaluations inside), or `logged` (the
+    /// throughput the log reports, the epochs' own events). Epoch events can run out of step
+    /// with the work at scale (25-30 ms "epochs" followed by long gaps), so blocks are
+    /// preferred.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// The median throughput the log itself reports, samples per second, where it reports
+    /// one (beside a block-derived [`RunRecord::throughput`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logged_throughput: Option<f64>,
     /// `run_start`, milliseconds since the Unix epoch.
     pub run_start_ms: u64,
     /// `run_stop`, milliseconds since the Unix epoch.
@@ -94,8 +136,62 @@ pub struct RunRecord {
     pub accuracy: Option<f64>,
 }
 
+impl RunRecord {
+    /// Whether the record's figures are a run's: times positive (evaluations and staging
+    /// at least zero) and finite, counts at least one, the stop after the start. A message
+    /// naming the field where not.
+    fn check(&self) -> std::result::Result<(), String> {
+        let positive = |field: &str, v: Option<f64>| match v {
+            Some(v) if !(v.is_finite() && v > 0.0) => Err(format!(
+                "field `{field}`: {v} is not a positive time or rate; a measured figure is \
+                 greater than zero"
+            )),
+            _ => Ok(()),
+        };
+        positive("time_to_train_s", Some(self.time_to_train_s))?;
+        positive("epoch_s", self.epoch_s)?;
+        positive("throughput", self.throughput)?;
+        positive("logged_throughput", self.logged_throughput)?;
+        for (field, v) in [
+            ("eval_s", Some(self.eval_s)),
+            ("init_s", self.init_s),
+            ("staging_s", self.staging_s),
+        ] {
+            if let Some(v) = v
+                && !(v.is_finite() && v >= 0.0)
+            {
+                return Err(format!("field `{field}`: {v} is not a time (at least 0)"));
+            }
+        }
+        for (field, v) in [
+            ("nodes", Some(u64::from(self.nodes))),
+            (
+                "accelerators_per_node",
+                self.accelerators_per_node.map(u64::from),
+            ),
+            ("global_batch", Some(self.global_batch)),
+            ("train_samples", self.train_samples),
+            ("eval_samples", self.eval_samples),
+            ("sequence_length", self.sequence_length),
+        ] {
+            if let Some(v) = v
+                && !(1..=MAX_COUNT).contains(&v)
+            {
+                return Err(format!("field `{field}`: {v} is not a count (1 to 2^53)"));
+            }
+        }
+        if self.run_stop_ms < self.run_start_ms {
+            return Err(format!(
+                "field `run_stop_ms`: {} is before `run_start_ms` {}",
+                self.run_stop_ms, self.run_start_ms
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// One `:::MLLOG` event.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct Event {
     time_ms: f64,
     key: String,
@@ -160,10 +256,22 @@ impl SystemDescription {
                 ))),
             }
         };
+        let positive = |k: &str| -> Result<Option<u32>> {
+            match count(k)? {
+                Some(0) => Err(Error::Input(format!(
+                    "{file}: field `{k}`: 0; a run has at least one (give the count, \"8\")"
+                ))),
+                n => Ok(n),
+            }
+        };
+        let (nodes, per_node) = (
+            positive("number_of_nodes")?,
+            positive("accelerators_per_node")?,
+        );
         Ok(SystemDescription {
             name: text("system_name"),
-            nodes: count("number_of_nodes")?,
-            accelerators_per_node: count("accelerators_per_node")?,
+            nodes,
+            accelerators_per_node: per_node,
             accelerator: text("accelerator_model_name"),
             framework: text("framework"),
         })
@@ -182,7 +290,8 @@ pub fn parse(text: &str, file: &str, system: Option<&SystemDescription>) -> Resu
     let err = |line: usize, what: String| Error::Input(format!("{file}: line {line}: {what}"));
     let mut events: Vec<(usize, Event)> = Vec::new();
     for (i, line) in text.lines().enumerate() {
-        let Some(rest) = line.trim_start().strip_prefix(PREFIX) else {
+        // A launcher may put a rank before the event (`0: :::MLLOG`, `srun --label`).
+        let Some(rest) = line.find(PREFIX).map(|at| &line[at + PREFIX.len()..]) else {
             continue;
         };
         let e: Event = serde_json::from_str(rest.trim()).map_err(|e| {
@@ -194,11 +303,26 @@ pub fn parse(text: &str, file: &str, system: Option<&SystemDescription>) -> Resu
                 ),
             )
         })?;
-        if !(e.time_ms.is_finite() && e.time_ms >= 0.0) {
-            return Err(err(i + 1, format!("`time_ms` {} is not a time", e.time_ms)));
+        if !(e.time_ms.is_finite() && (EARLIEST_MS..=LATEST_MS).contains(&e.time_ms)) {
+            return Err(err(
+                i + 1,
+                format!(
+                    "`time_ms` {} is not a time: MLPerf logs milliseconds since 1970, from \
+                     {EARLIEST_MS} (2000) to {LATEST_MS} (2100)",
+                    e.time_ms
+                ),
+            ));
         }
         events.push((i + 1, e));
     }
+    // Ranks that log the same event: once.
+    let mut kept: Vec<(usize, Event)> = Vec::with_capacity(events.len());
+    for (l, e) in events {
+        if !kept.iter().rev().take(64).any(|(_, k)| *k == e) {
+            kept.push((l, e));
+        }
+    }
+    let events = kept;
     if events.is_empty() {
         return Err(Error::Input(format!(
             "{file}: no {PREFIX} lines; an MLPerf result log is the `result_N.txt` of a \
@@ -233,9 +357,17 @@ pub fn parse(text: &str, file: &str, system: Option<&SystemDescription>) -> Resu
                         .filter(|v| v.fract() == 0.0 && *v >= 0.0)
                         .map(|v| v as u64)
                 })
-                .filter(|v| *v > 0)
+                .filter(|v| *v > 0 && *v <= MAX_COUNT)
                 .map(Some)
-                .ok_or_else(|| err(*l, format!("`{key}` is {}, not a positive count", e.value))),
+                .ok_or_else(|| {
+                    err(
+                        *l,
+                        format!(
+                            "`{key}` is {}, not a positive count (at most 2^53)",
+                            e.value
+                        ),
+                    )
+                }),
             None => Ok(None),
         }
     };
@@ -267,50 +399,135 @@ pub fn parse(text: &str, file: &str, system: Option<&SystemDescription>) -> Resu
         .and_then(Value::as_str)
         .unwrap_or("unknown")
         .to_owned();
-    // Intervals: each `*_start` paired with the next `*_stop`.
-    let intervals = |name: &str| -> Result<Vec<f64>> {
+    // Intervals: each `*_start` paired with the next `*_stop`, as (start, stop, the
+    // start's event), milliseconds.
+    let spans = |name: &str| -> Result<Vec<(f64, f64, &Event)>> {
         let (open, close) = (format!("{name}_start"), format!("{name}_stop"));
         let mut out = Vec::new();
-        let mut at: Option<(usize, f64)> = None;
+        let mut at: Option<(usize, &Event)> = None;
         for (l, e) in &events {
             if e.key == open {
-                at = Some((*l, e.time_ms));
+                at = Some((*l, e));
             } else if e.key == close {
-                let Some((from, t0)) = at.take() else {
+                let Some((from, s)) = at.take() else {
                     return Err(err(*l, format!("`{close}` without a `{open}` before it")));
                 };
-                if e.time_ms < t0 {
+                if e.time_ms < s.time_ms {
                     return Err(err(
                         *l,
                         format!("`{close}` is earlier than its `{open}` (line {from})"),
                     ));
                 }
-                out.push((e.time_ms - t0) / 1e3);
+                out.push((s.time_ms, e.time_ms, s));
             }
         }
         Ok(out)
     };
-    let epochs = intervals("epoch")?;
-    let evals = intervals("eval")?;
-    let staging = intervals("staging")?;
-    let init_s = first("init_start").map(|(_, e)| (start - e.time_ms) / 1e3);
-    let throughputs: Vec<f64> = events
+    let seconds = |v: &[(f64, f64, &Event)]| -> Vec<f64> {
+        v.iter().map(|(a, b, _)| (b - a) / 1e3).collect()
+    };
+    let epochs = seconds(&spans("epoch")?);
+    let eval_spans = spans("eval")?;
+    let evals = seconds(&eval_spans);
+    let staging = seconds(&spans("staging")?);
+    // Every rank may write `init_start`: the first in time.
+    let init = events
         .iter()
-        .filter(|(_, e)| e.key == "tracked_stats")
-        .filter_map(|(_, e)| e.value.get("throughput").and_then(Value::as_f64))
+        .filter(|(_, e)| e.key == "init_start")
+        .map(|(l, e)| (*l, e.time_ms))
+        .min_by(|a, b| a.1.total_cmp(&b.1));
+    if let Some((l, t)) = init
+        && t > start
+    {
+        return Err(err(
+            l,
+            format!(
+                "`init_start` at {t} ms is after `run_start` (line {start_line}) at {start} ms"
+            ),
+        ));
+    }
+    let init_s = init.map(|(_, t)| (start - t) / 1e3);
+    // Counts in tokens (GPT-3): sequences of `max_sequence_length` tokens.
+    let sequence_length = if benchmark == "gpt3" {
+        count("max_sequence_length")?
+    } else {
+        None
+    };
+    let per_sequence = sequence_length.map_or(1.0, |n| n as f64);
+    let sequences = |n: Option<u64>| n.map(|n| ((n as f64 / per_sequence).round() as u64).max(1));
+    let train_samples = sequences(count("train_samples")?);
+    let eval_samples = sequences(count("eval_samples")?);
+    // What the log reports: `tracked_stats`' `throughput` (v1.0 on) or `imgs_sec` (v2.0's
+    // MXNet ResNet-50), or a `throughput` event of its own.
+    let logged: Vec<f64> = events
+        .iter()
+        .filter_map(|(_, e)| match e.key.as_str() {
+            "tracked_stats" => e
+                .value
+                .get("throughput")
+                .or_else(|| e.value.get("imgs_sec"))
+                .and_then(Value::as_f64),
+            "throughput" => e.value.as_f64(),
+            _ => None,
+        })
         .filter(|t| t.is_finite() && *t > 0.0)
+        .map(|t| t / per_sequence)
         .collect();
     let median = |v: &[f64]| (!v.is_empty()).then(|| crate::stats::median(v));
+    let logged_throughput = median(&logged);
+    // Blocks: their time less the evaluations inside them, and the samples they trained
+    // (`epoch_count` epochs of `train_samples`, or `epoch_count` samples where the counts
+    // add up to the samples trained).
+    let blocks = spans("block")?;
+    let training_ms: f64 = blocks
+        .iter()
+        .map(|(a, b, _)| {
+            let inside: f64 = eval_spans
+                .iter()
+                .filter(|(s, t, _)| s >= a && t <= b)
+                .map(|(s, t, _)| t - s)
+                .sum();
+            (b - a - inside).max(0.0)
+        })
+        .sum();
+    let counts: Vec<f64> = blocks
+        .iter()
+        .filter_map(|(_, _, e)| e.metadata.get("epoch_count").and_then(Value::as_f64))
+        .filter(|c| c.is_finite() && *c > 0.0)
+        .collect();
+    let by_epochs = EPOCH_BENCHMARKS.contains(&benchmark.as_str());
+    let block_figures = match (train_samples, blocks.is_empty() || training_ms <= 0.0) {
+        (Some(n), false) if by_epochs && counts.len() == blocks.len() => {
+            let block_epochs: f64 = counts.iter().sum();
+            let samples = block_epochs * n as f64;
+            Some((
+                samples / (training_ms / 1e3),
+                Some(training_ms / 1e3 / block_epochs),
+            ))
+        }
+        // The run's samples over its blocks: one epoch's training where it logged one.
+        (Some(n), false) if !by_epochs => Some((
+            n as f64 / (training_ms / 1e3),
+            (epochs.len() == 1).then_some(training_ms / 1e3),
+        )),
+        _ => None,
+    };
+    let (throughput, epoch_s, method) = match block_figures {
+        Some((t, e)) => (Some(t), e.or(median(&epochs)), "blocks"),
+        None => (logged_throughput, median(&epochs), "logged"),
+    };
     let accuracy = last("eval_accuracy").and_then(|(_, e)| e.value.as_f64());
     // Nodes from the platform's `NxSYSTEM`, where no description gives them.
     let platform_nodes = platform
         .split_once('x')
         .and_then(|(n, _)| n.trim().parse::<u32>().ok());
-    let nodes = system
-        .and_then(|s| s.nodes)
-        .or(platform_nodes)
-        .unwrap_or(1)
-        .max(1);
+    if platform_nodes == Some(0) && system.and_then(|s| s.nodes).is_none() {
+        return Err(Error::Input(format!(
+            "{file}: `submission_platform` `{platform}` names 0 nodes; give the system \
+             description (`systems/<system>.json`) with `number_of_nodes`"
+        )));
+    }
+    let nodes = system.and_then(|s| s.nodes).or(platform_nodes).unwrap_or(1);
     let as_u32 = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
     Ok(RunRecord {
         record: RUN_RECORD.to_owned(),
@@ -325,15 +542,19 @@ pub fn parse(text: &str, file: &str, system: Option<&SystemDescription>) -> Resu
         accelerator: system.and_then(|s| s.accelerator.clone()),
         framework: system.and_then(|s| s.framework.clone()),
         global_batch,
-        train_samples: count("train_samples")?,
-        eval_samples: count("eval_samples")?,
+        train_samples,
+        eval_samples,
+        sequence_length,
         epochs: as_u32(epochs.len()),
         evals: as_u32(evals.len()),
         init_s,
         staging_s: (!staging.is_empty()).then(|| staging.iter().sum()),
-        epoch_s: median(&epochs),
-        eval_s: evals.iter().sum(),
-        throughput: median(&throughputs),
+        epoch_s,
+        // From zero: an empty sum of floats is -0.0.
+        eval_s: evals.iter().fold(0.0, |a, b| a + b),
+        throughput,
+        method: Some(method.to_owned()),
+        logged_throughput: logged_throughput.filter(|_| method == "blocks"),
         run_start_ms: start as u64,
         run_stop_ms: stop.time_ms as u64,
         status,
@@ -372,6 +593,12 @@ pub fn read_runs(text: &str, file: &str) -> Result<Vec<RunRecord>> {
                 r.record
             )));
         }
+        r.check().map_err(|m| {
+            Error::Input(format!(
+                "{file}: line {}: {m}; import the log again (`ridgeline import mlperf --out`)",
+                i + 1
+            ))
+        })?;
         out.push(r);
     }
     if out.is_empty() {
@@ -384,12 +611,16 @@ pub fn read_runs(text: &str, file: &str) -> Result<Vec<RunRecord>> {
 mod tests {
     use super::*;
 
+    /// An event `t` ms after 2023-11-14 (MLPerf logs Unix milliseconds).
     fn line(t: u64, key: &str, value: &str, meta: &str) -> String {
+        let t = T0 + t;
         format!(
             ":::MLLOG {{\"namespace\": \"\", \"time_ms\": {t}, \"event_type\": \"POINT_IN_TIME\", \
              \"key\": \"{key}\", \"value\": {value}, \"metadata\": {{{meta}}}}}"
         )
     }
+
+    const T0: u64 = 1_700_000_000_000;
 
     /// A short log in the format MLPerf writes: two epochs, one evaluation.
     fn log() -> String {
@@ -503,7 +734,7 @@ mod tests {
                 "global_batch_size",
             ),
             (
-                log().replace("\"time_ms\": 24500", "\"time_ms\": 10"),
+                log().replace("\"time_ms\": 1700000024500", "\"time_ms\": 1700000000010"),
                 "before `run_start`",
             ),
             (

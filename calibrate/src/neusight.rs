@@ -243,6 +243,18 @@ pub fn convert_labels(dir: &Path, commit: &str) -> Result<Option<LabelSet>> {
                 let r = row.map_err(|e| {
                     Error::Input(format!("{}: line {}: {e}", path.display(), i + 2))
                 })?;
+                for (col, v) in [("fw_latency", r.fw_latency), ("bw_latency", r.bw_latency)] {
+                    if let Some(v) = v
+                        && !(v.is_finite() && (0.0..3.6e6).contains(&v))
+                    {
+                        return Err(Error::Input(format!(
+                            "{}: line {}: column `{col}` is {v} ms, not an op's time (at \
+                             least 0, under an hour); the file is damaged",
+                            path.display(),
+                            i + 2
+                        )));
+                    }
+                }
                 let forward_s = r.fw_latency.unwrap_or(0.0) * 1e-3;
                 let Some((op, batch, m, n, k)) = label_op(&r) else {
                     continue;
@@ -501,6 +513,19 @@ fn convert_file(
         let need = |v: Option<u64>, col: &str| {
             v.ok_or_else(|| at(line, format!("column `{col}` is missing for `{op}`")))
         };
+        if !(r.latency_ms.is_finite() && r.latency_ms > 0.0 && r.latency_ms < 3.6e6) {
+            return Err(at(
+                line,
+                format!(
+                    "column `Latency` is {} ms, not a kernel's time (positive, under an \
+                     hour); the file is damaged",
+                    r.latency_ms
+                ),
+            ));
+        }
+        if r.b == 0 {
+            return Err(at(line, "column `B` is 0; a batch is at least 1".into()));
+        }
         let latency_s = r.latency_ms * 1e-3;
         match op {
             "bmm" | "linear" => set.gemm.push(GemmSample {

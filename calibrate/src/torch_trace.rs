@@ -41,6 +41,15 @@ mod host;
 
 pub use host::{HostTimes, KindTime};
 
+/// The longest op or kernel a trace may give, microseconds (one hour).
+const MAX_DUR_US: f64 = 3.6e9;
+/// The largest `ts` (microseconds since the Unix epoch: year 33,658).
+const MAX_TS_US: f64 = 1e18;
+/// The largest batch a trace's first input may give.
+const MAX_BATCH: usize = 1 << 20;
+/// The largest size of one dimension of the first input.
+const MAX_DIM: usize = 1 << 24;
+
 /// The prefix of a backward function's span.
 const BACKWARD: &str = "autograd::engine::evaluate_function: ";
 
@@ -241,6 +250,15 @@ impl Trace {
             if !(ts.is_finite() && dur.is_finite() && dur >= 0.0) {
                 return Err(bad(&format!("`ts` {ts} or `dur` {dur} is not a span")));
             }
+            // A profiled op or kernel of over an hour is no step's (the profiler writes
+            // microseconds).
+            if dur > MAX_DUR_US || ts.abs() > MAX_TS_US {
+                return Err(bad(&format!(
+                    "`dur` {dur} us or `ts` {ts} us is beyond any profiled step (an op at most \
+                     {MAX_DUR_US:e} us, one hour; times since the epoch at most {MAX_TS_US:e} \
+                     us)"
+                )));
+            }
             let args = e.get("args").cloned().unwrap_or(Value::Null);
             let arg_i64 = |k: &str| args.get(k).and_then(Value::as_i64);
             match e.get("cat").and_then(Value::as_str) {
@@ -389,6 +407,15 @@ impl Trace {
         self.ranks
     }
 
+    /// The output channels of the trace's first convolution (its weight's first
+    /// dimension, `aten::convolution`'s second input), where it has one and recorded shapes.
+    pub fn first_conv_channels(&self) -> Option<usize> {
+        self.ops
+            .iter()
+            .find(|o| o.name == "aten::convolution" && o.dims.get(1).is_some_and(|w| w.len() >= 3))
+            .and_then(|o| usize::try_from(o.dims[1][0]).ok())
+    }
+
     /// Whether the trace times GPU kernels (op times are their kernels').
     pub fn on_gpu(&self) -> bool {
         self.kernels.is_some()
@@ -454,15 +481,36 @@ impl Trace {
             .into_iter()
             .map(|(i, _)| &self.ops[i])
             .find(|o| !o.name.starts_with(BACKWARD) && o.dims.first().is_some_and(|d| d.len() >= 2))
-            .and_then(|o| {
-                let d: Vec<usize> = o.dims[0].iter().map(|&v| v.max(0) as usize).collect();
-                Some((*d.first()?, d[1..].to_vec()))
-            })
+            .map(|o| (o, &o.dims[0]))
             .ok_or_else(|| {
                 Error::Input(format!(
                     "{}: no op with input shapes; profile with `record_shapes=True`",
                     self.file
                 ))
+            })
+            .and_then(|(o, d)| {
+                let bad = |what: String| {
+                    Error::Input(format!(
+                        "{}: op `{}`: `Input Dims` {d:?}: {what}; the trace is damaged",
+                        self.file, o.name
+                    ))
+                };
+                let dims: Vec<usize> = d
+                    .iter()
+                    .map(|&v| {
+                        usize::try_from(v)
+                            .ok()
+                            .filter(|v| (1..=MAX_DIM).contains(v))
+                            .ok_or_else(|| bad(format!("{v} is not a size from 1 to {MAX_DIM}")))
+                    })
+                    .collect::<Result<_>>()?;
+                if dims[0] > MAX_BATCH {
+                    return Err(bad(format!(
+                        "a batch of {} is beyond any profiled step (at most {MAX_BATCH})",
+                        dims[0]
+                    )));
+                }
+                Ok((dims[0], dims[1..].to_vec()))
             })
     }
 

@@ -212,6 +212,16 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                 .get(name)
                 .ok_or_else(|| fail(format!("input `{name}` is not produced before this node")))
         };
+        if let Some(d) = node
+            .domain
+            .as_deref()
+            .filter(|d| !d.is_empty() && *d != "ai.onnx")
+        {
+            return Err(fail(format!(
+                "domain `{d}`: a custom operator, not one of ONNX's; export without custom \
+                 ops, or write the workload as a TOML layer list"
+            )));
+        }
         let layer = |v: &Value| match v {
             Value::Layer(id) => Some(*id),
             _ => None,
@@ -394,28 +404,40 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
             ));
         };
         let rank = g.layers()[xid].output.spatial().len();
-        let pads = |node: &NodeProto| -> Padding {
+        let pads = |node: &NodeProto| -> Result<Padding> {
             match text(node, "auto_pad").as_deref() {
-                Some("SAME_UPPER") => Padding::Same,
-                Some("VALID") => Padding::Valid,
-                _ => {
-                    let p = ints(node, "pads").unwrap_or_default();
-                    if p.len() == 2 * rank {
+                Some("SAME_UPPER") => Ok(Padding::Same),
+                Some("VALID") => Ok(Padding::Valid),
+                _ => match ints(node, "pads") {
+                    None => Ok(Padding::Explicit(smallvec![[0, 0]; rank])),
+                    Some(p) if p.len() == 2 * rank && p.iter().all(|&v| v >= 0) => {
                         let pairs: PadPairs = (0..rank)
-                            .map(|i| [p[i].max(0) as usize, p[i + rank].max(0) as usize])
+                            .map(|i| [p[i] as usize, p[i + rank] as usize])
                             .collect();
-                        Padding::Explicit(pairs)
-                    } else {
-                        Padding::Explicit(smallvec![[0, 0]; rank])
+                        Ok(Padding::Explicit(pairs))
                     }
-                }
+                    Some(p) => Err(fail(format!(
+                        "attribute `pads` {p:?}: give {} pads of at least 0 (begin and end of \
+                         each of the {rank} spatial dimensions)",
+                        2 * rank
+                    ))),
+                },
             }
         };
-        let per_dim = |node: &NodeProto, name: &str, default: usize| -> Dims {
-            ints(node, name)
-                .and_then(|v| usizes(&v))
-                .filter(|v| v.len() == rank)
-                .unwrap_or_else(|| smallvec![default; rank])
+        // A per-dimension attribute: absent, the default; present, one value of at least
+        // `min` a spatial dimension.
+        let per_dim = |node: &NodeProto, name: &str, default: usize, min: usize| -> Result<Dims> {
+            match ints(node, name) {
+                None => Ok(smallvec![default; rank]),
+                Some(v) => usizes(&v)
+                    .filter(|d| d.len() == rank && d.iter().all(|&x| x >= min))
+                    .ok_or_else(|| {
+                        fail(format!(
+                            "attribute `{name}` {v:?}: give {rank} values of at least {min}, \
+                             one a spatial dimension"
+                        ))
+                    }),
+            }
         };
         if text(node, "auto_pad").as_deref() == Some("SAME_LOWER") {
             return Err(fail(
@@ -432,17 +454,48 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                         "its weight shape {w:?} is not [out, in / groups, kernel...]"
                     ))
                 })?;
-                let groups = int(node, "group").unwrap_or(1).max(1) as usize;
+                let groups = match int(node, "group") {
+                    None => 1,
+                    Some(g) if g >= 1 => usize::try_from(g).unwrap_or(usize::MAX),
+                    Some(g) => {
+                        return Err(fail(format!("attribute `group` {g}: at least 1")));
+                    }
+                };
                 let transposed = op == "ConvTranspose";
+                if w.contains(&0) {
+                    return Err(fail(format!("its weight shape {w:?} has a dimension of 0")));
+                }
+                if let Some(k) = ints(node, "kernel_shape")
+                    && usizes(&k).as_deref() != Some(&w[2..])
+                {
+                    return Err(fail(format!(
+                        "attribute `kernel_shape` {k:?} contradicts its weight's kernel {:?}",
+                        &w[2..]
+                    )));
+                }
+                // The weight against the input: [out, in / groups, ...] (transposed: [in,
+                // out / groups, ...]).
+                let in_channels = g.layers()[xid].output.channels();
+                let (weight_in, per_group) = if transposed {
+                    (w[0], in_channels)
+                } else {
+                    (w[1] * groups, w[0])
+                };
+                if weight_in != in_channels || per_group % groups != 0 {
+                    return Err(fail(format!(
+                        "its weight shape {w:?} with group {groups} contradicts its input of \
+                         {in_channels} channels"
+                    )));
+                }
                 let out_channels = if transposed { w[1] * groups } else { w[0] };
                 let mut c = Conv::new(out_channels, &w[2..])
-                    .padding(pads(node))
+                    .padding(pads(node)?)
                     .groups(groups)
                     .bias(node.input.get(2).is_some_and(|n| !n.is_empty()));
-                c.stride = per_dim(node, "strides", 1);
-                c.dilation = per_dim(node, "dilations", 1);
+                c.stride = per_dim(node, "strides", 1, 1)?;
+                c.dilation = per_dim(node, "dilations", 1, 1)?;
                 if transposed {
-                    c.output_padding = per_dim(node, "output_padding", 0);
+                    c.output_padding = per_dim(node, "output_padding", 0, 0)?;
                     Op::conv_transpose(c)
                 } else {
                     Op::conv(c)
@@ -476,10 +529,13 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                 if int(node, "ceil_mode").unwrap_or(0) != 0 {
                     return Err(fail("ceil_mode 1 is not modelled".into()));
                 }
-                let kernel = per_dim(node, "kernel_shape", 1);
+                if ints(node, "kernel_shape").is_none() {
+                    return Err(fail("no attribute `kernel_shape`: a pool needs one".into()));
+                }
+                let kernel = per_dim(node, "kernel_shape", 1, 1)?;
                 let mut p = Pool::new(&kernel);
-                p.stride = per_dim(node, "strides", 1);
-                p.padding = pads(node);
+                p.stride = per_dim(node, "strides", 1, 1)?;
+                p.padding = pads(node)?;
                 if op == "MaxPool" {
                     Op::max_pool(p)
                 } else {
@@ -638,6 +694,14 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
             g.push(name, Op::SoftmaxCrossEntropy, &[id])
                 .map_err(|e| Error::invalid(file, format!("graph.output `{o}`"), e.message))?;
         }
+    }
+    if g.layers().len() <= 1 {
+        return Err(Error::invalid(
+            file,
+            "graph.node",
+            "no layer to time: the graph holds no operator ridgeline imports (an empty model \
+             has no FLOPs and no intensity)",
+        ));
     }
     Ok(g)
 }
@@ -970,6 +1034,83 @@ mod tests {
             e.contains(&format!("g.onnx, node {index}"))
                 && e.contains(&name)
                 && e.contains("op `Erf`"),
+            "{e}"
+        );
+    }
+
+    /// Issue 43, item 16: attributes that contradict the node or the ONNX specification,
+    /// custom-domain ops and an empty graph are refused, naming the node.
+    #[test]
+    fn contradictions_are_refused_with_their_node() {
+        let path = format!(
+            "{}/../tests/fixtures/onnx/light_resnet50.onnx",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let bytes = std::fs::read(path).unwrap();
+        let first_conv = |model: &mut ModelProto| -> usize {
+            model
+                .graph
+                .as_ref()
+                .unwrap()
+                .node
+                .iter()
+                .position(|n| n.op_type.as_deref() == Some("Conv"))
+                .unwrap()
+        };
+        let set = |name: &str, ints: Vec<i64>, i: Option<i64>| {
+            let name = name.to_owned();
+            move |node: &mut NodeProto| {
+                node.attribute.retain(|a| a.name.as_deref() != Some(&name));
+                node.attribute.push(AttributeProto {
+                    name: Some(name.clone()),
+                    ints: ints.clone(),
+                    i,
+                    ..AttributeProto::default()
+                });
+            }
+        };
+        type Edit = Box<dyn Fn(&mut NodeProto)>;
+        let cases: Vec<(Edit, &str)> = vec![
+            (
+                Box::new(set("kernel_shape", vec![0, 0], None)),
+                "kernel_shape",
+            ),
+            (
+                Box::new(set("kernel_shape", vec![3, 3], None)),
+                "contradicts its weight",
+            ),
+            (Box::new(set("group", vec![], Some(0))), "`group` 0"),
+            (
+                Box::new(set("group", vec![], Some(2))),
+                "contradicts its input",
+            ),
+            (Box::new(set("pads", vec![-1, 3, 3, 3], None)), "`pads`"),
+            (Box::new(set("strides", vec![0, 2], None)), "`strides`"),
+            (
+                Box::new(|n: &mut NodeProto| n.domain = Some("com.example".into())),
+                "domain `com.example`",
+            ),
+        ];
+        for (edit, want) in cases {
+            let mut model = ModelProto::decode(bytes.as_slice()).unwrap();
+            let at = first_conv(&mut model);
+            edit(&mut model.graph.as_mut().unwrap().node[at]);
+            let e = import(&model.encode_to_vec(), "r.onnx", "r")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("r.onnx, node {at}")) && e.contains(want),
+                "want {want}: {e}"
+            );
+        }
+        // No node at all: nothing to time (was 0 FLOPs and a NaN intensity).
+        let mut model = ModelProto::decode(bytes.as_slice()).unwrap();
+        model.graph.as_mut().unwrap().node.clear();
+        let e = import(&model.encode_to_vec(), "r.onnx", "r")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("r.onnx") && e.contains("no layer to time"),
             "{e}"
         );
     }

@@ -143,7 +143,7 @@ fn stage_of(graph: &Graph, blocks: usize, stages: usize) -> Vec<usize> {
 
 /// A step of `config` (model `name`) at `seq` tokens and `global_batch` sequences, split by
 /// `split` over devices of `system` at `precision` under software `stack`, timed by
-/// `timing`.
+/// `timing`: [`prepare`] at the split's tensor parallelism, then [`Prepared::step`].
 #[allow(clippy::too_many_arguments)]
 pub fn step(
     name: &str,
@@ -157,70 +157,62 @@ pub fn step(
     stack: &Stack,
     timing: &Timing<'_>,
 ) -> Result<SplitStep> {
-    let Split {
-        tensor,
-        pipeline,
-        data,
-        micro_batches,
-        virtual_stages,
-    } = split;
+    prepare(
+        name,
+        config,
+        seq,
+        split.tensor,
+        system,
+        precision,
+        optimizer,
+        stack,
+        timing,
+    )?
+    .step(global_batch, split)
+}
+
+/// What every split of one tensor-parallel degree shares: one rank's graph, its step model
+/// and memory figures at batch 1. A search over splits prepares each degree once
+/// ([`prepare`]) and times each split from it ([`Prepared::step`]).
+pub struct Prepared<'a> {
+    config: &'a Config,
+    seq: usize,
+    tensor: u32,
+    system: &'a System,
+    precision: Precision,
+    stack: &'a Stack,
+    timing: &'a Timing<'a>,
+    /// One rank's graph, its attention fused where the stack fuses it.
+    graph: Graph,
+    model: StepModel,
+    rates: DeviceRates,
+    kept: crate::memory::StackMemory,
+    footprint: Footprint,
+    /// Each layer's trainable parameters (one rank).
+    layer_params: Vec<u64>,
+    /// All of them.
+    params: u64,
+}
+
+/// Prepares the splits of `config` at `tensor` tensor-parallel ranks (see [`step`]).
+#[allow(clippy::too_many_arguments)]
+pub fn prepare<'a>(
+    name: &str,
+    config: &'a Config,
+    seq: usize,
+    tensor: u32,
+    system: &'a System,
+    precision: Precision,
+    optimizer: Optimizer,
+    stack: &'a Stack,
+    timing: &'a Timing<'a>,
+) -> Result<Prepared<'a>> {
     stack.check_precision(precision)?;
-    if tensor == 0 || pipeline == 0 || data == 0 || micro_batches == 0 || virtual_stages == 0 {
+    if tensor == 0 {
         return Err(Error::argument(
-            "split",
-            format!(
-                "tensor {tensor} x pipeline {pipeline} x data {data}, {micro_batches} \
-                 micro-batches, {virtual_stages} virtual stages"
-            ),
+            "tensor-parallel",
+            tensor,
             "tensor, pipeline, data, micro-batches and virtual stages are each at least 1",
-        ));
-    }
-    let schedule = stack.parallel.schedule.value;
-    let blocks = config.num_hidden_layers;
-    if virtual_stages > 1 {
-        let why = if schedule != Schedule::OneFOneB {
-            Some(format!(
-                "stack `{}` runs the {schedule} schedule, which has no virtual stages; use a \
-                 1f1b stack (`tuned`) or --virtual-stages 1",
-                stack.name
-            ))
-        } else if pipeline == 1 {
-            Some("virtual stages interleave a pipeline: give --pipeline-parallel 2 or more".into())
-        } else if !blocks.is_multiple_of(pipeline as usize * virtual_stages as usize) {
-            Some(format!(
-                "{blocks} transformer layers do not split into {pipeline} stages of \
-                 {virtual_stages} virtual stages each; give a virtual stage count that divides \
-                 the {} layers a stage holds",
-                blocks / pipeline as usize
-            ))
-        } else if !micro_batches.is_multiple_of(pipeline) {
-            Some(format!(
-                "the interleaved schedule runs micro-batches in groups of the {pipeline} \
-                 stages: give --micro-batches a multiple of {pipeline}"
-            ))
-        } else {
-            None
-        };
-        if let Some(message) = why {
-            return Err(Error::argument("virtual-stages", virtual_stages, message));
-        }
-    }
-    let per_step = u64::from(data) * u64::from(micro_batches);
-    if global_batch == 0 || !global_batch.is_multiple_of(per_step) {
-        return Err(Error::argument(
-            "global-batch",
-            global_batch,
-            format!(
-                "{global_batch} sequences do not split into {data} replicas of {micro_batches} \
-                 micro-batches; give a multiple of {per_step}"
-            ),
-        ));
-    }
-    if pipeline as usize > blocks {
-        return Err(Error::argument(
-            "pipeline-parallel",
-            pipeline,
-            format!("{pipeline} stages for {blocks} transformer layers: at most one stage each"),
         ));
     }
     // Tensor parallelism across nodes, where asked for, takes whole nodes: its collectives
@@ -236,7 +228,6 @@ pub fn step(
             ),
         ));
     }
-    let micro = global_batch / per_step;
     let graph = transformer::build_split(name, config, seq, 1.0, tensor as usize).map_err(|e| {
         Error::argument(
             "tensor-parallel",
@@ -249,12 +240,13 @@ pub fn step(
     // What a device keeps: the stack's fused attention, fusion, recomputation and sequence
     // parallelism ([`crate::memory::stack_memory`]).
     let fused = stack.fused_attention(&graph);
-    let unfused = &graph;
-    let graph = fused.as_ref().unwrap_or(unfused);
-    let one: GraphCost<'_> = cost::cost(graph, 1, precision);
+    let was_fused = fused.is_some();
+    let unfused = graph;
+    let graph = fused.unwrap_or_else(|| unfused.clone());
+    let one: GraphCost<'_> = cost::cost(&graph, 1, precision);
     let width = seq as u64 * config.hidden_size as u64;
     let mut kept = stack_memory(
-        graph,
+        &graph,
         &one,
         stack,
         stack
@@ -263,220 +255,347 @@ pub fn step(
             .value
             .then_some((tensor, width)),
     );
-    let stages = pipeline as usize;
-    let of = stage_of(graph, blocks, stages);
-
-    // Collectives among the tensor-parallel ranks of a node, and point to point between
-    // stages, on the node's device link.
-    let act = precision.compute_bytes() as f64;
-    let activations = micro as f64 * seq as f64 * config.hidden_size as f64 * act;
-    let node_fabric = Fabric::of(system, 1)?;
-    let tensor_allreduce = if tensor > 1 {
-        let ranks = if tensor > node {
-            Fabric::of(system, tensor / node)?
-        } else {
-            Fabric {
-                k: tensor,
-                ..node_fabric
-            }
-        };
-        collective::allreduce_time(&ranks, activations, Algorithm::Ring)
-            .map_or(0.0, |a| a.time.value())
-    } else {
-        0.0
-    };
-    let p2p = match node_fabric.intra {
-        Some(l) if pipeline > 1 => 2.0 * (l.alpha + activations * l.beta),
-        _ => 0.0,
-    };
-
-    if fused.is_some() {
-        kept.set_attention_saved(unfused, &one);
+    if was_fused {
+        kept.set_attention_saved(&unfused, &one);
     }
-    let footprint = Footprint::under(graph, &one, optimizer, &kept);
-    let total_params = one.params.max(1) as f64;
-    let mut out = Vec::with_capacity(stages);
-    for s in 0..stages {
-        let first = (0..blocks)
-            .find(|i| (i * stages / blocks) == s)
-            .unwrap_or(0);
-        let last = (0..blocks)
-            .rev()
-            .find(|i| (i * stages / blocks) == s)
-            .map_or(first, |i| i + 1);
-        let [forward, backward] =
-            model.pass_times(micro as f64, &rates, timing, |id| of.get(id) == Some(&s));
-        let params: u64 = one
-            .layers
-            .iter()
-            .zip(&of)
-            .filter(|(_, st)| **st == s)
-            .map(|(l, _)| l.params)
-            .sum();
-        let stage_kept: f64 = kept
-            .per_layer
-            .iter()
-            .zip(&of)
-            .filter(|(_, st)| **st == s)
-            .map(|(b, _)| b)
-            .sum();
-        // Collectives of the stage: four per transformer layer, one after the embeddings
-        // (first stage) and one at the head (last).
-        let mut collectives = 4 * (last - first);
-        if tensor > 1 {
-            collectives += usize::from(s == 0) + usize::from(s == stages - 1);
+    let footprint = Footprint::under(&graph, &one, optimizer, &kept);
+    let layer_params = one.layers.iter().map(|l| l.params).collect();
+    let params = one.params;
+    drop(one);
+    Ok(Prepared {
+        config,
+        seq,
+        tensor,
+        system,
+        precision,
+        stack,
+        timing,
+        graph,
+        model,
+        rates,
+        kept,
+        footprint,
+        layer_params,
+        params,
+    })
+}
+
+impl Prepared<'_> {
+    /// The step of `global_batch` sequences split by `split` (its tensor parallelism this
+    /// preparation's).
+    pub fn step(&self, global_batch: u64, split: Split) -> Result<SplitStep> {
+        let Split {
+            tensor,
+            pipeline,
+            data,
+            micro_batches,
+            virtual_stages,
+        } = split;
+        let Prepared {
+            config,
+            seq,
+            system,
+            precision,
+            stack,
+            timing,
+            ..
+        } = *self;
+        if tensor != self.tensor {
+            return Err(Error::argument(
+                "tensor-parallel",
+                tensor,
+                format!(
+                    "this preparation is of {} tensor-parallel ranks",
+                    self.tensor
+                ),
+            ));
         }
-        // Micro-batches whose activations a stage holds at once: GPipe every one; 1F1B at
-        // most the stages from this one on; interleaved, the first stage's `p` grow by
-        // `(p - 1) / (p v)` (Narayanan et al., SC 2021, section 2.2.2).
-        let in_flight = match schedule {
-            Schedule::Gpipe => f64::from(micro_batches),
-            Schedule::OneFOneB => {
-                let plain = (stages - s).min(micro_batches as usize) as f64;
-                let v = f64::from(virtual_stages);
-                let p = stages as f64;
-                plain * (1.0 + (p - 1.0) / (p * v) * f64::from(u8::from(virtual_stages > 1)))
+        if tensor == 0 || pipeline == 0 || data == 0 || micro_batches == 0 || virtual_stages == 0 {
+            return Err(Error::argument(
+                "split",
+                format!(
+                    "tensor {tensor} x pipeline {pipeline} x data {data}, {micro_batches} \
+                     micro-batches, {virtual_stages} virtual stages"
+                ),
+                "tensor, pipeline, data, micro-batches and virtual stages are each at least 1",
+            ));
+        }
+        let schedule = stack.parallel.schedule.value;
+        let blocks = config.num_hidden_layers;
+        if virtual_stages > 1 {
+            let why = if schedule != Schedule::OneFOneB {
+                Some(format!(
+                    "stack `{}` runs the {schedule} schedule, which has no virtual stages; use a \
+                     1f1b stack (`tuned`) or --virtual-stages 1",
+                    stack.name
+                ))
+            } else if pipeline == 1 {
+                Some(
+                    "virtual stages interleave a pipeline: give --pipeline-parallel 2 or more"
+                        .into(),
+                )
+            } else if !blocks.is_multiple_of(pipeline as usize * virtual_stages as usize) {
+                Some(format!(
+                    "{blocks} transformer layers do not split into {pipeline} stages of \
+                     {virtual_stages} virtual stages each; give a virtual stage count that \
+                     divides the {} layers a stage holds",
+                    blocks / pipeline as usize
+                ))
+            } else if !micro_batches.is_multiple_of(pipeline) {
+                Some(format!(
+                    "the interleaved schedule runs micro-batches in groups of the {pipeline} \
+                     stages: give --micro-batches a multiple of {pipeline}"
+                ))
+            } else {
+                None
+            };
+            if let Some(message) = why {
+                return Err(Error::argument("virtual-stages", virtual_stages, message));
             }
-        };
-        let share = params as f64 / total_params;
-        // The distributed optimizer keeps 1/data of the optimizer state and FP32 master
-        // weights on each rank.
-        let master = if precision.has_master_weights() {
-            4.0 * one.params as f64
+        }
+        let per_step = u64::from(data) * u64::from(micro_batches);
+        if global_batch == 0 || !global_batch.is_multiple_of(per_step) {
+            return Err(Error::argument(
+                "global-batch",
+                global_batch,
+                format!(
+                    "{global_batch} sequences do not split into {data} replicas of \
+                     {micro_batches} micro-batches; give a multiple of {per_step}"
+                ),
+            ));
+        }
+        if pipeline as usize > blocks {
+            return Err(Error::argument(
+                "pipeline-parallel",
+                pipeline,
+                format!(
+                    "{pipeline} stages for {blocks} transformer layers: at most one stage each"
+                ),
+            ));
+        }
+        let node = system.node.devices.value;
+        let micro = global_batch / per_step;
+        let (graph, model, rates, kept, footprint) = (
+            &self.graph,
+            &self.model,
+            &self.rates,
+            &self.kept,
+            &self.footprint,
+        );
+        let stages = pipeline as usize;
+        let of = stage_of(graph, blocks, stages);
+
+        // Collectives among the tensor-parallel ranks of a node, and point to point between
+        // stages, on the node's device link.
+        let act = precision.compute_bytes() as f64;
+        let activations = micro as f64 * seq as f64 * config.hidden_size as f64 * act;
+        let node_fabric = Fabric::of(system, 1)?;
+        let tensor_allreduce = if tensor > 1 {
+            let ranks = if tensor > node {
+                Fabric::of(system, tensor / node)?
+            } else {
+                Fabric {
+                    k: tensor,
+                    ..node_fabric
+                }
+            };
+            collective::allreduce_time(&ranks, activations, Algorithm::Ring)
+                .map_or(0.0, |a| a.time.value())
         } else {
             0.0
         };
-        let sharded = footprint.optimizer_state.value() + master;
-        let state = if stack.parallel.distributed_optimizer.value {
-            sharded / f64::from(data)
-        } else {
-            sharded
+        let p2p = match node_fabric.intra {
+            Some(l) if pipeline > 1 => 2.0 * (l.alpha + activations * l.beta),
+            _ => 0.0,
         };
-        // The activations of the micro-batches in flight, plus one micro-batch's gradients
-        // (and a recomputed layer's activations) at the peak of its backward pass.
-        let memory = (footprint.parameters.value() - master + footprint.gradients.value() + state)
-            * share
-            + micro as f64
-                * (in_flight * stage_kept + footprint.activation_gradients_per_sample.value())
-            + footprint.workspace.value();
-        out.push(Stage {
-            layers: [first, last],
-            forward_s: forward,
-            backward_s: backward,
-            tensor_allreduce_s: collectives as f64 * tensor_allreduce,
-            tensor_exposed_s: if stack.parallel.overlap_tensor_parallel.value {
-                (collectives as f64 * tensor_allreduce - forward - backward).max(0.0)
+
+        let total_params = self.params.max(1) as f64;
+        let mut out = Vec::with_capacity(stages);
+        for s in 0..stages {
+            let first = (0..blocks)
+                .find(|i| (i * stages / blocks) == s)
+                .unwrap_or(0);
+            let last = (0..blocks)
+                .rev()
+                .find(|i| (i * stages / blocks) == s)
+                .map_or(first, |i| i + 1);
+            let [forward, backward] =
+                model.pass_times(micro as f64, rates, timing, |id| of.get(id) == Some(&s));
+            let params: u64 = self
+                .layer_params
+                .iter()
+                .zip(&of)
+                .filter(|(_, st)| **st == s)
+                .map(|(p, _)| p)
+                .sum();
+            let stage_kept: f64 = kept
+                .per_layer
+                .iter()
+                .zip(&of)
+                .filter(|(_, st)| **st == s)
+                .map(|(b, _)| b)
+                .sum();
+            // Collectives of the stage: four per transformer layer, one after the embeddings
+            // (first stage) and one at the head (last).
+            let mut collectives = 4 * (last - first);
+            if tensor > 1 {
+                collectives += usize::from(s == 0) + usize::from(s == stages - 1);
+            }
+            // Micro-batches whose activations a stage holds at once: GPipe every one; 1F1B at
+            // most the stages from this one on; interleaved, the first stage's `p` grow by
+            // `(p - 1) / (p v)` (Narayanan et al., SC 2021, section 2.2.2).
+            let in_flight = match schedule {
+                Schedule::Gpipe => f64::from(micro_batches),
+                Schedule::OneFOneB => {
+                    let plain = (stages - s).min(micro_batches as usize) as f64;
+                    let v = f64::from(virtual_stages);
+                    let p = stages as f64;
+                    plain * (1.0 + (p - 1.0) / (p * v) * f64::from(u8::from(virtual_stages > 1)))
+                }
+            };
+            let share = params as f64 / total_params;
+            // The distributed optimizer keeps 1/data of the optimizer state and FP32 master
+            // weights on each rank.
+            let master = if precision.has_master_weights() {
+                4.0 * self.params as f64
             } else {
-                collectives as f64 * tensor_allreduce
-            },
-            // Interleaved, a micro-batch crosses `v` times as many stage boundaries.
-            p2p_s: if stages > 1 {
-                p2p * f64::from(virtual_stages)
+                0.0
+            };
+            let sharded = footprint.optimizer_state.value() + master;
+            let state = if stack.parallel.distributed_optimizer.value {
+                sharded / f64::from(data)
+            } else {
+                sharded
+            };
+            // The activations of the micro-batches in flight, plus one micro-batch's gradients
+            // (and a recomputed layer's activations) at the peak of its backward pass.
+            let memory = (footprint.parameters.value() - master
+                + footprint.gradients.value()
+                + state)
+                * share
+                + micro as f64
+                    * (in_flight * stage_kept + footprint.activation_gradients_per_sample.value())
+                + footprint.workspace.value();
+            out.push(Stage {
+                layers: [first, last],
+                forward_s: forward,
+                backward_s: backward,
+                tensor_allreduce_s: collectives as f64 * tensor_allreduce,
+                tensor_exposed_s: if stack.parallel.overlap_tensor_parallel.value {
+                    (collectives as f64 * tensor_allreduce - forward - backward).max(0.0)
+                } else {
+                    collectives as f64 * tensor_allreduce
+                },
+                // Interleaved, a micro-batch crosses `v` times as many stage boundaries.
+                p2p_s: if stages > 1 {
+                    p2p * f64::from(virtual_stages)
+                } else {
+                    0.0
+                },
+                params,
+                memory_bytes: memory,
+            });
+        }
+        let stage_s: Vec<f64> = out
+            .iter()
+            .map(|s| s.forward_s + s.backward_s + s.tensor_exposed_s + s.p2p_s)
+            .collect();
+        let slowest = stage_s.iter().copied().fold(0.0, f64::max);
+        let through: f64 = stage_s.iter().sum();
+        let m = f64::from(micro_batches);
+        // The first micro-batch passes every stage, forward and back; the others follow at the
+        // slowest stage's pace. Balanced stages give `(m + p - 1)` stage times. Interleaved over
+        // `v` virtual stages, the fill and drain are `v` times shorter: `m + (p - 1) / v`
+        // (Narayanan et al., SC 2021, section 2.2.2). GPipe takes as long as 1F1B.
+        let pipeline_s = m * slowest + (through - slowest) / f64::from(virtual_stages);
+        // Evaluation runs the forward passes alone: half of a stage's tensor-parallel
+        // allreduces (two of the four a layer) and its activation sends, at the same pace.
+        let forward_s: Vec<f64> = out
+            .iter()
+            .map(|s| {
+                let tensor = s.tensor_allreduce_s / 2.0;
+                let exposed = if stack.parallel.overlap_tensor_parallel.value {
+                    (tensor - s.forward_s).max(0.0)
+                } else {
+                    tensor
+                };
+                s.forward_s + exposed + s.p2p_s / 2.0
+            })
+            .collect();
+        let slowest_forward = forward_s.iter().copied().fold(0.0, f64::max);
+        let through_forward: f64 = forward_s.iter().sum();
+        let eval_step_s =
+            m * slowest_forward + (through_forward - slowest_forward) / f64::from(virtual_stages);
+        let largest = out.iter().map(|s| s.params).max().unwrap_or(0);
+        let gradient_bytes = largest as f64 * act;
+        let data_allreduce = if data > 1 {
+            let nodes =
+                u32::try_from(split.devices().div_ceil(u64::from(node))).unwrap_or(u32::MAX);
+            let mut f = Fabric::of(system, nodes.max(1))?;
+            // One replica's rank per group of tensor x pipeline devices.
+            f.k = (node / (tensor * pipeline)).max(1).min(data);
+            f.n = data.div_ceil(f.k);
+            collective::allreduce_time(&f, gradient_bytes, Algorithm::Ring)
+                .map_or(0.0, |a| a.time.value())
+        } else {
+            0.0
+        };
+        // Overlapped, the gradients' reduction runs beside the last micro-batch's backward pass
+        // on the largest stage and, under the distributed optimizer, the parameters' all-gather
+        // (half the ring's bytes) beside the next step's first forward pass: only the excess
+        // shows.
+        let biggest = out.iter().max_by_key(|s| s.params);
+        let data_exposed = match biggest {
+            Some(s) if stack.parallel.overlap_gradients.value => {
+                if stack.parallel.distributed_optimizer.value {
+                    (data_allreduce / 2.0 - s.backward_s).max(0.0)
+                        + (data_allreduce / 2.0 - s.forward_s).max(0.0)
+                } else {
+                    (data_allreduce - s.backward_s).max(0.0)
+                }
+            }
+            _ => data_allreduce,
+        };
+        // Each rank updates its shard under the distributed optimizer.
+        let shards = if stack.parallel.distributed_optimizer.value {
+            f64::from(data)
+        } else {
+            1.0
+        };
+        let update = model.update_bytes * largest as f64 / total_params / rates.bandwidth / shards;
+        let memory = out.iter().map(|s| s.memory_bytes).fold(0.0, f64::max);
+        let step_s = pipeline_s + data_exposed + update;
+        // What timed the stages' layers, as the band asks.
+        let by = TimedBy {
+            profile: usize::from(timing.profile.is_some()),
+            transfer: usize::from(timing.transfer.is_some()),
+            ideal: 0,
+        };
+        let band = model.interval_band(system.device.kind, &by).cloned();
+        Ok(SplitStep {
+            split,
+            micro_batch: micro,
+            bubble: if pipeline_s > 0.0 {
+                1.0 - m * through / f64::from(pipeline) / pipeline_s
             } else {
                 0.0
             },
-            params,
-            memory_bytes: memory,
-        });
-    }
-    let stage_s: Vec<f64> = out
-        .iter()
-        .map(|s| s.forward_s + s.backward_s + s.tensor_exposed_s + s.p2p_s)
-        .collect();
-    let slowest = stage_s.iter().copied().fold(0.0, f64::max);
-    let through: f64 = stage_s.iter().sum();
-    let m = f64::from(micro_batches);
-    // The first micro-batch passes every stage, forward and back; the others follow at the
-    // slowest stage's pace. Balanced stages give `(m + p - 1)` stage times. Interleaved over
-    // `v` virtual stages, the fill and drain are `v` times shorter: `m + (p - 1) / v`
-    // (Narayanan et al., SC 2021, section 2.2.2). GPipe takes as long as 1F1B.
-    let pipeline_s = m * slowest + (through - slowest) / f64::from(virtual_stages);
-    // Evaluation runs the forward passes alone: half of a stage's tensor-parallel
-    // allreduces (two of the four a layer) and its activation sends, at the same pace.
-    let forward_s: Vec<f64> = out
-        .iter()
-        .map(|s| {
-            let tensor = s.tensor_allreduce_s / 2.0;
-            let exposed = if stack.parallel.overlap_tensor_parallel.value {
-                (tensor - s.forward_s).max(0.0)
-            } else {
-                tensor
-            };
-            s.forward_s + exposed + s.p2p_s / 2.0
+            step_s,
+            eval_step_s,
+            step_interval_90_s: band.as_ref().map(|b| b.around(step_s)),
+            band,
+            stages: out,
+            pipeline_s,
+            data_allreduce_s: data_allreduce,
+            data_exposed_s: data_exposed,
+            update_s: update,
+            memory_per_device_bytes: memory,
+            effects: StackEffects {
+                memory: kept.clone(),
+                ..model.effects().clone()
+            },
         })
-        .collect();
-    let slowest_forward = forward_s.iter().copied().fold(0.0, f64::max);
-    let through_forward: f64 = forward_s.iter().sum();
-    let eval_step_s =
-        m * slowest_forward + (through_forward - slowest_forward) / f64::from(virtual_stages);
-    let largest = out.iter().map(|s| s.params).max().unwrap_or(0);
-    let gradient_bytes = largest as f64 * act;
-    let data_allreduce = if data > 1 {
-        let nodes = u32::try_from(split.devices().div_ceil(u64::from(node))).unwrap_or(u32::MAX);
-        let mut f = Fabric::of(system, nodes.max(1))?;
-        // One replica's rank per group of tensor x pipeline devices.
-        f.k = (node / (tensor * pipeline)).max(1).min(data);
-        f.n = data.div_ceil(f.k);
-        collective::allreduce_time(&f, gradient_bytes, Algorithm::Ring)
-            .map_or(0.0, |a| a.time.value())
-    } else {
-        0.0
-    };
-    // Overlapped, the gradients' reduction runs beside the last micro-batch's backward pass
-    // on the largest stage and, under the distributed optimizer, the parameters' all-gather
-    // (half the ring's bytes) beside the next step's first forward pass: only the excess
-    // shows.
-    let biggest = out.iter().max_by_key(|s| s.params);
-    let data_exposed = match biggest {
-        Some(s) if stack.parallel.overlap_gradients.value => {
-            if stack.parallel.distributed_optimizer.value {
-                (data_allreduce / 2.0 - s.backward_s).max(0.0)
-                    + (data_allreduce / 2.0 - s.forward_s).max(0.0)
-            } else {
-                (data_allreduce - s.backward_s).max(0.0)
-            }
-        }
-        _ => data_allreduce,
-    };
-    // Each rank updates its shard under the distributed optimizer.
-    let shards = if stack.parallel.distributed_optimizer.value {
-        f64::from(data)
-    } else {
-        1.0
-    };
-    let update = model.update_bytes * largest as f64 / total_params / rates.bandwidth / shards;
-    let memory = out.iter().map(|s| s.memory_bytes).fold(0.0, f64::max);
-    let step_s = pipeline_s + data_exposed + update;
-    // What timed the stages' layers, as the band asks.
-    let by = TimedBy {
-        profile: usize::from(timing.profile.is_some()),
-        transfer: usize::from(timing.transfer.is_some()),
-        ideal: 0,
-    };
-    let band = model.interval_band(system.device.kind, &by).cloned();
-    Ok(SplitStep {
-        split,
-        micro_batch: micro,
-        bubble: if pipeline_s > 0.0 {
-            1.0 - m * through / f64::from(pipeline) / pipeline_s
-        } else {
-            0.0
-        },
-        step_s,
-        eval_step_s,
-        step_interval_90_s: band.as_ref().map(|b| b.around(step_s)),
-        band,
-        stages: out,
-        pipeline_s,
-        data_allreduce_s: data_allreduce,
-        data_exposed_s: data_exposed,
-        update_s: update,
-        memory_per_device_bytes: memory,
-        effects: StackEffects {
-            memory: kept,
-            ..model.effects().clone()
-        },
-    })
+    }
 }
 
 #[cfg(test)]

@@ -150,15 +150,16 @@ pub(crate) struct PredictArgs {
     pub(crate) virtual_stages: Option<u32>,
     /// Also simulate the step event by event (gradient buckets allreduced beside backward,
     /// the input read ahead, the slowest of the ranks) and write its timeline to FILE in the
-    /// Chrome trace format (Perfetto, chrome://tracing).
-    #[arg(long, value_name = "FILE", group = "events")]
+    /// Chrome trace format (Perfetto, chrome://tracing). Data-parallel steps only.
+    #[arg(long, value_name = "FILE", group = "events",
+          conflicts_with_all = ["tensor_parallel", "pipeline_parallel", "micro_batches", "virtual_stages"])]
     pub(crate) timeline: Option<PathBuf>,
     /// Also write the predicted step as a Chakra execution trace (the format ASTRA-sim
     /// reads), one file per data-parallel rank: PREFIX.0.et, PREFIX.1.et, ... (a trailing
     /// `.et` is taken off PREFIX). Each layer's forward and backward is a compute node with
     /// its predicted time, FLOPs and bytes; each gradient bucket an allreduce.
     #[arg(long, value_name = "PREFIX", group = "events",
-          conflicts_with_all = ["tensor_parallel", "pipeline_parallel", "micro_batches"])]
+          conflicts_with_all = ["tensor_parallel", "pipeline_parallel", "micro_batches", "virtual_stages"])]
     pub(crate) chakra: Option<PathBuf>,
     /// The gradient bucket of the simulator and of the Chakra trace, MiB (PyTorch DDP's
     /// default).

@@ -55,6 +55,15 @@ pub(crate) struct ReportValidationArgs {
     /// them, as `validate` chooses).
     #[arg(long, value_name = "NAME|FILE")]
     pub(crate) stack: Option<String>,
+    /// The workload that predicts imported runs: `WORKLOAD` (a built-in name or a workload
+    /// file) for every run, or `BENCHMARK=WORKLOAD` for one MLPerf benchmark (repeat, or
+    /// comma-separate). Default: resnet=resnet50, bert=bert-large, cosmoflow, deepcam.
+    #[arg(
+        long = "workload",
+        value_name = "[BENCHMARK=]WORKLOAD",
+        value_delimiter = ','
+    )]
+    pub(crate) run_workloads: Vec<String>,
     #[command(flatten)]
     pub(crate) out: ReportOutArgs,
 }

@@ -73,6 +73,15 @@ pub(crate) struct ValidateArgs {
     /// (fp32, tf32, amp-fp16, amp-bf16 or fp8); needed for them, as their logs do not say.
     #[arg(long, value_parser = super::parse_precision, conflicts_with = "self_check")]
     pub(crate) precision: Option<ridgeline_model::precision::Precision>,
+    /// The workload that predicts imported runs: `WORKLOAD` (a built-in name or a workload
+    /// file) for every run, or `BENCHMARK=WORKLOAD` for one MLPerf benchmark (repeat, or
+    /// comma-separate). Default: resnet=resnet50, bert=bert-large, cosmoflow, deepcam.
+    #[arg(
+        long = "workload",
+        value_name = "[BENCHMARK=]WORKLOAD",
+        value_delimiter = ','
+    )]
+    pub(crate) run_workloads: Vec<String>,
     /// Show this many of the worst layers.
     #[arg(long, default_value_t = 10)]
     pub(crate) top: usize,

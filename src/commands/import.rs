@@ -44,9 +44,13 @@ pub(crate) fn mlperf(args: &ImportMlperfArgs) -> Result<()> {
         Document::new("MLPerf runs")
             .table(output::table(&runs, &cols, style))
             .note(
-                "init = init_start to run_start (not timed by MLPerf); epoch = the median \
-                 epoch_start to epoch_stop; evaluations = every eval_start to eval_stop; \
-                 samples/s = the median logged throughput; time to train = run_start to run_stop",
+                "init = the first init_start to run_start (not timed by MLPerf); evaluations = \
+                 every eval_start to eval_stop; from `blocks`: samples/s = the samples the \
+                 blocks trained over block_start to block_stop less the evaluations inside, \
+                 epoch = that time an epoch (epoch events can run out of step with the work at \
+                 scale); from `logged`: samples/s = the median throughput the log reports, \
+                 epoch = the median epoch_start to epoch_stop; counts in tokens (GPT-3) are \
+                 divided by max_sequence_length; time to train = run_start to run_stop",
             )
     })
 }

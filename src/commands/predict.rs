@@ -51,6 +51,22 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
         (None, Some(cv)) => (cv, "the profile's measured sample spread"),
         (None, None) => (0.0, "none given, and no profile's sample spread"),
     };
+    // The timeline and the Chakra files must not be one file.
+    if let (Some(t), Some(prefix)) = (&args.timeline, &args.chakra) {
+        let prefix = chakra_prefix(prefix);
+        let name = t.to_string_lossy();
+        if let Some(rank) = name
+            .strip_prefix(&format!("{}.", prefix.display()))
+            .and_then(|r| r.strip_suffix(".et"))
+            .filter(|r| r.parse::<u64>().is_ok())
+        {
+            anyhow::bail!(
+                "--timeline {name} is rank {rank}'s file of --chakra {}: one would overwrite the \
+                 other; give the timeline another name (a .json file)",
+                prefix.display()
+            );
+        }
+    }
     let simulated = match &args.timeline {
         Some(path) => {
             let sim = predict::simulate(

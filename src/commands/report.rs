@@ -141,6 +141,13 @@ pub(crate) fn validation(args: &ReportValidationArgs) -> Result<()> {
     if ridgeline_app::runs::holds_runs(&args.measured)? {
         return runs(args);
     }
+    if !args.run_workloads.is_empty() {
+        anyhow::bail!(
+            "{}: --workload names the workload of imported runs (`ridgeline import mlperf \
+             --out`); measured steps carry their own",
+            args.measured.display()
+        );
+    }
     let Some(profile) = &args.profile else {
         anyhow::bail!(
             "{}: measured steps are validated against a calibrated profile: give --profile FILE",
@@ -181,8 +188,13 @@ fn runs(args: &ReportValidationArgs) -> Result<()> {
             args.measured.display()
         );
     };
-    let v =
-        ridgeline_app::runs::validate(&system, &args.measured, precision, args.stack.as_deref())?;
+    let v = ridgeline_app::runs::validate(
+        &system,
+        &args.measured,
+        precision,
+        args.stack.as_deref(),
+        &args.run_workloads,
+    )?;
     let provenance = format!(
         "ridgeline {} report validation --system {system} --measured {} --precision {precision}",
         env!("CARGO_PKG_VERSION"),

@@ -187,7 +187,18 @@ fn splits(args: &SweepArgs) -> Result<()> {
         kernel_model: scenario.kernel_model,
         stack: &stack,
     };
-    let (rows, rejected) = splits(&search);
+    let total = ridgeline_app::sweep::split_count(&search);
+    let bar = if std::io::stderr().is_terminal() {
+        ProgressBar::new(total)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} splits ({per_sec}, eta {eta})")
+            .context("progress bar template")?,
+    );
+    let (rows, rejected) = splits(&search, &|n| bar.inc(n))?;
+    bar.finish_and_clear();
     let elapsed = start.elapsed().as_secs_f64();
     let top: Vec<_> = rows.iter().take(args.top).cloned().collect();
     #[derive(Serialize)]

@@ -47,6 +47,13 @@ pub(crate) fn run(args: &ValidateArgs) -> Result<()> {
     if runs::holds_runs(measured)? {
         return imported_runs(args, measured);
     }
+    if !args.run_workloads.is_empty() {
+        bail!(
+            "{}: --workload names the workload of imported runs (`ridgeline import mlperf \
+             --out`); measured steps carry their own",
+            measured.display()
+        );
+    }
     let v = match (&args.profile, &args.system) {
         (Some(profile), _) => {
             validation::validation(profile, measured, args.stack.as_deref(), &Progress::new())?
@@ -351,7 +358,13 @@ fn imported_runs(args: &ValidateArgs, measured: &Path) -> Result<()> {
             measured.display()
         );
     };
-    let v = runs::validate(&system, measured, precision, args.stack.as_deref())?;
+    let v = runs::validate(
+        &system,
+        measured,
+        precision,
+        args.stack.as_deref(),
+        &args.run_workloads,
+    )?;
     let cols = tables::run_check_cols();
     output::print(args.format.format, &v, |style| {
         let mut d = Document::new(format!(

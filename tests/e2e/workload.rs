@@ -26,6 +26,7 @@ fn list_shows_the_workloads_with_reference_parameter_counts() {
             ("gpt2-large".to_owned(), 774_030_080),
             ("gpt3-xl".to_owned(), 1_315_723_264),
             ("gpt3-2.7b".to_owned(), 2_651_553_280),
+            ("gpt3-175b".to_owned(), 174_604_259_328),
             ("opt-1.3b".to_owned(), 1_315_758_080),
             ("gin".to_owned(), 908_401),
         ]
@@ -178,10 +179,8 @@ fn a_hugging_face_config_is_a_workload_and_bad_ones_exit_2() {
         "heads.json",
         &text.replace("\"n_head\": 12", "\"n_head\": 7"),
     );
-    assert!(
-        e.contains("heads.json") && e.contains("num_attention_heads"),
-        "{e}"
-    );
+    // Named by the key the file gives (GPT-2's `n_head`).
+    assert!(e.contains("heads.json") && e.contains("`n_head`"), "{e}");
     let e = bad("cut.json", &text[..text.len() / 2]);
     assert!(e.contains("cut.json"), "{e}");
     let e = crate::run_err(&["workload", "show", &config, "--seq-len", "4096"]);

@@ -39,6 +39,12 @@ pub const MAX_SMS: u32 = 1 << 16;
 /// enough that no product of figures overflows to infinity.
 pub const MAX_FIGURE: f64 = 1e24;
 
+/// Smallest figure a system file may give, in the unit its key names (TFLOPS, GB/s, MHz,
+/// GiB, us, W): far below any machine (a megaflop, a kilobyte a second, a hertz), and large
+/// enough that no time divided by it runs to thousands of years' worth of overflow (a
+/// peak of 1e-300 TFLOPS timed a step at 3e299 s).
+pub const MIN_FIGURE: f64 = 1e-6;
+
 /// A value and the citation it comes from.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Sourced<T> {
@@ -646,6 +652,16 @@ impl Ctx<'_> {
                 &format!("{field}.value"),
                 format!(
                     "{} is not a positive number; it must be greater than zero",
+                    raw.value
+                ),
+            ));
+        }
+        if raw.value < MIN_FIGURE {
+            return Err(self.invalid(
+                &format!("{field}.value"),
+                format!(
+                    "{:e} is below any machine (at least {MIN_FIGURE:e} in the unit the key \
+                     names); check the unit in the key's name",
                     raw.value
                 ),
             ));

@@ -99,7 +99,7 @@ macro_rules! transformer {
 }
 
 /// The built-in transformers' configuration files (`data/workloads/transformers/`).
-const TRANSFORMER_CONFIGS: [(&str, &str); 6] = [
+const TRANSFORMER_CONFIGS: [(&str, &str); 7] = [
     (
         "gpt2",
         include_str!("../../../data/workloads/transformers/gpt2.toml"),
@@ -119,6 +119,10 @@ const TRANSFORMER_CONFIGS: [(&str, &str); 6] = [
     (
         "gpt3-2.7b",
         include_str!("../../../data/workloads/transformers/gpt3-2.7b.toml"),
+    ),
+    (
+        "gpt3-175b",
+        include_str!("../../../data/workloads/transformers/gpt3-175b.toml"),
     ),
     (
         "opt-1.3b",
@@ -189,6 +193,12 @@ pub const BUILTINS: &[Builtin] = &[
         "gpt3-2.7b.toml",
         2048,
         "GPT-3 2.7B (Brown et al. 2020) as GPT-2: 32 layers, hidden 2560, 2.7B parameters, 2048 tokens"
+    ),
+    transformer!(
+        "gpt3-175b",
+        "gpt3-175b.toml",
+        2048,
+        "GPT-3 175B (Brown et al. 2020) as GPT-2: 96 layers, hidden 12288, 175B parameters, 2048 tokens (MLPerf's gpt3)"
     ),
     transformer!(
         "opt-1.3b",

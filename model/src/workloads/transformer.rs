@@ -112,6 +112,181 @@ fn unbuilt(file: &str, model_type: &str) -> Error {
     )
 }
 
+/// Where a field missing from a `config.json` comes from.
+enum Default {
+    /// The family's configuration class default.
+    Value(serde_json::Value),
+    /// Absent (ridgeline's own rule: GPT-2's `n_inner`, four times the hidden size).
+    None,
+    /// None: refused.
+    Required,
+}
+
+/// A field of [`Config`] and the keys a family's `config.json` gives it under (the first
+/// its own name).
+struct Key {
+    field: &'static str,
+    names: &'static [&'static str],
+    default: Default,
+}
+
+/// The keys of `family`'s Hugging Face configuration class (`BertConfig`, `GPT2Config`
+/// with its attribute map, `OPTConfig`, transformers 4.x) and the defaults ridgeline takes
+/// from it.
+fn family_keys(family: Family) -> Vec<Key> {
+    use serde_json::json;
+    let key = |field, names, default| Key {
+        field,
+        names,
+        default,
+    };
+    let common = |k: &mut Vec<Key>| {
+        k.push(key("vocab_size", &["vocab_size"], Default::Required));
+    };
+    let mut k = Vec::new();
+    common(&mut k);
+    match family {
+        Family::Bert => {
+            k.push(key("hidden_size", &["hidden_size"], Default::Required));
+            k.push(key(
+                "num_hidden_layers",
+                &["num_hidden_layers"],
+                Default::Required,
+            ));
+            k.push(key(
+                "num_attention_heads",
+                &["num_attention_heads"],
+                Default::Required,
+            ));
+            k.push(key(
+                "intermediate_size",
+                &["intermediate_size"],
+                Default::Value(json!(3072)),
+            ));
+            k.push(key(
+                "max_position_embeddings",
+                &["max_position_embeddings"],
+                Default::Required,
+            ));
+            k.push(key(
+                "type_vocab_size",
+                &["type_vocab_size"],
+                Default::Value(json!(2)),
+            ));
+            k.push(key(
+                "hidden_act",
+                &["hidden_act"],
+                Default::Value(json!("gelu")),
+            ));
+            k.push(key(
+                "hidden_dropout_prob",
+                &["hidden_dropout_prob"],
+                Default::None,
+            ));
+            k.push(key(
+                "attention_probs_dropout_prob",
+                &["attention_probs_dropout_prob"],
+                Default::None,
+            ));
+        }
+        Family::Gpt2 => {
+            k.push(key(
+                "hidden_size",
+                &["n_embd", "hidden_size"],
+                Default::Required,
+            ));
+            k.push(key(
+                "num_hidden_layers",
+                &["n_layer", "num_hidden_layers"],
+                Default::Required,
+            ));
+            k.push(key(
+                "num_attention_heads",
+                &["n_head", "num_attention_heads"],
+                Default::Required,
+            ));
+            k.push(key("intermediate_size", &["n_inner"], Default::None));
+            k.push(key(
+                "max_position_embeddings",
+                &["n_positions", "max_position_embeddings"],
+                Default::Required,
+            ));
+            k.push(key(
+                "hidden_act",
+                &["activation_function"],
+                Default::Value(json!("gelu_new")),
+            ));
+            k.push(key("attn_pdrop", &["attn_pdrop"], Default::None));
+            k.push(key("embd_pdrop", &["embd_pdrop"], Default::None));
+            k.push(key("resid_pdrop", &["resid_pdrop"], Default::None));
+        }
+        Family::Opt => {
+            k.push(key("hidden_size", &["hidden_size"], Default::Required));
+            k.push(key(
+                "num_hidden_layers",
+                &["num_hidden_layers"],
+                Default::Required,
+            ));
+            k.push(key(
+                "num_attention_heads",
+                &["num_attention_heads"],
+                Default::Required,
+            ));
+            k.push(key(
+                "intermediate_size",
+                &["ffn_dim"],
+                Default::Value(json!(3072)),
+            ));
+            k.push(key(
+                "max_position_embeddings",
+                &["max_position_embeddings"],
+                Default::Required,
+            ));
+            k.push(key(
+                "hidden_act",
+                &["activation_function"],
+                Default::Value(json!("relu")),
+            ));
+            k.push(key("dropout", &["dropout"], Default::None));
+            k.push(key(
+                "attention_dropout",
+                &["attention_dropout"],
+                Default::None,
+            ));
+            k.push(key(
+                "do_layer_norm_before",
+                &["do_layer_norm_before"],
+                Default::None,
+            ));
+            k.push(key(
+                "word_embed_proj_dim",
+                &["word_embed_proj_dim"],
+                Default::None,
+            ));
+        }
+    }
+    k
+}
+
+/// Fields every family's file may give, read as they are.
+const PASSED: &[&str] = &["tie_word_embeddings"];
+
+/// Fields of `family` that change the model in ways not built, and the value that does not.
+fn unbuilt_fields(family: Family) -> &'static [(&'static str, &'static str)] {
+    match family {
+        Family::Bert => &[
+            ("position_embedding_type", "absolute"),
+            ("is_decoder", "false"),
+            ("add_cross_attention", "false"),
+        ],
+        Family::Gpt2 => &[("add_cross_attention", "false")],
+        Family::Opt => &[
+            ("enable_bias", "true"),
+            ("layer_norm_elementwise_affine", "true"),
+        ],
+    }
+}
+
 /// Largest vocabulary, hidden size, layer count or sequence a configuration may give.
 const MAX_DIM: usize = 1 << 22;
 
@@ -127,22 +302,148 @@ impl Config {
     }
 
     /// A Hugging Face `config.json`; `file` names it in errors.
+    ///
+    /// Each family's fields are read under the names its Hugging Face configuration class
+    /// takes ([`family_keys`]); a field another family names (`n_inner` in a BERT file)
+    /// is refused, as are fields that change the model in ways not built (BERT's relative
+    /// positions, cross-attention, OPT without biases). A missing feed-forward size, token
+    /// type count or activation takes the class's default, as Hugging Face does (BERT's and
+    /// OPT's feed-forward 3072, GPT-2's four times the hidden size); a missing size the
+    /// model cannot do without is refused, naming the family's key.
     pub fn from_json(text: &str, file: &str) -> Result<Config> {
         let parse = |e: serde_json::Error| Error::Parse {
             file: file.to_owned(),
             message: e.to_string(),
         };
-        // The family first: another family's fields would be reported missing otherwise.
-        #[derive(Deserialize)]
-        struct Kind {
-            model_type: String,
+        let value: serde_json::Value = serde_json::from_str(text).map_err(parse)?;
+        let serde_json::Value::Object(map) = value else {
+            return Err(Error::invalid(
+                file,
+                "model_type",
+                "a config.json is a JSON object with a `model_type`".to_owned(),
+            ));
+        };
+        let model_type = match map.get("model_type") {
+            Some(serde_json::Value::String(t)) => t.clone(),
+            Some(other) => {
+                return Err(Error::invalid(
+                    file,
+                    "model_type",
+                    format!("{other} is not text; give bert, gpt2 or opt"),
+                ));
+            }
+            None => {
+                return Err(Error::invalid(
+                    file,
+                    "model_type",
+                    "missing; give bert, gpt2 or opt".to_owned(),
+                ));
+            }
+        };
+        let Some(fam) = family(&model_type) else {
+            return Err(unbuilt(file, &model_type));
+        };
+        let keys = family_keys(fam);
+        let bad = |key: &str, message: String| Error::invalid(file, key, message);
+        // Fields another family names: Hugging Face ignores them here, so would ridgeline.
+        for other in [Family::Bert, Family::Gpt2, Family::Opt] {
+            for k in family_keys(other) {
+                for name in k.names {
+                    let ours = keys.iter().any(|m| m.names.contains(name));
+                    if !ours && map.contains_key(*name) {
+                        let own = keys
+                            .iter()
+                            .find(|m| m.field == k.field)
+                            .map_or(k.field, |m| m.names[0]);
+                        return Err(bad(
+                            name,
+                            format!(
+                                "a {model_type} configuration names this field `{own}`; \
+                                 Hugging Face ignores `{name}` here: rename it, or remove it"
+                            ),
+                        ));
+                    }
+                }
+            }
         }
-        let kind: Kind = serde_json::from_str(text).map_err(parse)?;
-        if family(&kind.model_type).is_none() {
-            return Err(unbuilt(file, &kind.model_type));
+        // Fields that change the model in ways this module does not build.
+        for (key, ok) in unbuilt_fields(fam) {
+            if let Some(v) = map.get(*key)
+                && !v.is_null()
+                && v != &serde_json::json!(ok)
+            {
+                return Err(bad(
+                    key,
+                    format!(
+                        "{v} is not built (only {}); write the layers in a workload TOML file",
+                        serde_json::json!(ok)
+                    ),
+                ));
+            }
         }
-        let c: Config = serde_json::from_str(text).map_err(parse)?;
-        c.check(file)?;
+        let mut out = serde_json::Map::new();
+        out.insert(
+            "model_type".into(),
+            serde_json::Value::String(model_type.clone()),
+        );
+        let mut named: Vec<(&'static str, &'static str)> = Vec::new();
+        for k in &keys {
+            let given: Vec<&&str> = k.names.iter().filter(|n| map.contains_key(**n)).collect();
+            if let [a, b, ..] = given.as_slice()
+                && map[**a] != map[**b]
+            {
+                return Err(bad(
+                    a,
+                    format!(
+                        "{} contradicts `{b}` = {}: they name the same field; give one",
+                        map[**a], map[**b]
+                    ),
+                ));
+            }
+            let value = match given.first() {
+                Some(n) => {
+                    named.push((k.field, n));
+                    map[**n].clone()
+                }
+                None => match &k.default {
+                    Default::Value(v) => v.clone(),
+                    Default::None => serde_json::Value::Null,
+                    Default::Required => {
+                        return Err(bad(
+                            k.names[0],
+                            format!("missing: a {model_type} configuration gives it"),
+                        ));
+                    }
+                },
+            };
+            out.insert(k.field.into(), value);
+        }
+        for key in PASSED {
+            if let Some(v) = map.get(*key) {
+                out.insert((*key).into(), v.clone());
+            }
+        }
+        let name = |field: &str| {
+            named
+                .iter()
+                .find(|(f, _)| *f == field)
+                .map(|(_, n)| *n)
+                .or_else(|| keys.iter().find(|k| k.field == field).map(|k| k.names[0]))
+                .unwrap_or(field)
+                .to_owned()
+        };
+        let c: Config = serde_json::from_value(serde_json::Value::Object(out)).map_err(|e| {
+            // serde names the field by ridgeline's name: give the file's.
+            let mut m = e.to_string();
+            for k in &keys {
+                m = m.replace(&format!("`{}`", k.field), &format!("`{}`", name(k.field)));
+            }
+            Error::Parse {
+                file: file.to_owned(),
+                message: m,
+            }
+        })?;
+        c.check_named(file, &name)?;
         Ok(c)
     }
 
@@ -152,7 +453,12 @@ impl Config {
     }
 
     fn check(&self, file: &str) -> Result<()> {
-        let bad = |field: &str, message: String| Err(Error::invalid(file, field, message));
+        self.check_named(file, &|f: &str| f.to_owned())
+    }
+
+    /// [`Config::check`], naming each field by `name` (the key the file gave it under).
+    fn check_named(&self, file: &str, name: &dyn Fn(&str) -> String) -> Result<()> {
+        let bad = |field: &str, message: String| Err(Error::invalid(file, name(field), message));
         if self.family().is_none() {
             return Err(unbuilt(file, &self.model_type));
         }
@@ -163,6 +469,7 @@ impl Config {
             ("num_attention_heads", self.num_attention_heads),
             ("max_position_embeddings", self.max_position_embeddings),
             ("intermediate_size", self.ffn()),
+            ("type_vocab_size", self.type_vocab_size.unwrap_or(2)),
         ] {
             if v == 0 || v > MAX_DIM {
                 return bad(field, format!("{v}: must be between 1 and {MAX_DIM}"));
@@ -807,15 +1114,102 @@ mod tests {
         let e = Config::from_json(&json.replace("\"n_head\": 12", "\"n_head\": 7"), "c.json")
             .unwrap_err()
             .to_string();
+        // Errors name the key the file gives (issue 43, item 21).
         assert!(
-            e.contains("num_attention_heads") && e.contains("divide"),
+            e.contains("`n_head`") && e.contains("divide") && !e.contains("num_attention"),
             "{e}"
         );
         let e = Config::from_json(&json.replace("\"n_embd\": 768,", ""), "c.json")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("c.json") && e.contains("hidden_size"), "{e}");
+        assert!(
+            e.contains("c.json") && e.contains("`n_embd`") && !e.contains("hidden_size"),
+            "{e}"
+        );
         let e = Config::from_json("{", "c.json").unwrap_err().to_string();
         assert!(e.contains("c.json"), "{e}");
+    }
+
+    /// Issue 43, items 15, 20 and 21: each family's defaults, its own keys, and the fields
+    /// that would change the model.
+    #[test]
+    fn config_json_follows_each_familys_keys_and_defaults() {
+        let bert = r#"{"model_type": "bert", "vocab_size": 30522, "hidden_size": 1024,
+            "num_hidden_layers": 24, "num_attention_heads": 16,
+            "max_position_embeddings": 512, "transformers_version": "4.40"}"#;
+        // BertConfig's defaults: a feed-forward of 3072 (not 4 x 1024), 2 token types.
+        let c = Config::from_json(bert, "bert.json").unwrap();
+        assert_eq!((c.ffn(), c.type_vocab_size), (3072, Some(2)));
+        assert_eq!(c.hidden_act.as_deref(), Some("gelu"));
+        let opt = r#"{"model_type": "opt", "vocab_size": 50272, "hidden_size": 2048,
+            "num_hidden_layers": 24, "num_attention_heads": 32,
+            "max_position_embeddings": 2048}"#;
+        let c = Config::from_json(opt, "opt.json").unwrap();
+        assert_eq!(c.ffn(), 3072);
+        assert_eq!(c.hidden_act.as_deref(), Some("relu"));
+        let gpt2 = r#"{"model_type": "gpt2", "vocab_size": 50257, "n_embd": 1024,
+            "n_layer": 24, "n_head": 16, "n_positions": 1024}"#;
+        assert_eq!(Config::from_json(gpt2, "g.json").unwrap().ffn(), 4096);
+        // GPT2Config's attribute map takes `hidden_size` for `n_embd`; both must agree.
+        let both = gpt2.replace(
+            "\"n_embd\": 1024,",
+            "\"n_embd\": 1024, \"hidden_size\": 768,",
+        );
+        let e = Config::from_json(&both, "g.json").unwrap_err().to_string();
+        assert!(e.contains("n_embd") && e.contains("hidden_size"), "{e}");
+        let cases = [
+            // Another family's key, which Hugging Face ignores for this one.
+            (
+                bert.replace("\"vocab_size\"", "\"n_inner\": 4096, \"vocab_size\""),
+                "`n_inner`",
+            ),
+            (
+                gpt2.replace("\"vocab_size\"", "\"ffn_dim\": 4096, \"vocab_size\""),
+                "`ffn_dim`",
+            ),
+            (
+                opt.replace(
+                    "\"vocab_size\"",
+                    "\"intermediate_size\": 8192, \"vocab_size\"",
+                ),
+                "`intermediate_size`",
+            ),
+            // A field that changes the model.
+            (
+                bert.replace(
+                    "\"vocab_size\"",
+                    "\"position_embedding_type\": \"relative_key\", \"vocab_size\"",
+                ),
+                "position_embedding_type",
+            ),
+            (
+                opt.replace("\"vocab_size\"", "\"enable_bias\": false, \"vocab_size\""),
+                "enable_bias",
+            ),
+            // Sizes that wrap or overflow (item 15).
+            (
+                bert.replace(
+                    "\"vocab_size\"",
+                    "\"type_vocab_size\": 18446744073709551615, \"vocab_size\"",
+                ),
+                "type_vocab_size",
+            ),
+            (
+                bert.replace("\"vocab_size\"", "\"type_vocab_size\": 0, \"vocab_size\""),
+                "type_vocab_size",
+            ),
+            // A required size missing, named by the family's key.
+            (
+                opt.replace("\"num_attention_heads\": 32,", ""),
+                "`num_attention_heads`",
+            ),
+            (gpt2.replace("\"n_layer\": 24,", ""), "`n_layer`"),
+            (String::from("[1, 2]"), "model_type"),
+            (String::from("{\"model_type\": 3}"), "model_type"),
+        ];
+        for (text, want) in cases {
+            let e = Config::from_json(&text, "c.json").unwrap_err().to_string();
+            assert!(e.contains("c.json") && e.contains(want), "want {want}: {e}");
+        }
     }
 }

@@ -44,6 +44,13 @@ pub fn neusight(dir: &Path, commit: Option<&str>, out: &Path) -> Result<Imported
     if commit.len() < 7 || !commit.chars().all(|c| c.is_ascii_hexdigit()) {
         bail!("--commit `{commit}`: a git commit is 7 to 40 hexadecimal digits");
     }
+    if out.exists() && !out.is_dir() {
+        bail!(
+            "--out {}: an existing file; the kernel set is a directory (SOURCE.toml, \
+             gemm.csv.gz, conv.csv.gz, vector.csv.gz, labels/, test/): name a directory",
+            out.display()
+        );
+    }
     let set = neusight::convert(dir, &commit)?;
     set.write(out)?;
     let mut counts = counts(&set);
@@ -374,7 +381,14 @@ pub fn nsys(
     } else {
         report
     };
-    let mut r = nsys::Report::read(path)?;
+    // Errors name the report, not the file it was inflated into.
+    let mut r = nsys::Report::read(path).map_err(|e| {
+        anyhow::anyhow!(
+            "{}",
+            e.to_string()
+                .replace(&path.display().to_string(), &report.display().to_string())
+        )
+    })?;
     r.file = report.display().to_string();
     let mut done = NsysImport {
         report: r.file.clone(),

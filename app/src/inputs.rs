@@ -177,12 +177,29 @@ pub fn transformer(args: &WorkloadSpec) -> Result<(String, workloads::transforme
     let name = args.name.as_str();
     let config = if name.ends_with(".json") {
         workloads::transformer::Config::from_json(&read(name, "model configuration")?, name)?
+    } else if is_file(name) {
+        // A transformer's configuration in TOML (as `data/workloads/transformers/`), or a
+        // workload file of layers, which no split applies to.
+        let text = read(name, "workload")?;
+        let is_config = text
+            .parse::<toml::Table>()
+            .is_ok_and(|t| t.contains_key("model_type"));
+        if !is_config {
+            bail!(
+                "{name}: a workload file of layers cannot be split: tensor and pipeline \
+                 parallelism split transformers built from their configuration; give a \
+                 built-in transformer, a Hugging Face config.json, or a configuration TOML \
+                 with `model_type` (as data/workloads/transformers/), or drop \
+                 --tensor-parallel/--pipeline-parallel"
+            );
+        }
+        workloads::transformer::Config::from_toml(&text, name)?
     } else {
         let b = workloads::find(name)?;
         b.transformer_config().with_context(|| {
             format!(
                 "`{name}` is not a transformer: tensor and pipeline parallelism split the \
-                 built-in transformers (bert-large, gpt2-large, gpt3-xl, gpt3-2.7b, opt-1.3b) \
+                 built-in transformers (bert-large, gpt2-large, gpt3-xl, gpt3-2.7b, gpt3-175b, opt-1.3b) \
                  or a Hugging Face config.json"
             )
         })?
@@ -199,7 +216,7 @@ pub fn transformer(args: &WorkloadSpec) -> Result<(String, workloads::transforme
             config.max_position_embeddings
         ),
     };
-    let stem = if name.ends_with(".json") {
+    let stem = if name.ends_with(".json") || is_file(name) {
         Path::new(name)
             .file_stem()
             .and_then(|s| s.to_str())

@@ -103,8 +103,16 @@ fn fit_scaled(x: &[Vec<f64>], y: &[f64], rounds: usize) -> Result<Fit> {
             x.len()
         )));
     }
-    if let Some(v) = y.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
-        return Err(Error::Fit(format!("a measured time is {v}")));
+    if let Some((i, v)) = y
+        .iter()
+        .enumerate()
+        .find(|(_, v)| !(v.is_finite() && **v > 0.0))
+    {
+        return Err(Error::Fit(format!(
+            "measured time {} of {n} is {v}, not a positive time: a record's samples run \
+             out of range; measure it again",
+            i + 1
+        )));
     }
     let mut scale = y.to_vec();
     let mut solved = weighted(x, y, &scale)?;

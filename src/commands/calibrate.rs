@@ -32,7 +32,17 @@ pub(crate) fn run(args: &CalibrateArgs) -> Result<()> {
             created: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
             comm_level: args.comm_level.choice(),
         },
-    )?;
+    )
+    .with_context(|| {
+        format!(
+            "calibrating from {}",
+            args.records
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })?;
     let named: Vec<String> = args
         .records
         .iter()

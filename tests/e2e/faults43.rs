@@ -898,3 +898,76 @@ fn issue43_19_split_sweeps_are_capped_and_agree_with_predict() {
     ]);
     assert_eq!(p["step_s"], best["step_s"], "{p}\n{best}");
 }
+
+/// Item 21: messages name what the user gave.
+#[test]
+fn issue43_21_messages_name_what_was_given() {
+    // A workload file of layers with a split flag: the file exists, but is no transformer.
+    let layers = fixture("tiny.toml");
+    let e = run_err(&[
+        "predict",
+        &layers,
+        "--system",
+        "dgx-h100",
+        "--nodes",
+        "1",
+        "--batch",
+        "4",
+        "--tensor-parallel",
+        "2",
+    ]);
+    assert!(
+        e.contains("tiny.toml") && e.contains("cannot be split") && !e.contains("unknown"),
+        "{e}"
+    );
+    // A transformer's configuration TOML splits.
+    let config = write(
+        "gpt3-xl-config.toml",
+        &data("data/workloads/transformers/gpt3-xl.toml"),
+    );
+    let out = run_ok(&[
+        "predict",
+        &config,
+        "--system",
+        "dgx-h100",
+        "--nodes",
+        "1",
+        "--batch",
+        "4",
+        "--tensor-parallel",
+        "2",
+    ]);
+    assert!(out.contains("gpt3-xl-config"), "{out}");
+    // `import nsys` names the report, not the file it inflated it into.
+    let dir = scratch("nsys");
+    let gz = dir.join("report.sqlite.gz");
+    {
+        use std::io::Write;
+        let mut w = flate2::write::GzEncoder::new(
+            std::fs::File::create(&gz).unwrap(),
+            flate2::Compression::default(),
+        );
+        w.write_all(b"not a database").unwrap();
+        w.finish().unwrap();
+    }
+    let e = run_err(&["import", "nsys", gz.to_str().unwrap()]);
+    assert!(
+        e.contains("report.sqlite.gz") && !e.contains("/tmp/.tmp"),
+        "{e}"
+    );
+    // `import neusight --out` an existing file.
+    let file = write("exists.txt", "x");
+    let e = run_err(&[
+        "import",
+        "neusight",
+        &fixture("neusight"),
+        "--commit",
+        "db1fdc9",
+        "--out",
+        &file,
+    ]);
+    assert!(
+        e.contains("exists.txt") && e.contains("name a directory"),
+        "{e}"
+    );
+}

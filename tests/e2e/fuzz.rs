@@ -1,5 +1,7 @@
 //! Issue 17: a fuzz test that keeps running in CI. Proptest mutates every kind of input
-//! file (systems, workloads, records, profiles) and the numbers on the command line, runs
+//! file (systems, workloads, records, profiles; issue 43: model configurations, MLPerf
+//! logs, PyTorch traces, ONNX files) and the numbers on the command line (the parallel
+//! flags among them), runs
 //! the real binary on each mutant with a time limit, and holds three laws:
 //!
 //! - no panic, no hang (a run past its limit is killed and fails the test);
@@ -360,6 +362,157 @@ proptest! {
             check_prediction(&out)?;
         }
     }
+}
+
+// Issue 43: the input classes added last wave (configuration files, MLPerf logs, PyTorch
+// traces, ONNX files, the parallel flags).
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn mutated_model_configurations_never_panic_hang_or_print_nonsense(
+        base in prop::sample::select(vec![
+            ("tests/fixtures/hf/gpt2.json", "config.json"),
+            ("tests/fixtures/hf/gpt3-175b.json", "config.json"),
+            ("data/workloads/transformers/bert-large.toml", "config.toml"),
+            ("data/workloads/transformers/opt-1.3b.toml", "config.toml"),
+        ]),
+        edits in edits(),
+    ) {
+        let path = write(base.1, &mutate(&catalog(base.0), &edits));
+        if let Some(out) = run(&["workload", "show", &path, "--format", "json"])? {
+            let v = json(&out, &["flops_fwd", "activation_bytes"])?;
+            let params = v["params"].as_u64();
+            prop_assert!(params.is_some_and(|p| p > 0 && p < 1 << 50), "params wrapped? {}", out);
+        }
+        if let Some(out) = run(&[
+            "predict", &path, "--system", "dgx-h100", "--nodes", "2", "--batch", "8",
+            "--tensor-parallel", "2", "--pipeline-parallel", "2", "--epochs", "1",
+            "--train-samples", "1000", "--format", "json",
+        ])? {
+            let v = json(&out, &["step_s", "eval_step_s", "memory_per_device_bytes"])?;
+            prop_assert!(v["step_s"].as_f64().unwrap() > 0.0, "{}", out);
+        }
+    }
+
+    #[test]
+    fn mutated_mlperf_logs_never_panic_hang_or_print_nonsense(edits in edits()) {
+        let log = mutate(
+            &catalog("tests/fixtures/mlperf/NVIDIA/results/eos_ngc23.09_mxnet/resnet/result_0.txt"),
+            &edits,
+        );
+        let path = write("result_0.txt", &log);
+        let runs = scratch().join("runs.jsonl");
+        let _ = std::fs::remove_file(&runs);
+        if let Some(out) = run(&["import", "mlperf", &path, "--format", "json"])? {
+            let v: Value = serde_json::from_str(&out)
+                .map_err(|e| TestCaseError::fail(format!("not JSON: {e}\n{out}")))?;
+            for r in v.as_array().into_iter().flatten() {
+                let t = r["time_to_train_s"].as_f64().unwrap_or(f64::NAN);
+                prop_assert!(t.is_finite() && (0.0..1e9).contains(&t), "{}", out);
+                if let Some(i) = r["init_s"].as_f64() {
+                    prop_assert!((0.0..1e9).contains(&i), "init {} in {}", i, out);
+                }
+                if let Some(x) = r["throughput"].as_f64() {
+                    prop_assert!(x.is_finite() && x > 0.0, "{}", out);
+                }
+                prop_assert!(r["nodes"].as_u64().is_some_and(|n| n >= 1), "{}", out);
+                prop_assert!(r["global_batch"].as_u64().is_some_and(|n| (1..=1 << 53).contains(&n)));
+            }
+            let r = runs.to_str().unwrap();
+            if run(&["import", "mlperf", &path, "--out", r])?.is_some() {
+                run(&[
+                    "validate", "--measured", r, "--system", "dgx-h100", "--precision",
+                    "amp-fp16", "--format", "json",
+                ])?;
+            }
+        }
+    }
+
+    #[test]
+    fn mutated_torch_traces_never_panic_hang_or_print_nonsense(edits in edits()) {
+        let path = write("trace.json", &mutate(cpu_trace(), &edits));
+        let out = scratch().join("trace-records.jsonl");
+        let _ = std::fs::remove_file(&out);
+        run(&[
+            "import", "torch-trace", &path, "--workload", "resnet50", "--threads", "1", "--out",
+            out.to_str().unwrap(), "--format", "json",
+        ])?;
+    }
+
+    #[test]
+    fn mutated_onnx_files_never_panic_hang_or_print_nonsense(
+        flips in prop::collection::vec((any::<usize>(), any::<u8>()), 1..6),
+    ) {
+        let mut bytes = std::fs::read(format!(
+            "{}/tests/fixtures/onnx/light_squeezenet.onnx",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        for (at, b) in flips {
+            let i = at % bytes.len();
+            bytes[i] = b;
+        }
+        let path = scratch().join("model.onnx");
+        std::fs::write(&path, &bytes).unwrap();
+        if let Some(out) = run(&["workload", "show", path.to_str().unwrap(), "--format", "json"])? {
+            json(&out, &["flops_fwd", "activation_bytes"])?;
+        }
+    }
+
+    #[test]
+    fn extreme_parallel_flags_never_panic_hang_or_print_nonsense(
+        flag in prop::sample::select(vec![
+            "--tensor-parallel", "--pipeline-parallel", "--micro-batches", "--virtual-stages",
+            "--global-batch", "--nodes",
+        ]),
+        value in prop::sample::select(EXTREMES),
+    ) {
+        let mut args = vec![
+            "predict", "gpt3-xl", "--system", "dgx-h100", "--stack", "tuned", "--epochs", "1",
+            "--train-samples", "100000", "--format", "json",
+        ];
+        for (f, v) in [
+            ("--nodes", "4"),
+            ("--tensor-parallel", "2"),
+            ("--pipeline-parallel", "2"),
+            ("--global-batch", "64"),
+        ] {
+            if f != flag {
+                args.extend([f, v]);
+            }
+        }
+        args.extend([flag, value]);
+        if let Some(out) = run(&args)? {
+            let v = json(&out, &["step_s", "eval_step_s", "time_to_solution_s"])?;
+            prop_assert!(v["step_s"].as_f64().unwrap() > 0.0, "{}", out);
+        }
+        let mut sweep = vec![
+            "sweep", "gpt3-xl", "--systems", "dgx-h100", "--nodes", "1,2", "--batch", "8",
+            "--epochs", "1", "--format", "json",
+        ];
+        let v = if flag == "--global-batch" || flag == "--nodes" { "2" } else { value };
+        sweep.extend([
+            if flag == "--global-batch" || flag == "--nodes" { "--tensor-parallel" } else { flag },
+            v,
+        ]);
+        run(&sweep)?;
+    }
+}
+
+/// The CPU trace of ResNet-50 (`tests/fixtures/torch/`), decompressed once.
+fn cpu_trace() -> &'static str {
+    static TRACE: OnceLock<String> = OnceLock::new();
+    TRACE.get_or_init(|| {
+        let file = std::fs::File::open(format!(
+            "{}/tests/fixtures/torch/resnet50-cpu.json.gz",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(file), &mut text).unwrap();
+        text
+    })
 }
 
 /// GEMM records measured once for every case, and a profile calibrated from them.

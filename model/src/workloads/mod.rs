@@ -1,7 +1,7 @@
 //! Built-in workloads: CosmoFlow (`cosmoflow`, v1.0+ with kernel 3; `cosmoflow-v07`, kernel
 //! 2), DeepCAM (`deepcam`) and ResNet-50 v1.5 (`resnet50`), each parametric in input
 //! spatial size and a width multiplier so that problem size can be scaled \[000\]; the
-//! transformers `bert-large`, `gpt2-large`, `gpt3-xl`, `gpt3-2.7b` and `opt-1.3b`
+//! transformers `bert-large`, `gpt2-large`, `gpt3-xl`, `gpt3-2.7b`, `gpt3-175b` and `opt-1.3b`
 //! ([`transformer`], from their configurations, parametric in sequence length and width); and
 //! a graph network, `gin` (nodes and width).
 //!

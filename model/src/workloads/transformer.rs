@@ -304,7 +304,7 @@ impl Config {
     /// A Hugging Face `config.json`; `file` names it in errors.
     ///
     /// Each family's fields are read under the names its Hugging Face configuration class
-    /// takes ([`family_keys`]); a field another family names (`n_inner` in a BERT file)
+    /// takes; a field another family names (`n_inner` in a BERT file)
     /// is refused, as are fields that change the model in ways not built (BERT's relative
     /// positions, cross-attention, OPT without biases). A missing feed-forward size, token
     /// type count or activation takes the class's default, as Hugging Face does (BERT's and

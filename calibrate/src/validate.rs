@@ -357,7 +357,11 @@ pub fn validate(
             }
         }
         let measured = median(file, step)?;
-        let predicted_memory = Footprint::of(&graph, precision, Optimizer::Sgd)
+        // The footprint under the stack's memory rules, as `predict` gives it (a stack
+        // that keeps tied copies counts them).
+        let one = ridgeline_model::cost::cost(&graph, 1, precision);
+        let kept = ridgeline_model::memory::stack_memory(&graph, &one, stack, None);
+        let predicted_memory = Footprint::under(&graph, &one, Optimizer::Sgd, &kept)
             .at(batch as u64, Bytes::new(f64::INFINITY))
             .total
             .value();

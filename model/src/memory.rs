@@ -170,7 +170,7 @@ impl Footprint {
             .iter()
             .map(|r| r.activation_bytes.value())
             .collect();
-        Self::from_kept(graph, one, optimizer, &kept, 0.0)
+        Self::from_kept(graph, one, optimizer, &kept, 0.0, 0)
     }
 
     /// The footprint under a software stack's memory rules ([`StackMemory`]).
@@ -180,21 +180,30 @@ impl Footprint {
         optimizer: Optimizer,
         memory: &StackMemory,
     ) -> Footprint {
-        Self::from_kept(graph, one, optimizer, &memory.per_layer, memory.transient)
+        Self::from_kept(
+            graph,
+            one,
+            optimizer,
+            &memory.per_layer,
+            memory.transient,
+            memory.tied_copy_params,
+        )
     }
 
-    /// The footprint with `kept` bytes per sample kept by each layer, and `transient` bytes
-    /// per sample live only while one recomputed transformer layer runs backward.
+    /// The footprint with `kept` bytes per sample kept by each layer, `transient` bytes
+    /// per sample live only while one recomputed transformer layer runs backward, and
+    /// `copies` parameters kept twice (tied layers' copies).
     fn from_kept(
         graph: &Graph,
         one: &GraphCost,
         optimizer: Optimizer,
         kept: &[f64],
         transient: f64,
+        copies: u64,
     ) -> Footprint {
         let precision = one.precision;
         let act = precision.compute_bytes();
-        let params = one.params;
+        let params = one.params + copies;
         let master = if precision.has_master_weights() {
             FP32
         } else {
@@ -317,6 +326,17 @@ pub struct StackMemory {
     pub sequence_parallel_saved: f64,
     /// Transformer layers recomputed in full.
     pub recomputed_layers: usize,
+    /// Parameters a tied layer keeps a copy of (its shared weights), where the stack keeps
+    /// tied copies ([`crate::stack::Stack::tied_copies`]): counted again as parameters,
+    /// gradients and optimizer state. Left out of JSON where none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub tied_copy_params: u64,
+}
+
+/// Whether a count is zero (a field serde leaves out).
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl StackMemory {
@@ -376,6 +396,11 @@ pub fn stack_memory(
         recompute_saved: 0.0,
         sequence_parallel_saved: 0.0,
         recomputed_layers: 0,
+        tied_copy_params: if stack.tied_copies.as_ref().is_some_and(|t| t.value) {
+            layers.iter().map(|l| cost::counts(graph, l).shared).sum()
+        } else {
+            0
+        },
     };
     let groups = fusion::groups(graph, &stack.fusion.value);
     for n in fusion::recomputed(graph, &groups) {
@@ -777,6 +802,30 @@ mod tests {
         .unwrap();
         assert!(text.contains(from), "{from}");
         crate::stack::parse(&text.replace(from, to), "t.toml").unwrap()
+    }
+
+    /// Issue 43, item 9: ridgeline's executors keep a tied head's own copy of the token
+    /// embeddings (and of their gradient); a stack that says so counts GPT-2's 50257 x 768
+    /// table twice, PyTorch's stacks once.
+    #[test]
+    fn a_stack_with_tied_copies_counts_the_shared_weights_again() {
+        let g =
+            crate::workloads::build("gpt2", &crate::workloads::BuildOptions::default()).unwrap();
+        let one = cost::cost(&g, 1, Precision::Fp32);
+        let eager = stack_memory(&g, &one, crate::catalog::default_stack(), None);
+        assert_eq!(eager.tied_copy_params, 0);
+        let executor = crate::catalog::stack("ridgeline-executor").unwrap();
+        let copies = stack_memory(&g, &one, &executor, None);
+        assert_eq!(copies.tied_copy_params, 50_257 * 768);
+        let [a, b] = [eager, copies].map(|m| Footprint::under(&g, &one, Optimizer::Sgd, &m));
+        let table = f64::from(50_257 * 768 * 4);
+        assert_eq!(b.parameters.value() - a.parameters.value(), table);
+        assert_eq!(b.gradients.value() - a.gradients.value(), table);
+        // A CNN has nothing tied: the same footprint.
+        let r = crate::workloads::build("resnet50", &crate::workloads::BuildOptions::default())
+            .unwrap();
+        let one = cost::cost(&r, 1, Precision::Fp32);
+        assert_eq!(stack_memory(&r, &one, &executor, None).tied_copy_params, 0);
     }
 
     #[test]

@@ -310,6 +310,10 @@ pub struct Stack {
     pub precision: PrecisionPolicy,
     /// Which activations the backward pass recomputes.
     pub recompute: Sourced<Recompute>,
+    /// Whether a tied layer (a language model's head tied to the token embeddings) keeps
+    /// its own copy of the shared weights and of their gradient (ridgeline's executors do;
+    /// PyTorch shares one tensor). `None`: not said, no copy.
+    pub tied_copies: Option<Sourced<bool>>,
     /// Whether sequences are packed (or run unpadded): a transformer then computes the
     /// tokens a data set's sequence holds on average (`tokens_per_sequence`), not the padded
     /// length (Krell et al., arXiv:2107.02027).
@@ -574,6 +578,12 @@ pub fn parse(text: &str, file: &str) -> Result<Stack> {
             value: recompute,
             source: ctx.source("memory.recompute", &raw.memory.recompute.source)?,
         },
+        tied_copies: raw
+            .memory
+            .tied_copies
+            .as_ref()
+            .map(|r| flag("memory.tied_copies", r))
+            .transpose()?,
         packing: flag("data.packing", &raw.data.packing)?,
         parallel: Parallel {
             schedule: Sourced {

@@ -36,6 +36,10 @@ pub(crate) struct RawData {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawMemory {
     pub(crate) recompute: RawSourced<String>,
+    /// Whether a tied layer (a language model's head) keeps its own copy of the weights it
+    /// shares, and of their gradient; absent: no (PyTorch shares them).
+    #[serde(default)]
+    pub(crate) tied_copies: Option<RawSourced<bool>>,
 }
 
 /// `[parallel]`: how a split model's pipeline and optimizer run.

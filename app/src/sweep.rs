@@ -218,8 +218,9 @@ pub struct SplitSearch<'a> {
     pub stack: &'a ridgeline_model::stack::Stack,
 }
 
-/// The most splits one search tries (`sweep --tensor-parallel/--pipeline-parallel`).
-pub const MAX_SPLITS: u64 = 2_000_000;
+/// The most splits one search tries (`sweep --tensor-parallel/--pipeline-parallel`): at
+/// the ~2 million a second a search over node counts runs on 2 cores, under a minute.
+pub const MAX_SPLITS: u64 = 100_000_000;
 
 /// How many splits `search` would try: every combination of its lists (micro-batch counts
 /// three a pipeline depth where none are given).
@@ -244,15 +245,29 @@ pub fn split_count(search: &SplitSearch<'_>) -> u64 {
     .fold(1u64, |a, &b| a.saturating_mul(b))
 }
 
-/// Every split of `search` that fits its devices' memory, fastest per sequence first, and
-/// how many were left out, by reason. Each tensor-parallel degree of each system and
-/// precision is prepared once ([`ridgeline_model::parallel::prepare`]); the splits run on
-/// every core; `progress` is told of each batch of splits tried. More than [`MAX_SPLITS`]
-/// is an error.
+/// What a split search found: the `keep` fastest splits that fit (fastest per sequence
+/// first), how many fit, and how many were left out, by reason.
+#[derive(Debug, Clone)]
+pub struct SplitsFound {
+    /// The fastest splits that fit.
+    pub top: Vec<SplitRow>,
+    /// Splits that fit.
+    pub feasible: u64,
+    /// Splits left out, by reason.
+    pub rejected: std::collections::BTreeMap<String, u64>,
+}
+
+/// Every split of `search`, the `keep` fastest of those that fit its devices' memory kept.
+/// Each tensor-parallel degree of each system and precision is prepared once
+/// ([`ridgeline_model::parallel::prepare`], which also times each pipeline depth and
+/// micro-batch size once for every node count); the combinations run on every core as they
+/// are generated; `progress` is told of each batch of splits tried. More than
+/// [`MAX_SPLITS`] is an error.
 pub fn splits(
     search: &SplitSearch<'_>,
+    keep: usize,
     progress: &(dyn Fn(u64) + Sync),
-) -> anyhow::Result<(Vec<SplitRow>, std::collections::BTreeMap<String, u64>)> {
+) -> anyhow::Result<SplitsFound> {
     use rayon::prelude::*;
     use ridgeline_model::parallel::{self, Split};
     use ridgeline_model::predict::Timing;
@@ -277,53 +292,10 @@ pub fn splits(
                 .map(move |&p| (i, p, Timing::of(system, p, search.kernel_model)))
         })
         .collect();
-    // Every combination, each with what it needs.
-    struct Job {
-        timing: usize,
-        tensor: u32,
-        nodes: u32,
-        pipeline: u32,
-        micro_batches: u32,
-        virtual_stages: u32,
-        batch: u64,
-    }
-    let mut jobs = Vec::new();
-    for t in 0..timings.len() {
-        for &tensor in search.tensor {
-            for &nodes in search.nodes {
-                for &pipeline in search.pipeline {
-                    let defaults = [pipeline, 2 * pipeline, 4 * pipeline];
-                    let micros = if search.micro_batches.is_empty() {
-                        &defaults[..]
-                    } else {
-                        search.micro_batches
-                    };
-                    for &micro_batches in micros {
-                        for &virtual_stages in search.virtual_stages {
-                            for &batch in search.batches {
-                                jobs.push(Job {
-                                    timing: t,
-                                    tensor,
-                                    nodes,
-                                    pipeline,
-                                    micro_batches,
-                                    virtual_stages,
-                                    batch,
-                                });
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
     // One preparation a system, precision and tensor-parallel degree.
-    let keys: Vec<(usize, u32)> = {
-        let mut k: Vec<(usize, u32)> = jobs.iter().map(|j| (j.timing, j.tensor)).collect();
-        k.sort_unstable();
-        k.dedup();
-        k
-    };
+    let keys: Vec<(usize, u32)> = (0..timings.len())
+        .flat_map(|t| search.tensor.iter().map(move |&k| (t, k)))
+        .collect();
     let prepared: BTreeMap<(usize, u32), Result<parallel::Prepared<'_>, String>> = keys
         .par_iter()
         .map(|&(t, tensor)| {
@@ -346,87 +318,123 @@ pub fn splits(
             ((t, tensor), p)
         })
         .collect();
-    type Tried = (Vec<SplitRow>, BTreeMap<String, u64>);
-    let (mut rows, rejected) = jobs
-        .par_chunks(1024)
-        .map(|chunk| {
-            let mut rows = Vec::new();
+    let layouts = |pipeline: u32| -> Vec<(u32, u32)> {
+        let defaults = [pipeline, 2 * pipeline, 4 * pipeline];
+        let micros = if search.micro_batches.is_empty() {
+            &defaults[..]
+        } else {
+            search.micro_batches
+        };
+        micros
+            .iter()
+            .flat_map(|&m| search.virtual_stages.iter().map(move |&v| (m, v)))
+            .collect()
+    };
+    // The outer combinations (system and precision, tensor degree, node count), each a task
+    // that tries every pipeline depth, layout and batch.
+    let outer: Vec<(usize, u32, u32)> = keys
+        .iter()
+        .flat_map(|&(t, k)| search.nodes.iter().map(move |&n| (t, k, n)))
+        .collect();
+    let fastest = |a: &SplitRow, b: &SplitRow| b.sequences_per_s.total_cmp(&a.sequences_per_s);
+    let merge = |(mut a, fa, mut ra): (Vec<SplitRow>, u64, BTreeMap<String, u64>),
+                 (b, fb, rb): (Vec<SplitRow>, u64, BTreeMap<String, u64>)| {
+        a.extend(b);
+        a.sort_by(fastest);
+        a.truncate(keep);
+        for (k, v) in rb {
+            *ra.entry(k).or_default() += v;
+        }
+        (a, fa + fb, ra)
+    };
+    let (top, feasible, rejected) = outer
+        .par_iter()
+        .map(|&(t, tensor, nodes)| {
+            let mut rows: Vec<SplitRow> = Vec::new();
+            let mut feasible = 0u64;
             let mut rejected: BTreeMap<String, u64> = BTreeMap::new();
-            let mut reject = |why: &str| *rejected.entry(why.to_owned()).or_default() += 1;
-            for j in chunk {
-                let system = &search.systems[timings[j.timing].0];
-                let precision = timings[j.timing].1;
-                let devices = u64::from(system.node.devices.value) * u64::from(j.nodes);
-                let replica = u64::from(j.tensor) * u64::from(j.pipeline);
-                if replica == 0 || devices % replica != 0 {
-                    reject("devices do not split into replicas");
-                    continue;
-                }
-                let Ok(data) = u32::try_from(devices / replica) else {
-                    reject("devices do not split into replicas");
+            let mut tried = 0u64;
+            let mut reject = |why: &str, n: u64| *rejected.entry(why.to_owned()).or_default() += n;
+            let system = &search.systems[timings[t].0];
+            let precision = timings[t].1;
+            let capacity = system
+                .device
+                .memory_capacity
+                .as_ref()
+                .map_or(f64::INFINITY, |m| m.value.value());
+            let devices = u64::from(system.node.devices.value) * u64::from(nodes);
+            for &pipeline in search.pipeline {
+                let layouts = layouts(pipeline);
+                let here = (layouts.len() * search.batches.len()) as u64;
+                tried += here;
+                let replica = u64::from(tensor) * u64::from(pipeline);
+                let data = (replica > 0 && devices % replica == 0)
+                    .then(|| u32::try_from(devices / replica).ok())
+                    .flatten();
+                let Some(data) = data else {
+                    reject("devices do not split into replicas", here);
                     continue;
                 };
-                let prep = match &prepared[&(j.timing, j.tensor)] {
+                let prep = match &prepared[&(t, tensor)] {
                     Ok(p) => p,
                     Err(why) => {
-                        reject(why);
+                        reject(why, here);
                         continue;
                     }
                 };
-                let split = Split {
-                    tensor: j.tensor,
-                    pipeline: j.pipeline,
-                    data,
-                    micro_batches: j.micro_batches,
-                    virtual_stages: j.virtual_stages,
-                };
-                let global = j.batch * u64::from(data);
-                match prep.step(global, split) {
-                    Ok(step) => {
-                        let capacity = system
-                            .device
-                            .memory_capacity
-                            .as_ref()
-                            .map_or(f64::INFINITY, |m| m.value.value());
-                        if step.memory_per_device_bytes > capacity {
-                            reject("does not fit a device's memory");
-                            continue;
-                        }
-                        rows.push(SplitRow {
-                            system: system.name.clone(),
-                            nodes: j.nodes,
-                            precision,
-                            global_batch: global,
-                            sequences_per_s: global as f64 / step.step_s,
-                            step,
-                        });
-                    }
-                    Err(e) => {
-                        let why = match &e {
-                            ridgeline_model::error::Error::Argument { name, .. } => {
-                                format!("invalid {name}")
-                            }
-                            _ => "invalid".to_owned(),
+                for (micro_batches, virtual_stages) in layouts {
+                    for &batch in search.batches {
+                        let split = Split {
+                            tensor,
+                            pipeline,
+                            data,
+                            micro_batches,
+                            virtual_stages,
                         };
-                        reject(&why);
+                        let global = batch * u64::from(data);
+                        match prep.step(global, split) {
+                            Ok(step) if step.memory_per_device_bytes > capacity => {
+                                reject("does not fit a device's memory", 1);
+                            }
+                            Ok(step) => {
+                                feasible += 1;
+                                rows.push(SplitRow {
+                                    system: system.name.clone(),
+                                    nodes,
+                                    precision,
+                                    global_batch: global,
+                                    sequences_per_s: global as f64 / step.step_s,
+                                    step,
+                                });
+                                if rows.len() > 4 * keep.max(1) {
+                                    rows.sort_by(fastest);
+                                    rows.truncate(keep);
+                                }
+                            }
+                            Err(e) => {
+                                let why = match &e {
+                                    ridgeline_model::error::Error::Argument { name, .. } => {
+                                        format!("invalid {name}")
+                                    }
+                                    _ => "invalid".to_owned(),
+                                };
+                                reject(&why, 1);
+                            }
+                        }
                     }
                 }
             }
-            progress(chunk.len() as u64);
-            (rows, rejected)
+            progress(tried);
+            rows.sort_by(fastest);
+            rows.truncate(keep);
+            (rows, feasible, rejected)
         })
-        .reduce(
-            || (Vec::new(), BTreeMap::new()),
-            |(mut a, mut ra): Tried, (b, rb): Tried| {
-                a.extend(b);
-                for (k, v) in rb {
-                    *ra.entry(k).or_default() += v;
-                }
-                (a, ra)
-            },
-        );
-    rows.sort_by(|a, b| b.sequences_per_s.total_cmp(&a.sequences_per_s));
-    Ok((rows, rejected))
+        .reduce(|| (Vec::new(), 0, BTreeMap::new()), merge);
+    Ok(SplitsFound {
+        top,
+        feasible,
+        rejected,
+    })
 }
 
 /// The columns of the best splits.

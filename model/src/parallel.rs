@@ -171,6 +171,9 @@ pub fn step(
     .step(global_batch, split)
 }
 
+/// Each stage's forward and backward seconds, by pipeline depth and micro-batch size.
+type StageTimes = std::collections::HashMap<(u32, u64), Vec<[f64; 2]>>;
+
 /// What every split of one tensor-parallel degree shares: one rank's graph, its step model
 /// and memory figures at batch 1. A search over splits prepares each degree once
 /// ([`prepare`]) and times each split from it ([`Prepared::step`]).
@@ -192,6 +195,9 @@ pub struct Prepared<'a> {
     layer_params: Vec<u64>,
     /// All of them.
     params: u64,
+    /// Each stage's forward and backward time by pipeline depth and micro-batch size: the
+    /// same for every data-parallel width (a search over node counts times them once).
+    stage_times: std::sync::Mutex<StageTimes>,
 }
 
 /// Prepares the splits of `config` at `tensor` tensor-parallel ranks (see [`step`]).
@@ -277,6 +283,7 @@ pub fn prepare<'a>(
         footprint,
         layer_params,
         params,
+        stage_times: std::sync::Mutex::default(),
     })
 }
 
@@ -410,8 +417,27 @@ impl Prepared<'_> {
         };
 
         let total_params = self.params.max(1) as f64;
+        let cached = self
+            .stage_times
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&(pipeline, micro)).cloned());
+        let times = match cached {
+            Some(t) => t,
+            None => {
+                let t: Vec<[f64; 2]> = (0..stages)
+                    .map(|s| {
+                        model.pass_times(micro as f64, rates, timing, |id| of.get(id) == Some(&s))
+                    })
+                    .collect();
+                if let Ok(mut c) = self.stage_times.lock() {
+                    c.insert((pipeline, micro), t.clone());
+                }
+                t
+            }
+        };
         let mut out = Vec::with_capacity(stages);
-        for s in 0..stages {
+        for (s, &[forward, backward]) in times.iter().enumerate() {
             let first = (0..blocks)
                 .find(|i| (i * stages / blocks) == s)
                 .unwrap_or(0);
@@ -419,8 +445,6 @@ impl Prepared<'_> {
                 .rev()
                 .find(|i| (i * stages / blocks) == s)
                 .map_or(first, |i| i + 1);
-            let [forward, backward] =
-                model.pass_times(micro as f64, rates, timing, |id| of.get(id) == Some(&s));
             let params: u64 = self
                 .layer_params
                 .iter()

@@ -197,15 +197,15 @@ fn splits(args: &SweepArgs) -> Result<()> {
         ProgressStyle::with_template("{bar:40} {pos}/{len} splits ({per_sec}, eta {eta})")
             .context("progress bar template")?,
     );
-    let (rows, rejected) = splits(&search, &|n| bar.inc(n))?;
+    let found = splits(&search, args.top, &|n| bar.inc(n))?;
     bar.finish_and_clear();
     let elapsed = start.elapsed().as_secs_f64();
-    let top: Vec<_> = rows.iter().take(args.top).cloned().collect();
+    let (top, rejected) = (found.top, found.rejected);
     #[derive(Serialize)]
     struct Splits<'a> {
         workload: &'a str,
         seq: usize,
-        feasible: usize,
+        feasible: u64,
         rejected: &'a std::collections::BTreeMap<String, u64>,
         elapsed_s: f64,
         top: &'a [ridgeline_app::sweep::SplitRow],
@@ -213,7 +213,7 @@ fn splits(args: &SweepArgs) -> Result<()> {
     let summary = Splits {
         workload: &name,
         seq,
-        feasible: rows.len(),
+        feasible: found.feasible,
         rejected: &rejected,
         elapsed_s: elapsed,
         top: &top,
@@ -222,7 +222,7 @@ fn splits(args: &SweepArgs) -> Result<()> {
         let mut d = Document::new(format!(
             "Splits of {name} ({seq} tokens): the {} fastest per sequence of {} that fit",
             top.len(),
-            rows.len()
+            found.feasible
         ))
         .summary("searched in", Style::Human.seconds(Seconds::new(elapsed)))
         .table(output::table(&top, &split_cols(), style));

@@ -836,8 +836,10 @@ fn issue43_22_ddp_traces_and_transfer_directories_are_checked() {
     }
 }
 
-/// Item 19: a split sweep past its limit is refused at once, naming the count; below it,
-/// it runs and its best split is what `predict` gives for that split.
+/// Item 19: a split sweep past its limit (100 million splits) is refused at once, naming
+/// the count; below it, it runs and its best split is what `predict` gives for that split.
+/// (The issue's 28 million splits run in about 7 s on 2 cores in a release build: measured
+/// by hand, not here.)
 #[test]
 fn issue43_19_split_sweeps_are_capped_and_agree_with_predict() {
     let started = std::time::Instant::now();
@@ -849,16 +851,19 @@ fn issue43_19_split_sweeps_are_capped_and_agree_with_predict() {
         "--nodes",
         "1..1536",
         "--batch",
-        "1..64",
+        "1..256",
         "--tensor-parallel",
-        "1,2,4",
+        "1,2,4,8",
         "--pipeline-parallel",
         "1..32",
         "--epochs",
         "1",
     ]);
-    assert!(e.contains("28311552 splits") && e.contains("narrow"), "{e}");
-    assert!(started.elapsed().as_secs() < 10);
+    assert!(
+        e.contains("150994944 splits") && e.contains("narrow"),
+        "{e}"
+    );
+    assert!(started.elapsed().as_secs() < 30);
     let v = run_json(&[
         "sweep",
         "gpt3-2.7b",

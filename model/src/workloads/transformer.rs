@@ -287,6 +287,10 @@ fn unbuilt_fields(family: Family) -> &'static [(&'static str, &'static str)] {
     }
 }
 
+/// The most parameters a configuration may describe (a hundred trillion; the largest
+/// trained models have about two).
+const MAX_PARAMS: f64 = 1e14;
+
 /// Largest vocabulary, hidden size, layer count or sequence a configuration may give.
 const MAX_DIM: usize = 1 << 22;
 
@@ -475,6 +479,28 @@ impl Config {
                 return bad(field, format!("{v}: must be between 1 and {MAX_DIM}"));
             }
         }
+        // The parameters, in floating point: a model past any trained one would overflow
+        // the counts.
+        let (v, h, l, f, p) = (
+            self.vocab_size as f64,
+            self.hidden_size as f64,
+            self.num_hidden_layers as f64,
+            self.ffn() as f64,
+            self.max_position_embeddings as f64,
+        );
+        let params = (v + p) * h + l * (4.0 * h * h + 2.0 * h * f);
+        if params > MAX_PARAMS {
+            return bad(
+                "num_hidden_layers",
+                format!(
+                    "{} layers of hidden size {} and feed-forward {}: {params:.3e} parameters, \
+                     beyond any model (at most {MAX_PARAMS:e})",
+                    self.num_hidden_layers,
+                    self.hidden_size,
+                    self.ffn()
+                ),
+            );
+        }
         if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return bad(
                 "num_attention_heads",
@@ -536,7 +562,8 @@ impl Config {
 
     /// The feed-forward inner size.
     pub fn ffn(&self) -> usize {
-        self.intermediate_size.unwrap_or(4 * self.hidden_size)
+        self.intermediate_size
+            .unwrap_or(self.hidden_size.saturating_mul(4))
     }
 
     /// Trainable parameters of the model as Hugging Face counts them.
@@ -1204,6 +1231,16 @@ mod tests {
                 "`num_attention_heads`",
             ),
             (gpt2.replace("\"n_layer\": 24,", ""), "`n_layer`"),
+            // Sizes whose products overflow: refused, not wrapped (a fuzz case panicked).
+            (
+                gpt2.replace("\"n_embd\": 1024", "\"n_embd\": 18446744073709551615"),
+                "n_embd",
+            ),
+            (
+                gpt2.replace("\"n_layer\": 24", "\"n_layer\": 4194304")
+                    .replace("\"n_embd\": 1024", "\"n_embd\": 4096"),
+                "parameters",
+            ),
             (String::from("[1, 2]"), "model_type"),
             (String::from("{\"model_type\": 3}"), "model_type"),
         ];

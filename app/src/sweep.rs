@@ -222,6 +222,14 @@ pub struct SplitSearch<'a> {
 /// the ~2 million a second a search over node counts runs on 2 cores, under a minute.
 pub const MAX_SPLITS: u64 = 100_000_000;
 
+/// Why a split was left out, as the search counts it: the argument it was invalid in.
+fn left_out(e: &ridgeline_model::error::Error) -> String {
+    match e {
+        ridgeline_model::error::Error::Argument { name, .. } => format!("invalid {name}"),
+        _ => "invalid".to_owned(),
+    }
+}
+
 /// How many splits `search` would try: every combination of its lists (micro-batch counts
 /// three a pipeline depth where none are given).
 pub fn split_count(search: &SplitSearch<'_>) -> u64 {
@@ -311,10 +319,7 @@ pub fn splits(
                 search.stack,
                 timing,
             )
-            .map_err(|e| match &e {
-                ridgeline_model::error::Error::Argument { name, .. } => format!("invalid {name}"),
-                _ => "invalid".to_owned(),
-            });
+            .map_err(|e| left_out(&e));
             ((t, tensor), p)
         })
         .collect();
@@ -411,15 +416,7 @@ pub fn splits(
                                     rows.truncate(keep);
                                 }
                             }
-                            Err(e) => {
-                                let why = match &e {
-                                    ridgeline_model::error::Error::Argument { name, .. } => {
-                                        format!("invalid {name}")
-                                    }
-                                    _ => "invalid".to_owned(),
-                                };
-                                reject(&why, 1);
-                            }
+                            Err(e) => reject(&left_out(&e), 1),
                         }
                     }
                 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use crate::{run_err, run_json, run_ok};
 
 /// A scratch directory of this test process.
-fn scratch(name: &str) -> PathBuf {
+pub(crate) fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir()
         .join(format!("ridgeline-faults-{}", std::process::id()))
         .join(name);
@@ -28,14 +28,14 @@ fn measured_gemm(dir: &std::path::Path, name: &str, sizes: &str) -> String {
 }
 
 /// Writes `text` to `name` in a scratch directory and returns the path.
-fn write(name: &str, text: &str) -> String {
+pub(crate) fn write(name: &str, text: &str) -> String {
     let path = scratch("files").join(name);
     std::fs::write(&path, text).unwrap();
     path.to_str().unwrap().to_owned()
 }
 
 /// A catalog file's text, by repository path.
-fn data(path: &str) -> String {
+pub(crate) fn data(path: &str) -> String {
     std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap()
 }
 

@@ -1,30 +1,8 @@
 //! Issue 43: the faults found by using ridgeline on published training runs and by a fuzz
 //! campaign. Each test fails without its fix.
 
-use std::path::PathBuf;
-
+use crate::faults::{data, scratch, write};
 use crate::{fixture, ridgeline, run_err, run_json, run_ok};
-
-/// A scratch directory of this test process.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir()
-        .join(format!("ridgeline-faults43-{}", std::process::id()))
-        .join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// Writes `text` to `name` in a scratch directory and returns the path.
-fn write(name: &str, text: &str) -> String {
-    let path = scratch("files").join(name);
-    std::fs::write(&path, text).unwrap();
-    path.to_str().unwrap().to_owned()
-}
-
-/// A shipped data file's text, by repository path.
-fn data(path: &str) -> String {
-    std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap()
-}
 
 /// `predict` of GPT-3 2.7B split 4 x 2 over 4 Perlmutter nodes, with `extra` flags, as JSON.
 fn split_json(extra: &[&str]) -> serde_json::Value {

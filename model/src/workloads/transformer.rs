@@ -1,5 +1,6 @@
 //! Transformer language models from Hugging Face-style configurations: BERT (`bert`, trained
-//! as `BertForPreTraining`), GPT-2 and GPT-3 (`gpt2`, `GPT2LMHeadModel`) and OPT (`opt`,
+//! as `BertForPreTraining` or as the class `architectures` names: masked-LM, or fine-tuned
+//! for sequence or token classification or question answering, [`Head`]), GPT-2 and GPT-3 (`gpt2`, `GPT2LMHeadModel`) and OPT (`opt`,
 //! `OPTForCausalLM`), built layer by layer as the Hugging Face modules run them, with their
 //! module names (`h.0.attn.c_attn`, `encoder.layer.0.attention.self.query`, ...).
 //!
@@ -90,6 +91,79 @@ pub struct Config {
     /// Whether the LM head shares the token embeddings' weights (Hugging Face's default).
     #[serde(default)]
     pub tie_word_embeddings: Option<bool>,
+    /// The model class trained (Hugging Face's `architectures`, its first entry), which
+    /// sets the head on the encoder or decoder ([`Head`]). Absent: BERT is trained as
+    /// `BertForPreTraining`, GPT-2 as `GPT2LMHeadModel`, OPT as `OPTForCausalLM`.
+    #[serde(default)]
+    pub architectures: Option<Vec<String>>,
+    /// Classes of a classification head (`num_labels`, or the entries of `id2label`);
+    /// Hugging Face's default, 2, when absent. One is a regression (a mean squared error).
+    #[serde(default)]
+    pub num_labels: Option<usize>,
+    /// BERT's dropout before a classification head (`classifier_dropout`); the hidden
+    /// dropout when absent, as Hugging Face takes it.
+    #[serde(default)]
+    pub classifier_dropout: Option<f64>,
+    /// A classification head's loss (`problem_type`): `regression` (mean squared error),
+    /// `single_label_classification` or `multi_label_classification` (cross-entropy, the
+    /// same cost); absent, a regression for one label as Hugging Face decides.
+    #[serde(default)]
+    pub problem_type: Option<String>,
+}
+
+/// The head a model is trained with: what Hugging Face's model class (`architectures`)
+/// puts on the encoder or decoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Head {
+    /// `BertForPreTraining`: the pooler with the next-sentence head, and the masked-LM
+    /// transform with the decoder tied to the word embeddings at every position.
+    PreTraining,
+    /// `BertForMaskedLM`: the masked-LM head alone, no pooler.
+    MaskedLm,
+    /// `BertForSequenceClassification`: the pooler, dropout and a classifier of
+    /// `num_labels` outputs on the first token (fine-tuning, as on GLUE).
+    SequenceClassification,
+    /// `BertForTokenClassification`: dropout and a classifier at every position, no pooler.
+    TokenClassification,
+    /// `BertForQuestionAnswering`: start and end logits at every position (SQuAD), no
+    /// pooler.
+    QuestionAnswering,
+    /// `GPT2LMHeadModel`, `OPTForCausalLM`: the tied language-model head at every position.
+    CausalLm,
+}
+
+/// The model classes built, by family: their Hugging Face names and heads, the first the
+/// family's default.
+const CLASSES: &[(Family, &str, Head)] = &[
+    (Family::Bert, "BertForPreTraining", Head::PreTraining),
+    (Family::Bert, "BertForMaskedLM", Head::MaskedLm),
+    (
+        Family::Bert,
+        "BertForSequenceClassification",
+        Head::SequenceClassification,
+    ),
+    (
+        Family::Bert,
+        "BertForTokenClassification",
+        Head::TokenClassification,
+    ),
+    (
+        Family::Bert,
+        "BertForQuestionAnswering",
+        Head::QuestionAnswering,
+    ),
+    (Family::Gpt2, "GPT2LMHeadModel", Head::CausalLm),
+    (Family::Opt, "OPTForCausalLM", Head::CausalLm),
+];
+
+/// The model classes of `family` built, comma-separated.
+fn classes(family: Family) -> String {
+    CLASSES
+        .iter()
+        .filter(|(f, _, _)| *f == family)
+        .map(|(_, name, _)| *name)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn family(model_type: &str) -> Option<Family> {
@@ -269,7 +343,13 @@ fn family_keys(family: Family) -> Vec<Key> {
 }
 
 /// Fields every family's file may give, read as they are.
-const PASSED: &[&str] = &["tie_word_embeddings"];
+const PASSED: &[&str] = &[
+    "tie_word_embeddings",
+    "architectures",
+    "num_labels",
+    "classifier_dropout",
+    "problem_type",
+];
 
 /// Fields of `family` that change the model in ways not built, and the value that does not.
 fn unbuilt_fields(family: Family) -> &'static [(&'static str, &'static str)] {
@@ -427,6 +507,31 @@ impl Config {
                 out.insert((*key).into(), v.clone());
             }
         }
+        // Hugging Face derives `num_labels` from `id2label` and writes only the latter.
+        if let Some(labels) = map.get("id2label") {
+            let serde_json::Value::Object(labels) = labels else {
+                return Err(bad(
+                    "id2label",
+                    format!("{labels} is not an object of class ids to names"),
+                ));
+            };
+            match map.get("num_labels").map(serde_json::Value::as_u64) {
+                None => {
+                    out.insert("num_labels".into(), serde_json::json!(labels.len()));
+                }
+                Some(Some(n)) if n != labels.len() as u64 => {
+                    return Err(bad(
+                        "num_labels",
+                        format!(
+                            "{n} contradicts the {} classes of `id2label`; give one",
+                            labels.len()
+                        ),
+                    ));
+                }
+                // Equal, or not a count (refused as such below).
+                Some(_) => {}
+            }
+        }
         let name = |field: &str| {
             named
                 .iter()
@@ -454,6 +559,33 @@ impl Config {
     /// The family of `model_type`.
     pub fn family(&self) -> Option<Family> {
         family(&self.model_type)
+    }
+
+    /// The head the model is trained with: its class's (`architectures`), or the family's
+    /// default; `None` for a class or family not built (refused by the checks).
+    pub fn head(&self) -> Option<Head> {
+        let family = self.family()?;
+        let mut built = CLASSES.iter().filter(|(f, _, _)| *f == family);
+        match self.architectures.as_deref() {
+            None => built.next().map(|(_, _, h)| *h),
+            Some([first, ..]) => built.find(|(_, n, _)| n == first).map(|(_, _, h)| *h),
+            Some([]) => None,
+        }
+    }
+
+    /// The classes of a classification head (Hugging Face's default, 2).
+    pub fn labels(&self) -> usize {
+        self.num_labels.unwrap_or(2)
+    }
+
+    /// Whether a classification head is trained as a regression: `problem_type`
+    /// `regression`, or one label where the file names no problem type (Hugging Face's
+    /// rule).
+    pub fn is_regression(&self) -> bool {
+        match self.problem_type.as_deref() {
+            Some(t) => t == "regression",
+            None => self.labels() == 1,
+        }
     }
 
     fn check(&self, file: &str) -> Result<()> {
@@ -498,6 +630,45 @@ impl Config {
                     self.num_hidden_layers,
                     self.hidden_size,
                     self.ffn()
+                ),
+            );
+        }
+        if self.head().is_none() {
+            let given = self
+                .architectures
+                .as_deref()
+                .and_then(<[String]>::first)
+                .map_or("an empty list".to_owned(), |a| format!("`{a}`"));
+            let family = self.family().map_or(String::new(), classes);
+            return bad(
+                "architectures",
+                format!(
+                    "{given} is not a {} model class ridgeline builds; give one of {family} \
+                     (its first entry is the class trained), or remove it for {}",
+                    self.model_type,
+                    family.split(", ").next().unwrap_or_default()
+                ),
+            );
+        }
+        if let Some(n) = self.num_labels
+            && (n == 0 || n > MAX_DIM)
+        {
+            return bad(
+                "num_labels",
+                format!("{n}: must be between 1 and {MAX_DIM} (1 is a regression)"),
+            );
+        }
+        if let Some(t) = &self.problem_type
+            && !matches!(
+                t.as_str(),
+                "regression" | "single_label_classification" | "multi_label_classification"
+            )
+        {
+            return bad(
+                "problem_type",
+                format!(
+                    "`{t}` is not one of Hugging Face's: regression, \
+                     single_label_classification or multi_label_classification"
                 ),
             );
         }
@@ -550,6 +721,7 @@ impl Config {
             ),
             ("dropout", self.dropout),
             ("attention_dropout", self.attention_dropout),
+            ("classifier_dropout", self.classifier_dropout),
         ] {
             if let Some(p) = p
                 && !(0.0..1.0).contains(&p)
@@ -581,10 +753,20 @@ impl Config {
         match self.family() {
             Some(Family::Bert) => {
                 let t = self.type_vocab_size.unwrap_or(2) as u64;
+                let n = self.labels() as u64;
                 let embeddings = v * h + p * h + t * h + 2 * h;
                 let layer = attention + mlp + 4 * h;
-                // Pooler, next-sentence head, masked-LM transform and its norm, decoder bias.
-                let heads = (h * h + h) + (2 * h + 2) + (h * h + h) + 2 * h + v;
+                let pooler = h * h + h;
+                // The masked-LM transform and its norm, and the tied decoder's bias.
+                let masked_lm = (h * h + h) + 2 * h + v;
+                let heads = match self.head() {
+                    Some(Head::MaskedLm) => masked_lm,
+                    Some(Head::SequenceClassification) => pooler + h * n + n,
+                    Some(Head::TokenClassification) => h * n + n,
+                    Some(Head::QuestionAnswering) => 2 * h + 2,
+                    // The pooler and the next-sentence head, and the masked-LM head.
+                    _ => pooler + (2 * h + 2) + masked_lm,
+                };
                 embeddings + l * layer + heads
             }
             Some(Family::Gpt2) => v * h + p * h + l * (attention + mlp + 4 * h) + 2 * h,
@@ -785,17 +967,54 @@ pub fn build_split(
                 let h = g.push(dotted(&p, "output.residual"), Op::Add, &[h, a])?;
                 x = g.push(dotted(&p, "output.LayerNorm"), Op::LayerNorm, &[h])?;
             }
-            // Next-sentence head on the first token's state.
-            let first = g.push("pooler.first_token", Op::Gather { edges: 1 }, &[x])?;
-            let pooled = g.push("pooler.dense", linear(m.hidden), &[first])?;
-            let pooled = g.push("pooler.activation", Op::Tanh, &[pooled])?;
-            g.push("cls.seq_relationship", linear(2), &[pooled])?;
-            g.then("nsp_loss", Op::SoftmaxCrossEntropy)?;
-            // Masked-LM head at every position.
-            let t = g.push("cls.predictions.transform.dense", linear(m.hidden), &[x])?;
-            let t = activation(&mut g, "cls.predictions.transform.act", t, act)?;
-            let t = g.push("cls.predictions.transform.LayerNorm", Op::LayerNorm, &[t])?;
-            lm_head(&mut g, "cls.predictions.decoder", t, &m, true)?;
+            let pooler = |g: &mut Graph| -> Result<NodeId, LayerError> {
+                let first = g.push("pooler.first_token", Op::Gather { edges: 1 }, &[x])?;
+                let pooled = g.push("pooler.dense", linear(m.hidden), &[first])?;
+                g.push("pooler.activation", Op::Tanh, &[pooled])
+            };
+            let masked_lm = |g: &mut Graph| -> Result<NodeId, LayerError> {
+                let t = g.push("cls.predictions.transform.dense", linear(m.hidden), &[x])?;
+                let t = activation(g, "cls.predictions.transform.act", t, act)?;
+                let t = g.push("cls.predictions.transform.LayerNorm", Op::LayerNorm, &[t])?;
+                lm_head(g, "cls.predictions.decoder", t, &m, true)
+            };
+            let labels = config.labels();
+            let loss = if config.is_regression() {
+                Op::MseLoss
+            } else {
+                Op::SoftmaxCrossEntropy
+            };
+            let classifier_drop = config.classifier_dropout.unwrap_or(drop);
+            match config.head() {
+                Some(Head::MaskedLm) => {
+                    masked_lm(&mut g)?;
+                }
+                Some(Head::SequenceClassification) => {
+                    let pooled = pooler(&mut g)?;
+                    let pooled = dropout(&mut g, "dropout", pooled, classifier_drop)?;
+                    g.push("classifier", linear(labels), &[pooled])?;
+                    g.then("loss", loss)?;
+                }
+                Some(Head::TokenClassification) => {
+                    let h = dropout(&mut g, "dropout", x, classifier_drop)?;
+                    g.push("classifier", linear(labels), &[h])?;
+                    g.then("loss", loss)?;
+                }
+                Some(Head::QuestionAnswering) => {
+                    // Start and end logits at every position, each a softmax over the
+                    // positions.
+                    g.push("qa_outputs", linear(2), &[x])?;
+                    g.then("loss", Op::SoftmaxCrossEntropy)?;
+                }
+                _ => {
+                    // Next-sentence head on the first token's state; masked-LM head at
+                    // every position.
+                    let pooled = pooler(&mut g)?;
+                    g.push("cls.seq_relationship", linear(2), &[pooled])?;
+                    g.then("nsp_loss", Op::SoftmaxCrossEntropy)?;
+                    masked_lm(&mut g)?;
+                }
+            }
         }
     }
     Ok(g)
@@ -1155,6 +1374,122 @@ mod tests {
         );
         let e = Config::from_json("{", "c.json").unwrap_err().to_string();
         assert!(e.contains("c.json"), "{e}");
+    }
+
+    /// BERT-base's `config.json` (google-bert/bert-base-uncased) with `architectures` and
+    /// labels set as a fine-tuning run's file has them.
+    fn bert_base(extra: &str) -> Config {
+        let text = format!(
+            r#"{{"model_type": "bert", "vocab_size": 30522, "hidden_size": 768,
+            "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072,
+            "max_position_embeddings": 512, "type_vocab_size": 2 {extra}}}"#
+        );
+        Config::from_json(&text, "bert-base.json").unwrap()
+    }
+
+    /// Issue 43, item 9: the head `architectures` names, with Hugging Face's parameter
+    /// counts for BERT-base (uncased): `BertForSequenceClassification` with two labels
+    /// 109,483,778, `BertForMaskedLM` 109,514,298, `BertForQuestionAnswering` 108,893,186,
+    /// `BertForPreTraining` 110,106,428; the graph counts the same as the configuration.
+    #[test]
+    fn the_class_trained_sets_the_head() {
+        for (extra, head, params) in [
+            ("", Head::PreTraining, 110_106_428u64),
+            (
+                r#", "architectures": ["BertForPreTraining"]"#,
+                Head::PreTraining,
+                110_106_428,
+            ),
+            (
+                r#", "architectures": ["BertForMaskedLM"]"#,
+                Head::MaskedLm,
+                109_514_298,
+            ),
+            (
+                r#", "architectures": ["BertForSequenceClassification"]"#,
+                Head::SequenceClassification,
+                109_483_778,
+            ),
+            (
+                r#", "architectures": ["BertForQuestionAnswering"]"#,
+                Head::QuestionAnswering,
+                108_893_186,
+            ),
+            // Nine classes from `id2label` (CoNLL-2003's tags).
+            (
+                r#", "architectures": ["BertForTokenClassification"], "id2label": {"0": "O",
+                "1": "B-MISC", "2": "I-MISC", "3": "B-PER", "4": "I-PER", "5": "B-ORG",
+                "6": "I-ORG", "7": "B-LOC", "8": "I-LOC"}"#,
+                Head::TokenClassification,
+                108_891_648 + 768 * 9 + 9,
+            ),
+        ] {
+            let c = bert_base(extra);
+            assert_eq!(c.head(), Some(head), "{extra}");
+            assert_eq!(c.params(), params, "{extra}");
+            let g = build("bert-base", &c, 128, 1.0).unwrap();
+            assert_eq!(cost(&g, 1, Precision::Fp32).params, params, "{extra}");
+        }
+        let regression =
+            bert_base(r#", "architectures": ["BertForSequenceClassification"], "num_labels": 1"#);
+        let g = build("stsb", &regression, 128, 1.0).unwrap();
+        assert!(matches!(g.layers().last().unwrap().op, Op::MseLoss));
+    }
+
+    /// Fine-tuning BERT-base for classification keeps no masked-LM logits: at 512 tokens
+    /// and batch 32 they and their gradient are 30,522 x 512 x 32 x 4 bytes each, 2 GB.
+    /// The footprint drops by more than that, and the class's own figures are refused
+    /// when they contradict or are out of range.
+    #[test]
+    fn a_fine_tuning_head_keeps_no_language_model_logits() {
+        use crate::memory::{Footprint, Optimizer};
+        let at = |c: &Config| {
+            let g = build("bert-base", c, 512, 1.0).unwrap();
+            let f = Footprint::of(&g, Precision::Fp32, Optimizer::Adam);
+            (f.activations_per_sample.value() + f.activation_gradients_per_sample.value()) * 32.0
+        };
+        let pretraining = at(&bert_base(""));
+        let classifier = at(&bert_base(
+            r#", "architectures": ["BertForSequenceClassification"]"#,
+        ));
+        let logits = 30_522.0 * 512.0 * 32.0 * 4.0;
+        assert!(
+            pretraining - classifier > 2.0 * logits,
+            "{pretraining} against {classifier}"
+        );
+        let bad = |extra: &str| {
+            let text = format!(
+                r#"{{"model_type": "bert", "vocab_size": 30522, "hidden_size": 768,
+                "num_hidden_layers": 12, "num_attention_heads": 12,
+                "max_position_embeddings": 512 {extra}}}"#
+            );
+            Config::from_json(&text, "ft.json").unwrap_err().to_string()
+        };
+        for (extra, want) in [
+            (
+                r#", "architectures": ["BertForMultipleChoice"]"#,
+                "BertForMultipleChoice",
+            ),
+            (
+                r#", "architectures": ["GPT2LMHeadModel"]"#,
+                "BertForSequenceClassification",
+            ),
+            (r#", "architectures": []"#, "architectures"),
+            (r#", "num_labels": 0"#, "num_labels"),
+            (
+                r#", "num_labels": 3, "id2label": {"0": "a", "1": "b"}"#,
+                "id2label",
+            ),
+            (r#", "id2label": [1, 2]"#, "id2label"),
+            (r#", "classifier_dropout": 1.5"#, "classifier_dropout"),
+            (r#", "problem_type": "ranking""#, "problem_type"),
+        ] {
+            let e = bad(extra);
+            assert!(
+                e.contains("ft.json") && e.contains(want),
+                "want {want}: {e}"
+            );
+        }
     }
 
     /// Issue 43, items 15, 20 and 21: each family's defaults, its own keys, and the fields

@@ -764,30 +764,39 @@ impl Kernel {
             }
             Kernel::Flatten => out.copy_from_slice(x),
             Kernel::SoftmaxCrossEntropy { n, c, vol } => {
+                // Over the channel rows in parallel, each read contiguously, so that a
+                // batch of one uses every thread as a larger batch does.
+                let (n, c, vol) = (*n, *c, *vol);
                 aux.probs.resize(x.len(), 0.0);
-                let probs = &mut aux.probs;
-                probs
-                    .par_chunks_mut(c * vol)
-                    .zip(x.par_chunks(c * vol))
-                    .for_each(|(p, xi)| {
-                        for pos in 0..*vol {
-                            let max = (0..*c)
-                                .map(|k| xi[k * vol + pos])
-                                .fold(f32::NEG_INFINITY, f32::max);
-                            let sum: f32 = (0..*c).map(|k| (xi[k * vol + pos] - max).exp()).sum();
-                            for k in 0..*c {
-                                p[k * vol + pos] = (xi[k * vol + pos] - max).exp() / sum;
-                            }
+                let mut stats = Vec::with_capacity(2 * n * vol);
+                for b in 0..n {
+                    let xb = &x[b * c * vol..][..c * vol];
+                    let max = seq::max_rows(xb, vol);
+                    let sum = seq::sum_rows(xb, vol, |acc, _, row| {
+                        for ((a, v), m) in acc.iter_mut().zip(row).zip(&max) {
+                            *a += (v - m).exp();
                         }
                     });
-                for b in 0..*n {
-                    let p = &probs[b * c * vol..][..c * vol];
+                    stats.extend(max.into_iter().zip(sum));
+                }
+                aux.probs
+                    .par_chunks_mut(vol)
+                    .zip(x.par_chunks(vol))
+                    .enumerate()
+                    .for_each(|(row, (p, xr))| {
+                        let st = &stats[(row / c) * vol..][..vol];
+                        for ((p, v), (max, sum)) in p.iter_mut().zip(xr).zip(st) {
+                            *p = (v - max).exp() / sum;
+                        }
+                    });
+                for (b, o) in out.iter_mut().enumerate().take(n) {
+                    let p = &aux.probs[b * c * vol..][..c * vol];
                     #[allow(clippy::cast_precision_loss)]
-                    let loss: f32 = (0..*vol)
-                        .map(|pos| -(p[label(seed, b, pos, *c) * vol + pos].max(1e-30)).ln())
+                    let loss: f32 = (0..vol)
+                        .map(|pos| -(p[label(seed, b, pos, c) * vol + pos].max(1e-30)).ln())
                         .sum::<f32>()
-                        / *vol as f32;
-                    out[b] = loss;
+                        / vol as f32;
+                    *o = loss;
                 }
             }
             Kernel::Linear { geom, bias } => {
@@ -1083,20 +1092,24 @@ impl Kernel {
                 let Some(d) = dx[0].as_deref_mut() else {
                     return;
                 };
+                let (n, c, vol) = (*n, *c, *vol);
+                let labels: Vec<usize> = (0..n * vol)
+                    .map(|i| label(seed, i / vol, i % vol, c))
+                    .collect();
                 #[allow(clippy::cast_precision_loss)]
-                let v = *vol as f32;
-                for b in 0..*n {
-                    let scale = dy[b] / v;
-                    let p = &aux.probs[b * c * vol..][..c * vol];
-                    let di = &mut d[b * c * vol..][..c * vol];
-                    for pos in 0..*vol {
-                        let l = label(seed, b, pos, *c);
-                        for k in 0..*c {
-                            let onehot = if k == l { 1.0 } else { 0.0 };
-                            di[k * vol + pos] = scale * (p[k * vol + pos] - onehot);
+                let v = vol as f32;
+                d.par_chunks_mut(vol)
+                    .zip(aux.probs.par_chunks(vol))
+                    .enumerate()
+                    .for_each(|(row, (di, p))| {
+                        let (b, k) = (row / c, row % c);
+                        let scale = dy[b] / v;
+                        let l = &labels[b * vol..][..vol];
+                        for ((d, p), l) in di.iter_mut().zip(p).zip(l) {
+                            let onehot = if *l == k { 1.0 } else { 0.0 };
+                            *d = scale * (p - onehot);
                         }
-                    }
-                }
+                    });
             }
             Kernel::Linear { geom, bias } => {
                 let (dw, rest) = dparams.split_at_mut(1);
@@ -1509,6 +1522,44 @@ mod tests {
                 .sum::<f32>()
                 / 4.0;
             assert!((y[b] - loss).abs() < 1e-6, "mse {b}");
+        }
+    }
+
+    /// Layer and RMS norms by their definitions, per sample and position over the
+    /// channels (the rows the kernel reduces in parallel), with a row count past one
+    /// parallel task's.
+    #[test]
+    fn norms_by_definition() {
+        for (op, rms) in [(Op::LayerNorm, false), (Op::RmsNorm, true)] {
+            let (c, vol, n) = (3000, 5, 2);
+            let (_, _, x, p, y) = run(&[c, vol], n, op.clone(), &[0]);
+            let mut expected = vec![0.0f32; n * c * vol];
+            for b in 0..n {
+                for pos in 0..vol {
+                    let v: Vec<f64> = (0..c)
+                        .map(|k| f64::from(x[0][(b * c + k) * vol + pos]))
+                        .collect();
+                    #[allow(clippy::cast_precision_loss)]
+                    let cf = c as f64;
+                    let mean = if rms { 0.0 } else { v.iter().sum::<f64>() / cf };
+                    let var = v.iter().map(|e| (e - mean).powi(2)).sum::<f64>() / cf;
+                    let inv = 1.0 / (var + f64::from(seq::NORM_EPS)).sqrt();
+                    for k in 0..c {
+                        let shift = if rms { 0.0 } else { f64::from(p[1][k]) };
+                        #[allow(clippy::cast_possible_truncation)]
+                        {
+                            expected[(b * c + k) * vol + pos] =
+                                ((v[k] - mean) * inv * f64::from(p[0][k]) + shift) as f32;
+                        }
+                    }
+                }
+            }
+            for (i, (a, e)) in y.iter().zip(&expected).enumerate() {
+                assert!(
+                    (a - e).abs() <= 1e-4 * (1.0 + e.abs()),
+                    "{op:?} {i}: {a} {e}"
+                );
+            }
         }
     }
 

@@ -218,7 +218,9 @@ pub(crate) struct Norm {
 
 impl Norm {
     /// `y = (x - mean) / std * gamma + beta` per position (RMS: `x / rms * gamma`); the
-    /// mean and inverse deviation of every position go to `aux.stats`.
+    /// mean and inverse deviation of every position go to `aux.stats`. Every pass runs
+    /// over the channel rows in parallel, so a batch of one uses every thread as a larger
+    /// batch does.
     #[allow(clippy::cast_precision_loss)]
     pub(crate) fn forward(&self, x: &[f32], params: &[Vec<f32>], y: &mut [f32], aux: &mut Aux) {
         let Norm { n, c, vol, rms } = *self;
@@ -227,32 +229,35 @@ impl Norm {
         let cf = c as f32;
         for b in 0..n {
             let xb = &x[b * c * vol..][..c * vol];
+            let mut mean = vec![0.0; vol];
+            if !rms {
+                mean = sum_rows(xb, vol, |acc, _, row| {
+                    acc.iter_mut().zip(row).for_each(|(a, v)| *a += v);
+                });
+                mean.iter_mut().for_each(|m| *m /= cf);
+            }
+            let var = sum_rows(xb, vol, |acc, _, row| {
+                for ((a, v), m) in acc.iter_mut().zip(row).zip(&mean) {
+                    *a += (v - m).powi(2);
+                }
+            });
             for p in 0..vol {
-                let mean = if rms {
-                    0.0
-                } else {
-                    (0..c).map(|k| xb[k * vol + p]).sum::<f32>() / cf
-                };
-                let var = (0..c)
-                    .map(|k| (xb[k * vol + p] - mean).powi(2))
-                    .sum::<f32>()
-                    / cf;
-                means[b * vol + p] = mean;
-                invs[b * vol + p] = 1.0 / (var + NORM_EPS).sqrt();
+                means[b * vol + p] = mean[p];
+                invs[b * vol + p] = 1.0 / (var[p] / cf + NORM_EPS).sqrt();
             }
         }
+        let means = &means[..];
+        let invs = &invs[..];
         let gamma = &params[0];
-        y.par_chunks_mut(c * vol)
-            .zip(x.par_chunks(c * vol))
+        y.par_chunks_mut(vol)
+            .zip(x.par_chunks(vol))
             .enumerate()
-            .for_each(|(b, (yb, xb))| {
-                for k in 0..c {
-                    let shift = if rms { 0.0 } else { params[1][k] };
-                    for p in 0..vol {
-                        let i = k * vol + p;
-                        let xhat = (xb[i] - means[b * vol + p]) * invs[b * vol + p];
-                        yb[i] = xhat * gamma[k] + shift;
-                    }
+            .for_each(|(row, (yr, xr))| {
+                let (b, k) = (row / c, row % c);
+                let shift = if rms { 0.0 } else { params[1][k] };
+                let (m, inv) = (&means[b * vol..][..vol], &invs[b * vol..][..vol]);
+                for p in 0..vol {
+                    yr[p] = (xr[p] - m[p]) * inv[p] * gamma[k] + shift;
                 }
             });
     }
@@ -273,47 +278,114 @@ impl Norm {
         let xhat = |b: usize, i: usize, p: usize| {
             (x[b * c * vol + i] - means[b * vol + p]) * invs[b * vol + p]
         };
-        for d in dparams.iter_mut() {
-            d.fill(0.0);
-        }
-        let (scale, shift) = dparams.split_at_mut(1);
-        for b in 0..n {
-            for (k, ds) in scale[0].iter_mut().enumerate() {
-                for p in 0..vol {
-                    let i = k * vol + p;
-                    let g = dy[b * c * vol + i];
-                    *ds += g * xhat(b, i, p);
-                    if !rms {
-                        shift[0][k] += g;
+        // The scale's and shift's gradients, one channel each in parallel.
+        let grads: Vec<(f32, f32)> = (0..c)
+            .into_par_iter()
+            .map(|k| {
+                let (mut ds, mut dshift) = (0.0f32, 0.0f32);
+                for b in 0..n {
+                    for p in 0..vol {
+                        let i = k * vol + p;
+                        let g = dy[b * c * vol + i];
+                        ds += g * xhat(b, i, p);
+                        dshift += g;
                     }
                 }
+                (ds, dshift)
+            })
+            .collect();
+        let (scale, shift) = dparams.split_at_mut(1);
+        for (k, (ds, dshift)) in grads.into_iter().enumerate() {
+            scale[0][k] = ds;
+            if !rms {
+                shift[0][k] = dshift;
             }
         }
         let Some(dx) = dx else { return };
         let cf = c as f32;
+        let mut mean_g = vec![0.0f32; n * vol];
+        let mut mean_gx = vec![0.0f32; n * vol];
         for b in 0..n {
-            for p in 0..vol {
-                let (mut mean_g, mut mean_gx) = (0.0f32, 0.0f32);
-                for (k, gk) in gamma.iter().enumerate() {
-                    let i = k * vol + p;
-                    let g = dy[b * c * vol + i] * gk;
-                    mean_g += g;
-                    mean_gx += g * xhat(b, i, p);
-                }
-                mean_g /= cf;
-                mean_gx /= cf;
-                if rms {
-                    mean_g = 0.0;
-                }
-                for (k, gk) in gamma.iter().enumerate() {
-                    let i = k * vol + p;
-                    let g = dy[b * c * vol + i] * gk;
-                    dx[b * c * vol + i] =
-                        invs[b * vol + p] * (g - mean_g - xhat(b, i, p) * mean_gx);
+            let gb = &dy[b * c * vol..][..c * vol];
+            if !rms {
+                let s = sum_rows(gb, vol, |acc, k, row| {
+                    acc.iter_mut()
+                        .zip(row)
+                        .for_each(|(a, g)| *a += g * gamma[k]);
+                });
+                for (m, s) in mean_g[b * vol..][..vol].iter_mut().zip(s) {
+                    *m = s / cf;
                 }
             }
+            let s = sum_rows(gb, vol, |acc, k, row| {
+                for (p, (a, g)) in acc.iter_mut().zip(row).enumerate() {
+                    *a += g * gamma[k] * xhat(b, k * vol + p, p);
+                }
+            });
+            for (m, s) in mean_gx[b * vol..][..vol].iter_mut().zip(s) {
+                *m = s / cf;
+            }
         }
+        dx.par_chunks_mut(vol).enumerate().for_each(|(row, dr)| {
+            let (b, k) = (row / c, row % c);
+            for (p, d) in dr.iter_mut().enumerate() {
+                let i = k * vol + p;
+                let g = dy[b * c * vol + i] * gamma[k];
+                let j = b * vol + p;
+                *d = invs[j] * (g - mean_g[j] - xhat(b, i, p) * mean_gx[j]);
+            }
+        });
     }
+}
+
+/// Elements a parallel task of [`sum_rows`] takes at least.
+const ROW_TASK: usize = 1 << 13;
+
+/// The sum over the channel rows of one sample (`x`, channels first: `vol` positions a
+/// row) of what `add` folds in from each row `k`, one value per position: rows in
+/// parallel, each read contiguously.
+pub(crate) fn sum_rows<F>(x: &[f32], vol: usize, add: F) -> Vec<f32>
+where
+    F: Fn(&mut [f32], usize, &[f32]) + Sync,
+{
+    x.par_chunks(vol)
+        .enumerate()
+        .with_min_len((ROW_TASK / vol.max(1)).max(1))
+        .fold(
+            || vec![0.0f32; vol],
+            |mut acc, (k, row)| {
+                add(&mut acc, k, row);
+                acc
+            },
+        )
+        .reduce(
+            || vec![0.0f32; vol],
+            |mut a, b| {
+                a.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
+                a
+            },
+        )
+}
+
+/// The largest value over the channel rows of one sample at each position, rows in
+/// parallel.
+pub(crate) fn max_rows(x: &[f32], vol: usize) -> Vec<f32> {
+    x.par_chunks(vol)
+        .with_min_len((ROW_TASK / vol.max(1)).max(1))
+        .fold(
+            || vec![f32::NEG_INFINITY; vol],
+            |mut acc, row| {
+                acc.iter_mut().zip(row).for_each(|(a, v)| *a = a.max(*v));
+                acc
+            },
+        )
+        .reduce(
+            || vec![f32::NEG_INFINITY; vol],
+            |mut a, b| {
+                a.iter_mut().zip(&b).for_each(|(a, b)| *a = a.max(*b));
+                a
+            },
+        )
 }
 
 /// Softmax over `c` channels at each of `vol` positions.

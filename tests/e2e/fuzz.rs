@@ -374,6 +374,7 @@ proptest! {
         base in prop::sample::select(vec![
             ("tests/fixtures/hf/gpt2.json", "config.json"),
             ("tests/fixtures/hf/gpt3-175b.json", "config.json"),
+            ("tests/fixtures/hf/bert-base-sst2.json", "config.json"),
             ("data/workloads/transformers/bert-large.toml", "config.toml"),
             ("data/workloads/transformers/opt-1.3b.toml", "config.toml"),
         ]),

@@ -118,7 +118,8 @@ pub enum Head {
     /// `BertForPreTraining`: the pooler with the next-sentence head, and the masked-LM
     /// transform with the decoder tied to the word embeddings at every position.
     PreTraining,
-    /// `BertForMaskedLM`: the masked-LM head alone, no pooler.
+    /// `BertForMaskedLM` (and `BertLMHeadModel`, the same head): the masked-LM head alone,
+    /// no pooler.
     MaskedLm,
     /// `BertForSequenceClassification`: the pooler, dropout and a classifier of
     /// `num_labels` outputs on the first token (fine-tuning, as on GLUE).
@@ -137,6 +138,9 @@ pub enum Head {
 const CLASSES: &[(Family, &str, Head)] = &[
     (Family::Bert, "BertForPreTraining", Head::PreTraining),
     (Family::Bert, "BertForMaskedLM", Head::MaskedLm),
+    // The same head (`BertOnlyMLMHead`, no pooler); without `is_decoder` its attention is
+    // the encoder's, unmasked.
+    (Family::Bert, "BertLMHeadModel", Head::MaskedLm),
     (
         Family::Bert,
         "BertForSequenceClassification",

@@ -338,54 +338,51 @@ impl Norm {
     }
 }
 
-/// Elements a parallel task of [`sum_rows`] takes at least.
+/// Elements a parallel task of [`fold_rows`] takes at least.
 const ROW_TASK: usize = 1 << 13;
 
-/// The sum over the channel rows of one sample (`x`, channels first: `vol` positions a
-/// row) of what `add` folds in from each row `k`, one value per position: rows in
-/// parallel, each read contiguously.
-pub(crate) fn sum_rows<F>(x: &[f32], vol: usize, add: F) -> Vec<f32>
+/// One value per position from the channel rows of one sample (`x`, channels first: `vol`
+/// positions a row): `add` folds each row `k` into accumulators that start at `init`, and
+/// `merge` joins two partial results; rows in parallel, each read contiguously.
+fn fold_rows<F, M>(x: &[f32], vol: usize, init: f32, add: F, merge: M) -> Vec<f32>
 where
     F: Fn(&mut [f32], usize, &[f32]) + Sync,
+    M: Fn(f32, f32) -> f32 + Sync,
 {
     x.par_chunks(vol)
         .enumerate()
         .with_min_len((ROW_TASK / vol.max(1)).max(1))
         .fold(
-            || vec![0.0f32; vol],
+            || vec![init; vol],
             |mut acc, (k, row)| {
                 add(&mut acc, k, row);
                 acc
             },
         )
         .reduce(
-            || vec![0.0f32; vol],
+            || vec![init; vol],
             |mut a, b| {
-                a.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
+                a.iter_mut().zip(&b).for_each(|(a, b)| *a = merge(*a, *b));
                 a
             },
         )
 }
 
-/// The largest value over the channel rows of one sample at each position, rows in
-/// parallel.
+/// The sum over the channel rows of one sample of what `add` folds in from each row `k`,
+/// one value per position ([`fold_rows`]).
+pub(crate) fn sum_rows<F>(x: &[f32], vol: usize, add: F) -> Vec<f32>
+where
+    F: Fn(&mut [f32], usize, &[f32]) + Sync,
+{
+    fold_rows(x, vol, 0.0, add, |a, b| a + b)
+}
+
+/// The largest value over the channel rows of one sample at each position.
 pub(crate) fn max_rows(x: &[f32], vol: usize) -> Vec<f32> {
-    x.par_chunks(vol)
-        .with_min_len((ROW_TASK / vol.max(1)).max(1))
-        .fold(
-            || vec![f32::NEG_INFINITY; vol],
-            |mut acc, row| {
-                acc.iter_mut().zip(row).for_each(|(a, v)| *a = a.max(*v));
-                acc
-            },
-        )
-        .reduce(
-            || vec![f32::NEG_INFINITY; vol],
-            |mut a, b| {
-                a.iter_mut().zip(&b).for_each(|(a, b)| *a = a.max(*b));
-                a
-            },
-        )
+    let max = |acc: &mut [f32], _: usize, row: &[f32]| {
+        acc.iter_mut().zip(row).for_each(|(a, v)| *a = a.max(*v));
+    };
+    fold_rows(x, vol, f32::NEG_INFINITY, max, f32::max)
 }
 
 /// Softmax over `c` channels at each of `vol` positions.

@@ -323,7 +323,8 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
         ],
         None => cpu_levels(Caches::detect()),
     };
-    let bandwidth = level_bandwidths(&stream, &levels)?;
+    let (bandwidth, level_notes) = level_bandwidths(&stream, &levels)?;
+    skipped.extend(level_notes);
     let sample_cv = sample_spread(&used);
     let mut used = used;
     used.extend(comm_used);
@@ -418,9 +419,19 @@ fn cpu_levels(caches: Caches) -> Vec<Level> {
     ]
 }
 
-/// Sustained bandwidth per level from STREAM `(bytes, seconds)` points.
-fn level_bandwidths(points: &[(f64, f64)], levels: &[Level]) -> Result<Vec<LevelBandwidth>> {
+/// Sustained bandwidth per level from STREAM `(bytes, seconds)` points, and a line for each
+/// level left without one.
+///
+/// Each level fits `t = c0 + bytes / bandwidth`. Where the points do not grow with their
+/// bytes (a machine busy with other work while they ran) the fixed cost takes the whole time
+/// and the level would have no bandwidth: it is then fitted through the origin, `t = bytes /
+/// bandwidth`, and the line says so.
+fn level_bandwidths(
+    points: &[(f64, f64)],
+    levels: &[Level],
+) -> Result<(Vec<LevelBandwidth>, Vec<String>)> {
     let mut out = Vec::new();
+    let mut notes = Vec::new();
     for &(level, max, (low, high)) in levels {
         let (x, y): (Vec<Vec<f64>>, Vec<f64>) = points
             .iter()
@@ -428,22 +439,48 @@ fn level_bandwidths(points: &[(f64, f64)], levels: &[Level]) -> Result<Vec<Level
             .map(|&(b, t)| (vec![1.0, b], t))
             .unzip();
         if x.len() < 3 {
+            if !points.is_empty() {
+                let range = if high.is_finite() {
+                    format!("from {} to {}", kib(low), kib(high))
+                } else {
+                    format!("above {}", kib(low))
+                };
+                notes.push(format!(
+                    "{level} bandwidth: {} STREAM points with a working set {range}, 3 needed; \
+                     measure stream at sizes in that range",
+                    x.len(),
+                ));
+            }
             continue;
         }
         let fit = fit_relative(&x, &y)?;
-        let per_byte = fit.coefficients[1];
-        if per_byte <= 0.0 {
-            continue;
-        }
+        let (per_byte, std_error) = if fit.coefficients[1] > 0.0 {
+            (fit.coefficients[1], fit.std_errors[1])
+        } else {
+            let bytes: Vec<Vec<f64>> = x.iter().map(|r| vec![r[1]]).collect();
+            let origin = fit_relative(&bytes, &y)?;
+            notes.push(format!(
+                "{level} bandwidth: its {} STREAM times do not grow with their bytes (a busy \
+                 machine?), so it is fitted through the origin, without a fixed cost; measure \
+                 stream again on a quiet machine",
+                y.len()
+            ));
+            (origin.coefficients[0], origin.std_errors[0])
+        };
         out.push(LevelBandwidth {
             level: level.to_owned(),
             max_working_set_bytes: max,
             bandwidth_gbs: 1.0 / per_byte / 1e9,
-            std_error_gbs: fit.std_errors[1] / (per_byte * per_byte) / 1e9,
+            std_error_gbs: std_error / (per_byte * per_byte) / 1e9,
             points: fit.points,
         });
     }
-    Ok(out)
+    Ok((out, notes))
+}
+
+/// `bytes` in KiB, as a working set is named in a message.
+fn kib(bytes: f64) -> String {
+    format!("{:.0} KiB", bytes / 1024.0)
 }
 
 #[cfg(test)]
@@ -489,6 +526,41 @@ mod tests {
         )
         .unwrap()
         .profile
+    }
+
+    /// STREAM times that shrink as the arrays grow (a busy machine) still give the level a
+    /// bandwidth, fitted through the origin and said; a level without points is named.
+    #[test]
+    fn a_level_whose_times_do_not_grow_is_fitted_through_the_origin() {
+        let levels: Vec<Level> = vec![
+            ("l2", Some(1e6), (0.0, 1e6)),
+            ("dram", None, (2e6, f64::INFINITY)),
+        ];
+        // 2 GB, 3 GB, 4 GB at 0.30, 0.28, 0.26 s: an affine fit puts it all in the fixed cost.
+        let busy = [(2e9, 0.30), (3e9, 0.28), (4e9, 0.26)];
+        let (bw, notes) = level_bandwidths(&busy, &levels).unwrap();
+        assert_eq!(bw.len(), 1);
+        assert_eq!(bw[0].level, "dram");
+        // Through the origin, relative: between the slowest (6.7) and fastest (15.4 GB/s).
+        let gbs = bw[0].bandwidth_gbs;
+        assert!(gbs > 6.7 && gbs < 15.4, "{gbs}");
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(
+            notes[0].starts_with("l2 bandwidth: 0 STREAM points"),
+            "{}",
+            notes[0]
+        );
+        assert!(notes[0].contains("from 0 KiB to 977 KiB"), "{}", notes[0]);
+        assert!(
+            notes[1].contains("fitted through the origin"),
+            "{}",
+            notes[1]
+        );
+        // Times that grow keep the affine fit and no note.
+        let quiet = [(2e9, 0.11), (3e9, 0.16), (4e9, 0.21)];
+        let (bw, notes) = level_bandwidths(&quiet, &levels[1..]).unwrap();
+        assert!((bw[0].bandwidth_gbs / 20.0 - 1.0).abs() < 1e-6, "{bw:?}");
+        assert!(notes.is_empty(), "{notes:?}");
     }
 
     /// Records generated by a known GEMM model and bandwidth; the profile recovers both.

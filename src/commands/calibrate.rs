@@ -138,12 +138,14 @@ pub(crate) fn print(c: &profile::Calibration, format: crate::cli::Format) -> Res
                 ),
             );
         }
-        if p.kernels.is_empty() {
-            return d.note("LogGP by the Netgauge method (L, o, g, G from round trips and message trains, with standard errors in the profile); the exchange step and reduction kernel as lines per size band.");
+        if !p.kernels.is_empty() {
+            d = d
+                .table(output::table(&p.kernels, &cols, style))
+                .note("Each class and pass: t = c0 + c1 F + c2 |A| + c3 |B| + c4 |C| (matrix) or c0 + c1 F + c2 bytes (vector), least squares on error relative to the fitted time with c >= 0; asymptote = 1 / c1, fixed = c0; rms error in %.");
         }
-        let mut d = d
-            .table(output::table(&p.kernels, &cols, style))
-            .note("Each class and pass: t = c0 + c1 F + c2 |A| + c3 |B| + c4 |C| (matrix) or c0 + c1 F + c2 bytes (vector), least squares on error relative to the fitted time with c >= 0; asymptote = 1 / c1, fixed = c0; rms error in %.");
+        if !p.comm.is_empty() {
+            d = d.note("LogGP by the Netgauge method (L, o, g, G from round trips and message trains, with standard errors in the profile); the exchange step and reduction kernel as lines per size band.");
+        }
         for s in &c.skipped {
             d = d.note(format!("not fitted: {s}"));
         }

@@ -1033,7 +1033,7 @@ mod tests {
         WorkloadRun,
     };
     use ridgeline_model::cost;
-    use ridgeline_model::graph::Graph;
+    use ridgeline_model::graph::{Graph, Op};
     use ridgeline_model::memory::{Footprint, Optimizer};
     use ridgeline_model::units::Bytes;
 
@@ -1102,11 +1102,26 @@ mod tests {
         fn op(
             &mut self,
             c: &OpCase,
-            _pass: Pass,
+            pass: Pass,
             p: &Protocol,
         ) -> ridgeline_measure::Result<Vec<f64>> {
             let elements = c.batch as f64 * c.input.iter().map(|&d| d as f64).product::<f64>();
-            Ok(samples(FIXED_S + 8.0 * elements / BYTE_RATE, p))
+            // A linear layer's products, as the workload runs time them (twice backward).
+            let flops = match c.op {
+                Op::Linear { out_features, .. } => {
+                    let per_pass = 2.0 * elements * out_features as f64;
+                    if pass == Pass::Backward {
+                        2.0 * per_pass
+                    } else {
+                        per_pass
+                    }
+                }
+                _ => 0.0,
+            };
+            Ok(samples(
+                FIXED_S + flops / FLOP_RATE + 8.0 * elements / BYTE_RATE,
+                p,
+            ))
         }
 
         fn workload(
@@ -1208,13 +1223,10 @@ mod tests {
         // within a quarter at the median (18.5 % median, 24 % max for the CNNs when written;
         // the stand-in was not built to match the kernel models' features, so the fit need
         // not be exact: it times GPT-2's attention, which the model counts as a dozen
-        // kernels, as one roofline, and the transformer's steps come out up to 54 % slow).
+        // kernels, as one roofline; with linear layers fitted on their own records the
+        // transformer's steps come out 18-31 % fast).
         for s in &v.steps {
-            let bound = if s.workload == "gpt2" { 0.6 } else { 0.5 };
-            assert!(
-                s.rel_error.is_finite() && s.rel_error.abs() < bound,
-                "{s:?}"
-            );
+            assert!(s.rel_error.is_finite() && s.rel_error.abs() < 0.5, "{s:?}");
         }
         assert!(v.summary.median_abs_rel_error < 0.25, "{:?}", v.summary);
     }

@@ -24,7 +24,9 @@ use std::collections::BTreeMap;
 use ridgeline_measure::record::{self, Measured};
 use ridgeline_measure::suite::Caches;
 use ridgeline_measure::{ConvPass, Pass, Record, RecordKind};
-use ridgeline_model::kernels::{ConvShape, Kernel, KernelClass, KernelPass, vector_kernel};
+use ridgeline_model::kernels::{
+    ConvShape, Kernel, KernelClass, KernelPass, linear_kernels, vector_kernel,
+};
 use ridgeline_model::profile::{
     Ceiling, KernelFit, LevelBandwidth, PROFILE_SCHEMA_VERSION, Profile, Provenance, SourceFile,
     Term,
@@ -145,12 +147,44 @@ pub(crate) fn conv_shape_kernels(
     })
 }
 
-fn op_kernel(r: &Record, s: &record::OpShape) -> Option<Kernel> {
+/// The kernels of an op record: a vector op's one kernel; a linear layer's GEMMs (its
+/// backward call, both gradients, as a convolution's: each gradient's fit gets the sum of the
+/// two kernels' features); none for other matrix ops.
+fn op_kernels(file: &str, r: &Record, s: &record::OpShape) -> Result<Vec<Kernel>> {
+    if s.op.op == "linear" {
+        let Some(out) =
+            s.op.params
+                .get("out_features")
+                .and_then(serde_json::Value::as_u64)
+                .filter(|&o| o > 0)
+        else {
+            return Err(record_error(
+                file,
+                r,
+                "a linear op without a positive `out_features`",
+            ));
+        };
+        let out = usize::try_from(out).unwrap_or(usize::MAX);
+        let batch = s.batch as f64;
+        return Ok(match s.pass {
+            Pass::Forward => linear_kernels(&s.input, out, batch, false, false),
+            Pass::Backward => {
+                let k = linear_kernels(&s.input, out, batch, true, true);
+                let mut x = k[1].x;
+                for (a, b) in x.iter_mut().zip(k[2].x) {
+                    *a += b;
+                }
+                vec![Kernel { x, ..k[1] }, Kernel { x, ..k[2] }]
+            }
+        });
+    }
     let pass = match s.pass {
         Pass::Forward => KernelPass::Forward,
         Pass::Backward => KernelPass::Backward,
     };
-    vector_kernel(&s.op.op, pass, r.flops, r.bytes)
+    Ok(vector_kernel(&s.op.op, pass, r.flops, r.bytes)
+        .into_iter()
+        .collect())
 }
 
 /// Feature rows and measured times of one fit.
@@ -260,7 +294,7 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
                 .collect()
             }
             Measured::Conv(c) => conv_kernels(file, r, c)?,
-            Measured::Op(o) => op_kernel(r, o).into_iter().collect(),
+            Measured::Op(o) => op_kernels(file, r, o)?,
             _ => {
                 stream.push((r.bytes, t));
                 continue;
@@ -276,7 +310,10 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
             }
         }
         for k in kernels {
-            for op in std::iter::once(None).chain(k.op.map(Some)) {
+            // A matrix op's own kernels (a linear layer's) fit its op alone: the class's fit
+            // stays the GEMM micro-kernels'.
+            let class_fit = (!k.class.is_matrix() || k.op.is_none()).then_some(None);
+            for op in class_fit.into_iter().chain(k.op.map(Some)) {
                 let e = points
                     .entry((k.class, k.pass, r.precision.to_string(), op))
                     .or_default();
@@ -290,9 +327,16 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
     let mut skipped = Vec::new();
     for ((class, pass, precision, op), (mut x, y)) in points {
         if op.is_some() {
-            // Within one op kind FLOPs are proportional to bytes: fit a fixed cost and the
-            // bytes (the bytes alone from a single shape).
-            let keep: &[usize] = if y.len() >= 2 { &[0, 2] } else { &[2] };
+            // Within one vector op kind FLOPs are proportional to bytes: fit a fixed cost and
+            // the bytes (the bytes alone from a single shape). A linear layer runs one
+            // product per sample, each streaming the weights: a fixed cost, the FLOPs and
+            // the weights read per product (the FLOPs alone from fewer than three points).
+            let keep: &[usize] = match (class.is_matrix(), y.len()) {
+                (true, n) if n >= 3 => &[0, 1, 3],
+                (true, _) => &[1],
+                (false, n) if n >= 2 => &[0, 2],
+                (false, _) => &[2],
+            };
             for row in &mut x {
                 for (j, v) in row.iter_mut().enumerate() {
                     if !keep.contains(&j) {
@@ -526,6 +570,81 @@ mod tests {
         )
         .unwrap()
         .profile
+    }
+
+    /// Linear-layer op records fit the `linear` op alone (fixed, FLOPs, weights per
+    /// product), which then times a step's linear layers; the GEMM class keeps its own fit.
+    #[test]
+    fn linear_layers_are_timed_by_their_own_measurements() {
+        let truth = [2e-4, 5e-12, 0.0, 4e-10, 0.0];
+        let time = |x: &[f64; 5]| truth.iter().zip(x).map(|(c, v)| c * v).sum::<f64>();
+        let mut records = Vec::new();
+        let gemms = [
+            (64, 64, 64),
+            (512, 512, 512),
+            (64, 4096, 1024),
+            (4096, 64, 256),
+            (2048, 2048, 64),
+            (256, 3136, 64),
+        ];
+        for (m, n, k) in gemms {
+            let f = 2.0 * f64::from(m) * f64::from(n) * f64::from(k);
+            records.push(record(
+                "gemm",
+                json!({"m": m, "n": n, "k": k}),
+                1e-6 + f / 100e9,
+                f,
+                0.0,
+            ));
+        }
+        let shapes = [(768, 16, 2304, 1), (3072, 32, 768, 2), (768, 32, 50257, 2)];
+        for &(c, positions, out, batch) in &shapes {
+            for pass in ["forward", "backward"] {
+                let kernels = linear_kernels(
+                    &[c, positions],
+                    out,
+                    f64::from(batch),
+                    pass == "backward",
+                    pass == "backward",
+                );
+                // The backward call runs both gradients (the kernels after the forward).
+                let passes = if pass == "backward" {
+                    &kernels[1..]
+                } else {
+                    &kernels[..]
+                };
+                let t: f64 = passes.iter().map(|k| time(&k.x)).sum();
+                let shape = json!({
+                    "op": {"op": "linear", "out_features": out, "bias": true, "tied": false},
+                    "input": [c, positions], "batch": batch, "pass": pass,
+                });
+                records.push(record("op", shape, t, 1.0, 1.0));
+            }
+        }
+        let p = calibrated("runs.jsonl", "local", records);
+        let linear = |pass| {
+            p.kernels
+                .iter()
+                .find(|k| k.op.as_deref() == Some("linear") && k.pass == pass)
+                .unwrap_or_else(|| panic!("a linear {pass:?} fit"))
+        };
+        assert_eq!(linear(KernelPass::Forward).points, 3);
+        assert_eq!(linear(KernelPass::BackwardFilter).points, 3);
+        // A shape the records do not have, at another batch: its GEMMs are the op's.
+        let layer = linear_kernels(&[3072, 32], 768, 4.0, true, true);
+        for k in &layer {
+            let got = p.time(k, "fp32").unwrap();
+            assert!((got / time(&k.x) - 1.0).abs() < 1e-3, "{:?}: {got}", k.pass);
+            assert!(std::ptr::eq(
+                p.kernel_fit(k, "fp32").unwrap(),
+                linear(k.pass)
+            ));
+        }
+        // The GEMM class is fitted on the GEMM records alone.
+        let gemm = p
+            .fit(KernelClass::Gemm, KernelPass::Forward, "fp32")
+            .unwrap();
+        assert_eq!(gemm.points, 6);
     }
 
     /// STREAM times that shrink as the arrays grow (a busy machine) still give the level a

@@ -166,11 +166,12 @@ pub fn stream_sizes(caches: Caches) -> Vec<usize> {
 }
 
 /// Shapes taken per op kind from each workload: the first, middle and last distinct input
-/// shape, so calibration sees each op at more than one size.
+/// shape (or parameters: a linear layer's width), so calibration sees each op at more than
+/// one size.
 pub const SHAPES_PER_OP: usize = 3;
 
 /// The non-GEMM ops of `graph` at `batch`: for each op kind, up to [`SHAPES_PER_OP`] of its
-/// layers with distinct first-input shapes (first, middle and last of them).
+/// layers with distinct first-input shapes or parameters (first, middle and last of them).
 pub fn op_cases(graph: &Graph, batch: usize) -> Vec<OpCase> {
     let layers = graph.layers();
     let mut kinds: Vec<(&'static str, Vec<OpCase>)> = Vec::new();
@@ -189,7 +190,11 @@ pub fn op_cases(graph: &Graph, batch: usize) -> Vec<OpCase> {
         };
         match kinds.iter_mut().find(|(k, _)| *k == layer.op.kind()) {
             Some((_, cases)) => {
-                if !cases.iter().any(|c| c.input == case.input) {
+                // Distinct by input and parameters: a linear layer's width is its work.
+                if !cases
+                    .iter()
+                    .any(|c| c.input == case.input && c.op == case.op)
+                {
                     cases.push(case);
                 }
             }

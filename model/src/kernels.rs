@@ -181,8 +181,8 @@ pub struct Kernel {
     pub class: KernelClass,
     /// Pass.
     pub pass: KernelPass,
-    /// The op kind of a vector kernel (`max-pool`, `relu`, ...), for profiles that fit
-    /// single ops; `None` for matrix kernels.
+    /// The op kind of a vector kernel (`max-pool`, `relu`, ...) or of a linear layer's GEMMs
+    /// (`linear`), for profiles that fit single ops; `None` for other matrix kernels.
     pub op: Option<&'static str>,
     /// Features, in the order of [`KernelClass::features`].
     pub x: [f64; FEATURES],
@@ -330,6 +330,36 @@ pub fn gemm_kernel(
         ],
         conv: None,
     }
+}
+
+/// The GEMM kernels of a `linear` layer of `out_features` on a per-sample `input` (channels
+/// first) at `batch`: forward, and the data and weight gradients where the step needs them.
+/// One product per sample of its positions, as on channels-first activations (a sample's
+/// `[C, positions]` is a matrix already; as a pointwise convolution runs). Each kernel is
+/// marked with the op kind `linear`, so that a profile that measured linear layers times
+/// them by its own fit.
+pub fn linear_kernels(
+    input: &[usize],
+    out_features: usize,
+    batch: f64,
+    data: bool,
+    filter: bool,
+) -> Vec<Kernel> {
+    let positions: f64 = input.iter().skip(1).map(|&d| d as f64).product();
+    let c = input.first().map_or(0.0, |&d| d as f64);
+    let o = out_features as f64;
+    let linear = |pass, m, n, k| Kernel {
+        op: Some("linear"),
+        ..gemm_kernel(KernelClass::Gemm, pass, m, n, k, batch)
+    };
+    let mut out = vec![linear(KernelPass::Forward, positions, o, c)];
+    if data {
+        out.push(linear(KernelPass::BackwardData, positions, c, o));
+    }
+    if filter {
+        out.push(linear(KernelPass::BackwardFilter, c, o, positions));
+    }
+    out
 }
 
 /// A vector kernel of op kind `op` (its class follows) with `flops` and `bytes`; `None` for
@@ -499,33 +529,15 @@ pub fn step_kernels(graph: &Graph, cost: &GraphCost<'_>) -> Vec<Vec<Kernel>> {
                         ));
                     }
                 }
-                // One product per sample of its positions, as on channels-first activations
-                // (a sample's `[C, positions]` is a matrix already; as a pointwise
-                // convolution runs).
                 Op::Linear { out_features, .. } => {
                     let input = graph.layers()[layer.inputs[0]].output.dims();
-                    let positions: f64 = input[1..].iter().map(|&d| d as f64).product();
-                    let (m, c, o, calls) = (
-                        positions,
-                        input[0] as f64,
-                        *out_features as f64,
+                    out.extend(linear_kernels(
+                        input,
+                        *out_features,
                         cost.batch as f64,
-                    );
-                    let gemm = KernelClass::Gemm;
-                    out.push(gemm_kernel(gemm, KernelPass::Forward, m, o, c, calls));
-                    if lc.flops_bwd_data.value() > 0.0 {
-                        out.push(gemm_kernel(gemm, KernelPass::BackwardData, m, c, o, calls));
-                    }
-                    if lc.flops_bwd_weight.value() > 0.0 {
-                        out.push(gemm_kernel(
-                            gemm,
-                            KernelPass::BackwardFilter,
-                            c,
-                            o,
-                            m,
-                            calls,
-                        ));
-                    }
+                        lc.flops_bwd_data.value() > 0.0,
+                        lc.flops_bwd_weight.value() > 0.0,
+                    ));
                 }
                 Op::MatMul => {
                     let a = graph.layers()[layer.inputs[0]].output.dims();

@@ -133,6 +133,9 @@ enum Saved {
     Scores,
     /// A one-byte mask per attention weight (dropout on the weights).
     ScoresMask,
+    /// Grouped-query attention's keys and values copied to every head (`2 x H x S_kv` in
+    /// compute precision), which its products save in place of the layer's inputs.
+    RepeatedKv,
     /// FP32 statistics per row ([`stats_elements`]): a norm's mean and inverse deviation
     /// per position, fused attention's log-sum-exp per head and query.
     Stats,
@@ -256,6 +259,8 @@ pub(crate) fn counts(graph: &Graph, layer: &Layer) -> Counts {
             ..Counts::default()
         },
         Op::Softmax | Op::Gelu | Op::Silu => vector_counts(out_elems),
+        // `x cos + rotate_half(x) sin`: two products and a sum per element each way.
+        Op::Rotary { .. } => vector_counts(3 * out_elems),
         Op::Attention(a) => attention_counts(a, &attention_shape(graph, layer, a)),
         // Backward scatters the gradient rows back: one add per row element.
         Op::Gather { .. } => Counts {
@@ -301,6 +306,7 @@ fn attention_shape(graph: &Graph, layer: &Layer, a: &Attention) -> AttentionShap
     // Checked when the layer was added.
     AttentionShape::of(a, &inputs).unwrap_or(AttentionShape {
         hidden: 0,
+        kv_hidden: 0,
         seq: 0,
         seq_kv: 0,
         heads: 1,
@@ -403,12 +409,26 @@ fn attention_counts(a: &Attention, s: &AttentionShape) -> Counts {
         (per(false) + queries, per(true) + queries)
     };
     let recompute = if a.fused { s.pairs * s.hidden } else { 0 };
+    // Unfused grouped-query attention sums the copied keys' and values' gradients back
+    // into their heads.
+    let regroup = if repeats_kv(a, s) {
+        2 * (s.hidden - s.kv_hidden) * s.seq_kv
+    } else {
+        0
+    };
     Counts {
         macs,
         flops_fwd: 2 * macs + fwd,
-        flops_bwd_data: 4 * macs + 2 * recompute + bwd,
+        flops_bwd_data: 4 * macs + 2 * recompute + bwd + regroup,
         ..Counts::default()
     }
+}
+
+/// Whether attention `a` of shape `s` copies its keys and values to every head before its
+/// products, as eager frameworks run grouped-query attention (Hugging Face's `repeat_kv`);
+/// fused kernels read the shared heads in place.
+fn repeats_kv(a: &Attention, s: &AttentionShape) -> bool {
+    !a.fused && s.grouped()
 }
 
 /// FP32 values per sample of a layer's [`Saved::Stats`]: two per position of a layer norm
@@ -440,7 +460,15 @@ fn stats_elements(graph: &Graph, layer: &Layer) -> u64 {
 ///   writes the queries each way (the products' reads and writes of the weights are their
 ///   GEMMs' operands, and the saved weights and mask are counted as saved tensors);
 /// - fused attention writes its log-sum-exp per row, and backward writes and reads
-///   `rowsum(dO o O)` per row (FP32).
+///   `rowsum(dO o O)` per row (FP32);
+/// - unfused grouped-query attention copies its keys and values to every head (reading
+///   each and writing the copies) and backward sums the copies' gradients back (reading
+///   them and writing each head's);
+/// - a rotary embedding runs as Hugging Face's `apply_rotary_pos_emb` in eager PyTorch:
+///   forward `x * cos`, the negated half, the concatenation, `* sin` and the sum, ten
+///   passes over the tensor (two of them the op's own read and write); backward both
+///   products' gradients, the negation's, the two slices' (each a zeroed tensor with its
+///   half copied in) and the sums, fourteen (two the op's own).
 fn extra_bytes(graph: &Graph, layer: &Layer, act: f64) -> (f64, f64) {
     const INDEX: f64 = 8.0;
     match &layer.op {
@@ -476,8 +504,20 @@ fn extra_bytes(graph: &Graph, layer: &Layer, act: f64) -> (f64, f64) {
                 } else {
                     0.0
                 };
-                (traffic(false) + queries, traffic(true) + queries)
+                let copies = if repeats_kv(a, &s) {
+                    2.0 * act * ((s.kv_hidden + s.hidden) * s.seq_kv) as f64
+                } else {
+                    0.0
+                };
+                (
+                    traffic(false) + queries + copies,
+                    traffic(true) + queries + copies,
+                )
             }
+        }
+        Op::Rotary { .. } => {
+            let x = layer.output.elements() as f64 * act;
+            (8.0 * x, 12.0 * x)
         }
         _ => (0.0, 0.0),
     }
@@ -546,6 +586,7 @@ pub fn keeps(op: &Op) -> Keeps {
         mask: s.contains(&Saved::Mask) || s.contains(&Saved::ScoresMask),
         private: s.contains(&Saved::PrivateLikeInput)
             || s.contains(&Saved::Scores)
+            || s.contains(&Saved::RepeatedKv)
             || s.contains(&Saved::Stats),
     }
 }
@@ -580,6 +621,17 @@ fn saved(op: &Op) -> &'static [Saved] {
         Op::LayerNorm | Op::RmsNorm => &[Saved::Input(0), Saved::Stats],
         Op::MatMul | Op::Mul => &[Saved::Inputs],
         // Unfused: the weights after softmax, and after dropout with its mask.
+        // Grouped: the keys and values as copied to every head, with the queries.
+        Op::Attention(a) if !a.fused && a.kv_heads < a.heads && a.dropout > 0.0 => &[
+            Saved::Input(0),
+            Saved::RepeatedKv,
+            Saved::Scores,
+            Saved::Scores,
+            Saved::ScoresMask,
+        ],
+        Op::Attention(a) if !a.fused && a.kv_heads < a.heads => {
+            &[Saved::Input(0), Saved::RepeatedKv, Saved::Scores]
+        }
         Op::Attention(a) if !a.fused && a.dropout > 0.0 => &[
             Saved::Inputs,
             Saved::Scores,
@@ -600,7 +652,9 @@ fn saved(op: &Op) -> &'static [Saved] {
         | Op::Flatten
         | Op::Gather { .. }
         | Op::ScatterAdd { .. }
-        | Op::SegmentSum { .. } => &[],
+        | Op::SegmentSum { .. }
+        // Its cosine and sine tables are constants of the positions.
+        | Op::Rotary { .. } => &[],
     }
 }
 
@@ -657,12 +711,15 @@ pub fn cost(graph: &Graph, batch: u64, precision: Precision) -> GraphCost<'_> {
         if backward {
             hbm_bwd += act * (out_elems * b); // output gradient
             hbm_bwd += Bytes::new(extra_bwd * b);
-            let weights_of_attention = match &layer.op {
+            let (weights_of_attention, repeated_kv) = match &layer.op {
                 Op::Attention(a) => {
                     let s = attention_shape(graph, layer, a);
-                    (s.heads * s.scores) as f64
+                    (
+                        (s.heads * s.scores) as f64,
+                        (2 * s.hidden * s.seq_kv) as f64,
+                    )
                 }
-                _ => 0.0,
+                _ => (0.0, 0.0),
             };
             let mut tensors: SmallVec<[(Bytes, Option<NodeId>); 4]> = SmallVec::new();
             for s in saved(&layer.op) {
@@ -680,6 +737,7 @@ pub fn cost(graph: &Graph, batch: u64, precision: Precision) -> GraphCost<'_> {
                     Saved::Mask => tensors.push((mask_bytes, None)),
                     Saved::Scores => tensors.push((act * (weights_of_attention * b), None)),
                     Saved::ScoresMask => tensors.push((Bytes::new(weights_of_attention * b), None)),
+                    Saved::RepeatedKv => tensors.push((act * (repeated_kv * b), None)),
                     Saved::Stats => tensors.push((
                         Bytes::new(4.0 * stats_elements(graph, layer) as f64 * b),
                         None,

@@ -36,7 +36,9 @@
 //! where causal, else "none" ("none", "select": `where`, "add": an additive mask),
 //! `clamp` = false (scores clamped at the type's minimum) and `scale_queries` = false (the
 //! scale on the queries rather than the scores); one input `[3 H, S]` or three: queries,
-//! keys, values);
+//! keys, values; `kv_heads` = `heads`, fewer for grouped-query attention, whose keys and
+//! values are `[H kv_heads / heads, S_kv]`); `rotary` (`heads*`, `theta` = 10000: rotary
+//! position embedding of queries or keys `[H, S]`);
 //! `gather` (`edges*`), `scatter-add` (`nodes*`) and `segment-sum` (`segments*`) on rows of
 //! `[F, rows]`; and without fields `global-avg-pool`, `batch-norm`, `channel-affine`,
 //! `relu`, `tanh`, `add`, `mul` (two inputs of one shape, element by element), `concat`, `flatten`, `softmax-cross-entropy`, `mse-loss`,
@@ -111,6 +113,10 @@ struct RawLayer {
     embedding_dim: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     heads: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kv_heads: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    theta: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     causal: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -187,10 +193,12 @@ const OPS: &[(&str, &[&str])] = &[
     ("softmax", &[]),
     ("gelu", &[]),
     ("silu", &[]),
+    ("rotary", &["heads*", "theta"]),
     (
         "attention",
         &[
             "heads*",
+            "kv_heads",
             "causal",
             "rate",
             "fused",
@@ -227,6 +235,8 @@ impl RawLayer {
             ("num_embeddings", self.num_embeddings.is_some()),
             ("embedding_dim", self.embedding_dim.is_some()),
             ("heads", self.heads.is_some()),
+            ("kv_heads", self.kv_heads.is_some()),
+            ("theta", self.theta.is_some()),
             ("causal", self.causal.is_some()),
             ("fused", self.fused.is_some()),
             ("mask", self.mask.is_some()),
@@ -315,6 +325,10 @@ fn resolve_inputs(graph: &Graph, layer: &RawLayer) -> Result<Vec<NodeId>, String
         })
         .collect()
 }
+
+/// The rotary embedding's base when a file gives none (Su et al. 2021; Hugging Face's
+/// `rope_theta` default).
+pub const ROPE_THETA: f64 = 10_000.0;
 
 fn to_op(l: &RawLayer, rank: usize) -> Result<Op, String> {
     let Some((_, fields)) = OPS.iter().find(|(name, _)| *name == l.op) else {
@@ -427,6 +441,10 @@ fn to_op(l: &RawLayer, rank: usize) -> Result<Op, String> {
         "softmax" => Op::Softmax,
         "gelu" => Op::Gelu,
         "silu" => Op::Silu,
+        "rotary" => Op::Rotary {
+            heads: l.heads.unwrap_or(0),
+            theta: l.theta.unwrap_or(ROPE_THETA),
+        },
         "attention" => {
             let causal = l.causal.unwrap_or(false);
             let mask = match l.mask.as_deref() {
@@ -441,8 +459,10 @@ fn to_op(l: &RawLayer, rank: usize) -> Result<Op, String> {
                         )
                     })?,
             };
+            let heads = l.heads.unwrap_or(0);
             Op::Attention(Attention {
-                heads: l.heads.unwrap_or(0),
+                heads,
+                kv_heads: l.kv_heads.unwrap_or(heads),
                 causal,
                 dropout: l.rate.unwrap_or(0.0),
                 fused: l.fused.unwrap_or(false),
@@ -567,6 +587,7 @@ fn export_layer(graph: &Graph, id: NodeId, layer: &Layer) -> RawLayer {
         }
         Op::Attention(a) => {
             raw.heads = Some(a.heads);
+            raw.kv_heads = (a.kv_heads != a.heads).then_some(a.kv_heads);
             raw.causal = Some(a.causal);
             raw.rate = Some(a.dropout);
             raw.fused = Some(a.fused);
@@ -574,6 +595,10 @@ fn export_layer(graph: &Graph, id: NodeId, layer: &Layer) -> RawLayer {
             raw.mask = (a.mask != ScoreMask::default_for(a.causal)).then(|| a.mask.name().into());
             raw.clamp = a.clamp.then_some(true);
             raw.scale_queries = a.scale_queries.then_some(true);
+        }
+        Op::Rotary { heads, theta } => {
+            raw.heads = Some(*heads);
+            raw.theta = Some(*theta);
         }
         Op::Gather { edges } => raw.edges = Some(*edges),
         Op::ScatterAdd { nodes } => raw.nodes = Some(*nodes),

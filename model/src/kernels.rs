@@ -381,7 +381,9 @@ pub fn vector_kernel(op: &str, pass: KernelPass, flops: f64, bytes: f64) -> Opti
 /// Unfused (as eager frameworks run it): forward `QK^T`, the element-wise kernels of
 /// [`score_passes`] (scale, mask, clamp, softmax, dropout) and `AV`; backward
 /// `dV = P^T dO`, `dP = dO V^T`, their backward kernels, `dQ = dS K` and `dK = dS^T Q`;
-/// where the queries carry the scale, a kernel over them before `QK^T` and after `dQ`.
+/// where the queries carry the scale, a kernel over them before `QK^T` and after `dQ`;
+/// grouped-query attention copies its keys and values to every head first and sums their
+/// gradients back last.
 ///
 /// Fused (flash attention): one kernel each way, timed as the batched GEMM of its
 /// products: `S x pairs/S x 2d` forward (`QK^T` and `AV`), `S x pairs/S x 5d` backward (the
@@ -427,6 +429,16 @@ pub fn attention_kernels(
     let query_scale = |pass| {
         vector_kernel("scale", pass, queries, 2.0 * act * queries).filter(|_| a.scale_queries)
     };
+    // Grouped-query attention's keys and values copied to every head (`repeat_kv`), one
+    // copy each forward, their gradients summed back each backward.
+    let copied = batch * (s.hidden * s.seq_kv) as f64;
+    let shared = batch * (s.kv_hidden * s.seq_kv) as f64;
+    let regroup = |pass, op, flops| {
+        vector_kernel(op, pass, flops, act * (copied + shared)).filter(|_| s.grouped())
+    };
+    for _ in 0..2 {
+        out.extend(regroup(KernelPass::Forward, "concat", 0.0));
+    }
     out.extend(query_scale(KernelPass::Forward));
     out.push(gemm_kernel(gemm, KernelPass::Forward, q, kv, d, calls));
     out.extend(passes(KernelPass::Forward));
@@ -439,6 +451,9 @@ pub fn attention_kernels(
         out.push(gemm_kernel(gemm, data, q, d, kv, calls));
         out.push(gemm_kernel(gemm, data, kv, d, q, calls));
         out.extend(query_scale(KernelPass::Backward));
+        for _ in 0..2 {
+            out.extend(regroup(KernelPass::Backward, "add", copied - shared));
+        }
     }
     out
 }

@@ -13,6 +13,7 @@ mod fuzz;
 mod import;
 mod measure;
 mod memory;
+mod models44;
 mod predict;
 mod report;
 mod roofline;

@@ -28,6 +28,8 @@ fn list_shows_the_workloads_with_reference_parameter_counts() {
             ("gpt3-2.7b".to_owned(), 2_651_553_280),
             ("gpt3-175b".to_owned(), 174_604_259_328),
             ("opt-1.3b".to_owned(), 1_315_758_080),
+            ("llama3-8b".to_owned(), 8_030_261_248),
+            ("llama3-70b".to_owned(), 70_553_706_496),
             ("gin".to_owned(), 908_401),
         ]
     );

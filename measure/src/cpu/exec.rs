@@ -429,6 +429,29 @@ mod tests {
         );
     }
 
+    /// A small Llama (grouped-query attention over rotated queries and keys, the gated
+    /// feed-forward): the executor's peak is the model's footprint, the copied keys and
+    /// values included, within 0.1 %.
+    #[test]
+    fn a_llama_step_peaks_at_the_models_footprint() {
+        use ridgeline_model::memory::{Footprint, Optimizer};
+        use ridgeline_model::precision::Precision;
+        use ridgeline_model::units::Bytes;
+        use ridgeline_model::workloads::{self, BuildOptions};
+        let options = BuildOptions {
+            input_size: Some(vec![16]),
+            width: 0.016,
+        };
+        let g = workloads::build("llama3-8b", &options).unwrap();
+        let mut exec = Executor::new(&g, 2, 1);
+        exec.step();
+        let f = Footprint::of(&g, Precision::Fp32, Optimizer::Sgd).at(2, Bytes::new(f64::INFINITY));
+        let peak = exec.peak_bytes() as f64;
+        let model = f.total.value();
+        // 186,057,616 against 186,049,288 bytes when written.
+        assert!((peak / model - 1.0).abs() < 1e-3, "{peak} vs {model}");
+    }
+
     #[test]
     fn sgd_lowers_the_loss() {
         let g = network();

@@ -431,6 +431,54 @@ fn attention_every_form() {
     }
 }
 
+/// Rotary embeddings, and grouped-query attention (two query heads a key and value head)
+/// reading rotated queries and keys from their own projections.
+#[test]
+fn rotary_and_grouped_query_attention() {
+    use ridgeline_model::graph::Attention;
+    let rotary = Op::Rotary {
+        heads: 2,
+        theta: 10_000.0,
+    };
+    Check::new(&[8, 5], &[("r", rotary.clone())], 2).run();
+    for (dropout, fused) in [(0.0, false), (0.3, false), (0.0, true)] {
+        let mut g = Graph::new("check", vec![8, 5]).unwrap();
+        let linear = |out_features| Op::Linear {
+            out_features,
+            bias: false,
+            tied: false,
+        };
+        g.then("q", linear(8)).unwrap();
+        let q = g
+            .then(
+                "q_rope",
+                Op::Rotary {
+                    heads: 4,
+                    theta: 500_000.0,
+                },
+            )
+            .unwrap();
+        let k = g.push("k", linear(4), &[0]).unwrap();
+        let k = g
+            .push(
+                "k_rope",
+                Op::Rotary {
+                    heads: 2,
+                    theta: 500_000.0,
+                },
+                &[k],
+            )
+            .unwrap();
+        let v = g.push("v", linear(4), &[0]).unwrap();
+        let a = Attention {
+            kv_heads: 2,
+            ..Attention::new(4, true, dropout, fused)
+        };
+        g.push("a", Op::Attention(a), &[q, k, v]).unwrap();
+        Check::graph(g, 2).run();
+    }
+}
+
 #[test]
 fn graph_row_ops() {
     Check::new(&[3, 5], &[("g", Op::Gather { edges: 8 })], 2).run();

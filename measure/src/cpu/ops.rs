@@ -266,6 +266,8 @@ pub(crate) enum Kernel {
     Gelu,
     /// SiLU.
     Silu,
+    /// Rotary position embedding.
+    Rotary(seq::Rotary),
     /// Multi-head attention.
     Attention(seq::Attention),
     /// Gather, scatter-add or segment sum.
@@ -281,12 +283,15 @@ pub(crate) struct Aux {
     pub(crate) mask: Vec<u8>,
     /// Softmax cross-entropy: the probabilities.
     pub(crate) probs: Vec<f32>,
+    /// Unfused grouped-query attention: the keys and values copied to every head, which
+    /// its backward reads (as eager PyTorch's products save them).
+    pub(crate) kv: Vec<f32>,
 }
 
 impl Aux {
     /// Bytes held.
     pub(crate) fn bytes(&self) -> usize {
-        4 * (self.stats.len() + self.probs.len()) + self.mask.len()
+        4 * (self.stats.len() + self.probs.len() + self.kv.len()) + self.mask.len()
     }
 }
 
@@ -449,6 +454,13 @@ impl Kernel {
             }),
             Op::Gelu => Kernel::Gelu,
             Op::Silu => Kernel::Silu,
+            Op::Rotary { heads, theta } => Kernel::Rotary(seq::Rotary {
+                n,
+                heads: *heads,
+                hidden: out[0],
+                seq: out[1],
+                theta: *theta,
+            }),
             Op::Attention(a) => {
                 let stacked = layer.inputs.len() == 1;
                 let (q, k) = (input(0), input(if stacked { 0 } else { 1 }));
@@ -456,6 +468,7 @@ impl Kernel {
                 Kernel::Attention(seq::Attention {
                     n,
                     heads: a.heads,
+                    kv_heads: a.kv_heads,
                     hidden: out[0],
                     seq: q[1],
                     seq_kv: k[1],
@@ -811,6 +824,7 @@ impl Kernel {
             Kernel::Softmax(g) => g.forward(x, out),
             Kernel::Gelu => map(out, x, seq::gelu),
             Kernel::Silu => map(out, x, seq::silu),
+            Kernel::Rotary(r) => r.apply(x, out, false),
             Kernel::Attention(a) => a.forward(inputs, out, aux, threads, seed),
             Kernel::Rows(r) => r.forward(x, out),
             Kernel::Mse { n, elems } => {
@@ -1144,6 +1158,12 @@ impl Kernel {
             }
             Kernel::Gelu => zip_map(dx, dy, x, |g, v| g * seq::gelu_grad(v)),
             Kernel::Silu => zip_map(dx, dy, x, |g, v| g * seq::silu_grad(v)),
+            // The rotation's adjoint: the same rotation backwards.
+            Kernel::Rotary(r) => {
+                if let Some(d) = dx[0].as_deref_mut() {
+                    r.apply(dy, d, true);
+                }
+            }
             Kernel::Attention(a) => a.backward(inputs, dy, aux, dx, threads, seed),
             Kernel::Rows(r) => {
                 if let Some(d) = dx[0].as_deref_mut() {

@@ -432,11 +432,64 @@ impl Softmax {
     }
 }
 
-/// Multi-head attention of `heads` over `hidden` channels, `seq` queries and `seq_kv` keys.
+/// Rotary position embedding of `heads` over `hidden` channels at `seq` positions:
+/// channels `i` and `i + d / 2` of each head rotated by `s theta^(-2i / d)` at position `s`
+/// (Hugging Face's `rotate_half` form).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Rotary {
+    pub(crate) n: usize,
+    pub(crate) heads: usize,
+    pub(crate) hidden: usize,
+    pub(crate) seq: usize,
+    pub(crate) theta: f64,
+}
+
+impl Rotary {
+    /// `out` = `x` rotated, or rotated back where `inverse` (the gradient: a rotation's
+    /// adjoint is its inverse).
+    #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
+    pub(crate) fn apply(&self, x: &[f32], out: &mut [f32], inverse: bool) {
+        let Rotary {
+            heads, hidden, seq, ..
+        } = *self;
+        let d = hidden / heads;
+        let half = d / 2;
+        // cos and sin per pair and position, as Hugging Face computes them in FP32.
+        let mut cos = vec![0.0f32; half * seq];
+        let mut sin = vec![0.0f32; half * seq];
+        for i in 0..half {
+            let inv_freq = (1.0 / self.theta.powf((2 * i) as f64 / d as f64)) as f32;
+            for s in 0..seq {
+                let angle = s as f32 * inv_freq;
+                cos[i * seq + s] = angle.cos();
+                sin[i * seq + s] = if inverse { -angle.sin() } else { angle.sin() };
+            }
+        }
+        out.par_chunks_mut(d * seq)
+            .zip(x.par_chunks(d * seq))
+            .for_each(|(o, x)| {
+                for i in 0..half {
+                    let (c, sn) = (&cos[i * seq..][..seq], &sin[i * seq..][..seq]);
+                    let (x1, x2) = (&x[i * seq..][..seq], &x[(i + half) * seq..][..seq]);
+                    let (o1, o2) = o.split_at_mut((i + half) * seq);
+                    let (o1, o2) = (&mut o1[i * seq..][..seq], &mut o2[..seq]);
+                    for s in 0..seq {
+                        o1[s] = x1[s] * c[s] - x2[s] * sn[s];
+                        o2[s] = x2[s] * c[s] + x1[s] * sn[s];
+                    }
+                }
+            });
+        debug_assert_eq!(x.len(), self.n * hidden * seq);
+    }
+}
+
+/// Multi-head attention of `heads` over `hidden` channels, `seq` queries and `seq_kv` keys;
+/// keys and values of `kv_heads` heads, each shared by `heads / kv_heads` query heads.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Attention {
     pub(crate) n: usize,
     pub(crate) heads: usize,
+    pub(crate) kv_heads: usize,
     pub(crate) hidden: usize,
     pub(crate) seq: usize,
     pub(crate) seq_kv: usize,
@@ -465,10 +518,53 @@ impl Attention {
         self.seq * self.seq_kv
     }
 
-    /// Sample `b`'s head `h` of `inputs`.
-    fn head<'a>(&self, inputs: &[&'a [f32]], b: usize, h: usize) -> Head<'a> {
+    /// Channels of the keys and values.
+    fn kv_hidden(&self) -> usize {
+        self.head_dim() * self.kv_heads
+    }
+
+    /// The key and value head query head `h` reads.
+    fn kv_head(&self, h: usize) -> usize {
+        h / (self.heads / self.kv_heads)
+    }
+
+    /// Whether the keys and values are copied to every head first and the copies kept for
+    /// backward (unfused grouped-query attention, as eager PyTorch runs it).
+    fn repeats(&self) -> bool {
+        !self.fused && !self.stacked && self.kv_heads < self.heads
+    }
+
+    /// The keys and values of `inputs` copied to every head: per sample `[K; V]`, each
+    /// `[hidden, seq_kv]`.
+    fn repeated(&self, inputs: &[&[f32]]) -> Vec<f32> {
+        let (d, hk) = (self.head_dim(), self.kv_hidden() * self.seq_kv);
+        let block = d * self.seq_kv;
+        let mut out = Vec::with_capacity(self.n * 2 * self.hidden * self.seq_kv);
+        for b in 0..self.n {
+            for x in [inputs[1], inputs[2]] {
+                let x = &x[b * hk..][..hk];
+                for h in 0..self.heads {
+                    out.extend_from_slice(&x[self.kv_head(h) * block..][..block]);
+                }
+            }
+        }
+        out
+    }
+
+    /// Sample `b`'s head `h` of `inputs`, its keys and values from `kv` where they were
+    /// copied to every head ([`Attention::repeated`]).
+    fn head<'a>(&self, inputs: &[&'a [f32]], kv: &'a [f32], b: usize, h: usize) -> Head<'a> {
         let d = self.head_dim();
-        let (hs, hk) = (self.hidden * self.seq, self.hidden * self.seq_kv);
+        if self.repeats() {
+            let (hs, hk) = (self.hidden * self.seq, self.hidden * self.seq_kv);
+            let kv = &kv[b * 2 * hk..][..2 * hk];
+            return Head {
+                q: &inputs[0][b * hs + h * d * self.seq..][..d * self.seq],
+                k: &kv[h * d * self.seq_kv..][..d * self.seq_kv],
+                v: &kv[hk + h * d * self.seq_kv..][..d * self.seq_kv],
+            };
+        }
+        let (hs, hk) = (self.hidden * self.seq, self.kv_hidden() * self.seq_kv);
         let (q, k, v) = if self.stacked {
             let x = &inputs[0][b * 3 * hs..][..3 * hs];
             (&x[..hs], &x[hs..2 * hs], &x[2 * hs..])
@@ -479,10 +575,11 @@ impl Attention {
                 &inputs[2][b * hk..][..hk],
             )
         };
+        let g = self.kv_head(h);
         Head {
             q: &q[h * d * self.seq..][..d * self.seq],
-            k: &k[h * d * self.seq_kv..][..d * self.seq_kv],
-            v: &v[h * d * self.seq_kv..][..d * self.seq_kv],
+            k: &k[g * d * self.seq_kv..][..d * self.seq_kv],
+            v: &v[g * d * self.seq_kv..][..d * self.seq_kv],
         }
     }
 
@@ -557,11 +654,14 @@ impl Attention {
                 aux.mask.resize(heads * w, 0);
             }
         }
+        if self.repeats() {
+            aux.kv = self.repeated(inputs);
+        }
         let mut p = vec![0.0f32; w];
         for b in 0..self.n {
             for h in 0..self.heads {
                 let bh = b * self.heads + h;
-                let head = self.head(inputs, b, h);
+                let head = self.head(inputs, &aux.kv, b, h);
                 self.scores(&head, &mut p, threads);
                 for s in 0..self.seq {
                     let row = &mut p[s * self.seq_kv..][..self.seq_kv];
@@ -613,8 +713,16 @@ impl Attention {
         seed: u64,
     ) {
         let (d, w) = (self.head_dim(), self.weights());
-        let (hs, hk) = (self.hidden * self.seq, self.hidden * self.seq_kv);
+        let (hs, hk) = (self.hidden * self.seq, self.kv_hidden() * self.seq_kv);
         let scale = 1.0 / (d as f32).sqrt();
+        // A key or value head's gradient sums its group's query heads'.
+        if !self.stacked {
+            for t in dx.iter_mut().skip(1) {
+                if let Some(t) = t.as_deref_mut() {
+                    t.fill(0.0);
+                }
+            }
+        }
         let mut p = vec![0.0f32; w];
         let (mut dq, mut dk, mut dv) = (
             vec![0.0f32; d * self.seq],
@@ -625,7 +733,7 @@ impl Attention {
         for b in 0..self.n {
             for h in 0..self.heads {
                 let bh = b * self.heads + h;
-                let head = self.head(inputs, b, h);
+                let head = self.head(inputs, &aux.kv, b, h);
                 if self.fused {
                     // Recompute the weights from the scores and the saved log-sum-exp.
                     self.scores(&head, &mut p, threads);
@@ -701,15 +809,23 @@ impl Attention {
                         t[offset..][..g.len()].copy_from_slice(g);
                     }
                 };
+                let add = |dst: &mut Option<&mut [f32]>, offset: usize, g: &[f32]| {
+                    if let Some(t) = dst.as_deref_mut() {
+                        for (a, b) in t[offset..][..g.len()].iter_mut().zip(g) {
+                            *a += b;
+                        }
+                    }
+                };
                 if self.stacked {
                     let base = b * 3 * hs;
                     place(&mut dx[0], base + h * d * self.seq, &dq);
                     place(&mut dx[0], base + hs + h * d * self.seq_kv, &dk);
                     place(&mut dx[0], base + 2 * hs + h * d * self.seq_kv, &dv);
                 } else {
+                    let g = self.kv_head(h);
                     place(&mut dx[0], b * hs + h * d * self.seq, &dq);
-                    place(&mut dx[1], b * hk + h * d * self.seq_kv, &dk);
-                    place(&mut dx[2], b * hk + h * d * self.seq_kv, &dv);
+                    add(&mut dx[1], b * hk + g * d * self.seq_kv, &dk);
+                    add(&mut dx[2], b * hk + g * d * self.seq_kv, &dv);
                 }
             }
         }

@@ -814,6 +814,13 @@ impl LayerPlan {
                 c: input(0)[0],
                 vol: vol(input(0)).max(1),
             },
+            Op::Attention(a) if a.kv_heads != a.heads => {
+                return Err(format!(
+                    "grouped-query attention ({} key and value heads for {} query heads) has \
+                     no GPU kernel yet; measure it on the CPU",
+                    a.kv_heads, a.heads
+                ));
+            }
             Op::Attention(a) => {
                 let dims: Vec<&[usize]> = (0..layer.inputs.len()).map(input).collect();
                 let s = AttentionShape::of(a, &dims).ok_or("not an attention's inputs")?;
@@ -1094,6 +1101,30 @@ mod tests {
                     "{name} {}",
                     layer.name
                 );
+            }
+        }
+    }
+
+    /// Llama's rotary embeddings and grouped-query attention have no GPU plan yet: each is
+    /// refused with a reason, every other layer of Llama 3 8B has one.
+    #[test]
+    fn rotary_and_grouped_attention_are_refused_on_the_gpu() {
+        let g = workloads::build(
+            "llama3-8b",
+            &BuildOptions {
+                input_size: Some(vec![8]),
+                width: 1.0,
+            },
+        )
+        .unwrap();
+        for layer in g.layers() {
+            match (&layer.op, LayerPlan::of(&g, layer, 1)) {
+                (Op::Rotary { .. }, Err(e)) => assert!(e.contains("rotary"), "{e}"),
+                (Op::Attention(_), Err(e)) => assert!(e.contains("grouped-query"), "{e}"),
+                (Op::Rotary { .. } | Op::Attention(_), Ok(_)) => panic!("{}", layer.name),
+                (_, r) => {
+                    r.unwrap_or_else(|e| panic!("{}: {e}", layer.name));
+                }
             }
         }
     }

@@ -256,6 +256,16 @@ pub enum Op {
     Gelu,
     /// Sigmoid linear unit (swish).
     Silu,
+    /// Rotary position embedding (Su et al. 2021) of queries or keys `[H, S]` split into
+    /// `heads` of `H / heads` channels: each head's channel `i` and `i + d / 2` rotated by
+    /// the angle `s theta^(-2i / d)` at position `s` (Hugging Face's `rotate_half` form).
+    /// No parameters.
+    Rotary {
+        /// Heads the channels split into.
+        heads: usize,
+        /// The base of the rotation frequencies (`rope_theta`).
+        theta: f64,
+    },
     /// Multi-head scaled dot-product attention over sequences: one input `[3 H, S]` (the
     /// query, key and value projections stacked on channels) or three, `[H, S]`,
     /// `[H, S_kv]`, `[H, S_kv]`; output `[H, S]`. `H` splits into `heads` of `H / heads`.
@@ -285,6 +295,11 @@ pub enum Op {
 pub struct Attention {
     /// Heads.
     pub heads: usize,
+    /// Heads of the keys and values: `heads` (multi-head attention), or fewer that groups
+    /// of query heads share (grouped-query attention, Ainslie et al. 2023; one is
+    /// multi-query). Eager frameworks copy each to its group's heads before the products
+    /// (Hugging Face's `repeat_kv`).
+    pub kv_heads: usize,
     /// Whether each query attends only to keys at or before its position.
     pub causal: bool,
     /// Dropout probability on the attention weights, in [0, 1).
@@ -349,6 +364,7 @@ impl Attention {
     pub fn new(heads: usize, causal: bool, dropout: f64, fused: bool) -> Attention {
         Attention {
             heads,
+            kv_heads: heads,
             causal,
             dropout,
             fused,
@@ -362,8 +378,11 @@ impl Attention {
 /// The sizes an attention layer works on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AttentionShape {
-    /// Channels of queries, keys and values (`heads x head_dim`).
+    /// Channels of queries (and of keys and values once copied to every head):
+    /// `heads x head_dim`.
     pub hidden: u64,
+    /// Channels of the keys and values as the layer reads them (`kv_heads x head_dim`).
+    pub kv_hidden: u64,
     /// Query positions.
     pub seq: u64,
     /// Key and value positions.
@@ -381,9 +400,9 @@ impl AttentionShape {
     /// The sizes of attention `a` reading `inputs` (their per-sample dims); `None` if the
     /// inputs are not those of an attention layer (checked when the layer was added).
     pub fn of(a: &Attention, inputs: &[&[usize]]) -> Option<AttentionShape> {
-        let (hidden, seq, seq_kv) = match inputs {
-            [qkv] if qkv.len() == 2 => (qkv[0] / 3, qkv[1], qkv[1]),
-            [q, k, _] if q.len() == 2 && k.len() == 2 => (q[0], q[1], k[1]),
+        let (hidden, kv_hidden, seq, seq_kv) = match inputs {
+            [qkv] if qkv.len() == 2 => (qkv[0] / 3, qkv[0] / 3, qkv[1], qkv[1]),
+            [q, k, _] if q.len() == 2 && k.len() == 2 => (q[0], k[0], q[1], k[1]),
             _ => return None,
         };
         let (seq, seq_kv) = (seq as u64, seq_kv as u64);
@@ -398,6 +417,7 @@ impl AttentionShape {
         };
         Some(AttentionShape {
             hidden: hidden as u64,
+            kv_hidden: kv_hidden as u64,
             seq,
             seq_kv,
             heads: a.heads as u64,
@@ -409,6 +429,12 @@ impl AttentionShape {
     /// Channels per head.
     pub fn head_dim(&self) -> u64 {
         self.hidden / self.heads.max(1)
+    }
+
+    /// Whether the keys and values have fewer heads than the queries (grouped-query
+    /// attention), so that an eager framework copies them to every head first.
+    pub fn grouped(&self) -> bool {
+        self.kv_hidden < self.hidden
     }
 }
 
@@ -468,6 +494,7 @@ impl Op {
             Op::Softmax => "softmax",
             Op::Gelu => "gelu",
             Op::Silu => "silu",
+            Op::Rotary { .. } => "rotary",
             Op::Attention(_) => "attention",
             Op::Gather { .. } => "gather",
             Op::ScatterAdd { .. } => "scatter-add",
@@ -681,6 +708,25 @@ impl Op {
             Op::LayerNorm | Op::RmsNorm | Op::Softmax | Op::Gelu | Op::Silu => {
                 Ok(Dims::from_slice(x))
             }
+            Op::Rotary { heads, theta } => {
+                positive("heads", *heads)?;
+                if !(theta.is_finite() && *theta > 1.0) {
+                    return Err(format!("theta = {theta}: must be a finite base above 1"));
+                }
+                if x.len() != 2 {
+                    return Err(format!(
+                        "`rotary` reads sequences [channels, positions], but its input is {}",
+                        fmt_dims(x)
+                    ));
+                }
+                if !x[0].is_multiple_of(*heads) || !(x[0] / *heads).is_multiple_of(2) {
+                    return Err(format!(
+                        "heads = {heads} must split the {} channels into heads of an even size",
+                        x[0]
+                    ));
+                }
+                Ok(Dims::from_slice(x))
+            }
             Op::Attention(a) => attention_output(a, inputs),
             Op::Gather { edges } => rows("gather", "edges", *edges, x),
             Op::ScatterAdd { nodes } => rows("scatter-add", "nodes", *nodes, x),
@@ -729,6 +775,14 @@ fn attention_output(a: &Attention, inputs: &[&[usize]]) -> Result<Dims, String> 
         return Err(format!("dropout = {}: must be in [0, 1)", a.dropout));
     }
     positive("heads", a.heads)?;
+    positive("kv_heads", a.kv_heads)?;
+    if !a.heads.is_multiple_of(a.kv_heads) {
+        return Err(format!(
+            "kv_heads = {} does not divide the {} heads: each key and value head serves an \
+             equal group of query heads",
+            a.kv_heads, a.heads
+        ));
+    }
     if let Some(bad) = inputs.iter().find(|d| d.len() != 2) {
         return Err(format!(
             "`attention` reads sequences [channels, positions], but an input is {}",
@@ -744,13 +798,26 @@ fn attention_output(a: &Attention, inputs: &[&[usize]]) -> Result<Dims, String> 
                     qkv[0]
                 ));
             }
+            if a.kv_heads != a.heads {
+                return Err(format!(
+                    "kv_heads = {} with one stacked input: stacked queries, keys and values \
+                     have the same heads; give three inputs for grouped-query attention",
+                    a.kv_heads
+                ));
+            }
             (qkv[0] / 3, qkv[1])
         }
         [q, k, v] => {
-            if k != v || q[0] != k[0] {
+            // Keys and values of `kv_heads` heads of the queries' head size.
+            let kv = (q[0] / a.heads.max(1)) * a.kv_heads;
+            if k != v || k[0] != kv || !q[0].is_multiple_of(a.heads) {
                 return Err(format!(
-                    "inputs do not connect: `attention` needs queries [H, S], keys and values \
-                     [H, S_kv], got {}, {} and {}",
+                    "inputs do not connect: `attention` of {} heads ({} of keys and values) \
+                     needs queries [H, S], keys and values [H {} / {}, S_kv], got {}, {} and {}",
+                    a.heads,
+                    a.kv_heads,
+                    a.kv_heads,
+                    a.heads,
                     fmt_dims(q),
                     fmt_dims(k),
                     fmt_dims(v)

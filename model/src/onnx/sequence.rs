@@ -866,6 +866,7 @@ impl Reader<'_> {
                 }
                 let op = Op::Attention(Attention {
                     heads,
+                    kv_heads: heads,
                     causal: how.causal,
                     dropout: how.dropout,
                     fused: false,

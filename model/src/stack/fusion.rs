@@ -106,7 +106,7 @@ enum Role {
     Add,
     Dropout,
     Matrix,
-    /// Another element-wise op (scale, shift, mul, pow, softmax).
+    /// Another element-wise op (scale, shift, mul, pow, softmax, a rotary embedding).
     Pointwise,
     /// Anything no rule fuses (pooling, losses, concatenation, attention, the input).
     Other,
@@ -119,9 +119,12 @@ fn role(op: &Op) -> Role {
         Op::Add => Role::Add,
         Op::Dropout { .. } => Role::Dropout,
         Op::Conv(_) | Op::ConvTranspose(_) | Op::Dense { .. } | Op::Linear { .. } => Role::Matrix,
-        Op::Scale { .. } | Op::Shift { .. } | Op::Mul | Op::Pow { .. } | Op::Softmax => {
-            Role::Pointwise
-        }
+        Op::Scale { .. }
+        | Op::Shift { .. }
+        | Op::Mul
+        | Op::Pow { .. }
+        | Op::Softmax
+        | Op::Rotary { .. } => Role::Pointwise,
         _ => Role::Other,
     }
 }

@@ -1,7 +1,8 @@
 //! Built-in workloads: CosmoFlow (`cosmoflow`, v1.0+ with kernel 3; `cosmoflow-v07`, kernel
 //! 2), DeepCAM (`deepcam`) and ResNet-50 v1.5 (`resnet50`), each parametric in input
 //! spatial size and a width multiplier so that problem size can be scaled \[000\]; the
-//! transformers `bert-large`, `gpt2-large`, `gpt3-xl`, `gpt3-2.7b`, `gpt3-175b` and `opt-1.3b`
+//! transformers `bert-large`, `gpt2-large`, `gpt3-xl`, `gpt3-2.7b`, `gpt3-175b`, `opt-1.3b`,
+//! `llama3-8b` and `llama3-70b`
 //! ([`transformer`], from their configurations, parametric in sequence length and width); and
 //! a graph network, `gin` (nodes and width).
 //!
@@ -99,7 +100,7 @@ macro_rules! transformer {
 }
 
 /// The built-in transformers' configuration files (`data/workloads/transformers/`).
-const TRANSFORMER_CONFIGS: [(&str, &str); 7] = [
+const TRANSFORMER_CONFIGS: [(&str, &str); 9] = [
     (
         "gpt2",
         include_str!("../../../data/workloads/transformers/gpt2.toml"),
@@ -127,6 +128,14 @@ const TRANSFORMER_CONFIGS: [(&str, &str); 7] = [
     (
         "opt-1.3b",
         include_str!("../../../data/workloads/transformers/opt-1.3b.toml"),
+    ),
+    (
+        "llama3-8b",
+        include_str!("../../../data/workloads/transformers/llama3-8b.toml"),
+    ),
+    (
+        "llama3-70b",
+        include_str!("../../../data/workloads/transformers/llama3-70b.toml"),
     ),
 ];
 
@@ -205,6 +214,18 @@ pub const BUILTINS: &[Builtin] = &[
         "opt-1.3b.toml",
         2048,
         "OPT-1.3B (Hugging Face OPTForCausalLM): 24 layers, hidden 2048, 1.3B parameters, 2048 tokens"
+    ),
+    transformer!(
+        "llama3-8b",
+        "llama3-8b.toml",
+        8192,
+        "Llama 3 8B (Hugging Face LlamaForCausalLM): 32 layers, hidden 4096, 8 key-value heads, 8.0B parameters, 8192 tokens"
+    ),
+    transformer!(
+        "llama3-70b",
+        "llama3-70b.toml",
+        8192,
+        "Llama 3 70B (Hugging Face LlamaForCausalLM): 80 layers, hidden 8192, 8 key-value heads, 70.6B parameters, 8192 tokens"
     ),
     Builtin {
         name: "gin",

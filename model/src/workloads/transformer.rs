@@ -1,16 +1,20 @@
 //! Transformer language models from Hugging Face-style configurations: BERT (`bert`, trained
 //! as `BertForPreTraining` or as the class `architectures` names: masked-LM, or fine-tuned
-//! for sequence or token classification or question answering, [`Head`]), GPT-2 and GPT-3 (`gpt2`, `GPT2LMHeadModel`) and OPT (`opt`,
-//! `OPTForCausalLM`), built layer by layer as the Hugging Face modules run them, with their
-//! module names (`h.0.attn.c_attn`, `encoder.layer.0.attention.self.query`, ...).
+//! for sequence or token classification or question answering, [`Head`]), GPT-2 and GPT-3
+//! (`gpt2`, `GPT2LMHeadModel`), OPT (`opt`, `OPTForCausalLM`), and Llama's families (`llama`,
+//! `mistral`, `qwen2`, `*ForCausalLM`: RMS norms, SwiGLU, rotary embeddings, grouped-query
+//! attention, an untied head), built layer by layer as the Hugging Face modules run them,
+//! with their module names (`h.0.attn.c_attn`, `encoder.layer.0.attention.self.query`,
+//! `model.layers.0.self_attn.q_proj`, ...).
 //!
 //! A sample is one sequence of token ids, `[seq]`; activations are `[hidden, seq]`
 //! (channels first, as every ridgeline tensor). Attention is the eager (unfused) form the
 //! Hugging Face models run by default; position embeddings are looked up like the token
 //! embeddings (the same cost); the language-model head shares the token embeddings'
-//! weights (`tied`), and its loss is softmax cross-entropy at every position. Built-in
-//! configurations are under `data/workloads/transformers/`, each with its source; a user's
-//! `config.json` is read by [`Config::from_json`].
+//! weights (`tied`) unless the configuration unties it (Llama's families by default), and its
+//! loss is softmax cross-entropy at every position. Built-in configurations are under
+//! `data/workloads/transformers/`, each with its source; a user's `config.json` is read by
+//! [`Config::from_json`].
 
 use serde::Deserialize;
 
@@ -27,13 +31,28 @@ pub enum Family {
     Gpt2,
     /// OPT (pre-norm decoder, ReLU).
     Opt,
+    /// Llama (2 and 3): pre-norm decoder with RMS norms, a gated feed-forward (SwiGLU),
+    /// rotary position embeddings, grouped-query attention and no biases.
+    Llama,
+    /// Mistral: Llama's layers (a sliding attention window, which costs eager attention
+    /// nothing: it masks the same score matrix).
+    Mistral,
+    /// Qwen2: Llama's layers with biases on the query, key and value projections.
+    Qwen2,
+}
+
+impl Family {
+    /// Whether the family builds Llama's layers.
+    fn is_llama(self) -> bool {
+        matches!(self, Family::Llama | Family::Mistral | Family::Qwen2)
+    }
 }
 
 /// A model's configuration, with Hugging Face's field names (and their aliases across
 /// families).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Config {
-    /// `bert`, `gpt2` or `opt`.
+    /// `bert`, `gpt2`, `opt`, `llama`, `mistral` or `qwen2`.
     pub model_type: String,
     /// Where the figures come from (built-in configurations).
     #[serde(default)]
@@ -109,6 +128,23 @@ pub struct Config {
     /// same cost); absent, a regression for one label as Hugging Face decides.
     #[serde(default)]
     pub problem_type: Option<String>,
+    /// Heads of the keys and values (Llama's families: grouped-query attention); the
+    /// attention heads when absent.
+    #[serde(default)]
+    pub num_key_value_heads: Option<usize>,
+    /// Channels per attention head (Llama's families); the hidden size over the heads when
+    /// absent.
+    #[serde(default)]
+    pub head_dim: Option<usize>,
+    /// The rotary embeddings' base (`rope_theta`); 10000 when absent.
+    #[serde(default)]
+    pub rope_theta: Option<f64>,
+    /// Biases on the attention's projections (Llama's `attention_bias`).
+    #[serde(default)]
+    pub attention_bias: Option<bool>,
+    /// Biases on the feed-forward projections (Llama's `mlp_bias`).
+    #[serde(default)]
+    pub mlp_bias: Option<bool>,
 }
 
 /// The head a model is trained with: what Hugging Face's model class (`architectures`)
@@ -158,6 +194,9 @@ const CLASSES: &[(Family, &str, Head)] = &[
     ),
     (Family::Gpt2, "GPT2LMHeadModel", Head::CausalLm),
     (Family::Opt, "OPTForCausalLM", Head::CausalLm),
+    (Family::Llama, "LlamaForCausalLM", Head::CausalLm),
+    (Family::Mistral, "MistralForCausalLM", Head::CausalLm),
+    (Family::Qwen2, "Qwen2ForCausalLM", Head::CausalLm),
 ];
 
 /// The model classes of `family` built, comma-separated.
@@ -175,17 +214,23 @@ fn family(model_type: &str) -> Option<Family> {
         "bert" => Some(Family::Bert),
         "gpt2" => Some(Family::Gpt2),
         "opt" => Some(Family::Opt),
+        "llama" => Some(Family::Llama),
+        "mistral" => Some(Family::Mistral),
+        "qwen2" => Some(Family::Qwen2),
         _ => None,
     }
 }
+
+/// The model types built, for messages.
+const BUILT: &str = "bert, gpt2, opt, llama, mistral or qwen2";
 
 fn unbuilt(file: &str, model_type: &str) -> Error {
     Error::invalid(
         file,
         "model_type",
         format!(
-            "`{model_type}` is not a family ridgeline builds; use bert, gpt2 or opt, or write \
-             the layers in a workload TOML file"
+            "`{model_type}` is not a family ridgeline builds; use {BUILT}, or write the \
+             layers in a workload TOML file"
         ),
     )
 }
@@ -342,6 +387,48 @@ fn family_keys(family: Family) -> Vec<Key> {
                 Default::None,
             ));
         }
+        Family::Llama | Family::Mistral | Family::Qwen2 => {
+            for field in [
+                "hidden_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "intermediate_size",
+                "max_position_embeddings",
+            ] {
+                k.push(Key {
+                    field,
+                    names: match field {
+                        "hidden_size" => &["hidden_size"],
+                        "num_hidden_layers" => &["num_hidden_layers"],
+                        "num_attention_heads" => &["num_attention_heads"],
+                        "intermediate_size" => &["intermediate_size"],
+                        _ => &["max_position_embeddings"],
+                    },
+                    default: Default::Required,
+                });
+            }
+            k.push(key(
+                "num_key_value_heads",
+                &["num_key_value_heads"],
+                Default::None,
+            ));
+            k.push(key("head_dim", &["head_dim"], Default::None));
+            k.push(key(
+                "hidden_act",
+                &["hidden_act"],
+                Default::Value(json!("silu")),
+            ));
+            k.push(key("rope_theta", &["rope_theta"], Default::None));
+            k.push(key(
+                "attention_dropout",
+                &["attention_dropout"],
+                Default::None,
+            ));
+            if family == Family::Llama {
+                k.push(key("attention_bias", &["attention_bias"], Default::None));
+                k.push(key("mlp_bias", &["mlp_bias"], Default::None));
+            }
+        }
     }
     k
 }
@@ -368,6 +455,7 @@ fn unbuilt_fields(family: Family) -> &'static [(&'static str, &'static str)] {
             ("enable_bias", "true"),
             ("layer_norm_elementwise_affine", "true"),
         ],
+        Family::Llama | Family::Mistral | Family::Qwen2 => &[],
     }
 }
 
@@ -417,14 +505,14 @@ impl Config {
                 return Err(Error::invalid(
                     file,
                     "model_type",
-                    format!("{other} is not text; give bert, gpt2 or opt"),
+                    format!("{other} is not text; give {BUILT}"),
                 ));
             }
             None => {
                 return Err(Error::invalid(
                     file,
                     "model_type",
-                    "missing; give bert, gpt2 or opt".to_owned(),
+                    format!("missing; give {BUILT}"),
                 ));
             }
         };
@@ -676,7 +764,45 @@ impl Config {
                 ),
             );
         }
-        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
+        if let Some(kv) = self.num_key_value_heads
+            && (kv == 0 || !self.num_attention_heads.is_multiple_of(kv))
+        {
+            return bad(
+                "num_key_value_heads",
+                format!(
+                    "{kv} does not divide the {} attention heads: each key and value head \
+                     serves an equal group of them",
+                    self.num_attention_heads
+                ),
+            );
+        }
+        if let Some(d) = self.head_dim
+            && (d == 0 || !d.is_multiple_of(2) || d > MAX_DIM)
+        {
+            return bad(
+                "head_dim",
+                format!("{d}: must be an even size between 2 and {MAX_DIM} (rotary pairs)"),
+            );
+        }
+        if let Some(t) = self.rope_theta
+            && !(t.is_finite() && t > 1.0)
+        {
+            return bad("rope_theta", format!("{t}: must be a finite base above 1"));
+        }
+        if self.family().is_some_and(Family::is_llama)
+            && self.head_dim.is_none()
+            && !(self.hidden_size / self.num_attention_heads.max(1)).is_multiple_of(2)
+        {
+            return bad(
+                "num_attention_heads",
+                format!(
+                    "{} heads of the hidden size {} have an odd size: rotary embeddings \
+                     rotate channel pairs",
+                    self.num_attention_heads, self.hidden_size
+                ),
+            );
+        }
+        if self.head_dim.is_none() && !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return bad(
                 "num_attention_heads",
                 format!(
@@ -688,12 +814,12 @@ impl Config {
         if let Some(act) = &self.hidden_act
             && !matches!(
                 act.as_str(),
-                "gelu" | "gelu_new" | "gelu_pytorch_tanh" | "relu"
+                "gelu" | "gelu_new" | "gelu_pytorch_tanh" | "relu" | "silu"
             )
         {
             return bad(
                 "hidden_act",
-                format!("`{act}` is not built; use gelu, gelu_new or relu"),
+                format!("`{act}` is not built; use gelu, gelu_new, relu or silu"),
             );
         }
         if self.do_layer_norm_before == Some(false) {
@@ -736,6 +862,38 @@ impl Config {
         Ok(())
     }
 
+    /// Channels per attention head.
+    pub fn head_size(&self) -> usize {
+        self.head_dim
+            .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+    }
+
+    /// Heads of the keys and values.
+    pub fn kv_heads(&self) -> usize {
+        self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+    }
+
+    /// Whether the language-model head shares the token embeddings' weights: Hugging
+    /// Face's default for BERT, GPT-2 and OPT, not for Llama's families.
+    pub fn tied(&self) -> bool {
+        self.tie_word_embeddings
+            .unwrap_or(!self.family().is_some_and(Family::is_llama))
+    }
+
+    /// Biases of the query, key and value projections, and of the output projection
+    /// (Llama's families: Qwen2 has the first, Llama both where `attention_bias`).
+    fn attention_biases(&self) -> (bool, bool) {
+        match self.family() {
+            Some(Family::Qwen2) => (true, false),
+            Some(Family::Llama) => {
+                let b = self.attention_bias.unwrap_or(false);
+                (b, b)
+            }
+            Some(Family::Mistral) => (false, false),
+            _ => (true, true),
+        }
+    }
+
     /// The feed-forward inner size.
     pub fn ffn(&self) -> usize {
         self.intermediate_size
@@ -775,6 +933,20 @@ impl Config {
             }
             Some(Family::Gpt2) => v * h + p * h + l * (attention + mlp + 4 * h) + 2 * h,
             Some(Family::Opt) => v * h + (p + 2) * h + l * (attention + mlp + 4 * h) + 2 * h,
+            Some(Family::Llama | Family::Mistral | Family::Qwen2) => {
+                let q = (self.num_attention_heads * self.head_size()) as u64;
+                let kv = (self.kv_heads() * self.head_size()) as u64;
+                let (qkv_bias, o_bias) = self.attention_biases();
+                let attention = h * q
+                    + 2 * h * kv
+                    + q * h
+                    + u64::from(qkv_bias) * (q + 2 * kv)
+                    + u64::from(o_bias) * h;
+                // Gate, up and down projections.
+                let mlp = 3 * h * f + u64::from(self.mlp_bias.unwrap_or(false)) * (2 * f + h);
+                let head = if self.tied() { 0 } else { v * h };
+                v * h + l * (attention + mlp + 2 * h) + h + head
+            }
             None => 0,
         }
     }
@@ -790,7 +962,12 @@ pub fn build(name: &str, config: &Config, seq: usize, width: f64) -> Result<Grap
 /// `model.decoder.layers.3.`, as the builders here name them); `None` for the embeddings, the
 /// head, and every layer of a graph that is no transformer.
 pub fn block_of(name: &str) -> Option<usize> {
-    for prefix in ["h.", "encoder.layer.", "model.decoder.layers."] {
+    for prefix in [
+        "h.",
+        "encoder.layer.",
+        "model.decoder.layers.",
+        "model.layers.",
+    ] {
         if let Some(rest) = name.strip_prefix(prefix) {
             return rest.split('.').next()?.parse().ok();
         }
@@ -818,6 +995,7 @@ pub fn build_split(
         message: format!("model_type `{}` is not built", config.model_type),
     })?;
     let heads = config.num_attention_heads;
+    let kv_heads = config.kv_heads();
     let t = tensor.max(1);
     if !heads.is_multiple_of(t) || !config.ffn().is_multiple_of(t) {
         return Err(LayerError {
@@ -829,6 +1007,15 @@ pub fn build_split(
             ),
         });
     }
+    if !kv_heads.is_multiple_of(t) {
+        return Err(LayerError {
+            layer: "input".into(),
+            message: format!(
+                "a tensor-parallel split of {t} must divide the {kv_heads} key and value \
+                 heads (Megatron-LM splits them as the query heads)"
+            ),
+        });
+    }
     #[allow(
         clippy::cast_possible_truncation,
         clippy::cast_sign_loss,
@@ -837,12 +1024,21 @@ pub fn build_split(
     let scale =
         |v: usize, unit: usize| (((v as f64 * width) / unit as f64).round() as usize).max(1) * unit;
     let hidden = scale(config.hidden_size, heads);
+    // Channels per head: the configuration's, or the scaled hidden size's share.
+    #[allow(clippy::float_cmp)]
+    let head = if width == 1.0 {
+        config.head_size()
+    } else {
+        hidden / heads
+    };
     let m = Dims {
         vocab: config.vocab_size.div_ceil(t),
         hidden,
         shard: hidden / t,
         ffn: scale(config.ffn(), t) / t,
         heads: heads / t,
+        kv_heads: kv_heads / t,
+        head,
         positions: config.max_position_embeddings,
     };
     let layers = config.num_hidden_layers;
@@ -883,7 +1079,7 @@ pub fn build_split(
                 x = g.push(dotted(&p, "mlp.residual"), Op::Add, &[x, h])?;
             }
             let n = g.push("ln_f", Op::LayerNorm, &[x])?;
-            lm_head(&mut g, "lm_head", n, &m, false)?;
+            lm_head(&mut g, "lm_head", n, &m, false, true)?;
         }
         Family::Opt => {
             let drop = config.dropout.unwrap_or(0.1);
@@ -922,7 +1118,62 @@ pub fn build_split(
                 x = g.push(dotted(&p, "residual"), Op::Add, &[x, h])?;
             }
             let n = g.push("model.decoder.final_layer_norm", Op::LayerNorm, &[x])?;
-            lm_head(&mut g, "lm_head", n, &m, false)?;
+            lm_head(&mut g, "lm_head", n, &m, false, true)?;
+        }
+        Family::Llama | Family::Mistral | Family::Qwen2 => {
+            let act = Activation::of(config.hidden_act.as_deref(), Activation::Silu);
+            let (qkv_bias, o_bias) = config.attention_biases();
+            let mlp_bias = config.mlp_bias.unwrap_or(false);
+            let theta = config.rope_theta.unwrap_or(crate::file::ROPE_THETA);
+            // `LlamaAttention` in eager mode (transformers 4.46, `modeling_llama.py`): the
+            // scores scaled after `QK^T`, the causal mask added, softmax, dropout.
+            let llama_attention = Attention {
+                kv_heads: m.kv_heads,
+                mask: ScoreMask::Add,
+                ..Attention::new(
+                    m.heads,
+                    true,
+                    config.attention_dropout.unwrap_or(0.0),
+                    false,
+                )
+            };
+            let (q_out, kv_out) = (m.heads * m.head, m.kv_heads * m.head);
+            let mut x = g.push("model.embed_tokens", embedding(m.vocab, m.hidden), &[0])?;
+            for i in 0..layers {
+                let p = format!("model.layers.{i}");
+                let a = |name: &str| dotted(&p, &format!("self_attn.{name}"));
+                let n = g.push(dotted(&p, "input_layernorm"), Op::RmsNorm, &[x])?;
+                let q = g.push(a("q_proj"), linear_with(q_out, qkv_bias), &[n])?;
+                let k = g.push(a("k_proj"), linear_with(kv_out, qkv_bias), &[n])?;
+                let v = g.push(a("v_proj"), linear_with(kv_out, qkv_bias), &[n])?;
+                let rotary = |heads| Op::Rotary { heads, theta };
+                let q = g.push(a("q_rotary"), rotary(m.heads), &[q])?;
+                let k = g.push(a("k_rotary"), rotary(m.kv_heads), &[k])?;
+                let o = g.push(a("attention"), Op::Attention(llama_attention), &[q, k, v])?;
+                let o = g.push(a("o_proj"), linear_with(m.hidden, o_bias), &[o])?;
+                x = g.push(a("residual"), Op::Add, &[x, o])?;
+                let n = g.push(dotted(&p, "post_attention_layernorm"), Op::RmsNorm, &[x])?;
+                let gate = g.push(
+                    dotted(&p, "mlp.gate_proj"),
+                    linear_with(m.ffn, mlp_bias),
+                    &[n],
+                )?;
+                let up = g.push(
+                    dotted(&p, "mlp.up_proj"),
+                    linear_with(m.ffn, mlp_bias),
+                    &[n],
+                )?;
+                let gate = activation(&mut g, &dotted(&p, "mlp.act_fn"), gate, act)?;
+                let h = g.push(dotted(&p, "mlp.gated"), Op::Mul, &[gate, up])?;
+                let h = g.push(
+                    dotted(&p, "mlp.down_proj"),
+                    linear_with(m.hidden, mlp_bias),
+                    &[h],
+                )?;
+                x = g.push(dotted(&p, "mlp.residual"), Op::Add, &[x, h])?;
+            }
+            let n = g.push("model.norm", Op::RmsNorm, &[x])?;
+            lm_head(&mut g, "lm_head", n, &m, false, config.tied())?;
         }
         Family::Bert => {
             let drop = config.hidden_dropout_prob.unwrap_or(0.1);
@@ -980,7 +1231,7 @@ pub fn build_split(
                 let t = g.push("cls.predictions.transform.dense", linear(m.hidden), &[x])?;
                 let t = activation(g, "cls.predictions.transform.act", t, act)?;
                 let t = g.push("cls.predictions.transform.LayerNorm", Op::LayerNorm, &[t])?;
-                lm_head(g, "cls.predictions.decoder", t, &m, true)
+                lm_head(g, "cls.predictions.decoder", t, &m, true, true)
             };
             let labels = config.labels();
             let loss = if config.is_regression() {
@@ -1035,13 +1286,21 @@ struct Dims {
     ffn: usize,
     /// The rank's heads.
     heads: usize,
+    /// The rank's key and value heads (Llama's families).
+    kv_heads: usize,
+    /// Channels per head (Llama's families).
+    head: usize,
     positions: usize,
 }
 
 fn linear(out_features: usize) -> Op {
+    linear_with(out_features, true)
+}
+
+fn linear_with(out_features: usize, bias: bool) -> Op {
     Op::Linear {
         out_features,
-        bias: true,
+        bias,
         tied: false,
     }
 }
@@ -1060,6 +1319,8 @@ enum Activation {
     /// One GELU kernel: `gelu` (the erf form) and `gelu_pytorch_tanh` (PyTorch's fused tanh
     /// approximation).
     Gelu,
+    /// SiLU (`silu`, Llama's families' gate).
+    Silu,
     /// `gelu_new` (`NewGELUActivation`): the tanh approximation written out in Python,
     /// `0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))`, which eager PyTorch runs as
     /// eight element-wise kernels forward, each saving what autograd saves (the input, the
@@ -1075,6 +1336,7 @@ impl Activation {
             Some("relu") => Activation::Relu,
             Some("gelu" | "gelu_pytorch_tanh") => Activation::Gelu,
             Some("gelu_new") => Activation::GeluNew,
+            Some("silu") => Activation::Silu,
             _ => default,
         }
     }
@@ -1085,6 +1347,7 @@ fn activation(g: &mut Graph, name: &str, x: NodeId, act: Activation) -> Result<N
     match act {
         Activation::Relu => g.push(name, Op::Relu, &[x]),
         Activation::Gelu => g.push(name, Op::Gelu, &[x]),
+        Activation::Silu => g.push(name, Op::Silu, &[x]),
         Activation::GeluNew => {
             // Python evaluates `0.5 * x` first, then the bracket inside out.
             let half = g.push(dotted(name, "half"), Op::Scale { factor: 0.5 }, &[x])?;
@@ -1163,13 +1426,14 @@ fn lm_head(
     x: NodeId,
     m: &Dims,
     bias: bool,
+    tied: bool,
 ) -> Result<NodeId, LayerError> {
     g.push(
         name,
         Op::Linear {
             out_features: m.vocab,
             bias,
-            tied: true,
+            tied,
         },
         &[x],
     )?;
@@ -1357,7 +1621,7 @@ mod tests {
         assert_eq!(c.params(), 124_439_808);
         let g = build("gpt2", &c, 64, 1.0).unwrap();
         assert_eq!(cost(&g, 1, Precision::Fp32).params, 124_439_808);
-        let e = Config::from_json(&json.replace("\"gpt2\"", "\"llama\""), "config.json")
+        let e = Config::from_json(&json.replace("\"gpt2\"", "\"t5\""), "config.json")
             .unwrap_err()
             .to_string();
         assert!(e.contains("config.json") && e.contains("model_type"), "{e}");
@@ -1587,5 +1851,160 @@ mod tests {
             let e = Config::from_json(&text, "c.json").unwrap_err().to_string();
             assert!(e.contains("c.json") && e.contains(want), "want {want}: {e}");
         }
+    }
+
+    /// The published configurations of Llama's families (`tests/fixtures/hf/`).
+    const LLAMA_FILES: [(&str, &str, u64); 3] = [
+        (
+            "llama-2-7b.json",
+            include_str!("../../../tests/fixtures/hf/llama-2-7b.json"),
+            6_738_415_616,
+        ),
+        (
+            "mistral-7b.json",
+            include_str!("../../../tests/fixtures/hf/mistral-7b.json"),
+            7_241_732_096,
+        ),
+        (
+            "qwen2-7b.json",
+            include_str!("../../../tests/fixtures/hf/qwen2-7b.json"),
+            7_615_616_512,
+        ),
+    ];
+
+    /// Llama 2 7B, Mistral 7B, Qwen2 7B and the built-in Llama 3 8B and 70B: Hugging Face's
+    /// parameter counts to the unit, in the configuration's count and the graph's.
+    #[test]
+    fn llama_families_count_hugging_face_s_parameters() {
+        for (file, text, params) in LLAMA_FILES {
+            let c = Config::from_json(text, file).unwrap();
+            assert_eq!(c.params(), params, "{file}");
+            let g = build(file, &c, 16, 1.0).unwrap();
+            assert_eq!(cost(&g, 1, Precision::Fp32).params, params, "{file}");
+        }
+        let short = BuildOptions {
+            input_size: Some(vec![16]),
+            width: 1.0,
+        };
+        for (name, params) in [
+            ("llama3-8b", 8_030_261_248u64),
+            ("llama3-70b", 70_553_706_496),
+        ] {
+            let g = builtin(name, &short).unwrap();
+            assert_eq!(cost(&g, 1, Precision::Fp32).params, params, "{name}");
+            let b = crate::workloads::find(name).unwrap();
+            assert_eq!(b.transformer_config().unwrap().params(), params, "{name}");
+        }
+        // Llama 3 8B's attention: 32 query heads of 128 channels over 8 key and value
+        // heads, both rotated, after projections without biases.
+        let g = builtin("llama3-8b", &short).unwrap();
+        let layer = |name: &str| &g.layers()[g.find(name).unwrap()];
+        let Op::Attention(a) = layer("model.layers.0.self_attn.attention").op else {
+            panic!("no attention");
+        };
+        assert_eq!((a.heads, a.kv_heads, a.fused), (32, 8, false));
+        assert_eq!(
+            layer("model.layers.0.self_attn.k_proj").op,
+            linear_with(1024, false)
+        );
+        assert_eq!(
+            layer("model.layers.0.self_attn.k_rotary").op,
+            Op::Rotary {
+                heads: 8,
+                theta: 500_000.0
+            }
+        );
+        assert!(matches!(
+            layer("lm_head").op,
+            Op::Linear {
+                tied: false,
+                bias: false,
+                ..
+            }
+        ));
+        assert_eq!(block_of("model.layers.31.mlp.down_proj"), Some(31));
+    }
+
+    /// Llama 3 8B's training FLOPs: its linear layers' are exactly `6 T N`, `N` the
+    /// parameters less the embedding table (a lookup) and the norms' scales; with
+    /// attention's products (`12 L S H T`) and the five element-wise kernels on each
+    /// head's weights (scale, mask, softmax forward; softmax's and the scale's backward),
+    /// the whole step is within 0.1 % (the norms, SiLU, the gate's product, rotary
+    /// embeddings and residuals are the rest).
+    #[test]
+    fn llama_training_flops_are_six_n_t_plus_attention() {
+        let b = crate::workloads::find("llama3-8b").unwrap();
+        let config = b.transformer_config().unwrap();
+        let (v, h, l) = (
+            config.vocab_size as f64,
+            config.hidden_size as f64,
+            config.num_hidden_layers as f64,
+        );
+        let heads = config.num_attention_heads as f64;
+        let norms = l * 2.0 * h + h;
+        let n = config.params() as f64 - v * h - norms;
+        for (seq, batch) in [(128usize, 2u64), (2048, 1)] {
+            let options = BuildOptions {
+                input_size: Some(vec![seq]),
+                width: 1.0,
+            };
+            let g = builtin("llama3-8b", &options).unwrap();
+            let c = cost(&g, batch, Precision::Fp32);
+            let s = seq as f64;
+            let t = s * batch as f64;
+            let linear: f64 = c
+                .layers
+                .iter()
+                .filter(|r| r.op == "linear")
+                .map(|r| (r.flops_fwd + r.flops_bwd).value())
+                .sum();
+            assert!((linear / (6.0 * n * t) - 1.0).abs() < 1e-12, "{linear}");
+            let analytic = 6.0 * n * t + 12.0 * l * s * h * t + 5.0 * l * heads * s * t;
+            let total = c.flops_train.value();
+            assert!(
+                (total / analytic - 1.0).abs() < 1e-3,
+                "seq {seq}: {total} vs {analytic}"
+            );
+        }
+    }
+
+    /// What Llama's families cannot be: key and value heads that do not divide the
+    /// heads, odd heads (rotary pairs), a rotary base at or below 1, an unknown
+    /// activation, a tensor-parallel split of the key and value heads that does not divide.
+    #[test]
+    fn llama_configurations_refuse_what_cannot_be_built() {
+        let (file, text, _) = LLAMA_FILES[1];
+        for (key, value, want) in [
+            (
+                "num_key_value_heads",
+                serde_json::json!(5),
+                "num_key_value_heads",
+            ),
+            (
+                "num_key_value_heads",
+                serde_json::json!(0),
+                "num_key_value_heads",
+            ),
+            ("head_dim", serde_json::json!(127), "head_dim"),
+            ("rope_theta", serde_json::json!(0.5), "rope_theta"),
+            ("hidden_act", serde_json::json!("swish"), "hidden_act"),
+            // 32 heads of 129 channels.
+            (
+                "hidden_size",
+                serde_json::json!(4128),
+                "num_attention_heads",
+            ),
+        ] {
+            let mut v: serde_json::Value = serde_json::from_str(text).unwrap();
+            v[key] = value;
+            let e = Config::from_json(&v.to_string(), file)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(file) && e.contains(want), "{key}: {e}");
+        }
+        let c = Config::from_json(text, file).unwrap();
+        let e = build_split("m", &c, 16, 1.0, 16).unwrap_err();
+        assert!(e.message.contains("8 key and value heads"), "{}", e.message);
+        assert!(build_split("m", &c, 16, 1.0, 8).is_ok());
     }
 }

@@ -48,50 +48,42 @@ fn llama_mistral_and_qwen2_configs_are_workloads() {
 /// Face's.
 #[test]
 fn llama3_70b_splits_over_dgx_h100() {
-    let v = run_json(&[
-        "predict",
-        "llama3-70b",
-        "--system",
-        "dgx-h100",
-        "--nodes",
-        "32",
-        "--tensor-parallel",
-        "8",
-        "--pipeline-parallel",
-        "4",
-        "--batch",
-        "64",
-        "--precision",
-        "amp-bf16",
+    // Llama 3 70B split 8 x 4 over 32 DGX H100 nodes, 64 sequences a data-parallel rank.
+    let split = |extra: &[&'static str]| {
+        let mut args = vec![
+            "predict",
+            "llama3-70b",
+            "--system",
+            "dgx-h100",
+            "--nodes",
+            "32",
+            "--tensor-parallel",
+            "8",
+            "--pipeline-parallel",
+            "4",
+            "--batch",
+            "64",
+            "--precision",
+            "amp-bf16",
+        ];
+        args.extend_from_slice(extra);
+        args
+    };
+    let v = run_json(&split(&[
         "--stack",
         "megatron-te",
         "--micro-batches",
         "64",
         "--format",
         "json",
-    ]);
+    ]));
     let step = v["step_s"].as_f64().unwrap();
     assert!(step > 0.0 && step.is_finite(), "{v}");
     // Fused attention, sequence parallelism and the distributed optimizer: it fits.
     let memory = v["memory_per_device_bytes"].as_f64().unwrap();
     assert!(memory > 0.0 && memory < 80.0 * f64::from(1u32 << 30), "{v}");
     // The same step with eager attention's score matrices at 8192 tokens does not.
-    let e = run_err(&[
-        "predict",
-        "llama3-70b",
-        "--system",
-        "dgx-h100",
-        "--nodes",
-        "32",
-        "--tensor-parallel",
-        "8",
-        "--pipeline-parallel",
-        "4",
-        "--batch",
-        "64",
-        "--precision",
-        "amp-bf16",
-    ]);
+    let e = run_err(&split(&[]));
     assert!(e.contains("one device needs"), "{e}");
     let w = run_json(&["workload", "show", "llama3-70b", "--format", "json"]);
     assert_eq!(w["params"].as_u64(), Some(70_553_706_496));

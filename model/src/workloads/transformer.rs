@@ -1516,12 +1516,7 @@ mod tests {
                 };
                 let heads = config.num_attention_heads as f64;
                 let analytic = weights + 12.0 * l * s * h * t + ops * l * heads * s * t + queries;
-                let linear: f64 = c
-                    .layers
-                    .iter()
-                    .filter(|r| r.op == "linear")
-                    .map(|r| (r.flops_fwd + r.flops_bwd).value())
-                    .sum();
+                let linear = linear_flops(&c);
                 assert!(
                     (linear / weights - 1.0).abs() < 1e-12,
                     "{name} {seq:?}: linear layers {linear}, analytic {weights}"
@@ -1533,6 +1528,15 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The training FLOPs of a step's linear layers.
+    fn linear_flops(c: &crate::cost::GraphCost<'_>) -> f64 {
+        c.layers
+            .iter()
+            .filter(|r| r.op == "linear")
+            .map(|r| (r.flops_fwd + r.flops_bwd).value())
+            .sum()
     }
 
     /// GPT-2's `gelu_new` is the eight layers of its Python formula, which compute the tanh
@@ -1952,12 +1956,7 @@ mod tests {
             let c = cost(&g, batch, Precision::Fp32);
             let s = seq as f64;
             let t = s * batch as f64;
-            let linear: f64 = c
-                .layers
-                .iter()
-                .filter(|r| r.op == "linear")
-                .map(|r| (r.flops_fwd + r.flops_bwd).value())
-                .sum();
+            let linear = linear_flops(&c);
             assert!((linear / (6.0 * n * t) - 1.0).abs() < 1e-12, "{linear}");
             let analytic = 6.0 * n * t + 12.0 * l * s * h * t + 5.0 * l * heads * s * t;
             let total = c.flops_train.value();

@@ -306,8 +306,10 @@ impl Footprint {
 ///   scores are recomputed in backward);
 /// - **full recomputation**: a transformer layer keeps only its input; while it runs
 ///   backward its activations are live again (`transient`: the largest layer's);
-/// - **sequence parallelism**, where a split asks for it: the full-width tensors of the
-///   transformer layers (and their dropout masks) kept `1/t` on each tensor-parallel rank.
+/// - **sequence parallelism**, where a split asks for it: the tensors of the transformer
+///   layers' residual stream (and their dropout masks and norms' statistics) kept `1/t` on
+///   each tensor-parallel rank; the stream is what row-parallel linear layers write and
+///   norms, dropout and residual sums carry, whatever its width.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StackMemory {
     /// Bytes each layer of the graph keeps, after the rules (its first keeper's share).
@@ -388,6 +390,20 @@ pub fn stack_memory(
         }
     }
     let bytes = |n: usize| act * layers[n].output.elements() as f64;
+    // The residual stream and what stays on it (norms, dropout, residual sums): a linear
+    // layer reading the stream is column-parallel (its output a rank's shard), one reading a
+    // shard row-parallel (its output the stream again, Megatron's split). Sequence
+    // parallelism splits the stream's tensors, whatever their size.
+    let mut stream = vec![false; layers.len()];
+    for (i, l) in layers.iter().enumerate() {
+        let reads_stream = l.inputs.iter().any(|&j| stream[j]);
+        stream[i] = match l.op {
+            Op::Input => false,
+            Op::Embedding { .. } => true,
+            Op::Linear { .. } => !reads_stream,
+            _ => reads_stream,
+        };
+    }
     let mut out = StackMemory {
         per_layer: Vec::new(),
         transient: 0.0,
@@ -425,7 +441,7 @@ pub fn stack_memory(
     if let Some((t, width)) = sequence.filter(|&(t, _)| t > 1) {
         let share = 1.0 - 1.0 / f64::from(t);
         for (n, l) in layers.iter().enumerate() {
-            if block_of(&l.name).is_none() || l.output.elements() != width {
+            if block_of(&l.name).is_none() || !stream[n] {
                 continue;
             }
             if let Some(k) = keeper[n] {
@@ -435,6 +451,17 @@ pub fn stack_memory(
             }
             if matches!(l.op, Op::Dropout { .. }) {
                 let b = (width as f64 * share).min(kept[n]);
+                kept[n] -= b;
+                out.sequence_parallel_saved += b;
+            }
+            // A norm on the stream runs on the rank's positions: its FP32 statistics too.
+            let stats = match l.op {
+                Op::LayerNorm => 8.0,
+                Op::RmsNorm => 4.0,
+                _ => 0.0,
+            };
+            if stats > 0.0 {
+                let b = (stats * l.output.spatial_elements() as f64 * share).min(kept[n]);
                 kept[n] -= b;
                 out.sequence_parallel_saved += b;
             }
@@ -457,9 +484,7 @@ pub fn stack_memory(
             let input = layers[first].inputs.first().map_or(0.0, |&n| {
                 let b = bytes(n);
                 match sequence {
-                    Some((t, width)) if t > 1 && layers[n].output.elements() == width => {
-                        b / f64::from(t)
-                    }
+                    Some((t, _)) if t > 1 && stream[n] => b / f64::from(t),
                     _ => b,
                 }
             });

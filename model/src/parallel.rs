@@ -681,6 +681,66 @@ mod tests {
         virtual_stages: 1,
     };
 
+    /// Activations one device keeps per transformer layer, against Korthikanti et al.
+    /// (MLSys 2023, "Reducing Activation Recomputation in Large Transformer Models", Table 2)
+    /// at 16-bit activations: GPT-3 175B as Megatron-LM trains it (the fused bias-GeLU,
+    /// `activation_function = "gelu"`), under `megatron-te`, whose fused attention keeps
+    /// what selective recomputation keeps: `34 s b h / t` bytes with sequence parallelism,
+    /// `s b h (10 + 24 / t)` without, exactly, plus what the paper leaves out: fused
+    /// attention's log-sum-exp and the layer norms' statistics (0.1 % of it).
+    #[test]
+    fn activations_per_layer_are_megatrons_formula() {
+        let name = "gpt3-175b";
+        let mut config = workloads::find(name).unwrap().transformer_config().unwrap();
+        config.hidden_act = Some("gelu".into());
+        let system = catalog::system("dgx-h100").unwrap();
+        let timing = transfer();
+        let seq = 2048;
+        let sbh = (seq * config.hidden_size) as f64;
+        for sequence_parallel in [true, false] {
+            let mut stack = catalog::stack("megatron-te").unwrap();
+            stack.parallel.sequence_parallel.value = sequence_parallel;
+            for t in [1u32, 2, 4, 8] {
+                let p = prepare(
+                    name,
+                    &config,
+                    seq,
+                    t,
+                    &system,
+                    Precision::AmpBf16,
+                    Optimizer::Adam,
+                    &stack,
+                    &timing,
+                )
+                .unwrap();
+                let kept: f64 = p
+                    .graph
+                    .layers()
+                    .iter()
+                    .zip(&p.kept.per_layer)
+                    .filter(|(l, _)| transformer::block_of(&l.name) == Some(1))
+                    .map(|(_, b)| b)
+                    .sum();
+                let t = f64::from(t);
+                let formula = if sequence_parallel {
+                    34.0 * sbh / t
+                } else {
+                    sbh * (10.0 + 24.0 / t)
+                };
+                // What the paper leaves out: fused attention's log-sum-exp (FP32, per head and
+                // query) and the two layer norms' mean and inverse deviation (FP32, per
+                // position; split with the sequence).
+                let heads = config.num_attention_heads as f64;
+                let stats = 2.0 * 8.0 * seq as f64 / if sequence_parallel { t } else { 1.0 };
+                let extra = 4.0 * heads * seq as f64 / t + stats;
+                assert!(
+                    (kept - formula - extra).abs() < 1.0,
+                    "sequence parallel {sequence_parallel}, t = {t}: {kept} vs {formula} + {extra}"
+                );
+            }
+        }
+    }
+
     /// Unsplit, the step is `predict`'s compute on one device plus the update.
     #[test]
     fn unsplit_is_the_single_device_step() {

@@ -803,6 +803,42 @@ op = "softmax-cross-entropy"
         );
     }
 
+    /// Rotary embeddings and grouped-query attention in a workload file; what cannot be
+    /// built is named.
+    #[test]
+    fn rotary_and_grouped_query_attention_in_files() {
+        let file = |rotary: &str, kv: usize| {
+            format!(
+                "name = \"r\"\ninput = [16]\n\n[[layer]]\nname = \"e\"\nop = \"embedding\"\n\
+                 num_embeddings = 10\nembedding_dim = 8\n\n[[layer]]\nname = \"q\"\n\
+                 op = \"rotary\"\n{rotary}\n\n[[layer]]\nname = \"k\"\nop = \"linear\"\n\
+                 inputs = [\"e\"]\nout_features = {}\n\n[[layer]]\nname = \"a\"\n\
+                 op = \"attention\"\ninputs = [\"q\", \"k\", \"k\"]\nheads = 4\nkv_heads = {kv}\n",
+                2 * kv
+            )
+        };
+        let g = parse_workload(&file("heads = 4", 2), "r.toml", None).unwrap();
+        let Op::Attention(a) = g.layers()[g.find("a").unwrap()].op else {
+            panic!("no attention")
+        };
+        assert_eq!((a.heads, a.kv_heads), (4, 2));
+        assert_eq!(
+            g.layers()[g.find("q").unwrap()].op,
+            Op::Rotary {
+                heads: 4,
+                theta: ROPE_THETA
+            }
+        );
+        for (rotary, kv, want) in [
+            ("heads = 4\ntheta = 0.5", 2, "theta = 0.5"),
+            ("heads = 8", 2, "even size"),
+            ("heads = 4", 3, "kv_heads = 3 does not divide"),
+        ] {
+            let e = error_of(&file(rotary, kv));
+            assert!(e.contains("bad.toml") && e.contains(want), "{want}: {e}");
+        }
+    }
+
     #[test]
     fn semantic_errors_name_file_line_and_layer() {
         let text = TINY.replace("kernel = [3, 3]", "kernel = [3, 3]\ngroups = 3");

@@ -301,7 +301,8 @@ impl Footprint {
 /// What a software stack changes in the activations a step keeps for backward, per sample
 /// (docs/ARCHITECTURE.md "Memory per device"):
 /// - **fusion**: a fused group no longer keeps its inner element-wise outputs
-///   ([`fusion::recomputed`]);
+///   ([`fusion::recomputed`]), nor a gated product its activation's output
+///   ([`fusion::gated`]);
 /// - **selective recomputation**: an unfused attention keeps what a fused one does (its
 ///   scores are recomputed in backward);
 /// - **full recomputation**: a transformer layer keeps only its input; while it runs
@@ -419,7 +420,13 @@ pub fn stack_memory(
         },
     };
     let groups = fusion::groups(graph, &stack.fusion.value);
-    for n in fusion::recomputed(graph, &groups) {
+    let mut recomputed = fusion::recomputed(graph, &groups);
+    for n in fusion::gated(graph, &stack.fusion.value) {
+        if !recomputed.contains(&n) {
+            recomputed.push(n);
+        }
+    }
+    for n in recomputed {
         if let Some(k) = keeper[n] {
             let b = bytes(n).min(kept[k]);
             kept[k] -= b;

@@ -688,54 +688,100 @@ mod tests {
     /// what selective recomputation keeps: `34 s b h / t` bytes with sequence parallelism,
     /// `s b h (10 + 24 / t)` without, exactly, plus what the paper leaves out: fused
     /// attention's log-sum-exp and the layer norms' statistics (0.1 % of it).
-    #[test]
-    fn activations_per_layer_are_megatrons_formula() {
-        let name = "gpt3-175b";
+    /// Activations one device keeps per transformer layer of `name` (configured by `edit`)
+    /// at 2,048 tokens, tensor-parallel over `t`, under `megatron-te` with or without
+    /// sequence parallelism.
+    fn kept_per_layer(
+        name: &str,
+        edit: fn(&mut Config),
+        t: u32,
+        sequence_parallel: bool,
+    ) -> (Config, f64) {
         let mut config = workloads::find(name).unwrap().transformer_config().unwrap();
-        config.hidden_act = Some("gelu".into());
+        edit(&mut config);
         let system = catalog::system("dgx-h100").unwrap();
         let timing = transfer();
-        let seq = 2048;
-        let sbh = (seq * config.hidden_size) as f64;
+        let mut stack = catalog::stack("megatron-te").unwrap();
+        stack.parallel.sequence_parallel.value = sequence_parallel;
+        let p = prepare(
+            name,
+            &config,
+            2048,
+            t,
+            &system,
+            Precision::AmpBf16,
+            Optimizer::Adam,
+            &stack,
+            &timing,
+        )
+        .unwrap();
+        let kept = p
+            .graph
+            .layers()
+            .iter()
+            .zip(&p.kept.per_layer)
+            .filter(|(l, _)| transformer::block_of(&l.name) == Some(1))
+            .map(|(_, b)| b)
+            .sum();
+        (config, kept)
+    }
+
+    /// Activations one device keeps per transformer layer, against Korthikanti et al.
+    /// (MLSys 2023, "Reducing Activation Recomputation in Large Transformer Models", Table 2)
+    /// at 16-bit activations: GPT-3 175B as Megatron-LM trains it (the fused bias-GeLU,
+    /// `activation_function = "gelu"`), under `megatron-te`, whose fused attention keeps
+    /// what selective recomputation keeps: `34 s b h / t` bytes with sequence parallelism,
+    /// `s b h (10 + 24 / t)` without, exactly, plus what the paper leaves out: fused
+    /// attention's log-sum-exp and the layer norms' statistics (0.1 % of it).
+    ///
+    /// Llama 3 70B by the paper's method (its Table 2's rows are GPT's layers): the two RMS
+    /// norms' inputs (`4 s b h`), the query, key and value projections' input and the
+    /// gate and up projections' (`2 + 2`), fused attention's queries, keys, values and
+    /// output (`4 + 4 kv / h`), and the gated feed-forward's gate, up and product (`6 f / h`,
+    /// the SiLU's output recomputed by the fused SwiGLU): `s b h (12 + 4 kv / h + 6 f / h) / t`
+    /// with sequence parallelism (33.5 / t), `s b h (8 + (4 + 4 kv / h + 6 f / h) / t)`
+    /// without.
+    #[test]
+    fn activations_per_layer_are_megatrons_formula() {
+        let seq = 2048.0;
         for sequence_parallel in [true, false] {
-            let mut stack = catalog::stack("megatron-te").unwrap();
-            stack.parallel.sequence_parallel.value = sequence_parallel;
             for t in [1u32, 2, 4, 8] {
-                let p = prepare(
-                    name,
-                    &config,
-                    seq,
-                    t,
-                    &system,
-                    Precision::AmpBf16,
-                    Optimizer::Adam,
-                    &stack,
-                    &timing,
-                )
-                .unwrap();
-                let kept: f64 = p
-                    .graph
-                    .layers()
-                    .iter()
-                    .zip(&p.kept.per_layer)
-                    .filter(|(l, _)| transformer::block_of(&l.name) == Some(1))
-                    .map(|(_, b)| b)
-                    .sum();
+                let gelu = |c: &mut Config| c.hidden_act = Some("gelu".into());
+                let (config, kept) = kept_per_layer("gpt3-175b", gelu, t, sequence_parallel);
+                let sbh = seq * config.hidden_size as f64;
                 let t = f64::from(t);
+                let sp = if sequence_parallel { t } else { 1.0 };
                 let formula = if sequence_parallel {
                     34.0 * sbh / t
                 } else {
                     sbh * (10.0 + 24.0 / t)
                 };
-                // What the paper leaves out: fused attention's log-sum-exp (FP32, per head and
-                // query) and the two layer norms' mean and inverse deviation (FP32, per
-                // position; split with the sequence).
+                // The log-sum-exp (FP32 per head and query) and two layer norms' mean and
+                // inverse deviation (FP32 per position, split with the sequence).
                 let heads = config.num_attention_heads as f64;
-                let stats = 2.0 * 8.0 * seq as f64 / if sequence_parallel { t } else { 1.0 };
-                let extra = 4.0 * heads * seq as f64 / t + stats;
+                let extra = 4.0 * heads * seq / t + 2.0 * 8.0 * seq / sp;
                 assert!(
                     (kept - formula - extra).abs() < 1.0,
-                    "sequence parallel {sequence_parallel}, t = {t}: {kept} vs {formula} + {extra}"
+                    "GPT-3, sequence parallel {sequence_parallel}, t = {t}: {kept} vs {formula} + {extra}"
+                );
+
+                let (config, kept) =
+                    kept_per_layer("llama3-70b", |_| {}, t as u32, sequence_parallel);
+                let h = config.hidden_size as f64;
+                let kv = (config.kv_heads() * config.head_size()) as f64 / h;
+                let f = config.ffn() as f64 / h;
+                let sbh = seq * h;
+                let sharded = 4.0 + 4.0 * kv + 6.0 * f;
+                let formula = if sequence_parallel {
+                    sbh * (8.0 + sharded) / t
+                } else {
+                    sbh * (8.0 + sharded / t)
+                };
+                let heads = config.num_attention_heads as f64;
+                let extra = 4.0 * heads * seq / t + 2.0 * 4.0 * seq / sp;
+                assert!(
+                    (kept - formula - extra).abs() < 1.0,
+                    "Llama, sequence parallel {sequence_parallel}, t = {t}: {kept} vs {formula} + {extra}"
                 );
             }
         }

@@ -303,6 +303,29 @@ pub fn recomputed(graph: &Graph, groups: &[Group]) -> Vec<NodeId> {
     out
 }
 
+/// The activations of gated products (SwiGLU's `act(gate) * up`) a stack that fuses
+/// element-wise chains no longer keeps: an activation whose only reader is a product. The
+/// fused kernel keeps the activation's input and recomputes its output in backward, as
+/// Megatron's fused bias-SwiGLU and TorchInductor's partitioner do; eager frameworks keep it.
+pub fn gated(graph: &Graph, rules: &[FusionRule]) -> Vec<NodeId> {
+    if !rules.contains(&FusionRule::Elementwise) {
+        return Vec::new();
+    }
+    let layers = graph.layers();
+    let mut readers: Vec<Vec<NodeId>> = vec![Vec::new(); layers.len()];
+    for (j, l) in layers.iter().enumerate() {
+        for &i in &l.inputs {
+            readers[i].push(j);
+        }
+    }
+    (0..layers.len())
+        .filter(|&i| {
+            role(&layers[i].op) == Role::Activation
+                && matches!(readers[i].as_slice(), [m] if matches!(layers[*m].op, Op::Mul))
+        })
+        .collect()
+}
+
 /// `graph` with every unfused attention layer fused (flash attention); `None` where it has
 /// none.
 pub fn fuse_attention(graph: &Graph) -> Option<Graph> {

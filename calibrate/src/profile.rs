@@ -130,21 +130,22 @@ pub(crate) fn conv_shape_kernels(
         ConvPass::Forward => vec![shape.kernel(KernelPass::Forward)],
         ConvPass::BackwardData => vec![shape.kernel(KernelPass::BackwardData)],
         ConvPass::BackwardFilter => vec![shape.kernel(KernelPass::BackwardFilter)],
-        // Both gradients in one measured call: each backward pass's fit gets the sum of the
-        // two kernels' features, so that with the two passes' fits alike the layer's two
-        // predicted kernels add up to the call.
-        ConvPass::Backward => {
-            let (data, filter) = (
-                shape.kernel(KernelPass::BackwardData),
-                shape.kernel(KernelPass::BackwardFilter),
-            );
-            let mut x = data.x;
-            for (a, b) in x.iter_mut().zip(filter.x) {
-                *a += b;
-            }
-            vec![Kernel { x, ..data }, Kernel { x, ..filter }]
-        }
+        ConvPass::Backward => both_gradients(
+            shape.kernel(KernelPass::BackwardData),
+            shape.kernel(KernelPass::BackwardFilter),
+        ),
     })
+}
+
+/// Both gradients measured in one call: each backward pass's fit gets the sum of the two
+/// kernels' features, so that with the two passes' fits alike the layer's two predicted
+/// kernels add up to the call.
+fn both_gradients(data: Kernel, filter: Kernel) -> Vec<Kernel> {
+    let mut x = data.x;
+    for (a, b) in x.iter_mut().zip(filter.x) {
+        *a += b;
+    }
+    vec![Kernel { x, ..data }, Kernel { x, ..filter }]
 }
 
 /// The kernels of an op record: a vector op's one kernel; a linear layer's GEMMs (its
@@ -169,12 +170,10 @@ fn op_kernels(file: &str, r: &Record, s: &record::OpShape) -> Result<Vec<Kernel>
         return Ok(match s.pass {
             Pass::Forward => linear_kernels(&s.input, out, batch, false, false),
             Pass::Backward => {
-                let k = linear_kernels(&s.input, out, batch, true, true);
-                let mut x = k[1].x;
-                for (a, b) in x.iter_mut().zip(k[2].x) {
-                    *a += b;
-                }
-                vec![Kernel { x, ..k[1] }, Kernel { x, ..k[2] }]
+                let mut k = linear_kernels(&s.input, out, batch, true, true);
+                let filter = k.pop().unwrap_or_else(|| unreachable!("three kernels"));
+                let data = k.pop().unwrap_or_else(|| unreachable!("three kernels"));
+                both_gradients(data, filter)
             }
         });
     }

@@ -388,45 +388,37 @@ fn family_keys(family: Family) -> Vec<Key> {
             ));
         }
         Family::Llama | Family::Mistral | Family::Qwen2 => {
-            for field in [
+            // Llama's classes name each field as ridgeline does; the biases are Llama's.
+            static REQUIRED: [&str; 5] = [
                 "hidden_size",
                 "num_hidden_layers",
                 "num_attention_heads",
                 "intermediate_size",
                 "max_position_embeddings",
-            ] {
-                k.push(Key {
-                    field,
-                    names: match field {
-                        "hidden_size" => &["hidden_size"],
-                        "num_hidden_layers" => &["num_hidden_layers"],
-                        "num_attention_heads" => &["num_attention_heads"],
-                        "intermediate_size" => &["intermediate_size"],
-                        _ => &["max_position_embeddings"],
-                    },
-                    default: Default::Required,
-                });
-            }
-            k.push(key(
+            ];
+            static OPTIONAL: [&str; 6] = [
                 "num_key_value_heads",
-                &["num_key_value_heads"],
-                Default::None,
-            ));
-            k.push(key("head_dim", &["head_dim"], Default::None));
+                "head_dim",
+                "rope_theta",
+                "attention_dropout",
+                "attention_bias",
+                "mlp_bias",
+            ];
+            for field in &REQUIRED {
+                k.push(key(field, std::slice::from_ref(field), Default::Required));
+            }
             k.push(key(
                 "hidden_act",
                 &["hidden_act"],
                 Default::Value(json!("silu")),
             ));
-            k.push(key("rope_theta", &["rope_theta"], Default::None));
-            k.push(key(
-                "attention_dropout",
-                &["attention_dropout"],
-                Default::None,
-            ));
-            if family == Family::Llama {
-                k.push(key("attention_bias", &["attention_bias"], Default::None));
-                k.push(key("mlp_bias", &["mlp_bias"], Default::None));
+            let optional = if family == Family::Llama {
+                &OPTIONAL[..]
+            } else {
+                &OPTIONAL[..4]
+            };
+            for field in optional {
+                k.push(key(field, std::slice::from_ref(field), Default::None));
             }
         }
     }

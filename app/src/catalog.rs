@@ -355,6 +355,11 @@ pub fn stack_figures(s: &Stack) -> Vec<SystemFigure> {
     });
     f.add("memory.recompute", Some(&s.recompute), |v, _| word(v));
     f.add("memory.tied_copies", s.tied_copies.as_ref(), |v, _| word(v));
+    f.add(
+        "memory.fp32_gradients",
+        s.fp32_gradients.as_ref(),
+        |v, _| word(v),
+    );
     f.add("data.packing", Some(&s.packing), |v, _| word(v));
     let p = &s.parallel;
     f.add("parallel.schedule", Some(&p.schedule), |v, _| word(v));

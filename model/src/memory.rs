@@ -170,7 +170,7 @@ impl Footprint {
             .iter()
             .map(|r| r.activation_bytes.value())
             .collect();
-        Self::from_kept(graph, one, optimizer, &kept, 0.0, 0)
+        Self::from_kept(graph, one, optimizer, &kept, 0.0, 0, false)
     }
 
     /// The footprint under a software stack's memory rules ([`StackMemory`]).
@@ -187,12 +187,15 @@ impl Footprint {
             &memory.per_layer,
             memory.transient,
             memory.tied_copy_params,
+            memory.fp32_gradients,
         )
     }
 
     /// The footprint with `kept` bytes per sample kept by each layer, `transient` bytes
     /// per sample live only while one recomputed transformer layer runs backward, and
-    /// `copies` parameters kept twice (tied layers' copies).
+    /// `copies` parameters kept twice (tied layers' copies), the gradients in FP32 where
+    /// `fp32_gradients` and the precision is mixed.
+    #[allow(clippy::fn_params_excessive_bools)]
     fn from_kept(
         graph: &Graph,
         one: &GraphCost,
@@ -200,6 +203,7 @@ impl Footprint {
         kept: &[f64],
         transient: f64,
         copies: u64,
+        fp32_gradients: bool,
     ) -> Footprint {
         let precision = one.precision;
         let act = precision.compute_bytes();
@@ -242,7 +246,14 @@ impl Footprint {
         debug_assert!((later - total).abs() <= 1e-6 * total.max(1.0));
         Footprint {
             parameters: Bytes::from_count(params * (act + master)),
-            gradients: Bytes::from_count(params * act),
+            gradients: Bytes::from_count(
+                params
+                    * if fp32_gradients && precision.has_master_weights() {
+                        FP32
+                    } else {
+                        act
+                    },
+            ),
             optimizer_state: Bytes::from_count(params * FP32 * optimizer.state_per_param()),
             buffers: Bytes::from_count(buffers),
             workspace: Bytes::from_count(workspace),
@@ -334,6 +345,10 @@ pub struct StackMemory {
     /// gradients and optimizer state. Left out of JSON where none.
     #[serde(skip_serializing_if = "is_zero")]
     pub tied_copy_params: u64,
+    /// Whether the gradients are kept in FP32 under mixed precision (the stack's
+    /// [`crate::stack::Stack::fp32_gradients`]). Left out of JSON where not.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub fp32_gradients: bool,
 }
 
 /// Whether a count is zero (a field serde leaves out).
@@ -418,6 +433,7 @@ pub fn stack_memory(
         } else {
             0
         },
+        fp32_gradients: stack.fp32_gradients.as_ref().is_some_and(|t| t.value),
     };
     let groups = fusion::groups(graph, &stack.fusion.value);
     let mut recomputed = fusion::recomputed(graph, &groups);

@@ -83,6 +83,10 @@ pub struct Stage {
     pub params: u64,
     /// Memory one device of the stage needs, bytes.
     pub memory_bytes: f64,
+    /// Of it, the model states: parameters, gradients, FP32 master weights and optimizer
+    /// state (Megatron-LM's `18` bytes a parameter with BF16 parameters and FP32 gradients
+    /// under Adam, `6 + 12 / d` with the distributed optimizer), bytes.
+    pub model_state_bytes: f64,
 }
 
 /// A training step split over devices.
@@ -493,10 +497,10 @@ impl Prepared<'_> {
             };
             // The activations of the micro-batches in flight, plus one micro-batch's gradients
             // (and a recomputed layer's activations) at the peak of its backward pass.
-            let memory = (footprint.parameters.value() - master
-                + footprint.gradients.value()
-                + state)
-                * share
+            let model_state =
+                (footprint.parameters.value() - master + footprint.gradients.value() + state)
+                    * share;
+            let memory = model_state
                 + micro as f64
                     * (in_flight * stage_kept + footprint.activation_gradients_per_sample.value())
                 + footprint.workspace.value();
@@ -518,6 +522,7 @@ impl Prepared<'_> {
                 },
                 params,
                 memory_bytes: memory,
+                model_state_bytes: model_state,
             });
         }
         let stage_s: Vec<f64> = out
@@ -551,7 +556,14 @@ impl Prepared<'_> {
         let eval_step_s =
             m * slowest_forward + (through_forward - slowest_forward) / f64::from(virtual_stages);
         let largest = out.iter().map(|s| s.params).max().unwrap_or(0);
-        let gradient_bytes = largest as f64 * act;
+        // Gradients reduce in the precision they are kept in (FP32 main gradients under a
+        // stack that keeps them).
+        let gradient_element = if kept.fp32_gradients && precision.has_master_weights() {
+            4.0
+        } else {
+            act
+        };
+        let gradient_bytes = largest as f64 * gradient_element;
         let data_allreduce = if data > 1 {
             let nodes =
                 u32::try_from(split.devices().div_ceil(u64::from(node))).unwrap_or(u32::MAX);
@@ -783,6 +795,67 @@ mod tests {
                     (kept - formula - extra).abs() < 1.0,
                     "Llama, sequence parallel {sequence_parallel}, t = {t}: {kept} vs {formula} + {extra}"
                 );
+            }
+        }
+    }
+
+    /// Model states per device against Megatron's published bytes per parameter (Megatron
+    /// Core developer guide, "Distributed Optimizer": BF16 parameters with FP32 gradients,
+    /// 18 bytes without the distributed optimizer and `6 + 12 / d` with it) for Llama 3 70B
+    /// split tensor 8 x pipeline 4 on DGX H100s under `megatron-te`, at 1, 2 and 8
+    /// data-parallel replicas: each stage's model states are the formula times the stage's
+    /// parameters, exactly; and the whole device's memory is those plus activations.
+    #[test]
+    fn model_states_are_megatrons_bytes_per_parameter() {
+        let config = workloads::find("llama3-70b")
+            .unwrap()
+            .transformer_config()
+            .unwrap();
+        let system = catalog::system("dgx-h100").unwrap();
+        let timing = transfer();
+        for distributed in [true, false] {
+            let mut stack = catalog::stack("megatron-te").unwrap();
+            stack.parallel.distributed_optimizer.value = distributed;
+            let p = prepare(
+                "llama3-70b",
+                &config,
+                4096,
+                8,
+                &system,
+                Precision::AmpBf16,
+                Optimizer::Adam,
+                &stack,
+                &timing,
+            )
+            .unwrap();
+            for d in [1u32, 2, 8] {
+                let split = Split {
+                    tensor: 8,
+                    pipeline: 4,
+                    data: d,
+                    micro_batches: 8,
+                    virtual_stages: 1,
+                };
+                let s = p.step(u64::from(8 * d), split).unwrap();
+                let per_param = if distributed {
+                    6.0 + 12.0 / f64::from(d)
+                } else {
+                    18.0
+                };
+                let mut total = 0;
+                for st in &s.stages {
+                    let want = per_param * st.params as f64;
+                    assert!(
+                        (st.model_state_bytes / want - 1.0).abs() < 1e-12,
+                        "d = {d}, distributed {distributed}, layers {:?}: {} vs {want}",
+                        st.layers,
+                        st.model_state_bytes
+                    );
+                    assert!(st.memory_bytes > st.model_state_bytes);
+                    total += st.params;
+                }
+                // The stages hold one tensor-parallel rank's share of the 70.6 billion.
+                assert!((total as f64 * 8.0 / 70.55e9 - 1.0).abs() < 0.01, "{total}");
             }
         }
     }

@@ -314,6 +314,10 @@ pub struct Stack {
     /// its own copy of the shared weights and of their gradient (ridgeline's executors do;
     /// PyTorch shares one tensor). `None`: not said, no copy.
     pub tied_copies: Option<Sourced<bool>>,
+    /// Whether gradients are accumulated and reduced in FP32 under mixed precision
+    /// (Megatron-LM's `main_grad` buffers, which it keeps in FP32 for BF16 training:
+    /// `accumulate_allreduce_grads_in_fp32`). `None`: not said, the compute precision.
+    pub fp32_gradients: Option<Sourced<bool>>,
     /// Whether sequences are packed (or run unpadded): a transformer then computes the
     /// tokens a data set's sequence holds on average (`tokens_per_sequence`), not the padded
     /// length (Krell et al., arXiv:2107.02027).
@@ -583,6 +587,12 @@ pub fn parse(text: &str, file: &str) -> Result<Stack> {
             .tied_copies
             .as_ref()
             .map(|r| flag("memory.tied_copies", r))
+            .transpose()?,
+        fp32_gradients: raw
+            .memory
+            .fp32_gradients
+            .as_ref()
+            .map(|r| flag("memory.fp32_gradients", r))
             .transpose()?,
         packing: flag("data.packing", &raw.data.packing)?,
         parallel: Parallel {

@@ -40,6 +40,10 @@ pub(crate) struct RawMemory {
     /// shares, and of their gradient; absent: no (PyTorch shares them).
     #[serde(default)]
     pub(crate) tied_copies: Option<RawSourced<bool>>,
+    /// Whether gradients are accumulated and reduced in FP32 under mixed precision;
+    /// absent: no (in the compute precision).
+    #[serde(default)]
+    pub(crate) fp32_gradients: Option<RawSourced<bool>>,
 }
 
 /// `[parallel]`: how a split model's pipeline and optimizer run.

@@ -37,7 +37,9 @@
 use serde::Serialize;
 use smallvec::SmallVec;
 
-use crate::graph::{Attention, AttentionShape, Graph, Layer, NodeId, Op, ScoreMask, Shape};
+use crate::graph::{
+    Attention, AttentionShape, Graph, Layer, Moe, MoeShape, NodeId, Op, ScoreMask, Shape,
+};
 use crate::precision::Precision;
 use crate::units::{Bytes, Flops};
 
@@ -139,6 +141,8 @@ enum Saved {
     /// FP32 statistics per row ([`stats_elements`]): a norm's mean and inverse deviation
     /// per position, fused attention's log-sum-exp per head and query.
     Stats,
+    /// What a mixture-of-experts layer's inner kernels keep ([`moe_saved_bytes`]).
+    Experts,
 }
 
 /// Largest per-device batch size (2^20); see [`crate::graph::MAX_MACS`].
@@ -272,7 +276,130 @@ pub(crate) fn counts(graph: &Graph, layer: &Layer) -> Counts {
             flops_fwd: in_elems,
             ..Counts::default()
         },
+        Op::Moe(m) => {
+            let (weights, macs) = matrix_size(graph, layer);
+            let s = MoeShape::of(m, in_shape(0).dims());
+            // Its element-wise kernels' FLOPs are whole numbers of elements.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let vector = |backward| {
+                moe_passes(m, &s, 2.0, backward)
+                    .iter()
+                    .map(|p| p.flops)
+                    .sum::<f64>() as u64
+            };
+            Counts {
+                params: weights,
+                macs,
+                flops_fwd: 2 * macs + vector(false),
+                flops_bwd_data: 2 * macs + vector(true),
+                flops_bwd_weight: 2 * macs,
+                shared: 0,
+            }
+        }
     }
+}
+
+/// One element-wise kernel of a mixture-of-experts layer, per sample: the op kind it is
+/// timed as ([`crate::kernels::vector_kernel`]), its FLOPs and the bytes it reads and
+/// writes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MoePass {
+    /// The op kind it is timed as.
+    pub op: &'static str,
+    /// FLOPs.
+    pub flops: f64,
+    /// Bytes read and written.
+    pub bytes: f64,
+}
+
+/// The element-wise kernels of mixture-of-experts layer `m` of shape `s` at `act` bytes per
+/// element, forward or backward, in order, as Hugging Face's `MixtralSparseMoeBlock` runs
+/// them in eager PyTorch (`T` slots, `S` tokens, `E` experts, `k` of them a token, `H`
+/// channels, `F` an expert's inner size):
+/// - forward: the router's softmax in FP32 (`S E`), the top-k choice and the weights'
+///   renormalisation (a row op timed as a softmax: `S E`, writing `S k` FP32 weights and
+///   8-byte indices), the
+///   tokens gathered to their experts' slots (`gather`: `T H` read and written), the
+///   activation (`T F`), the gate's product (`mul`, gated experts), the routing weights'
+///   product (`mul`: `T H`) and the sum into each token's output (`scatter-add`: `T H`);
+/// - backward: the output gradient's rows gathered to the slots, the routing weights'
+///   product's two gradients (`2 T H`), the gate's (`2 T F`) and the activation's (`T F`),
+///   the two projections' input gradients summed (`add`, gated), the slots' gradients summed
+///   into the tokens' (`scatter-add`), and the top-k and softmax gradients to the router
+///   (`S E` each).
+///
+/// The layer's own input read and output write, and its GEMMs' operands, are counted
+/// elsewhere ([`moe_gemm_bytes`]).
+pub fn moe_passes(m: &Moe, s: &MoeShape, act: f64, backward: bool) -> Vec<MoePass> {
+    const FP32: f64 = 4.0;
+    const INDEX: f64 = 8.0;
+    let pass = |op, flops, bytes| MoePass { op, flops, bytes };
+    let (t, seq, h) = (s.slots as f64, s.seq as f64, s.hidden as f64);
+    let (e, k, f) = (m.experts as f64, m.top_k as f64, m.ffn as f64);
+    let act_kind = m.activation.name();
+    let mut out = Vec::new();
+    if backward {
+        out.push(pass("gather", 0.0, 2.0 * act * t * h + INDEX * t));
+        out.push(pass("mul", 2.0 * t * h, act * (3.0 * t * h + 2.0 * t)));
+        if m.gated {
+            out.push(pass("mul", 2.0 * t * f, 5.0 * act * t * f));
+        }
+        out.push(pass(act_kind, t * f, 3.0 * act * t * f));
+        if m.gated {
+            out.push(pass("add", t * h, 3.0 * act * t * h));
+        }
+        out.push(pass("scatter-add", t * h, act * t * h + INDEX * t));
+        out.push(pass(
+            "softmax",
+            seq * e,
+            FP32 * (seq * e + seq * k) + INDEX * seq * k,
+        ));
+        out.push(pass("softmax", seq * e, 3.0 * FP32 * seq * e));
+    } else {
+        out.push(pass("softmax", seq * e, 2.0 * FP32 * seq * e));
+        out.push(pass(
+            "softmax",
+            seq * e,
+            FP32 * seq * e + (FP32 + INDEX) * seq * k,
+        ));
+        out.push(pass("gather", 0.0, 2.0 * act * t * h + INDEX * t));
+        out.push(pass(act_kind, t * f, 2.0 * act * t * f));
+        if m.gated {
+            out.push(pass("mul", t * f, 3.0 * act * t * f));
+        }
+        out.push(pass("mul", t * h, act * (2.0 * t * h + t)));
+        out.push(pass("scatter-add", t * h, act * t * h + INDEX * t));
+    }
+    out
+}
+
+/// Bytes per sample a mixture-of-experts layer's GEMMs move beyond the layer's input and
+/// output and its weights, forward and backward: the router writes its logits (`S E`);
+/// each projection reads its `T x H` or `T x F` operand and writes the other; backward,
+/// each projection's data gradient reads its output's gradient and writes its input's, and
+/// its weight gradient reads both, and the router's gradients read the logits' gradient
+/// (twice) and the tokens (once; the input gradient's write is the layer's own).
+pub fn moe_gemm_bytes(m: &Moe, s: &MoeShape, act: f64) -> (f64, f64) {
+    let (t, seq, h) = (s.slots as f64, s.seq as f64, s.hidden as f64);
+    let (e, f, p) = (m.experts as f64, m.ffn as f64, s.projections as f64);
+    let operands = p * (t * h + t * f);
+    (
+        act * (seq * e + operands),
+        act * (2.0 * operands + 2.0 * seq * e + seq * h),
+    )
+}
+
+/// Bytes per sample a mixture-of-experts layer keeps for backward beyond its input: the
+/// tokens gathered to the slots, each projection's output and the activation's (gated:
+/// `w1`'s, `w3`'s, the activation's and the gate's product, `4 T F`; plain `2 T F`), the
+/// experts' outputs before their weights (`T H`) and the weights (`T`), in compute
+/// precision; the router's probabilities (FP32, `S E`) and the chosen experts' indices
+/// (8 bytes, `S k`).
+pub fn moe_saved_bytes(m: &Moe, s: &MoeShape, act: f64) -> f64 {
+    let (t, seq, h) = (s.slots as f64, s.seq as f64, s.hidden as f64);
+    let (e, k, f) = (m.experts as f64, m.top_k as f64, m.ffn as f64);
+    let inner = if m.gated { 4.0 } else { 2.0 };
+    act * (2.0 * t * h + inner * t * f + t) + 4.0 * seq * e + 8.0 * seq * k
 }
 
 /// Trainable parameters of a norm over `input`'s channels: a scale and a shift per
@@ -291,6 +418,8 @@ pub fn param_tensors(op: &Op) -> u64 {
         Op::Dense { bias: b, .. } => 1 + bias(*b),
         Op::Linear { bias: b, tied, .. } => u64::from(!*tied) + bias(*b),
         Op::Embedding { .. } | Op::RmsNorm => 1,
+        // The router's weights and each local expert's projections.
+        Op::Moe(m) => 1 + m.local as u64 * if m.gated { 3 } else { 2 },
         Op::BatchNorm | Op::ChannelAffine | Op::LayerNorm => 2,
         _ => 0,
     }
@@ -519,6 +648,17 @@ fn extra_bytes(graph: &Graph, layer: &Layer, act: f64) -> (f64, f64) {
             let x = layer.output.elements() as f64 * act;
             (8.0 * x, 12.0 * x)
         }
+        Op::Moe(m) => {
+            let s = MoeShape::of(m, graph.layers()[layer.inputs[0]].output.dims());
+            let traffic = |backward| {
+                moe_passes(m, &s, act, backward)
+                    .iter()
+                    .map(|p| p.bytes)
+                    .sum::<f64>()
+            };
+            let (gemm_fwd, gemm_bwd) = moe_gemm_bytes(m, &s, act);
+            (traffic(false) + gemm_fwd, traffic(true) + gemm_bwd)
+        }
         _ => (0.0, 0.0),
     }
 }
@@ -587,7 +727,8 @@ pub fn keeps(op: &Op) -> Keeps {
         private: s.contains(&Saved::PrivateLikeInput)
             || s.contains(&Saved::Scores)
             || s.contains(&Saved::RepeatedKv)
-            || s.contains(&Saved::Stats),
+            || s.contains(&Saved::Stats)
+            || s.contains(&Saved::Experts),
     }
 }
 
@@ -620,6 +761,7 @@ fn saved(op: &Op) -> &'static [Saved] {
         Op::Linear { .. } | Op::Embedding { .. } | Op::Gelu | Op::Silu => &[Saved::Input(0)],
         Op::LayerNorm | Op::RmsNorm => &[Saved::Input(0), Saved::Stats],
         Op::MatMul | Op::Mul => &[Saved::Inputs],
+        Op::Moe(_) => &[Saved::Input(0), Saved::Experts],
         // Unfused: the weights after softmax, and after dropout with its mask.
         // Grouped: the keys and values as copied to every head, with the queries.
         Op::Attention(a) if !a.fused && a.kv_heads < a.heads && a.dropout > 0.0 => &[
@@ -742,6 +884,13 @@ pub fn cost(graph: &Graph, batch: u64, precision: Precision) -> GraphCost<'_> {
                         Bytes::new(4.0 * stats_elements(graph, layer) as f64 * b),
                         None,
                     )),
+                    Saved::Experts => {
+                        if let Op::Moe(m) = &layer.op {
+                            let s = MoeShape::of(m, layers[layer.inputs[0]].output.dims());
+                            tensors
+                                .push((Bytes::new(moe_saved_bytes(m, &s, act.value()) * b), None));
+                        }
+                    }
                 }
             }
             for (bytes, node) in tensors {

@@ -38,7 +38,11 @@
 //! scale on the queries rather than the scores); one input `[3 H, S]` or three: queries,
 //! keys, values; `kv_heads` = `heads`, fewer for grouped-query attention, whose keys and
 //! values are `[H kv_heads / heads, S_kv]`); `rotary` (`heads*`, `theta` = 10000: rotary
-//! position embedding of queries or keys `[H, S]`);
+//! position embedding of queries or keys `[H, S]`); `moe` (`experts*`, `top_k*`, `ffn*`,
+//! `local` = `experts` (the experts one rank holds under expert parallelism), `gated` = true
+//! (`w2(act(w1 x) * w3 x)`; false: `w2(act(w1 x))`), `activation` = "silu" ("silu",
+//! "gelu", "relu"), `capacity_factor` absent for dropless routing: a mixture-of-experts
+//! feed-forward layer on sequences `[H, S]`);
 //! `gather` (`edges*`), `scatter-add` (`nodes*`) and `segment-sum` (`segments*`) on rows of
 //! `[F, rows]`; and without fields `global-avg-pool`, `batch-norm`, `channel-affine`,
 //! `relu`, `tanh`, `add`, `mul` (two inputs of one shape, element by element), `concat`, `flatten`, `softmax-cross-entropy`, `mse-loss`,
@@ -52,8 +56,8 @@ use crate::error::{Error, Result};
 use smallvec::smallvec;
 
 use crate::graph::{
-    Attention, Conv, Dims, Graph, INPUT_NAME, Layer, LayerError, NodeId, Op, PadPairs, Padding,
-    Pool, ScoreMask,
+    Attention, Conv, Dims, ExpertActivation, Graph, INPUT_NAME, Layer, LayerError, Moe, NodeId, Op,
+    PadPairs, Padding, Pool, ScoreMask,
 };
 use crate::system::parse_toml;
 
@@ -135,6 +139,20 @@ struct RawLayer {
     segments: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tied: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    experts: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    local: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_k: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ffn: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gated: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    activation: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    capacity_factor: Option<f64>,
 }
 
 /// Op names and the fields each takes; required fields end in `*`.
@@ -210,6 +228,18 @@ const OPS: &[(&str, &[&str])] = &[
     ("gather", &["edges*"]),
     ("scatter-add", &["nodes*"]),
     ("segment-sum", &["segments*"]),
+    (
+        "moe",
+        &[
+            "experts*",
+            "top_k*",
+            "ffn*",
+            "local",
+            "gated",
+            "activation",
+            "capacity_factor",
+        ],
+    ),
 ];
 
 impl RawLayer {
@@ -246,6 +276,13 @@ impl RawLayer {
             ("nodes", self.nodes.is_some()),
             ("segments", self.segments.is_some()),
             ("tied", self.tied.is_some()),
+            ("experts", self.experts.is_some()),
+            ("local", self.local.is_some()),
+            ("top_k", self.top_k.is_some()),
+            ("ffn", self.ffn.is_some()),
+            ("gated", self.gated.is_some()),
+            ("activation", self.activation.is_some()),
+            ("capacity_factor", self.capacity_factor.is_some()),
         ]
         .into_iter()
         .filter_map(|(f, set)| set.then_some(f))
@@ -480,6 +517,30 @@ fn to_op(l: &RawLayer, rank: usize) -> Result<Op, String> {
         "segment-sum" => Op::SegmentSum {
             segments: l.segments.unwrap_or(0),
         },
+        "moe" => {
+            let experts = l.experts.unwrap_or(0);
+            let activation = match l.activation.as_deref() {
+                None => ExpertActivation::Silu,
+                Some(a) => ExpertActivation::ALL
+                    .into_iter()
+                    .find(|f| f.name() == a)
+                    .ok_or_else(|| {
+                        format!(
+                            "activation = \"{a}\" is not an expert activation; use {}",
+                            ExpertActivation::ALL.map(ExpertActivation::name).join(", ")
+                        )
+                    })?,
+            };
+            Op::Moe(Moe {
+                experts,
+                local: l.local.unwrap_or(experts),
+                top_k: l.top_k.unwrap_or(0),
+                ffn: l.ffn.unwrap_or(0),
+                gated: l.gated.unwrap_or(true),
+                activation,
+                capacity_factor: l.capacity_factor,
+            })
+        }
         other => return Err(format!("op `{other}` has no builder")),
     })
 }
@@ -603,6 +664,15 @@ fn export_layer(graph: &Graph, id: NodeId, layer: &Layer) -> RawLayer {
         Op::Gather { edges } => raw.edges = Some(*edges),
         Op::ScatterAdd { nodes } => raw.nodes = Some(*nodes),
         Op::SegmentSum { segments } => raw.segments = Some(*segments),
+        Op::Moe(m) => {
+            raw.experts = Some(m.experts);
+            raw.local = (m.local != m.experts).then_some(m.local);
+            raw.top_k = Some(m.top_k);
+            raw.ffn = Some(m.ffn);
+            raw.gated = Some(m.gated);
+            raw.activation = Some(m.activation.name().to_owned());
+            raw.capacity_factor = m.capacity_factor;
+        }
         Op::MaxPool(p) | Op::AvgPool(p) => {
             raw.kernel = Some(ints(&p.kernel));
             raw.stride = Some(ints(&p.stride));

@@ -42,8 +42,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::cost::{GraphCost, requires_grad, score_passes};
-use crate::graph::{Attention, AttentionShape, Graph, Layer, Op};
+use crate::cost::{GraphCost, moe_passes, requires_grad, score_passes};
+use crate::graph::{Attention, AttentionShape, Graph, Layer, Moe, MoeShape, Op};
 
 /// Number of features of every kernel (the constant first).
 pub const FEATURES: usize = 5;
@@ -125,7 +125,7 @@ impl KernelClass {
             "max-pool" | "avg-pool" | "global-avg-pool" => Some(KernelClass::Pooling),
             "batch-norm" | "channel-affine" | "layer-norm" | "rms-norm" => Some(KernelClass::Norm),
             "input" | "flatten" | "conv" | "conv-transpose" | "dense" | "linear" | "matmul"
-            | "attention" => None,
+            | "attention" | "moe" => None,
             _ => Some(KernelClass::Elementwise),
         }
     }
@@ -458,6 +458,65 @@ pub fn attention_kernels(
     out
 }
 
+/// The kernels of a mixture-of-experts layer at `batch` with `act` bytes per element: its
+/// router's GEMMs (a linear layer of `experts` outputs on the tokens), its element-wise
+/// kernels ([`moe_passes`]), and each projection as one GEMM per local expert on that
+/// expert's even share of the slots (Hugging Face's loop over the experts, Megatron-Core's
+/// sequential experts), marked `linear`; forward, and where `data` and `filter` its
+/// gradients (the element-wise kernels' backward with the data gradient).
+pub fn moe_kernels(
+    m: &Moe,
+    s: &MoeShape,
+    batch: f64,
+    act: f64,
+    data: bool,
+    filter: bool,
+) -> Vec<Kernel> {
+    let tokens = [s.hidden as usize, s.seq as usize];
+    let router = linear_kernels(&tokens, m.experts, batch, data, filter);
+    let rows = s.rows_per_expert(m.local) * batch;
+    let (h, f, calls) = (s.hidden as f64, m.ffn as f64, m.local as f64);
+    let expert = |pass, mm, n, k| Kernel {
+        op: Some("linear"),
+        ..gemm_kernel(KernelClass::Gemm, pass, mm, n, k, calls)
+    };
+    let vector = |pass: KernelPass| {
+        moe_passes(m, s, act, pass.is_backward())
+            .into_iter()
+            .filter_map(move |p| vector_kernel(p.op, pass, p.flops * batch, p.bytes * batch))
+    };
+    // The projections into the experts (`w1`, and `w3` where gated) and out (`w2`).
+    let into = s.projections as usize - 1;
+    let mut out = vec![router[0]];
+    let mut fwd = vector(KernelPass::Forward);
+    // The softmax, the choice and the gather before the experts; the rest after.
+    out.extend(fwd.by_ref().take(3));
+    for _ in 0..into {
+        out.push(expert(KernelPass::Forward, rows, f, h));
+    }
+    out.extend(fwd.by_ref().take(usize::from(m.gated) + 1));
+    out.push(expert(KernelPass::Forward, rows, h, f));
+    out.extend(fwd);
+    if data {
+        let data_pass = KernelPass::BackwardData;
+        out.extend(vector(KernelPass::Backward));
+        out.push(expert(data_pass, rows, f, h));
+        for _ in 0..into {
+            out.push(expert(data_pass, rows, h, f));
+        }
+    }
+    if filter {
+        // `dW = X^T dY`: `w2`'s `F x H` from the slots' `F` and `H`, the others' `H x F`.
+        let pass = KernelPass::BackwardFilter;
+        out.push(expert(pass, f, h, rows));
+        for _ in 0..into {
+            out.push(expert(pass, h, f, rows));
+        }
+    }
+    out.extend(router.into_iter().skip(1));
+    out
+}
+
 fn conv_shape(graph: &Graph, layer: &Layer, batch: u64) -> Option<ConvShape> {
     let input = graph.layers()[*layer.inputs.first()?].output.dims();
     let output = layer.output.dims();
@@ -584,6 +643,17 @@ pub fn step_kernels(graph: &Graph, cost: &GraphCost<'_>) -> Vec<Vec<Kernel>> {
                         out.extend(attention_kernels(a, &s, cost.batch as f64, act, backward));
                     }
                 }
+                Op::Moe(m) => {
+                    let input = graph.layers()[layer.inputs[0]].output.dims();
+                    out.extend(moe_kernels(
+                        m,
+                        &MoeShape::of(m, input),
+                        cost.batch as f64,
+                        cost.precision.compute_bytes() as f64,
+                        lc.flops_bwd_data.value() > 0.0,
+                        lc.flops_bwd_weight.value() > 0.0,
+                    ));
+                }
                 op => {
                     let kind = op.kind();
                     out.extend(vector_kernel(
@@ -635,6 +705,7 @@ mod tests {
             "gpt2",
             "bert-large",
             "opt-1.3b",
+            "mixtral-8x7b",
             "gin",
         ] {
             let options = BuildOptions {

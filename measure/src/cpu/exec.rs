@@ -452,6 +452,29 @@ mod tests {
         assert!((peak / model - 1.0).abs() < 1e-3, "{peak} vs {model}");
     }
 
+    /// A small Mixtral (eight gated experts, two a token): the executor's peak is the
+    /// model's footprint, the experts' routed tensors included, within 0.1 %.
+    #[test]
+    fn a_mixtral_step_peaks_at_the_models_footprint() {
+        use ridgeline_model::memory::{Footprint, Optimizer};
+        use ridgeline_model::precision::Precision;
+        use ridgeline_model::units::Bytes;
+        use ridgeline_model::workloads::{self, BuildOptions};
+        let options = BuildOptions {
+            input_size: Some(vec![16]),
+            width: 0.016,
+        };
+        let g = workloads::build("mixtral-8x7b", &options).unwrap();
+        let mut exec = Executor::new(&g, 2, 1);
+        let loss = exec.step().loss;
+        assert!(loss.is_finite() && loss > 0.0, "{loss}");
+        let f = Footprint::of(&g, Precision::Fp32, Optimizer::Sgd).at(2, Bytes::new(f64::INFINITY));
+        let peak = exec.peak_bytes() as f64;
+        let model = f.total.value();
+        // 146,645,904 against 146,621,192 bytes when written.
+        assert!((peak / model - 1.0).abs() < 1e-3, "{peak} vs {model}");
+    }
+
     #[test]
     fn sgd_lowers_the_loss() {
         let g = network();

@@ -479,6 +479,30 @@ fn rotary_and_grouped_query_attention() {
     }
 }
 
+/// A mixture of experts, gated and plain, dropless and with capacities that drop tokens:
+/// its router's, experts' and input's gradients, through the top-k renormalisation and the
+/// softmax.
+#[test]
+fn mixture_of_experts() {
+    use ridgeline_model::graph::{ExpertActivation, Moe};
+    for (gated, activation, capacity_factor) in [
+        (true, ExpertActivation::Silu, None),
+        (false, ExpertActivation::Gelu, Some(1.0)),
+        (true, ExpertActivation::Silu, Some(0.75)),
+    ] {
+        let moe = Moe {
+            experts: 4,
+            local: 4,
+            top_k: 2,
+            ffn: 5,
+            gated,
+            activation,
+            capacity_factor,
+        };
+        Check::new(&[6, 7], &[("moe", Op::Moe(moe))], 2).run();
+    }
+}
+
 #[test]
 fn graph_row_ops() {
     Check::new(&[3, 5], &[("g", Op::Gather { edges: 8 })], 2).run();

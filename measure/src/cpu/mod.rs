@@ -12,6 +12,7 @@ pub(crate) mod exec;
 mod gemm;
 #[cfg(test)]
 mod gradcheck;
+mod moe;
 pub(crate) mod ops;
 mod seq;
 mod stream;
@@ -404,6 +405,22 @@ impl Backend for CpuBackend {
                 "the CPU executor trains in fp32 only; tf32, amp-fp16 and amp-bf16 run on a GPU \
                  (--device cuda)",
             ));
+        }
+        // One expert-parallel rank's layer sends most of its tokens to experts it does not
+        // hold: the executor runs whole models on one device.
+        for layer in graph.layers() {
+            if let ridgeline_model::graph::Op::Moe(m) = &layer.op
+                && m.local < m.experts
+            {
+                return Err(Error::invalid(
+                    format!("workload `{}`, layer `{}`", graph.name(), layer.name),
+                    format!(
+                        "holds {} of its {} experts (one expert-parallel rank); the executor \
+                         runs a whole model on one device: give local = experts",
+                        m.local, m.experts
+                    ),
+                ));
+            }
         }
         let footprint = Footprint::of(graph, Precision::Fp32, Optimizer::Sgd)
             .at(batch as u64, Bytes::new(f64::INFINITY));

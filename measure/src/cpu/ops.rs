@@ -14,7 +14,7 @@ use ridgeline_model::graph::{Graph, Layer, Op, Pool};
 
 use super::conv::{self, ConvGeom, add_channel_bias, channel_sums, three};
 use super::gemm::{View, ViewMut, matmul};
-use super::seq;
+use super::{moe, seq};
 
 /// Batch-norm epsilon (PyTorch's and Keras' default order of magnitude).
 pub(crate) const BN_EPS: f32 = 1e-5;
@@ -272,6 +272,8 @@ pub(crate) enum Kernel {
     Attention(seq::Attention),
     /// Gather, scatter-add or segment sum.
     Rows(seq::Rows),
+    /// A mixture of experts.
+    Moe(moe::Moe),
 }
 
 /// State a forward pass leaves for backward besides the retained tensors.
@@ -286,12 +288,16 @@ pub(crate) struct Aux {
     /// Unfused grouped-query attention: the keys and values copied to every head, which
     /// its backward reads (as eager PyTorch's products save them).
     pub(crate) kv: Vec<f32>,
+    /// A mixture of experts: its routing and each expert's tensors.
+    pub(crate) moe: moe::Saved,
 }
 
 impl Aux {
     /// Bytes held.
     pub(crate) fn bytes(&self) -> usize {
-        4 * (self.stats.len() + self.probs.len() + self.kv.len()) + self.mask.len()
+        4 * (self.stats.len() + self.probs.len() + self.kv.len())
+            + self.mask.len()
+            + self.moe.bytes()
     }
 }
 
@@ -493,6 +499,23 @@ impl Kernel {
                 rows: input(0)[1],
                 segments: *segments,
             }),
+            Op::Moe(m) => {
+                let shape = ridgeline_model::graph::MoeShape::of(m, input(0));
+                Kernel::Moe(moe::Moe {
+                    n,
+                    hidden: out[0],
+                    seq: out[1],
+                    experts: m.experts,
+                    top_k: m.top_k,
+                    ffn: m.ffn,
+                    gated: m.gated,
+                    act: m.activation,
+                    #[allow(clippy::cast_possible_truncation)]
+                    capacity: m
+                        .capacity_factor
+                        .map(|_| (shape.slots / m.experts.max(1) as u64) as usize),
+                })
+            }
         }
     }
 
@@ -541,6 +564,7 @@ impl Kernel {
             Kernel::Embedding(e) => vec![e.vocab * e.dim],
             Kernel::Norm(g) if g.rms => vec![g.c],
             Kernel::Norm(g) => vec![g.c, g.c],
+            Kernel::Moe(m) => m.param_sizes(),
             _ => vec![],
         }
     }
@@ -549,6 +573,22 @@ impl Kernel {
     /// scales one.
     #[allow(clippy::cast_precision_loss)]
     pub(crate) fn init_params(&self, seed: u64) -> Vec<Vec<f32>> {
+        // Every tensor of a mixture of experts is a weight matrix, each drawn apart.
+        if let Kernel::Moe(m) = self {
+            return m
+                .param_sizes()
+                .into_iter()
+                .zip(m.fan_ins())
+                .enumerate()
+                .map(|(i, (len, fan_in))| {
+                    let scale = (3.0 / fan_in as f32).sqrt();
+                    let stream = seed.wrapping_add(0x9E37_79B9 * i as u64);
+                    (0..len as u64)
+                        .map(|j| scale * uniform(stream, j))
+                        .collect()
+                })
+                .collect();
+        }
         let fan_in = match self {
             Kernel::Conv { geom, .. } => geom.k_rows(),
             Kernel::ConvTranspose { geom, .. } => geom.cout_g() * geom.kvol(),
@@ -826,6 +866,7 @@ impl Kernel {
             Kernel::Silu => map(out, x, seq::silu),
             Kernel::Rotary(r) => r.apply(x, out, false),
             Kernel::Attention(a) => a.forward(inputs, out, aux, threads, seed),
+            Kernel::Moe(m) => m.forward(x, params, out, &mut aux.moe, threads),
             Kernel::Rows(r) => r.forward(x, out),
             Kernel::Mse { n, elems } => {
                 for b in 0..*n {
@@ -1165,6 +1206,15 @@ impl Kernel {
                 }
             }
             Kernel::Attention(a) => a.backward(inputs, dy, aux, dx, threads, seed),
+            Kernel::Moe(m) => m.backward(
+                x,
+                params,
+                dy,
+                &aux.moe,
+                dparams,
+                dx[0].as_deref_mut(),
+                threads,
+            ),
             Kernel::Rows(r) => {
                 if let Some(d) = dx[0].as_deref_mut() {
                     r.backward(dy, d);

@@ -12,7 +12,10 @@ mod shape;
 use std::hash::BuildHasher;
 
 use compact_str::CompactString;
-pub use op::{Attention, AttentionShape, Conv, MAX_WINDOW, Op, PadPairs, Padding, Pool, ScoreMask};
+pub use op::{
+    Attention, AttentionShape, Conv, ExpertActivation, MAX_WINDOW, Moe, MoeShape, Op, PadPairs,
+    Padding, Pool, ScoreMask,
+};
 use rustc_hash::{FxBuildHasher, FxHashMap};
 pub use shape::{Dims, Shape};
 use smallvec::SmallVec;

@@ -288,6 +288,118 @@ pub enum Op {
         /// Runs (segments).
         segments: usize,
     },
+    /// A mixture-of-experts feed-forward layer over sequences `[H, S] -> [H, S]` (Shazeer et
+    /// al. 2017; Mixtral's `MixtralSparseMoeBlock`): a router (a linear layer of `experts`
+    /// outputs, no bias) scores every token, each token goes to its `top_k` experts with
+    /// the softmax weights renormalised over them, each expert is a feed-forward network
+    /// (`w2(act(w1 x) * w3 x)` gated, `w2(act(w1 x))` plain, no biases), and each token's
+    /// output is its experts' outputs weighted and summed.
+    Moe(Moe),
+}
+
+/// The parameters of a mixture-of-experts layer ([`Op::Moe`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Moe {
+    /// Experts of the layer: the router's outputs.
+    pub experts: usize,
+    /// Experts this rank holds: `experts`, or its share under expert parallelism (the
+    /// tokens routed to the others leave by an all-to-all the graph does not hold, and as
+    /// many come in).
+    pub local: usize,
+    /// Experts each token goes to.
+    pub top_k: usize,
+    /// Inner size of each expert's feed-forward network (this rank's share under tensor
+    /// parallelism).
+    pub ffn: usize,
+    /// Gated (SwiGLU-style, three projections) or plain (two).
+    pub gated: bool,
+    /// The experts' activation.
+    pub activation: ExpertActivation,
+    /// The most tokens an expert takes, as a multiple of its even share
+    /// (`capacity_factor x S x top_k / experts`, rounded up); the experts compute every
+    /// slot of their capacity, padded (GShard's and Switch's dispatch), and the tokens
+    /// beyond it are dropped. `None`: dropless (Mixtral, MegaBlocks): every token's
+    /// `top_k` experts compute it.
+    pub capacity_factor: Option<f64>,
+}
+
+/// The activation inside a mixture-of-experts layer's experts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpertActivation {
+    /// SiLU (Mixtral's SwiGLU).
+    Silu,
+    /// GELU (the erf form).
+    Gelu,
+    /// ReLU (Switch Transformer).
+    Relu,
+}
+
+impl ExpertActivation {
+    /// Every activation, in the order its file spellings are listed.
+    pub const ALL: [ExpertActivation; 3] = [
+        ExpertActivation::Silu,
+        ExpertActivation::Gelu,
+        ExpertActivation::Relu,
+    ];
+
+    /// Its spelling in workload files, which is also the op kind it runs as.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExpertActivation::Silu => "silu",
+            ExpertActivation::Gelu => "gelu",
+            ExpertActivation::Relu => "relu",
+        }
+    }
+}
+
+/// The sizes a mixture-of-experts layer works on, per sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoeShape {
+    /// Channels of the tokens.
+    pub hidden: u64,
+    /// Tokens.
+    pub seq: u64,
+    /// Token slots the rank's experts compute: `seq x top_k` dropless, `experts x
+    /// capacity` with a capacity factor (under expert parallelism a rank sends its tokens'
+    /// slots out and takes as many in, so the count is the same).
+    pub slots: u64,
+    /// Projections per expert: 3 gated, 2 plain.
+    pub projections: u64,
+}
+
+impl MoeShape {
+    /// The sizes of `m` reading `input` (`[H, S]`).
+    pub fn of(m: &Moe, input: &[usize]) -> MoeShape {
+        let (hidden, seq) = match input {
+            [h, s] => (*h as u64, *s as u64),
+            _ => (0, 0),
+        };
+        let routed = seq * m.top_k as u64;
+        let slots = match m.capacity_factor {
+            None => routed,
+            Some(cf) => {
+                let experts = m.experts.max(1) as u64;
+                #[allow(
+                    clippy::cast_possible_truncation,
+                    clippy::cast_sign_loss,
+                    clippy::cast_precision_loss
+                )]
+                let capacity = (cf * routed as f64 / experts as f64).ceil() as u64;
+                experts * capacity
+            }
+        };
+        MoeShape {
+            hidden,
+            seq,
+            slots,
+            projections: if m.gated { 3 } else { 2 },
+        }
+    }
+
+    /// Rows each of the rank's `local` experts computes (an even share of the slots).
+    pub fn rows_per_expert(&self, local: usize) -> f64 {
+        self.slots as f64 / local.max(1) as f64
+    }
 }
 
 /// The parameters of an attention layer ([`Op::Attention`]).
@@ -499,6 +611,7 @@ impl Op {
             Op::Gather { .. } => "gather",
             Op::ScatterAdd { .. } => "scatter-add",
             Op::SegmentSum { .. } => "segment-sum",
+            Op::Moe(_) => "moe",
         }
     }
 
@@ -513,6 +626,7 @@ impl Op {
                 | Op::Linear { .. }
                 | Op::MatMul
                 | Op::Attention(_)
+                | Op::Moe(_)
         )
     }
 
@@ -561,6 +675,21 @@ impl Op {
             Op::Attention(a) => {
                 let s = AttentionShape::of(a, inputs)?;
                 return Some((0, s.scores.checked_mul(s.hidden)?.checked_mul(2)?));
+            }
+            // The router's `H x E` weights at every token, and each expert's projections
+            // (`H x F` each) at the slots routed to it.
+            Op::Moe(m) => {
+                let s = MoeShape::of(m, input);
+                let expert = s
+                    .projections
+                    .checked_mul(s.hidden)?
+                    .checked_mul(m.ffn as u64)?;
+                let router = s.hidden.checked_mul(m.experts as u64)?;
+                let weights = expert.checked_mul(m.local as u64)?.checked_add(router)?;
+                let macs = router
+                    .checked_mul(s.seq)?
+                    .checked_add(expert.checked_mul(s.slots)?)?;
+                return Some((weights, macs));
             }
             _ => return None,
         };
@@ -728,6 +857,7 @@ impl Op {
                 Ok(Dims::from_slice(x))
             }
             Op::Attention(a) => attention_output(a, inputs),
+            Op::Moe(m) => moe_output(m, x),
             Op::Gather { edges } => rows("gather", "edges", *edges, x),
             Op::ScatterAdd { nodes } => rows("scatter-add", "nodes", *nodes, x),
             Op::SegmentSum { segments } => {
@@ -839,6 +969,43 @@ fn attention_output(a: &Attention, inputs: &[&[usize]]) -> Result<Dims, String> 
         ));
     }
     Ok(smallvec![hidden, seq])
+}
+
+/// A mixture-of-experts layer's output (its input's shape), after checking its fields.
+fn moe_output(m: &Moe, x: &[usize]) -> Result<Dims, String> {
+    positive("experts", m.experts)?;
+    positive("top_k", m.top_k)?;
+    positive("ffn", m.ffn)?;
+    positive("local", m.local)?;
+    if m.top_k > m.experts {
+        return Err(format!(
+            "top_k = {} is more than the {} experts; use at most {}",
+            m.top_k, m.experts, m.experts
+        ));
+    }
+    if !m.experts.is_multiple_of(m.local) {
+        return Err(format!(
+            "local = {} does not divide the {} experts: expert parallelism gives each rank \
+             an equal share",
+            m.local, m.experts
+        ));
+    }
+    if let Some(cf) = m.capacity_factor
+        && !(cf.is_finite() && cf > 0.0 && cf <= m.experts as f64)
+    {
+        return Err(format!(
+            "capacity_factor = {cf}: must be above 0 and at most the {} experts (at that \
+             factor every expert takes every token); leave it out for dropless routing",
+            m.experts
+        ));
+    }
+    if x.len() != 2 {
+        return Err(format!(
+            "`moe` reads sequences [channels, positions], but its input is {}",
+            fmt_dims(x)
+        ));
+    }
+    Ok(Dims::from_slice(x))
 }
 
 /// A row op's output `[F, rows]` from its input `[F, R]`.

@@ -2,7 +2,7 @@
 //! 2), DeepCAM (`deepcam`) and ResNet-50 v1.5 (`resnet50`), each parametric in input
 //! spatial size and a width multiplier so that problem size can be scaled \[000\]; the
 //! transformers `bert-large`, `gpt2-large`, `gpt3-xl`, `gpt3-2.7b`, `gpt3-175b`, `opt-1.3b`,
-//! `llama3-8b` and `llama3-70b`
+//! `llama3-8b`, `llama3-70b` and `mixtral-8x7b`
 //! ([`transformer`], from their configurations, parametric in sequence length and width); and
 //! a graph network, `gin` (nodes and width).
 //!
@@ -100,7 +100,7 @@ macro_rules! transformer {
 }
 
 /// The built-in transformers' configuration files (`data/workloads/transformers/`).
-const TRANSFORMER_CONFIGS: [(&str, &str); 9] = [
+const TRANSFORMER_CONFIGS: [(&str, &str); 10] = [
     (
         "gpt2",
         include_str!("../../../data/workloads/transformers/gpt2.toml"),
@@ -136,6 +136,10 @@ const TRANSFORMER_CONFIGS: [(&str, &str); 9] = [
     (
         "llama3-70b",
         include_str!("../../../data/workloads/transformers/llama3-70b.toml"),
+    ),
+    (
+        "mixtral-8x7b",
+        include_str!("../../../data/workloads/transformers/mixtral-8x7b.toml"),
     ),
 ];
 
@@ -226,6 +230,12 @@ pub const BUILTINS: &[Builtin] = &[
         "llama3-70b.toml",
         8192,
         "Llama 3 70B (Hugging Face LlamaForCausalLM): 80 layers, hidden 8192, 8 key-value heads, 70.6B parameters, 8192 tokens"
+    ),
+    transformer!(
+        "mixtral-8x7b",
+        "mixtral-8x7b.toml",
+        4096,
+        "Mixtral 8x7B (Hugging Face MixtralForCausalLM): 32 layers, hidden 4096, 8 experts of which 2 a token, 46.7B parameters (12.9B active), 4096 tokens"
     ),
     Builtin {
         name: "gin",

@@ -20,7 +20,7 @@ use serde::Deserialize;
 
 use super::dotted;
 use crate::error::{Error, Result};
-use crate::graph::{Attention, Graph, LayerError, NodeId, Op, ScoreMask};
+use crate::graph::{Attention, ExpertActivation, Graph, LayerError, Moe, NodeId, Op, ScoreMask};
 
 /// The families of models this module builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,12 +39,18 @@ pub enum Family {
     Mistral,
     /// Qwen2: Llama's layers with biases on the query, key and value projections.
     Qwen2,
+    /// Mixtral: Mistral's layers with a mixture of experts in place of the feed-forward
+    /// network (`num_local_experts` SwiGLU experts, `num_experts_per_tok` a token, dropless).
+    Mixtral,
 }
 
 impl Family {
     /// Whether the family builds Llama's layers.
     fn is_llama(self) -> bool {
-        matches!(self, Family::Llama | Family::Mistral | Family::Qwen2)
+        matches!(
+            self,
+            Family::Llama | Family::Mistral | Family::Qwen2 | Family::Mixtral
+        )
     }
 }
 
@@ -52,7 +58,7 @@ impl Family {
 /// families).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Config {
-    /// `bert`, `gpt2`, `opt`, `llama`, `mistral` or `qwen2`.
+    /// `bert`, `gpt2`, `opt`, `llama`, `mistral`, `qwen2` or `mixtral`.
     pub model_type: String,
     /// Where the figures come from (built-in configurations).
     #[serde(default)]
@@ -145,6 +151,17 @@ pub struct Config {
     /// Biases on the feed-forward projections (Llama's `mlp_bias`).
     #[serde(default)]
     pub mlp_bias: Option<bool>,
+    /// Experts of each mixture-of-experts layer (Mixtral's `num_local_experts`).
+    #[serde(default)]
+    pub num_local_experts: Option<usize>,
+    /// Experts each token goes to (Mixtral's `num_experts_per_tok`).
+    #[serde(default)]
+    pub num_experts_per_tok: Option<usize>,
+    /// The most tokens an expert takes, as a multiple of its even share (ridgeline's own
+    /// field, for a built-in or TOML configuration; Mixtral's `config.json` has none:
+    /// dropless).
+    #[serde(default)]
+    pub capacity_factor: Option<f64>,
 }
 
 /// The head a model is trained with: what Hugging Face's model class (`architectures`)
@@ -197,6 +214,7 @@ const CLASSES: &[(Family, &str, Head)] = &[
     (Family::Llama, "LlamaForCausalLM", Head::CausalLm),
     (Family::Mistral, "MistralForCausalLM", Head::CausalLm),
     (Family::Qwen2, "Qwen2ForCausalLM", Head::CausalLm),
+    (Family::Mixtral, "MixtralForCausalLM", Head::CausalLm),
 ];
 
 /// The model classes of `family` built, comma-separated.
@@ -217,12 +235,13 @@ fn family(model_type: &str) -> Option<Family> {
         "llama" => Some(Family::Llama),
         "mistral" => Some(Family::Mistral),
         "qwen2" => Some(Family::Qwen2),
+        "mixtral" => Some(Family::Mixtral),
         _ => None,
     }
 }
 
 /// The model types built, for messages.
-const BUILT: &str = "bert, gpt2, opt, llama, mistral or qwen2";
+const BUILT: &str = "bert, gpt2, opt, llama, mistral, qwen2 or mixtral";
 
 fn unbuilt(file: &str, model_type: &str) -> Error {
     Error::invalid(
@@ -387,7 +406,7 @@ fn family_keys(family: Family) -> Vec<Key> {
                 Default::None,
             ));
         }
-        Family::Llama | Family::Mistral | Family::Qwen2 => {
+        Family::Llama | Family::Mistral | Family::Qwen2 | Family::Mixtral => {
             // Llama's classes name each field as ridgeline does; the biases are Llama's.
             static REQUIRED: [&str; 5] = [
                 "hidden_size",
@@ -420,6 +439,19 @@ fn family_keys(family: Family) -> Vec<Key> {
             for field in optional {
                 k.push(key(field, std::slice::from_ref(field), Default::None));
             }
+            if family == Family::Mixtral {
+                // `MixtralConfig`'s defaults (transformers 4.46).
+                k.push(key(
+                    "num_local_experts",
+                    &["num_local_experts"],
+                    Default::Value(json!(8)),
+                ));
+                k.push(key(
+                    "num_experts_per_tok",
+                    &["num_experts_per_tok"],
+                    Default::Value(json!(2)),
+                ));
+            }
         }
     }
     k
@@ -448,6 +480,12 @@ fn unbuilt_fields(family: Family) -> &'static [(&'static str, &'static str)] {
             ("layer_norm_elementwise_affine", "true"),
         ],
         Family::Llama | Family::Mistral | Family::Qwen2 => &[],
+        // The router's auxiliary loss is computed only where the logits are output, and
+        // jitter noise is a training option ridgeline does not model.
+        Family::Mixtral => &[
+            ("output_router_logits", "false"),
+            ("router_jitter_noise", "0.0"),
+        ],
     }
 }
 
@@ -536,15 +574,21 @@ impl Config {
         }
         // Fields that change the model in ways this module does not build.
         for (key, ok) in unbuilt_fields(fam) {
+            // The value that is built, as JSON (`false`, `0.0`) or else text (`absolute`).
+            let built: serde_json::Value =
+                serde_json::from_str(ok).unwrap_or_else(|_| serde_json::json!(ok));
+            let same = |v: &serde_json::Value| match (v.as_f64(), built.as_f64()) {
+                (Some(a), Some(b)) => a == b,
+                _ => *v == built,
+            };
             if let Some(v) = map.get(*key)
                 && !v.is_null()
-                && v != &serde_json::json!(ok)
+                && !same(v)
             {
                 return Err(bad(
                     key,
                     format!(
-                        "{v} is not built (only {}); write the layers in a workload TOML file",
-                        serde_json::json!(ok)
+                        "{v} is not built (only {built}); write the layers in a workload TOML file"
                     ),
                 ));
             }
@@ -704,7 +748,8 @@ impl Config {
             self.ffn() as f64,
             self.max_position_embeddings as f64,
         );
-        let params = (v + p) * h + l * (4.0 * h * h + 2.0 * h * f);
+        let experts = self.experts().map_or(1.0, |(e, _)| e as f64);
+        let params = (v + p) * h + l * (4.0 * h * h + 3.0 * experts * h * f);
         if params > MAX_PARAMS {
             return bad(
                 "num_hidden_layers",
@@ -767,6 +812,42 @@ impl Config {
                     self.num_attention_heads
                 ),
             );
+        }
+        if let Some((experts, top_k)) = self.experts() {
+            if experts == 0 || experts > MAX_DIM {
+                return bad(
+                    "num_local_experts",
+                    format!("{experts}: must be between 1 and {MAX_DIM}"),
+                );
+            }
+            if top_k == 0 || top_k > experts {
+                return bad(
+                    "num_experts_per_tok",
+                    format!("{top_k}: must be between 1 and the {experts} experts"),
+                );
+            }
+        }
+        if let Some(cf) = self.capacity_factor {
+            let experts = self.experts().map_or(0, |(e, _)| e);
+            if experts == 0 {
+                return bad(
+                    "capacity_factor",
+                    format!(
+                        "{cf}: a capacity applies to a mixture of experts, and {} has none; \
+                         remove it",
+                        self.model_type
+                    ),
+                );
+            }
+            if !(cf.is_finite() && cf > 0.0 && cf <= experts as f64) {
+                return bad(
+                    "capacity_factor",
+                    format!(
+                        "{cf}: must be above 0 and at most the {experts} experts; remove it \
+                         for dropless routing"
+                    ),
+                );
+            }
         }
         if let Some(d) = self.head_dim
             && (d == 0 || !d.is_multiple_of(2) || d > MAX_DIM)
@@ -881,9 +962,20 @@ impl Config {
                 let b = self.attention_bias.unwrap_or(false);
                 (b, b)
             }
-            Some(Family::Mistral) => (false, false),
+            Some(Family::Mistral | Family::Mixtral) => (false, false),
             _ => (true, true),
         }
+    }
+
+    /// Experts of each mixture-of-experts layer and experts a token goes to (Mixtral);
+    /// `None` for a dense model.
+    pub fn experts(&self) -> Option<(usize, usize)> {
+        (self.family() == Some(Family::Mixtral)).then(|| {
+            (
+                self.num_local_experts.unwrap_or(8),
+                self.num_experts_per_tok.unwrap_or(2),
+            )
+        })
     }
 
     /// The feed-forward inner size.
@@ -925,7 +1017,7 @@ impl Config {
             }
             Some(Family::Gpt2) => v * h + p * h + l * (attention + mlp + 4 * h) + 2 * h,
             Some(Family::Opt) => v * h + (p + 2) * h + l * (attention + mlp + 4 * h) + 2 * h,
-            Some(Family::Llama | Family::Mistral | Family::Qwen2) => {
+            Some(Family::Llama | Family::Mistral | Family::Qwen2 | Family::Mixtral) => {
                 let q = (self.num_attention_heads * self.head_size()) as u64;
                 let kv = (self.kv_heads() * self.head_size()) as u64;
                 let (qkv_bias, o_bias) = self.attention_biases();
@@ -934,8 +1026,11 @@ impl Config {
                     + q * h
                     + u64::from(qkv_bias) * (q + 2 * kv)
                     + u64::from(o_bias) * h;
-                // Gate, up and down projections.
-                let mlp = 3 * h * f + u64::from(self.mlp_bias.unwrap_or(false)) * (2 * f + h);
+                // Gate, up and down projections; Mixtral's in each expert, with its router.
+                let mlp = match self.experts() {
+                    Some((e, _)) => e as u64 * 3 * h * f + h * e as u64,
+                    None => 3 * h * f + u64::from(self.mlp_bias.unwrap_or(false)) * (2 * f + h),
+                };
                 let head = if self.tied() { 0 } else { v * h };
                 v * h + l * (attention + mlp + 2 * h) + h + head
             }
@@ -981,6 +1076,22 @@ pub fn build_split(
     seq: usize,
     width: f64,
     tensor: usize,
+) -> Result<Graph, LayerError> {
+    build_parallel(name, config, seq, width, tensor, 1)
+}
+
+/// [`build_split`] with the experts of a mixture-of-experts model split over `expert`
+/// expert-parallel ranks (each holds `1 / expert` of every layer's experts; the tokens'
+/// all-to-all exchange is not in the graph). Tensor parallelism splits each expert's
+/// feed-forward size as it splits a dense one (Megatron-Core's expert tensor parallelism
+/// at the tensor-parallel degree), and the router is whole on every rank.
+pub fn build_parallel(
+    name: &str,
+    config: &Config,
+    seq: usize,
+    width: f64,
+    tensor: usize,
+    expert: usize,
 ) -> Result<Graph, LayerError> {
     let family = config.family().ok_or_else(|| LayerError {
         layer: "input".into(),
@@ -1033,6 +1144,28 @@ pub fn build_split(
         head,
         positions: config.max_position_embeddings,
     };
+    let expert = expert.max(1);
+    match config.experts() {
+        Some((experts, _)) if !experts.is_multiple_of(expert) => {
+            return Err(LayerError {
+                layer: "input".into(),
+                message: format!(
+                    "an expert-parallel split of {expert} must divide the {experts} experts"
+                ),
+            });
+        }
+        None if expert > 1 => {
+            return Err(LayerError {
+                layer: "input".into(),
+                message: format!(
+                    "expert parallelism ({expert}) splits a mixture of experts, and {} has \
+                     none",
+                    config.model_type
+                ),
+            });
+        }
+        _ => {}
+    }
     let layers = config.num_hidden_layers;
     let mut g = Graph::with_capacity(name, vec![seq], 20 * layers + 20)?;
     match family {
@@ -1112,7 +1245,7 @@ pub fn build_split(
             let n = g.push("model.decoder.final_layer_norm", Op::LayerNorm, &[x])?;
             lm_head(&mut g, "lm_head", n, &m, false, true)?;
         }
-        Family::Llama | Family::Mistral | Family::Qwen2 => {
+        Family::Llama | Family::Mistral | Family::Qwen2 | Family::Mixtral => {
             let act = Activation::of(config.hidden_act.as_deref(), Activation::Silu);
             let (qkv_bias, o_bias) = config.attention_biases();
             let mlp_bias = config.mlp_bias.unwrap_or(false);
@@ -1145,6 +1278,25 @@ pub fn build_split(
                 let o = g.push(a("o_proj"), linear_with(m.hidden, o_bias), &[o])?;
                 x = g.push(a("residual"), Op::Add, &[x, o])?;
                 let n = g.push(dotted(&p, "post_attention_layernorm"), Op::RmsNorm, &[x])?;
+                if let Some((experts, top_k)) = config.experts() {
+                    // `MixtralSparseMoeBlock`: the router (`gate`) and the experts' loop.
+                    let moe = Moe {
+                        experts,
+                        local: experts / expert,
+                        top_k,
+                        ffn: m.ffn,
+                        gated: true,
+                        activation: match act {
+                            Activation::Relu => ExpertActivation::Relu,
+                            Activation::Gelu | Activation::GeluNew => ExpertActivation::Gelu,
+                            Activation::Silu => ExpertActivation::Silu,
+                        },
+                        capacity_factor: config.capacity_factor,
+                    };
+                    let h = g.push(dotted(&p, "block_sparse_moe"), Op::Moe(moe), &[n])?;
+                    x = g.push(dotted(&p, "block_sparse_moe.residual"), Op::Add, &[x, h])?;
+                    continue;
+                }
                 let gate = g.push(
                     dotted(&p, "mlp.gate_proj"),
                     linear_with(m.ffn, mlp_bias),
@@ -1997,5 +2149,127 @@ mod tests {
         let e = build_split("m", &c, 16, 1.0, 16).unwrap_err();
         assert!(e.message.contains("8 key and value heads"), "{}", e.message);
         assert!(build_split("m", &c, 16, 1.0, 8).is_ok());
+    }
+
+    const MIXTRAL: &str = include_str!("../../../tests/fixtures/hf/mixtral-8x7b.json");
+
+    /// Mixtral 8x7B from its `config.json` and built in: Hugging Face's 46,702,792,704
+    /// parameters, in the configuration's count and the graph's, and under expert
+    /// parallelism each rank's share of the experts with the router whole.
+    #[test]
+    fn mixtral_counts_hugging_face_s_parameters() {
+        let c = Config::from_json(MIXTRAL, "mixtral-8x7b.json").unwrap();
+        assert_eq!(c.experts(), Some((8, 2)));
+        assert_eq!(c.params(), 46_702_792_704);
+        let g = build("mixtral", &c, 16, 1.0).unwrap();
+        assert_eq!(cost(&g, 1, Precision::Fp32).params, 46_702_792_704);
+        let short = BuildOptions {
+            input_size: Some(vec![16]),
+            width: 1.0,
+        };
+        let g = builtin("mixtral-8x7b", &short).unwrap();
+        assert_eq!(cost(&g, 1, Precision::Fp32).params, 46_702_792_704);
+        let layer = &g.layers()[g.find("model.layers.3.block_sparse_moe").unwrap()];
+        let Op::Moe(m) = layer.op else {
+            panic!("no mixture of experts");
+        };
+        assert_eq!(
+            (
+                m.experts,
+                m.local,
+                m.top_k,
+                m.ffn,
+                m.gated,
+                m.capacity_factor
+            ),
+            (8, 8, 2, 14336, true, None)
+        );
+        // Four expert-parallel ranks hold two experts of each layer each.
+        let per_layer_experts = 8 * 3 * 4096 * 14336u64;
+        let split = build_parallel("mixtral", &c, 16, 1.0, 1, 4).unwrap();
+        let p = cost(&split, 1, Precision::Fp32).params;
+        assert_eq!(46_702_792_704 - p, 32 * per_layer_experts * 3 / 4);
+        assert!(build_parallel("mixtral", &c, 16, 1.0, 1, 3).is_err());
+        let llama = Config::from_json(LLAMA_FILES[0].1, "llama.json").unwrap();
+        let e = build_parallel("llama", &llama, 16, 1.0, 1, 2).unwrap_err();
+        assert!(e.message.contains("has none"), "{}", e.message);
+    }
+
+    /// Mixtral's training FLOPs are `6 T N_active` for its projections (the parameters a
+    /// token uses: attention, the router, two experts of each layer and the head; Jiang et
+    /// al. count 12.9 billion active with the embeddings) plus attention's products, within
+    /// 0.1 %; dropless routing computes each token twice, a capacity factor of 1.25 computes
+    /// 1.25 times the routed slots.
+    #[test]
+    fn mixtral_training_flops_are_six_n_active_t_plus_attention() {
+        let c = Config::from_json(MIXTRAL, "mixtral-8x7b.json").unwrap();
+        let (v, h, l, f) = (
+            c.vocab_size as f64,
+            c.hidden_size as f64,
+            c.num_hidden_layers as f64,
+            c.ffn() as f64,
+        );
+        let kv = (c.kv_heads() * c.head_size()) as f64;
+        let attention = 2.0 * h * h + 2.0 * h * kv;
+        let active = l * (attention + 8.0 * h + 2.0 * 3.0 * h * f) + v * h;
+        assert!((active + v * h) / 12.9e9 - 1.0 < 0.01, "{active}");
+        let seq = 256usize;
+        let g = build("mixtral", &c, seq, 1.0).unwrap();
+        let cost_of = |g: &Graph| cost(g, 1, Precision::AmpBf16).flops_train.value();
+        let t = seq as f64;
+        let heads = c.num_attention_heads as f64;
+        let analytic = 6.0 * active * t + 12.0 * l * t * h * t + 5.0 * l * heads * t * t;
+        let total = cost_of(&g);
+        assert!(
+            (total / analytic - 1.0).abs() < 1e-3,
+            "{total} vs {analytic}"
+        );
+        // With a capacity of 1.25 the experts compute 1.25 x the routed slots.
+        let capped = Config {
+            capacity_factor: Some(1.25),
+            ..c.clone()
+        };
+        let g = build("mixtral", &capped, seq, 1.0).unwrap();
+        let experts = 6.0 * l * 2.0 * 3.0 * h * f * t;
+        let more = cost_of(&g) - total;
+        assert!((more / (0.25 * experts) - 1.0).abs() < 1e-3, "{more}");
+    }
+
+    /// What a Mixtral configuration cannot be: no experts, more experts a token than there
+    /// are, a router option that changes the step, a capacity on a dense model.
+    #[test]
+    fn mixtral_configurations_refuse_what_cannot_be_built() {
+        for (key, value, want) in [
+            (
+                "num_local_experts",
+                serde_json::json!(0),
+                "num_local_experts",
+            ),
+            (
+                "num_experts_per_tok",
+                serde_json::json!(9),
+                "num_experts_per_tok",
+            ),
+            (
+                "output_router_logits",
+                serde_json::json!(true),
+                "output_router_logits",
+            ),
+        ] {
+            let mut v: serde_json::Value = serde_json::from_str(MIXTRAL).unwrap();
+            v[key] = value;
+            let e = Config::from_json(&v.to_string(), "mixtral.json")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("mixtral.json") && e.contains(want), "{key}: {e}");
+        }
+        let dense = include_str!("../../../data/workloads/transformers/llama3-8b.toml").replace(
+            "tie_word_embeddings",
+            "capacity_factor = 1.0\ntie_word_embeddings",
+        );
+        let e = Config::from_toml(&dense, "llama.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("capacity_factor"), "{e}");
     }
 }

@@ -304,6 +304,7 @@ fn simulate(
             forward_s: mean(f),
             backward_s: mean(b) + if total > 0.0 { other * g / total } else { 0.0 },
             gradient_bytes: g,
+            exchange_s: [0.0; 2],
         })
         .collect();
     // Each bucket's allreduce as measured (the mean over the steps of the

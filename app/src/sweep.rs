@@ -208,6 +208,8 @@ pub struct SplitSearch<'a> {
     pub micro_batches: &'a [u32],
     /// Virtual stages per pipeline rank (interleaved 1F1B; 1: none).
     pub virtual_stages: &'a [u32],
+    /// Expert-parallel degrees (1: none).
+    pub expert: &'a [u32],
     /// Precisions.
     pub precisions: &'a [ridgeline_model::precision::Precision],
     /// The optimizer.
@@ -247,6 +249,7 @@ pub fn split_count(search: &SplitSearch<'_>) -> u64 {
         n(search.pipeline.len()),
         micros,
         n(search.virtual_stages.len()),
+        n(search.expert.len()),
         n(search.batches.len()),
     ]
     .iter()
@@ -284,7 +287,7 @@ pub fn splits(
     if total > MAX_SPLITS {
         anyhow::bail!(
             "sweep: {total} splits to try (systems x precisions x nodes x tensor x pipeline x \
-             micro-batches x virtual stages x batches), more than {MAX_SPLITS}; narrow the \
+             micro-batches x virtual stages x expert x batches), more than {MAX_SPLITS}; narrow the \
              lists (a stride: --nodes 1..1536:64, --batch 1,2,4,8)"
         );
     }
@@ -300,19 +303,24 @@ pub fn splits(
                 .map(move |&p| (i, p, Timing::of(system, p, search.kernel_model)))
         })
         .collect();
-    // One preparation a system, precision and tensor-parallel degree.
-    let keys: Vec<(usize, u32)> = (0..timings.len())
-        .flat_map(|t| search.tensor.iter().map(move |&k| (t, k)))
+    // One preparation a system, precision, tensor- and expert-parallel degree.
+    let keys: Vec<(usize, u32, u32)> = (0..timings.len())
+        .flat_map(|t| {
+            search
+                .tensor
+                .iter()
+                .flat_map(move |&k| search.expert.iter().map(move |&e| (t, k, e)))
+        })
         .collect();
-    let prepared: BTreeMap<(usize, u32), Result<parallel::Prepared<'_>, String>> = keys
+    let prepared: BTreeMap<(usize, u32, u32), Result<parallel::Prepared<'_>, String>> = keys
         .par_iter()
-        .map(|&(t, tensor)| {
+        .map(|&(t, tensor, expert)| {
             let (i, precision, timing) = &timings[t];
             let p = parallel::prepare(
                 name,
                 config,
                 seq,
-                tensor,
+                parallel::Degrees { tensor, expert },
                 &search.systems[*i],
                 *precision,
                 search.optimizer,
@@ -320,7 +328,7 @@ pub fn splits(
                 timing,
             )
             .map_err(|e| left_out(&e));
-            ((t, tensor), p)
+            ((t, tensor, expert), p)
         })
         .collect();
     let layouts = |pipeline: u32| -> Vec<(u32, u32)> {
@@ -337,9 +345,9 @@ pub fn splits(
     };
     // The outer combinations (system and precision, tensor degree, node count), each a task
     // that tries every pipeline depth, layout and batch.
-    let outer: Vec<(usize, u32, u32)> = keys
+    let outer: Vec<(usize, u32, u32, u32)> = keys
         .iter()
-        .flat_map(|&(t, k)| search.nodes.iter().map(move |&n| (t, k, n)))
+        .flat_map(|&(t, k, e)| search.nodes.iter().map(move |&n| (t, k, e, n)))
         .collect();
     let fastest = |a: &SplitRow, b: &SplitRow| b.sequences_per_s.total_cmp(&a.sequences_per_s);
     let merge = |(mut a, fa, mut ra): (Vec<SplitRow>, u64, BTreeMap<String, u64>),
@@ -354,7 +362,7 @@ pub fn splits(
     };
     let (top, feasible, rejected) = outer
         .par_iter()
-        .map(|&(t, tensor, nodes)| {
+        .map(|&(t, tensor, expert, nodes)| {
             let mut rows: Vec<SplitRow> = Vec::new();
             let mut feasible = 0u64;
             let mut rejected: BTreeMap<String, u64> = BTreeMap::new();
@@ -380,7 +388,7 @@ pub fn splits(
                     reject("devices do not split into replicas", here);
                     continue;
                 };
-                let prep = match &prepared[&(t, tensor)] {
+                let prep = match &prepared[&(t, tensor, expert)] {
                     Ok(p) => p,
                     Err(why) => {
                         reject(why, here);
@@ -395,6 +403,7 @@ pub fn splits(
                             data,
                             micro_batches,
                             virtual_stages,
+                            expert,
                         };
                         let global = batch * u64::from(data);
                         match prep.step(global, split) {
@@ -435,7 +444,7 @@ pub fn splits(
 }
 
 /// The columns of the best splits.
-pub fn split_cols() -> [Col<SplitRow>; 11] {
+pub fn split_cols() -> [Col<SplitRow>; 12] {
     [
         text("system", "system", |r, _| r.system.clone()),
         text("precision", "precision", |r, _| r.precision.to_string()),
@@ -447,6 +456,9 @@ pub fn split_cols() -> [Col<SplitRow>; 11] {
             s.count(u64::from(r.step.split.pipeline))
         }),
         num("data", "data", |r, s| s.count(u64::from(r.step.split.data))),
+        num("expert", "expert", |r, s| {
+            s.count(u64::from(r.step.split.expert))
+        }),
         num("micro-batches", "micro_batches", |r, s| {
             s.count(u64::from(r.step.split.micro_batches))
         }),

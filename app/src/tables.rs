@@ -567,7 +567,7 @@ pub fn holdout_cols() -> [Col<Holdout>; 7] {
 }
 
 /// A pipeline's stages, one micro-batch each ([`ridgeline_model::parallel::Stage`]).
-pub fn stage_cols() -> [Col<ridgeline_model::parallel::Stage>; 9] {
+pub fn stage_cols() -> [Col<ridgeline_model::parallel::Stage>; 10] {
     fn t(v: f64, s: Style) -> String {
         s.seconds(Seconds::new(v))
     }
@@ -584,6 +584,9 @@ pub fn stage_cols() -> [Col<ridgeline_model::parallel::Stage>; 9] {
             t(st.tensor_exposed_s, s)
         }),
         num("point to point", "p2p_s", |st, s| t(st.p2p_s, s)),
+        num("all-to-all", "expert_alltoall_s", |st, s| {
+            t(st.expert_alltoall_s, s)
+        }),
         num("params", "params", |st, s| s.count(st.params)),
         num("model states", "model_state_bytes", |st, s| {
             s.bytes(ridgeline_model::units::Bytes::new(st.model_state_bytes))

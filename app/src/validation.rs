@@ -664,6 +664,7 @@ fn split_step(
         data: 1,
         micro_batches: 1,
         virtual_stages: 1,
+        expert: 1,
     };
     let split = match s.parallel.as_str() {
         "dp4" => Split { data: 4, ..one },

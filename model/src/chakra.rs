@@ -218,6 +218,7 @@ mod tests {
                 forward_s: f,
                 backward_s: b,
                 gradient_bytes: grads,
+                exchange_s: [0.0; 2],
             },
             flops: [1e9, 2e9],
             bytes: [1e6, 2e6],

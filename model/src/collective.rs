@@ -642,6 +642,33 @@ pub fn allreduce_time(fabric: &Fabric, bytes: f64, algorithm: Algorithm) -> Opti
     })
 }
 
+/// Time of an all-to-all among every device of `fabric` in which each device sends `bytes`,
+/// an equal share to every device (its own share stays), as NCCL runs one (every pair's
+/// send and receive at once, in one group): the shares to the node's other devices cross the
+/// device link, those to other nodes the node's NICs, which `busy` devices of the node share
+/// (its `k`, or more where other groups exchange at the same time), both at once; the
+/// slower sets the time, after the call's start-up:
+/// `max(alpha_d + (k - 1) / p S beta_d, alpha_n + (p - k) / p S beta_n busy / nics)`.
+pub fn alltoall_time(fabric: &Fabric, bytes: f64, busy: u32) -> f64 {
+    let p = fabric.devices();
+    if p <= 1 || bytes <= 0.0 {
+        return 0.0;
+    }
+    let (k, pf) = (f64::from(fabric.k), p as f64);
+    let share = bytes / pf;
+    let inside = match fabric.intra {
+        Some(l) if fabric.k > 1 => l.step((k - 1.0) * share),
+        _ => 0.0,
+    };
+    let across = match fabric.nic {
+        Some(l) if fabric.n > 1 => l
+            .shared(f64::from(busy.max(fabric.k)) / f64::from(fabric.nics.max(1)))
+            .step((pf - k) * share),
+        _ => 0.0,
+    };
+    fabric.call_latency + inside.max(across)
+}
+
 /// Time of an allreduce of `bytes` among every device of `fabric` with `algorithm`.
 /// `Rhd` and `Rd` need a power-of-two device count; with `Best` it is skipped otherwise, and asked
 /// for directly it is an error.
@@ -766,6 +793,35 @@ mod tests {
             latencies_known: true,
             call_latency: 0.0,
         }
+    }
+
+    /// An all-to-all inside a node moves `(k - 1) / k` of each buffer over the device link;
+    /// across nodes, the share leaving the node crosses NICs its devices share; one device
+    /// moves nothing.
+    #[test]
+    fn alltoall_moves_the_shares_that_leave_each_device() {
+        let s = 64e6;
+        let node = fabric(8, 1, 0);
+        let intra = node.intra.unwrap();
+        let t = alltoall_time(&node, s, 8);
+        assert!(
+            (t - (intra.alpha + 7.0 / 8.0 * s * intra.beta)).abs() < 1e-12,
+            "{t}"
+        );
+        let two = fabric(8, 2, 8);
+        let nic = two.nic.unwrap();
+        let t = alltoall_time(&two, s, 8);
+        // Half of each buffer leaves the node; eight devices share eight NICs.
+        let across = nic.alpha + 0.5 * s * nic.beta;
+        assert!((t - across).abs() < 1e-12, "{t} vs {across}");
+        assert!(t > alltoall_time(&node, s, 8));
+        // Four of a node's devices in the group, all eight exchanging: the NICs shared by
+        // eight still.
+        let four = Fabric { k: 4, n: 2, ..two };
+        let t = alltoall_time(&four, s, 8);
+        let across = nic.alpha + 0.5 * s * nic.beta;
+        assert!((t - across).abs() < 1e-12, "{t} vs {across}");
+        assert_eq!(alltoall_time(&fabric(1, 1, 0), s, 1), 0.0);
     }
 
     #[test]

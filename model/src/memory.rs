@@ -353,7 +353,7 @@ pub struct StackMemory {
 
 /// Whether a count is zero (a field serde leaves out).
 #[allow(clippy::trivially_copy_pass_by_ref)]
-fn is_zero(n: &u64) -> bool {
+pub(crate) fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 

@@ -54,6 +54,10 @@ pub struct Split {
     /// Virtual stages per pipeline rank (interleaved 1F1B; 1: none): each rank holds this
     /// many chunks of its stage's layers, round robin.
     pub virtual_stages: u32,
+    /// Expert-parallel ranks (1: none): a mixture of experts' experts split over this many
+    /// data-parallel replicas, which exchange their tokens by all-to-all (Megatron-Core's
+    /// `--expert-model-parallel-size`, which divides the data-parallel replicas).
+    pub expert: u32,
 }
 
 impl Split {
@@ -79,8 +83,14 @@ pub struct Stage {
     pub tensor_exposed_s: f64,
     /// Sending one micro-batch's activations on and receiving their gradients, seconds.
     pub p2p_s: f64,
+    /// Its expert-parallel all-to-alls for one micro-batch (four per mixture-of-experts
+    /// layer: the tokens out to their experts and back, forward and backward), seconds.
+    pub expert_alltoall_s: f64,
     /// Trainable parameters of one rank of the stage.
     pub params: u64,
+    /// Of them, its experts' (mixture-of-experts layers; zero for a dense model).
+    #[serde(skip_serializing_if = "crate::memory::is_zero")]
+    pub expert_params: u64,
     /// Memory one device of the stage needs, bytes.
     pub memory_bytes: f64,
     /// Of it, the model states: parameters, gradients, FP32 master weights and optimizer
@@ -165,7 +175,10 @@ pub fn step(
         name,
         config,
         seq,
-        split.tensor,
+        Degrees {
+            tensor: split.tensor,
+            expert: split.expert,
+        },
         system,
         precision,
         optimizer,
@@ -178,13 +191,24 @@ pub fn step(
 /// Each stage's forward and backward seconds, by pipeline depth and micro-batch size.
 type StageTimes = std::collections::HashMap<(u32, u64), Vec<[f64; 2]>>;
 
-/// What every split of one tensor-parallel degree shares: one rank's graph, its step model
-/// and memory figures at batch 1. A search over splits prepares each degree once
+/// The degrees that shape one rank's graph: its tensor-parallel share of each layer and
+/// its expert-parallel share of the experts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Degrees {
+    /// Tensor-parallel ranks.
+    pub tensor: u32,
+    /// Expert-parallel ranks.
+    pub expert: u32,
+}
+
+/// What every split of one tensor- and expert-parallel degree shares: one rank's graph, its
+/// step model and memory figures at batch 1. A search over splits prepares each degree once
 /// ([`prepare`]) and times each split from it ([`Prepared::step`]).
 pub struct Prepared<'a> {
     config: &'a Config,
     seq: usize,
     tensor: u32,
+    expert: u32,
     system: &'a System,
     precision: Precision,
     stack: &'a Stack,
@@ -197,6 +221,12 @@ pub struct Prepared<'a> {
     footprint: Footprint,
     /// Each layer's trainable parameters (one rank).
     layer_params: Vec<u64>,
+    /// Of them, its experts' (which the expert-parallel ranks split, and only the replicas
+    /// holding the same experts reduce).
+    layer_expert_params: Vec<u64>,
+    /// Each layer's token slots a sample sends to experts (mixture-of-experts layers; else
+    /// zero).
+    layer_slots: Vec<u64>,
     /// All of them.
     params: u64,
     /// Each stage's forward and backward time by pipeline depth and micro-batch size: the
@@ -204,13 +234,13 @@ pub struct Prepared<'a> {
     stage_times: std::sync::Mutex<StageTimes>,
 }
 
-/// Prepares the splits of `config` at `tensor` tensor-parallel ranks (see [`step`]).
+/// Prepares the splits of `config` at `degrees` (see [`step`]).
 #[allow(clippy::too_many_arguments)]
 pub fn prepare<'a>(
     name: &str,
     config: &'a Config,
     seq: usize,
-    tensor: u32,
+    degrees: Degrees,
     system: &'a System,
     precision: Precision,
     optimizer: Optimizer,
@@ -218,6 +248,14 @@ pub fn prepare<'a>(
     timing: &'a Timing<'a>,
 ) -> Result<Prepared<'a>> {
     stack.check_precision(precision)?;
+    let Degrees { tensor, expert } = degrees;
+    if expert == 0 {
+        return Err(Error::argument(
+            "expert-parallel",
+            expert,
+            "tensor, pipeline, data, expert, micro-batches and virtual stages are each at least 1",
+        ));
+    }
     if tensor == 0 {
         return Err(Error::argument(
             "tensor-parallel",
@@ -238,13 +276,16 @@ pub fn prepare<'a>(
             ),
         ));
     }
-    let graph = transformer::build_split(name, config, seq, 1.0, tensor as usize).map_err(|e| {
-        Error::argument(
-            "tensor-parallel",
-            tensor,
-            format!("layer `{}`: {}", e.layer, e.message),
-        )
-    })?;
+    let graph =
+        transformer::build_parallel(name, config, seq, 1.0, tensor as usize, expert as usize)
+            .map_err(|e| {
+                let (flag, value) = if e.message.contains("expert") {
+                    ("expert-parallel", expert)
+                } else {
+                    ("tensor-parallel", tensor)
+                };
+                Error::argument(flag, value, format!("layer `{}`: {}", e.layer, e.message))
+            })?;
     let model = StepModel::with_stack(&graph, precision, optimizer, stack);
     let rates = DeviceRates::of(system, precision, Efficiency::IDEAL)?;
     // What a device keeps: the stack's fused attention, fusion, recomputation and sequence
@@ -270,12 +311,32 @@ pub fn prepare<'a>(
     }
     let footprint = Footprint::under(&graph, &one, optimizer, &kept);
     let layer_params = one.layers.iter().map(|l| l.params).collect();
+    let moe = |l: &crate::graph::Layer| match &l.op {
+        crate::graph::Op::Moe(m) => Some((
+            *m,
+            crate::graph::MoeShape::of(m, graph.layers()[l.inputs[0]].output.dims()),
+        )),
+        _ => None,
+    };
+    // A layer's experts: all its parameters but the router's.
+    let layer_expert_params = graph
+        .layers()
+        .iter()
+        .zip(&one.layers)
+        .map(|(l, c)| moe(l).map_or(0, |(m, s)| c.params - s.hidden * m.experts as u64))
+        .collect();
+    let layer_slots = graph
+        .layers()
+        .iter()
+        .map(|l| moe(l).map_or(0, |(_, s)| s.slots))
+        .collect();
     let params = one.params;
     drop(one);
     Ok(Prepared {
         config,
         seq,
         tensor,
+        expert,
         system,
         precision,
         stack,
@@ -286,12 +347,121 @@ pub fn prepare<'a>(
         kept,
         footprint,
         layer_params,
+        layer_expert_params,
+        layer_slots,
         params,
         stage_times: std::sync::Mutex::default(),
     })
 }
 
 impl Prepared<'_> {
+    /// One expert-parallel all-to-all of a mixture-of-experts layer whose samples each send
+    /// `slots` token slots, at `micro` sequences a micro-batch, seconds: among `split.expert`
+    /// consecutive data-parallel replicas (as many a node as its replicas, one device of
+    /// each per tensor x pipeline group, allow), each rank sending its tensor-parallel share
+    /// of the slots (Megatron-Core's dispatcher splits the tokens over the tensor-parallel
+    /// ranks), every device of a node exchanging at once in its own group. Zero without
+    /// expert parallelism.
+    fn exchange_s(&self, split: Split, micro: u64, slots: u64) -> Result<f64> {
+        if split.expert <= 1 || slots == 0 {
+            return Ok(0.0);
+        }
+        let node = self.system.node.devices.value;
+        let f = self.replica_fabric(split, split.expert, 1)?;
+        let act = self.precision.compute_bytes() as f64;
+        let bytes = micro as f64 * slots as f64 * self.config.hidden_size as f64 * act
+            / f64::from(split.tensor);
+        Ok(collective::alltoall_time(&f, bytes, node))
+    }
+
+    /// The fabric among `ranks` data-parallel replicas of `split`, one in every `spacing`:
+    /// one device of each replica's tensor x pipeline group, as many a node as the replicas
+    /// on a node allow.
+    fn replica_fabric(&self, split: Split, ranks: u32, spacing: u32) -> Result<Fabric> {
+        let node = self.system.node.devices.value;
+        let replicas_per_node = (node / (split.tensor * split.pipeline)).max(1);
+        let nodes = u32::try_from(split.devices().div_ceil(u64::from(node))).unwrap_or(u32::MAX);
+        let mut f = Fabric::of(self.system, nodes.max(1))?;
+        f.k = (replicas_per_node / spacing).max(1).min(ranks);
+        f.n = ranks.div_ceil(f.k);
+        Ok(f)
+    }
+
+    /// One step of a data- and expert-parallel split (one stage, one micro-batch) through
+    /// the discrete-event simulator ([`crate::sim`]): each layer of one rank as `predict`
+    /// times it, a mixture-of-experts layer's all-to-alls ([`Prepared::step`]'s) as
+    /// collectives that wait for every rank, forward and backward, and the gradients in
+    /// buckets allreduced among the data-parallel replicas on the analytical step's fabric;
+    /// the experts' gradients, which reduce among the replicas holding the same experts,
+    /// count as the bytes the data-parallel ring reduces in the same time (their two rings'
+    /// times at 1 GiB). `options` gives the buckets, overlap and variability; the ranks and
+    /// the update are filled in.
+    pub fn simulate(
+        &self,
+        global_batch: u64,
+        split: Split,
+        options: crate::sim::SimOptions,
+    ) -> Result<crate::sim::Simulated> {
+        if split.pipeline != 1 || split.micro_batches != 1 || split.tensor != 1 {
+            return Err(Error::argument(
+                "timeline",
+                format!(
+                    "tensor {} x pipeline {}, {} micro-batches",
+                    split.tensor, split.pipeline, split.micro_batches
+                ),
+                "the simulator runs data- and expert-parallel steps: one tensor-parallel rank, \
+                 one stage, one micro-batch (give --expert-parallel alone)",
+            ));
+        }
+        let step = self.step(global_batch, split)?;
+        let micro = step.micro_batch;
+        let times = self
+            .model
+            .layer_times(micro as f64, &self.rates, self.timing);
+        let gradient_element = if self.kept.fp32_gradients && self.precision.has_master_weights() {
+            4.0
+        } else {
+            self.precision.compute_bytes() as f64
+        };
+        let fabric = self.replica_fabric(split, split.data, 1)?;
+        let ring = |f: &Fabric, bytes: f64| {
+            collective::allreduce_time(f, bytes, Algorithm::Ring).map_or(0.0, |a| a.time.value())
+        };
+        let experts = split.data / split.expert;
+        let scale = if experts > 1 {
+            const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+            let group = self.replica_fabric(split, experts, split.expert)?;
+            ring(&group, GIB) / ring(&fabric, GIB).max(f64::MIN_POSITIVE)
+        } else {
+            0.0
+        };
+        let mut layers = Vec::with_capacity(times.len());
+        for (t, &params) in times.iter().zip(&self.model.layer_params) {
+            let id = self.graph.find(&t.layer);
+            let slots = id.map_or(0, |id| self.layer_slots[id]);
+            let expert = id.map_or(0, |id| self.layer_expert_params[id]);
+            let each = 2.0 * self.exchange_s(split, micro, slots)?;
+            let dense = params.saturating_sub(expert) as f64;
+            layers.push(crate::sim::SimLayer {
+                name: t.layer.clone(),
+                forward_s: t.forward_s,
+                backward_s: t.backward_s,
+                gradient_bytes: (dense + expert as f64 * scale) * gradient_element,
+                exchange_s: [each, each],
+            });
+        }
+        let allreduce = |bytes: f64| ring(&fabric, bytes);
+        Ok(crate::sim::simulate(
+            &layers,
+            &allreduce,
+            &crate::sim::SimOptions {
+                optimizer_s: step.update_s,
+                ranks: split.data,
+                ..options
+            },
+        ))
+    }
+
     /// The step of `global_batch` sequences split by `split` (its tensor parallelism this
     /// preparation's).
     pub fn step(&self, global_batch: u64, split: Split) -> Result<SplitStep> {
@@ -301,6 +471,7 @@ impl Prepared<'_> {
             data,
             micro_batches,
             virtual_stages,
+            expert,
         } = split;
         let Prepared {
             config,
@@ -318,6 +489,26 @@ impl Prepared<'_> {
                 format!(
                     "this preparation is of {} tensor-parallel ranks",
                     self.tensor
+                ),
+            ));
+        }
+        if expert != self.expert {
+            return Err(Error::argument(
+                "expert-parallel",
+                expert,
+                format!(
+                    "this preparation is of {} expert-parallel ranks",
+                    self.expert
+                ),
+            ));
+        }
+        if !data.is_multiple_of(expert) {
+            return Err(Error::argument(
+                "expert-parallel",
+                expert,
+                format!(
+                    "{expert} expert-parallel ranks are carved out of the data-parallel \
+                     replicas and must divide them; there are {data}"
                 ),
             ));
         }
@@ -419,6 +610,7 @@ impl Prepared<'_> {
             Some(l) if pipeline > 1 => 2.0 * (l.alpha + activations * l.beta),
             _ => 0.0,
         };
+        let alltoall = |slots: u64| self.exchange_s(split, micro, slots);
 
         let total_params = self.params.max(1) as f64;
         let cached = self
@@ -456,6 +648,13 @@ impl Prepared<'_> {
                 .filter(|(_, st)| **st == s)
                 .map(|(p, _)| p)
                 .sum();
+            let expert_params: u64 = self
+                .layer_expert_params
+                .iter()
+                .zip(&of)
+                .filter(|(_, st)| **st == s)
+                .map(|(p, _)| p)
+                .sum();
             let stage_kept: f64 = kept
                 .per_layer
                 .iter()
@@ -463,6 +662,11 @@ impl Prepared<'_> {
                 .filter(|(_, st)| **st == s)
                 .map(|(b, _)| b)
                 .sum();
+            // Four all-to-alls a mixture-of-experts layer: out and back, each way.
+            let mut expert_alltoall = 0.0;
+            for (&slots, _) in self.layer_slots.iter().zip(&of).filter(|(_, st)| **st == s) {
+                expert_alltoall += 4.0 * alltoall(slots)?;
+            }
             // Collectives of the stage: four per transformer layer, one after the embeddings
             // (first stage) and one at the head (last).
             let mut collectives = 4 * (last - first);
@@ -481,25 +685,29 @@ impl Prepared<'_> {
                     plain * (1.0 + (p - 1.0) / (p * v) * f64::from(u8::from(virtual_stages > 1)))
                 }
             };
-            let share = params as f64 / total_params;
-            // The distributed optimizer keeps 1/data of the optimizer state and FP32 master
-            // weights on each rank.
+            // Bytes a parameter keeps whole on every rank (its compute copy and gradient) and
+            // those the distributed optimizer shards (FP32 master weights and optimizer
+            // state): over the data-parallel replicas, and an expert's over the replicas that
+            // hold the same experts.
             let master = if precision.has_master_weights() {
                 4.0 * self.params as f64
             } else {
                 0.0
             };
-            let sharded = footprint.optimizer_state.value() + master;
-            let state = if stack.parallel.distributed_optimizer.value {
-                sharded / f64::from(data)
+            let whole = (footprint.parameters.value() - master + footprint.gradients.value())
+                / total_params;
+            let sharded = (footprint.optimizer_state.value() + master) / total_params;
+            let dense = (params - expert_params) as f64;
+            let experts = expert_params as f64;
+            let (dense_shards, expert_shards) = if stack.parallel.distributed_optimizer.value {
+                (f64::from(data), f64::from(data / expert))
             } else {
-                sharded
+                (1.0, 1.0)
             };
             // The activations of the micro-batches in flight, plus one micro-batch's gradients
             // (and a recomputed layer's activations) at the peak of its backward pass.
-            let model_state =
-                (footprint.parameters.value() - master + footprint.gradients.value() + state)
-                    * share;
+            let model_state = dense * (whole + sharded / dense_shards)
+                + experts * (whole + sharded / expert_shards);
             let memory = model_state
                 + micro as f64
                     * (in_flight * stage_kept + footprint.activation_gradients_per_sample.value())
@@ -520,14 +728,18 @@ impl Prepared<'_> {
                 } else {
                     0.0
                 },
+                expert_alltoall_s: expert_alltoall,
                 params,
+                expert_params,
                 memory_bytes: memory,
                 model_state_bytes: model_state,
             });
         }
         let stage_s: Vec<f64> = out
             .iter()
-            .map(|s| s.forward_s + s.backward_s + s.tensor_exposed_s + s.p2p_s)
+            .map(|s| {
+                s.forward_s + s.backward_s + s.tensor_exposed_s + s.p2p_s + s.expert_alltoall_s
+            })
             .collect();
         let slowest = stage_s.iter().copied().fold(0.0, f64::max);
         let through: f64 = stage_s.iter().sum();
@@ -548,14 +760,18 @@ impl Prepared<'_> {
                 } else {
                     tensor
                 };
-                s.forward_s + exposed + s.p2p_s / 2.0
+                s.forward_s + exposed + s.p2p_s / 2.0 + s.expert_alltoall_s / 2.0
             })
             .collect();
         let slowest_forward = forward_s.iter().copied().fold(0.0, f64::max);
         let through_forward: f64 = forward_s.iter().sum();
         let eval_step_s =
             m * slowest_forward + (through_forward - slowest_forward) / f64::from(virtual_stages);
-        let largest = out.iter().map(|s| s.params).max().unwrap_or(0);
+        let Some(largest_stage) = out.iter().max_by_key(|s| s.params) else {
+            return Err(Error::argument("pipeline-parallel", pipeline, "no stage"));
+        };
+        let largest = largest_stage.params;
+        let largest_experts = largest_stage.expert_params;
         // Gradients reduce in the precision they are kept in (FP32 main gradients under a
         // stack that keeps them).
         let gradient_element = if kept.fp32_gradients && precision.has_master_weights() {
@@ -563,19 +779,20 @@ impl Prepared<'_> {
         } else {
             act
         };
-        let gradient_bytes = largest as f64 * gradient_element;
-        let data_allreduce = if data > 1 {
-            let nodes =
-                u32::try_from(split.devices().div_ceil(u64::from(node))).unwrap_or(u32::MAX);
-            let mut f = Fabric::of(system, nodes.max(1))?;
-            // One replica's rank per group of tensor x pipeline devices.
-            f.k = (node / (tensor * pipeline)).max(1).min(data);
-            f.n = data.div_ceil(f.k);
-            collective::allreduce_time(&f, gradient_bytes, Algorithm::Ring)
-                .map_or(0.0, |a| a.time.value())
-        } else {
-            0.0
+        // The dense parameters' gradients among the data-parallel replicas; the experts'
+        // among the replicas that hold the same experts (one in every `expert`).
+        let reduce = |ranks: u32, spacing: u32, params: u64| -> Result<f64> {
+            if ranks <= 1 || params == 0 {
+                return Ok(0.0);
+            }
+            let f = self.replica_fabric(split, ranks, spacing)?;
+            Ok(
+                collective::allreduce_time(&f, params as f64 * gradient_element, Algorithm::Ring)
+                    .map_or(0.0, |a| a.time.value()),
+            )
         };
+        let data_allreduce = reduce(data, 1, largest - largest_experts)?
+            + reduce(data / expert, expert, largest_experts)?;
         // Overlapped, the gradients' reduction runs beside the last micro-batch's backward pass
         // on the largest stage and, under the distributed optimizer, the parameters' all-gather
         // (half the ring's bytes) beside the next step's first forward pass: only the excess
@@ -592,13 +809,16 @@ impl Prepared<'_> {
             }
             _ => data_allreduce,
         };
-        // Each rank updates its shard under the distributed optimizer.
-        let shards = if stack.parallel.distributed_optimizer.value {
-            f64::from(data)
+        // Each rank updates its shard under the distributed optimizer: of the dense
+        // parameters over the data-parallel replicas, of the experts over the replicas that
+        // hold them.
+        let updated = if stack.parallel.distributed_optimizer.value {
+            (largest - largest_experts) as f64 / f64::from(data)
+                + largest_experts as f64 / f64::from(data / expert)
         } else {
-            1.0
+            largest as f64
         };
-        let update = model.update_bytes * largest as f64 / total_params / rates.bandwidth / shards;
+        let update = model.update_bytes * updated / total_params / rates.bandwidth;
         let memory = out.iter().map(|s| s.memory_bytes).fold(0.0, f64::max);
         let step_s = pipeline_s + data_exposed + update;
         // What timed the stages' layers, as the band asks.
@@ -691,6 +911,7 @@ mod tests {
         data: 1,
         micro_batches: 1,
         virtual_stages: 1,
+        expert: 1,
     };
 
     /// Activations one device keeps per transformer layer, against Korthikanti et al.
@@ -719,7 +940,10 @@ mod tests {
             name,
             &config,
             2048,
-            t,
+            Degrees {
+                tensor: t,
+                expert: 1,
+            },
             &system,
             Precision::AmpBf16,
             Optimizer::Adam,
@@ -820,7 +1044,10 @@ mod tests {
                 "llama3-70b",
                 &config,
                 4096,
-                8,
+                Degrees {
+                    tensor: 8,
+                    expert: 1,
+                },
                 &system,
                 Precision::AmpBf16,
                 Optimizer::Adam,
@@ -835,6 +1062,7 @@ mod tests {
                     data: d,
                     micro_batches: 8,
                     virtual_stages: 1,
+                    expert: 1,
                 };
                 let s = p.step(u64::from(8 * d), split).unwrap();
                 let per_param = if distributed {
@@ -858,6 +1086,167 @@ mod tests {
                 assert!((total as f64 * 8.0 / 70.55e9 - 1.0).abs() < 0.01, "{total}");
             }
         }
+    }
+
+    /// Mixtral 8x7B over eight expert-parallel ranks of 16 data-parallel replicas (tensor 1,
+    /// two DGX H100 nodes) under `megatron-te`: each rank holds one expert of each layer; its
+    /// all-to-alls are four a layer, each of its tokens' two slots of 4,096 channels, by the
+    /// collective model on the node (eight replicas a node); its dense parameters' model
+    /// states are Megatron's `6 + 12 / 16` bytes and its experts' `6 + 12 / 2` (their
+    /// optimizer state sharded over the two replicas holding the same expert); and without
+    /// expert parallelism there is no all-to-all.
+    #[test]
+    fn expert_parallelism_exchanges_tokens_and_shards_the_experts() {
+        let config = workloads::find("mixtral-8x7b")
+            .unwrap()
+            .transformer_config()
+            .unwrap();
+        let system = catalog::system("dgx-h100").unwrap();
+        let timing = transfer();
+        let stack = catalog::stack("megatron-te").unwrap();
+        let seq = 1024;
+        let at = |expert: u32| {
+            let split = Split {
+                data: 16,
+                micro_batches: 2,
+                expert,
+                ..ONE
+            };
+            step(
+                "mixtral",
+                &config,
+                seq,
+                64,
+                split,
+                &system,
+                Precision::AmpBf16,
+                Optimizer::Adam,
+                &stack,
+                &timing,
+            )
+            .unwrap()
+        };
+        let (one, eight) = (at(1), at(8));
+        assert_eq!(one.stages[0].expert_alltoall_s, 0.0);
+        let st = &eight.stages[0];
+        let (h, f, layers) = (4096u64, 14336u64, 32u64);
+        let experts_per_rank = layers * 3 * h * f;
+        assert_eq!(st.expert_params, experts_per_rank);
+        assert_eq!(one.stages[0].params - st.params, 7 * experts_per_rank);
+        // Two micro-batch sequences, two slots a token, BF16.
+        let bytes = 2.0 * (2 * seq) as f64 * h as f64 * 2.0;
+        let mut node = Fabric::of(&system, 1).unwrap();
+        node.k = 8;
+        let each = collective::alltoall_time(&node, bytes, 8);
+        let want = 4.0 * layers as f64 * each;
+        assert!(
+            (st.expert_alltoall_s / want - 1.0).abs() < 1e-12,
+            "{} vs {want}",
+            st.expert_alltoall_s
+        );
+        let dense = (st.params - st.expert_params) as f64;
+        let states = dense * (6.0 + 12.0 / 16.0) + experts_per_rank as f64 * (6.0 + 12.0 / 2.0);
+        assert!(
+            (st.model_state_bytes / states - 1.0).abs() < 1e-12,
+            "{} vs {states}",
+            st.model_state_bytes
+        );
+        assert!(eight.memory_per_device_bytes < one.memory_per_device_bytes);
+        assert!(eight.step_s > 0.0 && eight.step_s.is_finite());
+        // Expert parallelism divides the replicas, and splits only a mixture of experts.
+        let e = call(
+            Split {
+                data: 4,
+                expert: 3,
+                ..ONE
+            },
+            4,
+            &timing,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("expert-parallel"), "{e}");
+        let e = call(
+            Split {
+                data: 4,
+                expert: 2,
+                ..ONE
+            },
+            4,
+            &timing,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("expert-parallel") && e.contains("has none"),
+            "{e}"
+        );
+    }
+
+    /// The simulated data- and expert-parallel step: with every rank alike, its compute is
+    /// the analytical stage's forward and backward plus its all-to-alls (the same collective
+    /// model), each all-to-all in the slowest rank's timeline; a tensor-parallel split is
+    /// refused.
+    #[test]
+    fn a_simulated_expert_parallel_step_waits_at_the_all_to_alls() {
+        let config = workloads::find("mixtral-8x7b")
+            .unwrap()
+            .transformer_config()
+            .unwrap();
+        let system = catalog::system("dgx-h100").unwrap();
+        let timing = transfer();
+        let stack = catalog::stack("megatron-te").unwrap();
+        let p = prepare(
+            "mixtral",
+            &config,
+            512,
+            Degrees {
+                tensor: 1,
+                expert: 8,
+            },
+            &system,
+            Precision::AmpBf16,
+            Optimizer::Adam,
+            &stack,
+            &timing,
+        )
+        .unwrap();
+        let split = Split {
+            data: 16,
+            expert: 8,
+            ..ONE
+        };
+        let step = p.step(16, split).unwrap();
+        let sim = p
+            .simulate(16, split, crate::sim::SimOptions::default())
+            .unwrap();
+        let st = &step.stages[0];
+        let want = st.forward_s + st.backward_s + st.expert_alltoall_s;
+        // The stage's passes run on the host's timeline; the simulator's layers one after
+        // another: within 10 %.
+        assert!(
+            (sim.compute_s / want - 1.0).abs() < 0.1,
+            "{} vs {want}",
+            sim.compute_s
+        );
+        let exchanges = sim
+            .spans
+            .iter()
+            .filter(|s| s.name.contains("block_sparse_moe exchange"))
+            .count();
+        assert_eq!(exchanges, 2 * 32);
+        let e = p
+            .simulate(
+                16,
+                Split {
+                    micro_batches: 2,
+                    ..split
+                },
+                crate::sim::SimOptions::default(),
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("one micro-batch"), "{e}");
     }
 
     /// Unsplit, the step is `predict`'s compute on one device plus the update.

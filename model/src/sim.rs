@@ -50,6 +50,16 @@ pub struct SimLayer {
     pub backward_s: f64,
     /// Bytes of its gradients (parameters times the gradient's bytes per element).
     pub gradient_bytes: f64,
+    /// A collective every rank runs inside the layer, forward and backward, seconds (a
+    /// mixture of experts' all-to-alls under expert parallelism): it starts when the
+    /// slowest rank reaches it, and every rank leaves it together. Zero: none.
+    #[serde(default, skip_serializing_if = "no_exchange")]
+    pub exchange_s: [f64; 2],
+}
+
+/// Whether a layer runs no collective of its own (serde leaves the field out).
+fn no_exchange(e: &[f64; 2]) -> bool {
+    e.iter().all(|&v| v <= 0.0)
 }
 
 /// How the step runs.
@@ -188,24 +198,47 @@ pub fn simulate(layers: &[SimLayer], allreduce: &dyn Fn(f64) -> f64, o: &SimOpti
             _ => 1.0,
         }
     };
+    // Every rank's layer times, drawn rank by rank.
+    let drawn: Vec<Vec<(f64, f64)>> = (0..ranks)
+        .map(|_| {
+            layers
+                .iter()
+                .map(|l| (l.forward_s * factor(), l.backward_s * factor()))
+                .collect()
+        })
+        .collect();
+    // The ranks run side by side; a layer's collective waits for the slowest of them.
+    let mut clock = vec![t0; ranks];
+    let sync = |clock: &mut [f64], d: f64| {
+        if d > 0.0 {
+            let start = clock.iter().copied().fold(f64::MIN, f64::max);
+            clock.iter_mut().for_each(|c| *c = start + d);
+        }
+    };
+    for (i, l) in layers.iter().enumerate() {
+        for (c, times) in clock.iter_mut().zip(&drawn) {
+            *c += times[i].0;
+        }
+        sync(&mut clock, l.exchange_s[0]);
+    }
     // Per layer, the latest end of its backward over the ranks.
     let mut ready = vec![0.0f64; n];
-    let mut critical: Option<(f64, Vec<(f64, f64)>)> = None;
-    for _ in 0..ranks {
-        let mut times = Vec::with_capacity(n);
-        for l in layers {
-            times.push((l.forward_s * factor(), l.backward_s * factor()));
+    for i in (0..n).rev() {
+        for (c, times) in clock.iter_mut().zip(&drawn) {
+            *c += times[i].1;
         }
-        let mut t = t0 + times.iter().map(|(f, _)| f).sum::<f64>();
-        for i in (0..n).rev() {
-            t += times[i].1;
-            ready[i] = ready[i].max(t);
-        }
-        if critical.as_ref().is_none_or(|(end, _)| t > *end) {
-            critical = Some((t, times));
-        }
+        sync(&mut clock, layers[i].exchange_s[1]);
+        ready[i] = clock.iter().copied().fold(0.0, f64::max);
     }
-    let (backward_end, times) = critical.unwrap_or((t0, Vec::new()));
+    // The critical rank: the last to end its backward (the first of equals).
+    let critical = (0..ranks).fold(None, |best: Option<usize>, r| match best {
+        Some(b) if clock[b] >= clock[r] => Some(b),
+        _ => Some(r),
+    });
+    let (backward_end, times) = match critical {
+        Some(r) => (clock[r], drawn[r].clone()),
+        None => (t0, Vec::new()),
+    };
     let mut spans = Vec::new();
     if o.input_s > 0.0 {
         spans.push(Span {
@@ -219,8 +252,25 @@ pub fn simulate(layers: &[SimLayer], allreduce: &dyn Fn(f64) -> f64, o: &SimOpti
             duration_s: o.input_s,
         });
     }
+    // The critical rank's compute, replayed with the collectives' waits: each starts when
+    // the slowest rank arrives, which the ranks' clocks give.
     let mut t = t0;
-    for (l, (f, _)) in layers.iter().zip(&times) {
+    let mut others = vec![t0; ranks];
+    let exchange =
+        |t: &mut f64, others: &mut Vec<f64>, name: String, d: f64, spans: &mut Vec<Span>| {
+            if d > 0.0 {
+                let start = others.iter().copied().fold(*t, f64::max);
+                spans.push(Span {
+                    stream: Stream::Compute,
+                    name,
+                    start_s: start,
+                    duration_s: d,
+                });
+                *t = start + d;
+                others.iter_mut().for_each(|c| *c = start + d);
+            }
+        };
+    for (i, (l, (f, _))) in layers.iter().zip(&times).enumerate() {
         spans.push(Span {
             stream: Stream::Compute,
             name: format!("{} forward", l.name),
@@ -228,8 +278,18 @@ pub fn simulate(layers: &[SimLayer], allreduce: &dyn Fn(f64) -> f64, o: &SimOpti
             duration_s: *f,
         });
         t += f;
+        for (c, d) in others.iter_mut().zip(&drawn) {
+            *c += d[i].0;
+        }
+        exchange(
+            &mut t,
+            &mut others,
+            format!("{} exchange forward", l.name),
+            l.exchange_s[0],
+            &mut spans,
+        );
     }
-    for (l, (_, b)) in layers.iter().zip(&times).rev() {
+    for (i, (l, (_, b))) in layers.iter().zip(&times).enumerate().rev() {
         spans.push(Span {
             stream: Stream::Compute,
             name: format!("{} backward", l.name),
@@ -237,6 +297,16 @@ pub fn simulate(layers: &[SimLayer], allreduce: &dyn Fn(f64) -> f64, o: &SimOpti
             duration_s: *b,
         });
         t += b;
+        for (c, d) in others.iter_mut().zip(&drawn) {
+            *c += d[i].1;
+        }
+        exchange(
+            &mut t,
+            &mut others,
+            format!("{} exchange backward", l.name),
+            l.exchange_s[1],
+            &mut spans,
+        );
     }
     let mut comm_free = if o.overlap { 0.0 } else { backward_end };
     for (k, &(first, bytes)) in buckets.iter().enumerate() {
@@ -320,12 +390,45 @@ mod tests {
                 forward_s: f,
                 backward_s: b,
                 gradient_bytes: g,
+                exchange_s: [0.0; 2],
             })
             .collect()
     }
 
     fn net(bytes: f64) -> f64 {
         1e-5 + bytes / 1e10
+    }
+
+    /// A layer's collective (an all-to-all) waits for the slowest rank: with every rank
+    /// alike the step is compute plus the collectives; with ranks that vary, the step is at
+    /// least the same simulation without the collectives plus their time, and the critical
+    /// rank's timeline shows each collective after its layer.
+    #[test]
+    fn a_layers_collective_waits_for_every_rank() {
+        let mut l = layers(&[(1e-3, 2e-3, 0.0), (1e-3, 2e-3, 0.0), (1e-3, 2e-3, 0.0)]);
+        l[1].exchange_s = [4e-4, 5e-4];
+        let none = |_: f64| 0.0;
+        let alike = SimOptions {
+            ranks: 8,
+            ..SimOptions::default()
+        };
+        let s = simulate(&l, &none, &alike);
+        assert!((s.step_s - (9e-3 + 9e-4)).abs() < 1e-12, "{}", s.step_s);
+        let names: Vec<&str> = s.spans.iter().map(|p| p.name.as_str()).collect();
+        let at = |n: &str| names.iter().position(|m| *m == n).unwrap();
+        assert_eq!(at("l1 exchange forward"), at("l1 forward") + 1);
+        assert_eq!(at("l1 exchange backward"), at("l1 backward") + 1);
+        let varied = SimOptions {
+            ranks: 8,
+            cv: 0.2,
+            seed: 3,
+            ..SimOptions::default()
+        };
+        let with = simulate(&l, &none, &varied);
+        let plain = simulate(&layers(&[(1e-3, 2e-3, 0.0); 3]), &none, &varied);
+        assert!(with.step_s >= plain.step_s + 9e-4 - 1e-12);
+        // The ranks wait at the collectives: later than the same ranks alone would end.
+        assert!(with.step_s > 9e-3 + 9e-4);
     }
 
     #[test]

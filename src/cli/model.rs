@@ -148,9 +148,17 @@ pub(crate) struct PredictArgs {
     /// under a stack whose schedule is 1f1b (default 1: none).
     #[arg(long, value_name = "V", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) virtual_stages: Option<u32>,
+    /// Expert-parallel ranks of a mixture of experts (Megatron's
+    /// --expert-model-parallel-size): each holds 1/E of every layer's experts and exchanges
+    /// its tokens with the others by all-to-all; E divides the data-parallel replicas
+    /// (default 1: none).
+    #[arg(long, value_name = "E", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) expert_parallel: Option<u32>,
     /// Also simulate the step event by event (gradient buckets allreduced beside backward,
     /// the input read ahead, the slowest of the ranks) and write its timeline to FILE in the
-    /// Chrome trace format (Perfetto, chrome://tracing). Data-parallel steps only.
+    /// Chrome trace format (Perfetto, chrome://tracing). Data-parallel steps, and with
+    /// --expert-parallel data- and expert-parallel ones (the all-to-alls waiting for every
+    /// rank).
     #[arg(long, value_name = "FILE", group = "events",
           conflicts_with_all = ["tensor_parallel", "pipeline_parallel", "micro_batches", "virtual_stages"])]
     pub(crate) timeline: Option<PathBuf>,
@@ -159,7 +167,7 @@ pub(crate) struct PredictArgs {
     /// `.et` is taken off PREFIX). Each layer's forward and backward is a compute node with
     /// its predicted time, FLOPs and bytes; each gradient bucket an allreduce.
     #[arg(long, value_name = "PREFIX", group = "events",
-          conflicts_with_all = ["tensor_parallel", "pipeline_parallel", "micro_batches", "virtual_stages"])]
+          conflicts_with_all = ["tensor_parallel", "pipeline_parallel", "micro_batches", "virtual_stages", "expert_parallel"])]
     pub(crate) chakra: Option<PathBuf>,
     /// The gradient bucket of the simulator and of the Chakra trace, MiB (PyTorch DDP's
     /// default).
@@ -291,6 +299,9 @@ pub(crate) struct SweepArgs {
     /// Virtual stages per pipeline rank to try (interleaved 1F1B; default 1).
     #[arg(long, value_parser = parse_u32_list)]
     pub(crate) virtual_stages: Option<Numbers<u32>>,
+    /// Expert-parallel degrees to try (a mixture of experts; default 1).
+    #[arg(long, value_parser = parse_u32_list)]
+    pub(crate) expert_parallel: Option<Numbers<u32>>,
     #[command(flatten)]
     pub(crate) scenario: ScenarioArgs,
     #[command(flatten)]

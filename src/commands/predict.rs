@@ -16,6 +16,7 @@ pub(crate) fn run(args: &PredictArgs) -> Result<()> {
         || args.pipeline_parallel.is_some()
         || args.micro_batches.is_some()
         || args.virtual_stages.is_some()
+        || args.expert_parallel.is_some()
     {
         return split(args);
     }
@@ -311,6 +312,7 @@ fn chakra(
                 forward_s: l.forward_s,
                 backward_s: l.backward_s,
                 gradient_bytes: params as f64 * per_param,
+                exchange_s: [0.0; 2],
             },
             flops: [c.flops_fwd.value(), c.flops_bwd.value()],
             bytes: [c.hbm_bytes_fwd.value(), c.hbm_bytes_bwd.value()],
@@ -375,6 +377,7 @@ fn split(args: &PredictArgs) -> Result<()> {
         data,
         micro_batches,
         virtual_stages: args.virtual_stages.unwrap_or(1),
+        expert: args.expert_parallel.unwrap_or(1),
     };
     let timing = Timing::of(system, precision, scenario.kernel_model);
     let stack = inputs::stack(scenario.stack.as_deref())?;
@@ -391,18 +394,44 @@ fn split(args: &PredictArgs) -> Result<()> {
         Ok(j) if j.packing.is_some() => usize::try_from(j.graph.input_shape().elements())?,
         _ => seq,
     };
-    let step = parallel::step(
+    let prepared = parallel::prepare(
         &name,
         &config,
         seq,
-        global,
-        split,
+        parallel::Degrees {
+            tensor: split.tensor,
+            expert: split.expert,
+        },
         system,
         precision,
         scenario.optimizer,
         &stack,
         &timing,
     )?;
+    let step = prepared.step(global, split)?;
+    let simulated = match &args.timeline {
+        Some(path) => {
+            let spread = system.calibration.as_ref().and_then(|p| p.sample_cv);
+            let sim = prepared.simulate(
+                global,
+                split,
+                ridgeline_model::sim::SimOptions {
+                    bucket_bytes: args.bucket_mib * 1024.0 * 1024.0,
+                    prefetch: args.prefetch,
+                    cv: args.rank_cv.or(spread).unwrap_or(0.0),
+                    seed: args.seed,
+                    ..Default::default()
+                },
+            )?;
+            let trace = ridgeline_model::sim::chrome_trace(
+                &sim,
+                &format!("{name} on {}, slowest rank", system.name),
+            );
+            ridgeline_app::atomic::write(path, format!("{trace}\n").as_bytes())?;
+            Some((sim, path.clone()))
+        }
+        None => None,
+    };
     let capacity = system
         .device
         .memory_capacity
@@ -453,8 +482,16 @@ fn split(args: &PredictArgs) -> Result<()> {
             format!("of {} (fits)", s.bytes(Bytes::new(c)))
         });
         let mut doc = Document::new(format!(
-            "Prediction: {name} ({seq} tokens) on {} x {} nodes, tensor {tensor} x pipeline {pipeline} x data {data}, {global} sequences a step in {} micro-batches of {}, {precision}",
-            system.name, args.nodes, split.micro_batches, step.micro_batch
+            "Prediction: {name} ({seq} tokens) on {} x {} nodes, tensor {tensor} x pipeline {pipeline} x data {data}{}, {global} sequences a step in {} micro-batches of {}, {precision}",
+            system.name,
+            args.nodes,
+            if split.expert > 1 {
+                format!(" (experts over {} of them)", split.expert)
+            } else {
+                String::new()
+            },
+            split.micro_batches,
+            step.micro_batch
         ))
         .summary(
             "step time",
@@ -516,15 +553,24 @@ fn split(args: &PredictArgs) -> Result<()> {
                 }
             ),
         )
-        .summary("  pipeline bubble", format!("{:.1}%", 100.0 * step.bubble))
-        .summary(
-            "throughput",
-            format!("{:.1} sequences/s", global as f64 / step.step_s),
-        )
-        .summary(
-            "memory per device",
-            format!("{} {fits}", s.bytes(Bytes::new(step.memory_per_device_bytes))),
-        );
+        .summary("  pipeline bubble", format!("{:.1}%", 100.0 * step.bubble));
+        if let Some((sim, path)) = &simulated {
+            doc = doc
+                .summary("simulated step", tables::simulated_step(sim))
+                .summary("timeline", path.display().to_string());
+        }
+        doc = doc
+            .summary(
+                "throughput",
+                format!("{:.1} sequences/s", global as f64 / step.step_s),
+            )
+            .summary(
+                "memory per device",
+                format!(
+                    "{} {fits}",
+                    s.bytes(Bytes::new(step.memory_per_device_bytes))
+                ),
+            );
         doc = match &solution {
             Some(t) => doc
                 .summary("epochs", format!("{:.2}", t.epochs))
@@ -552,7 +598,7 @@ fn split(args: &PredictArgs) -> Result<()> {
                 1.0 / f64::from(pipeline),
             ))
             .notes(packing.clone());
-        doc.note("Each stage's times are one micro-batch on one of its tensor-parallel ranks: forward and backward of its layers (timed as predict times layers), its tensor-parallel allreduces (four per transformer layer; `exposed`: what the products do not hide, where the stack overlaps them) and its point-to-point sends; the step is every stage once (the first micro-batch) plus (micro-batches - 1) x the slowest stage (1F1B), then the data-parallel gradient reduction (where the stack overlaps it, only what the largest stage's backward and forward passes do not hide) and the optimizer update. The FP8 and recomputation lines are one device's step, the memory lines one micro-batch on one device (a stage's share of the layers).")
+        doc.note("Each stage's times are one micro-batch on one of its tensor-parallel ranks: forward and backward of its layers (timed as predict times layers), its tensor-parallel allreduces (four per transformer layer; `exposed`: what the products do not hide, where the stack overlaps them), its point-to-point sends and, under expert parallelism, its all-to-alls (four per mixture-of-experts layer, on the critical path; the experts' gradients reduce among the replicas that hold the same experts); the step is every stage once (the first micro-batch) plus (micro-batches - 1) x the slowest stage (1F1B), then the data-parallel gradient reduction (where the stack overlaps it, only what the largest stage's backward and forward passes do not hide) and the optimizer update. The FP8 and recomputation lines are one device's step, the memory lines one micro-batch on one device (a stage's share of the layers).")
     })
 }
 

@@ -33,6 +33,7 @@ pub(crate) fn run(args: &SweepArgs) -> Result<()> {
     if args.tensor_parallel.is_some()
         || args.pipeline_parallel.is_some()
         || args.virtual_stages.is_some()
+        || args.expert_parallel.is_some()
     {
         return splits(args);
     }
@@ -165,6 +166,7 @@ fn splits(args: &SweepArgs) -> Result<()> {
         .map(|m| m.0.clone())
         .unwrap_or_default();
     let virtual_stages = list(&args.virtual_stages);
+    let expert = list(&args.expert_parallel);
     if scenario.stack.as_deref().is_some_and(|s| s.contains(',')) {
         anyhow::bail!(
             "--stack: a split search runs under one stack; give one (several are swept for \
@@ -182,6 +184,7 @@ fn splits(args: &SweepArgs) -> Result<()> {
         pipeline: &pipeline,
         micro_batches: &micro,
         virtual_stages: &virtual_stages,
+        expert: &expert,
         precisions: &args.precisions,
         optimizer: scenario.optimizer,
         kernel_model: scenario.kernel_model,

@@ -190,6 +190,7 @@ impl Buckets {
                 forward_s: 0.0,
                 backward_s: 0.0,
                 gradient_bytes: 4.0 * ps.iter().map(Vec::len).sum::<usize>() as f64,
+                exchange_s: [0.0; 2],
             })
             .collect();
         let planned = sim::buckets(&layers, first_bytes, bucket_bytes);

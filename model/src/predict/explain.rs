@@ -378,6 +378,7 @@ pub fn simulate(
             forward_s: l.forward_s,
             backward_s: l.backward_s,
             gradient_bytes: params as f64 * per_param,
+            exchange_s: [0.0; 2],
         })
         .collect();
     let layer_sum: f64 = layers.iter().map(|l| l.forward_s + l.backward_s).sum();

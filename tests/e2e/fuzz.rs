@@ -377,7 +377,9 @@ proptest! {
             ("tests/fixtures/hf/bert-base-sst2.json", "config.json"),
             ("tests/fixtures/hf/mistral-7b.json", "config.json"),
             ("tests/fixtures/hf/qwen2-7b.json", "config.json"),
+            ("tests/fixtures/hf/mixtral-8x7b.json", "config.json"),
             ("data/workloads/transformers/bert-large.toml", "config.toml"),
+            ("data/workloads/transformers/mixtral-8x7b.toml", "config.toml"),
             ("data/workloads/transformers/llama3-8b.toml", "config.toml"),
             ("data/workloads/transformers/opt-1.3b.toml", "config.toml"),
         ]),
@@ -468,7 +470,7 @@ proptest! {
     fn extreme_parallel_flags_never_panic_hang_or_print_nonsense(
         flag in prop::sample::select(vec![
             "--tensor-parallel", "--pipeline-parallel", "--micro-batches", "--virtual-stages",
-            "--global-batch", "--nodes",
+            "--global-batch", "--nodes", "--expert-parallel",
         ]),
         value in prop::sample::select(EXTREMES),
     ) {

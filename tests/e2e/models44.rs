@@ -1,8 +1,9 @@
 //! Issue 44: the models people train today. Llama's families from their `config.json`
 //! (RMS norms, SwiGLU, rotary embeddings, grouped-query attention, an untied head) and the
-//! built-in Llama 3 8B and 70B, through `workload show`, `memory` and a split `predict`.
+//! built-in Llama 3 8B and 70B, through `workload show`, `memory` and a split `predict`; and
+//! mixtures of experts (Mixtral 8x7B, the `moe` op) with expert parallelism.
 
-use crate::{fixture, run_err, run_json};
+use crate::{fixture, run_err, run_json, run_ok};
 
 /// Each published configuration is a workload with Hugging Face's parameter count; a
 /// grouped-query configuration whose key and value heads do not divide its heads exits 2
@@ -87,4 +88,205 @@ fn llama3_70b_splits_over_dgx_h100() {
     assert!(e.contains("one device needs"), "{e}");
     let w = run_json(&["workload", "show", "llama3-70b", "--format", "json"]);
     assert_eq!(w["params"].as_u64(), Some(70_553_706_496));
+}
+
+/// A mixture of experts in a workload file: a tiny decoder whose feed-forward network is
+/// four gated experts, two a token.
+const TINY_MOE: &str = r#"name = "tiny-moe"
+input = [16]
+
+[[layer]]
+name = "embed"
+op = "embedding"
+num_embeddings = 50
+embedding_dim = 32
+
+[[layer]]
+name = "norm"
+op = "rms-norm"
+
+[[layer]]
+name = "experts"
+op = "moe"
+experts = 4
+top_k = 2
+ffn = 48
+
+[[layer]]
+name = "head"
+op = "linear"
+out_features = 50
+bias = false
+
+[[layer]]
+name = "loss"
+op = "softmax-cross-entropy"
+"#;
+
+/// Mixtral 8x7B from its `config.json` and built in: Hugging Face's parameters; a
+/// configuration routing a token to more experts than there are, or outputting the router's
+/// logits (an auxiliary loss ridgeline does not build), exits 2 naming the file and field.
+#[test]
+fn mixtral_config_is_a_workload() {
+    let v = run_json(&[
+        "workload",
+        "show",
+        &fixture("hf/mixtral-8x7b.json"),
+        "--seq-len",
+        "256",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(v["params"].as_u64(), Some(46_702_792_704));
+    let w = run_json(&["workload", "show", "mixtral-8x7b", "--format", "json"]);
+    assert_eq!(w["params"].as_u64(), Some(46_702_792_704));
+    let text = std::fs::read_to_string(fixture("hf/mixtral-8x7b.json")).unwrap();
+    let dir = std::env::temp_dir().join(format!("ridgeline-mixtral-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (from, to, field) in [
+        (
+            "\"num_experts_per_tok\": 2",
+            "\"num_experts_per_tok\": 9",
+            "num_experts_per_tok",
+        ),
+        (
+            "\"output_router_logits\": false",
+            "\"output_router_logits\": true",
+            "output_router_logits",
+        ),
+    ] {
+        let bad = dir.join(format!("{field}.json"));
+        std::fs::write(&bad, text.replace(from, to)).unwrap();
+        let e = run_err(&["workload", "show", bad.to_str().unwrap()]);
+        assert!(
+            e.contains(&format!("{field}.json")) && e.contains(field),
+            "{e}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Mixtral 8x7B over 16 DGX H100s with its experts over eight data-parallel replicas: the
+/// stage's all-to-alls, one expert of each layer a device (without expert parallelism it
+/// does not fit), a simulated timeline with the all-to-alls in it; expert parallelism that does not divide the experts, or on a
+/// dense model, exits 2 naming the flag.
+#[test]
+fn mixtral_splits_its_experts_over_data_parallel_replicas() {
+    let dir = std::env::temp_dir().join(format!("ridgeline-ep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let timeline = dir.join("moe.json");
+    let args = |expert: &'static str, model: &'static str| {
+        vec![
+            "predict",
+            model,
+            "--system",
+            "dgx-h100",
+            "--nodes",
+            "2",
+            "--global-batch",
+            "16",
+            "--input-size",
+            "1024",
+            "--precision",
+            "amp-bf16",
+            "--stack",
+            "megatron-te",
+            "--expert-parallel",
+            expert,
+        ]
+    };
+    let mut with = args("8", "mixtral-8x7b");
+    with.extend(["--timeline", timeline.to_str().unwrap(), "--format", "json"]);
+    let v = run_json(&with);
+    let stage = &v["stages"][0];
+    assert!(stage["expert_alltoall_s"].as_f64().unwrap() > 0.0, "{v}");
+    // One expert of each layer a device, with the router and attention whole.
+    assert_eq!(
+        stage["expert_params"].as_u64(),
+        Some(32 * 3 * 4096 * 14336),
+        "{v}"
+    );
+    // Without expert parallelism all 46.7 billion parameters' states are on every device.
+    let e = run_err(&args("1", "mixtral-8x7b"));
+    assert!(e.contains("one device needs"), "{e}");
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&timeline).unwrap()).unwrap();
+    let exchanges = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"].as_str().is_some_and(|n| n.contains("exchange")))
+        .count();
+    assert_eq!(exchanges, 64);
+    let e = run_err(&args("3", "mixtral-8x7b"));
+    assert!(e.contains("expert-parallel"), "{e}");
+    let e = run_err(&args("2", "llama3-8b"));
+    assert!(
+        e.contains("expert-parallel") && e.contains("has none"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The `moe` op in a workload file: shown, measured by the CPU executor (one step), and
+/// refused with its line and field where it cannot be (more experts a token than there
+/// are, a capacity factor of zero, an unknown activation), or where it is one
+/// expert-parallel rank's share, which the executor cannot run.
+#[test]
+fn a_mixture_of_experts_in_a_workload_file() {
+    let dir = std::env::temp_dir().join(format!("ridgeline-moe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("tiny.toml");
+    std::fs::write(&file, TINY_MOE).unwrap();
+    let path = file.to_str().unwrap();
+    let v = run_json(&["workload", "show", path, "--format", "json"]);
+    // The table, the norm's scale, the router, four experts of three projections, the head.
+    let params = 50 * 32 + 32 + 32 * 4 + 4 * 3 * 32 * 48 + 32 * 50;
+    assert_eq!(v["params"].as_u64(), Some(params));
+    let out = dir.join("step.jsonl");
+    run_ok(&[
+        "measure",
+        "workload",
+        path,
+        "--batch",
+        "2",
+        "--steps",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let records = std::fs::read_to_string(&out).unwrap();
+    assert!(records.contains("\"workload-step\""), "{records}");
+    for (from, to, want) in [
+        ("top_k = 2", "top_k = 5", "top_k"),
+        (
+            "ffn = 48",
+            "ffn = 48\ncapacity_factor = 0.0",
+            "capacity_factor",
+        ),
+        ("ffn = 48", "ffn = 48\nactivation = \"tanh\"", "activation"),
+    ] {
+        let bad = dir.join("bad.toml");
+        std::fs::write(&bad, TINY_MOE.replace(from, to)).unwrap();
+        let e = run_err(&["workload", "show", bad.to_str().unwrap()]);
+        assert!(
+            e.contains("bad.toml") && e.contains("experts") && e.contains(want),
+            "{e}"
+        );
+    }
+    let rank = dir.join("rank.toml");
+    std::fs::write(&rank, TINY_MOE.replace("ffn = 48", "ffn = 48\nlocal = 2")).unwrap();
+    let e = run_err(&[
+        "measure",
+        "workload",
+        rank.to_str().unwrap(),
+        "--batch",
+        "1",
+        "--steps",
+        "1",
+        "--out",
+        dir.join("rank.jsonl").to_str().unwrap(),
+    ]);
+    assert!(e.contains("expert-parallel") && e.contains("local"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
 }

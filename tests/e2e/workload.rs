@@ -30,6 +30,7 @@ fn list_shows_the_workloads_with_reference_parameter_counts() {
             ("opt-1.3b".to_owned(), 1_315_758_080),
             ("llama3-8b".to_owned(), 8_030_261_248),
             ("llama3-70b".to_owned(), 70_553_706_496),
+            ("mixtral-8x7b".to_owned(), 46_702_792_704),
             ("gin".to_owned(), 908_401),
         ]
     );

@@ -201,7 +201,11 @@ pub(crate) fn counts(graph: &Graph, layer: &Layer) -> Counts {
         | Op::Scale { .. }
         | Op::Shift { .. }
         | Op::Pow { .. }
-        | Op::Dropout { .. } => vector_counts(out_elems),
+        | Op::Dropout { .. }
+        | Op::Sigmoid
+        | Op::Clip { .. }
+        | Op::HardSwish
+        | Op::HardSigmoid { .. } => vector_counts(out_elems),
         // One product forward; backward one per input (each input's gradient is the other
         // input times the output gradient).
         Op::Mul => Counts {
@@ -755,7 +759,8 @@ fn saved(op: &Op) -> &'static [Saved] {
         | Op::MaxPool(_)
         | Op::MseLoss
         | Op::Pow { .. } => &[Saved::Input(0)],
-        Op::Relu | Op::Tanh | Op::Softmax => &[Saved::Output],
+        Op::Relu | Op::Tanh | Op::Softmax | Op::Sigmoid => &[Saved::Output],
+        Op::Clip { .. } | Op::HardSwish | Op::HardSigmoid { .. } => &[Saved::Input(0)],
         Op::Dropout { .. } => &[Saved::Mask],
         Op::SoftmaxCrossEntropy => &[Saved::PrivateLikeInput],
         Op::Linear { .. } | Op::Embedding { .. } | Op::Gelu | Op::Silu => &[Saved::Input(0)],

@@ -28,7 +28,8 @@
 //! `conv-transpose`); `dense` (`out_features*`, `bias` = true); `max-pool` and `avg-pool`
 //! (`kernel*`, `stride` = kernel, `padding` = "valid"); `leaky-relu` (`alpha*`); `scale`
 //! (`factor*`: times a constant); `shift` (`offset*`: plus a constant); `pow` (`exponent*`);
-//! `dropout` (`rate*`); `tile` (`repeats*`); `upsample` (`scale_factor*`);
+//! `dropout` (`rate*`); `tile` (`repeats*`); `upsample` (`scale_factor*`); `clip` (`min*`,
+//! `max*`: ReLU6 is 0 and 6); `hard-sigmoid` (`alpha` = 1/6, `beta` = 1/2);
 //! `linear` (`out_features*`, `bias` = true, `tied` = false: a linear layer at every
 //! position of a sequence `[hidden, seq]`; `tied` for weights shared with an embedding); `embedding` (`num_embeddings*`, `embedding_dim*`: ids `[seq]` to
 //! `[embedding_dim, seq]`); `attention` (`heads*`, `causal` = false, `rate` = 0 (dropout on
@@ -45,7 +46,9 @@
 //! feed-forward layer on sequences `[H, S]`);
 //! `gather` (`edges*`), `scatter-add` (`nodes*`) and `segment-sum` (`segments*`) on rows of
 //! `[F, rows]`; and without fields `global-avg-pool`, `batch-norm`, `channel-affine`,
-//! `relu`, `tanh`, `add`, `mul` (two inputs of one shape, element by element), `concat`, `flatten`, `softmax-cross-entropy`, `mse-loss`,
+//! `relu`, `tanh`, `sigmoid`, `hard-swish`, `add`, `mul` (two inputs of one shape, element by
+//! element, or the second of extent 1 where they differ: a channel gate), `concat`, `flatten`,
+//! `softmax-cross-entropy`, `mse-loss`,
 //! `matmul` (two inputs `[..., m, k]` and `[..., k, n]`), `layer-norm`, `rms-norm`,
 //! `softmax` (over channels), `gelu` and `silu`.
 
@@ -153,6 +156,12 @@ struct RawLayer {
     activation: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     capacity_factor: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    beta: Option<f64>,
 }
 
 /// Op names and the fields each takes; required fields end in `*`.
@@ -195,6 +204,10 @@ const OPS: &[(&str, &[&str])] = &[
     ("scale", &["factor*"]),
     ("shift", &["offset*"]),
     ("mul", &[]),
+    ("sigmoid", &[]),
+    ("clip", &["min*", "max*"]),
+    ("hard-swish", &[]),
+    ("hard-sigmoid", &["alpha", "beta"]),
     ("pow", &["exponent*"]),
     ("concat", &[]),
     ("tile", &["repeats*"]),
@@ -283,6 +296,9 @@ impl RawLayer {
             ("gated", self.gated.is_some()),
             ("activation", self.activation.is_some()),
             ("capacity_factor", self.capacity_factor.is_some()),
+            ("min", self.min.is_some()),
+            ("max", self.max.is_some()),
+            ("beta", self.beta.is_some()),
         ]
         .into_iter()
         .filter_map(|(f, set)| set.then_some(f))
@@ -445,6 +461,16 @@ fn to_op(l: &RawLayer, rank: usize) -> Result<Op, String> {
             offset: num(l.offset),
         },
         "mul" => Op::Mul,
+        "sigmoid" => Op::Sigmoid,
+        "clip" => Op::Clip {
+            min: num(l.min),
+            max: num(l.max),
+        },
+        "hard-swish" => Op::HardSwish,
+        "hard-sigmoid" => Op::HardSigmoid {
+            alpha: l.alpha.unwrap_or(1.0 / 6.0),
+            beta: l.beta.unwrap_or(0.5),
+        },
         "pow" => Op::Pow {
             exponent: num(l.exponent),
         },
@@ -679,6 +705,14 @@ fn export_layer(graph: &Graph, id: NodeId, layer: &Layer) -> RawLayer {
             raw.padding = Some(pairs(&p.padding));
         }
         Op::LeakyRelu { alpha } => raw.alpha = Some(*alpha),
+        Op::Clip { min, max } => {
+            raw.min = Some(*min);
+            raw.max = Some(*max);
+        }
+        Op::HardSigmoid { alpha, beta } => {
+            raw.alpha = Some(*alpha);
+            raw.beta = Some(*beta);
+        }
         Op::Scale { factor } => raw.factor = Some(*factor),
         Op::Shift { offset } => raw.offset = Some(*offset),
         Op::Pow { exponent } => raw.exponent = Some(*exponent),
@@ -693,6 +727,8 @@ fn export_layer(graph: &Graph, id: NodeId, layer: &Layer) -> RawLayer {
         | Op::Tanh
         | Op::Add
         | Op::Mul
+        | Op::Sigmoid
+        | Op::HardSwish
         | Op::Concat
         | Op::Flatten
         | Op::SoftmaxCrossEntropy

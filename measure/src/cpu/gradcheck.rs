@@ -503,6 +503,30 @@ fn mixture_of_experts() {
     }
 }
 
+/// The activations of the mobile networks (ReLU6 as a clip, hard swish, hard sigmoid,
+/// sigmoid) and a squeeze-and-excitation gate: a feature map times a per-channel factor
+/// broadcast over its positions.
+#[test]
+fn mobile_activations_and_channel_gates() {
+    // Small maps, so that the grid's values lie at least `4 H` from the clip's bounds.
+    for op in [
+        Op::Sigmoid,
+        Op::Clip { min: 0.0, max: 0.5 },
+        Op::Clip { min: 0.0, max: 6.0 },
+        Op::HardSwish,
+        Op::HardSigmoid {
+            alpha: 1.0 / 6.0,
+            beta: 0.5,
+        },
+    ] {
+        Check::new(&[3, 2, 2], &[("a", op)], 2).run();
+    }
+    let mut g = Graph::new("check", vec![4, 3, 5]).unwrap();
+    let gate = g.push("pool", Op::GlobalAvgPool, &[0]).unwrap();
+    g.push("gate", Op::Mul, &[0, gate]).unwrap();
+    Check::graph(g, 2).run();
+}
+
 #[test]
 fn graph_row_ops() {
     Check::new(&[3, 5], &[("g", Op::Gather { edges: 8 })], 2).run();

@@ -226,6 +226,21 @@ pub(crate) enum Kernel {
     Shift(f32),
     /// Element-wise product of two inputs.
     Mul,
+    /// The product of a sample's `a` dims by a second input broadcast from its `b` dims
+    /// (extent 1 where they differ: a channel gate).
+    Gate {
+        n: usize,
+        a: Vec<usize>,
+        b: Vec<usize>,
+    },
+    /// The logistic sigmoid.
+    Sigmoid,
+    /// Clamping to `[min, max]`.
+    Clip(f32, f32),
+    /// Hard swish.
+    HardSwish,
+    /// Hard sigmoid `max(0, min(1, alpha x + beta))`.
+    HardSigmoid(f32, f32),
     /// Power with a constant exponent.
     Pow(f32),
     /// Concatenation along channels: channel counts of the inputs, and the volume.
@@ -376,7 +391,18 @@ impl Kernel {
             Op::Scale { factor } => Kernel::Scale(*factor as f32),
             #[allow(clippy::cast_possible_truncation)]
             Op::Shift { offset } => Kernel::Shift(*offset as f32),
+            Op::Mul if input(1) != input(0) => Kernel::Gate {
+                n,
+                a: input(0).to_vec(),
+                b: input(1).to_vec(),
+            },
             Op::Mul => Kernel::Mul,
+            Op::Sigmoid => Kernel::Sigmoid,
+            #[allow(clippy::cast_possible_truncation)]
+            Op::Clip { min, max } => Kernel::Clip(*min as f32, *max as f32),
+            Op::HardSwish => Kernel::HardSwish,
+            #[allow(clippy::cast_possible_truncation)]
+            Op::HardSigmoid { alpha, beta } => Kernel::HardSigmoid(*alpha as f32, *beta as f32),
             #[allow(clippy::cast_possible_truncation)]
             Op::Pow { exponent } => Kernel::Pow(*exponent as f32),
             Op::Concat => Kernel::Concat {
@@ -733,6 +759,20 @@ impl Kernel {
             // Branch-free, so it vectorises (the signs of activations are unpredictable).
             Kernel::LeakyRelu(a) => map(out, x, |v| v.max(0.0) + a * v.min(0.0)),
             Kernel::Tanh => map(out, x, f32::tanh),
+            Kernel::Sigmoid => map(out, x, |v| 1.0 / (1.0 + (-v).exp())),
+            Kernel::Clip(lo, hi) => map(out, x, |v| v.clamp(*lo, *hi)),
+            Kernel::HardSwish => map(out, x, |v| v * (v + 3.0).clamp(0.0, 6.0) / 6.0),
+            Kernel::HardSigmoid(a, b) => map(out, x, |v| (a * v + b).clamp(0.0, 1.0)),
+            Kernel::Gate { n, a, b } => {
+                let map = Broadcast::new(a, b);
+                let (va, vb) = (map.a_len, map.b_len);
+                for s in 0..*n {
+                    let (xa, xb) = (&x[s * va..][..va], &inputs[1][s * vb..][..vb]);
+                    for (i, o) in out[s * va..][..va].iter_mut().enumerate() {
+                        *o = xa[i] * xb[map.b_index(i)];
+                    }
+                }
+            }
             Kernel::Scale(f) => map(out, x, |v| f * v),
             Kernel::Shift(c) => map(out, x, |v| v + c),
             Kernel::Pow(e) => map(out, x, |v| v.powf(*e)),
@@ -1065,6 +1105,48 @@ impl Kernel {
                 });
             }
             Kernel::Tanh => zip_map(dx, dy, out, |g, y| g * (1.0 - y * y)),
+            Kernel::Sigmoid => zip_map(dx, dy, out, |g, y| g * y * (1.0 - y)),
+            Kernel::Clip(lo, hi) => zip_map(dx, dy, x, |g, v| {
+                g * f32::from(u8::from(v > *lo && v < *hi))
+            }),
+            Kernel::HardSwish => zip_map(dx, dy, x, |g, v| {
+                if v <= -3.0 {
+                    0.0
+                } else if v >= 3.0 {
+                    g
+                } else {
+                    g * (2.0 * v + 3.0) / 6.0
+                }
+            }),
+            Kernel::HardSigmoid(a, b) => zip_map(dx, dy, x, |g, v| {
+                let z = a * v + b;
+                g * a * f32::from(u8::from(z > 0.0 && z < 1.0))
+            }),
+            Kernel::Gate { n, a, b } => {
+                let map = Broadcast::new(a, b);
+                let (va, vb) = (map.a_len, map.b_len);
+                let (da, db) = dx.split_at_mut(1);
+                if let Some(d) = da[0].as_deref_mut() {
+                    for s in 0..*n {
+                        let xb = &inputs[1][s * vb..][..vb];
+                        let g = &dy[s * va..][..va];
+                        for (i, o) in d[s * va..][..va].iter_mut().enumerate() {
+                            *o = g[i] * xb[map.b_index(i)];
+                        }
+                    }
+                }
+                if let Some(d) = db[0].as_deref_mut() {
+                    d.fill(0.0);
+                    for s in 0..*n {
+                        let xa = &x[s * va..][..va];
+                        let g = &dy[s * va..][..va];
+                        let ds = &mut d[s * vb..][..vb];
+                        for i in 0..va {
+                            ds[map.b_index(i)] += g[i] * xa[i];
+                        }
+                    }
+                }
+            }
             Kernel::Scale(f) => zip_map(dx, dy, dy, |g, _| f * g),
             Kernel::Shift(_) => zip_map(dx, dy, dy, |g, _| g),
             Kernel::Pow(e) => zip_map(dx, dy, x, |g, v| g * e * v.powf(e - 1.0)),
@@ -1259,6 +1341,40 @@ fn conv_geom(
             0,
         ),
         dilation: three(&c.dilation, 1),
+    }
+}
+
+/// Where each element of a sample of `a` dims finds its factor in a second input of `b` dims
+/// broadcast to it (extent 1 where they differ).
+struct Broadcast {
+    a_len: usize,
+    b_len: usize,
+    /// Per dimension, from the last: `a`'s extent, and `b`'s stride (zero where broadcast).
+    dims: Vec<(usize, usize)>,
+}
+
+impl Broadcast {
+    fn new(a: &[usize], b: &[usize]) -> Broadcast {
+        let mut dims = Vec::with_capacity(a.len());
+        let mut stride = 1;
+        for (&ea, &eb) in a.iter().zip(b).rev() {
+            dims.push((ea, if eb == 1 { 0 } else { stride }));
+            stride *= eb;
+        }
+        Broadcast {
+            a_len: a.iter().product(),
+            b_len: b.iter().product(),
+            dims,
+        }
+    }
+
+    fn b_index(&self, mut i: usize) -> usize {
+        let mut j = 0;
+        for &(extent, stride) in &self.dims {
+            j += (i % extent) * stride;
+            i /= extent;
+        }
+        j
     }
 }
 

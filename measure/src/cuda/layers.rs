@@ -912,6 +912,13 @@ impl LayerPlan {
                 c: input(0)[0],
                 vol: vol(input(0)).max(1),
             },
+            Op::Mul if input(1) != input(0) => {
+                return Err(
+                    "a broadcast `mul` (a channel gate) has no GPU kernel yet: only products of \
+                     equal shapes"
+                        .into(),
+                );
+            }
             op => {
                 let kernels = (
                     elementwise_kernel(op, Pass::Forward),

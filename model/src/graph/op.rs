@@ -190,8 +190,29 @@ pub enum Op {
         /// The constant.
         offset: f64,
     },
-    /// Element-wise product of two inputs of the same shape.
+    /// Element-wise product of two inputs: of the same shape, or the second broadcast
+    /// along the dimensions where it has extent 1 (a squeeze-and-excitation gate `[C, 1, 1]`
+    /// on a feature map `[C, H, W]`).
     Mul,
+    /// The logistic sigmoid.
+    Sigmoid,
+    /// The input clamped to `[min, max]` (ONNX `Clip`; ReLU6 is `[0, 6]`).
+    Clip {
+        /// Lower bound.
+        min: f64,
+        /// Upper bound.
+        max: f64,
+    },
+    /// Hard swish, `x relu6(x + 3) / 6` (Howard et al. 2019, MobileNetV3).
+    HardSwish,
+    /// Hard sigmoid, `max(0, min(1, alpha x + beta))` (ONNX `HardSigmoid`; PyTorch's
+    /// `Hardsigmoid` is `alpha = 1/6`, `beta = 1/2`).
+    HardSigmoid {
+        /// Slope.
+        alpha: f64,
+        /// Offset.
+        beta: f64,
+    },
     /// Element-wise power with a constant exponent.
     Pow {
         /// The exponent.
@@ -590,6 +611,10 @@ impl Op {
             Op::Scale { .. } => "scale",
             Op::Shift { .. } => "shift",
             Op::Mul => "mul",
+            Op::Sigmoid => "sigmoid",
+            Op::Clip { .. } => "clip",
+            Op::HardSwish => "hard-swish",
+            Op::HardSigmoid { .. } => "hard-sigmoid",
             Op::Pow { .. } => "pow",
             Op::Concat => "concat",
             Op::Tile { .. } => "tile",
@@ -768,13 +793,33 @@ impl Op {
                 Ok(Dims::from_slice(x))
             }
             Op::Mul => {
-                if inputs[1] != x {
+                let b = inputs[1];
+                let broadcasts =
+                    b.len() == x.len() && b.iter().zip(x).all(|(&b, &a)| b == a || b == 1);
+                if !broadcasts {
                     return Err(format!(
-                        "inputs do not connect: `mul` needs equal shapes, input 0 is {} but \
-                         input 1 is {}",
+                        "inputs do not connect: `mul` needs equal shapes, or a second input of \
+                         extent 1 where they differ; input 0 is {} but input 1 is {}",
                         fmt_dims(x),
-                        fmt_dims(inputs[1])
+                        fmt_dims(b)
                     ));
+                }
+                Ok(Dims::from_slice(x))
+            }
+            Op::Sigmoid | Op::HardSwish => Ok(Dims::from_slice(x)),
+            Op::Clip { min, max } => {
+                finite("min", *min)?;
+                finite("max", *max)?;
+                if min >= max {
+                    return Err(format!("min = {min} must be below max = {max}"));
+                }
+                Ok(Dims::from_slice(x))
+            }
+            Op::HardSigmoid { alpha, beta } => {
+                finite("alpha", *alpha)?;
+                finite("beta", *beta)?;
+                if *alpha == 0.0 {
+                    return Err("alpha = 0: the hard sigmoid would be a constant".into());
                 }
                 Ok(Dims::from_slice(x))
             }

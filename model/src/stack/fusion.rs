@@ -115,7 +115,15 @@ enum Role {
 fn role(op: &Op) -> Role {
     match op {
         Op::BatchNorm | Op::ChannelAffine | Op::LayerNorm | Op::RmsNorm => Role::Norm,
-        Op::Relu | Op::LeakyRelu { .. } | Op::Tanh | Op::Gelu | Op::Silu => Role::Activation,
+        Op::Relu
+        | Op::LeakyRelu { .. }
+        | Op::Tanh
+        | Op::Gelu
+        | Op::Silu
+        | Op::Sigmoid
+        | Op::Clip { .. }
+        | Op::HardSwish
+        | Op::HardSigmoid { .. } => Role::Activation,
         Op::Add => Role::Add,
         Op::Dropout { .. } => Role::Dropout,
         Op::Conv(_) | Op::ConvTranspose(_) | Op::Dense { .. } | Op::Linear { .. } => Role::Matrix,

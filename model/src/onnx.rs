@@ -695,6 +695,14 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                     .map(|i| get(i).map(&layer))
                     .collect::<Result<Option<Vec<_>>>>()?
                     .ok_or_else(|| fail("joins a constant".into()))?;
+                if let [only] = inputs[..] {
+                    // A concatenation of one tensor is that tensor (DenseNet's first layer
+                    // of each block, `torch.cat([x], 1)`).
+                    for o in &node.output {
+                        values.insert(o.clone(), Value::Layer(only));
+                    }
+                    continue;
+                }
                 Op::Concat
             }
             _ => {
@@ -1160,7 +1168,8 @@ mod tests {
     /// imports has its parameters and its matrix FLOPs forward (convolutions, linear layers,
     /// products) exactly; the others are refused naming their node and op. Imported:
     /// ResNet-50, MobileNetV2 (ReLU6 as `clip`), MobileNetV3 (hard swish, hard sigmoid gates),
-    /// EfficientNet-B0 and RegNetY (sigmoid gates broadcast over the feature map).
+    /// EfficientNet-B0 and RegNetY (sigmoid gates broadcast over the feature map),
+    /// DenseNet-121 (a one-input `Concat` is its input).
     #[test]
     fn torchvision_models_have_torchs_parameters_and_flops() {
         let reference: toml::Table =
@@ -1171,12 +1180,12 @@ mod tests {
             "mobilenet_v3_large",
             "efficientnet_b0",
             "regnet_y_400mf",
+            "densenet121",
         ];
         let refused = [
             ("convnext_tiny", "op `Transpose`"),
             ("vit_b_16", "op `Concat`"),
             ("swin_t", "op `Transpose`"),
-            ("densenet121", "op `Concat`"),
             ("shufflenet_v2_x1_0", "op `Concat`"),
         ];
         assert_eq!(imported.len() + refused.len(), reference.len());

@@ -222,7 +222,9 @@ pub(crate) fn counts(graph: &Graph, layer: &Layer) -> Counts {
             flops_bwd_data: out_elems,
             ..Counts::default()
         },
-        Op::Concat | Op::Flatten => Counts::default(),
+        Op::Concat | Op::Flatten | Op::Narrow { .. } | Op::ChannelShuffle { .. } => {
+            Counts::default()
+        }
         Op::Linear {
             out_features,
             bias,
@@ -794,6 +796,8 @@ fn saved(op: &Op) -> &'static [Saved] {
         | Op::Scale { .. }
         | Op::Shift { .. }
         | Op::Concat
+        | Op::Narrow { .. }
+        | Op::ChannelShuffle { .. }
         | Op::Tile { .. }
         | Op::Upsample { .. }
         | Op::Flatten

@@ -29,7 +29,8 @@
 //! (`kernel*`, `stride` = kernel, `padding` = "valid"); `leaky-relu` (`alpha*`); `scale`
 //! (`factor*`: times a constant); `shift` (`offset*`: plus a constant); `pow` (`exponent*`);
 //! `dropout` (`rate*`); `tile` (`repeats*`); `upsample` (`scale_factor*`); `clip` (`min*`,
-//! `max*`: ReLU6 is 0 and 6); `hard-sigmoid` (`alpha` = 1/6, `beta` = 1/2);
+//! `max*`: ReLU6 is 0 and 6); `hard-sigmoid` (`alpha` = 1/6, `beta` = 1/2); `narrow`
+//! (`start*`, `len*`: channels `start..start + len`); `channel-shuffle` (`groups*`);
 //! `linear` (`out_features*`, `bias` = true, `tied` = false: a linear layer at every
 //! position of a sequence `[hidden, seq]`; `tied` for weights shared with an embedding); `embedding` (`num_embeddings*`, `embedding_dim*`: ids `[seq]` to
 //! `[embedding_dim, seq]`); `attention` (`heads*`, `causal` = false, `rate` = 0 (dropout on
@@ -162,6 +163,10 @@ struct RawLayer {
     max: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     beta: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    start: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    len: Option<usize>,
 }
 
 /// Op names and the fields each takes; required fields end in `*`.
@@ -210,6 +215,8 @@ const OPS: &[(&str, &[&str])] = &[
     ("hard-sigmoid", &["alpha", "beta"]),
     ("pow", &["exponent*"]),
     ("concat", &[]),
+    ("narrow", &["start*", "len*"]),
+    ("channel-shuffle", &["groups*"]),
     ("tile", &["repeats*"]),
     ("upsample", &["scale_factor*"]),
     ("dropout", &["rate*"]),
@@ -299,6 +306,8 @@ impl RawLayer {
             ("min", self.min.is_some()),
             ("max", self.max.is_some()),
             ("beta", self.beta.is_some()),
+            ("start", self.start.is_some()),
+            ("len", self.len.is_some()),
         ]
         .into_iter()
         .filter_map(|(f, set)| set.then_some(f))
@@ -475,6 +484,13 @@ fn to_op(l: &RawLayer, rank: usize) -> Result<Op, String> {
             exponent: num(l.exponent),
         },
         "concat" => Op::Concat,
+        "narrow" => Op::Narrow {
+            start: l.start.unwrap_or(0),
+            len: l.len.unwrap_or(0),
+        },
+        "channel-shuffle" => Op::ChannelShuffle {
+            groups: l.groups.unwrap_or(0),
+        },
         "tile" => Op::Tile {
             repeats: l
                 .repeats
@@ -705,6 +721,11 @@ fn export_layer(graph: &Graph, id: NodeId, layer: &Layer) -> RawLayer {
             raw.padding = Some(pairs(&p.padding));
         }
         Op::LeakyRelu { alpha } => raw.alpha = Some(*alpha),
+        Op::Narrow { start, len } => {
+            raw.start = Some(*start);
+            raw.len = Some(*len);
+        }
+        Op::ChannelShuffle { groups } => raw.groups = Some(*groups),
         Op::Clip { min, max } => {
             raw.min = Some(*min);
             raw.max = Some(*max);

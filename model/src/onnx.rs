@@ -193,6 +193,9 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
     let outputs: Vec<String> = graph.output.iter().filter_map(|o| o.name.clone()).collect();
     let mut names: HashMap<String, usize> = HashMap::new();
     let mut tables: Vec<Table> = Vec::new();
+    // A channel shuffle on its way (`Reshape` to `[1, g, C / g, ...]`, `Transpose` of the
+    // two group axes, `Reshape` back): the layer, its groups, and whether it is transposed.
+    let mut shuffles: HashMap<String, (NodeId, usize, bool)> = HashMap::new();
     for (index, node) in graph.node.iter().enumerate() {
         let op = node.op_type.clone().unwrap_or_default();
         let label = node
@@ -344,7 +347,37 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                             } else {
                                 db.clone()
                             },
-                            ints: None,
+                            // Integers (a shape computed from another): element by element,
+                            // a single value broadcast.
+                            ints: match (a, b) {
+                                (
+                                    Value::Constant { ints: Some(x), .. },
+                                    Value::Constant { ints: Some(y), .. },
+                                ) if !x.is_empty()
+                                    && !y.is_empty()
+                                    && (x.len() == y.len() || x.len() == 1 || y.len() == 1) =>
+                                {
+                                    let n = x.len().max(y.len());
+                                    let at = |v: &[i64], i: usize| v[i.min(v.len() - 1)];
+                                    // An overflow leaves the shape unknown (refused where
+                                    // a layer needs it).
+                                    (0..n)
+                                        .map(|i| {
+                                            let (p, q) = (at(x, i), at(y, i));
+                                            match op.as_str() {
+                                                "Add" => p.checked_add(q),
+                                                "Sub" => p.checked_sub(q),
+                                                "Mul" => p.checked_mul(q),
+                                                "Div" => p.checked_div(q),
+                                                _ => u32::try_from(q)
+                                                    .ok()
+                                                    .and_then(|e| p.checked_pow(e)),
+                                            }
+                                        })
+                                        .collect()
+                                }
+                                _ => None,
+                            },
                             scalar: match (sa, sb) {
                                 (Some(a), Some(b)) => Some(match op.as_str() {
                                     "Pow" => a.powf(*b),
@@ -377,10 +410,66 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                             &dims,
                             node.input.get(1).and_then(|n| values.get(n)),
                         ),
-                        ints: None,
+                        // The values stay (a shape's entries as a 1-d tensor).
+                        ints: match get(0)? {
+                            Value::Constant { ints, .. } => ints.clone(),
+                            _ => None,
+                        },
                         scalar: None,
                         origin: None,
                     })
+                }
+                // A shape put together from its entries.
+                "Concat" => {
+                    let mut joined = Vec::new();
+                    for i in 0..node.input.len() {
+                        match get(i)? {
+                            Value::Constant { ints: Some(v), .. } => joined.extend(v),
+                            _ => return Err(fail("joins constants that are no integers".into())),
+                        }
+                    }
+                    Some(Value::Constant {
+                        dims: vec![joined.len() as i64],
+                        ints: Some(joined),
+                        scalar: None,
+                        origin: None,
+                    })
+                }
+                // An entry of a shape.
+                "Gather"
+                    if matches!(
+                        (get(0)?, get(1)?),
+                        (
+                            Value::Constant { ints: Some(_), .. },
+                            Value::Constant { ints: Some(_), .. }
+                        )
+                    ) =>
+                {
+                    match (get(0)?, get(1)?) {
+                        (
+                            Value::Constant { ints: Some(v), .. },
+                            Value::Constant {
+                                ints: Some(idx),
+                                dims,
+                                ..
+                            },
+                        ) => {
+                            let picked: Option<Vec<i64>> = idx
+                                .iter()
+                                .map(|&i| {
+                                    let i = if i < 0 { i + v.len() as i64 } else { i };
+                                    usize::try_from(i).ok().and_then(|i| v.get(i).copied())
+                                })
+                                .collect();
+                            picked.map(|p| Value::Constant {
+                                dims: dims.clone(),
+                                ints: Some(p),
+                                scalar: None,
+                                origin: None,
+                            })
+                        }
+                        _ => None,
+                    }
                 }
                 _ => None,
             };
@@ -396,6 +485,80 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                 values.insert(o.clone(), out.clone());
             }
             continue;
+        }
+        // The shape of a layer, batch 1 first: a constant.
+        if op == "Shape"
+            && let Value::Layer(id) = get(0)?
+        {
+            let mut shape = vec![1i64];
+            shape.extend(g.layers()[*id].output.dims().iter().map(|&d| d as i64));
+            let out = Value::Constant {
+                dims: vec![shape.len() as i64],
+                ints: Some(shape),
+                scalar: None,
+                origin: None,
+            };
+            for o in &node.output {
+                values.insert(o.clone(), out.clone());
+            }
+            continue;
+        }
+        // A channel shuffle, in its three nodes.
+        if let Some(&(id, groups, transposed)) = node.input.first().and_then(|i| shuffles.get(i)) {
+            let c = g.layers()[id].output.channels();
+            match op.as_str() {
+                "Transpose" if !transposed => {
+                    let perm = ints(node, "perm").unwrap_or_default();
+                    let rank = perm.len();
+                    let swapped = rank >= 3
+                        && perm[0] == 0
+                        && perm[1] == 2
+                        && perm[2] == 1
+                        && perm[3..]
+                            .iter()
+                            .enumerate()
+                            .all(|(i, &p)| p == i as i64 + 3);
+                    if !swapped {
+                        return Err(fail(format!(
+                            "perm {perm:?} of channels in groups: only their transposition \
+                             (a channel shuffle) is imported"
+                        )));
+                    }
+                    for o in &node.output {
+                        shuffles.insert(o.clone(), (id, groups, true));
+                    }
+                    continue;
+                }
+                "Reshape" if transposed => {
+                    let back = match get(1)? {
+                        Value::Constant { ints: Some(s), .. } => s.clone(),
+                        _ => return Err(fail("its shape is not a constant".into())),
+                    };
+                    let mut want = vec![1i64];
+                    want.extend(g.layers()[id].output.dims().iter().map(|&d| d as i64));
+                    if back.len() != want.len()
+                        || back.iter().zip(&want).any(|(&b, &w)| b != w && b != -1)
+                    {
+                        return Err(fail(format!(
+                            "to {back:?}: a channel shuffle reshapes back to {want:?}"
+                        )));
+                    }
+                    let name = unique(&g, &mut names, &label);
+                    let new = g
+                        .push(name, Op::ChannelShuffle { groups }, &[id])
+                        .map_err(|e| fail(e.message))?;
+                    for o in &node.output {
+                        values.insert(o.clone(), Value::Layer(new));
+                    }
+                    continue;
+                }
+                _ => {
+                    return Err(fail(format!(
+                        "reads {c} channels viewed as {groups} groups: only a channel shuffle \
+                         (their transposition, reshaped back) is imported"
+                    )));
+                }
+            }
         }
         let x = get(0)?.clone();
         let Some(xid) = layer(&x) else {
@@ -543,6 +706,41 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                 }
             }
             "GlobalAveragePool" => Op::GlobalAvgPool,
+            // A mean over every spatial axis (ShuffleNetV2's `x.mean([2, 3])`): a global
+            // average pool, whose `[C, 1, ...]` a dense layer reads as the vector it is.
+            "ReduceMean" => {
+                let mut axes = match ints(node, "axes") {
+                    Some(a) => a,
+                    None => match node.input.get(1).filter(|n| !n.is_empty()) {
+                        Some(_) => match get(1)? {
+                            Value::Constant { ints: Some(a), .. } => a.clone(),
+                            _ => return Err(fail("its axes are not a constant".into())),
+                        },
+                        None => Vec::new(),
+                    },
+                };
+                let r = g.layers()[xid].output.rank() as i64 + 1;
+                axes.iter_mut()
+                    .for_each(|a| *a = if *a < 0 { *a + r } else { *a });
+                axes.sort_unstable();
+                if r < 3 || axes != (2..r).collect::<Vec<_>>() {
+                    return Err(fail(format!(
+                        "axes {axes:?}: only a mean over every spatial axis (a global average \
+                         pool) is imported"
+                    )));
+                }
+                if int(node, "keepdims").unwrap_or(1) == 0 {
+                    // The axes dropped: the pool's `[C, 1, ...]` as a feature vector.
+                    let name = unique(&g, &mut names, &format!("{label}_pool"));
+                    let pooled = g
+                        .push(name, Op::GlobalAvgPool, &[xid])
+                        .map_err(|e| fail(e.message))?;
+                    inputs = vec![pooled];
+                    Op::Flatten
+                } else {
+                    Op::GlobalAvgPool
+                }
+            }
             "BatchNormalization" => Op::BatchNorm,
             "Relu" => Op::Relu,
             "LeakyRelu" => Op::LeakyRelu {
@@ -618,6 +816,18 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                     .iter()
                     .map(|&d| d as i64)
                     .collect();
+                let groups = shape.len() == here.len() + 2
+                    && shape[1] > 0
+                    && shape[2] > 0
+                    && shape[1].checked_mul(shape[2]) == Some(here[0])
+                    && shape[3..] == here[1..];
+                if groups {
+                    // Channels viewed as groups: a channel shuffle begins.
+                    for o in &node.output {
+                        shuffles.insert(o.clone(), (xid, shape[1] as usize, false));
+                    }
+                    continue;
+                }
                 if shape.len() == here.len() + 1 && shape[1..] == here[..] {
                     // A reshape to the shape it has: nothing to do.
                     for o in &node.output {
@@ -685,6 +895,36 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                 }
                 inputs = layers;
                 Op::Add
+            }
+            "Slice" => {
+                let list = |i: usize| -> Result<Option<Vec<i64>>> {
+                    if node.input.get(i).is_none_or(String::is_empty) {
+                        return Ok(None);
+                    }
+                    match get(i)? {
+                        Value::Constant { ints: Some(v), .. } => Ok(Some(v.clone())),
+                        _ => Err(fail(format!("its input {i} is not a constant"))),
+                    }
+                };
+                let (starts, ends) = (list(1)?, list(2)?);
+                let axes = list(3)?.unwrap_or_else(|| vec![0]);
+                let steps = list(4)?.unwrap_or_else(|| vec![1]);
+                let c = g.layers()[xid].output.channels() as i64;
+                match (starts.as_deref(), ends.as_deref(), &axes[..], &steps[..]) {
+                    (Some(&[start]), Some(&[end]), &[1], &[1]) if start >= 0 && end > start => {
+                        let end = end.min(c);
+                        Op::Narrow {
+                            start: start as usize,
+                            len: (end - start).max(0) as usize,
+                        }
+                    }
+                    _ => {
+                        return Err(fail(format!(
+                            "starts {starts:?}, ends {ends:?}, axes {axes:?}, steps {steps:?}: \
+                             only a run of channels (axis 1, step 1) is imported"
+                        )));
+                    }
+                }
             }
             "Concat" => {
                 let axis = int(node, "axis").unwrap_or(1);
@@ -1169,7 +1409,9 @@ mod tests {
     /// products) exactly; the others are refused naming their node and op. Imported:
     /// ResNet-50, MobileNetV2 (ReLU6 as `clip`), MobileNetV3 (hard swish, hard sigmoid gates),
     /// EfficientNet-B0 and RegNetY (sigmoid gates broadcast over the feature map),
-    /// DenseNet-121 (a one-input `Concat` is its input).
+    /// DenseNet-121 (a one-input `Concat` is its input), ShuffleNetV2 (its chunks as
+    /// `narrow`, its shuffle's reshape, transpose and reshape as one `channel-shuffle`, the
+    /// shape computed from the layer's, the mean over the map a global average pool).
     #[test]
     fn torchvision_models_have_torchs_parameters_and_flops() {
         let reference: toml::Table =
@@ -1181,12 +1423,12 @@ mod tests {
             "efficientnet_b0",
             "regnet_y_400mf",
             "densenet121",
+            "shufflenet_v2_x1_0",
         ];
         let refused = [
             ("convnext_tiny", "op `Transpose`"),
-            ("vit_b_16", "op `Concat`"),
+            ("vit_b_16", "op `Reshape`"),
             ("swin_t", "op `Transpose`"),
-            ("shufflenet_v2_x1_0", "op `Concat`"),
         ];
         assert_eq!(imported.len() + refused.len(), reference.len());
         let read = |name: &str| {
@@ -1235,11 +1477,15 @@ mod tests {
             e.contains("light_bvlc_alexnet.onnx, node 18") && e.contains("op `LRN`"),
             "{e}"
         );
-        let e = load("shufflenet").unwrap_err().to_string();
-        assert!(
-            e.contains("op `Reshape`") && e.contains("feature vector"),
-            "{e}"
-        );
+        // The model zoo's ShuffleNet (v1, Caffe2): its 16 channel shuffles, each a 5-d
+        // `Reshape`, a `Transpose` and a `Reshape` back, are one layer each.
+        let g = load("shufflenet").unwrap();
+        let shuffles = g
+            .layers()
+            .iter()
+            .filter(|l| matches!(l.op, Op::ChannelShuffle { groups: 4 }))
+            .count();
+        assert_eq!(shuffles, 16);
     }
 
     #[test]

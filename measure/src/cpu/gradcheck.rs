@@ -527,6 +527,24 @@ fn mobile_activations_and_channel_gates() {
     Check::graph(g, 2).run();
 }
 
+/// ShuffleNetV2's data movement: a chunk of the channels and the channel shuffle.
+#[test]
+fn channel_narrow_and_shuffle() {
+    Check::new(&[6, 2, 3], &[("n", Op::Narrow { start: 2, len: 3 })], 2).run();
+    Check::new(&[6, 2, 3], &[("s", Op::ChannelShuffle { groups: 2 })], 2).run();
+    Check::new(&[6, 2, 3], &[("s", Op::ChannelShuffle { groups: 3 })], 2).run();
+    // PyTorch's `view(N, g, C / g, ...).transpose(1, 2)`: six channels in two groups.
+    let g = Graph::new("shuffle", vec![6, 1]).unwrap();
+    let mut g = g;
+    g.then("s", Op::ChannelShuffle { groups: 2 }).unwrap();
+    let layer = g.layers().last().unwrap();
+    let k = Kernel::new(&g, layer, 1);
+    let x: Vec<f32> = (0..6).map(|v| v as f32).collect();
+    let mut out = vec![0.0; 6];
+    k.forward(&[&x], &[], &mut out, &mut Aux::default(), 1, 0);
+    assert_eq!(out, [0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+}
+
 #[test]
 fn graph_row_ops() {
     Check::new(&[3, 5], &[("g", Op::Gather { edges: 8 })], 2).run();

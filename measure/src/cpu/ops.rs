@@ -233,6 +233,21 @@ pub(crate) enum Kernel {
         a: Vec<usize>,
         b: Vec<usize>,
     },
+    /// Channels `start .. start + len` of `c` at `vol` positions.
+    Narrow {
+        n: usize,
+        c: usize,
+        start: usize,
+        len: usize,
+        vol: usize,
+    },
+    /// The channel shuffle of `c` channels in `groups` at `vol` positions.
+    Shuffle {
+        n: usize,
+        c: usize,
+        groups: usize,
+        vol: usize,
+    },
     /// The logistic sigmoid.
     Sigmoid,
     /// Clamping to `[min, max]`.
@@ -398,6 +413,19 @@ impl Kernel {
             },
             Op::Mul => Kernel::Mul,
             Op::Sigmoid => Kernel::Sigmoid,
+            Op::Narrow { start, len } => Kernel::Narrow {
+                n,
+                c: input(0)[0],
+                start: *start,
+                len: *len,
+                vol: vol(input(0)),
+            },
+            Op::ChannelShuffle { groups } => Kernel::Shuffle {
+                n,
+                c: input(0)[0],
+                groups: *groups,
+                vol: vol(input(0)),
+            },
             #[allow(clippy::cast_possible_truncation)]
             Op::Clip { min, max } => Kernel::Clip(*min as f32, *max as f32),
             Op::HardSwish => Kernel::HardSwish,
@@ -760,6 +788,27 @@ impl Kernel {
             Kernel::LeakyRelu(a) => map(out, x, |v| v.max(0.0) + a * v.min(0.0)),
             Kernel::Tanh => map(out, x, f32::tanh),
             Kernel::Sigmoid => map(out, x, |v| 1.0 / (1.0 + (-v).exp())),
+            Kernel::Narrow {
+                n,
+                c,
+                start,
+                len,
+                vol,
+            } => {
+                for b in 0..*n {
+                    out[b * len * vol..][..len * vol]
+                        .copy_from_slice(&x[(b * c + start) * vol..][..len * vol]);
+                }
+            }
+            Kernel::Shuffle { n, c, groups, vol } => {
+                for b in 0..*n {
+                    for ch in 0..*c {
+                        let to = shuffled(ch, *c, *groups);
+                        out[(b * c + to) * vol..][..*vol]
+                            .copy_from_slice(&x[(b * c + ch) * vol..][..*vol]);
+                    }
+                }
+            }
             Kernel::Clip(lo, hi) => map(out, x, |v| v.clamp(*lo, *hi)),
             Kernel::HardSwish => map(out, x, |v| v * (v + 3.0).clamp(0.0, 6.0) / 6.0),
             Kernel::HardSigmoid(a, b) => map(out, x, |v| (a * v + b).clamp(0.0, 1.0)),
@@ -1106,6 +1155,32 @@ impl Kernel {
             }
             Kernel::Tanh => zip_map(dx, dy, out, |g, y| g * (1.0 - y * y)),
             Kernel::Sigmoid => zip_map(dx, dy, out, |g, y| g * y * (1.0 - y)),
+            Kernel::Narrow {
+                n,
+                c,
+                start,
+                len,
+                vol,
+            } => {
+                if let Some(d) = dx[0].as_deref_mut() {
+                    d.fill(0.0);
+                    for b in 0..*n {
+                        d[(b * c + start) * vol..][..len * vol]
+                            .copy_from_slice(&dy[b * len * vol..][..len * vol]);
+                    }
+                }
+            }
+            Kernel::Shuffle { n, c, groups, vol } => {
+                if let Some(d) = dx[0].as_deref_mut() {
+                    for b in 0..*n {
+                        for ch in 0..*c {
+                            let from = shuffled(ch, *c, *groups);
+                            d[(b * c + ch) * vol..][..*vol]
+                                .copy_from_slice(&dy[(b * c + from) * vol..][..*vol]);
+                        }
+                    }
+                }
+            }
             Kernel::Clip(lo, hi) => zip_map(dx, dy, x, |g, v| {
                 g * f32::from(u8::from(v > *lo && v < *hi))
             }),
@@ -1342,6 +1417,13 @@ fn conv_geom(
         ),
         dilation: three(&c.dilation, 1),
     }
+}
+
+/// Where the channel shuffle of `c` channels in `groups` moves channel `ch`: channel
+/// `i c / groups + j` to `j groups + i`.
+fn shuffled(ch: usize, c: usize, groups: usize) -> usize {
+    let per = c / groups;
+    (ch % per) * groups + ch / per
 }
 
 /// Where each element of a sample of `a` dims finds its factor in a second input of `b` dims

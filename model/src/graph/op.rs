@@ -220,6 +220,19 @@ pub enum Op {
     },
     /// Concatenation of two or more inputs along channels.
     Concat,
+    /// Channels `start .. start + len` of the input (a chunk of it, ShuffleNetV2's split).
+    Narrow {
+        /// First channel.
+        start: usize,
+        /// Channels kept.
+        len: usize,
+    },
+    /// The channel shuffle of ShuffleNet (Zhang et al. 2018): channels seen as `groups` rows
+    /// of `C / groups`, transposed, so that channel `i C / groups + j` moves to `j groups + i`.
+    ChannelShuffle {
+        /// Groups.
+        groups: usize,
+    },
     /// Repetition of the input along each spatial dimension.
     Tile {
         /// Repeats per spatial dimension.
@@ -617,6 +630,8 @@ impl Op {
             Op::HardSigmoid { .. } => "hard-sigmoid",
             Op::Pow { .. } => "pow",
             Op::Concat => "concat",
+            Op::Narrow { .. } => "narrow",
+            Op::ChannelShuffle { .. } => "channel-shuffle",
             Op::Tile { .. } => "tile",
             Op::Upsample { .. } => "upsample",
             Op::Dropout { .. } => "dropout",
@@ -858,6 +873,29 @@ impl Op {
                 let mut out = Dims::from_slice(x);
                 out[0] = channels;
                 Ok(out)
+            }
+            Op::Narrow { start, len } => {
+                positive("len", *len)?;
+                let c = x.first().copied().unwrap_or(0);
+                let end = *start + *len;
+                if end > c {
+                    return Err(format!(
+                        "channels {start}..{end} are beyond the input's {c}"
+                    ));
+                }
+                let mut out = Dims::from_slice(x);
+                out[0] = *len;
+                Ok(out)
+            }
+            Op::ChannelShuffle { groups } => {
+                positive("groups", *groups)?;
+                let c = x.first().copied().unwrap_or(0);
+                if !c.is_multiple_of(*groups) {
+                    return Err(format!(
+                        "groups = {groups} does not divide the {c} channels"
+                    ));
+                }
+                Ok(Dims::from_slice(x))
             }
             Op::Tile { repeats } => scale_spatial("repeats", repeats, x),
             Op::Upsample { factor } => scale_spatial("factor", factor, x),

@@ -187,6 +187,13 @@ pub(crate) fn counts(graph: &Graph, layer: &Layer) -> Counts {
             let (weights, macs) = matrix_size(graph, layer);
             matrix_counts(weights + if *bias { *out_features as u64 } else { 0 }, macs)
         }
+        Op::ChannelScale => Counts {
+            params: in_shape(0).channels() as u64,
+            flops_fwd: in_elems,
+            flops_bwd_data: in_elems,
+            flops_bwd_weight: in_elems,
+            ..Counts::default()
+        },
         Op::BatchNorm | Op::ChannelAffine => Counts {
             params: 2 * in_shape(0).channels() as u64,
             flops_fwd: in_elems,
@@ -423,7 +430,7 @@ pub fn param_tensors(op: &Op) -> u64 {
         Op::Conv(c) | Op::ConvTranspose(c) => 1 + bias(c.bias),
         Op::Dense { bias: b, .. } => 1 + bias(*b),
         Op::Linear { bias: b, tied, .. } => u64::from(!*tied) + bias(*b),
-        Op::Embedding { .. } | Op::RmsNorm => 1,
+        Op::Embedding { .. } | Op::RmsNorm | Op::ChannelScale => 1,
         // The router's weights and each local expert's projections.
         Op::Moe(m) => 1 + m.local as u64 * if m.gated { 3 } else { 2 },
         Op::BatchNorm | Op::ChannelAffine | Op::LayerNorm => 2,
@@ -758,6 +765,7 @@ fn saved(op: &Op) -> &'static [Saved] {
         | Op::LeakyRelu { .. }
         | Op::BatchNorm
         | Op::ChannelAffine
+        | Op::ChannelScale
         | Op::MaxPool(_)
         | Op::MseLoss
         | Op::Pow { .. } => &[Saved::Input(0)],

@@ -47,7 +47,7 @@
 //! feed-forward layer on sequences `[H, S]`);
 //! `gather` (`edges*`), `scatter-add` (`nodes*`) and `segment-sum` (`segments*`) on rows of
 //! `[F, rows]`; and without fields `global-avg-pool`, `batch-norm`, `channel-affine`,
-//! `relu`, `tanh`, `sigmoid`, `hard-swish`, `add`, `mul` (two inputs of one shape, element by
+//! `channel-scale`, `relu`, `tanh`, `sigmoid`, `hard-swish`, `add`, `mul` (two inputs of one shape, element by
 //! element, or the second of extent 1 where they differ: a channel gate), `concat`, `flatten`,
 //! `softmax-cross-entropy`, `mse-loss`,
 //! `matmul` (two inputs `[..., m, k]` and `[..., k, n]`), `layer-norm`, `rms-norm`,
@@ -202,6 +202,7 @@ const OPS: &[(&str, &[&str])] = &[
     ("global-avg-pool", &[]),
     ("batch-norm", &[]),
     ("channel-affine", &[]),
+    ("channel-scale", &[]),
     ("relu", &[]),
     ("leaky-relu", &["alpha*"]),
     ("tanh", &[]),
@@ -457,6 +458,7 @@ fn to_op(l: &RawLayer, rank: usize) -> Result<Op, String> {
         "global-avg-pool" => Op::GlobalAvgPool,
         "batch-norm" => Op::BatchNorm,
         "channel-affine" => Op::ChannelAffine,
+        "channel-scale" => Op::ChannelScale,
         "relu" => Op::Relu,
         "leaky-relu" => Op::LeakyRelu {
             alpha: num(l.alpha),
@@ -744,6 +746,7 @@ fn export_layer(graph: &Graph, id: NodeId, layer: &Layer) -> RawLayer {
         | Op::GlobalAvgPool
         | Op::BatchNorm
         | Op::ChannelAffine
+        | Op::ChannelScale
         | Op::Relu
         | Op::Tanh
         | Op::Add

@@ -123,7 +123,9 @@ impl KernelClass {
     pub fn of_vector_op(kind: &str) -> Option<KernelClass> {
         match kind {
             "max-pool" | "avg-pool" | "global-avg-pool" => Some(KernelClass::Pooling),
-            "batch-norm" | "channel-affine" | "layer-norm" | "rms-norm" => Some(KernelClass::Norm),
+            "batch-norm" | "channel-affine" | "channel-scale" | "layer-norm" | "rms-norm" => {
+                Some(KernelClass::Norm)
+            }
             "input" | "flatten" | "conv" | "conv-transpose" | "dense" | "linear" | "matmul"
             | "attention" | "moe" => None,
             _ => Some(KernelClass::Elementwise),

@@ -508,6 +508,7 @@ fn mixture_of_experts() {
 /// broadcast over its positions.
 #[test]
 fn mobile_activations_and_channel_gates() {
+    Check::new(&[3, 2, 2], &[("scale", Op::ChannelScale)], 2).run();
     // Small maps, so that the grid's values lie at least `4 H` from the clip's bounds.
     for op in [
         Op::Sigmoid,

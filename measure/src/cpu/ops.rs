@@ -212,6 +212,8 @@ pub(crate) enum Kernel {
     BatchNorm { n: usize, c: usize, vol: usize },
     /// Per-channel scale and shift.
     ChannelAffine { n: usize, c: usize, vol: usize },
+    /// Per-channel scale.
+    ChannelScale { n: usize, c: usize, vol: usize },
     /// ReLU.
     Relu,
     /// Leaky ReLU.
@@ -388,6 +390,11 @@ impl Kernel {
             }
             Op::GlobalAvgPool => Kernel::GlobalAvgPool { vol: vol(input(0)) },
             Op::BatchNorm => Kernel::BatchNorm {
+                n,
+                c: input(0)[0],
+                vol: vol(input(0)),
+            },
+            Op::ChannelScale => Kernel::ChannelScale {
                 n,
                 c: input(0)[0],
                 vol: vol(input(0)),
@@ -608,6 +615,7 @@ impl Kernel {
                 v
             }
             Kernel::BatchNorm { c, .. } | Kernel::ChannelAffine { c, .. } => vec![*c, *c],
+            Kernel::ChannelScale { c, .. } => vec![*c],
             Kernel::Linear { geom, bias } => {
                 let mut v = vec![geom.c * geom.out];
                 if *bias {
@@ -655,7 +663,13 @@ impl Kernel {
             .into_iter()
             .enumerate()
             .map(|(i, len)| match (self, i) {
-                (Kernel::BatchNorm { .. } | Kernel::ChannelAffine { .. } | Kernel::Norm(_), 0) => {
+                (
+                    Kernel::BatchNorm { .. }
+                    | Kernel::ChannelAffine { .. }
+                    | Kernel::ChannelScale { .. }
+                    | Kernel::Norm(_),
+                    0,
+                ) => {
                     vec![1.0; len]
                 }
                 (_, 0) => (0..len as u64).map(|j| scale * uniform(seed, j)).collect(),
@@ -781,6 +795,16 @@ impl Kernel {
                         o.iter_mut()
                             .zip(xi)
                             .for_each(|(o, &v)| *o = gamma[ch] * v + beta[ch]);
+                    });
+            }
+            Kernel::ChannelScale { c, vol, .. } => {
+                let gamma = &params[0];
+                out.par_chunks_mut(*vol)
+                    .zip(x.par_chunks(*vol))
+                    .enumerate()
+                    .for_each(|(i, (o, xi))| {
+                        let ch = i % c;
+                        o.iter_mut().zip(xi).for_each(|(o, &v)| *o = gamma[ch] * v);
                     });
             }
             Kernel::Relu => map(out, x, |v| v.max(0.0)),
@@ -1111,6 +1135,31 @@ impl Kernel {
                             *o = gamma[ch] * inv[ch] / m * (m * dy[off + j] - s - xhat * sx);
                         }
                     });
+                }
+            }
+            Kernel::ChannelScale { n, c, vol } => {
+                let gamma = &params[0];
+                for (ch, ds) in dparams[0].iter_mut().enumerate() {
+                    let mut sx = 0.0f64;
+                    for b in 0..*n {
+                        let off = (b * c + ch) * vol;
+                        for (g, v) in dy[off..][..*vol].iter().zip(&x[off..][..*vol]) {
+                            sx += f64::from(*g) * f64::from(*v);
+                        }
+                    }
+                    #[allow(clippy::cast_possible_truncation)]
+                    {
+                        *ds = sx as f32;
+                    }
+                }
+                if let Some(d) = dx[0].as_deref_mut() {
+                    d.par_chunks_mut(*vol)
+                        .zip(dy.par_chunks(*vol))
+                        .enumerate()
+                        .for_each(|(i, (di, g))| {
+                            let ch = i % c;
+                            di.iter_mut().zip(g).for_each(|(o, g)| *o = gamma[ch] * g);
+                        });
                 }
             }
             Kernel::ChannelAffine { n, c, vol } => {

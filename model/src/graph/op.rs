@@ -169,6 +169,8 @@ pub enum Op {
     BatchNorm,
     /// Per-channel trainable scale and shift without statistics (DeepCAM's `TrainableAffine`).
     ChannelAffine,
+    /// A per-channel trainable scale (ConvNeXt's layer scale).
+    ChannelScale,
     /// Rectified linear unit.
     Relu,
     /// Leaky ReLU with negative slope `alpha`.
@@ -617,6 +619,7 @@ impl Op {
             Op::GlobalAvgPool => "global-avg-pool",
             Op::BatchNorm => "batch-norm",
             Op::ChannelAffine => "channel-affine",
+            Op::ChannelScale => "channel-scale",
             Op::Relu => "relu",
             Op::LeakyRelu { .. } => "leaky-relu",
             Op::Tanh => "tanh",
@@ -781,6 +784,7 @@ impl Op {
             }
             Op::BatchNorm
             | Op::ChannelAffine
+            | Op::ChannelScale
             | Op::Relu
             | Op::Tanh
             | Op::SoftmaxCrossEntropy

@@ -467,6 +467,14 @@ impl Reader<'_> {
             }
             ("Transpose", Some(s), _) => {
                 let perm = ints(node, "perm").unwrap_or_default();
+                // A feature map's positions with their channels moved back first: the map.
+                if let Seq::Tokens(x) = s {
+                    let r = self.g.layers()[x].output.rank() as i64 + 1;
+                    let first: Vec<i64> = [0, r - 1].into_iter().chain(1..r - 1).collect();
+                    if r >= 4 && perm == first {
+                        return Ok(vec![Value::Layer(x)]);
+                    }
+                }
                 match (s, perm.as_slice()) {
                     // Into heads `[heads, positions, d]`, the key to `[heads, d, positions]`.
                     (

@@ -114,7 +114,9 @@ enum Role {
 
 fn role(op: &Op) -> Role {
     match op {
-        Op::BatchNorm | Op::ChannelAffine | Op::LayerNorm | Op::RmsNorm => Role::Norm,
+        Op::BatchNorm | Op::ChannelAffine | Op::ChannelScale | Op::LayerNorm | Op::RmsNorm => {
+            Role::Norm
+        }
         Op::Relu
         | Op::LeakyRelu { .. }
         | Op::Tanh

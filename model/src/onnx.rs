@@ -199,6 +199,22 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
     let shifted = shifted_products(&graph);
     for (index, node) in graph.node.iter().enumerate() {
         let op = node.op_type.clone().unwrap_or_default();
+        // A product of a layer by a constant written constant first (ConvNeXt's layer
+        // scale): the layer first, as the product commutes.
+        let swapped;
+        let node = match node.input.as_slice() {
+            [c, x]
+                if op == "Mul"
+                    && matches!(values.get(c), Some(Value::Constant { .. }))
+                    && matches!(values.get(x), Some(Value::Layer(_))) =>
+            {
+                let mut n = node.clone();
+                n.input.swap(0, 1);
+                swapped = n;
+                &swapped
+            }
+            _ => node,
+        };
         let label = node
             .name
             .clone()
@@ -576,25 +592,6 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                 }
             }
         }
-        // A product by a constant written constant first (ConvNeXt's layer scale).
-        let mut node = node;
-        let swapped;
-        if op == "Mul"
-            && node.input.len() == 2
-            && matches!(get(0)?, Value::Constant { .. })
-            && matches!(get(1)?, Value::Layer(_))
-        {
-            let mut n = node.clone();
-            n.input.swap(0, 1);
-            swapped = n;
-            node = &swapped;
-        }
-        let get = |i: usize| -> Result<&Value> {
-            let name = node.input.get(i).map(String::as_str).unwrap_or_default();
-            values
-                .get(name)
-                .ok_or_else(|| fail(format!("input `{name}` is not produced before this node")))
-        };
         let x = get(0)?.clone();
         let Some(xid) = layer(&x) else {
             return Err(fail(

@@ -797,16 +797,7 @@ impl Kernel {
                             .for_each(|(o, &v)| *o = gamma[ch] * v + beta[ch]);
                     });
             }
-            Kernel::ChannelScale { c, vol, .. } => {
-                let gamma = &params[0];
-                out.par_chunks_mut(*vol)
-                    .zip(x.par_chunks(*vol))
-                    .enumerate()
-                    .for_each(|(i, (o, xi))| {
-                        let ch = i % c;
-                        o.iter_mut().zip(xi).for_each(|(o, &v)| *o = gamma[ch] * v);
-                    });
-            }
+            Kernel::ChannelScale { c, vol, .. } => scale_channels(out, x, &params[0], *c, *vol),
             Kernel::Relu => map(out, x, |v| v.max(0.0)),
             // Branch-free, so it vectorises (the signs of activations are unpredictable).
             Kernel::LeakyRelu(a) => map(out, x, |v| v.max(0.0) + a * v.min(0.0)),
@@ -1138,61 +1129,25 @@ impl Kernel {
                 }
             }
             Kernel::ChannelScale { n, c, vol } => {
-                let gamma = &params[0];
-                for (ch, ds) in dparams[0].iter_mut().enumerate() {
-                    let mut sx = 0.0f64;
-                    for b in 0..*n {
-                        let off = (b * c + ch) * vol;
-                        for (g, v) in dy[off..][..*vol].iter().zip(&x[off..][..*vol]) {
-                            sx += f64::from(*g) * f64::from(*v);
-                        }
-                    }
-                    #[allow(clippy::cast_possible_truncation)]
-                    {
-                        *ds = sx as f32;
-                    }
+                for (ds, (_, sx)) in dparams[0]
+                    .iter_mut()
+                    .zip(gradient_sums(dy, x, *n, *c, *vol))
+                {
+                    *ds = sx;
                 }
                 if let Some(d) = dx[0].as_deref_mut() {
-                    d.par_chunks_mut(*vol)
-                        .zip(dy.par_chunks(*vol))
-                        .enumerate()
-                        .for_each(|(i, (di, g))| {
-                            let ch = i % c;
-                            di.iter_mut().zip(g).for_each(|(o, g)| *o = gamma[ch] * g);
-                        });
+                    scale_channels(d, dy, &params[0], *c, *vol);
                 }
             }
             Kernel::ChannelAffine { n, c, vol } => {
-                // Per channel: sum(dy) (the shift's gradient) and sum(dy * x) (the scale's).
-                let sums: Vec<(f32, f32)> = (0..*c)
-                    .into_par_iter()
-                    .map(|ch| {
-                        let (mut s, mut sx) = (0.0f64, 0.0f64);
-                        for b in 0..*n {
-                            let off = (b * c + ch) * vol;
-                            for (g, v) in dy[off..][..*vol].iter().zip(&x[off..][..*vol]) {
-                                s += f64::from(*g);
-                                sx += f64::from(*g) * f64::from(*v);
-                            }
-                        }
-                        #[allow(clippy::cast_possible_truncation)]
-                        (s as f32, sx as f32)
-                    })
-                    .collect();
+                let sums = gradient_sums(dy, x, *n, *c, *vol);
                 let (scale, shift) = dparams.split_at_mut(1);
                 for ((ds, dt), (s, sx)) in scale[0].iter_mut().zip(shift[0].iter_mut()).zip(sums) {
                     *ds = sx;
                     *dt = s;
                 }
                 if let Some(d) = dx[0].as_deref_mut() {
-                    let gamma = &params[0];
-                    d.par_chunks_mut(*vol)
-                        .zip(dy.par_chunks(*vol))
-                        .enumerate()
-                        .for_each(|(i, (di, g))| {
-                            let ch = i % c;
-                            di.iter_mut().zip(g).for_each(|(o, g)| *o = gamma[ch] * g);
-                        });
+                    scale_channels(d, dy, &params[0], *c, *vol);
                 }
             }
             Kernel::Relu => zip_map(dx, dy, out, |g, y| if y > 0.0 { g } else { 0.0 }),
@@ -1466,6 +1421,38 @@ fn conv_geom(
         ),
         dilation: three(&c.dilation, 1),
     }
+}
+
+/// `out` = `x` times `gamma` per channel (`c` channels of `vol` positions, samples after one
+/// another): a channel scale's output, and its input gradient (and a channel affine's).
+fn scale_channels(out: &mut [f32], x: &[f32], gamma: &[f32], c: usize, vol: usize) {
+    out.par_chunks_mut(vol)
+        .zip(x.par_chunks(vol))
+        .enumerate()
+        .for_each(|(i, (o, xi))| {
+            let ch = i % c;
+            o.iter_mut().zip(xi).for_each(|(o, &v)| *o = gamma[ch] * v);
+        });
+}
+
+/// Per channel, `sum(dy)` (a shift's gradient) and `sum(dy x)` (a scale's), over `n`
+/// samples of `c` channels of `vol` positions.
+fn gradient_sums(dy: &[f32], x: &[f32], n: usize, c: usize, vol: usize) -> Vec<(f32, f32)> {
+    (0..c)
+        .into_par_iter()
+        .map(|ch| {
+            let (mut s, mut sx) = (0.0f64, 0.0f64);
+            for b in 0..n {
+                let off = (b * c + ch) * vol;
+                for (g, v) in dy[off..][..vol].iter().zip(&x[off..][..vol]) {
+                    s += f64::from(*g);
+                    sx += f64::from(*g) * f64::from(*v);
+                }
+            }
+            #[allow(clippy::cast_possible_truncation)]
+            (s as f32, sx as f32)
+        })
+        .collect()
 }
 
 /// Where the channel shuffle of `c` channels in `groups` moves channel `ch`: channel

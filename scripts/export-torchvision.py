@@ -11,7 +11,10 @@ opset 17, batch 1, 3 x 224 x 224, constants unfolded so that each batch norm sta
 graph and the shapes in a few hundred KB. Beside them, `data/reference/torchvision.toml`
 holds each model's trainable parameters (`sum(p.numel())`) and the forward FLOPs that
 `torch.utils.flop_counter.FlopCounterMode` counts at batch 1 (its matrix products and
-convolutions, `2 m n k`), with the versions that counted them.
+convolutions, `2 m n k`), with the versions that counted them. The count runs with
+`nn.MultiheadAttention`'s inference fast path off (`torch.backends.mha`): training never
+takes it, the export does not either, and FlopCounterMode does not see inside its fused
+kernel (ViT-B/16's projections and attention would go uncounted).
 
 Usage (not CI: the fixtures and the reference file are committed):
 
@@ -42,7 +45,21 @@ MODELS = [
     "swin_t",
     "densenet121",
     "shufflenet_v2_x1_0",
+    "vit_tiny",
 ]
+
+# Small members of the zoo's families, built by torchvision's own classes, for the tests
+# that run a training step on the CPU: (constructor, input side).
+SMALL = {
+    # ViT's layers at 3 x 32 x 32: patches of 8, two encoder layers of two heads.
+    "vit_tiny": (
+        lambda: torchvision.models.VisionTransformer(
+            image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16,
+            mlp_dim=32, num_classes=10,
+        ),
+        32,
+    ),
+}
 
 
 def strip_weights():
@@ -63,10 +80,15 @@ def main() -> None:
     a = p.parse_args()
     strip = strip_weights()
     torch.manual_seed(0)
+    torch.backends.mha.set_fastpath_enabled(False)
     rows = []
     for name in a.models:
-        model = getattr(torchvision.models, name)(weights=None).eval()
-        x = torch.randn(1, 3, 224, 224)
+        if name in SMALL:
+            build, side = SMALL[name]
+            model = build().eval()
+        else:
+            model, side = getattr(torchvision.models, name)(weights=None).eval(), 224
+        x = torch.randn(1, 3, side, side)
         params = sum(p.numel() for p in model.parameters() if p.requires_grad)
         with FlopCounterMode(display=False) as counter, torch.no_grad():
             model(x)
@@ -93,9 +115,11 @@ def main() -> None:
         rows.append((name, params, flops))
     with open(a.reference, "w") as f:
         f.write(
-            "# torchvision's classification models at batch 1, 3 x 224 x 224: trainable\n"
+            "# torchvision's classification models at batch 1, 3 x 224 x 224 (the small ones\n"
+            "# of SMALL in the script at their own sizes): trainable\n"
             "# parameters and the forward FLOPs torch.utils.flop_counter.FlopCounterMode counts\n"
-            "# (matrix products and convolutions, 2 m n k), as scripts/export-torchvision.py\n"
+            "# (matrix products and convolutions, 2 m n k; attention's fast path off, as in\n"
+            "# training), as scripts/export-torchvision.py\n"
             f"# wrote them with torch {torch.__version__} and torchvision {torchvision.__version__}\n"
             "# (random weights; the counts do not depend on them). The ONNX exports are\n"
             "# tests/fixtures/onnx/tv-<model>.onnx.\n"

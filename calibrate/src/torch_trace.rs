@@ -539,7 +539,7 @@ impl Trace {
     pub fn map(&self, graph: &Graph) -> Result<Mapped> {
         let layers = graph.layers();
         let compute: Vec<usize> = (0..layers.len())
-            .filter(|&i| !matches!(layers[i].op, Op::Input | Op::Flatten))
+            .filter(|&i| !matches!(layers[i].op, Op::Input) && !layers[i].op.is_view())
             .collect();
         let nsteps = self.steps.len().max(1);
         let mut times: Vec<[Vec<f64>; 2]> =

@@ -130,7 +130,7 @@ impl Schedule {
         let mut last_reader: Vec<Option<usize>> = vec![None; layers.len()];
         let mut consumers = vec![0usize; layers.len()];
         for (i, l) in layers.iter().enumerate() {
-            let backward = needs_grad[i] && !matches!(l.op, Op::Input | Op::Flatten);
+            let backward = needs_grad[i] && !matches!(l.op, Op::Input) && !l.op.is_view();
             let k = keeps(&l.op);
             let mut read = |j: usize| {
                 kept[j] = true;

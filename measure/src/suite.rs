@@ -176,10 +176,12 @@ pub fn op_cases(graph: &Graph, batch: usize) -> Vec<OpCase> {
     let layers = graph.layers();
     let mut kinds: Vec<(&'static str, Vec<OpCase>)> = Vec::new();
     for layer in layers {
-        if matches!(
-            layer.op,
-            Op::Input | Op::Flatten | Op::Conv(_) | Op::ConvTranspose(_) | Op::Dense { .. }
-        ) {
+        if layer.op.is_view()
+            || matches!(
+                layer.op,
+                Op::Input | Op::Conv(_) | Op::ConvTranspose(_) | Op::Dense { .. }
+            )
+        {
             continue;
         }
         let case = OpCase {

@@ -229,9 +229,28 @@ pub(crate) fn counts(graph: &Graph, layer: &Layer) -> Counts {
             flops_bwd_data: out_elems,
             ..Counts::default()
         },
-        Op::Concat | Op::Flatten | Op::Narrow { .. } | Op::ChannelShuffle { .. } => {
-            Counts::default()
+        Op::Concat
+        | Op::Flatten
+        | Op::FlattenPositions
+        | Op::Narrow { .. }
+        | Op::ChannelShuffle { .. } => Counts::default(),
+        // A copy forward; backward the tokens' gradient summed over the batch.
+        Op::PrependTokens { tokens } => {
+            let params = (*tokens * in_shape(0).channels()) as u64;
+            Counts {
+                params,
+                flops_bwd_weight: params,
+                ..Counts::default()
+            }
         }
+        // One sum forward; backward the output's gradient is the input's, and summed
+        // over the batch the table's.
+        Op::PositionEmbedding => Counts {
+            params: in_elems,
+            flops_fwd: in_elems,
+            flops_bwd_weight: in_elems,
+            ..Counts::default()
+        },
         Op::Linear {
             out_features,
             bias,
@@ -430,7 +449,11 @@ pub fn param_tensors(op: &Op) -> u64 {
         Op::Conv(c) | Op::ConvTranspose(c) => 1 + bias(c.bias),
         Op::Dense { bias: b, .. } => 1 + bias(*b),
         Op::Linear { bias: b, tied, .. } => u64::from(!*tied) + bias(*b),
-        Op::Embedding { .. } | Op::RmsNorm | Op::ChannelScale => 1,
+        Op::Embedding { .. }
+        | Op::RmsNorm
+        | Op::ChannelScale
+        | Op::PrependTokens { .. }
+        | Op::PositionEmbedding => 1,
         // The router's weights and each local expert's projections.
         Op::Moe(m) => 1 + m.local as u64 * if m.gated { 3 } else { 2 },
         Op::BatchNorm | Op::ChannelAffine | Op::LayerNorm => 2,
@@ -809,6 +832,9 @@ fn saved(op: &Op) -> &'static [Saved] {
         | Op::Tile { .. }
         | Op::Upsample { .. }
         | Op::Flatten
+        | Op::FlattenPositions
+        | Op::PrependTokens { .. }
+        | Op::PositionEmbedding
         | Op::Gather { .. }
         | Op::ScatterAdd { .. }
         | Op::SegmentSum { .. }
@@ -837,7 +863,7 @@ pub fn cost(graph: &Graph, batch: u64, precision: Precision) -> GraphCost<'_> {
     for (i, layer) in layers.iter().enumerate() {
         let c = counts(graph, layer);
         needs[i] = c.params > 0 || layer.inputs.iter().any(|&j| needs[j]);
-        let view = matches!(layer.op, Op::Input | Op::Flatten);
+        let view = matches!(layer.op, Op::Input) || layer.op.is_view();
         let data_grad = layer.inputs.iter().any(|&j| needs[j]);
         let backward = needs[i] && !view;
         let weights = Bytes::from_count((c.params + c.shared) * precision.compute_bytes());

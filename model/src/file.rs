@@ -31,6 +31,9 @@
 //! `dropout` (`rate*`); `tile` (`repeats*`); `upsample` (`scale_factor*`); `clip` (`min*`,
 //! `max*`: ReLU6 is 0 and 6); `hard-sigmoid` (`alpha` = 1/6, `beta` = 1/2); `narrow`
 //! (`start*`, `len*`: channels `start..start + len`); `channel-shuffle` (`groups*`);
+//! `prepend-tokens` (`tokens*`: learned tokens before a sequence's positions, ViT's class
+//! token); `flatten-positions` (a map `[C, H, W]` as a sequence `[C, H W]`);
+//! `position-embedding` (a learned tensor of a sequence's shape added to it);
 //! `linear` (`out_features*`, `bias` = true, `tied` = false: a linear layer at every
 //! position of a sequence `[hidden, seq]`; `tied` for weights shared with an embedding); `embedding` (`num_embeddings*`, `embedding_dim*`: ids `[seq]` to
 //! `[embedding_dim, seq]`); `attention` (`heads*`, `causal` = false, `rate` = 0 (dropout on
@@ -167,6 +170,8 @@ struct RawLayer {
     start: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     len: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tokens: Option<usize>,
 }
 
 /// Op names and the fields each takes; required fields end in `*`.
@@ -222,6 +227,9 @@ const OPS: &[(&str, &[&str])] = &[
     ("upsample", &["scale_factor*"]),
     ("dropout", &["rate*"]),
     ("flatten", &[]),
+    ("flatten-positions", &[]),
+    ("prepend-tokens", &["tokens*"]),
+    ("position-embedding", &[]),
     ("softmax-cross-entropy", &[]),
     ("mse-loss", &[]),
     ("linear", &["out_features*", "bias", "tied"]),
@@ -309,6 +317,7 @@ impl RawLayer {
             ("beta", self.beta.is_some()),
             ("start", self.start.is_some()),
             ("len", self.len.is_some()),
+            ("tokens", self.tokens.is_some()),
         ]
         .into_iter()
         .filter_map(|(f, set)| set.then_some(f))
@@ -505,6 +514,11 @@ fn to_op(l: &RawLayer, rank: usize) -> Result<Op, String> {
         },
         "dropout" => Op::Dropout { rate: num(l.rate) },
         "flatten" => Op::Flatten,
+        "flatten-positions" => Op::FlattenPositions,
+        "prepend-tokens" => Op::PrependTokens {
+            tokens: l.tokens.unwrap_or(0),
+        },
+        "position-embedding" => Op::PositionEmbedding,
         "softmax-cross-entropy" => Op::SoftmaxCrossEntropy,
         "mse-loss" => Op::MseLoss,
         "linear" => Op::Linear {
@@ -728,6 +742,7 @@ fn export_layer(graph: &Graph, id: NodeId, layer: &Layer) -> RawLayer {
             raw.len = Some(*len);
         }
         Op::ChannelShuffle { groups } => raw.groups = Some(*groups),
+        Op::PrependTokens { tokens } => raw.tokens = Some(*tokens),
         Op::Clip { min, max } => {
             raw.min = Some(*min);
             raw.max = Some(*max);
@@ -755,6 +770,8 @@ fn export_layer(graph: &Graph, id: NodeId, layer: &Layer) -> RawLayer {
         | Op::HardSwish
         | Op::Concat
         | Op::Flatten
+        | Op::FlattenPositions
+        | Op::PositionEmbedding
         | Op::SoftmaxCrossEntropy
         | Op::MseLoss
         | Op::MatMul

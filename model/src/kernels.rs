@@ -126,8 +126,8 @@ impl KernelClass {
             "batch-norm" | "channel-affine" | "channel-scale" | "layer-norm" | "rms-norm" => {
                 Some(KernelClass::Norm)
             }
-            "input" | "flatten" | "conv" | "conv-transpose" | "dense" | "linear" | "matmul"
-            | "attention" | "moe" => None,
+            "input" | "flatten" | "flatten-positions" | "conv" | "conv-transpose" | "dense"
+            | "linear" | "matmul" | "attention" | "moe" => None,
             _ => Some(KernelClass::Elementwise),
         }
     }

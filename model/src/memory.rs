@@ -388,7 +388,7 @@ pub fn stack_memory(
     let needs = cost::requires_grad(graph);
     let mut keeper: Vec<Option<usize>> = vec![None; layers.len()];
     for (i, l) in layers.iter().enumerate() {
-        if !needs[i] || matches!(l.op, Op::Flatten) {
+        if !needs[i] || l.op.is_view() {
             continue;
         }
         let k = cost::keeps(&l.op);

@@ -290,3 +290,124 @@ fn a_mixture_of_experts_in_a_workload_file() {
     assert!(e.contains("expert-parallel") && e.contains("local"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// ViT's stem in a workload file: a patch convolution, its positions as a sequence, a
+/// class token and a learned position embedding.
+const TINY_VIT_STEM: &str = r#"name = "tiny-vit-stem"
+input = [3, 16, 16]
+
+[[layer]]
+name = "patches"
+op = "conv"
+out_channels = 8
+kernel = [4, 4]
+stride = [4, 4]
+
+[[layer]]
+name = "tokens"
+op = "flatten-positions"
+
+[[layer]]
+name = "cls"
+op = "prepend-tokens"
+tokens = 1
+
+[[layer]]
+name = "pos"
+op = "position-embedding"
+
+[[layer]]
+name = "norm"
+op = "layer-norm"
+
+[[layer]]
+name = "qkv"
+op = "linear"
+out_features = 24
+
+[[layer]]
+name = "attn"
+op = "attention"
+heads = 2
+
+[[layer]]
+name = "loss"
+op = "mse-loss"
+"#;
+
+/// torchvision's `VisionTransformer` through ONNX (a small one) is a workload with torch's
+/// parameters that `predict` and `memory` cost and the CPU executor trains a step of; the
+/// ViT ops in a workload file take their fields, and refuse what they cannot read with the
+/// file, line and field.
+#[test]
+fn a_vision_transformer_imports_and_trains() {
+    let vit = fixture("onnx/tv-vit_tiny.onnx");
+    let v = run_json(&["workload", "show", &vit, "--format", "json"]);
+    // torch's `sum(p.numel())` (data/reference/torchvision.toml).
+    assert_eq!(v["params"].as_u64(), Some(8026));
+    let imagenet = fixture("../../data/workloads/resnet50.toml");
+    let v = run_json(&[
+        "predict",
+        &vit,
+        "--system",
+        "dgx-h100",
+        "--nodes",
+        "1",
+        "--batch",
+        "64",
+        "--dataset",
+        &imagenet,
+        "--epochs",
+        "1",
+        "--format",
+        "json",
+    ]);
+    assert!(v["step_time_s"].as_f64().is_some_and(|t| t > 0.0), "{v}");
+    run_ok(&["memory", &vit, "--system", "dgx-h100"]);
+    let dir = std::env::temp_dir().join(format!("ridgeline-vit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("step.jsonl");
+    run_ok(&[
+        "measure",
+        "workload",
+        &vit,
+        "--batch",
+        "2",
+        "--steps",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let records = std::fs::read_to_string(&out).unwrap();
+    assert!(records.contains("\"workload-step\""), "{records}");
+
+    let file = dir.join("stem.toml");
+    std::fs::write(&file, TINY_VIT_STEM).unwrap();
+    let v = run_json(&[
+        "workload",
+        "show",
+        file.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    // The convolution, a class token of 8, 17 x 8 positions, the norm's scale and shift,
+    // the projections.
+    let params = 8 * 3 * 16 + 8 + 8 + 17 * 8 + 2 * 8 + 8 * 24 + 24;
+    assert_eq!(v["params"].as_u64(), Some(params));
+    for (from, to, want) in [
+        ("tokens = 1", "tokens = 0", "tokens"),
+        ("tokens = 1", "", "tokens"),
+        // A map is no sequence: the class token needs the positions flattened first.
+        (
+            "op = \"flatten-positions\"",
+            "op = \"relu\"",
+            "prepend-tokens",
+        ),
+    ] {
+        let bad = dir.join("bad.toml");
+        std::fs::write(&bad, TINY_VIT_STEM.replacen(from, to, 1)).unwrap();
+        let e = run_err(&["workload", "show", bad.to_str().unwrap()]);
+        assert!(e.contains("bad.toml") && e.contains(want), "{e}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

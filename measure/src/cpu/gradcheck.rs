@@ -528,6 +528,38 @@ fn mobile_activations_and_channel_gates() {
     Check::graph(g, 2).run();
 }
 
+/// ViT's stem after its patch convolution: the map's positions as a sequence, a learned
+/// class token before them, a learned position embedding added; and the tokens' layout.
+#[test]
+fn patches_class_token_and_positions() {
+    Check::new(
+        &[3, 2, 2],
+        &[
+            ("flat", Op::FlattenPositions),
+            ("cls", Op::PrependTokens { tokens: 2 }),
+            ("pos", Op::PositionEmbedding),
+        ],
+        2,
+    )
+    .run();
+    // Channel `c` of the output is the tokens' channel `c`, then the input's positions.
+    let mut g = Graph::new("cls", vec![2, 3]).unwrap();
+    g.then("cls", Op::PrependTokens { tokens: 1 }).unwrap();
+    let layer = g.layers().last().unwrap();
+    let k = Kernel::new(&g, layer, 1);
+    let x: Vec<f32> = (0..6).map(|v| v as f32).collect();
+    let mut out = vec![0.0; 8];
+    k.forward(
+        &[&x],
+        &[vec![10.0, 20.0]],
+        &mut out,
+        &mut Aux::default(),
+        1,
+        0,
+    );
+    assert_eq!(out, [10.0, 0.0, 1.0, 2.0, 20.0, 3.0, 4.0, 5.0]);
+}
+
 /// ShuffleNetV2's data movement: a chunk of the channels and the channel shuffle.
 #[test]
 fn channel_narrow_and_shuffle() {

@@ -243,6 +243,16 @@ pub(crate) enum Kernel {
         len: usize,
         vol: usize,
     },
+    /// `tokens` learned tokens put before each of `n` sequences of `c` channels at `s`
+    /// positions.
+    Prepend {
+        n: usize,
+        c: usize,
+        s: usize,
+        tokens: usize,
+    },
+    /// A learned tensor of one sample's `elems` values added to each of `n` samples.
+    Positions { elems: usize },
     /// The channel shuffle of `c` channels in `groups` at `vol` positions.
     Shuffle {
         n: usize,
@@ -427,6 +437,15 @@ impl Kernel {
                 len: *len,
                 vol: vol(input(0)),
             },
+            Op::PrependTokens { tokens } => Kernel::Prepend {
+                n,
+                c: input(0)[0],
+                s: input(0)[1],
+                tokens: *tokens,
+            },
+            Op::PositionEmbedding => Kernel::Positions {
+                elems: input(0).iter().product(),
+            },
             Op::ChannelShuffle { groups } => Kernel::Shuffle {
                 n,
                 c: input(0)[0],
@@ -459,7 +478,7 @@ impl Kernel {
             },
             #[allow(clippy::cast_possible_truncation)]
             Op::Dropout { rate } => Kernel::Dropout { rate: *rate as f32 },
-            Op::Flatten => Kernel::Flatten,
+            Op::Flatten | Op::FlattenPositions => Kernel::Flatten,
             Op::SoftmaxCrossEntropy => Kernel::SoftmaxCrossEntropy {
                 n,
                 c: input(0)[0],
@@ -616,6 +635,8 @@ impl Kernel {
             }
             Kernel::BatchNorm { c, .. } | Kernel::ChannelAffine { c, .. } => vec![*c, *c],
             Kernel::ChannelScale { c, .. } => vec![*c],
+            Kernel::Prepend { c, tokens, .. } => vec![c * tokens],
+            Kernel::Positions { elems, .. } => vec![*elems],
             Kernel::Linear { geom, bias } => {
                 let mut v = vec![geom.c * geom.out];
                 if *bias {
@@ -814,6 +835,23 @@ impl Kernel {
                     out[b * len * vol..][..len * vol]
                         .copy_from_slice(&x[(b * c + start) * vol..][..len * vol]);
                 }
+            }
+            Kernel::Prepend { n, c, s, tokens } => {
+                let t = *tokens;
+                for (row, o) in out.chunks_mut(s + t).take(n * c).enumerate() {
+                    let ch = row % c;
+                    o[..t].copy_from_slice(&params[0][ch * t..][..t]);
+                    o[t..].copy_from_slice(&x[row * s..][..*s]);
+                }
+            }
+            Kernel::Positions { elems, .. } => {
+                out.par_chunks_mut(*elems)
+                    .zip(x.par_chunks(*elems))
+                    .for_each(|(o, xi)| {
+                        for ((o, v), p) in o.iter_mut().zip(xi).zip(&params[0]) {
+                            *o = v + p;
+                        }
+                    });
             }
             Kernel::Shuffle { n, c, groups, vol } => {
                 for b in 0..*n {
@@ -1172,6 +1210,33 @@ impl Kernel {
                         d[(b * c + start) * vol..][..len * vol]
                             .copy_from_slice(&dy[b * len * vol..][..len * vol]);
                     }
+                }
+            }
+            // The tokens' gradient summed over the batch; the rest is the input's.
+            Kernel::Prepend { n, c, s, tokens } => {
+                let t = *tokens;
+                dparams[0].fill(0.0);
+                for (row, g) in dy.chunks(s + t).take(n * c).enumerate() {
+                    let ch = row % c;
+                    for (d, v) in dparams[0][ch * t..][..t].iter_mut().zip(&g[..t]) {
+                        *d += v;
+                    }
+                }
+                if let Some(d) = dx[0].as_deref_mut() {
+                    for (row, g) in dy.chunks(s + t).take(n * c).enumerate() {
+                        d[row * s..][..*s].copy_from_slice(&g[t..]);
+                    }
+                }
+            }
+            Kernel::Positions { elems, .. } => {
+                dparams[0].fill(0.0);
+                for g in dy.chunks(*elems) {
+                    for (d, v) in dparams[0].iter_mut().zip(g) {
+                        *d += v;
+                    }
+                }
+                if let Some(d) = dx[0].as_deref_mut() {
+                    d.copy_from_slice(dy);
                 }
             }
             Kernel::Shuffle { n, c, groups, vol } => {

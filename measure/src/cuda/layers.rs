@@ -897,7 +897,8 @@ impl LayerPlan {
                     .collect(),
                 vol: vol(out),
             },
-            Op::Flatten => LayerPlan::Flatten,
+            // Both views of the same contiguous buffer.
+            Op::Flatten | Op::FlattenPositions => LayerPlan::Flatten,
             Op::Tile { .. } | Op::Upsample { .. } => {
                 let launch = |p| {
                     spatial_kernel(&layer.op, p, input(0), n)

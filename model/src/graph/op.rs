@@ -252,6 +252,18 @@ pub enum Op {
     },
     /// Flattening to a feature vector (a view: no data moves).
     Flatten,
+    /// A feature map's positions as one sequence, `[C, P1, P2, ...] -> [C, P1 x P2 x ...]`
+    /// in row-major order (a view: no data moves; ViT's patches, Dosovitskiy et al. 2021).
+    FlattenPositions,
+    /// Learned tokens put before a sequence's positions, `[H, S] -> [H, tokens + S]`, with
+    /// `tokens x H` parameters (ViT's and BERT's class token).
+    PrependTokens {
+        /// Tokens put first.
+        tokens: usize,
+    },
+    /// A learned tensor of the input's shape added to it, `[H, S] -> [H, S]`, with `H x S`
+    /// parameters (ViT's learned absolute position embedding).
+    PositionEmbedding,
     /// Softmax over channels followed by cross-entropy (per position for segmentation).
     SoftmaxCrossEntropy,
     /// Mean squared error against a target of the input's shape.
@@ -639,6 +651,9 @@ impl Op {
             Op::Upsample { .. } => "upsample",
             Op::Dropout { .. } => "dropout",
             Op::Flatten => "flatten",
+            Op::FlattenPositions => "flatten-positions",
+            Op::PrependTokens { .. } => "prepend-tokens",
+            Op::PositionEmbedding => "position-embedding",
             Op::SoftmaxCrossEntropy => "softmax-cross-entropy",
             Op::MseLoss => "mse-loss",
             Op::Linear { .. } => "linear",
@@ -671,6 +686,12 @@ impl Op {
                 | Op::Attention(_)
                 | Op::Moe(_)
         )
+    }
+
+    /// Whether the op is a view of its input (no data moves, no kernel runs, no gradient
+    /// is computed of its own: its output's gradient is its input's).
+    pub fn is_view(&self) -> bool {
+        matches!(self, Op::Flatten | Op::FlattenPositions)
     }
 
     /// Whether the op is a loss.
@@ -904,6 +925,19 @@ impl Op {
             Op::Tile { repeats } => scale_spatial("repeats", repeats, x),
             Op::Upsample { factor } => scale_spatial("factor", factor, x),
             Op::Flatten => Ok(smallvec![x.iter().product()]),
+            Op::FlattenPositions => {
+                feature_map("flatten-positions", x)?;
+                Ok(smallvec![x[0], x[1..].iter().product()])
+            }
+            Op::PrependTokens { tokens } => {
+                positive("tokens", *tokens)?;
+                sequence("prepend-tokens", x)?;
+                Ok(smallvec![x[0], x[1] + *tokens])
+            }
+            Op::PositionEmbedding => {
+                sequence("position-embedding", x)?;
+                Ok(Dims::from_slice(x))
+            }
             Op::Linear { out_features, .. } => {
                 positive("out_features", *out_features)?;
                 let mut out = Dims::from_slice(x);
@@ -929,12 +963,7 @@ impl Op {
                 if !(theta.is_finite() && *theta > 1.0) {
                     return Err(format!("theta = {theta}: must be a finite base above 1"));
                 }
-                if x.len() != 2 {
-                    return Err(format!(
-                        "`rotary` reads sequences [channels, positions], but its input is {}",
-                        fmt_dims(x)
-                    ));
-                }
+                sequence("rotary", x)?;
                 if !x[0].is_multiple_of(*heads) || !(x[0] / *heads).is_multiple_of(2) {
                     return Err(format!(
                         "heads = {heads} must split the {} channels into heads of an even size",
@@ -1105,6 +1134,17 @@ fn rows(op: &str, field: &str, rows: usize, x: &[usize]) -> Result<Dims, String>
         ));
     }
     Ok(smallvec![x[0], rows])
+}
+
+/// Checks that `x` is a sequence `[channels, positions]`.
+fn sequence(op: &str, x: &[usize]) -> Result<(), String> {
+    if x.len() != 2 {
+        return Err(format!(
+            "`{op}` reads sequences [channels, positions], but its input is {}",
+            fmt_dims(x)
+        ));
+    }
+    Ok(())
 }
 
 const INPUT_IS_IMPLICIT: &str = "`input` is implicit: it is node 0 of every graph";

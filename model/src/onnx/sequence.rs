@@ -27,7 +27,7 @@
 //! Any other node on a sequence is refused with its operator, as the rest of the importer
 //! refuses what it does not know.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::{NodeProto, Table, Value, float, int, ints, unique, usizes};
 use crate::graph::{Attention, Graph, NodeId, Op, ScoreMask};
@@ -90,14 +90,26 @@ pub(super) enum Seq {
     Gelu { x: NodeId, step: u8 },
     /// A part of a fused projection (query, key or value).
     Part(Source),
+    /// A fused projection's features viewed as `parts` stacked (torch's
+    /// `multi_head_attention_forward`: `unflatten` to `[positions, batch, parts, d]`), and
+    /// with the parts moved first (`front`: `unsqueeze`, `transpose`, `squeeze` to
+    /// `[parts, positions, batch, d]`), of which a `Gather` takes one.
+    Packed {
+        layer: NodeId,
+        parts: usize,
+        front: bool,
+    },
     /// Query, key or value split into `heads`: `[positions, heads, d]`, then transposed
     /// to `[heads, positions, d]` (`transposed`), the key to `[heads, d, positions]`
-    /// (`key_t`).
+    /// (`key_t`); `scaled` where a scalar multiplied it after (torch's
+    /// `scaled_dot_product_attention` written out scales the query and the transposed key
+    /// each by the scale's square root).
     Heads {
         source: Source,
         heads: usize,
         transposed: bool,
         key_t: bool,
+        scaled: bool,
     },
     /// Attention's scores or weights `[heads, positions, positions]` of `query` and `key`,
     /// with what was done to them so far, before or after the softmax (`softmax`).
@@ -158,6 +170,9 @@ pub(super) struct Reader<'a> {
     pub(super) g: &'a mut Graph,
     pub(super) names: &'a mut HashMap<String, usize>,
     pub(super) tables: &'a mut Vec<Table>,
+    /// The values that are sequences laid out `[positions, batch, features]` (torch's
+    /// attention transposes its input so): their `Shape` and `Reshape`s read so.
+    pub(super) seq_first: &'a mut HashSet<String>,
 }
 
 type Out = Result<Vec<Value>, String>;
@@ -280,6 +295,41 @@ impl Reader<'_> {
         }
         let a = inputs[0].1.clone();
         let b = inputs.get(1).map(|i| i.1.clone());
+        let first = node.input.iter().any(|n| self.seq_first.contains(n));
+        let out = self.read(node, op, label, &a, b.as_ref(), first)?;
+        // A sequence stays `[positions, batch, features]` through what it flows into,
+        // until a transposition swaps them back or a reshape says otherwise.
+        let swapped = op == "Transpose"
+            && ints(node, "perm").as_deref() == Some(&[1, 0, 2][..])
+            && matches!(a, Value::Seq(Seq::Tokens(_)));
+        let first_out = match (op, &b) {
+            ("Reshape", Some(Value::Constant { ints: Some(s), .. })) => {
+                matches!(s.as_slice(), [p, 1, _] if *p > 1)
+            }
+            _ => first != swapped,
+        };
+        for o in &node.output {
+            if first_out {
+                self.seq_first.insert(o.clone());
+            } else {
+                self.seq_first.remove(o);
+            }
+        }
+        Ok(out)
+    }
+
+    /// What [`Reader::node`] reads `node` as, from its first two inputs `a` and `b`;
+    /// `first` where an input is laid out `[positions, batch, features]`.
+    fn read(
+        &mut self,
+        node: &NodeProto,
+        op: &str,
+        label: &str,
+        a: &Value,
+        b: Option<&Value>,
+        first: bool,
+    ) -> Out {
+        let (a, b) = (a.clone(), b.cloned());
         let seq = |v: Option<&Value>| match v {
             Some(Value::Seq(s)) => Some(s.clone()),
             _ => None,
@@ -289,6 +339,101 @@ impl Reader<'_> {
             _ => None,
         };
         match (op, seq(Some(&a)), seq(b.as_ref())) {
+            // The shape of a sequence at batch 1, or of a query or key in heads: a constant
+            // (torch computes attention's scale and its reshapes from it).
+            ("Shape", Some(s), _) => {
+                let shape: Vec<i64> = match s {
+                    Seq::Tokens(x) => {
+                        let (p, f) = (self.positions(x) as i64, self.features(x) as i64);
+                        if first { vec![p, 1, f] } else { vec![1, p, f] }
+                    }
+                    Seq::Heads {
+                        source,
+                        heads,
+                        transposed: true,
+                        key_t: false,
+                        ..
+                    } => {
+                        let parts = match source {
+                            Source::Part { parts, .. } => parts,
+                            Source::Whole { .. } => 1,
+                        };
+                        let layer = source.layer();
+                        let d = self.features(layer) / parts / heads;
+                        vec![1, heads as i64, self.positions(layer) as i64, d as i64]
+                    }
+                    _ => return Err("the shape of a partial attention value".into()),
+                };
+                Ok(vec![Value::Constant {
+                    dims: vec![shape.len() as i64],
+                    ints: Some(shape),
+                    scalar: None,
+                    origin: None,
+                }])
+            }
+            // ViT's class token: learned tokens `[1, tokens, features]` before the positions.
+            ("Concat", None, Some(Seq::Tokens(x))) => {
+                let axis = int(node, "axis").unwrap_or(0);
+                let tokens = match dims(Some(&a)).as_deref() {
+                    Some(&[1, t, f]) if f == self.features(x) && (axis == 1 || axis == -2) => t,
+                    _ => {
+                        return Err(
+                            "joins a sequence with a constant that is not learned tokens                              [1, tokens, features] before its positions (axis 1)"
+                                .into(),
+                        );
+                    }
+                };
+                if node.input.len() != 2 {
+                    return Err("joins more than learned tokens and a sequence".into());
+                }
+                one(Seq::Tokens(self.push(
+                    Op::PrependTokens { tokens },
+                    &[x],
+                    label,
+                )?))
+            }
+            // A learned position embedding: a constant of the sequence's shape added.
+            ("Add", Some(Seq::Tokens(x)), None)
+                if matches!(
+                    dims(b.as_ref()).as_deref(),
+                    Some(&[1, p, f]) | Some(&[p, f])
+                        if p == self.positions(x) && f == self.features(x) && p > 1
+                ) =>
+            {
+                one(Seq::Tokens(self.push(
+                    Op::PositionEmbedding,
+                    &[x],
+                    label,
+                )?))
+            }
+            // A fused projection's parts: moved first (no data moves at batch 1) and taken.
+            ("Unsqueeze" | "Squeeze", Some(s @ Seq::Packed { .. }), _) => one(s),
+            (
+                "Gather",
+                Some(Seq::Packed {
+                    layer,
+                    parts,
+                    front: true,
+                }),
+                None,
+            ) => {
+                let index = match &b {
+                    Some(Value::Constant {
+                        ints: Some(i),
+                        dims,
+                        ..
+                    }) if dims.is_empty() && int(node, "axis").unwrap_or(0) == 0 => {
+                        usize::try_from(i[0]).ok().filter(|&i| i < parts)
+                    }
+                    _ => None,
+                }
+                .ok_or("takes something other than one of a projection's parts (axis 0)")?;
+                one(Seq::Part(Source::Part {
+                    layer,
+                    index,
+                    parts,
+                }))
+            }
             ("Gather", None, _) => self.lookup(&a, b.as_ref(), label),
             ("Gather", Some(Seq::Tokens(x)), None) => {
                 // BERT's pooler reads the first position.
@@ -431,7 +576,7 @@ impl Reader<'_> {
                     Some(Value::Constant { ints: Some(s), .. }) => s.clone(),
                     _ => return Err("reshapes to a shape that is not a constant".into()),
                 };
-                self.reshape(s, &shape, label)
+                self.reshape(s, &shape, label, first)
             }
             ("Gemm" | "MatMul", Some(Seq::Rows(x) | Seq::Tokens(x)), None) => self.product(
                 node,
@@ -476,35 +621,58 @@ impl Reader<'_> {
                     }
                 }
                 match (s, perm.as_slice()) {
-                    // Into heads `[heads, positions, d]`, the key to `[heads, d, positions]`.
+                    // Batch and positions swapped at batch 1 (torch's attention works on
+                    // `[positions, batch, features]`): the same sequence.
+                    (s @ Seq::Tokens(_), [1, 0, 2]) => one(s),
+                    // Into heads `[heads, positions, d]`, the key to `[heads, d, positions]`;
+                    // with batch and heads merged, `[positions, batch x heads, d]` to
+                    // `[batch x heads, positions, d]`.
                     (
                         Seq::Heads {
                             source,
                             heads,
                             transposed: false,
+                            scaled,
                             ..
                         },
-                        [0, 2, 1, 3] | [0, 2, 3, 1],
+                        [0, 2, 1, 3] | [0, 2, 3, 1] | [1, 0, 2],
                     ) => one(Seq::Heads {
                         source,
                         heads,
                         transposed: true,
-                        key_t: perm[2] == 3,
+                        key_t: perm.get(2) == Some(&3),
+                        scaled,
                     }),
-                    // The key transposed after batch and heads merged (OPT's `bmm`).
+                    // The key transposed after batch and heads merged (OPT's `bmm`), or
+                    // apart again (torch's `k.transpose(-2, -1)`).
                     (
                         Seq::Heads {
                             source,
                             heads,
                             transposed: true,
                             key_t: false,
+                            scaled,
                         },
-                        [0, 2, 1],
+                        [0, 2, 1] | [0, 1, 3, 2],
                     ) => one(Seq::Heads {
                         source,
                         heads,
                         transposed: true,
                         key_t: true,
+                        scaled,
+                    }),
+                    // The parts of a fused projection moved first.
+                    (
+                        Seq::Packed {
+                            layer,
+                            parts,
+                            front: false,
+                        },
+                        [3, 1, 2, 0, 4],
+                    ) => one(Seq::Packed {
+                        layer,
+                        parts,
+                        front: true,
                     }),
                     (
                         Seq::Context {
@@ -513,7 +681,7 @@ impl Reader<'_> {
                             how,
                             transposed: false,
                         },
-                        [0, 2, 1, 3],
+                        [0, 2, 1, 3] | [2, 0, 1, 3],
                     ) => one(Seq::Context {
                         sources,
                         heads,
@@ -532,19 +700,21 @@ impl Reader<'_> {
                     heads,
                     transposed: true,
                     key_t: false,
+                    scaled,
                 }),
                 Some(Seq::Heads {
                     source: key,
                     heads: hk,
                     transposed: true,
                     key_t: true,
+                    ..
                 }),
             ) if hk == heads => one(Seq::Scores {
                 query,
                 key,
                 heads,
                 how: How {
-                    scale_queries: matches!(query, Source::Whole { scaled: true, .. }),
+                    scale_queries: scaled || matches!(query, Source::Whole { scaled: true, .. }),
                     ..How::default()
                 },
                 softmax: false,
@@ -563,6 +733,7 @@ impl Reader<'_> {
                     heads: hv,
                     transposed: true,
                     key_t: false,
+                    scaled: false,
                 }),
             ) if hv == heads => one(Seq::Context {
                 sources: [query, key, value],
@@ -576,6 +747,24 @@ impl Reader<'_> {
             {
                 one(s)
             }
+            // The scale's square root on the query and on the transposed key.
+            (
+                "Mul",
+                Some(Seq::Heads {
+                    source,
+                    heads,
+                    transposed: true,
+                    key_t,
+                    scaled: false,
+                }),
+                None,
+            ) if scalar(b.as_ref()).is_some() => one(Seq::Heads {
+                source,
+                heads,
+                transposed: true,
+                key_t,
+                scaled: true,
+            }),
             // Masks: a select against a constant mask, or the sum with a constant; causal
             // where the mask has a row per query (`[.., positions, positions]`), padding
             // where it is one row broadcast over the queries (BERT's).
@@ -777,20 +966,36 @@ impl Reader<'_> {
             heads: heads as usize,
             transposed: false,
             key_t: false,
+            scaled: false,
         })
     }
 
     /// A `Reshape` of a sequence value to `shape` (batch first).
-    fn reshape(&mut self, s: Seq, shape: &[i64], label: &str) -> Out {
+    fn reshape(&mut self, s: Seq, shape: &[i64], label: &str, first: bool) -> Out {
         let at = |r: &Self, id: NodeId| [r.positions(id) as i64, r.features(id) as i64];
         match (s, shape) {
             // To rows [batch x positions, features] and back.
             (Seq::Tokens(id), [_, f]) if *f == at(self, id)[1] => one(Seq::Rows(id)),
-            (Seq::Rows(id) | Seq::Tokens(id), [_, p, f]) if [*p, *f] == at(self, id) => {
+            (Seq::Rows(id) | Seq::Tokens(id), [_, p, f] | [p, 1, f])
+                if [*p, *f] == at(self, id) =>
+            {
                 one(Seq::Tokens(id))
             }
-            // Query, key or value into heads.
-            (Seq::Part(source), [_, p, heads, d]) => self.heads(source, [*p, *heads, *d]),
+            // A fused projection of a sequence laid out `[positions, batch, features]`
+            // viewed as its parts (torch's attention).
+            (Seq::Tokens(layer), [p, 1, parts, d])
+                if first && *parts >= 2 && [*p, parts * d] == at(self, layer) =>
+            {
+                one(Seq::Packed {
+                    layer,
+                    parts: *parts as usize,
+                    front: false,
+                })
+            }
+            // Query, key or value into heads; at batch 1, `[positions, batch x heads, d]`.
+            (Seq::Part(source), [_, p, heads, d] | [p, heads, d]) => {
+                self.heads(source, [*p, *heads, *d])
+            }
             (Seq::Tokens(layer), [_, p, heads, d]) => self.heads(
                 Source::Whole {
                     layer,
@@ -812,6 +1017,15 @@ impl Reader<'_> {
                 },
                 [_, _, _],
             ) => one(s),
+            (
+                s @ Seq::Heads {
+                    transposed: true,
+                    key_t: false,
+                    heads,
+                    ..
+                },
+                [1, h, _, _],
+            ) if *h == heads as i64 => one(s),
             (s @ Seq::Scores { .. }, [_, _, _] | [_, _, _, _]) => one(s),
             (
                 s @ Seq::Context {
@@ -819,7 +1033,8 @@ impl Reader<'_> {
                 },
                 [_, _, _] | [_, _, _, _],
             ) => one(s),
-            // Attention's output back to the features: the attention layer.
+            // Attention's output back to the features: the attention layer; to rows
+            // `[positions x batch, features]` (torch's, at batch 1) where 2-d.
             (
                 Seq::Context {
                     sources,
@@ -827,7 +1042,7 @@ impl Reader<'_> {
                     how,
                     transposed: true,
                 },
-                [_, p, f],
+                [_, p, f] | [p, f],
             ) => {
                 let inputs: Vec<NodeId> = match sources {
                     [
@@ -882,7 +1097,12 @@ impl Reader<'_> {
                     clamp: how.clamp,
                     scale_queries: how.scale_queries,
                 });
-                one(Seq::Tokens(self.push(op, &inputs, label)?))
+                let id = self.push(op, &inputs, label)?;
+                one(if shape.len() == 2 {
+                    Seq::Rows(id)
+                } else {
+                    Seq::Tokens(id)
+                })
             }
             (_, shape) => Err(format!(
                 "to {shape:?}: only reshapes to rows and back, and attention's into heads and \

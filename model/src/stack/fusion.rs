@@ -134,6 +134,7 @@ fn role(op: &Op) -> Role {
         | Op::Mul
         | Op::Pow { .. }
         | Op::Softmax
+        | Op::PositionEmbedding
         | Op::Rotary { .. } => Role::Pointwise,
         _ => Role::Other,
     }

@@ -40,8 +40,8 @@ pub const SYSTEMS: &[Entry] = entries!("systems";
 
 /// Data sets and convergence curves of the built-in workloads, `data/workloads/*.toml`.
 pub const WORKLOAD_DATA: &[Entry] = entries!("workloads";
-    "cosmoflow", "cosmoflow-v07", "deepcam", "resnet50", "bert-large", "gpt3-xl", "gpt3-2.7b",
-    "gpt3-175b", "opt-1.3b");
+    "cosmoflow", "cosmoflow-v07", "deepcam", "resnet50", "swin-t", "bert-large", "gpt3-xl",
+    "gpt3-2.7b", "gpt3-175b", "opt-1.3b");
 
 /// Workload mixes for procurement reports, `data/mixes/*.toml`.
 pub const MIXES: &[Entry] = entries!("mixes"; "mlperf-hpc");

@@ -233,7 +233,8 @@ pub(crate) fn counts(graph: &Graph, layer: &Layer) -> Counts {
         | Op::Flatten
         | Op::FlattenPositions
         | Op::Narrow { .. }
-        | Op::ChannelShuffle { .. } => Counts::default(),
+        | Op::ChannelShuffle { .. }
+        | Op::PatchMerge => Counts::default(),
         // A copy forward; backward the tokens' gradient summed over the batch.
         Op::PrependTokens { tokens } => {
             let params = (*tokens * in_shape(0).channels()) as u64;
@@ -449,6 +450,7 @@ pub fn param_tensors(op: &Op) -> u64 {
         Op::Conv(c) | Op::ConvTranspose(c) => 1 + bias(c.bias),
         Op::Dense { bias: b, .. } => 1 + bias(*b),
         Op::Linear { bias: b, tied, .. } => u64::from(!*tied) + bias(*b),
+        Op::Attention(a) if a.window > 0 => 1,
         Op::Embedding { .. }
         | Op::RmsNorm
         | Op::ChannelScale
@@ -537,9 +539,20 @@ pub fn score_passes(a: &Attention, backward: bool) -> Vec<ScorePass> {
         if scale {
             out.push(pass("scale", 2.0, 0.0));
         }
+        // The bias table's gradient: the scores' gradients summed into its entries.
+        if a.window > 0 {
+            out.push(pass("add", 1.0, 0.0));
+        }
     } else {
         if scale {
             out.push(pass("scale", 2.0, 0.0));
+        }
+        // Window attention's relative position bias, and the shifted windows' mask.
+        if a.window > 0 {
+            out.push(pass("add", 2.0, 0.0));
+        }
+        if a.shift > 0 {
+            out.push(pass("add", 2.0, 0.0));
         }
         match a.mask {
             ScoreMask::None => {}
@@ -582,6 +595,7 @@ fn attention_counts(a: &Attention, s: &AttentionShape) -> Counts {
         0
     };
     Counts {
+        params: a.bias_params(),
         macs,
         flops_fwd: 2 * macs + fwd,
         flops_bwd_data: 4 * macs + 2 * recompute + bwd + regroup,
@@ -835,6 +849,7 @@ fn saved(op: &Op) -> &'static [Saved] {
         | Op::FlattenPositions
         | Op::PrependTokens { .. }
         | Op::PositionEmbedding
+        | Op::PatchMerge
         | Op::Gather { .. }
         | Op::ScatterAdd { .. }
         | Op::SegmentSum { .. }

@@ -34,6 +34,7 @@
 //! `prepend-tokens` (`tokens*`: learned tokens before a sequence's positions, ViT's class
 //! token); `flatten-positions` (a map `[C, H, W]` as a sequence `[C, H W]`);
 //! `position-embedding` (a learned tensor of a sequence's shape added to it);
+//! `patch-merge` (Swin's 2 x 2 blocks of a map stacked on its channels);
 //! `linear` (`out_features*`, `bias` = true, `tied` = false: a linear layer at every
 //! position of a sequence `[hidden, seq]`; `tied` for weights shared with an embedding); `embedding` (`num_embeddings*`, `embedding_dim*`: ids `[seq]` to
 //! `[embedding_dim, seq]`); `attention` (`heads*`, `causal` = false, `rate` = 0 (dropout on
@@ -42,7 +43,9 @@
 //! `clamp` = false (scores clamped at the type's minimum) and `scale_queries` = false (the
 //! scale on the queries rather than the scores); one input `[3 H, S]` or three: queries,
 //! keys, values; `kv_heads` = `heads`, fewer for grouped-query attention, whose keys and
-//! values are `[H kv_heads / heads, S_kv]`); `rotary` (`heads*`, `theta` = 10000: rotary
+//! values are `[H kv_heads / heads, S_kv]`; `window` = 0, above 0 Swin's window attention
+//! over a map `[3 C, H, W]` in windows of `window x window` with a relative position bias,
+//! `shift` = 0 its windows' roll); `rotary` (`heads*`, `theta` = 10000: rotary
 //! position embedding of queries or keys `[H, S]`); `moe` (`experts*`, `top_k*`, `ffn*`,
 //! `local` = `experts` (the experts one rank holds under expert parallelism), `gated` = true
 //! (`w2(act(w1 x) * w3 x)`; false: `w2(act(w1 x))`), `activation` = "silu" ("silu",
@@ -172,6 +175,10 @@ struct RawLayer {
     len: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tokens: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    window: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shift: Option<usize>,
 }
 
 /// Op names and the fields each takes; required fields end in `*`.
@@ -230,6 +237,7 @@ const OPS: &[(&str, &[&str])] = &[
     ("flatten-positions", &[]),
     ("prepend-tokens", &["tokens*"]),
     ("position-embedding", &[]),
+    ("patch-merge", &[]),
     ("softmax-cross-entropy", &[]),
     ("mse-loss", &[]),
     ("linear", &["out_features*", "bias", "tied"]),
@@ -252,6 +260,8 @@ const OPS: &[(&str, &[&str])] = &[
             "mask",
             "clamp",
             "scale_queries",
+            "window",
+            "shift",
         ],
     ),
     ("gather", &["edges*"]),
@@ -318,6 +328,8 @@ impl RawLayer {
             ("start", self.start.is_some()),
             ("len", self.len.is_some()),
             ("tokens", self.tokens.is_some()),
+            ("window", self.window.is_some()),
+            ("shift", self.shift.is_some()),
         ]
         .into_iter()
         .filter_map(|(f, set)| set.then_some(f))
@@ -519,6 +531,7 @@ fn to_op(l: &RawLayer, rank: usize) -> Result<Op, String> {
             tokens: l.tokens.unwrap_or(0),
         },
         "position-embedding" => Op::PositionEmbedding,
+        "patch-merge" => Op::PatchMerge,
         "softmax-cross-entropy" => Op::SoftmaxCrossEntropy,
         "mse-loss" => Op::MseLoss,
         "linear" => Op::Linear {
@@ -564,6 +577,8 @@ fn to_op(l: &RawLayer, rank: usize) -> Result<Op, String> {
                 mask,
                 clamp: l.clamp.unwrap_or(false),
                 scale_queries: l.scale_queries.unwrap_or(false),
+                window: l.window.unwrap_or(0),
+                shift: l.shift.unwrap_or(0),
             })
         }
         "gather" => Op::Gather {
@@ -714,6 +729,8 @@ fn export_layer(graph: &Graph, id: NodeId, layer: &Layer) -> RawLayer {
             raw.mask = (a.mask != ScoreMask::default_for(a.causal)).then(|| a.mask.name().into());
             raw.clamp = a.clamp.then_some(true);
             raw.scale_queries = a.scale_queries.then_some(true);
+            raw.window = (a.window > 0).then_some(a.window);
+            raw.shift = (a.shift > 0).then_some(a.shift);
         }
         Op::Rotary { heads, theta } => {
             raw.heads = Some(*heads);
@@ -772,6 +789,7 @@ fn export_layer(graph: &Graph, id: NodeId, layer: &Layer) -> RawLayer {
         | Op::Flatten
         | Op::FlattenPositions
         | Op::PositionEmbedding
+        | Op::PatchMerge
         | Op::SoftmaxCrossEntropy
         | Op::MseLoss
         | Op::MatMul

@@ -642,7 +642,19 @@ pub fn step_kernels(graph: &Graph, cost: &GraphCost<'_>) -> Vec<Vec<Kernel>> {
                         .collect();
                     if let Some(s) = AttentionShape::of(a, &inputs) {
                         let act = cost.precision.compute_bytes() as f64;
+                        // Window attention's copies of its `C x H x W` activations: the
+                        // roll and the split into windows before, their reverse after,
+                        // each way (torch's `roll`, `permute` and `reshape`).
+                        let copies = if a.window > 0 { 4 } else { 0 };
+                        let moved = cost.batch as f64 * layer.output.elements() as f64;
+                        let copy = |pass| vector_kernel("concat", pass, 0.0, 2.0 * act * moved);
+                        for _ in 0..copies {
+                            out.extend(copy(KernelPass::Forward));
+                        }
                         out.extend(attention_kernels(a, &s, cost.batch as f64, act, backward));
+                        for _ in 0..copies {
+                            out.extend(copy(KernelPass::Backward).filter(|_| backward));
+                        }
                     }
                 }
                 Op::Moe(m) => {

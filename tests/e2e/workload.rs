@@ -21,6 +21,7 @@ fn list_shows_the_workloads_with_reference_parameter_counts() {
             ("cosmoflow-v07".to_owned(), 5_597_604),
             ("deepcam".to_owned(), 56_454_720),
             ("resnet50".to_owned(), 25_557_032),
+            ("swin-t".to_owned(), 28_288_354),
             ("bert-large".to_owned(), 336_226_108),
             ("gpt2".to_owned(), 124_439_808),
             ("gpt2-large".to_owned(), 774_030_080),

@@ -6,7 +6,7 @@
 //! distinct values away from zero, so no difference straddles a kink of ReLU or a tie of max
 //! pooling.
 
-use ridgeline_model::graph::{Conv, Graph, Op, Padding, Pool};
+use ridgeline_model::graph::{Attention, Conv, Graph, Op, Padding, Pool};
 
 use super::ops::{Aux, Kernel, splitmix, uniform};
 
@@ -558,6 +558,42 @@ fn patches_class_token_and_positions() {
         0,
     );
     assert_eq!(out, [10.0, 0.0, 1.0, 2.0, 20.0, 3.0, 4.0, 5.0]);
+}
+
+/// Swin's shifted-window attention: windows of 2 x 2 on a 4 x 6 map of two heads,
+/// unshifted and rolled by one (the mask between the roll's regions), with the relative
+/// position bias's gradient.
+#[test]
+fn shifted_window_attention() {
+    for shift in [0, 1] {
+        let mut a = Attention::new(2, false, 0.0, false);
+        a.window = 2;
+        a.shift = shift;
+        a.scale_queries = true;
+        Check::new(&[12, 4, 6], &[("attn", Op::Attention(a))], 2).run();
+    }
+}
+
+/// Swin's patch merging, and its order: torchvision's `x[0::2, 0::2]`, `x[1::2, 0::2]`,
+/// `x[0::2, 1::2]`, `x[1::2, 1::2]` on the channels.
+#[test]
+fn patch_merging() {
+    Check::new(&[2, 4, 2], &[("merge", Op::PatchMerge)], 2).run();
+    let mut g = Graph::new("merge", vec![1, 2, 2]).unwrap();
+    g.then("merge", Op::PatchMerge).unwrap();
+    let layer = g.layers().last().unwrap();
+    let k = Kernel::new(&g, layer, 1);
+    // The map [[0, 1], [2, 3]]: (0, 0), (1, 0), (0, 1), (1, 1).
+    let mut out = vec![0.0; 4];
+    k.forward(
+        &[&[0.0, 1.0, 2.0, 3.0]],
+        &[],
+        &mut out,
+        &mut Aux::default(),
+        1,
+        0,
+    );
+    assert_eq!(out, [0.0, 2.0, 1.0, 3.0]);
 }
 
 /// ShuffleNetV2's data movement: a chunk of the channels and the channel shuffle.

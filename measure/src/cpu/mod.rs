@@ -16,6 +16,7 @@ mod moe;
 pub(crate) mod ops;
 mod seq;
 mod stream;
+mod window;
 
 use std::hint::black_box;
 

@@ -14,7 +14,7 @@ use ridgeline_model::graph::{Graph, Layer, Op, Pool};
 
 use super::conv::{self, ConvGeom, add_channel_bias, channel_sums, three};
 use super::gemm::{View, ViewMut, matmul};
-use super::{moe, seq};
+use super::{moe, seq, window};
 
 /// Batch-norm epsilon (PyTorch's and Keras' default order of magnitude).
 pub(crate) const BN_EPS: f32 = 1e-5;
@@ -251,6 +251,13 @@ pub(crate) enum Kernel {
         s: usize,
         tokens: usize,
     },
+    /// Swin's patch merging of `n` maps of `c` channels at `h x w` positions.
+    PatchMerge {
+        n: usize,
+        c: usize,
+        h: usize,
+        w: usize,
+    },
     /// A learned tensor of one sample's `elems` values added to each of `n` samples.
     Positions { elems: usize },
     /// The channel shuffle of `c` channels in `groups` at `vol` positions.
@@ -312,6 +319,8 @@ pub(crate) enum Kernel {
     Rotary(seq::Rotary),
     /// Multi-head attention.
     Attention(seq::Attention),
+    /// Shifted-window attention over maps.
+    Window(window::Window),
     /// Gather, scatter-add or segment sum.
     Rows(seq::Rows),
     /// A mixture of experts.
@@ -443,6 +452,12 @@ impl Kernel {
                 s: input(0)[1],
                 tokens: *tokens,
             },
+            Op::PatchMerge => Kernel::PatchMerge {
+                n,
+                c: input(0)[0],
+                h: input(0)[1],
+                w: input(0)[2],
+            },
             Op::PositionEmbedding => Kernel::Positions {
                 elems: input(0).iter().product(),
             },
@@ -547,6 +562,15 @@ impl Kernel {
                 seq: out[1],
                 theta: *theta,
             }),
+            Op::Attention(a) if a.window > 0 => Kernel::Window(window::Window {
+                n,
+                c: out[0],
+                h: out[1],
+                w: out[2],
+                heads: a.heads,
+                window: a.window,
+                shift: a.shift,
+            }),
             Op::Attention(a) => {
                 let stacked = layer.inputs.len() == 1;
                 let (q, k) = (input(0), input(if stacked { 0 } else { 1 }));
@@ -648,6 +672,7 @@ impl Kernel {
             Kernel::Norm(g) if g.rms => vec![g.c],
             Kernel::Norm(g) => vec![g.c, g.c],
             Kernel::Moe(m) => m.param_sizes(),
+            Kernel::Window(w) => w.param_sizes(),
             _ => vec![],
         }
     }
@@ -844,6 +869,11 @@ impl Kernel {
                     o[t..].copy_from_slice(&x[row * s..][..*s]);
                 }
             }
+            Kernel::PatchMerge { n, c, h, w } => {
+                for (o, i) in merged(*n, *c, *h, *w).enumerate() {
+                    out[o] = x[i];
+                }
+            }
             Kernel::Positions { elems, .. } => {
                 out.par_chunks_mut(*elems)
                     .zip(x.par_chunks(*elems))
@@ -1008,6 +1038,7 @@ impl Kernel {
             Kernel::Silu => map(out, x, seq::silu),
             Kernel::Rotary(r) => r.apply(x, out, false),
             Kernel::Attention(a) => a.forward(inputs, out, aux, threads, seed),
+            Kernel::Window(w) => w.forward(x, params, out, aux, threads, seed),
             Kernel::Moe(m) => m.forward(x, params, out, &mut aux.moe, threads),
             Kernel::Rows(r) => r.forward(x, out),
             Kernel::Mse { n, elems } => {
@@ -1228,6 +1259,13 @@ impl Kernel {
                     }
                 }
             }
+            Kernel::PatchMerge { n, c, h, w } => {
+                if let Some(d) = dx[0].as_deref_mut() {
+                    for (o, i) in merged(*n, *c, *h, *w).enumerate() {
+                        d[i] = dy[o];
+                    }
+                }
+            }
             Kernel::Positions { elems, .. } => {
                 dparams[0].fill(0.0);
                 for g in dy.chunks(*elems) {
@@ -1432,6 +1470,16 @@ impl Kernel {
                 }
             }
             Kernel::Attention(a) => a.backward(inputs, dy, aux, dx, threads, seed),
+            Kernel::Window(w) => w.backward(
+                x,
+                dy,
+                params,
+                aux,
+                dx[0].as_deref_mut(),
+                dparams,
+                threads,
+                seed,
+            ),
             Kernel::Moe(m) => m.backward(
                 x,
                 params,
@@ -1502,6 +1550,22 @@ fn scale_channels(out: &mut [f32], x: &[f32], gamma: &[f32], c: usize, vol: usiz
 
 /// Per channel, `sum(dy)` (a shift's gradient) and `sum(dy x)` (a scale's), over `n`
 /// samples of `c` channels of `vol` positions.
+/// For each element of patch merging's output in order, the input element it copies
+/// ([`Op::PatchMerge`]: part `p` of channel `c` is the block's position `(p % 2, p / 2)`).
+fn merged(n: usize, c: usize, h: usize, w: usize) -> impl Iterator<Item = usize> {
+    let (oh, ow) = (h / 2, w / 2);
+    (0..n).flat_map(move |b| {
+        (0..4 * c).flat_map(move |oc| {
+            let (part, ch) = (oc / c, oc % c);
+            let (dy, dx) = (part % 2, part / 2);
+            (0..oh * ow).map(move |p| {
+                let (y, x) = (2 * (p / ow) + dy, 2 * (p % ow) + dx);
+                ((b * c + ch) * h + y) * w + x
+            })
+        })
+    })
+}
+
 fn gradient_sums(dy: &[f32], x: &[f32], n: usize, c: usize, vol: usize) -> Vec<(f32, f32)> {
     (0..c)
         .into_par_iter()

@@ -612,6 +612,21 @@ impl Attention {
         }
     }
 
+    /// The slice of `added` ([`Attention::forward_with`]) that sample `b`'s head `h` reads.
+    fn added_at(&self, len: usize, b: usize, h: usize) -> usize {
+        let windows = (len / (self.heads * self.weights())).max(1);
+        ((b % windows) * self.heads + h) * self.weights()
+    }
+
+    fn add_scores(&self, p: &mut [f32], added: Option<&[f32]>, b: usize, h: usize) {
+        if let Some(a) = added {
+            let at = self.added_at(a.len(), b, h);
+            for (v, a) in p.iter_mut().zip(&a[at..][..self.weights()]) {
+                *v += a;
+            }
+        }
+    }
+
     /// Whether weight `i` of head `bh` survives dropout (deterministic in `seed`).
     fn kept(&self, seed: u64, bh: usize, i: usize) -> bool {
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
@@ -644,6 +659,21 @@ impl Attention {
         threads: usize,
         seed: u64,
     ) {
+        self.forward_with(inputs, out, aux, threads, seed, None);
+    }
+
+    /// [`Attention::forward`] with `added` summed into the scaled scores: per window and
+    /// head `[seq x seq_kv]`, sample `b` reading window `b % windows` (window attention's
+    /// relative position bias and mask).
+    pub(crate) fn forward_with(
+        &self,
+        inputs: &[&[f32]],
+        out: &mut [f32],
+        aux: &mut Aux,
+        threads: usize,
+        seed: u64,
+        added: Option<&[f32]>,
+    ) {
         let (d, w) = (self.head_dim(), self.weights());
         let heads = self.n * self.heads;
         if self.fused {
@@ -663,6 +693,7 @@ impl Attention {
                 let bh = b * self.heads + h;
                 let head = self.head(inputs, &aux.kv, b, h);
                 self.scores(&head, &mut p, threads);
+                self.add_scores(&mut p, added, b, h);
                 for s in 0..self.seq {
                     let row = &mut p[s * self.seq_kv..][..self.seq_kv];
                     let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -712,6 +743,26 @@ impl Attention {
         threads: usize,
         seed: u64,
     ) {
+        self.backward_with(inputs, dy, aux, dx, threads, seed, None, None);
+    }
+
+    /// [`Attention::backward`] of [`Attention::forward_with`]: the gradient of the added
+    /// scores summed over the samples into `dadded` (zeroed first), where given.
+    #[allow(clippy::too_many_arguments, clippy::cast_precision_loss)]
+    pub(crate) fn backward_with(
+        &self,
+        inputs: &[&[f32]],
+        dy: &[f32],
+        aux: &Aux,
+        dx: &mut [Option<&mut [f32]>],
+        threads: usize,
+        seed: u64,
+        added: Option<&[f32]>,
+        mut dadded: Option<&mut [f32]>,
+    ) {
+        if let Some(t) = dadded.as_deref_mut() {
+            t.fill(0.0);
+        }
         let (d, w) = (self.head_dim(), self.weights());
         let (hs, hk) = (self.hidden * self.seq, self.kv_hidden() * self.seq_kv);
         let scale = 1.0 / (d as f32).sqrt();
@@ -737,6 +788,7 @@ impl Attention {
                 if self.fused {
                     // Recompute the weights from the scores and the saved log-sum-exp.
                     self.scores(&head, &mut p, threads);
+                    self.add_scores(&mut p, added, b, h);
                     for s in 0..self.seq {
                         let lse = aux.stats[bh * self.seq + s];
                         for v in &mut p[s * self.seq_kv..][..self.seq_kv] {
@@ -786,8 +838,18 @@ impl Attention {
                     );
                     let dot: f32 = pr.iter().zip(gr.iter()).map(|(a, b)| a * b).sum();
                     for (g, &pv) in gr.iter_mut().zip(pr) {
-                        *g = pv * (*g - dot) * scale;
+                        *g = pv * (*g - dot);
                     }
+                }
+                // The added scores' gradient, before the scale the products' carries.
+                if let Some(t) = dadded.as_deref_mut() {
+                    let at = self.added_at(t.len(), b, h);
+                    for (a, g) in t[at..][..w].iter_mut().zip(&ds) {
+                        *a += g;
+                    }
+                }
+                for g in &mut ds {
+                    *g *= scale;
                 }
                 // dQ^T [d x seq] = K^T [d x seq_kv] dS^T; dK^T [d x seq_kv] = Q^T dS.
                 matmul(

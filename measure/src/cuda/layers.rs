@@ -814,6 +814,11 @@ impl LayerPlan {
                 c: input(0)[0],
                 vol: vol(input(0)).max(1),
             },
+            Op::Attention(a) if a.window > 0 => {
+                return Err(
+                    "shifted-window attention has no GPU kernel yet; measure it on the CPU".into(),
+                );
+            }
             Op::Attention(a) if a.kv_heads != a.heads => {
                 return Err(format!(
                     "grouped-query attention ({} key and value heads for {} query heads) has \
@@ -1130,6 +1135,23 @@ mod tests {
                 (Op::Rotary { .. }, Err(e)) => assert!(e.contains("rotary"), "{e}"),
                 (Op::Attention(_), Err(e)) => assert!(e.contains("grouped-query"), "{e}"),
                 (Op::Rotary { .. } | Op::Attention(_), Ok(_)) => panic!("{}", layer.name),
+                (_, r) => {
+                    r.unwrap_or_else(|e| panic!("{}: {e}", layer.name));
+                }
+            }
+        }
+    }
+
+    /// Swin-T's window attention and patch merging have no GPU plan yet: each is refused
+    /// with a reason, every other layer has one.
+    #[test]
+    fn window_attention_and_patch_merging_are_refused_on_the_gpu() {
+        let g = workloads::build("swin-t", &BuildOptions::default()).unwrap();
+        for layer in g.layers() {
+            match (&layer.op, LayerPlan::of(&g, layer, 1)) {
+                (Op::Attention(_), Err(e)) => assert!(e.contains("window"), "{e}"),
+                (Op::PatchMerge, Err(e)) => assert!(e.contains("patch-merge"), "{e}"),
+                (Op::Attention(_) | Op::PatchMerge, Ok(_)) => panic!("{}", layer.name),
                 (_, r) => {
                     r.unwrap_or_else(|e| panic!("{}: {e}", layer.name));
                 }

@@ -261,6 +261,11 @@ pub enum Op {
         /// Tokens put first.
         tokens: usize,
     },
+    /// Swin's patch merging before its layer norm and linear layer: each 2 x 2 block of a
+    /// map's positions stacked on the channels, `[C, H, W] -> [4 C, H / 2, W / 2]`, in
+    /// torchvision's order (the block's `(0, 0)`, `(1, 0)`, `(0, 1)`, `(1, 1)` positions,
+    /// row then column); a copy.
+    PatchMerge,
     /// A learned tensor of the input's shape added to it, `[H, S] -> [H, S]`, with `H x S`
     /// parameters (ViT's learned absolute position embedding).
     PositionEmbedding,
@@ -479,6 +484,15 @@ pub struct Attention {
     /// Whether the `1 / sqrt(d)` scale multiplies the queries before `QK^T` (OPT) rather
     /// than the scores after it: a kernel over the queries, not over the score matrix.
     pub scale_queries: bool,
+    /// Shifted-window attention (Swin, Liu et al. 2021) where above 0: the one stacked
+    /// input is a map `[3 C, H, W]`, rolled by `-shift` positions along both axes, split
+    /// into windows of `window x window` positions that each attend within themselves,
+    /// with a learned relative position bias (`(2 window - 1)^2 x heads` parameters) added
+    /// to the scores and, where shifted, the scores of positions the roll brought together
+    /// masked; the output `[C, H, W]` is rolled back. 0: attention over the whole sequence.
+    pub window: usize,
+    /// The shifted windows' roll, in positions along each axis (below `window`).
+    pub shift: usize,
 }
 
 /// How unfused attention applies its mask to the scores.
@@ -531,7 +545,27 @@ impl Attention {
             mask: ScoreMask::default_for(causal),
             clamp: false,
             scale_queries: false,
+            window: 0,
+            shift: 0,
         }
+    }
+
+    /// Windows per sample of a shifted-window attention reading a map `[3 C, H, W]`
+    /// (1 for attention over a sequence).
+    pub fn windows(&self, input: &[usize]) -> usize {
+        match input {
+            [_, h, w] if self.window > 0 => (h / self.window) * (w / self.window),
+            _ => 1,
+        }
+    }
+
+    /// The relative position bias table's parameters (0 without windows).
+    pub fn bias_params(&self) -> u64 {
+        if self.window == 0 {
+            return 0;
+        }
+        let side = 2 * self.window as u64 - 1;
+        side * side * self.heads as u64
     }
 }
 
@@ -561,6 +595,20 @@ impl AttentionShape {
     /// inputs are not those of an attention layer (checked when the layer was added).
     pub fn of(a: &Attention, inputs: &[&[usize]]) -> Option<AttentionShape> {
         let (hidden, kv_hidden, seq, seq_kv) = match inputs {
+            // Each window's heads are heads of their own over its positions.
+            [map] if map.len() == 3 && a.window > 0 => {
+                let hidden = map[0] / 3 * a.windows(map);
+                let s = a.window * a.window;
+                return Some(AttentionShape {
+                    hidden: hidden as u64,
+                    kv_hidden: hidden as u64,
+                    seq: s as u64,
+                    seq_kv: s as u64,
+                    heads: (a.heads * a.windows(map)) as u64,
+                    pairs: (s * s) as u64,
+                    scores: (s * s) as u64,
+                });
+            }
             [qkv] if qkv.len() == 2 => (qkv[0] / 3, qkv[0] / 3, qkv[1], qkv[1]),
             [q, k, _] if q.len() == 2 && k.len() == 2 => (q[0], k[0], q[1], k[1]),
             _ => return None,
@@ -654,6 +702,7 @@ impl Op {
             Op::FlattenPositions => "flatten-positions",
             Op::PrependTokens { .. } => "prepend-tokens",
             Op::PositionEmbedding => "position-embedding",
+            Op::PatchMerge => "patch-merge",
             Op::SoftmaxCrossEntropy => "softmax-cross-entropy",
             Op::MseLoss => "mse-loss",
             Op::Linear { .. } => "linear",
@@ -938,6 +987,15 @@ impl Op {
                 sequence("position-embedding", x)?;
                 Ok(Dims::from_slice(x))
             }
+            Op::PatchMerge => match x {
+                &[c, h, w] if h.is_multiple_of(2) && w.is_multiple_of(2) => {
+                    Ok(smallvec![4 * c, h / 2, w / 2])
+                }
+                _ => Err(format!(
+                    "`patch-merge` reads a map [C, H, W] of even H and W, but its input is {}",
+                    fmt_dims(x)
+                )),
+            },
             Op::Linear { out_features, .. } => {
                 positive("out_features", *out_features)?;
                 let mut out = Dims::from_slice(x);
@@ -1015,6 +1073,48 @@ fn matmul_output(a: &[usize], b: &[usize]) -> Result<Dims, String> {
     Ok(out)
 }
 
+/// Shifted-window attention's output `[C, H, W]`, after checking its input and window.
+fn window_output(a: &Attention, inputs: &[&[usize]]) -> Result<Dims, String> {
+    let [map] = inputs else {
+        return Err(format!(
+            "window attention takes one input (queries, keys and values stacked on a map's \
+             channels), got {}",
+            inputs.len()
+        ));
+    };
+    let &[c3, h, w] = &map[..] else {
+        return Err(format!(
+            "window attention reads a map [3 C, H, W], but its input is {}",
+            fmt_dims(map)
+        ));
+    };
+    if a.causal || a.fused || a.kv_heads != a.heads {
+        return Err(
+            "window attention is neither causal, fused nor grouped (kv_heads = heads)".into(),
+        );
+    }
+    if !c3.is_multiple_of(3) || !(c3 / 3).is_multiple_of(a.heads) {
+        return Err(format!(
+            "the input's {c3} channels must be queries, keys and values of channels that \
+             heads = {} divides",
+            a.heads
+        ));
+    }
+    if a.window > MAX_WINDOW || !h.is_multiple_of(a.window) || !w.is_multiple_of(a.window) {
+        return Err(format!(
+            "window = {} must divide the map's {h} x {w} positions (pad the map first)",
+            a.window
+        ));
+    }
+    if a.shift >= a.window {
+        return Err(format!(
+            "shift = {} must be below the window ({})",
+            a.shift, a.window
+        ));
+    }
+    Ok(smallvec![c3 / 3, h, w])
+}
+
 /// Attention's output `[H, S]`, after checking its inputs and heads.
 fn attention_output(a: &Attention, inputs: &[&[usize]]) -> Result<Dims, String> {
     if !(0.0..1.0).contains(&a.dropout) {
@@ -1027,6 +1127,15 @@ fn attention_output(a: &Attention, inputs: &[&[usize]]) -> Result<Dims, String> 
             "kv_heads = {} does not divide the {} heads: each key and value head serves an \
              equal group of query heads",
             a.kv_heads, a.heads
+        ));
+    }
+    if a.window > 0 {
+        return window_output(a, inputs);
+    }
+    if a.shift > 0 {
+        return Err(format!(
+            "shift = {}: only shifted-window attention (a window above 0) shifts",
+            a.shift
         ));
     }
     if let Some(bad) = inputs.iter().find(|d| d.len() != 2) {

@@ -1096,6 +1096,8 @@ impl Reader<'_> {
                     mask: how.mask,
                     clamp: how.clamp,
                     scale_queries: how.scale_queries,
+                    window: 0,
+                    shift: 0,
                 });
                 let id = self.push(op, &inputs, label)?;
                 one(if shape.len() == 2 {

@@ -1,6 +1,7 @@
 //! Built-in workloads: CosmoFlow (`cosmoflow`, v1.0+ with kernel 3; `cosmoflow-v07`, kernel
 //! 2), DeepCAM (`deepcam`) and ResNet-50 v1.5 (`resnet50`), each parametric in input
-//! spatial size and a width multiplier so that problem size can be scaled \[000\]; the
+//! spatial size and a width multiplier so that problem size can be scaled \[000\]; Swin-T
+//! (`swin-t`, whose windows need a side of a multiple of 224); the
 //! transformers `bert-large`, `gpt2-large`, `gpt3-xl`, `gpt3-2.7b`, `gpt3-175b`, `opt-1.3b`,
 //! `llama3-8b`, `llama3-70b` and `mixtral-8x7b`
 //! ([`transformer`], from their configurations, parametric in sequence length and width); and
@@ -15,6 +16,7 @@ mod cosmoflow;
 mod deepcam;
 mod gnn;
 mod resnet;
+mod swin;
 pub mod transformer;
 
 use compact_str::CompactString;
@@ -176,6 +178,14 @@ pub const BUILTINS: &[Builtin] = &[
         sequence: false,
         build: resnet::build,
         check_input: resnet::check_input,
+    },
+    Builtin {
+        name: "swin-t",
+        description: "Swin-T (torchvision layout): shifted-window vision transformer, 3x224x224 input, 28.3M parameters, 1000 classes",
+        input: &[3, 224, 224],
+        sequence: false,
+        build: swin::build,
+        check_input: swin::check_input,
     },
     transformer!(
         "bert-large",
@@ -397,6 +407,46 @@ mod tests {
         check_against_reference("deepcam");
         let g = build("deepcam", &BuildOptions::default()).unwrap();
         assert_eq!(cost(&g, 1, Precision::Fp32).params, 56_454_720);
+    }
+
+    /// Swin-T has torchvision's parameters and the forward FLOPs torch's
+    /// `FlopCounterMode` counts (`data/reference/torchvision.toml`) exactly; its windows
+    /// refuse a size they do not tile, and a non-square input.
+    #[test]
+    fn swin_t_has_torchs_counts() {
+        let reference: toml::Table =
+            toml::from_str(include_str!("../../../data/reference/torchvision.toml")).unwrap();
+        let g = build("swin-t", &BuildOptions::default()).unwrap();
+        let c = cost(&g, 1, Precision::Fp32);
+        let want = &reference["swin_t"];
+        assert_eq!(c.params, want["params"].as_integer().unwrap() as u64);
+        assert_eq!(
+            2 * c.macs_fwd,
+            want["forward_flops"].as_integer().unwrap() as u128
+        );
+        // Stage 4's 7 x 7 map is one window: no roll there, as torchvision sets it.
+        let shifts: Vec<usize> = g
+            .layers()
+            .iter()
+            .filter_map(|l| match &l.op {
+                Op::Attention(a) => Some(a.shift),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(shifts, [0, 3, 0, 3, 0, 3, 0, 3, 0, 3, 0, 0]);
+        let big = BuildOptions {
+            input_size: Some(vec![448]),
+            ..BuildOptions::default()
+        };
+        assert!(build("swin-t", &big).is_ok());
+        for side in [256, 200] {
+            let o = BuildOptions {
+                input_size: Some(vec![side]),
+                ..BuildOptions::default()
+            };
+            let e = build("swin-t", &o).unwrap_err().to_string();
+            assert!(e.contains("224"), "{e}");
+        }
     }
 
     #[test]

@@ -194,6 +194,7 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
     let mut names: HashMap<String, usize> = HashMap::new();
     let mut tables: Vec<Table> = Vec::new();
     let mut seq_first: HashSet<String> = HashSet::new();
+    let mut windowed: HashMap<String, (usize, usize)> = HashMap::new();
     // A channel shuffle on its way (`Reshape` to `[1, g, C / g, ...]`, `Transpose` of the
     // two group axes, `Reshape` back): the layer, its groups, and whether it is transposed.
     let mut shuffles: HashMap<String, (NodeId, usize, bool)> = HashMap::new();
@@ -265,6 +266,8 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                 names: &mut names,
                 tables: &mut tables,
                 seq_first: &mut seq_first,
+                windowed: &mut windowed,
+                window_out: None,
             };
             let out = reader.node(node, &op, &label, &mut values).map_err(fail)?;
             // Each output its value; a node of one value (Dropout's mask) binds it once.
@@ -287,7 +290,17 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                         ints: Some(shape), ..
                     } => Some(Value::Constant {
                         dims: shape.clone(),
-                        ints: None,
+                        // Integers (a pad's zeros) keep their values.
+                        ints: attr(node, "value")
+                            .and_then(|a| a.t.as_ref())
+                            .map(constant)
+                            .and_then(|c| match c {
+                                Value::Constant { ints: Some(v), .. } if v.len() == 1 => {
+                                    let n = shape.iter().product::<i64>();
+                                    (0..=1 << 20).contains(&n).then(|| vec![v[0]; n as usize])
+                                }
+                                _ => None,
+                            }),
                         scalar: None,
                         origin: node.output.first().cloned(),
                     }),
@@ -331,6 +344,7 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                     origin: None,
                 }),
                 // Entries of a shape.
+                // Entries of a shape, or the shape of a slice of a constant (a mask's).
                 "Slice" => {
                     let list = |i: usize| -> Option<Vec<i64>> {
                         match node.input.get(i).filter(|n| !n.is_empty()) {
@@ -341,60 +355,99 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                             },
                         }
                     };
-                    match (get(0)?, list(1), list(2), list(3), list(4)) {
-                        (Value::Constant { ints: Some(v), .. }, Some(s), Some(e), axes, steps)
-                            if s.len() == 1
-                                && e.len() == 1
-                                && axes.as_deref().is_none_or(|a| a == [0] || a == [-1])
-                                && steps.as_deref().is_none_or(|s| s == [1]) =>
-                        {
-                            let n = v.len() as i64;
-                            let clamp = |i: i64| (if i < 0 { i + n } else { i }).clamp(0, n);
-                            let (s, e) = (clamp(s[0]) as usize, clamp(e[0]) as usize);
-                            let picked = v[s..e.max(s)].to_vec();
-                            Some(Value::Constant {
-                                dims: vec![picked.len() as i64],
-                                ints: Some(picked),
-                                scalar: None,
-                                origin: None,
-                            })
+                    match (get(0)?, list(1), list(2)) {
+                        (Value::Constant { dims, ints: v, .. }, Some(s), Some(e)) => {
+                            slice_constant(dims, v.as_deref(), &s, &e, list(3), list(4)).map(
+                                |(dims, ints)| Value::Constant {
+                                    dims,
+                                    ints,
+                                    scalar: None,
+                                    origin: None,
+                                },
+                            )
                         }
                         _ => None,
                     }
                 }
-                // A transposed weight (a head tied to the token table reads it so).
+                // A transposed weight (a head tied to the token table reads it so), or
+                // integers (a pad's pairs).
                 "Transpose" => match get(0)? {
                     Value::Constant {
                         dims,
                         origin,
                         scalar,
-                        ..
+                        ints: v,
                     } => {
                         let perm = ints(node, "perm")
                             .unwrap_or_else(|| (0..dims.len() as i64).rev().collect());
-                        Some(Value::Constant {
-                            dims: perm
-                                .iter()
-                                .map(|&p| dims.get(p as usize).copied().unwrap_or(1))
-                                .collect(),
-                            ints: None,
-                            scalar: *scalar,
-                            origin: origin.clone(),
+                        transpose_constant(dims, v.as_deref(), &perm).map(|(out, ints)| {
+                            Value::Constant {
+                                dims: out,
+                                ints,
+                                scalar: *scalar,
+                                origin: origin.clone(),
+                            }
                         })
                     }
                     _ => None,
                 },
+                // Integers `start, start + delta, ...` below `limit` (a mask's indices).
+                "Range" => match (get(0)?, get(1)?, get(2)?) {
+                    (
+                        Value::Constant { ints: Some(s), .. },
+                        Value::Constant { ints: Some(l), .. },
+                        Value::Constant { ints: Some(d), .. },
+                    ) if s.len() == 1 && l.len() == 1 && d.len() == 1 && d[0] != 0 => {
+                        let n = ((l[0] - s[0]) as f64 / d[0] as f64).ceil().max(0.0) as i64;
+                        let v: Vec<i64> = (0..n.min(1 << 20)).map(|i| s[0] + i * d[0]).collect();
+                        Some(Value::Constant {
+                            dims: vec![v.len() as i64],
+                            ints: Some(v),
+                            scalar: None,
+                            origin: None,
+                        })
+                    }
+                    _ => None,
+                },
+                // A scatter into a constant (a mask's regions): its shape.
+                "ScatterND" => dims_of(get(0)?).map(|dims| Value::Constant {
+                    dims,
+                    ints: None,
+                    scalar: None,
+                    origin: None,
+                }),
                 // A mask computed from constants (BERT's padding mask of an all-ones
                 // attention mask, token types of zeros): its shape only.
                 "Equal" | "Where" | "Not" | "Less" | "Greater" | "And" | "Or" | "Neg"
                 | "CumSum" | "Max" | "Min" => {
                     let mut dims: Vec<i64> = Vec::new();
+                    let mut known: Vec<&[i64]> = Vec::new();
                     for i in 0..node.input.len() {
                         dims = broadcast(&dims, &dims_of(get(i)?).unwrap_or_default());
+                        if let Value::Constant { ints: Some(v), .. } = get(i)? {
+                            known.push(v);
+                        }
                     }
+                    // On integers of one vector (a shape's entries), their values.
+                    let n = known.iter().map(|v| v.len()).max().unwrap_or(0);
+                    let same = known.len() == node.input.len()
+                        && dims.len() <= 1
+                        && known.iter().all(|v| v.len() == n || v.len() == 1);
+                    let at = |v: &[i64], i: usize| v[i.min(v.len() - 1)];
+                    let ints = match (op.as_str(), known.as_slice()) {
+                        ("Equal", [x, y]) if same => {
+                            Some((0..n).map(|i| i64::from(at(x, i) == at(y, i))).collect())
+                        }
+                        ("Where", [c, x, y]) if same => Some(
+                            (0..n)
+                                .map(|i| if at(c, i) != 0 { at(x, i) } else { at(y, i) })
+                                .collect(),
+                        ),
+                        _ => None,
+                    };
                     Some(Value::Constant {
                         dims,
-                        ints: None,
+                        ints,
                         scalar: None,
                         origin: None,
                     })
@@ -406,7 +459,7 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                     dims: match get(1)? {
                         Value::Constant {
                             ints: Some(shape), ..
-                        } => shape.clone(),
+                        } => broadcast(&dims_of(get(0)?).unwrap_or_default(), shape),
                         _ => dims_of(get(0)?).unwrap_or_default(),
                     },
                     ints: None,
@@ -516,6 +569,37 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                     })
                 }
                 // A shape put together from its entries.
+                "Concat"
+                    if (0..node.input.len())
+                        .any(|i| matches!(get(i), Ok(Value::Constant { ints: None, .. }))) =>
+                {
+                    // Of other constants (a mask's), the shape.
+                    let mut dims: Option<Vec<i64>> = None;
+                    let axis = int(node, "axis").unwrap_or(0);
+                    for i in 0..node.input.len() {
+                        let d = dims_of(get(i)?).unwrap_or_default();
+                        let a = if axis < 0 {
+                            axis + d.len() as i64
+                        } else {
+                            axis
+                        };
+                        let a = usize::try_from(a).ok().filter(|&a| a < d.len());
+                        dims = match (dims, a) {
+                            (None, Some(_)) => Some(d),
+                            (Some(mut acc), Some(a)) if acc.len() == d.len() => {
+                                acc[a] += d[a];
+                                Some(acc)
+                            }
+                            _ => return Err(fail("joins constants of other ranks".into())),
+                        };
+                    }
+                    dims.map(|dims| Value::Constant {
+                        dims,
+                        ints: None,
+                        scalar: None,
+                        origin: None,
+                    })
+                }
                 "Concat" => {
                     let mut joined = Vec::new();
                     for i in 0..node.input.len() {
@@ -1086,8 +1170,9 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
         // training statistics are not layers).
     }
     // Graph outputs waiting on a node after them (a product without bias) are added as
-    // they are; a sequence's logits (a linear layer's output) get the cross-entropy loss
-    // of a training step, as the built-in language models and BERT's heads have it.
+    // they are; a sequence's logits (a linear layer's output) and a classifier's (a dense
+    // layer's) get the cross-entropy loss of a training step, as the built-in models have
+    // it.
     for o in &outputs {
         let Some(v) = values.get(o).cloned() else {
             continue;
@@ -1097,12 +1182,16 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
             names: &mut names,
             tables: &mut tables,
             seq_first: &mut seq_first,
+            windowed: &mut windowed,
+            window_out: None,
         };
         let settled = reader
             .settle(&v)
             .map_err(|m| Error::invalid(file, format!("graph.output `{o}`"), m))?;
-        if let Value::Seq(sequence::Seq::Tokens(id)) = settled
-            && matches!(g.layers()[id].op, Op::Linear { .. })
+        // A classifier's logits (a dense layer's output, as torchvision's models end)
+        // too.
+        if let Value::Seq(sequence::Seq::Tokens(id)) | Value::Layer(id) = settled
+            && matches!(g.layers()[id].op, Op::Linear { .. } | Op::Dense { .. })
         {
             let name = unique(&g, &mut names, &format!("{o}_loss"));
             g.push(name, Op::SoftmaxCrossEntropy, &[id])
@@ -1118,6 +1207,99 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
         ));
     }
     Ok(g)
+}
+
+/// The picked indices of one axis of `n` entries by ONNX `Slice`'s rules.
+fn slice_axis(n: i64, start: i64, end: i64, step: i64) -> Option<Vec<i64>> {
+    if step == 0 {
+        return None;
+    }
+    let at = |i: i64| if i < 0 { i.saturating_add(n) } else { i };
+    let (mut i, end) = if step > 0 {
+        (at(start).clamp(0, n), at(end).clamp(0, n))
+    } else {
+        (at(start).clamp(0, n - 1), at(end).clamp(-1, n - 1))
+    };
+    let mut out = Vec::new();
+    while (step > 0 && i < end) || (step < 0 && i > end) {
+        out.push(i);
+        i += step;
+    }
+    Some(out)
+}
+
+/// ONNX `Slice` of a constant of `dims` (and its integer values, where known).
+fn slice_constant(
+    dims: &[i64],
+    ints: Option<&[i64]>,
+    starts: &[i64],
+    ends: &[i64],
+    axes: Option<Vec<i64>>,
+    steps: Option<Vec<i64>>,
+) -> Option<(Vec<i64>, Option<Vec<i64>>)> {
+    let rank = dims.len() as i64;
+    let axes = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
+    let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
+    if starts.len() != ends.len() || axes.len() != starts.len() || steps.len() != starts.len() {
+        return None;
+    }
+    let mut picked: Vec<Vec<i64>> = dims.iter().map(|&n| (0..n).collect()).collect();
+    for (k, &a) in axes.iter().enumerate() {
+        let a = usize::try_from(if a < 0 { a + rank } else { a }).ok()?;
+        picked[a] = slice_axis(*dims.get(a)?, starts[k], ends[k], steps[k])?;
+    }
+    let out: Vec<i64> = picked.iter().map(|p| p.len() as i64).collect();
+    let values = ints.and_then(|v| {
+        (v.len() as i64 == dims.iter().product::<i64>()).then(|| gather_ints(dims, v, &picked))
+    });
+    Some((out, values))
+}
+
+/// The entries of `v` (of shape `dims`, row-major) at every combination of `picked`'s
+/// indices per axis, row-major.
+fn gather_ints(dims: &[i64], v: &[i64], picked: &[Vec<i64>]) -> Vec<i64> {
+    let mut out = vec![0usize];
+    for (axis, p) in picked.iter().enumerate() {
+        let stride: i64 = dims[axis + 1..].iter().product();
+        out = out
+            .iter()
+            .flat_map(|&base| p.iter().map(move |&i| base + (i * stride) as usize))
+            .collect();
+    }
+    out.into_iter().map(|i| v[i]).collect()
+}
+
+/// ONNX `Transpose` of a constant of `dims` by `perm` (and its integer values, where known).
+fn transpose_constant(
+    dims: &[i64],
+    ints: Option<&[i64]>,
+    perm: &[i64],
+) -> Option<(Vec<i64>, Option<Vec<i64>>)> {
+    let perm: Vec<usize> = perm
+        .iter()
+        .map(|&p| usize::try_from(p).ok())
+        .collect::<Option<_>>()?;
+    let out: Vec<i64> = perm
+        .iter()
+        .map(|&p| dims.get(p).copied().unwrap_or(1))
+        .collect();
+    let values = ints
+        .filter(|v| v.len() as i64 == dims.iter().product::<i64>() && perm.len() == dims.len())
+        .map(|v| {
+            let strides: Vec<i64> = (0..dims.len())
+                .map(|a| dims[a + 1..].iter().product())
+                .collect();
+            let mut idx = vec![0usize];
+            for &p in &perm {
+                let (n, stride) = (dims[p], strides[p]);
+                idx = idx
+                    .iter()
+                    .flat_map(|&base| (0..n).map(move |i| base + (i * stride) as usize))
+                    .collect();
+            }
+            idx.into_iter().map(|i| v[i]).collect()
+        });
+    Some((out, values))
 }
 
 /// A token table a `Gather` looked up: its initializer, rows (vocabulary) and features.
@@ -1429,6 +1611,86 @@ mod tests {
         )));
     }
 
+    /// torchvision's Swin-T as ONNX is the built-in `swin-t`: the same layers in the same
+    /// order (the ONNX head reads the pool through a `Flatten`), each window attention of
+    /// the same heads, window, roll and scaled queries.
+    #[test]
+    fn swin_t_is_the_built_in_one() {
+        let g = import(&fixture("tv-swin_t"), "tv-swin_t.onnx", "swin").unwrap();
+        let builtin = workloads::build("swin-t", &BuildOptions::default()).unwrap();
+        assert_eq!(counts(&g), counts(&builtin));
+        let layers = |g: &Graph| -> Vec<Op> {
+            g.layers()
+                .iter()
+                .map(|l| l.op.clone())
+                .filter(|op| !op.is_view())
+                .collect()
+        };
+        assert_eq!(layers(&g), layers(&builtin));
+        let windows: Vec<(usize, usize, usize)> = g
+            .layers()
+            .iter()
+            .filter_map(|l| match &l.op {
+                Op::Attention(a) => Some((a.heads, a.window, a.shift)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(windows.len(), 12);
+        assert_eq!(windows[1], (3, 7, 3));
+        assert_eq!(windows[11], (24, 7, 0));
+    }
+
+    /// A Swin or ViT export changed where the importer reads its windows, roll, patch
+    /// merging or class token is refused, naming the node and the op.
+    #[test]
+    fn windows_and_tokens_that_are_not_swins_or_vits_are_refused_with_their_node() {
+        type Edit = fn(&mut NodeProto);
+        let cases: [(&str, &str, Edit, &str); 4] = [
+            (
+                "tv-swin_t",
+                "/features/features.1/features.1.0/attn/Transpose_2",
+                |n| n.attribute[0].ints = vec![0, 3, 1, 2, 4, 5],
+                "op `Transpose`",
+            ),
+            (
+                "tv-swin_t",
+                "/features/features.1/features.1.1/attn/Concat_3",
+                |n| n.attribute[0].i = Some(2),
+                "roll's halves",
+            ),
+            (
+                "tv-swin_t",
+                "/features/features.2/Concat_3",
+                |n| n.input.swap(1, 2),
+                "patch merging",
+            ),
+            (
+                "tv-vit_tiny",
+                "/Concat_2",
+                |n| n.attribute[0].i = Some(2),
+                "learned tokens",
+            ),
+        ];
+        for (file, at, edit, want) in cases {
+            let mut model = ModelProto::decode(fixture(file).as_slice()).unwrap();
+            let graph = model.graph.as_mut().unwrap();
+            let (index, node) = graph
+                .node
+                .iter_mut()
+                .enumerate()
+                .find(|(_, n)| n.name.as_deref() == Some(at))
+                .unwrap_or_else(|| panic!("{at}"));
+            edit(node);
+            let e = import(&model.encode_to_vec(), "m.onnx", "m")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("m.onnx, node {index}")) && e.contains(want),
+                "{at}: {e}"
+            );
+        }
+    }
+
     /// OPT-1.3B as ONNX (`OPTForCausalLM`, 64 tokens) is the built-in OPT-1.3B: its
     /// queries scaled before the product, the causal mask added and the scores clamped,
     /// products of batch and heads merged (`bmm`), the feed-forward over rows.
@@ -1588,9 +1850,9 @@ mod tests {
             "convnext_tiny",
             "vit_b_16",
             "vit_tiny",
+            "swin_t",
         ];
-        let refused = [("swin_t", "op `Reshape`")];
-        assert_eq!(imported.len() + refused.len(), reference.len());
+        assert_eq!(imported.len(), reference.len());
         let read = |name: &str| {
             let file = format!("tv-{name}.onnx");
             let path = format!(
@@ -1616,13 +1878,6 @@ mod tests {
                 matrix,
                 want["forward_flops"].as_integer().unwrap() as f64,
                 "{name}"
-            );
-        }
-        for (name, op) in refused {
-            let e = read(name).unwrap_err().to_string();
-            assert!(
-                e.contains(&format!("tv-{name}.onnx, node")) && e.contains(op),
-                "{name}: {e}"
             );
         }
     }

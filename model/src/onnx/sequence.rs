@@ -99,6 +99,45 @@ pub(super) enum Seq {
         parts: usize,
         front: bool,
     },
+    /// A map `x` rolled (torch's `roll` by `-roll` along its rows and columns, written out
+    /// as slices and their concatenation): position `i` holds the map's `i + roll`.
+    Rolled { x: NodeId, roll: [usize; 2] },
+    /// Positions `start..end` along the rows (`axis` 0) or columns (1) of map `x` rolled
+    /// by `roll`: half of a roll.
+    Slab {
+        x: NodeId,
+        roll: [usize; 2],
+        axis: usize,
+        start: usize,
+        end: usize,
+    },
+    /// Map `x` (rolled by `roll`) viewed as windows of `window x window` positions
+    /// (`[1, H / w, w, W / w, w, C]`, `transposed` to `[1, H / w, W / w, w, w, C]`), or
+    /// (`reverse`) windows viewed back as the map.
+    Windows {
+        x: NodeId,
+        window: usize,
+        roll: [usize; 2],
+        reverse: bool,
+        transposed: bool,
+    },
+    /// Windows' fused projection `[windows, window^2, 3, heads, d]`, and `front` with the
+    /// parts first and the heads before the positions (`[3, windows, heads, window^2, d]`).
+    WindowParts {
+        layer: NodeId,
+        heads: usize,
+        front: bool,
+    },
+    /// Swin's relative position bias: a table of one column a head looked up by constant
+    /// indices, as the scores' shape `[heads, window^2, window^2]`.
+    Bias,
+    /// Map `x` at every second row (from `rows`) and column (from `cols`) where set: a
+    /// quarter of Swin's patch merging.
+    Strided {
+        x: NodeId,
+        rows: Option<usize>,
+        cols: Option<usize>,
+    },
     /// Query, key or value split into `heads`: `[positions, heads, d]`, then transposed
     /// to `[heads, positions, d]` (`transposed`), the key to `[heads, d, positions]`
     /// (`key_t`); `scaled` where a scalar multiplied it after (torch's
@@ -173,6 +212,20 @@ pub(super) struct Reader<'a> {
     /// The values that are sequences laid out `[positions, batch, features]` (torch's
     /// attention transposes its input so): their `Shape` and `Reshape`s read so.
     pub(super) seq_first: &'a mut HashSet<String>,
+    /// The values that are a map's positions in windows `[windows, window^2, C]`, with
+    /// the window and the roll they were taken after (Swin's).
+    pub(super) windowed: &'a mut HashMap<String, (usize, usize)>,
+    /// The windows a reshape's output is in, set by the reshape.
+    pub(super) window_out: Option<(usize, usize)>,
+}
+
+/// How a node's inputs are laid out.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Layout {
+    /// An input is laid out `[positions, batch, features]`.
+    first: bool,
+    /// An input is a map in windows: the window and the roll.
+    window: Option<(usize, usize)>,
 }
 
 type Out = Result<Vec<Value>, String>;
@@ -250,7 +303,9 @@ impl Reader<'_> {
         values: &mut HashMap<String, Value>,
     ) -> Out {
         let mut inputs = Vec::new();
-        for name in &node.input {
+        // An optional input left out at the end (a `Pad`'s value) has no name.
+        let given = node.input.len() - node.input.iter().rev().take_while(|n| n.is_empty()).count();
+        for name in &node.input[..given] {
             let v = values
                 .get(name)
                 .ok_or_else(|| format!("input `{name}` is not produced before this node"))?
@@ -296,7 +351,27 @@ impl Reader<'_> {
         let a = inputs[0].1.clone();
         let b = inputs.get(1).map(|i| i.1.clone());
         let first = node.input.iter().any(|n| self.seq_first.contains(n));
-        let out = self.read(node, op, label, &a, b.as_ref(), first)?;
+        let window = node
+            .input
+            .iter()
+            .find_map(|n| self.windowed.get(n).copied());
+        let all: Vec<Value> = inputs.iter().map(|i| i.1.clone()).collect();
+        let out = self.read(node, op, label, &all, Layout { first, window })?;
+        // Windows stay windows through what they flow into, until a reshape takes them
+        // back to the map.
+        let window_out = match (op, out.first()) {
+            (
+                "Reshape",
+                Some(Value::Seq(Seq::Tokens(_) | Seq::Rolled { .. } | Seq::Windows { .. })),
+            ) => self.window_out.take(),
+            _ => self.window_out.take().or(window),
+        };
+        for o in &node.output {
+            match window_out {
+                Some(w) => self.windowed.insert(o.clone(), w),
+                None => self.windowed.remove(o),
+            };
+        }
         // A sequence stays `[positions, batch, features]` through what it flows into,
         // until a transposition swaps them back or a reshape says otherwise.
         let swapped = op == "Transpose"
@@ -318,18 +393,18 @@ impl Reader<'_> {
         Ok(out)
     }
 
-    /// What [`Reader::node`] reads `node` as, from its first two inputs `a` and `b`;
-    /// `first` where an input is laid out `[positions, batch, features]`.
+    /// What [`Reader::node`] reads `node` as, from its inputs' values `all` laid out as
+    /// `layout` says.
     fn read(
         &mut self,
         node: &NodeProto,
         op: &str,
         label: &str,
-        a: &Value,
-        b: Option<&Value>,
-        first: bool,
+        all: &[Value],
+        layout: Layout,
     ) -> Out {
-        let (a, b) = (a.clone(), b.cloned());
+        let first = layout.first;
+        let (a, b) = (all[0].clone(), all.get(1).cloned());
         let seq = |v: Option<&Value>| match v {
             Some(Value::Seq(s)) => Some(s.clone()),
             _ => None,
@@ -343,6 +418,20 @@ impl Reader<'_> {
             // (torch computes attention's scale and its reshapes from it).
             ("Shape", Some(s), _) => {
                 let shape: Vec<i64> = match s {
+                    // A map's positions in windows: `[windows, window^2, C]`.
+                    Seq::Tokens(x) if layout.window.is_some() => {
+                        let (w, _) = layout.window.unwrap_or((1, 0));
+                        let d = self.g.layers()[x].output.dims();
+                        let positions: usize = d[1..].iter().product();
+                        vec![(positions / (w * w)) as i64, (w * w) as i64, d[0] as i64]
+                    }
+                    // A map channels last, rolled or not: `[1, H, W, C]`.
+                    Seq::Tokens(x) | Seq::Rolled { x, .. }
+                        if self.g.layers()[x].output.rank() == 3 =>
+                    {
+                        let d = self.g.layers()[x].output.dims();
+                        vec![1, d[1] as i64, d[2] as i64, d[0] as i64]
+                    }
                     Seq::Tokens(x) => {
                         let (p, f) = (self.positions(x) as i64, self.features(x) as i64);
                         if first { vec![p, 1, f] } else { vec![1, p, f] }
@@ -370,6 +459,65 @@ impl Reader<'_> {
                     scalar: None,
                     origin: None,
                 }])
+            }
+            // Swin's windows: a pad of zeros, the roll's and the merging's slices, the
+            // bias.
+            ("Pad", Some(s @ (Seq::Tokens(_) | Seq::Rolled { .. })), None) => match &b {
+                Some(Value::Constant { ints: Some(p), .. }) if p.iter().all(|&v| v == 0) => one(s),
+                _ => Err(
+                    "pads a map with other than zeros (windows of a map they do not \
+                              tile are not modelled)"
+                        .into(),
+                ),
+            },
+            ("Slice", Some(s), None) => self.slice(s, all),
+            ("Concat", Some(Seq::Slab { .. }), Some(Seq::Slab { .. })) => self.roll(node, all),
+            ("Concat", Some(Seq::Strided { .. }), Some(Seq::Strided { .. })) => {
+                self.merge(node, all, label)
+            }
+            ("Unsqueeze", Some(Seq::Bias), _) => one(Seq::Bias),
+            ("Transpose", Some(Seq::Bias), _)
+                if ints(node, "perm").as_deref() == Some(&[2, 0, 1][..]) =>
+            {
+                one(Seq::Bias)
+            }
+            ("Add", Some(s @ Seq::Scores { softmax: false, .. }), Some(Seq::Bias))
+            | ("Add", Some(Seq::Bias), Some(s @ Seq::Scores { softmax: false, .. }))
+                if layout.window.is_some() =>
+            {
+                one(s)
+            }
+            (
+                "Gather",
+                Some(Seq::WindowParts {
+                    layer,
+                    heads,
+                    front: true,
+                }),
+                None,
+            ) => {
+                let index = match &b {
+                    Some(Value::Constant {
+                        ints: Some(i),
+                        dims,
+                        ..
+                    }) if dims.is_empty() && int(node, "axis").unwrap_or(0) == 0 => {
+                        usize::try_from(i[0]).ok().filter(|&i| i < 3)
+                    }
+                    _ => None,
+                }
+                .ok_or("takes something other than the query, key or value (axis 0)")?;
+                one(Seq::Heads {
+                    source: Source::Part {
+                        layer,
+                        index,
+                        parts: 3,
+                    },
+                    heads,
+                    transposed: true,
+                    key_t: false,
+                    scaled: false,
+                })
             }
             // ViT's class token: learned tokens `[1, tokens, features]` before the positions.
             ("Concat", None, Some(Seq::Tokens(x))) => {
@@ -576,7 +724,7 @@ impl Reader<'_> {
                     Some(Value::Constant { ints: Some(s), .. }) => s.clone(),
                     _ => return Err("reshapes to a shape that is not a constant".into()),
                 };
-                self.reshape(s, &shape, label, first)
+                self.reshape(s, &shape, label, layout)
             }
             ("Gemm" | "MatMul", Some(Seq::Rows(x) | Seq::Tokens(x)), None) => self.product(
                 node,
@@ -660,6 +808,35 @@ impl Reader<'_> {
                         transposed: true,
                         key_t: true,
                         scaled,
+                    }),
+                    // Windows' axes swapped, to windows and back.
+                    (
+                        Seq::Windows {
+                            x,
+                            window,
+                            roll,
+                            reverse,
+                            transposed: false,
+                        },
+                        [0, 1, 3, 2, 4, 5],
+                    ) => one(Seq::Windows {
+                        x,
+                        window,
+                        roll,
+                        reverse,
+                        transposed: true,
+                    }),
+                    (
+                        Seq::WindowParts {
+                            layer,
+                            heads,
+                            front: false,
+                        },
+                        [2, 0, 3, 1, 4],
+                    ) => one(Seq::WindowParts {
+                        layer,
+                        heads,
+                        front: true,
                     }),
                     // The parts of a fused projection moved first.
                     (
@@ -971,7 +1148,11 @@ impl Reader<'_> {
     }
 
     /// A `Reshape` of a sequence value to `shape` (batch first).
-    fn reshape(&mut self, s: Seq, shape: &[i64], label: &str, first: bool) -> Out {
+    fn reshape(&mut self, s: Seq, shape: &[i64], label: &str, layout: Layout) -> Out {
+        let first = layout.first;
+        if let Some(out) = self.window_reshape(&s, shape, layout) {
+            return out;
+        }
         let at = |r: &Self, id: NodeId| [r.positions(id) as i64, r.features(id) as i64];
         match (s, shape) {
             // To rows [batch x positions, features] and back.
@@ -1044,6 +1225,9 @@ impl Reader<'_> {
                 },
                 [_, p, f] | [p, f],
             ) => {
+                if let Some(window) = layout.window {
+                    return self.window_attention(sources, heads, how, *f, window, label);
+                }
                 let inputs: Vec<NodeId> = match sources {
                     [
                         Source::Part {
@@ -1111,5 +1295,308 @@ impl Reader<'_> {
                  back, are imported"
             )),
         }
+    }
+}
+
+/// Swin's layers: the roll, the windows and their attention, patch merging.
+impl Reader<'_> {
+    /// `[C, H, W]` of map `x`.
+    fn map(&self, x: NodeId) -> Option<[usize; 3]> {
+        match self.g.layers()[x].output.dims() {
+            &[c, h, w] => Some([c, h, w]),
+            _ => None,
+        }
+    }
+
+    /// A `Slice` of a map (`all`: the node's inputs): along its rows or columns, the
+    /// whole of it (a pad undone), half of a roll, or every second position.
+    fn slice(&mut self, s: Seq, all: &[Value]) -> Out {
+        let list = |i: usize| match all.get(i) {
+            Some(Value::Constant { ints: Some(v), .. }) if v.len() == 1 => Some(v[0]),
+            None => None,
+            _ => Some(i64::MIN),
+        };
+        let (x, roll) = match s {
+            Seq::Tokens(x) => (x, [0, 0]),
+            Seq::Rolled { x, roll } => (x, roll),
+            Seq::Strided { x, .. } => (x, [0, 0]),
+            _ => return Err("slices a sequence: only a map's rows and columns are sliced".into()),
+        };
+        let [_, h, w] = self
+            .map(x)
+            .ok_or("slices a sequence: only a map's rows and columns are sliced")?;
+        let (start, end) = (list(1).unwrap_or(0), list(2).unwrap_or(i64::MAX));
+        let axis = match list(3).unwrap_or(0) {
+            1 | -3 => 0,
+            2 | -2 => 1,
+            a => {
+                return Err(format!(
+                    "axis {a}: only a map's rows (1) and columns (2) are sliced"
+                ));
+            }
+        };
+        let step = list(4).unwrap_or(1);
+        let n = [h, w][axis] as i64;
+        let at = |i: i64| (if i < 0 { i + n } else { i }).clamp(0, n) as usize;
+        let (start, end) = (at(start), at(end));
+        match (s, step) {
+            (s, 1) if start == 0 && end == n as usize => one(s),
+            (Seq::Tokens(_) | Seq::Rolled { .. }, 1) => one(Seq::Slab {
+                x,
+                roll,
+                axis,
+                start,
+                end,
+            }),
+            (Seq::Tokens(_), 2) if start < 2 && end == n as usize => one(Seq::Strided {
+                x,
+                rows: (axis == 0).then_some(start),
+                cols: (axis == 1).then_some(start),
+            }),
+            (Seq::Strided { rows, cols, .. }, 2) if start < 2 && end == n as usize => {
+                one(Seq::Strided {
+                    x,
+                    rows: if axis == 0 { Some(start) } else { rows },
+                    cols: if axis == 1 { Some(start) } else { cols },
+                })
+            }
+            _ => Err(format!(
+                "positions {start}..{end} by {step}: only a roll's halves and every second \
+                 position of a map are sliced"
+            )),
+        }
+    }
+
+    /// The `Concat` of a roll's two halves: the map rolled.
+    fn roll(&mut self, node: &NodeProto, all: &[Value]) -> Out {
+        let (
+            Value::Seq(Seq::Slab {
+                x,
+                roll,
+                axis,
+                start,
+                end,
+            }),
+            Value::Seq(Seq::Slab {
+                x: x2,
+                roll: roll2,
+                axis: axis2,
+                start: start2,
+                end: end2,
+            }),
+        ) = (&all[0], &all[1])
+        else {
+            return Err("no halves".into());
+        };
+        let [_, h, w] = self.map(*x).ok_or("not a map")?;
+        let n = [h, w][*axis];
+        let along = match int(node, "axis") {
+            Some(1 | -3) => 0,
+            Some(2 | -2) => 1,
+            _ => usize::MAX,
+        };
+        if all.len() != 2
+            || x != x2
+            || roll != roll2
+            || axis != axis2
+            || along != *axis
+            || *end != n
+            || *start2 != 0
+            || *end2 != *start
+        {
+            return Err("joins slices of a map that are not a roll's halves".into());
+        }
+        let mut roll = *roll;
+        roll[*axis] = (roll[*axis] + start) % n;
+        one(if roll == [0, 0] {
+            Seq::Tokens(*x)
+        } else {
+            Seq::Rolled { x: *x, roll }
+        })
+    }
+
+    /// The `Concat` on the channels of a map's four strided quarters in torchvision's
+    /// order: patch merging.
+    fn merge(&mut self, node: &NodeProto, all: &[Value], label: &str) -> Out {
+        let order = [(0, 0), (1, 0), (0, 1), (1, 1)];
+        let mut map = None;
+        let ok = all.len() == 4
+            && matches!(int(node, "axis"), Some(-1 | 3))
+            && all.iter().zip(order).all(|(v, (r, c))| match v {
+                Value::Seq(Seq::Strided {
+                    x,
+                    rows: Some(rows),
+                    cols: Some(cols),
+                }) => {
+                    let same = map.is_none_or(|m| m == *x);
+                    map = Some(*x);
+                    same && (*rows, *cols) == (r, c)
+                }
+                _ => false,
+            });
+        let (true, Some(x)) = (ok, map) else {
+            return Err(
+                "joins a map's strided quarters other than as Swin's patch merging \
+                        ((0, 0), (1, 0), (0, 1), (1, 1) on the channels)"
+                    .into(),
+            );
+        };
+        one(Seq::Tokens(self.push(Op::PatchMerge, &[x], label)?))
+    }
+
+    /// A `Reshape` into or out of windows, of the windows' fused projection into heads, or
+    /// of the bias table's lookup; `None` for other reshapes.
+    fn window_reshape(&mut self, s: &Seq, shape: &[i64], layout: Layout) -> Option<Out> {
+        Some(match (s, shape, layout.window) {
+            // The map (rolled) into windows.
+            (Seq::Tokens(x) | Seq::Rolled { x, .. }, &[1, a, w, b, w2, c], None) => {
+                let [ch, h, wd] = self.map(*x)?;
+                let roll = match s {
+                    Seq::Rolled { roll, .. } => *roll,
+                    _ => [0, 0],
+                };
+                if w != w2 || w < 1 || a * w != h as i64 || b * w != wd as i64 || c != ch as i64 {
+                    return None;
+                }
+                one(Seq::Windows {
+                    x: *x,
+                    window: w as usize,
+                    roll,
+                    reverse: false,
+                    transposed: false,
+                })
+            }
+            (
+                Seq::Windows {
+                    x,
+                    window,
+                    roll,
+                    reverse: false,
+                    transposed: true,
+                },
+                &[_, s2, c],
+                None,
+            ) => {
+                let [ch, ..] = self.map(*x)?;
+                if s2 != (window * window) as i64 || c != ch as i64 || roll[0] != roll[1] {
+                    return Some(Err(format!(
+                        "windows of {window} rolled by {roll:?} as {shape:?}: only square \
+                         windows rolled alike along both axes are imported"
+                    )));
+                }
+                self.window_out = Some((*window, roll[0]));
+                one(Seq::Tokens(*x))
+            }
+            // The windows' fused projection into heads.
+            (Seq::Tokens(layer), &[_, s2, 3, heads, d], Some((window, _))) => {
+                let [c3, ..] = self.map(*layer)?;
+                if s2 != (window * window) as i64 || 3 * heads * d != c3 as i64 || heads < 1 {
+                    return None;
+                }
+                one(Seq::WindowParts {
+                    layer: *layer,
+                    heads: heads as usize,
+                    front: false,
+                })
+            }
+            // Windows back into the map, in torch's frame still rolled.
+            (Seq::Tokens(x), &[1, a, b, w, w2, c], Some((window, shift))) => {
+                let [ch, h, wd] = self.map(*x)?;
+                if w != w2
+                    || w != window as i64
+                    || a * w != h as i64
+                    || b * w != wd as i64
+                    || c != ch as i64
+                {
+                    return None;
+                }
+                one(Seq::Windows {
+                    x: *x,
+                    window,
+                    roll: [shift, shift],
+                    reverse: true,
+                    transposed: false,
+                })
+            }
+            (
+                Seq::Windows {
+                    x,
+                    roll,
+                    reverse: true,
+                    transposed: true,
+                    ..
+                },
+                &[1, h, w, c],
+                _,
+            ) => {
+                let [ch, mh, mw] = self.map(*x)?;
+                if [c, h, w] != [ch as i64, mh as i64, mw as i64] {
+                    return None;
+                }
+                one(if *roll == [0, 0] {
+                    Seq::Tokens(*x)
+                } else {
+                    Seq::Rolled { x: *x, roll: *roll }
+                })
+            }
+            // The bias table's lookup as `[window^2, window^2, heads]`.
+            (Seq::Lookup { features, .. }, &[s1, s2, h], _)
+                if s1 == s2 && (h == -1 || h == *features as i64) =>
+            {
+                one(Seq::Bias)
+            }
+            // The scores per window `[batch, windows, heads, S, S]` for the shift's mask.
+            (s @ Seq::Scores { .. }, &[_, _, _, _, _], Some(_)) => one(s.clone()),
+            _ => return None,
+        })
+    }
+
+    /// Windows' attention, from its query, key and value `sources` in `heads`: one
+    /// shifted-window attention layer reading the fused projection's map.
+    fn window_attention(
+        &mut self,
+        sources: [Source; 3],
+        heads: usize,
+        how: How,
+        features: i64,
+        (window, shift): (usize, usize),
+        label: &str,
+    ) -> Out {
+        let layer = match sources {
+            [
+                Source::Part {
+                    layer,
+                    index: 0,
+                    parts: 3,
+                },
+                Source::Part {
+                    layer: k, index: 1, ..
+                },
+                Source::Part {
+                    layer: v, index: 2, ..
+                },
+            ] if k == layer && v == layer => layer,
+            _ => {
+                return Err(
+                    "window attention whose query, key and value are not three parts \
+                             of one projection"
+                        .into(),
+                );
+            }
+        };
+        let [c3, ..] = self.map(layer).ok_or("window attention of no map")?;
+        if features != (c3 / 3) as i64 {
+            return Err(format!(
+                "window attention over {} channels gives [windows, positions, {}]",
+                c3 / 3,
+                c3 / 3
+            ));
+        }
+        let mut a = Attention::new(heads, false, how.dropout, false);
+        a.window = window;
+        a.shift = shift;
+        a.scale_queries = how.scale_queries;
+        self.window_out = Some((window, shift));
+        one(Seq::Tokens(self.push(Op::Attention(a), &[layer], label)?))
     }
 }

@@ -384,7 +384,7 @@ impl PassNotes {
     }
 }
 
-/// A device that runs kernels (STYLE.md rule 6).
+/// A device that runs kernels.
 pub trait Backend {
     /// The device name in records: `cpu`, `cuda:0`.
     fn device(&self) -> Device;

@@ -1,5 +1,4 @@
-//! The run protocol: how a kernel is timed (criterion's and hyperfine's practice, STYLE.md
-//! rule 8).
+//! The run protocol: how a kernel is timed (criterion's and hyperfine's practice).
 //!
 //! 1. **Timer resolution**: measured once, as the smallest non-zero step of
 //!    [`std::time::Instant`].

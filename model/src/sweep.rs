@@ -1,6 +1,6 @@
 //! Sweeps: every combination of systems, precisions, local batch sizes and node counts,
 //! evaluated in parallel (rayon), the best K kept by an objective, infeasible
-//! configurations counted by reason (STYLE.md rule 10).
+//! configurations counted by reason.
 //!
 //! What does not depend on the node count is computed once per (system, precision, batch)
 //! ([`Plan`]: the per-layer roofline over flat arrays); the node loop is plain arithmetic

@@ -228,6 +228,24 @@ fn mixtral_splits_its_experts_over_data_parallel_replicas() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// The CPU executor trains one step of `workload` at batch 2, writing its record in `dir`.
+fn trains_a_step(workload: &str, dir: &std::path::Path) {
+    let out = dir.join("step.jsonl");
+    run_ok(&[
+        "measure",
+        "workload",
+        workload,
+        "--batch",
+        "2",
+        "--steps",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let records = std::fs::read_to_string(&out).unwrap();
+    assert!(records.contains("\"workload-step\""), "{records}");
+}
+
 /// The `moe` op in a workload file: shown, measured by the CPU executor (one step), and
 /// refused with its line and field where it cannot be (more experts a token than there
 /// are, a capacity factor of zero, an unknown activation), or where it is one
@@ -243,20 +261,7 @@ fn a_mixture_of_experts_in_a_workload_file() {
     // The table, the norm's scale, the router, four experts of three projections, the head.
     let params = 50 * 32 + 32 + 32 * 4 + 4 * 3 * 32 * 48 + 32 * 50;
     assert_eq!(v["params"].as_u64(), Some(params));
-    let out = dir.join("step.jsonl");
-    run_ok(&[
-        "measure",
-        "workload",
-        path,
-        "--batch",
-        "2",
-        "--steps",
-        "1",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    let records = std::fs::read_to_string(&out).unwrap();
-    assert!(records.contains("\"workload-step\""), "{records}");
+    trains_a_step(path, &dir);
     for (from, to, want) in [
         ("top_k = 2", "top_k = 5", "top_k"),
         (
@@ -366,20 +371,7 @@ fn a_vision_transformer_imports_and_trains() {
     run_ok(&["memory", &vit, "--system", "dgx-h100"]);
     let dir = std::env::temp_dir().join(format!("ridgeline-vit-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join("step.jsonl");
-    run_ok(&[
-        "measure",
-        "workload",
-        &vit,
-        "--batch",
-        "2",
-        "--steps",
-        "1",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    let records = std::fs::read_to_string(&out).unwrap();
-    assert!(records.contains("\"workload-step\""), "{records}");
+    trains_a_step(&vit, &dir);
 
     let file = dir.join("stem.toml");
     std::fs::write(&file, TINY_VIT_STEM).unwrap();

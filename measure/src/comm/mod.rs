@@ -34,7 +34,7 @@
 //! every sample starts after a barrier, and a collective's sample is its slowest rank's time.
 //!
 //! Without the `mpi` cargo feature, [`run`] is the disabled twin: it says how to build
-//! with MPI (STYLE.md rule 6).
+//! with MPI.
 
 use std::fmt;
 use std::str::FromStr;

@@ -1,4 +1,4 @@
-//! The CUDA backend (STYLE.md rule 6), through cudarc with the CUDA libraries loaded at run
+//! The CUDA backend, through cudarc with the CUDA libraries loaded at run
 //! time: it builds without a CUDA toolkit, and where no driver, GPU or library is present
 //! [`CudaBackend::open`] returns [`Error::BackendUnavailable`](crate::Error::BackendUnavailable)
 //! naming what is missing. Without the `cuda` feature the disabled twin says the build lacks

@@ -1,6 +1,6 @@
 //! Systems: the device, the node built around it, and the cluster of those nodes.
 //!
-//! Files are read in two stages (STYLE.md rule 3): `raw` mirrors the TOML exactly and
+//! Files are read in two stages: `raw` mirrors the TOML exactly and
 //! refuses unknown keys; this module checks ranges and cross-field rules once, resolves
 //! every number's `source` key to its full citation, and converts to typed quantities.
 //! Nothing downstream re-checks. The file format is documented in `data/README.md`.

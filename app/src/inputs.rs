@@ -452,7 +452,7 @@ impl Job {
                 })?
             }
             (Origin::Flags, None) => bail!(
-                "workload `{name}` has no data set: pass --dataset FILE (format: README.md, 'Data \
+                "workload `{name}` has no data set: pass --dataset FILE (format: docs/guide/workloads.md, 'Data \
                  sets and convergence')"
             ),
             (origin @ Origin::Mix { .. }, d) => {

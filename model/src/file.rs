@@ -840,7 +840,7 @@ pub fn export(graph: &Graph, description: Option<&str>) -> Result<String> {
         message: e.to_string(),
     })?;
     Ok(format!(
-        "# ridgeline workload file (format: README.md, 'Workload files').\n\
+        "# ridgeline workload file (format: docs/guide/workloads.md, 'Workload files').\n\
          # Shapes are per sample, channels first; padding is [before, after] per dimension.\n\
          {body}"
     ))

@@ -7,6 +7,7 @@
 mod bad_input;
 mod calibrate;
 mod comm;
+mod docs;
 mod faults;
 mod faults43;
 mod fuzz;

@@ -1026,7 +1026,7 @@ impl Reader<'_> {
             }
             _ => Err(format!(
                 "on a sequence ridgeline imports embeddings, layer norms, linear layers, \
-                 unfused attention and element-wise ops (README.md, `workload import`); this \
+                 unfused attention and element-wise ops (docs/guide/workloads.md, `workload import`); this \
                  `{op}` is none of them: write the workload as a TOML layer list, or open an \
                  issue for it"
             )),

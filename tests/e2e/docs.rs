@@ -1,0 +1,133 @@
+//! The documents: every relative link of the README, the guide and the other Markdown pages
+//! leads to a file that exists (and to a heading of it where it names one), and the README
+//! stays a front page.
+
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The Markdown pages a reader follows links through.
+fn pages() -> Vec<PathBuf> {
+    let mut out = vec![
+        root().join("README.md"),
+        root().join("CHANGELOG.md"),
+        root().join("data/README.md"),
+        root().join("scripts/README.md"),
+    ];
+    for dir in ["docs", "docs/guide"] {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(root().join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "md"))
+            .collect();
+        found.sort();
+        out.extend(found);
+    }
+    out
+}
+
+/// The `(target)` of every `[text](target)` in `text` outside code blocks and spans.
+fn links(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        // Code spans hold brackets that are no links.
+        let prose: String = line.split('`').step_by(2).collect::<Vec<_>>().join(" ");
+        let mut rest = prose.as_str();
+        while let Some(at) = rest.find("](") {
+            let after = &rest[at + 2..];
+            let Some(end) = after.find(')') else { break };
+            out.push(after[..end].to_owned());
+            rest = &after[end..];
+        }
+    }
+    out
+}
+
+/// GitHub's anchor of a heading: lower case, punctuation but `-` and `_` dropped, spaces as
+/// `-`.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+fn anchors(page: &Path) -> Vec<String> {
+    std::fs::read_to_string(page)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.strip_prefix('#'))
+        .map(|l| slug(l.trim_start_matches('#')))
+        .collect()
+}
+
+#[test]
+fn every_relative_link_of_the_documents_leads_somewhere() {
+    let mut broken = Vec::new();
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        let dir = page.parent().unwrap();
+        for link in links(&text) {
+            if link.contains("://") || link.starts_with("mailto:") {
+                continue;
+            }
+            let (file, anchor) = link.split_once('#').unwrap_or((&link, ""));
+            let target = if file.is_empty() {
+                page.clone()
+            } else {
+                dir.join(file)
+            };
+            if !target.exists() {
+                broken.push(format!("{}: {link} (no file)", page.display()));
+            } else if !anchor.is_empty()
+                && target.extension().is_some_and(|e| e == "md")
+                && !anchors(&target).iter().any(|a| a == anchor)
+            {
+                broken.push(format!("{}: {link} (no such heading)", page.display()));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn the_readme_is_a_front_page_that_links_every_guide_page() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let lines = readme.lines().count();
+    assert!(
+        lines <= 400,
+        "README.md has {lines} lines: the guide holds the rest"
+    );
+    for entry in std::fs::read_dir(root().join("docs/guide")).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        assert!(
+            readme.contains(&format!("(docs/guide/{name})")),
+            "README.md does not link docs/guide/{name}"
+        );
+    }
+}
+
+#[test]
+fn links_are_read_outside_code_and_anchors_follow_github() {
+    assert_eq!(
+        links("see [a](x.md) and `[b](y.md)`\n```\n[c](z.md)\n```\n[d](w.md#top)"),
+        ["x.md", "w.md#top"]
+    );
+    assert_eq!(
+        slug("`ridgeline measure comm` and the step simulator (MPI)"),
+        "ridgeline-measure-comm-and-the-step-simulator-mpi"
+    );
+}

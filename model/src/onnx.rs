@@ -398,8 +398,12 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
                         Value::Constant { ints: Some(l), .. },
                         Value::Constant { ints: Some(d), .. },
                     ) if s.len() == 1 && l.len() == 1 && d.len() == 1 && d[0] != 0 => {
-                        let n = ((l[0] - s[0]) as f64 / d[0] as f64).ceil().max(0.0) as i64;
-                        let v: Vec<i64> = (0..n.min(1 << 20)).map(|i| s[0] + i * d[0]).collect();
+                        let (s, l, d) = (i128::from(s[0]), i128::from(l[0]), i128::from(d[0]));
+                        // At most 2^20 entries: a longer range is no index ridgeline reads.
+                        let n = ((l - s) as f64 / d as f64).ceil().clamp(0.0, 1_048_576.0) as i128;
+                        let v: Vec<i64> = (0..n)
+                            .map_while(|i| i64::try_from(s + i * d).ok())
+                            .collect();
                         Some(Value::Constant {
                             dims: vec![v.len() as i64],
                             ints: Some(v),
@@ -1209,23 +1213,32 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
     Ok(g)
 }
 
-/// The picked indices of one axis of `n` entries by ONNX `Slice`'s rules.
-fn slice_axis(n: i64, start: i64, end: i64, step: i64) -> Option<Vec<i64>> {
-    if step == 0 {
+/// The entries one axis of `n` keeps under ONNX `Slice`'s rules: the first, the step and
+/// how many (nothing is listed, so a constant's shape of any size is followed).
+fn slice_axis(n: i64, start: i64, end: i64, step: i64) -> Option<(i64, i64, i64)> {
+    if step == 0 || n < 0 {
         return None;
     }
     let at = |i: i64| if i < 0 { i.saturating_add(n) } else { i };
-    let (mut i, end) = if step > 0 {
+    let (first, end) = if step > 0 {
         (at(start).clamp(0, n), at(end).clamp(0, n))
     } else {
         (at(start).clamp(0, n - 1), at(end).clamp(-1, n - 1))
     };
-    let mut out = Vec::new();
-    while (step > 0 && i < end) || (step < 0 && i > end) {
-        out.push(i);
-        i += step;
-    }
-    Some(out)
+    let span = i128::from(if step > 0 { end - first } else { first - end });
+    let stride = i128::from(step.unsigned_abs());
+    let count = if span <= 0 {
+        0
+    } else {
+        (span - 1) / stride + 1
+    };
+    Some((first, step, i64::try_from(count).ok()?))
+}
+
+/// The number of entries of a tensor of `dims`, where it fits.
+fn entries(dims: &[i64]) -> Option<i64> {
+    dims.iter()
+        .try_fold(1i64, |acc, &d| acc.checked_mul(d).filter(|_| d >= 0))
 }
 
 /// ONNX `Slice` of a constant of `dims` (and its integer values, where known).
@@ -1243,15 +1256,22 @@ fn slice_constant(
     if starts.len() != ends.len() || axes.len() != starts.len() || steps.len() != starts.len() {
         return None;
     }
-    let mut picked: Vec<Vec<i64>> = dims.iter().map(|&n| (0..n).collect()).collect();
+    let mut kept: Vec<(i64, i64, i64)> = dims.iter().map(|&n| (0, 1, n)).collect();
     for (k, &a) in axes.iter().enumerate() {
         let a = usize::try_from(if a < 0 { a + rank } else { a }).ok()?;
-        picked[a] = slice_axis(*dims.get(a)?, starts[k], ends[k], steps[k])?;
+        kept[a] = slice_axis(*dims.get(a)?, starts[k], ends[k], steps[k])?;
     }
-    let out: Vec<i64> = picked.iter().map(|p| p.len() as i64).collect();
-    let values = ints.and_then(|v| {
-        (v.len() as i64 == dims.iter().product::<i64>()).then(|| gather_ints(dims, v, &picked))
-    });
+    let out: Vec<i64> = kept.iter().map(|k| k.2).collect();
+    // Values only of a tensor that holds them (its entries are in memory already).
+    let values = ints
+        .filter(|v| entries(dims) == Some(v.len() as i64))
+        .map(|v| {
+            let picked: Vec<Vec<i64>> = kept
+                .iter()
+                .map(|&(first, step, count)| (0..count).map(|i| first + i * step).collect())
+                .collect();
+            gather_ints(dims, v, &picked)
+        });
     Some((out, values))
 }
 
@@ -1638,6 +1658,36 @@ mod tests {
         assert_eq!(windows.len(), 12);
         assert_eq!(windows[1], (3, 7, 3));
         assert_eq!(windows[11], (24, 7, 0));
+    }
+
+    /// Constant slices and transposes follow ONNX's rules: a pad's pairs reversed and
+    /// transposed as torch writes them, a shape of any size followed without listing it.
+    #[test]
+    fn constant_slices_and_transposes_follow_onnx() {
+        // [[1, 2], [3, 4], [5, 6]] with the rows reversed, then transposed.
+        let (dims, v) = slice_constant(
+            &[3, 2],
+            Some(&[1, 2, 3, 4, 5, 6]),
+            &[-1],
+            &[i64::MIN + 1],
+            Some(vec![0]),
+            Some(vec![-1]),
+        )
+        .unwrap();
+        assert_eq!(
+            (dims.as_slice(), v.as_deref()),
+            ([3, 2].as_slice(), Some([5, 6, 3, 4, 1, 2].as_slice()))
+        );
+        let (dims, v) = transpose_constant(&[3, 2], v.as_deref(), &[1, 0]).unwrap();
+        assert_eq!(
+            (dims.as_slice(), v.as_deref()),
+            ([2, 3].as_slice(), Some([5, 3, 1, 6, 4, 2].as_slice()))
+        );
+        // Every second entry from 1, of an axis of 2^62: a shape, nothing listed.
+        let (dims, v) =
+            slice_constant(&[1 << 62], None, &[1], &[i64::MAX], None, Some(vec![2])).unwrap();
+        assert_eq!((dims, v), (vec![1 << 61], None));
+        assert_eq!(slice_axis(5, 0, 3, 0), None);
     }
 
     /// A Swin or ViT export changed where the importer reads its windows, roll, patch

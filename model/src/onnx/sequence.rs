@@ -1131,7 +1131,8 @@ impl Reader<'_> {
         };
         let layer = source.layer();
         let (positions, features) = (self.positions(layer) as i64, self.features(layer) as i64);
-        if heads < 1 || (p != positions && p != -1) || heads * d * parts != features {
+        let channels = heads.checked_mul(d).and_then(|v| v.checked_mul(parts));
+        if heads < 1 || (p != positions && p != -1) || channels != Some(features) {
             return Err(format!(
                 "[batch, {p}, {heads}, {d}]: {} features at {positions} positions do not split \
                  into these heads",
@@ -1165,7 +1166,9 @@ impl Reader<'_> {
             // A fused projection of a sequence laid out `[positions, batch, features]`
             // viewed as its parts (torch's attention).
             (Seq::Tokens(layer), [p, 1, parts, d])
-                if first && *parts >= 2 && [*p, parts * d] == at(self, layer) =>
+                if first
+                    && *parts >= 2
+                    && [Some(*p), parts.checked_mul(*d)] == at(self, layer).map(Some) =>
             {
                 one(Seq::Packed {
                     layer,
@@ -1455,7 +1458,12 @@ impl Reader<'_> {
                     Seq::Rolled { roll, .. } => *roll,
                     _ => [0, 0],
                 };
-                if w != w2 || w < 1 || a * w != h as i64 || b * w != wd as i64 || c != ch as i64 {
+                if w != w2
+                    || w < 1
+                    || a.checked_mul(w) != Some(h as i64)
+                    || b.checked_mul(w) != Some(wd as i64)
+                    || c != ch as i64
+                {
                     return None;
                 }
                 one(Seq::Windows {
@@ -1490,7 +1498,8 @@ impl Reader<'_> {
             // The windows' fused projection into heads.
             (Seq::Tokens(layer), &[_, s2, 3, heads, d], Some((window, _))) => {
                 let [c3, ..] = self.map(*layer)?;
-                if s2 != (window * window) as i64 || 3 * heads * d != c3 as i64 || heads < 1 {
+                let channels = heads.checked_mul(d).and_then(|v| v.checked_mul(3));
+                if s2 != (window * window) as i64 || channels != Some(c3 as i64) || heads < 1 {
                     return None;
                 }
                 one(Seq::WindowParts {
@@ -1504,8 +1513,8 @@ impl Reader<'_> {
                 let [ch, h, wd] = self.map(*x)?;
                 if w != w2
                     || w != window as i64
-                    || a * w != h as i64
-                    || b * w != wd as i64
+                    || a.checked_mul(w) != Some(h as i64)
+                    || b.checked_mul(w) != Some(wd as i64)
                     || c != ch as i64
                 {
                     return None;

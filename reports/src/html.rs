@@ -20,7 +20,8 @@ main{max-width:1080px;margin:0 auto;padding:24px 32px 48px;background:#fff}
 h1{font-size:1.7em;margin:0.2em 0 0.4em}h2{font-size:1.3em;margin-top:2em;border-bottom:1px solid #ddd;padding-bottom:4px}
 p{line-height:1.5}
 dl{display:grid;grid-template-columns:max-content auto;gap:4px 16px}dt{font-weight:600}dd{margin:0}
-table{border-collapse:collapse;margin:12px 0 20px;font-size:0.92em}
+div.table{overflow-x:auto;max-width:100%;margin:12px 0 20px}
+table{border-collapse:collapse;font-size:0.92em}
 caption{text-align:left;font-weight:600;padding-bottom:6px}
 th,td{border-bottom:1px solid #e3e3e3;padding:4px 10px}th{background:#f3f4f6;text-align:left}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
@@ -47,7 +48,8 @@ pub(crate) fn escape(text: &str) -> String {
 }
 
 fn table(out: &mut String, t: &ReportTable) {
-    let _ = writeln!(out, "<table id=\"table-{}\">", t.id);
+    // A table wider than the page scrolls inside its box rather than running off it.
+    let _ = writeln!(out, "<div class=\"table\">\n<table id=\"table-{}\">", t.id);
     let _ = writeln!(out, "<caption>{}</caption>", escape(&t.caption));
     out.push_str("<thead><tr>");
     for c in &t.human.columns {
@@ -65,7 +67,7 @@ fn table(out: &mut String, t: &ReportTable) {
         }
         out.push_str("</tr>\n");
     }
-    out.push_str("</tbody>\n</table>\n");
+    out.push_str("</tbody>\n</table>\n</div>\n");
 }
 
 impl ReportRenderer for Html {

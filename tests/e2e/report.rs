@@ -630,9 +630,17 @@ window.addEventListener('load', () => {
             visibility: style.visibility, texts: svg ? svg.querySelectorAll('text').length : 0};
   });
   const resources = performance.getEntriesByType('resource').map(e => e.name);
+  // A table is cut where it reaches past the page's column and its box does not scroll.
+  const page = document.querySelector('main').getBoundingClientRect();
+  const tables = [...document.querySelectorAll('table')].map(t => {
+    const box = t.parentElement;
+    const r = box.getBoundingClientRect();
+    return {id: t.id, right: r.right, page: page.right, wide: t.scrollWidth > box.clientWidth,
+            scrolls: getComputedStyle(box).overflowX === 'auto'};
+  });
   const pre = document.createElement('pre');
   pre.id = 'ridgeline-check';
-  pre.textContent = JSON.stringify({figures, resources});
+  pre.textContent = JSON.stringify({figures, tables, resources});
   document.body.appendChild(pre);
 });
 </script>";
@@ -717,6 +725,33 @@ fn html_report_in_headless_chromium() {
         0,
         "{verdict}"
     );
+    // At a 1200-pixel window no table runs off the page: each stays in the column, and one
+    // wider than it scrolls in its box.
+    let (narrow, stderr, _) = browse(
+        &chrome,
+        &check_page,
+        &["--window-size=1200,2400", "--dump-dom"],
+        &dir.join("netlog-narrow.json"),
+    );
+    assert!(!stderr.contains("Uncaught"), "script errors: {stderr}");
+    let start = narrow
+        .find("<pre id=\"ridgeline-check\">")
+        .expect("checker ran")
+        + 26;
+    let end = start + narrow[start..].find("</pre>").unwrap();
+    let at_1200: Value = serde_json::from_str(&narrow[start..end].replace("&quot;", "\"")).unwrap();
+    let tables = at_1200["tables"].as_array().unwrap();
+    assert!(!tables.is_empty(), "{at_1200}");
+    for t in tables {
+        assert!(
+            t["right"].as_f64().unwrap() <= t["page"].as_f64().unwrap() + 0.5,
+            "table runs off the page: {t}"
+        );
+        assert!(
+            t["scrolls"].as_bool().unwrap(),
+            "table box does not scroll: {t}"
+        );
+    }
     let figures = verdict["figures"].as_array().unwrap();
     let written = std::fs::read_dir(dir.join("report/figures"))
         .unwrap()

@@ -234,6 +234,24 @@ fn one(s: Seq) -> Out {
     Ok(vec![Value::Seq(s)])
 }
 
+/// The part a `Gather` of a fused projection's `parts` (moved first) takes: a scalar
+/// index below `parts` on axis 0.
+fn part_index(node: &NodeProto, index: Option<&Value>, parts: usize) -> Result<usize, String> {
+    match index {
+        Some(Value::Constant {
+            ints: Some(i),
+            dims,
+            ..
+        }) if dims.is_empty() && int(node, "axis").unwrap_or(0) == 0 => {
+            usize::try_from(i[0]).ok().filter(|&i| i < parts)
+        }
+        _ => None,
+    }
+    .ok_or_else(|| {
+        format!("takes something other than one of a projection's {parts} parts (a scalar index on axis 0)")
+    })
+}
+
 /// Whether `v` is a scalar constant, and its value.
 fn scalar(v: Option<&Value>) -> Option<f64> {
     match v {
@@ -496,17 +514,7 @@ impl Reader<'_> {
                 }),
                 None,
             ) => {
-                let index = match &b {
-                    Some(Value::Constant {
-                        ints: Some(i),
-                        dims,
-                        ..
-                    }) if dims.is_empty() && int(node, "axis").unwrap_or(0) == 0 => {
-                        usize::try_from(i[0]).ok().filter(|&i| i < 3)
-                    }
-                    _ => None,
-                }
-                .ok_or("takes something other than the query, key or value (axis 0)")?;
+                let index = part_index(node, b.as_ref(), 3)?;
                 one(Seq::Heads {
                     source: Source::Part {
                         layer,
@@ -565,17 +573,7 @@ impl Reader<'_> {
                 }),
                 None,
             ) => {
-                let index = match &b {
-                    Some(Value::Constant {
-                        ints: Some(i),
-                        dims,
-                        ..
-                    }) if dims.is_empty() && int(node, "axis").unwrap_or(0) == 0 => {
-                        usize::try_from(i[0]).ok().filter(|&i| i < parts)
-                    }
-                    _ => None,
-                }
-                .ok_or("takes something other than one of a projection's parts (axis 0)")?;
+                let index = part_index(node, b.as_ref(), parts)?;
                 one(Seq::Part(Source::Part {
                     layer,
                     index,

@@ -78,6 +78,16 @@ pub(crate) enum Command {
     /// logs, PyTorch profiler traces and Nsight Systems exports.
     #[command(subcommand)]
     Import(ImportCommand),
+    /// Write this command line's reference: a man page per command and one Markdown page.
+    Manual(ManualArgs),
+}
+
+/// `ridgeline manual`.
+#[derive(Debug, Args)]
+pub(crate) struct ManualArgs {
+    /// The directory to write into: `cli.md` and `man1/ridgeline*.1` (a MANPATH entry).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) out: PathBuf,
 }
 
 /// `ridgeline import ...`.

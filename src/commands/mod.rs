@@ -3,6 +3,7 @@
 mod calibrate;
 mod comm;
 mod import;
+mod manual;
 mod measure;
 mod memory;
 mod predict;
@@ -56,5 +57,6 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Import(ImportCommand::Mlperf(args)) => import::mlperf(&args),
         Command::Import(ImportCommand::TorchTrace(args)) => import::torch_trace(&args),
         Command::Import(ImportCommand::Nsys(args)) => import::nsys(&args),
+        Command::Manual(args) => manual::run(&args),
     }
 }

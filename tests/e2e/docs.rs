@@ -1,6 +1,7 @@
 //! The documents: every relative link of the README, the guide and the other Markdown pages
-//! leads to a file that exists (and to a heading of it where it names one), and the README
-//! stays a front page.
+//! leads to a file that exists (and to a heading of it where it names one), the README stays
+//! a front page, the book's table of contents names every page, and the command-line
+//! reference is the current binary's.
 
 use std::path::{Path, PathBuf};
 
@@ -16,7 +17,7 @@ fn pages() -> Vec<PathBuf> {
         root().join("data/README.md"),
         root().join("scripts/README.md"),
     ];
-    for dir in ["docs", "docs/guide"] {
+    for dir in ["docs", "docs/guide", "docs/reference"] {
         let mut found: Vec<PathBuf> = std::fs::read_dir(root().join(dir))
             .unwrap()
             .map(|e| e.unwrap().path())
@@ -130,4 +131,51 @@ fn links_are_read_outside_code_and_anchors_follow_github() {
         slug("`ridgeline measure comm` and the step simulator (MPI)"),
         "ridgeline-measure-comm-and-the-step-simulator-mpi"
     );
+}
+
+#[test]
+fn the_books_contents_name_every_page_once() {
+    let summary = std::fs::read_to_string(root().join("docs/SUMMARY.md")).unwrap();
+    let listed = links(&summary);
+    let book = root().join("docs");
+    for page in pages().iter().filter(|p| p.starts_with(&book)) {
+        let name = page.strip_prefix(&book).unwrap().to_str().unwrap();
+        if name == "SUMMARY.md" {
+            continue;
+        }
+        let times = listed.iter().filter(|l| *l == name).count();
+        assert_eq!(
+            times, 1,
+            "docs/SUMMARY.md lists docs/{name} {times} times, not once"
+        );
+    }
+}
+
+#[test]
+fn the_command_line_reference_is_the_binarys() {
+    let dir = crate::faults::scratch("manual");
+    crate::run_ok(&["manual", "--out", dir.to_str().unwrap()]);
+    let checked_in = root().join("docs/reference");
+    let stale = "docs/reference is not the current command line's: run `cargo run --release \
+                 -- manual --out docs/reference` and commit it";
+    for sub in ["", "man1"] {
+        let names = |d: &Path| -> Vec<String> {
+            let mut v: Vec<String> = std::fs::read_dir(d.join(sub))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(names(&dir), names(&checked_in), "{stale}");
+        for name in names(&dir) {
+            let path = Path::new(sub).join(&name);
+            if dir.join(&path).is_file() {
+                let new = std::fs::read_to_string(dir.join(&path)).unwrap();
+                let old = std::fs::read_to_string(checked_in.join(&path)).unwrap();
+                assert!(new == old, "{}: {stale}", path.display());
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -7,7 +7,7 @@ use std::io::{self, IsTerminal, Write};
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use ridgeline_app::campaign::Observer;
-pub(crate) use ridgeline_app::columns::{Col, Style, num, table, text};
+pub(crate) use ridgeline_app::columns::{Style, table};
 use ridgeline_reports::{Csv, Document, Renderer, Text};
 use serde::Serialize;
 
@@ -41,6 +41,12 @@ pub(crate) fn emit(text: &str) -> Result<()> {
         )),
         Ok(()) => Ok(()),
     }
+}
+
+/// Says `line` on standard error (standard output stays the command's result): a file
+/// written beside the result.
+pub(crate) fn say(line: &str) {
+    eprintln!("{line}");
 }
 
 /// Writes a command's figures where `--plot` asks, and says so on standard error (standard

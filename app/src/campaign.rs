@@ -187,6 +187,38 @@ impl Backends {
     }
 }
 
+/// `cases` (the same on every thread count) for each of `threads`, in order.
+pub fn for_threads(threads: &[usize], cases: &[Case]) -> Vec<(usize, Case)> {
+    threads
+        .iter()
+        .flat_map(|&t| cases.iter().map(move |c| (t, c.clone())))
+        .collect()
+}
+
+/// Measures `cases` at each of the thread counts `spec` names (`default` unless it names
+/// them) on the backends it opens, by `base` with the spec's overrides, into the spec's
+/// records file (resumed by the one rule), telling `observer` the progress; the device
+/// measured on, and what ran.
+pub fn measure(
+    spec: &CampaignSpec,
+    default: &[ThreadCount],
+    cases: &[Case],
+    base: Protocol,
+    observer: &dyn Observer,
+) -> Result<(String, Ran)> {
+    let backends = Backends::new(spec, default)?;
+    let cases = for_threads(&backends.threads(), cases);
+    let device = backends.device().to_owned();
+    let records = Records::open(spec.out.as_deref(), spec.resume, observer)?;
+    let ran = Runner::new(backends, records, observer).run(
+        &cases,
+        &spec.protocol.apply(base),
+        1,
+        None,
+    )?;
+    Ok((device, ran))
+}
+
 /// What [`Runner::run`] did: the new records, and how many cases were skipped (already in
 /// the file) and left unrun (the deadline came first).
 pub struct Ran {

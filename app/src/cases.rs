@@ -3,7 +3,8 @@
 //! workloads the suite uses). [`crate::campaign::Runner`] runs them.
 
 use anyhow::{Result, bail};
-use ridgeline_measure::suite::{self, Caches, SOURCES};
+use ridgeline_measure::host::Caches;
+use ridgeline_measure::suite::{self, SOURCES};
 use ridgeline_measure::{
     Case, ConvCase, ConvPass, CopyCase, CopyDirection, Format, GemmCase, HostMemory, Layout,
     OpCase, Pass, StreamKernel, conv_cases,
@@ -53,14 +54,6 @@ impl Shapes {
             })
             .collect()
     }
-}
-
-/// `cases` (the same on every thread count) for each of `threads`, in order.
-pub fn for_threads(threads: &[usize], cases: &[Case]) -> Vec<(usize, Case)> {
-    threads
-        .iter()
-        .flat_map(|&t| cases.iter().map(move |c| (t, c.clone())))
-        .collect()
 }
 
 /// GEMMs of `shapes` (m, n, k; the suite's square sizes when `None`) in every format.
@@ -233,7 +226,10 @@ mod tests {
     #[test]
     fn every_thread_count_gets_every_case_in_order() {
         let cases = gemm(Some(vec![[8, 8, 8], [16, 4, 2]]), &[Format::Fp32]);
-        let threads: Vec<usize> = for_threads(&[4, 1], &cases).iter().map(|c| c.0).collect();
+        let threads: Vec<usize> = crate::campaign::for_threads(&[4, 1], &cases)
+            .iter()
+            .map(|c| c.0)
+            .collect();
         assert_eq!(threads, [4, 4, 1, 1]);
     }
 

@@ -30,6 +30,7 @@
 //! (which file, which field, which flag): this layer reports to a user, it does not recover.
 
 pub mod atomic;
+pub mod calibration;
 pub mod campaign;
 pub mod cases;
 pub mod catalog;
@@ -37,9 +38,12 @@ pub mod columns;
 pub mod figures;
 pub mod import;
 pub mod inputs;
+pub mod predict;
 pub mod report;
 pub mod runs;
+pub mod self_check;
 pub mod simcheck;
 pub mod sweep;
 pub mod tables;
 pub mod validation;
+pub mod views;

@@ -476,3 +476,379 @@ pub fn split_cols() -> [Col<SplitRow>; 12] {
         }),
     ]
 }
+
+/// What `sweep` is asked: a data-parallel sweep, or a split search where `split` is given.
+#[derive(Debug, Clone)]
+pub struct SweepRequest {
+    /// The workload.
+    pub workload: crate::inputs::WorkloadSpec,
+    /// The scenario; its `stack` may name several stacks (`A,B`) for a data-parallel sweep.
+    pub scenario: crate::inputs::ScenarioSpec,
+    /// Precisions.
+    pub precisions: Vec<ridgeline_model::precision::Precision>,
+    /// Systems (names, devices, `local` or files).
+    pub systems: Vec<String>,
+    /// Node counts.
+    pub nodes: Vec<u32>,
+    /// Batches (per device; per replica in a split search).
+    pub batches: Vec<u64>,
+    /// How many of the best to keep.
+    pub top: usize,
+    /// What "best" is.
+    pub objective: ridgeline_model::sweep::Objective,
+    /// Where to write every feasible configuration (JSON or CSV).
+    pub out: Option<std::path::PathBuf>,
+    /// The split search's lists, where any is given.
+    pub split: Option<SplitLists>,
+}
+
+/// The lists of a split search the flags give (`None`: not given).
+#[derive(Debug, Clone, Default)]
+pub struct SplitLists {
+    /// Tensor-parallel degrees.
+    pub tensor: Option<Vec<u32>>,
+    /// Pipeline depths.
+    pub pipeline: Option<Vec<u32>>,
+    /// Micro-batch counts.
+    pub micro_batches: Option<Vec<u32>>,
+    /// Virtual stages per pipeline rank.
+    pub virtual_stages: Option<Vec<u32>>,
+    /// Expert-parallel degrees.
+    pub expert: Option<Vec<u32>>,
+}
+
+/// A sweep with its inputs resolved: how many configurations it tries ([`SweepPlan::total`])
+/// is known before it runs ([`SweepPlan::run`]).
+pub enum SweepPlan {
+    /// Data-parallel configurations.
+    Data(Box<DataPlan>),
+    /// Splits of a transformer.
+    Split(Box<SplitPlan>),
+}
+
+/// A data-parallel sweep, resolved.
+pub struct DataPlan {
+    request: SweepRequest,
+    job: crate::inputs::Job,
+    systems: Vec<ridgeline_model::system::System>,
+    models: Vec<ridgeline_model::predict::StepModel>,
+}
+
+/// A split search, resolved.
+pub struct SplitPlan {
+    request: SweepRequest,
+    name: String,
+    config: ridgeline_model::workloads::transformer::Config,
+    seq: usize,
+    systems: Vec<ridgeline_model::system::System>,
+    lists: [Vec<u32>; 5],
+    stack: ridgeline_model::stack::Stack,
+}
+
+impl SweepPlan {
+    /// Resolves `request`'s workload, systems, stacks and step models.
+    pub fn new(request: &SweepRequest) -> Result<SweepPlan> {
+        use crate::inputs;
+        let systems = || {
+            request
+                .systems
+                .iter()
+                .map(|s| inputs::system(s))
+                .collect::<Result<Vec<_>>>()
+        };
+        if let Some(lists) = &request.split {
+            if request.out.is_some() {
+                anyhow::bail!("--out is not written for a split search; use --format json");
+            }
+            let (name, config, seq) = inputs::transformer(&request.workload)?;
+            let systems = systems()?;
+            let list = |n: &Option<Vec<u32>>| n.clone().unwrap_or_else(|| vec![1]);
+            let scenario = &request.scenario;
+            if scenario.stack.as_deref().is_some_and(|s| s.contains(',')) {
+                anyhow::bail!(
+                    "--stack: a split search runs under one stack; give one (several are swept \
+                     for data-parallel sweeps only)"
+                );
+            }
+            let stack = inputs::stack(scenario.stack.as_deref())?;
+            return Ok(SweepPlan::Split(Box::new(SplitPlan {
+                request: request.clone(),
+                name,
+                config,
+                seq,
+                systems,
+                lists: [
+                    list(&lists.tensor),
+                    list(&lists.pipeline),
+                    lists.micro_batches.clone().unwrap_or_default(),
+                    list(&lists.virtual_stages),
+                    list(&lists.expert),
+                ],
+                stack,
+            })));
+        }
+        if let Some(path) = &request.out {
+            out_is_json(path)?;
+        }
+        // `--stack A,B`: every stack beside every precision.
+        let mut scenario = request.scenario.clone();
+        let names: Vec<String> = scenario
+            .stack
+            .as_deref()
+            .map(|s| s.split(',').map(|n| n.trim().to_owned()).collect())
+            .unwrap_or_default();
+        scenario.stack = names.first().cloned();
+        let first = *request
+            .precisions
+            .first()
+            .ok_or_else(|| anyhow::anyhow!("--precisions: give at least one precision"))?;
+        let job = inputs::Job::from_flags(&request.workload, &scenario, first, 1)?;
+        let stacks = if names.len() > 1 {
+            names
+                .iter()
+                .map(|n| inputs::stack(Some(n)))
+                .collect::<Result<Vec<_>>>()?
+        } else {
+            vec![job.stack.clone()]
+        };
+        let systems = systems()?;
+        let mut models = Vec::new();
+        for stack in &stacks {
+            for &p in &request.precisions {
+                stack.check_precision(p)?;
+                models.push(ridgeline_model::predict::StepModel::with_stack(
+                    &job.graph,
+                    p,
+                    request.scenario.optimizer,
+                    stack,
+                ));
+            }
+        }
+        Ok(SweepPlan::Data(Box::new(DataPlan {
+            request: request.clone(),
+            job,
+            systems,
+            models,
+        })))
+    }
+
+    /// How many configurations (or splits) it tries.
+    pub fn total(&self) -> u64 {
+        match self {
+            SweepPlan::Data(d) => {
+                (d.systems.len() * d.models.len() * d.request.nodes.len() * d.request.batches.len())
+                    as u64
+            }
+            SweepPlan::Split(s) => split_count(&s.search()),
+        }
+    }
+
+    /// What it tries: `configurations` or `splits`.
+    pub fn unit(&self) -> &'static str {
+        match self {
+            SweepPlan::Data(_) => "configurations",
+            SweepPlan::Split(_) => "splits",
+        }
+    }
+
+    /// Runs it, telling `progress` of each batch tried, and writes `--out`.
+    pub fn run(&self, progress: &(dyn Fn(u64) + Sync)) -> Result<SweepView<'_>> {
+        match self {
+            SweepPlan::Data(d) => {
+                let r = &d.request;
+                let spec = ridgeline_model::sweep::SweepSpec {
+                    systems: &d.systems,
+                    models: &d.models,
+                    dataset: &d.job.dataset,
+                    reference_input_elements: d.job.reference_input_elements,
+                    scenario: &d.job.scenario,
+                    nodes: &r.nodes,
+                    batches: &r.batches,
+                    objective: r.objective,
+                    top: r.top,
+                    keep_all: r.out.is_some(),
+                };
+                let result = ridgeline_model::sweep::sweep(spec, progress)?;
+                if let Some(path) = &r.out {
+                    write_all(path, &result)?;
+                }
+                Ok(SweepView::Data {
+                    workload: d.job.graph.name(),
+                    top: r.top,
+                    result,
+                })
+            }
+            SweepPlan::Split(s) => {
+                let start = std::time::Instant::now();
+                let found = splits(&s.search(), s.request.top, progress)?;
+                Ok(SweepView::Split {
+                    workload: &s.name,
+                    seq: s.seq,
+                    found,
+                    elapsed_s: start.elapsed().as_secs_f64(),
+                })
+            }
+        }
+    }
+}
+
+impl SplitPlan {
+    fn search(&self) -> SplitSearch<'_> {
+        let [tensor, pipeline, micro_batches, virtual_stages, expert] = &self.lists;
+        SplitSearch {
+            model: (&self.name, &self.config, self.seq),
+            systems: &self.systems,
+            nodes: &self.request.nodes,
+            batches: &self.request.batches,
+            tensor,
+            pipeline,
+            micro_batches,
+            virtual_stages,
+            expert,
+            precisions: &self.request.precisions,
+            optimizer: self.request.scenario.optimizer,
+            kernel_model: self.request.scenario.kernel_model,
+            stack: &self.stack,
+        }
+    }
+}
+
+/// What a sweep found.
+pub enum SweepView<'a> {
+    /// The best data-parallel configurations.
+    Data {
+        /// The workload's name.
+        workload: &'a str,
+        /// How many were asked for.
+        top: usize,
+        /// The sweep.
+        result: SweepResult,
+    },
+    /// The fastest splits that fit.
+    Split {
+        /// The transformer's name.
+        workload: &'a str,
+        /// Its sequence length.
+        seq: usize,
+        /// What the search found.
+        found: SplitsFound,
+        /// How long it took, seconds.
+        elapsed_s: f64,
+    },
+}
+
+/// `sweep --format json` of a data-parallel sweep.
+#[derive(Debug, Serialize)]
+struct Summary<'a> {
+    workload: &'a str,
+    evaluated: u64,
+    feasible: u64,
+    infeasible: u64,
+    infeasible_by_reason: &'a std::collections::BTreeMap<&'static str, u64>,
+    elapsed_s: f64,
+    evaluations_per_s: f64,
+    objective: String,
+    top: Vec<SweepRow<'a>>,
+}
+
+/// `sweep --format json` of a split search.
+#[derive(Serialize)]
+struct Splits<'a> {
+    workload: &'a str,
+    seq: usize,
+    feasible: u64,
+    rejected: &'a std::collections::BTreeMap<String, u64>,
+    elapsed_s: f64,
+    top: &'a [SplitRow],
+}
+
+impl Serialize for SweepView<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            SweepView::Data {
+                workload, result, ..
+            } => summary(workload, result).serialize(s),
+            SweepView::Split {
+                workload,
+                seq,
+                found,
+                elapsed_s,
+            } => Splits {
+                workload,
+                seq: *seq,
+                feasible: found.feasible,
+                rejected: &found.rejected,
+                elapsed_s: *elapsed_s,
+                top: &found.top,
+            }
+            .serialize(s),
+        }
+    }
+}
+
+fn summary<'a>(workload: &'a str, result: &'a SweepResult) -> Summary<'a> {
+    Summary {
+        workload,
+        evaluated: result.evaluated,
+        feasible: result.feasible,
+        infeasible: result.infeasible,
+        infeasible_by_reason: &result.infeasible_by_reason,
+        elapsed_s: result.elapsed_s,
+        evaluations_per_s: result.evaluations_per_s,
+        objective: result.objective.to_string(),
+        top: rows(result, &result.top),
+    }
+}
+
+impl SweepView<'_> {
+    /// The table form.
+    pub fn document(&self, style: crate::columns::Style) -> ridgeline_reports::Document {
+        use crate::columns::{Style, table};
+        use ridgeline_model::units::Seconds;
+        use ridgeline_reports::Document;
+        match self {
+            SweepView::Data {
+                workload,
+                top,
+                result,
+            } => {
+                let summary = summary(workload, result);
+                let s = Style::Human;
+                let mut doc = Document::new(format!(
+                    "Sweep: {} (best {top} by {})",
+                    summary.workload, summary.objective
+                ))
+                .summary("evaluated", s.count(summary.evaluated))
+                .summary("feasible", s.count(summary.feasible))
+                .summary("infeasible", s.count(summary.infeasible));
+                for (reason, n) in summary.infeasible_by_reason {
+                    doc = doc.summary(format!("  {reason}"), s.count(*n));
+                }
+                doc.summary("elapsed", s.seconds(Seconds::new(summary.elapsed_s)))
+                    .summary(
+                        "evaluations per second",
+                        format!("{:.0}", summary.evaluations_per_s),
+                    )
+                    .table(table(&summary.top, &cols(), style))
+            }
+            SweepView::Split {
+                workload,
+                seq,
+                found,
+                elapsed_s,
+            } => {
+                let mut d = Document::new(format!(
+                    "Splits of {workload} ({seq} tokens): the {} fastest per sequence of {} that fit",
+                    found.top.len(),
+                    found.feasible
+                ))
+                .summary("searched in", Style::Human.seconds(Seconds::new(*elapsed_s)))
+                .table(table(&found.top, &split_cols(), style));
+                for (why, n) in &found.rejected {
+                    d = d.note(format!("left out: {n} ({why})"));
+                }
+                d.note("--batch is per data-parallel replica; each split timed as predict --tensor-parallel/--pipeline-parallel times it.")
+            }
+        }
+    }
+}

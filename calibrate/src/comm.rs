@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::loggp::LevelChoice;
-use crate::profile::record_error;
+use crate::records::record_error;
 use crate::stats::Samples;
 
 /// One measured allreduce and its prediction.

@@ -57,6 +57,7 @@ pub mod mlperf;
 pub mod neusight;
 pub mod nsys;
 pub mod profile;
+pub mod records;
 pub mod stats;
 pub mod torch_trace;
 pub mod transfer;

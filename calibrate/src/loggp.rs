@@ -32,7 +32,7 @@ use ridgeline_model::profile::{BandFit, CommLevel, CommLevelName};
 
 use crate::error::{Error, Result};
 use crate::fit::fit_relative;
-use crate::profile::{RecordFile, record_error};
+use crate::records::{RecordFile, record_error};
 use crate::stats::Samples;
 
 /// Fewest sizes in one band of a banded fit.

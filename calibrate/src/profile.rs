@@ -21,12 +21,10 @@
 
 use std::collections::BTreeMap;
 
+use ridgeline_measure::host::Caches;
 use ridgeline_measure::record::{self, Measured};
-use ridgeline_measure::suite::Caches;
-use ridgeline_measure::{ConvPass, Pass, Record, RecordKind};
-use ridgeline_model::kernels::{
-    ConvShape, Kernel, KernelClass, KernelPass, linear_kernels, vector_kernel,
-};
+use ridgeline_measure::{Pass, Record, RecordKind};
+use ridgeline_model::kernels::{Kernel, KernelClass, KernelPass, linear_kernels, vector_kernel};
 use ridgeline_model::profile::{
     Ceiling, KernelFit, LevelBandwidth, PROFILE_SCHEMA_VERSION, Profile, Provenance, SourceFile,
     Term,
@@ -34,16 +32,8 @@ use ridgeline_model::profile::{
 
 use crate::error::{Error, Result};
 use crate::fit::{Fit, fit_relative};
+use crate::records::{RecordFile, both_gradients, conv_kernels, record_error, record_kernel};
 use crate::stats::Samples;
-
-/// A records file, read.
-#[derive(Debug, Clone)]
-pub struct RecordFile {
-    /// Path as given.
-    pub path: String,
-    /// Its records.
-    pub records: Vec<Record>,
-}
 
 /// What to calibrate.
 #[derive(Debug, Clone)]
@@ -74,78 +64,6 @@ pub struct Calibration {
     pub profile: Profile,
     /// Classes with too few points to fit, and why.
     pub skipped: Vec<String>,
-}
-
-pub(crate) fn record_error(file: &str, r: &Record, message: impl Into<String>) -> Error {
-    Error::Record {
-        file: file.to_owned(),
-        id: r.id.clone(),
-        message: message.into(),
-    }
-}
-
-pub(crate) fn conv_kernels(file: &str, r: &Record, s: &record::ConvShape) -> Result<Vec<Kernel>> {
-    conv_shape_kernels(s).map_err(|message| record_error(file, r, message))
-}
-
-/// The kernels of a convolution shape: one per pass, two for both gradients in one call; an
-/// error saying what is wrong with a shape that cannot run.
-pub(crate) fn conv_shape_kernels(
-    s: &record::ConvShape,
-) -> std::result::Result<Vec<Kernel>, &'static str> {
-    let rank = s.input.len();
-    if [
-        s.kernel.len(),
-        s.stride.len(),
-        s.padding.len(),
-        s.dilation.len(),
-    ]
-    .iter()
-    .any(|&l| l != rank)
-        || s.groups == 0
-    {
-        return Err("conv shape: lists of unequal rank or zero groups");
-    }
-    let mut output = Vec::with_capacity(rank);
-    for d in 0..rank {
-        let span = s.dilation[d] * (s.kernel[d].max(1) - 1) + 1;
-        let padded = s.input[d] + s.padding[d][0] + s.padding[d][1];
-        if span > padded || s.stride[d] == 0 {
-            return Err("conv shape: kernel larger than padded input");
-        }
-        output.push((padded - span) / s.stride[d] + 1);
-    }
-    let shape = ConvShape {
-        batch: s.n,
-        c_in: s.c_in,
-        c_out: s.c_out,
-        input: s.input.clone(),
-        output,
-        kernel: s.kernel.clone(),
-        stride: s.stride.clone(),
-        padded: s.padding.iter().any(|p| p[0] > 0 || p[1] > 0),
-        groups: s.groups,
-    };
-    Ok(match s.pass {
-        ConvPass::Forward => vec![shape.kernel(KernelPass::Forward)],
-        ConvPass::BackwardData => vec![shape.kernel(KernelPass::BackwardData)],
-        ConvPass::BackwardFilter => vec![shape.kernel(KernelPass::BackwardFilter)],
-        ConvPass::Backward => both_gradients(
-            shape.kernel(KernelPass::BackwardData),
-            shape.kernel(KernelPass::BackwardFilter),
-        ),
-    })
-}
-
-/// Both gradients measured in one call: each backward pass's fit gets the sum of the two
-/// kernels' features, so that with the two passes' fits alike the layer's two predicted
-/// kernels add up to the call.
-fn both_gradients(data: Kernel, filter: Kernel) -> Vec<Kernel> {
-    let mut x = data.x;
-    for (a, b) in x.iter_mut().zip(filter.x) {
-        *a += b;
-    }
-    vec![Kernel { x, ..data }, Kernel { x, ..filter }]
 }
 
 /// The kernels of an op record: a vector op's one kernel; a linear layer's GEMMs (its
@@ -273,7 +191,7 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
             .median();
         let kernels: Vec<Kernel> = match &r.measured {
             Measured::Gemm(_) => {
-                let Some(k) = crate::transfer::record_kernel(file, r)? else {
+                let Some(k) = record_kernel(file, r)? else {
                     continue;
                 };
                 // A GEMM micro-kernel calibrates every pass of dense layers.

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 
 use rayon::prelude::*;
 use ridgeline_measure::record::{Measured, Record, RecordPrecision};
-use ridgeline_model::kernels::{Kernel, KernelClass, KernelPass, gemm_kernel};
+use ridgeline_model::kernels::{Kernel, KernelClass};
 use ridgeline_model::precision::{NumberFormat, Precision};
 use ridgeline_model::transfer::{self, ClassCoefficients, DeviceSpec, Model, ModelSource, Tiles};
 use serde::Serialize;
@@ -30,6 +30,7 @@ use statrs::statistics::{Data, OrderStatistics};
 use crate::dataset::{ConvAlgorithm, KernelSet, LabelSet, PublishedSet};
 use crate::error::{Error, Result};
 use crate::fit::{fit_relative, fit_relative_to_measured};
+use crate::records::{product_kernel, record_kernel};
 
 /// Classes fitted and timed as one model's: a linear layer runs the same library GEMMs as a
 /// batched product, so every product of the set (`bmm` and `linear`) is fitted together as
@@ -839,31 +840,6 @@ pub fn record_precision(p: RecordPrecision) -> Option<(Precision, u64)> {
     }
 }
 
-/// One product of `m x k` by `k x n` as a GEMM kernel, forward.
-fn product_kernel(m: u64, n: u64, k: u64) -> Kernel {
-    gemm_kernel(
-        KernelClass::Gemm,
-        KernelPass::Forward,
-        m as f64,
-        n as f64,
-        k as f64,
-        1.0,
-    )
-}
-
-/// The kernel a GEMM or convolution record of `file` measured, described as `predict`
-/// describes a layer's ([`ridgeline_model::kernels`]); `None` for other records, an error
-/// naming the record for a convolution whose shape cannot run.
-pub fn record_kernel(file: &str, r: &Record) -> Result<Option<Kernel>> {
-    Ok(match &r.measured {
-        Measured::Gemm(g) => Some(product_kernel(g.m, g.n, g.k)),
-        // Both gradients in one call are not one kernel.
-        Measured::Conv(c) if c.pass == ridgeline_measure::ConvPass::Backward => None,
-        Measured::Conv(c) => crate::profile::conv_kernels(file, r, c)?.pop(),
-        _ => None,
-    })
-}
-
 /// What [`record_points`] asks of a record at a precision: its device's name and figures.
 pub type RecordSpec<'a> = dyn Fn(&Record, Precision) -> Option<(String, DeviceSpec)> + 'a;
 
@@ -1066,7 +1042,7 @@ pub fn published_points(
             pass: c.pass,
             layout: ridgeline_measure::Layout::ChannelsLast,
         };
-        let kernel = crate::profile::conv_shape_kernels(&shape)
+        let kernel = crate::records::conv_shape_kernels(&shape)
             .map_err(|e| Error::Input(format!("{row}: {e}")))?
             .pop()
             .ok_or_else(|| Error::Input(format!("{row}: a convolution pass with no kernel")))?;
@@ -1253,6 +1229,7 @@ fn log_ratio(r: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ridgeline_model::kernels::KernelPass;
 
     #[test]
     fn depthwise_classes_are_fitted_per_class_and_judged_leaving_each_gpu_out() {

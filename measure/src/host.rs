@@ -284,6 +284,37 @@ pub fn parse_memory_limit(text: &str) -> Option<f64> {
     (bytes > 0 && bytes < 1 << 62).then_some(bytes as f64)
 }
 
+/// Cache sizes of CPU 0 (L1 data and last level), from sysfs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caches {
+    /// L1 data cache bytes.
+    pub l1d: usize,
+    /// Last-level cache bytes.
+    pub llc: usize,
+}
+
+impl Caches {
+    /// Reads `/sys/devices/system/cpu/cpu0/cache`; where it is missing, 32 KiB and 32 MiB.
+    pub fn detect() -> Caches {
+        let mut found = Caches {
+            l1d: 32 << 10,
+            llc: 32 << 20,
+        };
+        let mut llc_level = 0;
+        for c in caches(Path::new("/sys/devices/system/cpu/cpu0/cache")) {
+            let bytes = usize::try_from(c.bytes).unwrap_or(usize::MAX);
+            if c.level == 1 && c.kind == "Data" {
+                found.l1d = bytes;
+            }
+            if c.kind != "Instruction" && c.level >= llc_level {
+                llc_level = c.level;
+                found.llc = bytes;
+            }
+        }
+        found
+    }
+}
+
 /// The caches under `dir` (`/sys/devices/system/cpu/cpu0/cache`): `index*/level`, `type`
 /// and `size`.
 pub fn caches(dir: &Path) -> Vec<Cache> {

@@ -75,6 +75,7 @@ mod cpu;
 mod cuda;
 mod error;
 pub mod host;
+pub mod kinds;
 pub mod protocol;
 pub mod record;
 mod schedule;

@@ -76,7 +76,7 @@ pub fn rotations(cache: CacheState, bytes: usize) -> usize {
         // Nothing is cold: nothing to rotate.
         return 1;
     }
-    let llc = crate::suite::Caches::detect().llc;
+    let llc = crate::host::Caches::detect().llc;
     (3 * llc / 2 / bytes + 1).clamp(2, MAX_ROTATIONS)
 }
 
@@ -246,7 +246,7 @@ impl Protocol {
 pub fn evict_caches() {
     static BUFFER: std::sync::OnceLock<Vec<u64>> = std::sync::OnceLock::new();
     let buffer = BUFFER.get_or_init(|| {
-        let llc = crate::suite::Caches::detect().llc;
+        let llc = crate::host::Caches::detect().llc;
         // Distinct values, so no page is shared with another (zero pages would be).
         (0..(2 * llc / 8) as u64).collect()
     });
@@ -376,7 +376,7 @@ mod tests {
         assert_eq!(rotations(CacheState::Cold, 1 << 10), 1);
         // Operands larger than any cache: two copies, so no run meets the previous one's.
         assert_eq!(rotations(CacheState::Step, 1 << 40), 2);
-        let llc = crate::suite::Caches::detect().llc;
+        let llc = crate::host::Caches::detect().llc;
         assert_eq!(
             rotations(CacheState::Step, 0),
             1,

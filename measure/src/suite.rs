@@ -20,6 +20,7 @@ use crate::backend::{
 };
 use crate::campaign::{Case, conv_cases};
 use crate::error::{Error, Result};
+use crate::host::Caches;
 use crate::protocol::Protocol;
 
 /// Default time budget of `measure suite`.
@@ -119,37 +120,6 @@ pub const SOURCES: [Source; 8] = [
         batch: 1,
     },
 ];
-
-/// Cache sizes of CPU 0 (L1 data and last level), from sysfs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Caches {
-    /// L1 data cache bytes.
-    pub l1d: usize,
-    /// Last-level cache bytes.
-    pub llc: usize,
-}
-
-impl Caches {
-    /// Reads `/sys/devices/system/cpu/cpu0/cache`; where it is missing, 32 KiB and 32 MiB.
-    pub fn detect() -> Caches {
-        let mut caches = Caches {
-            l1d: 32 << 10,
-            llc: 32 << 20,
-        };
-        let mut llc_level = 0;
-        for c in crate::host::caches(std::path::Path::new("/sys/devices/system/cpu/cpu0/cache")) {
-            let bytes = usize::try_from(c.bytes).unwrap_or(usize::MAX);
-            if c.level == 1 && c.kind == "Data" {
-                caches.l1d = bytes;
-            }
-            if c.kind != "Instruction" && c.level >= llc_level {
-                llc_level = c.level;
-                caches.llc = bytes;
-            }
-        }
-        caches
-    }
-}
 
 /// STREAM array lengths (`f64` elements): from a quarter of L1 (three arrays fit) to 8 times
 /// the last-level cache, by factors of 4.

@@ -25,8 +25,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::parse_toml;
 use crate::error::{Error, Result};
-use crate::system::{RawSourced, Sourced, parse_toml};
+use crate::system::{RawSourced, Sourced};
 use crate::units::Bytes;
 
 /// A data set.

@@ -128,3 +128,11 @@ fn peak_keys(format: NumberFormat) -> String {
         ),
     }
 }
+
+/// Parses TOML into `T`, reporting the file, line, column and key on failure.
+pub(crate) fn parse_toml<T: serde::de::DeserializeOwned>(text: &str, file: &str) -> Result<T> {
+    toml::from_str(text).map_err(|e| Error::Parse {
+        file: file.to_owned(),
+        message: e.to_string().trim().to_owned(),
+    })
+}

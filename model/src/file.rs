@@ -65,11 +65,11 @@ use toml::{Spanned, Value};
 use crate::error::{Error, Result};
 use smallvec::smallvec;
 
+use crate::error::parse_toml;
 use crate::graph::{
     Attention, Conv, Dims, ExpertActivation, Graph, INPUT_NAME, Layer, LayerError, Moe, NodeId, Op,
     PadPairs, Padding, Pool, ScoreMask,
 };
-use crate::system::parse_toml;
 
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]

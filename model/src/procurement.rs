@@ -20,12 +20,13 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::parse_toml;
 use crate::error::{Error, Result};
 use crate::memory::Optimizer;
 use crate::precision::Precision;
 use crate::predict::{self, Inputs, Prediction, Scenario, StepBound};
 use crate::sweep::Objective;
-use crate::system::{RawSourced, Sourced, System, parse_toml};
+use crate::system::{RawSourced, Sourced, System};
 use crate::units::{ByteRate, Joules};
 
 /// Hours in a year (365.25 days).

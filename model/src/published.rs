@@ -16,10 +16,11 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cost::cost;
+use crate::error::parse_toml;
 use crate::error::{Error, Result};
 use crate::precision::Precision;
 use crate::reference;
-use crate::system::{RawSourced, parse_toml};
+use crate::system::RawSourced;
 use crate::workloads::{self, BuildOptions};
 
 const TABLE2_FILE: &str = "data/reference/ibrahim2021-table2.toml";

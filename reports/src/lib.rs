@@ -47,11 +47,5 @@ pub use html::Html;
 pub use json::Json;
 pub use markdown::Markdown;
 pub use report::{Artifact, ImageFormat, Report, ReportRenderer, ReportTable, Section};
-pub use table::{Align, Column, Document, Table};
+pub use table::{Align, Column, Document, Renderer, Table};
 pub use text::Text;
-
-/// Turns a [`Document`] into text in one format.
-pub trait Renderer {
-    /// Renders the document.
-    fn render(&self, doc: &Document) -> Result<String, Error>;
-}

@@ -112,3 +112,9 @@ impl Document {
         self
     }
 }
+
+/// Turns a [`Document`] into text in one format.
+pub trait Renderer {
+    /// Renders the document.
+    fn render(&self, doc: &Document) -> Result<String, crate::error::Error>;
+}

@@ -1,5 +1,8 @@
 //! The model commands' flags: workload, system, memory, roofline, predict, scale and sweep.
 
+use ridgeline_app::predict::{PredictRequest, SplitDegrees};
+use ridgeline_app::sweep::{SplitLists, SweepRequest};
+
 use super::*;
 
 #[derive(Debug, Subcommand)]
@@ -193,6 +196,40 @@ pub(crate) struct PredictArgs {
     pub(crate) output: OutputArgs,
 }
 
+impl PredictArgs {
+    /// The request these flags make.
+    pub(crate) fn request(&self) -> PredictRequest {
+        let degrees = SplitDegrees {
+            tensor: self.tensor_parallel,
+            pipeline: self.pipeline_parallel,
+            micro_batches: self.micro_batches,
+            virtual_stages: self.virtual_stages,
+            expert: self.expert_parallel,
+        };
+        let split = degrees.tensor.is_some()
+            || degrees.pipeline.is_some()
+            || degrees.micro_batches.is_some()
+            || degrees.virtual_stages.is_some()
+            || degrees.expert.is_some();
+        PredictRequest {
+            workload: self.target.workload.spec(),
+            scenario: self.scenario.spec(),
+            precision: self.precision.precision,
+            nodes: self.nodes,
+            system: self.target.system.system.clone(),
+            batch: self.batch,
+            global_batch: self.global_batch,
+            split: split.then_some(degrees),
+            rank_cv: self.rank_cv,
+            timeline: self.timeline.clone(),
+            chakra: self.chakra.clone(),
+            bucket_mib: self.bucket_mib,
+            prefetch: self.prefetch,
+            seed: self.seed,
+        }
+    }
+}
+
 /// A positive finite number.
 pub(crate) fn positive_f64(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
@@ -306,6 +343,37 @@ pub(crate) struct SweepArgs {
     pub(crate) scenario: ScenarioArgs,
     #[command(flatten)]
     pub(crate) format: FormatArg,
+}
+
+impl SweepArgs {
+    /// The request these flags make.
+    pub(crate) fn request(&self) -> SweepRequest {
+        let list = |n: &Option<Numbers<u32>>| n.as_ref().map(|v| v.0.clone());
+        let lists = SplitLists {
+            tensor: list(&self.tensor_parallel),
+            pipeline: list(&self.pipeline_parallel),
+            micro_batches: list(&self.micro_batches),
+            virtual_stages: list(&self.virtual_stages),
+            expert: list(&self.expert_parallel),
+        };
+        // Micro-batches alone split nothing: a data-parallel sweep ignores them.
+        let split = lists.tensor.is_some()
+            || lists.pipeline.is_some()
+            || lists.virtual_stages.is_some()
+            || lists.expert.is_some();
+        SweepRequest {
+            workload: self.workload.spec(),
+            scenario: self.scenario.spec(),
+            precisions: self.precisions.clone(),
+            systems: self.systems.clone(),
+            nodes: self.nodes.0.clone(),
+            batches: self.batch.0.clone(),
+            top: self.top,
+            objective: self.objective,
+            out: self.out.clone(),
+            split: split.then_some(lists),
+        }
+    }
 }
 
 /// The workload and the system a model command runs on.

@@ -3,12 +3,10 @@
 
 use anyhow::{Result, bail};
 use ridgeline_app::campaign::{self, SlurmJob};
-use ridgeline_app::{inputs, tables};
+use ridgeline_app::inputs;
+use ridgeline_app::views::measure as views;
 use ridgeline_measure::Protocol;
-use ridgeline_measure::StepRun;
 use ridgeline_measure::comm::{CommBench, CommPlan, DdpPlan, Pairs};
-use ridgeline_model::precision::Precision;
-use ridgeline_reports::Document;
 
 use crate::cli::{CommArgs, CommBenchCommand, CommDdpArgs, Format, MeasureCommArgs, PairsArg};
 use crate::output::{self, Progress};
@@ -57,36 +55,12 @@ pub(crate) fn run(args: &MeasureCommArgs) -> Result<()> {
             serde_json::to_string_pretty(&ran.records)?
         ));
     }
-    let table_rows = tables::record_rows(&ran.records);
-    let cols = tables::record_cols();
     output::print(common.campaign.format.format, &ran.records, |style| {
-        let mut doc = Document::new(format!("MPI {}", plan.bench.name()));
-        if let Some(r) = ran.records.first() {
-            let extra = &r.extra;
-            doc = doc.summary("job", job_line(ran.ranks, extra));
-            if !extra.mpi_settings.is_empty() {
-                let list: Vec<String> = extra
-                    .mpi_settings
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect();
-                doc = doc.summary("settings", list.join(" "));
-            }
-        }
-        if let Some(out) = &common.campaign.out {
-            doc = doc.summary(
-                "records",
-                format!("{} new in {}", ran.records.len(), out.display()),
-            );
-        }
-        if ran.skipped > 0 {
-            doc = doc.summary("skipped", format!("{} already recorded", ran.skipped));
-        }
-        for note in &ran.notes {
-            doc = doc.note(note.clone());
-        }
-        doc.table(output::table(&table_rows, &cols, style)).note(
-            "median of each measurement's samples; a collective's sample is its slowest rank's time",
+        views::comm(
+            plan.bench.name(),
+            &ran,
+            common.campaign.out.as_deref(),
+            style,
         )
     })
 }
@@ -117,63 +91,15 @@ fn ddp(args: &CommDdpArgs) -> Result<()> {
             serde_json::to_string_pretty(&ran.records)?
         ));
     }
-    let runs = StepRun::from_records(&ran.records);
     output::print(args.format.format, &ran.records, |style| {
-        let mut doc = Document::new(format!(
-            "Data-parallel training: {} batch {} per rank, {} ranks",
-            plan.graph.name(),
-            plan.batch,
-            ran.ranks
-        ));
-        if ran.skipped {
-            return doc.note("already in --out: --resume skipped the run");
-        }
-        let Some(run) = runs.first() else {
-            return doc;
-        };
-        let extra = &run.step.extra;
-        let ms = |v: &[f64]| format!("{:.1} ms", ridgeline_measure::protocol::median(v) * 1e3);
-        doc = doc.summary("job", job_line(ran.ranks, extra));
-        for (k, v) in tables::step_summary(&plan.graph, run, plan.batch, Precision::Fp32) {
-            doc = doc.summary(k, v);
-        }
-        doc = doc
-            .summary(
-                "buckets",
-                format!(
-                    "{} a step ({} MiB, the first {} MiB), allreduced {}",
-                    ran.buckets,
-                    args.bucket_mib,
-                    args.first_bucket_mib,
-                    if plan.overlap {
-                        "beside backward"
-                    } else {
-                        "after backward"
-                    }
-                ),
-            )
-            .summary("allreduce", ms(&extra.comm_s))
-            .summary("allreduce after backward", ms(&extra.exposed_comm_s))
-            .summary("gradients into buckets", ms(&extra.other_s));
-        if let Some(out) = &args.out {
-            doc = doc.summary(
-                "records",
-                format!("{} new in {}", ran.records.len(), out.display()),
-            );
-        }
-        let rows = tables::step_layer_rows(&plan.graph, run, 10);
-        doc.table(output::table(&rows, &tables::step_layer_cols(), style))
-            .note("rank 0's steps, medians; the 10 slowest layers")
+        views::ddp(
+            &plan,
+            &ran,
+            [args.bucket_mib, args.first_bucket_mib],
+            args.out.as_deref(),
+            style,
+        )
     })
-}
-
-/// The MPI job a record ran in: ranks, nodes and library.
-fn job_line(ranks: usize, extra: &ridgeline_measure::Extra) -> String {
-    format!(
-        "{ranks} ranks on {} node(s), {}",
-        extra.nodes.map_or("?".to_owned(), |n| n.to_string()),
-        extra.mpi_library.as_deref().unwrap_or("unknown MPI")
-    )
 }
 
 /// The Slurm job the flags describe.

@@ -4,27 +4,15 @@
 
 use anyhow::Result;
 use ridgeline_app::report::{self, ProcurementRequest, WorkloadReportRequest};
+use ridgeline_app::views::report as views;
 use ridgeline_model::predict::KernelModel;
-use ridgeline_model::procurement::{CandidateResult, Mix};
-use ridgeline_model::sweep::Objective;
-use ridgeline_reports::{Document, Report};
+use ridgeline_reports::Report;
 use serde::Serialize;
 
 use crate::cli::{
     Format, ProcurementArgs, ReportOutArgs, ReportValidationArgs, ReportWorkloadArgs,
 };
 use crate::output::{self, Progress};
-
-/// What `report procurement --format json` prints (and writes as `procurement.json`).
-#[derive(Debug, Serialize)]
-struct ProcurementResult<'a> {
-    mix: &'a Mix,
-    budget: Option<f64>,
-    objective: Objective,
-    candidates: &'a [CandidateResult],
-    software: &'a [ridgeline_app::report::SoftwareRow],
-    files: Vec<String>,
-}
 
 /// Renders `report` in every format into `out.out`; returns the files written.
 fn write(report: &Report, out: &ReportOutArgs) -> Result<Vec<String>> {
@@ -70,69 +58,16 @@ pub(crate) fn procurement(args: &ProcurementArgs) -> Result<()> {
         stack: args.stack.stack.clone(),
         provenance,
     })?;
-    // procurement.json, written with the report in one directory swap, lists every file,
-    // itself included.
-    let result = |files: Vec<String>| ProcurementResult {
-        mix: &p.mix,
-        budget: args.budget,
-        objective: args.objective,
-        candidates: &p.candidates,
-        software: &p.software,
-        files,
-    };
-    let typed = "procurement.json";
-    let files = report::write_to(
-        &p.report,
+    let result = views::write_procurement(
+        &p,
+        args.budget,
+        args.objective,
         &args.out.out,
         args.out.images.format(),
-        &|paths| {
-            let mut files = paths.to_vec();
-            files.push(args.out.out.join(typed).display().to_string());
-            let json = serde_json::to_string_pretty(&result(files))? + "\n";
-            Ok(vec![(typed.to_owned(), json.into_bytes())])
-        },
     )?;
-    let result = result(files);
-
-    let cols = report::ranking_cols();
+    let written = (args.out.format.format == Format::Table).then_some(args.out.out.as_path());
     output::print(args.out.format.format, &result, |style| {
-        let mut doc =
-            Document::new(p.report.title.clone()).table(output::table(&p.candidates, &cols, style));
-        for c in &p.candidates {
-            for r in &c.reasons {
-                doc = doc.note(format!("{}: {r}", c.name));
-            }
-        }
-        for caveat in &p.caveats {
-            doc = doc.note(caveat.clone());
-        }
-        for r in &p.software {
-            doc = doc.note(match r.speedup {
-                Some(x) => format!(
-                    "{}: {} a mix under `{}`, {} under `{}` ({x:.2}x)",
-                    r.candidate,
-                    style.seconds(ridgeline_model::units::Seconds::new(
-                        r.mix_time_s.unwrap_or_default()
-                    )),
-                    r.stack,
-                    style.seconds(ridgeline_model::units::Seconds::new(
-                        r.tuned_mix_time_s.unwrap_or_default()
-                    )),
-                    r.tuned
-                ),
-                None => format!(
-                    "{}: the mix does not run whole under `{}` or `{}`",
-                    r.candidate, r.stack, r.tuned
-                ),
-            });
-        }
-        if args.out.format.format == Format::Table {
-            doc = doc.note(format!("report written to {}", args.out.out.display()));
-            for f in &result.files {
-                doc = doc.note(format!("  {f}"));
-            }
-        }
-        doc
+        views::procurement(&p, &result, written, style)
     })
 }
 
@@ -234,25 +169,7 @@ fn print_files<T: Serialize>(
     files: &[String],
     format: Format,
 ) -> Result<()> {
-    #[derive(Serialize)]
-    struct Written<'a, T> {
-        #[serde(flatten)]
-        result: &'a T,
-        files: &'a [String],
-    }
-    output::print(
-        format,
-        &Written {
-            result: value,
-            files,
-        },
-        |_| {
-            let mut doc = Document::new(report.title.clone());
-            doc = doc.note("files written:");
-            for f in files {
-                doc = doc.note(format!("  {f}"));
-            }
-            doc
-        },
-    )
+    output::print(format, &views::Written::new(value, files), |_| {
+        views::written(report, files)
+    })
 }

@@ -3,10 +3,9 @@
 use anyhow::{Context, Result, bail};
 use ridgeline_app::figures;
 use ridgeline_app::inputs;
-use ridgeline_app::tables;
+use ridgeline_app::views::model as views;
 use ridgeline_model::scale::{self};
 use ridgeline_model::workloads::{self, BuildOptions};
-use ridgeline_reports::Document;
 
 use crate::cli::{ScaleArgs, ScaleMode};
 use crate::output::{self};
@@ -98,23 +97,8 @@ pub(crate) fn run(args: &ScaleArgs) -> Result<()> {
             )?
         }
     };
-    let cols = tables::scale_cols();
     output::print(args.output.format.format, &series, |style| {
-        let mut doc = Document::new(format!(
-            "{} scaling: {} on {}, {}",
-            series.mode, series.workload, series.system, args.precision.precision
-        ))
-        .table(output::table(&series.rows, &cols, style));
-        for r in series.rows.iter().filter(|r| r.infeasible.is_some()) {
-            doc = doc.note(format!(
-                "nodes {} x {} models, batch {}: {}",
-                r.nodes,
-                r.models,
-                r.local_batch,
-                r.infeasible.as_deref().unwrap_or_default()
-            ));
-        }
-        doc
+        views::scale(&series, args.precision.precision, style)
     })?;
     output::plots(&args.output.plot, || {
         Ok(figures::scale(&series, args.precision.precision))

@@ -12,6 +12,7 @@ mod faults;
 mod faults43;
 mod fuzz;
 mod import;
+mod layers;
 mod measure;
 mod memory;
 mod models44;

@@ -14,7 +14,7 @@ use serde::Serialize;
 use ridgeline_model::cost::param_tensors;
 use ridgeline_model::graph::Graph;
 
-use super::{BACKWARD, Trace};
+use super::trace::{BACKWARD, Trace};
 use crate::stats::median;
 
 /// What a GPU trace says of the host.

@@ -1,7 +1,7 @@
 //! The disabled twin: this build has no MPI, so every campaign is an error that says how
 //! to build with it.
 
-use super::{CommPlan, CommRun, DdpPlan, DdpRun, HOW_TO_BUILD, Opener};
+use super::plan::{CommPlan, CommRun, DdpPlan, DdpRun, HOW_TO_BUILD, Opener};
 use crate::error::{Error, Result};
 
 pub(super) fn run(_plan: &CommPlan, _open: &mut Opener<'_>) -> Result<CommRun> {

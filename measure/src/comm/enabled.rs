@@ -7,7 +7,7 @@ use mpi::collective::SystemOperation;
 use mpi::topology::{Color, SimpleCommunicator};
 use mpi::traits::{Communicator, CommunicatorCollectives, Destination, Root, Source};
 
-use super::{
+use super::plan::{
     AllreduceAlgorithm, CommBench, CommPlan, CommRun, DEVICE, DdpPlan, DdpRun, Opener, Pairs,
 };
 use crate::cpu::ddp::DdpOptions;

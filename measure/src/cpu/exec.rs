@@ -9,7 +9,9 @@ use std::time::Instant;
 use rayon::prelude::*;
 use ridgeline_model::graph::Graph;
 
-use super::ops::{Aux, Kernel, uniform};
+use super::ops::Kernel;
+use super::random::uniform;
+use super::saved::Aux;
 use crate::schedule::{LEARNING_RATE, Schedule, StepTimes, Tracker};
 
 /// One layer's parameter tensors (or their gradients).

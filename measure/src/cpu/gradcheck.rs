@@ -8,7 +8,9 @@
 
 use ridgeline_model::graph::{Attention, Conv, Graph, Op, Padding, Pool};
 
-use super::ops::{Aux, Kernel, splitmix, uniform};
+use super::ops::Kernel;
+use super::random::{splitmix, uniform};
+use super::saved::Aux;
 
 const H: f32 = 1e-2;
 

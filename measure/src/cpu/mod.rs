@@ -4,6 +4,7 @@
 //! requested number of threads. Requests whose buffers would not fit the memory available
 //! are refused up front.
 
+mod activation;
 mod conv;
 // Driven by `measure comm ddp` under MPI; built (and unit-tested) without it too.
 #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
@@ -14,6 +15,8 @@ mod gemm;
 mod gradcheck;
 mod moe;
 pub(crate) mod ops;
+mod random;
+mod saved;
 mod seq;
 mod stream;
 mod window;
@@ -34,7 +37,9 @@ use crate::protocol::{CacheState, Protocol, rotations};
 use crate::record::{Device, Env};
 
 use self::gemm::{Element, View, ViewMut, matmul};
-use self::ops::{Aux, Kernel, uniform};
+use self::ops::Kernel;
+use self::random::uniform;
+use self::saved::Aux;
 
 /// The CPU backend on a fixed number of threads.
 #[derive(Debug)]

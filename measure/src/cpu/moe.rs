@@ -12,8 +12,8 @@
 
 use ridgeline_model::graph::ExpertActivation;
 
+use super::activation;
 use super::gemm::{View, ViewMut, matmul};
-use super::seq;
 
 /// A mixture-of-experts layer at batch `n`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -99,16 +99,16 @@ impl Saved {
 
 fn activation(act: ExpertActivation, v: f32) -> f32 {
     match act {
-        ExpertActivation::Silu => seq::silu(v),
-        ExpertActivation::Gelu => seq::gelu(v),
+        ExpertActivation::Silu => activation::silu(v),
+        ExpertActivation::Gelu => activation::gelu(v),
         ExpertActivation::Relu => v.max(0.0),
     }
 }
 
 fn activation_grad(act: ExpertActivation, v: f32) -> f32 {
     match act {
-        ExpertActivation::Silu => seq::silu_grad(v),
-        ExpertActivation::Gelu => seq::gelu_grad(v),
+        ExpertActivation::Silu => activation::silu_grad(v),
+        ExpertActivation::Gelu => activation::gelu_grad(v),
         ExpertActivation::Relu => f32::from(u8::from(v > 0.0)),
     }
 }

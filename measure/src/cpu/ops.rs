@@ -14,7 +14,9 @@ use ridgeline_model::graph::{Graph, Layer, Op, Pool};
 
 use super::conv::{self, ConvGeom, add_channel_bias, channel_sums, three};
 use super::gemm::{View, ViewMut, matmul};
-use super::{moe, seq, window};
+use super::random::{splitmix, uniform};
+use super::saved::Aux;
+use super::{activation, moe, seq, window};
 
 /// Batch-norm epsilon (PyTorch's and Keras' default order of magnitude).
 pub(crate) const BN_EPS: f32 = 1e-5;
@@ -325,45 +327,6 @@ pub(crate) enum Kernel {
     Rows(seq::Rows),
     /// A mixture of experts.
     Moe(moe::Moe),
-}
-
-/// State a forward pass leaves for backward besides the retained tensors.
-#[derive(Debug, Default)]
-pub(crate) struct Aux {
-    /// Batch norm: per-channel mean and inverse standard deviation.
-    pub(crate) stats: Vec<f32>,
-    /// Dropout: the keep mask.
-    pub(crate) mask: Vec<u8>,
-    /// Softmax cross-entropy: the probabilities.
-    pub(crate) probs: Vec<f32>,
-    /// Unfused grouped-query attention: the keys and values copied to every head, which
-    /// its backward reads (as eager PyTorch's products save them).
-    pub(crate) kv: Vec<f32>,
-    /// A mixture of experts: its routing and each expert's tensors.
-    pub(crate) moe: moe::Saved,
-}
-
-impl Aux {
-    /// Bytes held.
-    pub(crate) fn bytes(&self) -> usize {
-        4 * (self.stats.len() + self.probs.len() + self.kv.len())
-            + self.mask.len()
-            + self.moe.bytes()
-    }
-}
-
-/// A deterministic pseudo-random stream (splitmix64), for synthetic data, masks and labels.
-pub(crate) fn splitmix(seed: u64, i: u64) -> u64 {
-    let mut z = seed.wrapping_add(i.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// A uniform value in [-1, 1) from the stream.
-#[allow(clippy::cast_precision_loss)]
-pub(crate) fn uniform(seed: u64, i: u64) -> f32 {
-    ((splitmix(seed, i) >> 40) as f32 / (1u64 << 23) as f32) - 1.0
 }
 
 fn vol(dims: &[usize]) -> usize {
@@ -1034,8 +997,8 @@ impl Kernel {
             Kernel::Embedding(e) => e.forward(x, &params[0], out),
             Kernel::Norm(g) => g.forward(x, params, out, aux),
             Kernel::Softmax(g) => g.forward(x, out),
-            Kernel::Gelu => map(out, x, seq::gelu),
-            Kernel::Silu => map(out, x, seq::silu),
+            Kernel::Gelu => map(out, x, activation::gelu),
+            Kernel::Silu => map(out, x, activation::silu),
             Kernel::Rotary(r) => r.apply(x, out, false),
             Kernel::Attention(a) => a.forward(inputs, out, aux, threads, seed),
             Kernel::Window(w) => w.forward(x, params, out, aux, threads, seed),
@@ -1461,8 +1424,8 @@ impl Kernel {
                     g.backward(out, dy, d);
                 }
             }
-            Kernel::Gelu => zip_map(dx, dy, x, |g, v| g * seq::gelu_grad(v)),
-            Kernel::Silu => zip_map(dx, dy, x, |g, v| g * seq::silu_grad(v)),
+            Kernel::Gelu => zip_map(dx, dy, x, |g, v| g * activation::gelu_grad(v)),
+            Kernel::Silu => zip_map(dx, dy, x, |g, v| g * activation::silu_grad(v)),
             // The rotation's adjoint: the same rotation backwards.
             Kernel::Rotary(r) => {
                 if let Some(d) = dx[0].as_deref_mut() {

@@ -7,7 +7,7 @@
 //! -100 between positions from different regions of the rolled map added to its scores;
 //! the windows' outputs go back to their places and the roll is undone.
 
-use super::ops::Aux;
+use super::saved::Aux;
 use super::seq::Attention;
 
 /// torchvision's mask value between positions the roll brought together.

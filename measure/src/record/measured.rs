@@ -8,8 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::RecordKind;
-use crate::backend::{ConvPass, CopyDirection, HostMemory, Layout, Pass, StreamKernel};
+use crate::kinds::{ConvPass, CopyDirection, HostMemory, Layout, Pass, StreamKernel};
 
 /// A record's kind with its shape: written as `"kind": "...", "shape": {...}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -353,6 +352,135 @@ impl Layout {
     /// Whether this is the default layout (left out of a conv record's shape).
     pub fn is_channels_first(&self) -> bool {
         *self == Layout::ChannelsFirst
+    }
+}
+
+/// What a record measured: the record kinds this build writes and reads, each named once
+/// (its name is the `kind` field of the JSON line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "&'static str")]
+pub enum RecordKind {
+    /// A GEMM micro-kernel.
+    Gemm,
+    /// One pass of a convolution.
+    Conv,
+    /// A STREAM kernel.
+    Stream,
+    /// One pass of a non-GEMM op.
+    Op,
+    /// A host-device copy.
+    Copy,
+    /// One layer pass of a measured training step (written before its step).
+    WorkloadLayer,
+    /// A whole training step.
+    WorkloadStep,
+    /// A parametrised round trip between two ranks (MPI).
+    CommPrtt,
+    /// A simultaneous exchange between two ranks (MPI).
+    CommExchange,
+    /// The local reduction kernel of a collective.
+    CommReduce,
+    /// An allreduce (MPI or NCCL).
+    CommAllreduce,
+    /// An all-to-all (MPI).
+    CommAlltoall,
+}
+
+impl RecordKind {
+    /// Every kind.
+    pub const ALL: [RecordKind; 12] = [
+        RecordKind::Gemm,
+        RecordKind::Conv,
+        RecordKind::Stream,
+        RecordKind::Op,
+        RecordKind::Copy,
+        RecordKind::WorkloadLayer,
+        RecordKind::WorkloadStep,
+        RecordKind::CommPrtt,
+        RecordKind::CommExchange,
+        RecordKind::CommReduce,
+        RecordKind::CommAllreduce,
+        RecordKind::CommAlltoall,
+    ];
+
+    /// The name records carry.
+    pub const fn name(self) -> &'static str {
+        match self {
+            RecordKind::Gemm => "gemm",
+            RecordKind::Conv => "conv",
+            RecordKind::Stream => "stream",
+            RecordKind::Op => "op",
+            RecordKind::Copy => "copy",
+            RecordKind::WorkloadLayer => "workload-layer",
+            RecordKind::WorkloadStep => "workload-step",
+            RecordKind::CommPrtt => "comm-prtt",
+            RecordKind::CommExchange => "comm-exchange",
+            RecordKind::CommReduce => "comm-reduce",
+            RecordKind::CommAllreduce => "comm-allreduce",
+            RecordKind::CommAlltoall => "comm-alltoall",
+        }
+    }
+
+    /// Whether a record of this kind counts the FLOPs it ran (more than 0).
+    pub const fn computes(self) -> bool {
+        matches!(
+            self,
+            RecordKind::Gemm | RecordKind::Conv | RecordKind::WorkloadStep
+        )
+    }
+
+    /// A micro-kernel that calibration fits a device from.
+    pub const fn is_micro_kernel(self) -> bool {
+        matches!(
+            self,
+            RecordKind::Gemm | RecordKind::Conv | RecordKind::Op | RecordKind::Stream
+        )
+    }
+
+    /// A communication measurement.
+    pub const fn is_comm(self) -> bool {
+        matches!(
+            self,
+            RecordKind::CommPrtt
+                | RecordKind::CommExchange
+                | RecordKind::CommReduce
+                | RecordKind::CommAllreduce
+                | RecordKind::CommAlltoall
+        )
+    }
+}
+
+impl std::fmt::Display for RecordKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for RecordKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        RecordKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = RecordKind::ALL.iter().map(|k| k.name()).collect();
+                format!("kind `{s}`: must be one of {}", names.join(", "))
+            })
+    }
+}
+
+impl TryFrom<String> for RecordKind {
+    type Error = String;
+
+    fn try_from(s: String) -> std::result::Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl From<RecordKind> for &'static str {
+    fn from(k: RecordKind) -> &'static str {
+        k.name()
     }
 }
 

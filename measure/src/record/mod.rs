@@ -17,7 +17,8 @@ mod measured;
 
 pub use measured::{
     AllreduceShape, AlltoallShape, ConvShape, CopyShape, ExchangeShape, Extra, GemmShape,
-    LayerShape, Measured, OpShape, OpSpec, PrttShape, ReduceShape, StepShape, StreamShape,
+    LayerShape, Measured, OpShape, OpSpec, PrttShape, RecordKind, ReduceShape, StepShape,
+    StreamShape,
 };
 
 /// The version of the record schema written by this build. Version 2 types each kind's
@@ -56,135 +57,6 @@ pub struct Record {
     /// Kind-specific data.
     #[serde(default, skip_serializing_if = "Extra::is_empty")]
     pub extra: Extra,
-}
-
-/// What a record measured: the record kinds this build writes and reads, each named once
-/// (its name is the `kind` field of the JSON line).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "&'static str")]
-pub enum RecordKind {
-    /// A GEMM micro-kernel.
-    Gemm,
-    /// One pass of a convolution.
-    Conv,
-    /// A STREAM kernel.
-    Stream,
-    /// One pass of a non-GEMM op.
-    Op,
-    /// A host-device copy.
-    Copy,
-    /// One layer pass of a measured training step (written before its step).
-    WorkloadLayer,
-    /// A whole training step.
-    WorkloadStep,
-    /// A parametrised round trip between two ranks (MPI).
-    CommPrtt,
-    /// A simultaneous exchange between two ranks (MPI).
-    CommExchange,
-    /// The local reduction kernel of a collective.
-    CommReduce,
-    /// An allreduce (MPI or NCCL).
-    CommAllreduce,
-    /// An all-to-all (MPI).
-    CommAlltoall,
-}
-
-impl RecordKind {
-    /// Every kind.
-    pub const ALL: [RecordKind; 12] = [
-        RecordKind::Gemm,
-        RecordKind::Conv,
-        RecordKind::Stream,
-        RecordKind::Op,
-        RecordKind::Copy,
-        RecordKind::WorkloadLayer,
-        RecordKind::WorkloadStep,
-        RecordKind::CommPrtt,
-        RecordKind::CommExchange,
-        RecordKind::CommReduce,
-        RecordKind::CommAllreduce,
-        RecordKind::CommAlltoall,
-    ];
-
-    /// The name records carry.
-    pub const fn name(self) -> &'static str {
-        match self {
-            RecordKind::Gemm => "gemm",
-            RecordKind::Conv => "conv",
-            RecordKind::Stream => "stream",
-            RecordKind::Op => "op",
-            RecordKind::Copy => "copy",
-            RecordKind::WorkloadLayer => "workload-layer",
-            RecordKind::WorkloadStep => "workload-step",
-            RecordKind::CommPrtt => "comm-prtt",
-            RecordKind::CommExchange => "comm-exchange",
-            RecordKind::CommReduce => "comm-reduce",
-            RecordKind::CommAllreduce => "comm-allreduce",
-            RecordKind::CommAlltoall => "comm-alltoall",
-        }
-    }
-
-    /// Whether a record of this kind counts the FLOPs it ran (more than 0).
-    pub const fn computes(self) -> bool {
-        matches!(
-            self,
-            RecordKind::Gemm | RecordKind::Conv | RecordKind::WorkloadStep
-        )
-    }
-
-    /// A micro-kernel that calibration fits a device from.
-    pub const fn is_micro_kernel(self) -> bool {
-        matches!(
-            self,
-            RecordKind::Gemm | RecordKind::Conv | RecordKind::Op | RecordKind::Stream
-        )
-    }
-
-    /// A communication measurement.
-    pub const fn is_comm(self) -> bool {
-        matches!(
-            self,
-            RecordKind::CommPrtt
-                | RecordKind::CommExchange
-                | RecordKind::CommReduce
-                | RecordKind::CommAllreduce
-                | RecordKind::CommAlltoall
-        )
-    }
-}
-
-impl std::fmt::Display for RecordKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for RecordKind {
-    type Err = String;
-
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        RecordKind::ALL
-            .into_iter()
-            .find(|k| k.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<&str> = RecordKind::ALL.iter().map(|k| k.name()).collect();
-                format!("kind `{s}`: must be one of {}", names.join(", "))
-            })
-    }
-}
-
-impl TryFrom<String> for RecordKind {
-    type Error = String;
-
-    fn try_from(s: String) -> std::result::Result<Self, String> {
-        s.parse()
-    }
-}
-
-impl From<RecordKind> for &'static str {
-    fn from(k: RecordKind) -> &'static str {
-        k.name()
-    }
 }
 
 /// Where a record was measured.
@@ -314,9 +186,9 @@ impl RecordPrecision {
     }
 }
 
-impl From<crate::backend::Format> for RecordPrecision {
-    fn from(f: crate::backend::Format) -> Self {
-        use crate::backend::Format;
+impl From<crate::kinds::Format> for RecordPrecision {
+    fn from(f: crate::kinds::Format) -> Self {
+        use crate::kinds::Format;
         match f {
             Format::Fp64 => RecordPrecision::Fp64,
             Format::Fp32 => RecordPrecision::Fp32,
@@ -885,7 +757,7 @@ impl<'a> StepRun<'a> {
     }
 
     /// The record of `layer`'s `pass`, if it was measured.
-    pub fn layer(&self, layer: &str, pass: crate::backend::Pass) -> Option<&'a Record> {
+    pub fn layer(&self, layer: &str, pass: crate::kinds::Pass) -> Option<&'a Record> {
         self.layers
             .iter()
             .find(|(_, s)| s.layer == layer && s.pass == pass)
@@ -962,7 +834,7 @@ mod tests {
             },
             layer: name.into(),
             op: "relu".into(),
-            pass: crate::backend::Pass::Forward,
+            pass: crate::kinds::Pass::Forward,
         })
     }
 

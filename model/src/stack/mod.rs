@@ -42,10 +42,11 @@ use serde::Serialize;
 
 pub use fusion::{FusionRule, Group};
 
+use crate::error::parse_toml;
 use crate::error::{Error, Result};
 use crate::graph::Op;
 use crate::precision::Precision;
-use crate::system::{Ctx, Sourced, parse_toml};
+use crate::system::{Ctx, Sourced};
 use crate::units::Seconds;
 
 /// How the framework issues the step's kernels from the host.

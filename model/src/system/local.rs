@@ -23,7 +23,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::raw::RawSourced;
-use super::{Device, DeviceKind, Peaks, Sourced, System, parse_toml};
+use super::{Device, DeviceKind, Peaks, Sourced, System};
+use crate::error::parse_toml;
 use crate::error::{Error, Result};
 use crate::units::{Bytes, FlopRate};
 

@@ -5,6 +5,8 @@
 //! every number's `source` key to its full citation, and converts to typed quantities.
 //! Nothing downstream re-checks. The file format is documented in `data/README.md`.
 
+mod calibrated;
+mod fabric;
 mod local;
 pub(crate) mod raw;
 
@@ -14,7 +16,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, parse_toml};
 use crate::precision::{NumberFormat, Precision};
 use crate::units::{Base, ByteRate, Bytes, FlopRate, Seconds};
 
@@ -592,14 +594,6 @@ pub fn parse_system_or_device(
     } else {
         parse_device(text, file).map(System::single_device)
     }
-}
-
-/// Parses TOML into `T`, reporting the file, line, column and key on failure.
-pub(crate) fn parse_toml<T: serde::de::DeserializeOwned>(text: &str, file: &str) -> Result<T> {
-    toml::from_str(text).map_err(|e| Error::Parse {
-        file: file.to_owned(),
-        message: e.to_string().trim().to_owned(),
-    })
 }
 
 /// Validation context: the file, a prefix for field paths, and the sources to resolve.

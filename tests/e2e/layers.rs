@@ -598,3 +598,46 @@ fn the_layer_check_sees_uses_through_every_kind_of_path() {
         found[0]
     );
 }
+
+/// The lines of every Rust file under `dir`.
+fn lines_under(dir: &Path) -> usize {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap().lines().count())
+        .sum()
+}
+
+#[test]
+fn the_binary_only_dispatches_and_only_its_output_module_prints() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let lines = lines_under(&root.join("src"));
+    assert!(
+        lines <= 3_500,
+        "src/ has {lines} lines: build what a command shows in app (app/src/views/), and keep \
+         the binary to flags, one app call and printing"
+    );
+    let commands = root.join("src/commands");
+    for entry in std::fs::read_dir(&commands).unwrap() {
+        let path = entry.unwrap().path();
+        let text = code(&std::fs::read_to_string(&path).unwrap());
+        for word in ["println", "eprintln", "print", "eprint"] {
+            assert!(
+                find_word(&text, &format!("{word}!")).is_none(),
+                "{}: prints with {word}!; print through src/output.rs",
+                path.display()
+            );
+        }
+    }
+}

@@ -1,6 +1,6 @@
 //! The code's layers: within each crate, no file uses another that (through any chain of
 //! files) uses it back. A file's uses are the `crate::`, `super::`, `self::` and child-module
-//! paths of its code outside `#[cfg(test)]` modules (unit tests may reach up to build their
+//! paths (in `use` items and in its code) outside `#[cfg(test)]` modules (unit tests may reach up to build their
 //! inputs); a path through a `pub use` re-export counts as a use of the file that defines
 //! the item. `mod` declarations are not uses, nor is a module's `pub use` of its own
 //! children's items (its public face) where its code does not name them (a glob
@@ -257,7 +257,7 @@ fn module_depths(code: &str) -> Vec<usize> {
     out
 }
 
-fn uses(code: &str) -> Uses {
+fn uses(code: &str, children: &[String]) -> Uses {
     let depths = module_depths(code);
     let depth_at = |rest: &str, at: usize| depths[code.len() - rest.len() + at];
     let mut trees = Vec::new();
@@ -292,7 +292,13 @@ fn uses(code: &str) -> Uses {
     }
     outside.push_str(rest);
     let mut inline = Vec::new();
-    for start in ["crate::", "super::", "self::"] {
+    let starts = ["crate", "super", "self"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(children.iter().cloned())
+        .map(|s| format!("{s}::"));
+    for start in starts {
+        let start = start.as_str();
         let mut rest = outside.as_str();
         while let Some(at) = find_word(rest, start.trim_end_matches("::")) {
             let tail = &rest[at..];
@@ -343,7 +349,12 @@ impl Graph {
         let mut exports = BTreeMap::new();
         let mut all = BTreeMap::new();
         for (module, path) in &files {
-            let u = uses(&code(&std::fs::read_to_string(path).unwrap()));
+            let children: Vec<String> = files
+                .keys()
+                .filter(|m| m.len() == module.len() + 1 && m.starts_with(module))
+                .map(|m| m[module.len()].clone())
+                .collect();
+            let u = uses(&code(&std::fs::read_to_string(path).unwrap()), &children);
             let mut names = BTreeMap::new();
             for (public, tree, inside) in &u.trees {
                 if *public && *inside == 0 {

@@ -4,7 +4,7 @@
 //! with LeakyReLU and Dropout(0.5); Dense 4 with tanh; output scaled by 1.2; MSE loss.
 //! Version 1.0 and later use kernel 3, v0.7 used kernel 2.
 
-use super::Scale;
+use super::naming::Scale;
 use crate::graph::{Conv, Graph, LayerError, Op, Padding, Pool};
 
 const FILTERS: [usize; 5] = [32, 64, 128, 256, 512];

@@ -9,7 +9,7 @@
 //! after the previous block (as the reference table does), so the skip path and the
 //! low-level features read the activated tensor, as they do in PyTorch.
 
-use super::{Scale, dotted};
+use super::naming::{Scale, dotted};
 use crate::graph::{Conv, Dims, Graph, LayerError, NodeId, Op};
 
 const IN_CHANNELS: usize = 16;

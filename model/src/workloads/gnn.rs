@@ -6,7 +6,7 @@
 //! their destinations, adds each node's own features and applies a two-layer MLP with ReLU;
 //! the readout sums the nodes and regresses one value (mean squared error, as an energy).
 
-use super::{Scale, dotted};
+use super::naming::{Scale, dotted};
 use crate::graph::{Graph, LayerError, Op};
 
 const FEATURES: usize = 16;

@@ -15,14 +15,15 @@
 mod cosmoflow;
 mod deepcam;
 mod gnn;
+mod naming;
 mod resnet;
 mod swin;
 pub mod transformer;
 
-use compact_str::CompactString;
 
 use crate::error::{Error, Result};
 use crate::graph::{Graph, LayerError};
+use naming::Scale;
 
 /// Largest accepted width multiplier.
 pub const MAX_WIDTH: f64 = 16.0;
@@ -341,32 +342,6 @@ impl Builtin {
 fn fmt_size(s: &[usize]) -> String {
     let parts: Vec<String> = s.iter().map(usize::to_string).collect();
     parts.join("x")
-}
-
-/// `prefix.name`, built without the formatting machinery and without a heap allocation
-/// for names up to 24 bytes (the builders' hot path).
-fn dotted(prefix: &str, name: &str) -> CompactString {
-    let mut s = CompactString::with_capacity(prefix.len() + 1 + name.len());
-    s.push_str(prefix);
-    s.push('.');
-    s.push_str(name);
-    s
-}
-
-/// The width multiplier applied to a reference channel count.
-#[derive(Debug, Clone, Copy)]
-struct Scale(f64);
-
-impl Scale {
-    /// `channels x width`, rounded, at least 1.
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss
-    )]
-    fn ch(self, channels: usize) -> usize {
-        ((channels as f64 * self.0).round() as usize).max(1)
-    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! expansion 4; v1.5 puts the stride on the 3x3 conv), global average pool, a 1000-way
 //! fully connected layer and softmax cross-entropy. Convolutions have no bias.
 
-use super::{Scale, dotted};
+use super::naming::{Scale, dotted};
 use crate::graph::{Conv, Dims, Graph, LayerError, NodeId, Op, Padding, Pool};
 
 const STAGES: [(usize, usize); 4] = [(64, 3), (128, 4), (256, 6), (512, 3)];

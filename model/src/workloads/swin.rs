@@ -13,7 +13,7 @@
 //! each residual branch (0.1 at most per block in `swin_t`'s linear ramp to 0.2; no matrix
 //! work) and dropout, which `swin_t` sets to 0.
 
-use super::{Scale, dotted};
+use super::naming::{Scale, dotted};
 use crate::graph::{Attention, Conv, Graph, LayerError, NodeId, Op};
 
 const STAGES: [(usize, usize); 4] = [(2, 3), (2, 6), (6, 12), (2, 24)];

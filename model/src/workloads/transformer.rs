@@ -18,7 +18,7 @@
 
 use serde::Deserialize;
 
-use super::dotted;
+use super::naming::dotted;
 use crate::error::{Error, Result};
 use crate::graph::{Attention, ExpertActivation, Graph, LayerError, Moe, NodeId, Op, ScoreMask};
 

@@ -4,7 +4,7 @@
 
 use rayon::prelude::*;
 
-use super::{ConvGeom, offset};
+use super::geom::{ConvGeom, offset};
 
 /// The span `[lo, hi)` of output columns `ow` whose input column
 /// `ow * stride + tap - pad` lies in `[0, wi)`, clipped to `[0, wo)`.

@@ -4,7 +4,7 @@
 
 use rayon::prelude::*;
 
-use super::ConvGeom;
+use super::geom::ConvGeom;
 
 /// The padded grid of one convolution: the input with its padding, enough for every
 /// window, channels-last.

@@ -29,14 +29,15 @@
 //! (PyTorch's), all row-major `f32`.
 
 mod depthwise;
+mod geom;
 mod layout;
 mod lowered;
 mod pointwise;
 mod shifted;
 
-use std::cell::RefCell;
-
 use rayon::prelude::*;
+
+pub(crate) use geom::{ConvGeom, three};
 
 /// Largest share of extra work on padding the shifted path may do (`Hp Wp / (Ho Wo) - 1`);
 /// past it, the lowered path's im2col costs less.
@@ -45,117 +46,11 @@ const MAX_WASTE: f64 = 0.25;
 /// Fewest input channels per group for which backward-data runs as the flipped forward pass.
 const MIN_FLIPPED_CHANNELS: usize = 16;
 
-thread_local! {
-    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Runs `f` on a scratch buffer of `len` elements with unspecified contents. The buffer is
-/// kept per thread between calls, as the frameworks' caching allocators keep theirs, so a
-/// convolution does not pay for fresh pages on every call.
-fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
-    SCRATCH.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut buf) => {
-            if buf.len() < len {
-                buf.resize(len, 0.0);
-            }
-            f(&mut buf[..len])
-        }
-        // Only a nested call finds it taken; it gets a buffer of its own.
-        Err(_) => f(&mut vec![0.0; len]),
-    })
-}
-
-/// The geometry of one convolution, normalised to three spatial dimensions.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ConvGeom {
-    pub(crate) n: usize,
-    pub(crate) c_in: usize,
-    pub(crate) c_out: usize,
-    pub(crate) groups: usize,
-    pub(crate) input: [usize; 3],
-    pub(crate) output: [usize; 3],
-    pub(crate) kernel: [usize; 3],
-    pub(crate) stride: [usize; 3],
-    /// Padding before each dimension (padding after only changes the output size).
-    pub(crate) pad: [usize; 3],
-    pub(crate) dilation: [usize; 3],
-}
-
-/// Pads a 1-, 2- or 3-element list to three, with `fill` in front.
-pub(crate) fn three(v: &[usize], fill: usize) -> [usize; 3] {
-    let mut out = [fill; 3];
-    let start = 3 - v.len().min(3);
-    out[start..].copy_from_slice(&v[v.len().saturating_sub(3)..]);
-    out
-}
-
 impl ConvGeom {
-    /// Input channels per group.
-    pub(crate) fn cin_g(&self) -> usize {
-        self.c_in / self.groups
-    }
-
-    /// Output channels per group.
-    pub(crate) fn cout_g(&self) -> usize {
-        self.c_out / self.groups
-    }
-
-    /// Kernel volume.
-    pub(crate) fn kvol(&self) -> usize {
-        self.kernel.iter().product()
-    }
-
-    /// Rows of the lowered matrix: `C_in / groups x kernel volume`.
-    pub(crate) fn k_rows(&self) -> usize {
-        self.cin_g() * self.kvol()
-    }
-
-    /// Spatial volume of the input.
-    pub(crate) fn in_vol(&self) -> usize {
-        self.input.iter().product()
-    }
-
-    /// Spatial volume of the output.
-    pub(crate) fn out_vol(&self) -> usize {
-        self.output.iter().product()
-    }
-
-    /// Elements of the weight tensor.
-    pub(crate) fn weights(&self) -> usize {
-        self.c_out * self.k_rows()
-    }
-
-    /// Whether this is depthwise (one input and one output channel per group).
-    fn depthwise(&self) -> bool {
-        self.cin_g() == 1 && self.cout_g() == 1 && self.groups > 1
-    }
-
-    /// Whether every stride is 1.
-    fn unit_stride(&self) -> bool {
-        self.stride == [1; 3]
-    }
-
     /// Whether the shifted path runs this convolution: unit strides, and at most
     /// [`MAX_WASTE`] of its work spent on padding.
     fn shifted(&self) -> bool {
         self.unit_stride() && shifted::waste(self) <= MAX_WASTE
-    }
-
-    /// The unit-stride convolution whose forward pass is this one's backward-data pass (for
-    /// unit-stride convolutions whose padding does not exceed the dilated kernel).
-    fn flipped(&self) -> Option<ConvGeom> {
-        let mut pad = [0; 3];
-        for (d, p) in pad.iter_mut().enumerate() {
-            *p = ((self.kernel[d] - 1) * self.dilation[d]).checked_sub(self.pad[d])?;
-        }
-        Some(ConvGeom {
-            c_in: self.c_out,
-            c_out: self.c_in,
-            input: self.output,
-            output: self.input,
-            pad,
-            ..self.clone()
-        })
     }
 
     /// Bytes of scratch memory the passes allocate while they run (the largest of them).
@@ -178,21 +73,6 @@ impl ConvGeom {
             lowered::workspace(self)
         }
     }
-
-    /// Input coordinate along dimension `d` for output coordinate `o` and kernel offset `k`,
-    /// if inside the input.
-    #[inline]
-    fn coord(&self, d: usize, o: usize, k: usize) -> Option<usize> {
-        let i = (o * self.stride[d] + k * self.dilation[d]).checked_sub(self.pad[d])?;
-        (i < self.input[d]).then_some(i)
-    }
-}
-
-/// The kernel offset `(a, b, c)` of flattened kernel index `kk`.
-#[inline]
-fn offset(g: &ConvGeom, kk: usize) -> (usize, usize, usize) {
-    let [_, kh, kw] = g.kernel;
-    (kk / (kh * kw), (kk / kw) % kh, kk % kw)
 }
 
 /// `y = conv(x, w) + bias`.
@@ -312,6 +192,7 @@ fn lane_sum(v: &[f32]) -> f32 {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use super::geom::offset;
     use super::*;
 
     /// Calls `f(o, i, kk)` for every output position, kernel offset and the input position

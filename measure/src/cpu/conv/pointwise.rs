@@ -4,7 +4,7 @@
 //! first gathers the positions it reads into a compact `C x positions` matrix (and scatters
 //! its data gradient back), a copy of the output's size rather than the input's.
 
-use super::{ConvGeom, with_scratch};
+use super::geom::{ConvGeom, with_scratch};
 use crate::cpu::gemm::{View, ViewMut, matmul};
 
 /// Whether `g` is pointwise: every kernel extent 1 and no padding (any stride).

@@ -34,7 +34,9 @@ use cudarc::driver::{
 use ridgeline_model::graph::{Graph, ScoreMask};
 use ridgeline_model::precision::Precision;
 
-use super::{CudaBackend, Timer, call, chosen_notes, compute_type, data_type, fastest_algorithm};
+use super::device::{
+    CudaBackend, Timer, call, chosen_notes, compute_type, data_type, fastest_algorithm,
+};
 use crate::backend::{ConvPass, PassNotes};
 use crate::cuda::cudnn::{
     Buffers, CudnnFailure, Handle, Layer as CudnnLayer, OpBuffers, Pass as CudnnPass,
@@ -341,7 +343,7 @@ impl<'g> GpuExecutor<'g> {
     }
 
     /// Lets cuDNN rank every convolution pass's algorithms on buffers of the layer's sizes,
-    /// keeps the fastest of its first few by `timer` ([`super::fastest_algorithm`]), and
+    /// keeps the fastest of its first few by `timer` ([`super::device::fastest_algorithm`]), and
     /// builds the pooling and batch-norm descriptors.
     fn find_algorithms(&mut self, backend: &CudaBackend, timer: &Timer) -> Result<()> {
         let ordinal = self.ordinal;

@@ -29,6 +29,7 @@
 )]
 mod proto;
 mod sequence;
+mod value;
 
 use std::collections::{HashMap, HashSet};
 
@@ -39,91 +40,11 @@ use crate::error::{Error, Result};
 use crate::graph::{Conv, Dims, Graph, NodeId, Op, PadPairs, Padding, Pool};
 use proto::tensor_shape_proto::dimension::Value as Dim;
 use proto::type_proto::Value as TypeValue;
-use proto::{AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto};
-
-/// A value of the graph: a layer's output, or a constant of known shape (and, for
-/// integer tensors, known values).
-#[derive(Debug, Clone)]
-enum Value {
-    /// The output of layer `NodeId`.
-    Layer(NodeId),
-    /// A constant.
-    Constant {
-        dims: Vec<i64>,
-        ints: Option<Vec<i64>>,
-        /// The value of a floating-point scalar (a scale, an exponent, a shift).
-        scalar: Option<f64>,
-        /// The initializer it is (`Identity`, `Cast` and `Transpose` keep it): a head that
-        /// reads the token table is tied to it.
-        origin: Option<String>,
-    },
-    /// Sequences, the tensors of a transformer ([`sequence`]).
-    Seq(sequence::Seq),
-}
-
-/// ONNX's data types of 32-bit floats and 64-bit integers.
-const FLOAT: i32 = 1;
-const INT64: i32 = 7;
-
-fn constant(t: &TensorProto) -> Value {
-    let ints = (t.data_type == Some(INT64)).then(|| {
-        if t.int64_data.is_empty() {
-            t.raw_data
-                .as_deref()
-                .unwrap_or_default()
-                .chunks_exact(8)
-                .map(|b| i64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
-                .collect()
-        } else {
-            t.int64_data.clone()
-        }
-    });
-    let elements: i64 = t.dims.iter().product();
-    let scalar = (t.data_type == Some(FLOAT) && elements == 1)
-        .then(|| {
-            t.float_data.first().copied().or_else(|| {
-                let b = t.raw_data.as_deref()?.get(..4)?;
-                Some(f32::from_le_bytes(b.try_into().ok()?))
-            })
-        })
-        .flatten()
-        .map(f64::from);
-    Value::Constant {
-        dims: t.dims.clone(),
-        ints,
-        scalar,
-        origin: t.name.clone().filter(|n| !n.is_empty()),
-    }
-}
-
-fn attr<'a>(node: &'a NodeProto, name: &str) -> Option<&'a AttributeProto> {
-    node.attribute
-        .iter()
-        .find(|a| a.name.as_deref() == Some(name))
-}
-
-fn ints(node: &NodeProto, name: &str) -> Option<Vec<i64>> {
-    attr(node, name).map(|a| a.ints.clone())
-}
-
-fn int(node: &NodeProto, name: &str) -> Option<i64> {
-    attr(node, name).and_then(|a| a.i)
-}
-
-fn float(node: &NodeProto, name: &str) -> Option<f32> {
-    attr(node, name).and_then(|a| a.f)
-}
-
-fn text(node: &NodeProto, name: &str) -> Option<String> {
-    attr(node, name).and_then(|a| {
-        a.s.as_ref()
-            .map(|s| String::from_utf8_lossy(s).into_owned())
-    })
-}
-
-fn usizes(v: &[i64]) -> Option<Dims> {
-    v.iter().map(|&x| usize::try_from(x).ok()).collect()
-}
+use proto::{ModelProto, NodeProto};
+use value::{
+    FLOAT, Seq, Table, Value, attr, broadcast, constant, float, int, ints, per_channel,
+    reshape_constant, shifted_products, slice_constant, text, transpose_constant, unique, usizes,
+};
 
 /// Reads an ONNX model (`bytes` of the file `file`) into a graph named `name`.
 pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
@@ -695,7 +616,7 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
             let r = g.layers()[*id].output.rank() as i64 + 1;
             let last: Vec<i64> = std::iter::once(0).chain(2..r).chain([1]).collect();
             if r >= 3 && ints(node, "perm").is_some_and(|p| p == last) {
-                let out = Value::Seq(sequence::Seq::Tokens(*id));
+                let out = Value::Seq(Seq::Tokens(*id));
                 for o in &node.output {
                     values.insert(o.clone(), out.clone());
                 }
@@ -1194,7 +1115,7 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
             .map_err(|m| Error::invalid(file, format!("graph.output `{o}`"), m))?;
         // A classifier's logits (a dense layer's output, as torchvision's models end)
         // too.
-        if let Value::Seq(sequence::Seq::Tokens(id)) | Value::Layer(id) = settled
+        if let Value::Seq(Seq::Tokens(id)) | Value::Layer(id) = settled
             && matches!(g.layers()[id].op, Op::Linear { .. } | Op::Dense { .. })
         {
             let name = unique(&g, &mut names, &format!("{o}_loss"));
@@ -1213,240 +1134,10 @@ pub fn import(bytes: &[u8], file: &str, name: &str) -> Result<Graph> {
     Ok(g)
 }
 
-/// The entries one axis of `n` keeps under ONNX `Slice`'s rules: the first, the step and
-/// how many (nothing is listed, so a constant's shape of any size is followed).
-fn slice_axis(n: i64, start: i64, end: i64, step: i64) -> Option<(i64, i64, i64)> {
-    if step == 0 || n < 0 {
-        return None;
-    }
-    let at = |i: i64| if i < 0 { i.saturating_add(n) } else { i };
-    let (first, end) = if step > 0 {
-        (at(start).clamp(0, n), at(end).clamp(0, n))
-    } else {
-        (at(start).clamp(0, n - 1), at(end).clamp(-1, n - 1))
-    };
-    let span = i128::from(if step > 0 { end - first } else { first - end });
-    let stride = i128::from(step.unsigned_abs());
-    let count = if span <= 0 {
-        0
-    } else {
-        (span - 1) / stride + 1
-    };
-    Some((first, step, i64::try_from(count).ok()?))
-}
-
-/// The number of entries of a tensor of `dims`, where it fits.
-fn entries(dims: &[i64]) -> Option<i64> {
-    dims.iter()
-        .try_fold(1i64, |acc, &d| acc.checked_mul(d).filter(|_| d >= 0))
-}
-
-/// ONNX `Slice` of a constant of `dims` (and its integer values, where known).
-fn slice_constant(
-    dims: &[i64],
-    ints: Option<&[i64]>,
-    starts: &[i64],
-    ends: &[i64],
-    axes: Option<Vec<i64>>,
-    steps: Option<Vec<i64>>,
-) -> Option<(Vec<i64>, Option<Vec<i64>>)> {
-    let rank = dims.len() as i64;
-    let axes = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
-    let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
-    if starts.len() != ends.len() || axes.len() != starts.len() || steps.len() != starts.len() {
-        return None;
-    }
-    let mut kept: Vec<(i64, i64, i64)> = dims.iter().map(|&n| (0, 1, n)).collect();
-    for (k, &a) in axes.iter().enumerate() {
-        let a = usize::try_from(if a < 0 { a + rank } else { a }).ok()?;
-        kept[a] = slice_axis(*dims.get(a)?, starts[k], ends[k], steps[k])?;
-    }
-    let out: Vec<i64> = kept.iter().map(|k| k.2).collect();
-    // Values only of a tensor that holds them (its entries are in memory already).
-    let values = ints
-        .filter(|v| entries(dims) == Some(v.len() as i64))
-        .map(|v| {
-            let picked: Vec<Vec<i64>> = kept
-                .iter()
-                .map(|&(first, step, count)| (0..count).map(|i| first + i * step).collect())
-                .collect();
-            gather_ints(dims, v, &picked)
-        });
-    Some((out, values))
-}
-
-/// The entries of `v` (of shape `dims`, row-major) at every combination of `picked`'s
-/// indices per axis, row-major.
-fn gather_ints(dims: &[i64], v: &[i64], picked: &[Vec<i64>]) -> Vec<i64> {
-    let mut out = vec![0usize];
-    for (axis, p) in picked.iter().enumerate() {
-        let stride: i64 = dims[axis + 1..].iter().product();
-        out = out
-            .iter()
-            .flat_map(|&base| p.iter().map(move |&i| base + (i * stride) as usize))
-            .collect();
-    }
-    out.into_iter().map(|i| v[i]).collect()
-}
-
-/// ONNX `Transpose` of a constant of `dims` by `perm` (and its integer values, where known).
-fn transpose_constant(
-    dims: &[i64],
-    ints: Option<&[i64]>,
-    perm: &[i64],
-) -> Option<(Vec<i64>, Option<Vec<i64>>)> {
-    let perm: Vec<usize> = perm
-        .iter()
-        .map(|&p| usize::try_from(p).ok())
-        .collect::<Option<_>>()?;
-    let out: Vec<i64> = perm
-        .iter()
-        .map(|&p| dims.get(p).copied().unwrap_or(1))
-        .collect();
-    let values = ints
-        .filter(|v| v.len() as i64 == dims.iter().product::<i64>() && perm.len() == dims.len())
-        .map(|v| {
-            let strides: Vec<i64> = (0..dims.len())
-                .map(|a| dims[a + 1..].iter().product())
-                .collect();
-            let mut idx = vec![0usize];
-            for &p in &perm {
-                let (n, stride) = (dims[p], strides[p]);
-                idx = idx
-                    .iter()
-                    .flat_map(|&base| (0..n).map(move |i| base + (i * stride) as usize))
-                    .collect();
-            }
-            idx.into_iter().map(|i| v[i]).collect()
-        });
-    Some((out, values))
-}
-
-/// A token table a `Gather` looked up: its initializer, rows (vocabulary) and features.
-#[derive(Debug, Clone)]
-struct Table {
-    origin: Option<String>,
-    rows: usize,
-    features: usize,
-}
-
-/// The shape two shapes broadcast to (numpy's rule: aligned on the right, each dimension
-/// the larger).
-fn broadcast(a: &[i64], b: &[i64]) -> Vec<i64> {
-    let n = a.len().max(b.len());
-    let at = |d: &[i64], i: usize| {
-        (i + d.len())
-            .checked_sub(n)
-            .and_then(|j| d.get(j))
-            .copied()
-            .unwrap_or(1)
-    };
-    (0..n).map(|i| at(a, i).max(at(b, i))).collect()
-}
-
-/// `label`, or `label#n` where a layer has it.
-fn unique(g: &Graph, names: &mut HashMap<String, usize>, label: &str) -> String {
-    let n = names.entry(label.to_owned()).or_insert(0);
-    let name = if *n > 0 || g.find(label).is_some() {
-        format!("{label}#{n}")
-    } else {
-        label.to_owned()
-    };
-    *n += 1;
-    name
-}
-
-/// Whether a constant of shape `c` holds one value per channel of an activation of
-/// per-sample shape `x` (`[C, 1, ...]` or `[1, C, 1, ...]`, as broadcasting reads it).
-fn per_channel(c: &[i64], x: &[usize]) -> bool {
-    let channels = x.first().copied().unwrap_or(0) as i64;
-    let trimmed: Vec<i64> = c
-        .iter()
-        .copied()
-        .skip_while(|&d| d == 1 && c.len() > x.len())
-        .collect();
-    match trimmed.as_slice() {
-        [first, rest @ ..] => {
-            *first == channels && rest.iter().all(|&d| d == 1) && rest.len() < x.len()
-        }
-        [] => false,
-    }
-}
-
-/// The dims of a shape operation on a constant of `dims`.
-/// The outputs of `Mul` nodes that an `Add` of a constant reads (a per-channel scale with a
-/// shift after it: a channel affine, as Caffe2 writes a batch norm folded for inference).
-fn shifted_products(graph: &GraphProto) -> HashSet<String> {
-    let mut constant: std::collections::HashSet<&str> = graph
-        .initializer
-        .iter()
-        .filter_map(|t| t.name.as_deref())
-        .collect();
-    let mut products = std::collections::HashSet::new();
-    for n in &graph.node {
-        let op = n.op_type.as_deref().unwrap_or_default();
-        let all_constant = n.input.iter().all(|i| constant.contains(i.as_str()));
-        if matches!(op, "Constant" | "ConstantOfShape") || all_constant {
-            constant.extend(n.output.iter().map(String::as_str));
-        }
-        if op == "Mul" {
-            products.extend(n.output.iter().map(String::as_str));
-        }
-    }
-    let mut out = std::collections::HashSet::new();
-    for n in &graph.node {
-        if n.op_type.as_deref() == Some("Add") && n.input.len() == 2 {
-            let (a, b) = (n.input[0].as_str(), n.input[1].as_str());
-            for (x, c) in [(a, b), (b, a)] {
-                if products.contains(x) && constant.contains(c) {
-                    out.insert(x.to_owned());
-                }
-            }
-        }
-    }
-    out
-}
-
-fn reshape_constant(node: &NodeProto, op: &str, dims: &[i64], second: Option<&Value>) -> Vec<i64> {
-    let axes = ints(node, "axes").or_else(|| match second {
-        Some(Value::Constant { ints: Some(a), .. }) => Some(a.clone()),
-        _ => None,
-    });
-    match op {
-        "Unsqueeze" => {
-            let mut out = dims.to_vec();
-            let mut axes = axes.unwrap_or_default();
-            let rank = (dims.len() + axes.len()) as i64;
-            for a in &mut axes {
-                if *a < 0 {
-                    *a += rank;
-                }
-            }
-            axes.sort_unstable();
-            for a in axes {
-                let at = usize::try_from(a).unwrap_or(0).min(out.len());
-                out.insert(at, 1);
-            }
-            out
-        }
-        "Squeeze" => dims.iter().copied().filter(|&d| d != 1).collect(),
-        "Flatten" => vec![dims.iter().product()],
-        // Reshape: the target shape where it is known.
-        _ => match second {
-            Some(Value::Constant { ints: Some(s), .. }) => {
-                let total: i64 = dims.iter().product();
-                let known: i64 = s.iter().filter(|&&d| d > 0).product();
-                s.iter()
-                    .map(|&d| if d == -1 { total / known.max(1) } else { d })
-                    .collect()
-            }
-            _ => dims.to_vec(),
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::proto::AttributeProto;
+    use super::value::slice_axis;
     use super::*;
     use crate::cost::cost;
     use crate::graph::ScoreMask;

@@ -26,18 +26,14 @@ use std::time::Duration;
 
 use cudarc::cublas::{self};
 use cudarc::driver::{
-    self, CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut,
-    LaunchConfig, PushKernelArg,
+    self, CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
 };
 use serde_json::Value;
 
-use super::cudnn::{
-    Buffers, CudnnFailure, NO_ALGORITHM, Pass as CudnnPass,
-    WORKSPACE_LIMIT,
-};
+use super::cudnn::{Buffers, CudnnFailure, NO_ALGORITHM, Pass as CudnnPass, WORKSPACE_LIMIT};
 use super::plan::{
-    Compute, ConvGeometry, ConvPlan, Element, GemmPlan, STREAM_BLOCK, elements, elementwise_kernel, op_storage,
-    shaped_kernel, spatial_kernel, stream_function, stream_grid,
+    Compute, ConvGeometry, ConvPlan, Element, GemmPlan, STREAM_BLOCK, elements, elementwise_kernel,
+    op_storage, shaped_kernel, spatial_kernel, stream_function, stream_grid,
 };
 use crate::backend::{
     Backend, ConvCase, ConvPass, CopyCase, CopyDirection, GemmCase, HostMemory, OpCase, Pass,

@@ -20,7 +20,6 @@ mod resnet;
 mod swin;
 pub mod transformer;
 
-
 use crate::error::{Error, Result};
 use crate::graph::{Graph, LayerError};
 use naming::Scale;

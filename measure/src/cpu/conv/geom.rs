@@ -92,7 +92,6 @@ impl ConvGeom {
         self.stride == [1; 3]
     }
 
-
     /// The unit-stride convolution whose forward pass is this one's backward-data pass (for
     /// unit-stride convolutions whose padding does not exceed the dilated kernel).
     pub(super) fn flipped(&self) -> Option<ConvGeom> {
@@ -109,7 +108,6 @@ impl ConvGeom {
             ..self.clone()
         })
     }
-
 
     /// Input coordinate along dimension `d` for output coordinate `o` and kernel offset `k`,
     /// if inside the input.

@@ -8,10 +8,10 @@
 use rayon::prelude::*;
 
 use super::super::gemm::{View, ViewMut, matmul};
+use super::geom::{ConvGeom, with_scratch};
 use super::layout::{
     Grid, Taps, gather_tile, pack, rearrange, restore, scatter_tile, taps, unpack_add,
 };
-use super::geom::{ConvGeom, with_scratch};
 
 /// Bytes of lowered tile per GEMM.
 const TILE_BYTES: usize = 4 << 20;

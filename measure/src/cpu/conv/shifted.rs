@@ -11,8 +11,8 @@
 use rayon::prelude::*;
 
 use super::super::gemm::{View, ViewMut, matmul};
-use super::layout::{Grid, gather_tile, pack, rearrange, restore, scatter_tile, taps};
 use super::geom::{ConvGeom, with_scratch};
+use super::layout::{Grid, gather_tile, pack, rearrange, restore, scatter_tile, taps};
 
 /// Bytes of output tile per GEMM: small enough to stay in L2 across the taps.
 const TILE_BYTES: usize = 512 << 10;

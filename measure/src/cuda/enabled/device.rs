@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use cudarc::cublas::{self, CudaBlas};
 use cudarc::driver::{
-    self, CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtrMut,
-    LaunchConfig, PushKernelArg,
+    self, CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtrMut, LaunchConfig,
+    PushKernelArg,
 };
 use cudarc::nvrtc;
 use ridgeline_model::graph::Op;
@@ -23,14 +23,11 @@ use super::super::cudnn::{
 };
 use super::super::layers::{EXEC_KERNELS, EXEC_SOURCE};
 use super::super::plan::{
-    Compute, Element, OP_KERNELS, OPS_SOURCE, PoolGeometry,
-    SHAPED_KERNELS, SHAPED_SOURCE, SPATIAL_KERNELS, SPATIAL_SOURCE, STREAM_BLOCK, STREAM_SOURCE,
-    ShapedLaunch, SpatialLaunch, elements, op_storage, shaped_float_pointers, stream_function, stream_grid, typed_source,
+    Compute, Element, OP_KERNELS, OPS_SOURCE, PoolGeometry, SHAPED_KERNELS, SHAPED_SOURCE,
+    SPATIAL_KERNELS, SPATIAL_SOURCE, STREAM_BLOCK, STREAM_SOURCE, ShapedLaunch, SpatialLaunch,
+    elements, op_storage, shaped_float_pointers, stream_function, stream_grid, typed_source,
 };
-use crate::backend::{
-    Backend, OpCase, Pass,
-    StreamKernel,
-};
+use crate::backend::{Backend, OpCase, Pass, StreamKernel};
 use crate::error::{Error, Result};
 use crate::protocol::{Protocol, median};
 use crate::record::GpuEnv;
@@ -54,7 +51,8 @@ extern "C" __global__ void ridgeline_spin(unsigned long long ns) {
 pub(super) const SPIN_KERNEL: &str = "ridgeline_spin";
 
 /// The shortest and longest spins a [`Timer`] queues its calls behind.
-pub(super) const SPIN_RANGE: (Duration, Duration) = (Duration::from_micros(20), Duration::from_millis(200));
+pub(super) const SPIN_RANGE: (Duration, Duration) =
+    (Duration::from_micros(20), Duration::from_millis(200));
 
 /// The scalar of STREAM's scale and triad.
 pub(super) const STREAM_Q: f64 = 3.0;

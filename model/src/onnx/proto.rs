@@ -9,7 +9,7 @@
 /// An AttributeProto MUST contain the name field, and *only one* of the
 /// following content fields, effectively enforcing a C/C++ union equivalent.
 #[derive(Clone, PartialEq, ::prost::Message)]
-pub struct AttributeProto {
+pub(super) struct AttributeProto {
     /// The name field MUST be present for this version of the IR.
     ///
     /// namespace Attribute
@@ -83,7 +83,7 @@ pub struct AttributeProto {
     pub type_protos: ::prost::alloc::vec::Vec<TypeProto>,
 }
 /// Nested message and enum types in `AttributeProto`.
-pub mod attribute_proto {
+pub(super) mod attribute_proto {
     /// Note: this enum is structurally identical to the OpSchema::AttrType
     /// enum defined in schema.h.  If you rev one, you likely need to rev the other.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
@@ -155,7 +155,7 @@ pub mod attribute_proto {
 /// Defines information on value, including the name, the type, and
 /// the shape of the value.
 #[derive(Clone, PartialEq, ::prost::Message)]
-pub struct ValueInfoProto {
+pub(super) struct ValueInfoProto {
     /// This field MUST be present in this version of the IR.
     ///
     /// namespace Value
@@ -180,7 +180,7 @@ pub struct ValueInfoProto {
 /// For example, it can be a node of type "Conv" that takes in an image, a filter
 /// tensor and a bias tensor, and produces the convolved output.
 #[derive(Clone, PartialEq, ::prost::Message)]
-pub struct NodeProto {
+pub(super) struct NodeProto {
     /// namespace Value
     #[prost(string, repeated, tag = "1")]
     pub input: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
@@ -222,7 +222,7 @@ pub struct NodeProto {
 /// IntIntListEntryProto follows the pattern for cross-proto-version maps.
 /// See <https://developers.google.com/protocol-buffers/docs/proto3#maps>
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
-pub struct IntIntListEntryProto {
+pub(super) struct IntIntListEntryProto {
     #[prost(int64, optional, tag = "1")]
     pub key: ::core::option::Option<i64>,
     #[prost(int64, repeated, packed = "false", tag = "2")]
@@ -230,7 +230,7 @@ pub struct IntIntListEntryProto {
 }
 /// Multi-device configuration proto for NodeProto.
 #[derive(Clone, PartialEq, ::prost::Message)]
-pub struct NodeDeviceConfigurationProto {
+pub(super) struct NodeDeviceConfigurationProto {
     /// This field MUST be present for this version of the IR.
     /// ID of the configuration. MUST match the name of a DeviceConfigurationProto.
     #[prost(string, optional, tag = "1")]
@@ -245,7 +245,7 @@ pub struct NodeDeviceConfigurationProto {
 /// ShardingSpecProto: This describes the sharding spec for a specific
 /// input or output tensor of a node.
 #[derive(Clone, PartialEq, ::prost::Message)]
-pub struct ShardingSpecProto {
+pub(super) struct ShardingSpecProto {
     /// This field MUST be present for this version of the IR.
     /// Identifies the input or output of the node that is being sharded.
     /// Required to match a name specified in the node's input or output list of ValueInfoProtos.
@@ -272,7 +272,7 @@ pub struct ShardingSpecProto {
 /// ShardedDimProto: This describes the sharding spec for a single
 /// axis of a sharded tensor.
 #[derive(Clone, PartialEq, ::prost::Message)]
-pub struct ShardedDimProto {
+pub(super) struct ShardedDimProto {
     /// This field MUST be present for this version of the IR.
     /// The axis this sharding corresponds to. Must be in the range of
     /// \[-r, r - 1\], where r is the rank of the tensor. Negative axis values means
@@ -289,7 +289,7 @@ pub struct ShardedDimProto {
 /// SimpleShardedDimProto: Indicates that N blocks are divided into M shards.
 /// N is allowed to be symbolic where M is required to be a constant.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
-pub struct SimpleShardedDimProto {
+pub(super) struct SimpleShardedDimProto {
     /// This field MUST be present for this version of the IR.
     /// Number of shards to split dim into.
     #[prost(int64, optional, tag = "3")]
@@ -299,10 +299,10 @@ pub struct SimpleShardedDimProto {
     pub dim: ::core::option::Option<simple_sharded_dim_proto::Dim>,
 }
 /// Nested message and enum types in `SimpleShardedDimProto`.
-pub mod simple_sharded_dim_proto {
+pub(super) mod simple_sharded_dim_proto {
     /// Dimension value to be sharded.
     #[derive(Clone, PartialEq, Eq, Hash, ::prost::Oneof)]
-    pub enum Dim {
+    pub(crate) enum Dim {
         #[prost(int64, tag = "1")]
         DimValue(i64),
         #[prost(string, tag = "2")]
@@ -329,7 +329,7 @@ pub mod simple_sharded_dim_proto {
 /// consecutive update steps (such as block coordinate descent methods),
 /// the user needs to create a TrainingInfoProto for each step.
 #[derive(Clone, PartialEq, ::prost::Message)]
-pub struct TrainingInfoProto {
+pub(super) struct TrainingInfoProto {
     /// This field describes a graph to compute the initial tensors
     /// upon starting the training process. Initialization graph has no input
     /// and can have multiple outputs. Usually, trainable tensors in neural
@@ -435,7 +435,7 @@ pub struct TrainingInfoProto {
 ///
 /// The semantics of the model are described by the associated GraphProto's.
 #[derive(Clone, PartialEq, ::prost::Message)]
-pub struct ModelProto {
+pub(super) struct ModelProto {
     /// The version of the IR this model targets. See Version enum above.
     /// This field MUST be present.
     #[prost(int64, optional, tag = "1")]
@@ -516,7 +516,7 @@ pub struct ModelProto {
 }
 /// DeviceConfigurationProto describes a multi-device configuration for a model.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
-pub struct DeviceConfigurationProto {
+pub(super) struct DeviceConfigurationProto {
     /// This field MUST be present for this version of the IR.
     /// Name of the configuration.
     #[prost(string, optional, tag = "1")]
@@ -532,14 +532,14 @@ pub struct DeviceConfigurationProto {
 /// StringStringEntryProto follows the pattern for cross-proto-version maps.
 /// See <https://developers.google.com/protocol-buffers/docs/proto3#maps>
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
-pub struct StringStringEntryProto {
+pub(super) struct StringStringEntryProto {
     #[prost(string, optional, tag = "1")]
     pub key: ::core::option::Option<::prost::alloc::string::String>,
     #[prost(string, optional, tag = "2")]
     pub value: ::core::option::Option<::prost::alloc::string::String>,
 }
 #[derive(Clone, PartialEq, ::prost::Message)]
-pub struct TensorAnnotation {
+pub(super) struct TensorAnnotation {
     #[prost(string, optional, tag = "1")]
     pub tensor_name: ::core::option::Option<::prost::alloc::string::String>,
     /// <key, value> pairs to annotate tensor specified by <tensor_name> above.
@@ -556,7 +556,7 @@ pub struct TensorAnnotation {
 /// This is the equivalent of the "network" or "graph" in many deep learning
 /// frameworks.
 #[derive(Clone, PartialEq, ::prost::Message)]
-pub struct GraphProto {
+pub(super) struct GraphProto {
     /// The nodes in the graph, sorted topologically.
     #[prost(message, repeated, tag = "1")]
     pub node: ::prost::alloc::vec::Vec<NodeProto>,
@@ -600,7 +600,7 @@ pub struct GraphProto {
 ///
 /// A serialized tensor value.
 #[derive(Clone, PartialEq, ::prost::Message)]
-pub struct TensorProto {
+pub(super) struct TensorProto {
     /// The shape of the tensor.
     #[prost(int64, repeated, packed = "false", tag = "1")]
     pub dims: ::prost::alloc::vec::Vec<i64>,
@@ -720,12 +720,12 @@ pub struct TensorProto {
     pub metadata_props: ::prost::alloc::vec::Vec<StringStringEntryProto>,
 }
 /// Nested message and enum types in `TensorProto`.
-pub mod tensor_proto {
+pub(super) mod tensor_proto {
     /// For very large tensors, we may want to store them in chunks, in which
     /// case the following fields will specify the segment that is stored in
     /// the current TensorProto.
     #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
-    pub struct Segment {
+    pub(crate) struct Segment {
         #[prost(int64, optional, tag = "1")]
         pub begin: ::core::option::Option<i64>,
         #[prost(int64, optional, tag = "2")]
@@ -913,7 +913,7 @@ pub mod tensor_proto {
 }
 /// A serialized sparse-tensor value
 #[derive(Clone, PartialEq, ::prost::Message)]
-pub struct SparseTensorProto {
+pub(super) struct SparseTensorProto {
     /// The sequence of non-default values are encoded as a tensor of shape \[NNZ\].
     /// The default-value is zero for numeric tensors, and empty-string for string tensors.
     /// values must have a non-empty name present which serves as a name for SparseTensorProto
@@ -940,14 +940,14 @@ pub struct SparseTensorProto {
 /// or a symbolic variable. A symbolic variable represents an unknown
 /// dimension.
 #[derive(Clone, PartialEq, ::prost::Message)]
-pub struct TensorShapeProto {
+pub(super) struct TensorShapeProto {
     #[prost(message, repeated, tag = "1")]
     pub dim: ::prost::alloc::vec::Vec<tensor_shape_proto::Dimension>,
 }
 /// Nested message and enum types in `TensorShapeProto`.
-pub mod tensor_shape_proto {
+pub(super) mod tensor_shape_proto {
     #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
-    pub struct Dimension {
+    pub(crate) struct Dimension {
         /// Standard denotation can optionally be used to denote tensor
         /// dimensions with standard semantic descriptions to ensure
         /// that operations are applied to the correct axis of a tensor.
@@ -959,9 +959,9 @@ pub mod tensor_shape_proto {
         pub value: ::core::option::Option<dimension::Value>,
     }
     /// Nested message and enum types in `Dimension`.
-    pub mod dimension {
+    pub(crate) mod dimension {
         #[derive(Clone, PartialEq, Eq, Hash, ::prost::Oneof)]
-        pub enum Value {
+        pub(crate) enum Value {
             #[prost(int64, tag = "1")]
             DimValue(i64),
             /// namespace Shape
@@ -974,7 +974,7 @@ pub mod tensor_shape_proto {
 ///
 /// The standard ONNX data types.
 #[derive(Clone, PartialEq, ::prost::Message)]
-pub struct TypeProto {
+pub(super) struct TypeProto {
     /// An optional denotation can be used to denote the whole
     /// type with a standard semantic description as to what is
     /// stored inside. Refer to <https://github.com/onnx/onnx/blob/main/docs/TypeDenotation.md#type-denotation-definition>
@@ -985,9 +985,9 @@ pub struct TypeProto {
     pub value: ::core::option::Option<type_proto::Value>,
 }
 /// Nested message and enum types in `TypeProto`.
-pub mod type_proto {
+pub(super) mod type_proto {
     #[derive(Clone, PartialEq, ::prost::Message)]
-    pub struct Tensor {
+    pub(crate) struct Tensor {
         /// This field MUST NOT have the value of UNDEFINED
         /// This field MUST have a valid TensorProto.DataType value
         /// This field MUST be present for this version of the IR.
@@ -998,7 +998,7 @@ pub mod type_proto {
     }
     /// repeated T
     #[derive(Clone, PartialEq, ::prost::Message)]
-    pub struct Sequence {
+    pub(crate) struct Sequence {
         /// The type and optional shape of each element of the sequence.
         /// This field MUST be present for this version of the IR.
         #[prost(message, optional, boxed, tag = "1")]
@@ -1006,7 +1006,7 @@ pub mod type_proto {
     }
     /// map<K,V>
     #[derive(Clone, PartialEq, ::prost::Message)]
-    pub struct Map {
+    pub(crate) struct Map {
         /// This field MUST have a valid TensorProto.DataType value
         /// This field MUST be present for this version of the IR.
         /// This field MUST refer to an integral type (\[U\]INT{8|16|32|64}) or STRING
@@ -1018,7 +1018,7 @@ pub mod type_proto {
     }
     /// wrapper for Tensor, Sequence, or Map
     #[derive(Clone, PartialEq, ::prost::Message)]
-    pub struct Optional {
+    pub(crate) struct Optional {
         /// The type and optional shape of the element wrapped.
         /// This field MUST be present for this version of the IR.
         /// Possible values correspond to OptionalProto.DataType enum
@@ -1026,7 +1026,7 @@ pub mod type_proto {
         pub elem_type: ::core::option::Option<::prost::alloc::boxed::Box<super::TypeProto>>,
     }
     #[derive(Clone, PartialEq, ::prost::Message)]
-    pub struct SparseTensor {
+    pub(crate) struct SparseTensor {
         /// This field MUST NOT have the value of UNDEFINED
         /// This field MUST have a valid TensorProto.DataType value
         /// This field MUST be present for this version of the IR.
@@ -1036,7 +1036,7 @@ pub mod type_proto {
         pub shape: ::core::option::Option<super::TensorShapeProto>,
     }
     #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
-    pub struct Opaque {
+    pub(crate) struct Opaque {
         /// When missing, the domain is the same as the model's.
         #[prost(string, optional, tag = "1")]
         pub domain: ::core::option::Option<::prost::alloc::string::String>,
@@ -1045,7 +1045,7 @@ pub mod type_proto {
         pub name: ::core::option::Option<::prost::alloc::string::String>,
     }
     #[derive(Clone, PartialEq, ::prost::Oneof)]
-    pub enum Value {
+    pub(crate) enum Value {
         /// The type of a tensor.
         #[prost(message, tag = "1")]
         TensorType(Tensor),
@@ -1069,7 +1069,7 @@ pub mod type_proto {
 ///
 /// OperatorSets are uniquely identified by a (domain, opset_version) pair.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
-pub struct OperatorSetIdProto {
+pub(super) struct OperatorSetIdProto {
     /// The domain of the operator set being identified.
     /// The empty string ("") or absence of this field implies the operator
     /// set that is defined as part of the ONNX specification.
@@ -1082,7 +1082,7 @@ pub struct OperatorSetIdProto {
     pub version: ::core::option::Option<i64>,
 }
 #[derive(Clone, PartialEq, ::prost::Message)]
-pub struct FunctionProto {
+pub(super) struct FunctionProto {
     /// The name of the function, similar to op_type in NodeProto.
     /// This is part of the unique-id (domain, name, overload) of FunctionProtos in a model.
     #[prost(string, optional, tag = "1")]

@@ -5,6 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::proto::{AttributeProto, GraphProto, NodeProto, TensorProto};
+use crate::error::{Error, Result};
 use crate::graph::{Dims, Graph, NodeId, ScoreMask};
 
 /// A value of the graph: a layer's output, or a constant of known shape (and, for
@@ -484,5 +485,60 @@ impl Default for How {
             dropout: 0.0,
             scale_queries: false,
         }
+    }
+}
+
+/// The graph's values so far, by name.
+pub(super) type Values = HashMap<String, Value>;
+
+/// The layer whose output `v` is, if it is one.
+pub(super) fn value_layer(v: &Value) -> Option<NodeId> {
+    match v {
+        Value::Layer(id) => Some(*id),
+        _ => None,
+    }
+}
+
+/// The shape of constant `v`, if it is one.
+pub(super) fn value_dims(v: &Value) -> Option<Vec<i64>> {
+    match v {
+        Value::Constant { dims, .. } => Some(dims.clone()),
+        _ => None,
+    }
+}
+
+/// The node being imported: its proto, operator and label, and where it is in the file.
+pub(super) struct Node<'a> {
+    /// The node (inputs in the order the importer reads them).
+    pub(super) proto: &'a NodeProto,
+    /// Its operator.
+    pub(super) op: String,
+    /// Its name, or its first output's where it has none.
+    pub(super) label: String,
+    /// `FILE, node INDEX`.
+    pub(super) location: String,
+}
+
+impl Node<'_> {
+    /// The error of this node: `message` after its operator.
+    pub(super) fn fail(&self, message: String) -> Error {
+        Error::Layer {
+            location: self.location.clone(),
+            layer: self.label.clone(),
+            message: format!("op `{}`: {message}", self.op),
+        }
+    }
+
+    /// Input `i`'s value among `values`; an error naming it where no node before produced it.
+    pub(super) fn get<'v>(&self, values: &'v Values, i: usize) -> Result<&'v Value> {
+        let name = self
+            .proto
+            .input
+            .get(i)
+            .map(String::as_str)
+            .unwrap_or_default();
+        values
+            .get(name)
+            .ok_or_else(|| self.fail(format!("input `{name}` is not produced before this node")))
     }
 }

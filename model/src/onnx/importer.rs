@@ -9,7 +9,7 @@ use super::sequence;
 use super::state::State;
 use super::value::{Node, Seq, Value, ints, unique, value_layer};
 use crate::error::{Error, Result};
-use crate::graph::{Graph, Op};
+use crate::graph::{Graph, NodeId, Op};
 
 /// Reads node `index` of the graph into `s`.
 pub(super) fn node(s: &mut State<'_>, index: usize, node: &NodeProto) -> Result<()> {
@@ -134,60 +134,7 @@ pub(super) fn node(s: &mut State<'_>, index: usize, node: &NodeProto) -> Result<
     }
     // A channel shuffle, in its three nodes.
     if let Some(&(id, groups, transposed)) = node.input.first().and_then(|i| s.shuffles.get(i)) {
-        let c = s.g.layers()[id].output.channels();
-        match op.as_str() {
-            "Transpose" if !transposed => {
-                let perm = ints(node, "perm").unwrap_or_default();
-                let rank = perm.len();
-                let swapped = rank >= 3
-                    && perm[0] == 0
-                    && perm[1] == 2
-                    && perm[2] == 1
-                    && perm[3..]
-                        .iter()
-                        .enumerate()
-                        .all(|(i, &p)| p == i as i64 + 3);
-                if !swapped {
-                    return Err(fail(format!(
-                        "perm {perm:?} of channels in groups: only their transposition \
-                         (a channel shuffle) is imported"
-                    )));
-                }
-                for o in &node.output {
-                    s.shuffles.insert(o.clone(), (id, groups, true));
-                }
-                return Ok(());
-            }
-            "Reshape" if transposed => {
-                let back = match get(1)? {
-                    Value::Constant { ints: Some(s), .. } => s.clone(),
-                    _ => return Err(fail("its shape is not a constant".into())),
-                };
-                let mut want = vec![1i64];
-                want.extend(s.g.layers()[id].output.dims().iter().map(|&d| d as i64));
-                if back.len() != want.len()
-                    || back.iter().zip(&want).any(|(&b, &w)| b != w && b != -1)
-                {
-                    return Err(fail(format!(
-                        "to {back:?}: a channel shuffle reshapes back to {want:?}"
-                    )));
-                }
-                let name = unique(&s.g, &mut s.names, &label);
-                let new =
-                    s.g.push(name, Op::ChannelShuffle { groups }, &[id])
-                        .map_err(|e| fail(e.message))?;
-                for o in &node.output {
-                    s.values.insert(o.clone(), Value::Layer(new));
-                }
-                return Ok(());
-            }
-            _ => {
-                return Err(fail(format!(
-                    "reads {c} channels viewed as {groups} groups: only a channel shuffle \
-                     (their transposition, reshaped back) is imported"
-                )));
-            }
-        }
+        return shuffle_step(s, &n, id, groups, transposed);
     }
     let x = get(0)?.clone();
     let Some(xid) = value_layer(&x) else {
@@ -208,6 +155,71 @@ pub(super) fn node(s: &mut State<'_>, index: usize, node: &NodeProto) -> Result<
         s.values.insert(o.clone(), Value::Layer(id));
     }
     Ok(())
+}
+
+/// The next node of a channel shuffle of layer `id` in `groups` (the groups' axes already
+/// `transposed` or not): the transposition, or the reshape back that makes the layer.
+fn shuffle_step(
+    s: &mut State<'_>,
+    n: &Node<'_>,
+    id: NodeId,
+    groups: usize,
+    transposed: bool,
+) -> Result<()> {
+    let (node, op, label) = (n.proto, n.op.as_str(), n.label.as_str());
+    let fail = |m: String| n.fail(m);
+    let get = |i: usize| n.get(&s.values, i);
+    let c = s.g.layers()[id].output.channels();
+    match op {
+        "Transpose" if !transposed => {
+            let perm = ints(node, "perm").unwrap_or_default();
+            let rank = perm.len();
+            let swapped = rank >= 3
+                && perm[0] == 0
+                && perm[1] == 2
+                && perm[2] == 1
+                && perm[3..]
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &p)| p == i as i64 + 3);
+            if !swapped {
+                return Err(fail(format!(
+                    "perm {perm:?} of channels in groups: only their transposition \
+                     (a channel shuffle) is imported"
+                )));
+            }
+            for o in &node.output {
+                s.shuffles.insert(o.clone(), (id, groups, true));
+            }
+            Ok(())
+        }
+        "Reshape" if transposed => {
+            let back = match get(1)? {
+                Value::Constant { ints: Some(s), .. } => s.clone(),
+                _ => return Err(fail("its shape is not a constant".into())),
+            };
+            let mut want = vec![1i64];
+            want.extend(s.g.layers()[id].output.dims().iter().map(|&d| d as i64));
+            if back.len() != want.len() || back.iter().zip(&want).any(|(&b, &w)| b != w && b != -1)
+            {
+                return Err(fail(format!(
+                    "to {back:?}: a channel shuffle reshapes back to {want:?}"
+                )));
+            }
+            let name = unique(&s.g, &mut s.names, label);
+            let new =
+                s.g.push(name, Op::ChannelShuffle { groups }, &[id])
+                    .map_err(|e| fail(e.message))?;
+            for o in &node.output {
+                s.values.insert(o.clone(), Value::Layer(new));
+            }
+            Ok(())
+        }
+        _ => Err(fail(format!(
+            "reads {c} channels viewed as {groups} groups: only a channel shuffle \
+                 (their transposition, reshaped back) is imported"
+        ))),
+    }
 }
 
 /// The graph once every node is read: its outputs settled, and a classifier's or language

@@ -179,3 +179,126 @@ fn the_command_line_reference_is_the_binarys() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Paths that comments cite in other repositories, each named beside it: NCCL's tuning
+/// model (NVIDIA/nccl) and NeuSight's measured kernels (trsharm25/NeuSight).
+const ELSEWHERE: [&str; 2] = [
+    "src/graph/tuning.cc",
+    "scripts/asplos/data/dataset/train/collect",
+];
+
+/// The repository's paths a comment line cites: tokens that begin with a top-level folder
+/// (`docs/...`, `data/...`) or name a capitalised Markdown file (`ARCHITECTURE.md`);
+/// placeholders (`NAME`, `<op>`) and globs end a token.
+fn cited(line: &str) -> Vec<String> {
+    const TOP: [&str; 10] = [
+        "docs/",
+        "data/",
+        "scripts/",
+        "tests/",
+        "model/",
+        "measure/",
+        "calibrate/",
+        "reports/",
+        "app/",
+        "src/",
+    ];
+    let mut out = Vec::new();
+    let token_char = |c: char| c.is_alphanumeric() || "_./-".contains(c);
+    let chars: Vec<(usize, char)> = line.char_indices().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let (at, c) = chars[i];
+        let starts = !line[..at].chars().next_back().is_some_and(token_char) && token_char(c);
+        if !starts {
+            i += 1;
+            continue;
+        }
+        let end = line[at..]
+            .find(|c: char| !token_char(c))
+            .map_or(line.len(), |e| at + e);
+        let token = line[at..end].trim_end_matches(['.', '-']);
+        let placeholder = line[end..].starts_with(['<', '{', '*'])
+            || token.contains('/')
+                && token.split('/').any(|s| {
+                    let stem = s.split('.').next().unwrap_or_default();
+                    stem.len() > 1 && stem.chars().all(|c| c.is_ascii_uppercase())
+                });
+        let markdown = !token.contains('/')
+            && token.ends_with(".md")
+            && token.chars().next().is_some_and(|c| c.is_ascii_uppercase());
+        if !placeholder && (TOP.iter().any(|t| token.starts_with(t)) || markdown) {
+            out.push(token.to_owned());
+        }
+        i += line[at..end].chars().count().max(1);
+    }
+    out
+}
+
+#[test]
+fn every_comment_cites_a_file_that_exists() {
+    let mut missing = Vec::new();
+    let mut stack: Vec<PathBuf> = [
+        "model",
+        "measure",
+        "calibrate",
+        "reports",
+        "app",
+        "src",
+        "tests",
+    ]
+    .iter()
+    .map(|d| root().join(d))
+    .collect();
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if !["snapshots", "fixtures", "target"].contains(&name.as_str()) {
+                    stack.push(path);
+                }
+                continue;
+            }
+            // Generated from other projects' schemas: their comments are theirs.
+            if !name.ends_with(".rs") || name == "proto.rs" {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                let Some(comment) = line.trim_start().strip_prefix("//") else {
+                    continue;
+                };
+                for token in cited(comment) {
+                    let found = root().join(&token).exists()
+                        || (!token.contains('/') && root().join("docs").join(&token).exists())
+                        || ELSEWHERE.contains(&token.as_str());
+                    if !found {
+                        missing.push(format!("{}:{}: {token}", path.display(), n + 1));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "comments cite files the repository lacks:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn citations_are_read_as_a_reader_would() {
+    assert_eq!(
+        cited(" see docs/guide/predict.md, data/stacks/NAME.toml and STYLE.md."),
+        ["docs/guide/predict.md", "STYLE.md"]
+    );
+    assert_eq!(
+        cited(" the `tests/fixtures/onnx/<name>.onnx` files"),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        cited(" model/src/onnx.rs's importer"),
+        ["model/src/onnx.rs"]
+    );
+}

@@ -1,5 +1,5 @@
-//! A safe face on the `gemm` crate (`gemm 0.19`, chosen by the measurements in
-//! ECOSYSTEM.md: about as fast as OpenBLAS at 2048^3 on this machine with `x86-v4`).
+//! A safe face on the `gemm` crate (`gemm 0.19`, chosen by measurement: about as fast as
+//! OpenBLAS at 2048^3 with `x86-v4`, as `scripts/bench-cpu` compares them).
 //!
 //! Matrices are views into slices with explicit row and column strides; every view is
 //! bounds-checked before the one `unsafe` call.

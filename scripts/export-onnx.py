@@ -36,7 +36,7 @@ def build(name: str) -> torch.nn.Module:
         config = transformers.GPT2Config(attn_implementation="eager")
         return transformers.GPT2LMHeadModel(config).eval()
     if name == "bert-large":
-        # google-bert/bert-large-uncased's configuration (data/workloads/transformers/
+        # google-bert/bert-large-uncased's configuration (data/catalog/transformers/
         # bert-large.toml), trained as BertForPreTraining: masked-LM and next-sentence heads.
         config = transformers.BertConfig(
             vocab_size=30522,
@@ -48,7 +48,7 @@ def build(name: str) -> torch.nn.Module:
         )
         return transformers.BertForPreTraining(config).eval()
     if name == "opt-1.3b":
-        # facebook/opt-1.3b's configuration (data/workloads/transformers/opt-1.3b.toml).
+        # facebook/opt-1.3b's configuration (data/catalog/transformers/opt-1.3b.config.toml).
         config = transformers.OPTConfig(
             vocab_size=50272,
             hidden_size=2048,

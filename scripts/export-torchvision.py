@@ -8,7 +8,7 @@ downloaded), in eval mode, and exported by `torch.onnx.export` (the TorchScript 
 opset 17, batch 1, 3 x 224 x 224, constants unfolded so that each batch norm stays a
 `BatchNormalization` node rather than folded into its convolution). Every floating-point weight is then replaced by a
 `ConstantOfShape` of its shape (scripts/export-onnx.py's `strip`), so a fixture keeps the
-graph and the shapes in a few hundred KB. Beside them, `data/reference/torchvision.toml`
+graph and the shapes in a few hundred KB. Beside them, `data/evidence/reference/torchvision.toml`
 holds each model's trainable parameters (`sum(p.numel())`) and the forward FLOPs that
 `torch.utils.flop_counter.FlopCounterMode` counts at batch 1 (its matrix products and
 convolutions, `2 m n k`), with the versions that counted them. The count runs with
@@ -19,7 +19,7 @@ kernel (ViT-B/16's projections and attention would go uncounted).
 Usage (not CI: the fixtures and the reference file are committed):
 
     python3 scripts/export-torchvision.py --out tests/fixtures/onnx \\
-        --reference data/reference/torchvision.toml
+        --reference data/evidence/reference/torchvision.toml
 
 Written with torch 2.15.0, torchvision 0.29.2 and onnx 1.23.2 on the CPU.
 """

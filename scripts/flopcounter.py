@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
 """PyTorch's own FLOP count (torch.utils.flop_counter.FlopCounterMode) of one training step
 of each built-in transformer, written as ridgeline's reference data
-(data/reference/flopcounter.toml). Needs torch and transformers (not CI: the file is
+(data/evidence/reference/flopcounter.toml). Needs torch and transformers (not CI: the file is
 committed, and a test compares ridgeline's counts with it).
 
 Each model is built from its configuration as ridgeline builds it
-(data/workloads/transformers/*.toml, Hugging Face's field names), on PyTorch's meta device
+(data/catalog/transformers/*.toml, Hugging Face's field names), on PyTorch's meta device
 (shapes only, no weights or arithmetic), with eager attention (the unfused QK^T, softmax, AV
 that ridgeline's `attention` op describes), dropout off (it has no matrix product), batch 1 at the model's full
 context. FlopCounterMode counts the matrix products (mm, addmm, bmm, baddbmm: 2 m n k) of the
 forward pass and of the backward pass separately.
 
-Usage: python3 scripts/flopcounter.py > data/reference/flopcounter.toml
+Usage: python3 scripts/flopcounter.py > data/evidence/reference/flopcounter.toml
 """
 import sys
 import tomllib
@@ -25,7 +25,7 @@ HEADS = {"gpt2": "GPT2LMHeadModel", "opt": "OPTForCausalLM", "bert": "BertForPre
 
 
 def count(name):
-    with open(f"data/workloads/transformers/{name}.toml", "rb") as f:
+    with open(f"data/catalog/transformers/{name}.config.toml", "rb") as f:
         fields = tomllib.load(f)
     fields.pop("source", None)
     model_type = fields.pop("model_type")

@@ -17,7 +17,7 @@ convolution's input and output channels to multiples of 8 when either is not one
 MIN_US microseconds are left out (see SOURCE.toml). `ridgeline validate transfer` reads the
 set (--published): it predicts every kernel, and fits the tensor-core classes on the FP16 ones.
 
-Usage: scripts/import-deepbench.py --commit SHA --out data/kernels/deepbench \
+Usage: scripts/import-deepbench.py --commit SHA --out data/evidence/kernels/deepbench \
            V100=v100-sxm2-16gb:DeepBench_NV_V100.xlsx T4=t4:DeepBench_NV_T4.xlsx
 
 Needs openpyxl (pip install openpyxl); not needed by the tests, which read the CSV files.

@@ -17,7 +17,7 @@ cent. LLMCompass's vector ops (softmax, layer norm, GELU) are not converted: a p
 holds products and convolutions.
 
 Usage: scripts/import-llmcompass.py --repo /path/to/LLMCompass --commit SHA \
-           --out data/kernels/llmcompass A100=a100-sxm4-80gb MI210=mi210
+           --out data/evidence/kernels/llmcompass A100=a100-sxm4-80gb MI210=mi210
 """
 
 import argparse

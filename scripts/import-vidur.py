@@ -25,7 +25,7 @@ microsecond, and the shortest are the profiler's launch-bound regions. The bias,
 has one, is left in the product's time (a few per cent of its bytes). a_transpose = 0,
 b_transpose = 1: the weight is stored [n, k] and used transposed, as F.linear does.
 
-Usage: scripts/import-vidur.py --repo /path/to/vidur --commit SHA --out data/kernels/vidur \
+Usage: scripts/import-vidur.py --repo /path/to/vidur --commit SHA --out data/evidence/kernels/vidur \
            a100=a100-sxm4-80gb h100=h100-sxm5-80gb a40=a40
 """
 

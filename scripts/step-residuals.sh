@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Writes data/stacks/residuals.csv: every measured training step ridgeline validates,
+# Writes data/catalog/stacks/residuals.csv: every measured training step ridgeline validates,
 # predicted by the current binary under the stack it ran under, beside its measurement.
 # The band of measured over predicted time these give widens each prediction's 90 %
 # interval (model/src/stack/residuals.rs); no prediction is fitted on them.
 #
 # Sets (each with the stack that ran it):
 #   own-h100, own-h200     ridgeline's own executor on a lent H100 and H200
-#                          (data/measured/*/steps.jsonl.gz), `ridgeline-executor`;
+#                          (data/evidence/measured/*/steps.jsonl.gz), `ridgeline-executor`;
 #   torch-trace-h100       the committed PyTorch trace of ResNet-50 on an H100, `pytorch-eager`;
 #   torch-trace-cpu        the committed PyTorch trace of ResNet-50 on this kind of machine's
 #                          CPU, calibrated on its own kernels, `pytorch-eager`;
@@ -20,12 +20,12 @@
 #   scripts/step-residuals.sh
 set -euo pipefail
 bin=${RIDGELINE:-target/release/ridgeline}
-out=data/stacks/residuals.csv
+out=data/catalog/stacks/residuals.csv
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-"$bin" validate --system h100-sxm5-80gb --measured data/measured/h100/steps.jsonl.gz --format json > "$tmp/own-h100.json"
-"$bin" validate --system h200-sxm-141gb --measured data/measured/h200/steps.jsonl.gz --format json > "$tmp/own-h200.json"
+"$bin" validate --system h100-sxm5-80gb --measured data/evidence/measured/h100/steps.jsonl.gz --format json > "$tmp/own-h100.json"
+"$bin" validate --system h200-sxm-141gb --measured data/evidence/measured/h200/steps.jsonl.gz --format json > "$tmp/own-h200.json"
 "$bin" import torch-trace tests/fixtures/torch/resnet50-h100.json.gz --workload resnet50 --threads 1 --out "$tmp/h100.jsonl" > /dev/null
 "$bin" validate --system h100-sxm5-80gb --measured "$tmp/h100.jsonl" --format json > "$tmp/torch-trace-h100.json"
 "$bin" import torch-trace tests/fixtures/torch/resnet50-cpu.json.gz --workload resnet50 --threads 2 --out "$tmp/cpu.jsonl" > /dev/null

@@ -178,7 +178,7 @@ pub fn transformer(args: &WorkloadSpec) -> Result<(String, workloads::transforme
     let config = if name.ends_with(".json") {
         workloads::transformer::Config::from_json(&read(name, "model configuration")?, name)?
     } else if is_file(name) {
-        // A transformer's configuration in TOML (as `data/workloads/transformers/`), or a
+        // A transformer's configuration in TOML (as `data/catalog/transformers/`), or a
         // workload file of layers, which no split applies to.
         let text = read(name, "workload")?;
         let is_config = text
@@ -189,7 +189,7 @@ pub fn transformer(args: &WorkloadSpec) -> Result<(String, workloads::transforme
                 "{name}: a workload file of layers cannot be split: tensor and pipeline \
                  parallelism split transformers built from their configuration; give a \
                  built-in transformer, a Hugging Face config.json, or a configuration TOML \
-                 with `model_type` (as data/workloads/transformers/), or drop \
+                 with `model_type` (as data/catalog/transformers/), or drop \
                  --tensor-parallel/--pipeline-parallel"
             );
         }

@@ -198,7 +198,7 @@ pub fn procurement(req: &ProcurementRequest) -> Result<Procurement> {
     let mix_file = if dir.is_some() {
         req.mix.clone()
     } else {
-        format!("data/mixes/{}.toml", req.mix)
+        format!("data/catalog/mixes/{}.toml", req.mix)
     };
     let efficiency = Efficiency::new(req.compute_efficiency, req.memory_efficiency)?;
     let stack = inputs::stack(req.stack.as_deref())?;

@@ -239,7 +239,7 @@ pub fn published_summary_lines(v: &Published, style: Style) -> Vec<(String, Stri
             (
                 c.workload.clone(),
                 format!(
-                    "{} of {} layers as data/reference/ lists them ({} mismatched); {} parameters (reference {}), {:.3} GMAC/sample (reference {:.3})",
+                    "{} of {} layers as data/evidence/reference/ lists them ({} mismatched); {} parameters (reference {}), {:.3} GMAC/sample (reference {:.3})",
                     c.layers - c.mismatches.len().min(c.layers),
                     c.reference_layers,
                     c.mismatches.len(),

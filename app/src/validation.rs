@@ -724,7 +724,7 @@ fn step_summary(steps: &[StepCheck]) -> Vec<StepSummary> {
 }
 
 /// The kernel model fitted on every device of the kernel set in `kernels`, with the
-/// leave-one-device-out figures of `held`, as the TOML of `data/kernels/transfer.toml`.
+/// leave-one-device-out figures of `held`, as the TOML of `data/evidence/kernels/transfer.toml`.
 pub fn transfer_model(
     kernels: &Path,
     check: &TransferCheck,
@@ -841,7 +841,7 @@ mod tests {
     /// products and its tensor-core points keep the GPU and precision alone.
     #[test]
     fn published_convolutions_come_apart_by_the_kind_the_conv_class_is_fitted_on() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/deepbench");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/evidence/kernels/deepbench");
         let (plain, tensor) = published_points(&dir).unwrap();
         let count = |pts: &[transfer::Point], class: &str, device: &str| {
             pts.iter()
@@ -864,7 +864,7 @@ mod tests {
     /// A100, H100 and A40, every one a point of `gemm-tensor-16`.
     #[test]
     fn vidurs_products_read_as_fp16_tensor_core_points_of_three_gpus() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/vidur");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/evidence/kernels/vidur");
         let (plain, tensor) = published_points(&dir).unwrap();
         assert_eq!(plain.len(), 60_391);
         assert_eq!(tensor.len(), plain.len());
@@ -886,7 +886,7 @@ mod tests {
     /// LLMCompass's products: BF16 points of the A100 and the MI210 (matrix cores).
     #[test]
     fn llmcompass_products_read_as_bf16_points_of_the_a100_and_the_mi210() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/llmcompass");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/evidence/kernels/llmcompass");
         let (plain, tensor) = published_points(&dir).unwrap();
         let of = |pts: &[transfer::Point], device: &str, class: &str| {
             pts.iter()
@@ -903,7 +903,7 @@ mod tests {
     /// scaled, `gemm-tensor-fp8`), beside BF16 ones of the same shapes.
     #[test]
     fn fp8_products_read_as_fp8_points_of_the_h200() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/fp8-h200");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/evidence/kernels/fp8-h200");
         let (plain, tensor) = published_points(&dir).unwrap();
         let of = |pts: &[transfer::Point], device: &str, class: &str| {
             pts.iter()
@@ -921,7 +921,7 @@ mod tests {
     /// both sets the GPU's own time.
     #[test]
     fn own_records_read_as_points_of_the_h200_and_h100() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/ridgeline");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/evidence/kernels/ridgeline");
         let plain = own_points(&dir, false).unwrap();
         let tensor = own_points(&dir, true).unwrap();
         assert!(plain.issued.is_empty() && tensor.issued.is_empty());
@@ -1098,7 +1098,8 @@ mod tests {
     /// the splits over four GPUs and the Switch Transformer are listed as not predicted.
     #[test]
     fn whole_step_labels_are_predicted_or_named() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/neusight/labels");
+        let dir =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/evidence/kernels/neusight/labels");
         let labels = LabelSet::read(&dir).unwrap();
         let model = ridgeline_model::transfer::Model::builtin();
         let (checks, skipped) = steps(model, &labels, &dir).unwrap();
@@ -1136,10 +1137,10 @@ mod tests {
     }
 
     /// The coefficients ridgeline ships are what fitting the shipped kernel set gives
-    /// (`ridgeline validate transfer --write-model data/kernels/transfer.toml`).
+    /// (`ridgeline validate transfer --write-model data/evidence/kernels/transfer.toml`).
     #[test]
     fn the_shipped_kernel_model_is_the_fit_of_the_shipped_kernels() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/neusight");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/evidence/kernels/neusight");
         let set = KernelSet::read(&dir).unwrap();
         let mut specs = BTreeMap::new();
         for name in set.devices() {
@@ -1150,12 +1151,12 @@ mod tests {
         let all: Vec<&transfer::Point> = points.iter().collect();
         let mut fitted = transfer::fit(&all).unwrap();
         // With the tensor-core classes of ridgeline's own records and the published sets'.
-        let ours = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/ridgeline");
+        let ours = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/evidence/kernels/ridgeline");
         // The published sets `validate transfer` reads by default.
         let mut published = Vec::new();
         for set in ["deepbench", "vidur", "llmcompass", "fp8-h200"] {
             let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../data/kernels")
+                .join("../data/evidence/kernels")
                 .join(set);
             published.extend(published_points(&dir).unwrap().1);
         }

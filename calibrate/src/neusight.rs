@@ -782,7 +782,7 @@ mod tests {
         );
     }
 
-    /// The checked-in set (data/kernels/neusight) reads and holds what the README says.
+    /// The checked-in set (data/evidence/kernels/neusight) reads and holds what the README says.
     /// The test set keeps the kernels of GPUs outside the training set (the H100's and
     /// L4's), each op from its file or its row, and skips the training GPUs' rows.
     #[test]
@@ -821,7 +821,7 @@ mod tests {
 
     #[test]
     fn the_checked_in_set_reads() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/kernels/neusight");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/evidence/kernels/neusight");
         let set = KernelSet::read(&dir).unwrap();
         assert_eq!(
             set.devices(),

@@ -1,5 +1,5 @@
-//! The catalog shipped with ridgeline: device and system files from `data/systems/` and the
-//! reference tables from `data/reference/`, embedded in the binary so they work wherever
+//! The catalog shipped with ridgeline: device and system files from `data/catalog/systems/` and the
+//! reference tables from `data/evidence/reference/`, embedded in the binary so they work wherever
 //! it is installed. Each entry keeps its repository path for error messages.
 
 use crate::dataset::{self, WorkloadData};
@@ -19,37 +19,41 @@ pub struct Entry {
 
 macro_rules! entries {
     ($dir:literal; $($name:literal),* $(,)?) => {
+        entries!($dir, ".toml"; $($name),*)
+    };
+    ($dir:literal, $suffix:literal; $($name:literal),* $(,)?) => {
         &[$(Entry {
             name: $name,
-            path: concat!("data/", $dir, "/", $name, ".toml"),
-            text: include_str!(concat!("../../data/", $dir, "/", $name, ".toml")),
+            path: concat!("data/catalog/", $dir, "/", $name, $suffix),
+            text: include_str!(concat!("../../data/catalog/", $dir, "/", $name, $suffix)),
         }),*]
     };
 }
 
-/// Device files, `data/systems/devices/*.toml`.
+/// Device files, `data/catalog/systems/devices/*.toml`.
 pub const DEVICES: &[Entry] = entries!("systems/devices";
     "v100-sxm2-16gb", "a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5-80gb", "h200-sxm-141gb",
     "mi250x", "p4", "t4", "p100-pcie-16gb", "v100-pcie-32gb", "a100-pcie-40gb",
     "a100-pcie-80gb", "l4", "h100-pcie-80gb", "gh200", "b200", "mi100", "mi210", "mi300x", "a40",
     "a64fx", "xeon-8480plus");
 
-/// System files, `data/systems/*.toml` (without `local`, which needs this machine).
+/// System files, `data/catalog/systems/*.toml` (without `local`, which needs this machine).
 pub const SYSTEMS: &[Entry] = entries!("systems";
     "cori-gpu", "perlmutter-gpu", "dgx-a100", "dgx-h100", "dgx-h200", "fugaku");
 
-/// Data sets and convergence curves of the built-in workloads, `data/workloads/*.toml`.
+/// Data sets and convergence curves of the built-in workloads, `data/catalog/workloads/*.toml`.
 pub const WORKLOAD_DATA: &[Entry] = entries!("workloads";
     "cosmoflow", "cosmoflow-v07", "deepcam", "resnet50", "swin-t", "bert-large", "gpt3-xl",
     "gpt3-2.7b", "gpt3-175b", "opt-1.3b");
 
-/// Workload mixes for procurement reports, `data/mixes/*.toml`.
+/// Workload mixes for procurement reports, `data/catalog/mixes/*.toml`.
 pub const MIXES: &[Entry] = entries!("mixes"; "mlperf-hpc");
 
-/// Example procurement candidates (offers), `data/candidates/*.toml`.
-pub const CANDIDATES: &[Entry] = entries!("candidates"; "dgx-a100", "dgx-h100", "dgx-h200");
+/// Example procurement candidates (offers), `data/catalog/candidates/*.toml`.
+pub const CANDIDATES: &[Entry] =
+    entries!("candidates", ".offer.toml"; "dgx-a100", "dgx-h100", "dgx-h200");
 
-/// Software stacks, `data/stacks/*.toml`.
+/// Software stacks, `data/catalog/stacks/*.toml`.
 pub const STACKS: &[Entry] = entries!("stacks";
     "pytorch-eager", "pytorch-compiled", "megatron-te", "tuned", "ridgeline-executor");
 
@@ -57,11 +61,11 @@ pub const STACKS: &[Entry] = entries!("stacks";
 /// tuning.
 pub const DEFAULT_STACK: &str = "pytorch-eager";
 
-/// `data/systems/local.toml`: how this machine's CPU maps to a device file.
+/// `data/catalog/systems/local.toml`: how this machine's CPU maps to a device file.
 pub const LOCAL: Entry = Entry {
     name: "local",
-    path: "data/systems/local.toml",
-    text: include_str!("../../data/systems/local.toml"),
+    path: "data/catalog/systems/local.toml",
+    text: include_str!("../../data/catalog/systems/local.toml"),
 };
 
 /// The name of the system that describes this machine.

@@ -1,6 +1,6 @@
 //! Training data: the data set a workload reads (how many samples, how many bytes each) and
 //! its convergence curve (epochs to the target quality versus global batch size, \[003\]
-//! Eq. 1-2, Table 6). Built-in workloads ship theirs in `data/workloads/*.toml`; users pass
+//! Eq. 1-2, Table 6). Built-in workloads ship theirs in `data/catalog/workloads/*.toml`; users pass
 //! their own file in the same format.
 //!
 //! ```toml

@@ -24,7 +24,7 @@
 //! tables the built-in workloads match, and [`published`] sets the model's counts beside
 //! them and beside the per-sample figures of \[004\] Table II.
 //!
-//! Every prediction runs under a software [`stack`] (sourced TOML, `data/stacks/`): how the
+//! Every prediction runs under a software [`stack`] (sourced TOML, `data/catalog/stacks/`): how the
 //! framework issues kernels from the host, the device's gap between kernels, which layers
 //! it fuses and what FP32 training runs matrix ops in; [`predict::StepModel::with_stack`]
 //! applies it and runs the host and the device as two timelines.

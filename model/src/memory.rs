@@ -844,7 +844,7 @@ mod tests {
     /// A built-in stack with one field's value replaced.
     fn stack_with(name: &str, from: &str, to: &str) -> Stack {
         let text = std::fs::read_to_string(format!(
-            "{}/../data/stacks/{name}.toml",
+            "{}/../data/catalog/stacks/{name}.toml",
             env!("CARGO_MANIFEST_DIR")
         ))
         .unwrap();

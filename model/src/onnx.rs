@@ -492,7 +492,7 @@ mod tests {
     }
 
     /// torchvision's classification zoo as `scripts/export-torchvision.py` exports it:
-    /// against `data/reference/torchvision.toml` (PyTorch's own counts), each model that
+    /// against `data/evidence/reference/torchvision.toml` (PyTorch's own counts), each model that
     /// imports has its parameters and its matrix FLOPs forward (convolutions, linear layers,
     /// products) exactly; the others are refused naming their node and op. Imported:
     /// ResNet-50, MobileNetV2 (ReLU6 as `clip`), MobileNetV3 (hard swish, hard sigmoid gates),
@@ -504,8 +504,10 @@ mod tests {
     /// map's positions, its layer scale a `channel-scale`).
     #[test]
     fn torchvision_models_have_torchs_parameters_and_flops() {
-        let reference: toml::Table =
-            toml::from_str(include_str!("../../data/reference/torchvision.toml")).unwrap();
+        let reference: toml::Table = toml::from_str(include_str!(
+            "../../data/evidence/reference/torchvision.toml"
+        ))
+        .unwrap();
         let imported = [
             "resnet50",
             "mobilenet_v2",

@@ -1,10 +1,10 @@
 //! The model's counts against published figures (`ridgeline validate published`):
 //!
-//! - the reference implementations' layer tables (`data/reference/models_*.csv`, see
+//! - the reference implementations' layer tables (`data/evidence/reference/models_*.csv`, see
 //!   [`crate::reference`]): every layer's output shape, parameters and forward MACs, and the
 //!   totals;
 //! - the per-sample figures of \[004\] Table II and §IV-A
-//!   (`data/reference/ibrahim2021-table2.toml`), measured on V100s with automatic mixed
+//!   (`data/evidence/reference/ibrahim2021-table2.toml`), measured on V100s with automatic mixed
 //!   precision: sample size, FLOPs, activation memory, the HBM "limit" (activations written
 //!   once forward and read once backward), HBM bytes measured, and the FLOP:byte ratios.
 //!
@@ -23,8 +23,8 @@ use crate::reference;
 use crate::system::RawSourced;
 use crate::workloads::{self, BuildOptions};
 
-const TABLE2_FILE: &str = "data/reference/ibrahim2021-table2.toml";
-const TABLE2: &str = include_str!("../../data/reference/ibrahim2021-table2.toml");
+const TABLE2_FILE: &str = "data/evidence/reference/ibrahim2021-table2.toml";
+const TABLE2: &str = include_str!("../../data/evidence/reference/ibrahim2021-table2.toml");
 
 /// Bytes in a GiB and FLOPs in a GiF.
 const GI: f64 = (1u64 << 30) as f64;
@@ -270,7 +270,7 @@ mod tests {
 
     /// PyTorch's own count (`torch.utils.flop_counter.FlopCounterMode`, matrix products
     /// only) of each built-in transformer's training step, made offline by
-    /// `scripts/flopcounter.py` (`data/reference/flopcounter.toml`): the model's matrix
+    /// `scripts/flopcounter.py` (`data/evidence/reference/flopcounter.toml`): the model's matrix
     /// kernels (linear layers, the language-model head, attention's QK^T and AV) count the
     /// same forward and backward FLOPs exactly (the target is 0.1 %), and the same parameters.
     #[test]
@@ -295,7 +295,7 @@ mod tests {
         struct File {
             model: Vec<Model>,
         }
-        let text = include_str!("../../data/reference/flopcounter.toml");
+        let text = include_str!("../../data/evidence/reference/flopcounter.toml");
         let file: File = toml::from_str(text).unwrap();
         assert_eq!(file.model.len(), 6);
         for m in &file.model {

@@ -1,4 +1,4 @@
-//! Reference architecture tables (`data/reference/models_*.csv`, see the README there):
+//! Reference architecture tables (`data/evidence/reference/models_*.csv`, see the README there):
 //! layer-by-layer output shapes, parameter counts and forward MACs of CosmoFlow (v1.0+ and
 //! v0.7), DeepCAM and ResNet-50 from their public reference implementations. They are the
 //! ground truth the built-in workloads are tested against, and the published figures that
@@ -68,13 +68,13 @@ struct Spec {
     source: &'static str,
 }
 
-const COSMOFLOW_CSV: &str = include_str!("../../data/reference/models_cosmoflow.csv");
+const COSMOFLOW_CSV: &str = include_str!("../../data/evidence/reference/models_cosmoflow.csv");
 const COSMOFLOW_SOURCE: &str = "mlcommons/hpc cosmoflow/models/cosmoflow.py + configs/cosmo.yaml";
 
 const SPECS: &[Spec] = &[
     Spec {
         workload: "cosmoflow",
-        path: "data/reference/models_cosmoflow.csv",
+        path: "data/evidence/reference/models_cosmoflow.csv",
         text: COSMOFLOW_CSV,
         variant_prefix: "v1.0+",
         channels_last: true,
@@ -82,7 +82,7 @@ const SPECS: &[Spec] = &[
     },
     Spec {
         workload: "cosmoflow-v07",
-        path: "data/reference/models_cosmoflow.csv",
+        path: "data/evidence/reference/models_cosmoflow.csv",
         text: COSMOFLOW_CSV,
         variant_prefix: "v0.7",
         channels_last: true,
@@ -90,16 +90,16 @@ const SPECS: &[Spec] = &[
     },
     Spec {
         workload: "deepcam",
-        path: "data/reference/models_deepcam.csv",
-        text: include_str!("../../data/reference/models_deepcam.csv"),
+        path: "data/evidence/reference/models_deepcam.csv",
+        text: include_str!("../../data/evidence/reference/models_deepcam.csv"),
         variant_prefix: "",
         channels_last: false,
         source: "mlcommons/hpc deepcam/src/deepCam/architecture/deeplab_xception.py",
     },
     Spec {
         workload: "resnet50",
-        path: "data/reference/models_resnet50.csv",
-        text: include_str!("../../data/reference/models_resnet50.csv"),
+        path: "data/evidence/reference/models_resnet50.csv",
+        text: include_str!("../../data/evidence/reference/models_resnet50.csv"),
         variant_prefix: "",
         channels_last: false,
         source: "torchvision models/resnet.py (ResNet-50 v1.5)",
@@ -197,7 +197,7 @@ mod tests {
 
     #[test]
     fn tables_have_the_published_totals() {
-        // data/reference/README.md
+        // data/evidence/reference/README.md
         assert_eq!(table("cosmoflow").unwrap().total_params(), 8_907_556);
         assert_eq!(table("cosmoflow-v07").unwrap().total_params(), 5_597_604);
         assert_eq!(table("deepcam").unwrap().total_params(), 56_454_720);

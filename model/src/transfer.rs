@@ -717,8 +717,8 @@ pub fn floor(class: &str, own: f64, products: Option<f64>) -> f64 {
     }
 }
 
-/// The fitted model ridgeline ships (`data/kernels/transfer.toml`).
-const BUILTIN: &str = include_str!("../../data/kernels/transfer.toml");
+/// The fitted model ridgeline ships (`data/evidence/kernels/transfer.toml`).
+const BUILTIN: &str = include_str!("../../data/evidence/kernels/transfer.toml");
 
 impl Model {
     /// Reads a model file's text; `file` names it in errors.
@@ -771,11 +771,11 @@ impl Model {
         Ok(m)
     }
 
-    /// The model ridgeline ships, fitted on the kernel set under `data/kernels/`.
+    /// The model ridgeline ships, fitted on the kernel set under `data/evidence/kernels/`.
     pub fn builtin() -> &'static Model {
         static MODEL: OnceLock<Model> = OnceLock::new();
         MODEL.get_or_init(|| {
-            Model::parse(BUILTIN, "data/kernels/transfer.toml").unwrap_or_else(|e| {
+            Model::parse(BUILTIN, "data/evidence/kernels/transfer.toml").unwrap_or_else(|e| {
                 unreachable!("the built-in kernel model is checked by a test: {e}")
             })
         })
@@ -1418,7 +1418,7 @@ mod tests {
 
     #[test]
     fn a_model_file_that_is_off_names_the_field() {
-        let good = include_str!("../../data/kernels/transfer.toml");
+        let good = include_str!("../../data/evidence/kernels/transfer.toml");
         assert!(Model::parse(good, "m.toml").is_ok());
         let unknown = good.replacen("points =", "pionts =", 1);
         let e = Model::parse(&unknown, "m.toml").unwrap_err().to_string();

@@ -173,7 +173,11 @@ pub(crate) struct ImportNeusightArgs {
     #[arg(long)]
     pub(crate) commit: Option<String>,
     /// Where to write the kernel set.
-    #[arg(long, value_name = "DIR", default_value = "data/kernels/neusight")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "data/evidence/kernels/neusight"
+    )]
     pub(crate) out: PathBuf,
     #[command(flatten)]
     pub(crate) format: FormatArg,

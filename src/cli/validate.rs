@@ -39,7 +39,7 @@ pub(crate) struct ValidateArgs {
     pub(crate) profile: Option<PathBuf>,
     /// Instead of a profile, a system or device with no calibration (catalog name or file):
     /// its GPUs timed by the transferred kernel model, as `predict` times a GPU nobody
-    /// calibrated (e.g. the measured steps of `data/measured/`).
+    /// calibrated (e.g. the measured steps of `data/evidence/measured/`).
     #[arg(long, value_name = "SYSTEM", conflicts_with = "self_check")]
     pub(crate) system: Option<String>,
     /// Workload records (from `ridgeline measure workload --out`).
@@ -102,7 +102,7 @@ pub(crate) enum ValidateCommand {
     /// count predicted from a profile's LogGP (`ridgeline calibrate` of ping-pong records).
     Comm(ValidateCommArgs),
     /// The model's counts against published figures: every built-in workload against its
-    /// reference implementation's layer table (`data/reference/`), and the per-sample
+    /// reference implementation's layer table (`data/evidence/reference/`), and the per-sample
     /// figures of Table II of Ibrahim et al., PMBS 2021 (seed 004; V100, mixed precision) beside the model's.
     Published(FormatArg),
     /// The transferable kernel model, one GPU left out at a time: fitted on the kernels of
@@ -140,13 +140,21 @@ pub(crate) struct ValidateDdpTraceArgs {
 #[derive(Debug, Args)]
 pub(crate) struct ValidateTransferArgs {
     /// A kernel set (`ridgeline import`).
-    #[arg(long, value_name = "DIR", default_value = "data/kernels/neusight")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "data/evidence/kernels/neusight"
+    )]
     pub(crate) kernels: PathBuf,
     /// ridgeline's own GPU kernel records, one directory per GPU (`scripts/gpu-records.sh`):
     /// the model fitted on the set predicts them, tensor-core formats included, and their
     /// tensor-core kernels and FP32 convolutions outside `conv`'s kind are data of the
     /// scaled classes (skipped where the directory is missing).
-    #[arg(long, value_name = "DIR", default_value = "data/kernels/ridgeline")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "data/evidence/kernels/ridgeline"
+    )]
     pub(crate) ours: PathBuf,
     /// Published GEMM and convolution kernels of other GPUs, one directory a set, comma
     /// separated (`scripts/import-deepbench.py`, `scripts/import-vidur.py`,
@@ -158,11 +166,11 @@ pub(crate) struct ValidateTransferArgs {
         long,
         value_name = "DIR,...",
         value_delimiter = ',',
-        default_value = "data/kernels/deepbench,data/kernels/vidur,data/kernels/llmcompass,data/kernels/fp8-h200"
+        default_value = "data/evidence/kernels/deepbench,data/evidence/kernels/vidur,data/evidence/kernels/llmcompass,data/evidence/kernels/fp8-h200"
     )]
     pub(crate) published: Vec<PathBuf>,
     /// Also fit the model on every GPU of the set and write it, with these figures, to FILE
-    /// (`data/kernels/transfer.toml` is the one ridgeline ships).
+    /// (`data/evidence/kernels/transfer.toml` is the one ridgeline ships).
     #[arg(long, value_name = "FILE")]
     pub(crate) write_model: Option<PathBuf>,
     #[command(flatten)]

@@ -111,7 +111,7 @@ fn non_positive_bandwidth_or_peak_is_refused_naming_the_field() {
         "{err}"
     );
     let device = std::fs::read_to_string(format!(
-        "{}/data/systems/devices/v100-sxm2-16gb.toml",
+        "{}/data/catalog/systems/devices/v100-sxm2-16gb.toml",
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap();

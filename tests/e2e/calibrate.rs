@@ -474,7 +474,8 @@ fn validate_transfer_names_what_it_cannot_do() {
     // bad, is refused before any fit, naming the file.
     let public = out.join("deepbench");
     std::fs::create_dir_all(&public).unwrap();
-    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/kernels/deepbench");
+    let shipped =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/evidence/kernels/deepbench");
     for f in ["gemm.csv.gz", "conv.csv.gz"] {
         std::fs::copy(shipped.join(f), public.join(f)).unwrap();
     }
@@ -504,10 +505,10 @@ fn validate_transfer_names_what_it_cannot_do() {
 
 #[test]
 fn validate_times_a_gpu_nobody_calibrated_against_its_measured_steps() {
-    // The H200 steps ridgeline's CUDA executor measured (data/measured/h200), against the
+    // The H200 steps ridgeline's CUDA executor measured (data/evidence/measured/h200), against the
     // transferred kernel model with no calibration.
     let steps = format!(
-        "{}/data/measured/h200/steps.jsonl.gz",
+        "{}/data/evidence/measured/h200/steps.jsonl.gz",
         env!("CARGO_MANIFEST_DIR")
     );
     let v = run_json(&[

@@ -290,7 +290,7 @@ fn every_comment_cites_a_file_that_exists() {
 #[test]
 fn citations_are_read_as_a_reader_would() {
     assert_eq!(
-        cited(" see docs/guide/predict.md, data/stacks/NAME.toml and STYLE.md."),
+        cited(" see docs/guide/predict.md, data/catalog/stacks/NAME.toml and STYLE.md."),
         ["docs/guide/predict.md", "STYLE.md"]
     );
     assert_eq!(
@@ -301,4 +301,47 @@ fn citations_are_read_as_a_reader_would() {
         cited(" model/src/onnx.rs's importer"),
         ["model/src/onnx.rs"]
     );
+}
+
+/// The file names under `dir`, each with its path.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn data_is_the_catalog_apart_from_the_evidence_and_no_two_catalog_files_share_a_name() {
+    let mut top: Vec<String> = std::fs::read_dir(root().join("data"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    top.sort();
+    assert_eq!(
+        top,
+        ["README.md", "catalog", "evidence"],
+        "data/ holds two folders"
+    );
+    let mut seen: std::collections::BTreeMap<String, PathBuf> = Default::default();
+    for path in files_under(&root().join("data/catalog")) {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if let Some(first) = seen.insert(name.clone(), path.clone()) {
+            panic!(
+                "{} and {} share a name: name a transformer's configuration NAME.config.toml, \
+                 a candidate's offer NAME.offer.toml",
+                first.display(),
+                path.display()
+            );
+        }
+    }
 }

@@ -128,7 +128,7 @@ fn issue17_dgx_data_sets_that_fit_the_nvme_are_read_from_it() {
         }
     }
     // Without the read bandwidth the error names the missing key.
-    let text = data("data/systems/dgx-a100.toml").replace(
+    let text = data("data/catalog/systems/dgx-a100.toml").replace(
         "nvme_read_gbs = { value = 51.2, source = \"drives\" } # 8 x 6.4 GB/s, RAID 0\n",
         "",
     );
@@ -199,7 +199,7 @@ fn issue17_staging_counts_when_the_data_set_sits_in_host_memory() {
 #[test]
 fn issue17_a_missing_peak_names_the_real_key_and_following_it_works() {
     // A V100 has no bf16: the message names `tflops_bf16` under [peak].
-    let device = data("data/systems/devices/v100-sxm2-16gb.toml");
+    let device = data("data/catalog/systems/devices/v100-sxm2-16gb.toml");
     let path = write("v100.toml", &device);
     let err = run_err(&[
         "roofline",

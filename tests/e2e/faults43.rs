@@ -155,7 +155,7 @@ fn issue43_7_split_messages_name_the_flags_given() {
 /// ideal bound, and says so on stderr every time, naming the file and the field.
 #[test]
 fn issue43_8_a_device_file_the_transferred_model_cannot_time_warns() {
-    let full = data("data/systems/devices/h200-sxm-141gb.toml");
+    let full = data("data/catalog/systems/devices/h200-sxm-141gb.toml");
     let lacking = full
         .lines()
         .filter(|l| !l.starts_with("boost_clock_mhz"))
@@ -582,7 +582,7 @@ fn issue43_13_measured_times_must_be_positive() {
 /// Item 11: a device figure far below any machine is refused, as one far above is.
 #[test]
 fn issue43_11_tiny_device_figures_are_refused() {
-    let full = data("data/systems/devices/h200-sxm-141gb.toml");
+    let full = data("data/catalog/systems/devices/h200-sxm-141gb.toml");
     for (from, to, field) in [
         (
             "tflops_fp32 = { value = 67.0",
@@ -806,7 +806,7 @@ fn issue43_22_ddp_traces_and_transfer_directories_are_checked() {
             "{e}"
         );
     }
-    let file = data("data/kernels/deepbench/SOURCE.toml");
+    let file = data("data/evidence/kernels/deepbench/SOURCE.toml");
     let file = write("SOURCE.toml", &file);
     for flag in ["--ours", "--published"] {
         let e = run_err(&["validate", "transfer", flag, &file]);
@@ -906,7 +906,7 @@ fn issue43_21_messages_name_what_was_given() {
     // A transformer's configuration TOML splits.
     let config = write(
         "gpt3-xl-config.toml",
-        &data("data/workloads/transformers/gpt3-xl.toml"),
+        &data("data/catalog/transformers/gpt3-xl.config.toml"),
     );
     let out = run_ok(&[
         "predict",

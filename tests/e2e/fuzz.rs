@@ -263,10 +263,10 @@ proptest! {
     #[test]
     fn mutated_system_files_never_panic_hang_or_print_nonsense(
         base in prop::sample::select(vec![
-            "data/systems/dgx-h100.toml",
-            "data/systems/cori-gpu.toml",
-            "data/systems/perlmutter-gpu.toml",
-            "data/systems/devices/a100-sxm4-40gb.toml",
+            "data/catalog/systems/dgx-h100.toml",
+            "data/catalog/systems/cori-gpu.toml",
+            "data/catalog/systems/perlmutter-gpu.toml",
+            "data/catalog/systems/devices/a100-sxm4-40gb.toml",
             "tests/fixtures/box.toml",
         ]),
         edits in edits(),
@@ -293,9 +293,9 @@ proptest! {
     #[test]
     fn mutated_data_set_files_never_panic_hang_or_print_nonsense(
         base in prop::sample::select(vec![
-            "data/workloads/cosmoflow.toml",
-            "data/workloads/cosmoflow-v07.toml",
-            "data/workloads/deepcam.toml",
+            "data/catalog/workloads/cosmoflow.toml",
+            "data/catalog/workloads/cosmoflow-v07.toml",
+            "data/catalog/workloads/deepcam.toml",
         ]),
         edits in edits(),
     ) {
@@ -378,10 +378,10 @@ proptest! {
             ("tests/fixtures/hf/mistral-7b.json", "config.json"),
             ("tests/fixtures/hf/qwen2-7b.json", "config.json"),
             ("tests/fixtures/hf/mixtral-8x7b.json", "config.json"),
-            ("data/workloads/transformers/bert-large.toml", "config.toml"),
-            ("data/workloads/transformers/mixtral-8x7b.toml", "config.toml"),
-            ("data/workloads/transformers/llama3-8b.toml", "config.toml"),
-            ("data/workloads/transformers/opt-1.3b.toml", "config.toml"),
+            ("data/catalog/transformers/bert-large.config.toml", "config.toml"),
+            ("data/catalog/transformers/mixtral-8x7b.config.toml", "config.toml"),
+            ("data/catalog/transformers/llama3-8b.config.toml", "config.toml"),
+            ("data/catalog/transformers/opt-1.3b.config.toml", "config.toml"),
         ]),
         edits in edits(),
     ) {

@@ -348,9 +348,9 @@ op = "mse-loss"
 fn a_vision_transformer_imports_and_trains() {
     let vit = fixture("onnx/tv-vit_tiny.onnx");
     let v = run_json(&["workload", "show", &vit, "--format", "json"]);
-    // torch's `sum(p.numel())` (data/reference/torchvision.toml).
+    // torch's `sum(p.numel())` (data/evidence/reference/torchvision.toml).
     assert_eq!(v["params"].as_u64(), Some(8026));
-    let imagenet = fixture("../../data/workloads/resnet50.toml");
+    let imagenet = fixture("../../data/catalog/workloads/resnet50.toml");
     let v = run_json(&[
         "predict",
         &vit,

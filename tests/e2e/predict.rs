@@ -560,7 +560,7 @@ fn predict_times_gpus_by_the_transferred_model_unless_told_or_unable() {
     let dir = std::env::temp_dir().join(format!("ridgeline-e2e-bare-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let text = std::fs::read_to_string(format!(
-        "{}/data/systems/devices/a100-sxm4-40gb.toml",
+        "{}/data/catalog/systems/devices/a100-sxm4-40gb.toml",
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap();

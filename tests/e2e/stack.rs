@@ -15,7 +15,7 @@ fn scratch(name: &str) -> PathBuf {
 /// The text of built-in stack `name`'s file.
 fn builtin(name: &str) -> String {
     std::fs::read_to_string(format!(
-        "{}/data/stacks/{name}.toml",
+        "{}/data/catalog/stacks/{name}.toml",
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap()
@@ -596,7 +596,7 @@ fn fp8_runs_the_stacks_linear_layers_at_the_fp8_peak_and_is_refused_where_it_can
     // A stack without an FP8 recipe, a device without an FP8 peak: exit 2, field and fix.
     let err = run_err(&strs(&predict("pytorch-eager", "fp8", "dgx-h100")));
     assert!(
-        err.contains("data/stacks/pytorch-eager.toml")
+        err.contains("data/catalog/stacks/pytorch-eager.toml")
             && err.contains("precision.fp8")
             && err.contains("megatron-te"),
         "{err}"
@@ -928,10 +928,10 @@ struct Shipped {
     measured_s: f64,
 }
 
-/// The residuals ridgeline ships (`data/stacks/residuals.csv`).
+/// The residuals ridgeline ships (`data/catalog/stacks/residuals.csv`).
 fn shipped_residuals() -> Vec<Shipped> {
     let text = std::fs::read_to_string(format!(
-        "{}/data/stacks/residuals.csv",
+        "{}/data/catalog/stacks/residuals.csv",
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap();
@@ -962,7 +962,7 @@ fn the_shipped_step_residuals_are_the_binarys_predictions() {
     let trace = trace.to_str().unwrap();
     import_h100_trace(trace, &[]);
     let own = format!(
-        "{}/data/measured/h100/steps.jsonl.gz",
+        "{}/data/evidence/measured/h100/steps.jsonl.gz",
         env!("CARGO_MANIFEST_DIR")
     );
     let mut checked = 0;
@@ -986,10 +986,10 @@ fn the_shipped_step_residuals_are_the_binarys_predictions() {
             let row = shipped
                 .iter()
                 .find(|r| r.set == set && r.workload == w && r.precision == p && r.batch == b)
-                .unwrap_or_else(|| panic!("{set} {w} {p} b{b} is not in data/stacks/residuals.csv: run scripts/step-residuals.sh"));
+                .unwrap_or_else(|| panic!("{set} {w} {p} b{b} is not in data/catalog/stacks/residuals.csv: run scripts/step-residuals.sh"));
             assert!(
                 (row.predicted_s - now).abs() <= 1e-9 * now,
-                "{set} {w} {p} b{b}: data/stacks/residuals.csv has {} s, the binary predicts {now} s: run scripts/step-residuals.sh",
+                "{set} {w} {p} b{b}: data/catalog/stacks/residuals.csv has {} s, the binary predicts {now} s: run scripts/step-residuals.sh",
                 row.predicted_s
             );
             checked += 1;
@@ -1004,7 +1004,7 @@ fn the_shipped_step_residuals_are_the_binarys_predictions() {
 #[test]
 fn validated_steps_get_the_band_of_the_other_steps_of_their_stack() {
     let own = format!(
-        "{}/data/measured/h100/steps.jsonl.gz",
+        "{}/data/evidence/measured/h100/steps.jsonl.gz",
         env!("CARGO_MANIFEST_DIR")
     );
     let args = ["validate", "--system", "h100-sxm5-80gb", "--measured", &own];

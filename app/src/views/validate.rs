@@ -192,7 +192,7 @@ pub fn transfer(
                 ),
             );
         }
-        d = d.note("Whole steps: each single-GPU FP32 training step NeuSight measured on a GPU outside the fit (forward and backward, no optimizer step), built from the model's own configuration (labels/models) as `workload show` builds a transformer and timed as `predict` times its compute: the transferred kernel model fitted on every GPU above, never below the ideal bound. dp4, tp4, pp4_1: the whole step with Adam on four GPUs of an NVLink node split by data, tensor or pipeline parallelism (one micro-batch), as `predict --tensor-parallel/--pipeline-parallel` times it; its forward column is the slowest stage's, one micro-batch. Each step's 90 % interval is the band of measured over predicted time of the other steps validated under the default stack (data/stacks/residuals.csv, the step's own left out).");
+        d = d.note("Whole steps: each single-GPU FP32 training step NeuSight measured on a GPU outside the fit (forward and backward, no optimizer step), built from the model's own configuration (labels/models) as `workload show` builds a transformer and timed as `predict` times its compute: the transferred kernel model fitted on every GPU above, never below the ideal bound. dp4, tp4, pp4_1: the whole step with Adam on four GPUs of an NVLink node split by data, tensor or pipeline parallelism (one micro-batch), as `predict --tensor-parallel/--pipeline-parallel` times it; its forward column is the slowest stage's, one micro-batch. Each step's 90 % interval is the band of measured over predicted time of the other steps validated under the default stack (data/catalog/stacks/residuals.csv, the step's own left out).");
         for s in &check.steps_skipped {
             d = d.note(format!("not predicted: {s}"));
         }
@@ -209,7 +209,7 @@ pub fn published(v: &Published, style: Style) -> Document {
         d = d.summary(k, val);
     }
     let mut d = d.table(table(&v.table2, &cols, style)).note(
-        "Published: [004] Table II and §IV-A, measured on V100 with TensorFlow 2.5 and automatic mixed precision (data/reference/ibrahim2021-table2.toml). Model: 16-bit activations, one sample; the published FLOPs and HBM bytes are profiler measurements, which count what the framework and cuDNN add to the layers' own work.",
+        "Published: [004] Table II and §IV-A, measured on V100 with TensorFlow 2.5 and automatic mixed precision (data/evidence/reference/ibrahim2021-table2.toml). Model: 16-bit activations, one sample; the published FLOPs and HBM bytes are profiler measurements, which count what the framework and cuDNN add to the layers' own work.",
     );
     for c in &v.layers {
         for m in &c.mismatches {

@@ -491,7 +491,7 @@ pub(super) struct Bands {
 
 impl Bands {
     /// Whether the band of `kind` speaks for a step timed `by` these models: the GPU steps
-    /// of `data/stacks/residuals.csv` were predicted uncalibrated, by the transferred kernel
+    /// of `data/catalog/stacks/residuals.csv` were predicted uncalibrated, by the transferred kernel
     /// model, so a GPU's band is for uncalibrated predictions (a calibrated GPU keeps its
     /// fits' interval); the CPU steps were calibrated. Never at the ideal bound.
     pub(super) fn applies(kind: DeviceKind, by: &TimedBy) -> bool {

@@ -4,7 +4,7 @@
 //!
 //! A step is hardware times software: the same network on the same GPU runs two to three
 //! times apart between eager PyTorch and a tuned stack. A [`Stack`] makes the software an
-//! input, read from a sourced TOML file (`data/stacks/*.toml`, or the user's) in two
+//! input, read from a sourced TOML file (`data/catalog/stacks/*.toml`, or the user's) in two
 //! stages like a system file: `raw` mirrors the file, [`parse`] checks it once and
 //! returns an error naming the file, the field and the fix.
 //!
@@ -299,7 +299,7 @@ pub struct Stack {
     pub name: String,
     /// What it describes.
     pub description: String,
-    /// The file it was read from (`data/stacks/NAME.toml` for a built-in one).
+    /// The file it was read from (`data/catalog/stacks/NAME.toml` for a built-in one).
     pub file: String,
     /// The host side.
     pub host: Host,
@@ -652,7 +652,7 @@ mod tests {
         for name in catalog::stack_names() {
             let s = catalog::stack(&name).unwrap();
             assert_eq!(s.name, name);
-            assert_eq!(s.file, format!("data/stacks/{name}.toml"));
+            assert_eq!(s.file, format!("data/catalog/stacks/{name}.toml"));
             assert!(!s.host.dispatch.source.is_empty());
         }
         let e = catalog::stack("pytorch").unwrap_err().to_string();
@@ -874,7 +874,7 @@ overlap_tensor_parallel = { value = false, source = "s" }
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("data/stacks/pytorch-eager.toml") && e.contains("precision.fp8"),
+            e.contains("data/catalog/stacks/pytorch-eager.toml") && e.contains("precision.fp8"),
             "{e}"
         );
         assert!(e.contains("megatron-te"), "{e}");

@@ -1,4 +1,4 @@
-//! Raw serde structs that mirror a stack file exactly (`data/stacks/*.toml`, the format in
+//! Raw serde structs that mirror a stack file exactly (`data/catalog/stacks/*.toml`, the format in
 //! `data/README.md`). Unknown keys are refused. Validation lives in the parent module.
 
 use std::collections::BTreeMap;

@@ -1,5 +1,5 @@
 //! How far whole steps predicted under each built-in stack have come out from their
-//! measurements: the step-level residuals of `data/stacks/residuals.csv`, and the 90 % band
+//! measurements: the step-level residuals of `data/catalog/stacks/residuals.csv`, and the 90 % band
 //! of measured over predicted time that is a prediction's interval ([`band`]).
 //!
 //! A step's interval from its kernels alone (each fit's residuals, the transferred model's
@@ -26,10 +26,10 @@ use super::Stack;
 use crate::system::DeviceKind;
 
 /// The residuals file, embedded.
-const RESIDUALS: &str = include_str!("../../../data/stacks/residuals.csv");
+const RESIDUALS: &str = include_str!("../../../data/catalog/stacks/residuals.csv");
 
 /// Its path in the repository, for messages.
-pub const RESIDUALS_PATH: &str = "data/stacks/residuals.csv";
+pub const RESIDUALS_PATH: &str = "data/catalog/stacks/residuals.csv";
 
 /// The fewest steps a stack's own band is built from; with fewer, every stack's steps
 /// pooled.
@@ -183,7 +183,7 @@ fn band_of(
     leave_out: Option<&StepKey>,
 ) -> Option<StepBand> {
     let kept = |r: &&Residual| r.kind == kind && leave_out.is_none_or(|k| !r.is(k));
-    let builtin = stack.file == format!("data/stacks/{}.toml", stack.name);
+    let builtin = stack.file == format!("data/catalog/stacks/{}.toml", stack.name);
     let own: Vec<f64> = all
         .iter()
         .filter(kept)

@@ -6,7 +6,7 @@
 //! `/proc/meminfo`'s total, and the clock (cpufreq's maximum, else `/proc/cpuinfo`'s and a
 //! measured one). [`local_system`] turns them into a one-device system:
 //!
-//! - **A CPU `data/systems/local.toml` lists by its signature** (`[[cpu]]`, sourced) keeps its
+//! - **A CPU `data/catalog/systems/local.toml` lists by its signature** (`[[cpu]]`, sourced) keeps its
 //!   catalog device's datasheet figures, scaled to the cores this process may use.
 //! - **Any other CPU** is described from the facts: peak FLOP/s per format = FMA units x
 //!   lanes x 2 x cores x clock, with the FMA units and datapath width of its core
@@ -356,7 +356,7 @@ fn vector_isa(facts: &HostFacts) -> Option<VectorIsa> {
 }
 
 /// Describes this machine as a one-node system of one CPU device, using `local_toml`
-/// (`data/systems/local.toml`) for the CPUs with catalog devices and the core
+/// (`data/catalog/systems/local.toml`) for the CPUs with catalog devices and the core
 /// microarchitectures' FMA resources.
 pub fn local_system(
     facts: &HostFacts,
@@ -523,7 +523,7 @@ fn derived_device(
     };
     if units == 0 || bits < 64 {
         return Err(Error::invalid(
-            "data/systems/local.toml",
+            "data/catalog/systems/local.toml",
             "core.fma_units",
             format!("{units} units of {bits} bits: give at least one unit of at least 64 bits"),
         ));

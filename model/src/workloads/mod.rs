@@ -8,7 +8,7 @@
 //! a graph network, `gin` (nodes and width).
 //!
 //! Layer names, shapes, parameter and MAC counts match the reference tables in
-//! `data/reference/` (checked by this module's tests). Builders add what the tables leave
+//! `data/evidence/reference/` (checked by this module's tests). Builders add what the tables leave
 //! out: the input node, the loss, and CosmoFlow's output `tanh`, which the table folds into
 //! `dense_out`.
 
@@ -74,7 +74,7 @@ macro_rules! transformer {
                 .iter()
                 .find(|(name, _)| *name == $name)
                 .unwrap_or_else(|| unreachable!("every built-in transformer has a file"));
-            transformer::Config::from_toml(text, concat!("data/workloads/transformers/", $file))
+            transformer::Config::from_toml(text, concat!("data/catalog/transformers/", $file))
                 .unwrap_or_else(|e| unreachable!("built-in configurations are tested: {e}"))
         }
         fn build(seq: &[usize], w: &Scale) -> Result<Graph, LayerError> {
@@ -101,47 +101,47 @@ macro_rules! transformer {
     }};
 }
 
-/// The built-in transformers' configuration files (`data/workloads/transformers/`).
+/// The built-in transformers' configuration files (`data/catalog/transformers/`).
 const TRANSFORMER_CONFIGS: [(&str, &str); 10] = [
     (
         "gpt2",
-        include_str!("../../../data/workloads/transformers/gpt2.toml"),
+        include_str!("../../../data/catalog/transformers/gpt2.config.toml"),
     ),
     (
         "bert-large",
-        include_str!("../../../data/workloads/transformers/bert-large.toml"),
+        include_str!("../../../data/catalog/transformers/bert-large.config.toml"),
     ),
     (
         "gpt2-large",
-        include_str!("../../../data/workloads/transformers/gpt2-large.toml"),
+        include_str!("../../../data/catalog/transformers/gpt2-large.config.toml"),
     ),
     (
         "gpt3-xl",
-        include_str!("../../../data/workloads/transformers/gpt3-xl.toml"),
+        include_str!("../../../data/catalog/transformers/gpt3-xl.config.toml"),
     ),
     (
         "gpt3-2.7b",
-        include_str!("../../../data/workloads/transformers/gpt3-2.7b.toml"),
+        include_str!("../../../data/catalog/transformers/gpt3-2.7b.config.toml"),
     ),
     (
         "gpt3-175b",
-        include_str!("../../../data/workloads/transformers/gpt3-175b.toml"),
+        include_str!("../../../data/catalog/transformers/gpt3-175b.config.toml"),
     ),
     (
         "opt-1.3b",
-        include_str!("../../../data/workloads/transformers/opt-1.3b.toml"),
+        include_str!("../../../data/catalog/transformers/opt-1.3b.config.toml"),
     ),
     (
         "llama3-8b",
-        include_str!("../../../data/workloads/transformers/llama3-8b.toml"),
+        include_str!("../../../data/catalog/transformers/llama3-8b.config.toml"),
     ),
     (
         "llama3-70b",
-        include_str!("../../../data/workloads/transformers/llama3-70b.toml"),
+        include_str!("../../../data/catalog/transformers/llama3-70b.config.toml"),
     ),
     (
         "mixtral-8x7b",
-        include_str!("../../../data/workloads/transformers/mixtral-8x7b.toml"),
+        include_str!("../../../data/catalog/transformers/mixtral-8x7b.config.toml"),
     ),
 ];
 
@@ -189,61 +189,61 @@ pub const BUILTINS: &[Builtin] = &[
     },
     transformer!(
         "bert-large",
-        "bert-large.toml",
+        "bert-large.config.toml",
         512,
         "BERT-Large (Hugging Face BertForPreTraining): 24 layers, hidden 1024, 336M parameters, 512 tokens"
     ),
     transformer!(
         "gpt2",
-        "gpt2.toml",
+        "gpt2.config.toml",
         1024,
         "GPT-2 (Hugging Face GPT2LMHeadModel): 12 layers, hidden 768, 124M parameters, 1024 tokens"
     ),
     transformer!(
         "gpt2-large",
-        "gpt2-large.toml",
+        "gpt2-large.config.toml",
         1024,
         "GPT-2 Large (Hugging Face GPT2LMHeadModel): 36 layers, hidden 1280, 774M parameters, 1024 tokens"
     ),
     transformer!(
         "gpt3-xl",
-        "gpt3-xl.toml",
+        "gpt3-xl.config.toml",
         2048,
         "GPT-3 XL (Brown et al. 2020) as GPT-2: 24 layers, hidden 2048, 1.3B parameters, 2048 tokens"
     ),
     transformer!(
         "gpt3-2.7b",
-        "gpt3-2.7b.toml",
+        "gpt3-2.7b.config.toml",
         2048,
         "GPT-3 2.7B (Brown et al. 2020) as GPT-2: 32 layers, hidden 2560, 2.7B parameters, 2048 tokens"
     ),
     transformer!(
         "gpt3-175b",
-        "gpt3-175b.toml",
+        "gpt3-175b.config.toml",
         2048,
         "GPT-3 175B (Brown et al. 2020) as GPT-2: 96 layers, hidden 12288, 175B parameters, 2048 tokens (MLPerf's gpt3)"
     ),
     transformer!(
         "opt-1.3b",
-        "opt-1.3b.toml",
+        "opt-1.3b.config.toml",
         2048,
         "OPT-1.3B (Hugging Face OPTForCausalLM): 24 layers, hidden 2048, 1.3B parameters, 2048 tokens"
     ),
     transformer!(
         "llama3-8b",
-        "llama3-8b.toml",
+        "llama3-8b.config.toml",
         8192,
         "Llama 3 8B (Hugging Face LlamaForCausalLM): 32 layers, hidden 4096, 8 key-value heads, 8.0B parameters, 8192 tokens"
     ),
     transformer!(
         "llama3-70b",
-        "llama3-70b.toml",
+        "llama3-70b.config.toml",
         8192,
         "Llama 3 70B (Hugging Face LlamaForCausalLM): 80 layers, hidden 8192, 8 key-value heads, 70.6B parameters, 8192 tokens"
     ),
     transformer!(
         "mixtral-8x7b",
-        "mixtral-8x7b.toml",
+        "mixtral-8x7b.config.toml",
         4096,
         "Mixtral 8x7B (Hugging Face MixtralForCausalLM): 32 layers, hidden 4096, 8 experts of which 2 a token, 46.7B parameters (12.9B active), 4096 tokens"
     ),
@@ -384,12 +384,14 @@ mod tests {
     }
 
     /// Swin-T has torchvision's parameters and the forward FLOPs torch's
-    /// `FlopCounterMode` counts (`data/reference/torchvision.toml`) exactly; its windows
+    /// `FlopCounterMode` counts (`data/evidence/reference/torchvision.toml`) exactly; its windows
     /// refuse a size they do not tile, and a non-square input.
     #[test]
     fn swin_t_has_torchs_counts() {
-        let reference: toml::Table =
-            toml::from_str(include_str!("../../../data/reference/torchvision.toml")).unwrap();
+        let reference: toml::Table = toml::from_str(include_str!(
+            "../../../data/evidence/reference/torchvision.toml"
+        ))
+        .unwrap();
         let g = build("swin-t", &BuildOptions::default()).unwrap();
         let c = cost(&g, 1, Precision::Fp32);
         let want = &reference["swin_t"];

@@ -13,7 +13,7 @@
 //! embeddings (the same cost); the language-model head shares the token embeddings'
 //! weights (`tied`) unless the configuration unties it (Llama's families by default), and its
 //! loss is softmax cross-entropy at every position. Built-in configurations are under
-//! `data/workloads/transformers/`, each with its source; a user's `config.json` is read by
+//! `data/catalog/transformers/`, each with its source; a user's `config.json` is read by
 //! [`Config::from_json`].
 
 use serde::Deserialize;
@@ -2263,10 +2263,11 @@ mod tests {
                 .to_string();
             assert!(e.contains("mixtral.json") && e.contains(want), "{key}: {e}");
         }
-        let dense = include_str!("../../../data/workloads/transformers/llama3-8b.toml").replace(
-            "tie_word_embeddings",
-            "capacity_factor = 1.0\ntie_word_embeddings",
-        );
+        let dense = include_str!("../../../data/catalog/transformers/llama3-8b.config.toml")
+            .replace(
+                "tie_word_embeddings",
+                "capacity_factor = 1.0\ntie_word_embeddings",
+            );
         let e = Config::from_toml(&dense, "llama.toml")
             .unwrap_err()
             .to_string();

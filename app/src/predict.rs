@@ -366,32 +366,7 @@ impl Single {
                 )
                 .summary("timeline", path.display().to_string());
         }
-        if let Some(v) = p.valid_flops {
-            doc = doc.summary("valid FLOPS", s.flop_rate(v));
-        }
-        if let Some(e) = o.energy_j {
-            doc = doc.summary("energy", format!("{:.3} kWh", e.as_kwh()));
-        }
-        if let Some(c) = o.cost {
-            doc = doc.summary("cost", format!("{c:.2}"));
-        }
-        for (name, r) in [
-            ("single node", p.hpc_ai_roofline.single_node),
-            ("distributed", p.hpc_ai_roofline.distributed),
-        ] {
-            if let Some(r) = r {
-                doc = doc.summary(
-                    format!("HPC-AI roofline, {name}"),
-                    format!(
-                        "COI {:.0} FLOP/B, attainable {} of {} peak ({}-bound)",
-                        r.coi,
-                        s.flop_rate(FlopRate::new(r.attainable_flops)),
-                        s.flop_rate(FlopRate::new(r.peak_flops)),
-                        r.bound
-                    ),
-                );
-            }
-        }
+        let doc = extras(doc, p);
         let doc = if p.data_movement.is_empty() {
             // Every level's bandwidth is unknown (an uncalibrated `local`): no table of blanks.
             doc.note(
@@ -405,6 +380,38 @@ impl Single {
         };
         doc.notes(p.assumptions.iter().map(|a| format!("assumed: {a}")))
     }
+}
+
+/// A prediction's optional lines: valid FLOPS, energy, cost and the HPC-AI rooflines.
+fn extras(mut doc: Document, p: &Prediction) -> Document {
+    let (s, o) = (Style::Human, &p.outcome);
+    if let Some(v) = p.valid_flops {
+        doc = doc.summary("valid FLOPS", s.flop_rate(v));
+    }
+    if let Some(e) = o.energy_j {
+        doc = doc.summary("energy", format!("{:.3} kWh", e.as_kwh()));
+    }
+    if let Some(c) = o.cost {
+        doc = doc.summary("cost", format!("{c:.2}"));
+    }
+    for (name, r) in [
+        ("single node", p.hpc_ai_roofline.single_node),
+        ("distributed", p.hpc_ai_roofline.distributed),
+    ] {
+        if let Some(r) = r {
+            doc = doc.summary(
+                format!("HPC-AI roofline, {name}"),
+                format!(
+                    "COI {:.0} FLOP/B, attainable {} of {} peak ({}-bound)",
+                    r.coi,
+                    s.flop_rate(FlopRate::new(r.attainable_flops)),
+                    s.flop_rate(FlopRate::new(r.peak_flops)),
+                    r.bound
+                ),
+            );
+        }
+    }
+    doc
 }
 
 /// The most ranks a Chakra trace is written for: one file each.

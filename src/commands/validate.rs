@@ -6,27 +6,13 @@ use std::path::Path;
 use anyhow::{Result, bail};
 use ridgeline_app::views::validate as views;
 use ridgeline_app::{runs, self_check, validation};
-use ridgeline_calibrate::validate::{LayerPoint, StepPoint, Summary, Validation};
-use serde::Serialize;
+use ridgeline_calibrate::validate::Validation;
 
 use crate::cli::{
     Format, ValidateArgs, ValidateCommArgs, ValidateCommand, ValidateDdpTraceArgs,
     ValidateTransferArgs,
 };
 use crate::output::{self, Progress};
-
-/// What `--format json` prints.
-#[derive(Serialize)]
-struct Report<'a> {
-    system: &'a str,
-    device: &'a str,
-    device_kind: ridgeline_model::system::DeviceKind,
-    steps: &'a [StepPoint],
-    summary: &'a Summary,
-    worst_layers: &'a [LayerPoint],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    artifacts: Option<&'a Path>,
-}
 
 pub(crate) fn run(args: &ValidateArgs) -> Result<()> {
     match &args.what {
@@ -105,16 +91,7 @@ fn published(format: Format) -> Result<()> {
 }
 
 fn print(v: &Validation, args: &ValidateArgs, artifacts: Option<&Path>) -> Result<()> {
-    let worst = &v.worst_layers[..args.top.min(v.worst_layers.len())];
-    let report = Report {
-        system: &v.system,
-        device: &v.device,
-        device_kind: v.device_kind,
-        steps: &v.steps,
-        summary: &v.summary,
-        worst_layers: worst,
-        artifacts,
-    };
+    let report = views::StepsReport::new(v, args.top, artifacts);
     let uncalibrated = args.system.is_some();
     output::print(args.format.format, &report, |style| {
         views::steps(v, artifacts, uncalibrated, style)
@@ -122,7 +99,7 @@ fn print(v: &Validation, args: &ValidateArgs, artifacts: Option<&Path>) -> Resul
     if args.format.format == Format::Table {
         // The worst layers as a second table under the steps.
         output::print(args.format.format, &report, |style| {
-            views::worst_layers(worst, style)
+            views::worst_layers(report.worst(), style)
         })?;
     }
     Ok(())

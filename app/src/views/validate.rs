@@ -4,9 +4,10 @@ use std::path::{Path, PathBuf};
 
 use ridgeline_calibrate::comm::CommValidation;
 use ridgeline_calibrate::transfer::Holdout;
-use ridgeline_calibrate::validate::{LayerPoint, Validation};
+use ridgeline_calibrate::validate::{LayerPoint, StepPoint, Summary, Validation};
 use ridgeline_model::profile::Profile;
 use ridgeline_reports::Document;
+use serde::Serialize;
 
 use crate::columns::{Style, table};
 use crate::runs::RunValidation;
@@ -53,40 +54,9 @@ pub fn transfer(
         .map(|p| p.display().to_string())
         .collect::<Vec<_>>()
         .join(", ");
-    let (set, t) = (&check.set, &check.held);
+    let set = &check.set;
     let cols = tables::holdout_cols();
-    // Each class over every held-out GPU (`all`) first, then each GPU, then the labels of
-    // GPUs outside the set.
-    let rows: Vec<_> = t
-        .classes
-        .iter()
-        .chain(&t.holdouts)
-        .cloned()
-        .chain(check.outside.iter().map(|h| Holdout {
-            class: format!("outside {}", h.class),
-            ..h.clone()
-        }))
-        .chain(check.labels.iter().map(|h| Holdout {
-            class: format!("step {}", h.class),
-            ..h.clone()
-        }))
-        .chain(check.ours.iter().map(|h| Holdout {
-            class: format!("ours {}", h.class),
-            ..h.clone()
-        }))
-        .chain(check.published.iter().map(|h| Holdout {
-            class: format!("published {}", h.class),
-            ..h.clone()
-        }))
-        .chain(
-            check
-                .tensor
-                .iter()
-                .chain(&check.depthwise)
-                .flat_map(|t| t.classes.iter().chain(&t.holdouts))
-                .cloned(),
-        )
-        .collect();
+    let rows = holdout_rows(check);
     let mut d =
         Document::new("Transferable kernel model: each GPU predicted by a fit on the others")
             .summary("kernels", kernels.display().to_string())
@@ -200,6 +170,44 @@ pub fn transfer(
     d
 }
 
+/// The rows of `validate transfer`: each class over every held-out GPU (`all`) first, then
+/// each GPU, then the kernels of GPUs outside the set, whole steps' labels, our records,
+/// the published sets and the scaled and depthwise classes.
+fn holdout_rows(check: &TransferCheck) -> Vec<Holdout> {
+    let t = &check.held;
+    // Each class over every held-out GPU (`all`) first, then each GPU, then the labels of
+    // GPUs outside the set.
+    t.classes
+        .iter()
+        .chain(&t.holdouts)
+        .cloned()
+        .chain(check.outside.iter().map(|h| Holdout {
+            class: format!("outside {}", h.class),
+            ..h.clone()
+        }))
+        .chain(check.labels.iter().map(|h| Holdout {
+            class: format!("step {}", h.class),
+            ..h.clone()
+        }))
+        .chain(check.ours.iter().map(|h| Holdout {
+            class: format!("ours {}", h.class),
+            ..h.clone()
+        }))
+        .chain(check.published.iter().map(|h| Holdout {
+            class: format!("published {}", h.class),
+            ..h.clone()
+        }))
+        .chain(
+            check
+                .tensor
+                .iter()
+                .chain(&check.depthwise)
+                .flat_map(|t| t.classes.iter().chain(&t.holdouts))
+                .cloned(),
+        )
+        .collect()
+}
+
 /// `validate published`: the model's counts against the reference layer tables and \[004\]
 /// Table II.
 pub fn published(v: &Published, style: Style) -> Document {
@@ -217,6 +225,41 @@ pub fn published(v: &Published, style: Style) -> Document {
         }
     }
     d
+}
+
+/// What `validate --format json` prints of validated steps: the steps, their summary and
+/// the layer passes furthest off.
+#[derive(Serialize)]
+pub struct StepsReport<'a> {
+    system: &'a str,
+    device: &'a str,
+    device_kind: ridgeline_model::system::DeviceKind,
+    steps: &'a [StepPoint],
+    summary: &'a Summary,
+    worst_layers: &'a [LayerPoint],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    artifacts: Option<&'a Path>,
+}
+
+impl<'a> StepsReport<'a> {
+    /// Validation `v` with its `top` layer passes furthest off (`artifacts`: the
+    /// self-check's directory).
+    pub fn new(v: &'a Validation, top: usize, artifacts: Option<&'a Path>) -> StepsReport<'a> {
+        StepsReport {
+            system: &v.system,
+            device: &v.device,
+            device_kind: v.device_kind,
+            steps: &v.steps,
+            summary: &v.summary,
+            worst_layers: &v.worst_layers[..top.min(v.worst_layers.len())],
+            artifacts,
+        }
+    }
+
+    /// The layer passes furthest off.
+    pub fn worst(&self) -> &'a [LayerPoint] {
+        self.worst_layers
+    }
 }
 
 /// Validated steps: predicted against measured (`uncalibrated`: timed with no profile;

@@ -303,23 +303,6 @@ fn citations_are_read_as_a_reader_would() {
     );
 }
 
-/// The file names under `dir`, each with its path.
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(d).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                out.push(path);
-            }
-        }
-    }
-    out
-}
-
 #[test]
 fn data_is_the_catalog_apart_from_the_evidence_and_no_two_catalog_files_share_a_name() {
     let mut top: Vec<String> = std::fs::read_dir(root().join("data"))
@@ -333,7 +316,7 @@ fn data_is_the_catalog_apart_from_the_evidence_and_no_two_catalog_files_share_a_
         "data/ holds two folders"
     );
     let mut seen: std::collections::BTreeMap<String, PathBuf> = Default::default();
-    for path in files_under(&root().join("data/catalog")) {
+    for path in crate::files_under(&root().join("data/catalog")) {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         if let Some(first) = seen.insert(name.clone(), path.clone()) {
             panic!(

@@ -23,18 +23,10 @@ type Module = Vec<String>;
 
 /// A crate's files by module path (`lib.rs`, `main.rs` and `mod.rs` name their directory).
 fn modules(src: &Path) -> BTreeMap<Module, PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                out.push(path);
-            }
-        }
-    }
-    let mut files = Vec::new();
-    walk(src, &mut files);
+    let files: Vec<PathBuf> = crate::files_under(src)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .collect();
     files
         .into_iter()
         .map(|path| {
@@ -612,20 +604,9 @@ fn the_layer_check_sees_uses_through_every_kind_of_path() {
 
 /// The lines of every Rust file under `dir`.
 fn lines_under(dir: &Path) -> usize {
-    let mut files = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(d).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                files.push(path);
-            }
-        }
-    }
-    files
+    crate::files_under(dir)
         .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "rs"))
         .map(|f| std::fs::read_to_string(f).unwrap().lines().count())
         .sum()
 }

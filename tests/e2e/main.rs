@@ -30,6 +30,23 @@ use serde_json::Value;
 /// samples.
 const QUICK: [&str; 6] = ["--warmup", "0s", "--min-time", "0s", "--min-samples", "3"];
 
+/// Every file under `dir`, in any folder below it.
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
 /// The `ridgeline` binary under test.
 fn ridgeline() -> Command {
     assert_cmd::cargo::cargo_bin_cmd!("ridgeline")

@@ -21,17 +21,22 @@ const LAYERS: &[(&[&str], LayerFn)] = &[
     (&["Conv", "ConvTranspose"], layer_conv),
     (&["Gemm", "MatMul"], layer_gemm),
     (&["MaxPool", "AveragePool"], layer_max_pool),
-    (&["GlobalAveragePool"], layer_global_average_pool),
     (&["ReduceMean"], layer_reduce_mean),
-    (&["BatchNormalization"], layer_batch_normalization),
-    (&["Relu"], layer_relu),
+    (
+        &[
+            "GlobalAveragePool",
+            "BatchNormalization",
+            "Relu",
+            "Tanh",
+            "Sigmoid",
+            "HardSwish",
+            "Gelu",
+        ],
+        layer_plain,
+    ),
     (&["LeakyRelu"], layer_leaky_relu),
-    (&["Tanh"], layer_tanh),
-    (&["Sigmoid"], layer_sigmoid),
-    (&["HardSwish"], layer_hard_swish),
     (&["HardSigmoid"], layer_hard_sigmoid),
     (&["Clip"], layer_clip),
-    (&["Gelu"], layer_gelu),
     (&["Dropout"], layer_dropout),
     (&["Softmax"], layer_softmax),
     (&["Flatten"], layer_flatten),
@@ -103,6 +108,26 @@ fn per_dim(n: &Node<'_>, rank: usize, name: &str, default: usize, min: usize) ->
                 ))
             }),
     }
+}
+
+/// An op with nothing to read but its input: a global average pool, a batch norm (its
+/// statistics are the layer's own), and the activations without attributes.
+fn layer_plain(
+    _s: &mut State<'_>,
+    n: &Node<'_>,
+    _xid: NodeId,
+    _inputs: &mut Vec<NodeId>,
+) -> Result<Option<Op>> {
+    Ok(Some(match n.op.as_str() {
+        "GlobalAveragePool" => Op::GlobalAvgPool,
+        "BatchNormalization" => Op::BatchNorm,
+        "Relu" => Op::Relu,
+        "Tanh" => Op::Tanh,
+        "Sigmoid" => Op::Sigmoid,
+        "HardSwish" => Op::HardSwish,
+        "Gelu" => Op::Gelu,
+        other => return Err(n.fail(format!("`{other}` is no op without attributes"))),
+    }))
 }
 
 fn layer_conv(
@@ -234,15 +259,6 @@ fn layer_max_pool(
     }))
 }
 
-fn layer_global_average_pool(
-    _s: &mut State<'_>,
-    _n: &Node<'_>,
-    _xid: NodeId,
-    _inputs: &mut Vec<NodeId>,
-) -> Result<Option<Op>> {
-    Ok(Some(Op::GlobalAvgPool))
-}
-
 /// A mean over every spatial axis (ShuffleNetV2's `x.mean([2, 3])`): a global
 /// average pool, whose `[C, 1, ...]` a dense layer reads as the vector it is.
 fn layer_reduce_mean(
@@ -290,24 +306,6 @@ fn layer_reduce_mean(
     }))
 }
 
-fn layer_batch_normalization(
-    _s: &mut State<'_>,
-    _n: &Node<'_>,
-    _xid: NodeId,
-    _inputs: &mut Vec<NodeId>,
-) -> Result<Option<Op>> {
-    Ok(Some(Op::BatchNorm))
-}
-
-fn layer_relu(
-    _s: &mut State<'_>,
-    _n: &Node<'_>,
-    _xid: NodeId,
-    _inputs: &mut Vec<NodeId>,
-) -> Result<Option<Op>> {
-    Ok(Some(Op::Relu))
-}
-
 fn layer_leaky_relu(
     _s: &mut State<'_>,
     n: &Node<'_>,
@@ -318,33 +316,6 @@ fn layer_leaky_relu(
     Ok(Some(Op::LeakyRelu {
         alpha: f64::from(float(node, "alpha").unwrap_or(0.01)),
     }))
-}
-
-fn layer_tanh(
-    _s: &mut State<'_>,
-    _n: &Node<'_>,
-    _xid: NodeId,
-    _inputs: &mut Vec<NodeId>,
-) -> Result<Option<Op>> {
-    Ok(Some(Op::Tanh))
-}
-
-fn layer_sigmoid(
-    _s: &mut State<'_>,
-    _n: &Node<'_>,
-    _xid: NodeId,
-    _inputs: &mut Vec<NodeId>,
-) -> Result<Option<Op>> {
-    Ok(Some(Op::Sigmoid))
-}
-
-fn layer_hard_swish(
-    _s: &mut State<'_>,
-    _n: &Node<'_>,
-    _xid: NodeId,
-    _inputs: &mut Vec<NodeId>,
-) -> Result<Option<Op>> {
-    Ok(Some(Op::HardSwish))
 }
 
 fn layer_hard_sigmoid(
@@ -364,7 +335,7 @@ fn layer_clip(
     s: &mut State<'_>,
     n: &Node<'_>,
     _xid: NodeId,
-    __inputs: &mut Vec<NodeId>,
+    _inputs: &mut Vec<NodeId>,
 ) -> Result<Option<Op>> {
     let node = n.proto;
     let get = |i: usize| n.get(&s.values, i);
@@ -394,15 +365,6 @@ fn layer_clip(
             }
         }
     }))
-}
-
-fn layer_gelu(
-    _s: &mut State<'_>,
-    _n: &Node<'_>,
-    _xid: NodeId,
-    _inputs: &mut Vec<NodeId>,
-) -> Result<Option<Op>> {
-    Ok(Some(Op::Gelu))
 }
 
 fn layer_dropout(

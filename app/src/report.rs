@@ -484,11 +484,34 @@ fn procurement_report(
     software: &[SoftwareRow],
 ) -> Report {
     let names: Vec<&str> = candidates.iter().map(|c| c.name.as_str()).collect();
-    let objective = match args.objective {
+    let ranking = ranking_section(args.objective, mix, candidates, caveats);
+    let [per_workload, bandwidth, memory] = workload_sections(mix, jobs, offers, candidates);
+    let mut sections = vec![ranking];
+    if !software.is_empty() {
+        sections.push(software_section(software, jobs));
+    }
+    sections.extend([per_workload, bandwidth, memory, inputs_section(mix, offers)]);
+    Report {
+        title: format!("Procurement: mix `{}` on {}", mix.name, names.join(", ")),
+        intro: procurement_intro(args, mix),
+        sections,
+        provenance: args.provenance.clone(),
+    }
+}
+
+/// What a mix is ranked by, in words.
+fn objective_words(objective: Objective) -> &'static str {
+    match objective {
         Objective::Time => "time per mix",
         Objective::Cost => "cost per mix",
         Objective::Energy => "energy per mix",
-    };
+    }
+}
+
+/// The procurement report's opening paragraphs: the mix, how it runs and is ranked, and
+/// what times its layers.
+fn procurement_intro(args: &ProcurementRequest, mix: &Mix) -> Vec<String> {
+    let objective = objective_words(args.objective);
     let mut intro = vec![format!(
         "Workload mix `{}`{}: {}.",
         mix.name,
@@ -552,8 +575,18 @@ fn procurement_report(
          power. Prices, power and site figures are the candidate files' own, each with its \
          source (see the inputs below and procurement.json)."
     ));
+    intro
+}
 
-    // Ranking.
+/// The ranking: the candidates' table, why each ranks where it does, the caveats, and each
+/// candidate's time per mix by workload.
+fn ranking_section(
+    objective: Objective,
+    mix: &Mix,
+    candidates: &[CandidateResult],
+    caveats: &[String],
+) -> Section {
+    let objective = objective_words(objective);
     let mut ranking = Section::new("Ranking").table(table(
         "ranking",
         &format!("Candidates ranked by {objective}"),
@@ -610,8 +643,17 @@ fn procurement_report(
                 .into(),
         });
     }
+    ranking
+}
 
-    // Per workload.
+/// Per workload: the best configuration on each candidate with its scaling and step
+/// breakdown, the bandwidth it needs, and its memory against batch.
+fn workload_sections(
+    mix: &Mix,
+    jobs: &[Job],
+    offers: &[(Offer, System)],
+    candidates: &[CandidateResult],
+) -> [Section; 3] {
     let rows: Vec<Row<'_>> = (0..mix.workloads.len())
         .flat_map(|i| {
             candidates.iter().map(move |c| Row {
@@ -702,57 +744,70 @@ fn procurement_report(
             f.id = format!("{id}-breakdown");
             per_workload = per_workload.figure(f);
         }
-        // Memory against batch with every candidate device's capacity.
-        let job = &jobs[i];
-        let mut devices = BTreeSet::new();
-        let mut levels = Vec::new();
-        for (_, sys) in offers {
-            if let Some(m) = sys.device_memory()
-                && devices.insert(sys.device.name.clone())
-            {
-                // Devices of the same capacity share one line.
-                let value = m.value.value();
-                match levels.iter_mut().find(|l: &&mut Level| l.value == value) {
-                    Some(l) => {
-                        l.name = l
-                            .name
-                            .replace(" memory", &format!(", {} memory", sys.device.name))
-                    }
-                    None => levels.push(Level {
-                        name: format!("{} memory", sys.device.name),
-                        value,
-                    }),
+        memory = memory.figure(memory_figure(&id, w, &jobs[i], offers, candidates, i));
+    }
+    [per_workload, bandwidth, memory]
+}
+
+/// Workload `i` (`w`, run as `job`) against batch on each candidate device's memory.
+fn memory_figure(
+    id: &str,
+    w: &procurement::MixEntry,
+    job: &Job,
+    offers: &[(Offer, System)],
+    candidates: &[CandidateResult],
+    i: usize,
+) -> Figure {
+    let mut devices = BTreeSet::new();
+    let mut levels = Vec::new();
+    for (_, sys) in offers {
+        if let Some(m) = sys.device_memory()
+            && devices.insert(sys.device.name.clone())
+        {
+            // Devices of the same capacity share one line.
+            let value = m.value.value();
+            match levels.iter_mut().find(|l: &&mut Level| l.value == value) {
+                Some(l) => {
+                    l.name = l
+                        .name
+                        .replace(" memory", &format!(", {} memory", sys.device.name))
                 }
+                None => levels.push(Level {
+                    name: format!("{} memory", sys.device.name),
+                    value,
+                }),
             }
         }
-        let largest = candidates
-            .iter()
-            .map(|c| c.workloads[i].largest_batch)
-            .max()
-            .unwrap_or(1);
-        let batches: Vec<u64> = std::iter::successors(Some(1u64), |b| b.checked_mul(2))
-            .take_while(|&b| b <= largest.max(1) * 2)
-            .collect();
-        let rows: Vec<MemoryRow> = batches
-            .iter()
-            .map(|&b| job.model.footprint.at(b, Bytes::new(f64::INFINITY)))
-            .collect();
-        let mut f = figures::memory(&format!("{id}-memory"), &w.workload, &rows, levels);
-        f.caption = format!(
-            "{} ({}): per-device footprint by component against batch size, with each \
-             candidate device's memory. Largest batch: {}.",
-            w.workload,
-            job.graph.name(),
-            candidates
-                .iter()
-                .map(|c| format!("{} {}", c.name, c.workloads[i].largest_batch))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        memory = memory.figure(f);
     }
+    let largest = candidates
+        .iter()
+        .map(|c| c.workloads[i].largest_batch)
+        .max()
+        .unwrap_or(1);
+    let batches: Vec<u64> = std::iter::successors(Some(1u64), |b| b.checked_mul(2))
+        .take_while(|&b| b <= largest.max(1) * 2)
+        .collect();
+    let rows: Vec<MemoryRow> = batches
+        .iter()
+        .map(|&b| job.model.footprint.at(b, Bytes::new(f64::INFINITY)))
+        .collect();
+    let mut f = figures::memory(&format!("{id}-memory"), &w.workload, &rows, levels);
+    f.caption = format!(
+        "{} ({}): per-device footprint by component against batch size, with each \
+         candidate device's memory. Largest batch: {}.",
+        w.workload,
+        job.graph.name(),
+        candidates
+            .iter()
+            .map(|c| format!("{} {}", c.name, c.workloads[i].largest_batch))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    f
+}
 
-    // Inputs and their sources.
+/// The inputs and their sources: the candidates' offers and the mix.
+fn inputs_section(mix: &Mix, offers: &[(Offer, System)]) -> Section {
     let inputs_cols: [Col<(procurement::Offer, ridgeline_model::system::System)>; 8] = [
         text("candidate", "candidate", |(o, _), _| o.name.clone()),
         text("system", "system", |(o, _), _| o.system.clone()),
@@ -810,26 +865,14 @@ fn procurement_report(
             None => "convergence curve (ridgeline's data set file)".into(),
         }),
     ];
-    let inputs = Section::new("Inputs")
+    Section::new("Inputs")
         .table(table("candidates", "Candidates", offers, &inputs_cols))
         .table(table(
             "mix",
             "Workload mix",
             &mix.workloads,
             &workloads_cols,
-        ));
-
-    let mut sections = vec![ranking];
-    if !software.is_empty() {
-        sections.push(software_section(software, jobs));
-    }
-    sections.extend([per_workload, bandwidth, memory, inputs]);
-    Report {
-        title: format!("Procurement: mix `{}` on {}", mix.name, names.join(", ")),
-        intro,
-        sections,
-        provenance: args.provenance.clone(),
-    }
+        ))
 }
 
 /// The software section of the procurement report: each candidate's time per mix under the

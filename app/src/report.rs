@@ -875,6 +875,82 @@ fn inputs_section(mix: &Mix, offers: &[(Offer, System)]) -> Section {
         ))
 }
 
+/// The workload report's prediction: its configuration, step, epochs, time to solution,
+/// memory and energy, its assumptions and the data movement per sample (`devices`: a node's).
+fn prediction_section(p: &Prediction, devices: u32) -> Section {
+    let (s, o) = (Style::Human, &p.outcome);
+    let secs = |v: Seconds| s.seconds(v);
+    // A 90 % interval after a figure, where it has width (as `predict` prints it).
+    let interval = |lo: Seconds, hi: Seconds| {
+        if hi.value() > lo.value() {
+            format!(" (90 %: {} to {})", secs(lo), secs(hi))
+        } else {
+            String::new()
+        }
+    };
+    let mut prediction = Section::new("Prediction")
+        .fact(
+            "configuration",
+            format!(
+                "{} nodes x {} devices ({}), batch {} per device ({} global), {}",
+                o.nodes, devices, p.device, o.local_batch, o.global_batch, p.precision
+            ),
+        )
+        .fact(
+            "step time",
+            format!(
+                "{}{} ({}-bound): compute {}, input {}, allreduce {}",
+                secs(o.step_time_s),
+                interval(o.step_time_lo_s, o.step_time_hi_s),
+                o.bound.name(),
+                secs(o.compute_s),
+                secs(o.input_s),
+                secs(o.allreduce_s)
+            ),
+        )
+        .fact(
+            "throughput",
+            format!("{:.1} samples/s", o.samples_per_s.value()),
+        )
+        .fact("epochs", format!("{:.2}", o.epochs))
+        .fact(
+            "epoch time",
+            format!(
+                "{}{}",
+                secs(o.epoch_time_s),
+                interval(o.epoch_time_lo_s, o.epoch_time_hi_s)
+            ),
+        )
+        .fact(
+            "time to solution",
+            format!(
+                "{}{}",
+                secs(o.time_to_solution_s),
+                interval(o.time_to_solution_lo_s, o.time_to_solution_hi_s)
+            ),
+        )
+        .fact(
+            "memory per device",
+            format!(
+                "{} of {}",
+                s.bytes(o.memory_per_device_bytes),
+                s.bytes(Bytes::new(p.device_memory_bytes))
+            ),
+        );
+    if let Some(e) = o.energy_j {
+        prediction = prediction.fact("energy", format!("{:.1} kWh", e.as_kwh()));
+    }
+    for a in &p.assumptions {
+        prediction = prediction.paragraph(format!("Assumed: {a}."));
+    }
+    prediction.table(table(
+        "data-movement",
+        "Data movement per sample ([004] Fig. 4): bytes x gap of the level each source crosses",
+        &p.data_movement,
+        &tables::movement_cols(),
+    ))
+}
+
 /// The software section of the procurement report: each candidate's time per mix under the
 /// stack the mix ran under and under the tuned stack.
 fn software_section(rows: &[SoftwareRow], jobs: &[Job]) -> Section {
@@ -1064,84 +1140,9 @@ pub fn workload(args: &WorkloadReportRequest) -> Result<(Report, Prediction)> {
     let graph = &job.graph;
     let sc = &job.scenario;
     let p = predict::predict(job.inputs(system), sc, args.batch)?;
-    let o = &p.outcome;
     let s = Style::Human;
     let secs = |v: Seconds| s.seconds(v);
-    // A 90 % interval after a figure, where it has width (as `predict` prints it).
-    let interval = |lo: Seconds, hi: Seconds| {
-        if hi.value() > lo.value() {
-            format!(" (90 %: {} to {})", secs(lo), secs(hi))
-        } else {
-            String::new()
-        }
-    };
-
-    let mut prediction = Section::new("Prediction")
-        .fact(
-            "configuration",
-            format!(
-                "{} nodes x {} devices ({}), batch {} per device ({} global), {}",
-                o.nodes,
-                system.node.devices.value,
-                p.device,
-                o.local_batch,
-                o.global_batch,
-                p.precision
-            ),
-        )
-        .fact(
-            "step time",
-            format!(
-                "{}{} ({}-bound): compute {}, input {}, allreduce {}",
-                secs(o.step_time_s),
-                interval(o.step_time_lo_s, o.step_time_hi_s),
-                o.bound.name(),
-                secs(o.compute_s),
-                secs(o.input_s),
-                secs(o.allreduce_s)
-            ),
-        )
-        .fact(
-            "throughput",
-            format!("{:.1} samples/s", o.samples_per_s.value()),
-        )
-        .fact("epochs", format!("{:.2}", o.epochs))
-        .fact(
-            "epoch time",
-            format!(
-                "{}{}",
-                secs(o.epoch_time_s),
-                interval(o.epoch_time_lo_s, o.epoch_time_hi_s)
-            ),
-        )
-        .fact(
-            "time to solution",
-            format!(
-                "{}{}",
-                secs(o.time_to_solution_s),
-                interval(o.time_to_solution_lo_s, o.time_to_solution_hi_s)
-            ),
-        )
-        .fact(
-            "memory per device",
-            format!(
-                "{} of {}",
-                s.bytes(o.memory_per_device_bytes),
-                s.bytes(Bytes::new(p.device_memory_bytes))
-            ),
-        );
-    if let Some(e) = o.energy_j {
-        prediction = prediction.fact("energy", format!("{:.1} kWh", e.as_kwh()));
-    }
-    for a in &p.assumptions {
-        prediction = prediction.paragraph(format!("Assumed: {a}."));
-    }
-    let prediction = prediction.table(table(
-        "data-movement",
-        "Data movement per sample ([004] Fig. 4): bytes x gap of the level each source crosses",
-        &p.data_movement,
-        &tables::movement_cols(),
-    ));
+    let prediction = prediction_section(&p, system.node.devices.value);
 
     // Inside the step: the simulated timeline.
     let sim = predict::simulate(

@@ -14,7 +14,7 @@ use ridgeline_calibrate::validate::{self, Validation};
 use ridgeline_model::precision::Precision;
 use ridgeline_model::profile::Profile;
 use ridgeline_model::published::{Figure as PublishedFigure, LayerCheck, check_layers, table2};
-use ridgeline_model::transfer::DeviceSpec;
+use ridgeline_model::transfer::{Class, DeviceSpec};
 use serde::Serialize;
 
 use crate::campaign::Observer;
@@ -160,7 +160,7 @@ pub struct TransferCheck {
     pub tensor_adopted: Vec<transfer::ClassModel>,
     /// The FP32 fit's classes unscaled (at the tensor-core peak for a tensor-core class) on
     /// the same held-out kernels: pooled median |error| by scaled class.
-    pub tensor_unscaled: BTreeMap<String, f64>,
+    pub tensor_unscaled: BTreeMap<Class, f64>,
     /// The depthwise convolution classes ([`transfer::depthwise`]: one per pass and format)
     /// on ridgeline's own depthwise records of the GPU's own time, each GPU left out in
     /// turn; `None` without such records.
@@ -316,7 +316,7 @@ pub fn transfer(kernels: &Path, ours: Option<&Path>, public: &[PathBuf]) -> Resu
         let points: Vec<transfer::Point> = own_points(ours, true)?
             .gpu
             .into_iter()
-            .filter(|p| ridgeline_model::transfer::is_depthwise_class(&p.class))
+            .filter(|p| p.class.is_depthwise())
             .collect();
         if !points.is_empty() {
             let (fitted, held) = transfer::depthwise(&points)?;
@@ -367,12 +367,12 @@ pub fn gpus_of(points: &[transfer::Point]) -> Vec<&str> {
 /// The data of the scaled classes: ridgeline's own records of the GPU's own time under
 /// `ours` ([`own_points`]) and the published set's kernels, `published`
 /// ([`published_points`]), that run on tensor cores
-/// ([`ridgeline_model::transfer::is_tensor_class`]).
+/// ([`Class::is_tensor`]).
 pub fn tensor_points(
     ours: Option<&Path>,
     published: &[transfer::Point],
 ) -> Result<Vec<transfer::Point>> {
-    let tensor = |p: &transfer::Point| ridgeline_model::transfer::is_tensor_class(&p.class);
+    let tensor = |p: &transfer::Point| p.class.is_tensor();
     let mut out: Vec<transfer::Point> = match ours {
         Some(dir) => own_points(dir, true)?
             .gpu
@@ -845,7 +845,7 @@ mod tests {
         let (plain, tensor) = published_points(&dir).unwrap();
         let count = |pts: &[transfer::Point], class: &str, device: &str| {
             pts.iter()
-                .filter(|p| p.class == class && p.device == device)
+                .filter(|p| p.class.name() == class && p.device == device)
                 .count()
         };
         let fitted = format!("v100-sxm2-16gb fp32 {CONV_FITTED_KIND}");
@@ -875,7 +875,7 @@ mod tests {
         ] {
             let of = |pts: &[transfer::Point], class: &str| {
                 pts.iter()
-                    .filter(|p| p.device == device && p.class == class)
+                    .filter(|p| p.device == device && p.class.name() == class)
                     .count()
             };
             assert_eq!(of(&plain, "gemm"), n, "{device}");
@@ -890,7 +890,7 @@ mod tests {
         let (plain, tensor) = published_points(&dir).unwrap();
         let of = |pts: &[transfer::Point], device: &str, class: &str| {
             pts.iter()
-                .filter(|p| p.device == device && p.class == class)
+                .filter(|p| p.device == device && p.class.name() == class)
                 .count()
         };
         assert_eq!(of(&plain, "a100-sxm4-80gb bf16", "gemm"), 14);
@@ -907,7 +907,7 @@ mod tests {
         let (plain, tensor) = published_points(&dir).unwrap();
         let of = |pts: &[transfer::Point], device: &str, class: &str| {
             pts.iter()
-                .filter(|p| p.device == device && p.class == class)
+                .filter(|p| p.device == device && p.class.name() == class)
                 .count()
         };
         assert_eq!(of(&plain, "h200-sxm-141gb fp8", "gemm"), 8);
@@ -928,7 +928,7 @@ mod tests {
         assert_eq!(plain.gpu.len(), tensor.gpu.len());
         let count = |pts: &[transfer::Point], class: &str, device: &str| {
             pts.iter()
-                .filter(|p| p.class == class && p.device == device)
+                .filter(|p| p.class.name() == class && p.device == device)
                 .count()
         };
         // 33 GEMM shapes per format; 629 convolution passes in tf32, fp16 and bf16, all
@@ -1063,7 +1063,7 @@ mod tests {
                 let t = 1e-5 + 1.3 * x[1] + 2e3 * x[2] + 1.1 * x[4];
                 set.gemm.push(GemmSample {
                     device: name.into(),
-                    op: "bmm".into(),
+                    op: ridgeline_model::transfer::Product::Bmm,
                     batch: 2,
                     m,
                     n,
@@ -1075,7 +1075,7 @@ mod tests {
                 let x = transfer::vector(e, 2, 4, &spec);
                 set.vector.push(VectorSample {
                     device: name.into(),
-                    op: "relu".into(),
+                    op: ridgeline_model::transfer::VectorOp::Relu,
                     batch: 1,
                     h: e,
                     latency_s: 1e-5 + 1.2 * x[1] + 1.05 * x[2],
@@ -1168,13 +1168,13 @@ mod tests {
             .unwrap()
             .gpu
             .into_iter()
-            .filter(|p| ridgeline_model::transfer::is_depthwise_class(&p.class))
+            .filter(|p| p.class.is_depthwise())
             .collect();
         fitted.extend(transfer::depthwise(&depthwise).unwrap().0);
         let shipped = ridgeline_model::transfer::Model::builtin();
         assert_eq!(shipped.classes.len(), fitted.len());
         for f in &fitted {
-            let c = shipped.class(&f.class).unwrap();
+            let c = shipped.class(f.class).unwrap();
             assert_eq!(c.points, f.points, "{}", f.class);
             for (a, b) in c.coefficients.iter().zip(&f.coefficients) {
                 assert!(

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use ridgeline_measure::ConvPass;
 use ridgeline_measure::record::RecordPrecision;
+use ridgeline_model::transfer::{Class, Product, VectorOp};
 
 use crate::error::{Error, Result};
 
@@ -31,7 +32,7 @@ pub struct GemmSample {
     /// The ridgeline device name it ran on.
     pub device: String,
     /// The operator measured (`bmm`, `linear`).
-    pub op: String,
+    pub op: Product,
     /// Independent products.
     pub batch: u64,
     /// Rows of the output.
@@ -51,7 +52,7 @@ pub struct ConvSample {
     /// The ridgeline device name it ran on.
     pub device: String,
     /// The operator measured (`conv`).
-    pub op: String,
+    pub op: ConvOp,
     /// Batch.
     pub batch: u64,
     /// Input channels.
@@ -71,6 +72,14 @@ pub struct ConvSample {
     /// Seconds (written to 6 significant digits).
     #[serde(serialize_with = "six_digits")]
     pub latency_s: f64,
+}
+
+/// The operator a convolution table measures: a convolution (`conv`), the only one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConvOp {
+    /// A convolution.
+    Conv,
 }
 
 /// The algorithm cuDNN ran a convolution with, from the names of the kernels it launched.
@@ -119,7 +128,7 @@ pub struct VectorSample {
     /// The ridgeline device name it ran on.
     pub device: String,
     /// The operator measured (`add`, `relu`, `softmax`, `ln`, ...).
-    pub op: String,
+    pub op: VectorOp,
     /// Rows.
     pub batch: u64,
     /// Elements per row.
@@ -142,7 +151,7 @@ pub struct LabelOp {
     /// Its class in the kernel set's terms: `linear`, `bmm` (then `batch`, `m`, `n`, `k`
     /// describe its product), or a vector op (`softmax`, `ln`, `gelu`, `add`, `mulu`, ...;
     /// then `m` is its elements and the rest 1).
-    pub op: String,
+    pub op: Class,
     /// Independent products.
     pub batch: u64,
     /// Rows of the output (a vector op: its elements).
@@ -720,7 +729,7 @@ mod tests {
             gemm: Vec::new(),
             conv: vec![ConvSample {
                 device: "t4".into(),
-                op: "conv".into(),
+                op: ConvOp::Conv,
                 batch: 2,
                 c_in: 8,
                 c_out: 8,

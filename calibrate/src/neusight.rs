@@ -21,8 +21,10 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use ridgeline_model::transfer::{Class, Product, VectorOp};
+
 use crate::dataset::{
-    ConvAlgorithm, ConvSample, GemmSample, KernelSet, LabelOp, LabelSet, Source, StepLabel,
+    ConvAlgorithm, ConvOp, ConvSample, GemmSample, KernelSet, LabelOp, LabelSet, Source, StepLabel,
     VectorSample,
 };
 use crate::error::{Error, Result};
@@ -111,7 +113,7 @@ fn shapes(text: &str) -> Option<Vec<Vec<u64>>> {
 /// What a label row computes, in the kernel set's terms: `(op, batch, m, n, k)`; `None`
 /// for the rows that run no kernel of a class the set has (views, sizes, copies,
 /// embeddings).
-fn label_op(r: &LabelRow) -> Option<(String, u64, u64, u64, u64)> {
+fn label_op(r: &LabelRow) -> Option<(Class, u64, u64, u64, u64)> {
     let module = if r.op == "call_module" {
         r.meta.rsplit("<class '").next()?.split('\'').next()?
     } else {
@@ -120,10 +122,10 @@ fn label_op(r: &LabelRow) -> Option<(String, u64, u64, u64, u64)> {
     let ins = shapes(&r.input_shapes)?;
     let out = shapes(&r.output_shape)?.into_iter().next()?;
     let elements: u64 = out.iter().product();
-    let vector = |op: &str| Some((op.to_owned(), 1, elements, 1, 1));
+    let vector = |op: VectorOp| Some((Class::Vector(op), 1, elements, 1, 1));
     let big = |s: &Vec<u64>| s.iter().product::<u64>() == elements;
     // A binary op between two tensors of the output's size, or with a scalar.
-    let binary = |two: &str, one: &str| {
+    let binary = |two: VectorOp, one: VectorOp| {
         let full = ins.iter().filter(|s| big(s)).count();
         vector(if full >= 2 { two } else { one })
     };
@@ -132,35 +134,43 @@ fn label_op(r: &LabelRow) -> Option<(String, u64, u64, u64, u64)> {
         (_, "torch.nn.modules.linear.Linear") => {
             let k = *ins.first()?.last()?;
             let n = *out.last()?;
-            Some(("linear".into(), 1, elements / n, n, k))
+            Some((Class::Product(Product::Linear), 1, elements / n, n, k))
         }
-        (_, "torch.nn.modules.normalization.LayerNorm") => vector("ln"),
-        (_, "torch.nn.modules.dropout.Dropout") => vector("relu"),
-        (_, "torch.nn.modules.activation.ReLU") => vector("relu"),
-        (_, "torch.nn.modules.activation.Tanh") => vector("tanh"),
+        (_, "torch.nn.modules.normalization.LayerNorm") => vector(VectorOp::Ln),
+        (_, "torch.nn.modules.dropout.Dropout") => vector(VectorOp::Relu),
+        (_, "torch.nn.modules.activation.ReLU") => vector(VectorOp::Relu),
+        (_, "torch.nn.modules.activation.Tanh") => vector(VectorOp::Tanh),
         ("call_module", _) => None,
         ("call_function", _) if elements < 2 => None,
         ("call_function", _) if target.contains("addmm") => {
             let (a, b) = (ins.get(1)?, ins.get(2)?);
-            Some(("linear".into(), 1, a[0], b[1], a[1]))
+            Some((Class::Product(Product::Linear), 1, a[0], b[1], a[1]))
         }
         ("call_function", _) if target.contains("matmul") || target.contains("bmm") => {
             let (a, b) = (ins.first()?, ins.get(1)?);
             let (m, k, n) = (a[a.len() - 2], a[a.len() - 1], b[b.len() - 1]);
             let batch: u64 = a[..a.len() - 2].iter().product();
-            Some(("bmm".into(), batch.max(1), m, n, k))
+            Some((Class::Product(Product::Bmm), batch.max(1), m, n, k))
         }
-        ("call_function", _) if target.contains("softmax") => vector("softmax"),
-        ("call_function", _) if target.contains("layer_norm") => vector("ln"),
-        ("call_function", _) if target.contains("gelu") => vector("gelu"),
-        ("call_function", _) if target.contains("tanh") => vector("tanh"),
-        ("call_function", _) if target.contains("dropout") => vector("relu"),
-        ("call_function", _) if target.contains("pow") => vector("powu"),
-        ("call_function", _) if target.contains("where") => vector("add"),
-        ("call_function", _) if target.ends_with("function add>") => binary("add", "addu"),
-        ("call_function", _) if target.ends_with("function sub>") => binary("add", "addu"),
-        ("call_function", _) if target.ends_with("function mul>") => binary("mul", "mulu"),
-        ("call_function", _) if target.ends_with("function truediv>") => binary("div", "divu"),
+        ("call_function", _) if target.contains("softmax") => vector(VectorOp::Softmax),
+        ("call_function", _) if target.contains("layer_norm") => vector(VectorOp::Ln),
+        ("call_function", _) if target.contains("gelu") => vector(VectorOp::Gelu),
+        ("call_function", _) if target.contains("tanh") => vector(VectorOp::Tanh),
+        ("call_function", _) if target.contains("dropout") => vector(VectorOp::Relu),
+        ("call_function", _) if target.contains("pow") => vector(VectorOp::Powu),
+        ("call_function", _) if target.contains("where") => vector(VectorOp::Add),
+        ("call_function", _) if target.ends_with("function add>") => {
+            binary(VectorOp::Add, VectorOp::Addu)
+        }
+        ("call_function", _) if target.ends_with("function sub>") => {
+            binary(VectorOp::Add, VectorOp::Addu)
+        }
+        ("call_function", _) if target.ends_with("function mul>") => {
+            binary(VectorOp::Mul, VectorOp::Mulu)
+        }
+        ("call_function", _) if target.ends_with("function truediv>") => {
+            binary(VectorOp::Div, VectorOp::Divu)
+        }
         _ => None,
     }
 }
@@ -509,6 +519,19 @@ fn convert_file(
             (None, None) => return Err(at(line, "column `OPName` is missing".into())),
         };
         let op = op.as_str();
+        let class = Class::parse(op)
+            .filter(|c| matches!(c, Class::Product(_) | Class::Vector(_)) || *c == Class::CONV)
+            .ok_or_else(|| {
+                at(
+                    line,
+                    format!(
+                        "op `{op}` is none the kernel model has a class for (`bmm`, \
+                         `linear`, `conv` or a vector op: {}); add it to \
+                         ridgeline_model::transfer::Class",
+                        VectorOp::ALL.map(VectorOp::name).join(", ")
+                    ),
+                )
+            })?;
         set.source.devices.insert(r.device.clone(), device.clone());
         let need = |v: Option<u64>, col: &str| {
             v.ok_or_else(|| at(line, format!("column `{col}` is missing for `{op}`")))
@@ -527,19 +550,26 @@ fn convert_file(
             return Err(at(line, "column `B` is 0; a batch is at least 1".into()));
         }
         let latency_s = r.latency_ms * 1e-3;
-        match op {
-            "bmm" | "linear" => set.gemm.push(GemmSample {
+        match class {
+            Class::Product(op) => set.gemm.push(GemmSample {
                 device,
-                op: op.to_owned(),
+                op,
                 batch: r.b,
                 m: need(r.m, "M")?,
                 n: need(r.k, "K")?,
                 k: need(r.n, "N")?,
                 latency_s,
             }),
-            "conv" => set.conv.push(ConvSample {
+            Class::Vector(op) => set.vector.push(VectorSample {
                 device,
-                op: op.to_owned(),
+                op,
+                batch: r.b,
+                h: need(r.h, "H")?,
+                latency_s,
+            }),
+            _ => set.conv.push(ConvSample {
+                device,
+                op: ConvOp::Conv,
                 batch: r.b,
                 c_in: need(r.c_in, "Input_Channel")?,
                 c_out: need(r.c_out, "Output_Channel")?,
@@ -563,13 +593,6 @@ fn convert_file(
                         )
                     })?
                 },
-                latency_s,
-            }),
-            _ => set.vector.push(VectorSample {
-                device,
-                op: op.to_owned(),
-                batch: r.b,
-                h: need(r.h, "H")?,
                 latency_s,
             }),
         }
@@ -599,7 +622,7 @@ mod tests {
         );
         // bmm 13,27,15,29 on a T4 multiplies 13 x (27 x 15) by (15 x 29): k is N.
         let g = &set.gemm[0];
-        assert_eq!((g.device.as_str(), g.op.as_str()), ("t4", "bmm"));
+        assert_eq!((g.device.as_str(), g.op), ("t4", Product::Bmm));
         assert_eq!((g.batch, g.m, g.n, g.k), (13, 27, 29, 15));
         let c = &set.conv[0];
         assert_eq!(
@@ -609,7 +632,7 @@ mod tests {
             (38, 893, 326, 3, 5, 1, 1)
         );
         assert!((c.latency_s - 2.7097493012746177e-3).abs() < 1e-12);
-        assert_eq!(set.vector[0].op, "relu");
+        assert_eq!(set.vector[0].op, VectorOp::Relu);
         assert_eq!(set.source.devices["Tesla T4"], "t4");
         assert_eq!(set.source.commit, "db1fdc9");
     }
@@ -713,6 +736,22 @@ mod tests {
         .unwrap();
         let e = convert(dir, "db1fdc9").unwrap_err().to_string();
         assert!(e.contains("y.csv: line 2") && e.contains("`K`"), "{e}");
+        // An operator the kernel model has no class for.
+        let fresh_tmp = temp();
+        let ops = fresh_tmp.path().join(COLLECT).join("lstm").join(TORCH);
+        std::fs::create_dir_all(&ops).unwrap();
+        std::fs::write(
+            ops.join("w.csv"),
+            "OPName,Latency,Device,B,H\nlstm,0.04,Tesla T4,1,8\n",
+        )
+        .unwrap();
+        let e = convert(fresh_tmp.path(), "db1fdc9")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("w.csv: line 2") && e.contains("op `lstm`") && e.contains("transfer::Class"),
+            "{e}"
+        );
         // Not a checkout at all.
         let e = convert(&dir.join("nothing"), "db1fdc9")
             .unwrap_err()
@@ -729,6 +768,22 @@ mod tests {
             e.contains("vector.csv.gz: row 2") && e.contains("latency_s 0"),
             "{e}"
         );
+        // A written set whose vector op is none the model has a class for.
+        let mut set = convert(&fixture(), "db1fdc9").unwrap();
+        set.vector.truncate(1);
+        set.write(out).unwrap();
+        let path = out.join("vector.csv.gz");
+        let mut text = String::new();
+        std::io::Read::read_to_string(
+            &mut flate2::read::GzDecoder::new(std::fs::File::open(&path).unwrap()),
+            &mut text,
+        )
+        .unwrap();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        std::io::Write::write_all(&mut gz, text.replace(",relu,", ",swish,").as_bytes()).unwrap();
+        std::fs::write(&path, gz.finish().unwrap()).unwrap();
+        let e = KernelSet::read(out).unwrap_err().to_string();
+        assert!(e.contains("vector.csv.gz") && e.contains("swish"), "{e}");
     }
 
     #[test]
@@ -737,7 +792,7 @@ mod tests {
         let ops: Vec<(&str, u64, u64, u64, u64)> = set
             .ops
             .iter()
-            .map(|o| (o.op.as_str(), o.batch, o.m, o.n, o.k))
+            .map(|o| (o.op.name(), o.batch, o.m, o.n, o.k))
             .collect();
         // addmm of 4096 x 1280 by 1280 x 3840; matmul of 4 x 20 products 1024 x 64 by
         // 64 x 1024; softmax over 4 x 20 x 1024 x 1024; 0.5 * x; Linear(1280, 50257) on
@@ -807,7 +862,7 @@ mod tests {
         let v: Vec<(&str, &str)> = set
             .vector
             .iter()
-            .map(|s| (s.device.as_str(), s.op.as_str()))
+            .map(|s| (s.device.as_str(), s.op.name()))
             .collect();
         assert_eq!(v, [("l4", "add"), ("l4", "relu")]);
         assert!(set.source.paths.starts_with(TEST));

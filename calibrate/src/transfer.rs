@@ -18,12 +18,15 @@
 //! others' ratios ([`interval_90`]: the device, not the kernel, is the exchangeable unit).
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use rayon::prelude::*;
 use ridgeline_measure::record::{Measured, Record, RecordPrecision};
 use ridgeline_model::kernels::{Kernel, KernelClass};
 use ridgeline_model::precision::{NumberFormat, Precision};
-use ridgeline_model::transfer::{self, ClassCoefficients, DeviceSpec, Model, ModelSource, Tiles};
+use ridgeline_model::transfer::{
+    self, Class, ClassCoefficients, DeviceSpec, Model, ModelSource, Product, Tiles, VectorOp,
+};
 use serde::Serialize;
 use statrs::statistics::{Data, OrderStatistics};
 
@@ -31,22 +34,6 @@ use crate::dataset::{ConvAlgorithm, KernelSet, LabelSet, PublishedSet};
 use crate::error::{Error, Result};
 use crate::fit::{fit_relative, fit_relative_to_measured};
 use crate::records::{product_kernel, record_kernel};
-
-/// Classes fitted and timed as one model's: a linear layer runs the same library GEMMs as a
-/// batched product, so every product of the set (`bmm` and `linear`) is fitted together as
-/// `gemm`, and every GEMM is timed by it. Leaving one GPU out, the pooled fit predicts the
-/// held-out GPUs' linear layers at a median |error| of 21 % (bias +3 %), where a fit on the
-/// batched products alone predicted them at 26 % (-16 %); the batched products lose half a
-/// point.
-pub const TIMED_BY: [(&str, &str); 2] = [("bmm", "gemm"), ("linear", "gemm")];
-
-/// The class whose model times `class`.
-pub fn model_of(class: &str) -> &str {
-    TIMED_BY
-        .iter()
-        .find(|(c, _)| *c == class)
-        .map_or(class, |(_, m)| m)
-}
 
 /// The energies of one FLOP at 7 nm (J) a class's power cap may take in the fit, after none
 /// (`ridgeline_model::transfer::DeviceSpec::capped`): 4 to 16 pJ, around what the kernel
@@ -71,7 +58,7 @@ pub const ENERGIES: [Option<f64>; 12] = [
 #[derive(Debug, Clone, PartialEq)]
 pub struct Point {
     /// The kernel class (its operator).
-    pub class: String,
+    pub class: Class,
     /// The device it ran on.
     pub device: String,
     /// Its features on that device: for a kernel whose time is FLOPs (GEMMs, convolutions),
@@ -85,7 +72,7 @@ pub struct Point {
     /// Another class that could time it and its features (one row per power cap, as `x`):
     /// a library that times its algorithms and runs the fastest (cuDNN's autotuner) takes the
     /// faster of the two ([`predict`]); `conv-gemm`'s for a convolution of `conv`'s kind.
-    pub or: Option<(String, Vec<Vec<f64>>)>,
+    pub or: Option<(Class, Vec<Vec<f64>>)>,
 }
 
 /// The SM count and boost clock (MHz) of `d`: what tells one GPU chip configuration from
@@ -107,7 +94,7 @@ impl Point {
     }
 
     /// A point with one way to run.
-    pub fn new(class: String, device: String, x: Vec<Vec<f64>>, y: f64, chip: [u32; 2]) -> Point {
+    pub fn new(class: Class, device: String, x: Vec<Vec<f64>>, y: f64, chip: [u32; 2]) -> Point {
         Point {
             class,
             device,
@@ -124,10 +111,10 @@ impl Point {
 /// features under its own power cap); the smaller of the two: a library's autotuner runs
 /// the faster algorithm. `None` where `models` has no model of the point's class.
 fn faster(models: &[ClassModel], p: &Point, f: impl Fn(&ClassModel, &[f64]) -> f64) -> Option<f64> {
-    let m = models.iter().find(|m| m.class == model_of(&p.class))?;
+    let m = models.iter().find(|m| m.class == p.class.timed_by())?;
     let own = f(m, p.at(m.energy));
     let other = p.or.as_ref().and_then(|(class, x)| {
-        let o = models.iter().find(|m| &m.class == class)?;
+        let o = models.iter().find(|m| m.class == *class)?;
         Some(f(o, under_cap::<Vec<f64>>(x, o.energy)))
     });
     Some(other.map_or(own, |t| own.min(t)))
@@ -164,13 +151,13 @@ pub fn points(set: &KernelSet, specs: &BTreeMap<String, DeviceSpec>) -> Result<V
     for s in &set.gemm {
         let d = spec(&s.device)?;
         // A linear layer is one product of batch x m rows.
-        let (b, m) = if s.op == "linear" {
+        let (b, m) = if s.op == Product::Linear {
             (1, s.batch * s.m)
         } else {
             (s.batch, s.m)
         };
         out.push(Point::new(
-            s.op.clone(),
+            Class::Product(s.op),
             s.device.clone(),
             capped(d, |d| transfer::gemm(b, m, s.n, s.k, 4, Tiles::Library, d)),
             s.latency_s,
@@ -200,9 +187,9 @@ pub fn points(set: &KernelSet, specs: &BTreeMap<String, DeviceSpec>) -> Result<V
         // GEMM: `conv`, fitted on all of them, predicts each as the faster of itself and
         // `conv-gemm`.
         out.push(Point {
-            or: Some((transfer::CONV_GEMM.to_owned(), conv(false))),
+            or: Some((Class::CONV_GEMM, conv(false))),
             ..Point::new(
-                s.op.clone(),
+                Class::CONV,
                 s.device.clone(),
                 conv(true),
                 s.latency_s,
@@ -213,7 +200,7 @@ pub fn points(set: &KernelSet, specs: &BTreeMap<String, DeviceSpec>) -> Result<V
         // times convolutions so (`conv-gemm`), as that GEMM.
         if s.algorithm == ConvAlgorithm::ImplicitGemm {
             out.push(Point::new(
-                transfer::CONV_GEMM.to_owned(),
+                Class::CONV_GEMM,
                 s.device.clone(),
                 conv(false),
                 s.latency_s,
@@ -224,9 +211,9 @@ pub fn points(set: &KernelSet, specs: &BTreeMap<String, DeviceSpec>) -> Result<V
     for s in &set.vector {
         let d = spec(&s.device)?;
         out.push(Point::new(
-            s.op.clone(),
+            Class::Vector(s.op),
             s.device.clone(),
-            vec![transfer::vector(s.batch * s.h, transfer::vector_arrays(&s.op), 4, d).to_vec()],
+            vec![transfer::vector(s.batch * s.h, s.op.arrays(), 4, d).to_vec()],
             s.latency_s,
             chip(d),
         ));
@@ -238,7 +225,7 @@ pub fn points(set: &KernelSet, specs: &BTreeMap<String, DeviceSpec>) -> Result<V
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ClassModel {
     /// The class.
-    pub class: String,
+    pub class: Class,
     /// One coefficient per feature (the launch term in seconds, the others inverse
     /// efficiencies).
     pub coefficients: Vec<f64>,
@@ -272,7 +259,7 @@ impl ClassModel {
 }
 
 /// Fits one model per class on `points` (not for the classes another class's model times,
-/// [`TIMED_BY`]). The launch term is each device's own in the fit: the smallest kernels
+/// [`Class::timed_by`]). The launch term is each device's own in the fit: the smallest kernels
 /// measure the host and framework that timed them (24 to 31 us on these machines) as much
 /// as the GPU, so a shared launch term would let one slow host bias every device; the other
 /// coefficients are shared. The model's launch term is the median of the devices' (a device
@@ -286,10 +273,10 @@ pub fn fit(points: &[&Point]) -> Result<Vec<ClassModel>> {
 
 /// [`fit`], each class under the power cap `energy` gives it (an index of [`ENERGIES`]), or
 /// the best of them where it gives none.
-fn fit_with(points: &[&Point], energy: impl Fn(&str) -> Option<usize>) -> Result<Vec<ClassModel>> {
-    let mut by_class: BTreeMap<&str, Vec<&Point>> = BTreeMap::new();
+fn fit_with(points: &[&Point], energy: impl Fn(Class) -> Option<usize>) -> Result<Vec<ClassModel>> {
+    let mut by_class: BTreeMap<Class, Vec<&Point>> = BTreeMap::new();
     for p in points {
-        by_class.entry(model_of(&p.class)).or_default().push(p);
+        by_class.entry(p.class.timed_by()).or_default().push(p);
     }
     by_class
         .into_iter()
@@ -329,7 +316,7 @@ fn quantile_mut(values: &mut [f64], tau: f64) -> f64 {
 }
 
 /// One class fitted on `rows` under the power cap [`ENERGIES`]`[energy]`.
-fn fit_class(class: &str, rows: &[&Point], energy: usize) -> Result<ClassModel> {
+fn fit_class(class: Class, rows: &[&Point], energy: usize) -> Result<ClassModel> {
     // The launch term is each device's own (its host's floor); the rest are shared.
     let mut names: Vec<&str> = rows.iter().map(|p| p.device.as_str()).collect();
     names.sort_unstable();
@@ -350,7 +337,7 @@ fn fit_class(class: &str, rows: &[&Point], energy: usize) -> Result<ClassModel> 
     // A depthwise class holds shapes cuDNN runs with a fallback 6 to 200 times slower than
     // its depthwise kernels (no fast kernel for that shape): fitted relative to the measured
     // times, they do not pull the class off the kernels the rest run.
-    let f = if transfer::is_depthwise_class(class) {
+    let f = if class.is_depthwise() {
         fit_relative_to_measured(&x, &y)
     } else {
         fit_relative(&x, &y)
@@ -366,7 +353,7 @@ fn fit_class(class: &str, rows: &[&Point], energy: usize) -> Result<ClassModel> 
     let mut coefficients = vec![launch];
     coefficients.extend_from_slice(&f.coefficients[d..]);
     Ok(ClassModel {
-        class: class.to_owned(),
+        class,
         coefficients,
         energy_per_flop_7nm: if rows.iter().all(|p| p.x.len() > 1) {
             ENERGIES[energy]
@@ -398,15 +385,15 @@ pub struct Holdout {
 }
 
 /// Relative errors of `models` on `points`, by class, and pooled under the class of the
-/// model that times them where that is another ([`TIMED_BY`]: `bmm` and `linear` as `gemm`
-/// too).
-fn errors<'a>(models: &[ClassModel], points: &[&'a Point]) -> BTreeMap<&'a str, Vec<f64>> {
-    let mut out: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+/// model that times them where that is another ([`Class::timed_by`]: `bmm` and `linear` as
+/// `gemm` too).
+fn errors(models: &[ClassModel], points: &[&Point]) -> BTreeMap<Class, Vec<f64>> {
+    let mut out: BTreeMap<Class, Vec<f64>> = BTreeMap::new();
     for p in points {
-        let class = model_of(&p.class);
+        let class = p.class.timed_by();
         if let Some(t) = predict(models, p) {
             let r = t / p.y - 1.0;
-            out.entry(p.class.as_str()).or_default().push(r);
+            out.entry(p.class).or_default().push(r);
             if class != p.class {
                 out.entry(class).or_default().push(r);
             }
@@ -513,11 +500,11 @@ impl Pool {
         }
     }
 
-    fn holdout(&self, device: &str, class: &str) -> Holdout {
+    fn holdout(&self, device: &str, class: impl fmt::Display) -> Holdout {
         let abs: Vec<f64> = self.errors.iter().map(|r| r.abs()).collect();
         Holdout {
             device: device.to_owned(),
-            class: class.to_owned(),
+            class: class.to_string(),
             points: self.errors.len(),
             median_abs_rel_error: quantile(&abs, 0.5),
             p90_abs_rel_error: quantile(&abs, 0.9),
@@ -541,7 +528,7 @@ pub struct Transfer {
     pub classes: Vec<Holdout>,
     /// Per class, the 90 % interval of log(predicted / measured) of a device outside the fit:
     /// [`interval_90`] of every held-out device's log ratios.
-    pub intervals: BTreeMap<String, (f64, f64)>,
+    pub intervals: BTreeMap<Class, (f64, f64)>,
 }
 
 /// Leave one device out: for each device, fit on the others and predict it.
@@ -559,29 +546,29 @@ pub fn leave_one_out(points: &[Point]) -> Result<Transfer> {
         points.iter().filter(|p| keep(&p.device)).collect()
     };
     let mut holdouts = Vec::new();
-    let mut pooled: BTreeMap<String, Pool> = BTreeMap::new();
+    let mut pooled: BTreeMap<Class, Pool> = BTreeMap::new();
     for held in &devices {
         let train = on(&|d| d != *held);
         let models = fit(&train)?;
         // Nested: the log ratios the training devices show when each is held out in turn,
         // each fit under the power cap chosen without the held-out device.
-        let cap = |class: &str| models.iter().find(|m| m.class == class).map(|m| m.energy);
-        let mut calibration: BTreeMap<String, Vec<Vec<f64>>> = BTreeMap::new();
+        let cap = |class: Class| models.iter().find(|m| m.class == class).map(|m| m.energy);
+        let mut calibration: BTreeMap<Class, Vec<Vec<f64>>> = BTreeMap::new();
         for inner in devices.iter().filter(|d| *d != held) {
             let fit_on = on(&|d| d != *held && d != *inner);
             let inner_models = fit_with(&fit_on, cap)?;
             for (class, e) in errors(&inner_models, &on(&|d| d == *inner)) {
                 calibration
-                    .entry(class.to_owned())
+                    .entry(class)
                     .or_default()
                     .push(e.iter().map(|r| log_ratio(*r)).collect());
             }
         }
         for (class, e) in errors(&models, &on(&|d| d == *held)) {
-            let interval = calibration.get(class).and_then(|c| interval_90(c));
+            let interval = calibration.get(&class).and_then(|c| interval_90(c));
             let pool = Pool::judged(e, interval);
             holdouts.push(pool.holdout(held, class));
-            let all = pooled.entry(class.to_owned()).or_default();
+            let all = pooled.entry(class).or_default();
             all.devices
                 .push(pool.errors.iter().map(|r| log_ratio(*r)).collect());
             all.errors.extend(&pool.errors);
@@ -595,7 +582,7 @@ pub fn leave_one_out(points: &[Point]) -> Result<Transfer> {
         .collect();
     let intervals = pooled
         .iter()
-        .filter_map(|(class, pool)| Some((class.clone(), interval_90(&pool.devices)?)))
+        .filter_map(|(class, pool)| Some((*class, interval_90(&pool.devices)?)))
         .collect();
     Ok(Transfer {
         holdouts,
@@ -618,16 +605,16 @@ pub fn depthwise(points: &[Point]) -> Result<(Vec<ClassModel>, Transfer)> {
     devices.sort_unstable();
     devices.dedup();
     // Per class, each held-out device's relative errors.
-    let mut held: BTreeMap<&str, Vec<(&str, Vec<f64>)>> = BTreeMap::new();
+    let mut held: BTreeMap<Class, Vec<(&str, Vec<f64>)>> = BTreeMap::new();
     for device in &devices {
-        let classes: Vec<&str> = points
+        let classes: Vec<Class> = points
             .iter()
             .filter(|p| p.device == *device)
-            .map(|p| p.class.as_str())
+            .map(|p| p.class)
             .collect();
         let train: Vec<&Point> = points
             .iter()
-            .filter(|p| p.device != *device && classes.contains(&p.class.as_str()))
+            .filter(|p| p.device != *device && classes.contains(&p.class))
             .collect();
         if train.is_empty() {
             continue;
@@ -661,7 +648,7 @@ pub fn depthwise(points: &[Point]) -> Result<(Vec<ClassModel>, Transfer)> {
         }
         classes.push(pooled.holdout("all", class));
         if let Some(i) = interval_90(&logs) {
-            intervals.insert(class.to_owned(), i);
+            intervals.insert(class, i);
         }
     }
     Ok((
@@ -695,21 +682,14 @@ pub fn shipped(
     let classes = fitted
         .into_iter()
         .map(|c| {
-            let pooled = held.classes.iter().find(|h| h.class == c.class);
+            let pooled = held.classes.iter().find(|h| h.class == c.class.name());
             let interval = held
                 .intervals
                 .get(&c.class)
                 .map_or([f64::NAN; 2], |(lo, hi)| [(-hi).exp(), (-lo).exp()]);
-            let features = if c.coefficients.len() == transfer::GEMM_FEATURES.len() {
-                &transfer::GEMM_FEATURES[..]
-            } else if transfer::is_depthwise_class(&c.class) {
-                &transfer::DEPTHWISE_FEATURES[..]
-            } else {
-                &transfer::VECTOR_FEATURES[..]
-            };
             ClassCoefficients {
                 name: c.class,
-                features: features.iter().map(|f| (*f).to_owned()).collect(),
+                features: c.class.features().iter().map(|f| (*f).to_owned()).collect(),
                 coefficients: c.coefficients,
                 energy_per_flop_7nm: c.energy_per_flop_7nm,
                 points: c.points,
@@ -755,34 +735,33 @@ pub fn labels(
                 o.device
             ))
         })?;
-        let Some(m) = models.iter().find(|m| m.class == model_of(&o.op)) else {
+        let Some(m) = models.iter().find(|m| m.class == o.op.timed_by()) else {
             continue;
         };
         let interval = heldout.intervals.get(&o.op).copied();
-        let gemm = o.op == "linear" || o.op == "bmm";
+        let vector = o.op.vector();
         let d = &d.capped(m.energy_per_flop_7nm);
         // Measured in place, inside the step: each kernel at its in-step time.
         let t = |x: &[f64]| m.in_step(x);
-        let (fwd, bwd) = if gemm {
-            let g = |m, n, k| t(&transfer::gemm(o.batch, m, n, k, 4, Tiles::Library, d));
-            let f = g(o.m, o.n, o.k);
-            let b = g(o.m, o.k, o.n) + g(o.k, o.n, o.m);
-            (f, b)
-        } else {
-            let arrays = transfer::vector_arrays(&o.op);
+        let (fwd, bwd) = if let Some(op) = vector {
             // Autograd's kernels: a sum passes its gradient on (none); a scaling scales it
             // (one kernel, two arrays); a product of two tensors makes each input's gradient
             // (two kernels of three arrays); any other op reads its input or output and the
             // gradient and writes the input's gradient (three arrays).
-            let backward = match o.op.as_str() {
-                "add" | "addu" => 0.0,
-                "mulu" | "divu" => t(&transfer::vector(o.m, 2, 4, d)),
-                "mul" | "div" => 2.0 * t(&transfer::vector(o.m, 3, 4, d)),
+            let backward = match op {
+                VectorOp::Add | VectorOp::Addu => 0.0,
+                VectorOp::Mulu | VectorOp::Divu => t(&transfer::vector(o.m, 2, 4, d)),
+                VectorOp::Mul | VectorOp::Div => 2.0 * t(&transfer::vector(o.m, 3, 4, d)),
                 _ => t(&transfer::vector(o.m, 3, 4, d)),
             };
-            (t(&transfer::vector(o.m, arrays, 4, d)), backward)
+            (t(&transfer::vector(o.m, op.arrays(), 4, d)), backward)
+        } else {
+            let g = |m, n, k| t(&transfer::gemm(o.batch, m, n, k, 4, Tiles::Library, d));
+            let f = g(o.m, o.n, o.k);
+            let b = g(o.m, o.k, o.n) + g(o.k, o.n, o.m);
+            (f, b)
         };
-        let family = if gemm { "gemm" } else { "vector" };
+        let family = if vector.is_some() { "vector" } else { "gemm" };
         let mut add = |pass: &str, predicted: f64, measured: f64| {
             // A pass that runs no kernel (no backward, or a sum's) is not compared.
             if measured <= 0.0 || predicted <= 0.0 {
@@ -818,7 +797,7 @@ pub fn outside(models: &[ClassModel], heldout: &Transfer, points: &[Point]) -> V
     for device in devices {
         let on: Vec<&Point> = points.iter().filter(|p| p.device == device).collect();
         for (class, e) in errors(models, &on) {
-            let pool = Pool::judged(e, heldout.intervals.get(class).copied());
+            let pool = Pool::judged(e, heldout.intervals.get(&class).copied());
             out.push(pool.holdout(device, class));
         }
     }
@@ -904,7 +883,7 @@ pub fn record_points(
 }
 
 /// A depthwise convolution's pass measured on `d` as a point of its depthwise class
-/// ([`transfer::depthwise_class`]: its pass and format, FP32 off tensor cores), `device`
+/// ([`Class::Depthwise`]: its pass and format, FP32 off tensor cores), `device`
 /// naming the GPU and precision.
 pub fn depthwise_point(
     kernel: &Kernel,
@@ -915,7 +894,7 @@ pub fn depthwise_point(
 ) -> Point {
     let format = d.tensor.unwrap_or(NumberFormat::Fp32);
     Point::new(
-        transfer::depthwise_class(kernel.pass, format),
+        Class::depthwise(kernel.pass, format),
         device,
         vec![transfer::depthwise_features(kernel, elem, d).to_vec()],
         y,
@@ -940,7 +919,7 @@ fn kernel_point(
     // A power cap where the device has one, at the energies of the units the kernel runs
     // on: FP32's, or a tensor-core class's; none for a tensor-core kernel timed by an FP32
     // class.
-    let rows = |class: &str| {
+    let rows = |class: Class| {
         let features = |d: &DeviceSpec| {
             let f = transfer::features_for(kernel, class, elem, d);
             std::array::from_fn(|i| f.get(i).copied().unwrap_or(0.0))
@@ -957,13 +936,11 @@ fn kernel_point(
     Point {
         // A convolution of `conv`'s kind off tensor cores runs as the faster of Winograd
         // (`conv`) and the implicit GEMM (`conv-gemm`).
-        or: transfer::faster_class(kernel, d.tensor.is_some())
-            .map(|other| (other.to_owned(), rows(other))),
+        or: transfer::faster_class(kernel, d.tensor.is_some()).map(|other| (other, rows(other))),
         ..Point::new(
-            match tensor {
-                Some(format) => transfer::tensor_class(class, format),
-                None => class.to_owned(),
-            },
+            tensor
+                .and_then(|format| class.on_tensor_cores(format))
+                .unwrap_or(class),
             device,
             rows(class),
             y,
@@ -1065,13 +1042,13 @@ pub fn outside_in_step(
     floors: bool,
 ) -> Vec<Holdout> {
     let launch = |m: &ClassModel| m.coefficients.first().copied().unwrap_or(0.0);
-    let host = models.iter().find(|m| m.class == "gemm").map(launch);
-    let mut by: BTreeMap<(&str, &str), Vec<f64>> = BTreeMap::new();
+    let host = models.iter().find(|m| m.class == Class::GEMM).map(launch);
+    let mut by: BTreeMap<(&str, Class), Vec<f64>> = BTreeMap::new();
     for p in points {
-        let class = model_of(&p.class);
+        let class = p.class.timed_by();
         let timed = faster(models, p, |m, x| {
             let floor = if floors {
-                transfer::floor(&m.class, launch(m), host)
+                transfer::floor(m.class, launch(m), host)
             } else {
                 0.0
             };
@@ -1085,7 +1062,7 @@ pub fn outside_in_step(
     }
     by.into_iter()
         .map(|((device, class), e)| {
-            Pool::judged(e, heldout.intervals.get(class).copied()).holdout(device, class)
+            Pool::judged(e, heldout.intervals.get(&class).copied()).holdout(device, class)
         })
         .collect()
 }
@@ -1112,10 +1089,10 @@ pub fn outside_in_step(
 pub fn scaled_classes(
     models: &[ClassModel],
     points: &[Point],
-) -> (Vec<ClassModel>, Transfer, BTreeMap<String, f64>) {
+) -> (Vec<ClassModel>, Transfer, BTreeMap<Class, f64>) {
     let launch = |m: &ClassModel| m.coefficients.first().copied().unwrap_or(0.0);
-    let host = models.iter().find(|m| m.class == "gemm").map(launch);
-    let mut classes: Vec<&str> = points.iter().map(|p| p.class.as_str()).collect();
+    let host = models.iter().find(|m| m.class == Class::GEMM).map(launch);
+    let mut classes: Vec<Class> = points.iter().map(|p| p.class).collect();
     classes.sort_unstable();
     classes.dedup();
     let mut adopted = Vec::new();
@@ -1125,12 +1102,11 @@ pub fn scaled_classes(
         intervals: BTreeMap::new(),
     };
     let mut unscaled_medians = BTreeMap::new();
-    for class in classes.into_iter().filter(|c| transfer::is_tensor_class(c)) {
-        let base_name = transfer::base_class(class);
-        let Some(base) = models.iter().find(|m| m.class == base_name) else {
+    for class in classes.into_iter().filter(|c| c.is_tensor()) {
+        let Some(base) = models.iter().find(|m| m.class == class.base()) else {
             continue;
         };
-        let floor = transfer::floor(base_name, launch(base), host);
+        let floor = transfer::floor(base.class, launch(base), host);
         // Each point: its chip, its device (GPU and precision, `h100-sxm5-80gb fp16`),
         // measured time, and the base class's work on it under each power cap of
         // `TENSOR_ENERGIES` (one where the device has no power figures).
@@ -1201,21 +1177,21 @@ pub fn scaled_classes(
         let all = Pool::judged(pooled.errors, Some(interval)).holdout("all", class);
         let plain: Vec<f64> = unscaled.iter().map(|r| r.abs()).collect();
         let plain = quantile(&plain, 0.5);
-        unscaled_medians.insert(class.to_owned(), plain);
+        unscaled_medians.insert(class, plain);
         if all.median_abs_rel_error < plain
             && let Some((s, e)) = fit_on(&|_| true)
         {
             let mut coefficients = vec![floor];
             coefficients.extend(base.coefficients.iter().skip(1).map(|c| c * s));
             adopted.push(ClassModel {
-                class: class.to_owned(),
+                class,
                 coefficients,
                 energy_per_flop_7nm: TENSOR_ENERGIES[e],
                 energy: e,
                 points: rows.len(),
             });
         }
-        out.intervals.insert(class.to_owned(), interval);
+        out.intervals.insert(class, interval);
         out.classes.push(all);
     }
     (adopted, out, unscaled_medians)
@@ -1236,7 +1212,7 @@ mod tests {
         // Two GPUs of one chip, 2.0 and 3.0 TB/s, whose depthwise forward passes take 4 us
         // plus 1.5 times their bytes at the bandwidth plus 0.2 times their multiply-adds at
         // one per SM per cycle; a fallback shape runs ten times slower on each.
-        let class = transfer::depthwise_class(KernelPass::Forward, NumberFormat::Fp16);
+        let class = Class::depthwise(KernelPass::Forward, NumberFormat::Fp16);
         let mut points = Vec::new();
         for (gpu, bandwidth) in [("a", 2.0e12), ("b", 3.0e12)] {
             for i in 1..=12 {
@@ -1246,7 +1222,7 @@ mod tests {
                 let fallback = if i == 7 { 10.0 } else { 1.0 };
                 let y = fallback * (4e-6 + 1.5 * hbm + 0.2 * cycles);
                 points.push(Point::new(
-                    class.clone(),
+                    class,
                     format!("{gpu} fp16"),
                     vec![vec![1.0, hbm, cycles]],
                     y,
@@ -1265,7 +1241,7 @@ mod tests {
         assert!(
             held.holdouts
                 .iter()
-                .all(|h| h.class == class && h.points == 12)
+                .all(|h| h.class == class.name() && h.points == 12)
         );
         let all = &held.classes[0];
         assert_eq!((all.device.as_str(), all.points), ("all", 24));
@@ -1273,7 +1249,12 @@ mod tests {
         assert!(held.intervals.contains_key(&class));
     }
     use ridgeline_measure::ConvPass;
-    use ridgeline_model::transfer::CONV_GEMM;
+    const CONV_GEMM: Class = Class::CONV_GEMM;
+
+    /// The class named `name`.
+    fn named(name: &str) -> Class {
+        Class::parse(name).unwrap()
+    }
 
     fn gpu_record(measured: Measured, precision: RecordPrecision, seconds: f64) -> Record {
         use ridgeline_measure::record::{Device, Env};
@@ -1387,12 +1368,12 @@ mod tests {
         // On tensor cores every convolution is an implicit GEMM.
         assert_eq!(plain[0].class, CONV_GEMM);
         assert_eq!(
-            (tensor[0].class.as_str(), tensor[0].device.as_str()),
+            (tensor[0].class.name(), tensor[0].device.as_str()),
             ("conv-gemm-tensor-16", "h200 fp16")
         );
         // The FP32 point keeps its class and a row per power cap; the tensor-core one has
         // one row (no cap), its compute term at the fp16 peak.
-        assert_eq!(tensor[1].class, "conv");
+        assert_eq!(tensor[1].class, Class::CONV);
         assert_eq!((tensor[0].x.len(), tensor[1].x.len()), (1, ENERGIES.len()));
         assert!(tensor[0].x[0][1] < tensor[1].x[0][1] / 10.0);
         assert_eq!(tensor[0].y, 5e-5);
@@ -1420,15 +1401,22 @@ mod tests {
         .collect();
         let spec = |_: &Record, _: Precision| Some(("a".to_owned(), d));
         let points = record_points("f", &records, &spec, true).unwrap();
-        let classes: Vec<&str> = points.iter().map(|p| p.class.as_str()).collect();
+        let classes: Vec<&str> = points.iter().map(|p| p.class.name()).collect();
         assert_eq!(
             classes,
-            ["conv", "conv", CONV_GEMM, CONV_GEMM, CONV_GEMM, CONV_GEMM]
+            [
+                "conv",
+                "conv",
+                "conv-gemm",
+                "conv-gemm",
+                "conv-gemm",
+                "conv-gemm"
+            ]
         );
         // A row per power cap, as the FP32 fit's.
         assert!(points.iter().all(|p| p.x.len() == ENERGIES.len()));
         let base = ClassModel {
-            class: CONV_GEMM.into(),
+            class: CONV_GEMM,
             coefficients: vec![1e-5, 1.0, 0.0, 0.0, 0.0],
             energy_per_flop_7nm: None,
             energy: 0,
@@ -1444,8 +1432,8 @@ mod tests {
     /// records of `conv`'s kind carry `conv-gemm`'s features, tensor-core ones do not.
     #[test]
     fn a_kernel_two_classes_could_time_is_predicted_by_the_faster() {
-        let model = |class: &str, slope: f64, energy: usize| ClassModel {
-            class: class.into(),
+        let model = |class: Class, slope: f64, energy: usize| ClassModel {
+            class,
             coefficients: vec![1e-5, slope, 0.0, 0.0, 0.0],
             energy_per_flop_7nm: ENERGIES[energy],
             energy,
@@ -1457,10 +1445,10 @@ mod tests {
                 .collect()
         };
         let p = Point {
-            or: Some((CONV_GEMM.to_owned(), rows(10.0))),
-            ..Point::new("conv".into(), "a".into(), rows(20.0), 1.0, [1, 1])
+            or: Some((CONV_GEMM, rows(10.0))),
+            ..Point::new(Class::CONV, "a".into(), rows(20.0), 1.0, [1, 1])
         };
-        let conv = model("conv", 1.0, 2);
+        let conv = model(Class::CONV, 1.0, 2);
         let fast = [conv.clone(), model(CONV_GEMM, 1.0, 1)];
         assert_eq!(predict(&fast, &p), Some(1e-5 + 11.0));
         let slow = [conv.clone(), model(CONV_GEMM, 3.0, 1)];
@@ -1473,8 +1461,8 @@ mod tests {
         let points = record_points("f", std::slice::from_ref(&r), &spec_of, false).unwrap();
         let (class, x) = points[0].or.as_ref().unwrap();
         assert_eq!(
-            (points[0].class.as_str(), class.as_str()),
-            ("conv", CONV_GEMM)
+            (points[0].class.name(), class.name()),
+            ("conv", "conv-gemm")
         );
         let k = record_kernel("f", &r).unwrap().unwrap();
         let gemm = transfer::features_for(&k, CONV_GEMM, 4, &fp32);
@@ -1519,7 +1507,7 @@ mod tests {
     /// A `gemm` class whose work is its FLOP term alone, after a 10 us launch.
     fn unit_gemm() -> ClassModel {
         ClassModel {
-            class: "gemm".into(),
+            class: Class::GEMM,
             coefficients: vec![1e-5, 1.0, 0.0, 0.0, 0.0],
             energy_per_flop_7nm: None,
             energy: 0,
@@ -1552,7 +1540,7 @@ mod tests {
         let mut points = published_points(&set, &spec_of, true).unwrap();
         assert_eq!(points.len(), 9);
         assert_eq!(
-            (points[0].class.as_str(), points[0].device.as_str()),
+            (points[0].class.name(), points[0].device.as_str()),
             ("gemm-tensor-16", "p fp16")
         );
         assert_eq!(points[0].x.len(), TENSOR_ENERGIES.len());
@@ -1575,7 +1563,7 @@ mod tests {
             .find(|h| h.class == "gemm-tensor-16")
             .unwrap();
         assert!(all.median_abs_rel_error < 1e-9, "{all:?}");
-        assert!(unscaled["gemm-tensor-16"] > 0.2);
+        assert!(unscaled[&named("gemm-tensor-16")] > 0.2);
         // A device the spec does not know is an error naming the row.
         set.gemm[0].device = "x".into();
         let e = published_points(&set, &spec_of, true)
@@ -1671,7 +1659,7 @@ mod tests {
                     // The truth is the features under `cap`.
                     let work: f64 = x[cap][1..].iter().zip(slopes).map(|(a, b)| a * b).sum();
                     pts.push(Point::new(
-                        "bmm".into(),
+                        Class::Product(Product::Bmm),
                         (*device).into(),
                         x,
                         floor + work,
@@ -1832,7 +1820,7 @@ mod tests {
             device: "e".into(),
             step: "toy-train-1".into(),
             node: op.into(),
-            op: op.into(),
+            op: named(op),
             batch: 1,
             m,
             n,

@@ -37,8 +37,8 @@
 //! Convolutions come in two classes: `conv`, 2-D 3 x 3 forward passes of stride 1 (the
 //! kind NeuSight measured, most of it run as Winograd kernels), and `conv-gemm`, every
 //! other convolution and every one on tensor cores, timed as the implicit GEMM cuDNN runs
-//! ([`implicit_class`]). A tensor-core class ([`tensor_class`]) times a kernel on tensor
-//! cores as its FP32 class ([`base_class`]) with the work scaled by one fitted factor;
+//! ([`implicit_class`]). A tensor-core class ([`Class::Tensor`]) times a kernel on tensor
+//! cores as its FP32 class ([`Class::base`]) with the work scaled by one fitted factor;
 //! [`Model::class_for`] picks one where the model has it.
 
 use std::sync::OnceLock;
@@ -49,6 +49,13 @@ use crate::error::{Error, Result};
 use crate::kernels::{Kernel, KernelClass, KernelPass};
 use crate::precision::{NumberFormat, Precision};
 use crate::system::{Device, DeviceKind};
+
+mod class;
+
+pub use class::{
+    Class, DEPTHWISE_FEATURES, GEMM_FEATURES, Matrix, Product, TensorRate, UnknownClass,
+    VECTOR_FEATURES, VectorOp,
+};
 
 /// What the features need of a device.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -71,7 +78,7 @@ pub struct DeviceSpec {
     /// The format, where the matrix peak is a tensor-core peak of a format other than FP32
     /// (TF32, FP16, BF16 on NVIDIA's tensor cores or AMD's matrix cores): such kernels are
     /// timed by the model's tensor-core class of that format where it has one
-    /// ([`tensor_class`]: `gemm-tensor-16`, `conv-gemm-tensor-tf32`).
+    /// ([`Class::Tensor`]: `gemm-tensor-16`, `conv-gemm-tensor-tf32`).
     pub tensor: Option<NumberFormat>,
 }
 
@@ -176,34 +183,6 @@ impl DeviceSpec {
         }
         out
     }
-}
-
-/// The features of a GEMM-like kernel, in order.
-pub const GEMM_FEATURES: [&str; 6] = ["launch", "tiled", "waves", "l2", "hbm", "filters"];
-
-/// The features of a vector kernel, in order.
-pub const VECTOR_FEATURES: [&str; 4] = ["launch", "l2", "hbm", "elements"];
-
-/// The features of a depthwise convolution ([`depthwise_class`]), in order: the launch, its
-/// bytes (input, filters and output once each) at the device's memory bandwidth, seconds,
-/// and its multiply-adds at one per SM per clock cycle, seconds.
-pub const DEPTHWISE_FEATURES: [&str; 3] = ["launch", "hbm", "macs"];
-
-/// What names a depthwise convolution class ([`depthwise_class`]).
-pub const DEPTHWISE: &str = "conv-depthwise";
-
-/// The class of a depthwise convolution's pass in a format: `conv-depthwise-forward-fp16`.
-/// Libraries run depthwise convolutions with kernels of their own, a product per channel
-/// that no GEMM or Winograd class describes, whose speed differs by format and pass far
-/// more than the units' peaks do (cuDNN 9 on a GH100, channels-last: 1.5-2 TB/s in fp16,
-/// under 0.1 TB/s in bf16), so each format and pass is a class, fitted on kernel records.
-pub fn depthwise_class(pass: KernelPass, format: NumberFormat) -> String {
-    format!("{DEPTHWISE}-{}-{}", pass.name(), format.name())
-}
-
-/// Whether `class` is a depthwise convolution class ([`depthwise_class`]).
-pub fn is_depthwise_class(class: &str) -> bool {
-    class.starts_with(DEPTHWISE)
 }
 
 /// The features of a depthwise convolution `kernel` on `d` ([`DEPTHWISE_FEATURES`]), with
@@ -354,7 +333,7 @@ pub fn gemm(
 /// inputs of `c_in` channels and `input` spatial size, `c_out` filters of `kernel`, at
 /// `stride` with `padding` each side. With `winograd`, a 2-D 3 x 3 convolution of stride 1
 /// runs as Winograd tiles ([`crate::kernels::winograd_positions`]), as `conv` times them;
-/// without, every convolution is the implicit GEMM `conv-gemm` times ([`CONV_GEMM`]).
+/// without, every convolution is the implicit GEMM `conv-gemm` times ([`Class::CONV_GEMM`]).
 #[allow(clippy::too_many_arguments)]
 pub fn conv(
     batch: u64,
@@ -431,15 +410,6 @@ pub fn vector(elements: u64, arrays: u64, elem: u64, d: &DeviceSpec) -> [f64; 4]
     [1.0, l2, hbm, elements as f64 / (d.sms * d.clock_hz)]
 }
 
-/// Arrays a vector op reads and writes: a binary op reads two and writes one; a unary op,
-/// a scalar form (`addu`: `x + c`), softmax and layer norm read one and write one.
-pub fn vector_arrays(op: &str) -> u64 {
-    match op {
-        "add" | "mul" | "div" | "pow" | "sub" => 3,
-        _ => 2,
-    }
-}
-
 /// A vector op over `elements` elements that moves `bytes` in all: [`vector`] when the
 /// bytes are known rather than the arrays.
 pub fn vector_bytes(elements: f64, bytes: f64, d: &DeviceSpec) -> [f64; 4] {
@@ -449,54 +419,38 @@ pub fn vector_bytes(elements: f64, bytes: f64, d: &DeviceSpec) -> [f64; 4] {
 
 /// The kernel class of the data a ridgeline kernel is timed as: dense layers and products as
 /// `gemm` (one model fitted on every product of the set, batched and linear layers,
-/// `calibrate::transfer::TIMED_BY`),
+/// [`Class::timed_by`]),
 /// convolutions as `conv`, and each vector op as the measured op that does the same work
 /// per element: unary ops that read one array and write one as `relu` (pooling, dropout,
 /// copies, an embedding's and a gather's row copies too), `tanh`, `add` (scatter-add and
 /// segment sum too), a scale as `mulu`, a shift as `addu`, a product as `mul`, a power as
 /// `powu`, normalisations as `ln`, softmax and a loss over
 /// classes as `softmax`, `gelu` and `silu` as `gelu`, a squared error as `mul`.
-pub fn class_of(kernel: &Kernel) -> &'static str {
-    match kernel.class {
-        KernelClass::Gemm => "gemm",
+pub fn class_of(kernel: &Kernel) -> Class {
+    let op = match kernel.class {
+        KernelClass::Gemm => return Class::GEMM,
         KernelClass::ConvPointwise | KernelClass::ConvSpatial | KernelClass::ConvDepthwise => {
-            "conv"
+            return Class::CONV;
         }
-        KernelClass::Norm => "ln",
-        KernelClass::Pooling => "relu",
+        KernelClass::Norm => VectorOp::Ln,
+        KernelClass::Pooling => VectorOp::Relu,
         KernelClass::Elementwise => match kernel.op.unwrap_or("relu") {
-            "tanh" => "tanh",
-            "add" | "scatter-add" | "segment-sum" => "add",
-            "scale" => "mulu",
-            "shift" => "addu",
-            "mul" => "mul",
-            "pow" => "powu",
-            "softmax-cross-entropy" | "softmax" => "softmax",
-            "gelu" | "silu" => "gelu",
-            "mse-loss" => "mul",
-            _ => "relu",
+            "tanh" => VectorOp::Tanh,
+            "add" | "scatter-add" | "segment-sum" => VectorOp::Add,
+            "scale" => VectorOp::Mulu,
+            "shift" => VectorOp::Addu,
+            "mul" | "mse-loss" => VectorOp::Mul,
+            "pow" => VectorOp::Powu,
+            "softmax-cross-entropy" | "softmax" => VectorOp::Softmax,
+            "gelu" | "silu" => VectorOp::Gelu,
+            _ => VectorOp::Relu,
         },
-    }
-}
-
-/// The tensor-core class of a matrix class in a format: `conv-gemm-tensor-tf32`, and one class
-/// for FP16 and BF16, which run at one rate on the same units (`gemm-tensor-16`).
-pub fn tensor_class(class: &str, format: NumberFormat) -> String {
-    let suffix = match format {
-        NumberFormat::Fp16 | NumberFormat::Bf16 => "16",
-        NumberFormat::Tf32 => "tf32",
-        NumberFormat::Fp32 => "fp32",
-        NumberFormat::Fp64 => "fp64",
-        NumberFormat::Fp8 => "fp8",
     };
-    format!("{class}{TENSOR}{suffix}")
+    Class::Vector(op)
 }
-
-/// What names a tensor-core class ([`tensor_class`]).
-const TENSOR: &str = "-tensor-";
 
 /// The class that times a convolution as an implicit GEMM, where `conv` is not its class:
-/// `conv-gemm` ([`CONV_GEMM`]) for a convolution outside `conv`'s kind, and for every
+/// `conv-gemm` ([`Class::CONV_GEMM`]) for a convolution outside `conv`'s kind, and for every
 /// convolution on tensor cores (`tensor`).
 ///
 /// NeuSight's convolutions, `conv`'s data, are all 2-D 3 x 3 forward passes of stride 1,
@@ -507,12 +461,12 @@ const TENSOR: &str = "-tensor-";
 /// convolutions of the set cuDNN ran as implicit GEMMs (its kernel names say which), with
 /// no Winograd tiles. Depthwise convolutions, a product per channel, are neither: `None`,
 /// as for every kernel but a convolution.
-pub fn implicit_class(kernel: &Kernel, tensor: bool) -> Option<&'static str> {
+pub fn implicit_class(kernel: &Kernel, tensor: bool) -> Option<Class> {
     let convolution = matches!(
         kernel.class,
         KernelClass::ConvPointwise | KernelClass::ConvSpatial
     );
-    (convolution && (tensor || !fitted_kind(kernel))).then_some(CONV_GEMM)
+    (convolution && (tensor || !fitted_kind(kernel))).then_some(Class::CONV_GEMM)
 }
 
 /// Whether `kernel` is a convolution of the kind `conv` is fitted on: a 2-D 3 x 3 forward
@@ -526,23 +480,8 @@ pub fn fitted_kind(kernel: &Kernel) -> bool {
 /// The other class that could time `kernel` beside `conv`, where a library's autotuner runs
 /// the faster of two algorithms: `conv-gemm` for a convolution of `conv`'s kind off tensor
 /// cores ([`fitted_kind`]; `tensor`: on tensor cores).
-pub fn faster_class(kernel: &Kernel, tensor: bool) -> Option<&'static str> {
-    (!tensor && fitted_kind(kernel)).then_some(CONV_GEMM)
-}
-
-/// The class of the convolutions run as implicit GEMMs ([`implicit_class`]).
-pub const CONV_GEMM: &str = "conv-gemm";
-
-/// The FP32 class a tensor-core class scales (`conv-gemm` of `conv-gemm-tensor-16`); a
-/// class that is not one is its own.
-pub fn base_class(class: &str) -> &str {
-    class.split(TENSOR).next().unwrap_or(class)
-}
-
-/// Whether `class` is a tensor-core class ([`tensor_class`]): one that scales its FP32
-/// class ([`base_class`]), fitted on scaled work rather than coefficients of its own.
-pub fn is_tensor_class(class: &str) -> bool {
-    class.contains(TENSOR)
+pub fn faster_class(kernel: &Kernel, tensor: bool) -> Option<Class> {
+    (!tensor && fitted_kind(kernel)).then_some(Class::CONV_GEMM)
 }
 
 /// The GEMM a matrix kernel's features describe: `calls` products of `m x k` by `k x n`,
@@ -568,11 +507,11 @@ pub fn features(kernel: &Kernel, elem: u64, d: &DeviceSpec) -> Vec<f64> {
 /// The features of a ridgeline kernel on a device as `class` times it (a convolution as
 /// `conv-gemm` or its tensor-core class runs no Winograd tiles), with `elem` bytes per
 /// element.
-pub fn features_for(kernel: &Kernel, class: &str, elem: u64, d: &DeviceSpec) -> Vec<f64> {
-    if is_depthwise_class(class) {
+pub fn features_for(kernel: &Kernel, class: Class, elem: u64, d: &DeviceSpec) -> Vec<f64> {
+    if class.is_depthwise() {
         return depthwise_features(kernel, elem, d).to_vec();
     }
-    let winograd = base_class(class) != CONV_GEMM;
+    let winograd = class.base() != Class::CONV_GEMM;
     if kernel.class.is_matrix() {
         let (calls, m, n, k) = gemm_shape(&kernel.x);
         if kernel.class == KernelClass::Gemm {
@@ -609,7 +548,7 @@ pub fn features_for(kernel: &Kernel, class: &str, elem: u64, d: &DeviceSpec) -> 
         }
     } else {
         let bytes = kernel.x[2];
-        let arrays = vector_arrays(class_of(kernel)) as f64;
+        let arrays = class_of(kernel).vector().map_or(2, VectorOp::arrays) as f64;
         vector_bytes(bytes / (arrays * elem as f64), bytes, d).to_vec()
     }
 }
@@ -639,7 +578,7 @@ pub struct ModelSource {
     /// ...) were fitted on, where the model has them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tensor: Option<String>,
-    /// What the depthwise convolution classes ([`depthwise_class`]) were fitted on, where
+    /// What the depthwise convolution classes ([`Class::Depthwise`]) were fitted on, where
     /// the model has them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depthwise: Option<String>,
@@ -651,7 +590,7 @@ pub struct ModelSource {
 pub struct ClassCoefficients {
     /// The class: `gemm` (every product of the data, batched and linear layers), or an
     /// operator of the data (`conv`, `relu`, ...).
-    pub name: String,
+    pub name: Class,
     /// Feature names, in order ([`GEMM_FEATURES`] or [`VECTOR_FEATURES`]).
     pub features: Vec<String>,
     /// One per feature: the launch term in seconds, the others dimensionless.
@@ -710,9 +649,9 @@ pub fn work(coefficients: &[f64], x: &[f64]) -> f64 {
 /// The in-step floor of class `class` whose launch term is `own`, where the products'
 /// (`gemm`) is `products` ([`Model::launch_floor`]): `own`, but no more than the products'
 /// for the classes of the FP32 fit; a tensor-core class keeps its own.
-pub fn floor(class: &str, own: f64, products: Option<f64>) -> f64 {
+pub fn floor(class: Class, own: f64, products: Option<f64>) -> f64 {
     match products {
-        Some(p) if class != "gemm" && !is_tensor_class(class) => own.min(p),
+        Some(p) if class != Class::GEMM && !class.is_tensor() => own.min(p),
         _ => own,
     }
 }
@@ -728,13 +667,7 @@ impl Model {
             message: e.to_string(),
         })?;
         for c in &m.classes {
-            let expected: &[&str] = if c.features.len() == GEMM_FEATURES.len() {
-                &GEMM_FEATURES
-            } else if is_depthwise_class(&c.name) {
-                &DEPTHWISE_FEATURES
-            } else {
-                &VECTOR_FEATURES
-            };
+            let expected = c.name.features();
             if c.features != expected || c.coefficients.len() != expected.len() {
                 return Err(Error::invalid(
                     file,
@@ -782,7 +715,7 @@ impl Model {
     }
 
     /// The coefficients of `class`.
-    pub fn class(&self, class: &str) -> Option<&ClassCoefficients> {
+    pub fn class(&self, class: Class) -> Option<&ClassCoefficients> {
         self.classes.iter().find(|c| c.name == class)
     }
 
@@ -791,21 +724,22 @@ impl Model {
     /// the model has it, any other kernel its class's ([`class_of`]); where `d` runs it on
     /// tensor cores, that class's tensor-core class of `d`'s format (`conv-gemm-tensor-16`,
     /// fitted on tensor-core kernel records) where the model has one. A depthwise
-    /// convolution is its pass's and format's class ([`depthwise_class`]) where the model has
+    /// convolution is its pass's and format's class ([`Class::Depthwise`]) where the model has
     /// one.
     pub fn class_for(&self, kernel: &Kernel, d: &DeviceSpec) -> Option<&ClassCoefficients> {
         if kernel.class == KernelClass::ConvDepthwise {
             let format = d.tensor.unwrap_or(NumberFormat::Fp32);
-            if let Some(c) = self.class(&depthwise_class(kernel.pass, format)) {
+            if let Some(c) = self.class(Class::depthwise(kernel.pass, format)) {
                 return Some(c);
             }
         }
         let name = implicit_class(kernel, d.tensor.is_some())
-            .filter(|c| self.class(c).is_some())
+            .filter(|c| self.class(*c).is_some())
             .unwrap_or_else(|| class_of(kernel));
         d.tensor
             .filter(|_| kernel.class.is_matrix())
-            .and_then(|f| self.class(&tensor_class(name, f)))
+            .and_then(|f| name.on_tensor_cores(f))
+            .and_then(|t| self.class(t))
             .or_else(|| self.class(name))
     }
 
@@ -848,7 +782,7 @@ impl Model {
         let c = self.class_for(kernel, d)?;
         let t = self.in_step_as(c, kernel, elem, d, floor);
         let gemm = faster_class(kernel, d.tensor.is_some())
-            .filter(|_| c.name == "conv")
+            .filter(|_| c.name == Class::CONV)
             .and_then(|other| self.class(other));
         let t = gemm.map_or(t, |g| t.min(self.in_step_as(g, kernel, elem, d, floor)));
         Some((t, c.holdout_interval_90))
@@ -865,9 +799,9 @@ impl Model {
         floor: bool,
     ) -> f64 {
         // An FP32 class's energy per FLOP is not a tensor core's.
-        let own = d.tensor.is_none() || is_tensor_class(&c.name);
+        let own = d.tensor.is_none() || c.name.is_tensor();
         let d = d.capped(c.energy_per_flop_7nm.filter(|_| own));
-        let x = features_for(kernel, &c.name, elem, &d);
+        let x = features_for(kernel, c.name, elem, &d);
         let work = work(&c.coefficients, &x);
         if floor {
             work.max(self.launch_floor(c))
@@ -887,7 +821,7 @@ impl Model {
     /// their own.
     pub fn launch_floor(&self, c: &ClassCoefficients) -> f64 {
         let launch = |c: &ClassCoefficients| c.coefficients.first().copied().unwrap_or(0.0);
-        floor(&c.name, launch(c), self.class("gemm").map(launch))
+        floor(c.name, launch(c), self.class(Class::GEMM).map(launch))
     }
 }
 
@@ -905,6 +839,11 @@ mod tests {
         tensor: None,
     };
 
+    /// The class named `name`.
+    fn named(name: &str) -> Class {
+        Class::parse(name).unwrap()
+    }
+
     /// A model of `classes` alone.
     fn model(classes: Vec<ClassCoefficients>) -> Model {
         Model {
@@ -919,9 +858,9 @@ mod tests {
         }
     }
 
-    fn class(name: &str, launch: f64, tiled: f64) -> ClassCoefficients {
+    fn class(name: Class, launch: f64, tiled: f64) -> ClassCoefficients {
         ClassCoefficients {
-            name: name.into(),
+            name,
             features: GEMM_FEATURES.iter().map(|f| (*f).to_owned()).collect(),
             coefficients: vec![launch, tiled, 0.0, 0.0, 0.0],
             energy_per_flop_7nm: None,
@@ -974,7 +913,7 @@ mod tests {
             !flat.conv.unwrap().unsplit,
             "a 2-D weight gradient may split"
         );
-        let unsplit = features_for(&filter, CONV_GEMM, 4, &A100);
+        let unsplit = features_for(&filter, Class::CONV_GEMM, 4, &A100);
         let split = features_for(
             &Kernel {
                 conv: filter.conv.map(|c| crate::kernels::ConvIo {
@@ -983,7 +922,7 @@ mod tests {
                 }),
                 ..filter
             },
-            CONV_GEMM,
+            Class::CONV_GEMM,
             4,
             &A100,
         );
@@ -994,27 +933,30 @@ mod tests {
     #[test]
     fn tensor_cores_take_the_tensor_classes_and_floors_follow_the_products() {
         let model = model(vec![
-            class("gemm", 30e-6, 1.0),
-            class("conv", 300e-6, 1.0),
-            class(CONV_GEMM, 300e-6, 1.0),
-            class("conv-gemm-tensor-16", 80e-6, 4.0),
+            class(Class::GEMM, 30e-6, 1.0),
+            class(Class::CONV, 300e-6, 1.0),
+            class(Class::CONV_GEMM, 300e-6, 1.0),
+            class(named("conv-gemm-tensor-16"), 80e-6, 4.0),
         ]);
         let conv = same_3x3(1, 8, 8).kernel(KernelPass::Forward);
         let tensor = DeviceSpec {
             tensor: Some(NumberFormat::Bf16),
             ..A100
         };
-        assert_eq!(model.class_for(&conv, &A100).unwrap().name, "conv");
+        assert_eq!(model.class_for(&conv, &A100).unwrap().name, Class::CONV);
         assert_eq!(
             model.class_for(&conv, &tensor).unwrap().name,
-            "conv-gemm-tensor-16"
+            named("conv-gemm-tensor-16")
         );
         // TF32 has no class here: the FP32 implicit-GEMM class at the TF32 peak.
         let tf32 = DeviceSpec {
             tensor: Some(NumberFormat::Tf32),
             ..A100
         };
-        assert_eq!(model.class_for(&conv, &tf32).unwrap().name, CONV_GEMM);
+        assert_eq!(
+            model.class_for(&conv, &tf32).unwrap().name,
+            Class::CONV_GEMM
+        );
         // A product has no tensor class here: its own class on tensor cores too.
         let gemm = crate::kernels::gemm_kernel(
             KernelClass::Gemm,
@@ -1024,7 +966,7 @@ mod tests {
             8.0,
             1.0,
         );
-        assert_eq!(model.class_for(&gemm, &tensor).unwrap().name, "gemm");
+        assert_eq!(model.class_for(&gemm, &tensor).unwrap().name, Class::GEMM);
         // A tiny convolution takes its floor: the products' launch (30 us), not the FP32
         // class's 300 us intercept; the tensor class keeps its own (80 us).
         assert_eq!(model.time(&conv, 4, &A100), Some(30e-6));
@@ -1039,9 +981,9 @@ mod tests {
     #[test]
     fn convolutions_outside_the_fitted_kind_and_on_tensor_cores_are_implicit_gemms() {
         let model = model(vec![
-            class("gemm", 30e-6, 1.0),
-            class("conv", 300e-6, 1.0),
-            class(CONV_GEMM, 30e-6, 2.0),
+            class(Class::GEMM, 30e-6, 1.0),
+            class(Class::CONV, 300e-6, 1.0),
+            class(Class::CONV_GEMM, 30e-6, 2.0),
         ]);
         let shape = |kernel: usize, stride: usize, groups: usize| crate::kernels::ConvShape {
             batch: 4,
@@ -1055,42 +997,57 @@ mod tests {
             groups,
         };
         let name = |s: &crate::kernels::ConvShape, pass: KernelPass, d: &DeviceSpec| {
-            model.class_for(&s.kernel(pass), d).unwrap().name.clone()
+            model.class_for(&s.kernel(pass), d).unwrap().name
         };
         let fitted = shape(3, 1, 1);
-        assert_eq!(name(&fitted, KernelPass::Forward, &A100), "conv");
+        assert_eq!(name(&fitted, KernelPass::Forward, &A100), Class::CONV);
         for pass in [KernelPass::BackwardData, KernelPass::BackwardFilter] {
-            assert_eq!(name(&fitted, pass, &A100), CONV_GEMM);
+            assert_eq!(name(&fitted, pass, &A100), Class::CONV_GEMM);
         }
-        assert_eq!(name(&shape(1, 1, 1), KernelPass::Forward, &A100), CONV_GEMM);
-        assert_eq!(name(&shape(3, 2, 1), KernelPass::Forward, &A100), CONV_GEMM);
+        assert_eq!(
+            name(&shape(1, 1, 1), KernelPass::Forward, &A100),
+            Class::CONV_GEMM
+        );
+        assert_eq!(
+            name(&shape(3, 2, 1), KernelPass::Forward, &A100),
+            Class::CONV_GEMM
+        );
         assert_eq!(
             name(&shape(3, 1, 64), KernelPass::BackwardData, &A100),
-            "conv"
+            Class::CONV
         );
         let tensor = DeviceSpec {
             tensor: Some(NumberFormat::Fp16),
             ..A100
         };
-        assert_eq!(name(&fitted, KernelPass::Forward, &tensor), CONV_GEMM);
+        assert_eq!(
+            name(&fitted, KernelPass::Forward, &tensor),
+            Class::CONV_GEMM
+        );
         // The implicit GEMM runs every output position: 30 x 30, where Winograd's 4 x 4
         // tiles run 32 x 32.
         let k = fitted.kernel(KernelPass::Forward);
-        let tiles = |class: &str| features_for(&k, class, 4, &A100)[1];
-        assert!(tiles(CONV_GEMM) < tiles("conv"));
-        assert_eq!(features(&k, 4, &A100), features_for(&k, "conv", 4, &A100));
+        let tiles = |class: Class| features_for(&k, class, 4, &A100)[1];
+        assert!(tiles(Class::CONV_GEMM) < tiles(Class::CONV));
+        assert_eq!(
+            features(&k, 4, &A100),
+            features_for(&k, Class::CONV, 4, &A100)
+        );
         let gemm = model.time(&k, 2, &tensor).unwrap();
         let expected = work(
-            &model.class(CONV_GEMM).unwrap().coefficients,
-            &features_for(&k, CONV_GEMM, 2, &tensor),
+            &model.class(Class::CONV_GEMM).unwrap().coefficients,
+            &features_for(&k, Class::CONV_GEMM, 2, &tensor),
         );
         assert!((gemm / expected - 1.0).abs() < 1e-12, "{gemm} {expected}");
         // Without the class, `conv` times them.
-        let old = self::model(vec![class("gemm", 30e-6, 1.0), class("conv", 300e-6, 1.0)]);
+        let old = self::model(vec![
+            class(Class::GEMM, 30e-6, 1.0),
+            class(Class::CONV, 300e-6, 1.0),
+        ]);
         let k = fitted.kernel(KernelPass::BackwardData);
-        assert_eq!(old.class_for(&k, &A100).unwrap().name, "conv");
-        assert_eq!(base_class("conv-gemm-tensor-16"), CONV_GEMM);
-        assert!(is_tensor_class("gemm-tensor-16") && !is_tensor_class(CONV_GEMM));
+        assert_eq!(old.class_for(&k, &A100).unwrap().name, Class::CONV);
+        assert_eq!(named("conv-gemm-tensor-16").base(), Class::CONV_GEMM);
+        assert!(named("gemm-tensor-16").is_tensor() && !Class::CONV_GEMM.is_tensor());
     }
 
     /// A 3 x 3 forward convolution of stride 1 in FP32 takes the faster of `conv` (Winograd)
@@ -1103,26 +1060,30 @@ mod tests {
         assert!(fitted_kind(&k) && !fitted_kind(&shape.kernel(KernelPass::BackwardData)));
         let conv = ClassCoefficients {
             holdout_interval_90: [0.5, 1.5],
-            ..class("conv", 1e-6, 1.0)
+            ..class(Class::CONV, 1e-6, 1.0)
         };
-        let as_class = |c: &ClassCoefficients, class: &str| {
+        let as_class = |c: &ClassCoefficients, class: Class| {
             work(&c.coefficients, &features_for(&k, class, 4, &A100))
         };
-        for (slope, faster) in [(0.5, CONV_GEMM), (4.0, "conv")] {
-            let gemm = class(CONV_GEMM, 1e-6, slope);
-            let m = model(vec![class("gemm", 1e-6, 1.0), conv.clone(), gemm.clone()]);
+        for (slope, faster) in [(0.5, Class::CONV_GEMM), (4.0, Class::CONV)] {
+            let gemm = class(Class::CONV_GEMM, 1e-6, slope);
+            let m = model(vec![
+                class(Class::GEMM, 1e-6, 1.0),
+                conv.clone(),
+                gemm.clone(),
+            ]);
             let (t, interval) = m.timed(&k, 4, &A100).unwrap();
-            let expected = if faster == "conv" {
-                as_class(&conv, "conv")
+            let expected = if faster == Class::CONV {
+                as_class(&conv, Class::CONV)
             } else {
-                as_class(&gemm, CONV_GEMM)
+                as_class(&gemm, Class::CONV_GEMM)
             };
             assert_eq!((t, interval), (expected, [0.5, 1.5]), "{faster}");
-            assert!(t <= as_class(&conv, "conv") && t <= as_class(&gemm, CONV_GEMM));
+            assert!(t <= as_class(&conv, Class::CONV) && t <= as_class(&gemm, Class::CONV_GEMM));
         }
         // Without `conv-gemm`, `conv` alone.
-        let m = model(vec![class("gemm", 1e-6, 1.0), conv.clone()]);
-        assert_eq!(m.time(&k, 4, &A100), Some(as_class(&conv, "conv")));
+        let m = model(vec![class(Class::GEMM, 1e-6, 1.0), conv.clone()]);
+        assert_eq!(m.time(&k, 4, &A100), Some(as_class(&conv, Class::CONV)));
     }
 
     /// A class's power cap holds only its own units: the FP32 class's energy per FLOP caps
@@ -1130,7 +1091,7 @@ mod tests {
     /// its own.
     #[test]
     fn a_power_cap_holds_the_units_its_class_was_fitted_on() {
-        let capped = |name: &str, e: f64| ClassCoefficients {
+        let capped = |name: Class, e: f64| ClassCoefficients {
             energy_per_flop_7nm: Some(e),
             ..class(name, 1e-6, 1.0)
         };
@@ -1165,7 +1126,7 @@ mod tests {
         };
         let plain = |e| Model {
             source: source.clone(),
-            classes: vec![capped("gemm", e)],
+            classes: vec![capped(Class::GEMM, e)],
         };
         // 10 pJ at 7 nm is 17 pJ at 12 nm: 70 W holds FP32 to 4.1 TFLOP/s.
         let slow = plain(10e-12).time(&big, 4, &fp32).unwrap();
@@ -1177,7 +1138,10 @@ mod tests {
         // ...a tensor-core class's does: 1.5 pJ at 7 nm holds 65 TFLOP/s to 27.
         let tensor = Model {
             source,
-            classes: vec![capped("gemm", 10e-12), capped("gemm-tensor-16", 1.5e-12)],
+            classes: vec![
+                capped(Class::GEMM, 10e-12),
+                capped(named("gemm-tensor-16"), 1.5e-12),
+            ],
         };
         let held = tensor.time(&big, 2, &fp16).unwrap();
         assert!(held > 2.0 * uncapped, "{held} {uncapped}");
@@ -1237,8 +1201,8 @@ mod tests {
         let v_big = vector(1 << 26, 3, 4, &A100);
         assert!(v_small[1] > 0.0 && v_small[2] == 0.0);
         assert!(v_big[1] == 0.0 && v_big[2] > 0.0);
-        assert_eq!(vector_arrays("add"), 3);
-        assert_eq!(vector_arrays("relu"), 2);
+        assert_eq!(VectorOp::Add.arrays(), 3);
+        assert_eq!(VectorOp::Relu.arrays(), 2);
     }
 
     /// A Winograd kernel transforms its filters once, whatever the batch: 36 elements for
@@ -1319,25 +1283,25 @@ mod tests {
             tensor: Some(NumberFormat::Fp16),
             ..A100
         };
-        let name = depthwise_class(KernelPass::BackwardData, NumberFormat::Fp16);
-        assert_eq!(name, "conv-depthwise-backward-data-fp16");
+        let name = Class::depthwise(KernelPass::BackwardData, NumberFormat::Fp16);
+        assert_eq!(name.name(), "conv-depthwise-backward-data-fp16");
         let with = model(vec![
-            class("conv", 300e-6, 1.0),
+            class(Class::CONV, 300e-6, 1.0),
             ClassCoefficients {
                 features: DEPTHWISE_FEATURES.iter().map(|f| (*f).to_owned()).collect(),
                 coefficients: vec![5e-6, 1.0, 0.5],
-                ..class(&name, 0.0, 0.0)
+                ..class(name, 0.0, 0.0)
             },
         ]);
         assert_eq!(with.class_for(&k, &fp16).unwrap().name, name);
         // Another format or pass has no class of its own here: `conv` times it.
-        assert_eq!(with.class_for(&k, &A100).unwrap().name, "conv");
+        assert_eq!(with.class_for(&k, &A100).unwrap().name, Class::CONV);
         let forward = KernelClass::ConvDepthwise;
         let f = gemm_kernel(forward, KernelPass::Forward, 3136.0, 1.0, 9.0, 64.0);
-        assert_eq!(with.class_for(&f, &fp16).unwrap().name, "conv");
+        assert_eq!(with.class_for(&f, &fp16).unwrap().name, Class::CONV);
         // Its features: the launch, its bytes at the bandwidth, its multiply-adds at one
         // per SM per cycle.
-        let x = features_for(&k, &name, 2, &fp16);
+        let x = features_for(&k, name, 2, &fp16);
         let macs = 3136.0 * 9.0 * 64.0;
         assert_eq!(x[0], 1.0);
         assert!((x[2] - macs / (A100.sms * A100.clock_hz)).abs() < 1e-15);
@@ -1403,10 +1367,10 @@ mod tests {
             }
         }
         assert!(
-            m.class("linear").is_none() && m.class("bmm").is_none(),
+            m.class(named("linear")).is_none() && m.class(named("bmm")).is_none(),
             "GEMMs are timed by `gemm`"
         );
-        for class in ["gemm", "conv"] {
+        for class in [Class::GEMM, Class::CONV] {
             let c = m.class(class).unwrap();
             assert_eq!(c.features, GEMM_FEATURES);
             assert!(
@@ -1447,5 +1411,11 @@ mod tests {
         let short = good.replacen("\"launch\", ", "", 1);
         let e = Model::parse(&short, "m.toml").unwrap_err().to_string();
         assert!(e.contains(".features"), "{e}");
+        let unknown = good.replacen("name = \"gemm\"", "name = \"gemmm\"", 1);
+        let e = Model::parse(&unknown, "m.toml").unwrap_err().to_string();
+        assert!(
+            e.starts_with("m.toml") && e.contains("`gemmm` is no kernel class"),
+            "{e}"
+        );
     }
 }

@@ -127,7 +127,7 @@ pub fn transfer(
             )
             .note("`-tensor-` rows: a tensor-core class (one per class and format: tf32, and 16 for fp16 and bf16) is the FP32 fit's class at that format's tensor-core peak, held to what the board's power sustains at its own energy per FLOP, with its work scaled by the median ratio of measured to predicted; the scale and the energy (none, or 0.5 to 4 pJ at 7 nm, the one whose scaled predictions fit best) are fitted on the tensor-core kernels of ridgeline's own records (the `ours` rows' tf32, fp16 and bf16) and the published sets (DeepBench's V100 and T4, Vidur's A100, H100 and A40, LLMCompass's A100 and MI210); each GPU left out in turn with every GPU of its chip (SMs and boost clock alike: the H200 goes with the H100 SXM5), its fit on the other chips' kernels (`all`: every held-out kernel pooled); a class needs kernels of two chips (tf32 has the GH100's alone). Adopted where that beats the FP32 class unscaled at the peak on the same held-out kernels; `predict` times tensor-core layers with the adopted ones.");
         for (class, plain) in &check.tensor_unscaled {
-            let adopted = check.tensor_adopted.iter().any(|m| &m.class == class);
+            let adopted = check.tensor_adopted.iter().any(|m| m.class == *class);
             d = d.note(format!(
                 "{class}: {} (the FP32 class unscaled: median |error| {:.1}%)",
                 if adopted { "adopted" } else { "not adopted" },

@@ -11,6 +11,7 @@ use crate::links::{Hierarchy, Level, node_network};
 use crate::precision::Precision;
 use crate::profile::precision_name;
 use crate::system::{Sourced, System};
+use crate::transfer::{Class, Matrix, TensorRate};
 use crate::units::FlopRate;
 
 use super::*;
@@ -200,15 +201,15 @@ fn power_cap(
                 .to_owned(),
         );
     };
-    let capped: Vec<String> = ["gemm", "conv"]
+    let capped: Vec<String> = [Class::GEMM, Class::CONV]
         .iter()
         .filter_map(|class| {
-            let e = m.class(class)?.energy_per_flop_7nm?;
+            let e = m.class(*class)?.energy_per_flop_7nm?;
             let rate = spec.capped(Some(e)).peak_flops;
             (rate < spec.peak_flops).then(|| {
                 format!(
                     "{} at {:.1} TFLOP/s ({:.1} pJ per FLOP at {} nm)",
-                    if *class == "gemm" {
+                    if *class == Class::GEMM {
                         "GEMMs"
                     } else {
                         "convolutions"
@@ -249,7 +250,7 @@ fn timing_assumptions(
     }
     if t.transfer > 0 {
         let m = crate::transfer::Model::builtin();
-        let err = |class: &str| {
+        let err = |class: Class| {
             m.class(class).map_or_else(
                 || "-".to_owned(),
                 |c| format!("{:.0}%", 100.0 * c.holdout_median_abs_error),
@@ -263,8 +264,8 @@ fn timing_assumptions(
              the ideal bound",
             t.transfer,
             m.source.devices.join(", "),
-            err("gemm"),
-            err("conv"),
+            err(Class::GEMM),
+            err(Class::CONV),
         ));
         if system.device.llc.is_none() {
             out.push(
@@ -274,7 +275,7 @@ fn timing_assumptions(
             );
         }
         out.extend(power_cap(m, &system.device, precision));
-        if let Some(c) = m.class(crate::transfer::CONV_GEMM) {
+        if let Some(c) = m.class(Class::CONV_GEMM) {
             out.push(format!(
                 "convolutions of other kinds (1 x 1, strided, 3-D, both gradients; not \
                  depthwise), and every convolution on tensor cores, timed by `{}`: the \
@@ -295,8 +296,8 @@ fn timing_assumptions(
             let tensor = crate::transfer::DeviceSpec::of(&system.device, precision)
                 .is_some_and(|d| d.tensor.is_some());
             let format = precision.matrix_format();
-            let classes = ["gemm", crate::transfer::CONV_GEMM]
-                .map(|c| m.class(&crate::transfer::tensor_class(c, format)));
+            let classes = [Matrix::Gemm, Matrix::ConvGemm]
+                .map(|c| m.class(Class::Tensor(c, TensorRate::of(format))));
             match (&m.source.tensor, tensor, classes) {
                 (Some(source), true, [Some(g), Some(c)]) => out.push(format!(
                     "{precision}: GEMMs and convolutions on the device's {peak} peak are timed \

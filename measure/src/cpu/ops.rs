@@ -10,178 +10,24 @@
 //! sum) run in [`super::seq`].
 
 use rayon::prelude::*;
-use ridgeline_model::graph::{Graph, Layer, Op, Pool};
+use ridgeline_model::graph::{Graph, Layer, Op};
 
 use super::conv::{self, ConvGeom, add_channel_bias, channel_sums, three};
 use super::gemm::{View, ViewMut, matmul};
-use super::random::{splitmix, uniform};
+use super::random::uniform;
 use super::saved::Aux;
-use super::{activation, moe, seq, window};
+use super::{moe, seq, window};
 
-/// Batch-norm epsilon (PyTorch's and Keras' default order of magnitude).
-pub(crate) const BN_EPS: f32 = 1e-5;
+mod channel;
+mod elementwise;
+mod layout;
+mod loss;
+mod pool;
 
-/// A pooling window normalised to three spatial dimensions.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct PoolGeom {
-    pub(crate) nc: usize,
-    pub(crate) input: [usize; 3],
-    pub(crate) output: [usize; 3],
-    pub(crate) kernel: [usize; 3],
-    pub(crate) stride: [usize; 3],
-    pub(crate) pad: [usize; 3],
-}
-
-impl PoolGeom {
-    fn new(p: &Pool, nc: usize, input: &[usize], output: &[usize]) -> Self {
-        PoolGeom {
-            nc,
-            input: three(input, 1),
-            output: three(output, 1),
-            kernel: three(&p.kernel, 1),
-            stride: three(&p.stride, 1),
-            pad: three(
-                &p.padding
-                    .pairs()
-                    .iter()
-                    .map(|pair| pair[0])
-                    .collect::<Vec<_>>(),
-                0,
-            ),
-        }
-    }
-
-    /// The input span `[lo, hi)` along dimension `d` of output coordinate `o` (padding
-    /// clipped off).
-    #[inline]
-    fn span(&self, d: usize, o: usize) -> (usize, usize) {
-        let start = o * self.stride[d];
-        let hi = (start + self.kernel[d])
-            .saturating_sub(self.pad[d])
-            .min(self.input[d]);
-        (start.saturating_sub(self.pad[d]).min(hi), hi)
-    }
-
-    fn in_vol(&self) -> usize {
-        self.input.iter().product()
-    }
-
-    fn out_vol(&self) -> usize {
-        self.output.iter().product()
-    }
-}
-
-/// Max pooling of one plane: the window's rows are first reduced element-wise across depth
-/// and height (vectorised), then along width.
-fn max_pool_plane(g: &PoolGeom, x: &[f32], out: &mut [f32], row: &mut Vec<f32>) {
-    let [do_, ho, wo] = g.output;
-    let [_, hi, wi] = g.input;
-    for od in 0..do_ {
-        let (d0, d1) = g.span(0, od);
-        for oh in 0..ho {
-            let (h0, h1) = g.span(1, oh);
-            row.clear();
-            row.resize(wi, f32::NEG_INFINITY);
-            for id in d0..d1 {
-                for ih in h0..h1 {
-                    let src = &x[(id * hi + ih) * wi..][..wi];
-                    row.iter_mut().zip(src).for_each(|(m, &v)| *m = m.max(v));
-                }
-            }
-            let dst = &mut out[(od * ho + oh) * wo..][..wo];
-            for (ow, o) in dst.iter_mut().enumerate() {
-                let (w0, w1) = g.span(2, ow);
-                *o = row[w0..w1].iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-            }
-        }
-    }
-}
-
-/// Average pooling of one plane (padding counts towards the divisor, PyTorch's default).
-fn avg_pool_plane(g: &PoolGeom, x: &[f32], out: &mut [f32], row: &mut Vec<f32>) {
-    let [do_, ho, wo] = g.output;
-    let [_, hi, wi] = g.input;
-    #[allow(clippy::cast_precision_loss)]
-    let k = g.kernel.iter().product::<usize>() as f32;
-    for od in 0..do_ {
-        let (d0, d1) = g.span(0, od);
-        for oh in 0..ho {
-            let (h0, h1) = g.span(1, oh);
-            row.clear();
-            row.resize(wi, 0.0);
-            for id in d0..d1 {
-                for ih in h0..h1 {
-                    let src = &x[(id * hi + ih) * wi..][..wi];
-                    row.iter_mut().zip(src).for_each(|(m, &v)| *m += v);
-                }
-            }
-            let dst = &mut out[(od * ho + oh) * wo..][..wo];
-            for (ow, o) in dst.iter_mut().enumerate() {
-                let (w0, w1) = g.span(2, ow);
-                *o = row[w0..w1].iter().sum::<f32>() / k;
-            }
-        }
-    }
-}
-
-/// The gradient of max pooling for one plane: each output's gradient goes to the first
-/// maximum of its window (overwrites `dx`). The arg-max is kept with selects rather than
-/// branches: which element wins is unpredictable.
-fn max_pool_plane_backward(g: &PoolGeom, x: &[f32], dy: &[f32], dx: &mut [f32]) {
-    let [do_, ho, wo] = g.output;
-    let [_, hi, wi] = g.input;
-    dx.fill(0.0);
-    for od in 0..do_ {
-        let (d0, d1) = g.span(0, od);
-        for oh in 0..ho {
-            let (h0, h1) = g.span(1, oh);
-            for ow in 0..wo {
-                let (w0, w1) = g.span(2, ow);
-                if d0 == d1 || h0 == h1 || w0 == w1 {
-                    continue;
-                }
-                let first = (d0 * hi + h0) * wi + w0;
-                let (mut best, mut arg) = (x[first], first);
-                for id in d0..d1 {
-                    for ih in h0..h1 {
-                        let base = (id * hi + ih) * wi;
-                        for (iw, &v) in x[base + w0..base + w1].iter().enumerate() {
-                            let better = v > best;
-                            best = if better { v } else { best };
-                            arg = if better { base + w0 + iw } else { arg };
-                        }
-                    }
-                }
-                dx[arg] += dy[(od * ho + oh) * wo + ow];
-            }
-        }
-    }
-}
-
-/// The gradient of average pooling for one plane (overwrites `dx`).
-fn avg_pool_plane_backward(g: &PoolGeom, dy: &[f32], dx: &mut [f32]) {
-    let [do_, ho, wo] = g.output;
-    let [_, hi, wi] = g.input;
-    #[allow(clippy::cast_precision_loss)]
-    let k = g.kernel.iter().product::<usize>() as f32;
-    dx.fill(0.0);
-    for od in 0..do_ {
-        let (d0, d1) = g.span(0, od);
-        for oh in 0..ho {
-            let (h0, h1) = g.span(1, oh);
-            for ow in 0..wo {
-                let (w0, w1) = g.span(2, ow);
-                let v = dy[(od * ho + oh) * wo + ow] / k;
-                for id in d0..d1 {
-                    for ih in h0..h1 {
-                        let base = (id * hi + ih) * wi;
-                        dx[base + w0..base + w1].iter_mut().for_each(|d| *d += v);
-                    }
-                }
-            }
-        }
-    }
-}
+use self::channel::{gradient_sums, scale_channels};
+use self::elementwise::{CHUNK, Unary, zip_map};
+use self::layout::{Broadcast, map_tile, map_upsample};
+use self::pool::PoolGeom;
 
 /// One layer, ready to run at a batch size.
 #[derive(Debug, Clone)]
@@ -216,18 +62,10 @@ pub(crate) enum Kernel {
     ChannelAffine { n: usize, c: usize, vol: usize },
     /// Per-channel scale.
     ChannelScale { n: usize, c: usize, vol: usize },
-    /// ReLU.
-    Relu,
-    /// Leaky ReLU.
-    LeakyRelu(f32),
-    /// Tanh.
-    Tanh,
+    /// A unary element-wise op.
+    Unary(Unary),
     /// Sum of inputs.
     Add,
-    /// Multiplication by a constant.
-    Scale(f32),
-    /// Addition of a constant.
-    Shift(f32),
     /// Element-wise product of two inputs.
     Mul,
     /// The product of a sample's `a` dims by a second input broadcast from its `b` dims
@@ -269,16 +107,6 @@ pub(crate) enum Kernel {
         groups: usize,
         vol: usize,
     },
-    /// The logistic sigmoid.
-    Sigmoid,
-    /// Clamping to `[min, max]`.
-    Clip(f32, f32),
-    /// Hard swish.
-    HardSwish,
-    /// Hard sigmoid `max(0, min(1, alpha x + beta))`.
-    HardSigmoid(f32, f32),
-    /// Power with a constant exponent.
-    Pow(f32),
     /// Concatenation along channels: channel counts of the inputs, and the volume.
     Concat {
         n: usize,
@@ -313,10 +141,6 @@ pub(crate) enum Kernel {
     Norm(seq::Norm),
     /// Softmax over channels.
     Softmax(seq::Softmax),
-    /// GELU (tanh approximation).
-    Gelu,
-    /// SiLU.
-    Silu,
     /// Rotary position embedding.
     Rotary(seq::Rotary),
     /// Multi-head attention.
@@ -386,22 +210,22 @@ impl Kernel {
                 c: input(0)[0],
                 vol: vol(input(0)),
             },
-            Op::Relu => Kernel::Relu,
+            Op::Relu => Kernel::Unary(Unary::Relu),
             #[allow(clippy::cast_possible_truncation)]
-            Op::LeakyRelu { alpha } => Kernel::LeakyRelu(*alpha as f32),
-            Op::Tanh => Kernel::Tanh,
+            Op::LeakyRelu { alpha } => Kernel::Unary(Unary::LeakyRelu(*alpha as f32)),
+            Op::Tanh => Kernel::Unary(Unary::Tanh),
             Op::Add => Kernel::Add,
             #[allow(clippy::cast_possible_truncation)]
-            Op::Scale { factor } => Kernel::Scale(*factor as f32),
+            Op::Scale { factor } => Kernel::Unary(Unary::Scale(*factor as f32)),
             #[allow(clippy::cast_possible_truncation)]
-            Op::Shift { offset } => Kernel::Shift(*offset as f32),
+            Op::Shift { offset } => Kernel::Unary(Unary::Shift(*offset as f32)),
             Op::Mul if input(1) != input(0) => Kernel::Gate {
                 n,
                 a: input(0).to_vec(),
                 b: input(1).to_vec(),
             },
             Op::Mul => Kernel::Mul,
-            Op::Sigmoid => Kernel::Sigmoid,
+            Op::Sigmoid => Kernel::Unary(Unary::Sigmoid),
             Op::Narrow { start, len } => Kernel::Narrow {
                 n,
                 c: input(0)[0],
@@ -431,12 +255,14 @@ impl Kernel {
                 vol: vol(input(0)),
             },
             #[allow(clippy::cast_possible_truncation)]
-            Op::Clip { min, max } => Kernel::Clip(*min as f32, *max as f32),
-            Op::HardSwish => Kernel::HardSwish,
+            Op::Clip { min, max } => Kernel::Unary(Unary::Clip(*min as f32, *max as f32)),
+            Op::HardSwish => Kernel::Unary(Unary::HardSwish),
             #[allow(clippy::cast_possible_truncation)]
-            Op::HardSigmoid { alpha, beta } => Kernel::HardSigmoid(*alpha as f32, *beta as f32),
+            Op::HardSigmoid { alpha, beta } => {
+                Kernel::Unary(Unary::HardSigmoid(*alpha as f32, *beta as f32))
+            }
             #[allow(clippy::cast_possible_truncation)]
-            Op::Pow { exponent } => Kernel::Pow(*exponent as f32),
+            Op::Pow { exponent } => Kernel::Unary(Unary::Pow(*exponent as f32)),
             Op::Concat => Kernel::Concat {
                 n,
                 channels: layer
@@ -516,8 +342,8 @@ impl Kernel {
                 c: input(0)[0],
                 vol: vol(input(0)),
             }),
-            Op::Gelu => Kernel::Gelu,
-            Op::Silu => Kernel::Silu,
+            Op::Gelu => Kernel::Unary(Unary::Gelu),
+            Op::Silu => Kernel::Unary(Unary::Silu),
             Op::Rotary { heads, theta } => Kernel::Rotary(seq::Rotary {
                 n,
                 heads: *heads,
@@ -700,6 +526,7 @@ impl Kernel {
         let x = inputs.first().copied().unwrap_or(&[]);
         match self {
             Kernel::Input => {}
+            Kernel::Unary(u) => u.forward(x, out),
             Kernel::Conv { geom, bias } => {
                 conv::forward(
                     geom,
@@ -738,18 +565,8 @@ impl Kernel {
                     add_channel_bias(out, &params[1], *output, 1);
                 }
             }
-            Kernel::MaxPool(g) => {
-                let (iv, ov) = (g.in_vol(), g.out_vol());
-                out.par_chunks_mut(ov)
-                    .zip(x.par_chunks(iv))
-                    .for_each_init(Vec::new, |row, (o, xi)| max_pool_plane(g, xi, o, row));
-            }
-            Kernel::AvgPool(g) => {
-                let (iv, ov) = (g.in_vol(), g.out_vol());
-                out.par_chunks_mut(ov)
-                    .zip(x.par_chunks(iv))
-                    .for_each_init(Vec::new, |row, (o, xi)| avg_pool_plane(g, xi, o, row));
-            }
+            Kernel::MaxPool(g) => g.max_forward(x, out),
+            Kernel::AvgPool(g) => g.avg_forward(x, out),
             Kernel::GlobalAvgPool { vol, .. } => {
                 #[allow(clippy::cast_precision_loss)]
                 let v = *vol as f32;
@@ -758,41 +575,7 @@ impl Kernel {
                     .for_each(|(o, xi)| *o = xi.iter().sum::<f32>() / v);
             }
             Kernel::BatchNorm { n, c, vol } => {
-                aux.stats.resize(2 * c, 0.0);
-                let m = (n * vol) as f64;
-                let (mean, inv) = aux.stats.split_at_mut(*c);
-                mean.par_iter_mut()
-                    .zip(inv.par_iter_mut())
-                    .enumerate()
-                    .for_each(|(ch, (mu, is))| {
-                        let (mut s, mut s2) = (0.0f64, 0.0f64);
-                        for b in 0..*n {
-                            for &v in &x[(b * c + ch) * vol..][..*vol] {
-                                s += f64::from(v);
-                                s2 += f64::from(v) * f64::from(v);
-                            }
-                        }
-                        let mean = s / m;
-                        let var = (s2 / m - mean * mean).max(0.0);
-                        #[allow(clippy::cast_possible_truncation)]
-                        {
-                            *mu = mean as f32;
-                            *is = 1.0 / (var as f32 + BN_EPS).sqrt();
-                        }
-                    });
-                let (gamma, beta) = (&params[0], &params[1]);
-                let (mean, inv) = aux.stats.split_at(*c);
-                out.par_chunks_mut(*vol)
-                    .zip(x.par_chunks(*vol))
-                    .enumerate()
-                    .for_each(|(i, (o, xi))| {
-                        let ch = i % c;
-                        let (a, b) = (
-                            gamma[ch] * inv[ch],
-                            beta[ch] - gamma[ch] * inv[ch] * mean[ch],
-                        );
-                        o.iter_mut().zip(xi).for_each(|(o, &v)| *o = a * v + b);
-                    });
+                channel::batch_norm_forward((*n, *c, *vol), x, params, out, aux);
             }
             Kernel::ChannelAffine { c, vol, .. } => {
                 let (gamma, beta) = (&params[0], &params[1]);
@@ -807,33 +590,18 @@ impl Kernel {
                     });
             }
             Kernel::ChannelScale { c, vol, .. } => scale_channels(out, x, &params[0], *c, *vol),
-            Kernel::Relu => map(out, x, |v| v.max(0.0)),
-            // Branch-free, so it vectorises (the signs of activations are unpredictable).
-            Kernel::LeakyRelu(a) => map(out, x, |v| v.max(0.0) + a * v.min(0.0)),
-            Kernel::Tanh => map(out, x, f32::tanh),
-            Kernel::Sigmoid => map(out, x, |v| 1.0 / (1.0 + (-v).exp())),
             Kernel::Narrow {
                 n,
                 c,
                 start,
                 len,
                 vol,
-            } => {
-                for b in 0..*n {
-                    out[b * len * vol..][..len * vol]
-                        .copy_from_slice(&x[(b * c + start) * vol..][..len * vol]);
-                }
-            }
+            } => layout::narrow_forward((*n, *c, *start, *len, *vol), x, out),
             Kernel::Prepend { n, c, s, tokens } => {
-                let t = *tokens;
-                for (row, o) in out.chunks_mut(s + t).take(n * c).enumerate() {
-                    let ch = row % c;
-                    o[..t].copy_from_slice(&params[0][ch * t..][..t]);
-                    o[t..].copy_from_slice(&x[row * s..][..*s]);
-                }
+                layout::prepend_forward((*n, *c, *s, *tokens), x, &params[0], out);
             }
             Kernel::PatchMerge { n, c, h, w } => {
-                for (o, i) in merged(*n, *c, *h, *w).enumerate() {
+                for (o, i) in layout::merged(*n, *c, *h, *w).enumerate() {
                     out[o] = x[i];
                 }
             }
@@ -847,30 +615,9 @@ impl Kernel {
                     });
             }
             Kernel::Shuffle { n, c, groups, vol } => {
-                for b in 0..*n {
-                    for ch in 0..*c {
-                        let to = shuffled(ch, *c, *groups);
-                        out[(b * c + to) * vol..][..*vol]
-                            .copy_from_slice(&x[(b * c + ch) * vol..][..*vol]);
-                    }
-                }
+                layout::shuffle_forward((*n, *c, *groups, *vol), x, out);
             }
-            Kernel::Clip(lo, hi) => map(out, x, |v| v.clamp(*lo, *hi)),
-            Kernel::HardSwish => map(out, x, |v| v * (v + 3.0).clamp(0.0, 6.0) / 6.0),
-            Kernel::HardSigmoid(a, b) => map(out, x, |v| (a * v + b).clamp(0.0, 1.0)),
-            Kernel::Gate { n, a, b } => {
-                let map = Broadcast::new(a, b);
-                let (va, vb) = (map.a_len, map.b_len);
-                for s in 0..*n {
-                    let (xa, xb) = (&x[s * va..][..va], &inputs[1][s * vb..][..vb]);
-                    for (i, o) in out[s * va..][..va].iter_mut().enumerate() {
-                        *o = xa[i] * xb[map.b_index(i)];
-                    }
-                }
-            }
-            Kernel::Scale(f) => map(out, x, |v| f * v),
-            Kernel::Shift(c) => map(out, x, |v| v + c),
-            Kernel::Pow(e) => map(out, x, |v| v.powf(*e)),
+            Kernel::Gate { n, a, b } => Broadcast::new(a, b).forward(*n, x, inputs[1], out),
             Kernel::Mul => {
                 out.par_chunks_mut(CHUNK)
                     .zip(x.par_chunks(CHUNK))
@@ -891,101 +638,20 @@ impl Kernel {
                 }
             }
             Kernel::Concat { n, channels, vol } => {
-                let total: usize = channels.iter().sum();
-                for b in 0..*n {
-                    let mut offset = 0;
-                    for (k, &ch) in channels.iter().enumerate() {
-                        out[(b * total + offset) * vol..][..ch * vol]
-                            .copy_from_slice(&inputs[k][b * ch * vol..][..ch * vol]);
-                        offset += ch;
-                    }
-                }
+                layout::concat_forward(*n, channels, *vol, inputs, out);
             }
             Kernel::Tile { input, output, .. } => {
-                let (iv, ov) = (
-                    input.iter().product::<usize>(),
-                    output.iter().product::<usize>(),
-                );
-                out.par_chunks_mut(ov)
-                    .zip(x.par_chunks(iv))
-                    .for_each(|(o, xi)| {
-                        for (p, v) in o.iter_mut().enumerate() {
-                            *v = xi[map_tile(p, input, output)];
-                        }
-                    });
+                layout::gather_forward(input, output, |p| map_tile(p, input, output), x, out);
             }
             Kernel::Upsample { input, factor, .. } => {
-                let iv = input.iter().product::<usize>();
                 let output = std::array::from_fn::<usize, 3, _>(|i| input[i] * factor[i]);
-                let ov = output.iter().product::<usize>();
-                out.par_chunks_mut(ov)
-                    .zip(x.par_chunks(iv))
-                    .for_each(|(o, xi)| {
-                        for (p, v) in o.iter_mut().enumerate() {
-                            *v = xi[map_upsample(p, input, &output, factor)];
-                        }
-                    });
+                let from = |p| map_upsample(p, input, &output, factor);
+                layout::gather_forward(input, &output, from, x, out);
             }
-            Kernel::Dropout { rate } => {
-                aux.mask.resize(x.len(), 0);
-                let keep = 1.0 / (1.0 - rate);
-                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-                let threshold = (f64::from(*rate) * f64::from(u32::MAX)) as u32;
-                aux.mask
-                    .par_chunks_mut(CHUNK)
-                    .enumerate()
-                    .for_each(|(c, ms)| {
-                        for (i, m) in ms.iter_mut().enumerate() {
-                            #[allow(clippy::cast_possible_truncation)]
-                            let r = (splitmix(seed, (c * CHUNK + i) as u64) >> 32) as u32;
-                            *m = u8::from(r >= threshold);
-                        }
-                    });
-                out.par_chunks_mut(CHUNK)
-                    .zip(x.par_chunks(CHUNK))
-                    .zip(aux.mask.par_chunks(CHUNK))
-                    .for_each(|((o, v), m)| {
-                        for ((o, v), m) in o.iter_mut().zip(v).zip(m) {
-                            *o = if *m == 1 { v * keep } else { 0.0 };
-                        }
-                    });
-            }
+            Kernel::Dropout { rate } => elementwise::dropout_forward(*rate, x, out, aux, seed),
             Kernel::Flatten => out.copy_from_slice(x),
             Kernel::SoftmaxCrossEntropy { n, c, vol } => {
-                // Over the channel rows in parallel, each read contiguously, so that a
-                // batch of one uses every thread as a larger batch does.
-                let (n, c, vol) = (*n, *c, *vol);
-                aux.probs.resize(x.len(), 0.0);
-                let mut stats = Vec::with_capacity(2 * n * vol);
-                for b in 0..n {
-                    let xb = &x[b * c * vol..][..c * vol];
-                    let max = seq::max_rows(xb, vol);
-                    let sum = seq::sum_rows(xb, vol, |acc, _, row| {
-                        for ((a, v), m) in acc.iter_mut().zip(row).zip(&max) {
-                            *a += (v - m).exp();
-                        }
-                    });
-                    stats.extend(max.into_iter().zip(sum));
-                }
-                aux.probs
-                    .par_chunks_mut(vol)
-                    .zip(x.par_chunks(vol))
-                    .enumerate()
-                    .for_each(|(row, (p, xr))| {
-                        let st = &stats[(row / c) * vol..][..vol];
-                        for ((p, v), (max, sum)) in p.iter_mut().zip(xr).zip(st) {
-                            *p = (v - max).exp() / sum;
-                        }
-                    });
-                for (b, o) in out.iter_mut().enumerate().take(n) {
-                    let p = &aux.probs[b * c * vol..][..c * vol];
-                    #[allow(clippy::cast_precision_loss)]
-                    let loss: f32 = (0..vol)
-                        .map(|pos| -(p[label(seed, b, pos, c) * vol + pos].max(1e-30)).ln())
-                        .sum::<f32>()
-                        / vol as f32;
-                    *o = loss;
-                }
+                loss::softmax_cross_entropy_forward((*n, *c, *vol), x, out, aux, seed);
             }
             Kernel::Linear { geom, bias } => {
                 geom.forward(x, &params[0], out, threads);
@@ -997,26 +663,12 @@ impl Kernel {
             Kernel::Embedding(e) => e.forward(x, &params[0], out),
             Kernel::Norm(g) => g.forward(x, params, out, aux),
             Kernel::Softmax(g) => g.forward(x, out),
-            Kernel::Gelu => map(out, x, activation::gelu),
-            Kernel::Silu => map(out, x, activation::silu),
             Kernel::Rotary(r) => r.apply(x, out, false),
             Kernel::Attention(a) => a.forward(inputs, out, aux, threads, seed),
             Kernel::Window(w) => w.forward(x, params, out, aux, threads, seed),
             Kernel::Moe(m) => m.forward(x, params, out, &mut aux.moe, threads),
             Kernel::Rows(r) => r.forward(x, out),
-            Kernel::Mse { n, elems } => {
-                for b in 0..*n {
-                    let xi = &x[b * elems..][..*elems];
-                    #[allow(clippy::cast_precision_loss)]
-                    let loss = xi
-                        .iter()
-                        .enumerate()
-                        .map(|(i, v)| (v - target(seed, b, i)).powi(2))
-                        .sum::<f32>()
-                        / *elems as f32;
-                    out[b] = loss;
-                }
-            }
+            Kernel::Mse { n, elems } => loss::mse_forward(*n, *elems, x, out, seed),
         }
     }
 
@@ -1039,6 +691,7 @@ impl Kernel {
         let x = inputs.first().copied().unwrap_or(&[]);
         match self {
             Kernel::Input => {}
+            Kernel::Unary(u) => u.backward(x, out, dy, dx),
             Kernel::Conv { geom, bias } => {
                 let (dw, rest) = dparams.split_at_mut(1);
                 conv::backward_filter(
@@ -1095,23 +748,14 @@ impl Kernel {
                 }
             }
             Kernel::MaxPool(g) => {
-                let Some(d) = dx[0].as_deref_mut() else {
-                    return;
-                };
-                let (iv, ov) = (g.in_vol(), g.out_vol());
-                d.par_chunks_mut(iv)
-                    .zip(x.par_chunks(iv))
-                    .zip(dy.par_chunks(ov))
-                    .for_each(|((di, xi), dyi)| max_pool_plane_backward(g, xi, dyi, di));
+                if let Some(d) = dx[0].as_deref_mut() {
+                    g.max_backward(x, dy, d);
+                }
             }
             Kernel::AvgPool(g) => {
-                let Some(d) = dx[0].as_deref_mut() else {
-                    return;
-                };
-                let (iv, ov) = (g.in_vol(), g.out_vol());
-                d.par_chunks_mut(iv)
-                    .zip(dy.par_chunks(ov))
-                    .for_each(|(di, dyi)| avg_pool_plane_backward(g, dyi, di));
+                if let Some(d) = dx[0].as_deref_mut() {
+                    g.avg_backward(dy, d);
+                }
             }
             Kernel::GlobalAvgPool { vol, .. } => {
                 let Some(d) = dx[0].as_deref_mut() else {
@@ -1124,41 +768,8 @@ impl Kernel {
                     .for_each(|(di, g)| di.fill(g / v));
             }
             Kernel::BatchNorm { n, c, vol } => {
-                let (mean, inv) = aux.stats.split_at(*c);
-                let gamma = &params[0];
-                #[allow(clippy::cast_precision_loss)]
-                let m = (n * vol) as f32;
-                // Per channel: sum(dy) and sum(dy * xhat).
-                let sums: Vec<(f32, f32)> = (0..*c)
-                    .into_par_iter()
-                    .map(|ch| {
-                        let (mut s, mut sx) = (0.0f64, 0.0f64);
-                        for b in 0..*n {
-                            let off = (b * c + ch) * vol;
-                            for (g, v) in dy[off..][..*vol].iter().zip(&x[off..][..*vol]) {
-                                s += f64::from(*g);
-                                sx += f64::from(*g) * f64::from((v - mean[ch]) * inv[ch]);
-                            }
-                        }
-                        #[allow(clippy::cast_possible_truncation)]
-                        (s as f32, sx as f32)
-                    })
-                    .collect();
-                for (ch, &(s, sx)) in sums.iter().enumerate() {
-                    dparams[0][ch] = sx;
-                    dparams[1][ch] = s;
-                }
-                if let Some(d) = dx[0].as_deref_mut() {
-                    d.par_chunks_mut(*vol).enumerate().for_each(|(i, di)| {
-                        let ch = i % c;
-                        let (s, sx) = sums[ch];
-                        let off = i * vol;
-                        for (j, o) in di.iter_mut().enumerate() {
-                            let xhat = (x[off + j] - mean[ch]) * inv[ch];
-                            *o = gamma[ch] * inv[ch] / m * (m * dy[off + j] - s - xhat * sx);
-                        }
-                    });
-                }
+                let d = dx[0].as_deref_mut();
+                channel::batch_norm_backward((*n, *c, *vol), x, dy, params, aux, d, dparams);
             }
             Kernel::ChannelScale { n, c, vol } => {
                 for (ds, (_, sx)) in dparams[0]
@@ -1182,15 +793,6 @@ impl Kernel {
                     scale_channels(d, dy, &params[0], *c, *vol);
                 }
             }
-            Kernel::Relu => zip_map(dx, dy, out, |g, y| if y > 0.0 { g } else { 0.0 }),
-            Kernel::LeakyRelu(a) => {
-                let a = *a;
-                zip_map(dx, dy, x, |g, v| {
-                    g * (a + (1.0 - a) * f32::from(u8::from(v > 0.0)))
-                });
-            }
-            Kernel::Tanh => zip_map(dx, dy, out, |g, y| g * (1.0 - y * y)),
-            Kernel::Sigmoid => zip_map(dx, dy, out, |g, y| g * y * (1.0 - y)),
             Kernel::Narrow {
                 n,
                 c,
@@ -1199,32 +801,16 @@ impl Kernel {
                 vol,
             } => {
                 if let Some(d) = dx[0].as_deref_mut() {
-                    d.fill(0.0);
-                    for b in 0..*n {
-                        d[(b * c + start) * vol..][..len * vol]
-                            .copy_from_slice(&dy[b * len * vol..][..len * vol]);
-                    }
+                    layout::narrow_backward((*n, *c, *start, *len, *vol), dy, d);
                 }
             }
-            // The tokens' gradient summed over the batch; the rest is the input's.
             Kernel::Prepend { n, c, s, tokens } => {
-                let t = *tokens;
-                dparams[0].fill(0.0);
-                for (row, g) in dy.chunks(s + t).take(n * c).enumerate() {
-                    let ch = row % c;
-                    for (d, v) in dparams[0][ch * t..][..t].iter_mut().zip(&g[..t]) {
-                        *d += v;
-                    }
-                }
-                if let Some(d) = dx[0].as_deref_mut() {
-                    for (row, g) in dy.chunks(s + t).take(n * c).enumerate() {
-                        d[row * s..][..*s].copy_from_slice(&g[t..]);
-                    }
-                }
+                let d = dx[0].as_deref_mut();
+                layout::prepend_backward((*n, *c, *s, *tokens), dy, &mut dparams[0], d);
             }
             Kernel::PatchMerge { n, c, h, w } => {
                 if let Some(d) = dx[0].as_deref_mut() {
-                    for (o, i) in merged(*n, *c, *h, *w).enumerate() {
+                    for (o, i) in layout::merged(*n, *c, *h, *w).enumerate() {
                         d[i] = dy[o];
                     }
                 }
@@ -1242,59 +828,10 @@ impl Kernel {
             }
             Kernel::Shuffle { n, c, groups, vol } => {
                 if let Some(d) = dx[0].as_deref_mut() {
-                    for b in 0..*n {
-                        for ch in 0..*c {
-                            let from = shuffled(ch, *c, *groups);
-                            d[(b * c + ch) * vol..][..*vol]
-                                .copy_from_slice(&dy[(b * c + from) * vol..][..*vol]);
-                        }
-                    }
+                    layout::shuffle_backward((*n, *c, *groups, *vol), dy, d);
                 }
             }
-            Kernel::Clip(lo, hi) => zip_map(dx, dy, x, |g, v| {
-                g * f32::from(u8::from(v > *lo && v < *hi))
-            }),
-            Kernel::HardSwish => zip_map(dx, dy, x, |g, v| {
-                if v <= -3.0 {
-                    0.0
-                } else if v >= 3.0 {
-                    g
-                } else {
-                    g * (2.0 * v + 3.0) / 6.0
-                }
-            }),
-            Kernel::HardSigmoid(a, b) => zip_map(dx, dy, x, |g, v| {
-                let z = a * v + b;
-                g * a * f32::from(u8::from(z > 0.0 && z < 1.0))
-            }),
-            Kernel::Gate { n, a, b } => {
-                let map = Broadcast::new(a, b);
-                let (va, vb) = (map.a_len, map.b_len);
-                let (da, db) = dx.split_at_mut(1);
-                if let Some(d) = da[0].as_deref_mut() {
-                    for s in 0..*n {
-                        let xb = &inputs[1][s * vb..][..vb];
-                        let g = &dy[s * va..][..va];
-                        for (i, o) in d[s * va..][..va].iter_mut().enumerate() {
-                            *o = g[i] * xb[map.b_index(i)];
-                        }
-                    }
-                }
-                if let Some(d) = db[0].as_deref_mut() {
-                    d.fill(0.0);
-                    for s in 0..*n {
-                        let xa = &x[s * va..][..va];
-                        let g = &dy[s * va..][..va];
-                        let ds = &mut d[s * vb..][..vb];
-                        for i in 0..va {
-                            ds[map.b_index(i)] += g[i] * xa[i];
-                        }
-                    }
-                }
-            }
-            Kernel::Scale(f) => zip_map(dx, dy, dy, |g, _| f * g),
-            Kernel::Shift(_) => zip_map(dx, dy, dy, |g, _| g),
-            Kernel::Pow(e) => zip_map(dx, dy, x, |g, v| g * e * v.powf(e - 1.0)),
+            Kernel::Gate { n, a, b } => Broadcast::new(a, b).backward(*n, x, inputs[1], dy, dx),
             Kernel::Mul => {
                 // Each input's gradient is the output gradient times the other input.
                 let (da, db) = dx.split_at_mut(1);
@@ -1307,62 +844,23 @@ impl Kernel {
                 }
             }
             Kernel::Concat { n, channels, vol } => {
-                let total: usize = channels.iter().sum();
-                let mut offset = 0;
-                for (k, &ch) in channels.iter().enumerate() {
-                    if let Some(d) = dx[k].as_deref_mut() {
-                        for b in 0..*n {
-                            d[b * ch * vol..][..ch * vol]
-                                .copy_from_slice(&dy[(b * total + offset) * vol..][..ch * vol]);
-                        }
-                    }
-                    offset += ch;
-                }
+                layout::concat_backward(*n, channels, *vol, dy, dx);
             }
             Kernel::Tile { input, output, .. } => {
-                let Some(d) = dx[0].as_deref_mut() else {
-                    return;
-                };
-                let (iv, ov) = (
-                    input.iter().product::<usize>(),
-                    output.iter().product::<usize>(),
-                );
-                d.par_chunks_mut(iv)
-                    .zip(dy.par_chunks(ov))
-                    .for_each(|(di, g)| {
-                        di.fill(0.0);
-                        for (p, v) in g.iter().enumerate() {
-                            di[map_tile(p, input, output)] += v;
-                        }
-                    });
+                if let Some(d) = dx[0].as_deref_mut() {
+                    layout::gather_backward(input, output, |p| map_tile(p, input, output), dy, d);
+                }
             }
             Kernel::Upsample { input, factor, .. } => {
-                let Some(d) = dx[0].as_deref_mut() else {
-                    return;
-                };
-                let iv = input.iter().product::<usize>();
-                let output = std::array::from_fn::<usize, 3, _>(|i| input[i] * factor[i]);
-                let ov = output.iter().product::<usize>();
-                d.par_chunks_mut(iv)
-                    .zip(dy.par_chunks(ov))
-                    .for_each(|(di, g)| {
-                        di.fill(0.0);
-                        for (p, v) in g.iter().enumerate() {
-                            di[map_upsample(p, input, &output, factor)] += v;
-                        }
-                    });
+                if let Some(d) = dx[0].as_deref_mut() {
+                    let output = std::array::from_fn::<usize, 3, _>(|i| input[i] * factor[i]);
+                    let from = |p| map_upsample(p, input, &output, factor);
+                    layout::gather_backward(input, &output, from, dy, d);
+                }
             }
             Kernel::Dropout { rate } => {
-                let keep = 1.0 / (1.0 - rate);
                 if let Some(d) = dx[0].as_deref_mut() {
-                    d.par_chunks_mut(CHUNK)
-                        .zip(dy.par_chunks(CHUNK))
-                        .zip(aux.mask.par_chunks(CHUNK))
-                        .for_each(|((o, g), m)| {
-                            for ((o, g), m) in o.iter_mut().zip(g).zip(m) {
-                                *o = if *m == 1 { g * keep } else { 0.0 };
-                            }
-                        });
+                    elementwise::dropout_backward(*rate, dy, aux, d);
                 }
             }
             Kernel::Flatten => {
@@ -1371,27 +869,9 @@ impl Kernel {
                 }
             }
             Kernel::SoftmaxCrossEntropy { n, c, vol } => {
-                let Some(d) = dx[0].as_deref_mut() else {
-                    return;
-                };
-                let (n, c, vol) = (*n, *c, *vol);
-                let labels: Vec<usize> = (0..n * vol)
-                    .map(|i| label(seed, i / vol, i % vol, c))
-                    .collect();
-                #[allow(clippy::cast_precision_loss)]
-                let v = vol as f32;
-                d.par_chunks_mut(vol)
-                    .zip(aux.probs.par_chunks(vol))
-                    .enumerate()
-                    .for_each(|(row, (di, p))| {
-                        let (b, k) = (row / c, row % c);
-                        let scale = dy[b] / v;
-                        let l = &labels[b * vol..][..vol];
-                        for ((d, p), l) in di.iter_mut().zip(p).zip(l) {
-                            let onehot = if *l == k { 1.0 } else { 0.0 };
-                            *d = scale * (p - onehot);
-                        }
-                    });
+                if let Some(d) = dx[0].as_deref_mut() {
+                    loss::softmax_cross_entropy_backward((*n, *c, *vol), dy, aux, d, seed);
+                }
             }
             Kernel::Linear { geom, bias } => {
                 let (dw, rest) = dparams.split_at_mut(1);
@@ -1424,8 +904,6 @@ impl Kernel {
                     g.backward(out, dy, d);
                 }
             }
-            Kernel::Gelu => zip_map(dx, dy, x, |g, v| g * activation::gelu_grad(v)),
-            Kernel::Silu => zip_map(dx, dy, x, |g, v| g * activation::silu_grad(v)),
             // The rotation's adjoint: the same rotation backwards.
             Kernel::Rotary(r) => {
                 if let Some(d) = dx[0].as_deref_mut() {
@@ -1458,16 +936,8 @@ impl Kernel {
                 }
             }
             Kernel::Mse { n, elems } => {
-                let Some(d) = dx[0].as_deref_mut() else {
-                    return;
-                };
-                #[allow(clippy::cast_precision_loss)]
-                let e = *elems as f32;
-                for b in 0..*n {
-                    for i in 0..*elems {
-                        d[b * elems + i] =
-                            dy[b] * 2.0 * (x[b * elems + i] - target(seed, b, i)) / e;
-                    }
+                if let Some(d) = dx[0].as_deref_mut() {
+                    loss::mse_backward(*n, *elems, x, dy, d, seed);
                 }
             }
         }
@@ -1499,161 +969,14 @@ fn conv_geom(
     }
 }
 
-/// `out` = `x` times `gamma` per channel (`c` channels of `vol` positions, samples after one
-/// another): a channel scale's output, and its input gradient (and a channel affine's).
-fn scale_channels(out: &mut [f32], x: &[f32], gamma: &[f32], c: usize, vol: usize) {
-    out.par_chunks_mut(vol)
-        .zip(x.par_chunks(vol))
-        .enumerate()
-        .for_each(|(i, (o, xi))| {
-            let ch = i % c;
-            o.iter_mut().zip(xi).for_each(|(o, &v)| *o = gamma[ch] * v);
-        });
-}
-
-/// Per channel, `sum(dy)` (a shift's gradient) and `sum(dy x)` (a scale's), over `n`
-/// samples of `c` channels of `vol` positions.
-/// For each element of patch merging's output in order, the input element it copies
-/// ([`Op::PatchMerge`]: part `p` of channel `c` is the block's position `(p % 2, p / 2)`).
-fn merged(n: usize, c: usize, h: usize, w: usize) -> impl Iterator<Item = usize> {
-    let (oh, ow) = (h / 2, w / 2);
-    (0..n).flat_map(move |b| {
-        (0..4 * c).flat_map(move |oc| {
-            let (part, ch) = (oc / c, oc % c);
-            let (dy, dx) = (part % 2, part / 2);
-            (0..oh * ow).map(move |p| {
-                let (y, x) = (2 * (p / ow) + dy, 2 * (p % ow) + dx);
-                ((b * c + ch) * h + y) * w + x
-            })
-        })
-    })
-}
-
-fn gradient_sums(dy: &[f32], x: &[f32], n: usize, c: usize, vol: usize) -> Vec<(f32, f32)> {
-    (0..c)
-        .into_par_iter()
-        .map(|ch| {
-            let (mut s, mut sx) = (0.0f64, 0.0f64);
-            for b in 0..n {
-                let off = (b * c + ch) * vol;
-                for (g, v) in dy[off..][..vol].iter().zip(&x[off..][..vol]) {
-                    s += f64::from(*g);
-                    sx += f64::from(*g) * f64::from(*v);
-                }
-            }
-            #[allow(clippy::cast_possible_truncation)]
-            (s as f32, sx as f32)
-        })
-        .collect()
-}
-
-/// Where the channel shuffle of `c` channels in `groups` moves channel `ch`: channel
-/// `i c / groups + j` to `j groups + i`.
-fn shuffled(ch: usize, c: usize, groups: usize) -> usize {
-    let per = c / groups;
-    (ch % per) * groups + ch / per
-}
-
-/// Where each element of a sample of `a` dims finds its factor in a second input of `b` dims
-/// broadcast to it (extent 1 where they differ).
-struct Broadcast {
-    a_len: usize,
-    b_len: usize,
-    /// Per dimension, from the last: `a`'s extent, and `b`'s stride (zero where broadcast).
-    dims: Vec<(usize, usize)>,
-}
-
-impl Broadcast {
-    fn new(a: &[usize], b: &[usize]) -> Broadcast {
-        let mut dims = Vec::with_capacity(a.len());
-        let mut stride = 1;
-        for (&ea, &eb) in a.iter().zip(b).rev() {
-            dims.push((ea, if eb == 1 { 0 } else { stride }));
-            stride *= eb;
-        }
-        Broadcast {
-            a_len: a.iter().product(),
-            b_len: b.iter().product(),
-            dims,
-        }
-    }
-
-    fn b_index(&self, mut i: usize) -> usize {
-        let mut j = 0;
-        for &(extent, stride) in &self.dims {
-            j += (i % extent) * stride;
-            i /= extent;
-        }
-        j
-    }
-}
-
-/// Elements per rayon task of element-wise kernels: large enough that scheduling is
-/// negligible, small enough to balance.
-const CHUNK: usize = 1 << 14;
-
-fn map(out: &mut [f32], x: &[f32], f: impl Fn(f32) -> f32 + Sync) {
-    out.par_chunks_mut(CHUNK)
-        .zip(x.par_chunks(CHUNK))
-        .for_each(|(o, x)| o.iter_mut().zip(x).for_each(|(o, &v)| *o = f(v)));
-}
-
-fn zip_map(
-    dx: &mut [Option<&mut [f32]>],
-    dy: &[f32],
-    other: &[f32],
-    f: impl Fn(f32, f32) -> f32 + Sync,
-) {
-    if let Some(d) = dx.first_mut().and_then(|d| d.as_deref_mut()) {
-        d.par_chunks_mut(CHUNK)
-            .zip(dy.par_chunks(CHUNK))
-            .zip(other.par_chunks(CHUNK))
-            .for_each(|((o, g), v)| {
-                o.iter_mut()
-                    .zip(g)
-                    .zip(v)
-                    .for_each(|((o, &g), &v)| *o = f(g, v))
-            });
-    }
-}
-
-/// The input position a tiled output position reads.
-fn map_tile(p: usize, input: &[usize; 3], output: &[usize; 3]) -> usize {
-    let (od, oh, ow) = (
-        p / (output[1] * output[2]),
-        (p / output[2]) % output[1],
-        p % output[2],
-    );
-    ((od % input[0]) * input[1] + oh % input[1]) * input[2] + ow % input[2]
-}
-
-/// The input position a nearest-upsampled output position reads.
-fn map_upsample(p: usize, input: &[usize; 3], output: &[usize; 3], factor: &[usize; 3]) -> usize {
-    let (od, oh, ow) = (
-        p / (output[1] * output[2]),
-        (p / output[2]) % output[1],
-        p % output[2],
-    );
-    ((od / factor[0]) * input[1] + oh / factor[1]) * input[2] + ow / factor[2]
-}
-
-/// The synthetic class of a position.
-#[allow(clippy::cast_possible_truncation)]
-fn label(seed: u64, b: usize, pos: usize, classes: usize) -> usize {
-    (splitmix(seed ^ 0x5EED, (b as u64) << 32 | pos as u64) % classes as u64) as usize
-}
-
-/// The synthetic regression target of an element.
-fn target(seed: u64, b: usize, i: usize) -> f32 {
-    uniform(seed ^ 0x7A26, (b as u64) << 32 | i as u64)
-}
-
 /// Forward passes against textbook definitions on tiny shapes (the backward passes are
 /// checked against these forward passes by finite differences in `gradcheck`).
 #[cfg(test)]
 mod tests {
     use ridgeline_model::graph::{Conv, Padding, Pool};
 
+    use super::channel::BN_EPS;
+    use super::loss::{label, target};
     use super::*;
 
     /// What [`run`] returns: the graph, the kernel, its inputs, its parameters, its output.

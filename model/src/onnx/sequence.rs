@@ -31,7 +31,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::proto::NodeProto;
 use super::value::{How, Seq, Source, Table, Value, float, int, ints, unique, usizes};
-use crate::graph::{Attention, Graph, NodeId, Op, ScoreMask};
+use crate::graph::{Attention, Dims, Graph, NodeId, Op, ScoreMask};
 
 /// The scores among `a` and `b` (a mask's operands), and the other operand.
 fn scores<'v>(a: &'v Value, b: Option<&'v Value>) -> Option<(Seq, Option<&'v Value>)> {
@@ -71,6 +71,37 @@ pub(super) struct Layout {
 }
 
 type Out = Result<Vec<Value>, String>;
+
+/// A node as the parts of [`Reader::read`] read it: the node, its operator and label, its
+/// inputs' values and their layout.
+#[derive(Clone, Copy)]
+struct Read<'n> {
+    node: &'n NodeProto,
+    op: &'n str,
+    label: &'n str,
+    all: &'n [Value],
+    layout: Layout,
+}
+
+/// What a part of [`Reader::read`] makes of a node: its outputs, or `None` where the part
+/// has no arm for it.
+type Part = Result<Option<Vec<Value>>, String>;
+
+/// The sequence `v` is, if it is one.
+fn seq_of(v: Option<&Value>) -> Option<Seq> {
+    match v {
+        Some(Value::Seq(s)) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// The dimensions of constant `v`, if it is one of non-negative dimensions.
+fn dims_of(v: Option<&Value>) -> Option<Dims> {
+    match v {
+        Some(Value::Constant { dims, .. }) => usizes(dims),
+        _ => None,
+    }
+}
 
 fn one(s: Seq) -> Out {
     Ok(vec![Value::Seq(s)])
@@ -254,7 +285,8 @@ impl Reader<'_> {
     }
 
     /// What [`Reader::node`] reads `node` as, from its inputs' values `all` laid out as
-    /// `layout` says.
+    /// `layout` says: the first of the parts that has an arm for it, in order (an op can
+    /// mean one thing on one kind of sequence and another on the next).
     fn read(
         &mut self,
         node: &NodeProto,
@@ -263,17 +295,46 @@ impl Reader<'_> {
         all: &[Value],
         layout: Layout,
     ) -> Out {
+        let r = Read {
+            node,
+            op,
+            label,
+            all,
+            layout,
+        };
+        let parts: [fn(&mut Self, Read<'_>) -> Part; 5] = [
+            Self::shapes,
+            Self::embeddings,
+            Self::elementwise,
+            Self::products,
+            Self::attention_scores,
+        ];
+        for part in parts {
+            if let Some(out) = part(self, r)? {
+                return Ok(out);
+            }
+        }
+        Err(format!(
+            "on a sequence ridgeline imports embeddings, layer norms, linear layers, \
+             unfused attention and element-wise ops (docs/guide/workloads.md, `workload import`); this \
+             `{op}` is none of them: write the workload as a TOML layer list, or open an \
+             issue for it"
+        ))
+    }
+
+    /// The shapes, pads, slices and concatenations of sequences (Swin's windows among them),
+    /// and the attention bias's moves and sum.
+    fn shapes(&mut self, r: Read<'_>) -> Part {
+        let Read {
+            node,
+            op,
+            label,
+            all,
+            layout,
+        } = r;
         let first = layout.first;
         let (a, b) = (all[0].clone(), all.get(1).cloned());
-        let seq = |v: Option<&Value>| match v {
-            Some(Value::Seq(s)) => Some(s.clone()),
-            _ => None,
-        };
-        let dims = |v: Option<&Value>| match v {
-            Some(Value::Constant { dims, .. }) => usizes(dims),
-            _ => None,
-        };
-        match (op, seq(Some(&a)), seq(b.as_ref())) {
+        let out = match (op, seq_of(Some(&a)), seq_of(b.as_ref())) {
             // The shape of a sequence at batch 1, or of a query or key in heads: a constant
             // (torch computes attention's scale and its reshapes from it).
             ("Shape", Some(s), _) => {
@@ -326,7 +387,7 @@ impl Reader<'_> {
                 Some(Value::Constant { ints: Some(p), .. }) if p.iter().all(|&v| v == 0) => one(s),
                 _ => Err(
                     "pads a map with other than zeros (windows of a map they do not \
-                              tile are not modelled)"
+                          tile are not modelled)"
                         .into(),
                 ),
             },
@@ -369,16 +430,33 @@ impl Reader<'_> {
                     scaled: false,
                 })
             }
+            _ => return Ok(None),
+        };
+        out.map(Some)
+    }
+
+    /// Embeddings and what builds them: ViT's class token, learned positions, token and
+    /// constant-index lookups, a fused projection's parts, and a product's bias.
+    fn embeddings(&mut self, r: Read<'_>) -> Part {
+        let Read {
+            node,
+            op,
+            label,
+            all,
+            ..
+        } = r;
+        let (a, b) = (all[0].clone(), all.get(1).cloned());
+        let out = match (op, seq_of(Some(&a)), seq_of(b.as_ref())) {
             // ViT's class token: learned tokens `[1, tokens, features]` before the positions.
             ("Concat", None, Some(Seq::Tokens(x))) => {
                 let axis = int(node, "axis").unwrap_or(0);
-                let tokens = match dims(Some(&a)).as_deref() {
+                let tokens = match dims_of(Some(&a)).as_deref() {
                     Some(&[1, t, f]) if f == self.features(x) && (axis == 1 || axis == -2) => t,
                     _ => {
                         return Err(
-                            "joins a sequence with a constant that is not learned tokens                              [1, tokens, features] before its positions (axis 1)"
-                                .into(),
-                        );
+                        "joins a sequence with a constant that is not learned tokens                              [1, tokens, features] before its positions (axis 1)"
+                            .into(),
+                    );
                     }
                 };
                 if node.input.len() != 2 {
@@ -393,7 +471,7 @@ impl Reader<'_> {
             // A learned position embedding: a constant of the sequence's shape added.
             ("Add", Some(Seq::Tokens(x)), None)
                 if matches!(
-                    dims(b.as_ref()).as_deref(),
+                    dims_of(b.as_ref()).as_deref(),
                     Some(&[1, p, f]) | Some(&[p, f])
                         if p == self.positions(x) && f == self.features(x) && p > 1
                 ) =>
@@ -426,7 +504,7 @@ impl Reader<'_> {
             ("Gather", Some(Seq::Tokens(x)), None) => {
                 // BERT's pooler reads the first position.
                 let first = matches!(&b, Some(Value::Constant { ints: Some(i), dims, .. })
-                    if dims.is_empty() && i.as_slice() == [0]);
+                if dims.is_empty() && i.as_slice() == [0]);
                 if int(node, "axis") != Some(1) || !first {
                     return Err("only the first position of a sequence is gathered".into());
                 }
@@ -470,7 +548,7 @@ impl Reader<'_> {
                 } else {
                     b.as_ref().unwrap_or(&a)
                 };
-                if dims(Some(bias)).as_deref() != Some(&[out][..]) {
+                if dims_of(Some(bias)).as_deref() != Some(&[out][..]) {
                     return Err(format!(
                         "adds a constant that is not a bias of the product's {out} features"
                     ));
@@ -483,6 +561,23 @@ impl Reader<'_> {
                 // Named after its product, the layer's weight.
                 one(Seq::Tokens(self.push(op, &[x], &name)?))
             }
+            _ => return Ok(None),
+        };
+        out.map(Some)
+    }
+
+    /// Element-wise ops on sequences and rows: sums, products, scales, the exact GELU's chain
+    /// and the ops with a scalar.
+    fn elementwise(&mut self, r: Read<'_>) -> Part {
+        let Read {
+            node,
+            op,
+            label,
+            all,
+            ..
+        } = r;
+        let (a, b) = (all[0].clone(), all.get(1).cloned());
+        let out = match (op, seq_of(Some(&a)), seq_of(b.as_ref())) {
             ("Add" | "Sum", Some(Seq::Tokens(x)), Some(Seq::Tokens(y))) => {
                 one(Seq::Tokens(self.push(Op::Add, &[x, y], label)?))
             }
@@ -558,6 +653,23 @@ impl Reader<'_> {
                     _ => Err("not a sequence".into()),
                 }
             }
+            _ => return Ok(None),
+        };
+        out.map(Some)
+    }
+
+    /// Identities, reshapes, linear layers, the split of a fused projection, transpositions
+    /// ([`Reader::transpose`]) and attention's two products.
+    fn products(&mut self, r: Read<'_>) -> Part {
+        let Read {
+            node,
+            op,
+            label,
+            all,
+            layout,
+        } = r;
+        let (a, b) = (all[0].clone(), all.get(1).cloned());
+        let out = match (op, seq_of(Some(&a)), seq_of(b.as_ref())) {
             ("Identity" | "Cast", Some(s), _) => one(s),
             ("Reshape", Some(s), None) => {
                 let shape = match &b {
@@ -570,7 +682,7 @@ impl Reader<'_> {
                 node,
                 op,
                 x,
-                matches!(seq(Some(&a)), Some(Seq::Rows(_))),
+                matches!(seq_of(Some(&a)), Some(Seq::Rows(_))),
                 b.as_ref(),
                 label,
             ),
@@ -598,118 +710,7 @@ impl Reader<'_> {
                     })
                     .collect())
             }
-            ("Transpose", Some(s), _) => {
-                let perm = ints(node, "perm").unwrap_or_default();
-                // A feature map's positions with their channels moved back first: the map.
-                if let Seq::Tokens(x) = s {
-                    let r = self.g.layers()[x].output.rank() as i64 + 1;
-                    let first: Vec<i64> = [0, r - 1].into_iter().chain(1..r - 1).collect();
-                    if r >= 4 && perm == first {
-                        return Ok(vec![Value::Layer(x)]);
-                    }
-                }
-                match (s, perm.as_slice()) {
-                    // Batch and positions swapped at batch 1 (torch's attention works on
-                    // `[positions, batch, features]`): the same sequence.
-                    (s @ Seq::Tokens(_), [1, 0, 2]) => one(s),
-                    // Into heads `[heads, positions, d]`, the key to `[heads, d, positions]`;
-                    // with batch and heads merged, `[positions, batch x heads, d]` to
-                    // `[batch x heads, positions, d]`.
-                    (
-                        Seq::Heads {
-                            source,
-                            heads,
-                            transposed: false,
-                            scaled,
-                            ..
-                        },
-                        [0, 2, 1, 3] | [0, 2, 3, 1] | [1, 0, 2],
-                    ) => one(Seq::Heads {
-                        source,
-                        heads,
-                        transposed: true,
-                        key_t: perm.get(2) == Some(&3),
-                        scaled,
-                    }),
-                    // The key transposed after batch and heads merged (OPT's `bmm`), or
-                    // apart again (torch's `k.transpose(-2, -1)`).
-                    (
-                        Seq::Heads {
-                            source,
-                            heads,
-                            transposed: true,
-                            key_t: false,
-                            scaled,
-                        },
-                        [0, 2, 1] | [0, 1, 3, 2],
-                    ) => one(Seq::Heads {
-                        source,
-                        heads,
-                        transposed: true,
-                        key_t: true,
-                        scaled,
-                    }),
-                    // Windows' axes swapped, to windows and back.
-                    (
-                        Seq::Windows {
-                            x,
-                            window,
-                            roll,
-                            reverse,
-                            transposed: false,
-                        },
-                        [0, 1, 3, 2, 4, 5],
-                    ) => one(Seq::Windows {
-                        x,
-                        window,
-                        roll,
-                        reverse,
-                        transposed: true,
-                    }),
-                    (
-                        Seq::WindowParts {
-                            layer,
-                            heads,
-                            front: false,
-                        },
-                        [2, 0, 3, 1, 4],
-                    ) => one(Seq::WindowParts {
-                        layer,
-                        heads,
-                        front: true,
-                    }),
-                    // The parts of a fused projection moved first.
-                    (
-                        Seq::Packed {
-                            layer,
-                            parts,
-                            front: false,
-                        },
-                        [3, 1, 2, 0, 4],
-                    ) => one(Seq::Packed {
-                        layer,
-                        parts,
-                        front: true,
-                    }),
-                    (
-                        Seq::Context {
-                            sources,
-                            heads,
-                            how,
-                            transposed: false,
-                        },
-                        [0, 2, 1, 3] | [2, 0, 1, 3],
-                    ) => one(Seq::Context {
-                        sources,
-                        heads,
-                        how,
-                        transposed: true,
-                    }),
-                    _ => Err(format!(
-                        "perm {perm:?}: only attention's split into heads and back is imported"
-                    )),
-                }
-            }
+            ("Transpose", Some(s), _) => self.transpose(node, s),
             (
                 "MatMul",
                 Some(Seq::Heads {
@@ -758,6 +759,17 @@ impl Reader<'_> {
                 how,
                 transposed: false,
             }),
+            _ => return Ok(None),
+        };
+        out.map(Some)
+    }
+
+    /// What attention does to its scores: the scale, the masks, OPT's clamp, softmax and
+    /// dropout.
+    fn attention_scores(&mut self, r: Read<'_>) -> Part {
+        let Read { node, op, all, .. } = r;
+        let (a, b) = (all[0].clone(), all.get(1).cloned());
+        let out = match (op, seq_of(Some(&a)), seq_of(b.as_ref())) {
             // The scale of the scores.
             ("Div" | "Mul", Some(s @ Seq::Scores { softmax: false, .. }), None)
                 if scalar(b.as_ref()).is_some() =>
@@ -864,11 +876,123 @@ impl Reader<'_> {
                     softmax: true,
                 })
             }
+            _ => return Ok(None),
+        };
+        out.map(Some)
+    }
+
+    /// A `Transpose` of sequence `s`: a feature map's positions back to the map, batch and
+    /// positions swapped at batch 1, attention's split into heads and back, Swin's windows,
+    /// and a fused projection's parts moved first.
+    fn transpose(&mut self, node: &NodeProto, s: Seq) -> Out {
+        let perm = ints(node, "perm").unwrap_or_default();
+        // A feature map's positions with their channels moved back first: the map.
+        if let Seq::Tokens(x) = s {
+            let r = self.g.layers()[x].output.rank() as i64 + 1;
+            let first: Vec<i64> = [0, r - 1].into_iter().chain(1..r - 1).collect();
+            if r >= 4 && perm == first {
+                return Ok(vec![Value::Layer(x)]);
+            }
+        }
+        match (s, perm.as_slice()) {
+            // Batch and positions swapped at batch 1 (torch's attention works on
+            // `[positions, batch, features]`): the same sequence.
+            (s @ Seq::Tokens(_), [1, 0, 2]) => one(s),
+            // Into heads `[heads, positions, d]`, the key to `[heads, d, positions]`;
+            // with batch and heads merged, `[positions, batch x heads, d]` to
+            // `[batch x heads, positions, d]`.
+            (
+                Seq::Heads {
+                    source,
+                    heads,
+                    transposed: false,
+                    scaled,
+                    ..
+                },
+                [0, 2, 1, 3] | [0, 2, 3, 1] | [1, 0, 2],
+            ) => one(Seq::Heads {
+                source,
+                heads,
+                transposed: true,
+                key_t: perm.get(2) == Some(&3),
+                scaled,
+            }),
+            // The key transposed after batch and heads merged (OPT's `bmm`), or
+            // apart again (torch's `k.transpose(-2, -1)`).
+            (
+                Seq::Heads {
+                    source,
+                    heads,
+                    transposed: true,
+                    key_t: false,
+                    scaled,
+                },
+                [0, 2, 1] | [0, 1, 3, 2],
+            ) => one(Seq::Heads {
+                source,
+                heads,
+                transposed: true,
+                key_t: true,
+                scaled,
+            }),
+            // Windows' axes swapped, to windows and back.
+            (
+                Seq::Windows {
+                    x,
+                    window,
+                    roll,
+                    reverse,
+                    transposed: false,
+                },
+                [0, 1, 3, 2, 4, 5],
+            ) => one(Seq::Windows {
+                x,
+                window,
+                roll,
+                reverse,
+                transposed: true,
+            }),
+            (
+                Seq::WindowParts {
+                    layer,
+                    heads,
+                    front: false,
+                },
+                [2, 0, 3, 1, 4],
+            ) => one(Seq::WindowParts {
+                layer,
+                heads,
+                front: true,
+            }),
+            // The parts of a fused projection moved first.
+            (
+                Seq::Packed {
+                    layer,
+                    parts,
+                    front: false,
+                },
+                [3, 1, 2, 0, 4],
+            ) => one(Seq::Packed {
+                layer,
+                parts,
+                front: true,
+            }),
+            (
+                Seq::Context {
+                    sources,
+                    heads,
+                    how,
+                    transposed: false,
+                },
+                [0, 2, 1, 3] | [2, 0, 1, 3],
+            ) => one(Seq::Context {
+                sources,
+                heads,
+                how,
+                transposed: true,
+            }),
             _ => Err(format!(
-                "on a sequence ridgeline imports embeddings, layer norms, linear layers, \
-                 unfused attention and element-wise ops (docs/guide/workloads.md, `workload import`); this \
-                 `{op}` is none of them: write the workload as a TOML layer list, or open an \
-                 issue for it"
+                "perm {perm:?}: only attention's split into heads and back is imported"
             )),
         }
     }

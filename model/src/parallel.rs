@@ -462,9 +462,75 @@ impl Prepared<'_> {
         ))
     }
 
-    /// The step of `global_batch` sequences split by `split` (its tensor parallelism this
-    /// preparation's).
-    pub fn step(&self, global_batch: u64, split: Split) -> Result<SplitStep> {
+    /// The bytes a rank of stage `s` of `stages` holds at its peak, with its model state
+    /// apart: the parameters `[params, expert_params]` the stage holds, whole or sharded by
+    /// the distributed optimizer, and the activations it keeps (`stage_kept` bytes a sample)
+    /// for the micro-batches of `micro` samples in flight.
+    fn stage_memory(
+        &self,
+        split: Split,
+        micro: u64,
+        (s, stages): (usize, usize),
+        [params, expert_params]: [u64; 2],
+        stage_kept: f64,
+    ) -> (f64, f64) {
+        let Split {
+            data,
+            micro_batches,
+            virtual_stages,
+            expert,
+            ..
+        } = split;
+        let (precision, stack, footprint) = (self.precision, self.stack, &self.footprint);
+        let schedule = stack.parallel.schedule.value;
+        let total_params = self.params.max(1) as f64;
+        // Micro-batches whose activations a stage holds at once: GPipe every one; 1F1B at
+        // most the stages from this one on; interleaved, the first stage's `p` grow by
+        // `(p - 1) / (p v)` (Narayanan et al., SC 2021, section 2.2.2).
+        let in_flight = match schedule {
+            Schedule::Gpipe => f64::from(micro_batches),
+            Schedule::OneFOneB => {
+                let plain = (stages - s).min(micro_batches as usize) as f64;
+                let v = f64::from(virtual_stages);
+                let p = stages as f64;
+                plain * (1.0 + (p - 1.0) / (p * v) * f64::from(u8::from(virtual_stages > 1)))
+            }
+        };
+        // Bytes a parameter keeps whole on every rank (its compute copy and gradient) and
+        // those the distributed optimizer shards (FP32 master weights and optimizer
+        // state): over the data-parallel replicas, and an expert's over the replicas that
+        // hold the same experts.
+        let master = if precision.has_master_weights() {
+            4.0 * self.params as f64
+        } else {
+            0.0
+        };
+        let whole =
+            (footprint.parameters.value() - master + footprint.gradients.value()) / total_params;
+        let sharded = (footprint.optimizer_state.value() + master) / total_params;
+        let dense = (params - expert_params) as f64;
+        let experts = expert_params as f64;
+        let (dense_shards, expert_shards) = if stack.parallel.distributed_optimizer.value {
+            (f64::from(data), f64::from(data / expert))
+        } else {
+            (1.0, 1.0)
+        };
+        // The activations of the micro-batches in flight, plus one micro-batch's gradients
+        // (and a recomputed layer's activations) at the peak of its backward pass.
+        let model_state =
+            dense * (whole + sharded / dense_shards) + experts * (whole + sharded / expert_shards);
+        let memory = model_state
+            + micro as f64
+                * (in_flight * stage_kept + footprint.activation_gradients_per_sample.value())
+            + footprint.workspace.value();
+        (model_state, memory)
+    }
+
+    /// Whether `split` can run `global_batch` sequences on this preparation: its tensor and
+    /// expert parallelism this preparation's, every count at least 1, virtual stages only
+    /// where the stack interleaves a pipeline whose stages they divide, and the batch a
+    /// whole number of micro-batches per replica.
+    fn check(&self, global_batch: u64, split: Split) -> Result<()> {
         let Split {
             tensor,
             pipeline,
@@ -473,15 +539,7 @@ impl Prepared<'_> {
             virtual_stages,
             expert,
         } = split;
-        let Prepared {
-            config,
-            seq,
-            system,
-            precision,
-            stack,
-            timing,
-            ..
-        } = *self;
+        let (config, stack) = (self.config, self.stack);
         if tensor != self.tensor {
             return Err(Error::argument(
                 "tensor-parallel",
@@ -575,15 +633,35 @@ impl Prepared<'_> {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// The step of `global_batch` sequences split by `split` (its tensor parallelism this
+    /// preparation's).
+    pub fn step(&self, global_batch: u64, split: Split) -> Result<SplitStep> {
+        let Split {
+            tensor,
+            pipeline,
+            data,
+            micro_batches,
+            virtual_stages,
+            expert,
+        } = split;
+        let Prepared {
+            config,
+            seq,
+            system,
+            precision,
+            stack,
+            timing,
+            ..
+        } = *self;
+        self.check(global_batch, split)?;
+        let blocks = config.num_hidden_layers;
+        let per_step = u64::from(data) * u64::from(micro_batches);
         let node = system.node.devices.value;
         let micro = global_batch / per_step;
-        let (graph, model, rates, kept, footprint) = (
-            &self.graph,
-            &self.model,
-            &self.rates,
-            &self.kept,
-            &self.footprint,
-        );
+        let (graph, model, rates, kept) = (&self.graph, &self.model, &self.rates, &self.kept);
         let stages = pipeline as usize;
         let of = stage_of(graph, blocks, stages);
 
@@ -673,45 +751,13 @@ impl Prepared<'_> {
             if tensor > 1 {
                 collectives += usize::from(s == 0) + usize::from(s == stages - 1);
             }
-            // Micro-batches whose activations a stage holds at once: GPipe every one; 1F1B at
-            // most the stages from this one on; interleaved, the first stage's `p` grow by
-            // `(p - 1) / (p v)` (Narayanan et al., SC 2021, section 2.2.2).
-            let in_flight = match schedule {
-                Schedule::Gpipe => f64::from(micro_batches),
-                Schedule::OneFOneB => {
-                    let plain = (stages - s).min(micro_batches as usize) as f64;
-                    let v = f64::from(virtual_stages);
-                    let p = stages as f64;
-                    plain * (1.0 + (p - 1.0) / (p * v) * f64::from(u8::from(virtual_stages > 1)))
-                }
-            };
-            // Bytes a parameter keeps whole on every rank (its compute copy and gradient) and
-            // those the distributed optimizer shards (FP32 master weights and optimizer
-            // state): over the data-parallel replicas, and an expert's over the replicas that
-            // hold the same experts.
-            let master = if precision.has_master_weights() {
-                4.0 * self.params as f64
-            } else {
-                0.0
-            };
-            let whole = (footprint.parameters.value() - master + footprint.gradients.value())
-                / total_params;
-            let sharded = (footprint.optimizer_state.value() + master) / total_params;
-            let dense = (params - expert_params) as f64;
-            let experts = expert_params as f64;
-            let (dense_shards, expert_shards) = if stack.parallel.distributed_optimizer.value {
-                (f64::from(data), f64::from(data / expert))
-            } else {
-                (1.0, 1.0)
-            };
-            // The activations of the micro-batches in flight, plus one micro-batch's gradients
-            // (and a recomputed layer's activations) at the peak of its backward pass.
-            let model_state = dense * (whole + sharded / dense_shards)
-                + experts * (whole + sharded / expert_shards);
-            let memory = model_state
-                + micro as f64
-                    * (in_flight * stage_kept + footprint.activation_gradients_per_sample.value())
-                + footprint.workspace.value();
+            let (model_state, memory) = self.stage_memory(
+                split,
+                micro,
+                (s, stages),
+                [params, expert_params],
+                stage_kept,
+            );
             out.push(Stage {
                 layers: [first, last],
                 forward_s: forward,

@@ -1169,254 +1169,277 @@ pub fn build_parallel(
     let layers = config.num_hidden_layers;
     let mut g = Graph::with_capacity(name, vec![seq], 20 * layers + 20)?;
     match family {
-        Family::Gpt2 => {
-            let drop = |p: Option<f64>| p.unwrap_or(0.1);
-            let act = Activation::of(config.hidden_act.as_deref(), Activation::GeluNew);
-            let mut x = embed(&mut g, &m, &["wte", "wpe"], m.positions)?;
-            x = dropout(&mut g, "drop", x, drop(config.embd_pdrop))?;
-            for i in 0..layers {
-                let p = format!("h.{i}");
-                let n = g.push(dotted(&p, "ln_1"), Op::LayerNorm, &[x])?;
-                let qkv = g.push(dotted(&p, "attn.c_attn"), linear(3 * m.shard), &[n])?;
-                let a = g.push(
-                    dotted(&p, "attn.attention"),
-                    attention(m.heads, true, drop(config.attn_pdrop)),
-                    &[qkv],
-                )?;
-                let o = g.push(dotted(&p, "attn.c_proj"), linear(m.hidden), &[a])?;
-                let o = dropout(
-                    &mut g,
-                    &dotted(&p, "attn.resid_dropout"),
-                    o,
-                    drop(config.resid_pdrop),
-                )?;
-                x = g.push(dotted(&p, "attn.residual"), Op::Add, &[x, o])?;
-                let n = g.push(dotted(&p, "ln_2"), Op::LayerNorm, &[x])?;
-                let h = g.push(dotted(&p, "mlp.c_fc"), linear(m.ffn), &[n])?;
-                let h = activation(&mut g, &dotted(&p, "mlp.act"), h, act)?;
-                let h = g.push(dotted(&p, "mlp.c_proj"), linear(m.hidden), &[h])?;
-                let h = dropout(
-                    &mut g,
-                    &dotted(&p, "mlp.dropout"),
-                    h,
-                    drop(config.resid_pdrop),
-                )?;
-                x = g.push(dotted(&p, "mlp.residual"), Op::Add, &[x, h])?;
-            }
-            let n = g.push("ln_f", Op::LayerNorm, &[x])?;
-            lm_head(&mut g, "lm_head", n, &m, false, true)?;
-        }
-        Family::Opt => {
-            let drop = config.dropout.unwrap_or(0.1);
-            let attn_drop = config.attention_dropout.unwrap_or(0.0);
-            let act = Activation::of(config.hidden_act.as_deref(), Activation::Relu);
-            // `OPTAttention`: the queries scaled, the causal mask added, the scores clamped
-            // at the type's minimum (transformers 4.38, `modeling_opt.py`).
-            let opt_attention = Attention {
-                mask: ScoreMask::Add,
-                clamp: true,
-                scale_queries: true,
-                ..Attention::new(m.heads, true, attn_drop, false)
-            };
-            // OPT's learned positions are offset by 2: a table of positions + 2 rows.
-            let mut x = embed(
-                &mut g,
-                &m,
-                &[
-                    "model.decoder.embed_tokens",
-                    "model.decoder.embed_positions",
-                ],
-                m.positions + 2,
-            )?;
-            for i in 0..layers {
-                let p = format!("model.decoder.layers.{i}");
-                let n = g.push(dotted(&p, "self_attn_layer_norm"), Op::LayerNorm, &[x])?;
-                let a = self_attention(&mut g, &p, "self_attn", n, &m, opt_attention)?;
-                let o = g.push(dotted(&p, "self_attn.out_proj"), linear(m.hidden), &[a])?;
-                let o = dropout(&mut g, &dotted(&p, "dropout"), o, drop)?;
-                x = g.push(dotted(&p, "self_attn.residual"), Op::Add, &[x, o])?;
-                let n = g.push(dotted(&p, "final_layer_norm"), Op::LayerNorm, &[x])?;
-                let h = g.push(dotted(&p, "fc1"), linear(m.ffn), &[n])?;
-                let h = activation(&mut g, &dotted(&p, "activation_fn"), h, act)?;
-                let h = g.push(dotted(&p, "fc2"), linear(m.hidden), &[h])?;
-                let h = dropout(&mut g, &dotted(&p, "fc2.dropout"), h, drop)?;
-                x = g.push(dotted(&p, "residual"), Op::Add, &[x, h])?;
-            }
-            let n = g.push("model.decoder.final_layer_norm", Op::LayerNorm, &[x])?;
-            lm_head(&mut g, "lm_head", n, &m, false, true)?;
-        }
+        Family::Gpt2 => gpt2(&mut g, config, &m)?,
+        Family::Opt => opt(&mut g, config, &m)?,
         Family::Llama | Family::Mistral | Family::Qwen2 | Family::Mixtral => {
-            let act = Activation::of(config.hidden_act.as_deref(), Activation::Silu);
-            let (qkv_bias, o_bias) = config.attention_biases();
-            let mlp_bias = config.mlp_bias.unwrap_or(false);
-            let theta = config.rope_theta.unwrap_or(crate::file::ROPE_THETA);
-            // `LlamaAttention` in eager mode (transformers 4.46, `modeling_llama.py`): the
-            // scores scaled after `QK^T`, the causal mask added, softmax, dropout.
-            let llama_attention = Attention {
-                kv_heads: m.kv_heads,
-                mask: ScoreMask::Add,
-                ..Attention::new(
-                    m.heads,
-                    true,
-                    config.attention_dropout.unwrap_or(0.0),
-                    false,
-                )
-            };
-            let (q_out, kv_out) = (m.heads * m.head, m.kv_heads * m.head);
-            let mut x = g.push("model.embed_tokens", embedding(m.vocab, m.hidden), &[0])?;
-            for i in 0..layers {
-                let p = format!("model.layers.{i}");
-                let a = |name: &str| dotted(&p, &format!("self_attn.{name}"));
-                let n = g.push(dotted(&p, "input_layernorm"), Op::RmsNorm, &[x])?;
-                let q = g.push(a("q_proj"), linear_with(q_out, qkv_bias), &[n])?;
-                let k = g.push(a("k_proj"), linear_with(kv_out, qkv_bias), &[n])?;
-                let v = g.push(a("v_proj"), linear_with(kv_out, qkv_bias), &[n])?;
-                let rotary = |heads| Op::Rotary { heads, theta };
-                let q = g.push(a("q_rotary"), rotary(m.heads), &[q])?;
-                let k = g.push(a("k_rotary"), rotary(m.kv_heads), &[k])?;
-                let o = g.push(a("attention"), Op::Attention(llama_attention), &[q, k, v])?;
-                let o = g.push(a("o_proj"), linear_with(m.hidden, o_bias), &[o])?;
-                x = g.push(a("residual"), Op::Add, &[x, o])?;
-                let n = g.push(dotted(&p, "post_attention_layernorm"), Op::RmsNorm, &[x])?;
-                if let Some((experts, top_k)) = config.experts() {
-                    // `MixtralSparseMoeBlock`: the router (`gate`) and the experts' loop.
-                    let moe = Moe {
-                        experts,
-                        local: experts / expert,
-                        top_k,
-                        ffn: m.ffn,
-                        gated: true,
-                        activation: match act {
-                            Activation::Relu => ExpertActivation::Relu,
-                            Activation::Gelu | Activation::GeluNew => ExpertActivation::Gelu,
-                            Activation::Silu => ExpertActivation::Silu,
-                        },
-                        capacity_factor: config.capacity_factor,
-                    };
-                    let h = g.push(dotted(&p, "block_sparse_moe"), Op::Moe(moe), &[n])?;
-                    x = g.push(dotted(&p, "block_sparse_moe.residual"), Op::Add, &[x, h])?;
-                    continue;
-                }
-                let gate = g.push(
-                    dotted(&p, "mlp.gate_proj"),
-                    linear_with(m.ffn, mlp_bias),
-                    &[n],
-                )?;
-                let up = g.push(
-                    dotted(&p, "mlp.up_proj"),
-                    linear_with(m.ffn, mlp_bias),
-                    &[n],
-                )?;
-                let gate = activation(&mut g, &dotted(&p, "mlp.act_fn"), gate, act)?;
-                let h = g.push(dotted(&p, "mlp.gated"), Op::Mul, &[gate, up])?;
-                let h = g.push(
-                    dotted(&p, "mlp.down_proj"),
-                    linear_with(m.hidden, mlp_bias),
-                    &[h],
-                )?;
-                x = g.push(dotted(&p, "mlp.residual"), Op::Add, &[x, h])?;
-            }
-            let n = g.push("model.norm", Op::RmsNorm, &[x])?;
-            lm_head(&mut g, "lm_head", n, &m, false, config.tied())?;
+            llama(&mut g, config, &m, expert)?
         }
-        Family::Bert => {
-            let drop = config.hidden_dropout_prob.unwrap_or(0.1);
-            let attn_drop = config.attention_probs_dropout_prob.unwrap_or(0.1);
-            let act = Activation::of(config.hidden_act.as_deref(), Activation::Gelu);
-            // `BertSelfAttention`: the scores scaled, then the padding mask added
-            // (transformers 4.38, `modeling_bert.py`, eager attention).
-            let bert_attention = Attention {
-                mask: ScoreMask::Add,
-                ..Attention::new(m.heads, false, attn_drop, false)
-            };
-            let types = config.type_vocab_size.unwrap_or(2);
-            let words = g.push(
-                "embeddings.word_embeddings",
-                embedding(m.vocab, m.hidden),
-                &[0],
-            )?;
-            let positions = g.push(
-                "embeddings.position_embeddings",
-                embedding(m.positions, m.hidden),
-                &[0],
-            )?;
-            let token_types = g.push(
-                "embeddings.token_type_embeddings",
-                embedding(types, m.hidden),
-                &[0],
-            )?;
-            let sum = g.push("embeddings.sum", Op::Add, &[words, positions, token_types])?;
-            let n = g.push("embeddings.LayerNorm", Op::LayerNorm, &[sum])?;
-            let mut x = dropout(&mut g, "embeddings.dropout", n, drop)?;
-            for i in 0..layers {
-                let p = format!("encoder.layer.{i}");
-                let a = self_attention(&mut g, &p, "attention.self", x, &m, bert_attention)?;
-                let o = g.push(dotted(&p, "attention.output.dense"), linear(m.hidden), &[a])?;
-                let o = dropout(&mut g, &dotted(&p, "attention.output.dropout"), o, drop)?;
-                let o = g.push(dotted(&p, "attention.output.residual"), Op::Add, &[o, x])?;
-                let a = g.push(
-                    dotted(&p, "attention.output.LayerNorm"),
-                    Op::LayerNorm,
-                    &[o],
-                )?;
-                let h = g.push(dotted(&p, "intermediate.dense"), linear(m.ffn), &[a])?;
-                let h = activation(&mut g, &dotted(&p, "intermediate.act"), h, act)?;
-                let h = g.push(dotted(&p, "output.dense"), linear(m.hidden), &[h])?;
-                let h = dropout(&mut g, &dotted(&p, "output.dropout"), h, drop)?;
-                let h = g.push(dotted(&p, "output.residual"), Op::Add, &[h, a])?;
-                x = g.push(dotted(&p, "output.LayerNorm"), Op::LayerNorm, &[h])?;
-            }
-            let pooler = |g: &mut Graph| -> Result<NodeId, LayerError> {
-                let first = g.push("pooler.first_token", Op::Gather { edges: 1 }, &[x])?;
-                let pooled = g.push("pooler.dense", linear(m.hidden), &[first])?;
-                g.push("pooler.activation", Op::Tanh, &[pooled])
-            };
-            let masked_lm = |g: &mut Graph| -> Result<NodeId, LayerError> {
-                let t = g.push("cls.predictions.transform.dense", linear(m.hidden), &[x])?;
-                let t = activation(g, "cls.predictions.transform.act", t, act)?;
-                let t = g.push("cls.predictions.transform.LayerNorm", Op::LayerNorm, &[t])?;
-                lm_head(g, "cls.predictions.decoder", t, &m, true, true)
-            };
-            let labels = config.labels();
-            let loss = if config.is_regression() {
-                Op::MseLoss
-            } else {
-                Op::SoftmaxCrossEntropy
-            };
-            let classifier_drop = config.classifier_dropout.unwrap_or(drop);
-            match config.head() {
-                Some(Head::MaskedLm) => {
-                    masked_lm(&mut g)?;
-                }
-                Some(Head::SequenceClassification) => {
-                    let pooled = pooler(&mut g)?;
-                    let pooled = dropout(&mut g, "dropout", pooled, classifier_drop)?;
-                    g.push("classifier", linear(labels), &[pooled])?;
-                    g.then("loss", loss)?;
-                }
-                Some(Head::TokenClassification) => {
-                    let h = dropout(&mut g, "dropout", x, classifier_drop)?;
-                    g.push("classifier", linear(labels), &[h])?;
-                    g.then("loss", loss)?;
-                }
-                Some(Head::QuestionAnswering) => {
-                    // Start and end logits at every position, each a softmax over the
-                    // positions.
-                    g.push("qa_outputs", linear(2), &[x])?;
-                    g.then("loss", Op::SoftmaxCrossEntropy)?;
-                }
-                _ => {
-                    // Next-sentence head on the first token's state; masked-LM head at
-                    // every position.
-                    let pooled = pooler(&mut g)?;
-                    g.push("cls.seq_relationship", linear(2), &[pooled])?;
-                    g.then("nsp_loss", Op::SoftmaxCrossEntropy)?;
-                    masked_lm(&mut g)?;
-                }
-            }
-        }
+        Family::Bert => bert(&mut g, config, &m)?,
     }
     Ok(g)
+}
+
+/// GPT-2's blocks (Hugging Face's `GPT2LMHeadModel`): embeddings, pre-norm blocks with one
+/// fused query-key-value projection, the final norm and the tied head.
+fn gpt2(g: &mut Graph, config: &Config, m: &Dims) -> Result<(), LayerError> {
+    let layers = config.num_hidden_layers;
+    let drop = |p: Option<f64>| p.unwrap_or(0.1);
+    let act = Activation::of(config.hidden_act.as_deref(), Activation::GeluNew);
+    let mut x = embed(g, m, &["wte", "wpe"], m.positions)?;
+    x = dropout(g, "drop", x, drop(config.embd_pdrop))?;
+    for i in 0..layers {
+        let p = format!("h.{i}");
+        let n = g.push(dotted(&p, "ln_1"), Op::LayerNorm, &[x])?;
+        let qkv = g.push(dotted(&p, "attn.c_attn"), linear(3 * m.shard), &[n])?;
+        let a = g.push(
+            dotted(&p, "attn.attention"),
+            attention(m.heads, true, drop(config.attn_pdrop)),
+            &[qkv],
+        )?;
+        let o = g.push(dotted(&p, "attn.c_proj"), linear(m.hidden), &[a])?;
+        let o = dropout(
+            g,
+            &dotted(&p, "attn.resid_dropout"),
+            o,
+            drop(config.resid_pdrop),
+        )?;
+        x = g.push(dotted(&p, "attn.residual"), Op::Add, &[x, o])?;
+        let n = g.push(dotted(&p, "ln_2"), Op::LayerNorm, &[x])?;
+        let h = g.push(dotted(&p, "mlp.c_fc"), linear(m.ffn), &[n])?;
+        let h = activation(g, &dotted(&p, "mlp.act"), h, act)?;
+        let h = g.push(dotted(&p, "mlp.c_proj"), linear(m.hidden), &[h])?;
+        let h = dropout(g, &dotted(&p, "mlp.dropout"), h, drop(config.resid_pdrop))?;
+        x = g.push(dotted(&p, "mlp.residual"), Op::Add, &[x, h])?;
+    }
+    let n = g.push("ln_f", Op::LayerNorm, &[x])?;
+    lm_head(g, "lm_head", n, m, false, true)?;
+    Ok(())
+}
+
+/// OPT's decoder (`OPTForCausalLM`): learned positions offset by 2, pre-norm blocks with OPT's
+/// attention, the final norm and the tied head.
+fn opt(g: &mut Graph, config: &Config, m: &Dims) -> Result<(), LayerError> {
+    let layers = config.num_hidden_layers;
+    let drop = config.dropout.unwrap_or(0.1);
+    let attn_drop = config.attention_dropout.unwrap_or(0.0);
+    let act = Activation::of(config.hidden_act.as_deref(), Activation::Relu);
+    // `OPTAttention`: the queries scaled, the causal mask added, the scores clamped
+    // at the type's minimum (transformers 4.38, `modeling_opt.py`).
+    let opt_attention = Attention {
+        mask: ScoreMask::Add,
+        clamp: true,
+        scale_queries: true,
+        ..Attention::new(m.heads, true, attn_drop, false)
+    };
+    // OPT's learned positions are offset by 2: a table of positions + 2 rows.
+    let mut x = embed(
+        g,
+        m,
+        &[
+            "model.decoder.embed_tokens",
+            "model.decoder.embed_positions",
+        ],
+        m.positions + 2,
+    )?;
+    for i in 0..layers {
+        let p = format!("model.decoder.layers.{i}");
+        let n = g.push(dotted(&p, "self_attn_layer_norm"), Op::LayerNorm, &[x])?;
+        let a = self_attention(g, &p, "self_attn", n, m, opt_attention)?;
+        let o = g.push(dotted(&p, "self_attn.out_proj"), linear(m.hidden), &[a])?;
+        let o = dropout(g, &dotted(&p, "dropout"), o, drop)?;
+        x = g.push(dotted(&p, "self_attn.residual"), Op::Add, &[x, o])?;
+        let n = g.push(dotted(&p, "final_layer_norm"), Op::LayerNorm, &[x])?;
+        let h = g.push(dotted(&p, "fc1"), linear(m.ffn), &[n])?;
+        let h = activation(g, &dotted(&p, "activation_fn"), h, act)?;
+        let h = g.push(dotted(&p, "fc2"), linear(m.hidden), &[h])?;
+        let h = dropout(g, &dotted(&p, "fc2.dropout"), h, drop)?;
+        x = g.push(dotted(&p, "residual"), Op::Add, &[x, h])?;
+    }
+    let n = g.push("model.decoder.final_layer_norm", Op::LayerNorm, &[x])?;
+    lm_head(g, "lm_head", n, m, false, true)?;
+    Ok(())
+}
+
+/// Llama's families (Llama, Mistral, Qwen2, Mixtral): RMS-normed blocks with rotary positions,
+/// grouped key and value heads, a gated feed-forward network or a mixture of experts, and the
+/// head.
+/// `expert`: the expert-parallel ranks a mixture of experts' experts are spread over.
+fn llama(g: &mut Graph, config: &Config, m: &Dims, expert: usize) -> Result<(), LayerError> {
+    let layers = config.num_hidden_layers;
+    let act = Activation::of(config.hidden_act.as_deref(), Activation::Silu);
+    let (qkv_bias, o_bias) = config.attention_biases();
+    let mlp_bias = config.mlp_bias.unwrap_or(false);
+    let theta = config.rope_theta.unwrap_or(crate::file::ROPE_THETA);
+    // `LlamaAttention` in eager mode (transformers 4.46, `modeling_llama.py`): the
+    // scores scaled after `QK^T`, the causal mask added, softmax, dropout.
+    let llama_attention = Attention {
+        kv_heads: m.kv_heads,
+        mask: ScoreMask::Add,
+        ..Attention::new(
+            m.heads,
+            true,
+            config.attention_dropout.unwrap_or(0.0),
+            false,
+        )
+    };
+    let (q_out, kv_out) = (m.heads * m.head, m.kv_heads * m.head);
+    let mut x = g.push("model.embed_tokens", embedding(m.vocab, m.hidden), &[0])?;
+    for i in 0..layers {
+        let p = format!("model.layers.{i}");
+        let a = |name: &str| dotted(&p, &format!("self_attn.{name}"));
+        let n = g.push(dotted(&p, "input_layernorm"), Op::RmsNorm, &[x])?;
+        let q = g.push(a("q_proj"), linear_with(q_out, qkv_bias), &[n])?;
+        let k = g.push(a("k_proj"), linear_with(kv_out, qkv_bias), &[n])?;
+        let v = g.push(a("v_proj"), linear_with(kv_out, qkv_bias), &[n])?;
+        let rotary = |heads| Op::Rotary { heads, theta };
+        let q = g.push(a("q_rotary"), rotary(m.heads), &[q])?;
+        let k = g.push(a("k_rotary"), rotary(m.kv_heads), &[k])?;
+        let o = g.push(a("attention"), Op::Attention(llama_attention), &[q, k, v])?;
+        let o = g.push(a("o_proj"), linear_with(m.hidden, o_bias), &[o])?;
+        x = g.push(a("residual"), Op::Add, &[x, o])?;
+        let n = g.push(dotted(&p, "post_attention_layernorm"), Op::RmsNorm, &[x])?;
+        if let Some((experts, top_k)) = config.experts() {
+            // `MixtralSparseMoeBlock`: the router (`gate`) and the experts' loop.
+            let moe = Moe {
+                experts,
+                local: experts / expert,
+                top_k,
+                ffn: m.ffn,
+                gated: true,
+                activation: match act {
+                    Activation::Relu => ExpertActivation::Relu,
+                    Activation::Gelu | Activation::GeluNew => ExpertActivation::Gelu,
+                    Activation::Silu => ExpertActivation::Silu,
+                },
+                capacity_factor: config.capacity_factor,
+            };
+            let h = g.push(dotted(&p, "block_sparse_moe"), Op::Moe(moe), &[n])?;
+            x = g.push(dotted(&p, "block_sparse_moe.residual"), Op::Add, &[x, h])?;
+            continue;
+        }
+        let gate = g.push(
+            dotted(&p, "mlp.gate_proj"),
+            linear_with(m.ffn, mlp_bias),
+            &[n],
+        )?;
+        let up = g.push(
+            dotted(&p, "mlp.up_proj"),
+            linear_with(m.ffn, mlp_bias),
+            &[n],
+        )?;
+        let gate = activation(g, &dotted(&p, "mlp.act_fn"), gate, act)?;
+        let h = g.push(dotted(&p, "mlp.gated"), Op::Mul, &[gate, up])?;
+        let h = g.push(
+            dotted(&p, "mlp.down_proj"),
+            linear_with(m.hidden, mlp_bias),
+            &[h],
+        )?;
+        x = g.push(dotted(&p, "mlp.residual"), Op::Add, &[x, h])?;
+    }
+    let n = g.push("model.norm", Op::RmsNorm, &[x])?;
+    lm_head(g, "lm_head", n, m, false, config.tied())?;
+    Ok(())
+}
+
+/// BERT's encoder (`BertForPreTraining`): word, position and token-type embeddings, post-norm
+/// blocks, the pooler and the pre-training heads.
+fn bert(g: &mut Graph, config: &Config, m: &Dims) -> Result<(), LayerError> {
+    let layers = config.num_hidden_layers;
+    let drop = config.hidden_dropout_prob.unwrap_or(0.1);
+    let attn_drop = config.attention_probs_dropout_prob.unwrap_or(0.1);
+    let act = Activation::of(config.hidden_act.as_deref(), Activation::Gelu);
+    // `BertSelfAttention`: the scores scaled, then the padding mask added
+    // (transformers 4.38, `modeling_bert.py`, eager attention).
+    let bert_attention = Attention {
+        mask: ScoreMask::Add,
+        ..Attention::new(m.heads, false, attn_drop, false)
+    };
+    let types = config.type_vocab_size.unwrap_or(2);
+    let words = g.push(
+        "embeddings.word_embeddings",
+        embedding(m.vocab, m.hidden),
+        &[0],
+    )?;
+    let positions = g.push(
+        "embeddings.position_embeddings",
+        embedding(m.positions, m.hidden),
+        &[0],
+    )?;
+    let token_types = g.push(
+        "embeddings.token_type_embeddings",
+        embedding(types, m.hidden),
+        &[0],
+    )?;
+    let sum = g.push("embeddings.sum", Op::Add, &[words, positions, token_types])?;
+    let n = g.push("embeddings.LayerNorm", Op::LayerNorm, &[sum])?;
+    let mut x = dropout(g, "embeddings.dropout", n, drop)?;
+    for i in 0..layers {
+        let p = format!("encoder.layer.{i}");
+        let a = self_attention(g, &p, "attention.self", x, m, bert_attention)?;
+        let o = g.push(dotted(&p, "attention.output.dense"), linear(m.hidden), &[a])?;
+        let o = dropout(g, &dotted(&p, "attention.output.dropout"), o, drop)?;
+        let o = g.push(dotted(&p, "attention.output.residual"), Op::Add, &[o, x])?;
+        let a = g.push(
+            dotted(&p, "attention.output.LayerNorm"),
+            Op::LayerNorm,
+            &[o],
+        )?;
+        let h = g.push(dotted(&p, "intermediate.dense"), linear(m.ffn), &[a])?;
+        let h = activation(g, &dotted(&p, "intermediate.act"), h, act)?;
+        let h = g.push(dotted(&p, "output.dense"), linear(m.hidden), &[h])?;
+        let h = dropout(g, &dotted(&p, "output.dropout"), h, drop)?;
+        let h = g.push(dotted(&p, "output.residual"), Op::Add, &[h, a])?;
+        x = g.push(dotted(&p, "output.LayerNorm"), Op::LayerNorm, &[h])?;
+    }
+    let pooler = |g: &mut Graph| -> Result<NodeId, LayerError> {
+        let first = g.push("pooler.first_token", Op::Gather { edges: 1 }, &[x])?;
+        let pooled = g.push("pooler.dense", linear(m.hidden), &[first])?;
+        g.push("pooler.activation", Op::Tanh, &[pooled])
+    };
+    let masked_lm = |g: &mut Graph| -> Result<NodeId, LayerError> {
+        let t = g.push("cls.predictions.transform.dense", linear(m.hidden), &[x])?;
+        let t = activation(g, "cls.predictions.transform.act", t, act)?;
+        let t = g.push("cls.predictions.transform.LayerNorm", Op::LayerNorm, &[t])?;
+        lm_head(g, "cls.predictions.decoder", t, m, true, true)
+    };
+    let labels = config.labels();
+    let loss = if config.is_regression() {
+        Op::MseLoss
+    } else {
+        Op::SoftmaxCrossEntropy
+    };
+    let classifier_drop = config.classifier_dropout.unwrap_or(drop);
+    match config.head() {
+        Some(Head::MaskedLm) => {
+            masked_lm(g)?;
+        }
+        Some(Head::SequenceClassification) => {
+            let pooled = pooler(g)?;
+            let pooled = dropout(g, "dropout", pooled, classifier_drop)?;
+            g.push("classifier", linear(labels), &[pooled])?;
+            g.then("loss", loss)?;
+        }
+        Some(Head::TokenClassification) => {
+            let h = dropout(g, "dropout", x, classifier_drop)?;
+            g.push("classifier", linear(labels), &[h])?;
+            g.then("loss", loss)?;
+        }
+        Some(Head::QuestionAnswering) => {
+            // Start and end logits at every position, each a softmax over the
+            // positions.
+            g.push("qa_outputs", linear(2), &[x])?;
+            g.then("loss", Op::SoftmaxCrossEntropy)?;
+        }
+        _ => {
+            // Next-sentence head on the first token's state; masked-LM head at
+            // every position.
+            let pooled = pooler(g)?;
+            g.push("cls.seq_relationship", linear(2), &[pooled])?;
+            g.then("nsp_loss", Op::SoftmaxCrossEntropy)?;
+            masked_lm(g)?;
+        }
+    }
+    Ok(())
 }
 
 /// The sizes a model (one tensor-parallel rank of it) is built with.

@@ -375,132 +375,8 @@ pub fn parse(text: &str, file: &str) -> Result<Stack> {
     if raw.name.trim().is_empty() {
         return Err(ctx.invalid("name", "is empty; name the stack"));
     }
-    let us = |field: &str, r: &crate::system::raw::RawSourced<f64>| -> Result<Sourced<Seconds>> {
-        if !(r.value.is_finite() && (0.0..=MAX_US).contains(&r.value)) {
-            return Err(ctx.invalid(
-                &format!("{field}.value"),
-                format!(
-                    "{}: must be a number of microseconds from 0 to {MAX_US}",
-                    r.value
-                ),
-            ));
-        }
-        Ok(Sourced {
-            value: Seconds::new(r.value * 1e-6),
-            source: ctx.source(field, &r.source)?,
-        })
-    };
-    let h = &raw.host;
-    let dispatch = Dispatch::ALL
-        .into_iter()
-        .find(|d| d.name() == h.dispatch.value)
-        .ok_or_else(|| {
-            ctx.invalid(
-                "host.dispatch.value",
-                format!(
-                    "`{}`: must be \"per-op\" (eager frameworks), \"per-kernel\" (compiled \
-                     code) or \"graph\" (a captured CUDA graph)",
-                    h.dispatch.value
-                ),
-            )
-        })?;
-    let needs = |field: &str, present: bool, wanted: bool| -> Result<()> {
-        match (present, wanted) {
-            (false, true) => Err(ctx.invalid(
-                &format!("host.{field}"),
-                format!(
-                    "missing: dispatch `{dispatch}` needs it; add it with its source, or \
-                     choose another host.dispatch"
-                ),
-            )),
-            (true, false) => Err(ctx.invalid(
-                &format!("host.{field}"),
-                format!(
-                    "does not apply to dispatch `{dispatch}`; remove it, or choose the \
-                     dispatch it belongs to"
-                ),
-            )),
-            _ => Ok(()),
-        }
-    };
-    needs(
-        "kernel_us",
-        h.kernel_us.is_some(),
-        dispatch == Dispatch::PerKernel,
-    )?;
-    needs(
-        "graph_us",
-        h.graph_us.is_some(),
-        dispatch == Dispatch::Graph,
-    )?;
-    // Per op the tables give every op's time; per kernel they may list op kinds whose host
-    // time is their own rather than their kernels'; a graph issues no op.
-    for (field, present) in [
-        ("forward_us", h.forward_us.is_some()),
-        ("backward_us", h.backward_us.is_some()),
-    ] {
-        match dispatch {
-            Dispatch::PerOp => needs(field, present, true)?,
-            Dispatch::Graph => needs(field, present, false)?,
-            Dispatch::PerKernel => {}
-        }
-    }
-    let op_times = |field: &str, table: &Option<BTreeMap<String, _>>| -> Result<Option<OpTimes>> {
-        let Some(table) = table else { return Ok(None) };
-        let default = match (table.get("default"), dispatch) {
-            (Some(d), Dispatch::PerOp) => Some(us(&format!("host.{field}.default"), d)?),
-            (None, Dispatch::PerOp) => {
-                return Err(ctx.invalid(
-                    &format!("host.{field}.default"),
-                    "missing: give the time of an op of a kind the table does not list",
-                ));
-            }
-            (Some(_), _) => {
-                return Err(ctx.invalid(
-                    &format!("host.{field}.default"),
-                    format!(
-                        "does not apply to dispatch `{dispatch}`: an op of a kind the table \
-                         does not list costs its kernels (host.kernel_us each); remove it"
-                    ),
-                ));
-            }
-            (None, _) => None,
-        };
-        let mut kinds = BTreeMap::new();
-        for (kind, r) in table.iter().filter(|(k, _)| *k != "default") {
-            let known = crate::file::op_kinds().find(|k| k == kind).ok_or_else(|| {
-                ctx.invalid(
-                    &format!("host.{field}.{kind}"),
-                    format!(
-                        "`{kind}` is not an op kind; valid: default, {}",
-                        crate::file::op_kinds().collect::<Vec<_>>().join(", ")
-                    ),
-                )
-            })?;
-            kinds.insert(known, us(&format!("host.{field}.{kind}"), r)?);
-        }
-        Ok(Some(OpTimes { default, kinds }))
-    };
-    let host = Host {
-        dispatch: Sourced {
-            value: dispatch,
-            source: ctx.source("host.dispatch", &h.dispatch.source)?,
-        },
-        kernel: h
-            .kernel_us
-            .as_ref()
-            .map(|r| us("host.kernel_us", r))
-            .transpose()?,
-        graph: h
-            .graph_us
-            .as_ref()
-            .map(|r| us("host.graph_us", r))
-            .transpose()?,
-        parameter: us("host.parameter_us", &h.parameter_us)?,
-        optimizer_tensor: us("host.optimizer_tensor_us", &h.optimizer_tensor_us)?,
-        forward: op_times("forward_us", &h.forward_us)?,
-        backward: op_times("backward_us", &h.backward_us)?,
-    };
+    let us = |field: &str, r: &crate::system::raw::RawSourced<f64>| micros(&ctx, field, r);
+    let host = host(&ctx, &raw.host)?;
     let mut rules = Vec::new();
     for (i, name) in raw.fusion.rules.value.iter().enumerate() {
         let rule: FusionRule = name
@@ -630,6 +506,144 @@ pub fn parse(text: &str, file: &str) -> Result<Stack> {
                 &raw.parallel.overlap_tensor_parallel,
             )?,
         },
+    })
+}
+
+/// The stack's host timeline (`[host]`): how it dispatches, its times per launch, per
+/// parameter and per optimizer tensor, and its op tables, each checked against the
+/// dispatch.
+fn host(ctx: &Ctx<'_>, h: &raw::RawHost) -> Result<Host> {
+    let us = |field: &str, r: &crate::system::raw::RawSourced<f64>| micros(ctx, field, r);
+    let dispatch = Dispatch::ALL
+        .into_iter()
+        .find(|d| d.name() == h.dispatch.value)
+        .ok_or_else(|| {
+            ctx.invalid(
+                "host.dispatch.value",
+                format!(
+                    "`{}`: must be \"per-op\" (eager frameworks), \"per-kernel\" (compiled \
+                     code) or \"graph\" (a captured CUDA graph)",
+                    h.dispatch.value
+                ),
+            )
+        })?;
+    let needs = |field: &str, present: bool, wanted: bool| -> Result<()> {
+        match (present, wanted) {
+            (false, true) => Err(ctx.invalid(
+                &format!("host.{field}"),
+                format!(
+                    "missing: dispatch `{dispatch}` needs it; add it with its source, or \
+                     choose another host.dispatch"
+                ),
+            )),
+            (true, false) => Err(ctx.invalid(
+                &format!("host.{field}"),
+                format!(
+                    "does not apply to dispatch `{dispatch}`; remove it, or choose the \
+                     dispatch it belongs to"
+                ),
+            )),
+            _ => Ok(()),
+        }
+    };
+    needs(
+        "kernel_us",
+        h.kernel_us.is_some(),
+        dispatch == Dispatch::PerKernel,
+    )?;
+    needs(
+        "graph_us",
+        h.graph_us.is_some(),
+        dispatch == Dispatch::Graph,
+    )?;
+    // Per op the tables give every op's time; per kernel they may list op kinds whose host
+    // time is their own rather than their kernels'; a graph issues no op.
+    for (field, present) in [
+        ("forward_us", h.forward_us.is_some()),
+        ("backward_us", h.backward_us.is_some()),
+    ] {
+        match dispatch {
+            Dispatch::PerOp => needs(field, present, true)?,
+            Dispatch::Graph => needs(field, present, false)?,
+            Dispatch::PerKernel => {}
+        }
+    }
+    let op_times = |field: &str, table: &Option<BTreeMap<String, _>>| -> Result<Option<OpTimes>> {
+        let Some(table) = table else { return Ok(None) };
+        let default = match (table.get("default"), dispatch) {
+            (Some(d), Dispatch::PerOp) => Some(us(&format!("host.{field}.default"), d)?),
+            (None, Dispatch::PerOp) => {
+                return Err(ctx.invalid(
+                    &format!("host.{field}.default"),
+                    "missing: give the time of an op of a kind the table does not list",
+                ));
+            }
+            (Some(_), _) => {
+                return Err(ctx.invalid(
+                    &format!("host.{field}.default"),
+                    format!(
+                        "does not apply to dispatch `{dispatch}`: an op of a kind the table \
+                         does not list costs its kernels (host.kernel_us each); remove it"
+                    ),
+                ));
+            }
+            (None, _) => None,
+        };
+        let mut kinds = BTreeMap::new();
+        for (kind, r) in table.iter().filter(|(k, _)| *k != "default") {
+            let known = crate::file::op_kinds().find(|k| k == kind).ok_or_else(|| {
+                ctx.invalid(
+                    &format!("host.{field}.{kind}"),
+                    format!(
+                        "`{kind}` is not an op kind; valid: default, {}",
+                        crate::file::op_kinds().collect::<Vec<_>>().join(", ")
+                    ),
+                )
+            })?;
+            kinds.insert(known, us(&format!("host.{field}.{kind}"), r)?);
+        }
+        Ok(Some(OpTimes { default, kinds }))
+    };
+    Ok(Host {
+        dispatch: Sourced {
+            value: dispatch,
+            source: ctx.source("host.dispatch", &h.dispatch.source)?,
+        },
+        kernel: h
+            .kernel_us
+            .as_ref()
+            .map(|r| us("host.kernel_us", r))
+            .transpose()?,
+        graph: h
+            .graph_us
+            .as_ref()
+            .map(|r| us("host.graph_us", r))
+            .transpose()?,
+        parameter: us("host.parameter_us", &h.parameter_us)?,
+        optimizer_tensor: us("host.optimizer_tensor_us", &h.optimizer_tensor_us)?,
+        forward: op_times("forward_us", &h.forward_us)?,
+        backward: op_times("backward_us", &h.backward_us)?,
+    })
+}
+
+/// A time in microseconds (`field`'s value, from 0 to [`MAX_US`]) with its source.
+fn micros(
+    ctx: &Ctx<'_>,
+    field: &str,
+    r: &crate::system::raw::RawSourced<f64>,
+) -> Result<Sourced<Seconds>> {
+    if !(r.value.is_finite() && (0.0..=MAX_US).contains(&r.value)) {
+        return Err(ctx.invalid(
+            &format!("{field}.value"),
+            format!(
+                "{}: must be a number of microseconds from 0 to {MAX_US}",
+                r.value
+            ),
+        ));
+    }
+    Ok(Sourced {
+        value: Seconds::new(r.value * 1e-6),
+        source: ctx.source(field, &r.source)?,
     })
 }
 

@@ -288,47 +288,7 @@ impl SystemDescription {
 /// refused.
 pub fn parse(text: &str, file: &str, system: Option<&SystemDescription>) -> Result<RunRecord> {
     let err = |line: usize, what: String| Error::Input(format!("{file}: line {line}: {what}"));
-    let mut events: Vec<(usize, Event)> = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        // A launcher may put a rank before the event (`0: :::MLLOG`, `srun --label`).
-        let Some(rest) = line.find(PREFIX).map(|at| &line[at + PREFIX.len()..]) else {
-            continue;
-        };
-        let e: Event = serde_json::from_str(rest.trim()).map_err(|e| {
-            err(
-                i + 1,
-                format!(
-                    "a {PREFIX} line whose JSON does not parse ({e}); the file is damaged or \
-                     cut short"
-                ),
-            )
-        })?;
-        if !(e.time_ms.is_finite() && (EARLIEST_MS..=LATEST_MS).contains(&e.time_ms)) {
-            return Err(err(
-                i + 1,
-                format!(
-                    "`time_ms` {} is not a time: MLPerf logs milliseconds since 1970, from \
-                     {EARLIEST_MS} (2000) to {LATEST_MS} (2100)",
-                    e.time_ms
-                ),
-            ));
-        }
-        events.push((i + 1, e));
-    }
-    // Ranks that log the same event: once.
-    let mut kept: Vec<(usize, Event)> = Vec::with_capacity(events.len());
-    for (l, e) in events {
-        if !kept.iter().rev().take(64).any(|(_, k)| *k == e) {
-            kept.push((l, e));
-        }
-    }
-    let events = kept;
-    if events.is_empty() {
-        return Err(Error::Input(format!(
-            "{file}: no {PREFIX} lines; an MLPerf result log is the `result_N.txt` of a \
-             submission's results folder"
-        )));
-    }
+    let events = events(text, file)?;
     let first = |key: &str| events.iter().find(|(_, e)| e.key == key);
     let last = |key: &str| events.iter().rev().find(|(_, e)| e.key == key);
     let missing = |key: &str, why: &str| {
@@ -399,30 +359,7 @@ pub fn parse(text: &str, file: &str, system: Option<&SystemDescription>) -> Resu
         .and_then(Value::as_str)
         .unwrap_or("unknown")
         .to_owned();
-    // Intervals: each `*_start` paired with the next `*_stop`, as (start, stop, the
-    // start's event), milliseconds.
-    let spans = |name: &str| -> Result<Vec<(f64, f64, &Event)>> {
-        let (open, close) = (format!("{name}_start"), format!("{name}_stop"));
-        let mut out = Vec::new();
-        let mut at: Option<(usize, &Event)> = None;
-        for (l, e) in &events {
-            if e.key == open {
-                at = Some((*l, e));
-            } else if e.key == close {
-                let Some((from, s)) = at.take() else {
-                    return Err(err(*l, format!("`{close}` without a `{open}` before it")));
-                };
-                if e.time_ms < s.time_ms {
-                    return Err(err(
-                        *l,
-                        format!("`{close}` is earlier than its `{open}` (line {from})"),
-                    ));
-                }
-                out.push((s.time_ms, e.time_ms, s));
-            }
-        }
-        Ok(out)
-    };
+    let spans = |name: &str| spans(&events, name, file);
     let seconds = |v: &[(f64, f64, &Event)]| -> Vec<f64> {
         v.iter().map(|(a, b, _)| (b - a) / 1e3).collect()
     };
@@ -430,23 +367,7 @@ pub fn parse(text: &str, file: &str, system: Option<&SystemDescription>) -> Resu
     let eval_spans = spans("eval")?;
     let evals = seconds(&eval_spans);
     let staging = seconds(&spans("staging")?);
-    // Every rank may write `init_start`: the first in time.
-    let init = events
-        .iter()
-        .filter(|(_, e)| e.key == "init_start")
-        .map(|(l, e)| (*l, e.time_ms))
-        .min_by(|a, b| a.1.total_cmp(&b.1));
-    if let Some((l, t)) = init
-        && t > start
-    {
-        return Err(err(
-            l,
-            format!(
-                "`init_start` at {t} ms is after `run_start` (line {start_line}) at {start} ms"
-            ),
-        ));
-    }
-    let init_s = init.map(|(_, t)| (start - t) / 1e3);
+    let init_s = init_s(&events, (start_line, start), file)?;
     // Counts in tokens (GPT-3): sequences of `max_sequence_length` tokens.
     let sequence_length = if benchmark == "gpt3" {
         count("max_sequence_length")?
@@ -457,61 +378,16 @@ pub fn parse(text: &str, file: &str, system: Option<&SystemDescription>) -> Resu
     let sequences = |n: Option<u64>| n.map(|n| ((n as f64 / per_sequence).round() as u64).max(1));
     let train_samples = sequences(count("train_samples")?);
     let eval_samples = sequences(count("eval_samples")?);
-    // What the log reports: `tracked_stats`' `throughput` (v1.0 on) or `imgs_sec` (v2.0's
-    // MXNet ResNet-50), or a `throughput` event of its own.
-    let logged: Vec<f64> = events
-        .iter()
-        .filter_map(|(_, e)| match e.key.as_str() {
-            "tracked_stats" => e
-                .value
-                .get("throughput")
-                .or_else(|| e.value.get("imgs_sec"))
-                .and_then(Value::as_f64),
-            "throughput" => e.value.as_f64(),
-            _ => None,
-        })
-        .filter(|t| t.is_finite() && *t > 0.0)
-        .map(|t| t / per_sequence)
-        .collect();
+    let logged = logged(&events, per_sequence);
     let median = |v: &[f64]| (!v.is_empty()).then(|| crate::stats::median(v));
     let logged_throughput = median(&logged);
-    // Blocks: their time less the evaluations inside them, and the samples they trained
-    // (`epoch_count` epochs of `train_samples`, or `epoch_count` samples where the counts
-    // add up to the samples trained).
-    let blocks = spans("block")?;
-    let training_ms: f64 = blocks
-        .iter()
-        .map(|(a, b, _)| {
-            let inside: f64 = eval_spans
-                .iter()
-                .filter(|(s, t, _)| s >= a && t <= b)
-                .map(|(s, t, _)| t - s)
-                .sum();
-            (b - a - inside).max(0.0)
-        })
-        .sum();
-    let counts: Vec<f64> = blocks
-        .iter()
-        .filter_map(|(_, _, e)| e.metadata.get("epoch_count").and_then(Value::as_f64))
-        .filter(|c| c.is_finite() && *c > 0.0)
-        .collect();
-    let by_epochs = EPOCH_BENCHMARKS.contains(&benchmark.as_str());
-    let block_figures = match (train_samples, blocks.is_empty() || training_ms <= 0.0) {
-        (Some(n), false) if by_epochs && counts.len() == blocks.len() => {
-            let block_epochs: f64 = counts.iter().sum();
-            let samples = block_epochs * n as f64;
-            Some((
-                samples / (training_ms / 1e3),
-                Some(training_ms / 1e3 / block_epochs),
-            ))
-        }
-        // The run's samples over its blocks: one epoch's training where it logged one.
-        (Some(n), false) if !by_epochs => Some((
-            n as f64 / (training_ms / 1e3),
-            (epochs.len() == 1).then_some(training_ms / 1e3),
-        )),
-        _ => None,
-    };
+    let block_figures = blocks(
+        &spans("block")?,
+        &eval_spans,
+        train_samples,
+        epochs.len(),
+        EPOCH_BENCHMARKS.contains(&benchmark.as_str()),
+    );
     let (throughput, epoch_s, method) = match block_figures {
         Some((t, e)) => (Some(t), e.or(median(&epochs)), "blocks"),
         None => (logged_throughput, median(&epochs), "logged"),
@@ -561,6 +437,177 @@ pub fn parse(text: &str, file: &str, system: Option<&SystemDescription>) -> Resu
         time_to_train_s: (stop.time_ms - start) / 1e3,
         accuracy,
     })
+}
+
+/// The MLLOG events of a log's lines, each with its line number, each once however many
+/// ranks logged it; an error names the line of an event that does not read or whose time
+/// is off, and a log with none.
+fn events(text: &str, file: &str) -> Result<Vec<(usize, Event)>> {
+    let err = |line: usize, what: String| Error::Input(format!("{file}: line {line}: {what}"));
+    let mut events: Vec<(usize, Event)> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        // A launcher may put a rank before the event (`0: :::MLLOG`, `srun --label`).
+        let Some(rest) = line.find(PREFIX).map(|at| &line[at + PREFIX.len()..]) else {
+            continue;
+        };
+        let e: Event = serde_json::from_str(rest.trim()).map_err(|e| {
+            err(
+                i + 1,
+                format!(
+                    "a {PREFIX} line whose JSON does not parse ({e}); the file is damaged or \
+                     cut short"
+                ),
+            )
+        })?;
+        if !(e.time_ms.is_finite() && (EARLIEST_MS..=LATEST_MS).contains(&e.time_ms)) {
+            return Err(err(
+                i + 1,
+                format!(
+                    "`time_ms` {} is not a time: MLPerf logs milliseconds since 1970, from \
+                     {EARLIEST_MS} (2000) to {LATEST_MS} (2100)",
+                    e.time_ms
+                ),
+            ));
+        }
+        events.push((i + 1, e));
+    }
+    // Ranks that log the same event: once.
+    let mut kept: Vec<(usize, Event)> = Vec::with_capacity(events.len());
+    for (l, e) in events {
+        if !kept.iter().rev().take(64).any(|(_, k)| *k == e) {
+            kept.push((l, e));
+        }
+    }
+    if kept.is_empty() {
+        return Err(Error::Input(format!(
+            "{file}: no {PREFIX} lines; an MLPerf result log is the `result_N.txt` of a \
+             submission's results folder"
+        )));
+    }
+    Ok(kept)
+}
+
+/// The intervals of `name` among `events`: each `<name>_start` paired with the next
+/// `<name>_stop`, as (start, stop, the start's event), milliseconds; a stop without a start
+/// before it, or earlier than its start, is an error naming its line of `file`.
+fn spans<'e>(
+    events: &'e [(usize, Event)],
+    name: &str,
+    file: &str,
+) -> Result<Vec<(f64, f64, &'e Event)>> {
+    let err = |line: usize, what: String| Error::Input(format!("{file}: line {line}: {what}"));
+    let (open, close) = (format!("{name}_start"), format!("{name}_stop"));
+    let mut out = Vec::new();
+    let mut at: Option<(usize, &Event)> = None;
+    for (l, e) in events {
+        if e.key == open {
+            at = Some((*l, e));
+        } else if e.key == close {
+            let Some((from, s)) = at.take() else {
+                return Err(err(*l, format!("`{close}` without a `{open}` before it")));
+            };
+            if e.time_ms < s.time_ms {
+                return Err(err(
+                    *l,
+                    format!("`{close}` is earlier than its `{open}` (line {from})"),
+                ));
+            }
+            out.push((s.time_ms, e.time_ms, s));
+        }
+    }
+    Ok(out)
+}
+
+/// The training throughput of a run's blocks (`block_start` to `block_stop`, less the
+/// evaluations `evals` inside them) and its time per epoch where the blocks say it: by the
+/// epochs each block trained (`epoch_count` epochs of `train_samples`) where the benchmark
+/// counts `by_epochs`, else the run's samples over its blocks (one epoch's training where
+/// the run logged one, of `epochs`); `None` where the blocks cannot say.
+fn blocks(
+    blocks: &[(f64, f64, &Event)],
+    evals: &[(f64, f64, &Event)],
+    train_samples: Option<u64>,
+    epochs: usize,
+    by_epochs: bool,
+) -> Option<(f64, Option<f64>)> {
+    let training_ms: f64 = blocks
+        .iter()
+        .map(|(a, b, _)| {
+            let inside: f64 = evals
+                .iter()
+                .filter(|(s, t, _)| s >= a && t <= b)
+                .map(|(s, t, _)| t - s)
+                .sum();
+            (b - a - inside).max(0.0)
+        })
+        .sum();
+    let counts: Vec<f64> = blocks
+        .iter()
+        .filter_map(|(_, _, e)| e.metadata.get("epoch_count").and_then(Value::as_f64))
+        .filter(|c| c.is_finite() && *c > 0.0)
+        .collect();
+    match (train_samples, blocks.is_empty() || training_ms <= 0.0) {
+        (Some(n), false) if by_epochs && counts.len() == blocks.len() => {
+            let block_epochs: f64 = counts.iter().sum();
+            let samples = block_epochs * n as f64;
+            Some((
+                samples / (training_ms / 1e3),
+                Some(training_ms / 1e3 / block_epochs),
+            ))
+        }
+        // The run's samples over its blocks: one epoch's training where it logged one.
+        (Some(n), false) if !by_epochs => Some((
+            n as f64 / (training_ms / 1e3),
+            (epochs == 1).then_some(training_ms / 1e3),
+        )),
+        _ => None,
+    }
+}
+
+/// The seconds from the first `init_start` (every rank may write one) to `run_start` (its
+/// line and time, ms); `None` without one; an error where it comes after the run's start.
+fn init_s(
+    events: &[(usize, Event)],
+    (start_line, start): (usize, f64),
+    file: &str,
+) -> Result<Option<f64>> {
+    let err = |line: usize, what: String| Error::Input(format!("{file}: line {line}: {what}"));
+    let init = events
+        .iter()
+        .filter(|(_, e)| e.key == "init_start")
+        .map(|(l, e)| (*l, e.time_ms))
+        .min_by(|a, b| a.1.total_cmp(&b.1));
+    if let Some((l, t)) = init
+        && t > start
+    {
+        return Err(err(
+            l,
+            format!(
+                "`init_start` at {t} ms is after `run_start` (line {start_line}) at {start} ms"
+            ),
+        ));
+    }
+    Ok(init.map(|(_, t)| (start - t) / 1e3))
+}
+
+/// The throughputs a log reports, in sequences a second (`per_sequence` tokens each):
+/// `tracked_stats`' `throughput` (v1.0 on) or `imgs_sec` (v2.0's MXNet ResNet-50), or a
+/// `throughput` event of its own.
+fn logged(events: &[(usize, Event)], per_sequence: f64) -> Vec<f64> {
+    events
+        .iter()
+        .filter_map(|(_, e)| match e.key.as_str() {
+            "tracked_stats" => e
+                .value
+                .get("throughput")
+                .or_else(|| e.value.get("imgs_sec"))
+                .and_then(Value::as_f64),
+            "throughput" => e.value.as_f64(),
+            _ => None,
+        })
+        .filter(|t| t.is_finite() && *t > 0.0)
+        .map(|t| t / per_sequence)
+        .collect()
 }
 
 /// Whether `text` (a records file) holds run records: its first line that is not blank

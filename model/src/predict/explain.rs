@@ -404,6 +404,114 @@ pub fn simulate(
     ))
 }
 
+/// What moves per sample, level by level: the model and its activations in HBM, the input
+/// samples over PCIe and from where they are stored, and the gradients' ring traffic over
+/// NVLink or the network where more than one device trains.
+fn movement(
+    system: &System,
+    scenario: &Scenario,
+    model: &StepModel,
+    plan: &Plan<'_>,
+    outcome: &Outcome,
+    b: f64,
+) -> Vec<Movement> {
+    let h = Hierarchy::of(system, scenario.nodes);
+    let mut movement = Vec::new();
+    let mut add = |source, level: Level, bytes: f64| {
+        if let (Some(link), Some(rel)) = (h.get(level), h.relative_cost(level)) {
+            let gap = link.gap();
+            movement.push(Movement {
+                source,
+                level,
+                bytes_per_sample: bytes,
+                gap_s_per_byte: gap,
+                relative_cost: rel,
+                cost_per_sample_s: bytes * gap,
+            });
+        }
+    };
+    add(
+        "model+activations",
+        Level::Hbm,
+        model.hbm_per_sample + model.hbm_fixed / b,
+    );
+    add("input samples", Level::Pcie, plan.device_sample.value());
+    let storage = match outcome.data_location {
+        DataLocation::Nvme => Some(Level::Nvme),
+        DataLocation::BurstBuffer => Some(Level::BurstBuffer),
+        DataLocation::Pfs => Some(Level::Pfs),
+        DataLocation::Ddr | DataLocation::Auto => system
+            .node
+            .host_memory_bandwidth
+            .as_ref()
+            .map(|_| Level::HostMemory),
+    };
+    if let Some(level) = storage {
+        add("input samples", level, plan.stored_sample.value());
+    }
+    let p = outcome.devices as f64;
+    let ring_traffic = 2.0 * (p - 1.0) / p * plan.gradient_bytes.value();
+    if outcome.devices > 1 {
+        let level = if scenario.nodes > 1 {
+            Level::Network
+        } else {
+            Level::Nvlink
+        };
+        add("gradients", level, ring_traffic / b);
+    }
+    movement
+}
+
+/// What a prediction assumed about its run, in words, beyond the system's and the
+/// timing's: link latencies the system file lacks, epochs interpolated between measured
+/// batches, energy without node power, no staging, and no preprocessing limit.
+fn run_caveats(
+    system: &System,
+    scenario: &Scenario,
+    outcome: &Outcome,
+    fabric: &Fabric,
+) -> Vec<String> {
+    let mut assumptions = Vec::new();
+    if outcome.devices > 1 && !fabric.latencies_known {
+        assumptions.push(
+            "a link latency is not in the system file: each collective call starts in NCCL's \
+             tuning model's time, 6.6 us, and each of its steps over the link in its hardware \
+             latency (NVLink 0.6 us, PCIe 1.0 us, network 2.7 us a ring step; NVIDIA/nccl \
+             src/graph/tuning.cc, Ring/LL, v2.30.7-1)"
+                .into(),
+        );
+    }
+    if let Epochs::Curve(c) = &scenario.epochs
+        && !c
+            .points
+            .iter()
+            .any(|pt| pt.global_batch == outcome.global_batch)
+    {
+        assumptions.push(format!(
+            "epochs interpolated (power law) between measured batches {:?}",
+            c.points
+                .iter()
+                .map(|pt| pt.global_batch)
+                .collect::<Vec<_>>()
+        ));
+    }
+    if system.node.power_w.is_none() && outcome.energy_j.is_some() {
+        assumptions
+            .push("energy counts the devices' TDP only (no node power in the system file)".into());
+    }
+    if system.cluster.pfs_bandwidth.is_none() && outcome.data_location != DataLocation::Pfs {
+        assumptions.push(format!(
+            "no staging: the data set starts where it is read ({}), as the system has no \
+             parallel file system to stage it from",
+            outcome.data_location
+        ));
+    }
+    if scenario.preprocess_rate.is_none() {
+        assumptions.push("no CPU preprocessing limit (pass --preprocess-rate)".into());
+    }
+    assumptions
+}
+
 /// Predicts one configuration at local batch `batch`. Anything that makes it impossible is
 /// an error naming the cause.
 pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Prediction> {
@@ -458,51 +566,9 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
             message: format!("system `{}`: {e}", system.name),
         }
     })?;
-    let h = Hierarchy::of(system, scenario.nodes);
     let b = batch as f64;
-    let mut movement = Vec::new();
-    let mut add = |source, level: Level, bytes: f64| {
-        if let (Some(link), Some(rel)) = (h.get(level), h.relative_cost(level)) {
-            let gap = link.gap();
-            movement.push(Movement {
-                source,
-                level,
-                bytes_per_sample: bytes,
-                gap_s_per_byte: gap,
-                relative_cost: rel,
-                cost_per_sample_s: bytes * gap,
-            });
-        }
-    };
-    add(
-        "model+activations",
-        Level::Hbm,
-        model.hbm_per_sample + model.hbm_fixed / b,
-    );
-    add("input samples", Level::Pcie, plan.device_sample.value());
-    let storage = match outcome.data_location {
-        DataLocation::Nvme => Some(Level::Nvme),
-        DataLocation::BurstBuffer => Some(Level::BurstBuffer),
-        DataLocation::Pfs => Some(Level::Pfs),
-        DataLocation::Ddr | DataLocation::Auto => system
-            .node
-            .host_memory_bandwidth
-            .as_ref()
-            .map(|_| Level::HostMemory),
-    };
-    if let Some(level) = storage {
-        add("input samples", level, plan.stored_sample.value());
-    }
+    let movement = movement(system, scenario, model, &plan, &outcome, b);
     let p = outcome.devices as f64;
-    let ring_traffic = 2.0 * (p - 1.0) / p * plan.gradient_bytes.value();
-    if outcome.devices > 1 {
-        let level = if scenario.nodes > 1 {
-            Level::Network
-        } else {
-            Level::Nvlink
-        };
-        add("gradients", level, ring_traffic / b);
-    }
 
     let flops_node = model.flops_per_sample * b * f64::from(plan.devices_per_node);
     let k = f64::from(plan.devices_per_node);
@@ -573,43 +639,7 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
         model.precision,
         scenario,
     ));
-    if outcome.devices > 1 && !fabric.latencies_known {
-        assumptions.push(
-            "a link latency is not in the system file: each collective call starts in NCCL's \
-             tuning model's time, 6.6 us, and each of its steps over the link in its hardware \
-             latency (NVLink 0.6 us, PCIe 1.0 us, network 2.7 us a ring step; NVIDIA/nccl \
-             src/graph/tuning.cc, Ring/LL, v2.30.7-1)"
-                .into(),
-        );
-    }
-    if let Epochs::Curve(c) = &scenario.epochs
-        && !c
-            .points
-            .iter()
-            .any(|pt| pt.global_batch == outcome.global_batch)
-    {
-        assumptions.push(format!(
-            "epochs interpolated (power law) between measured batches {:?}",
-            c.points
-                .iter()
-                .map(|pt| pt.global_batch)
-                .collect::<Vec<_>>()
-        ));
-    }
-    if system.node.power_w.is_none() && outcome.energy_j.is_some() {
-        assumptions
-            .push("energy counts the devices' TDP only (no node power in the system file)".into());
-    }
-    if system.cluster.pfs_bandwidth.is_none() && outcome.data_location != DataLocation::Pfs {
-        assumptions.push(format!(
-            "no staging: the data set starts where it is read ({}), as the system has no \
-             parallel file system to stage it from",
-            outcome.data_location
-        ));
-    }
-    if scenario.preprocess_rate.is_none() {
-        assumptions.push("no CPU preprocessing limit (pass --preprocess-rate)".into());
-    }
+    assumptions.extend(run_caveats(system, scenario, &outcome, &fabric));
     let valid_flops = scenario
         .quality
         .map(|q| outcome.achieved_flops * (q.achieved / q.target).powf(q.exponent));

@@ -81,6 +81,9 @@ struct Read<'n> {
     label: &'n str,
     all: &'n [Value],
     layout: Layout,
+    /// Its first input's value, and its second's where it has one.
+    a: &'n Value,
+    b: Option<&'n Value>,
 }
 
 /// What a part of [`Reader::read`] makes of a node: its outputs, or `None` where the part
@@ -301,6 +304,8 @@ impl Reader<'_> {
             label,
             all,
             layout,
+            a: &all[0],
+            b: all.get(1),
         };
         let parts: [fn(&mut Self, Read<'_>) -> Part; 5] = [
             Self::shapes,
@@ -331,10 +336,11 @@ impl Reader<'_> {
             label,
             all,
             layout,
+            a,
+            b,
         } = r;
         let first = layout.first;
-        let (a, b) = (all[0].clone(), all.get(1).cloned());
-        let out = match (op, seq_of(Some(&a)), seq_of(b.as_ref())) {
+        let out = match (op, seq_of(Some(a)), seq_of(b)) {
             // The shape of a sequence at batch 1, or of a query or key in heads: a constant
             // (torch computes attention's scale and its reshapes from it).
             ("Shape", Some(s), _) => {
@@ -383,7 +389,7 @@ impl Reader<'_> {
             }
             // Swin's windows: a pad of zeros, the roll's and the merging's slices, the
             // bias.
-            ("Pad", Some(s @ (Seq::Tokens(_) | Seq::Rolled { .. })), None) => match &b {
+            ("Pad", Some(s @ (Seq::Tokens(_) | Seq::Rolled { .. })), None) => match b {
                 Some(Value::Constant { ints: Some(p), .. }) if p.iter().all(|&v| v == 0) => one(s),
                 _ => Err(
                     "pads a map with other than zeros (windows of a map they do not \
@@ -417,7 +423,7 @@ impl Reader<'_> {
                 }),
                 None,
             ) => {
-                let index = part_index(node, b.as_ref(), 3)?;
+                let index = part_index(node, b, 3)?;
                 one(Seq::Heads {
                     source: Source::Part {
                         layer,
@@ -442,15 +448,15 @@ impl Reader<'_> {
             node,
             op,
             label,
-            all,
+            a,
+            b,
             ..
         } = r;
-        let (a, b) = (all[0].clone(), all.get(1).cloned());
-        let out = match (op, seq_of(Some(&a)), seq_of(b.as_ref())) {
+        let out = match (op, seq_of(Some(a)), seq_of(b)) {
             // ViT's class token: learned tokens `[1, tokens, features]` before the positions.
             ("Concat", None, Some(Seq::Tokens(x))) => {
                 let axis = int(node, "axis").unwrap_or(0);
-                let tokens = match dims_of(Some(&a)).as_deref() {
+                let tokens = match dims_of(Some(a)).as_deref() {
                     Some(&[1, t, f]) if f == self.features(x) && (axis == 1 || axis == -2) => t,
                     _ => {
                         return Err(
@@ -471,7 +477,7 @@ impl Reader<'_> {
             // A learned position embedding: a constant of the sequence's shape added.
             ("Add", Some(Seq::Tokens(x)), None)
                 if matches!(
-                    dims_of(b.as_ref()).as_deref(),
+                    dims_of(b).as_deref(),
                     Some(&[1, p, f]) | Some(&[p, f])
                         if p == self.positions(x) && f == self.features(x) && p > 1
                 ) =>
@@ -493,17 +499,17 @@ impl Reader<'_> {
                 }),
                 None,
             ) => {
-                let index = part_index(node, b.as_ref(), parts)?;
+                let index = part_index(node, b, parts)?;
                 one(Seq::Part(Source::Part {
                     layer,
                     index,
                     parts,
                 }))
             }
-            ("Gather", None, _) => self.lookup(&a, b.as_ref(), label),
+            ("Gather", None, _) => self.lookup(a, b, label),
             ("Gather", Some(Seq::Tokens(x)), None) => {
                 // BERT's pooler reads the first position.
-                let first = matches!(&b, Some(Value::Constant { ints: Some(i), dims, .. })
+                let first = matches!(b, Some(Value::Constant { ints: Some(i), dims, .. })
                 if dims.is_empty() && i.as_slice() == [0]);
                 if int(node, "axis") != Some(1) || !first {
                     return Err("only the first position of a sequence is gathered".into());
@@ -544,9 +550,9 @@ impl Reader<'_> {
             ("Add", Some(Seq::Product { x, out, tied, name }), None)
             | ("Add", None, Some(Seq::Product { x, out, tied, name })) => {
                 let bias = if matches!(a, Value::Constant { .. }) {
-                    &a
+                    a
                 } else {
-                    b.as_ref().unwrap_or(&a)
+                    b.unwrap_or(a)
                 };
                 if dims_of(Some(bias)).as_deref() != Some(&[out][..]) {
                     return Err(format!(
@@ -573,11 +579,11 @@ impl Reader<'_> {
             node,
             op,
             label,
-            all,
+            a,
+            b,
             ..
         } = r;
-        let (a, b) = (all[0].clone(), all.get(1).cloned());
-        let out = match (op, seq_of(Some(&a)), seq_of(b.as_ref())) {
+        let out = match (op, seq_of(Some(a)), seq_of(b)) {
             ("Add" | "Sum", Some(Seq::Tokens(x)), Some(Seq::Tokens(y))) => {
                 one(Seq::Tokens(self.push(Op::Add, &[x, y], label)?))
             }
@@ -588,8 +594,8 @@ impl Reader<'_> {
                 one(Seq::Tokens(self.push(Op::Mul, &[x, y], label)?))
             }
             // A scale waits for what reads it (GELU's erf, heads of scaled queries).
-            ("Mul" | "Div", Some(Seq::Tokens(x)), None) if scalar(b.as_ref()).is_some() => {
-                let v = scalar(b.as_ref()).unwrap_or(1.0);
+            ("Mul" | "Div", Some(Seq::Tokens(x)), None) if scalar(b).is_some() => {
+                let v = scalar(b).unwrap_or(1.0);
                 one(Seq::Scaled {
                     x,
                     factor: if op == "Div" { 1.0 / v } else { v },
@@ -602,7 +608,7 @@ impl Reader<'_> {
             {
                 one(Seq::Gelu { x, step: 1 })
             }
-            ("Add", Some(Seq::Gelu { x, step: 1 }), None) if scalar(b.as_ref()) == Some(1.0) => {
+            ("Add", Some(Seq::Gelu { x, step: 1 }), None) if scalar(b) == Some(1.0) => {
                 one(Seq::Gelu { x, step: 2 })
             }
             ("Mul", Some(Seq::Tokens(y)), Some(Seq::Gelu { x, step: 2 }))
@@ -611,12 +617,12 @@ impl Reader<'_> {
             {
                 one(Seq::Gelu { x, step: 3 })
             }
-            ("Mul", Some(Seq::Gelu { x, step: 3 }), None) if scalar(b.as_ref()) == Some(0.5) => {
+            ("Mul", Some(Seq::Gelu { x, step: 3 }), None) if scalar(b) == Some(0.5) => {
                 one(Seq::Tokens(self.push(Op::Gelu, &[x], label)?))
             }
             ("Add" | "Sub" | "Mul" | "Div" | "Pow", Some(Seq::Tokens(x)), None) => {
-                let v = scalar(b.as_ref())
-                    .ok_or("combines a sequence with a constant that is not a scalar")?;
+                let v =
+                    scalar(b).ok_or("combines a sequence with a constant that is not a scalar")?;
                 let op = match op {
                     "Add" => Op::Shift { offset: v },
                     "Sub" => Op::Shift { offset: -v },
@@ -665,14 +671,15 @@ impl Reader<'_> {
             node,
             op,
             label,
-            all,
             layout,
+            a,
+            b,
+            ..
         } = r;
-        let (a, b) = (all[0].clone(), all.get(1).cloned());
-        let out = match (op, seq_of(Some(&a)), seq_of(b.as_ref())) {
+        let out = match (op, seq_of(Some(a)), seq_of(b)) {
             ("Identity" | "Cast", Some(s), _) => one(s),
             ("Reshape", Some(s), None) => {
-                let shape = match &b {
+                let shape = match b {
                     Some(Value::Constant { ints: Some(s), .. }) => s.clone(),
                     _ => return Err("reshapes to a shape that is not a constant".into()),
                 };
@@ -682,8 +689,8 @@ impl Reader<'_> {
                 node,
                 op,
                 x,
-                matches!(seq_of(Some(&a)), Some(Seq::Rows(_))),
-                b.as_ref(),
+                matches!(seq_of(Some(a)), Some(Seq::Rows(_))),
+                b,
                 label,
             ),
             // Attention.
@@ -693,7 +700,7 @@ impl Reader<'_> {
                     return Err(format!("axis {axis}: only the features (-1) are split"));
                 }
                 let parts = node.output.len();
-                let sizes = match &b {
+                let sizes = match b {
                     Some(Value::Constant { ints: Some(s), .. }) => s.clone(),
                     _ => ints(node, "split").unwrap_or_default(),
                 };
@@ -767,12 +774,11 @@ impl Reader<'_> {
     /// What attention does to its scores: the scale, the masks, OPT's clamp, softmax and
     /// dropout.
     fn attention_scores(&mut self, r: Read<'_>) -> Part {
-        let Read { node, op, all, .. } = r;
-        let (a, b) = (all[0].clone(), all.get(1).cloned());
-        let out = match (op, seq_of(Some(&a)), seq_of(b.as_ref())) {
+        let Read { node, op, a, b, .. } = r;
+        let out = match (op, seq_of(Some(a)), seq_of(b)) {
             // The scale of the scores.
             ("Div" | "Mul", Some(s @ Seq::Scores { softmax: false, .. }), None)
-                if scalar(b.as_ref()).is_some() =>
+                if scalar(b).is_some() =>
             {
                 one(s)
             }
@@ -787,7 +793,7 @@ impl Reader<'_> {
                     scaled: false,
                 }),
                 None,
-            ) if scalar(b.as_ref()).is_some() => one(Seq::Heads {
+            ) if scalar(b).is_some() => one(Seq::Heads {
                 source,
                 heads,
                 transposed: true,
@@ -797,14 +803,14 @@ impl Reader<'_> {
             // Masks: a select against a constant mask, or the sum with a constant; causal
             // where the mask has a row per query (`[.., positions, positions]`), padding
             // where it is one row broadcast over the queries (BERT's).
-            ("Where" | "Add", _, _) if scores(&a, b.as_ref()).is_some() => {
-                let (mut s, mask) = scores(&a, b.as_ref()).ok_or("no scores")?;
+            ("Where" | "Add", _, _) if scores(a, b).is_some() => {
+                let (mut s, mask) = scores(a, b).ok_or("no scores")?;
                 let rows = |v: &Value| match v {
                     Value::Constant { dims, .. } if dims.len() >= 2 => dims[dims.len() - 2] > 1,
                     _ => false,
                 };
                 let causal = if op == "Where" {
-                    rows(&a)
+                    rows(a)
                 } else {
                     mask.is_some_and(rows)
                 };

@@ -26,6 +26,10 @@ pub const VECTOR_FEATURES: [&str; 4] = ["launch", "l2", "hbm", "elements"];
 /// and its multiply-adds at one per SM per clock cycle, seconds.
 pub const DEPTHWISE_FEATURES: [&str; 3] = ["launch", "hbm", "macs"];
 
+/// Every class with its name in the order of their names, and each class's place in that
+/// order by its index ([`Class::table`]).
+type Table = (Vec<(Class, String)>, Vec<usize>);
+
 /// A class of the transferred kernel model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
@@ -254,9 +258,25 @@ impl Class {
     /// Convolutions run as implicit GEMMs (`conv-gemm`).
     pub const CONV_GEMM: Class = Class::Matrix(Matrix::ConvGemm);
 
-    /// Every class, each with its name, in the order of their names.
-    fn table() -> &'static [(Class, String)] {
-        static TABLE: OnceLock<Vec<(Class, String)>> = OnceLock::new();
+    /// How many classes there are: three matrix classes, two products, 13 vector ops, a
+    /// tensor-core class per matrix class and rate, a depthwise class per pass and format.
+    const COUNT: usize = 3 + 2 + 13 + 3 * 5 + 4 * 6;
+
+    /// Its place among every class, one to one with `0..COUNT`.
+    const fn index(self) -> usize {
+        match self {
+            Class::Matrix(m) => m as usize,
+            Class::Product(p) => 3 + p as usize,
+            Class::Vector(v) => 5 + v as usize,
+            Class::Tensor(m, r) => 18 + 5 * m as usize + r as usize,
+            Class::Depthwise(p, f) => 33 + 6 * p as usize + f as usize,
+        }
+    }
+
+    /// Every class with its name, in the order of their names, and each class's place in
+    /// that order by [`Class::index`].
+    fn table() -> &'static Table {
+        static TABLE: OnceLock<Table> = OnceLock::new();
         TABLE.get_or_init(|| {
             let mut all: Vec<(Class, String)> = Matrix::ALL
                 .map(Class::Matrix)
@@ -276,7 +296,11 @@ impl Class {
                 .map(|c| (c, c.spelled()))
                 .collect();
             all.sort_by(|a, b| a.1.cmp(&b.1));
-            all
+            let mut rank = vec![0; Class::COUNT];
+            for (i, (c, _)) in all.iter().enumerate() {
+                rank[c.index()] = i;
+            }
+            (all, rank)
         })
     }
 
@@ -293,22 +317,18 @@ impl Class {
 
     /// Its place among every class's names ([`Class::table`]).
     fn rank(self) -> usize {
-        Class::table()
-            .iter()
-            .position(|(c, _)| *c == self)
-            .unwrap_or(usize::MAX)
+        Class::table().1[self.index()]
     }
 
     /// Its name in model files, kernel sets and reports.
     pub fn name(self) -> &'static str {
-        Class::table()
-            .get(self.rank())
-            .map_or("unknown", |(_, n)| n.as_str())
+        &Class::table().0[self.rank()].1
     }
 
     /// The class named `name`.
     pub fn parse(name: &str) -> Option<Class> {
         Class::table()
+            .0
             .iter()
             .find(|(_, n)| n == name)
             .map(|(c, _)| *c)
@@ -448,8 +468,11 @@ mod tests {
 
     #[test]
     fn every_class_reads_back_from_its_name_and_names_are_unique() {
-        let table = Class::table();
-        assert_eq!(table.len(), 3 + 2 + 13 + 15 + 24);
+        let (table, _) = Class::table();
+        assert_eq!(table.len(), Class::COUNT);
+        let mut indices: Vec<usize> = table.iter().map(|(c, _)| c.index()).collect();
+        indices.sort_unstable();
+        assert_eq!(indices, (0..Class::COUNT).collect::<Vec<_>>());
         for (c, name) in table {
             assert_eq!(Class::parse(name), Some(*c), "{name}");
             assert_eq!(c.name(), name);

@@ -71,21 +71,7 @@ pub(super) fn batch_norm_backward(
     #[allow(clippy::cast_precision_loss)]
     let m = (n * vol) as f32;
     // Per channel: sum(dy) and sum(dy * xhat).
-    let sums: Vec<(f32, f32)> = (0..c)
-        .into_par_iter()
-        .map(|ch| {
-            let (mut s, mut sx) = (0.0f64, 0.0f64);
-            for b in 0..n {
-                let off = (b * c + ch) * vol;
-                for (g, v) in dy[off..][..vol].iter().zip(&x[off..][..vol]) {
-                    s += f64::from(*g);
-                    sx += f64::from(*g) * f64::from((v - mean[ch]) * inv[ch]);
-                }
-            }
-            #[allow(clippy::cast_possible_truncation)]
-            (s as f32, sx as f32)
-        })
-        .collect();
+    let sums = sums_of(dy, x, (n, c, vol), |ch, v| (v - mean[ch]) * inv[ch]);
     for (ch, &(s, sx)) in sums.iter().enumerate() {
         dparams[0][ch] = sx;
         dparams[1][ch] = s;
@@ -124,6 +110,16 @@ pub(super) fn gradient_sums(
     c: usize,
     vol: usize,
 ) -> Vec<(f32, f32)> {
+    sums_of(dy, x, (n, c, vol), |_, v| v)
+}
+
+/// Per channel, `sum(dy)` and `sum(dy of(channel, x))`, accumulated in `f64`.
+fn sums_of(
+    dy: &[f32],
+    x: &[f32],
+    (n, c, vol): (usize, usize, usize),
+    of: impl Fn(usize, f32) -> f32 + Sync,
+) -> Vec<(f32, f32)> {
     (0..c)
         .into_par_iter()
         .map(|ch| {
@@ -132,7 +128,7 @@ pub(super) fn gradient_sums(
                 let off = (b * c + ch) * vol;
                 for (g, v) in dy[off..][..vol].iter().zip(&x[off..][..vol]) {
                     s += f64::from(*g);
-                    sx += f64::from(*g) * f64::from(*v);
+                    sx += f64::from(*g) * f64::from(of(ch, *v));
                 }
             }
             #[allow(clippy::cast_possible_truncation)]

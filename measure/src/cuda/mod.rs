@@ -67,7 +67,15 @@
 //! the re-timing); in the first its 1 x 1 convolutions' forward passes took 330-340 us where
 //! they had taken 84 us. The layer records did not say which algorithm ran; the executor now
 //! writes each convolution pass's algorithm and re-timing into them (`cudnn_*_algorithm`,
-//! `cudnn_*_retimed`), which has not run on a GPU. Checked only where no GPU is needed: the numerical results of the GPU executor
+//! `cudnn_*_retimed`), which has not run on a GPU.
+//!
+//! **Since the last GPU run** (2026-11-28): the executor's layer passes were moved, with
+//! no change to any call, kernel or argument, from one forward and one backward function
+//! into a module per kind of op with each op's two directions side by side
+//! (`enabled::exec::{conv, matrix, pointwise, normalize, attention}`). It compiles and
+//! passes clippy with `--features cuda`; it has not run on a GPU since.
+//!
+//! Checked only where no GPU is needed: the numerical results of the GPU executor
 //! against the CPU's (the CPU executor is gradient-checked; the GPU's is not), NCCL across
 //! several GPUs, and everything on a GPU other than the H200 and H100. Without a GPU the tests check type choices,
 //! every kernel source through NVRTC and ptxas for sm_80 and sm_90 in every storage, their

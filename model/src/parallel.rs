@@ -639,148 +639,17 @@ impl Prepared<'_> {
     /// The step of `global_batch` sequences split by `split` (its tensor parallelism this
     /// preparation's).
     pub fn step(&self, global_batch: u64, split: Split) -> Result<SplitStep> {
-        let Split {
-            tensor,
-            pipeline,
-            data,
-            micro_batches,
-            virtual_stages,
-            expert,
-        } = split;
         let Prepared {
-            config,
-            seq,
             system,
-            precision,
             stack,
             timing,
             ..
         } = *self;
         self.check(global_batch, split)?;
-        let blocks = config.num_hidden_layers;
-        let per_step = u64::from(data) * u64::from(micro_batches);
-        let node = system.node.devices.value;
+        let per_step = u64::from(split.data) * u64::from(split.micro_batches);
         let micro = global_batch / per_step;
-        let (graph, model, rates, kept) = (&self.graph, &self.model, &self.rates, &self.kept);
-        let stages = pipeline as usize;
-        let of = stage_of(graph, blocks, stages);
-
-        // Collectives among the tensor-parallel ranks of a node, and point to point between
-        // stages, on the node's device link.
-        let act = precision.compute_bytes() as f64;
-        let activations = micro as f64 * seq as f64 * config.hidden_size as f64 * act;
-        let node_fabric = Fabric::of(system, 1)?;
-        let tensor_allreduce = if tensor > 1 {
-            let ranks = if tensor > node {
-                Fabric::of(system, tensor / node)?
-            } else {
-                Fabric {
-                    k: tensor,
-                    ..node_fabric
-                }
-            };
-            collective::allreduce_time(&ranks, activations, Algorithm::Ring)
-                .map_or(0.0, |a| a.time.value())
-        } else {
-            0.0
-        };
-        let p2p = match node_fabric.intra {
-            Some(l) if pipeline > 1 => 2.0 * (l.alpha + activations * l.beta),
-            _ => 0.0,
-        };
-        let alltoall = |slots: u64| self.exchange_s(split, micro, slots);
-
-        let total_params = self.params.max(1) as f64;
-        let cached = self
-            .stage_times
-            .lock()
-            .ok()
-            .and_then(|c| c.get(&(pipeline, micro)).cloned());
-        let times = match cached {
-            Some(t) => t,
-            None => {
-                let t: Vec<[f64; 2]> = (0..stages)
-                    .map(|s| {
-                        model.pass_times(micro as f64, rates, timing, |id| of.get(id) == Some(&s))
-                    })
-                    .collect();
-                if let Ok(mut c) = self.stage_times.lock() {
-                    c.insert((pipeline, micro), t.clone());
-                }
-                t
-            }
-        };
-        let mut out = Vec::with_capacity(stages);
-        for (s, &[forward, backward]) in times.iter().enumerate() {
-            let first = (0..blocks)
-                .find(|i| (i * stages / blocks) == s)
-                .unwrap_or(0);
-            let last = (0..blocks)
-                .rev()
-                .find(|i| (i * stages / blocks) == s)
-                .map_or(first, |i| i + 1);
-            let params: u64 = self
-                .layer_params
-                .iter()
-                .zip(&of)
-                .filter(|(_, st)| **st == s)
-                .map(|(p, _)| p)
-                .sum();
-            let expert_params: u64 = self
-                .layer_expert_params
-                .iter()
-                .zip(&of)
-                .filter(|(_, st)| **st == s)
-                .map(|(p, _)| p)
-                .sum();
-            let stage_kept: f64 = kept
-                .per_layer
-                .iter()
-                .zip(&of)
-                .filter(|(_, st)| **st == s)
-                .map(|(b, _)| b)
-                .sum();
-            // Four all-to-alls a mixture-of-experts layer: out and back, each way.
-            let mut expert_alltoall = 0.0;
-            for (&slots, _) in self.layer_slots.iter().zip(&of).filter(|(_, st)| **st == s) {
-                expert_alltoall += 4.0 * alltoall(slots)?;
-            }
-            // Collectives of the stage: four per transformer layer, one after the embeddings
-            // (first stage) and one at the head (last).
-            let mut collectives = 4 * (last - first);
-            if tensor > 1 {
-                collectives += usize::from(s == 0) + usize::from(s == stages - 1);
-            }
-            let (model_state, memory) = self.stage_memory(
-                split,
-                micro,
-                (s, stages),
-                [params, expert_params],
-                stage_kept,
-            );
-            out.push(Stage {
-                layers: [first, last],
-                forward_s: forward,
-                backward_s: backward,
-                tensor_allreduce_s: collectives as f64 * tensor_allreduce,
-                tensor_exposed_s: if stack.parallel.overlap_tensor_parallel.value {
-                    (collectives as f64 * tensor_allreduce - forward - backward).max(0.0)
-                } else {
-                    collectives as f64 * tensor_allreduce
-                },
-                // Interleaved, a micro-batch crosses `v` times as many stage boundaries.
-                p2p_s: if stages > 1 {
-                    p2p * f64::from(virtual_stages)
-                } else {
-                    0.0
-                },
-                expert_alltoall_s: expert_alltoall,
-                params,
-                expert_params,
-                memory_bytes: memory,
-                model_state_bytes: model_state,
-            });
-        }
+        let (model, kept) = (&self.model, &self.kept);
+        let out = self.stages(split, micro)?;
         let stage_s: Vec<f64> = out
             .iter()
             .map(|s| {
@@ -789,12 +658,13 @@ impl Prepared<'_> {
             .collect();
         let slowest = stage_s.iter().copied().fold(0.0, f64::max);
         let through: f64 = stage_s.iter().sum();
-        let m = f64::from(micro_batches);
+        let m = f64::from(split.micro_batches);
+        let v = f64::from(split.virtual_stages);
         // The first micro-batch passes every stage, forward and back; the others follow at the
         // slowest stage's pace. Balanced stages give `(m + p - 1)` stage times. Interleaved over
         // `v` virtual stages, the fill and drain are `v` times shorter: `m + (p - 1) / v`
         // (Narayanan et al., SC 2021, section 2.2.2). GPipe takes as long as 1F1B.
-        let pipeline_s = m * slowest + (through - slowest) / f64::from(virtual_stages);
+        let pipeline_s = m * slowest + (through - slowest) / v;
         // Evaluation runs the forward passes alone: half of a stage's tensor-parallel
         // allreduces (two of the four a layer) and its activation sends, at the same pace.
         let forward_s: Vec<f64> = out
@@ -811,60 +681,15 @@ impl Prepared<'_> {
             .collect();
         let slowest_forward = forward_s.iter().copied().fold(0.0, f64::max);
         let through_forward: f64 = forward_s.iter().sum();
-        let eval_step_s =
-            m * slowest_forward + (through_forward - slowest_forward) / f64::from(virtual_stages);
-        let Some(largest_stage) = out.iter().max_by_key(|s| s.params) else {
-            return Err(Error::argument("pipeline-parallel", pipeline, "no stage"));
+        let eval_step_s = m * slowest_forward + (through_forward - slowest_forward) / v;
+        let Some(largest) = out.iter().max_by_key(|s| s.params) else {
+            return Err(Error::argument(
+                "pipeline-parallel",
+                split.pipeline,
+                "no stage",
+            ));
         };
-        let largest = largest_stage.params;
-        let largest_experts = largest_stage.expert_params;
-        // Gradients reduce in the precision they are kept in (FP32 main gradients under a
-        // stack that keeps them).
-        let gradient_element = if kept.fp32_gradients && precision.has_master_weights() {
-            4.0
-        } else {
-            act
-        };
-        // The dense parameters' gradients among the data-parallel replicas; the experts'
-        // among the replicas that hold the same experts (one in every `expert`).
-        let reduce = |ranks: u32, spacing: u32, params: u64| -> Result<f64> {
-            if ranks <= 1 || params == 0 {
-                return Ok(0.0);
-            }
-            let f = self.replica_fabric(split, ranks, spacing)?;
-            Ok(
-                collective::allreduce_time(&f, params as f64 * gradient_element, Algorithm::Ring)
-                    .map_or(0.0, |a| a.time.value()),
-            )
-        };
-        let data_allreduce = reduce(data, 1, largest - largest_experts)?
-            + reduce(data / expert, expert, largest_experts)?;
-        // Overlapped, the gradients' reduction runs beside the last micro-batch's backward pass
-        // on the largest stage and, under the distributed optimizer, the parameters' all-gather
-        // (half the ring's bytes) beside the next step's first forward pass: only the excess
-        // shows.
-        let biggest = out.iter().max_by_key(|s| s.params);
-        let data_exposed = match biggest {
-            Some(s) if stack.parallel.overlap_gradients.value => {
-                if stack.parallel.distributed_optimizer.value {
-                    (data_allreduce / 2.0 - s.backward_s).max(0.0)
-                        + (data_allreduce / 2.0 - s.forward_s).max(0.0)
-                } else {
-                    (data_allreduce - s.backward_s).max(0.0)
-                }
-            }
-            _ => data_allreduce,
-        };
-        // Each rank updates its shard under the distributed optimizer: of the dense
-        // parameters over the data-parallel replicas, of the experts over the replicas that
-        // hold them.
-        let updated = if stack.parallel.distributed_optimizer.value {
-            (largest - largest_experts) as f64 / f64::from(data)
-                + largest_experts as f64 / f64::from(data / expert)
-        } else {
-            largest as f64
-        };
-        let update = model.update_bytes * updated / total_params / rates.bandwidth;
+        let (data_allreduce, data_exposed, update) = self.data_parallel(split, largest)?;
         let memory = out.iter().map(|s| s.memory_bytes).fold(0.0, f64::max);
         let step_s = pipeline_s + data_exposed + update;
         // What timed the stages' layers, as the band asks.
@@ -878,7 +703,7 @@ impl Prepared<'_> {
             split,
             micro_batch: micro,
             bubble: if pipeline_s > 0.0 {
-                1.0 - m * through / f64::from(pipeline) / pipeline_s
+                1.0 - m * through / f64::from(split.pipeline) / pipeline_s
             } else {
                 0.0
             },
@@ -898,6 +723,202 @@ impl Prepared<'_> {
             },
         })
     }
+
+    /// The pipeline's stages at `micro` sequences a micro-batch: each stage's layers, its
+    /// passes' times, its communication, parameters and memory.
+    fn stages(&self, split: Split, micro: u64) -> Result<Vec<Stage>> {
+        let Split {
+            tensor,
+            pipeline,
+            virtual_stages,
+            ..
+        } = split;
+        let blocks = self.config.num_hidden_layers;
+        let stages = pipeline as usize;
+        let of = stage_of(&self.graph, blocks, stages);
+        let (tensor_allreduce, p2p) = self.tensor_and_p2p(split, micro)?;
+        let overlap_tensor = self.stack.parallel.overlap_tensor_parallel.value;
+        let mut out = Vec::with_capacity(stages);
+        for (s, [forward, backward]) in self
+            .stage_times(pipeline, micro, &of)
+            .into_iter()
+            .enumerate()
+        {
+            let first = (0..blocks)
+                .find(|i| (i * stages / blocks) == s)
+                .unwrap_or(0);
+            let last = (0..blocks)
+                .rev()
+                .find(|i| (i * stages / blocks) == s)
+                .map_or(first, |i| i + 1);
+            let params = stage_sum(&self.layer_params, &of, s);
+            let expert_params = stage_sum(&self.layer_expert_params, &of, s);
+            let stage_kept = stage_sum(&self.kept.per_layer, &of, s);
+            // Four all-to-alls a mixture-of-experts layer: out and back, each way.
+            let mut expert_alltoall = 0.0;
+            for (&slots, _) in self.layer_slots.iter().zip(&of).filter(|(_, st)| **st == s) {
+                expert_alltoall += 4.0 * self.exchange_s(split, micro, slots)?;
+            }
+            // Collectives of the stage: four per transformer layer, one after the embeddings
+            // (first stage) and one at the head (last).
+            let mut collectives = 4 * (last - first);
+            if tensor > 1 {
+                collectives += usize::from(s == 0) + usize::from(s == stages - 1);
+            }
+            let tensor_s = collectives as f64 * tensor_allreduce;
+            let (model_state, memory) = self.stage_memory(
+                split,
+                micro,
+                (s, stages),
+                [params, expert_params],
+                stage_kept,
+            );
+            out.push(Stage {
+                layers: [first, last],
+                forward_s: forward,
+                backward_s: backward,
+                tensor_allreduce_s: tensor_s,
+                tensor_exposed_s: if overlap_tensor {
+                    (tensor_s - forward - backward).max(0.0)
+                } else {
+                    tensor_s
+                },
+                // Interleaved, a micro-batch crosses `v` times as many stage boundaries.
+                p2p_s: if stages > 1 {
+                    p2p * f64::from(virtual_stages)
+                } else {
+                    0.0
+                },
+                expert_alltoall_s: expert_alltoall,
+                params,
+                expert_params,
+                memory_bytes: memory,
+                model_state_bytes: model_state,
+            });
+        }
+        Ok(out)
+    }
+
+    /// One allreduce among the tensor-parallel ranks of a micro-batch's activations, on
+    /// the node's device link (across nodes beyond one node's devices), and one send each
+    /// way between neighbouring stages, seconds.
+    fn tensor_and_p2p(&self, split: Split, micro: u64) -> Result<(f64, f64)> {
+        let (system, config) = (self.system, self.config);
+        let node = system.node.devices.value;
+        let act = self.precision.compute_bytes() as f64;
+        let activations = micro as f64 * self.seq as f64 * config.hidden_size as f64 * act;
+        let node_fabric = Fabric::of(system, 1)?;
+        let tensor_allreduce = if split.tensor > 1 {
+            let ranks = if split.tensor > node {
+                Fabric::of(system, split.tensor / node)?
+            } else {
+                Fabric {
+                    k: split.tensor,
+                    ..node_fabric
+                }
+            };
+            collective::allreduce_time(&ranks, activations, Algorithm::Ring)
+                .map_or(0.0, |a| a.time.value())
+        } else {
+            0.0
+        };
+        let p2p = match node_fabric.intra {
+            Some(l) if split.pipeline > 1 => 2.0 * (l.alpha + activations * l.beta),
+            _ => 0.0,
+        };
+        Ok((tensor_allreduce, p2p))
+    }
+
+    /// Each stage's forward and backward pass of a micro-batch of `micro` sequences, the
+    /// layers on stage `s` those `of` puts there; kept per pipeline depth and micro-batch,
+    /// as a sweep asks for the same ones often.
+    fn stage_times(&self, pipeline: u32, micro: u64, of: &[usize]) -> Vec<[f64; 2]> {
+        let cached = self
+            .stage_times
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&(pipeline, micro)).cloned());
+        if let Some(t) = cached {
+            return t;
+        }
+        let t: Vec<[f64; 2]> = (0..pipeline as usize)
+            .map(|s| {
+                self.model
+                    .pass_times(micro as f64, &self.rates, self.timing, |id| {
+                        of.get(id) == Some(&s)
+                    })
+            })
+            .collect();
+        if let Ok(mut c) = self.stage_times.lock() {
+            c.insert((pipeline, micro), t.clone());
+        }
+        t
+    }
+
+    /// The data-parallel side of a step whose largest stage is `largest`: the gradients'
+    /// allreduce, the part of it that shows past the overlap, and the optimizer's update,
+    /// seconds.
+    fn data_parallel(&self, split: Split, largest: &Stage) -> Result<(f64, f64, f64)> {
+        let Split { data, expert, .. } = split;
+        let (stack, kept) = (self.stack, &self.kept);
+        let dense = largest.params - largest.expert_params;
+        let experts = largest.expert_params;
+        // Gradients reduce in the precision they are kept in (FP32 main gradients under a
+        // stack that keeps them).
+        let gradient_element = if kept.fp32_gradients && self.precision.has_master_weights() {
+            4.0
+        } else {
+            self.precision.compute_bytes() as f64
+        };
+        // The dense parameters' gradients among the data-parallel replicas; the experts'
+        // among the replicas that hold the same experts (one in every `expert`).
+        let reduce = |ranks: u32, spacing: u32, params: u64| -> Result<f64> {
+            if ranks <= 1 || params == 0 {
+                return Ok(0.0);
+            }
+            let f = self.replica_fabric(split, ranks, spacing)?;
+            Ok(
+                collective::allreduce_time(&f, params as f64 * gradient_element, Algorithm::Ring)
+                    .map_or(0.0, |a| a.time.value()),
+            )
+        };
+        let data_allreduce = reduce(data, 1, dense)? + reduce(data / expert, expert, experts)?;
+        // Overlapped, the gradients' reduction runs beside the last micro-batch's backward pass
+        // on the largest stage and, under the distributed optimizer, the parameters' all-gather
+        // (half the ring's bytes) beside the next step's first forward pass: only the excess
+        // shows.
+        let data_exposed = if stack.parallel.overlap_gradients.value {
+            if stack.parallel.distributed_optimizer.value {
+                (data_allreduce / 2.0 - largest.backward_s).max(0.0)
+                    + (data_allreduce / 2.0 - largest.forward_s).max(0.0)
+            } else {
+                (data_allreduce - largest.backward_s).max(0.0)
+            }
+        } else {
+            data_allreduce
+        };
+        // Each rank updates its shard under the distributed optimizer: of the dense
+        // parameters over the data-parallel replicas, of the experts over the replicas that
+        // hold them.
+        let updated = if stack.parallel.distributed_optimizer.value {
+            dense as f64 / f64::from(data) + experts as f64 / f64::from(data / expert)
+        } else {
+            (dense + experts) as f64
+        };
+        let total_params = self.params.max(1) as f64;
+        let update = self.model.update_bytes * updated / total_params / self.rates.bandwidth;
+        Ok((data_allreduce, data_exposed, update))
+    }
+}
+
+/// The sum of `values`, one a layer, over the layers `of` puts on stage `s`.
+fn stage_sum<T: Copy + std::iter::Sum<T>>(values: &[T], of: &[usize], s: usize) -> T {
+    values
+        .iter()
+        .zip(of)
+        .filter(|(_, st)| **st == s)
+        .map(|(v, _)| *v)
+        .sum()
 }
 
 #[cfg(test)]

@@ -69,11 +69,14 @@
 //! writes each convolution pass's algorithm and re-timing into them (`cudnn_*_algorithm`,
 //! `cudnn_*_retimed`), which has not run on a GPU.
 //!
-//! **Since the last GPU run** (2026-11-28): the executor's layer passes were moved, with
-//! no change to any call, kernel or argument, from one forward and one backward function
-//! into a module per kind of op with each op's two directions side by side
-//! (`enabled::exec::{conv, matrix, pointwise, normalize, attention}`). It compiles and
-//! passes clippy with `--features cuda`; it has not run on a GPU since.
+//! **Since the last GPU run** (2026-11-28): the executor's layer passes were moved from
+//! one forward and one backward function into a module per kind of op with each op's two
+//! directions side by side (`enabled::exec::{conv, matrix, pointwise, normalize,
+//! attention}`). No library call, kernel launch or argument changed; one thing did: a
+//! backward pass now resolves every kept input's device address once, up front, and
+//! cudarc records a stream event for each address resolved, so a concatenation's or a
+//! sum's further inputs cost an event each inside the timed pass and attention one fewer.
+//! It compiles and passes clippy with `--features cuda`; it has not run on a GPU since.
 //!
 //! Checked only where no GPU is needed: the numerical results of the GPU executor
 //! against the CPU's (the CPU executor is gradient-checked; the GPU's is not), NCCL across

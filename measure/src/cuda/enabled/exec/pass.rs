@@ -90,7 +90,8 @@ impl GpuExecutor<'_> {
     }
 
     /// Layer `i`'s forward pass into `out`; returns what it keeps for backward beyond the
-    /// schedule's tensors (softmax cross-entropy's copy of its input, attention's weights).
+    /// schedule's tensors: softmax cross-entropy's copy of its input; unfused attention's
+    /// weights, and the scaled queries where the scale is on the queries.
     pub(super) fn forward(
         &mut self,
         i: usize,

@@ -36,8 +36,8 @@ impl GpuExecutor<'_> {
 
     /// An element-wise op's backward kernel. relu and tanh read their output, the others
     /// their input; a sum's or a product's kernel writes both inputs' gradients (into
-    /// scratch where one needs none) and reads both inputs, and a sum's further inputs
-    /// take `dy` as it is.
+    /// scratch where one needs none), a product's from both inputs, and a sum's further
+    /// inputs take `dy` as it is.
     pub(super) fn elementwise_backward(
         &mut self,
         p: &Pass,

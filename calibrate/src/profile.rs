@@ -129,10 +129,11 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
         .collect();
     if all.is_empty() && !comm.is_empty() {
         // Communication alone: LogGP per level, no kernels.
+        let device = comm_used[0].1.device.to_string();
         let profile = Profile {
             schema_version: PROFILE_SCHEMA_VERSION,
             system: options.system.clone(),
-            device: comm_used[0].1.device.to_string(),
+            device,
             threads: 1,
             provenance: provenance(files, &comm_used, options),
             bandwidth: Vec::new(),
@@ -181,11 +182,79 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
         )));
     }
 
-    // Points per (class, pass, precision, single op kind or the whole class).
+    let Gathered {
+        points,
+        stream,
+        ceilings,
+    } = gather(&used)?;
+    let (fits, mut skipped) = fit_all(points);
+
+    // GPU records carry the GPU (and its L2); CPU records are from this kind of machine.
+    let gpu = used.iter().find_map(|(_, r)| r.env.gpu.as_ref());
+    let levels = match gpu.and_then(|g| g.l2_bytes) {
+        Some(l2) => vec![
+            ("l2", Some(l2 as f64), (0.0, l2 as f64)),
+            ("dram", None, (2.0 * l2 as f64, f64::INFINITY)),
+        ],
+        None => cpu_levels(Caches::detect()),
+    };
+    let (bandwidth, level_notes) = level_bandwidths(&stream, &levels)?;
+    skipped.extend(level_notes);
+    let sample_cv = sample_spread(&used);
+    let mut used = used;
+    used.extend(comm_used);
+    let profile = Profile {
+        schema_version: PROFILE_SCHEMA_VERSION,
+        system: options.system.clone(),
+        device: device.to_string(),
+        threads,
+        provenance: provenance(files, &used, options),
+        comm,
+        sample_cv,
+        bandwidth,
+        ceilings: ceilings
+            .into_iter()
+            .map(|((kind, precision), (rate, source))| Ceiling {
+                kind,
+                precision,
+                tflops: rate / 1e12,
+                source,
+            })
+            .collect(),
+        kernels: fits
+            .iter()
+            .map(|f| KernelFit {
+                class: f.class,
+                pass: f.pass,
+                op: f.op.clone(),
+                precision: f.precision.clone(),
+                terms: Term::for_class(f.class, &f.fit.coefficients, &f.fit.std_errors),
+                r_squared: f.fit.r_squared,
+                rms_rel_error: f.fit.rms_rel_error,
+                max_abs_rel_error: f.fit.max_abs_rel_error,
+                points: f.fit.points,
+            })
+            .collect(),
+    };
+    profile.check("calibrated profile")?;
+    Ok(Calibration { profile, skipped })
+}
+
+/// What the micro-kernel records give a fit: points per (class, pass, precision, single op
+/// kind or the whole class), the STREAM-like records' `(bytes, seconds)`, and the fastest
+/// GEMM and convolution rate per precision with the record it came from.
+struct Gathered {
+    points: BTreeMap<FitKey, Points>,
+    stream: Vec<(f64, f64)>,
+    ceilings: BTreeMap<(String, String), (f64, String)>,
+}
+
+/// The points, bandwidth samples and ceilings of the `used` micro-kernel records.
+fn gather(used: &[(&str, &Record)]) -> Result<Gathered> {
     let mut points: BTreeMap<FitKey, Points> = BTreeMap::new();
     let mut stream: Vec<(f64, f64)> = Vec::new();
     let mut ceilings: BTreeMap<(String, String), (f64, String)> = BTreeMap::new();
-    for (file, r) in &used {
+    for (file, r) in used {
         let t = Samples::new(r.samples_s.clone())
             .map_err(|e| record_error(file, r, e.to_string()))?
             .median();
@@ -240,6 +309,15 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
         }
     }
 
+    Ok(Gathered {
+        points,
+        stream,
+        ceilings,
+    })
+}
+
+/// Every fit of `points`, and a note for each that could not be fitted.
+fn fit_all(points: BTreeMap<FitKey, Points>) -> (Vec<ClassFit>, Vec<String>) {
     let mut fits = Vec::new();
     let mut skipped = Vec::new();
     for ((class, pass, precision, op), (mut x, y)) in points {
@@ -275,58 +353,9 @@ pub fn calibrate(files: &[RecordFile], options: &Options) -> Result<Calibration>
         }
     }
 
-    // GPU records carry the GPU (and its L2); CPU records are from this kind of machine.
-    let gpu = used.iter().find_map(|(_, r)| r.env.gpu.as_ref());
-    let levels = match gpu.and_then(|g| g.l2_bytes) {
-        Some(l2) => vec![
-            ("l2", Some(l2 as f64), (0.0, l2 as f64)),
-            ("dram", None, (2.0 * l2 as f64, f64::INFINITY)),
-        ],
-        None => cpu_levels(Caches::detect()),
-    };
-    let (bandwidth, level_notes) = level_bandwidths(&stream, &levels)?;
-    skipped.extend(level_notes);
-    let sample_cv = sample_spread(&used);
-    let mut used = used;
-    used.extend(comm_used);
-    let profile = Profile {
-        schema_version: PROFILE_SCHEMA_VERSION,
-        system: options.system.clone(),
-        device: device.to_string(),
-        threads,
-        provenance: provenance(files, &used, options),
-        comm,
-        sample_cv,
-        bandwidth,
-        ceilings: ceilings
-            .into_iter()
-            .map(|((kind, precision), (rate, source))| Ceiling {
-                kind,
-                precision,
-                tflops: rate / 1e12,
-                source,
-            })
-            .collect(),
-        kernels: fits
-            .iter()
-            .map(|f| KernelFit {
-                class: f.class,
-                pass: f.pass,
-                op: f.op.clone(),
-                precision: f.precision.clone(),
-                terms: Term::for_class(f.class, &f.fit.coefficients, &f.fit.std_errors),
-                r_squared: f.fit.r_squared,
-                rms_rel_error: f.fit.rms_rel_error,
-                max_abs_rel_error: f.fit.max_abs_rel_error,
-                points: f.fit.points,
-            })
-            .collect(),
-    };
-    profile.check("calibrated profile")?;
-    Ok(Calibration { profile, skipped })
+    (fits, skipped)
 }
 
-/// Where the `used` records of `files` come from.
 /// The median, over `records` with at least three samples, of each record's robust
 /// coefficient of variation: its samples' MAD scaled to a standard deviation, over their
 /// median. `None` without such records.
@@ -342,6 +371,7 @@ fn sample_spread(records: &[(&str, &Record)]) -> Option<f64> {
     (!cvs.is_empty()).then(|| crate::stats::median(&cvs))
 }
 
+/// Where the `used` records of `files` come from.
 fn provenance(files: &[RecordFile], used: &[(&str, &Record)], options: &Options) -> Provenance {
     let env = &used[0].1.env;
     let mut stamps: Vec<&str> = used.iter().map(|(_, r)| r.env.timestamp.as_str()).collect();

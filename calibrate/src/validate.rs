@@ -222,179 +222,211 @@ pub fn validate(
             "{file}: no workload-step records; run `ridgeline measure workload W --out {file}`"
         )));
     }
-    let mut out_steps = Vec::new();
-    let mut out_layers = Vec::new();
-    for measured_run in runs {
-        let (step, shape) = (measured_run.step, measured_run.run);
-        let bad = |message: String| Error::Record {
-            file: file.to_owned(),
-            id: step.id.clone(),
-            message,
-        };
-        if let Some(p) = &system.calibration
-            && p.threads != step.threads
-        {
-            return Err(bad(format!(
-                "measured on {} threads, but the profile is calibrated on {}; calibrate at the same thread count",
-                step.threads, p.threads
-            )));
-        }
-        let (name, input, batch) = (shape.workload.as_str(), shape.input.clone(), shape.batch);
-        // A sequence's input size is its whole shape (`[seq]`), a feature map's its spatial
-        // extent.
-        let sequence = workloads::find(name).is_ok_and(|b| b.sequence);
-        let size = if sequence {
-            input.clone()
-        } else {
-            input.get(1..).unwrap_or_default().to_vec()
-        };
-        let graph = workloads::build(
-            name,
-            &BuildOptions {
-                input_size: Some(size),
-                width: 1.0,
-            },
-        )
-        .map_err(|e| bad(format!("{e} (validation rebuilds built-in workloads only)")))?;
-        let precision: Precision = step.precision.training().ok_or_else(|| {
-            bad(format!(
-                "precision: `{}` is not a training precision (fp32, tf32, amp-fp16, \
-                 amp-bf16); workload records are written by `ridgeline measure workload`",
-                step.precision
-            ))
-        })?;
-        let c = cost::cost(&graph, batch as u64, precision);
-        let (rebuilt, recorded) = (c.flops_train.value(), step.flops);
-        if (rebuilt - recorded).abs() > 1e-6 * recorded.max(1.0) {
-            return Err(bad(format!(
-                "the record counts {recorded:e} FLOPs per step, the rebuilt `{name}` {rebuilt:e}: it was measured at another width or from a workload file, which validation cannot rebuild; measure the built-in workload at width 1"
-            )));
-        }
-        let r = roofline::roofline(&graph, &c, system, Efficiency::IDEAL)?;
-        // The step as `predict` times it: the same per-layer models plus the update.
-        let own = match stack {
-            Some(_) => None,
-            None => Some(catalog::stack(ran_under(step))?),
-        };
-        let stack = stack
-            .or(own.as_ref())
-            .unwrap_or_else(|| catalog::default_stack());
-        stack
-            .check_precision(precision)
-            .map_err(|e| bad(e.to_string()))?;
-        let mut model = StepModel::with_stack(&graph, precision, Optimizer::Sgd, stack);
-        // Each step is judged by the band of the other steps validated under its stack.
-        let key = StepKey {
-            workload: name.to_owned(),
-            device: system.device.name.clone(),
-            precision: precision.name().to_owned(),
-            batch: batch as u64,
-        };
-        let kind = system.device.kind;
-        model.set_band(kind, residuals::band(stack, kind, Some(&key)));
-        let rates = DeviceRates::of(system, precision, Efficiency::IDEAL)?;
-        let timing = Timing::of(system, precision, KernelModel::Transfer);
-        let times = model.device_times(batch as f64, &rates, &timing);
-        let (predicted, [predicted_lo, predicted_hi]) = (times.step, times.interval_90);
-        // The band where it gave the interval (not for a calibrated GPU).
-        let band = model.interval_band(kind, &times.timed_by).cloned();
-        // Without a profile, each layer as `predict` times it (the transferred kernel model
-        // on a GPU); with one, the calibrated roofline's layer times.
-        let uncalibrated: Option<Vec<_>> = system
-            .calibration
-            .is_none()
-            .then(|| model.layer_times(batch as f64, &rates, &timing));
-        // Every layer record must be a layer of the rebuilt workload: a renamed or edited
-        // record would silently drop out of the comparison.
-        if let Some((stray, layer)) = measured_run
-            .layers
-            .iter()
-            .find(|(_, m)| !r.layers.iter().any(|l| m.layer == l.name))
-        {
-            return Err(Error::Record {
-                file: file.to_owned(),
-                id: stray.id.clone(),
-                message: format!(
-                    "layer `{}` is not a layer of `{name}` as ridgeline builds it (`ridgeline \
-                     workload show {name}` lists them); layer records are matched by name, so \
-                     a renamed or edited record cannot be compared",
-                    layer.layer
-                ),
-            });
-        }
-        for (l, lc) in r.layers.iter().zip(&c.layers) {
-            let peak = match l.peak {
-                PeakClass::Matrix => r.matrix_peak.rate.value(),
-                PeakClass::Vector => r.vector_peak.rate.value(),
-            };
-            let timed = uncalibrated
-                .as_ref()
-                .and_then(|t| t.iter().find(|t| t.layer == l.name));
-            let (fwd, bwd) = timed.map_or((l.time_fwd.value(), l.time_bwd.value()), |t| {
-                (t.forward_s, t.backward_s)
-            });
-            for (pass, predicted, flops) in [
-                (Pass::Forward, fwd, lc.flops_fwd.value()),
-                (Pass::Backward, bwd, lc.flops_bwd.value()),
-            ] {
-                let Some(m) = measured_run.layer(l.name, pass) else {
-                    continue;
-                };
-                let measured = median(file, m)?;
-                out_layers.push(LayerPoint {
-                    workload: name.to_owned(),
-                    batch,
-                    layer: l.name.to_owned(),
-                    op: l.op.to_owned(),
-                    pass: pass.name().to_owned(),
-                    predicted_s: predicted,
-                    measured_s: measured,
-                    rel_error: (predicted - measured) / measured,
-                    calibrated: l.calibrated,
-                    flops,
-                    efficiency: flops / measured / peak,
-                });
-            }
-        }
-        let measured = median(file, step)?;
-        // The footprint under the stack's memory rules, as `predict` gives it (a stack
-        // that keeps tied copies counts them).
-        let one = ridgeline_model::cost::cost(&graph, 1, precision);
-        let kept = ridgeline_model::memory::stack_memory(&graph, &one, stack, None);
-        let predicted_memory = Footprint::under(&graph, &one, Optimizer::Sgd, &kept)
-            .at(batch as u64, Bytes::new(f64::INFINITY))
-            .total
-            .value();
-        // The executor always records its peak; an imported trace where it profiled memory.
-        let measured_memory = step.extra.peak_bytes.map(|b| b as f64);
-        out_steps.push(StepPoint {
-            workload: name.to_owned(),
-            precision: precision.name().to_owned(),
-            input,
-            batch,
-            predicted_s: predicted,
-            predicted_lo_s: predicted_lo.min(predicted),
-            predicted_hi_s: predicted_hi.max(predicted),
-            measured_s: measured,
-            rel_error: (predicted - measured) / measured,
-            predicted_memory_bytes: predicted_memory,
-            measured_memory_bytes: measured_memory,
-            memory_rel_error: measured_memory.map(|m| (predicted_memory - m) / m),
-            calibrated_layers: r.calibrated_layers,
-            layers: r.layers.iter().filter(|l| l.time.value() > 0.0).count(),
-            stack: stack.name.clone(),
-            band,
-        });
+    let mut steps = Vec::new();
+    let mut layers = Vec::new();
+    for run in &runs {
+        steps.push(validate_run(system, run, file, stack, &mut layers)?);
     }
-    let step_errors: Vec<f64> = out_steps.iter().map(|s| s.rel_error).collect();
-    let memory_errors: Vec<f64> = out_steps
+    Ok(summarise(system, steps, layers))
+}
+
+/// One measured step against its prediction, its layers' points added to `layers`.
+fn validate_run(
+    system: &System,
+    measured_run: &StepRun,
+    file: &str,
+    stack: Option<&Stack>,
+    layers: &mut Vec<LayerPoint>,
+) -> Result<StepPoint> {
+    let (step, shape) = (measured_run.step, measured_run.run);
+    let bad = |message: String| Error::Record {
+        file: file.to_owned(),
+        id: step.id.clone(),
+        message,
+    };
+    if let Some(p) = &system.calibration
+        && p.threads != step.threads
+    {
+        return Err(bad(format!(
+            "measured on {} threads, but the profile is calibrated on {}; calibrate at the same thread count",
+            step.threads, p.threads
+        )));
+    }
+    let (name, batch) = (shape.workload.as_str(), shape.batch);
+    let (graph, precision) = rebuild(measured_run, &bad)?;
+    let c = cost::cost(&graph, batch as u64, precision);
+    let (rebuilt, recorded) = (c.flops_train.value(), step.flops);
+    if (rebuilt - recorded).abs() > 1e-6 * recorded.max(1.0) {
+        return Err(bad(format!(
+            "the record counts {recorded:e} FLOPs per step, the rebuilt `{name}` {rebuilt:e}: it was measured at another width or from a workload file, which validation cannot rebuild; measure the built-in workload at width 1"
+        )));
+    }
+    let r = roofline::roofline(&graph, &c, system, Efficiency::IDEAL)?;
+    // The step as `predict` times it: the same per-layer models plus the update.
+    let own = match stack {
+        Some(_) => None,
+        None => Some(catalog::stack(ran_under(step))?),
+    };
+    let stack = stack
+        .or(own.as_ref())
+        .unwrap_or_else(|| catalog::default_stack());
+    stack
+        .check_precision(precision)
+        .map_err(|e| bad(e.to_string()))?;
+    let mut model = StepModel::with_stack(&graph, precision, Optimizer::Sgd, stack);
+    // Each step is judged by the band of the other steps validated under its stack.
+    let key = StepKey {
+        workload: name.to_owned(),
+        device: system.device.name.clone(),
+        precision: precision.name().to_owned(),
+        batch: batch as u64,
+    };
+    let kind = system.device.kind;
+    model.set_band(kind, residuals::band(stack, kind, Some(&key)));
+    let rates = DeviceRates::of(system, precision, Efficiency::IDEAL)?;
+    let timing = Timing::of(system, precision, KernelModel::Transfer);
+    let times = model.device_times(batch as f64, &rates, &timing);
+    let (predicted, [predicted_lo, predicted_hi]) = (times.step, times.interval_90);
+    // The band where it gave the interval (not for a calibrated GPU).
+    let band = model.interval_band(kind, &times.timed_by).cloned();
+    // Without a profile, each layer as `predict` times it (the transferred kernel model
+    // on a GPU); with one, the calibrated roofline's layer times.
+    let uncalibrated: Option<Vec<_>> = system
+        .calibration
+        .is_none()
+        .then(|| model.layer_times(batch as f64, &rates, &timing));
+    check_layer_names(measured_run, &r, file)?;
+    for (l, lc) in r.layers.iter().zip(&c.layers) {
+        let peak = match l.peak {
+            PeakClass::Matrix => r.matrix_peak.rate.value(),
+            PeakClass::Vector => r.vector_peak.rate.value(),
+        };
+        let timed = uncalibrated
+            .as_ref()
+            .and_then(|t| t.iter().find(|t| t.layer == l.name));
+        let (fwd, bwd) = timed.map_or((l.time_fwd.value(), l.time_bwd.value()), |t| {
+            (t.forward_s, t.backward_s)
+        });
+        for (pass, predicted, flops) in [
+            (Pass::Forward, fwd, lc.flops_fwd.value()),
+            (Pass::Backward, bwd, lc.flops_bwd.value()),
+        ] {
+            let Some(m) = measured_run.layer(l.name, pass) else {
+                continue;
+            };
+            let measured = median(file, m)?;
+            layers.push(LayerPoint {
+                workload: name.to_owned(),
+                batch,
+                layer: l.name.to_owned(),
+                op: l.op.to_owned(),
+                pass: pass.name().to_owned(),
+                predicted_s: predicted,
+                measured_s: measured,
+                rel_error: (predicted - measured) / measured,
+                calibrated: l.calibrated,
+                flops,
+                efficiency: flops / measured / peak,
+            });
+        }
+    }
+    let measured = median(file, step)?;
+    // The footprint under the stack's memory rules, as `predict` gives it (a stack
+    // that keeps tied copies counts them).
+    let one = ridgeline_model::cost::cost(&graph, 1, precision);
+    let kept = ridgeline_model::memory::stack_memory(&graph, &one, stack, None);
+    let predicted_memory = Footprint::under(&graph, &one, Optimizer::Sgd, &kept)
+        .at(batch as u64, Bytes::new(f64::INFINITY))
+        .total
+        .value();
+    // The executor always records its peak; an imported trace where it profiled memory.
+    let measured_memory = step.extra.peak_bytes.map(|b| b as f64);
+    Ok(StepPoint {
+        workload: name.to_owned(),
+        precision: precision.name().to_owned(),
+        input: shape.input.clone(),
+        batch,
+        predicted_s: predicted,
+        predicted_lo_s: predicted_lo.min(predicted),
+        predicted_hi_s: predicted_hi.max(predicted),
+        measured_s: measured,
+        rel_error: (predicted - measured) / measured,
+        predicted_memory_bytes: predicted_memory,
+        measured_memory_bytes: measured_memory,
+        memory_rel_error: measured_memory.map(|m| (predicted_memory - m) / m),
+        calibrated_layers: r.calibrated_layers,
+        layers: r.layers.iter().filter(|l| l.time.value() > 0.0).count(),
+        stack: stack.name.clone(),
+        band,
+    })
+}
+
+/// The built-in workload a step ran, rebuilt at its input size, and its training
+/// precision.
+fn rebuild(
+    measured_run: &StepRun,
+    bad: &dyn Fn(String) -> Error,
+) -> Result<(ridgeline_model::graph::Graph, Precision)> {
+    let (step, shape) = (measured_run.step, measured_run.run);
+    let (name, input) = (shape.workload.as_str(), &shape.input);
+    // A sequence's input size is its whole shape (`[seq]`), a feature map's its spatial
+    // extent.
+    let sequence = workloads::find(name).is_ok_and(|b| b.sequence);
+    let size = if sequence {
+        input.clone()
+    } else {
+        input.get(1..).unwrap_or_default().to_vec()
+    };
+    let graph = workloads::build(
+        name,
+        &BuildOptions {
+            input_size: Some(size),
+            width: 1.0,
+        },
+    )
+    .map_err(|e| bad(format!("{e} (validation rebuilds built-in workloads only)")))?;
+    let precision: Precision = step.precision.training().ok_or_else(|| {
+        bad(format!(
+            "precision: `{}` is not a training precision (fp32, tf32, amp-fp16, \
+             amp-bf16); workload records are written by `ridgeline measure workload`",
+            step.precision
+        ))
+    })?;
+    Ok((graph, precision))
+}
+
+/// Every layer record of a run must be a layer of the rebuilt workload: a renamed or
+/// edited record would silently drop out of the comparison.
+fn check_layer_names(measured_run: &StepRun, r: &roofline::Roofline, file: &str) -> Result<()> {
+    let name = &measured_run.run.workload;
+    match measured_run
+        .layers
         .iter()
-        .filter_map(|s| s.memory_rel_error)
-        .collect();
-    let layer_errors: Vec<f64> = out_layers.iter().map(|l| l.rel_error).collect();
-    let steps = ErrorStats::of(&step_errors);
+        .find(|(_, m)| !r.layers.iter().any(|l| m.layer == l.name))
+    {
+        Some((stray, layer)) => Err(Error::Record {
+            file: file.to_owned(),
+            id: stray.id.clone(),
+            message: format!(
+                "layer `{}` is not a layer of `{name}` as ridgeline builds it (`ridgeline \
+                 workload show {name}` lists them); layer records are matched by name, so \
+                 a renamed or edited record cannot be compared",
+                layer.layer
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The validation of `steps` and `layers`: error statistics, the 90% intervals' coverage
+/// and the layers by absolute error.
+fn summarise(system: &System, steps: Vec<StepPoint>, layers: Vec<LayerPoint>) -> Validation {
+    let step_errors: Vec<f64> = steps.iter().map(|s| s.rel_error).collect();
+    let memory_errors: Vec<f64> = steps.iter().filter_map(|s| s.memory_rel_error).collect();
+    let layer_errors: Vec<f64> = layers.iter().map(|l| l.rel_error).collect();
+    let step_stats = ErrorStats::of(&step_errors);
     let memory = ErrorStats::of(&memory_errors);
-    let judged: Vec<&StepPoint> = out_steps
+    let judged: Vec<&StepPoint> = steps
         .iter()
         .filter(|s| s.predicted_hi_s > s.predicted_lo_s)
         .collect();
@@ -402,21 +434,21 @@ pub fn validate(
         .iter()
         .filter(|s| (s.predicted_lo_s..=s.predicted_hi_s).contains(&s.measured_s))
         .count();
-    let mut worst = out_layers.clone();
+    let mut worst = layers.clone();
     worst.sort_by(|a, b| {
         let d = |l: &LayerPoint| (l.predicted_s - l.measured_s).abs();
         d(b).total_cmp(&d(a))
     });
-    Ok(Validation {
+    Validation {
         system: system.name.clone(),
         device: system.device.name.clone(),
         device_kind: system.device.kind,
         summary: Summary {
-            median_abs_rel_error: steps.median_abs_rel_error,
-            max_abs_rel_error: steps.max_abs_rel_error,
+            median_abs_rel_error: step_stats.median_abs_rel_error,
+            max_abs_rel_error: step_stats.max_abs_rel_error,
             memory_median_abs_rel_error: memory.median_abs_rel_error,
             memory_max_abs_rel_error: memory.max_abs_rel_error,
-            steps,
+            steps: step_stats,
             layers: ErrorStats::of(&layer_errors),
             memory,
             interval_steps: judged.len(),
@@ -426,10 +458,10 @@ pub fn validate(
                 inside as f64 / judged.len() as f64
             },
         },
-        steps: out_steps,
+        steps,
         worst_layers: worst,
-        layers: out_layers,
-    })
+        layers,
+    }
 }
 
 #[cfg(test)]

@@ -200,28 +200,7 @@ impl Trace {
                 }
             }
         }
-        // Communication per step, and how far it ran past the step's last backward function.
-        let (mut comm, mut exposed) = (vec![0.0; nsteps], vec![0.0; nsteps]);
-        let mut collectives = vec![Vec::new(); nsteps];
-        for (step, (c, x)) in comm.iter_mut().zip(exposed.iter_mut()).enumerate() {
-            let in_step = |t: f64| self.steps.get(step).is_none_or(|s| s.holds(t));
-            let mut spans: Vec<&Span> = self.comm.iter().filter(|c| in_step(c.ts)).collect();
-            spans.sort_by(|a, b| a.ts.total_cmp(&b.ts));
-            collectives[step] = spans.iter().map(|s| s.dur / 1e6).collect();
-            *c = spans.iter().map(|s| s.dur).sum::<f64>() / 1e6;
-            let backward_end = top
-                .iter()
-                .filter(|(i, s)| *s == step && self.ops[*i].name.starts_with(BACKWARD))
-                .map(|(i, _)| self.ops[*i].end())
-                .fold(f64::NEG_INFINITY, f64::max);
-            let comm_end = spans
-                .iter()
-                .map(|s| s.ts + s.dur)
-                .fold(f64::NEG_INFINITY, f64::max);
-            if comm_end.is_finite() && backward_end.is_finite() {
-                *x = ((comm_end - backward_end) / 1e6).clamp(0.0, *c);
-            }
-        }
+        let (comm, exposed, collectives) = self.comm_per_step(&top, nsteps);
         let has_comm = !self.comm.is_empty();
         let steps = if self.steps.is_empty() {
             let start = self.ops.iter().map(|o| o.ts).fold(f64::INFINITY, f64::min);
@@ -258,6 +237,38 @@ impl Trace {
                 .collect(),
             host: host::times(self, graph, &forward_passes, &backward_passes),
         })
+    }
+
+    /// Communication per step, seconds: its total, how far it ran past the step's last
+    /// backward function (the exposed part), and each collective's time in order. `top`
+    /// holds the top-level ops with their steps.
+    fn comm_per_step(
+        &self,
+        top: &[(usize, usize)],
+        nsteps: usize,
+    ) -> (Vec<f64>, Vec<f64>, Vec<Vec<f64>>) {
+        let (mut comm, mut exposed) = (vec![0.0; nsteps], vec![0.0; nsteps]);
+        let mut collectives = vec![Vec::new(); nsteps];
+        for (step, (c, x)) in comm.iter_mut().zip(exposed.iter_mut()).enumerate() {
+            let in_step = |t: f64| self.steps.get(step).is_none_or(|s| s.holds(t));
+            let mut spans: Vec<&Span> = self.comm.iter().filter(|c| in_step(c.ts)).collect();
+            spans.sort_by(|a, b| a.ts.total_cmp(&b.ts));
+            collectives[step] = spans.iter().map(|s| s.dur / 1e6).collect();
+            *c = spans.iter().map(|s| s.dur).sum::<f64>() / 1e6;
+            let backward_end = top
+                .iter()
+                .filter(|(i, s)| *s == step && self.ops[*i].name.starts_with(BACKWARD))
+                .map(|(i, _)| self.ops[*i].end())
+                .fold(f64::NEG_INFINITY, f64::max);
+            let comm_end = spans
+                .iter()
+                .map(|s| s.ts + s.dur)
+                .fold(f64::NEG_INFINITY, f64::max);
+            if comm_end.is_finite() && backward_end.is_finite() {
+                *x = ((comm_end - backward_end) / 1e6).clamp(0.0, *c);
+            }
+        }
+        (comm, exposed, collectives)
     }
 
     /// Adds op `j` to `gemms` where it is a 2-D product (`aten::mm`, or `aten::addmm`'s).

@@ -249,12 +249,26 @@ fn module_depths(code: &str) -> Vec<usize> {
     out
 }
 
+/// Where the next `use` item starts in `code`: the word `use`, but not a precise-capturing
+/// bound's `use<..>` (`impl Fn() + use<>`).
+fn find_use_item(code: &str) -> Option<usize> {
+    let mut from = 0;
+    while let Some(at) = find_word(&code[from..], "use") {
+        let at = from + at;
+        if !code[at + 3..].trim_start().starts_with('<') {
+            return Some(at);
+        }
+        from = at + 3;
+    }
+    None
+}
+
 fn uses(code: &str, children: &[String]) -> Uses {
     let depths = module_depths(code);
     let depth_at = |rest: &str, at: usize| depths[code.len() - rest.len() + at];
     let mut trees = Vec::new();
     let mut rest = code;
-    while let Some(at) = find_word(rest, "use") {
+    while let Some(at) = find_use_item(rest) {
         let depth = depth_at(rest, at);
         let before = rest[..at].trim_end();
         let public = before.ends_with("pub") || before.ends_with(')') && before.contains("pub(");
@@ -275,7 +289,7 @@ fn uses(code: &str, children: &[String]) -> Uses {
     // (blanked to spaces, so positions stay those of `code`).
     let mut outside = String::new();
     let mut rest = code;
-    while let Some(at) = find_word(rest, "use") {
+    while let Some(at) = find_use_item(rest) {
         outside.push_str(&rest[..at]);
         rest = &rest[at..];
         let end = rest.find(';').map_or(rest.len(), |e| e + 1);
@@ -565,12 +579,14 @@ fn the_layer_check_sees_uses_through_every_kind_of_path() {
     write("lib.rs", "mod a;\nmod b;\nmod c;\npub use c::Thing;\n");
     write("b/mod.rs", "pub mod d;\n");
     // a -> c through a use tree, c -> a and c -> b::d through inline paths, b::d -> c
-    // through `super::super`; a comment's and a test module's uses of b are no uses.
+    // through `super::super`; a comment's and a test module's uses of b are no uses, nor
+    // is a precise-capturing bound (`+ use<>`).
     write("a.rs", "use crate::{c::{self, Other}};\n// use crate::b;\n");
     write("b/d.rs", "fn f() { super::super::c::g(); }\n");
     write(
         "c.rs",
         "fn g() -> crate::a::X { todo() }\nfn h(_: crate::b::d::D) {}\n\
+         fn k() -> impl Fn() -> u8 + use<> { let v = 1; move || v }\n\
          #[cfg(test)]\n#[allow(unused)]\nmod tests { use crate::b; }\n",
     );
     let found = crate_loops(&dir, "src");

@@ -38,6 +38,43 @@ pub(super) struct TraceOp {
 }
 
 impl TraceOp {
+    /// A `cpu_op` event `e` named `name` with its `args`, at `ts` for `dur` microseconds.
+    fn of(name: &str, e: &Value, args: &Value, ts: f64, dur: f64) -> TraceOp {
+        let dims = args
+            .get("Input Dims")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .map(|d| {
+                        d.as_array()
+                            .map(|d| d.iter().filter_map(Value::as_i64).collect())
+                            .unwrap_or_default()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let types = args
+            .get("Input type")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .map(|t| t.as_str().unwrap_or_default().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        TraceOp {
+            name: name.to_owned(),
+            tid: e.get("tid").map(Value::to_string).unwrap_or_default(),
+            ts,
+            dur,
+            seq: args.get("Sequence number").and_then(Value::as_i64),
+            external: args.get("External id").and_then(Value::as_i64),
+            dims,
+            types,
+            parent: None,
+        }
+    }
+
     pub(super) fn end(&self) -> f64 {
         self.ts + self.dur
     }
@@ -165,65 +202,11 @@ impl Trace {
                     "{file}: event {i} (`traceEvents[{i}]`): {what}; the trace is damaged"
                 ))
             };
-            let name = e
-                .get("name")
-                .and_then(Value::as_str)
-                .ok_or_else(|| bad("no `name`"))?;
-            let ts = e.get("ts").and_then(number).ok_or_else(|| bad("no `ts`"))?;
-            let dur = e
-                .get("dur")
-                .and_then(number)
-                .ok_or_else(|| bad("no `dur`"))?;
-            if !(ts.is_finite() && dur.is_finite() && dur >= 0.0) {
-                return Err(bad(&format!("`ts` {ts} or `dur` {dur} is not a span")));
-            }
-            // A profiled op or kernel of over an hour is no step's (the profiler writes
-            // microseconds).
-            if dur > MAX_DUR_US || ts.abs() > MAX_TS_US {
-                return Err(bad(&format!(
-                    "`dur` {dur} us or `ts` {ts} us is beyond any profiled step (an op at most \
-                     {MAX_DUR_US:e} us, one hour; times since the epoch at most {MAX_TS_US:e} \
-                     us)"
-                )));
-            }
+            let (name, ts, dur) = span_of(e, &bad)?;
             let args = e.get("args").cloned().unwrap_or(Value::Null);
             let arg_i64 = |k: &str| args.get(k).and_then(Value::as_i64);
             match e.get("cat").and_then(Value::as_str) {
-                Some("cpu_op") => {
-                    let dims = args
-                        .get("Input Dims")
-                        .and_then(Value::as_array)
-                        .map(|a| {
-                            a.iter()
-                                .map(|d| {
-                                    d.as_array()
-                                        .map(|d| d.iter().filter_map(Value::as_i64).collect())
-                                        .unwrap_or_default()
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    let types = args
-                        .get("Input type")
-                        .and_then(Value::as_array)
-                        .map(|a| {
-                            a.iter()
-                                .map(|t| t.as_str().unwrap_or_default().to_owned())
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    ops.push(TraceOp {
-                        name: name.to_owned(),
-                        tid: e.get("tid").map(Value::to_string).unwrap_or_default(),
-                        ts,
-                        dur,
-                        seq: arg_i64("Sequence number"),
-                        external: arg_i64("External id"),
-                        dims,
-                        types,
-                        parent: None,
-                    });
-                }
+                Some("cpu_op") => ops.push(TraceOp::of(name, e, &args, ts, dur)),
                 Some("user_annotation") => {
                     let span = Span { ts, dur };
                     if name.starts_with("ProfilerStep#") {
@@ -274,26 +257,7 @@ impl Trace {
                  `activities=[ProfilerActivity.CPU, ...]`"
             )));
         }
-        // The op around each op on its thread.
-        let mut order: Vec<usize> = (0..ops.len()).collect();
-        order.sort_by(|&a, &b| {
-            (ops[a].tid.as_str(), ops[a].ts)
-                .partial_cmp(&(ops[b].tid.as_str(), ops[b].ts))
-                .unwrap_or(std::cmp::Ordering::Equal)
-                .then(ops[b].dur.total_cmp(&ops[a].dur))
-        });
-        let mut stack: Vec<usize> = Vec::new();
-        for i in order {
-            while let Some(&top) = stack.last() {
-                let t = &ops[top];
-                if t.tid == ops[i].tid && ops[i].ts >= t.ts && ops[i].end() <= t.end() + 1e-3 {
-                    break;
-                }
-                stack.pop();
-            }
-            ops[i].parent = stack.last().copied();
-            stack.push(i);
-        }
+        nest(&mut ops);
         steps.sort_by(|a, b| a.ts.total_cmp(&b.ts));
         Ok(Trace {
             file: file.to_owned(),
@@ -471,4 +435,55 @@ pub(super) fn gradient_collective(name: &str) -> bool {
     ["allreduce", "reducescatter", "allgather"]
         .iter()
         .any(|k| n.contains(k))
+}
+
+/// A complete event's name, start and duration (microseconds), checked to be a span of a
+/// profiled step; `bad` words the error.
+fn span_of<'e>(e: &'e Value, bad: &dyn Fn(&str) -> Error) -> Result<(&'e str, f64, f64)> {
+    let name = e
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("no `name`"))?;
+    let ts = e.get("ts").and_then(number).ok_or_else(|| bad("no `ts`"))?;
+    let dur = e
+        .get("dur")
+        .and_then(number)
+        .ok_or_else(|| bad("no `dur`"))?;
+    if !(ts.is_finite() && dur.is_finite() && dur >= 0.0) {
+        return Err(bad(&format!("`ts` {ts} or `dur` {dur} is not a span")));
+    }
+    // A profiled op or kernel of over an hour is no step's (the profiler writes
+    // microseconds).
+    if dur > MAX_DUR_US || ts.abs() > MAX_TS_US {
+        return Err(bad(&format!(
+            "`dur` {dur} us or `ts` {ts} us is beyond any profiled step (an op at most \
+             {MAX_DUR_US:e} us, one hour; times since the epoch at most {MAX_TS_US:e} \
+             us)"
+        )));
+    }
+    Ok((name, ts, dur))
+}
+
+/// Sets each op's parent: the op around it on its thread (the longest first where two
+/// start together).
+fn nest(ops: &mut [TraceOp]) {
+    let mut order: Vec<usize> = (0..ops.len()).collect();
+    order.sort_by(|&a, &b| {
+        (ops[a].tid.as_str(), ops[a].ts)
+            .partial_cmp(&(ops[b].tid.as_str(), ops[b].ts))
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(ops[b].dur.total_cmp(&ops[a].dur))
+    });
+    let mut stack: Vec<usize> = Vec::new();
+    for i in order {
+        while let Some(&top) = stack.last() {
+            let t = &ops[top];
+            if t.tid == ops[i].tid && ops[i].ts >= t.ts && ops[i].end() <= t.end() + 1e-3 {
+                break;
+            }
+            stack.pop();
+        }
+        ops[i].parent = stack.last().copied();
+        stack.push(i);
+    }
 }

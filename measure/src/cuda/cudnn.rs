@@ -253,6 +253,10 @@ pub(crate) struct Pass {
     chosen: usize,
 }
 
+/// One of find's candidates: its algorithm's name, whether it ran, its time (ms), its
+/// workspace (bytes) and the algorithm.
+type Ranked = (String, bool, f32, usize, Algo);
+
 #[derive(Clone, Copy)]
 enum Algo {
     Fwd(sys::cudnnConvolutionFwdAlgo_t),
@@ -284,9 +288,8 @@ impl Pass {
             viable: Vec::new(),
             chosen: 0,
         };
-        let mut returned = 0;
         // Each arm: (algorithm, status, time ms, memory) of every candidate, fastest first.
-        let ranked: Vec<(String, bool, f32, usize, Algo)> = match pass {
+        let ranked: Vec<Ranked> = match pass {
             ConvPass::Backward => {
                 return Err(CudnnFailure {
                     call: "cudnnFind*AlgorithmEx",
@@ -295,119 +298,9 @@ impl Pass {
                         .into(),
                 });
             }
-            ConvPass::Forward => {
-                // SAFETY: an all-zero bit pattern is a valid value of this plain C struct
-                // (enums with a zero variant, numbers and an int array); cuDNN overwrites
-                // the first `returned` entries.
-                let mut perf: Vec<sys::cudnnConvolutionFwdAlgoPerf_t> =
-                    vec![unsafe { std::mem::zeroed() }; CANDIDATES];
-                // SAFETY: handle and descriptors are live; the buffers are device
-                // allocations sized by `g` for this pass (the backend allocates them from
-                // the same geometry); `perf` has room for CANDIDATES results and the
-                // workspace for `workspace_bytes`.
-                status("cudnnFindConvolutionForwardAlgorithmEx", unsafe {
-                    sys::cudnnFindConvolutionForwardAlgorithmEx(
-                        handle.0,
-                        p.x.0,
-                        b.x,
-                        p.w.0,
-                        b.w,
-                        p.conv.0,
-                        p.y.0,
-                        b.y,
-                        CANDIDATES as i32,
-                        &mut returned,
-                        perf.as_mut_ptr(),
-                        b.workspace,
-                        b.workspace_bytes,
-                    )
-                })?;
-                perf.truncate(returned.max(0) as usize);
-                perf.iter()
-                    .map(|r| {
-                        let ok = r.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS;
-                        (
-                            format!("{:?}", r.algo),
-                            ok,
-                            r.time,
-                            r.memory,
-                            Algo::Fwd(r.algo),
-                        )
-                    })
-                    .collect()
-            }
-            ConvPass::BackwardData => {
-                // SAFETY: as above.
-                let mut perf: Vec<sys::cudnnConvolutionBwdDataAlgoPerf_t> =
-                    vec![unsafe { std::mem::zeroed() }; CANDIDATES];
-                // SAFETY: as above; here `y` holds dy and `x` receives dx.
-                status("cudnnFindConvolutionBackwardDataAlgorithmEx", unsafe {
-                    sys::cudnnFindConvolutionBackwardDataAlgorithmEx(
-                        handle.0,
-                        p.w.0,
-                        b.w,
-                        p.y.0,
-                        b.y,
-                        p.conv.0,
-                        p.x.0,
-                        b.x,
-                        CANDIDATES as i32,
-                        &mut returned,
-                        perf.as_mut_ptr(),
-                        b.workspace,
-                        b.workspace_bytes,
-                    )
-                })?;
-                perf.truncate(returned.max(0) as usize);
-                perf.iter()
-                    .map(|r| {
-                        let ok = r.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS;
-                        (
-                            format!("{:?}", r.algo),
-                            ok,
-                            r.time,
-                            r.memory,
-                            Algo::BwdData(r.algo),
-                        )
-                    })
-                    .collect()
-            }
-            ConvPass::BackwardFilter => {
-                // SAFETY: as above.
-                let mut perf: Vec<sys::cudnnConvolutionBwdFilterAlgoPerf_t> =
-                    vec![unsafe { std::mem::zeroed() }; CANDIDATES];
-                // SAFETY: as above; here `y` holds dy and `w` receives dw.
-                status("cudnnFindConvolutionBackwardFilterAlgorithmEx", unsafe {
-                    sys::cudnnFindConvolutionBackwardFilterAlgorithmEx(
-                        handle.0,
-                        p.x.0,
-                        b.x,
-                        p.y.0,
-                        b.y,
-                        p.conv.0,
-                        p.w.0,
-                        b.w,
-                        CANDIDATES as i32,
-                        &mut returned,
-                        perf.as_mut_ptr(),
-                        b.workspace,
-                        b.workspace_bytes,
-                    )
-                })?;
-                perf.truncate(returned.max(0) as usize);
-                perf.iter()
-                    .map(|r| {
-                        let ok = r.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS;
-                        (
-                            format!("{:?}", r.algo),
-                            ok,
-                            r.time,
-                            r.memory,
-                            Algo::BwdFilter(r.algo),
-                        )
-                    })
-                    .collect()
-            }
+            ConvPass::Forward => p.find_forward(handle, &b)?,
+            ConvPass::BackwardData => p.find_backward_data(handle, &b)?,
+            ConvPass::BackwardFilter => p.find_backward_filter(handle, &b)?,
         };
         let keep = viable(
             &ranked
@@ -448,6 +341,142 @@ impl Pass {
             ),
         ]);
         Ok((p, notes))
+    }
+
+    /// The forward pass's candidates as cuDNN's find ranks them on the buffers `b`,
+    /// fastest first.
+    fn find_forward(&self, handle: &Handle, b: &Buffers) -> Result<Vec<Ranked>, CudnnFailure> {
+        let mut returned = 0;
+        // SAFETY: an all-zero bit pattern is a valid value of this plain C struct
+        // (enums with a zero variant, numbers and an int array); cuDNN overwrites
+        // the first `returned` entries.
+        let mut perf: Vec<sys::cudnnConvolutionFwdAlgoPerf_t> =
+            vec![unsafe { std::mem::zeroed() }; CANDIDATES];
+        // SAFETY: handle and descriptors are live; the buffers are device
+        // allocations sized by the pass's geometry (the backend allocates them from
+        // the same geometry); `perf` has room for CANDIDATES results and the
+        // workspace for `workspace_bytes`.
+        status("cudnnFindConvolutionForwardAlgorithmEx", unsafe {
+            sys::cudnnFindConvolutionForwardAlgorithmEx(
+                handle.0,
+                self.x.0,
+                b.x,
+                self.w.0,
+                b.w,
+                self.conv.0,
+                self.y.0,
+                b.y,
+                CANDIDATES as i32,
+                &mut returned,
+                perf.as_mut_ptr(),
+                b.workspace,
+                b.workspace_bytes,
+            )
+        })?;
+        perf.truncate(returned.max(0) as usize);
+        Ok(perf
+            .iter()
+            .map(|r| {
+                let ok = r.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS;
+                (
+                    format!("{:?}", r.algo),
+                    ok,
+                    r.time,
+                    r.memory,
+                    Algo::Fwd(r.algo),
+                )
+            })
+            .collect())
+    }
+
+    /// Backward-data's candidates as cuDNN's find ranks them on the buffers `b`,
+    /// fastest first.
+    fn find_backward_data(
+        &self,
+        handle: &Handle,
+        b: &Buffers,
+    ) -> Result<Vec<Ranked>, CudnnFailure> {
+        let mut returned = 0;
+        // SAFETY: as in `find_forward`.
+        let mut perf: Vec<sys::cudnnConvolutionBwdDataAlgoPerf_t> =
+            vec![unsafe { std::mem::zeroed() }; CANDIDATES];
+        // SAFETY: as in `find_forward`; here `y` holds dy and `x` receives dx.
+        status("cudnnFindConvolutionBackwardDataAlgorithmEx", unsafe {
+            sys::cudnnFindConvolutionBackwardDataAlgorithmEx(
+                handle.0,
+                self.w.0,
+                b.w,
+                self.y.0,
+                b.y,
+                self.conv.0,
+                self.x.0,
+                b.x,
+                CANDIDATES as i32,
+                &mut returned,
+                perf.as_mut_ptr(),
+                b.workspace,
+                b.workspace_bytes,
+            )
+        })?;
+        perf.truncate(returned.max(0) as usize);
+        Ok(perf
+            .iter()
+            .map(|r| {
+                let ok = r.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS;
+                (
+                    format!("{:?}", r.algo),
+                    ok,
+                    r.time,
+                    r.memory,
+                    Algo::BwdData(r.algo),
+                )
+            })
+            .collect())
+    }
+
+    /// Backward-filter's candidates as cuDNN's find ranks them on the buffers `b`,
+    /// fastest first.
+    fn find_backward_filter(
+        &self,
+        handle: &Handle,
+        b: &Buffers,
+    ) -> Result<Vec<Ranked>, CudnnFailure> {
+        let mut returned = 0;
+        // SAFETY: as in `find_forward`.
+        let mut perf: Vec<sys::cudnnConvolutionBwdFilterAlgoPerf_t> =
+            vec![unsafe { std::mem::zeroed() }; CANDIDATES];
+        // SAFETY: as in `find_forward`; here `y` holds dy and `w` receives dw.
+        status("cudnnFindConvolutionBackwardFilterAlgorithmEx", unsafe {
+            sys::cudnnFindConvolutionBackwardFilterAlgorithmEx(
+                handle.0,
+                self.x.0,
+                b.x,
+                self.y.0,
+                b.y,
+                self.conv.0,
+                self.w.0,
+                b.w,
+                CANDIDATES as i32,
+                &mut returned,
+                perf.as_mut_ptr(),
+                b.workspace,
+                b.workspace_bytes,
+            )
+        })?;
+        perf.truncate(returned.max(0) as usize);
+        Ok(perf
+            .iter()
+            .map(|r| {
+                let ok = r.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS;
+                (
+                    format!("{:?}", r.algo),
+                    ok,
+                    r.time,
+                    r.memory,
+                    Algo::BwdFilter(r.algo),
+                )
+            })
+            .collect())
     }
 
     /// How many algorithms the pass can run: the distinct ones that ran under find and fit

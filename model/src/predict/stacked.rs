@@ -84,7 +84,9 @@ impl StepModel {
         m
     }
 
-    fn from_costs(
+    /// The model of no entries yet: the workload's totals, its footprint under the stack's
+    /// memory rules, the stack's constants and bands.
+    fn empty(
         graph: &Graph,
         one: &GraphCost<'_>,
         two: &GraphCost<'_>,
@@ -93,7 +95,7 @@ impl StepModel {
     ) -> StepModel {
         let precision = one.precision;
         let memory = stack_memory(graph, one, stack, None);
-        let mut m = StepModel {
+        StepModel {
             workload: graph.name().to_owned(),
             precision,
             matrix: Vec::new(),
@@ -136,7 +138,18 @@ impl StepModel {
                 memory: memory.clone(),
             },
             bands: super::step::Bands::of(stack),
-        };
+        }
+    }
+
+    fn from_costs(
+        graph: &Graph,
+        one: &GraphCost<'_>,
+        two: &GraphCost<'_>,
+        optimizer: Optimizer,
+        stack: &Stack,
+    ) -> StepModel {
+        let precision = one.precision;
+        let mut m = StepModel::empty(graph, one, two, optimizer, stack);
         let fp32 = 4.0 * one.params as f64;
         let compute_copy = if precision.compute_bytes() < 4 {
             one.params as f64 * precision.compute_bytes() as f64
@@ -148,24 +161,7 @@ impl StepModel {
         let needs = requires_grad(graph);
         let layers = graph.layers();
         let groups = fusion::groups(graph, &stack.fusion.value);
-        let mut head_of: Vec<Option<usize>> = vec![None; layers.len()];
-        for (gi, g) in groups.iter().enumerate() {
-            for &i in &g.members {
-                head_of[i] = Some(gi);
-            }
-        }
-        // A group runs where its last member ran.
-        let entries = (0..layers.len()).filter_map(|i| match head_of[i] {
-            Some(gi) if groups[gi].members.last() == Some(&i) => Some(Entry {
-                members: groups[gi].members.clone(),
-                group: Some(&groups[gi]),
-            }),
-            Some(_) => None,
-            None => Some(Entry {
-                members: vec![i],
-                group: None,
-            }),
-        });
+        let entries = entries(layers.len(), &groups);
         let elem = precision.compute_bytes() as f64;
         let host = &stack.host;
         let mut tensors = 0u64;
@@ -226,21 +222,12 @@ impl StepModel {
             }
             // The host's time of each pass: its op's (a per-op dispatch's, or a kind a
             // per-kernel dispatch lists), else its kernels'.
-            let kernel = host.kernel.as_ref().map_or(0.0, |k| k.value.value());
-            let pass = |table: &Option<crate::stack::OpTimes>, launches: u32, runs: bool| {
-                if !runs {
-                    return 0.0;
-                }
-                match (host.dispatch.value, table.as_ref().and_then(|t| t.of(kind))) {
-                    (Dispatch::Graph, _) => 0.0,
-                    (_, Some(t)) => t,
-                    (_, None) => kernel * f64::from(launches),
-                }
+            let hf = host_pass_s(host, &host.forward, kind, launches[0]);
+            let hb = if backward {
+                host_pass_s(host, &host.backward, kind, launches[1])
+            } else {
+                0.0
             };
-            let (hf, hb) = (
-                pass(&host.forward, launches[0], true),
-                pass(&host.backward, launches[1], backward),
-            );
             let own_tensors: u64 = e
                 .members
                 .iter()
@@ -292,6 +279,48 @@ impl StepModel {
         m.host_update = tensors as f64 * host.optimizer_tensor.value.value();
         m.host_step = host.graph.as_ref().map_or(0.0, |g| g.value.value());
         m
+    }
+}
+
+/// The step model's entries over `n` layers: each fused group where its last member ran,
+/// each layer outside a group on its own.
+fn entries(n: usize, groups: &[Group]) -> Vec<Entry<'_>> {
+    let mut head_of: Vec<Option<usize>> = vec![None; n];
+    for (gi, g) in groups.iter().enumerate() {
+        for &i in &g.members {
+            head_of[i] = Some(gi);
+        }
+    }
+    // A group runs where its last member ran.
+    (0..n)
+        .filter_map(|i| match head_of[i] {
+            Some(gi) if groups[gi].members.last() == Some(&i) => Some(Entry {
+                members: groups[gi].members.clone(),
+                group: Some(&groups[gi]),
+            }),
+            Some(_) => None,
+            None => Some(Entry {
+                members: vec![i],
+                group: None,
+            }),
+        })
+        .collect()
+}
+
+/// The host's time of a pass of an op of `kind` that launches `launches` kernels: none
+/// under graph replay, else the op's time in the pass's `table` where the stack lists it,
+/// else its kernels' dispatch.
+fn host_pass_s(
+    host: &crate::stack::Host,
+    table: &Option<crate::stack::OpTimes>,
+    kind: &str,
+    launches: u32,
+) -> f64 {
+    let kernel = host.kernel.as_ref().map_or(0.0, |k| k.value.value());
+    match (host.dispatch.value, table.as_ref().and_then(|t| t.of(kind))) {
+        (Dispatch::Graph, _) => 0.0,
+        (_, Some(t)) => t,
+        (_, None) => kernel * f64::from(launches),
     }
 }
 

@@ -726,6 +726,16 @@ impl Config {
         if self.family().is_none() {
             return Err(unbuilt(file, &self.model_type));
         }
+        self.check_sizes(&bad)?;
+        self.check_head(&bad)?;
+        self.check_kv_heads(&bad)?;
+        self.check_experts(&bad)?;
+        self.check_heads(&bad)?;
+        self.check_options(&bad)
+    }
+
+    /// The sizes, each within ridgeline's bounds, and the parameters they give.
+    fn check_sizes(&self, bad: &dyn Fn(&str, String) -> Result<()>) -> Result<()> {
         for (field, v) in [
             ("vocab_size", self.vocab_size),
             ("hidden_size", self.hidden_size),
@@ -762,6 +772,12 @@ impl Config {
                 ),
             );
         }
+        Ok(())
+    }
+
+    /// The classification head: a model class ridgeline builds, the labels and the problem
+    /// type.
+    fn check_head(&self, bad: &dyn Fn(&str, String) -> Result<()>) -> Result<()> {
         if self.head().is_none() {
             let given = self
                 .architectures
@@ -801,6 +817,11 @@ impl Config {
                 ),
             );
         }
+        Ok(())
+    }
+
+    /// The key and value heads: each serves an equal group of the attention heads.
+    fn check_kv_heads(&self, bad: &dyn Fn(&str, String) -> Result<()>) -> Result<()> {
         if let Some(kv) = self.num_key_value_heads
             && (kv == 0 || !self.num_attention_heads.is_multiple_of(kv))
         {
@@ -813,6 +834,11 @@ impl Config {
                 ),
             );
         }
+        Ok(())
+    }
+
+    /// A mixture of experts: the experts, the experts per token and the capacity factor.
+    fn check_experts(&self, bad: &dyn Fn(&str, String) -> Result<()>) -> Result<()> {
         if let Some((experts, top_k)) = self.experts() {
             if experts == 0 || experts > MAX_DIM {
                 return bad(
@@ -849,6 +875,11 @@ impl Config {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// The head size, the rotary base, and heads that divide the hidden size.
+    fn check_heads(&self, bad: &dyn Fn(&str, String) -> Result<()>) -> Result<()> {
         if let Some(d) = self.head_dim
             && (d == 0 || !d.is_multiple_of(2) || d > MAX_DIM)
         {
@@ -884,6 +915,11 @@ impl Config {
                 ),
             );
         }
+        Ok(())
+    }
+
+    /// The activation, the norm's place, the embeddings' projection and the dropouts.
+    fn check_options(&self, bad: &dyn Fn(&str, String) -> Result<()>) -> Result<()> {
         if let Some(act) = &self.hidden_act
             && !matches!(
                 act.as_str(),

@@ -1141,7 +1141,6 @@ pub fn workload(args: &WorkloadReportRequest) -> Result<(Report, Prediction)> {
     let sc = &job.scenario;
     let p = predict::predict(job.inputs(system), sc, args.batch)?;
     let s = Style::Human;
-    let secs = |v: Seconds| s.seconds(v);
     let prediction = prediction_section(&p, system.node.devices.value);
 
     // Inside the step: the simulated timeline.
@@ -1188,13 +1187,50 @@ pub fn workload(args: &WorkloadReportRequest) -> Result<(Report, Prediction)> {
             &tables::memory_cols(),
         ));
 
-    // Roofline.
+    let roofline_section = roofline_section(graph, system, args, sc)?;
+
+    let scaling_section = scaling_section(&job, system, args, &p)?;
+
+    let report = Report {
+        title: format!("Workload report: {} on {}", p.workload, p.system),
+        intro: vec![format!(
+            "{} ({} parameters) on {} ({}), {}. Predicted with {}.",
+            p.workload,
+            s.count(job.model.params),
+            p.system,
+            p.device,
+            p.precision,
+            timed_by(&p, sc)
+        )],
+        sections: vec![
+            prediction,
+            step_section,
+            memory_section,
+            roofline_section,
+            batch_section,
+            scaling_section,
+        ],
+        provenance: args.provenance.clone(),
+    };
+    Ok((report, p))
+}
+
+/// The roofline section: the step on one device against the datasheet's ceilings, and
+/// the 15 longest layers.
+fn roofline_section(
+    graph: &ridgeline_model::graph::Graph,
+    system: &System,
+    args: &WorkloadReportRequest,
+    sc: &predict::Scenario,
+) -> Result<Section> {
+    let s = Style::Human;
+    let secs = |v: Seconds| s.seconds(v);
     let c = cost::cost(graph, args.batch, args.precision);
     let r = roofline::roofline(graph, &c, system, sc.efficiency)?;
     let mut longest: Vec<roofline::RooflineLayer<'_>> = r.layers.clone();
     longest.sort_by(|a, b| b.time.value().total_cmp(&a.time.value()));
     longest.truncate(15);
-    let roofline_section = Section::new("Roofline")
+    Ok(Section::new("Roofline")
         .fact(
             "step on one device",
             format!(
@@ -1215,9 +1251,18 @@ pub fn workload(args: &WorkloadReportRequest) -> Result<(Report, Prediction)> {
             "The 15 longest layers",
             &longest,
             &tables::roofline_cols(),
-        ));
+        )))
+}
 
-    // Scaling: weak (fixed local batch) over powers of two up to the machine.
+/// The scaling section: weak scaling (a fixed batch per device) over powers of two up to
+/// the machine, with why a count cannot run.
+fn scaling_section(
+    job: &Job,
+    system: &System,
+    args: &WorkloadReportRequest,
+    p: &Prediction,
+) -> Result<Section> {
+    let sc = &job.scenario;
     let nodes = procurement::node_counts(system.cluster.nodes.value);
     let weak = scale::weak(job.inputs(system), sc, args.batch, &nodes)?;
     let points: Vec<(f64, f64)> = weak
@@ -1252,59 +1297,41 @@ pub fn workload(args: &WorkloadReportRequest) -> Result<(Report, Prediction)> {
             r.infeasible.as_deref().unwrap_or_default()
         ));
     }
+    Ok(scaling_section)
+}
 
-    let report = Report {
-        title: format!("Workload report: {} on {}", p.workload, p.system),
-        intro: vec![format!(
-            "{} ({} parameters) on {} ({}), {}. Predicted with {}.",
-            p.workload,
-            s.count(job.model.params),
-            p.system,
-            p.device,
-            p.precision,
-            {
-                let t = p.outcome.compute_timed_by;
-                let ideal = format!(
-                    "the datasheet peaks at {:.0} % compute and {:.0} % memory efficiency",
-                    100.0 * sc.efficiency.compute,
-                    100.0 * sc.efficiency.memory
-                );
-                format!(
-                    "{}{}{}",
-                    if t.profile > 0 {
-                        format!("the calibrated profile's kernel models ({} layers) ", t.profile)
-                    } else {
-                        String::new()
-                    },
-                    if t.transfer > 0 {
-                        format!(
-                            "the transferred kernel model, fitted on measured GPU kernels of other devices ({} layers) ",
-                            t.transfer
-                        )
-                    } else {
-                        String::new()
-                    },
-                    if t.ideal > 0 {
-                        format!("{ideal} ({} layers)", t.ideal)
-                    } else {
-                        String::new()
-                    }
-                )
-                .trim_end()
-                .to_owned()
-            }
-        )],
-        sections: vec![
-            prediction,
-            step_section,
-            memory_section,
-            roofline_section,
-            batch_section,
-            scaling_section,
-        ],
-        provenance: args.provenance.clone(),
-    };
-    Ok((report, p))
+/// What timed the prediction's layers, in words: the calibrated profile's, the transferred
+/// or the datasheet's models, each with its layers.
+fn timed_by(p: &Prediction, sc: &predict::Scenario) -> String {
+    let t = p.outcome.compute_timed_by;
+    let ideal = format!(
+        "the datasheet peaks at {:.0} % compute and {:.0} % memory efficiency",
+        100.0 * sc.efficiency.compute,
+        100.0 * sc.efficiency.memory
+    );
+    format!(
+        "{}{}{}",
+        if t.profile > 0 {
+            format!("the calibrated profile's kernel models ({} layers) ", t.profile)
+        } else {
+            String::new()
+        },
+        if t.transfer > 0 {
+            format!(
+                "the transferred kernel model, fitted on measured GPU kernels of other devices ({} layers) ",
+                t.transfer
+            )
+        } else {
+            String::new()
+        },
+        if t.ideal > 0 {
+            format!("{ideal} ({} layers)", t.ideal)
+        } else {
+            String::new()
+        }
+    )
+    .trim_end()
+    .to_owned()
 }
 
 #[cfg(test)]

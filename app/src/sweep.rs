@@ -280,7 +280,7 @@ pub fn splits(
     progress: &(dyn Fn(u64) + Sync),
 ) -> anyhow::Result<SplitsFound> {
     use rayon::prelude::*;
-    use ridgeline_model::parallel::{self, Split};
+    use ridgeline_model::parallel::Split;
     use ridgeline_model::predict::Timing;
     use std::collections::BTreeMap;
     let total = split_count(search);
@@ -291,7 +291,6 @@ pub fn splits(
              lists (a stride: --nodes 1..1536:64, --batch 1,2,4,8)"
         );
     }
-    let (name, config, seq) = search.model;
     let timings: Vec<(usize, ridgeline_model::precision::Precision, Timing<'_>)> = search
         .systems
         .iter()
@@ -312,37 +311,7 @@ pub fn splits(
                 .flat_map(move |&k| search.expert.iter().map(move |&e| (t, k, e)))
         })
         .collect();
-    let prepared: BTreeMap<(usize, u32, u32), Result<parallel::Prepared<'_>, String>> = keys
-        .par_iter()
-        .map(|&(t, tensor, expert)| {
-            let (i, precision, timing) = &timings[t];
-            let p = parallel::prepare(
-                name,
-                config,
-                seq,
-                parallel::Degrees { tensor, expert },
-                &search.systems[*i],
-                *precision,
-                search.optimizer,
-                search.stack,
-                timing,
-            )
-            .map_err(|e| left_out(&e));
-            ((t, tensor, expert), p)
-        })
-        .collect();
-    let layouts = |pipeline: u32| -> Vec<(u32, u32)> {
-        let defaults = [pipeline, 2 * pipeline, 4 * pipeline];
-        let micros = if search.micro_batches.is_empty() {
-            &defaults[..]
-        } else {
-            search.micro_batches
-        };
-        micros
-            .iter()
-            .flat_map(|&m| search.virtual_stages.iter().map(move |&v| (m, v)))
-            .collect()
-    };
+    let prepared = prepare_all(search, &timings, &keys);
     // The outer combinations (system and precision, tensor degree, node count), each a task
     // that tries every pipeline depth, layout and batch.
     let outer: Vec<(usize, u32, u32, u32)> = keys
@@ -377,7 +346,7 @@ pub fn splits(
                 .map_or(f64::INFINITY, |m| m.value.value());
             let devices = u64::from(system.node.devices.value) * u64::from(nodes);
             for &pipeline in search.pipeline {
-                let layouts = layouts(pipeline);
+                let layouts = layouts(search, pipeline);
                 let here = (layouts.len() * search.batches.len()) as u64;
                 tried += here;
                 let replica = u64::from(tensor) * u64::from(pipeline);
@@ -441,6 +410,59 @@ pub fn splits(
         feasible,
         rejected,
     })
+}
+
+/// One preparation a system and precision (`timings`), tensor- and expert-parallel degree
+/// (`keys`), on every core; why it failed where it did.
+#[allow(clippy::type_complexity)]
+fn prepare_all<'s>(
+    search: &'s SplitSearch<'_>,
+    timings: &'s [(
+        usize,
+        ridgeline_model::precision::Precision,
+        ridgeline_model::predict::Timing<'s>,
+    )],
+    keys: &[(usize, u32, u32)],
+) -> std::collections::BTreeMap<
+    (usize, u32, u32),
+    Result<ridgeline_model::parallel::Prepared<'s>, String>,
+> {
+    use rayon::prelude::*;
+    use ridgeline_model::parallel;
+    let (name, config, seq) = search.model;
+    keys.par_iter()
+        .map(|&(t, tensor, expert)| {
+            let (i, precision, timing) = &timings[t];
+            let p = parallel::prepare(
+                name,
+                config,
+                seq,
+                parallel::Degrees { tensor, expert },
+                &search.systems[*i],
+                *precision,
+                search.optimizer,
+                search.stack,
+                timing,
+            )
+            .map_err(|e| left_out(&e));
+            ((t, tensor, expert), p)
+        })
+        .collect()
+}
+
+/// The pipeline layouts a depth of `pipeline` tries: each micro-batch count (the search's,
+/// else 1, 2 and 4 a stage) with each number of virtual stages.
+fn layouts(search: &SplitSearch<'_>, pipeline: u32) -> Vec<(u32, u32)> {
+    let defaults = [pipeline, 2 * pipeline, 4 * pipeline];
+    let micros = if search.micro_batches.is_empty() {
+        &defaults[..]
+    } else {
+        search.micro_batches
+    };
+    micros
+        .iter()
+        .flat_map(|&m| search.virtual_stages.iter().map(move |&v| (m, v)))
+        .collect()
 }
 
 /// The columns of the best splits.

@@ -256,18 +256,7 @@ pub(crate) fn counts(graph: &Graph, layer: &Layer) -> Counts {
             out_features,
             bias,
             tied,
-        } => {
-            let (weights, macs) = matrix_size(graph, layer);
-            let bias = if *bias { *out_features as u64 } else { 0 };
-            if *tied {
-                Counts {
-                    shared: weights,
-                    ..matrix_counts(bias, macs)
-                }
-            } else {
-                matrix_counts(weights + bias, macs)
-            }
-        }
+        } => linear_counts(graph, layer, *out_features, *bias, *tied),
         // Both inputs' gradients; `cost` keeps those an input needs.
         Op::MatMul => {
             let (_, macs) = matrix_size(graph, layer);
@@ -309,26 +298,51 @@ pub(crate) fn counts(graph: &Graph, layer: &Layer) -> Counts {
             flops_fwd: in_elems,
             ..Counts::default()
         },
-        Op::Moe(m) => {
-            let (weights, macs) = matrix_size(graph, layer);
-            let s = MoeShape::of(m, in_shape(0).dims());
-            // Its element-wise kernels' FLOPs are whole numbers of elements.
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            let vector = |backward| {
-                moe_passes(m, &s, 2.0, backward)
-                    .iter()
-                    .map(|p| p.flops)
-                    .sum::<f64>() as u64
-            };
-            Counts {
-                params: weights,
-                macs,
-                flops_fwd: 2 * macs + vector(false),
-                flops_bwd_data: 2 * macs + vector(true),
-                flops_bwd_weight: 2 * macs,
-                shared: 0,
-            }
+        Op::Moe(m) => moe_counts(graph, layer, m),
+    }
+}
+
+/// A linear layer's counts: its weights (shared, not owned, where tied to another layer's)
+/// and its bias.
+fn linear_counts(
+    graph: &Graph,
+    layer: &Layer,
+    out_features: usize,
+    bias: bool,
+    tied: bool,
+) -> Counts {
+    let (weights, macs) = matrix_size(graph, layer);
+    let bias = if bias { out_features as u64 } else { 0 };
+    if tied {
+        Counts {
+            shared: weights,
+            ..matrix_counts(bias, macs)
         }
+    } else {
+        matrix_counts(weights + bias, macs)
+    }
+}
+
+/// A mixture of experts' counts: the router's and the experts' products, and its
+/// element-wise kernels' FLOPs.
+fn moe_counts(graph: &Graph, layer: &Layer, m: &crate::graph::Moe) -> Counts {
+    let (weights, macs) = matrix_size(graph, layer);
+    let s = MoeShape::of(m, graph.layers()[layer.inputs[0]].output.dims());
+    // Its element-wise kernels' FLOPs are whole numbers of elements.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let vector = |backward| {
+        moe_passes(m, &s, 2.0, backward)
+            .iter()
+            .map(|p| p.flops)
+            .sum::<f64>() as u64
+    };
+    Counts {
+        params: weights,
+        macs,
+        flops_fwd: 2 * macs + vector(false),
+        flops_bwd_data: 2 * macs + vector(true),
+        flops_bwd_weight: 2 * macs,
+        shared: 0,
     }
 }
 
@@ -911,46 +925,7 @@ pub fn cost(graph: &Graph, batch: u64, precision: Precision) -> GraphCost<'_> {
         if backward {
             hbm_bwd += act * (out_elems * b); // output gradient
             hbm_bwd += Bytes::new(extra_bwd * b);
-            let (weights_of_attention, repeated_kv) = match &layer.op {
-                Op::Attention(a) => {
-                    let s = attention_shape(graph, layer, a);
-                    (
-                        (s.heads * s.scores) as f64,
-                        (2 * s.hidden * s.seq_kv) as f64,
-                    )
-                }
-                _ => (0.0, 0.0),
-            };
-            let mut tensors: SmallVec<[(Bytes, Option<NodeId>); 4]> = SmallVec::new();
-            for s in saved(&layer.op) {
-                match *s {
-                    Saved::Input(k) => {
-                        tensors.push((act * (elems(layer.inputs[k]) * b), Some(layer.inputs[k])))
-                    }
-                    Saved::Inputs => {
-                        for &j in &layer.inputs {
-                            tensors.push((act * (elems(j) * b), Some(j)));
-                        }
-                    }
-                    Saved::Output => tensors.push((act * (out_elems * b), Some(i))),
-                    Saved::PrivateLikeInput => tensors.push((act * (in_elems * b), None)),
-                    Saved::Mask => tensors.push((mask_bytes, None)),
-                    Saved::Scores => tensors.push((act * (weights_of_attention * b), None)),
-                    Saved::ScoresMask => tensors.push((Bytes::new(weights_of_attention * b), None)),
-                    Saved::RepeatedKv => tensors.push((act * (repeated_kv * b), None)),
-                    Saved::Stats => tensors.push((
-                        Bytes::new(4.0 * stats_elements(graph, layer) as f64 * b),
-                        None,
-                    )),
-                    Saved::Experts => {
-                        if let Op::Moe(m) = &layer.op {
-                            let s = MoeShape::of(m, layers[layer.inputs[0]].output.dims());
-                            tensors
-                                .push((Bytes::new(moe_saved_bytes(m, &s, act.value()) * b), None));
-                        }
-                    }
-                }
-            }
+            let tensors = saved_tensors(graph, i, act, b, mask_bytes);
             for (bytes, node) in tensors {
                 hbm_bwd += bytes;
                 match node {
@@ -1041,6 +1016,63 @@ pub fn cost(graph: &Graph, batch: u64, precision: Precision) -> GraphCost<'_> {
         activation_bytes: sum_bytes(|r| r.activation_bytes),
         layers: rows,
     }
+}
+
+/// What node `i`'s backward pass reads of what its forward kept ([`saved`]), bytes at batch
+/// `b` with activations of `act` bytes and a dropout mask of `mask_bytes`: each with the
+/// node whose output it is, where it is one (kept once however many read it).
+fn saved_tensors(
+    graph: &Graph,
+    i: NodeId,
+    act: Bytes,
+    b: f64,
+    mask_bytes: Bytes,
+) -> SmallVec<[(Bytes, Option<NodeId>); 4]> {
+    let layers = graph.layers();
+    let layer = &layers[i];
+    let elems = |j: NodeId| layers[j].output.elements() as f64;
+    let in_elems: f64 = layer.inputs.iter().map(|&j| elems(j)).sum();
+    let out_elems = elems(i);
+    let (weights_of_attention, repeated_kv) = match &layer.op {
+        Op::Attention(a) => {
+            let s = attention_shape(graph, layer, a);
+            (
+                (s.heads * s.scores) as f64,
+                (2 * s.hidden * s.seq_kv) as f64,
+            )
+        }
+        _ => (0.0, 0.0),
+    };
+    let mut tensors: SmallVec<[(Bytes, Option<NodeId>); 4]> = SmallVec::new();
+    for s in saved(&layer.op) {
+        match *s {
+            Saved::Input(k) => {
+                tensors.push((act * (elems(layer.inputs[k]) * b), Some(layer.inputs[k])))
+            }
+            Saved::Inputs => {
+                for &j in &layer.inputs {
+                    tensors.push((act * (elems(j) * b), Some(j)));
+                }
+            }
+            Saved::Output => tensors.push((act * (out_elems * b), Some(i))),
+            Saved::PrivateLikeInput => tensors.push((act * (in_elems * b), None)),
+            Saved::Mask => tensors.push((mask_bytes, None)),
+            Saved::Scores => tensors.push((act * (weights_of_attention * b), None)),
+            Saved::ScoresMask => tensors.push((Bytes::new(weights_of_attention * b), None)),
+            Saved::RepeatedKv => tensors.push((act * (repeated_kv * b), None)),
+            Saved::Stats => tensors.push((
+                Bytes::new(4.0 * stats_elements(graph, layer) as f64 * b),
+                None,
+            )),
+            Saved::Experts => {
+                if let Op::Moe(m) = &layer.op {
+                    let s = MoeShape::of(m, layers[layer.inputs[0]].output.dims());
+                    tensors.push((Bytes::new(moe_saved_bytes(m, &s, act.value()) * b), None));
+                }
+            }
+        }
+    }
+    tensors
 }
 
 #[cfg(test)]

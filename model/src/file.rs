@@ -553,34 +553,7 @@ fn to_op(l: &RawLayer, rank: usize) -> Result<Op, String> {
             heads: l.heads.unwrap_or(0),
             theta: l.theta.unwrap_or(ROPE_THETA),
         },
-        "attention" => {
-            let causal = l.causal.unwrap_or(false);
-            let mask = match l.mask.as_deref() {
-                None => ScoreMask::default_for(causal),
-                Some(m) => ScoreMask::ALL
-                    .into_iter()
-                    .find(|f| f.name() == m)
-                    .ok_or_else(|| {
-                        format!(
-                            "mask = \"{m}\" is not a mask form; use {}",
-                            ScoreMask::ALL.map(ScoreMask::name).join(", ")
-                        )
-                    })?,
-            };
-            let heads = l.heads.unwrap_or(0);
-            Op::Attention(Attention {
-                heads,
-                kv_heads: l.kv_heads.unwrap_or(heads),
-                causal,
-                dropout: l.rate.unwrap_or(0.0),
-                fused: l.fused.unwrap_or(false),
-                mask,
-                clamp: l.clamp.unwrap_or(false),
-                scale_queries: l.scale_queries.unwrap_or(false),
-                window: l.window.unwrap_or(0),
-                shift: l.shift.unwrap_or(0),
-            })
-        }
+        "attention" => Op::Attention(attention(l)?),
         "gather" => Op::Gather {
             edges: l.edges.unwrap_or(0),
         },
@@ -590,31 +563,64 @@ fn to_op(l: &RawLayer, rank: usize) -> Result<Op, String> {
         "segment-sum" => Op::SegmentSum {
             segments: l.segments.unwrap_or(0),
         },
-        "moe" => {
-            let experts = l.experts.unwrap_or(0);
-            let activation = match l.activation.as_deref() {
-                None => ExpertActivation::Silu,
-                Some(a) => ExpertActivation::ALL
-                    .into_iter()
-                    .find(|f| f.name() == a)
-                    .ok_or_else(|| {
-                        format!(
-                            "activation = \"{a}\" is not an expert activation; use {}",
-                            ExpertActivation::ALL.map(ExpertActivation::name).join(", ")
-                        )
-                    })?,
-            };
-            Op::Moe(Moe {
-                experts,
-                local: l.local.unwrap_or(experts),
-                top_k: l.top_k.unwrap_or(0),
-                ffn: l.ffn.unwrap_or(0),
-                gated: l.gated.unwrap_or(true),
-                activation,
-                capacity_factor: l.capacity_factor,
-            })
-        }
+        "moe" => Op::Moe(moe(l)?),
         other => return Err(format!("op `{other}` has no builder")),
+    })
+}
+
+/// An attention layer's fields: heads, the mask's form, dropout and the kernel's form.
+fn attention(l: &RawLayer) -> Result<Attention, String> {
+    let causal = l.causal.unwrap_or(false);
+    let mask = match l.mask.as_deref() {
+        None => ScoreMask::default_for(causal),
+        Some(m) => ScoreMask::ALL
+            .into_iter()
+            .find(|f| f.name() == m)
+            .ok_or_else(|| {
+                format!(
+                    "mask = \"{m}\" is not a mask form; use {}",
+                    ScoreMask::ALL.map(ScoreMask::name).join(", ")
+                )
+            })?,
+    };
+    let heads = l.heads.unwrap_or(0);
+    Ok(Attention {
+        heads,
+        kv_heads: l.kv_heads.unwrap_or(heads),
+        causal,
+        dropout: l.rate.unwrap_or(0.0),
+        fused: l.fused.unwrap_or(false),
+        mask,
+        clamp: l.clamp.unwrap_or(false),
+        scale_queries: l.scale_queries.unwrap_or(false),
+        window: l.window.unwrap_or(0),
+        shift: l.shift.unwrap_or(0),
+    })
+}
+
+/// A mixture of experts' fields: experts, routing, the experts' feed-forward and activation.
+fn moe(l: &RawLayer) -> Result<Moe, String> {
+    let experts = l.experts.unwrap_or(0);
+    let activation = match l.activation.as_deref() {
+        None => ExpertActivation::Silu,
+        Some(a) => ExpertActivation::ALL
+            .into_iter()
+            .find(|f| f.name() == a)
+            .ok_or_else(|| {
+                format!(
+                    "activation = \"{a}\" is not an expert activation; use {}",
+                    ExpertActivation::ALL.map(ExpertActivation::name).join(", ")
+                )
+            })?,
+    };
+    Ok(Moe {
+        experts,
+        local: l.local.unwrap_or(experts),
+        top_k: l.top_k.unwrap_or(0),
+        ffn: l.ffn.unwrap_or(0),
+        gated: l.gated.unwrap_or(true),
+        activation,
+        capacity_factor: l.capacity_factor,
     })
 }
 

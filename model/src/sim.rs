@@ -179,14 +179,10 @@ pub fn buckets(layers: &[SimLayer], first_bytes: f64, bucket_bytes: f64) -> Vec<
     out
 }
 
-/// Simulates one step of `layers` (in forward order) with `allreduce` giving the time of an
-/// allreduce of so many bytes across the ranks.
-pub fn simulate(layers: &[SimLayer], allreduce: &dyn Fn(f64) -> f64, o: &SimOptions) -> Simulated {
-    let n = layers.len();
-    let ranks = o.ranks.max(1) as usize;
-    let t0 = if o.prefetch == 0 { o.input_s } else { 0.0 };
-    let buckets = buckets(layers, o.first_bucket_bytes, o.bucket_bytes);
-    // Every rank's backward: when each layer's backward ends, and the critical rank.
+/// Every rank's `(forward, backward)` time of each layer, each the layer's time times a
+/// factor drawn from a normal distribution of spread `o.cv` (at least [`MIN_FACTOR`]),
+/// rank by rank from the seeded stream; the layers' own times without a spread.
+fn draw(layers: &[SimLayer], o: &SimOptions) -> Vec<Vec<(f64, f64)>> {
     let normal = Normal::new(0.0, 1.0).ok();
     let mut rng = StdRng::seed_from_u64(o.seed);
     let mut factor = || -> f64 {
@@ -198,15 +194,25 @@ pub fn simulate(layers: &[SimLayer], allreduce: &dyn Fn(f64) -> f64, o: &SimOpti
             _ => 1.0,
         }
     };
-    // Every rank's layer times, drawn rank by rank.
-    let drawn: Vec<Vec<(f64, f64)>> = (0..ranks)
+    (0..o.ranks.max(1))
         .map(|_| {
             layers
                 .iter()
                 .map(|l| (l.forward_s * factor(), l.backward_s * factor()))
                 .collect()
         })
-        .collect();
+        .collect()
+}
+
+/// Simulates one step of `layers` (in forward order) with `allreduce` giving the time of an
+/// allreduce of so many bytes across the ranks.
+pub fn simulate(layers: &[SimLayer], allreduce: &dyn Fn(f64) -> f64, o: &SimOptions) -> Simulated {
+    let n = layers.len();
+    let ranks = o.ranks.max(1) as usize;
+    let t0 = if o.prefetch == 0 { o.input_s } else { 0.0 };
+    let buckets = buckets(layers, o.first_bucket_bytes, o.bucket_bytes);
+    // Every rank's layer times, drawn rank by rank.
+    let drawn = draw(layers, o);
     // The ranks run side by side; a layer's collective waits for the slowest of them.
     let mut clock = vec![t0; ranks];
     let sync = |clock: &mut [f64], d: f64| {

@@ -9,23 +9,22 @@
 //! matmul, embedding, norms, softmax, GELU, SiLU, attention, gather, scatter-add, segment
 //! sum) run in [`super::seq`].
 
-use rayon::prelude::*;
 use ridgeline_model::graph::{Graph, Layer, Op};
 
 use super::conv::{self, ConvGeom, add_channel_bias, channel_sums, three};
-use super::gemm::{View, ViewMut, matmul};
 use super::random::uniform;
 use super::saved::Aux;
 use super::{moe, seq, window};
 
 mod channel;
+mod dense;
 mod elementwise;
 mod layout;
 mod loss;
 mod pool;
 
-use self::channel::{gradient_sums, scale_channels};
-use self::elementwise::{CHUNK, Unary, zip_map};
+use self::channel::scale_channels;
+use self::elementwise::Unary;
 use self::layout::{Broadcast, map_tile, map_upsample};
 use self::pool::PoolGeom;
 
@@ -351,32 +350,7 @@ impl Kernel {
                 seq: out[1],
                 theta: *theta,
             }),
-            Op::Attention(a) if a.window > 0 => Kernel::Window(window::Window {
-                n,
-                c: out[0],
-                h: out[1],
-                w: out[2],
-                heads: a.heads,
-                window: a.window,
-                shift: a.shift,
-            }),
-            Op::Attention(a) => {
-                let stacked = layer.inputs.len() == 1;
-                let (q, k) = (input(0), input(if stacked { 0 } else { 1 }));
-                #[allow(clippy::cast_possible_truncation)]
-                Kernel::Attention(seq::Attention {
-                    n,
-                    heads: a.heads,
-                    kv_heads: a.kv_heads,
-                    hidden: out[0],
-                    seq: q[1],
-                    seq_kv: k[1],
-                    causal: a.causal,
-                    dropout: a.dropout as f32,
-                    fused: a.fused,
-                    stacked,
-                })
-            }
+            Op::Attention(a) => Kernel::attention(graph, layer, a, n),
             Op::Gather { edges } => Kernel::Rows(seq::Rows::Gather {
                 f: out[0],
                 nodes: input(0)[1],
@@ -392,24 +366,66 @@ impl Kernel {
                 rows: input(0)[1],
                 segments: *segments,
             }),
-            Op::Moe(m) => {
-                let shape = ridgeline_model::graph::MoeShape::of(m, input(0));
-                Kernel::Moe(moe::Moe {
-                    n,
-                    hidden: out[0],
-                    seq: out[1],
-                    experts: m.experts,
-                    top_k: m.top_k,
-                    ffn: m.ffn,
-                    gated: m.gated,
-                    act: m.activation,
-                    #[allow(clippy::cast_possible_truncation)]
-                    capacity: m
-                        .capacity_factor
-                        .map(|_| (shape.slots / m.experts.max(1) as u64) as usize),
-                })
-            }
+            Op::Moe(m) => Kernel::moe(m, input(0), out, n),
         }
+    }
+
+    /// Attention of the form `a` at batch `n`: shifted windows on a map, else over a
+    /// sequence (one stacked input, or queries, keys and values).
+    fn attention(
+        graph: &Graph,
+        layer: &Layer,
+        a: &ridgeline_model::graph::Attention,
+        n: usize,
+    ) -> Kernel {
+        let out = layer.output.dims();
+        if a.window > 0 {
+            return Kernel::Window(window::Window {
+                n,
+                c: out[0],
+                h: out[1],
+                w: out[2],
+                heads: a.heads,
+                window: a.window,
+                shift: a.shift,
+            });
+        }
+        let input = |k: usize| graph.layers()[layer.inputs[k]].output.dims();
+        let stacked = layer.inputs.len() == 1;
+        let (q, k) = (input(0), input(if stacked { 0 } else { 1 }));
+        #[allow(clippy::cast_possible_truncation)]
+        Kernel::Attention(seq::Attention {
+            n,
+            heads: a.heads,
+            kv_heads: a.kv_heads,
+            hidden: out[0],
+            seq: q[1],
+            seq_kv: k[1],
+            causal: a.causal,
+            dropout: a.dropout as f32,
+            fused: a.fused,
+            stacked,
+        })
+    }
+
+    /// A mixture of experts `m` on one sample's `input` (`[hidden, seq]`) at batch `n`,
+    /// each expert's capacity in slots where the layer caps it.
+    fn moe(m: &ridgeline_model::graph::Moe, input: &[usize], out: &[usize], n: usize) -> Kernel {
+        let shape = ridgeline_model::graph::MoeShape::of(m, input);
+        Kernel::Moe(moe::Moe {
+            n,
+            hidden: out[0],
+            seq: out[1],
+            experts: m.experts,
+            top_k: m.top_k,
+            ffn: m.ffn,
+            gated: m.gated,
+            act: m.activation,
+            #[allow(clippy::cast_possible_truncation)]
+            capacity: m
+                .capacity_factor
+                .map(|_| (shape.slots / m.experts.max(1) as u64) as usize),
+        })
     }
 
     /// Elements of each parameter tensor (weights first, then bias or shift).
@@ -553,41 +569,15 @@ impl Kernel {
                 input,
                 output,
                 bias,
-            } => {
-                matmul(
-                    ViewMut::rows(out, *n, *output, *output),
-                    View::rows(x, *n, *input),
-                    View::rows(&params[0], *output, *input).t(),
-                    false,
-                    threads,
-                );
-                if *bias {
-                    add_channel_bias(out, &params[1], *output, 1);
-                }
-            }
+            } => dense::forward((*n, *input, *output, *bias), x, params, out, threads),
             Kernel::MaxPool(g) => g.max_forward(x, out),
             Kernel::AvgPool(g) => g.avg_forward(x, out),
-            Kernel::GlobalAvgPool { vol, .. } => {
-                #[allow(clippy::cast_precision_loss)]
-                let v = *vol as f32;
-                out.par_iter_mut()
-                    .zip(x.par_chunks(*vol))
-                    .for_each(|(o, xi)| *o = xi.iter().sum::<f32>() / v);
-            }
+            Kernel::GlobalAvgPool { vol, .. } => pool::global_avg_forward(*vol, x, out),
             Kernel::BatchNorm { n, c, vol } => {
                 channel::batch_norm_forward((*n, *c, *vol), x, params, out, aux);
             }
             Kernel::ChannelAffine { c, vol, .. } => {
-                let (gamma, beta) = (&params[0], &params[1]);
-                out.par_chunks_mut(*vol)
-                    .zip(x.par_chunks(*vol))
-                    .enumerate()
-                    .for_each(|(i, (o, xi))| {
-                        let ch = i % c;
-                        o.iter_mut()
-                            .zip(xi)
-                            .for_each(|(o, &v)| *o = gamma[ch] * v + beta[ch]);
-                    });
+                channel::affine_forward((*c, *vol), x, params, out);
             }
             Kernel::ChannelScale { c, vol, .. } => scale_channels(out, x, &params[0], *c, *vol),
             Kernel::Narrow {
@@ -600,43 +590,14 @@ impl Kernel {
             Kernel::Prepend { n, c, s, tokens } => {
                 layout::prepend_forward((*n, *c, *s, *tokens), x, &params[0], out);
             }
-            Kernel::PatchMerge { n, c, h, w } => {
-                for (o, i) in layout::merged(*n, *c, *h, *w).enumerate() {
-                    out[o] = x[i];
-                }
-            }
-            Kernel::Positions { elems, .. } => {
-                out.par_chunks_mut(*elems)
-                    .zip(x.par_chunks(*elems))
-                    .for_each(|(o, xi)| {
-                        for ((o, v), p) in o.iter_mut().zip(xi).zip(&params[0]) {
-                            *o = v + p;
-                        }
-                    });
-            }
+            Kernel::PatchMerge { n, c, h, w } => layout::merge_forward((*n, *c, *h, *w), x, out),
+            Kernel::Positions { elems, .. } => layout::positions_forward(*elems, x, params, out),
             Kernel::Shuffle { n, c, groups, vol } => {
                 layout::shuffle_forward((*n, *c, *groups, *vol), x, out);
             }
             Kernel::Gate { n, a, b } => Broadcast::new(a, b).forward(*n, x, inputs[1], out),
-            Kernel::Mul => {
-                out.par_chunks_mut(CHUNK)
-                    .zip(x.par_chunks(CHUNK))
-                    .zip(inputs[1].par_chunks(CHUNK))
-                    .for_each(|((o, a), b)| {
-                        o.iter_mut()
-                            .zip(a)
-                            .zip(b)
-                            .for_each(|((o, a), b)| *o = a * b);
-                    });
-            }
-            Kernel::Add => {
-                out.copy_from_slice(x);
-                for other in &inputs[1..] {
-                    out.par_chunks_mut(CHUNK)
-                        .zip(other.par_chunks(CHUNK))
-                        .for_each(|(o, v)| o.iter_mut().zip(v).for_each(|(o, v)| *o += v));
-                }
-            }
+            Kernel::Mul => elementwise::mul_forward(x, inputs[1], out),
+            Kernel::Add => elementwise::add_forward(inputs, out),
             Kernel::Concat { n, channels, vol } => {
                 layout::concat_forward(*n, channels, *vol, inputs, out);
             }
@@ -726,27 +687,15 @@ impl Kernel {
                 input,
                 output,
                 bias,
-            } => {
-                matmul(
-                    ViewMut::rows(&mut dparams[0], *output, *input, *input),
-                    View::rows(dy, *n, *output).t(),
-                    View::rows(x, *n, *input),
-                    false,
-                    threads,
-                );
-                if *bias {
-                    channel_sums(dy, &mut dparams[1], *output, 1);
-                }
-                if let Some(d) = dx[0].as_deref_mut() {
-                    matmul(
-                        ViewMut::rows(d, *n, *input, *input),
-                        View::rows(dy, *n, *output),
-                        View::rows(&params[0], *output, *input),
-                        false,
-                        threads,
-                    );
-                }
-            }
+            } => dense::backward(
+                (*n, *input, *output, *bias),
+                x,
+                dy,
+                params,
+                dx[0].as_deref_mut(),
+                dparams,
+                threads,
+            ),
             Kernel::MaxPool(g) => {
                 if let Some(d) = dx[0].as_deref_mut() {
                     g.max_backward(x, dy, d);
@@ -758,40 +707,21 @@ impl Kernel {
                 }
             }
             Kernel::GlobalAvgPool { vol, .. } => {
-                let Some(d) = dx[0].as_deref_mut() else {
-                    return;
-                };
-                #[allow(clippy::cast_precision_loss)]
-                let v = *vol as f32;
-                d.par_chunks_mut(*vol)
-                    .zip(dy.par_iter())
-                    .for_each(|(di, g)| di.fill(g / v));
+                if let Some(d) = dx[0].as_deref_mut() {
+                    pool::global_avg_backward(*vol, dy, d);
+                }
             }
             Kernel::BatchNorm { n, c, vol } => {
                 let d = dx[0].as_deref_mut();
                 channel::batch_norm_backward((*n, *c, *vol), x, dy, params, aux, d, dparams);
             }
             Kernel::ChannelScale { n, c, vol } => {
-                for (ds, (_, sx)) in dparams[0]
-                    .iter_mut()
-                    .zip(gradient_sums(dy, x, *n, *c, *vol))
-                {
-                    *ds = sx;
-                }
-                if let Some(d) = dx[0].as_deref_mut() {
-                    scale_channels(d, dy, &params[0], *c, *vol);
-                }
+                let d = dx[0].as_deref_mut();
+                channel::scale_backward((*n, *c, *vol), x, dy, params, d, dparams);
             }
             Kernel::ChannelAffine { n, c, vol } => {
-                let sums = gradient_sums(dy, x, *n, *c, *vol);
-                let (scale, shift) = dparams.split_at_mut(1);
-                for ((ds, dt), (s, sx)) in scale[0].iter_mut().zip(shift[0].iter_mut()).zip(sums) {
-                    *ds = sx;
-                    *dt = s;
-                }
-                if let Some(d) = dx[0].as_deref_mut() {
-                    scale_channels(d, dy, &params[0], *c, *vol);
-                }
+                let d = dx[0].as_deref_mut();
+                channel::affine_backward((*n, *c, *vol), x, dy, params, d, dparams);
             }
             Kernel::Narrow {
                 n,
@@ -810,21 +740,11 @@ impl Kernel {
             }
             Kernel::PatchMerge { n, c, h, w } => {
                 if let Some(d) = dx[0].as_deref_mut() {
-                    for (o, i) in layout::merged(*n, *c, *h, *w).enumerate() {
-                        d[i] = dy[o];
-                    }
+                    layout::merge_backward((*n, *c, *h, *w), dy, d);
                 }
             }
             Kernel::Positions { elems, .. } => {
-                dparams[0].fill(0.0);
-                for g in dy.chunks(*elems) {
-                    for (d, v) in dparams[0].iter_mut().zip(g) {
-                        *d += v;
-                    }
-                }
-                if let Some(d) = dx[0].as_deref_mut() {
-                    d.copy_from_slice(dy);
-                }
+                layout::positions_backward(*elems, dy, dx[0].as_deref_mut(), dparams);
             }
             Kernel::Shuffle { n, c, groups, vol } => {
                 if let Some(d) = dx[0].as_deref_mut() {
@@ -832,17 +752,8 @@ impl Kernel {
                 }
             }
             Kernel::Gate { n, a, b } => Broadcast::new(a, b).backward(*n, x, inputs[1], dy, dx),
-            Kernel::Mul => {
-                // Each input's gradient is the output gradient times the other input.
-                let (da, db) = dx.split_at_mut(1);
-                zip_map(da, dy, inputs[1], |g, b| g * b);
-                zip_map(db, dy, x, |g, a| g * a);
-            }
-            Kernel::Add => {
-                for d in dx.iter_mut().flatten() {
-                    d.copy_from_slice(dy);
-                }
-            }
+            Kernel::Mul => elementwise::mul_backward(x, inputs[1], dy, dx),
+            Kernel::Add => elementwise::add_backward(dy, dx),
             Kernel::Concat { n, channels, vol } => {
                 layout::concat_backward(*n, channels, *vol, dy, dx);
             }

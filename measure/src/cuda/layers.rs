@@ -721,47 +721,7 @@ impl LayerPlan {
         let n = batch.max(1);
         Ok(match &layer.op {
             Op::Input => LayerPlan::Input,
-            Op::Conv(c) | Op::ConvTranspose(c) => {
-                let transposed = matches!(layer.op, Op::ConvTranspose(_));
-                // A transposed layer is the adjoint of the convolution from its output to
-                // its input.
-                let (from, to) = if transposed {
-                    (out, input(0))
-                } else {
-                    (input(0), out)
-                };
-                let pads = c.padding.pairs().to_vec();
-                let case = ConvCase {
-                    label: layer.name.to_string(),
-                    batch: n,
-                    c_in: from[0],
-                    input: from[1..].to_vec(),
-                    c_out: to[0],
-                    kernel: c.kernel.to_vec(),
-                    stride: c.stride.to_vec(),
-                    padding: pads.clone(),
-                    dilation: c.dilation.to_vec(),
-                    groups: c.groups,
-                    bias: c.bias && !transposed,
-                    format: crate::backend::Format::Fp32,
-                    layout: crate::backend::Layout::ChannelsFirst,
-                };
-                let geometry = ConvGeometry::of(&case)?;
-                let produced: Vec<usize> = geometry.y[2..].iter().map(|&v| v as usize).collect();
-                if produced[..to.len() - 1] != to[1..] {
-                    return Err(format!(
-                        "the convolution gives {produced:?}, the graph {:?}",
-                        &to[1..]
-                    ));
-                }
-                let embed = Embed::of(from, n, &geometry.x, &pads);
-                LayerPlan::Conv {
-                    geometry,
-                    transposed,
-                    bias: c.bias,
-                    embed,
-                }
-            }
+            Op::Conv(c) | Op::ConvTranspose(c) => LayerPlan::conv(layer, c, input(0), n)?,
             Op::Dense { out_features, bias } => LayerPlan::Dense {
                 n,
                 input: input(0).iter().product(),
@@ -814,30 +774,9 @@ impl LayerPlan {
                 c: input(0)[0],
                 vol: vol(input(0)).max(1),
             },
-            Op::Attention(a) if a.window > 0 => {
-                return Err(
-                    "shifted-window attention has no GPU kernel yet; measure it on the CPU".into(),
-                );
-            }
-            Op::Attention(a) if a.kv_heads != a.heads => {
-                return Err(format!(
-                    "grouped-query attention ({} key and value heads for {} query heads) has \
-                     no GPU kernel yet; measure it on the CPU",
-                    a.kv_heads, a.heads
-                ));
-            }
             Op::Attention(a) => {
                 let dims: Vec<&[usize]> = (0..layer.inputs.len()).map(input).collect();
-                let s = AttentionShape::of(a, &dims).ok_or("not an attention's inputs")?;
-                LayerPlan::Attention(AttentionPlan {
-                    n,
-                    heads: a.heads,
-                    d: (s.hidden / s.heads) as usize,
-                    seq: s.seq as usize,
-                    seq_kv: s.seq_kv as usize,
-                    stacked: layer.inputs.len() == 1,
-                    form: *a,
-                })
+                LayerPlan::attention(a, &dims, n)?
             }
             Op::Gather { edges } => LayerPlan::Rows {
                 f: input(0)[0],
@@ -873,20 +812,7 @@ impl LayerPlan {
                 let embed = Embed::of(input(0), n, &geometry.x, &pads);
                 LayerPlan::Pool { geometry, embed }
             }
-            Op::BatchNorm => {
-                let mut dims = vec![n, input(0)[0]];
-                dims.extend(&input(0)[1..]);
-                // cuDNN takes at least four dimensions.
-                while dims.len() < 4 {
-                    dims.push(1);
-                }
-                LayerPlan::BatchNorm {
-                    dims: dims
-                        .iter()
-                        .map(|&d| i32::try_from(d).map_err(|_| format!("{d} is beyond 32 bits")))
-                        .collect::<Result<_, _>>()?,
-                }
-            }
+            Op::BatchNorm => LayerPlan::batch_norm(input(0), n)?,
             Op::ChannelAffine | Op::MseLoss => {
                 let launch = |p| shaped_kernel(&layer.op, p, input(0), n);
                 match (launch(Pass::Forward), launch(Pass::Backward)) {
@@ -939,6 +865,104 @@ impl LayerPlan {
                     param,
                 }
             }
+        })
+    }
+
+    /// A convolution (`transposed` where the layer is one: the adjoint of the convolution
+    /// from its output to its input) of `layer` on one sample's `input`, at batch `n`.
+    fn conv(
+        layer: &Layer,
+        c: &ridgeline_model::graph::Conv,
+        input: &[usize],
+        n: usize,
+    ) -> Result<LayerPlan, String> {
+        let out = layer.output.dims();
+        let transposed = matches!(layer.op, Op::ConvTranspose(_));
+        // A transposed layer is the adjoint of the convolution from its output to
+        // its input.
+        let (from, to) = if transposed {
+            (out, input)
+        } else {
+            (input, out)
+        };
+        let pads = c.padding.pairs().to_vec();
+        let case = ConvCase {
+            label: layer.name.to_string(),
+            batch: n,
+            c_in: from[0],
+            input: from[1..].to_vec(),
+            c_out: to[0],
+            kernel: c.kernel.to_vec(),
+            stride: c.stride.to_vec(),
+            padding: pads.clone(),
+            dilation: c.dilation.to_vec(),
+            groups: c.groups,
+            bias: c.bias && !transposed,
+            format: crate::backend::Format::Fp32,
+            layout: crate::backend::Layout::ChannelsFirst,
+        };
+        let geometry = ConvGeometry::of(&case)?;
+        let produced: Vec<usize> = geometry.y[2..].iter().map(|&v| v as usize).collect();
+        if produced[..to.len() - 1] != to[1..] {
+            return Err(format!(
+                "the convolution gives {produced:?}, the graph {:?}",
+                &to[1..]
+            ));
+        }
+        let embed = Embed::of(from, n, &geometry.x, &pads);
+        Ok(LayerPlan::Conv {
+            geometry,
+            transposed,
+            bias: c.bias,
+            embed,
+        })
+    }
+
+    /// Attention of the form `a` on its inputs' one-sample shapes `dims` (one stacked, or
+    /// queries, keys and values), at batch `n`; shifted windows and grouped queries have no
+    /// GPU kernel yet.
+    fn attention(
+        a: &ridgeline_model::graph::Attention,
+        dims: &[&[usize]],
+        n: usize,
+    ) -> Result<LayerPlan, String> {
+        if a.window > 0 {
+            return Err(
+                "shifted-window attention has no GPU kernel yet; measure it on the CPU".into(),
+            );
+        }
+        if a.kv_heads != a.heads {
+            return Err(format!(
+                "grouped-query attention ({} key and value heads for {} query heads) has \
+                 no GPU kernel yet; measure it on the CPU",
+                a.kv_heads, a.heads
+            ));
+        }
+        let s = AttentionShape::of(a, dims).ok_or("not an attention's inputs")?;
+        Ok(LayerPlan::Attention(AttentionPlan {
+            n,
+            heads: a.heads,
+            d: (s.hidden / s.heads) as usize,
+            seq: s.seq as usize,
+            seq_kv: s.seq_kv as usize,
+            stacked: dims.len() == 1,
+            form: *a,
+        }))
+    }
+
+    /// Batch norm on one sample's `input` at batch `n`, as cuDNN's (at least 4-D) tensor.
+    fn batch_norm(input: &[usize], n: usize) -> Result<LayerPlan, String> {
+        let mut dims = vec![n, input[0]];
+        dims.extend(&input[1..]);
+        // cuDNN takes at least four dimensions.
+        while dims.len() < 4 {
+            dims.push(1);
+        }
+        Ok(LayerPlan::BatchNorm {
+            dims: dims
+                .iter()
+                .map(|&d| i32::try_from(d).map_err(|_| format!("{d} is beyond 32 bits")))
+                .collect::<Result<_, _>>()?,
         })
     }
 

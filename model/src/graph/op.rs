@@ -809,9 +809,8 @@ impl Op {
         Some((weights, weights.checked_mul(positions)?))
     }
 
-    /// Checks the op against its input shapes, resolves `Same`/`Valid` padding to explicit
-    /// pairs, and returns the output shape. The error message names the offending field.
-    pub(crate) fn resolve(&mut self, inputs: &[&[usize]]) -> Result<Dims, String> {
+    /// Checks that the op has as many inputs as it takes.
+    fn check_arity(&self, inputs: &[&[usize]]) -> Result<(), String> {
         let arity = match self {
             Op::Input => return Err(INPUT_IS_IMPLICIT.into()),
             Op::Add | Op::Concat => None,
@@ -836,6 +835,13 @@ impl Op {
             }
             _ => {}
         }
+        Ok(())
+    }
+
+    /// Checks the op against its input shapes, resolves `Same`/`Valid` padding to explicit
+    /// pairs, and returns the output shape. The error message names the offending field.
+    pub(crate) fn resolve(&mut self, inputs: &[&[usize]]) -> Result<Dims, String> {
+        self.check_arity(inputs)?;
         let x = inputs[0];
         match self {
             Op::Input => Err(INPUT_IS_IMPLICIT.into()),
@@ -881,20 +887,7 @@ impl Op {
                 finite("exponent", *exponent)?;
                 Ok(Dims::from_slice(x))
             }
-            Op::Mul => {
-                let b = inputs[1];
-                let broadcasts =
-                    b.len() == x.len() && b.iter().zip(x).all(|(&b, &a)| b == a || b == 1);
-                if !broadcasts {
-                    return Err(format!(
-                        "inputs do not connect: `mul` needs equal shapes, or a second input of \
-                         extent 1 where they differ; input 0 is {} but input 1 is {}",
-                        fmt_dims(x),
-                        fmt_dims(b)
-                    ));
-                }
-                Ok(Dims::from_slice(x))
-            }
+            Op::Mul => mul_output(x, inputs[1]),
             Op::Sigmoid | Op::HardSwish => Ok(Dims::from_slice(x)),
             Op::Clip { min, max } => {
                 finite("min", *min)?;
@@ -918,36 +911,8 @@ impl Op {
                 }
                 Ok(Dims::from_slice(x))
             }
-            Op::Add => {
-                for (i, other) in inputs.iter().enumerate().skip(1) {
-                    if *other != x {
-                        return Err(format!(
-                            "inputs do not connect: `add` needs equal shapes, input 0 is {} \
-                             but input {i} is {}",
-                            fmt_dims(x),
-                            fmt_dims(other)
-                        ));
-                    }
-                }
-                Ok(Dims::from_slice(x))
-            }
-            Op::Concat => {
-                let mut channels = 0;
-                for (i, other) in inputs.iter().enumerate() {
-                    if other.len() != x.len() || other[1..] != x[1..] {
-                        return Err(format!(
-                            "inputs do not connect: `concat` joins channels and needs equal \
-                             spatial shapes, input 0 is {} but input {i} is {}",
-                            fmt_dims(x),
-                            fmt_dims(other)
-                        ));
-                    }
-                    channels += other[0];
-                }
-                let mut out = Dims::from_slice(x);
-                out[0] = channels;
-                Ok(out)
-            }
+            Op::Add => add_output(inputs),
+            Op::Concat => concat_output(inputs),
             Op::Narrow { start, len } => {
                 positive("len", *len)?;
                 let c = x.first().copied().unwrap_or(0);
@@ -1016,20 +981,7 @@ impl Op {
             Op::LayerNorm | Op::RmsNorm | Op::Softmax | Op::Gelu | Op::Silu => {
                 Ok(Dims::from_slice(x))
             }
-            Op::Rotary { heads, theta } => {
-                positive("heads", *heads)?;
-                if !(theta.is_finite() && *theta > 1.0) {
-                    return Err(format!("theta = {theta}: must be a finite base above 1"));
-                }
-                sequence("rotary", x)?;
-                if !x[0].is_multiple_of(*heads) || !(x[0] / *heads).is_multiple_of(2) {
-                    return Err(format!(
-                        "heads = {heads} must split the {} channels into heads of an even size",
-                        x[0]
-                    ));
-                }
-                Ok(Dims::from_slice(x))
-            }
+            Op::Rotary { heads, theta } => rotary_output(*heads, *theta, x),
             Op::Attention(a) => attention_output(a, inputs),
             Op::Moe(m) => moe_output(m, x),
             Op::Gather { edges } => rows("gather", "edges", *edges, x),
@@ -1047,6 +999,73 @@ impl Op {
             }
         }
     }
+}
+
+/// `mul`: equal shapes, or a second input of extent 1 where they differ (a gate).
+fn mul_output(x: &[usize], b: &[usize]) -> Result<Dims, String> {
+    let broadcasts = b.len() == x.len() && b.iter().zip(x).all(|(&b, &a)| b == a || b == 1);
+    if !broadcasts {
+        return Err(format!(
+            "inputs do not connect: `mul` needs equal shapes, or a second input of \
+             extent 1 where they differ; input 0 is {} but input 1 is {}",
+            fmt_dims(x),
+            fmt_dims(b)
+        ));
+    }
+    Ok(Dims::from_slice(x))
+}
+
+/// `add`: inputs of one shape.
+fn add_output(inputs: &[&[usize]]) -> Result<Dims, String> {
+    let x = inputs[0];
+    for (i, other) in inputs.iter().enumerate().skip(1) {
+        if *other != x {
+            return Err(format!(
+                "inputs do not connect: `add` needs equal shapes, input 0 is {} \
+                 but input {i} is {}",
+                fmt_dims(x),
+                fmt_dims(other)
+            ));
+        }
+    }
+    Ok(Dims::from_slice(x))
+}
+
+/// `concat`: inputs of one spatial shape, their channels joined.
+fn concat_output(inputs: &[&[usize]]) -> Result<Dims, String> {
+    let x = inputs[0];
+    let mut channels = 0;
+    for (i, other) in inputs.iter().enumerate() {
+        if other.len() != x.len() || other[1..] != x[1..] {
+            return Err(format!(
+                "inputs do not connect: `concat` joins channels and needs equal \
+                 spatial shapes, input 0 is {} but input {i} is {}",
+                fmt_dims(x),
+                fmt_dims(other)
+            ));
+        }
+        channels += other[0];
+    }
+    let mut out = Dims::from_slice(x);
+    out[0] = channels;
+    Ok(out)
+}
+
+/// Rotary embeddings: a sequence whose channels split into `heads` heads of an even size,
+/// a finite base `theta` above 1.
+fn rotary_output(heads: usize, theta: f64, x: &[usize]) -> Result<Dims, String> {
+    positive("heads", heads)?;
+    if !(theta.is_finite() && theta > 1.0) {
+        return Err(format!("theta = {theta}: must be a finite base above 1"));
+    }
+    sequence("rotary", x)?;
+    if !x[0].is_multiple_of(heads) || !(x[0] / heads).is_multiple_of(2) {
+        return Err(format!(
+            "heads = {heads} must split the {} channels into heads of an even size",
+            x[0]
+        ));
+    }
+    Ok(Dims::from_slice(x))
 }
 
 /// `[B..., m, k] x [B..., k, n] -> [B..., m, n]`.

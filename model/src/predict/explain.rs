@@ -548,28 +548,97 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
         batch,
     )?;
     let fabric = Fabric::of(system, scenario.nodes)?;
-    let outcome = plan.evaluate(scenario.nodes, &fabric).map_err(|e| {
-        let value = match e {
-            Infeasible::TooManyNodes { nodes, .. } => nodes.to_string(),
-            Infeasible::DoesNotFit { .. } => batch.to_string(),
-            Infeasible::DataTooLarge { location, .. }
-            | Infeasible::NoDataLocation { location, .. } => location.to_string(),
-            Infeasible::Convergence { global_batch, .. } => {
-                format!("{batch} (global {global_batch})")
-            }
-            Infeasible::Collective { .. } => scenario.collective.to_string(),
-            Infeasible::NotFinite { field } => field.to_owned(),
-        };
-        Error::Argument {
-            name: e.option(),
-            value,
-            message: format!("system `{}`: {e}", system.name),
-        }
-    })?;
+    let outcome = plan
+        .evaluate(scenario.nodes, &fabric)
+        .map_err(|e| infeasible(&e, batch, scenario, system))?;
     let b = batch as f64;
     let movement = movement(system, scenario, model, &plan, &outcome, b);
-    let p = outcome.devices as f64;
 
+    let hpc_ai_roofline = hpc_ai_roofline(system, scenario, model, &plan, outcome.devices, b);
+
+    let mut assumptions = system.assumptions.clone();
+    if scenario.nodes > listed {
+        assumptions.push(format!(
+            "{} nodes, past the {listed} the system lists: more of the same nodes on the same \
+             network, sharing the same parallel file system",
+            scenario.nodes
+        ));
+    }
+    let layers = plan.layer_times()?;
+    let depthwise = DepthwiseShare::of(&plan, &layers);
+    let stack = StackReport {
+        effects: model.effects().clone(),
+        host_s: (plan.host > 0.0).then_some(plan.host),
+        device_busy_s: plan.busy,
+        device_idle_share: (1.0 - plan.busy / plan.compute.value()).clamp(0.0, 1.0),
+        band: model
+            .interval_band(system.device.kind, &outcome.compute_timed_by)
+            .cloned(),
+    };
+    assumptions.extend(stack_assumptions(&stack, model, b, system, scenario));
+    assumptions.extend(timing_assumptions(
+        &plan,
+        depthwise.as_ref(),
+        system,
+        model.precision,
+        scenario,
+    ));
+    assumptions.extend(run_caveats(system, scenario, &outcome, &fabric));
+    let valid_flops = scenario
+        .quality
+        .map(|q| outcome.achieved_flops * (q.achieved / q.target).powf(q.exponent));
+    Ok(Prediction {
+        workload: model.workload.clone(),
+        system: system.name.clone(),
+        device: system.device.name.clone(),
+        precision: model.precision,
+        overlap: scenario.overlap,
+        device_memory_bytes: plan.capacity.value(),
+        valid_flops,
+        data_movement: movement,
+        hpc_ai_roofline,
+        layers,
+        depthwise,
+        stack,
+        assumptions,
+        outcome,
+    })
+}
+
+/// Why the plan cannot run, as an error naming the option that makes it so and its value.
+fn infeasible(e: &Infeasible, batch: u64, scenario: &Scenario, system: &System) -> Error {
+    let value = match e {
+        Infeasible::TooManyNodes { nodes, .. } => nodes.to_string(),
+        Infeasible::DoesNotFit { .. } => batch.to_string(),
+        Infeasible::DataTooLarge { location, .. } | Infeasible::NoDataLocation { location, .. } => {
+            location.to_string()
+        }
+        Infeasible::Convergence { global_batch, .. } => {
+            format!("{batch} (global {global_batch})")
+        }
+        Infeasible::Collective { .. } => scenario.collective.to_string(),
+        Infeasible::NotFinite { field } => (*field).to_owned(),
+    };
+    Error::Argument {
+        name: e.option(),
+        value,
+        message: format!("system `{}`: {e}", system.name),
+    }
+}
+
+/// The HPC-AI roofline of the step ([001] HPC AI500 v2, section 6): the FLOPs a node and the
+/// machine can feed across their links at the gradients' communication intensity, and the
+/// profile's measured ceilings where the system is calibrated; `devices` in the run, `b`
+/// samples a device.
+fn hpc_ai_roofline(
+    system: &System,
+    scenario: &Scenario,
+    model: &StepModel,
+    plan: &Plan<'_>,
+    devices: u64,
+    b: f64,
+) -> HpcAiRoofline {
+    let p = devices as f64;
     let flops_node = model.flops_per_sample * b * f64::from(plan.devices_per_node);
     let k = f64::from(plan.devices_per_node);
     let comm = |peak: f64, bandwidth: f64, flops: f64, bytes: f64| {
@@ -612,71 +681,25 @@ pub fn predict(inputs: Inputs<'_>, scenario: &Scenario, batch: u64) -> Result<Pr
             )
         });
 
-    let mut assumptions = system.assumptions.clone();
-    if scenario.nodes > listed {
-        assumptions.push(format!(
-            "{} nodes, past the {listed} the system lists: more of the same nodes on the same \
-             network, sharing the same parallel file system",
-            scenario.nodes
-        ));
+    HpcAiRoofline {
+        single_node,
+        distributed,
+        measured_ceilings: system
+            .calibration
+            .as_ref()
+            .map(|p| {
+                p.ceilings
+                    .iter()
+                    .filter(|c| c.precision == precision_name(model.precision))
+                    .map(|c| MeasuredCeiling {
+                        kind: c.kind.clone(),
+                        flops: c.tflops * 1e12,
+                        fraction_of_peak: c.tflops * 1e12 / plan.peak.value(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
     }
-    let layers = plan.layer_times()?;
-    let depthwise = DepthwiseShare::of(&plan, &layers);
-    let stack = StackReport {
-        effects: model.effects().clone(),
-        host_s: (plan.host > 0.0).then_some(plan.host),
-        device_busy_s: plan.busy,
-        device_idle_share: (1.0 - plan.busy / plan.compute.value()).clamp(0.0, 1.0),
-        band: model
-            .interval_band(system.device.kind, &outcome.compute_timed_by)
-            .cloned(),
-    };
-    assumptions.extend(stack_assumptions(&stack, model, b, system, scenario));
-    assumptions.extend(timing_assumptions(
-        &plan,
-        depthwise.as_ref(),
-        system,
-        model.precision,
-        scenario,
-    ));
-    assumptions.extend(run_caveats(system, scenario, &outcome, &fabric));
-    let valid_flops = scenario
-        .quality
-        .map(|q| outcome.achieved_flops * (q.achieved / q.target).powf(q.exponent));
-    Ok(Prediction {
-        workload: model.workload.clone(),
-        system: system.name.clone(),
-        device: system.device.name.clone(),
-        precision: model.precision,
-        overlap: scenario.overlap,
-        device_memory_bytes: plan.capacity.value(),
-        valid_flops,
-        data_movement: movement,
-        hpc_ai_roofline: HpcAiRoofline {
-            single_node,
-            distributed,
-            measured_ceilings: system
-                .calibration
-                .as_ref()
-                .map(|p| {
-                    p.ceilings
-                        .iter()
-                        .filter(|c| c.precision == precision_name(model.precision))
-                        .map(|c| MeasuredCeiling {
-                            kind: c.kind.clone(),
-                            flops: c.tflops * 1e12,
-                            fraction_of_peak: c.tflops * 1e12 / plan.peak.value(),
-                        })
-                        .collect()
-                })
-                .unwrap_or_default(),
-        },
-        layers,
-        depthwise,
-        stack,
-        assumptions,
-        outcome,
-    })
 }
 
 /// What the stack did to the step, in words: which stack, how the host and the device

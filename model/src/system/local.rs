@@ -467,60 +467,7 @@ fn derived_device(
     let core = raw.core.iter().find(|c| {
         c.vendor_id == cpu.vendor_id && c.family == cpu.family && c.models.contains(&cpu.model)
     });
-    let (units, bits, units_why, units_src) = match core {
-        Some(c) => {
-            let units_src = source("core.fma_units.source", &c.fma_units.source)?;
-            let bits_src = source("core.fma_bits.source", &c.fma_bits.source)?;
-            let bits = c.fma_bits.value.min(isa.bits);
-            let halves = if c.fma_bits.value < isa.bits {
-                format!(
-                    "; {}-bit {} instructions run as {} {}-bit parts",
-                    isa.bits,
-                    isa.name,
-                    isa.bits / c.fma_bits.value.max(1),
-                    c.fma_bits.value
-                )
-            } else {
-                String::new()
-            };
-            (
-                c.fma_units.value,
-                bits,
-                format!(
-                    "{} core ({}): {} FMA units x {} bits{halves}",
-                    c.name,
-                    cpu.signature(),
-                    c.fma_units.value,
-                    c.fma_bits.value
-                ),
-                format!("; sources: {units_src}; {bits_src}"),
-            )
-        }
-        None if isa.fma => (
-            2,
-            isa.bits,
-            format!(
-                "{} is not in local.toml's core table: assumed 2 FMA units at the full {}-bit \
-                 width of {} (an upper bound; some cores have one)",
-                cpu.signature(),
-                isa.bits,
-                isa.name
-            ),
-            String::new(),
-        ),
-        None => (
-            1,
-            isa.bits,
-            format!(
-                "{} is not in local.toml's core table and {} has no FMA: assumed one add and one \
-                 multiply unit of {} bits (2 FLOP per lane and cycle)",
-                cpu.signature(),
-                isa.name,
-                isa.bits
-            ),
-            String::new(),
-        ),
-    };
+    let (units, bits, units_why, units_src) = vector_units(facts, &isa, core, source)?;
     if units == 0 || bits < 64 {
         return Err(Error::invalid(
             "data/catalog/systems/local.toml",
@@ -610,6 +557,72 @@ fn derived_device(
         memory_bandwidth: None,
         llc,
         tdp_w: None,
+    })
+}
+
+/// The vector units of the host's core: how many, of how many bits, why, and the core
+/// table's sources: the table's where it lists the core (`core`), else assumed from the
+/// vector ISA `isa` (two FMA units where it has FMA, one add and one multiply unit where not).
+fn vector_units(
+    facts: &HostFacts,
+    isa: &VectorIsa,
+    core: Option<&RawCore>,
+    source: &dyn Fn(&str, &str) -> Result<String>,
+) -> Result<(u32, u32, String, String)> {
+    let cpu = &facts.cpu;
+    Ok(match core {
+        Some(c) => {
+            let units_src = source("core.fma_units.source", &c.fma_units.source)?;
+            let bits_src = source("core.fma_bits.source", &c.fma_bits.source)?;
+            let bits = c.fma_bits.value.min(isa.bits);
+            let halves = if c.fma_bits.value < isa.bits {
+                format!(
+                    "; {}-bit {} instructions run as {} {}-bit parts",
+                    isa.bits,
+                    isa.name,
+                    isa.bits / c.fma_bits.value.max(1),
+                    c.fma_bits.value
+                )
+            } else {
+                String::new()
+            };
+            (
+                c.fma_units.value,
+                bits,
+                format!(
+                    "{} core ({}): {} FMA units x {} bits{halves}",
+                    c.name,
+                    cpu.signature(),
+                    c.fma_units.value,
+                    c.fma_bits.value
+                ),
+                format!("; sources: {units_src}; {bits_src}"),
+            )
+        }
+        None if isa.fma => (
+            2,
+            isa.bits,
+            format!(
+                "{} is not in local.toml's core table: assumed 2 FMA units at the full {}-bit \
+                 width of {} (an upper bound; some cores have one)",
+                cpu.signature(),
+                isa.bits,
+                isa.name
+            ),
+            String::new(),
+        ),
+        None => (
+            1,
+            isa.bits,
+            format!(
+                "{} is not in local.toml's core table and {} has no FMA: assumed one add and one \
+                 multiply unit of {} bits (2 FLOP per lane and cycle)",
+                cpu.signature(),
+                isa.name,
+                isa.bits
+            ),
+            String::new(),
+        ),
     })
 }
 

@@ -272,6 +272,101 @@ struct Key {
     default: Default,
 }
 
+/// Fields another family names: Hugging Face ignores them in a `model_type`
+/// configuration, so would ridgeline; the file is refused instead.
+fn foreign_keys(
+    map: &serde_json::Map<String, serde_json::Value>,
+    keys: &[Key],
+    model_type: &str,
+    bad: &dyn Fn(&str, String) -> Error,
+) -> Result<()> {
+    for other in [Family::Bert, Family::Gpt2, Family::Opt] {
+        for k in family_keys(other) {
+            for name in k.names {
+                let ours = keys.iter().any(|m| m.names.contains(name));
+                if !ours && map.contains_key(*name) {
+                    let own = keys
+                        .iter()
+                        .find(|m| m.field == k.field)
+                        .map_or(k.field, |m| m.names[0]);
+                    return Err(bad(
+                        name,
+                        format!(
+                            "a {model_type} configuration names this field `{own}`; \
+                             Hugging Face ignores `{name}` here: rename it, or remove it"
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fields that change the model in ways this module does not build: refused unless they
+/// hold the built value.
+fn built_values(
+    map: &serde_json::Map<String, serde_json::Value>,
+    fam: Family,
+    bad: &dyn Fn(&str, String) -> Error,
+) -> Result<()> {
+    for (key, ok) in unbuilt_fields(fam) {
+        // The value that is built, as JSON (`false`, `0.0`) or else text (`absolute`).
+        let built: serde_json::Value =
+            serde_json::from_str(ok).unwrap_or_else(|_| serde_json::json!(ok));
+        let same = |v: &serde_json::Value| match (v.as_f64(), built.as_f64()) {
+            (Some(a), Some(b)) => a == b,
+            _ => *v == built,
+        };
+        if let Some(v) = map.get(*key)
+            && !v.is_null()
+            && !same(v)
+        {
+            return Err(bad(
+                key,
+                format!(
+                    "{v} is not built (only {built}); write the layers in a workload TOML file"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `num_labels` from `id2label`, where Hugging Face wrote only the latter; the two must
+/// agree where both are given.
+fn labels(
+    map: &serde_json::Map<String, serde_json::Value>,
+    out: &mut serde_json::Map<String, serde_json::Value>,
+    bad: &dyn Fn(&str, String) -> Error,
+) -> Result<()> {
+    if let Some(labels) = map.get("id2label") {
+        let serde_json::Value::Object(labels) = labels else {
+            return Err(bad(
+                "id2label",
+                format!("{labels} is not an object of class ids to names"),
+            ));
+        };
+        match map.get("num_labels").map(serde_json::Value::as_u64) {
+            None => {
+                out.insert("num_labels".into(), serde_json::json!(labels.len()));
+            }
+            Some(Some(n)) if n != labels.len() as u64 => {
+                return Err(bad(
+                    "num_labels",
+                    format!(
+                        "{n} contradicts the {} classes of `id2label`; give one",
+                        labels.len()
+                    ),
+                ));
+            }
+            // Equal, or not a count (refused as such below).
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
 /// The keys of `family`'s Hugging Face configuration class (`BertConfig`, `GPT2Config`
 /// with its attribute map, `OPTConfig`, transformers 4.x) and the defaults ridgeline takes
 /// from it.
@@ -551,48 +646,8 @@ impl Config {
         };
         let keys = family_keys(fam);
         let bad = |key: &str, message: String| Error::invalid(file, key, message);
-        // Fields another family names: Hugging Face ignores them here, so would ridgeline.
-        for other in [Family::Bert, Family::Gpt2, Family::Opt] {
-            for k in family_keys(other) {
-                for name in k.names {
-                    let ours = keys.iter().any(|m| m.names.contains(name));
-                    if !ours && map.contains_key(*name) {
-                        let own = keys
-                            .iter()
-                            .find(|m| m.field == k.field)
-                            .map_or(k.field, |m| m.names[0]);
-                        return Err(bad(
-                            name,
-                            format!(
-                                "a {model_type} configuration names this field `{own}`; \
-                                 Hugging Face ignores `{name}` here: rename it, or remove it"
-                            ),
-                        ));
-                    }
-                }
-            }
-        }
-        // Fields that change the model in ways this module does not build.
-        for (key, ok) in unbuilt_fields(fam) {
-            // The value that is built, as JSON (`false`, `0.0`) or else text (`absolute`).
-            let built: serde_json::Value =
-                serde_json::from_str(ok).unwrap_or_else(|_| serde_json::json!(ok));
-            let same = |v: &serde_json::Value| match (v.as_f64(), built.as_f64()) {
-                (Some(a), Some(b)) => a == b,
-                _ => *v == built,
-            };
-            if let Some(v) = map.get(*key)
-                && !v.is_null()
-                && !same(v)
-            {
-                return Err(bad(
-                    key,
-                    format!(
-                        "{v} is not built (only {built}); write the layers in a workload TOML file"
-                    ),
-                ));
-            }
-        }
+        foreign_keys(&map, &keys, &model_type, &bad)?;
+        built_values(&map, fam, &bad)?;
         let mut out = serde_json::Map::new();
         out.insert(
             "model_type".into(),
@@ -635,31 +690,7 @@ impl Config {
                 out.insert((*key).into(), v.clone());
             }
         }
-        // Hugging Face derives `num_labels` from `id2label` and writes only the latter.
-        if let Some(labels) = map.get("id2label") {
-            let serde_json::Value::Object(labels) = labels else {
-                return Err(bad(
-                    "id2label",
-                    format!("{labels} is not an object of class ids to names"),
-                ));
-            };
-            match map.get("num_labels").map(serde_json::Value::as_u64) {
-                None => {
-                    out.insert("num_labels".into(), serde_json::json!(labels.len()));
-                }
-                Some(Some(n)) if n != labels.len() as u64 => {
-                    return Err(bad(
-                        "num_labels",
-                        format!(
-                            "{n} contradicts the {} classes of `id2label`; give one",
-                            labels.len()
-                        ),
-                    ));
-                }
-                // Equal, or not a count (refused as such below).
-                Some(_) => {}
-            }
-        }
+        labels(&map, &mut out, &bad)?;
         let name = |field: &str| {
             named
                 .iter()

@@ -136,3 +136,62 @@ fn sums_of(
         })
         .collect()
 }
+
+/// A channel affine's forward pass: `gamma x + beta` per channel (`c` channels of `vol`
+/// positions).
+pub(super) fn affine_forward(
+    (c, vol): (usize, usize),
+    x: &[f32],
+    params: &[Vec<f32>],
+    out: &mut [f32],
+) {
+    let (gamma, beta) = (&params[0], &params[1]);
+    out.par_chunks_mut(vol)
+        .zip(x.par_chunks(vol))
+        .enumerate()
+        .for_each(|(i, (o, xi))| {
+            let ch = i % c;
+            o.iter_mut()
+                .zip(xi)
+                .for_each(|(o, &v)| *o = gamma[ch] * v + beta[ch]);
+        });
+}
+
+/// A channel scale's backward pass: the scale's gradient (each channel's sum of `dy x`) and
+/// `dx = gamma dy` where the input needs it.
+pub(super) fn scale_backward(
+    (n, c, vol): (usize, usize, usize),
+    x: &[f32],
+    dy: &[f32],
+    params: &[Vec<f32>],
+    dx: Option<&mut [f32]>,
+    dparams: &mut [Vec<f32>],
+) {
+    for (ds, (_, sx)) in dparams[0].iter_mut().zip(gradient_sums(dy, x, n, c, vol)) {
+        *ds = sx;
+    }
+    if let Some(d) = dx {
+        scale_channels(d, dy, &params[0], c, vol);
+    }
+}
+
+/// A channel affine's backward pass: the scale's and the shift's gradients (each channel's
+/// sums of `dy x` and of `dy`) and `dx = gamma dy` where the input needs it.
+pub(super) fn affine_backward(
+    (n, c, vol): (usize, usize, usize),
+    x: &[f32],
+    dy: &[f32],
+    params: &[Vec<f32>],
+    dx: Option<&mut [f32]>,
+    dparams: &mut [Vec<f32>],
+) {
+    let sums = gradient_sums(dy, x, n, c, vol);
+    let (scale, shift) = dparams.split_at_mut(1);
+    for ((ds, dt), (s, sx)) in scale[0].iter_mut().zip(shift[0].iter_mut()).zip(sums) {
+        *ds = sx;
+        *dt = s;
+    }
+    if let Some(d) = dx {
+        scale_channels(d, dy, &params[0], c, vol);
+    }
+}

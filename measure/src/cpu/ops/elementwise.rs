@@ -38,6 +38,44 @@ pub(super) fn zip_map(
     }
 }
 
+/// The product of two inputs of one shape.
+pub(super) fn mul_forward(a: &[f32], b: &[f32], out: &mut [f32]) {
+    out.par_chunks_mut(CHUNK)
+        .zip(a.par_chunks(CHUNK))
+        .zip(b.par_chunks(CHUNK))
+        .for_each(|((o, a), b)| {
+            o.iter_mut()
+                .zip(a)
+                .zip(b)
+                .for_each(|((o, a), b)| *o = a * b);
+        });
+}
+
+/// A product's backward pass: each input's gradient is the output gradient times the other
+/// input.
+pub(super) fn mul_backward(a: &[f32], b: &[f32], dy: &[f32], dx: &mut [Option<&mut [f32]>]) {
+    let (da, db) = dx.split_at_mut(1);
+    zip_map(da, dy, b, |g, b| g * b);
+    zip_map(db, dy, a, |g, a| g * a);
+}
+
+/// The sum of the inputs.
+pub(super) fn add_forward(inputs: &[&[f32]], out: &mut [f32]) {
+    out.copy_from_slice(inputs[0]);
+    for other in &inputs[1..] {
+        out.par_chunks_mut(CHUNK)
+            .zip(other.par_chunks(CHUNK))
+            .for_each(|(o, v)| o.iter_mut().zip(v).for_each(|(o, v)| *o += v));
+    }
+}
+
+/// A sum's backward pass: `dy` to every input that needs a gradient.
+pub(super) fn add_backward(dy: &[f32], dx: &mut [Option<&mut [f32]>]) {
+    for d in dx.iter_mut().flatten() {
+        d.copy_from_slice(dy);
+    }
+}
+
 /// Dropout's forward pass at `rate`: draws the mask into `aux` and keeps the rest scaled by
 /// `1 / (1 - rate)`.
 pub(super) fn dropout_forward(rate: f32, x: &[f32], out: &mut [f32], aux: &mut Aux, seed: u64) {

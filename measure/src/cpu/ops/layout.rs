@@ -76,6 +76,59 @@ pub(super) fn merged(n: usize, c: usize, h: usize, w: usize) -> impl Iterator<It
     })
 }
 
+/// Patch merging's forward pass: each 2 x 2 block of positions into the channels.
+pub(super) fn merge_forward(
+    (n, c, h, w): (usize, usize, usize, usize),
+    x: &[f32],
+    out: &mut [f32],
+) {
+    for (o, i) in merged(n, c, h, w).enumerate() {
+        out[o] = x[i];
+    }
+}
+
+/// Patch merging's backward pass: each output's gradient back to its position.
+pub(super) fn merge_backward(
+    (n, c, h, w): (usize, usize, usize, usize),
+    dy: &[f32],
+    d: &mut [f32],
+) {
+    for (o, i) in merged(n, c, h, w).enumerate() {
+        d[i] = dy[o];
+    }
+}
+
+/// Learned position embeddings' forward pass: the table (`elems` a sample) added to each
+/// sample.
+pub(super) fn positions_forward(elems: usize, x: &[f32], params: &[Vec<f32>], out: &mut [f32]) {
+    out.par_chunks_mut(elems)
+        .zip(x.par_chunks(elems))
+        .for_each(|(o, xi)| {
+            for ((o, v), p) in o.iter_mut().zip(xi).zip(&params[0]) {
+                *o = v + p;
+            }
+        });
+}
+
+/// Learned position embeddings' backward pass: the table's gradient summed over the
+/// samples, and `dy` itself as the input's where it needs one.
+pub(super) fn positions_backward(
+    elems: usize,
+    dy: &[f32],
+    dx: Option<&mut [f32]>,
+    dparams: &mut [Vec<f32>],
+) {
+    dparams[0].fill(0.0);
+    for g in dy.chunks(elems) {
+        for (d, v) in dparams[0].iter_mut().zip(g) {
+            *d += v;
+        }
+    }
+    if let Some(d) = dx {
+        d.copy_from_slice(dy);
+    }
+}
+
 /// Where the channel shuffle of `c` channels in `groups` moves channel `ch`: channel
 /// `i c / groups + j` to `j groups + i`.
 pub(super) fn shuffled(ch: usize, c: usize, groups: usize) -> usize {

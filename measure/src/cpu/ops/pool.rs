@@ -200,3 +200,21 @@ fn avg_pool_plane_backward(g: &PoolGeom, dy: &[f32], dx: &mut [f32]) {
         }
     }
 }
+
+/// Global average pooling: each plane of `vol` positions to its mean.
+pub(super) fn global_avg_forward(vol: usize, x: &[f32], out: &mut [f32]) {
+    #[allow(clippy::cast_precision_loss)]
+    let v = vol as f32;
+    out.par_iter_mut()
+        .zip(x.par_chunks(vol))
+        .for_each(|(o, xi)| *o = xi.iter().sum::<f32>() / v);
+}
+
+/// Global average pooling's backward pass: each plane's gradient spread evenly over it.
+pub(super) fn global_avg_backward(vol: usize, dy: &[f32], d: &mut [f32]) {
+    #[allow(clippy::cast_precision_loss)]
+    let v = vol as f32;
+    d.par_chunks_mut(vol)
+        .zip(dy.par_iter())
+        .for_each(|(di, g)| di.fill(g / v));
+}

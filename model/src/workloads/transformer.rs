@@ -371,185 +371,206 @@ fn labels(
 /// with its attribute map, `OPTConfig`, transformers 4.x) and the defaults ridgeline takes
 /// from it.
 fn family_keys(family: Family) -> Vec<Key> {
-    use serde_json::json;
-    let key = |field, names, default| Key {
-        field,
-        names,
-        default,
-    };
-    let common = |k: &mut Vec<Key>| {
-        k.push(key("vocab_size", &["vocab_size"], Default::Required));
-    };
-    let mut k = Vec::new();
-    common(&mut k);
+    let mut k = vec![key("vocab_size", &["vocab_size"], Default::Required)];
     match family {
-        Family::Bert => {
-            k.push(key("hidden_size", &["hidden_size"], Default::Required));
-            k.push(key(
-                "num_hidden_layers",
-                &["num_hidden_layers"],
-                Default::Required,
-            ));
-            k.push(key(
-                "num_attention_heads",
-                &["num_attention_heads"],
-                Default::Required,
-            ));
-            k.push(key(
-                "intermediate_size",
-                &["intermediate_size"],
-                Default::Value(json!(3072)),
-            ));
-            k.push(key(
-                "max_position_embeddings",
-                &["max_position_embeddings"],
-                Default::Required,
-            ));
-            k.push(key(
-                "type_vocab_size",
-                &["type_vocab_size"],
-                Default::Value(json!(2)),
-            ));
-            k.push(key(
-                "hidden_act",
-                &["hidden_act"],
-                Default::Value(json!("gelu")),
-            ));
-            k.push(key(
-                "hidden_dropout_prob",
-                &["hidden_dropout_prob"],
-                Default::None,
-            ));
-            k.push(key(
-                "attention_probs_dropout_prob",
-                &["attention_probs_dropout_prob"],
-                Default::None,
-            ));
-        }
-        Family::Gpt2 => {
-            k.push(key(
-                "hidden_size",
-                &["n_embd", "hidden_size"],
-                Default::Required,
-            ));
-            k.push(key(
-                "num_hidden_layers",
-                &["n_layer", "num_hidden_layers"],
-                Default::Required,
-            ));
-            k.push(key(
-                "num_attention_heads",
-                &["n_head", "num_attention_heads"],
-                Default::Required,
-            ));
-            k.push(key("intermediate_size", &["n_inner"], Default::None));
-            k.push(key(
-                "max_position_embeddings",
-                &["n_positions", "max_position_embeddings"],
-                Default::Required,
-            ));
-            k.push(key(
-                "hidden_act",
-                &["activation_function"],
-                Default::Value(json!("gelu_new")),
-            ));
-            k.push(key("attn_pdrop", &["attn_pdrop"], Default::None));
-            k.push(key("embd_pdrop", &["embd_pdrop"], Default::None));
-            k.push(key("resid_pdrop", &["resid_pdrop"], Default::None));
-        }
-        Family::Opt => {
-            k.push(key("hidden_size", &["hidden_size"], Default::Required));
-            k.push(key(
-                "num_hidden_layers",
-                &["num_hidden_layers"],
-                Default::Required,
-            ));
-            k.push(key(
-                "num_attention_heads",
-                &["num_attention_heads"],
-                Default::Required,
-            ));
-            k.push(key(
-                "intermediate_size",
-                &["ffn_dim"],
-                Default::Value(json!(3072)),
-            ));
-            k.push(key(
-                "max_position_embeddings",
-                &["max_position_embeddings"],
-                Default::Required,
-            ));
-            k.push(key(
-                "hidden_act",
-                &["activation_function"],
-                Default::Value(json!("relu")),
-            ));
-            k.push(key("dropout", &["dropout"], Default::None));
-            k.push(key(
-                "attention_dropout",
-                &["attention_dropout"],
-                Default::None,
-            ));
-            k.push(key(
-                "do_layer_norm_before",
-                &["do_layer_norm_before"],
-                Default::None,
-            ));
-            k.push(key(
-                "word_embed_proj_dim",
-                &["word_embed_proj_dim"],
-                Default::None,
-            ));
-        }
+        Family::Bert => bert_keys(&mut k),
+        Family::Gpt2 => gpt2_keys(&mut k),
+        Family::Opt => opt_keys(&mut k),
         Family::Llama | Family::Mistral | Family::Qwen2 | Family::Mixtral => {
-            // Llama's classes name each field as ridgeline does; the biases are Llama's.
-            static REQUIRED: [&str; 5] = [
-                "hidden_size",
-                "num_hidden_layers",
-                "num_attention_heads",
-                "intermediate_size",
-                "max_position_embeddings",
-            ];
-            static OPTIONAL: [&str; 6] = [
-                "num_key_value_heads",
-                "head_dim",
-                "rope_theta",
-                "attention_dropout",
-                "attention_bias",
-                "mlp_bias",
-            ];
-            for field in &REQUIRED {
-                k.push(key(field, std::slice::from_ref(field), Default::Required));
-            }
-            k.push(key(
-                "hidden_act",
-                &["hidden_act"],
-                Default::Value(json!("silu")),
-            ));
-            let optional = if family == Family::Llama {
-                &OPTIONAL[..]
-            } else {
-                &OPTIONAL[..4]
-            };
-            for field in optional {
-                k.push(key(field, std::slice::from_ref(field), Default::None));
-            }
-            if family == Family::Mixtral {
-                // `MixtralConfig`'s defaults (transformers 4.46).
-                k.push(key(
-                    "num_local_experts",
-                    &["num_local_experts"],
-                    Default::Value(json!(8)),
-                ));
-                k.push(key(
-                    "num_experts_per_tok",
-                    &["num_experts_per_tok"],
-                    Default::Value(json!(2)),
-                ));
-            }
+            llama_keys(&mut k, family)
         }
     }
     k
+}
+
+/// A key: ridgeline's `field`, the `names` a file may give it, and its default.
+fn key(field: &'static str, names: &'static [&'static str], default: Default) -> Key {
+    Key {
+        field,
+        names,
+        default,
+    }
+}
+
+/// BERT's keys beyond the vocabulary: each field with the names Hugging Face gives it and
+/// its default.
+fn bert_keys(k: &mut Vec<Key>) {
+    use serde_json::json;
+    k.push(key("hidden_size", &["hidden_size"], Default::Required));
+    k.push(key(
+        "num_hidden_layers",
+        &["num_hidden_layers"],
+        Default::Required,
+    ));
+    k.push(key(
+        "num_attention_heads",
+        &["num_attention_heads"],
+        Default::Required,
+    ));
+    k.push(key(
+        "intermediate_size",
+        &["intermediate_size"],
+        Default::Value(json!(3072)),
+    ));
+    k.push(key(
+        "max_position_embeddings",
+        &["max_position_embeddings"],
+        Default::Required,
+    ));
+    k.push(key(
+        "type_vocab_size",
+        &["type_vocab_size"],
+        Default::Value(json!(2)),
+    ));
+    k.push(key(
+        "hidden_act",
+        &["hidden_act"],
+        Default::Value(json!("gelu")),
+    ));
+    k.push(key(
+        "hidden_dropout_prob",
+        &["hidden_dropout_prob"],
+        Default::None,
+    ));
+    k.push(key(
+        "attention_probs_dropout_prob",
+        &["attention_probs_dropout_prob"],
+        Default::None,
+    ));
+}
+
+/// GPT-2's keys beyond the vocabulary: each field with the names Hugging Face gives it and
+/// its default.
+fn gpt2_keys(k: &mut Vec<Key>) {
+    use serde_json::json;
+    k.push(key(
+        "hidden_size",
+        &["n_embd", "hidden_size"],
+        Default::Required,
+    ));
+    k.push(key(
+        "num_hidden_layers",
+        &["n_layer", "num_hidden_layers"],
+        Default::Required,
+    ));
+    k.push(key(
+        "num_attention_heads",
+        &["n_head", "num_attention_heads"],
+        Default::Required,
+    ));
+    k.push(key("intermediate_size", &["n_inner"], Default::None));
+    k.push(key(
+        "max_position_embeddings",
+        &["n_positions", "max_position_embeddings"],
+        Default::Required,
+    ));
+    k.push(key(
+        "hidden_act",
+        &["activation_function"],
+        Default::Value(json!("gelu_new")),
+    ));
+    k.push(key("attn_pdrop", &["attn_pdrop"], Default::None));
+    k.push(key("embd_pdrop", &["embd_pdrop"], Default::None));
+    k.push(key("resid_pdrop", &["resid_pdrop"], Default::None));
+}
+
+/// OPT's keys beyond the vocabulary: each field with the names Hugging Face gives it and
+/// its default.
+fn opt_keys(k: &mut Vec<Key>) {
+    use serde_json::json;
+    k.push(key("hidden_size", &["hidden_size"], Default::Required));
+    k.push(key(
+        "num_hidden_layers",
+        &["num_hidden_layers"],
+        Default::Required,
+    ));
+    k.push(key(
+        "num_attention_heads",
+        &["num_attention_heads"],
+        Default::Required,
+    ));
+    k.push(key(
+        "intermediate_size",
+        &["ffn_dim"],
+        Default::Value(json!(3072)),
+    ));
+    k.push(key(
+        "max_position_embeddings",
+        &["max_position_embeddings"],
+        Default::Required,
+    ));
+    k.push(key(
+        "hidden_act",
+        &["activation_function"],
+        Default::Value(json!("relu")),
+    ));
+    k.push(key("dropout", &["dropout"], Default::None));
+    k.push(key(
+        "attention_dropout",
+        &["attention_dropout"],
+        Default::None,
+    ));
+    k.push(key(
+        "do_layer_norm_before",
+        &["do_layer_norm_before"],
+        Default::None,
+    ));
+    k.push(key(
+        "word_embed_proj_dim",
+        &["word_embed_proj_dim"],
+        Default::None,
+    ));
+}
+
+/// Llama's, Mistral's, Qwen2's and Mixtral's keys beyond the vocabulary: each field with the names Hugging Face gives it and
+/// its default.
+fn llama_keys(k: &mut Vec<Key>, family: Family) {
+    use serde_json::json;
+    // Llama's classes name each field as ridgeline does; the biases are Llama's.
+    static REQUIRED: [&str; 5] = [
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "max_position_embeddings",
+    ];
+    static OPTIONAL: [&str; 6] = [
+        "num_key_value_heads",
+        "head_dim",
+        "rope_theta",
+        "attention_dropout",
+        "attention_bias",
+        "mlp_bias",
+    ];
+    for field in &REQUIRED {
+        k.push(key(field, std::slice::from_ref(field), Default::Required));
+    }
+    k.push(key(
+        "hidden_act",
+        &["hidden_act"],
+        Default::Value(json!("silu")),
+    ));
+    let optional = if family == Family::Llama {
+        &OPTIONAL[..]
+    } else {
+        &OPTIONAL[..4]
+    };
+    for field in optional {
+        k.push(key(field, std::slice::from_ref(field), Default::None));
+    }
+    if family == Family::Mixtral {
+        // `MixtralConfig`'s defaults (transformers 4.46).
+        k.push(key(
+            "num_local_experts",
+            &["num_local_experts"],
+            Default::Value(json!(8)),
+        ));
+        k.push(key(
+            "num_experts_per_tok",
+            &["num_experts_per_tok"],
+            Default::Value(json!(2)),
+        ));
+    }
 }
 
 /// Fields every family's file may give, read as they are.

@@ -696,21 +696,6 @@ impl Kernel {
                 dparams,
                 threads,
             ),
-            Kernel::MaxPool(g) => {
-                if let Some(d) = dx[0].as_deref_mut() {
-                    g.max_backward(x, dy, d);
-                }
-            }
-            Kernel::AvgPool(g) => {
-                if let Some(d) = dx[0].as_deref_mut() {
-                    g.avg_backward(dy, d);
-                }
-            }
-            Kernel::GlobalAvgPool { vol, .. } => {
-                if let Some(d) = dx[0].as_deref_mut() {
-                    pool::global_avg_backward(*vol, dy, d);
-                }
-            }
             Kernel::BatchNorm { n, c, vol } => {
                 let d = dx[0].as_deref_mut();
                 channel::batch_norm_backward((*n, *c, *vol), x, dy, params, aux, d, dparams);
@@ -723,66 +708,18 @@ impl Kernel {
                 let d = dx[0].as_deref_mut();
                 channel::affine_backward((*n, *c, *vol), x, dy, params, d, dparams);
             }
-            Kernel::Narrow {
-                n,
-                c,
-                start,
-                len,
-                vol,
-            } => {
-                if let Some(d) = dx[0].as_deref_mut() {
-                    layout::narrow_backward((*n, *c, *start, *len, *vol), dy, d);
-                }
-            }
             Kernel::Prepend { n, c, s, tokens } => {
                 let d = dx[0].as_deref_mut();
                 layout::prepend_backward((*n, *c, *s, *tokens), dy, &mut dparams[0], d);
             }
-            Kernel::PatchMerge { n, c, h, w } => {
-                if let Some(d) = dx[0].as_deref_mut() {
-                    layout::merge_backward((*n, *c, *h, *w), dy, d);
-                }
-            }
             Kernel::Positions { elems, .. } => {
                 layout::positions_backward(*elems, dy, dx[0].as_deref_mut(), dparams);
-            }
-            Kernel::Shuffle { n, c, groups, vol } => {
-                if let Some(d) = dx[0].as_deref_mut() {
-                    layout::shuffle_backward((*n, *c, *groups, *vol), dy, d);
-                }
             }
             Kernel::Gate { n, a, b } => Broadcast::new(a, b).backward(*n, x, inputs[1], dy, dx),
             Kernel::Mul => elementwise::mul_backward(x, inputs[1], dy, dx),
             Kernel::Add => elementwise::add_backward(dy, dx),
             Kernel::Concat { n, channels, vol } => {
                 layout::concat_backward(*n, channels, *vol, dy, dx);
-            }
-            Kernel::Tile { input, output, .. } => {
-                if let Some(d) = dx[0].as_deref_mut() {
-                    layout::gather_backward(input, output, |p| map_tile(p, input, output), dy, d);
-                }
-            }
-            Kernel::Upsample { input, factor, .. } => {
-                if let Some(d) = dx[0].as_deref_mut() {
-                    let output = std::array::from_fn::<usize, 3, _>(|i| input[i] * factor[i]);
-                    let from = |p| map_upsample(p, input, &output, factor);
-                    layout::gather_backward(input, &output, from, dy, d);
-                }
-            }
-            Kernel::Dropout { rate } => {
-                if let Some(d) = dx[0].as_deref_mut() {
-                    elementwise::dropout_backward(*rate, dy, aux, d);
-                }
-            }
-            Kernel::Flatten => {
-                if let Some(d) = dx[0].as_deref_mut() {
-                    d.copy_from_slice(dy);
-                }
-            }
-            Kernel::SoftmaxCrossEntropy { n, c, vol } => {
-                if let Some(d) = dx[0].as_deref_mut() {
-                    loss::softmax_cross_entropy_backward((*n, *c, *vol), dy, aux, d, seed);
-                }
             }
             Kernel::Linear { geom, bias } => {
                 let (dw, rest) = dparams.split_at_mut(1);
@@ -810,17 +747,6 @@ impl Kernel {
                 }
             }
             Kernel::Norm(g) => g.backward(x, dy, params, aux, dx[0].as_deref_mut(), dparams),
-            Kernel::Softmax(g) => {
-                if let Some(d) = dx[0].as_deref_mut() {
-                    g.backward(out, dy, d);
-                }
-            }
-            // The rotation's adjoint: the same rotation backwards.
-            Kernel::Rotary(r) => {
-                if let Some(d) = dx[0].as_deref_mut() {
-                    r.apply(dy, d, true);
-                }
-            }
             Kernel::Attention(a) => a.backward(inputs, dy, aux, dx, threads, seed),
             Kernel::Window(w) => w.backward(
                 x,
@@ -841,16 +767,103 @@ impl Kernel {
                 dx[0].as_deref_mut(),
                 threads,
             ),
-            Kernel::Rows(r) => {
+            // The kernels whose backward is the first input's gradient alone.
+            _ => {
                 if let Some(d) = dx[0].as_deref_mut() {
-                    r.backward(dy, d);
+                    self.input_gradient(x, out, dy, aux, d, seed);
                 }
+            }
+        }
+    }
+
+    /// The backward pass of a kernel with one input and no parameters: the input's
+    /// gradient `d` from the output gradient `dy` (and what forward kept). The others run
+    /// in [`Kernel::backward`].
+    fn input_gradient(
+        &self,
+        x: &[f32],
+        out: &[f32],
+        dy: &[f32],
+        aux: &Aux,
+        d: &mut [f32],
+        seed: u64,
+    ) {
+        match self {
+            Kernel::MaxPool(g) => {
+                g.max_backward(x, dy, d);
+            }
+            Kernel::AvgPool(g) => {
+                g.avg_backward(dy, d);
+            }
+            Kernel::GlobalAvgPool { vol, .. } => {
+                pool::global_avg_backward(*vol, dy, d);
+            }
+            Kernel::Narrow {
+                n,
+                c,
+                start,
+                len,
+                vol,
+            } => {
+                layout::narrow_backward((*n, *c, *start, *len, *vol), dy, d);
+            }
+            Kernel::PatchMerge { n, c, h, w } => {
+                layout::merge_backward((*n, *c, *h, *w), dy, d);
+            }
+            Kernel::Shuffle { n, c, groups, vol } => {
+                layout::shuffle_backward((*n, *c, *groups, *vol), dy, d);
+            }
+            Kernel::Tile { input, output, .. } => {
+                layout::gather_backward(input, output, |p| map_tile(p, input, output), dy, d);
+            }
+            Kernel::Upsample { input, factor, .. } => {
+                let output = std::array::from_fn::<usize, 3, _>(|i| input[i] * factor[i]);
+                let from = |p| map_upsample(p, input, &output, factor);
+                layout::gather_backward(input, &output, from, dy, d);
+            }
+            Kernel::Dropout { rate } => {
+                elementwise::dropout_backward(*rate, dy, aux, d);
+            }
+            Kernel::Flatten => {
+                d.copy_from_slice(dy);
+            }
+            Kernel::SoftmaxCrossEntropy { n, c, vol } => {
+                loss::softmax_cross_entropy_backward((*n, *c, *vol), dy, aux, d, seed);
+            }
+            Kernel::Softmax(g) => {
+                g.backward(out, dy, d);
+            }
+            // The rotation's adjoint: the same rotation backwards.
+            Kernel::Rotary(r) => {
+                r.apply(dy, d, true);
+            }
+            Kernel::Rows(r) => {
+                r.backward(dy, d);
             }
             Kernel::Mse { n, elems } => {
-                if let Some(d) = dx[0].as_deref_mut() {
-                    loss::mse_backward(*n, *elems, x, dy, d, seed);
-                }
+                loss::mse_backward(*n, *elems, x, dy, d, seed);
             }
+            Kernel::Input
+            | Kernel::Conv { .. }
+            | Kernel::ConvTranspose { .. }
+            | Kernel::Dense { .. }
+            | Kernel::BatchNorm { .. }
+            | Kernel::ChannelAffine { .. }
+            | Kernel::ChannelScale { .. }
+            | Kernel::Unary(_)
+            | Kernel::Add
+            | Kernel::Mul
+            | Kernel::Gate { .. }
+            | Kernel::Prepend { .. }
+            | Kernel::Positions { .. }
+            | Kernel::Concat { .. }
+            | Kernel::Linear { .. }
+            | Kernel::MatMul(_)
+            | Kernel::Embedding(_)
+            | Kernel::Norm(_)
+            | Kernel::Attention(_)
+            | Kernel::Window(_)
+            | Kernel::Moe(_) => {}
         }
     }
 }

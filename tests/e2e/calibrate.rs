@@ -188,6 +188,20 @@ fn the_loop_runs_from_micro_kernels_to_validation() {
     assert!(!v["worst_layers"].as_array().unwrap().is_empty());
     assert_eq!(step["precision"], "fp32");
 
+    another_precision(&dir, profile, measured, step);
+    validation_report(&dir, profile, measured, &v);
+    refuses_bad_inputs(&dir, profile, micro, measured);
+}
+
+/// [`the_loop_runs_from_micro_kernels_to_validation`]'s step record relabelled to
+/// another precision: predicted in it (mixed precision runs on a GPU only), in 16-bit
+/// activations with less memory and no FP32 fit applied; FP8 is refused.
+fn another_precision(
+    dir: &std::path::Path,
+    profile: &str,
+    measured: &str,
+    step: &serde_json::Value,
+) {
     // A record of another precision is predicted in it (the records relabelled: mixed
     // precision runs on a GPU only): 16-bit activations, less memory.
     let text = std::fs::read_to_string(measured).unwrap();
@@ -227,7 +241,11 @@ fn the_loop_runs_from_micro_kernels_to_validation() {
     let bad = relabelled("fp8");
     let err = run_err(&["validate", "--profile", profile, "--measured", &bad]);
     assert!(err.contains("precision") && err.contains("fp8"), "{err}");
+}
 
+/// The same validation as a report: tables, the prediction-vs-measurement and error plots,
+/// the measured hardware efficiency of every layer pass, and a calibrated roofline plot.
+fn validation_report(dir: &std::path::Path, profile: &str, measured: &str, v: &serde_json::Value) {
     // The same validation as a report: tables, the prediction-vs-measurement and error
     // plots, and the measured hardware efficiency of every layer pass.
     let out = dir.join("validation-report");
@@ -292,7 +310,10 @@ fn the_loop_runs_from_micro_kernels_to_validation() {
         svg.contains("measured gemm"),
         "no measured ceiling in the roofline plot"
     );
+}
 
+/// Bad input to calibration and validation, each refused naming what is wrong.
+fn refuses_bad_inputs(dir: &std::path::Path, profile: &str, micro: &str, measured: &str) {
     // Bad input: workload records are not micro-kernel records.
     let err = run_err(&["calibrate", measured, "--out", profile]);
     assert!(

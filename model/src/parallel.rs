@@ -740,7 +740,7 @@ impl Prepared<'_> {
         let overlap_tensor = self.stack.parallel.overlap_tensor_parallel.value;
         let mut out = Vec::with_capacity(stages);
         for (s, [forward, backward]) in self
-            .stage_times(pipeline, micro, &of)
+            .passes_by_stage(pipeline, micro, &of)
             .into_iter()
             .enumerate()
         {
@@ -832,7 +832,7 @@ impl Prepared<'_> {
     /// Each stage's forward and backward pass of a micro-batch of `micro` sequences, the
     /// layers on stage `s` those `of` puts there; kept per pipeline depth and micro-batch,
     /// as a sweep asks for the same ones often.
-    fn stage_times(&self, pipeline: u32, micro: u64, of: &[usize]) -> Vec<[f64; 2]> {
+    fn passes_by_stage(&self, pipeline: u32, micro: u64, of: &[usize]) -> Vec<[f64; 2]> {
         let cached = self
             .stage_times
             .lock()

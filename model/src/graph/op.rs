@@ -809,7 +809,8 @@ impl Op {
         Some((weights, weights.checked_mul(positions)?))
     }
 
-    /// Checks that the op has as many inputs as it takes.
+    /// Checks that the op has as many inputs as it takes (the input layer takes none: it is
+    /// implicit).
     fn check_arity(&self, inputs: &[&[usize]]) -> Result<(), String> {
         let arity = match self {
             Op::Input => return Err(INPUT_IS_IMPLICIT.into()),

@@ -335,7 +335,7 @@ fn built_values(
 
 /// `num_labels` from `id2label`, where Hugging Face wrote only the latter; the two must
 /// agree where both are given.
-fn labels(
+fn labels_from_id2label(
     map: &serde_json::Map<String, serde_json::Value>,
     out: &mut serde_json::Map<String, serde_json::Value>,
     bad: &dyn Fn(&str, String) -> Error,
@@ -522,8 +522,8 @@ fn opt_keys(k: &mut Vec<Key>) {
     ));
 }
 
-/// Llama's, Mistral's, Qwen2's and Mixtral's keys beyond the vocabulary: each field with the names Hugging Face gives it and
-/// its default.
+/// Llama's, Mistral's, Qwen2's and Mixtral's keys beyond the vocabulary: each field with
+/// the names Hugging Face gives it and its default.
 fn llama_keys(k: &mut Vec<Key>, family: Family) {
     use serde_json::json;
     // Llama's classes name each field as ridgeline does; the biases are Llama's.
@@ -711,7 +711,7 @@ impl Config {
                 out.insert((*key).into(), v.clone());
             }
         }
-        labels(&map, &mut out, &bad)?;
+        labels_from_id2label(&map, &mut out, &bad)?;
         let name = |field: &str| {
             named
                 .iter()

@@ -337,6 +337,7 @@ impl Report {
             ridgeline_version: env!("CARGO_PKG_VERSION").to_owned(),
             git_commit: None,
             timestamp: String::new(),
+            slurm: None,
         };
         let run = StepShape {
             workload: graph.name().to_owned(),

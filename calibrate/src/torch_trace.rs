@@ -340,6 +340,7 @@ impl Trace {
             ridgeline_version: env!("CARGO_PKG_VERSION").to_owned(),
             git_commit: None,
             timestamp,
+            slurm: None,
         }
     }
 }

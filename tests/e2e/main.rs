@@ -19,6 +19,7 @@ mod models44;
 mod predict;
 mod report;
 mod roofline;
+mod slurm;
 mod stack;
 mod system;
 mod workload;

@@ -384,6 +384,44 @@ pub struct Env {
     pub git_commit: Option<String>,
     /// When the record was made (RFC 3339, UTC).
     pub timestamp: String,
+    /// The Slurm job that made the record, when a Slurm job did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<SlurmEnv>,
+}
+
+/// Where in a Slurm allocation a record was made, from the variables Slurm sets in a job's
+/// environment (`SLURM_JOB_ID`, `SLURM_ARRAY_JOB_ID`, `SLURM_ARRAY_TASK_ID`,
+/// `SLURMD_NODENAME`, `SLURM_JOB_PARTITION`), as Slurm wrote them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlurmEnv {
+    /// The job's id (`SLURM_JOB_ID`); a job array's tasks each have their own.
+    pub job_id: String,
+    /// The job array's id, for a task of one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_job_id: Option<String>,
+    /// The task's index in its job array.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_task_id: Option<String>,
+    /// The node the process ran on, by Slurm's name for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// The partition the job ran in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+}
+
+impl SlurmEnv {
+    /// The job of a process whose environment `var` reads, or `None` outside a Slurm job.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Option<SlurmEnv> {
+        let set = |name: &str| var(name).filter(|v| !v.is_empty());
+        Some(SlurmEnv {
+            job_id: set("SLURM_JOB_ID")?,
+            array_job_id: set("SLURM_ARRAY_JOB_ID"),
+            array_task_id: set("SLURM_ARRAY_TASK_ID"),
+            node: set("SLURMD_NODENAME"),
+            partition: set("SLURM_JOB_PARTITION"),
+        })
+    }
 }
 
 /// The GPU a record was measured on (CUDA backend).
@@ -462,6 +500,7 @@ impl Env {
             ridgeline_version: env!("CARGO_PKG_VERSION").to_owned(),
             git_commit: option_env!("RIDGELINE_GIT_COMMIT").map(str::to_owned),
             timestamp: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+            slurm: SlurmEnv::from_vars(|name| std::env::var(name).ok()),
         }
     }
 }
@@ -805,6 +844,37 @@ pub fn record_id(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slurm_job_is_read_from_the_variables_slurm_sets() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        assert_eq!(SlurmEnv::from_vars(vars(&[])), None);
+        assert_eq!(SlurmEnv::from_vars(vars(&[("SLURM_JOB_ID", "")])), None);
+        let task = SlurmEnv::from_vars(vars(&[
+            ("SLURM_JOB_ID", "42"),
+            ("SLURM_ARRAY_JOB_ID", "41"),
+            ("SLURM_ARRAY_TASK_ID", "1"),
+            ("SLURMD_NODENAME", "nid0007"),
+            ("SLURM_JOB_PARTITION", "gpu"),
+        ]))
+        .unwrap();
+        assert_eq!(task.job_id, "42");
+        assert_eq!(task.array_job_id.as_deref(), Some("41"));
+        assert_eq!(task.array_task_id.as_deref(), Some("1"));
+        assert_eq!(task.node.as_deref(), Some("nid0007"));
+        assert_eq!(task.partition.as_deref(), Some("gpu"));
+        // Outside a job array the array's fields are left out of the record.
+        let job = SlurmEnv::from_vars(vars(&[("SLURM_JOB_ID", "7")])).unwrap();
+        let json = serde_json::to_string(&job).unwrap();
+        assert_eq!(json, r#"{"job_id":"7"}"#);
+    }
 
     fn record(n: usize) -> Record {
         let (m, b) = (n as u64, n as f64);

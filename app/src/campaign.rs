@@ -6,8 +6,8 @@
 //! cannot run case by case on one backend: [`nccl`] across a node's GPUs, and [`comm()`], the
 //! MPI campaign, whose ranks measure together while rank 0 writes through a [`Records`]
 //! handed to `ridgeline_measure::comm` as a `record::Sink`. [`suite()`] plans the
-//! micro-kernel suite to a budget and runs it; [`slurm_script`] writes the batch script of
-//! the MPI campaign. Progress goes to an [`Observer`]: the command line draws bars, tests and
+//! micro-kernel suite to a budget and runs it; a [`Shard`] of a campaign is what a Slurm
+//! array task measures (`crate::slurm`). Progress goes to an [`Observer`]: the command line draws bars, tests and
 //! pipelines stay silent.
 
 use std::path::{Path, PathBuf};
@@ -47,6 +47,9 @@ pub struct CampaignSpec {
     pub resume: bool,
     /// The run protocol's settings given in place of the campaign's.
     pub protocol: ProtocolOverrides,
+    /// Measure only this share of the cases: [`Shard`] `i` of `n`, as a Slurm array task
+    /// does.
+    pub shard: Option<Shard>,
     /// Opens the backend of a device at a thread count: [`open_backend`], or a stand-in in
     /// tests.
     pub open: Opener,
@@ -64,8 +67,40 @@ impl CampaignSpec {
             out,
             resume: false,
             protocol: ProtocolOverrides::default(),
+            shard: None,
             open: open_backend,
         }
+    }
+}
+
+/// A share of a campaign's cases: those whose place in it is `index` modulo `count`. The
+/// shares of `0..count` split it whole, each case into one, and spread every kind of case
+/// over them alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    /// Which share, from 0.
+    pub index: usize,
+    /// How many shares.
+    pub count: usize,
+}
+
+impl Shard {
+    /// The cases of this share, in order.
+    pub fn of<T>(self, cases: Vec<T>) -> Vec<T> {
+        cases
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| i % self.count == self.index)
+            .map(|(_, c)| c)
+            .collect()
+    }
+}
+
+/// Only `shard`'s cases, where one is given.
+fn share<T>(shard: Option<Shard>, cases: Vec<T>) -> Vec<T> {
+    match shard {
+        Some(s) => s.of(cases),
+        None => cases,
     }
 }
 
@@ -207,7 +242,7 @@ pub fn measure(
     observer: &dyn Observer,
 ) -> Result<(String, Ran)> {
     let backends = Backends::new(spec, default)?;
-    let cases = for_threads(&backends.threads(), cases);
+    let cases = share(spec.shard, for_threads(&backends.threads(), cases));
     let device = backends.device().to_owned();
     let records = Records::open(spec.out.as_deref(), spec.resume, observer)?;
     let ran = Runner::new(backends, records, observer).run(
@@ -497,6 +532,7 @@ pub fn suite(
         }
         None => suite::standard(&threads)?,
     };
+    let candidates = share(spec.shard, candidates);
     let plan = {
         let backends = &backends;
         let records = &records;
@@ -566,65 +602,6 @@ pub fn suite(
         ));
     }
     Ok(ran)
-}
-
-/// A Slurm job's shape for the communication campaign.
-#[derive(Debug, Clone)]
-pub struct SlurmJob {
-    /// Nodes.
-    pub nodes: u32,
-    /// MPI ranks per node.
-    pub ranks_per_node: u32,
-    /// Wall-time limit, as Slurm writes it.
-    pub time: String,
-    /// Partition, if any.
-    pub partition: Option<String>,
-    /// Account, if any.
-    pub account: Option<String>,
-}
-
-/// A Slurm batch script that runs the campaign on `job.nodes` nodes, calibrates LogGP
-/// from the ping-pong and validates the allreduce model against the measured allreduce.
-pub fn slurm_script(job: &SlurmJob) -> String {
-    let mut s = String::from("#!/bin/bash\n");
-    s += "#SBATCH --job-name=ridgeline-comm\n";
-    s += &format!("#SBATCH --nodes={}\n", job.nodes);
-    s += &format!("#SBATCH --ntasks-per-node={}\n", job.ranks_per_node);
-    s += &format!("#SBATCH --time={}\n", job.time);
-    if let Some(p) = &job.partition {
-        s += &format!("#SBATCH --partition={p}\n");
-    }
-    if let Some(a) = &job.account {
-        s += &format!("#SBATCH --account={a}\n");
-    }
-    s += "#SBATCH --exclusive\n";
-    s += "#SBATCH --output=ridgeline-comm-%j.out\n";
-    s += &format!(
-        "#\n# ridgeline {} communication campaign: {} node(s) x {} rank(s).\n",
-        env!("CARGO_PKG_VERSION"),
-        job.nodes,
-        job.ranks_per_node
-    );
-    s += "# 1. ping-pong between rank 0 and one rank per level (same node, other node):\n";
-    s += "#    the Netgauge round trips LogGP is fitted from, and the local reduction kernel;\n";
-    s += "# 2. allreduce (MPI_Allreduce, ring, rhd, rd) and all-to-all over every rank;\n";
-    s += "# 3. calibrate LogGP from the ping-pong alone, and validate the allreduce model.\n";
-    s += "# Submit with `sbatch`. Re-submitting resumes: measured sizes are skipped.\n";
-    s += "# RIDGELINE must be a build with `--features mpi` against this cluster's MPI; if\n";
-    s += "# your site's srun needs a PMI flag (e.g. --mpi=pmix), add it to SRUN.\n";
-    s += "set -euo pipefail\n";
-    s += "RIDGELINE=${RIDGELINE:-ridgeline}\n";
-    s += "SRUN=${SRUN:-srun}\n";
-    s += "DIR=${RIDGELINE_COMM_DIR:-ridgeline-comm-${SLURM_JOB_ID}}\n";
-    s += "mkdir -p \"$DIR\"\n";
-    for bench in ["pingpong", "allreduce", "alltoall"] {
-        s += &format!(
-            "$SRUN \"$RIDGELINE\" measure comm {bench} --out \"$DIR/{bench}.jsonl\" --resume\n"
-        );
-    }
-    s += "\"$RIDGELINE\" calibrate \"$DIR/pingpong.jsonl\" --out \"$DIR/profile.toml\"\n";
-    s += "\"$RIDGELINE\" validate comm --profile \"$DIR/profile.toml\" --measured \"$DIR/allreduce.jsonl\" | tee \"$DIR/validation.txt\"\n";
-    s
 }
 
 /// The protocol of full training steps: `steps` of them after the executor's warm-up step.
@@ -813,6 +790,17 @@ mod tests {
         // Run again on the same file: both are done.
         let ran = cpu(file(&path, true)).run(&cases, &p, 3, None).unwrap();
         assert_eq!((ran.records.len(), ran.skipped, ran.unrun), (0, 2, 0));
+    }
+
+    #[test]
+    fn shares_split_the_cases_whole() {
+        let cases: Vec<usize> = (0..10).collect();
+        let mut all: Vec<usize> = (0..3)
+            .flat_map(|index| Shard { index, count: 3 }.of(cases.clone()))
+            .collect();
+        assert_eq!(Shard { index: 1, count: 3 }.of(cases.clone()), [1, 4, 7]);
+        all.sort_unstable();
+        assert_eq!(all, cases);
     }
 
     #[test]

@@ -43,6 +43,7 @@ pub mod report;
 pub mod runs;
 pub mod self_check;
 pub mod simcheck;
+pub mod slurm;
 pub mod sweep;
 pub mod tables;
 pub mod validation;

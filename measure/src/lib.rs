@@ -92,5 +92,5 @@ pub use error::{Error, Result};
 pub use protocol::Protocol;
 pub use record::{
     Device, Env, Extra, GpuEnv, Measured, Record, RecordKind, RecordPrecision, RecordWriter,
-    Resumed, SCHEMA_VERSION, SlurmEnv, StepRun, read_records,
+    Resumed, SCHEMA_VERSION, SlurmEnv, StepRun, read_records, read_resumable,
 };

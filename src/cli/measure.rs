@@ -25,31 +25,130 @@ pub(crate) enum MeasureCommand {
     /// Communication under MPI: ping-pong for LogGP, allreduce, all-to-all. Launch it with
     /// `mpirun -np P` or `srun`; needs a build with `--features mpi`.
     Comm(MeasureCommArgs),
+    /// Join the records files of a Slurm campaign's array tasks into its records file, by
+    /// the resume rule; what its merge job runs.
+    Merge(MeasureMergeArgs),
+}
+
+impl MeasureCommand {
+    /// The flags every case-by-case campaign shares, and its name; `None` for the
+    /// campaigns that run otherwise (NCCL, MPI) and for `merge`.
+    pub(crate) fn campaign(&self) -> Option<(&'static str, &MeasureArgs)> {
+        match self {
+            Self::Gemm(a) => Some(("gemm", &a.measure)),
+            Self::Conv(a) => Some(("conv", &a.measure)),
+            Self::Stream(a) => Some(("stream", &a.measure)),
+            Self::Copy(a) => Some(("copy", &a.measure)),
+            Self::Ops(a) => Some(("ops", &a.measure)),
+            Self::Workload(a) => Some(("workload", &a.measure)),
+            Self::Suite(a) => Some(("suite", &a.measure)),
+            Self::Nccl(_) | Self::Comm(_) | Self::Merge(_) => None,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct MeasureMergeArgs {
+    /// The campaign's folder (its records file's name with `.slurm`): `records-<task>.jsonl`
+    /// and `task-<task>.exit` of each task.
+    pub(crate) dir: PathBuf,
+    /// The job array's tasks.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub(crate) tasks: u32,
+    /// The campaign's records file: created, or continued by the resume rule.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: PathBuf,
+    #[command(flatten)]
+    pub(crate) format: FormatArg,
+}
+
+/// Running a campaign as a Slurm job array, or one task's share of it.
+#[derive(Debug, Args, Default)]
+#[command(group = clap::ArgGroup::new("slurm_mode").args(["slurm", "emit_slurm"]))]
+pub(crate) struct SlurmArrayArgs {
+    /// Submit the campaign to Slurm as a job array: each task measures a share of the cases
+    /// on a whole node into a records file of its own, and a merge job after them joins
+    /// the files into --out by the resume rule.
+    #[arg(long, requires = "out", help_heading = "Slurm")]
+    pub(crate) slurm: bool,
+    /// Print the batch scripts --slurm would submit, instead of submitting.
+    #[arg(long, requires = "out", help_heading = "Slurm")]
+    pub(crate) emit_slurm: bool,
+    /// Array tasks: the cases are split into this many shares.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000), requires = "slurm_mode", help_heading = "Slurm")]
+    pub(crate) tasks: u32,
+    /// Partitions, comma-separated (Slurm's default if none): one job array, records file
+    /// and profile per partition, each named with `-PARTITION` after --out's stem where
+    /// there are several.
+    #[arg(long, value_delimiter = ',', value_parser = parse_slurm_word, requires = "slurm_mode", help_heading = "Slurm")]
+    pub(crate) partition: Vec<String>,
+    /// Each task's wall-clock limit (Slurm's format, e.g. 01:00:00).
+    #[arg(long, default_value = "01:00:00", value_parser = parse_slurm_time, requires = "slurm_mode", help_heading = "Slurm")]
+    pub(crate) time: String,
+    /// Slurm account.
+    #[arg(long, value_parser = parse_slurm_word, requires = "slurm_mode", help_heading = "Slurm")]
+    pub(crate) account: Option<String>,
+    /// After the merge, describe each partition from one of its nodes (`system
+    /// from-slurm`) and calibrate a profile of it beside --out (`.profile.toml`).
+    #[arg(long, requires = "slurm_mode", help_heading = "Slurm")]
+    pub(crate) calibrate: bool,
+    /// Wait until every merge job has ended, and fail where one failed.
+    #[arg(long, requires = "slurm", help_heading = "Slurm")]
+    pub(crate) wait: bool,
+    /// Measure only share I of N (from 0): every case whose place in the campaign is I
+    /// modulo N. What each task of a --slurm array runs.
+    #[arg(long, value_name = "I/N", value_parser = parse_shard, conflicts_with = "slurm_mode", help_heading = "Slurm")]
+    pub(crate) shard: Option<Shard>,
+}
+
+/// `I/N`: share I of N, I below N.
+fn parse_shard(s: &str) -> Result<Shard, String> {
+    let bad = || format!("`{s}` is not a share: write I/N with I from 0 to N-1, e.g. 0/4");
+    let (i, n) = s.split_once('/').ok_or_else(bad)?;
+    let (index, count): (usize, usize) = (
+        i.trim().parse().map_err(|_| bad())?,
+        n.trim().parse().map_err(|_| bad())?,
+    );
+    if count == 0 || index >= count {
+        return Err(bad());
+    }
+    Ok(Shard { index, count })
 }
 
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
+#[command(group = clap::ArgGroup::new("comm_slurm").args(["slurm", "emit_slurm"]).multiple(false))]
 pub(crate) struct MeasureCommArgs {
     #[command(subcommand)]
     pub(crate) bench: Option<CommBenchCommand>,
     /// Print a Slurm batch script that runs the whole campaign (ping-pong, allreduce,
     /// all-to-all) on --nodes nodes, instead of measuring.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "slurm")]
     pub(crate) emit_slurm: bool,
+    /// Submit that script to Slurm: its ranks start under `srun` over the PMI the cluster
+    /// and its MPI share, or `mpirun` inside the allocation; records go to --dir.
+    #[arg(long, requires = "dir")]
+    pub(crate) slurm: bool,
+    /// The campaign's folder (--slurm): the script, its log, the records and the profile.
+    #[arg(long, value_name = "DIR", requires = "slurm")]
+    pub(crate) dir: Option<PathBuf>,
+    /// Wait until the job has ended, and fail where it failed (--slurm).
+    #[arg(long, requires = "slurm")]
+    pub(crate) wait: bool,
     /// Nodes of the Slurm job.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=100_000), requires = "emit_slurm")]
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=100_000), requires = "comm_slurm")]
     pub(crate) nodes: u32,
     /// MPI ranks per node of the Slurm job.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096), requires = "emit_slurm")]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096), requires = "comm_slurm")]
     pub(crate) ranks_per_node: u32,
     /// Wall-clock limit of the Slurm job (Slurm's format, e.g. 01:00:00).
-    #[arg(long, default_value = "01:00:00", value_parser = parse_slurm_time, requires = "emit_slurm")]
+    #[arg(long, default_value = "01:00:00", value_parser = parse_slurm_time, requires = "comm_slurm")]
     pub(crate) time: String,
     /// Slurm partition.
-    #[arg(long, value_parser = parse_slurm_word, requires = "emit_slurm")]
+    #[arg(long, value_parser = parse_slurm_word, requires = "comm_slurm")]
     pub(crate) partition: Option<String>,
     /// Slurm account.
-    #[arg(long, value_parser = parse_slurm_word, requires = "emit_slurm")]
+    #[arg(long, value_parser = parse_slurm_word, requires = "comm_slurm")]
     pub(crate) account: Option<String>,
 }
 
@@ -219,6 +318,8 @@ pub(crate) struct MeasureArgs {
     pub(crate) threads: Option<Threads>,
     #[command(flatten)]
     pub(crate) campaign: CampaignArgs,
+    #[command(flatten)]
+    pub(crate) slurm: SlurmArrayArgs,
 }
 
 impl MeasureArgs {
@@ -230,6 +331,7 @@ impl MeasureArgs {
             out: self.campaign.out.clone(),
             resume: self.campaign.resume,
             protocol: self.campaign.protocol.overrides(),
+            shard: self.slurm.shard,
             open: ridgeline_measure::open_backend,
         }
     }
@@ -461,9 +563,9 @@ pub(crate) struct MeasureOpsArgs {
 pub(crate) struct MeasureWorkloadArgs {
     #[command(flatten)]
     pub(crate) workload: WorkloadArgs,
-    /// Batch size.
-    #[arg(long, default_value_t = 1, value_parser = batch_parser())]
-    pub(crate) batch: u64,
+    /// Batch sizes, comma-separated: one training run each.
+    #[arg(long, value_delimiter = ',', default_value = "1", value_parser = batch_parser())]
+    pub(crate) batch: Vec<u64>,
     /// Measured training steps (after one warm-up step).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub(crate) steps: u64,

@@ -9,7 +9,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use ridgeline_app::campaign::{CampaignSpec, ProtocolOverrides, ThreadCount};
+use ridgeline_app::campaign::{CampaignSpec, ProtocolOverrides, Shard, ThreadCount};
 use ridgeline_app::inputs::{ScenarioSpec, WorkloadSpec};
 use ridgeline_model::collective::Algorithm;
 use ridgeline_model::cost::MAX_BATCH;

@@ -33,6 +33,24 @@ pub(crate) enum SystemCommand {
     List(FormatArg),
     /// Show every figure of a system, with its source.
     Show(SystemShowArgs),
+    /// Write a system file of a Slurm partition: its nodes, cores, memory and GPUs from
+    /// `scontrol`, the processor from this machine's own description, every figure Slurm
+    /// cannot know marked as assumed. Run it on a node of the partition (`srun`).
+    FromSlurm(SystemFromSlurmArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SystemFromSlurmArgs {
+    /// The partition (Slurm's default if none).
+    #[arg(long)]
+    pub(crate) partition: Option<String>,
+    /// The catalog device of the partition's GPUs, where Slurm's GRES type does not single
+    /// one out (`ridgeline system list`).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) gpu: Option<String>,
+    /// Write the system file here (else print it).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: Option<PathBuf>,
 }
 
 /// `ridgeline stack ...`.

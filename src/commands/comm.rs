@@ -2,8 +2,9 @@
 //! rank 0 writes and prints), and the Slurm script that runs them on a cluster.
 
 use anyhow::{Result, bail};
-use ridgeline_app::campaign::{self, SlurmJob};
+use ridgeline_app::campaign;
 use ridgeline_app::inputs;
+use ridgeline_app::slurm::comm::CommJob;
 use ridgeline_app::views::measure as views;
 use ridgeline_measure::Protocol;
 use ridgeline_measure::comm::{CommBench, CommPlan, DdpPlan, Pairs};
@@ -13,7 +14,10 @@ use crate::output::{self, Progress};
 
 pub(crate) fn run(args: &MeasureCommArgs) -> Result<()> {
     if args.emit_slurm {
-        return output::emit(&campaign::slurm_script(&slurm_job(args)));
+        return output::emit(&slurm_job(args)?.script());
+    }
+    if args.slurm {
+        return output::emit(&slurm_job(args)?.submit(args.wait)?);
     }
     let Some(bench) = &args.bench else {
         bail!(
@@ -102,15 +106,25 @@ fn ddp(args: &CommDdpArgs) -> Result<()> {
     })
 }
 
-/// The Slurm job the flags describe.
-fn slurm_job(args: &MeasureCommArgs) -> SlurmJob {
-    SlurmJob {
+/// The Slurm job the flags describe: a submitted one runs this binary and writes into
+/// --dir (from the current folder).
+fn slurm_job(args: &MeasureCommArgs) -> Result<CommJob> {
+    let (ridgeline, dir) = match &args.dir {
+        Some(d) if args.slurm => (
+            Some(std::env::current_exe()?),
+            Some(std::env::current_dir()?.join(d)),
+        ),
+        _ => (None, None),
+    };
+    Ok(CommJob {
         nodes: args.nodes,
         ranks_per_node: args.ranks_per_node,
         time: args.time.clone(),
         partition: args.partition.clone(),
         account: args.account.clone(),
-    }
+        ridgeline,
+        dir,
+    })
 }
 
 /// The plan with the sizes and protocol the command line gives.
@@ -124,44 +138,4 @@ fn with_common(mut plan: CommPlan, common: &CommArgs) -> CommPlan {
         .overrides()
         .apply(Protocol::default());
     plan
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cli::Cli;
-    use clap::Parser;
-
-    #[test]
-    fn the_slurm_script_names_the_job_shape() {
-        let cli = Cli::parse_from([
-            "ridgeline",
-            "measure",
-            "comm",
-            "--emit-slurm",
-            "--nodes",
-            "4",
-            "--ranks-per-node",
-            "8",
-            "--partition",
-            "gpu",
-        ]);
-        let crate::cli::Command::Measure(crate::cli::MeasureCommand::Comm(args)) = cli.command
-        else {
-            panic!("not measure comm");
-        };
-        let s = campaign::slurm_script(&slurm_job(&args));
-        assert!(s.starts_with("#!/bin/bash\n"));
-        for line in [
-            "#SBATCH --nodes=4",
-            "#SBATCH --ntasks-per-node=8",
-            "#SBATCH --partition=gpu",
-            "measure comm pingpong",
-            "measure comm allreduce",
-            "validate comm",
-        ] {
-            assert!(s.contains(line), "missing `{line}` in\n{s}");
-        }
-        assert!(!s.contains("--account"));
-    }
 }

@@ -165,12 +165,21 @@ pub(crate) fn ops(args: &MeasureOpsArgs) -> Result<()> {
 
 pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
     let graph = inputs::workload(&args.workload.spec())?;
-    let batch = usize::try_from(args.batch)?;
-    let case = Case::Workload(Box::new(graph.clone()), batch, args.precision);
+    let cases = args
+        .batch
+        .iter()
+        .map(|&b| {
+            Ok(Case::Workload(
+                Box::new(graph.clone()),
+                usize::try_from(b)?,
+                args.precision,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
     let (device, ran) = campaign::measure(
         &args.measure.spec(),
         &[ThreadCount::All],
-        &[case],
+        &cases,
         campaign::steps_protocol(usize::try_from(args.steps)?),
         &Progress::new(),
     )?;
@@ -182,7 +191,7 @@ pub(crate) fn workload(args: &MeasureWorkloadArgs) -> Result<()> {
         ));
     }
     let mut text = String::new();
-    for doc in views::steps(&graph, &ran, &device, batch, args.precision, args.top) {
+    for doc in views::steps(&graph, &ran, &device, args.precision, args.top) {
         text.push_str(&match format {
             Format::Csv => Csv.render(&doc)?,
             _ => Text.render(&doc)?,

@@ -10,6 +10,7 @@ mod predict;
 mod report;
 mod roofline;
 mod scale;
+mod slurm;
 mod stack;
 mod sweep;
 mod system;
@@ -25,6 +26,12 @@ use crate::cli::{
 
 /// Runs the parsed command line.
 pub(crate) fn run(cli: Cli) -> Result<()> {
+    if let Command::Measure(m) = &cli.command
+        && let Some((name, args)) = m.campaign()
+        && (args.slurm.slurm || args.slurm.emit_slurm)
+    {
+        return slurm::campaign(name, args);
+    }
     match cli.command {
         Command::Workload(WorkloadCommand::List(args)) => workload::list(&args),
         Command::Workload(WorkloadCommand::Show(args)) => workload::show(&args),
@@ -34,6 +41,7 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Roofline(args) => roofline::run(&args),
         Command::System(SystemCommand::List(args)) => system::list(&args),
         Command::System(SystemCommand::Show(args)) => system::show(&args),
+        Command::System(SystemCommand::FromSlurm(args)) => slurm::from_slurm(&args),
         Command::Stack(StackCommand::List(args)) => stack::list(&args),
         Command::Stack(StackCommand::Show(args)) => stack::show(&args),
         Command::Predict(args) => predict::run(&args),
@@ -48,6 +56,7 @@ pub(crate) fn run(cli: Cli) -> Result<()> {
         Command::Measure(MeasureCommand::Workload(args)) => measure::workload(&args),
         Command::Measure(MeasureCommand::Suite(args)) => measure::suite(&args),
         Command::Measure(MeasureCommand::Comm(args)) => comm::run(&args),
+        Command::Measure(MeasureCommand::Merge(args)) => slurm::merge(&args),
         Command::Calibrate(args) => calibrate::run(&args),
         Command::Validate(args) => validate::run(&args),
         Command::Report(ReportCommand::Procurement(args)) => report::procurement(&args),

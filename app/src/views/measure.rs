@@ -65,12 +65,12 @@ pub fn steps(
     graph: &Graph,
     ran: &Ran,
     device: &str,
-    batch: usize,
     precision: Precision,
     top: usize,
 ) -> Vec<Document> {
     let mut out = Vec::new();
     for run in StepRun::from_records(&ran.records) {
+        let batch = run.run.batch;
         let rows = tables::step_layer_rows(graph, &run, top);
         let mut doc = Document::new(format!(
             "Measured training step: {} batch {batch}, input {:?}, {} on {} ({} threads)",

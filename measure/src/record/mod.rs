@@ -647,6 +647,14 @@ pub fn read_records(path: &Path) -> Result<(Vec<Record>, Option<usize>)> {
     Ok((parsed.records, parsed.torn))
 }
 
+/// The records of `path` that a resumed campaign would keep, and what it would drop: the
+/// one resume rule applied to a file that is read, not continued (a Slurm array task's file
+/// joined into its campaign's).
+pub fn read_resumable(path: &Path) -> Result<(Vec<Record>, Resumed)> {
+    let (kept, resumed, _) = scan(path)?;
+    Ok((kept, resumed))
+}
+
 /// The records of `path` that a resumed campaign keeps, what was found, and the byte length
 /// to keep.
 fn scan(path: &Path) -> Result<(Vec<Record>, Resumed, u64)> {

@@ -559,7 +559,7 @@ pub fn parse_system(
             "give both `burst_buffer_capacity_tb` and `burst_buffer_gbs`, or neither",
         ));
     }
-    let system = System {
+    let mut system = System {
         name: raw.name.clone(),
         description: raw.description.clone(),
         device,
@@ -568,6 +568,14 @@ pub fn parse_system(
         assumptions: Vec::new(),
         calibration: None,
     };
+    if system.device.memory_bandwidth.is_none() {
+        system.assumptions.push(format!(
+            "{file}: the CPU's memory bandwidth is unknown until measured: layers are timed at \
+             the compute peak alone (a lower bound on time); calibrate (`ridgeline measure \
+             suite`, then `ridgeline calibrate --system {file}`) and pass the profile as \
+             --system"
+        ));
+    }
     if system.device_memory().is_none() {
         return Err(ctx.invalid(
             "node.host_memory_gib",
@@ -765,11 +773,17 @@ impl Ctx<'_> {
                 |nm| nm,
             )?,
             memory_capacity: self.opt("memory.capacity_gib", &m.capacity_gib, Bytes::from_gib)?,
-            memory_bandwidth: Some(self.number(
-                "memory.bandwidth_gbs",
-                &m.bandwidth_gbs,
-                ByteRate::from_gbs,
-            )?),
+            memory_bandwidth: match &m.bandwidth_gbs {
+                Some(b) => Some(self.number("memory.bandwidth_gbs", b, ByteRate::from_gbs)?),
+                // A CPU's may be unknown until calibration measures it.
+                None if kind == DeviceKind::Cpu => None,
+                None => {
+                    return Err(self.invalid(
+                        "memory.bandwidth_gbs",
+                        "missing: a GPU needs its memory bandwidth",
+                    ));
+                }
+            },
             llc: self.opt("memory.llc_mib", &m.llc_mib, Bytes::from_mib)?,
             tdp_w: raw
                 .power

@@ -121,7 +121,8 @@ pub(crate) struct RawPeak {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawMemory {
     pub(crate) capacity_gib: Option<RawSourced<f64>>,
-    pub(crate) bandwidth_gbs: RawSourced<f64>,
+    /// Required of a GPU; a CPU's may be left to calibration.
+    pub(crate) bandwidth_gbs: Option<RawSourced<f64>>,
     pub(crate) llc_mib: Option<RawSourced<f64>>,
 }
 

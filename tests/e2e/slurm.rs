@@ -77,13 +77,10 @@ fn a_job_array_measures_and_its_records_say_where() {
         ],
     );
     let array_job = job.trim().split(';').next().unwrap().to_owned();
-    let node = slurm("sinfo", &["--noheader", "--format=%N"])
+    let node = slurm("sinfo", &["--noheader", "--format=%N", "--partition=local"])
         .trim()
         .to_owned();
-    let partition = slurm("sinfo", &["--noheader", "--format=%P"])
-        .trim()
-        .trim_end_matches('*')
-        .to_owned();
+    let partition = "local";
     let mut jobs = Vec::new();
     for task in ["0", "1"] {
         let file = dir.join(format!("records-{task}.jsonl"));
@@ -96,7 +93,7 @@ fn a_job_array_measures_and_its_records_say_where() {
             assert_eq!(s["array_job_id"], array_job.as_str(), "{s}");
             assert_eq!(s["array_task_id"], task, "{s}");
             assert_eq!(s["node"], node.as_str(), "{s}");
-            assert_eq!(s["partition"], partition.as_str(), "{s}");
+            assert_eq!(s["partition"], partition, "{s}");
             jobs.push(s["job_id"].as_str().unwrap().to_owned());
             records += 1;
         }
@@ -162,12 +159,13 @@ fn stream_campaign(kernels: &str, sizes: &str, min_time: &str) -> Vec<String> {
     .to_vec()
 }
 
-/// `--slurm` submits a campaign as a job array and a merge job: each task measures its
-/// share into a file of its own, the merge joins them into --out with every case once, and
-/// `--calibrate` describes the partition from its node and calibrates a profile of it,
-/// which `report procurement` compares with a datasheet candidate.
+/// `--slurm` submits a campaign to each partition as a job array and a merge job: each
+/// task measures its share into a file of its own, the merge joins them into the
+/// partition's records file with every case once, and `--calibrate` describes the
+/// partition from its node and calibrates a profile of it; `report procurement` compares
+/// the calibrated partitions with a datasheet candidate.
 #[test]
-fn a_campaign_as_a_job_array_is_merged_calibrated_and_compared() {
+fn a_campaign_per_partition_is_merged_calibrated_and_compared() {
     if cluster().is_none() {
         return;
     }
@@ -178,6 +176,8 @@ fn a_campaign_as_a_job_array_is_merged_calibrated_and_compared() {
             "--out",
             "s.jsonl",
             "--slurm",
+            "--partition",
+            "local,debug",
             "--tasks",
             "2",
             "--calibrate",
@@ -189,29 +189,36 @@ fn a_campaign_as_a_job_array_is_merged_calibrated_and_compared() {
     let (code, out, err) = ridgeline_in(&dir, &args);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(
-        err.contains("job array") && err.contains("merge job"),
+        err.contains("partition local: job array") && err.contains("partition debug: job array"),
         "{err}"
     );
-    assert!(out.contains("Merged: 8 records"), "{out}");
-    let merged = records(&dir.join("s.jsonl"));
-    assert_eq!(unique_ids(&merged).len(), 8);
-    // Each task measured its own share: cases 0, 2, 4, 6 and 1, 3, 5, 7.
-    for task in ["0", "1"] {
-        let share = records(&dir.join(format!("s.slurm/records-{task}.jsonl")));
-        assert_eq!(share.len(), 4, "task {task}");
+    let cpus = slurm("sinfo", &["--noheader", "--format=%c", "--partition=local"]);
+    for partition in ["local", "debug"] {
         assert!(
-            share
-                .iter()
-                .all(|r| r["env"]["slurm"]["array_task_id"] == task)
+            out.contains(&format!(
+                "Merged: 8 records in {}",
+                dir.join(format!("s-{partition}.jsonl")).display()
+            )),
+            "{out}"
         );
-    }
-    // The partition, described from its node, and its calibrated profile.
-    let system = dir.join("s.slurm/system.toml");
-    let text = std::fs::read_to_string(&system).unwrap();
-    assert!(text.contains("# assumed: memory bandwidth"), "{text}");
-    let cpus = slurm("sinfo", &["--noheader", "--format=%c"]);
-    let shown: serde_json::Value = serde_json::from_str(
-        &ridgeline_in(
+        let merged = records(&dir.join(format!("s-{partition}.jsonl")));
+        assert_eq!(unique_ids(&merged).len(), 8);
+        // Each task measured its own share: cases 0, 2, 4, 6 and 1, 3, 5, 7.
+        for task in ["0", "1"] {
+            let share = records(&dir.join(format!("s-{partition}.slurm/records-{task}.jsonl")));
+            assert_eq!(share.len(), 4, "{partition}: task {task}");
+            assert!(
+                share
+                    .iter()
+                    .all(|r| r["env"]["slurm"]["array_task_id"] == task
+                        && r["env"]["slurm"]["partition"] == partition)
+            );
+        }
+        // The partition, described from its node.
+        let system = dir.join(format!("s-{partition}.slurm/system.toml"));
+        let text = std::fs::read_to_string(&system).unwrap();
+        assert!(text.contains("# assumed: memory bandwidth"), "{text}");
+        let (_, shown, _) = ridgeline_in(
             &dir,
             &[
                 "system",
@@ -220,19 +227,19 @@ fn a_campaign_as_a_job_array_is_merged_calibrated_and_compared() {
                 "--format",
                 "json",
             ],
-        )
-        .1,
-    )
-    .unwrap();
-    assert_eq!(shown["device"]["cores"]["value"].to_string(), cpus.trim());
-    assert_eq!(shown["cluster"]["nodes"]["value"], 1);
+        );
+        let shown: serde_json::Value = serde_json::from_str(&shown).unwrap();
+        assert_eq!(shown["name"], format!("ridgeline-test-{partition}"));
+        assert_eq!(shown["device"]["cores"]["value"].to_string(), cpus.trim());
+        assert_eq!(shown["cluster"]["nodes"]["value"], 1);
+    }
     let (code, out, err) = ridgeline_in(
         &dir,
         &[
             "report",
             "procurement",
             "--systems",
-            "s.profile.toml,dgx-h100",
+            "s-local.profile.toml,s-debug.profile.toml,dgx-h100",
             "--out",
             "report",
             "--format",
@@ -241,10 +248,13 @@ fn a_campaign_as_a_job_array_is_merged_calibrated_and_compared() {
     );
     assert_eq!(code, 0, "{out}\n{err}");
     let report = std::fs::read_to_string(dir.join("report/procurement.json")).unwrap();
-    assert!(
-        report.contains("ridgeline-test-local (calibrated)") && report.contains("dgx-h100"),
-        "{report}"
-    );
+    for name in [
+        "ridgeline-test-local (calibrated)",
+        "ridgeline-test-debug (calibrated)",
+        "dgx-h100",
+    ] {
+        assert!(report.contains(name), "{name} not in {report}");
+    }
 }
 
 /// A campaign cancelled with `scancel` part-way and submitted again with `--resume` ends
@@ -327,7 +337,7 @@ fn a_task_that_fails_on_its_node_is_named() {
         ],
     );
     assert_eq!(code, 2, "{out}\n{err}");
-    let node = slurm("sinfo", &["--noheader", "--format=%N"]);
+    let node = slurm("sinfo", &["--noheader", "--format=%N", "--partition=local"]);
     assert!(
         err.contains(&format!(
             "task 0 failed on node {} (exit status 2)",

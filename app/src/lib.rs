@@ -35,6 +35,7 @@ pub mod campaign;
 pub mod cases;
 pub mod catalog;
 pub mod columns;
+pub mod cpu_model;
 pub mod figures;
 pub mod import;
 pub mod inputs;

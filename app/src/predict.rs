@@ -305,7 +305,9 @@ impl Single {
                         |b| b.describe()
                     )
                 ),
-                _ => "none: every layer at the ideal bound".to_owned(),
+                _ => "none: every layer at the ideal bound or timed by a model without a \
+                      held-out interval"
+                    .to_owned(),
             },
         )
         .summary(

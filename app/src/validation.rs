@@ -443,7 +443,14 @@ pub fn own_points(dir: &Path, scaled: bool) -> Result<OwnPoints> {
     let mut sets: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("{}: a directory of GPU kernel records", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_dir())
+        // CPU record sets (`cpu-*`) are the CPU model's (`crate::cpu_model`).
+        .filter(|p| {
+            p.is_dir()
+                && !p
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(crate::cpu_model::SET_PREFIX))
+        })
         .collect();
     sets.sort();
     for set in sets {
@@ -613,6 +620,7 @@ fn label_timing(
     ridgeline_model::predict::Timing {
         profile: None,
         transfer: Some((model, spec)),
+        cpu: None,
         tf32: None,
         fp8: None,
         host: false,

@@ -49,6 +49,7 @@
 //! It runs no kernels and renders nothing.
 
 pub mod comm;
+pub mod cpu_transfer;
 pub mod dataset;
 pub mod error;
 pub mod fit;

@@ -338,6 +338,7 @@ impl Report {
             git_commit: None,
             timestamp: String::new(),
             slurm: None,
+            framework: None,
         };
         let run = StepShape {
             workload: graph.name().to_owned(),

@@ -341,6 +341,7 @@ impl Trace {
             git_commit: None,
             timestamp,
             slurm: None,
+            framework: None,
         }
     }
 }

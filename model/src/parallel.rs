@@ -961,6 +961,7 @@ mod tests {
                 TransferModel::builtin(),
                 DeviceSpec::fp32(&system.device).unwrap(),
             )),
+            cpu: None,
             tf32: None,
             fp8: None,
             host: true,
@@ -1328,6 +1329,7 @@ mod tests {
         let timing = Timing {
             profile: None,
             transfer: Some((TransferModel::builtin(), spec)),
+            cpu: None,
             tf32: None,
             fp8: None,
             host: true,

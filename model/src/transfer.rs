@@ -51,6 +51,7 @@ use crate::precision::{NumberFormat, Precision};
 use crate::system::{Device, DeviceKind};
 
 mod class;
+pub mod cpu;
 
 pub use class::{
     Class, DEPTHWISE_FEATURES, GEMM_FEATURES, Matrix, Product, TensorRate, UnknownClass,

@@ -173,6 +173,12 @@ pub(crate) struct ValidateTransferArgs {
     /// (`data/evidence/kernels/transfer.toml` is the one ridgeline ships).
     #[arg(long, value_name = "FILE")]
     pub(crate) write_model: Option<PathBuf>,
+    /// The CPU kernel model instead: fit it on the CPU record sets under --ours (its `cpu-*`
+    /// directories, `scripts/cpu-records.sh`), leave each CPU out in turn, and with
+    /// --write-model write it (`data/evidence/kernels/cpu-transfer.toml` is the one ridgeline
+    /// ships). --kernels and --published are GPU sets and are not read.
+    #[arg(long)]
+    pub(crate) cpu: bool,
     #[command(flatten)]
     pub(crate) format: FormatArg,
 }

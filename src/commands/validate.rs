@@ -72,6 +72,9 @@ fn comm(args: &ValidateCommArgs) -> Result<()> {
 
 /// `validate transfer`: the transferable kernel model, leaving one GPU out at a time.
 fn transfer(args: &ValidateTransferArgs) -> Result<()> {
+    if args.cpu {
+        return cpu_transfer(args);
+    }
     let check = validation::transfer(&args.kernels, Some(&args.ours), &args.published)?;
     if let Some(out) = &args.write_model {
         let text = validation::transfer_model(&args.kernels, &check, &args.ours, &args.published)?;
@@ -80,6 +83,19 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
     }
     output::print(args.format.format, &check, |style| {
         views::transfer(&check, &args.kernels, &args.ours, &args.published, style)
+    })
+}
+
+/// `validate transfer --cpu`: the CPU kernel model fitted, each CPU left out.
+fn cpu_transfer(args: &ValidateTransferArgs) -> Result<()> {
+    let (check, points) = ridgeline_app::cpu_model::check(&args.ours)?;
+    if let Some(out) = &args.write_model {
+        let text = ridgeline_app::cpu_model::model_text(&args.ours, &check, &points)?;
+        ridgeline_app::atomic::write(out, text.as_bytes())?;
+        output::say(&format!("wrote the CPU kernel model to {}", out.display()));
+    }
+    output::print(args.format.format, &check, |style| {
+        views::cpu_transfer(&check, style)
     })
 }
 

@@ -7,6 +7,7 @@
 mod bad_input;
 mod calibrate;
 mod comm;
+mod cpu_model;
 mod docs;
 mod faults;
 mod faults43;

@@ -202,6 +202,12 @@ fn a_user_stack_file_runs_and_bad_ones_are_refused_naming_file_field_and_fix() {
             "host.dispatch.value",
         ),
         (
+            "bad-cpu-kernels.toml",
+            "cpu_kernels = { value = \"onednn\"",
+            "cpu_kernels = { value = \"mkl\"",
+            "host.cpu_kernels.value",
+        ),
+        (
             "no-source.toml",
             "kernel_gap_us = { value = 1.2, source = \"h100_trace\" }",
             "kernel_gap_us = 1.2",

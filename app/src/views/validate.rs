@@ -208,6 +208,34 @@ fn holdout_rows(check: &TransferCheck) -> Vec<Holdout> {
         .collect()
 }
 
+/// `validate transfer --cpu`: the CPU kernel model fitted on every CPU, and each CPU left out
+/// where the data has two or more.
+pub fn cpu_transfer(check: &crate::cpu_model::CpuCheck, style: Style) -> Document {
+    let cols = tables::holdout_cols();
+    let cpus = check
+        .cpus
+        .iter()
+        .map(|(c, n)| format!("{c} ({n} kernels)"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut rows: Vec<Holdout> = Vec::new();
+    if let Some(t) = &check.transfer {
+        rows.extend(t.classes.iter().chain(&t.holdouts).cloned());
+    }
+    rows.extend(check.fitted.iter().map(|h| Holdout {
+        device: "fitted on".into(),
+        ..h.clone()
+    }));
+    let mut d = Document::new("CPU kernel model: each CPU predicted by a fit on the others")
+        .summary("CPUs", cpus)
+        .table(table(&rows, &cols, style))
+        .note("class = whose kernels (ridgeline: its own; onednn: PyTorch's, oneDNN and MKL), the kernel class and pass. error = (predicted - measured) / measured. Rows held out `all` pool every held-out CPU; a held-out CPU's 90 % interval comes from the log ratios the other CPUs show when each is held out of a fit on the rest. `fitted on` rows: the model fitted on every CPU, judged on its own kernels (its residuals, not a validation). Fitted on kernel measurements only.");
+    if let Some(why) = &check.not_left_out {
+        d = d.note(format!("no CPU left out: {why}"));
+    }
+    d
+}
+
 /// `validate published`: the model's counts against the reference layer tables and \[004\]
 /// Table II.
 pub fn published(v: &Published, style: Style) -> Document {

@@ -387,6 +387,11 @@ pub struct Env {
     /// The Slurm job that made the record, when a Slurm job did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmEnv>,
+    /// The framework whose kernels the samples time, where they are not ridgeline's own
+    /// (`pytorch 2.15.0, oneDNN 3.13.3`: `scripts/cpu-kernels-torch.py` times ridgeline's
+    /// cases in PyTorch and writes them as records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub framework: Option<String>,
 }
 
 /// Where in a Slurm allocation a record was made, from the variables Slurm sets in a job's
@@ -501,6 +506,7 @@ impl Env {
             git_commit: option_env!("RIDGELINE_GIT_COMMIT").map(str::to_owned),
             timestamp: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
             slurm: SlurmEnv::from_vars(|name| std::env::var(name).ok()),
+            framework: None,
         }
     }
 }

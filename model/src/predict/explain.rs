@@ -232,6 +232,50 @@ fn power_cap(
     })
 }
 
+/// What timing `layers` layers by the CPU kernel model rests on, in words: whose kernels,
+/// the CPUs it was fitted on and how a CPU left out fared.
+fn cpu_model_line(layers: usize, kernels: Option<crate::transfer::cpu::Software>) -> String {
+    use crate::transfer::cpu::{CpuModel, Software};
+    let m = CpuModel::builtin();
+    let software = kernels.unwrap_or(Software::Onednn);
+    let whose = match (kernels, software) {
+        (None, _) => {
+            "oneDNN's and MKL's kernels (the stack names no CPU kernels: those PyTorch calls)"
+        }
+        (Some(_), Software::Onednn) => "oneDNN's and MKL's kernels, as PyTorch calls them",
+        (Some(_), Software::Ridgeline) => "ridgeline's own kernels, as its executor runs them",
+    };
+    let held: Vec<f64> = m
+        .classes
+        .iter()
+        .filter(|c| c.software == software && c.op.is_none())
+        .filter_map(|c| c.holdout_median_abs_error)
+        .collect();
+    let validation = if held.is_empty() {
+        format!(
+            "fitted on {} CPU{} and not yet checked on a CPU left out of the fit: how it carries \
+             over to this CPU is not measured",
+            m.source.cpus.len(),
+            if m.source.cpus.len() == 1 { "" } else { "s" }
+        )
+    } else {
+        let (lo, hi) = held
+            .iter()
+            .fold((f64::INFINITY, 0.0f64), |(a, b), v| (a.min(*v), b.max(*v)));
+        format!(
+            "a CPU left out of the fit is predicted within a median {:.0}-{:.0}% per class",
+            100.0 * lo,
+            100.0 * hi
+        )
+    };
+    format!(
+        "{layers} layers timed by the CPU kernel model from the device file (cores, clock, FLOP \
+         per cycle, last-level cache, memory bandwidth), as {whose}, fitted on measured \
+         kernels of {} ({validation}), never faster than the ideal bound",
+        m.source.cpus.join(", ")
+    )
+}
+
 /// What the timing of the layers assumed, in words.
 fn timing_assumptions(
     plan: &Plan<'_>,
@@ -248,7 +292,9 @@ fn timing_assumptions(
             t.profile
         ));
     }
-    if t.transfer > 0 {
+    if t.transfer > 0 && system.device.kind == crate::system::DeviceKind::Cpu {
+        out.push(cpu_model_line(t.transfer, plan.model.cpu_kernels));
+    } else if t.transfer > 0 {
         let m = crate::transfer::Model::builtin();
         let err = |class: Class| {
             m.class(class).map_or_else(
@@ -320,8 +366,16 @@ fn timing_assumptions(
             KernelModel::Ideal => "as asked (--efficiency ideal)".to_owned(),
             KernelModel::Transfer => {
                 let missing = crate::transfer::DeviceSpec::missing(&system.device);
+                let cpu_missing = crate::transfer::cpu::CpuSpec::missing(&system.device);
                 if system.device.kind != crate::system::DeviceKind::Gpu {
-                    "the transferred kernel model is for GPUs".to_owned()
+                    if cpu_missing.is_empty() {
+                        "the CPU kernel model has no class for them".to_owned()
+                    } else {
+                        format!(
+                            "the device file lacks {} for the CPU kernel model",
+                            cpu_missing.join(", ")
+                        )
+                    }
                 } else if !missing.is_empty() {
                     format!(
                         "the device file lacks {} for the transferred kernel model",

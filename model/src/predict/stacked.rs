@@ -118,6 +118,7 @@ impl StepModel {
             host_step: 0.0,
             host_update: 0.0,
             kernel_gap: stack.kernel_gap.value.value(),
+            cpu_kernels: stack.host.cpu_kernels.as_ref().map(|s| s.value),
             update_bytes: 0.0,
             flops_per_sample: one.flops_train.value(),
             hbm_per_sample: two.hbm_bytes_train.value() - one.hbm_bytes_train.value(),

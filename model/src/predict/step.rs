@@ -14,6 +14,7 @@ use crate::profile::{Profile, precision_name};
 use crate::roofline::Efficiency;
 use crate::stack::residuals::StepBand;
 use crate::system::{DeviceKind, System};
+use crate::transfer::cpu::{CpuModel, CpuSpec, Software};
 use crate::transfer::{DeviceSpec, Model as TransferModel};
 
 /// Per-layer costs of a workload at a precision as affine functions of the batch size:
@@ -61,6 +62,9 @@ pub struct StepModel {
     pub(super) host_update: f64,
     /// The device's gap between two kernels, seconds.
     pub(super) kernel_gap: f64,
+    /// Whose kernels run the step on a CPU, as the stack says (`host.cpu_kernels`); `None`
+    /// where it does not (then [`Software::Onednn`]'s).
+    pub(super) cpu_kernels: Option<Software>,
     /// What the stack changed.
     pub(super) effects: StackEffects,
     /// The 90 % band of measured over predicted step time under the stack on a GPU and on a
@@ -341,6 +345,44 @@ impl StepModel {
                 .and_then(|i| u32::try_from(i).ok());
             return l;
         }
+        if let Some((model, spec)) = &timing.cpu
+            && !k1.is_empty()
+        {
+            let software = self.cpu_kernels.unwrap_or(Software::Onednn);
+            // Per pass: the time and its interval's ends.
+            let mut fwd = [0.0; 3];
+            let mut bwd = [0.0; 3];
+            for (a, c) in k1.iter().zip(k2) {
+                let mut kernel = *a;
+                for (x, (x1, x2)) in kernel.x.iter_mut().zip(a.x.iter().zip(&c.x)) {
+                    *x = at(*x1, *x2);
+                }
+                if let Some(io) = kernel.conv.as_mut()
+                    && let (Some(i1), Some(i2)) = (a.conv, c.conv)
+                {
+                    io.elements = at(i1.elements, i2.elements);
+                }
+                let Some((t, interval)) = model.timed(&kernel, software, elem, spec) else {
+                    return layer(TimedByModel::Ideal, ideal_fwd, ideal_bwd);
+                };
+                let [lo, hi] = interval.unwrap_or([1.0, 1.0]);
+                let pass = if a.pass.is_backward() {
+                    &mut bwd
+                } else {
+                    &mut fwd
+                };
+                pass[0] += t;
+                pass[1] += t * lo;
+                pass[2] += t * hi;
+            }
+            // Never below the ideal bound, the interval's ends included.
+            let floor = |p: [f64; 3], ideal: f64| p.map(|v| v.max(ideal));
+            let (f, b) = (floor(fwd, ideal_fwd), floor(bwd, ideal_bwd));
+            let mut l = layer(TimedByModel::Transfer, f[0], b[0]);
+            l.interval_90_s = Some([f[1] + b[1], f[2] + b[2]]);
+            l.group = Some(TRANSFER_GROUPS + k1[0].class as u32);
+            return l;
+        }
         let spec = match fast {
             Some((_, _, spec)) => spec,
             None => timing.transfer.map(|(_, s)| s),
@@ -519,6 +561,9 @@ pub struct Timing<'a> {
     pub profile: Option<&'a Profile>,
     /// The transferred kernel model and the device's figures for it.
     pub transfer: Option<(&'a TransferModel, DeviceSpec)>,
+    /// The CPU kernel model and the CPU's figures for it, on a CPU whose file gives them and
+    /// that has no calibrated profile.
+    pub cpu: Option<(&'a CpuModel, CpuSpec)>,
     /// The device's figures for TF32 kernels, where it has TF32 tensor cores and the step
     /// trains in FP32 (for the layers the stack runs in TF32).
     pub tf32: Option<DeviceSpec>,
@@ -547,7 +592,17 @@ impl<'a> Timing<'a> {
             KernelModel::Ideal => None,
         };
         let has_tf32 = system.device.peak.tf32_tensor.is_some();
+        let cores = system.device.cores.as_ref().map_or(1, |c| c.value);
         Timing {
+            // A calibrated CPU keeps its profile's fits, and the ideal bound at its measured
+            // ceilings for the layers they lack: it was measured, not transferred to.
+            cpu: match kernel_model {
+                KernelModel::Transfer if system.calibration.is_none() => {
+                    CpuSpec::of(&system.device, cores, precision.base())
+                        .map(|spec| (CpuModel::builtin(), spec))
+                }
+                _ => None,
+            },
             fp8: transfer
                 .filter(|_| precision == Precision::Fp8)
                 .and_then(|_| DeviceSpec::fp8(&system.device)),

@@ -47,6 +47,7 @@ use crate::error::{Error, Result};
 use crate::graph::Op;
 use crate::precision::Precision;
 use crate::system::{Ctx, Sourced};
+use crate::transfer::cpu::Software;
 use crate::units::Seconds;
 
 /// How the framework issues the step's kernels from the host.
@@ -119,6 +120,11 @@ pub struct Host {
     pub forward: Option<OpTimes>,
     /// Per backward op by kind, as `forward`.
     pub backward: Option<OpTimes>,
+    /// Whose kernels run a step on a CPU (`host.cpu_kernels`): ridgeline's own
+    /// (`ridgeline-executor`) or the libraries a framework calls (oneDNN and MKL under
+    /// PyTorch), what the CPU kernel model times them as ([`crate::transfer::cpu`]); `None`
+    /// where the file does not say (then oneDNN's, and the prediction says so).
+    pub cpu_kernels: Option<Sourced<Software>>,
 }
 
 /// What FP32 training runs a class of matrix ops in.
@@ -623,6 +629,29 @@ fn host(ctx: &Ctx<'_>, h: &raw::RawHost) -> Result<Host> {
         optimizer_tensor: us("host.optimizer_tensor_us", &h.optimizer_tensor_us)?,
         forward: op_times("forward_us", &h.forward_us)?,
         backward: op_times("backward_us", &h.backward_us)?,
+        cpu_kernels: h
+            .cpu_kernels
+            .as_ref()
+            .map(|r| -> Result<Sourced<Software>> {
+                let value = [Software::Ridgeline, Software::Onednn]
+                    .into_iter()
+                    .find(|s| s.name() == r.value)
+                    .ok_or_else(|| {
+                        ctx.invalid(
+                            "host.cpu_kernels.value",
+                            format!(
+                                "`{}`: must be \"ridgeline\" (ridgeline's own CPU kernels) or \
+                                 \"onednn\" (the libraries PyTorch calls: oneDNN, MKL)",
+                                r.value
+                            ),
+                        )
+                    })?;
+                Ok(Sourced {
+                    value,
+                    source: ctx.source("host.cpu_kernels", &r.source)?,
+                })
+            })
+            .transpose()?,
     })
 }
 

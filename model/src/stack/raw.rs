@@ -68,6 +68,7 @@ pub(crate) struct RawHost {
     pub(crate) optimizer_tensor_us: RawSourced<f64>,
     pub(crate) forward_us: Option<BTreeMap<String, RawSourced<f64>>>,
     pub(crate) backward_us: Option<BTreeMap<String, RawSourced<f64>>>,
+    pub(crate) cpu_kernels: Option<RawSourced<String>>,
 }
 
 /// `[device]`: what the device adds per kernel.

@@ -551,7 +551,11 @@ fn derived_device(
         }),
         peak,
         sms: None,
-        boost_clock_hz: None,
+        boost_clock_hz: Some(Sourced {
+            value: clock,
+            source: format!("the clock the peaks are computed at: {clock_why}"),
+        }),
+        vector_clock_hz: None,
         process_nm: None,
         memory_capacity: None,
         memory_bandwidth: None,

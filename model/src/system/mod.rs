@@ -154,8 +154,12 @@ pub struct Device {
     pub peak: Peaks,
     /// Streaming multiprocessors (NVIDIA) or compute units (AMD) of a GPU.
     pub sms: Option<Sourced<u32>>,
-    /// The clock a GPU's peaks are computed at (its boost clock), Hz.
+    /// The clock the device's peaks are computed at (a GPU's boost clock, a CPU's maximum
+    /// turbo or the clock `local` measured), Hz.
     pub boost_clock_hz: Option<Sourced<f64>>,
+    /// A CPU's all-core clock under vector (AVX-512, SVE) load, where the vendor gives one,
+    /// Hz: what the transferred CPU model runs its cores at (`transfer::cpu::CpuSpec`).
+    pub vector_clock_hz: Option<Sourced<f64>>,
     /// The foundry process a GPU's compute die is made in, by its marketed feature size in
     /// nanometres (TSMC 16FF is 16, 12FFN 12, N7 7, N6 6, N5 5, 4N and 4NP 4): what the
     /// transferred model scales a kernel's energy per FLOP by (`transfer::DeviceSpec`).
@@ -765,6 +769,13 @@ impl Ctx<'_> {
             boost_clock_hz: self.opt(
                 "compute.boost_clock_mhz",
                 &raw.compute.as_ref().and_then(|c| c.boost_clock_mhz.clone()),
+                |mhz| mhz * 1e6,
+            )?,
+            vector_clock_hz: self.opt(
+                "compute.vector_clock_mhz",
+                &raw.compute
+                    .as_ref()
+                    .and_then(|c| c.vector_clock_mhz.clone()),
                 |mhz| mhz * 1e6,
             )?,
             process_nm: self.opt(

@@ -90,13 +90,15 @@ pub(crate) struct RawDevice {
     pub(crate) power: Option<RawPower>,
 }
 
-/// `[compute]` of a GPU: its streaming multiprocessors (compute units), the clock its
-/// peaks are computed at, and the process node its chip is made in.
+/// `[compute]`: a GPU's streaming multiprocessors (compute units), the clock a device's
+/// peaks are computed at, a CPU's all-core vector clock, and the process node its chip is
+/// made in.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawCompute {
     pub(crate) sms: Option<RawSourced<u32>>,
     pub(crate) boost_clock_mhz: Option<RawSourced<f64>>,
+    pub(crate) vector_clock_mhz: Option<RawSourced<f64>>,
     pub(crate) process_nm: Option<RawSourced<f64>>,
 }
 

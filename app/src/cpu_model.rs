@@ -1,0 +1,266 @@
+//! The CPU kernel model's data and check: the CPU record sets read (one directory a machine,
+//! `cpu-*` under `data/evidence/kernels/ridgeline/`, written by `scripts/cpu-records.sh`),
+//! the model fitted on every CPU and each CPU left out in turn
+//! (`ridgeline validate transfer --cpu`), and the fitted model written.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use ridgeline_calibrate::cpu_transfer::{self, CpuPoint, CpuTransfer};
+use ridgeline_calibrate::transfer::Holdout;
+use ridgeline_model::system::Device;
+use ridgeline_model::transfer::cpu::{CpuSpec, Software};
+use serde::Serialize;
+
+/// The prefix of a CPU record set's directory.
+pub const SET_PREFIX: &str = "cpu-";
+
+/// The device file of a CPU record set: the machine the records were measured on.
+pub const DEVICE_FILE: &str = "device.toml";
+
+/// One machine's CPU kernel records.
+#[derive(Debug, Clone)]
+pub struct CpuSet {
+    /// The directory's name (`cpu-amd-epyc-f25m1`), the CPU's name in reports.
+    pub name: String,
+    /// The directory.
+    pub dir: PathBuf,
+    /// The machine's CPU ([`DEVICE_FILE`]).
+    pub device: Device,
+    /// Its records files and whose kernels each timed: `pytorch-*` PyTorch's (oneDNN,
+    /// MKL), the others ridgeline's own.
+    pub files: Vec<(PathBuf, Software)>,
+}
+
+/// Whose kernels a records file of a CPU set holds, by its name.
+pub fn software_of(file: &Path) -> Software {
+    let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if name.starts_with("pytorch-") {
+        Software::Onednn
+    } else {
+        Software::Ridgeline
+    }
+}
+
+/// The CPU record sets under `dir` (its `cpu-*` directories), sorted by name.
+pub fn cpu_sets(dir: &Path) -> Result<Vec<CpuSet>> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("{}: a directory of kernel records", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_dir()
+                && p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(SET_PREFIX))
+        })
+        .collect();
+    dirs.sort();
+    let mut out = Vec::new();
+    for set in dirs {
+        let file = set.join(DEVICE_FILE);
+        let text = std::fs::read_to_string(&file).with_context(|| {
+            format!(
+                "{}: a CPU record set needs the device file of its machine \
+                 (scripts/cpu-records.sh writes it)",
+                file.display()
+            )
+        })?;
+        let device = ridgeline_model::system::parse_device(&text, &file.display().to_string())?;
+        if CpuSpec::of(&device, 1, ridgeline_model::precision::Precision::Fp32).is_none() {
+            bail!(
+                "{}: a CPU device with {} is needed to time kernels on it (missing: {})",
+                file.display(),
+                "cores, compute.boost_clock_mhz, the FP32 peak, memory.llc_mib and \
+                 memory.bandwidth_gbs",
+                CpuSpec::missing(&device).join(", ")
+            );
+        }
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&set)
+            .with_context(|| set.display().to_string())?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                name.ends_with(".jsonl") || name.ends_with(".jsonl.gz")
+            })
+            .collect();
+        files.sort();
+        out.push(CpuSet {
+            name: set
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default()
+                .to_owned(),
+            dir: set.clone(),
+            device,
+            files: files
+                .into_iter()
+                .map(|f| (f.clone(), software_of(&f)))
+                .collect(),
+        });
+    }
+    Ok(out)
+}
+
+/// Every kernel record of `sets` as a point of the CPU model.
+pub fn cpu_points(sets: &[CpuSet]) -> Result<Vec<CpuPoint>> {
+    let mut out = Vec::new();
+    for set in sets {
+        for (file, software) in &set.files {
+            let (records, _) = ridgeline_measure::record::read_records(file)?;
+            let spec = |threads: u32, p| CpuSpec::of(&set.device, threads, p);
+            out.extend(cpu_transfer::record_points(
+                &file.display().to_string(),
+                &records,
+                &set.name,
+                *software,
+                &spec,
+            )?);
+        }
+    }
+    Ok(out)
+}
+
+/// What `validate transfer --cpu` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct CpuCheck {
+    /// The CPUs of the data, by set name, with their kernels.
+    pub cpus: BTreeMap<String, usize>,
+    /// Per software and class: the model fitted on every CPU, judged on its own kernels (a
+    /// fit's residuals, not a validation).
+    pub fitted: Vec<Holdout>,
+    /// Each CPU left out in turn, where the data has two CPUs or more.
+    pub transfer: Option<CpuTransfer>,
+    /// Why no CPU was left out, where none was.
+    pub not_left_out: Option<String>,
+}
+
+/// Fits the CPU model on the sets under `dir` and leaves each CPU out where there are two
+/// or more.
+pub fn check(dir: &Path) -> Result<(CpuCheck, Vec<CpuPoint>)> {
+    let sets = cpu_sets(dir)?;
+    if sets.is_empty() {
+        bail!(
+            "{}: no CPU record set (a `{SET_PREFIX}*` directory with its {DEVICE_FILE}); \
+             record one with scripts/cpu-records.sh",
+            dir.display()
+        );
+    }
+    let points = cpu_points(&sets)?;
+    let mut cpus = BTreeMap::new();
+    for p in &points {
+        *cpus.entry(p.cpu.clone()).or_insert(0) += 1;
+    }
+    let all: Vec<&CpuPoint> = points.iter().collect();
+    let fits = cpu_transfer::fit(&all)?;
+    let fitted = cpu_transfer::residuals(&fits, &all);
+    let (transfer, not_left_out) = if cpus.len() >= 2 {
+        (Some(cpu_transfer::leave_one_out(&points)?), None)
+    } else {
+        (
+            None,
+            Some(format!(
+                "the data has kernels of {} CPU ({}): leaving one out needs two; each machine \
+                 scripts/cpu-records.sh runs on adds one",
+                cpus.len(),
+                cpus.keys().cloned().collect::<Vec<_>>().join(", ")
+            )),
+        )
+    };
+    Ok((
+        CpuCheck {
+            cpus,
+            fitted,
+            transfer,
+            not_left_out,
+        },
+        points,
+    ))
+}
+
+/// The model fitted on every CPU of `dir`, as the TOML ridgeline ships
+/// (`data/evidence/kernels/cpu-transfer.toml`).
+pub fn model_text(dir: &Path, check: &CpuCheck, points: &[CpuPoint]) -> Result<String> {
+    let sets = cpu_sets(dir)?;
+    let data = sets
+        .iter()
+        .map(|s| {
+            format!(
+                "{} ({}): {}",
+                s.name,
+                s.device.model,
+                s.files
+                    .iter()
+                    .filter_map(|(f, _)| f.file_name().and_then(|n| n.to_str()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+        .collect();
+    let model = cpu_transfer::model(
+        points,
+        check.transfer.as_ref(),
+        data,
+        "ridgeline validate transfer --cpu --write-model data/evidence/kernels/cpu-transfer.toml",
+    )?;
+    let body = toml::to_string(&model).context("writing the CPU kernel model")?;
+    Ok(format!(
+        "# The CPU kernel model ridgeline ships: written by the command in source.fitted_by from\n\
+         # the CPU record sets it names (docs/ARCHITECTURE.md \"A kernel model for CPUs you don't\n\
+         # have\"). Do not edit: fit it again.\n{body}"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ridgeline_model::transfer::cpu::CpuModel;
+
+    fn shipped_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/evidence/kernels/ridgeline")
+    }
+
+    /// The coefficients ridgeline ships are what fitting the shipped CPU records gives
+    /// (`ridgeline validate transfer --cpu --write-model data/evidence/kernels/cpu-transfer.toml`).
+    #[test]
+    fn the_shipped_cpu_model_is_the_fit_of_the_shipped_records() {
+        let (check, points) = check(&shipped_dir()).unwrap();
+        let text = model_text(&shipped_dir(), &check, &points).unwrap();
+        let refit = CpuModel::parse(&text, "refit").unwrap();
+        let shipped = CpuModel::builtin();
+        assert_eq!(shipped.source.cpus, refit.source.cpus);
+        assert_eq!(shipped.classes.len(), refit.classes.len());
+        for (a, b) in shipped.classes.iter().zip(&refit.classes) {
+            assert_eq!(
+                (a.software, a.class, a.pass, &a.op),
+                (b.software, b.class, b.pass, &b.op)
+            );
+            assert_eq!(a.points, b.points);
+            for (x, y) in a.coefficients.iter().zip(&b.coefficients) {
+                assert!((x - y).abs() <= 1e-9 * y.abs().max(1e-15), "{a:?} {b:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_set_without_its_machines_device_file_is_refused_by_name() {
+        let dir = std::env::temp_dir().join(format!("ridgeline-cpu-sets-{}", std::process::id()));
+        let set = dir.join("cpu-test");
+        std::fs::create_dir_all(&set).unwrap();
+        let e = format!("{:#}", cpu_sets(&dir).unwrap_err());
+        assert!(
+            e.contains("cpu-test/device.toml") && e.contains("scripts/cpu-records.sh"),
+            "{e}"
+        );
+        // A device file without the model's figures: which ones it lacks.
+        std::fs::write(
+            set.join(DEVICE_FILE),
+            "name = \"x\"\nkind = \"cpu\"\nvendor = \"v\"\nmodel = \"m\"\n[sources]\ns = \"s\"\n\
+             [peak]\ntflops_fp32 = { value = 1.0, source = \"s\" }\n[memory]\n",
+        )
+        .unwrap();
+        let e = format!("{:#}", cpu_sets(&dir).unwrap_err());
+        assert!(e.contains("missing: cores, compute.boost_clock_mhz"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -15,6 +15,8 @@
 #     (cosmoflow, deepcam, resnet50) at all cores;
 #   - ops: the reference workloads' op shapes at all cores;
 #   - stream: copy, scale, add and triad from L1 to past the last-level cache, every count;
+#   - steps: whole training steps of the self-check's runs (cosmoflow 64^3, deepcam 96x144,
+#     resnet50 224, gpt2 32 tokens; batches 1, 2, 4; 3 steps after a warm-up) on all cores;
 #   - pytorch-*: the gemm, conv and ops cases again in PyTorch (scripts/cpu-kernels-torch.py,
 #     in a virtual environment under target/ with torch from the package index).
 # A short protocol (20 ms warm-up, at least 2 samples and 100 ms) keeps it within ten
@@ -59,6 +61,14 @@ echo "cpu-records: $model_name, $cores cores, threads $threads -> $out" >&2
 "$bin" measure conv --resume --threads all "${protocol[@]}" --out "$work/conv.jsonl" >/dev/null
 "$bin" measure ops --threads all "${protocol[@]}" --out "$work/ops.jsonl" >/dev/null
 "$bin" measure stream --threads "$threads" "${protocol[@]}" --out "$work/stream.jsonl" >/dev/null
+# Whole training steps of the self-check's runs (ridgeline's CPU executor, all cores), which
+# `validate transfer --cpu` predicts from the kernel model fitted without this CPU.
+resume=()
+for run in cosmoflow:64 deepcam:96x144 resnet50:224 gpt2:32; do
+    "$bin" measure workload "${run%%:*}" --input-size "${run##*:}" --batch 1,2,4 --steps 3 \
+        --threads all "${resume[@]}" --out "$work/steps.jsonl" >/dev/null
+    resume=(--resume)
+done
 echo "cpu-records: ridgeline's kernels done in ${SECONDS} s" >&2
 for kind in gemm conv ops; do
     "$venv/bin/python" scripts/cpu-kernels-torch.py "$work/$kind.jsonl" "$work/pytorch-$kind.jsonl" \
@@ -84,7 +94,7 @@ q() { printf '"%s"' "$(echo "$1" | sed 's/\\/\\\\/g; s/"/\\"/g')"; }
 torch_version=$("$venv/bin/python" -c 'import torch; print(torch.__version__)')
 onednn=$("$venv/bin/python" -c 'import torch; print(torch.__config__.show())' | sed -n 's/.*MKL-DNN v\([^ ]*\).*/\1/p' | head -1)
 cat >"$out/SOURCE.toml" <<EOF
-description = "CPU kernels of one machine, timed by ridgeline's own kernels (gemm, conv, ops, stream) and by PyTorch's (pytorch-*: the same cases), written by scripts/cpu-records.sh"
+description = "CPU kernels of one machine, timed by ridgeline's own kernels (gemm, conv, ops, stream) and by PyTorch's (pytorch-*: the same cases), and whole training steps of ridgeline's CPU executor (steps), written by scripts/cpu-records.sh"
 measured_by = "scripts/cpu-records.sh at ridgeline commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!data' || echo ' (with uncommitted changes)'), from $started to $(date -u +%Y-%m-%dT%H:%M:%SZ) (${SECONDS} s)"
 protocol = "warm-up 20 ms, at least 2 samples and 100 ms per case; ridgeline's kernels with the caches as inside a training step (--cache step), PyTorch's on the same operands each call"
 threads = $(q "$threads")

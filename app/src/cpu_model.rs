@@ -121,6 +121,9 @@ pub fn cpu_points(sets: &[CpuSet]) -> Result<Vec<CpuPoint>> {
     Ok(out)
 }
 
+/// The file of a CPU set's whole training steps (`scripts/cpu-records.sh`).
+pub const STEPS_FILE: &str = "steps.jsonl.gz";
+
 /// What `validate transfer --cpu` found.
 #[derive(Debug, Clone, Serialize)]
 pub struct CpuCheck {
@@ -133,6 +136,11 @@ pub struct CpuCheck {
     pub transfer: Option<CpuTransfer>,
     /// Why no CPU was left out, where none was.
     pub not_left_out: Option<String>,
+    /// Each set's whole training steps ([`STEPS_FILE`]) against their prediction on its CPU,
+    /// uncalibrated: by the model fitted without that CPU (`device` the CPU) where the data
+    /// has two CPUs or more, else by the model fitted on it (`device` `fitted on`, not a
+    /// validation).
+    pub steps: Vec<Holdout>,
 }
 
 /// Fits the CPU model on the sets under `dir` and leaves each CPU out where there are two
@@ -167,15 +175,58 @@ pub fn check(dir: &Path) -> Result<(CpuCheck, Vec<CpuPoint>)> {
             )),
         )
     };
+    let steps = steps(&sets, &points)?;
     Ok((
         CpuCheck {
             cpus,
             fitted,
             transfer,
             not_left_out,
+            steps,
         },
         points,
     ))
+}
+
+/// Each set's whole training steps predicted on its CPU by the model fitted without it (with
+/// it where it is the only CPU), as a row of errors.
+fn steps(sets: &[CpuSet], points: &[CpuPoint]) -> Result<Vec<Holdout>> {
+    let several = sets.len() >= 2;
+    let mut out = Vec::new();
+    for set in sets {
+        let file = set.dir.join(STEPS_FILE);
+        if !file.exists() {
+            continue;
+        }
+        let others: Vec<CpuPoint> = points
+            .iter()
+            .filter(|p| !several || p.cpu != set.name)
+            .cloned()
+            .collect();
+        let model = cpu_transfer::model(&others, None, Vec::new(), "leave one CPU out")?;
+        let device = set.dir.join(DEVICE_FILE);
+        let system = crate::inputs::system(&device.display().to_string())?;
+        let (records, _) = ridgeline_measure::record::read_records(&file)?;
+        let v = ridgeline_calibrate::validate::validate_with(
+            &system,
+            &records,
+            &file.display().to_string(),
+            None,
+            Some(&model),
+        )?;
+        let errors: Vec<f64> = v.steps.iter().map(|s| s.rel_error).collect();
+        let cpu = if several {
+            set.name.as_str()
+        } else {
+            "fitted on"
+        };
+        out.push(cpu_transfer::errors_row(
+            cpu,
+            format!("steps {} (ridgeline-executor)", set.name),
+            &errors,
+        ));
+    }
+    Ok(out)
 }
 
 /// The model fitted on every CPU of `dir`, as the TOML ridgeline ships

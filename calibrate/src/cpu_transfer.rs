@@ -144,10 +144,18 @@ fn groups<'a>(points: &[&'a CpuPoint]) -> BTreeMap<Key, Vec<&'a CpuPoint>> {
     out
 }
 
-/// Fits every class of `points` with at least [`MIN_POINTS`] kernels. A vector kernel class
-/// of several ops is fitted relative to the measured times
-/// ([`crate::fit::fit_relative_to_measured`]): its ops differ by more than its features say,
-/// and the fit on fitted times would let the slow ones push the others' predictions far up.
+/// The largest median relative error a fit may leave on its own kernels before the fit
+/// relative to the measured times replaces it ([`fit`]).
+pub const MAX_OWN_BIAS: f64 = 0.2;
+
+/// Fits every class of `points` with at least [`MIN_POINTS`] kernels relative to the fitted
+/// times ([`crate::fit::fit_relative`]), the right fit where the features say what a kernel
+/// costs. Where a few kernels run far slower than their features say (a library's fallback
+/// for shapes its fast kernel does not take, a class of ops some of which draw random
+/// numbers), that fit lets them push every other kernel's prediction up, and most of the
+/// class's own kernels come out slower than measured: where their median error passes
+/// [`MAX_OWN_BIAS`], the class is fitted relative to the measured times instead
+/// ([`crate::fit::fit_relative_to_measured`]), which those few cannot pull.
 pub fn fit(points: &[&CpuPoint]) -> Result<Vec<CpuFit>> {
     let mut out = Vec::new();
     for ((software, class), rows) in groups(points) {
@@ -156,13 +164,21 @@ pub fn fit(points: &[&CpuPoint]) -> Result<Vec<CpuFit>> {
         }
         let x: Vec<Vec<f64>> = rows.iter().map(|p| p.x.clone()).collect();
         let y: Vec<f64> = rows.iter().map(|p| p.y).collect();
-        let mixed = !class.class.is_matrix() && class.op.is_none();
-        let f = if mixed {
-            fit_relative_to_measured(&x, &y)
+        let what = |e: Error| Error::Fit(format!("{} {class}: {e}", software.name()));
+        let bias = |c: &[f64]| {
+            let e: Vec<f64> = x
+                .iter()
+                .zip(&y)
+                .map(|(r, y)| r.iter().zip(c).map(|(a, b)| a * b).sum::<f64>() / y - 1.0)
+                .collect();
+            quantile(&e, 0.5)
+        };
+        let on_fitted = fit_relative(&x, &y).map_err(what)?;
+        let f = if bias(&on_fitted.coefficients).abs() > MAX_OWN_BIAS {
+            fit_relative_to_measured(&x, &y).map_err(what)?
         } else {
-            fit_relative(&x, &y)
-        }
-        .map_err(|e| Error::Fit(format!("{} {class}: {e}", software.name())))?;
+            on_fitted
+        };
         let cpus: BTreeSet<&str> = rows.iter().map(|p| p.cpu.as_str()).collect();
         out.push(CpuFit {
             software,
@@ -220,6 +236,21 @@ fn errors(fits: &[CpuFit], points: &[&CpuPoint]) -> BTreeMap<Key, Vec<f64>> {
         }
     }
     out
+}
+
+/// Relative errors `errors` of `what` on `cpu` as a row: median and 90th percentile of their
+/// size, their median, no interval.
+pub fn errors_row(cpu: &str, what: String, errors: &[f64]) -> Holdout {
+    let abs: Vec<f64> = errors.iter().map(|r| r.abs()).collect();
+    Holdout {
+        device: cpu.to_owned(),
+        class: what,
+        points: errors.len(),
+        median_abs_rel_error: quantile(&abs, 0.5),
+        p90_abs_rel_error: quantile(&abs, 0.9),
+        bias: quantile(errors, 0.5),
+        coverage_90: f64::NAN,
+    }
 }
 
 fn holdout(cpu: &str, key: Key, errors: &[f64], interval: Option<(f64, f64)>) -> Holdout {

@@ -16,6 +16,7 @@ use ridgeline_model::roofline::{self, Efficiency, PeakClass};
 use ridgeline_model::stack::Stack;
 use ridgeline_model::stack::residuals::{self, StepBand, StepKey};
 use ridgeline_model::system::{DeviceKind, System};
+use ridgeline_model::transfer::cpu::CpuModel;
 use ridgeline_model::units::Bytes;
 use ridgeline_model::workloads::{self, BuildOptions};
 use ridgeline_model::{catalog, cost};
@@ -216,6 +217,19 @@ pub fn validate(
     file: &str,
     stack: Option<&Stack>,
 ) -> Result<Validation> {
+    validate_with(system, records, file, stack, None)
+}
+
+/// [`validate`], a CPU's layers timed by `cpu` in place of the CPU kernel model ridgeline
+/// ships where the system would take that model (a fit that left this CPU out:
+/// `ridgeline validate transfer --cpu`).
+pub fn validate_with(
+    system: &System,
+    records: &[Record],
+    file: &str,
+    stack: Option<&Stack>,
+    cpu: Option<&CpuModel>,
+) -> Result<Validation> {
     let runs = StepRun::from_records(records);
     if runs.is_empty() {
         return Err(Error::Input(format!(
@@ -225,7 +239,7 @@ pub fn validate(
     let mut steps = Vec::new();
     let mut layers = Vec::new();
     for run in &runs {
-        steps.push(validate_run(system, run, file, stack, &mut layers)?);
+        steps.push(validate_run(system, run, file, stack, cpu, &mut layers)?);
     }
     Ok(summarise(system, steps, layers))
 }
@@ -236,6 +250,7 @@ fn validate_run(
     measured_run: &StepRun,
     file: &str,
     stack: Option<&Stack>,
+    cpu: Option<&CpuModel>,
     layers: &mut Vec<LayerPoint>,
 ) -> Result<StepPoint> {
     let (step, shape) = (measured_run.step, measured_run.run);
@@ -284,7 +299,10 @@ fn validate_run(
     let kind = system.device.kind;
     model.set_band(kind, residuals::band(stack, kind, Some(&key)));
     let rates = DeviceRates::of(system, precision, Efficiency::IDEAL)?;
-    let timing = Timing::of(system, precision, KernelModel::Transfer);
+    let mut timing = Timing::of(system, precision, KernelModel::Transfer);
+    if let (Some(m), Some((_, spec))) = (cpu, timing.cpu) {
+        timing.cpu = Some((m, spec));
+    }
     let times = model.device_times(batch as f64, &rates, &timing);
     let (predicted, [predicted_lo, predicted_hi]) = (times.step, times.interval_90);
     // The band where it gave the interval (not for a calibrated GPU).

@@ -226,10 +226,11 @@ pub fn cpu_transfer(check: &crate::cpu_model::CpuCheck, style: Style) -> Documen
         device: "fitted on".into(),
         ..h.clone()
     }));
+    rows.extend(check.steps.iter().cloned());
     let mut d = Document::new("CPU kernel model: each CPU predicted by a fit on the others")
         .summary("CPUs", cpus)
         .table(table(&rows, &cols, style))
-        .note("class = whose kernels (ridgeline: its own; onednn: PyTorch's, oneDNN and MKL), the kernel class and pass. error = (predicted - measured) / measured. Rows held out `all` pool every held-out CPU; a held-out CPU's 90 % interval comes from the log ratios the other CPUs show when each is held out of a fit on the rest. `fitted on` rows: the model fitted on every CPU, judged on its own kernels (its residuals, not a validation). Fitted on kernel measurements only.");
+        .note("class = whose kernels (ridgeline: its own; onednn: PyTorch's, oneDNN and MKL), the kernel class and pass. error = (predicted - measured) / measured. Rows held out `all` pool every held-out CPU; a held-out CPU's 90 % interval comes from the log ratios the other CPUs show when each is held out of a fit on the rest. `fitted on` rows: the model fitted on every CPU, judged on its own kernels (its residuals, not a validation). `steps` rows: each CPU's whole training steps of ridgeline's CPU executor (the self-check's runs), predicted uncalibrated from the device file as `predict` times them, by the model fitted without that CPU where there are two or more. Fitted on kernel measurements only; steps are never fitted on.");
     if let Some(why) = &check.not_left_out {
         d = d.note(format!("no CPU left out: {why}"));
     }
@@ -315,7 +316,9 @@ pub fn steps(
             ),
         );
     }
-    let how = if uncalibrated {
+    let how = if uncalibrated && v.device_kind == ridgeline_model::system::DeviceKind::Cpu {
+        "Predictions with no calibration: a CPU's layers timed by the CPU kernel model from the device file (fitted on kernel measurements of the CPUs `ridgeline validate transfer --cpu` names; where this CPU is one of them, its own kernels are in the fit), as `predict` times them"
+    } else if uncalibrated {
         "Predictions with no calibration: a GPU's layers timed by the transferred kernel model from the device file (fitted on kernel measurements of other GPUs; its tensor-core classes on ridgeline's own kernel records and published ones, those of this GPU among them), as `predict` times them"
     } else {
         "Predictions from the calibrated profile alone (micro-kernel records)"

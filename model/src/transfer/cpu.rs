@@ -353,7 +353,7 @@ impl CpuModel {
     }
 
     /// The coefficients that time `kernel` by `software`'s kernels: its op's class where the
-    /// model has one, else its kernel class's.
+    /// model has one, else its kernel class's; a GEMM's gradient, the GEMM class's.
     pub fn class_for(&self, kernel: &Kernel, software: Software) -> Option<&CpuCoefficients> {
         let own = CpuClass::of(kernel);
         let find = |op: Option<&str>| {
@@ -364,7 +364,20 @@ impl CpuModel {
                     && c.op.as_deref() == op
             })
         };
-        own.op.and_then(|op| find(Some(op))).or_else(|| find(None))
+        own.op
+            .and_then(|op| find(Some(op)))
+            .or_else(|| find(None))
+            .or_else(|| {
+                // A product's gradients are products of the same sizes, operands transposed:
+                // the GEMM class times them where it has no pass of their own.
+                (kernel.class == KernelClass::Gemm).then_some(())?;
+                self.classes.iter().find(|c| {
+                    c.software == software
+                        && c.class == KernelClass::Gemm
+                        && c.pass == KernelPass::Forward
+                        && c.op.is_none()
+                })
+            })
     }
 
     /// The time of `kernel` by `software` on `d` with `elem` bytes per element, seconds, with

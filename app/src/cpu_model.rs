@@ -33,6 +33,21 @@ pub struct CpuSet {
     pub files: Vec<(PathBuf, Software)>,
 }
 
+/// The records files of a kernel record set's directory (`*.jsonl`, `*.jsonl.gz`), sorted;
+/// files in its subdirectories are not read.
+pub fn records_files(set: &Path) -> Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(set)
+        .with_context(|| set.display().to_string())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            name.ends_with(".jsonl") || name.ends_with(".jsonl.gz")
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
 /// Whose kernels a records file of a CPU set holds, by its name.
 pub fn software_of(file: &Path) -> Software {
     let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -76,15 +91,7 @@ pub fn cpu_sets(dir: &Path) -> Result<Vec<CpuSet>> {
                 CpuSpec::missing(&device).join(", ")
             );
         }
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&set)
-            .with_context(|| set.display().to_string())?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-                name.ends_with(".jsonl") || name.ends_with(".jsonl.gz")
-            })
-            .collect();
-        files.sort();
+        let files = records_files(&set)?;
         out.push(CpuSet {
             name: set
                 .file_name()

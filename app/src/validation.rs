@@ -456,15 +456,7 @@ pub fn own_points(dir: &Path, scaled: bool) -> Result<OwnPoints> {
     for set in sets {
         let source = ridgeline_calibrate::dataset::read_source(&set)?;
         let timing = source.timing.unwrap_or(Timing::Issued);
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&set)
-            .with_context(|| set.display().to_string())?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-                name.ends_with(".jsonl") || name.ends_with(".jsonl.gz")
-            })
-            .collect();
-        files.sort();
+        let files = crate::cpu_model::records_files(&set)?;
         let mut devices = BTreeMap::new();
         for (gpu, name) in &source.devices {
             let device = ridgeline_model::catalog::device(name).with_context(|| {

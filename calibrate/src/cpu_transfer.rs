@@ -285,15 +285,20 @@ pub fn residuals(fits: &[CpuFit], points: &[&CpuPoint]) -> Vec<Holdout> {
 /// kernels inside and judged against an interval.
 type Pooled = (Vec<Vec<f64>>, Vec<f64>, usize, usize);
 
-/// Leave one CPU out: for each CPU, fit on the others and predict it, class by class where
-/// the others have the class. Needs kernels of at least two CPUs.
-pub fn leave_one_out(points: &[CpuPoint]) -> Result<CpuTransfer> {
-    let cpus: Vec<String> = points
+/// The CPUs of `points`, by name, sorted, each once.
+fn cpus_of(points: &[CpuPoint]) -> Vec<String> {
+    points
         .iter()
         .map(|p| p.cpu.clone())
         .collect::<BTreeSet<_>>()
         .into_iter()
-        .collect();
+        .collect()
+}
+
+/// Leave one CPU out: for each CPU, fit on the others and predict it, class by class where
+/// the others have the class. Needs kernels of at least two CPUs.
+pub fn leave_one_out(points: &[CpuPoint]) -> Result<CpuTransfer> {
+    let cpus = cpus_of(points);
     if cpus.len() < 2 {
         return Err(Error::Input(format!(
             "leaving one CPU out needs kernels of at least 2 CPUs, not {}",
@@ -364,12 +369,7 @@ pub fn model(
     fitted_by: &str,
 ) -> Result<CpuModel> {
     let all: Vec<&CpuPoint> = points.iter().collect();
-    let cpus: Vec<String> = points
-        .iter()
-        .map(|p| p.cpu.clone())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let cpus = cpus_of(points);
     let classes = fit(&all)?
         .into_iter()
         .map(|f| {

@@ -353,10 +353,7 @@ impl StepModel {
             let mut fwd = [0.0; 3];
             let mut bwd = [0.0; 3];
             for (a, c) in k1.iter().zip(k2) {
-                let mut kernel = *a;
-                for (x, (x1, x2)) in kernel.x.iter_mut().zip(a.x.iter().zip(&c.x)) {
-                    *x = at(*x1, *x2);
-                }
+                let mut kernel = at_batch(a, c, &at);
                 if let Some(io) = kernel.conv.as_mut()
                     && let (Some(i1), Some(i2)) = (a.conv, c.conv)
                 {
@@ -394,10 +391,7 @@ impl StepModel {
             let mut fwd = [0.0; 3];
             let mut bwd = [0.0; 3];
             for (a, c) in k1.iter().zip(k2) {
-                let mut kernel = *a;
-                for (x, (x1, x2)) in kernel.x.iter_mut().zip(a.x.iter().zip(&c.x)) {
-                    *x = at(*x1, *x2);
-                }
+                let kernel = at_batch(a, c, &at);
                 let timed = if timing.host {
                     model.work_timed(&kernel, elem, &spec)
                 } else {
@@ -427,6 +421,16 @@ impl StepModel {
         }
         layer(TimedByModel::Ideal, ideal_fwd, ideal_bwd)
     }
+}
+
+/// The kernel `a` (at batch 1) with its features at the batch `at` takes them to from `a`'s
+/// and `c`'s (at batch 2); its convolution I/O stays `a`'s.
+fn at_batch(a: &Kernel, c: &Kernel, at: &dyn Fn(f64, f64) -> f64) -> Kernel {
+    let mut kernel = *a;
+    for (x, (x1, x2)) in kernel.x.iter_mut().zip(a.x.iter().zip(&c.x)) {
+        *x = at(*x1, *x2);
+    }
+    kernel
 }
 
 /// The host and the device as two timelines: the host issues passes one after another, the

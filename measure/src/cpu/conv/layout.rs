@@ -100,27 +100,30 @@ fn tap_rows(g: &ConvGeom, taps: &[Taps]) -> Vec<usize> {
 const B: usize = 16;
 
 /// Weights of one group (`C_out/g x C_in/g x kernel`) as a `(kernel C_in/g) x C_out/g`
-/// row-major matrix in tap order: row `tap * C_in/g + ci` is input channel `ci` at the
-/// `tap`-th kernel offset in [`taps`] order. A blocked transpose: weights are re-laid out on
-/// every call (they change every step), and a naive one misses the cache on every element.
-pub(super) fn rearrange(g: &ConvGeom, taps: &[Taps], wg: &[f32]) -> Vec<f32> {
+/// row-major matrix in tap order, written to `out`: row `tap * C_in/g + ci` is input
+/// channel `ci` at the `tap`-th kernel offset in [`taps`] order. Weights change every step,
+/// so they are re-laid out on every call: in parallel bands of [`B`] rows, each filled one
+/// output channel at a time, so that every source row is read once per band and the band's
+/// rows stay in cache.
+pub(super) fn rearrange(g: &ConvGeom, taps: &[Taps], wg: &[f32], out: &mut [f32]) {
     let (cin, cout, k, kvol) = (g.cin_g(), g.cout_g(), g.k_rows(), g.kvol());
-    let rows = tap_rows(g, taps);
-    let mut out = vec![0.0f32; k * cout];
-    for co0 in (0..cout).step_by(B) {
-        let co1 = (co0 + B).min(cout);
-        for s0 in (0..k).step_by(B) {
-            let s1 = (s0 + B).min(k);
-            for s in s0..s1 {
-                let (ci, kk) = (s / kvol, s % kvol);
-                let dst = &mut out[(rows[kk] * cin + ci) * cout..][..cout];
-                for co in co0..co1 {
-                    dst[co] = wg[co * k + s];
-                }
-            }
+    let mut source = vec![0; k];
+    for (kk, &row) in tap_rows(g, taps).iter().enumerate() {
+        for ci in 0..cin {
+            source[row * cin + ci] = ci * kvol + kk;
         }
     }
-    out
+    out[..k * cout]
+        .par_chunks_mut(B * cout)
+        .zip(source.par_chunks(B))
+        .for_each(|(band, from)| {
+            for co in 0..cout {
+                let src = &wg[co * k..][..k];
+                for (row, &s) in band.chunks_mut(cout).zip(from) {
+                    row[co] = src[s];
+                }
+            }
+        });
 }
 
 /// The inverse of [`rearrange`], summing `parts` tap-order matrices laid end to end into
@@ -146,36 +149,32 @@ pub(super) fn restore(g: &ConvGeom, taps: &[Taps], parts: &[f32], dwg: &mut [f32
 }
 
 /// Copies one group's input planes (`C_in/g x in_vol`) into the padded grid,
-/// channels-last; everything else in `copy` is zero.
+/// channels-last; everything else in `copy` is zero. In parallel over the grid's rows (a 2-d
+/// image has a single depth plane).
 pub(super) fn pack(g: &ConvGeom, grid: &Grid, xs: &[f32], copy: &mut [f32]) {
     let cin = g.cin_g();
-    let [_, hi, wi] = g.input;
+    let [di, hi, wi] = g.input;
     let in_vol = g.in_vol();
-    let plane = grid.hp * grid.wp * cin;
-    copy.par_chunks_mut(plane)
+    let pw = g.pad[2];
+    copy.par_chunks_mut(grid.wp * cin)
         .enumerate()
-        .for_each(|(dp, slice)| {
-            let Some(d) = dp
+        .for_each(|(r, row)| {
+            let (dp, hp) = (r / grid.hp, r % grid.hp);
+            let at = dp
                 .checked_sub(g.pad[0])
-                .filter(|&d| d < g.input[0] && slice.len() == plane)
-            else {
-                slice.fill(0.0);
+                .filter(|&d| d < di && row.len() == grid.wp * cin)
+                .zip(hp.checked_sub(g.pad[1]).filter(|&h| h < hi));
+            let Some((d, h)) = at else {
+                row.fill(0.0);
                 return;
             };
-            for (hp, row) in slice.chunks_mut(grid.wp * cin).enumerate() {
-                let Some(h) = hp.checked_sub(g.pad[1]).filter(|&h| h < hi) else {
-                    row.fill(0.0);
-                    continue;
-                };
-                let pw = g.pad[2];
-                row[..pw * cin].fill(0.0);
-                row[(pw + wi) * cin..].fill(0.0);
-                let body = &mut row[pw * cin..(pw + wi) * cin];
-                for ci in 0..cin {
-                    let src = &xs[ci * in_vol + (d * hi + h) * wi..][..wi];
-                    for (w, v) in src.iter().enumerate() {
-                        body[w * cin + ci] = *v;
-                    }
+            row[..pw * cin].fill(0.0);
+            row[(pw + wi) * cin..].fill(0.0);
+            let body = &mut row[pw * cin..(pw + wi) * cin];
+            for ci in 0..cin {
+                let src = &xs[ci * in_vol + (d * hi + h) * wi..][..wi];
+                for (w, v) in src.iter().enumerate() {
+                    body[w * cin + ci] = *v;
                 }
             }
         });

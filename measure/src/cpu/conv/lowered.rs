@@ -18,10 +18,12 @@ const TILE_BYTES: usize = 4 << 20;
 /// Fewest output positions per tile.
 const MIN_TILE: usize = 256;
 
+/// Output positions per tile, counted over the samples lowered together (a tile of a small
+/// image spans several samples, so its GEMM is tall enough to split between threads).
 fn tile(g: &ConvGeom) -> usize {
     (TILE_BYTES / (4 * g.k_rows().max(1)))
         .max(MIN_TILE)
-        .min(g.out_vol().max(1))
+        .min((g.n * g.out_vol()).max(1))
 }
 
 /// Most bytes of padded copies held at once: samples are lowered together (so small images
@@ -139,11 +141,13 @@ pub(super) fn forward(g: &ConvGeom, x: &[f32], w: &[f32], y: &mut [f32], threads
     let (cin, cout, k) = (g.cin_g(), g.cout_g(), g.k_rows());
     let out_vol = g.out_vol();
     let (t, chunk, per) = (tile(g), samples(g, &grid), grid.len * cin);
-    with_scratch(chunk * per + t * k + t * cout, |scratch| {
+    with_scratch(chunk * per + t * k + t * cout + k * cout, |scratch| {
         let (copies, rest) = scratch.split_at_mut(chunk * per);
-        let (col, out_tile) = rest.split_at_mut(t * k);
+        let (col, rest) = rest.split_at_mut(t * k);
+        let (out_tile, wr) = rest.split_at_mut(t * cout);
         for grp in 0..g.groups {
-            let wr = rearrange(g, &taps, &w[grp * cout * k..][..cout * k]);
+            rearrange(g, &taps, &w[grp * cout * k..][..cout * k], wr);
+            let wr = &*wr;
             for n0 in (0..g.n).step_by(chunk) {
                 let m = chunk.min(g.n - n0);
                 pack_samples(g, &grid, x, grp, n0, m, copies);
@@ -162,7 +166,7 @@ pub(super) fn forward(g: &ConvGeom, x: &[f32], w: &[f32], y: &mut [f32], threads
                     matmul(
                         ViewMut::rows(dst, tt, cout, cout),
                         View::rows(&col[..tt * k], tt, k),
-                        View::rows(&wr, k, cout),
+                        View::rows(wr, k, cout),
                         false,
                         threads,
                     );
@@ -185,11 +189,13 @@ pub(super) fn backward_data(g: &ConvGeom, dy: &[f32], w: &[f32], dx: &mut [f32],
     let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
     let (t, chunk, per) = (tile(g), samples(g, &grid), grid.len * cin);
     dx.fill(0.0);
-    with_scratch(chunk * per + t * k + t * cout, |scratch| {
+    with_scratch(chunk * per + t * k + t * cout + k * cout, |scratch| {
         let (copies, rest) = scratch.split_at_mut(chunk * per);
-        let (col, grad) = rest.split_at_mut(t * k);
+        let (col, rest) = rest.split_at_mut(t * k);
+        let (grad, wr) = rest.split_at_mut(t * cout);
         for grp in 0..g.groups {
-            let wr = rearrange(g, &taps, &w[grp * cout * k..][..cout * k]);
+            rearrange(g, &taps, &w[grp * cout * k..][..cout * k], wr);
+            let wr = &*wr;
             for n0 in (0..g.n).step_by(chunk) {
                 let m = chunk.min(g.n - n0);
                 copies.fill(0.0);
@@ -209,7 +215,7 @@ pub(super) fn backward_data(g: &ConvGeom, dy: &[f32], w: &[f32], dx: &mut [f32],
                     matmul(
                         ViewMut::rows(&mut col[..tt * k], tt, k, k),
                         View::rows(&grad[..tt * cout], tt, cout),
-                        View::rows(&wr, k, cout).t(),
+                        View::rows(wr, k, cout).t(),
                         false,
                         threads,
                     );

@@ -14,7 +14,8 @@
 //!   then one GEMM.
 //! - Pointwise convolutions (1x1, no padding) run [`pointwise`]: one GEMM per sample and
 //!   group straight on the channels-first activations — no copy at unit stride, a gather of
-//!   the positions read (the output's size) when strided.
+//!   the positions read (the output's size) when strided; on small images the samples are
+//!   joined side by side into one GEMM.
 //! - Depthwise convolutions (one channel per group) run a direct loop nest.
 //!
 //! The GEMM crate is fastest when the output tile is channels-last and the long dimension
@@ -58,12 +59,7 @@ impl ConvGeom {
         if self.depthwise() {
             0
         } else if pointwise::applies(self) {
-            // The strided gather of one sample's group.
-            if self.stride == [1; 3] {
-                0
-            } else {
-                4 * self.cin_g() * self.out_vol()
-            }
+            pointwise::workspace(self)
         } else if self.unit_stride() {
             let backward_data = self
                 .flipped()
@@ -301,6 +297,10 @@ pub(crate) mod tests {
             geom(2, 6, 5, 1, [1, 5, 5], [1, 1, 1], 1, 0, 1), // 1x1 (pointwise)
             geom(2, 6, 4, 2, [2, 3, 5], [1, 1, 1], 1, 0, 1), // 3-d grouped pointwise
             geom(1, 3, 4, 1, [1, 5, 5], [1, 1, 1], 2, 0, 1), // strided 1x1 (gathered)
+            geom(2, 3, 4, 1, [1, 32, 33], [1, 1, 1], 1, 0, 1), // 1x1 on a large image, per sample
+            geom(3, 4, 2, 2, [1, 64, 66], [1, 1, 1], 2, 0, 1), // strided 1x1, samples in parallel
+            geom(3, 100, 98, 1, [1, 4, 4], [1, 1, 1], 1, 0, 1), // 1x1 joined, rows split
+            geom(3, 9, 100, 1, [1, 7, 7], [1, 3, 3], 1, 1, 1), // lowered across samples, rows split
             geom(2, 4, 6, 2, [3, 6, 7], [1, 1, 1], 2, 0, 1), // 3-d grouped strided 1x1
             geom(1, 3, 4, 1, [1, 11, 9], [1, 7, 7], 2, 3, 1), // stem-like 7x7 stride 2
             geom(1, 4, 4, 1, [1, 6, 6], [1, 3, 3], 1, 0, 1), // valid padding

@@ -53,10 +53,15 @@ fn runs(g: &ConvGeom, grid: &Grid, q0: usize, t: usize) -> Vec<(usize, usize, us
     out
 }
 
-fn tile(g: &ConvGeom, grid: &Grid) -> usize {
-    (TILE_BYTES / (4 * g.cout_g().max(1)))
-        .clamp(MIN_TILE, MAX_TILE)
-        .min(positions(g, grid))
+/// Grid positions per tile on `threads` threads: at most [`TILE_BYTES`] of output, in a
+/// number of tiles that is a multiple of the threads, so that each round of tiles keeps every
+/// thread busy (one tile of a 28 x 28 image would leave a second thread idle). One thread
+/// gives the largest tile, which sizes the workspace.
+fn tile(g: &ConvGeom, grid: &Grid, threads: usize) -> usize {
+    let q = positions(g, grid);
+    let most = (TILE_BYTES / (4 * g.cout_g().max(1))).clamp(MIN_TILE, MAX_TILE);
+    let tiles = q.div_ceil(most).next_multiple_of(threads.max(1));
+    q.div_ceil(tiles).max(MIN_TILE).min(most).min(q)
 }
 
 /// Scratch bytes of the forward and backward-filter passes.
@@ -64,7 +69,7 @@ pub(super) fn workspace(g: &ConvGeom) -> usize {
     let grid = Grid::new(g);
     let copy = grid.len * g.cin_g();
     let threads = rayon::current_num_threads();
-    let forward = copy + threads * tile(g, &grid) * g.cout_g() + g.k_rows() * g.cout_g();
+    let forward = copy + threads * tile(g, &grid, 1) * g.cout_g() + g.k_rows() * g.cout_g();
     let filter = copy + positions(g, &grid) * g.cout_g() + 2 * g.k_rows() * g.cout_g();
     4 * forward.max(filter)
 }
@@ -74,17 +79,19 @@ pub(super) fn forward(g: &ConvGeom, x: &[f32], w: &[f32], y: &mut [f32], threads
     let taps = taps(g, &grid);
     let (cin, cout, k) = (g.cin_g(), g.cout_g(), g.k_rows());
     let (in_vol, out_vol, q) = (g.in_vol(), g.out_vol(), positions(g, &grid));
-    let t = tile(g, &grid);
+    let t = tile(g, &grid, threads);
     // Tiles run in rounds of one per thread, each thread's GEMMs on their own: many small
     // GEMMs split across threads spend more on synchronising than they gain. (Splitting
     // the output channels between threads instead halves the GEMMs' width, which costs
     // more.)
     let starts: Vec<usize> = (0..q).step_by(t).collect();
     let round = threads.max(1);
-    with_scratch(grid.len * cin + round * t * cout, |scratch| {
-        let (copy, out_tiles) = scratch.split_at_mut(grid.len * cin);
+    with_scratch(grid.len * cin + round * t * cout + k * cout, |scratch| {
+        let (copy, rest) = scratch.split_at_mut(grid.len * cin);
+        let (out_tiles, wr) = rest.split_at_mut(round * t * cout);
         for grp in 0..g.groups {
-            let wr = rearrange(g, &taps, &w[grp * cout * k..][..cout * k]);
+            rearrange(g, &taps, &w[grp * cout * k..][..cout * k], wr);
+            let wr = &*wr;
             for n in 0..g.n {
                 pack(
                     g,

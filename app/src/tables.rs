@@ -546,6 +546,8 @@ pub fn holdout_cols() -> [Col<Holdout>; 7] {
     fn pct(v: f64, s: Style) -> String {
         match s {
             Style::Raw => v.to_string(),
+            // No interval: a row of the fit's own residuals, or whole steps.
+            Style::Human if v.is_nan() => "-".to_owned(),
             Style::Human => format!("{:.1}%", 100.0 * v),
         }
     }

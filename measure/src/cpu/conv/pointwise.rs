@@ -144,28 +144,41 @@ fn split(
         });
 }
 
+/// Runs `f((n0, k), group, inputs, outputs)` for every round of `k` joined samples from
+/// `n0` and every group, with scratch for the round's joined `C_in/g` and `C_out/g`
+/// matrices (`k P` columns each).
+fn in_rounds(g: &ConvGeom, mut f: impl FnMut((usize, usize), usize, &mut [f32], &mut [f32])) {
+    let (m, p, cin, cout) = (joined(g), g.out_vol(), g.cin_g(), g.cout_g());
+    with_scratch(m * p * (cin + cout), |buf| {
+        let (ins, outs) = buf.split_at_mut(m * p * cin);
+        for n0 in (0..g.n).step_by(m) {
+            let k = m.min(g.n - n0);
+            for grp in 0..g.groups {
+                f(
+                    (n0, k),
+                    grp,
+                    &mut ins[..k * p * cin],
+                    &mut outs[..k * p * cout],
+                );
+            }
+        }
+    });
+}
+
 /// `y[n][grp] = w[grp] x[n][grp]`: `(C_out/g x C_in/g) (C_in/g x P)`.
 pub(super) fn forward(g: &ConvGeom, x: &[f32], w: &[f32], y: &mut [f32], threads: usize) {
     let (cin, cout, iv, p) = (g.cin_g(), g.cout_g(), g.in_vol(), g.out_vol());
-    let m = joined(g);
-    if m > 1 {
-        return with_scratch(m * p * (cin + cout), |buf| {
-            let (xs, ys) = buf.split_at_mut(m * p * cin);
-            for n0 in (0..g.n).step_by(m) {
-                let k = m.min(g.n - n0);
-                let (xs, ys) = (&mut xs[..k * p * cin], &mut ys[..k * p * cout]);
-                for grp in 0..g.groups {
-                    join(g, x, g.c_in, grp * cin, iv, strided(g), (n0, k), xs);
-                    matmul(
-                        ViewMut::rows(ys, cout, k * p, k * p),
-                        View::rows(&w[grp * cout * cin..][..cout * cin], cout, cin),
-                        View::rows(xs, cin, k * p),
-                        false,
-                        threads,
-                    );
-                    split(g, ys, g.c_out, (grp * cout, cout), p, false, (n0, k), y);
-                }
-            }
+    if joined(g) > 1 {
+        return in_rounds(g, |(n0, k), grp, xs, ys| {
+            join(g, x, g.c_in, grp * cin, iv, strided(g), (n0, k), xs);
+            matmul(
+                ViewMut::rows(ys, cout, k * p, k * p),
+                View::rows(&w[grp * cout * cin..][..cout * cin], cout, cin),
+                View::rows(xs, cin, k * p),
+                false,
+                threads,
+            );
+            split(g, ys, g.c_out, (grp * cout, cout), p, false, (n0, k), y);
         });
     }
     let (inner, outer) = sample_threads(g, threads);
@@ -198,34 +211,26 @@ pub(super) fn forward(g: &ConvGeom, x: &[f32], w: &[f32], y: &mut [f32], threads
 /// `dx[n][grp] = w[grp]^T dy[n][grp]`.
 pub(super) fn backward_data(g: &ConvGeom, dy: &[f32], w: &[f32], dx: &mut [f32], threads: usize) {
     let (cin, cout, iv, p) = (g.cin_g(), g.cout_g(), g.in_vol(), g.out_vol());
-    let m = joined(g);
-    if m > 1 {
-        return with_scratch(m * p * (cin + cout), |buf| {
-            let (dxs, dys) = buf.split_at_mut(m * p * cin);
-            for n0 in (0..g.n).step_by(m) {
-                let k = m.min(g.n - n0);
-                let (dxs, dys) = (&mut dxs[..k * p * cin], &mut dys[..k * p * cout]);
-                for grp in 0..g.groups {
-                    join(g, dy, g.c_out, grp * cout, p, false, (n0, k), dys);
-                    matmul(
-                        ViewMut::rows(dxs, cin, k * p, k * p),
-                        View::rows(&w[grp * cout * cin..][..cout * cin], cout, cin).t(),
-                        View::rows(dys, cout, k * p),
-                        false,
-                        threads,
-                    );
-                    split(
-                        g,
-                        dxs,
-                        g.c_in,
-                        (grp * cin, cin),
-                        iv,
-                        strided(g),
-                        (n0, k),
-                        dx,
-                    );
-                }
-            }
+    if joined(g) > 1 {
+        return in_rounds(g, |(n0, k), grp, dxs, dys| {
+            join(g, dy, g.c_out, grp * cout, p, false, (n0, k), dys);
+            matmul(
+                ViewMut::rows(dxs, cin, k * p, k * p),
+                View::rows(&w[grp * cout * cin..][..cout * cin], cout, cin).t(),
+                View::rows(dys, cout, k * p),
+                false,
+                threads,
+            );
+            split(
+                g,
+                dxs,
+                g.c_in,
+                (grp * cin, cin),
+                iv,
+                strided(g),
+                (n0, k),
+                dx,
+            );
         });
     }
     let (inner, outer) = sample_threads(g, threads);
@@ -262,25 +267,17 @@ pub(super) fn backward_data(g: &ConvGeom, dy: &[f32], w: &[f32], dx: &mut [f32],
 /// `dw[grp] = sum over n of dy[n][grp] x[n][grp]^T`.
 pub(super) fn backward_filter(g: &ConvGeom, x: &[f32], dy: &[f32], dw: &mut [f32], threads: usize) {
     let (cin, cout, iv, p) = (g.cin_g(), g.cout_g(), g.in_vol(), g.out_vol());
-    let m = joined(g);
-    if m > 1 {
-        return with_scratch(m * p * (cin + cout), |buf| {
-            let (xs, dys) = buf.split_at_mut(m * p * cin);
-            for grp in 0..g.groups {
-                for n0 in (0..g.n).step_by(m) {
-                    let k = m.min(g.n - n0);
-                    let (xs, dys) = (&mut xs[..k * p * cin], &mut dys[..k * p * cout]);
-                    join(g, x, g.c_in, grp * cin, iv, strided(g), (n0, k), xs);
-                    join(g, dy, g.c_out, grp * cout, p, false, (n0, k), dys);
-                    matmul(
-                        ViewMut::rows(&mut dw[grp * cout * cin..][..cout * cin], cout, cin, cin),
-                        View::rows(dys, cout, k * p),
-                        View::rows(xs, cin, k * p).t(),
-                        n0 > 0,
-                        threads,
-                    );
-                }
-            }
+    if joined(g) > 1 {
+        return in_rounds(g, |(n0, k), grp, xs, dys| {
+            join(g, x, g.c_in, grp * cin, iv, strided(g), (n0, k), xs);
+            join(g, dy, g.c_out, grp * cout, p, false, (n0, k), dys);
+            matmul(
+                ViewMut::rows(&mut dw[grp * cout * cin..][..cout * cin], cout, cin, cin),
+                View::rows(dys, cout, k * p),
+                View::rows(xs, cin, k * p).t(),
+                n0 > 0,
+                threads,
+            );
         });
     }
     // One partial sum per share of the samples, each share on a thread of its own.

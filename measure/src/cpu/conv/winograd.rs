@@ -52,7 +52,6 @@ fn tiles(g: &ConvGeom) -> (usize, usize) {
     (g.output[1].div_ceil(2), g.output[2].div_ceil(2))
 }
 
-/// Tiles per block.
 /// Tiles per block: whole rows of tiles.
 fn block(g: &ConvGeom) -> usize {
     let (th, tw) = tiles(g);

@@ -65,21 +65,14 @@ impl ConvGeom {
         } else if pointwise::applies(self) {
             pointwise::workspace(self)
         } else if self.unit_stride() {
-            let backward_data = self
-                .flipped()
-                .map_or_else(|| lowered::workspace(self), |f| shifted::workspace(&f));
-            let winograd = |g: &ConvGeom| {
-                if winograd::applies(g) {
-                    winograd::workspace(g)
-                } else {
-                    0
-                }
-            };
-            let flipped = self.flipped().map_or(0, |f| winograd(&f));
+            // Backward-data is the flipped convolution's forward pass where there is one.
+            let backward_data = self.flipped().map_or_else(
+                || lowered::workspace(self),
+                |f| shifted::workspace(&f).max(winograd::workspace(&f)),
+            );
             shifted::workspace(self)
+                .max(winograd::workspace(self))
                 .max(backward_data)
-                .max(winograd(self))
-                .max(flipped)
         } else {
             lowered::workspace(self)
         }

@@ -144,6 +144,24 @@ fn split(
         });
 }
 
+/// Sample `n`'s input channels of group `grp` as a `C_in/g x P` matrix: the planes of `x`
+/// themselves at unit stride, else the positions read gathered into `buf`.
+fn sample_input<'a>(
+    g: &ConvGeom,
+    x: &'a [f32],
+    (n, grp): (usize, usize),
+    buf: &'a mut [f32],
+) -> &'a [f32] {
+    let (cin, iv) = (g.cin_g(), g.in_vol());
+    let planes = &x[(n * g.c_in + grp * cin) * iv..][..cin * iv];
+    if strided(g) {
+        gather(g, planes, cin, buf);
+        buf
+    } else {
+        planes
+    }
+}
+
 /// Runs `f((n0, k), group, inputs, outputs)` for every round of `k` joined samples from
 /// `n0` and every group, with scratch for the round's joined `C_in/g` and `C_out/g`
 /// matrices (`k P` columns each).
@@ -185,11 +203,7 @@ pub(super) fn forward(g: &ConvGeom, x: &[f32], w: &[f32], y: &mut [f32], threads
     let one = |n: usize, yn: &mut [f32]| {
         with_scratch(if strided(g) { cin * p } else { 0 }, |buf| {
             for grp in 0..g.groups {
-                let mut xs = &x[(n * g.c_in + grp * cin) * iv..][..cin * iv];
-                if strided(g) {
-                    gather(g, xs, cin, buf);
-                    xs = buf;
-                }
+                let xs = sample_input(g, x, (n, grp), buf);
                 matmul(
                     ViewMut::rows(&mut yn[grp * cout * p..][..cout * p], cout, p, p),
                     View::rows(&w[grp * cout * cin..][..cout * cin], cout, cin),
@@ -289,11 +303,7 @@ pub(super) fn backward_filter(g: &ConvGeom, x: &[f32], dy: &[f32], dw: &mut [f32
         with_scratch(if strided(g) { cin * p } else { 0 }, |buf| {
             for (i, n) in (share..g.n).step_by(shares).enumerate() {
                 for grp in 0..g.groups {
-                    let mut xs = &x[(n * g.c_in + grp * cin) * iv..][..cin * iv];
-                    if strided(g) {
-                        gather(g, xs, cin, buf);
-                        xs = buf;
-                    }
+                    let xs = sample_input(g, x, (n, grp), buf);
                     matmul(
                         ViewMut::rows(&mut dws[grp * cout * cin..][..cout * cin], cout, cin, cin),
                         View::rows(&dy[(n * g.c_out + grp * cout) * p..][..cout * p], cout, p),

@@ -59,8 +59,11 @@ fn block(g: &ConvGeom) -> usize {
     most.div_ceil(tw).clamp(1, g.n * th) * tw
 }
 
-/// Scratch bytes of the forward pass.
+/// Scratch bytes of the forward pass (none where the path does not run `g`).
 pub(super) fn workspace(g: &ConvGeom) -> usize {
+    if !applies(g) {
+        return 0;
+    }
     4 * 16 * (g.cin_g() * g.cout_g() + block(g) * (g.cin_g() + g.cout_g()))
 }
 

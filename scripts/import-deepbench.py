@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Convert DeepBench's published GPU training results into ridgeline's published kernel set.
+"""Convert DeepBench's published training results into ridgeline's published kernel set.
 
 DeepBench (Baidu Research, Apache-2.0) timed cuBLAS GEMMs and cuDNN convolutions, forward and
-both gradients, in FP32 and in FP16 on tensor cores on NVIDIA GPUs, and published the times
-as Excel workbooks (results/train/DeepBench_NV_<GPU>.xlsx). This script reads the sheets
-"Results FP32" and "Results - FP16 ip, Mixed math" of each workbook given and writes, under
+both gradients, in FP32 and in FP16 on tensor cores on NVIDIA GPUs, and MKL's SGEMM and
+convolutions in FP32 on Intel's Xeon Phi 7250, and published the times as Excel workbooks
+(results/train/DeepBench_NV_<GPU>.xlsx, DeepBench_IA_KNL7250.xlsx). This script reads the FP32
+sheet ("Results FP32", in the Intel workbook "Results - FP32") and the FP16 one ("Results -
+FP16 ip, Mixed math", where the workbook has it) of each workbook given and writes, under
 OUT:
 
   gemm.csv.gz  device,precision,m,n,k,a_transpose,b_transpose,latency_s
@@ -15,10 +17,13 @@ with the shapes that ran: in FP16 DeepBench pads a tensor-core GEMM's dimensions
 convolution's input and output channels to multiples of 8 when either is not one
 (code/nvidia/conv_bench.cu), and this script applies the same rule. Kernels shorter than
 MIN_US microseconds are left out (see SOURCE.toml). `ridgeline validate transfer` reads the
-set (--published): it predicts every kernel, and fits the tensor-core classes on the FP16 ones.
+set (--published): it predicts every GPU kernel, and fits the tensor-core classes on the FP16
+ones; with --cpu it fits the CPU kernel model on the CPU kernels beside ridgeline's own.
 
 Usage: scripts/import-deepbench.py --commit SHA --out data/evidence/kernels/deepbench \
            V100=v100-sxm2-16gb:DeepBench_NV_V100.xlsx T4=t4:DeepBench_NV_T4.xlsx
+       scripts/import-deepbench.py --commit SHA --out data/evidence/kernels/deepbench-knl \
+           KNL=xeon-phi-7250f:DeepBench_IA_KNL7250.xlsx
 
 Needs openpyxl (pip install openpyxl); not needed by the tests, which read the CSV files.
 """
@@ -29,7 +34,9 @@ import gzip
 import io
 import sys
 
-SHEETS = {"fp32": "Results FP32", "fp16": "Results - FP16 ip, Mixed math"}
+# The sheet of each format, by the names the workbooks give it (the Intel workbook spells
+# FP32's `Results - FP32` and has no FP16 sheet).
+SHEETS = {"fp32": ("Results FP32", "Results - FP32"), "fp16": ("Results - FP16 ip, Mixed math",)}
 MIN_US = 20.0
 
 
@@ -37,12 +44,14 @@ def pad8(v):
     return (v + 7) // 8 * 8
 
 
-def rows_of(path, sheet):
+def rows_of(path, names):
+    """The rows of the first sheet of `names` the workbook has; None where it has none."""
     import openpyxl
 
     wb = openpyxl.load_workbook(path, data_only=True, read_only=True)
-    if sheet not in wb.sheetnames:
-        sys.exit(f"{path}: no sheet `{sheet}`; sheets: {wb.sheetnames}")
+    sheet = next((n for n in names if n in wb.sheetnames), None)
+    if sheet is None:
+        return None
     return list(wb[sheet].iter_rows(values_only=True))
 
 
@@ -72,9 +81,12 @@ def main():
     for spec in a.workbooks:
         _, rest = spec.split("=", 1)
         device, path = rest.split(":", 1)
-        for precision, sheet in SHEETS.items():
+        for precision, names in SHEETS.items():
             half = precision == "fp16"
-            rows = rows_of(path, sheet)
+            rows = rows_of(path, names)
+            if rows is None:
+                print(f"{path}: no {precision} sheet ({', '.join(names)}); skipped", file=sys.stderr)
+                continue
             for r in section(rows, "Dense Matrix Multiplication"):
                 m, n, k, at, bt, t = r[2], r[3], r[4], r[5] == "T", r[6] == "T", ms(r[8])
                 if t is None:

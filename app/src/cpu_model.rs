@@ -1,5 +1,6 @@
 //! The CPU kernel model's data and check: the CPU record sets read (one directory a machine,
-//! `cpu-*` under `data/evidence/kernels/ridgeline/`, written by `scripts/cpu-records.sh`),
+//! `cpu-*` under `data/evidence/kernels/ridgeline/`, written by `scripts/cpu-records.sh`) and
+//! the CPU kernels of published sets (DeepBench's Xeon Phi, `scripts/import-deepbench.py`),
 //! the model fitted on every CPU and each CPU left out in turn
 //! (`ridgeline validate transfer --cpu`), and the fitted model written.
 
@@ -128,6 +129,71 @@ pub fn cpu_points(sets: &[CpuSet]) -> Result<Vec<CpuPoint>> {
     Ok(out)
 }
 
+/// The published CPU kernel sets `validate transfer --cpu` reads unless --published names
+/// others: DeepBench's Xeon Phi.
+pub const PUBLISHED: &[&str] = &[
+    "data/evidence/kernels/deepbench-knl",
+    "data/evidence/kernels/blis-sgemm",
+];
+
+/// A published kernel set's CPU kernels ([`cpu_transfer::published_points`]).
+#[derive(Debug, Clone)]
+pub struct PublishedCpus {
+    /// The set's directory.
+    pub dir: PathBuf,
+    /// Its CPUs' kernels as points.
+    pub points: Vec<CpuPoint>,
+    /// Where they come from: the set, its CPUs, the source and commit.
+    pub data: String,
+}
+
+/// The CPU kernels of the published sets `dirs` (a missing directory is skipped; a set with
+/// no CPU gives no points). Each device is its catalog file; a CPU device without the figures
+/// the model needs is an error naming them.
+pub fn published_cpus(dirs: &[PathBuf]) -> Result<Vec<PublishedCpus>> {
+    let mut out = Vec::new();
+    for dir in dirs.iter().filter(|d| d.is_dir()) {
+        let set = ridgeline_calibrate::dataset::PublishedSet::read(dir)?;
+        let mut devices = BTreeMap::new();
+        for name in set.source.devices.values() {
+            let source = dir.join("SOURCE.toml");
+            let device = ridgeline_model::catalog::device(name)
+                .with_context(|| format!("{}: device `{name}`", source.display()))?;
+            if device.kind == ridgeline_model::system::DeviceKind::Cpu
+                && CpuSpec::of(&device, 1, ridgeline_model::precision::Precision::Fp32).is_none()
+            {
+                bail!(
+                    "{}: device `{name}`: its file lacks {} to time CPU kernels; add them, sourced",
+                    source.display(),
+                    CpuSpec::missing(&device).join(", ")
+                );
+            }
+            devices.insert(name.clone(), device);
+        }
+        let spec = |name: &str, threads: u32, p| CpuSpec::of(devices.get(name)?, threads, p);
+        let points = cpu_transfer::published_points(&set, &spec)
+            .with_context(|| format!("{}: a published kernel set", dir.display()))?;
+        if points.is_empty() {
+            continue;
+        }
+        let cpus: std::collections::BTreeSet<&str> =
+            points.iter().map(|p| p.cpu.as_str()).collect();
+        let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let data = format!(
+            "{name} ({}): published, {} at {}",
+            cpus.into_iter().collect::<Vec<_>>().join(", "),
+            set.source.repository,
+            set.source.commit
+        );
+        out.push(PublishedCpus {
+            dir: dir.clone(),
+            points,
+            data,
+        });
+    }
+    Ok(out)
+}
+
 /// The file of a CPU set's whole training steps (`scripts/cpu-records.sh`).
 pub const STEPS_FILE: &str = "steps.jsonl.gz";
 
@@ -150,9 +216,9 @@ pub struct CpuCheck {
     pub steps: Vec<Holdout>,
 }
 
-/// Fits the CPU model on the sets under `dir` and leaves each CPU out where there are two
-/// or more.
-pub fn check(dir: &Path) -> Result<(CpuCheck, Vec<CpuPoint>)> {
+/// Fits the CPU model on the sets under `dir` and the CPU kernels of the published sets
+/// `published`, and leaves each CPU out where there are two or more.
+pub fn check(dir: &Path, published: &[PathBuf]) -> Result<(CpuCheck, Vec<CpuPoint>)> {
     let sets = cpu_sets(dir)?;
     if sets.is_empty() {
         bail!(
@@ -161,7 +227,10 @@ pub fn check(dir: &Path) -> Result<(CpuCheck, Vec<CpuPoint>)> {
             dir.display()
         );
     }
-    let points = cpu_points(&sets)?;
+    let mut points = cpu_points(&sets)?;
+    for set in published_cpus(published)? {
+        points.extend(set.points);
+    }
     let mut cpus = BTreeMap::new();
     for p in &points {
         *cpus.entry(p.cpu.clone()).or_insert(0) += 1;
@@ -176,7 +245,8 @@ pub fn check(dir: &Path) -> Result<(CpuCheck, Vec<CpuPoint>)> {
             None,
             Some(format!(
                 "the data has kernels of {} CPU ({}): leaving one out needs two; each machine \
-                 scripts/cpu-records.sh runs on adds one",
+                 scripts/cpu-records.sh runs on adds one, and so does each published CPU set \
+                 (--published)",
                 cpus.len(),
                 cpus.keys().cloned().collect::<Vec<_>>().join(", ")
             )),
@@ -195,16 +265,19 @@ pub fn check(dir: &Path) -> Result<(CpuCheck, Vec<CpuPoint>)> {
     ))
 }
 
-/// Each set's whole training steps predicted on its CPU by the model fitted without it (with
-/// it where it is the only CPU), as a row of errors.
+/// Each set's whole training steps predicted on its CPU by the model fitted without it, as a
+/// row of errors; by the model fitted with it where no other CPU has kernels of ridgeline's
+/// executor, the software the steps run (published sets time a framework's libraries).
 fn steps(sets: &[CpuSet], points: &[CpuPoint]) -> Result<Vec<Holdout>> {
-    let several = sets.len() >= 2;
     let mut out = Vec::new();
     for set in sets {
         let file = set.dir.join(STEPS_FILE);
         if !file.exists() {
             continue;
         }
+        let several = points
+            .iter()
+            .any(|p| p.cpu != set.name && p.software == Software::Ridgeline);
         let others: Vec<CpuPoint> = points
             .iter()
             .filter(|p| !several || p.cpu != set.name)
@@ -236,11 +309,16 @@ fn steps(sets: &[CpuSet], points: &[CpuPoint]) -> Result<Vec<Holdout>> {
     Ok(out)
 }
 
-/// The model fitted on every CPU of `dir`, as the TOML ridgeline ships
-/// (`data/evidence/kernels/cpu-transfer.toml`).
-pub fn model_text(dir: &Path, check: &CpuCheck, points: &[CpuPoint]) -> Result<String> {
+/// The model fitted on every CPU of `dir` and of the published sets `published`, as the TOML
+/// ridgeline ships (`data/evidence/kernels/cpu-transfer.toml`).
+pub fn model_text(
+    dir: &Path,
+    published: &[PathBuf],
+    check: &CpuCheck,
+    points: &[CpuPoint],
+) -> Result<String> {
     let sets = cpu_sets(dir)?;
-    let data = sets
+    let mut data: Vec<String> = sets
         .iter()
         .map(|s| {
             format!(
@@ -255,6 +333,7 @@ pub fn model_text(dir: &Path, check: &CpuCheck, points: &[CpuPoint]) -> Result<S
             )
         })
         .collect();
+    data.extend(published_cpus(published)?.into_iter().map(|s| s.data));
     let model = cpu_transfer::model(
         points,
         check.transfer.as_ref(),
@@ -282,8 +361,10 @@ mod tests {
     /// (`ridgeline validate transfer --cpu --write-model data/evidence/kernels/cpu-transfer.toml`).
     #[test]
     fn the_shipped_cpu_model_is_the_fit_of_the_shipped_records() {
-        let (check, points) = check(&shipped_dir()).unwrap();
-        let text = model_text(&shipped_dir(), &check, &points).unwrap();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let published: Vec<PathBuf> = PUBLISHED.iter().map(|p| root.join(p)).collect();
+        let (check, points) = check(&shipped_dir(), &published).unwrap();
+        let text = model_text(&shipped_dir(), &published, &check, &points).unwrap();
         let refit = CpuModel::parse(&text, "refit").unwrap();
         let shipped = CpuModel::builtin();
         assert_eq!(shipped.source.cpus, refit.source.cpus);

@@ -385,6 +385,21 @@ pub fn tensor_points(
     Ok(out)
 }
 
+/// The published GPU kernel sets `validate transfer` reads unless --published names others.
+pub const GPU_PUBLISHED: &[&str] = &[
+    "data/evidence/kernels/deepbench",
+    "data/evidence/kernels/vidur",
+    "data/evidence/kernels/llmcompass",
+    "data/evidence/kernels/fp8-h200",
+];
+
+/// The published sets `given`, or `default`'s.
+pub fn published_or(given: &Option<Vec<PathBuf>>, default: &[&str]) -> Vec<PathBuf> {
+    given
+        .clone()
+        .unwrap_or_else(|| default.iter().map(PathBuf::from).collect())
+}
+
 /// What the FP32 `conv` class is fitted on: NeuSight's convolutions are all 2-D 3 x 3
 /// forward passes of stride 1 (61-81 % of them run as Winograd kernels). The published
 /// set's convolutions of that kind are judged apart from the rest ([`published_points`]).
@@ -398,13 +413,19 @@ pub const CONV_FITTED_KIND: &str = "3x3 s1 fwd";
 /// whether it is of the kind the `conv` class is fitted on ([`CONV_FITTED_KIND`]) or of
 /// another shape or pass (`other`): `v100-sxm2-16gb fp32 3x3 s1 fwd`.
 pub fn published_points(dir: &Path) -> Result<(Vec<transfer::Point>, Vec<transfer::Point>)> {
-    let set = ridgeline_calibrate::dataset::PublishedSet::read(dir)?;
+    let mut set = ridgeline_calibrate::dataset::PublishedSet::read(dir)?;
     let mut devices = BTreeMap::new();
     for name in set.source.devices.values() {
         let device = ridgeline_model::catalog::device(name)
             .with_context(|| format!("{}: device `{name}`", dir.join("SOURCE.toml").display()))?;
         devices.insert(name.clone(), device);
     }
+    // A CPU's kernels are the CPU model's (`crate::cpu_model::published_cpus`).
+    set.retain_devices(|name| {
+        devices
+            .get(name)
+            .is_none_or(|d| d.kind != ridgeline_model::system::DeviceKind::Cpu)
+    });
     let spec = |name: &str, p: Precision| DeviceSpec::of(devices.get(name)?, p);
     let points = |scaled| {
         transfer::published_points(&set, &spec, scaled)
@@ -1019,6 +1040,22 @@ mod tests {
         std::fs::remove_dir_all(&empty).unwrap();
     }
 
+    /// DeepBench's Xeon Phi kernels are the CPU model's: the GPU model reads none of them.
+    #[test]
+    fn a_published_sets_cpu_kernels_are_left_to_the_cpu_model() {
+        let dir =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/evidence/kernels/deepbench-knl");
+        let (plain, scaled) = published_points(&dir).unwrap();
+        assert!(plain.is_empty() && scaled.is_empty());
+        let cpus = crate::cpu_model::published_cpus(&[dir]).unwrap();
+        assert_eq!(cpus.len(), 1);
+        let points = &cpus[0].points;
+        assert_eq!(points.len(), 160 + 273);
+        assert!(points.iter().all(|p| p.cpu == "xeon-phi-7250f"
+            && p.threads == 66
+            && p.software == ridgeline_model::transfer::cpu::Software::Onednn));
+    }
+
     /// A kernel set on three catalog GPUs whose times follow one model exactly: leaving
     /// each GPU out, the model fitted on the other two predicts it from its device file.
     #[test]
@@ -1041,6 +1078,7 @@ mod tests {
                     .map(|d| (d.to_string(), d.to_string()))
                     .collect(),
                 timing: None,
+                threads: None,
             },
             gemm: Vec::new(),
             conv: Vec::new(),

@@ -21,6 +21,7 @@ use ridgeline_model::transfer::cpu::{
 use serde::Serialize;
 use statrs::statistics::{Data, OrderStatistics};
 
+use crate::dataset::PublishedSet;
 use crate::error::{Error, Result};
 use crate::fit::{fit_relative, fit_relative_to_measured};
 use crate::records::record_kernel;
@@ -99,6 +100,49 @@ pub fn record_points(
             threads,
             x: cpu::features(&kernel, elem, &d),
             y,
+        });
+    }
+    Ok(out)
+}
+
+/// The kernels of the CPUs of a published set ([`PublishedSet`]: DeepBench's Xeon Phi, BLIS's
+/// graphs) as points, each of the software the libraries a framework calls on CPUs are
+/// ([`Software::Onednn`]: MKL's or OpenBLAS's products, MKL's and oneDNN's convolutions), on
+/// the CPU named by its device, at the threads its row gives, else the set's `SOURCE.toml`.
+/// `spec` gives a device's figures at a thread count and precision, `None` where the device is
+/// no CPU: its kernels are the GPU model's and are left out. A CPU kernel without threads is an
+/// error naming the row and the field.
+pub fn published_points(
+    set: &PublishedSet,
+    spec: &dyn Fn(&str, u32, Precision) -> Option<CpuSpec>,
+) -> Result<Vec<CpuPoint>> {
+    let mut out = Vec::new();
+    for k in crate::transfer::published_kernels(set)? {
+        let Some((precision, elem)) = record_precision(k.precision) else {
+            continue;
+        };
+        let given = k.threads.or(set.source.threads);
+        let threads = given.unwrap_or(1);
+        let Some(d) = spec(k.device, threads, precision) else {
+            continue;
+        };
+        if given.is_none() {
+            return Err(Error::Input(format!(
+                "{}: `threads` is missing: the kernels of CPU `{}` need the threads they ran \
+                 on, in a `threads` column or as SOURCE.toml's `threads = N` (one a core)",
+                k.row, k.device
+            )));
+        }
+        if !(k.latency_s.is_finite() && k.latency_s > 0.0) {
+            continue;
+        }
+        out.push(CpuPoint {
+            cpu: k.device.to_owned(),
+            software: Software::Onednn,
+            class: CpuClass::of(&k.kernel),
+            threads,
+            x: cpu::features(&k.kernel, elem, &d),
+            y: k.latency_s,
         });
     }
     Ok(out)
@@ -200,8 +244,18 @@ pub struct CpuTransfer {
     pub holdouts: Vec<Holdout>,
     /// Per class, every held-out kernel pooled.
     pub classes: Vec<Holdout>,
-    /// Per class, the 90 % interval of predicted / measured (log) of a CPU outside the fit.
+    /// Per class, the 90 % interval of predicted / measured (log) of a CPU outside the fit;
+    /// keyed by the class's name ([`class_name`]) in JSON.
+    #[serde(serialize_with = "by_class_name")]
     pub intervals: BTreeMap<Key, (f64, f64)>,
+}
+
+/// `intervals` keyed by the classes' names, as JSON keys are strings.
+fn by_class_name<S: serde::Serializer>(
+    intervals: &BTreeMap<Key, (f64, f64)>,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    s.collect_map(intervals.iter().map(|(k, v)| (class_name(*k), v)))
 }
 
 /// A class's name in reports: its software, class and pass (`onednn conv-spatial forward`).
@@ -462,10 +516,71 @@ mod tests {
         let m = model(&p, Some(&t), vec!["synthetic".into()], "test").unwrap();
         let c = &m.classes[0];
         for (a, b) in c.coefficients.iter().zip(truth) {
-            assert!((a - b).abs() <= 1e-6 * b.max(1e-9), "{:?}", c.coefficients);
+            assert!((a - b).abs() <= 1e-6 * b + 1e-12, "{:?}", c.coefficients);
         }
         assert_eq!((c.points, c.cpus), (p.len(), 3));
         assert!(c.holdout_median_abs_error.unwrap() < 1e-6);
+    }
+
+    #[test]
+    fn a_published_sets_cpu_kernels_are_points_at_its_threads_and_its_gpus_are_not() {
+        use crate::dataset::{PublishedGemm, Source};
+        let gemm = |device: &str, m: u64| PublishedGemm {
+            device: device.into(),
+            precision: RecordPrecision::Fp32,
+            m,
+            n: 64,
+            k: 64,
+            a_transpose: 0,
+            b_transpose: 0,
+            latency_s: 1e-4,
+            threads: None,
+        };
+        let mut set = PublishedSet {
+            source: Source {
+                threads: Some(8),
+                ..Source::default()
+            },
+            gemm: vec![gemm("some-cpu", 64), gemm("some-gpu", 128)],
+            conv: Vec::new(),
+        };
+        let d = CpuSpec {
+            threads: 1.0,
+            clock_hz: 2e9,
+            matrix_per_cycle: 32.0,
+            vector_per_cycle: 32.0,
+            llc_bytes: 1e6,
+            bandwidth: 1e11,
+        };
+        let spec = |name: &str, threads: u32, _: Precision| {
+            (name == "some-cpu").then_some(CpuSpec {
+                threads: f64::from(threads),
+                ..d
+            })
+        };
+        let points = published_points(&set, &spec).unwrap();
+        assert_eq!(points.len(), 1);
+        let p = &points[0];
+        assert_eq!(
+            (p.cpu.as_str(), p.threads, p.software),
+            ("some-cpu", 8, Software::Onednn)
+        );
+        assert_eq!(p.y, 1e-4);
+        assert_eq!(p.x[1], 3.0, "log2 of 8 threads");
+        // A row's own threads come before the set's.
+        set.gemm[0].threads = Some(2);
+        assert_eq!(published_points(&set, &spec).unwrap()[0].threads, 2);
+        // Without the threads, a CPU's kernels cannot be placed: the row and field are named.
+        set.gemm[0].threads = None;
+        set.source.threads = None;
+        let e = published_points(&set, &spec).unwrap_err().to_string();
+        assert!(
+            e.contains("`threads` is missing") && e.contains("some-cpu"),
+            "{e}"
+        );
+        // A set of GPUs alone needs none.
+        set.gemm.retain(|g| g.device == "some-gpu");
+        assert!(published_points(&set, &spec).unwrap().is_empty());
     }
 
     #[test]

@@ -357,6 +357,10 @@ pub struct Source {
     /// How ridgeline's own GPU records were timed (absent: [`Timing::Issued`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timing: Option<Timing>,
+    /// The threads a published CPU set's kernels ran on (one a core); a set with kernels of
+    /// a CPU needs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u32>,
 }
 
 /// How a set of ridgeline's own GPU kernel records was timed.
@@ -497,6 +501,10 @@ pub struct PublishedGemm {
     pub b_transpose: u8,
     /// Seconds.
     pub latency_s: f64,
+    /// The threads a CPU's kernel ran on, where a set's rows differ (else the set's
+    /// `SOURCE.toml` `threads`); empty for a GPU's.
+    #[serde(default)]
+    pub threads: Option<u32>,
 }
 
 /// One pass of a 2-D convolution of a published kernel set, with the shape that ran.
@@ -532,6 +540,10 @@ pub struct PublishedConv {
     pub stride_w: u64,
     /// Seconds.
     pub latency_s: f64,
+    /// The threads a CPU's kernel ran on, where a set's rows differ (else the set's
+    /// `SOURCE.toml` `threads`); empty for a GPU's.
+    #[serde(default)]
+    pub threads: Option<u32>,
 }
 
 /// GEMMs and convolutions measured on other machines and published (DeepBench's, in FP32 and
@@ -551,6 +563,12 @@ pub struct PublishedSet {
 }
 
 impl PublishedSet {
+    /// Keeps the kernels of the devices `keep` takes (by ridgeline device name).
+    pub fn retain_devices(&mut self, keep: impl Fn(&str) -> bool) {
+        self.gemm.retain(|g| keep(&g.device));
+        self.conv.retain(|c| keep(&c.device));
+    }
+
     /// Reads the set in `dir`; an error names the file, the row and the field.
     pub fn read(dir: &Path) -> Result<PublishedSet> {
         let source = read_source(dir)?;
@@ -671,6 +689,7 @@ mod tests {
             converted_by: "scripts/import-deepbench.py".into(),
             devices: [("NVIDIA T4".to_owned(), "t4".to_owned())].into(),
             timing: None,
+            threads: None,
         }
     }
 
@@ -684,6 +703,7 @@ mod tests {
             a_transpose: 0,
             b_transpose: 1,
             latency_s,
+            threads: None,
         }
     }
 
@@ -704,6 +724,7 @@ mod tests {
             stride_h: 1,
             stride_w: 1,
             latency_s: 1e-4,
+            threads: None,
         }
     }
 

@@ -965,41 +965,37 @@ pub const TENSOR_ENERGIES: [Option<f64>; 10] = [
     Some(4.0e-12),
 ];
 
-/// The kernels of a published set ([`PublishedSet`]) as points, as [`record_points`] makes
-/// ridgeline's own records: each at its time, its device the GPU and precision (`t4 fp16`);
-/// with `scaled`, a kernel is a point of its scaled class, as [`record_points`] makes it. `spec`
-/// gives a device's figures at a precision (the matrix peak of its format); a kernel of a
-/// device it gives none for is an error naming the row and the device.
-pub fn published_points(
-    set: &PublishedSet,
-    spec: &dyn Fn(&str, Precision) -> Option<DeviceSpec>,
-    scaled: bool,
-) -> Result<Vec<Point>> {
-    let point =
-        |row: String, device: &str, p: RecordPrecision, kernel: &Kernel, y: f64| -> Result<Point> {
-            let (precision, elem) = record_precision(p)
-                .ok_or_else(|| Error::Input(format!("{row}: precision `{}`", p.name())))?;
-            let d = spec(device, precision).ok_or_else(|| {
-                Error::Input(format!(
-                    "{row}: device `{device}`: its file gives no {} peak, SMs, boost clock or \
-                 bandwidth; add them, sourced",
-                    p.name()
-                ))
-            })?;
-            Ok(kernel_point(
-                kernel,
-                elem,
-                format!("{device} {}", p.name()),
-                &d,
-                y,
-                scaled,
-            ))
-        };
+/// One kernel of a published set ([`PublishedSet`]): the row it came from, its device, format
+/// and measured time.
+#[derive(Debug, Clone)]
+pub struct PublishedKernel<'a> {
+    /// `gemm.csv.gz: row 3`, for errors.
+    pub row: String,
+    /// The ridgeline device name it ran on.
+    pub device: &'a str,
+    /// Its number format.
+    pub precision: RecordPrecision,
+    /// What it computes.
+    pub kernel: Kernel,
+    /// Seconds.
+    pub latency_s: f64,
+    /// The threads it ran on, where its row says.
+    pub threads: Option<u32>,
+}
+
+/// Every kernel of a published set, the products first, then the rows of `conv.csv.gz` in
+/// order.
+pub fn published_kernels(set: &PublishedSet) -> Result<Vec<PublishedKernel<'_>>> {
     let mut out = Vec::with_capacity(set.gemm.len() + set.conv.len());
     for (i, g) in set.gemm.iter().enumerate() {
-        let kernel = product_kernel(g.m, g.n, g.k);
-        let row = format!("gemm.csv.gz: row {}", i + 1);
-        out.push(point(row, &g.device, g.precision, &kernel, g.latency_s)?);
+        out.push(PublishedKernel {
+            row: format!("gemm.csv.gz: row {}", i + 1),
+            device: &g.device,
+            precision: g.precision,
+            kernel: product_kernel(g.m, g.n, g.k),
+            latency_s: g.latency_s,
+            threads: g.threads,
+        });
     }
     for (i, c) in set.conv.iter().enumerate() {
         let row = format!("conv.csv.gz: row {}", i + 1);
@@ -1023,9 +1019,53 @@ pub fn published_points(
             .map_err(|e| Error::Input(format!("{row}: {e}")))?
             .pop()
             .ok_or_else(|| Error::Input(format!("{row}: a convolution pass with no kernel")))?;
-        out.push(point(row, &c.device, c.precision, &kernel, c.latency_s)?);
+        out.push(PublishedKernel {
+            row,
+            device: &c.device,
+            precision: c.precision,
+            kernel,
+            latency_s: c.latency_s,
+            threads: c.threads,
+        });
     }
     Ok(out)
+}
+
+/// The kernels of a published set ([`PublishedSet`]) as points, as [`record_points`] makes
+/// ridgeline's own records: each at its time, its device the GPU and precision (`t4 fp16`);
+/// with `scaled`, a kernel is a point of its scaled class, as [`record_points`] makes it. `spec`
+/// gives a device's figures at a precision (the matrix peak of its format); a kernel of a
+/// device it gives none for is an error naming the row and the device.
+pub fn published_points(
+    set: &PublishedSet,
+    spec: &dyn Fn(&str, Precision) -> Option<DeviceSpec>,
+    scaled: bool,
+) -> Result<Vec<Point>> {
+    published_kernels(set)?
+        .into_iter()
+        .map(|k| {
+            let p = k.precision;
+            let (precision, elem) = record_precision(p)
+                .ok_or_else(|| Error::Input(format!("{}: precision `{}`", k.row, p.name())))?;
+            let d = spec(k.device, precision).ok_or_else(|| {
+                Error::Input(format!(
+                    "{}: device `{}`: its file gives no {} peak, SMs, boost clock or \
+                 bandwidth; add them, sourced",
+                    k.row,
+                    k.device,
+                    p.name()
+                ))
+            })?;
+            Ok(kernel_point(
+                &k.kernel,
+                elem,
+                format!("{} {}", k.device, p.name()),
+                &d,
+                k.latency_s,
+                scaled,
+            ))
+        })
+        .collect()
 }
 
 /// [`outside`] for ridgeline's own records. With `floors`, records timed as inside a step
@@ -1493,6 +1533,7 @@ mod tests {
                         a_transpose: 0,
                         b_transpose: 0,
                         latency_s: 1.0,
+                        threads: None,
                     }
                 })
             })

@@ -35,7 +35,8 @@ pub const DEVICES: &[Entry] = entries!("systems/devices";
     "v100-sxm2-16gb", "a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5-80gb", "h200-sxm-141gb",
     "mi250x", "p4", "t4", "p100-pcie-16gb", "v100-pcie-32gb", "a100-pcie-40gb",
     "a100-pcie-80gb", "l4", "h100-pcie-80gb", "gh200", "b200", "mi100", "mi210", "mi300x", "a40",
-    "a64fx", "xeon-8480plus", "grace");
+    "a64fx", "xeon-8480plus", "grace", "xeon-phi-7250f", "xeon-8167m", "xeon-e5-2690v3",
+    "thunderx2-cn9975", "graviton2");
 
 /// System files, `data/catalog/systems/*.toml` (without `local`, which needs this machine).
 pub const SYSTEMS: &[Entry] = entries!("systems";

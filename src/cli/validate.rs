@@ -156,27 +156,27 @@ pub(crate) struct ValidateTransferArgs {
         default_value = "data/evidence/kernels/ridgeline"
     )]
     pub(crate) ours: PathBuf,
-    /// Published GEMM and convolution kernels of other GPUs, one directory a set, comma
+    /// Published GEMM and convolution kernels of other devices, one directory a set, comma
     /// separated (`scripts/import-deepbench.py`, `scripts/import-vidur.py`,
     /// `scripts/import-llmcompass.py`, and the H200's FP8 products from
-    /// `scripts/fp8-gemm.py`): the model fitted on the set predicts them, and their
+    /// `scripts/fp8-gemm.py`). Of GPUs: the model fitted on the set predicts them, and their
     /// tensor-core kernels and FP32 convolutions outside `conv`'s kind are data of the scaled
-    /// classes beside `--ours` (a missing directory is skipped).
-    #[arg(
-        long,
-        value_name = "DIR,...",
-        value_delimiter = ',',
-        default_value = "data/evidence/kernels/deepbench,data/evidence/kernels/vidur,data/evidence/kernels/llmcompass,data/evidence/kernels/fp8-h200"
-    )]
-    pub(crate) published: Vec<PathBuf>,
+    /// classes beside `--ours` (default: data/evidence/kernels/deepbench,
+    /// data/evidence/kernels/vidur, data/evidence/kernels/llmcompass,
+    /// data/evidence/kernels/fp8-h200). With --cpu, of CPUs: data of the CPU model beside
+    /// `--ours` (default: data/evidence/kernels/deepbench-knl, DeepBench's Xeon Phi). A
+    /// missing directory is skipped.
+    #[arg(long, value_name = "DIR,...", value_delimiter = ',')]
+    pub(crate) published: Option<Vec<PathBuf>>,
     /// Also fit the model on every GPU of the set and write it, with these figures, to FILE
     /// (`data/evidence/kernels/transfer.toml` is the one ridgeline ships).
     #[arg(long, value_name = "FILE")]
     pub(crate) write_model: Option<PathBuf>,
     /// The CPU kernel model instead: fit it on the CPU record sets under --ours (its `cpu-*`
-    /// directories, `scripts/cpu-records.sh`), leave each CPU out in turn, and with
-    /// --write-model write it (`data/evidence/kernels/cpu-transfer.toml` is the one ridgeline
-    /// ships). --kernels and --published are GPU sets and are not read.
+    /// directories, `scripts/cpu-records.sh`) and the CPU kernels of the --published sets,
+    /// leave each CPU out in turn, and with --write-model write it
+    /// (`data/evidence/kernels/cpu-transfer.toml` is the one ridgeline ships). --kernels is a
+    /// GPU set and is not read.
     #[arg(long)]
     pub(crate) cpu: bool,
     #[command(flatten)]

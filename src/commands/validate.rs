@@ -75,22 +75,24 @@ fn transfer(args: &ValidateTransferArgs) -> Result<()> {
     if args.cpu {
         return cpu_transfer(args);
     }
-    let check = validation::transfer(&args.kernels, Some(&args.ours), &args.published)?;
+    let published = validation::published_or(&args.published, validation::GPU_PUBLISHED);
+    let check = validation::transfer(&args.kernels, Some(&args.ours), &published)?;
     if let Some(out) = &args.write_model {
-        let text = validation::transfer_model(&args.kernels, &check, &args.ours, &args.published)?;
+        let text = validation::transfer_model(&args.kernels, &check, &args.ours, &published)?;
         ridgeline_app::atomic::write(out, text.as_bytes())?;
         output::say(&format!("wrote the kernel model to {}", out.display()));
     }
     output::print(args.format.format, &check, |style| {
-        views::transfer(&check, &args.kernels, &args.ours, &args.published, style)
+        views::transfer(&check, &args.kernels, &args.ours, &published, style)
     })
 }
 
 /// `validate transfer --cpu`: the CPU kernel model fitted, each CPU left out.
 fn cpu_transfer(args: &ValidateTransferArgs) -> Result<()> {
-    let (check, points) = ridgeline_app::cpu_model::check(&args.ours)?;
+    let published = validation::published_or(&args.published, ridgeline_app::cpu_model::PUBLISHED);
+    let (check, points) = ridgeline_app::cpu_model::check(&args.ours, &published)?;
     if let Some(out) = &args.write_model {
-        let text = ridgeline_app::cpu_model::model_text(&args.ours, &check, &points)?;
+        let text = ridgeline_app::cpu_model::model_text(&args.ours, &published, &check, &points)?;
         ridgeline_app::atomic::write(out, text.as_bytes())?;
         output::say(&format!("wrote the CPU kernel model to {}", out.display()));
     }

@@ -29,10 +29,12 @@ fn predict(system: &str, extra: &[&str]) -> serde_json::Value {
 }
 
 #[test]
-fn validate_transfer_cpu_fits_the_shipped_records_and_says_why_no_cpu_is_left_out() {
+fn validate_transfer_cpu_leaves_each_cpu_out_and_says_why_not_with_one() {
     let v = run_json(&["validate", "transfer", "--cpu", "--format", "json"]);
     let cpus = v["cpus"].as_object().unwrap();
-    assert!(!cpus.is_empty());
+    // ridgeline's own records of a machine, and DeepBench's Xeon Phi (--published's default).
+    assert!(cpus.contains_key("xeon-phi-7250f"), "{cpus:?}");
+    assert!(cpus.keys().any(|c| c.starts_with("cpu-")), "{cpus:?}");
     let fitted = v["fitted"].as_array().unwrap();
     for class in [
         "ridgeline gemm forward",
@@ -43,15 +45,67 @@ fn validate_transfer_cpu_fits_the_shipped_records_and_says_why_no_cpu_is_left_ou
             "{class} missing from {fitted:?}"
         );
     }
-    if cpus.len() < 2 {
-        let why = v["not_left_out"].as_str().unwrap();
-        assert!(why.contains("needs two"), "{why}");
-        assert!(v["transfer"].is_null());
-    } else {
-        assert!(!v["transfer"]["classes"].as_array().unwrap().is_empty());
+    let held = v["transfer"]["holdouts"].as_array().unwrap();
+    for cpu in cpus.keys() {
+        assert!(
+            held.iter()
+                .any(|h| h["device"] == cpu.as_str() && h["class"] == "onednn gemm forward"),
+            "{cpu} not left out: {held:?}"
+        );
     }
-    // --write-model writes the model the binary ships.
+    // The Xeon Phi has no kernels of ridgeline's executor: the steps are the fit's own.
+    let steps = v["steps"].as_array().unwrap();
+    assert!(!steps.is_empty());
+    assert!(
+        steps.iter().all(|s| s["device"] == "fitted on"),
+        "{steps:?}"
+    );
+    // Without the published set, one CPU: nothing is left out, and the output says why.
     let dir = scratch("cpu-model");
+    let none = dir.join("no-such-set");
+    let one = run_json(&[
+        "validate",
+        "transfer",
+        "--cpu",
+        "--published",
+        none.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    let why = one["not_left_out"].as_str().unwrap();
+    assert!(why.contains("needs two"), "{why}");
+    assert!(one["transfer"].is_null());
+    // A published CPU set that does not say the threads its kernels ran on.
+    let knl = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/data/evidence/kernels/deepbench-knl"
+    );
+    let bare = dir.join("knl-without-threads");
+    std::fs::create_dir_all(&bare).unwrap();
+    for f in ["gemm.csv.gz", "conv.csv.gz"] {
+        std::fs::copy(format!("{knl}/{f}"), bare.join(f)).unwrap();
+    }
+    let source = std::fs::read_to_string(format!("{knl}/SOURCE.toml")).unwrap();
+    let source: String = source
+        .lines()
+        .filter(|l| !l.starts_with("threads"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(bare.join("SOURCE.toml"), source).unwrap();
+    let err = run_err(&[
+        "validate",
+        "transfer",
+        "--cpu",
+        "--published",
+        bare.to_str().unwrap(),
+    ]);
+    assert!(
+        err.contains("knl-without-threads")
+            && err.contains("`threads` is missing")
+            && err.contains("xeon-phi-7250f"),
+        "{err}"
+    );
+    // --write-model writes the model the binary ships.
     let out = dir.join("cpu-transfer.toml");
     run_ok(&[
         "validate",

@@ -5,8 +5,11 @@
 //! Each feature is a time in seconds on the CPU at the thread count the kernel runs on, so
 //! a fitted coefficient is a dimensionless inverse efficiency (the fixed terms are seconds),
 //! shared by every CPU:
-//! - **call** (`1`) and **threads** (`t - 1`): a library call's fixed cost and its fork and
-//!   join across the threads it runs on;
+//! - **call** (`1`) and **threads** (`log2 t`): a library call's fixed cost and its fork and
+//!   join across the threads it runs on, which grows with the depth of the tree the OpenMP
+//!   runtimes wake and join threads by (Intel's and LLVM's hyper barrier), not with the threads
+//!   one by one: a per-thread term fitted on a CPU of a few cores would charge a 66-thread
+//!   Xeon Phi for every thread;
 //! - **compute**: the FLOPs at the threads' peak, `t x clock x FLOP/cycle` (the all-core
 //!   vector clock where the device file gives one, FLOP per cycle from its peak and the
 //!   clock that peak is quoted at; a matrix kernel's from its precision's matrix peak, so
@@ -123,7 +126,7 @@ impl CpuSpec {
 /// [`MATRIX_FEATURES`] or [`VECTOR_FEATURES`] by its class.
 pub fn features(kernel: &Kernel, elem: u64, d: &CpuSpec) -> Vec<f64> {
     let e = elem as f64;
-    let threads = d.threads - 1.0;
+    let threads = d.threads.log2();
     if kernel.class.is_matrix() {
         let [_, flops, a, b, c] = kernel.x;
         // A convolution reads and writes its tensors once each, not the unrolled input.
@@ -427,7 +430,8 @@ mod tests {
         let compute = 2.0 * 1024f64.powi(3) / (3.0 * 2e9 * 32.0);
         assert!((x[2] - compute).abs() < 1e-12 * compute);
         assert!((x[3] - compute * (86.0 * 3.0 / 256.0 - 1.0)).abs() < 1e-9 * compute);
-        assert_eq!(x[1], 2.0);
+        // Fork and join: the depth of a tree over 3 threads.
+        assert_eq!(x[1], 3f64.log2());
         // 12 MiB of operands fit the 32 MiB LLC: no memory term.
         assert_eq!(x[6], 0.0);
         // One thread: no imbalance, no fork and join.

@@ -1,6 +1,7 @@
 //! The CPU kernel model's data and check: the CPU record sets read (one directory a machine,
 //! `cpu-*` under `data/evidence/kernels/ridgeline/`, written by `scripts/cpu-records.sh`) and
-//! the CPU kernels of published sets (DeepBench's Xeon Phi, `scripts/import-deepbench.py`),
+//! the CPU kernels of published sets (DeepBench's Xeon Phi, `scripts/import-deepbench.py`; the
+//! GEMMs of BLIS's graphs, `scripts/import-blis-graphs.py`),
 //! the model fitted on every CPU and each CPU left out in turn
 //! (`ridgeline validate transfer --cpu`), and the fitted model written.
 
@@ -130,7 +131,7 @@ pub fn cpu_points(sets: &[CpuSet]) -> Result<Vec<CpuPoint>> {
 }
 
 /// The published CPU kernel sets `validate transfer --cpu` reads unless --published names
-/// others: DeepBench's Xeon Phi.
+/// others: DeepBench's Xeon Phi and the GEMMs of BLIS's graphs.
 pub const PUBLISHED: &[&str] = &[
     "data/evidence/kernels/deepbench-knl",
     "data/evidence/kernels/blis-sgemm",

@@ -118,13 +118,18 @@ pub fn published_points(
 ) -> Result<Vec<CpuPoint>> {
     let mut out = Vec::new();
     for k in crate::transfer::published_kernels(set)? {
-        let Some((precision, elem)) = record_precision(k.precision) else {
-            continue;
-        };
         let given = k.threads.or(set.source.threads);
         let threads = given.unwrap_or(1);
-        let Some(d) = spec(k.device, threads, precision) else {
+        let Some(d) = spec(k.device, threads, Precision::Fp32) else {
             continue;
+        };
+        let Some((_, elem)) = record_precision(k.precision) else {
+            return Err(Error::Input(format!(
+                "{}: precision `{}`: the CPU model takes FP32 kernels of a CPU (`{}`)",
+                k.row,
+                k.precision.name(),
+                k.device
+            )));
         };
         if given.is_none() {
             return Err(Error::Input(format!(
@@ -578,6 +583,11 @@ mod tests {
             e.contains("`threads` is missing") && e.contains("some-cpu"),
             "{e}"
         );
+        // A CPU's kernel in another format than FP32 is refused by row.
+        set.source.threads = Some(8);
+        set.gemm[0].precision = RecordPrecision::Fp16;
+        let e = published_points(&set, &spec).unwrap_err().to_string();
+        assert!(e.contains("gemm.csv.gz: row 1: precision `fp16`"), "{e}");
         // A set of GPUs alone needs none.
         set.gemm.retain(|g| g.device == "some-gpu");
         assert!(published_points(&set, &spec).unwrap().is_empty());

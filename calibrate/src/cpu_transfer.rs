@@ -138,6 +138,12 @@ pub fn published_points(
                 k.row, k.device
             )));
         }
+        if threads == 0 {
+            return Err(Error::Input(format!(
+                "{}: `threads` is 0: a kernel of CPU `{}` runs on one thread at least",
+                k.row, k.device
+            )));
+        }
         if !(k.latency_s.is_finite() && k.latency_s > 0.0) {
             continue;
         }
@@ -583,6 +589,10 @@ mod tests {
             e.contains("`threads` is missing") && e.contains("some-cpu"),
             "{e}"
         );
+        // No thread at all is refused too.
+        set.source.threads = Some(0);
+        let e = published_points(&set, &spec).unwrap_err().to_string();
+        assert!(e.contains("gemm.csv.gz: row 1: `threads` is 0"), "{e}");
         // A CPU's kernel in another format than FP32 is refused by row.
         set.source.threads = Some(8);
         set.gemm[0].precision = RecordPrecision::Fp16;

@@ -41,6 +41,16 @@ threads=1
 
 cargo build --release --quiet
 bin=target/release/ridgeline
+# ridgeline's products run on the system's OpenBLAS where one is installed (as numpy's do;
+# PyTorch's run on MKL), else on the gemm crate: install Debian's single-threaded build
+# where apt is at hand, and record which library ran.
+if ! ls /usr/lib/*-linux-gnu/openblas-serial/libopenblas.so.0 >/dev/null 2>&1 && command -v apt-get >/dev/null \
+    && [[ $(id -u) == 0 ]]; then
+    apt-get install -y --no-install-recommends libopenblas0-serial >/dev/null \
+        || { apt-get update >/dev/null && apt-get install -y --no-install-recommends libopenblas0-serial >/dev/null; }
+fi
+blas=$("$bin" measure gemm --size 32 --threads 1 --warmup 0s --min-time 0s --min-samples 1 --format json \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin)[0]["env"]["blas"])')
 venv=target/torch-venv
 if [[ ! -x $venv/bin/python ]]; then
     python3 -m venv "$venv" || { apt-get update && apt-get install -y python3-venv && python3 -m venv "$venv"; }
@@ -52,7 +62,7 @@ trap 'rm -rf "$work"' EXIT
 protocol=(--warmup 20ms --min-samples 2 --min-time 100ms)
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 SECONDS=0
-echo "cpu-records: $model_name, $cores cores, threads $threads -> $out" >&2
+echo "cpu-records: $model_name, $cores cores, threads $threads, products on $blas -> $out" >&2
 
 "$bin" measure gemm --size 32..2048:x2 --threads "$threads" "${protocol[@]}" --out "$work/gemm.jsonl" >/dev/null
 "$bin" measure gemm --resume --shape 8x1000x2048,64x4096x1024,512x768x768,512x3072x768,512x768x3072,1024x1024x64,4096x256x256,256x4096x4096 \
@@ -98,7 +108,7 @@ description = "CPU kernels of one machine, timed by ridgeline's own kernels (gem
 measured_by = "scripts/cpu-records.sh at ridgeline commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!data' || echo ' (with uncommitted changes)'), from $started to $(date -u +%Y-%m-%dT%H:%M:%SZ) (${SECONDS} s)"
 protocol = "warm-up 20 ms, at least 2 samples and 100 ms per case; ridgeline's kernels with the caches as inside a training step (--cache step), PyTorch's on the same operands each call"
 threads = $(q "$threads")
-frameworks = $(q "ridgeline $("$bin" --version | awk '{print $2}') (its CPU kernels: the gemm crate, its convolutions and ops); pytorch $torch_version (oneDNN $onednn, MKL) for pytorch-*.jsonl.gz")
+frameworks = $(q "ridgeline $("$bin" --version | awk '{print $2}') (its CPU kernels: products on $blas, its convolutions and ops); pytorch $torch_version (oneDNN $onednn, MKL) for pytorch-*.jsonl.gz")
 
 [cpu]
 model_name = $(q "$model_name")

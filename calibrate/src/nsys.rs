@@ -339,6 +339,7 @@ impl Report {
             timestamp: String::new(),
             slurm: None,
             framework: None,
+            blas: None,
         };
         let run = StepShape {
             workload: graph.name().to_owned(),

@@ -342,6 +342,7 @@ impl Trace {
             timestamp,
             slurm: None,
             framework: None,
+            blas: None,
         }
     }
 }

@@ -94,12 +94,60 @@ fn gemm_records_have_the_schema_and_count_flops() {
             "ridgeline_version",
             "git_commit",
             "timestamp",
+            "blas",
         ] {
             assert!(r["env"].get(field).is_some(), "env.{field} missing");
         }
     }
     let threads: HashSet<u64> = rs.iter().map(|r| r["threads"].as_u64().unwrap()).collect();
     assert_eq!(threads, counts);
+}
+
+/// `RIDGELINE_BLAS` chooses the library of the CPU products: `off` is the GEMM crate, and
+/// the records say so; a library that cannot be loaded, or is no BLAS, exits 2 naming the
+/// variable, the value and the fix.
+#[test]
+fn the_blas_library_is_chosen_recorded_and_a_bad_one_refused() {
+    let args = [
+        "measure",
+        "gemm",
+        "--size",
+        "64",
+        "--threads",
+        "1",
+        "--format",
+        "json",
+    ];
+    let mut all = args.to_vec();
+    all.extend_from_slice(&QUICK);
+    let out = crate::ridgeline()
+        .args(&all)
+        .env("RIDGELINE_BLAS", "off")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[0]["env"]["blas"], "gemm 0.19 (Rust)");
+    for bad in ["/nonexistent/libopenblas.so.0", "libc.so.6"] {
+        let out = crate::ridgeline()
+            .args(&all)
+            .env("RIDGELINE_BLAS", bad)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {stderr}");
+        assert!(
+            out.stdout.is_empty() && !stderr.contains("panicked"),
+            "{stderr}"
+        );
+        for part in ["RIDGELINE_BLAS", bad, "`off`", "`auto`"] {
+            assert!(stderr.contains(part), "{part} missing: {stderr}");
+        }
+    }
 }
 
 #[test]

@@ -1,11 +1,16 @@
-//! A safe face on the `gemm` crate (`gemm 0.19`, chosen by measurement: about as fast as
-//! OpenBLAS at 2048^3 with `x86-v4`, as `scripts/bench-cpu` compares them).
+//! A safe face on the system's OpenBLAS where one is installed ([`super::blas`]) and the
+//! `gemm` crate otherwise (`gemm 0.19`: about as fast as OpenBLAS at 2048^3 with `x86-v4`
+//! on AVX-512, as `scripts/bench-cpu` compares them, but about 70 % of it with AVX2).
 //!
 //! Matrices are views into slices with explicit row and column strides; every view is
-//! bounds-checked before the one `unsafe` call.
+//! bounds-checked before the `unsafe` calls.
+
+use std::ffi::c_int;
 
 use gemm::Parallelism;
 use rayon::prelude::*;
+
+use super::blas::{self, Blas, Gemm};
 
 /// A matrix view: `rows x cols` elements of `data`, element (i, j) at `i * rs + j * cs`.
 #[derive(Debug, Clone, Copy)]
@@ -80,16 +85,24 @@ impl<'a, T> ViewMut<'a, T> {
 pub(crate) trait Element: Copy + Send + Sync + 'static {
     const ZERO: Self;
     const ONE: Self;
+    /// The BLAS's GEMM of this type (`cblas_sgemm`, `cblas_dgemm`).
+    fn cblas(blas: &Blas) -> Gemm<Self>;
 }
 
 impl Element for f32 {
     const ZERO: Self = 0.0;
     const ONE: Self = 1.0;
+    fn cblas(blas: &Blas) -> Gemm<Self> {
+        blas.sgemm
+    }
 }
 
 impl Element for f64 {
     const ZERO: Self = 0.0;
     const ONE: Self = 1.0;
+    fn cblas(blas: &Blas) -> Gemm<Self> {
+        blas.dgemm
+    }
 }
 
 /// `dst = lhs x rhs`, or `dst += lhs x rhs` with `accumulate`, on `threads` threads.
@@ -130,15 +143,22 @@ pub(crate) fn matmul<T: Element>(
     }
 }
 
-/// The GEMM crate's product on views [`matmul`] checked.
+/// The product on views [`matmul`] checked: on one thread by the BLAS where one is loaded
+/// and the views are laid out as CBLAS takes them, else by the GEMM crate.
 fn product<T: Element>(
-    dst: ViewMut<'_, T>,
+    mut dst: ViewMut<'_, T>,
     lhs: View<'_, T>,
     rhs: View<'_, T>,
     accumulate: bool,
     parallelism: Parallelism,
 ) {
     assert!(dst.fits() && lhs.fits() && rhs.fits(), "view out of bounds");
+    if matches!(parallelism, Parallelism::None)
+        && let Some(blas) = blas::active()
+        && blas_product(blas, &mut dst, lhs, rhs, accumulate)
+    {
+        return;
+    }
     let s = |v: usize| isize::try_from(v).unwrap_or(isize::MAX);
     // SAFETY: every view was checked just above to stay inside its slice for all
     // (row, col) < (rows, cols) with its non-negative strides; `dst` is borrowed mutably and
@@ -168,6 +188,83 @@ fn product<T: Element>(
             parallelism,
         );
     }
+}
+
+/// CBLAS's row-major leading dimension of a `rows x cols` operand with strides `(rs, cs)`,
+/// and whether CBLAS reads it transposed (stored as its `cols x rows` transpose); `None`
+/// where neither stride is 1 (or a dimension exceeds CBLAS's 32-bit integers).
+fn cblas_layout(rows: usize, cols: usize, rs: usize, cs: usize) -> Option<(bool, c_int)> {
+    let ld = |v: usize| c_int::try_from(v.max(1)).ok();
+    c_int::try_from(rows.max(cols)).ok()?;
+    if (cs == 1 || cols == 1) && (rows == 1 || rs >= cols) {
+        Some((false, ld(if rows == 1 { cols } else { rs })?))
+    } else if (rs == 1 || rows == 1) && (cols == 1 || cs >= rows) {
+        Some((true, ld(if cols == 1 { rows } else { cs })?))
+    } else {
+        None
+    }
+}
+
+/// `dst (+)= lhs rhs` by the BLAS's GEMM on this thread, where CBLAS can read the views
+/// (`false`: it cannot, and nothing was written). A column-major output is computed as
+/// its transpose, `dst^T = rhs^T lhs^T`, in row-major order.
+fn blas_product<T: Element>(
+    blas: &Blas,
+    dst: &mut ViewMut<'_, T>,
+    lhs: View<'_, T>,
+    rhs: View<'_, T>,
+    accumulate: bool,
+) -> bool {
+    let (m, n, k) = (dst.rows, dst.cols, lhs.cols);
+    let (dst_t, ldc) = match cblas_layout(m, n, dst.rs, dst.cs) {
+        Some(layout) => layout,
+        None => return false,
+    };
+    // Row-major C = A B; a transposed output swaps and transposes the operands.
+    let (m, n, a, b) = if dst_t {
+        (n, m, rhs.t(), lhs.t())
+    } else {
+        (m, n, lhs, rhs)
+    };
+    let (Some((ta, lda)), Some((tb, ldb))) = (
+        cblas_layout(a.rows, a.cols, a.rs, a.cs),
+        cblas_layout(b.rows, b.cols, b.rs, b.cs),
+    ) else {
+        return false;
+    };
+    let (Ok(mi), Ok(ni), Ok(ki)) = (c_int::try_from(m), c_int::try_from(n), c_int::try_from(k))
+    else {
+        return false;
+    };
+    const ROW_MAJOR: c_int = 101;
+    let trans = |t: bool| if t { 112 } else { 111 };
+    let beta = if accumulate { T::ONE } else { T::ZERO };
+    // SAFETY: the views were checked by the caller to stay inside their slices, and CBLAS
+    // touches exactly the views' elements: element (i, j) of an untransposed operand at
+    // `i ld + j` and of a transposed one at `j ld + i`, with `ld` the view's own stride
+    // (a stride of a dimension of extent 1 is never used). `dst` is borrowed mutably and
+    // exclusively. With beta = 0 the BLAS does not read `dst`. The function pointer is
+    // CBLAS's GEMM of `T`, and the library stays loaded for the process's life.
+    #[allow(unsafe_code)]
+    unsafe {
+        (T::cblas(blas))(
+            ROW_MAJOR,
+            trans(ta),
+            trans(tb),
+            mi,
+            ni,
+            ki,
+            T::ONE,
+            a.data.as_ptr(),
+            lda,
+            b.data.as_ptr(),
+            ldb,
+            beta,
+            dst.data.as_mut_ptr(),
+            ldc,
+        );
+    }
+    true
 }
 
 /// Fewest output rows per thread for which threads take a band of rows each.
@@ -328,6 +425,99 @@ mod tests {
                 );
             }
             assert_eq!(c[i * (n + 2) + n], 1.0, "outside the view is untouched");
+        }
+    }
+
+    #[test]
+    fn cblas_layouts() {
+        // Row-major, with a wider row stride; transposed; a row or a column of one.
+        assert_eq!(cblas_layout(3, 4, 6, 1), Some((false, 6)));
+        assert_eq!(cblas_layout(3, 4, 1, 5), Some((true, 5)));
+        assert_eq!(cblas_layout(1, 4, 0, 1), Some((false, 4)));
+        assert_eq!(cblas_layout(4, 1, 1, 0), Some((false, 1)));
+        // Neither stride 1, or a stride shorter than a row: not for CBLAS.
+        assert_eq!(cblas_layout(3, 4, 8, 2), None);
+        assert_eq!(cblas_layout(3, 4, 3, 1), None);
+    }
+
+    /// The BLAS path against the naive product for every layout CBLAS takes: a row- or
+    /// column-major output (the latter computed as its transpose), each operand plain or
+    /// transposed, with and without accumulation. Runs where an OpenBLAS is installed;
+    /// `scripts/test` installs Debian's `libopenblas0-serial` and sets
+    /// `RIDGELINE_REQUIRE_OPENBLAS`, under which a missing one fails.
+    #[test]
+    fn blas_products_match_the_naive_product_in_every_layout() {
+        let Ok(Some(blas)) = blas::resolve(None) else {
+            assert!(
+                std::env::var_os("RIDGELINE_REQUIRE_OPENBLAS").is_none(),
+                "RIDGELINE_REQUIRE_OPENBLAS is set but no OpenBLAS was found"
+            );
+            eprintln!("no OpenBLAS installed: the BLAS path is not tested here");
+            return;
+        };
+        let (m, n, k) = (13, 7, 11);
+        let a: Vec<f64> = (0..m * k).map(|i| (i as f64 * 0.37).sin()).collect();
+        let b: Vec<f64> = (0..k * n).map(|i| (i as f64 * 0.11).cos()).collect();
+        let expected = naive(&a, &b, m, n, k);
+        let transpose = |x: &[f64], r: usize, c: usize| -> Vec<f64> {
+            (0..r * c).map(|idx| x[(idx % r) * c + idx / r]).collect()
+        };
+        let (at, bt) = (transpose(&a, m, k), transpose(&b, k, n));
+        for (ta, tb, dst_t, accumulate) in
+            (0..16).map(|i| (i & 1 > 0, i & 2 > 0, i & 4 > 0, i & 8 > 0))
+        {
+            let lhs = if ta {
+                View::rows(&at, k, m).t()
+            } else {
+                View::rows(&a, m, k)
+            };
+            let rhs = if tb {
+                View::rows(&bt, n, k).t()
+            } else {
+                View::rows(&b, k, n)
+            };
+            let mut c = vec![1.0; m * n + 3];
+            let mut dst = if dst_t {
+                ViewMut {
+                    data: &mut c,
+                    rows: m,
+                    cols: n,
+                    rs: 1,
+                    cs: m,
+                }
+            } else {
+                ViewMut::rows(&mut c, m, n, n)
+            };
+            assert!(blas_product(&blas, &mut dst, lhs, rhs, accumulate));
+            let start = if accumulate { 1.0 } else { 0.0 };
+            for i in 0..m {
+                for j in 0..n {
+                    let got = if dst_t { c[j * m + i] } else { c[i * n + j] };
+                    let want = start + expected[i * n + j];
+                    assert!(
+                        (got - want).abs() < 1e-12,
+                        "{ta} {tb} {dst_t} {accumulate}: ({i}, {j})"
+                    );
+                }
+            }
+            assert_eq!(c[m * n..], [1.0; 3], "outside the view is untouched");
+        }
+        // f32 through cblas_sgemm.
+        let (a32, b32): (Vec<f32>, Vec<f32>) = (
+            a.iter().map(|&v| v as f32).collect(),
+            b.iter().map(|&v| v as f32).collect(),
+        );
+        let mut c = vec![0.0f32; m * n];
+        let mut dst = ViewMut::rows(&mut c, m, n, n);
+        assert!(blas_product(
+            &blas,
+            &mut dst,
+            View::rows(&a32, m, k),
+            View::rows(&b32, k, n),
+            false
+        ));
+        for (x, y) in c.iter().zip(&expected) {
+            assert!((f64::from(*x) - y).abs() < 1e-4, "{x} vs {y}");
         }
     }
 

@@ -1,10 +1,12 @@
-//! The CPU backend: GEMM through the `gemm` crate, convolutions as GEMMs on a padded
+//! The CPU backend: GEMM through the system's OpenBLAS where installed and the `gemm` crate
+//! otherwise ([`blas`]), convolutions as GEMMs on a padded
 //! channels-last copy of the input (direct for depthwise), STREAM, every op of the IR, and
 //! the full-workload executor, all in `f32` (GEMM also `f64`) on a rayon pool of the
 //! requested number of threads. Requests whose buffers would not fit the memory available
 //! are refused up front.
 
 mod activation;
+mod blas;
 mod conv;
 // Driven by `measure comm ddp` under MPI; built (and unit-tested) without it too.
 #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
@@ -56,6 +58,7 @@ impl CpuBackend {
         } else {
             threads
         };
+        blas::choose()?;
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .build()
@@ -146,7 +149,10 @@ impl Backend for CpuBackend {
     }
 
     fn env(&self) -> Env {
-        Env::capture()
+        Env {
+            blas: Some(blas::describe()),
+            ..Env::capture()
+        }
     }
 
     fn gemm(&mut self, case: &GemmCase, protocol: &Protocol) -> Result<Vec<f64>> {

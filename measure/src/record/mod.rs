@@ -392,6 +392,11 @@ pub struct Env {
     /// cases in PyTorch and writes them as records).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub framework: Option<String>,
+    /// The library the CPU executor's products ran on (the system's OpenBLAS, by its own
+    /// description, or the `gemm` crate); absent in records made before it was recorded,
+    /// when it was always the `gemm` crate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blas: Option<String>,
 }
 
 /// Where in a Slurm allocation a record was made, from the variables Slurm sets in a job's
@@ -507,6 +512,7 @@ impl Env {
             timestamp: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
             slurm: SlurmEnv::from_vars(|name| std::env::var(name).ok()),
             framework: None,
+            blas: None,
         }
     }
 }

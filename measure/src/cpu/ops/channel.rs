@@ -27,10 +27,10 @@ pub(super) fn batch_norm_forward(
         .for_each(|(ch, (mu, is))| {
             let (mut s, mut s2) = (0.0f64, 0.0f64);
             for b in 0..n {
-                for &v in &x[(b * c + ch) * vol..][..vol] {
-                    s += f64::from(v);
-                    s2 += f64::from(v) * f64::from(v);
-                }
+                let v = &x[(b * c + ch) * vol..][..vol];
+                let (a, q) = block_sums(v, v, |_, v| v, |g, _| g * g);
+                s += a;
+                s2 += q;
             }
             let mean = s / m;
             let var = (s2 / m - mean * mean).max(0.0);
@@ -77,15 +77,21 @@ pub(super) fn batch_norm_backward(
         dparams[1][ch] = s;
     }
     if let Some(d) = dx {
-        d.par_chunks_mut(vol).enumerate().for_each(|(i, di)| {
-            let ch = i % c;
-            let (s, sx) = sums[ch];
-            let off = i * vol;
-            for (j, o) in di.iter_mut().enumerate() {
-                let xhat = (x[off + j] - mean[ch]) * inv[ch];
-                *o = gamma[ch] * inv[ch] / m * (m * dy[off + j] - s - xhat * sx);
-            }
-        });
+        // dx = gamma inv / m (m dy - s - xhat sx), xhat = (x - mean) inv: per channel
+        // `k_dy dy + k_x x + k_1`, one fused pass.
+        d.par_chunks_mut(vol)
+            .zip(dy.par_chunks(vol).zip(x.par_chunks(vol)))
+            .enumerate()
+            .for_each(|(i, (di, (gi, xi)))| {
+                let ch = i % c;
+                let (s, sx) = sums[ch];
+                let a = gamma[ch] * inv[ch] / m;
+                let (k_dy, k_x) = (a * m, -a * inv[ch] * sx);
+                let k_1 = -a * s - k_x * mean[ch];
+                for ((o, &g), &v) in di.iter_mut().zip(gi).zip(xi) {
+                    *o = k_dy * g + k_x * v + k_1;
+                }
+            });
     }
 }
 
@@ -113,7 +119,7 @@ pub(super) fn gradient_sums(
     sums_of(dy, x, (n, c, vol), |_, v| v)
 }
 
-/// Per channel, `sum(dy)` and `sum(dy of(channel, x))`, accumulated in `f64`.
+/// Per channel, `sum(dy)` and `sum(dy of(channel, x))`.
 fn sums_of(
     dy: &[f32],
     x: &[f32],
@@ -126,15 +132,54 @@ fn sums_of(
             let (mut s, mut sx) = (0.0f64, 0.0f64);
             for b in 0..n {
                 let off = (b * c + ch) * vol;
-                for (g, v) in dy[off..][..vol].iter().zip(&x[off..][..vol]) {
-                    s += f64::from(*g);
-                    sx += f64::from(*g) * f64::from(of(ch, *v));
-                }
+                let (a, q) = block_sums(
+                    &dy[off..][..vol],
+                    &x[off..][..vol],
+                    |g, _| g,
+                    |g, v| g * of(ch, v),
+                );
+                s += a;
+                sx += q;
             }
             #[allow(clippy::cast_possible_truncation)]
             (s as f32, sx as f32)
         })
         .collect()
+}
+
+/// Lanes of a block's partial sums.
+const LANES: usize = 8;
+/// Elements whose partial sums are kept in `f32` before they are added in `f64`.
+const BLOCK: usize = 512;
+
+/// `sum(f(a, b))` and `sum(g(a, b))` over paired elements: `LANES` independent `f32`
+/// partial sums over each block of `BLOCK` elements (a loop the compiler vectorises, where a
+/// single running sum is one long chain of dependent additions), the blocks added in `f64`.
+fn block_sums(
+    a: &[f32],
+    b: &[f32],
+    f: impl Fn(f32, f32) -> f32,
+    g: impl Fn(f32, f32) -> f32,
+) -> (f64, f64) {
+    let (mut sf, mut sg) = (0.0f64, 0.0f64);
+    for (ab, bb) in a.chunks(BLOCK).zip(b.chunks(BLOCK)) {
+        let (mut lf, mut lg) = ([0.0f32; LANES], [0.0f32; LANES]);
+        let (ac, bc) = (ab.chunks_exact(LANES), bb.chunks_exact(LANES));
+        let (ar, br) = (ac.remainder(), bc.remainder());
+        for (a8, b8) in ac.zip(bc) {
+            for l in 0..LANES {
+                lf[l] += f(a8[l], b8[l]);
+                lg[l] += g(a8[l], b8[l]);
+            }
+        }
+        for (&x, &y) in ar.iter().zip(br) {
+            lf[0] += f(x, y);
+            lg[0] += g(x, y);
+        }
+        sf += lf.iter().map(|&v| f64::from(v)).sum::<f64>();
+        sg += lg.iter().map(|&v| f64::from(v)).sum::<f64>();
+    }
+    (sf, sg)
 }
 
 /// A channel affine's forward pass: `gamma x + beta` per channel (`c` channels of `vol`

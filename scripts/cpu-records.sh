@@ -42,12 +42,12 @@ threads=1
 cargo build --release --quiet
 bin=target/release/ridgeline
 # ridgeline's products run on the system's OpenBLAS where one is installed (as numpy's do;
-# PyTorch's run on MKL), else on the gemm crate: install Debian's single-threaded build
+# PyTorch's run on MKL), else on the gemm crate: install Debian's threaded build (set to one thread per caller)
 # where apt is at hand, and record which library ran.
-if ! ls /usr/lib/*-linux-gnu/openblas-serial/libopenblas.so.0 >/dev/null 2>&1 && command -v apt-get >/dev/null \
+if ! ls /usr/lib/*-linux-gnu/openblas-pthread/libopenblas.so.0 >/dev/null 2>&1 && command -v apt-get >/dev/null \
     && [[ $(id -u) == 0 ]]; then
-    apt-get install -y --no-install-recommends libopenblas0-serial >/dev/null \
-        || { apt-get update >/dev/null && apt-get install -y --no-install-recommends libopenblas0-serial >/dev/null; }
+    apt-get install -y --no-install-recommends libopenblas0-pthread >/dev/null \
+        || { apt-get update >/dev/null && apt-get install -y --no-install-recommends libopenblas0-pthread >/dev/null; }
 fi
 blas=$("$bin" measure gemm --size 32 --threads 1 --warmup 0s --min-time 0s --min-samples 1 --format json \
     | python3 -c 'import json, sys; print(json.load(sys.stdin)[0]["env"]["blas"])')

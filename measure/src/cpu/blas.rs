@@ -2,9 +2,13 @@
 //! products. PyTorch's CPU wheels run their products on MKL, numpy's on OpenBLAS; on a
 //! 2-core AMD EPYC (Zen 3, AVX2) the `gemm` crate reaches about 70 % of either (55 against
 //! 78-90 GFLOP/s at 2048^3 on one thread, `measure gemm` against numpy), so the executor
-//! would time a slower library than the frameworks it stands for. Debian's single-threaded
-//! build (`libopenblas0-serial`) is loaded, and ridgeline runs it on its own threads (bands
-//! of the output, one per thread), as it does the `gemm` crate's kernels.
+//! would time a slower library than the frameworks it stands for. Debian's threaded build
+//! (`libopenblas0-pthread`) is loaded and set to one thread, and ridgeline runs it on its own
+//! threads (bands of the output, one per thread), as it does the `gemm` crate's kernels.
+//! Single-threaded builds (`libopenblas0-serial`, `SINGLE_THREADED` in their configuration)
+//! are refused: Debian's returns wrong products when two threads call it at once (its
+//! buffers are not locked), which the executor's parallel products do; OpenMP builds too,
+//! whose threads ridgeline's would not be.
 //!
 //! Nothing is linked at build time: where no OpenBLAS is found the `gemm` crate runs every
 //! product, and the records say which library ran (`env.blas`).
@@ -51,13 +55,12 @@ impl std::fmt::Debug for Blas {
     }
 }
 
-/// Where Debian and Ubuntu install OpenBLAS, single-threaded builds first (ridgeline runs
-/// the threads itself; a threaded build is set to one thread when loaded).
+/// Where Debian and Ubuntu install OpenBLAS's threaded build, and the name the system's
+/// default OpenBLAS goes by (used only where it is a threaded build).
 const CANDIDATES: &[&str] = &[
-    "/usr/lib/x86_64-linux-gnu/openblas-serial/libopenblas.so.0",
-    "/usr/lib/aarch64-linux-gnu/openblas-serial/libopenblas.so.0",
-    "/usr/lib/x86_64-linux-gnu/libopenblas.so.0",
-    "/usr/lib/aarch64-linux-gnu/libopenblas.so.0",
+    "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
+    "/usr/lib/aarch64-linux-gnu/openblas-pthread/libopenblas.so.0",
+    "libopenblas.so.0",
 ];
 
 /// The environment variable that chooses the library.
@@ -97,8 +100,8 @@ pub(super) fn resolve(value: Option<&str>) -> Result<Option<Blas>, String> {
         Some(path) => load(path).map(Some).map_err(|e| {
             format!(
                 "cannot load `{path}` as a BLAS library: {e}; set it to the path of an \
-                 OpenBLAS (`libopenblas.so.0`), to `auto` (the first OpenBLAS installed) or to \
-                 `off` (ridgeline's own GEMM crate)"
+                 OpenBLAS built with pthreads (`libopenblas0-pthread`), to `auto` (the first \
+                 one installed) or to `off` (ridgeline's own GEMM crate)"
             )
         }),
     }
@@ -131,6 +134,12 @@ fn load(path: &str) -> Result<Blas, String> {
                 }
                 Err(_) => path.to_owned(),
             };
+        if name.contains("SINGLE_THREADED") || name.contains("USE_OPENMP") {
+            return Err(format!(
+                "`{name}` is a single-threaded or OpenMP build, which ridgeline cannot call \
+                 from several threads at once"
+            ));
+        }
         Ok(Blas {
             _lib: lib,
             sgemm,
@@ -161,5 +170,15 @@ mod tests {
         // A library without CBLAS's symbols is refused too (libc has no `cblas_sgemm`).
         let err = resolve(Some("libc.so.6")).unwrap_err();
         assert!(err.contains("libc.so.6"), "{err}");
+    }
+
+    /// A single-threaded OpenBLAS is refused by name (where Debian's is installed).
+    #[test]
+    fn single_threaded_builds_are_refused() {
+        let serial = "/usr/lib/x86_64-linux-gnu/openblas-serial/libopenblas.so.0";
+        if std::path::Path::new(serial).exists() {
+            let err = resolve(Some(serial)).unwrap_err();
+            assert!(err.contains("SINGLE_THREADED"), "{err}");
+        }
     }
 }

@@ -443,7 +443,7 @@ mod tests {
     /// The BLAS path against the naive product for every layout CBLAS takes: a row- or
     /// column-major output (the latter computed as its transpose), each operand plain or
     /// transposed, with and without accumulation. Runs where an OpenBLAS is installed;
-    /// `scripts/test` installs Debian's `libopenblas0-serial` and sets
+    /// `scripts/test` installs Debian's `libopenblas0-pthread` and sets
     /// `RIDGELINE_REQUIRE_OPENBLAS`, under which a missing one fails.
     #[test]
     fn blas_products_match_the_naive_product_in_every_layout() {
@@ -519,6 +519,45 @@ mod tests {
         for (x, y) in c.iter().zip(&expected) {
             assert!((f64::from(*x) - y).abs() < 1e-4, "{x} vs {y}");
         }
+    }
+
+    /// Products run by many threads at once (as the executor's bands and tiles do) all come
+    /// out right: a BLAS whose buffers are shared between callers fails this.
+    #[test]
+    fn concurrent_products_are_right() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(4)
+            .build()
+            .unwrap();
+        let bad: usize = pool.install(|| {
+            (0..16000u64)
+                .into_par_iter()
+                .map(|i| {
+                    let (m, n, k) = (
+                        2 + (i % 29) as usize,
+                        3 + (i % 17) as usize,
+                        1 + (i % 23) as usize,
+                    );
+                    let a: Vec<f64> = (0..m * k)
+                        .map(|j| ((i + j as u64) as f64 * 0.37).sin())
+                        .collect();
+                    let b: Vec<f64> = (0..k * n)
+                        .map(|j| ((i * 7 + j as u64) as f64 * 0.11).cos())
+                        .collect();
+                    let mut c = vec![0.0; m * n];
+                    matmul(
+                        ViewMut::rows(&mut c, m, n, n),
+                        View::rows(&a, m, k),
+                        View::rows(&b, k, n),
+                        false,
+                        1,
+                    );
+                    let want = naive(&a, &b, m, n, k);
+                    usize::from(c.iter().zip(&want).any(|(x, y)| (x - y).abs() > 1e-9))
+                })
+                .sum()
+        });
+        assert_eq!(bad, 0, "{bad} of 16000 concurrent products wrong");
     }
 
     #[test]

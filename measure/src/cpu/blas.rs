@@ -64,24 +64,29 @@ const CANDIDATES: &[&str] = &[
 ];
 
 /// The environment variable that chooses the library.
-pub(crate) const VAR: &str = "RIDGELINE_BLAS";
+const VAR: &str = "RIDGELINE_BLAS";
 
 static CHOSEN: OnceLock<Result<Option<Blas>, String>> = OnceLock::new();
 
 /// The library products run on, chosen once per process by [`VAR`]; `None`: the `gemm`
 /// crate. An error names the variable, the value and the fix.
 pub(crate) fn choose() -> Result<Option<&'static Blas>> {
-    let chosen = CHOSEN.get_or_init(|| resolve(std::env::var(VAR).ok().as_deref()));
-    match chosen {
-        Ok(blas) => Ok(blas.as_ref()),
-        Err(message) => Err(Error::invalid(VAR, message.clone())),
-    }
+    chosen()
+        .as_ref()
+        .map(Option::as_ref)
+        .map_err(|message| Error::invalid(VAR, message.clone()))
 }
 
 /// The library products run on, where [`choose`] succeeded (`None` also where it failed:
-/// every entry point calls `choose` first, and reports its error).
+/// every entry point calls `choose` first, and reports its error). Called on every
+/// product, so it only reads the choice.
 pub(crate) fn active() -> Option<&'static Blas> {
-    choose().ok().flatten()
+    chosen().as_ref().ok().and_then(Option::as_ref)
+}
+
+/// The choice, made on first use.
+fn chosen() -> &'static Result<Option<Blas>, String> {
+    CHOSEN.get_or_init(|| resolve(std::env::var(VAR).ok().as_deref()))
 }
 
 /// What products run on, for the records' provenance: the BLAS's own description, or the
